@@ -1,0 +1,13 @@
+"""tridnn: cuDNN's programming model in Python; NumPy on the CPU, Triton on GPUs."""
+__version__ = "0.1.0"
+
+from .errors import (AllocFailedError, ArchMismatchError, BadParamError, ExecutionFailedError,  # noqa: E402
+                     InternalError, NotInitializedError, NotSupportedError, Status, TridnnError)
+from .types import (ConvBwdDataAlgo, ConvBwdFilterAlgo, ConvFwdAlgo, ConvMode, DataType,  # noqa: E402
+                    Determinism, MathType, TensorFormat)
+from .descriptors import ConvolutionDescriptor, FilterDescriptor, TensorDescriptor  # noqa: E402
+from .handle import Handle  # noqa: E402
+from .api.convolution import (convolution_forward, find_convolution_forward_algorithm,  # noqa: E402
+                              find_convolution_forward_algorithm_ex,
+                              get_convolution_forward_algorithm,
+                              get_convolution_forward_workspace_size)

@@ -1,0 +1,1 @@
+"""The Pythonic API: descriptor-level calls (cuDNN's model) and the functional layer."""

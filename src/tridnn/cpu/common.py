@@ -1,0 +1,61 @@
+"""Pieces shared by the NumPy convolution algorithms: geometry and the alpha/beta store."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def store(out: np.ndarray, acc: np.ndarray, alpha: float, beta: float) -> None:
+    """out = alpha * acc + beta * out, computed in acc's dtype and rounded once.
+
+    ``acc`` is the algorithm's own temporary and is modified. With beta == 0, out is
+    never read, so NaN or garbage in it cannot leak into the result."""
+    if alpha != 1.0:
+        np.multiply(acc, alpha, out=acc)
+    if beta != 0.0:
+        acc += beta * out.astype(acc.dtype)
+    out[...] = acc
+
+
+def tap_box(tap: int, size_in: int, size_out: int, stride: int, dilation: int, pad: int):
+    """For one kernel tap along one dim: the output range [lo, hi) whose input index
+    o*stride + tap*dilation - pad lands inside [0, size_in), and the first input index;
+    None when every output of this tap reads padding."""
+    offset = tap * dilation - pad
+    lo = max(0, -(offset // stride))  # ceil(-offset / stride), at least 0
+    last = size_in - 1 - offset
+    hi = min(size_out, last // stride + 1) if last >= 0 else 0
+    if hi <= lo:
+        return None
+    return lo, hi, offset + lo * stride
+
+
+def tap_views(problem, x: np.ndarray, tap):
+    """(output slices, input view) of one kernel tap, or None when it only hits padding.
+
+    The input view has the output box's spatial shape, so that
+    ``acc[out_slices] += f(x_view)`` applies the tap to every in-bounds output."""
+    out_sl, in_sl = [], []
+    for t, i, o, s, d, p in zip(tap, problem.in_spatial, problem.out_spatial, problem.stride,
+                                problem.dilation, problem.pad_pre):
+        box = tap_box(t, i, o, s, d, p)
+        if box is None:
+            return None
+        lo, hi, first = box
+        out_sl.append(slice(lo, hi))
+        in_sl.append(slice(first, first + (hi - lo - 1) * s + 1, s))
+    return tuple(out_sl), x[(Ellipsis,) + tuple(in_sl)]
+
+
+def taps(problem):
+    return np.ndindex(*problem.kernel)
+
+
+def batch_block(problem, bytes_per_image: int, budget: int = 8 << 20) -> int:
+    """Images per block so that a block's temporaries stay near ``budget`` bytes."""
+    return max(1, min(problem.n, budget // max(bytes_per_image, 1)))
+
+
+def split_groups(a: np.ndarray, groups: int, axis: int = 1) -> np.ndarray:
+    """View axis ``axis`` (channels) as (groups, channels // groups); never copies."""
+    shape = a.shape[:axis] + (groups, a.shape[axis] // groups) + a.shape[axis + 1:]
+    return a.reshape(shape)

@@ -1,0 +1,34 @@
+import os
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path, monkeypatch):
+    """Every test gets its own find-cache directory."""
+    monkeypatch.setenv("TRIDNN_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def rng(request):
+    """Fresh random inputs per test, reproducible from the test's name."""
+    seed = abs(hash(request.node.nodeid)) % (2**32)
+    return np.random.default_rng(seed)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--gpu", action="store_true", help="run the tests marked gpu (needs CUDA)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if not config.getoption("--gpu"):
+        skip = pytest.mark.skip(reason="GPU test: run with --gpu on a CUDA machine")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+    if not os.environ.get("TRIDNN_SLOW"):
+        skip = pytest.mark.skip(reason="slow test: set TRIDNN_SLOW=1")
+        for item in items:
+            if "slow" in item.keywords:
+                item.add_marker(skip)
