@@ -23,6 +23,8 @@ TABLE = [
     (5, "numpy", "conv", "fwd", "tridnn.cpu.conv_fft_tiling:FftTilingForward"),
     (6, "numpy", "conv", "fwd", "tridnn.cpu.conv_winograd:WinogradForward"),
     (7, "numpy", "conv", "fwd", "tridnn.cpu.conv_winograd_nonfused:WinogradNonfusedForward"),
+    # ids 8-19: NumPy backward data and backward filter
+    # ids 100-149: Triton convolution (all directions)
 ]
 
 _lock = threading.Lock()
