@@ -1,5 +1,10 @@
 import os
 
+# Triton kernels run on the CPU through Triton's interpreter unless a GPU run asks otherwise;
+# this must be set before anything imports triton.
+if os.environ.get("TRIDNN_GPU_TESTS") != "1":
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 import numpy as np
 import pytest
 

@@ -4,6 +4,12 @@ An algorithm is a stateless object. ``not_applicable`` says why it cannot run a
 problem (None when it can); ``buffers`` lists its workspace temporaries, from which
 ``workspace_size`` follows; ``estimate`` is a cheap cost model used by ``get``; and
 ``run`` computes ``out = alpha * op(...) + beta * out`` for the problem's direction.
+
+Forward algorithms also take ``epilogue``: a callable ``epilogue(acc, index)`` applied
+to the blended accumulator (in the accumulator dtype) before the one rounding to the
+output; ``index`` is the tuple of slices of the output that ``acc`` covers. It is how
+``convolution_bias_activation_forward`` fuses bias, residual and activation without
+another pass over y.
 """
 from __future__ import annotations
 
@@ -37,7 +43,8 @@ class Algorithm:
         """Predicted seconds; only the ranking between algorithms matters."""
         raise NotImplementedError
 
-    def run(self, problem, tensors: dict, workspace, alpha: float, beta: float) -> None:
+    def run(self, problem, tensors: dict, workspace, alpha: float, beta: float,
+            epilogue=None) -> None:
         raise NotImplementedError
 
     @property

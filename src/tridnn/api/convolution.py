@@ -62,7 +62,7 @@ def _check_workspace(handle, problem, algorithm, workspace):
                             f"get_convolution_*_workspace_size")
 
 
-def execute(handle, problem, algorithm, views, workspace, alpha, beta) -> None:
+def execute(handle, problem, algorithm, views, workspace, alpha, beta, epilogue=None) -> None:
     """Run ``algorithm`` on already-validated views; the only place algorithms run."""
     backend = handle.backend
     out = views[problem.output]
@@ -74,7 +74,10 @@ def execute(handle, problem, algorithm, views, workspace, alpha, beta) -> None:
     if problem.mode == ConvMode.CONVOLUTION:
         views = dict(views, w=backend.flip_spatial(views["w"], problem.nd))
     buffers = backend.carve(backend.workspace_bytes(workspace), algorithm.buffers(problem))
-    algorithm.run(problem, views, buffers, alpha, beta)
+    if epilogue is None:
+        algorithm.run(problem, views, buffers, alpha, beta)
+    else:
+        algorithm.run(problem, views, buffers, alpha, beta, epilogue=epilogue)
 
 
 def _size(arr) -> int:

@@ -4,15 +4,21 @@ from __future__ import annotations
 import numpy as np
 
 
-def store(out: np.ndarray, acc: np.ndarray, alpha: float, beta: float) -> None:
+def store(out: np.ndarray, acc: np.ndarray, alpha: float, beta: float, epilogue=None,
+          index: tuple = ()) -> None:
     """out = alpha * acc + beta * out, computed in acc's dtype and rounded once.
 
     ``acc`` is the algorithm's own temporary and is modified. With beta == 0, out is
-    never read, so NaN or garbage in it cannot leak into the result."""
+    never read, so NaN or garbage in it cannot leak into the result. ``epilogue``
+    (fused bias/activation/residual) maps the blended accumulator to the final value
+    before the single rounding; ``index`` tells it which part of the whole output
+    ``out`` is (a tuple of slices), so it can pick the matching bias and residual."""
     if alpha != 1.0:
         np.multiply(acc, alpha, out=acc)
     if beta != 0.0:
         acc += beta * out.astype(acc.dtype)
+    if epilogue is not None:
+        acc = epilogue(acc, index)
     out[...] = acc
 
 

@@ -41,7 +41,7 @@ class DirectForward(Algorithm):
         out_bytes = problem.n * problem.k * np.prod(problem.out_spatial) * 4
         return np.prod(problem.kernel) * problem.w.c * 3 * out_bytes / 5e9
 
-    def run(self, problem, tensors, workspace, alpha, beta):
+    def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
         g, nd = problem.groups, problem.nd
         acc, prod = workspace["acc"], workspace["prod"]
@@ -62,4 +62,5 @@ class DirectForward(Algorithm):
                 # (N, *box, G, 1) * (G, Kg) -> (N, *box, G, Kg)
                 np.multiply(x_tap[..., ci:ci + 1], wg[(ci,) + tap], out=box, casting="unsafe")
                 target += box
-        store(y, np.moveaxis(acc.reshape(problem.n, *problem.out_spatial, problem.k), -1, 1), alpha, beta)
+        store(y, np.moveaxis(acc.reshape(problem.n, *problem.out_spatial, problem.k), -1, 1), alpha, beta,
+              epilogue)

@@ -40,7 +40,7 @@ class ImplicitGemmForward(Algorithm):
         out_bytes = problem.n * problem.k * np.prod(problem.out_spatial) * 4
         return problem.flops / BLAS_FLOPS + taps_n * 3 * out_bytes / 5e9
 
-    def run(self, problem, tensors, workspace, alpha, beta):
+    def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
         g, cg, kg = problem.groups, problem.w.c, problem.k // problem.groups
         acc_dtype = problem.accumulator
@@ -67,4 +67,4 @@ class ImplicitGemmForward(Algorithm):
                     np.matmul(cols.reshape(rows, cg), w_tap, out=prod)  # (rows, Cg) @ (Cg, Kg)
                     acc_img[(slice(None),) + out_sl + (gi,)] += prod.reshape(b, *box, kg)
             out = np.moveaxis(acc.reshape(b, *problem.out_spatial, problem.k), -1, 1)
-            store(y[n0:n0 + b], out, alpha, beta)
+            store(y[n0:n0 + b], out, alpha, beta, epilogue, (slice(n0, n0 + b),))
