@@ -65,3 +65,54 @@ def split_groups(a: np.ndarray, groups: int, axis: int = 1) -> np.ndarray:
     """View axis ``axis`` (channels) as (groups, channels // groups); never copies."""
     shape = a.shape[:axis] + (groups, a.shape[axis] // groups) + a.shape[axis + 1:]
     return a.reshape(shape)
+
+
+# -- helpers for the GEMM and transform methods ---------------------------------------
+# Rough machine rates for the cost models (seconds = flops / rate + bytes / bandwidth).
+# They only need to rank algorithms; benchmarks/bench_cpu_conv.py measures the truth.
+GEMM_RATE = 300e9       # NumPy matmul on large, well-shaped operands (float32, 2 cores)
+SMALL_GEMM_RATE = 60e9  # matmul with a small inner or outer dim
+BANDWIDTH = 4e9         # bytes/s through a NumPy elementwise pass (read + write)
+
+
+def prod(values) -> int:
+    out = 1
+    for v in values:
+        out *= int(v)
+    return out
+
+
+def channels_last(array_or_desc) -> bool:
+    """True when the channel axis (1) has the smallest stride: NHWC-like memory order."""
+    strides = array_or_desc.strides
+    return len(strides) > 2 and strides[1] <= min(strides[2:])
+
+
+def pad_into(buf: np.ndarray, x: np.ndarray, pre, post) -> None:
+    """Copy x into buf (logical (N, C, *padded)) at offset ``pre``, zeroing only the borders.
+
+    The copy also converts x's dtype to buf's (float16/bfloat16 -> float32)."""
+    nd = len(pre)
+    interior = tuple(slice(p, p + s) for p, s in zip(pre, x.shape[2:]))
+    for axis in range(nd):
+        lead = (slice(None),) * (2 + axis)
+        if pre[axis]:
+            buf[lead + (slice(0, pre[axis]),)] = 0
+        if post[axis]:
+            buf[lead + (slice(buf.shape[2 + axis] - post[axis], None),)] = 0
+    buf[(slice(None), slice(None)) + interior] = x
+
+
+def as_matrix(array: np.ndarray, shape, dtype) -> np.ndarray | None:
+    """``array`` reshaped to ``shape`` without a copy, if it has dtype ``dtype``; else None."""
+    if array.dtype != dtype:
+        return None
+    try:
+        return array.reshape(shape, copy=False)
+    except ValueError:
+        return None
+
+
+def writes_through(y: np.ndarray, acc_dtype, alpha: float, beta: float, epilogue) -> bool:
+    """Whether a GEMM may write its result straight into y (no blend, no rounding)."""
+    return alpha == 1.0 and beta == 0.0 and epilogue is None and y.dtype == acc_dtype
