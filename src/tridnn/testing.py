@@ -62,7 +62,9 @@ def make_tensor(dims, dtype, layout: str, rng: np.random.Generator, values=None)
         idx = (slice(None),) + tuple(slice(None) for _ in spatial[:-1]) + (slice(None, None, 2), slice(1, 1 + c))
         phys = big[idx]
         view = np.moveaxis(phys, -1, 1)
-        desc = TensorDescriptor(dims, dtype, tuple(s // view.itemsize for s in view.strides))
+        # NumPy may report stride 0 for the axes of an empty array; any positive stride
+        # describes an axis that never moves
+        desc = TensorDescriptor(dims, dtype, tuple(max(1, s // view.itemsize) for s in view.strides))
     else:
         raise ValueError(f"unknown layout {layout!r}; valid: {LAYOUTS}")
     if values is not None:
