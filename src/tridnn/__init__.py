@@ -11,3 +11,5 @@ from .api.convolution import (convolution_forward, find_convolution_forward_algo
                               find_convolution_forward_algorithm_ex,
                               get_convolution_forward_algorithm,
                               get_convolution_forward_workspace_size)
+from .api.functional import conv, conv_backward_data, conv_backward_filter, conv_transpose  # noqa: E402
+from . import functional  # noqa: E402,F401
