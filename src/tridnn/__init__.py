@@ -13,3 +13,11 @@ from .api.convolution import (convolution_forward, find_convolution_forward_algo
                               get_convolution_forward_workspace_size)
 from .api.functional import conv, conv_backward_data, conv_backward_filter, conv_transpose  # noqa: E402
 from . import functional  # noqa: E402,F401
+from .descriptors import (AdaptivePoolingMode, BatchNormMode, BatchNormOps, BN_MIN_EPSILON,  # noqa: E402
+                          DropoutDescriptor, IndicesType, LRNDescriptor, LRNMode, OpTensorDescriptor,
+                          OpTensorOp, PoolingDescriptor, PoolingMode, ReduceTensorDescriptor,
+                          ReduceTensorIndices, ReduceTensorOp, SoftmaxAlgorithm, SoftmaxMode,
+                          derive_bn_tensor_descriptor, dropout_get_reserve_space_size,
+                          dropout_get_states_size)
+from .api.pooling import (adaptive_pooling_backward, adaptive_pooling_forward,  # noqa: E402
+                          get_pooling_forward_output_dim, pooling_backward, pooling_forward)

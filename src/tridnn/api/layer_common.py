@@ -1,0 +1,52 @@
+"""What every layer API call does before it computes: check the handle and scalars,
+turn arrays into checked views, refuse overlapping outputs, and pick the backend
+module (tridnn.cpu.<layer> for NumPy, tridnn.cuda.<layer> otherwise)."""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+
+from ..errors import BadParamError, check_finite_scalar
+
+
+def backend_module(handle, layer: str):
+    """The module whose same-named functions run this layer on the handle's backend."""
+    handle.check()
+    package = "cpu" if handle.backend_name == "numpy" else "cuda"
+    return importlib.import_module(f"tridnn.{package}.{layer}")
+
+
+def scalars(**values) -> list[float]:
+    return [check_finite_scalar(name, v) for name, v in values.items()]
+
+
+def same_dims(a_desc, b_desc, a_name: str, b_name: str, dtype: bool = True) -> None:
+    if a_desc.dims != b_desc.dims:
+        raise BadParamError(f"{b_name} descriptor dims {b_desc.dims} must equal {a_name}'s {a_desc.dims}")
+    if dtype and a_desc.dtype != b_desc.dtype:
+        raise BadParamError(f"dtype mismatch: {a_name} is {a_desc.dtype.name}, {b_name} is {b_desc.dtype.name}")
+
+
+def views(handle, inputs, outputs, in_place_ok: bool = False) -> list:
+    """Checked logical views: ``inputs`` and ``outputs`` are lists of (array, desc, name);
+    None arrays stay None. Outputs may not overlap inputs (or each other), except an
+    exact alias of an input when ``in_place_ok`` (elementwise ops computed in place)."""
+    backend = handle.backend
+    ins = [None if a is None else backend.view(a, d, n, writable=False) for a, d, n in inputs]
+    outs = [None if a is None else backend.view(a, d, n, writable=True) for a, d, n in outputs]
+    named_in = [(v, n) for v, (_, _, n) in zip(ins, inputs) if isinstance(v, np.ndarray)]
+    named_out = [(v, n) for v, (_, _, n) in zip(outs, outputs) if isinstance(v, np.ndarray)]
+    for i, (out, out_name) in enumerate(named_out):
+        for other, other_name in named_in + named_out[i + 1:]:
+            if not np.may_share_memory(out, other):
+                continue
+            alias = (in_place_ok and out.shape == other.shape and out.strides == other.strides
+                     and out.__array_interface__["data"][0] == other.__array_interface__["data"][0])
+            if not alias:
+                raise BadParamError(f"output {out_name} overlaps {other_name}; pass separate buffers")
+    return ins + outs
+
+
+def is_empty(*arrays) -> bool:
+    return any(a is not None and 0 in tuple(a.shape) for a in arrays)
