@@ -21,3 +21,5 @@ from .descriptors import (AdaptivePoolingMode, BatchNormMode, BatchNormOps, BN_M
                           dropout_get_states_size)
 from .api.pooling import (adaptive_pooling_backward, adaptive_pooling_forward,  # noqa: E402
                           get_pooling_forward_output_dim, pooling_backward, pooling_forward)
+from .api.activation import activation_backward, activation_forward  # noqa: E402
+from .descriptors.activation import ActivationDescriptor, ActivationMode, NanPropagation  # noqa: E402

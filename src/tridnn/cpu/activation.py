@@ -106,3 +106,43 @@ def backward(desc: ActivationDescriptor, x: np.ndarray, y: np.ndarray, dy: np.nd
         grad = np.where(x < -3, 0.0, np.where(x > 3, 1.0, (2 * x + 3) / 6.0))
         return (dy * grad).astype(dy.dtype)
     raise AssertionError(m)
+
+
+# -- the activation layer (cudnnActivationForward/Backward) --------------------------------
+def _descriptor(mode, coef, swish_beta, propagate_nan) -> ActivationDescriptor:
+    return ActivationDescriptor(M(int(mode)), int(bool(propagate_nan)), coef, swish_beta)
+
+
+def _plain(*arrays) -> bool:
+    return all(a.dtype in (np.float32, np.float64) for a in arrays)
+
+
+def activation_forward(x, y, mode, coef, swish_beta, propagate_nan, alpha, beta):
+    """y = alpha * act(x) + beta * y. RELU and CLIPPED_RELU with alpha 1, beta 0 write
+    straight into y in one pass (fmax/fmin skip NaN, which is NOT_PROPAGATE_NAN)."""
+    if int(mode) in (M.RELU, M.CLIPPED_RELU) and alpha == 1.0 and beta == 0.0 and _plain(x, y) \
+            and x.dtype == y.dtype:
+        pick_max, pick_min = (np.maximum, np.minimum) if propagate_nan else (np.fmax, np.fmin)
+        pick_max(x, x.dtype.type(0), out=y)
+        if int(mode) == M.CLIPPED_RELU:
+            pick_min(y, x.dtype.type(coef), out=y)
+        return
+    desc = _descriptor(mode, coef, swish_beta, propagate_nan)
+    acc = forward(desc, to_acc(x))
+    blend(y, acc if acc is not x else acc.copy(), alpha, beta)
+
+
+def activation_backward(y, dy, x, dx, mode, coef, swish_beta, propagate_nan, alpha, beta):
+    """dx = alpha * dy * act'(x) + beta * dx."""
+    if int(mode) == M.RELU and alpha == 1.0 and beta == 0.0 and _plain(x, dy, dx) and dy.dtype == dx.dtype:
+        blocked = np.logical_not(np.greater(x, 0))
+        if dx is not dy:
+            np.copyto(dx, dy)
+        np.copyto(dx, 0, where=blocked)
+        return
+    desc = _descriptor(mode, coef, swish_beta, propagate_nan)
+    acc = backward(desc, to_acc(x), to_acc(y), to_acc(dy))
+    blend(dx, acc if acc is not dy else acc.copy(), alpha, beta)
+
+
+from .layer_utils import blend, to_acc  # noqa: E402  (after the math above, which fused epilogues import)
