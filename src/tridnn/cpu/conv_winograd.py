@@ -1,0 +1,243 @@
+"""WINOGRAD forward convolution: F(2x2,3x3) or F(4x4,3x3), transforms fused per block.
+
+Minimal filtering computes an m x m output tile from an (m+2) x (m+2) input tile with
+``Y = A^T [ (G g G^T) . (B^T d B) ] A``: (m+2)^2 multiplies per tile and channel pair
+instead of 9 m^2 (2.25x fewer for m = 2, 4x for m = 4). Here the input transform,
+the channel GEMMs (one per transform point) and the output transform run block by
+block over rows of tiles, so each block's transformed data stays in cache; only the
+transformed filter, the padded input and the output accumulator span the whole
+problem. F(2x2) is picked for small planes (less tile waste at the edges), F(4x4)
+otherwise. 2D 3x3, stride 1, dilation 1 only.
+
+The transform matrices come from Toom-Cook interpolation (``matrices``); the tile
+helpers below are shared with WINOGRAD_NONFUSED (conv_winograd_nonfused.py).
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+from functools import lru_cache
+
+import numpy as np
+
+from ..algorithms.base import Algorithm
+from ..types import ConvFwdAlgo
+from ..workspace import Buffer
+from .common import BANDWIDTH, GEMM_RATE, SMALL_GEMM_RATE, batch_block, pad_into, prod, split_groups, store
+
+# Interpolation points, in the order that keeps the transforms' error lowest.
+POINTS = (0, 1, -1, 2, -2, Fraction(1, 2), Fraction(-1, 2), 3, -3)
+@lru_cache(maxsize=None)
+def matrices(m: int, r: int = 3):
+    """(AT (m x n), G (n x r), BT (n x n)) in float64 for F(m, r), n = m + r - 1.
+
+    Correlation y[i] = sum_k d[i + k] g[k] is the transpose of Toom-Cook's linear
+    convolution: with V the evaluation matrix at the n - 1 finite points plus
+    infinity, y = V[:, :m]^T ((V[:, :r] g) . (V^-T d)). Row j of V^-T is scaled by
+    f_j = prod_{l != j} (p_j - p_l) and row j of G by 1 / f_j, which keeps B^T's
+    entries small integers (as in Lavin and Gray's matrices)."""
+    n = m + r - 1
+    pts = [Fraction(p) for p in POINTS[:n - 1]]
+    vand = [[p ** e for e in range(n)] for p in pts] + [[Fraction(int(e == n - 1)) for e in range(n)]]
+    scale = [_prod(p - q for q in pts if q != p) for p in pts] + [Fraction(1)]
+    inv_t = _inverse(vand)  # V^-1; B^T = diag(f) V^-T
+    bt = [[scale[j] * inv_t[i][j] for i in range(n)] for j in range(n)]
+    # at infinity a polynomial evaluates to its leading coefficient
+    g = [[pts[j] ** k / scale[j] for k in range(r)] for j in range(n - 1)] + \
+        [[Fraction(int(k == r - 1)) for k in range(r)]]
+    at = [[pts[j] ** i for j in range(n - 1)] + [Fraction(int(i == m - 1))] for i in range(m)]
+    as_array = lambda rows: np.array([[float(v) for v in row] for row in rows])
+    return as_array(at), as_array(g), as_array(bt)
+
+
+def _prod(values):
+    out = Fraction(1)
+    for v in values:
+        out *= v
+    return out
+
+
+def _inverse(a):
+    """Exact Gauss-Jordan inverse of a small rational matrix."""
+    n = len(a)
+    rows = [list(row) + [Fraction(int(i == j)) for j in range(n)] for i, row in enumerate(a)]
+    for col in range(n):
+        pivot = next(r for r in range(col, n) if rows[r][col] != 0)
+        rows[col], rows[pivot] = rows[pivot], rows[col]
+        inv = 1 / rows[col][col]
+        rows[col] = [v * inv for v in rows[col]]
+        for r in range(n):
+            if r != col and rows[r][col] != 0:
+                f = rows[r][col]
+                rows[r] = [v - f * w for v, w in zip(rows[r], rows[col])]
+    return [row[n:] for row in rows]
+
+
+def transform_pair(mat: np.ndarray, data: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> np.ndarray:
+    """out[a, b, ...] = sum_ij mat[a, i] mat[b, j] data[i, j, ...], as two GEMMs.
+
+    data is (i, j, rest) contiguous; scratch holds the half-transformed (a, j, rest)."""
+    p, q = mat.shape
+    rest = data.shape[2:]
+    half = scratch[: p * data.size // q].reshape(p, q, -1)
+    np.matmul(mat, data.reshape(q, -1), out=half.reshape(p, -1))  # along i
+    np.matmul(mat, half, out=out.reshape(p, p, -1))               # along j
+    return out.reshape(p, p, *rest)
+
+
+def filter_transform(w: np.ndarray, groups: int, m: int, out: np.ndarray, scratch: np.ndarray):
+    """U[a, b, g, c, k] = (G w[g, k, c] G^T)[a, b] into out (n, n, G, Cg, Kg)."""
+    _, gm, _ = matrices(m)
+    gm = gm.astype(out.dtype)
+    k, cg = w.shape[:2]
+    # w (K, Cg, 3, 3) -> (3, 3, G, Cg, Kg), contiguous
+    taps = scratch[: 9 * k * cg].reshape(3, 3, groups, cg, k // groups)
+    taps[...] = np.moveaxis(w.reshape(groups, k // groups, cg, 3, 3), (3, 4, 0, 2, 1), (0, 1, 2, 3, 4))
+    n = gm.shape[0]
+    half = scratch[9 * k * cg: 9 * k * cg + n * 3 * k * cg]
+    np.matmul(gm, taps.reshape(3, -1), out=half.reshape(n, -1))
+    np.matmul(gm, half.reshape(n, 3, -1), out=out.reshape(n, n, -1))
+    return out
+
+
+def filter_scratch_size(problem, m: int) -> int:
+    """Elements of scratch ``filter_transform`` needs: the taps and the half transform."""
+    return (9 + 3 * (m + 2)) * problem.k * problem.w.c
+
+
+def winograd_not_applicable(problem, name: str) -> str | None:
+    if problem.nd != 2:
+        return f"{name} is implemented for 2D convolutions; this one is {problem.nd}D"
+    if problem.kernel != (3, 3):
+        return f"{name} needs a 3x3 filter; this one is {problem.kernel}"
+    if problem.stride != (1, 1):
+        return f"{name} needs stride 1; this one has stride {problem.stride}"
+    if problem.dilation != (1, 1):
+        return f"{name} needs dilation 1; this one has dilation {problem.dilation}"
+    return None
+
+
+def tile_grid(problem, m: int):
+    """Tiles per spatial dim and the padded input extent they cover (tiles*m + 2)."""
+    tiles = tuple(-(-o // m) for o in problem.out_spatial)
+    return tiles, tuple(t * m + 2 for t in tiles)
+
+
+def pack_input(problem, x: np.ndarray, xpad: np.ndarray) -> None:
+    """xpad (b, Hp, Wp, C), channels last: x zero-padded, in the accumulator dtype."""
+    extent = xpad.shape[1:3]
+    post = tuple(e - i - p for e, i, p in zip(extent, problem.in_spatial, problem.pad_pre))
+    pad_into(np.moveaxis(xpad, -1, 1), x, problem.pad_pre, post)
+
+
+def gather_tiles(xpad: np.ndarray, m: int, rows: slice, groups: int, out: np.ndarray) -> np.ndarray:
+    """out (n, n, G, P, Cg) = every (n x n) input tile of the tile rows ``rows``, P = (b, rows, tw)."""
+    n = m + 2
+    b, hp, wp, c = xpad.shape
+    tw = (wp - 2) // m
+    sb, sh, sw, sc = xpad.strides
+    start = xpad[:, rows.start * m:]
+    nrows = rows.stop - rows.start
+    tiles = np.lib.stride_tricks.as_strided(
+        start, (b, nrows, tw, n, n, groups, c // groups),
+        (sb, m * sh, m * sw, sh, sw, (c // groups) * sc, sc), writeable=False)
+    view = out.reshape(n, n, groups, b, nrows, tw, c // groups)
+    view[...] = tiles.transpose(3, 4, 5, 0, 1, 2, 6)
+    return out
+
+
+def scatter_tiles(y_tiles: np.ndarray, m: int, rows: slice, acc: np.ndarray) -> None:
+    """acc (b, th*m, tw*m, G, Kg)[tile rows ``rows``] = y_tiles (m, m, G, P, Kg)."""
+    b, _, wo, g, kg = acc.shape
+    nrows, tw = rows.stop - rows.start, wo // m
+    target = acc[:, rows.start * m: rows.stop * m].reshape(b, nrows, m, tw, m, g, kg)
+    target[...] = y_tiles.reshape(m, m, g, b, nrows, tw, kg).transpose(3, 4, 0, 5, 1, 2, 6)
+
+
+def multiply_points(v: np.ndarray, u: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """out[pt, g] (P, Kg) = v[pt, g] (P, Cg) @ u[pt, g] (Cg, Kg), one GEMM per point and group."""
+    nn, g, p, cg = v.shape
+    return np.matmul(v, u, out=out)
+
+
+def store_tiles(problem, acc: np.ndarray, y: np.ndarray, alpha, beta, epilogue, index) -> None:
+    """The valid (Ho, Wo) corner of the tile accumulator, blended into y."""
+    b, ho_pad, wo_pad, g, kg = acc.shape
+    ho, wo = problem.out_spatial
+    result = np.moveaxis(acc.reshape(b, ho_pad, wo_pad, g * kg)[:, :ho, :wo], -1, 1)
+    store(y, result, alpha, beta, epilogue, index)
+
+
+def winograd_estimate(problem, m: int, block_rate: float) -> float:
+    """GEMM flops at (m+2)^2 / (9 m^2) of direct's, plus the transforms' memory passes."""
+    n = m + 2
+    tiles, _ = tile_grid(problem, m)
+    points = problem.n * prod(tiles)
+    gemm = 2.0 * n * n * points * problem.k * problem.w.c
+    rate = GEMM_RATE if min(problem.w.c, problem.k // problem.groups) >= 32 else SMALL_GEMM_RATE
+    moved = 4 * n * n * points * (problem.c + problem.k) * problem.accumulator.itemsize
+    return gemm / rate + moved / block_rate
+
+
+class WinogradForward(Algorithm):
+    direction = "fwd"
+    enum = ConvFwdAlgo.WINOGRAD
+    exact = False
+    ROWS_BYTES = 1 << 20  # transformed data of one block of tile rows (cache-sized)
+
+    def not_applicable(self, problem):
+        return winograd_not_applicable(problem, "WINOGRAD")
+
+    @staticmethod
+    def tile(problem) -> int:
+        """F(4x4,3x3) unless the plane is so small that 4x4 tiles would be mostly padding."""
+        return 2 if max(problem.out_spatial) <= 8 else 4
+
+    def _rows(self, problem, m):
+        """Tile rows per block: all images of the batch, a few rows of tiles."""
+        tiles, _ = tile_grid(problem, m)
+        n = m + 2
+        per_row = n * n * problem.n * tiles[1] * (problem.c + problem.k) * problem.accumulator.itemsize
+        return max(1, min(tiles[0], self.ROWS_BYTES // max(per_row, 1)))
+
+    def buffers(self, problem):
+        m = self.tile(problem)
+        n, g, acc = m + 2, problem.groups, problem.accumulator
+        tiles, extent = tile_grid(problem, m)
+        p = problem.n * self._rows(problem, m) * tiles[1]
+        cg, kg = problem.w.c, problem.k // g
+        return [Buffer("xpad", (problem.n, *extent, problem.c), acc),
+                Buffer("u", (n * n, g, cg, kg), acc),
+                Buffer("wscratch", (filter_scratch_size(problem, m),), acc),
+                Buffer("d", (n * n * g * p * cg,), acc),
+                Buffer("half", (n * n * g * p * max(cg, kg),), acc),
+                Buffer("v", (n * n * g * p * max(cg, kg),), acc),
+                Buffer("m", (n * n * g * p * kg,), acc),
+                Buffer("acc", (problem.n, tiles[0] * m, tiles[1] * m, g, kg), acc)]
+
+    def estimate(self, problem):
+        return winograd_estimate(problem, self.tile(problem), 3 * BANDWIDTH)
+
+    def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
+        x, w, y = tensors["x"], tensors["w"], tensors["y"]
+        m = self.tile(problem)
+        n, g = m + 2, problem.groups
+        cg, kg = problem.w.c, problem.k // g
+        at, _, bt = (a.astype(problem.accumulator) for a in matrices(m))
+        tiles, _ = tile_grid(problem, m)
+        u = filter_transform(w, g, m, workspace["u"].reshape(n, n, g, cg, kg), workspace["wscratch"])
+        u = u.reshape(n * n, g, cg, kg)
+        xpad, acc = workspace["xpad"], workspace["acc"]
+        pack_input(problem, x, xpad)
+        step = self._rows(problem, m)
+        for r0 in range(0, tiles[0], step):
+            rows = slice(r0, min(tiles[0], r0 + step))
+            p = problem.n * (rows.stop - rows.start) * tiles[1]
+            d = gather_tiles(xpad, m, rows, g, workspace["d"][: n * n * g * p * cg].reshape(n, n, g, p, cg))
+            v = transform_pair(bt, d, workspace["v"][: d.size].reshape(d.shape), workspace["half"])
+            prod_ = multiply_points(v.reshape(n * n, g, p, cg), u,
+                                    workspace["m"][: n * n * g * p * kg].reshape(n * n, g, p, kg))
+            y_tiles = transform_pair(at, prod_.reshape(n, n, g, p, kg),
+                                     workspace["v"][: m * m * g * p * kg].reshape(m, m, g, p, kg),
+                                     workspace["half"])
+            scatter_tiles(y_tiles, m, rows, acc)
+        store_tiles(problem, acc, y, alpha, beta, epilogue, ())
