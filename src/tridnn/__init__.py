@@ -11,6 +11,16 @@ from .api.convolution import (convolution_forward, find_convolution_forward_algo
                               find_convolution_forward_algorithm_ex,
                               get_convolution_forward_algorithm,
                               get_convolution_forward_workspace_size)
+from .api.convolution import (convolution_backward_bias, convolution_backward_data,  # noqa: E402
+                              convolution_backward_filter, convolution_bias_activation_forward,
+                              find_convolution_backward_data_algorithm,
+                              find_convolution_backward_data_algorithm_ex,
+                              find_convolution_backward_filter_algorithm,
+                              find_convolution_backward_filter_algorithm_ex,
+                              get_convolution_backward_data_algorithm,
+                              get_convolution_backward_data_workspace_size,
+                              get_convolution_backward_filter_algorithm,
+                              get_convolution_backward_filter_workspace_size)
 from .api.functional import conv, conv_backward_data, conv_backward_filter, conv_transpose  # noqa: E402
 from . import functional  # noqa: E402,F401
 from .descriptors import (AdaptivePoolingMode, BatchNormMode, BatchNormOps, BN_MIN_EPSILON,  # noqa: E402
@@ -23,3 +33,4 @@ from .api.pooling import (adaptive_pooling_backward, adaptive_pooling_forward,  
                           get_pooling_forward_output_dim, pooling_backward, pooling_forward)
 from .api.activation import activation_backward, activation_forward  # noqa: E402
 from .descriptors.activation import ActivationDescriptor, ActivationMode, NanPropagation  # noqa: E402
+from .api.softmax import softmax_backward, softmax_forward  # noqa: E402
