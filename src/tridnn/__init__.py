@@ -34,3 +34,9 @@ from .api.pooling import (adaptive_pooling_backward, adaptive_pooling_forward,  
 from .api.activation import activation_backward, activation_forward  # noqa: E402
 from .descriptors.activation import ActivationDescriptor, ActivationMode, NanPropagation  # noqa: E402
 from .api.softmax import softmax_backward, softmax_forward  # noqa: E402
+from .api.normalization import (batch_norm_backward, batch_norm_backward_ex,  # noqa: E402
+                                batch_norm_forward_inference, batch_norm_forward_inference_ex,
+                                batch_norm_forward_training, batch_norm_forward_training_ex,
+                                get_batch_norm_backward_ex_workspace_size,
+                                get_batch_norm_forward_training_ex_workspace_size,
+                                get_batch_norm_training_ex_reserve_space_size)
