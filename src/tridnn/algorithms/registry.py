@@ -23,7 +23,19 @@ TABLE = [
     (5, "numpy", "conv", "fwd", "tridnn.cpu.conv_fft_tiling:FftTilingForward"),
     (6, "numpy", "conv", "fwd", "tridnn.cpu.conv_winograd:WinogradForward"),
     (7, "numpy", "conv", "fwd", "tridnn.cpu.conv_winograd_nonfused:WinogradNonfusedForward"),
-    # ids 8-19: NumPy backward data and backward filter
+    # -- NumPy backward data and backward filter ------------------------------------
+    (8, "numpy", "conv", "bwd_data", "tridnn.cpu.conv_bwd_data_gemm:Col2imGemmBackwardData"),
+    (9, "numpy", "conv", "bwd_data", "tridnn.cpu.conv_bwd_data_implicit:ImplicitGemmBackwardData"),
+    (10, "numpy", "conv", "bwd_data", "tridnn.cpu.conv_bwd_data_fft:FftBackwardData"),
+    (11, "numpy", "conv", "bwd_data", "tridnn.cpu.conv_bwd_data_fft:FftTilingBackwardData"),
+    (12, "numpy", "conv", "bwd_data", "tridnn.cpu.conv_bwd_data_winograd:WinogradBackwardData"),
+    (13, "numpy", "conv", "bwd_data", "tridnn.cpu.conv_bwd_data_winograd:WinogradNonfusedBackwardData"),
+    (14, "numpy", "conv", "bwd_filter", "tridnn.cpu.conv_bwd_filter_gemm:Im2colGemmBackwardFilter"),
+    (15, "numpy", "conv", "bwd_filter", "tridnn.cpu.conv_bwd_filter_implicit:ImplicitGemmBackwardFilter"),
+    (16, "numpy", "conv", "bwd_filter", "tridnn.cpu.conv_bwd_filter_fft:FftBackwardFilter"),
+    (17, "numpy", "conv", "bwd_filter", "tridnn.cpu.conv_bwd_filter_implicit:PaddedGemmBackwardFilter"),
+    (18, "numpy", "conv", "bwd_filter", "tridnn.cpu.conv_bwd_filter_winograd:WinogradNonfusedBackwardFilter"),
+    (19, "numpy", "conv", "bwd_filter", "tridnn.cpu.conv_bwd_filter_fft:FftTilingBackwardFilter"),
     # ids 100-149: Triton convolution (all directions)
 ]
 

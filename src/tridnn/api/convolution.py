@@ -140,3 +140,163 @@ def find_convolution_forward_algorithm_ex(handle, x_desc, x, w_desc, w, conv_des
     views = _views(handle, problem, {"x": x, "w": w, "y": y})
     return _truncate(selection.find(handle, problem, views, workspace, time_budget_s=time_budget_s),
                      requested)
+
+
+# -- backward data (also the transposed convolution) -----------------------------------
+def convolution_backward_data(handle, alpha, w_desc, w, dy_desc, dy, conv_desc, algo, workspace, beta,
+                              dx_desc, dx):
+    """cudnnConvolutionBackwardData: dx = alpha * conv^T(dy, w) + beta * dx, in place; returns dx.
+
+    Also the transposed convolution: pass dx dims from
+    ``descriptors.convolution.transposed_input_dims`` (with any output padding)."""
+    return run(handle, "bwd_data", alpha, dx_desc, dx, w_desc, w, conv_desc, algo, workspace, beta,
+               dy_desc, dy)
+
+
+def get_convolution_backward_data_workspace_size(handle, w_desc, dy_desc, conv_desc, dx_desc, algo) -> int:
+    return workspace_size(handle, "bwd_data", dx_desc, w_desc, conv_desc, dy_desc, algo)
+
+
+def get_convolution_backward_data_algorithm(handle, w_desc, dy_desc, conv_desc, dx_desc, requested=None):
+    """cudnnGetConvolutionBackwardDataAlgorithm_v7: ranked by the heuristic; runs nothing."""
+    problem = _problem(handle, "bwd_data", dx_desc, w_desc, conv_desc, dy_desc)
+    return _truncate(selection.get(handle, problem), requested)
+
+
+def find_convolution_backward_data_algorithm(handle, w_desc, dy_desc, conv_desc, dx_desc, requested=None,
+                                             time_budget_s=None):
+    """cudnnFindConvolutionBackwardDataAlgorithm: times every usable algorithm on scratch buffers."""
+    problem = _problem(handle, "bwd_data", dx_desc, w_desc, conv_desc, dy_desc)
+    return _truncate(selection.find(handle, problem, time_budget_s=time_budget_s), requested)
+
+
+def find_convolution_backward_data_algorithm_ex(handle, w_desc, w, dy_desc, dy, conv_desc, dx_desc, dx,
+                                                requested=None, workspace=None, time_budget_s=None):
+    """cudnnFindConvolutionBackwardDataAlgorithmEx: times on the caller's buffers (dx is overwritten)."""
+    problem = _problem(handle, "bwd_data", dx_desc, w_desc, conv_desc, dy_desc)
+    views = _views(handle, problem, {"x": dx, "w": w, "y": dy})
+    return _truncate(selection.find(handle, problem, views, workspace, time_budget_s=time_budget_s),
+                     requested)
+
+
+# -- backward filter -------------------------------------------------------------------
+def convolution_backward_filter(handle, alpha, x_desc, x, dy_desc, dy, conv_desc, algo, workspace, beta,
+                                dw_desc, dw):
+    """cudnnConvolutionBackwardFilter: dw = alpha * sum_n x (*) dy + beta * dw, in place; returns dw."""
+    return run(handle, "bwd_filter", alpha, x_desc, x, dw_desc, dw, conv_desc, algo, workspace, beta,
+               dy_desc, dy)
+
+
+def get_convolution_backward_filter_workspace_size(handle, x_desc, dy_desc, conv_desc, dw_desc, algo) -> int:
+    return workspace_size(handle, "bwd_filter", x_desc, dw_desc, conv_desc, dy_desc, algo)
+
+
+def get_convolution_backward_filter_algorithm(handle, x_desc, dy_desc, conv_desc, dw_desc, requested=None):
+    """cudnnGetConvolutionBackwardFilterAlgorithm_v7: ranked by the heuristic; runs nothing."""
+    problem = _problem(handle, "bwd_filter", x_desc, dw_desc, conv_desc, dy_desc)
+    return _truncate(selection.get(handle, problem), requested)
+
+
+def find_convolution_backward_filter_algorithm(handle, x_desc, dy_desc, conv_desc, dw_desc, requested=None,
+                                               time_budget_s=None):
+    """cudnnFindConvolutionBackwardFilterAlgorithm: times every usable algorithm on scratch buffers."""
+    problem = _problem(handle, "bwd_filter", x_desc, dw_desc, conv_desc, dy_desc)
+    return _truncate(selection.find(handle, problem, time_budget_s=time_budget_s), requested)
+
+
+def find_convolution_backward_filter_algorithm_ex(handle, x_desc, x, dy_desc, dy, conv_desc, dw_desc, dw,
+                                                  requested=None, workspace=None, time_budget_s=None):
+    """cudnnFindConvolutionBackwardFilterAlgorithmEx: times on the caller's buffers (dw is overwritten)."""
+    problem = _problem(handle, "bwd_filter", x_desc, dw_desc, conv_desc, dy_desc)
+    views = _views(handle, problem, {"x": x, "w": dw, "y": dy})
+    return _truncate(selection.find(handle, problem, views, workspace, time_budget_s=time_budget_s),
+                     requested)
+
+
+# -- backward bias -----------------------------------------------------------------------
+def _bias_dims(out_desc) -> tuple:
+    return (1, out_desc.c) + (1,) * (out_desc.ndim - 2)
+
+
+def convolution_backward_bias(handle, alpha, dy_desc, dy, beta, db_desc, db):
+    """cudnnConvolutionBackwardBias: db = alpha * (dy summed over all but channels) + beta * db."""
+    handle.check()
+    alpha = check_finite_scalar("alpha", alpha)
+    beta = check_finite_scalar("beta", beta)
+    if dy_desc.ndim < 3:
+        raise BadParamError(f"dy needs 3 to 5 dims (N, K, *spatial), got dims {dy_desc.dims}")
+    want = _bias_dims(dy_desc)
+    if tuple(db_desc.dims) != want:
+        raise BadParamError(f"db descriptor dims {db_desc.dims} do not match dy dims {dy_desc.dims}; "
+                            f"valid: {want}")
+    if db_desc.dtype != dy_desc.dtype:
+        raise BadParamError(f"dtype mismatch: dy is {dy_desc.dtype.name}, db is {db_desc.dtype.name}")
+    backend = handle.backend
+    dy_view = backend.view(dy, dy_desc, "dy")
+    db_view = backend.view(db, db_desc, "db", writable=True)
+    if isinstance(db_view, np.ndarray) and np.may_share_memory(db_view, dy_view):
+        raise BadParamError("output db overlaps input dy; pass separate buffers")
+    kernel = getattr(backend, "conv_backward_bias", None)
+    if kernel is None:
+        if handle.backend_name != "numpy":
+            raise NotSupportedError(f"convolution_backward_bias has no {handle.backend_name} "
+                                    f"implementation")
+        from ..cpu.conv_bwd_bias import backward_bias as kernel
+    kernel(dy_view, db_view, alpha, beta)
+    return db
+
+
+# -- fused convolution + bias + activation ------------------------------------------------
+def convolution_bias_activation_forward(handle, alpha1, x_desc, x, w_desc, w, conv_desc, algo, workspace,
+                                        alpha2, z_desc, z, bias_desc, bias, activation_desc, y_desc, y):
+    """cudnnConvolutionBiasActivationForward: y = act(alpha1 * conv(x, w) + alpha2 * z + bias).
+
+    The sum and the activation run in the forward algorithm's epilogue, on its
+    accumulator before the one rounding to y: no separate pass over y. z may be y
+    itself (an in-place residual); with alpha2 == 0, z is not read and may be None.
+    cuDNN allows RELU and IDENTITY here; tridnn also CLIPPED_RELU, SIGMOID, TANH, ELU,
+    SWISH and GELU."""
+    from ..cpu.epilogue import FUSED_MODES, bias_activation
+    from ..descriptors.activation import ActivationDescriptor
+    problem = _problem(handle, "fwd", x_desc, w_desc, conv_desc, y_desc)
+    alpha1 = check_finite_scalar("alpha1", alpha1)
+    alpha2 = check_finite_scalar("alpha2", alpha2)
+    if not isinstance(activation_desc, ActivationDescriptor):
+        raise BadParamError(f"activation_desc must be an ActivationDescriptor, got "
+                            f"{type(activation_desc).__name__}")
+    if activation_desc.mode not in FUSED_MODES:
+        raise NotSupportedError(f"activation {activation_desc.mode.name} cannot be fused; valid: "
+                                + ", ".join(m.name for m in FUSED_MODES))
+    if tuple(bias_desc.dims) != _bias_dims(y_desc):
+        raise BadParamError(f"bias descriptor dims {bias_desc.dims} do not match y dims {y_desc.dims}; "
+                            f"valid: {_bias_dims(y_desc)}")
+    use_z = alpha2 != 0.0
+    if use_z:
+        if z is None or z_desc is None:
+            raise BadParamError("alpha2 is nonzero, so z and z_desc are required")
+        if tuple(z_desc.dims) != tuple(y_desc.dims) or z_desc.dtype != y_desc.dtype:
+            raise BadParamError(f"z descriptor (dims {z_desc.dims}, {z_desc.dtype.name}) must match y "
+                                f"(dims {y_desc.dims}, {y_desc.dtype.name})")
+    views = _views(handle, problem, {"x": x, "w": w, "y": y})
+    backend = handle.backend
+    bias_view = backend.view(bias, bias_desc, "bias")
+    z_view = backend.view(z, z_desc, "z") if use_z else None
+    _check_fused_aliasing(views["y"], z_view, bias_view)
+    algorithm = _algorithm(handle, problem, algo)
+    _check_workspace(handle, problem, algorithm, workspace)
+    epilogue = bias_activation(activation_desc, bias_view, z_view, alpha2)
+    execute(handle, problem, algorithm, views, workspace, alpha1, 0.0, epilogue=epilogue)
+    return y
+
+
+def _check_fused_aliasing(y, z, bias) -> None:
+    """z may be y itself (each output block reads its own z first), not a partial overlap."""
+    if not isinstance(y, np.ndarray):
+        return
+    if np.may_share_memory(bias, y):
+        raise BadParamError("output y overlaps input bias; pass separate buffers")
+    if z is not None and np.may_share_memory(z, y):
+        same = (z.shape == y.shape and z.strides == y.strides
+                and z.__array_interface__["data"][0] == y.__array_interface__["data"][0])
+        if not same:
+            raise BadParamError("z partially overlaps y; pass z equal to y (in place) or a separate buffer")

@@ -84,7 +84,8 @@ def conv_backward_filter(x, dy, w_shape, stride=1, pad_pre=0, pad_post=None, dil
     dw = np.zeros((groups, k // groups, c // groups, *kernel))
     for tap in np.ndindex(*kernel):
         patch = xg[(Ellipsis,) + _tap_slices(tap, dilation, stride, out)]
-        dw[(Ellipsis,) + tap] = np.einsum("ngc...,ngk...->gkc", patch, dyg)
+        dw[(Ellipsis,) + tap] = np.einsum("ngcp,ngkp->gkc", patch.reshape(n, groups, c // groups, -1),
+                                          dyg.reshape(n, groups, k // groups, -1))
     return _flip(dw.reshape(k, c // groups, *kernel), mode)
 
 

@@ -1,0 +1,72 @@
+"""Backward data ALGO_1: implicit GEMM over the transposed problem.
+
+No column matrix: for each kernel tap, one GEMM w_t^T (Cg x Kg) @ dy (Kg x box)
+over the dy positions whose forward input lies inside x, added straight into the
+strided view of dx that the tap reads forward. Temporaries are one batch block's
+accumulator and one tap's product, whatever the filter size.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..algorithms.base import Algorithm
+from ..types import ConvBwdDataAlgo
+from ..workspace import Buffer
+from .common import store
+from .conv_bwd_common import (BLAS_FLOPS, MEM_BW, batch_block, blocks, contract, grouped_filter, prod,
+                              shaped, tap_boxes)
+
+FULL_PRODUCT = 0.75  # compute a tap over all of dy (then slice) when its box covers this much
+
+
+class ImplicitGemmBackwardData(Algorithm):
+    direction = "bwd_data"
+    enum = ConvBwdDataAlgo.ALGO_1
+    exact = True
+
+    def _block(self, problem):
+        out, inp = prod(problem.out_spatial), prod(problem.in_spatial)
+        per_image = (2 * problem.k * out + problem.c * out + problem.c * inp) * problem.accumulator.itemsize
+        return batch_block(problem.n, per_image)
+
+    def buffers(self, problem):
+        b, acc = self._block(problem), problem.accumulator
+        g, cg, kg = problem.groups, problem.w.c, problem.k // problem.groups
+        taps, out, inp = prod(problem.kernel), prod(problem.out_spatial), prod(problem.in_spatial)
+        return [Buffer("w", (taps, g, cg, kg), acc),
+                Buffer("dy", (b * problem.k * out,), acc),
+                Buffer("box", (b * problem.k * out,), acc),     # a tap's dy box, packed
+                Buffer("prod", (b * problem.c * out,), acc),    # a tap's product
+                Buffer("acc", (b * problem.c * inp,), acc)]
+
+    def estimate(self, problem):
+        taps = prod(problem.kernel)
+        img_bytes = problem.n * problem.c * prod(problem.out_spatial) * 4
+        return problem.flops / BLAS_FLOPS + 3.5 * taps * img_bytes / MEM_BW
+
+    def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
+        w, dy, dx = tensors["w"], tensors["y"], tensors["x"]
+        g, cg, kg = problem.groups, problem.w.c, problem.k // problem.groups
+        out_sp, in_sp = problem.out_spatial, problem.in_spatial
+        taps = prod(problem.kernel)
+        wt = workspace["w"]  # (taps, G, Cg, Kg)
+        wt[...] = np.transpose(grouped_filter(w, g).reshape(g, kg, cg, taps), (3, 0, 2, 1))
+        for n0, b in blocks(problem.n, self._block(problem)):
+            dyb = shaped(workspace["dy"], (b, g, kg, *out_sp))
+            dyb.reshape(b, problem.k, *out_sp)[...] = dy[n0:n0 + b]
+            acc = shaped(workspace["acc"], (b, g, cg, *in_sp))
+            acc[...] = 0
+            for flat, _, out_sl, in_sl in tap_boxes(problem):
+                box = tuple(s.stop - s.start for s in out_sl)
+                if prod(box) >= FULL_PRODUCT * prod(out_sp):
+                    full = shaped(workspace["prod"], (b, g, cg, prod(out_sp)))
+                    contract(wt[flat], dyb.reshape(b, g, kg, -1), full)
+                    part = full.reshape(b, g, cg, *out_sp)[(Ellipsis,) + out_sl]
+                else:
+                    packed = shaped(workspace["box"], (b, g, kg, *box))
+                    packed[...] = dyb[(Ellipsis,) + out_sl]
+                    part = shaped(workspace["prod"], (b, g, cg, prod(box)))
+                    contract(wt[flat], packed.reshape(b, g, kg, -1), part)
+                    part = part.reshape(b, g, cg, *box)
+                acc[(Ellipsis,) + in_sl] += part
+            store(dx[n0:n0 + b], acc.reshape(b, problem.c, *in_sp), alpha, beta)

@@ -1,0 +1,132 @@
+"""Backward filter ALGO_1 and ALGO_3: implicit GEMMs, one per kernel tap.
+
+Neither builds a column matrix; they differ in layout and blocking.
+
+ALGO_1 works channels-first and reduces over the batch in blocks: per block, dy is
+packed once as (G, Kg, positions) and, per tap, only the in-bounds box of x (and of
+dy when the box is smaller) is packed, so no product of a padding zero is computed.
+
+ALGO_3 works channels-last over a zero-padded copy of x: every tap's input is then a
+plain strided view of that copy (padding is real zeros, no boxes), gathered into
+(positions, G, Cg) rows and reduced with dy's rows. It suits NHWC tensors, whose
+packing is a straight copy.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..algorithms.base import Algorithm
+from ..types import ConvBwdFilterAlgo
+from ..workspace import Buffer
+from .common import store
+from .conv_bwd_common import (BLAS_FLOPS, MEM_BW, batch_block, blocks, covers_output, dilated_extent,
+                              grouped, prod, shaped, tap_boxes)
+
+
+class ImplicitGemmBackwardFilter(Algorithm):
+    direction = "bwd_filter"
+    enum = ConvBwdFilterAlgo.ALGO_1
+    exact = True
+
+    def _block(self, problem):
+        out = prod(problem.out_spatial)
+        per_image = (2 * problem.k + problem.c) * out * problem.accumulator.itemsize
+        return batch_block(problem.n, per_image)
+
+    def buffers(self, problem):
+        b, acc = self._block(problem), problem.accumulator
+        g, cg, kg = problem.groups, problem.w.c, problem.k // problem.groups
+        out = prod(problem.out_spatial)
+        return [Buffer("dy", (b * problem.k * out,), acc),
+                Buffer("dy_box", (b * problem.k * out,), acc),
+                Buffer("x_box", (b * problem.c * out,), acc),
+                Buffer("part", (g, kg, cg), acc),
+                Buffer("dw", (g, kg, cg, prod(problem.kernel)), acc)]
+
+    def estimate(self, problem):
+        taps = prod(problem.kernel)
+        img_bytes = problem.n * (problem.c + problem.k) * prod(problem.out_spatial) * 4
+        return problem.flops / BLAS_FLOPS + 1.5 * taps * img_bytes / MEM_BW
+
+    def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
+        x, dy, dw = tensors["x"], tensors["y"], tensors["w"]
+        g, cg, kg = problem.groups, problem.w.c, problem.k // problem.groups
+        out_sp = problem.out_spatial
+        total, part = workspace["dw"], workspace["part"]
+        total[...] = 0
+        for n0, b in blocks(problem.n, self._block(problem)):
+            dyp = shaped(workspace["dy"], (g, kg, b, *out_sp))
+            dyp[...] = np.moveaxis(grouped(dy[n0:n0 + b], g), 0, 2)
+            xg = np.moveaxis(grouped(x[n0:n0 + b], g), 0, 2)  # (G, Cg, b, *in)
+            for flat, _, out_sl, in_sl in tap_boxes(problem):
+                box = tuple(s.stop - s.start for s in out_sl)
+                if covers_output(problem, out_sl):
+                    dy_rows = dyp.reshape(g, kg, -1)
+                else:
+                    dy_rows = shaped(workspace["dy_box"], (g, kg, b, *box))
+                    dy_rows[...] = dyp[(Ellipsis,) + out_sl]
+                    dy_rows = dy_rows.reshape(g, kg, -1)
+                x_rows = shaped(workspace["x_box"], (g, cg, b, *box))
+                x_rows[...] = xg[(Ellipsis,) + in_sl]
+                np.matmul(dy_rows, x_rows.reshape(g, cg, -1).transpose(0, 2, 1), out=part)
+                total[..., flat] += part
+        store(dw, total.reshape(problem.k, cg, *problem.kernel), alpha, beta)
+
+
+class PaddedGemmBackwardFilter(Algorithm):
+    direction = "bwd_filter"
+    enum = ConvBwdFilterAlgo.ALGO_3
+    exact = True
+
+    @staticmethod
+    def _padded_extent(problem):
+        """Padded input span the taps actually reach: (out - 1) * stride + dilated kernel."""
+        return tuple((o - 1) * s + e for o, s, e in zip(problem.out_spatial, problem.stride,
+                                                         dilated_extent(problem)))
+
+    def _block(self, problem):
+        out = prod(problem.out_spatial)
+        per_image = (prod(self._padded_extent(problem)) * problem.c + (problem.k + problem.c) * out) \
+            * problem.accumulator.itemsize
+        return batch_block(problem.n, per_image)
+
+    def buffers(self, problem):
+        b, acc = self._block(problem), problem.accumulator
+        g, cg, kg = problem.groups, problem.w.c, problem.k // problem.groups
+        out = prod(problem.out_spatial)
+        return [Buffer("x_pad", (b * prod(self._padded_extent(problem)) * problem.c,), acc),
+                Buffer("dy", (b * out * problem.k,), acc),
+                Buffer("x_tap", (b * out * problem.c,), acc),
+                Buffer("part", (g, kg, cg), acc),
+                Buffer("dw", (g, kg, cg, prod(problem.kernel)), acc)]
+
+    def estimate(self, problem):
+        taps = prod(problem.kernel)
+        img_bytes = problem.n * problem.c * prod(problem.out_spatial) * 4
+        pad_bytes = problem.n * problem.c * prod(self._padded_extent(problem)) * 4
+        return problem.flops / BLAS_FLOPS + (2 * taps * img_bytes + 2 * pad_bytes) / MEM_BW
+
+    def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
+        x, dy, dw = tensors["x"], tensors["y"], tensors["w"]
+        g, cg, kg = problem.groups, problem.w.c, problem.k // problem.groups
+        out_sp, padded = problem.out_spatial, self._padded_extent(problem)
+        total, part = workspace["dw"], workspace["part"]
+        total[...] = 0
+        # where x lands in the padded copy (x may reach past what the taps read)
+        dst = tuple(slice(p, min(p + i, e)) for p, i, e in zip(problem.pad_pre, problem.in_spatial, padded))
+        src = tuple(slice(0, s.stop - s.start) for s in dst)
+        for n0, b in blocks(problem.n, self._block(problem)):
+            x_pad = shaped(workspace["x_pad"], (b, *padded, problem.c))
+            x_pad[...] = 0
+            x_pad[(slice(None),) + dst] = np.moveaxis(x[(slice(n0, n0 + b), slice(None)) + src], 1, -1)
+            dyc = shaped(workspace["dy"], (b, *out_sp, g, kg))
+            dyc.reshape(b, *out_sp, problem.k)[...] = np.moveaxis(dy[n0:n0 + b], 1, -1)
+            dy_rows = dyc.reshape(-1, g, kg).transpose(1, 2, 0)  # (G, Kg, positions), BLAS-strided
+            x_tap = shaped(workspace["x_tap"], (b, *out_sp, problem.c))
+            for flat, tap in enumerate(np.ndindex(*problem.kernel)):
+                view = tuple(slice(t * d, t * d + (o - 1) * s + 1, s) for t, d, s, o in
+                             zip(tap, problem.dilation, problem.stride, out_sp))
+                x_tap[...] = x_pad[(slice(None),) + view]
+                np.matmul(dy_rows, x_tap.reshape(-1, g, cg).transpose(1, 0, 2), out=part)
+                total[..., flat] += part
+        store(dw, total.reshape(problem.k, cg, *problem.kernel), alpha, beta)
