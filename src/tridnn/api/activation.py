@@ -41,8 +41,10 @@ def activation_backward(handle, act_desc, alpha, y_desc, y, dy_desc, dy, x_desc,
         if other is not dyv and _same_buffer(other, dxv):
             raise BadParamError(f"dx may alias dy only, not {name}")
     if not is_empty(xv):
+        params = _params(act_desc)
+        del params["propagate_nan"]  # the derivative does not depend on it
         backend_module(handle, "activation").activation_backward(y=yv, dy=dyv, x=xv, dx=dxv, alpha=alpha,
-                                                                 beta=beta, **_params(act_desc))
+                                                                 beta=beta, **params)
     return dx
 
 

@@ -35,17 +35,34 @@ def views(handle, inputs, outputs, in_place_ok: bool = False) -> list:
     backend = handle.backend
     ins = [None if a is None else backend.view(a, d, n, writable=False) for a, d, n in inputs]
     outs = [None if a is None else backend.view(a, d, n, writable=True) for a, d, n in outputs]
-    named_in = [(v, n) for v, (_, _, n) in zip(ins, inputs) if isinstance(v, np.ndarray)]
-    named_out = [(v, n) for v, (_, _, n) in zip(outs, outputs) if isinstance(v, np.ndarray)]
+    named_in = [(v, n) for v, (_, _, n) in zip(ins, inputs) if v is not None]
+    named_out = [(v, n) for v, (_, _, n) in zip(outs, outputs) if v is not None]
     for i, (out, out_name) in enumerate(named_out):
         for other, other_name in named_in + named_out[i + 1:]:
-            if not np.may_share_memory(out, other):
+            if not _overlap(backend, out, other):
                 continue
-            alias = (in_place_ok and out.shape == other.shape and out.strides == other.strides
-                     and out.__array_interface__["data"][0] == other.__array_interface__["data"][0])
-            if not alias:
+            if not (in_place_ok and _same_view(out, other)):
                 raise BadParamError(f"output {out_name} overlaps {other_name}; pass separate buffers")
     return ins + outs
+
+
+def _overlap(backend, a, b) -> bool:
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return bool(np.may_share_memory(a, b))
+    shares = getattr(backend, "shares_memory", None)
+    return bool(shares(a, b)) if shares is not None else False
+
+
+def _same_view(a, b) -> bool:
+    """Exactly the same elements in the same order (an in-place call)."""
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return (a.shape == b.shape and a.strides == b.strides
+                and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
+    try:
+        return (tuple(a.shape) == tuple(b.shape) and tuple(a.stride()) == tuple(b.stride())
+                and a.data_ptr() == b.data_ptr())
+    except AttributeError:
+        return False
 
 
 def is_empty(*arrays) -> bool:

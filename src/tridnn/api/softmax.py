@@ -19,7 +19,7 @@ def softmax_forward(handle, algorithm, mode, alpha, x_desc, x, beta, y_desc, y):
     same_dims(x_desc, y_desc, "x", "y")
     xv, yv = views(handle, [(x, x_desc, "x")], [(y, y_desc, "y")], in_place_ok=True)
     if not is_empty(xv):
-        backend_module(handle, "softmax").softmax_forward(x=xv, y=yv, algorithm=int(algorithm), mode=int(mode),
+        backend_module(handle, "softmax").softmax_forward(x=xv, y=yv, algo=int(algorithm), mode=int(mode),
                                                           alpha=alpha, beta=beta)
     return y
 
@@ -33,6 +33,6 @@ def softmax_backward(handle, algorithm, mode, alpha, y_desc, y, dy_desc, dy, bet
     same_dims(y_desc, dx_desc, "y", "dx")
     yv, dyv, dxv = views(handle, [(y, y_desc, "y"), (dy, dy_desc, "dy")], [(dx, dx_desc, "dx")])
     if not is_empty(yv):
-        backend_module(handle, "softmax").softmax_backward(y=yv, dy=dyv, dx=dxv, algorithm=int(algorithm),
+        backend_module(handle, "softmax").softmax_backward(y=yv, dy=dyv, dx=dxv, algo=int(algorithm),
                                                            mode=int(mode), alpha=alpha, beta=beta)
     return dx

@@ -132,7 +132,7 @@ def activation_forward(x, y, mode, coef, swish_beta, propagate_nan, alpha, beta)
     blend(y, acc if acc is not x else acc.copy(), alpha, beta)
 
 
-def activation_backward(y, dy, x, dx, mode, coef, swish_beta, propagate_nan, alpha, beta):
+def activation_backward(y, dy, x, dx, mode, coef, swish_beta, alpha, beta):
     """dx = alpha * dy * act'(x) + beta * dx."""
     if int(mode) == M.RELU and alpha == 1.0 and beta == 0.0 and _plain(x, dy, dx) and dy.dtype == dx.dtype:
         blocked = np.logical_not(np.greater(x, 0))
@@ -140,7 +140,7 @@ def activation_backward(y, dy, x, dx, mode, coef, swish_beta, propagate_nan, alp
             np.copyto(dx, dy)
         np.copyto(dx, 0, where=blocked)
         return
-    desc = _descriptor(mode, coef, swish_beta, propagate_nan)
+    desc = _descriptor(mode, coef, swish_beta, False)
     acc = backward(desc, to_acc(x), to_acc(y), to_acc(dy))
     blend(dx, acc if acc is not dy else acc.copy(), alpha, beta)
 

@@ -27,22 +27,22 @@ def _target(out, alpha, beta):
     return out if direct else empty_like(out, acc_dtype(out.dtype)), direct
 
 
-def softmax_forward(x, y, algorithm, mode, alpha, beta):
+def softmax_forward(x, y, algo, mode, alpha, beta):
     """y = alpha * softmax(x) + beta * y (log-softmax for LOG)."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        _forward(x, y, algorithm, mode, alpha, beta)
+        _forward(x, y, algo, mode, alpha, beta)
 
 
-def _forward(x, y, algorithm, mode, alpha, beta):
+def _forward(x, y, algo, mode, alpha, beta):
     axes = _axes(x.ndim, mode)
     e, direct = _target(y, alpha, beta)
     work = x if x.dtype == e.dtype else x.astype(e.dtype)
-    if int(algorithm) == FAST:
+    if int(algo) == FAST:
         np.exp(work, out=e)
     else:
         m = work.max(axis=axes, keepdims=True)
         np.subtract(work, m, out=e)
-        if int(algorithm) == LOG:
+        if int(algo) == LOG:
             shifted = e.copy()
             np.exp(e, out=e)
             log_sum = np.log(e.sum(axis=axes, keepdims=True))
@@ -57,19 +57,19 @@ def _forward(x, y, algorithm, mode, alpha, beta):
         blend(y, e, alpha, beta)
 
 
-def softmax_backward(y, dy, dx, algorithm, mode, alpha, beta):
+def softmax_backward(y, dy, dx, algo, mode, alpha, beta):
     """dx = alpha * J^T dy + beta * dx: y * (dy - sum(dy * y)) for softmax,
     dy - exp(y) * sum(dy) for log-softmax (y is the forward output)."""
     with np.errstate(over="ignore", invalid="ignore"):
-        _backward(y, dy, dx, algorithm, mode, alpha, beta)
+        _backward(y, dy, dx, algo, mode, alpha, beta)
 
 
-def _backward(y, dy, dx, algorithm, mode, alpha, beta):
+def _backward(y, dy, dx, algo, mode, alpha, beta):
     axes = _axes(y.ndim, mode)
     g, direct = _target(dx, alpha, beta)
     yw = y if y.dtype == g.dtype else y.astype(g.dtype)
     dyw = dy if dy.dtype == g.dtype else dy.astype(g.dtype)
-    if int(algorithm) == LOG:
+    if int(algo) == LOG:
         total = dyw.sum(axis=axes, keepdims=True)
         np.exp(yw, out=g)
         np.multiply(g, total, out=g)
