@@ -307,3 +307,119 @@ def test_conv_transpose_errors(handle):
     with pytest.raises(BadParamError, match="numeric"):
         tridnn.conv_transpose(np.ones((1, 2, 4, 4), np.float32), np.ones((2, 1, 3, 3), np.float32),
                               padding="same", handle=handle)
+
+
+# -- layers: compared with PyTorch's float64 results -------------------------------------------
+def torch_or_skip():
+    return pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC", "strided"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_pooling_matches_torch(layout, dtype, rng, handle):
+    torch = torch_or_skip()
+    tf = torch.nn.functional
+    x = testing.fill((2, 3, 7, 6), dtype, rng, lo=-8, hi=8, density=0.9)
+    xv = in_layout(x, layout)
+    t = torch.tensor(x.astype(np.float64))
+    check(tridnn.functional.max_pool(xv, 3, 2, 1, handle=handle),
+          tf.max_pool2d(t, 3, 2, 1).numpy(), dtype, "max")
+    check(tridnn.functional.avg_pool(xv, (2, 3), (2, 1), (1, 0), handle=handle),
+          tf.avg_pool2d(t, (2, 3), (2, 1), (1, 0)).numpy(), dtype, "avg")
+    check(tridnn.functional.avg_pool(xv, 3, 2, 1, count_include_pad=False, handle=handle),
+          tf.avg_pool2d(t, 3, 2, 1, count_include_pad=False).numpy(), dtype, "avg excl")
+    check(tridnn.functional.adaptive_avg_pool(xv, (3, 2), handle=handle),
+          tf.adaptive_avg_pool2d(t, (3, 2)).numpy(), dtype, "adaptive avg")
+    check(tridnn.functional.adaptive_max_pool(xv, 1, handle=handle),
+          tf.adaptive_max_pool2d(t, 1).numpy(), dtype, "adaptive max")
+    y = tridnn.functional.max_pool(xv, 2, handle=handle)
+    if layout == "NHWC":
+        assert tridnn.TensorDescriptor.like(y).format == "NHWC"
+
+
+def test_pool_backward_matches_torch(rng, handle):
+    torch = torch_or_skip()
+    x = rng.standard_normal((2, 3, 6, 5))
+    dy_max = rng.standard_normal((2, 3, 4, 3))
+    t = torch.tensor(x, requires_grad=True)
+    out = torch.nn.functional.max_pool2d(t, 2, 2, 1)
+    out.backward(torch.tensor(dy_max))
+    y = tridnn.functional.max_pool(x, 2, 2, 1, handle=handle)
+    dx = tridnn.functional.pool_backward(y, dy_max, x, "max", 2, 2, 1, handle=handle)
+    np.testing.assert_allclose(dx, t.grad.numpy(), rtol=1e-12)
+    t.grad = None
+    torch.nn.functional.adaptive_avg_pool2d(t, (2, 2)).backward(torch.ones(2, 3, 2, 2, dtype=torch.float64))
+    dx = tridnn.functional.adaptive_pool_backward(np.ones((2, 3, 2, 2)), x, "average", handle=handle)
+    np.testing.assert_allclose(dx, t.grad.numpy(), rtol=1e-12)
+
+
+ACTIVATIONS = [
+    ("relu", {}, lambda tf, t: tf.relu(t)),
+    ("relu6", {}, lambda tf, t: tf.relu6(t)),
+    ("leaky_relu", dict(negative_slope=0.2), lambda tf, t: tf.leaky_relu(t, 0.2)),
+    ("elu", dict(alpha=0.7), lambda tf, t: tf.elu(t, 0.7)),
+    ("sigmoid", {}, lambda tf, t: tf.sigmoid(t)),
+    ("tanh", {}, lambda tf, t: tf.tanh(t)),
+    ("silu", {}, lambda tf, t: tf.silu(t)),
+    ("gelu", {}, lambda tf, t: tf.gelu(t)),
+    ("gelu", dict(approximate="tanh"), lambda tf, t: tf.gelu(t, approximate="tanh")),
+    ("softplus", dict(beta=2.0), lambda tf, t: tf.softplus(t, 2.0)),
+    ("hard_swish", {}, lambda tf, t: tf.hardswish(t)),
+]
+
+
+@pytest.mark.parametrize("name, kwargs, fn", ACTIVATIONS, ids=lambda v: v if isinstance(v, str) else "")
+def test_activations_match_torch(name, kwargs, fn, rng, handle):
+    torch = torch_or_skip()
+    x = rng.standard_normal((2, 3, 4, 5)) * 3
+    t = torch.tensor(x, requires_grad=True)
+    want = fn(torch.nn.functional, t)
+    y = getattr(tridnn.functional, name)(x, handle=handle, **kwargs)
+    np.testing.assert_allclose(y, want.detach().numpy(), rtol=1e-7, atol=1e-12)
+    dy = rng.standard_normal(x.shape)
+    want.backward(torch.tensor(dy))
+    mode, coef, beta = {
+        "relu": ("relu", 0, 1), "relu6": ("clipped_relu", 6, 1), "leaky_relu": ("leaky_relu", 0.2, 1),
+        "elu": ("elu", 0.7, 1), "sigmoid": ("sigmoid", 0, 1), "tanh": ("tanh", 0, 1),
+        "silu": ("swish", 0, 1), "softplus": ("softplus", 2.0, 1), "hard_swish": ("hard_swish", 0, 1),
+        "gelu": ("gelu_tanh" if kwargs else "gelu", 0, 1)}[name]
+    dx = tridnn.functional.activation_backward(y, dy, x, mode, coef, beta, handle=handle)
+    np.testing.assert_allclose(dx, t.grad.numpy(), rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("axis", [1, -1, 0, 2])
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_matches_torch(axis, log, rng, handle):
+    torch = torch_or_skip()
+    x = rng.standard_normal((3, 4, 5)) * 4
+    t = torch.tensor(x, requires_grad=True)
+    want = (torch.log_softmax if log else torch.softmax)(t, axis)
+    y = (tridnn.functional.log_softmax if log else tridnn.functional.softmax)(x, axis, handle=handle)
+    np.testing.assert_allclose(y, want.detach().numpy(), rtol=1e-10, atol=1e-12)
+    dy = rng.standard_normal(x.shape)
+    want.backward(torch.tensor(dy))
+    dx = tridnn.functional.softmax_backward(y, dy, axis, log=log, handle=handle)
+    np.testing.assert_allclose(dx, t.grad.numpy(), rtol=1e-9, atol=1e-12)
+
+
+def test_softmax_of_a_vector_and_bad_axis(handle):
+    y = tridnn.functional.softmax(np.array([1.0, 2.0, 3.0], np.float32), axis=0, handle=handle)
+    assert y.shape == (3,) and abs(float(y.sum()) - 1) < 1e-6
+    with pytest.raises(BadParamError, match="axis"):
+        tridnn.functional.softmax(np.ones((2, 3), np.float32), axis=2, handle=handle)
+
+
+def test_layer_errors(handle):
+    x = np.ones((1, 2, 4, 4), np.float32)
+    with pytest.raises(BadParamError, match="padding"):
+        tridnn.functional.max_pool(x, 2, padding=2, handle=handle)
+    with pytest.raises(BadParamError, match="window"):
+        tridnn.functional.max_pool(x, 0, handle=handle)
+    with pytest.raises(BadParamError, match="smaller than window"):
+        tridnn.functional.avg_pool(x, 5, handle=handle)
+    with pytest.raises(BadParamError, match="activation mode"):
+        tridnn.functional.activation(x, "wiggle", handle=handle)
+    with pytest.raises(BadParamError, match="approximate"):
+        tridnn.functional.gelu(x, approximate="erf", handle=handle)
+    with pytest.raises(BadParamError, match="larger than the input"):
+        tridnn.functional.adaptive_avg_pool(x, 5, handle=handle)

@@ -22,6 +22,11 @@ from .api.convolution import (convolution_backward_bias, convolution_backward_da
                               get_convolution_backward_filter_algorithm,
                               get_convolution_backward_filter_workspace_size)
 from .api.functional import conv, conv_backward_data, conv_backward_filter, conv_transpose  # noqa: E402
+# the functional layers; their backward helpers live in tridnn.functional only (the names
+# activation_backward / softmax_backward here are the descriptor API's)
+from .api.functional import (adaptive_avg_pool, adaptive_max_pool, avg_pool, elu, gelu,  # noqa: E402
+                             hard_swish, leaky_relu, log_softmax, max_pool, relu, relu6, sigmoid,
+                             silu, softmax, softplus, swish, tanh)
 from . import functional  # noqa: E402,F401
 from .descriptors import (AdaptivePoolingMode, BatchNormMode, BatchNormOps, BN_MIN_EPSILON,  # noqa: E402
                           DropoutDescriptor, IndicesType, LRNDescriptor, LRNMode, OpTensorDescriptor,

@@ -34,6 +34,10 @@ from ..types import ConvMode, TensorFormat
 from .convolution import _algorithm, execute
 
 __all__ = ["conv", "conv_transpose", "conv_backward_data", "conv_backward_filter",
+           "max_pool", "avg_pool", "pool_backward", "adaptive_avg_pool", "adaptive_max_pool",
+           "adaptive_pool_backward", "activation", "activation_backward", "relu", "relu6",
+           "clipped_relu", "leaky_relu", "elu", "sigmoid", "tanh", "swish", "silu", "gelu",
+           "softplus", "hard_swish", "softmax", "log_softmax", "softmax_backward",
            "clear_plan_cache", "plan_cache_info"]
 
 CHOOSERS = ("auto", "find", "heuristic")
@@ -424,3 +428,250 @@ def conv_transpose(x, w, bias=None, stride=1, padding=0, output_padding=0, group
     if bias is not None:
         _add_bias(out, bias, plan.problem.c)
     return _like(out, x)
+
+
+# -- layers ----------------------------------------------------------------------------
+# The layers' own APIs (tridnn.api.<layer>) validate every call; here the work is to
+# describe the caller's arrays, allocate the output in the input's layout and keep the
+# descriptors of a call signature for the next call.
+def _described(a, name="x"):
+    """(array, its TensorDescriptor) for any NumPy/torch/DLPack array."""
+    a = _usable(a)
+    shape, strides, dtype = _signature(a)
+    return a, TensorDescriptor(shape, dtype, tuple(s if s > 0 else 1 for s in strides))
+
+
+def _cached(handle, key, build):
+    table = _plan_table(handle)
+    value = table.get(key)
+    if value is None:
+        if len(table) >= MAX_PLANS_PER_HANDLE:
+            table.clear()
+        value = table[key] = build()
+    return value
+
+
+def _output_desc(like: TensorDescriptor, dims=None) -> TensorDescriptor:
+    """A packed descriptor of ``dims`` (default: like's) in like's layout."""
+    return TensorDescriptor.packed(like.dims if dims is None else dims, like.dtype,
+                                   output_format(like.dims, like.strides))
+
+
+def _pool_descriptor(kind, nd, kernel_size, stride, padding, nan_propagation):
+    from ..descriptors.pooling import PoolingDescriptor
+    return PoolingDescriptor(kind, kernel_size, padding, kernel_size if stride is None else stride,
+                             1 if nan_propagation else 0, nd=nd)
+
+
+def _pool(x, mode, kernel_size, stride, padding, nan_propagation, handle):
+    from .pooling import pooling_forward
+    handle = _handle_for(x, handle)
+    x, x_desc = _described(x)
+    nd = _spatial_nd(x_desc.dims, "x")
+    key = ("pool", x_desc, int(mode), _hashable(kernel_size), _hashable(stride), _hashable(padding),
+           bool(nan_propagation))
+
+    def build():
+        pool = _pool_descriptor(mode, nd, kernel_size, stride, padding, nan_propagation)
+        return pool, _output_desc(x_desc, pool.output_dims(x_desc))
+    pool, y_desc = _cached(handle, key, build)
+    y = handle.backend.empty(y_desc)
+    pooling_forward(handle, pool, 1.0, x_desc, x, 0.0, y_desc, y)
+    return _like(y, x)
+
+
+def max_pool(x, kernel_size, stride=None, padding=0, nan_propagation=False, handle=None):
+    """Max pooling over 1-3 spatial dims; stride defaults to the window; padding
+    (symmetric) must be smaller than the window. NaN propagates when asked."""
+    return _pool(x, 0, kernel_size, stride, padding, nan_propagation, handle)
+
+
+def avg_pool(x, kernel_size, stride=None, padding=0, count_include_pad=True, handle=None):
+    """Average pooling; ``count_include_pad`` divides by the whole window (cuDNN's
+    AVERAGE_COUNT_INCLUDE_PADDING, PyTorch's default) or by its in-bounds part."""
+    return _pool(x, 1 if count_include_pad else 2, kernel_size, stride, padding, False, handle)
+
+
+def pool_backward(y, dy, x, mode, kernel_size, stride=None, padding=0, nan_propagation=False,
+                  handle=None):
+    """dx of max_pool/avg_pool; mode "max" (routes to the first maximum), "avg" (with
+    padding counted) or "avg_exclude_pad", or a PoolingMode."""
+    from .pooling import pooling_backward
+    handle = _handle_for(x, handle)
+    mode = {"max": 0, "avg": 1, "avg_exclude_pad": 2}.get(mode, mode) if isinstance(mode, str) else mode
+    x, x_desc = _described(x)
+    y, y_desc = _described(y, "y")
+    dy, dy_desc = _described(dy, "dy")
+    pool = _pool_descriptor(mode, _spatial_nd(x_desc.dims, "x"), kernel_size, stride, padding,
+                            nan_propagation)
+    dx_desc = _output_desc(x_desc)
+    dx = handle.backend.empty(dx_desc)
+    pooling_backward(handle, pool, 1.0, y_desc, y, dy_desc, dy, x_desc, x, 0.0, dx_desc, dx)
+    return _like(dx, x)
+
+
+def _adaptive(x, output_size, mode, handle):
+    from .pooling import adaptive_pooling_forward
+    handle = _handle_for(x, handle)
+    x, x_desc = _described(x)
+    nd = _spatial_nd(x_desc.dims, "x")
+    out = per_dim("output_size", output_size, nd, 1)
+    y_desc = _output_desc(x_desc, (*x_desc.dims[:2], *out))
+    y = handle.backend.empty(y_desc)
+    adaptive_pooling_forward(handle, mode, 1.0, x_desc, x, 0.0, y_desc, y)
+    return _like(y, x)
+
+
+def adaptive_avg_pool(x, output_size, handle=None):
+    """PyTorch's adaptive average pooling: ``output_size`` fixes the output, bins follow."""
+    return _adaptive(x, output_size, "average", handle)
+
+
+def adaptive_max_pool(x, output_size, handle=None):
+    return _adaptive(x, output_size, "max", handle)
+
+
+def adaptive_pool_backward(dy, x, mode, handle=None):
+    """dx of adaptive_avg_pool (mode "average") or adaptive_max_pool (mode "max")."""
+    from .pooling import adaptive_pooling_backward
+    handle = _handle_for(x, handle)
+    x, x_desc = _described(x)
+    dy, dy_desc = _described(dy, "dy")
+    dx_desc = _output_desc(x_desc)
+    dx = handle.backend.empty(dx_desc)
+    adaptive_pooling_backward(handle, mode, 1.0, dy_desc, dy, x_desc, x, 0.0, dx_desc, dx)
+    return _like(dx, x)
+
+
+# -- activations -------------------------------------------------------------------------
+def _act_descriptor(mode, coef, swish_beta, nan_propagation=False):
+    from ..descriptors.activation import ActivationDescriptor
+    return ActivationDescriptor(mode, 1 if nan_propagation else 0, coef, swish_beta)
+
+
+def activation(x, mode="relu", coef=0.0, swish_beta=1.0, handle=None):
+    """y = act(x) for any activation mode (a name such as "relu", "gelu_tanh", or an
+    ActivationMode); ``coef`` is the clipping ceiling, ELU alpha, leaky slope or
+    softplus beta; ``swish_beta`` is SWISH's beta."""
+    from .activation import activation_forward
+    handle = _handle_for(x, handle)
+    x, x_desc = _described(x)
+    act = _act_descriptor(mode, coef, swish_beta)
+    y_desc = _output_desc(x_desc)
+    y = handle.backend.empty(y_desc)
+    activation_forward(handle, act, 1.0, x_desc, x, 0.0, y_desc, y)
+    return _like(y, x)
+
+
+def activation_backward(y, dy, x, mode="relu", coef=0.0, swish_beta=1.0, handle=None):
+    """dx = dy * act'(x) (y is act(x); modes that need only y or x still take both)."""
+    from .activation import activation_backward as backward
+    handle = _handle_for(x, handle)
+    x, x_desc = _described(x)
+    y, y_desc = _described(y, "y")
+    dy, dy_desc = _described(dy, "dy")
+    act = _act_descriptor(mode, coef, swish_beta)
+    dx_desc = _output_desc(x_desc)
+    dx = handle.backend.empty(dx_desc)
+    backward(handle, act, 1.0, y_desc, y, dy_desc, dy, x_desc, x, 0.0, dx_desc, dx)
+    return _like(dx, x)
+
+
+def relu(x, handle=None):
+    return activation(x, "relu", handle=handle)
+
+
+def relu6(x, handle=None):
+    return activation(x, "clipped_relu", 6.0, handle=handle)
+
+
+def clipped_relu(x, ceiling, handle=None):
+    return activation(x, "clipped_relu", ceiling, handle=handle)
+
+
+def leaky_relu(x, negative_slope=0.01, handle=None):
+    return activation(x, "leaky_relu", negative_slope, handle=handle)
+
+
+def elu(x, alpha=1.0, handle=None):
+    return activation(x, "elu", alpha, handle=handle)
+
+
+def sigmoid(x, handle=None):
+    return activation(x, "sigmoid", handle=handle)
+
+
+def tanh(x, handle=None):
+    return activation(x, "tanh", handle=handle)
+
+
+def swish(x, beta=1.0, handle=None):
+    """x * sigmoid(beta * x); beta 1 is SiLU."""
+    return activation(x, "swish", swish_beta=beta, handle=handle)
+
+
+silu = swish
+
+
+def gelu(x, approximate="none", handle=None):
+    """approximate "none" (the erf form) or "tanh", as PyTorch's gelu."""
+    if approximate not in ("none", "tanh"):
+        raise BadParamError(f"gelu approximate={approximate!r}; valid: 'none', 'tanh'")
+    return activation(x, "gelu" if approximate == "none" else "gelu_tanh", handle=handle)
+
+
+def softplus(x, beta=1.0, handle=None):
+    return activation(x, "softplus", beta, handle=handle)
+
+
+def hard_swish(x, handle=None):
+    return activation(x, "hard_swish", handle=handle)
+
+
+# -- softmax ------------------------------------------------------------------------------
+def _channel_view(a, axis):
+    """``a`` with ``axis`` moved to position 1 as a view (a 1-D array gains a batch dim),
+    so that cuDNN's CHANNEL mode reduces over it."""
+    ndim = len(_signature(a)[0])
+    if not -ndim <= axis < ndim:
+        raise BadParamError(f"softmax axis {axis} is out of range for an array of {ndim} dims")
+    axis %= ndim
+    if ndim == 1:
+        return a[None], lambda out: out[0]
+    if axis == 1:
+        return a, lambda out: out
+    if _is_torch(a):
+        return a.movedim(axis, 1), lambda out: out.movedim(1, axis)
+    return np.moveaxis(a, axis, 1), lambda out: np.moveaxis(out, 1, axis)
+
+
+def softmax(x, axis=1, log=False, algorithm="accurate", handle=None):
+    """softmax (or log-softmax) along ``axis``; ``algorithm`` "accurate" subtracts the
+    max first, "fast" does not (cuDNN's FAST: only for inputs known to be small)."""
+    from .softmax import softmax_forward
+    handle = _handle_for(x, handle)
+    moved, back = _channel_view(x, axis)
+    moved, x_desc = _described(moved)
+    y_desc = _output_desc(x_desc)
+    y = handle.backend.empty(y_desc)
+    softmax_forward(handle, "log" if log else algorithm, "channel", 1.0, x_desc, moved, 0.0, y_desc, y)
+    return _like(back(y), x)
+
+
+def log_softmax(x, axis=1, handle=None):
+    return softmax(x, axis, log=True, handle=handle)
+
+
+def softmax_backward(y, dy, axis=1, log=False, handle=None):
+    """dx of softmax (or log_softmax when ``log``) from its output y and the gradient dy."""
+    from .softmax import softmax_backward as backward
+    handle = _handle_for(y, handle)
+    y_moved, back = _channel_view(y, axis)
+    dy_moved, _ = _channel_view(dy, axis)
+    y_moved, y_desc = _described(y_moved, "y")
+    dy_moved, dy_desc = _described(dy_moved, "dy")
+    dx_desc = _output_desc(y_desc)
+    dx = handle.backend.empty(dx_desc)
+    backward(handle, "log" if log else "accurate", "channel", 1.0, y_desc, y_moved, dy_desc, dy_moved,
+             0.0, dx_desc, dx)
+    return _like(back(dx), y)
