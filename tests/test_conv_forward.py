@@ -120,3 +120,95 @@ def test_every_algorithm_applies_somewhere(rng):
 def test_all_eight_forward_algorithms_registered():
     assert sorted(a.enum for a in FWD) == sorted(tridnn.ConvFwdAlgo)
     registry.check_table()
+
+
+# -- transform methods on planes large enough for their big tiles ----------------------
+def _by_enum(member):
+    return next(a for a in FWD if a.enum == member)
+
+
+LARGE_PLANES = [
+    # 3x3 stride 1: Winograd F(4x4) (and F(6x6) under TENSOR_OP), several tiles, odd edges
+    ("w3_26x30", dict(C=5, K=7, spatial=(26, 30), kernel=(3, 3), stride=(1, 1), pad=(1, 1),
+                      dilation=(1, 1), groups=1)),
+    # grouped 3x3 with asymmetric padding handled by pad_post below
+    ("w3_g2_25", dict(C=6, K=4, spatial=(25, 27), kernel=(3, 3), stride=(1, 1), pad=(0, 2),
+                      dilation=(1, 1), groups=2)),
+    # FFT tiling: several tiles per dim, stride and dilation
+    ("k5_s2_d2", dict(C=3, K=5, spatial=(40, 37), kernel=(5, 5), stride=(2, 2), pad=(3, 1),
+                      dilation=(2, 2), groups=1)),
+]
+TRANSFORM_ALGOS = [tridnn.ConvFwdAlgo.FFT, tridnn.ConvFwdAlgo.FFT_TILING, tridnn.ConvFwdAlgo.WINOGRAD,
+                   tridnn.ConvFwdAlgo.WINOGRAD_NONFUSED]
+
+
+@pytest.mark.parametrize("member", TRANSFORM_ALGOS, ids=lambda m: m.name)
+@pytest.mark.parametrize("name,p", LARGE_PLANES, ids=[n for n, _ in LARGE_PLANES])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_transform_methods_large_planes_every_dtype(member, name, p, dtype, rng):
+    """Winograd and FFT within the float16/bfloat16/float32/float64 tolerances on multi-tile planes."""
+    layout = "NHWC" if dtype == "bfloat16" else "NCHW"
+    skip_unless_applies(run_case(_by_enum(member), dict(p, name=name), dtype, layout, rng,
+                                 pad_post=(2, 0), alpha=1.5, beta=0.5 if dtype != "float64" else 0.0))
+
+
+def test_fft_tiling_uses_several_tiles():
+    from tridnn.shapes import conv
+    algo = _by_enum(tridnn.ConvFwdAlgo.FFT_TILING)
+    x = tridnn.TensorDescriptor.nchw(1, 3, 40, 37)
+    w = tridnn.FilterDescriptor((5, 3, 5, 5))
+    problem = ConvProblem.forward(x, w, tridnn.ConvolutionDescriptor(padding=1, nd=2))
+    sizes, valid, counts, _ = algo._tiling(problem)
+    assert all(c > 1 for c in counts) and max(sizes) <= 16, (sizes, counts)
+    small = ConvProblem.forward(tridnn.TensorDescriptor.nchw(1, 3, 6, 6), w,
+                                tridnn.ConvolutionDescriptor(padding=1, nd=2))
+    assert "one" in algo.not_applicable(small)
+
+
+def test_winograd_nonfused_f6x6_under_tensor_op_math(rng):
+    """TENSOR_OP math lets WINOGRAD_NONFUSED use F(6x6,3x3); it must still meet float32 tolerance."""
+    algo = _by_enum(tridnn.ConvFwdAlgo.WINOGRAD_NONFUSED)
+    x_vals = testing.fill((2, 8, 30, 28), "float32", rng)
+    w_vals = testing.fill((6, 8, 3, 3), "float32", rng)
+    conv = tridnn.ConvolutionDescriptor(padding=1, nd=2, math_type=tridnn.MathType.TENSOR_OP)
+    x_desc, x = testing.make_tensor(x_vals.shape, "float32", "NCHW", rng, x_vals)
+    w_desc, w = testing.make_filter(w_vals.shape, "float32", "NCHW", w_vals)
+    y_desc, y = testing.make_tensor(conv.output_dims(x_desc, w_desc), "float32", "NCHW", rng)
+    problem = ConvProblem("fwd", x_desc, w_desc, y_desc, conv)
+    assert algo.tile(problem) == 6
+    assert algo.tile(ConvProblem.forward(x_desc, w_desc, tridnn.ConvolutionDescriptor(padding=1, nd=2))) == 4
+    testing.poison(y)
+    handle = tridnn.Handle(find_cache=None)
+    ws = np.empty(algo.workspace_size(problem), np.uint8)
+    tridnn.convolution_forward(handle, 1.0, x_desc, x, w_desc, w, conv, algo.enum, ws, 0.0, y_desc, y)
+    testing.check_result(y, reference.conv_forward(x_vals, w_vals, 1, 1), "float32", False)
+
+
+@pytest.mark.parametrize("member", [tridnn.ConvFwdAlgo.WINOGRAD, tridnn.ConvFwdAlgo.WINOGRAD_NONFUSED],
+                         ids=lambda m: m.name)
+def test_winograd_says_why_not(member):
+    algo = _by_enum(member)
+    x = tridnn.TensorDescriptor.nchw(1, 4, 12, 12)
+    cases = [(tridnn.FilterDescriptor((4, 4, 5, 5)), tridnn.ConvolutionDescriptor(padding=2, nd=2), "3x3"),
+             (tridnn.FilterDescriptor((4, 4, 3, 3)), tridnn.ConvolutionDescriptor(padding=1, stride=2, nd=2),
+              "stride"),
+             (tridnn.FilterDescriptor((4, 4, 3, 3)), tridnn.ConvolutionDescriptor(padding=2, dilation=2, nd=2),
+              "dilation")]
+    for w, conv, word in cases:
+        reason = algo.not_applicable(ConvProblem.forward(x, w, conv))
+        assert reason is not None and word in reason, reason
+    x3 = tridnn.TensorDescriptor.ncdhw(1, 4, 6, 6, 6)
+    w3 = tridnn.FilterDescriptor((4, 4, 3, 3, 3))
+    assert "2D" in algo.not_applicable(ConvProblem.forward(x3, w3, tridnn.ConvolutionDescriptor(padding=1, nd=3)))
+
+
+def test_gather_offsets_point_padding_at_the_zero_row():
+    from tridnn.cpu.conv_precomp_gemm import gather_offsets
+    x = tridnn.TensorDescriptor.nchw(1, 1, 3, 4)
+    w = tridnn.FilterDescriptor((1, 1, 3, 3))
+    problem = ConvProblem.forward(x, w, tridnn.ConvolutionDescriptor(padding=1, nd=2))
+    offsets = gather_offsets(problem)
+    assert offsets.shape == (12, 9)
+    assert offsets[0, 0] == 12            # output (0, 0), tap (0, 0) reads padding: the sentinel
+    assert offsets[0, 4] == 0             # centre tap of output (0, 0) reads x[0, 0]
+    assert offsets[5, 8] == 2 * 4 + 2     # output (1, 1), tap (2, 2) reads x[2, 2]

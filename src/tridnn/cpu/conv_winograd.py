@@ -85,23 +85,29 @@ def transform_pair(mat: np.ndarray, data: np.ndarray, out: np.ndarray, scratch: 
 
 
 def filter_transform(w: np.ndarray, groups: int, m: int, out: np.ndarray, scratch: np.ndarray):
-    """U[a, b, g, c, k] = (G w[g, k, c] G^T)[a, b] into out (n, n, G, Cg, Kg)."""
+    """U[a, b, g, c, k] = (G w[g, k, c] G^T)[a, b] into out (n, n, G, Cg, Kg).
+
+    Computed in float64 (scratch) and rounded once: G's entries (1/6, 1/24, ...) are
+    not exact in float32, and the filter is small, so the extra precision is free."""
     _, gm, _ = matrices(m)
-    gm = gm.astype(out.dtype)
-    k, cg = w.shape[:2]
-    # w (K, Cg, 3, 3) -> (3, 3, G, Cg, Kg), contiguous
-    taps = scratch[: 9 * k * cg].reshape(3, 3, groups, cg, k // groups)
-    taps[...] = np.moveaxis(w.reshape(groups, k // groups, cg, 3, 3), (3, 4, 0, 2, 1), (0, 1, 2, 3, 4))
     n = gm.shape[0]
-    half = scratch[9 * k * cg: 9 * k * cg + n * 3 * k * cg]
+    k, cg = w.shape[:2]
+    size = k * cg
+    # w (K, Cg, 3, 3) -> (3, 3, G, Cg, Kg), contiguous
+    taps = scratch[: 9 * size].reshape(3, 3, groups, cg, k // groups)
+    taps[...] = np.moveaxis(w.reshape(groups, k // groups, cg, 3, 3), (3, 4, 0, 2, 1), (0, 1, 2, 3, 4))
+    half = scratch[9 * size: (9 + 3 * n) * size].reshape(n, 3, -1)
+    full = scratch[(9 + 3 * n) * size: (9 + 3 * n + n * n) * size].reshape(n, n, -1)
     np.matmul(gm, taps.reshape(3, -1), out=half.reshape(n, -1))
-    np.matmul(gm, half.reshape(n, 3, -1), out=out.reshape(n, n, -1))
+    np.matmul(gm, half, out=full)
+    out.reshape(n, n, -1)[...] = full
     return out
 
 
 def filter_scratch_size(problem, m: int) -> int:
-    """Elements of scratch ``filter_transform`` needs: the taps and the half transform."""
-    return (9 + 3 * (m + 2)) * problem.k * problem.w.c
+    """float64 elements of scratch ``filter_transform`` needs: taps, half and full transform."""
+    n = m + 2
+    return (9 + 3 * n + n * n) * problem.k * problem.w.c
 
 
 def winograd_not_applicable(problem, name: str) -> str | None:
@@ -207,7 +213,7 @@ class WinogradForward(Algorithm):
         cg, kg = problem.w.c, problem.k // g
         return [Buffer("xpad", (problem.n, *extent, problem.c), acc),
                 Buffer("u", (n * n, g, cg, kg), acc),
-                Buffer("wscratch", (filter_scratch_size(problem, m),), acc),
+                Buffer("wscratch", (filter_scratch_size(problem, m),), np.float64),
                 Buffer("d", (n * n * g * p * cg,), acc),
                 Buffer("half", (n * n * g * p * max(cg, kg),), acc),
                 Buffer("v", (n * n * g * p * max(cg, kg),), acc),
