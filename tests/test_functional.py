@@ -423,3 +423,46 @@ def test_layer_errors(handle):
         tridnn.functional.gelu(x, approximate="erf", handle=handle)
     with pytest.raises(BadParamError, match="larger than the input"):
         tridnn.functional.adaptive_avg_pool(x, 5, handle=handle)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("shape", [(4, 3, 5, 4), (3, 2, 5), (2, 3, 2, 3, 2)])
+def test_batch_norm_matches_torch(shape, layout, rng, handle):
+    torch = torch_or_skip()
+    tf = torch.nn.functional
+    x = rng.standard_normal(shape) * 2 + 1
+    w, b = rng.standard_normal(shape[1]), rng.standard_normal(shape[1])
+    rm, rv = rng.standard_normal(shape[1]), rng.random(shape[1]) + 0.5
+    t_rm, t_rv = torch.tensor(rm), torch.tensor(rv)
+    tx = torch.tensor(x, requires_grad=True)
+    tw, tb = torch.tensor(w, requires_grad=True), torch.tensor(b, requires_grad=True)
+    want = tf.batch_norm(tx, t_rm, t_rv, tw, tb, training=True, momentum=0.2, eps=1e-4)
+    xv = in_layout(x, layout) if len(shape) == 4 else x
+    y, mean, inv = tridnn.functional.batch_norm_training(xv, w, b, rm, rv, momentum=0.2, eps=1e-4,
+                                                         handle=handle)
+    np.testing.assert_allclose(y, want.detach().numpy(), rtol=1e-9, atol=1e-10)
+    np.testing.assert_allclose(rm, t_rm.numpy(), rtol=1e-12)  # updated in place, unbiased var
+    np.testing.assert_allclose(rv, t_rv.numpy(), rtol=1e-12)
+    dy = rng.standard_normal(shape)
+    want.backward(torch.tensor(dy))
+    dx, dw, db = tridnn.functional.batch_norm_backward(xv, dy, w, mean, inv, eps=1e-4, handle=handle)
+    np.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(dw, tw.grad.numpy(), rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(db, tb.grad.numpy(), rtol=1e-8, atol=1e-10)
+    inf = tridnn.functional.batch_norm(xv, rm, rv, w, b, eps=1e-4, handle=handle)
+    np.testing.assert_allclose(inf, tf.batch_norm(torch.tensor(x), t_rm, t_rv, torch.tensor(w),
+                                                  torch.tensor(b), eps=1e-4).numpy(), rtol=1e-10)
+
+
+def test_batch_norm_float32_params_for_half_data_and_errors(rng, handle):
+    x = rng.standard_normal((4, 3, 2, 2)).astype(np.float16)
+    rm, rv = np.zeros(3, np.float16), np.ones(3, np.float16)  # converted, then written back
+    y, _, _ = tridnn.functional.batch_norm_training(x, running_mean=rm, running_var=rv, handle=handle)
+    assert y.dtype == np.float16 and abs(float(y.astype(np.float32).mean())) < 1e-2
+    np.testing.assert_allclose(rm, 0.1 * x.astype(np.float64).mean(axis=(0, 2, 3)), atol=2e-3)
+    with pytest.raises(BadParamError, match="one per channel"):
+        tridnn.functional.batch_norm_training(x, np.ones(4, np.float32), handle=handle)
+    with pytest.raises(BadParamError, match="more than one value"):
+        tridnn.functional.batch_norm_training(x[:1, :, :1, :1], handle=handle)
+    with pytest.raises(BadParamError, match="both"):
+        tridnn.functional.batch_norm_training(x, running_mean=rm, handle=handle)

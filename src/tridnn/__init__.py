@@ -24,7 +24,7 @@ from .api.convolution import (convolution_backward_bias, convolution_backward_da
 from .api.functional import conv, conv_backward_data, conv_backward_filter, conv_transpose  # noqa: E402
 # the functional layers; their backward helpers live in tridnn.functional only (the names
 # activation_backward / softmax_backward here are the descriptor API's)
-from .api.functional import (adaptive_avg_pool, adaptive_max_pool, avg_pool, elu, gelu,  # noqa: E402
+from .api.functional import (adaptive_avg_pool, adaptive_max_pool, avg_pool, batch_norm, elu, gelu,  # noqa: E402,E501
                              hard_swish, leaky_relu, log_softmax, max_pool, relu, relu6, sigmoid,
                              silu, softmax, softplus, swish, tanh)
 from . import functional  # noqa: E402,F401
@@ -45,3 +45,11 @@ from .api.normalization import (batch_norm_backward, batch_norm_backward_ex,  # 
                                 get_batch_norm_backward_ex_workspace_size,
                                 get_batch_norm_forward_training_ex_workspace_size,
                                 get_batch_norm_training_ex_reserve_space_size)
+from .api.tensor_ops import (add_tensor, get_reduction_indices_size,  # noqa: E402
+                             get_reduction_workspace_size, op_tensor, reduce_tensor, scale_tensor,
+                             set_tensor, transform_tensor)
+
+# Keep this last: wraps every API function exported above for TRIDNN_LOGLEVEL call logging.
+from .logging import log_api_calls as _log_api_calls  # noqa: E402
+_log_api_calls(globals())
+_log_api_calls(vars(functional))

@@ -38,6 +38,7 @@ __all__ = ["conv", "conv_transpose", "conv_backward_data", "conv_backward_filter
            "adaptive_pool_backward", "activation", "activation_backward", "relu", "relu6",
            "clipped_relu", "leaky_relu", "elu", "sigmoid", "tanh", "swish", "silu", "gelu",
            "softplus", "hard_swish", "softmax", "log_softmax", "softmax_backward",
+           "batch_norm", "batch_norm_training", "batch_norm_inference", "batch_norm_backward",
            "clear_plan_cache", "plan_cache_info"]
 
 CHOOSERS = ("auto", "find", "heuristic")
@@ -675,3 +676,132 @@ def softmax_backward(y, dy, axis=1, log=False, handle=None):
     backward(handle, "log" if log else "accurate", "channel", 1.0, y_desc, y_moved, dy_desc, dy_moved,
              0.0, dx_desc, dx)
     return _like(back(dx), y)
+
+
+# -- batch normalization --------------------------------------------------------------------
+def _bn_param(a, desc, name, backend, fill=None):
+    """A per-channel parameter as the derived descriptor's array: a (C,) array viewed as
+    (1, C, 1, ...) without copying when its dtype is the parameter dtype, else converted.
+    Returns (array, copied)."""
+    want = desc.dtype.numpy
+    if a is None:
+        return _filled(backend, desc, fill), True
+    size = int(np.prod(_signature(a)[0]))
+    if size != desc.size:
+        raise BadParamError(f"{name} has {size} values; batch norm needs {desc.size} "
+                            f"(one per channel{'' if desc.size == desc.c else ' and position'})")
+    if _is_torch(a):
+        import torch
+        target = torch.float64 if want == np.float64 else torch.float32
+        copied = a.dtype != target or not a.is_contiguous()
+        t = a.detach().to(target).contiguous() if copied else a.detach()
+        return t.reshape(desc.dims), copied
+    arr = _to_numpy(a)
+    copied = arr.dtype != want or not arr.flags.c_contiguous
+    arr = np.ascontiguousarray(arr, want) if copied else arr
+    return arr.reshape(desc.dims), copied
+
+
+def _filled(backend, desc, value):
+    out = backend.empty(desc)
+    out[...] = value
+    return out
+
+
+def _bn_setup(x, mode, handle):
+    from ..descriptors.normalization import derive_bn_tensor_descriptor
+    handle = _handle_for(x, handle)
+    x, x_desc = _described(x)
+    bn_desc = _cached(handle, ("bn", x_desc, mode),
+                      lambda: derive_bn_tensor_descriptor(x_desc, mode))
+    return handle, x, x_desc, bn_desc
+
+
+def batch_norm_training(x, weight=None, bias=None, running_mean=None, running_var=None,
+                        momentum=0.1, eps=1e-5, mode="spatial", handle=None):
+    """Training-mode batch norm: (y, saved_mean, saved_inv_std).
+
+    running_mean/running_var, when given, are updated in place as PyTorch does
+    (``(1 - momentum) * running + momentum * batch``, the unbiased batch variance).
+    mode "spatial" (per channel, BatchNorm2d) or "per_activation" (per channel and
+    position). weight/bias default to 1 and 0."""
+    from .normalization import batch_norm_forward_training
+    handle, x, x_desc, bn_desc = _bn_setup(x, mode, handle)
+    backend = handle.backend
+    scale, _ = _bn_param(weight, bn_desc, "weight", backend, 1.0)
+    shift, _ = _bn_param(bias, bn_desc, "bias", backend, 0.0)
+    if (running_mean is None) != (running_var is None):
+        raise BadParamError("pass both running_mean and running_var, or neither")
+    rm = rv = None
+    if running_mean is not None:
+        rm, rm_copied = _bn_param(running_mean, bn_desc, "running_mean", backend)
+        rv, rv_copied = _bn_param(running_var, bn_desc, "running_var", backend)
+    y_desc = _output_desc(x_desc)
+    y = backend.empty(y_desc)
+    saved_mean, saved_inv = backend.empty(bn_desc), backend.empty(bn_desc)
+    batch_norm_forward_training(handle, mode, 1.0, 0.0, x_desc, x, y_desc, y, bn_desc, scale, shift,
+                                momentum, rm, rv, eps, saved_mean, saved_inv)
+    if running_mean is not None:
+        _write_back(running_mean, rm, rm_copied)
+        _write_back(running_var, rv, rv_copied)
+    return _like(y, x), _like(saved_mean, x), _like(saved_inv, x)
+
+
+def _write_back(original, updated, copied):
+    """Running statistics that had to be converted are copied back into the caller's array."""
+    if not copied:
+        return
+    if _is_torch(original):
+        import torch
+        src = updated if _is_torch(updated) else torch.from_numpy(np.asarray(updated))
+        original.detach().copy_(src.reshape(original.shape))
+    else:
+        original[...] = np.asarray(updated).reshape(original.shape)
+
+
+def batch_norm_inference(x, running_mean, running_var, weight=None, bias=None, eps=1e-5,
+                         mode="spatial", handle=None):
+    """Inference-mode batch norm with the estimated (running) statistics."""
+    from .normalization import batch_norm_forward_inference
+    handle, x, x_desc, bn_desc = _bn_setup(x, mode, handle)
+    backend = handle.backend
+    scale, _ = _bn_param(weight, bn_desc, "weight", backend, 1.0)
+    shift, _ = _bn_param(bias, bn_desc, "bias", backend, 0.0)
+    mean, _ = _bn_param(running_mean, bn_desc, "running_mean", backend)
+    var, _ = _bn_param(running_var, bn_desc, "running_var", backend)
+    y_desc = _output_desc(x_desc)
+    y = backend.empty(y_desc)
+    batch_norm_forward_inference(handle, mode, 1.0, 0.0, x_desc, x, y_desc, y, bn_desc, scale, shift,
+                                 mean, var, eps)
+    return _like(y, x)
+
+
+def batch_norm(x, running_mean=None, running_var=None, weight=None, bias=None, training=False,
+               momentum=0.1, eps=1e-5, mode="spatial", handle=None):
+    """PyTorch's F.batch_norm: batch statistics when training (or when no running
+    statistics are given), the running ones otherwise; returns y."""
+    if training or running_mean is None:
+        return batch_norm_training(x, weight, bias, running_mean, running_var, momentum, eps, mode,
+                                   handle)[0]
+    return batch_norm_inference(x, running_mean, running_var, weight, bias, eps, mode, handle)
+
+
+def batch_norm_backward(x, dy, weight, saved_mean, saved_inv_std, eps=1e-5, mode="spatial",
+                        handle=None):
+    """(dx, dweight, dbias) of training-mode batch norm, from batch_norm_training's saved
+    statistics; dweight/dbias come back as (C,) arrays (per channel and position for
+    per_activation, flattened)."""
+    from .normalization import batch_norm_backward as backward
+    handle, x, x_desc, bn_desc = _bn_setup(x, mode, handle)
+    backend = handle.backend
+    dy, dy_desc = _described(dy, "dy")
+    scale, _ = _bn_param(weight, bn_desc, "weight", backend, 1.0)
+    mean, _ = _bn_param(saved_mean, bn_desc, "saved_mean", backend)
+    inv, _ = _bn_param(saved_inv_std, bn_desc, "saved_inv_std", backend)
+    dx_desc = _output_desc(x_desc)
+    dx = backend.empty(dx_desc)
+    dscale, dbias = backend.empty(bn_desc), backend.empty(bn_desc)
+    backward(handle, mode, 1.0, 0.0, 1.0, 0.0, x_desc, x, dy_desc, dy, dx_desc, dx, bn_desc, scale,
+             dscale, dbias, eps, mean, inv)
+    flat = (-1,)
+    return _like(dx, x), _like(dscale.reshape(flat), x), _like(dbias.reshape(flat), x)
