@@ -466,3 +466,21 @@ def test_batch_norm_float32_params_for_half_data_and_errors(rng, handle):
         tridnn.functional.batch_norm_training(x[:1, :, :1, :1], handle=handle)
     with pytest.raises(BadParamError, match="both"):
         tridnn.functional.batch_norm_training(x, running_mean=rm, handle=handle)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("act", ["relu", "identity", "sigmoid"])
+def test_conv_bias_activation(layout, act, rng, handle):
+    x = testing.fill((2, 4, 6, 5), "float32", rng)
+    w = testing.fill((3, 4, 3, 3), "float32", rng)
+    b = testing.fill((3,), "float32", rng)
+    z = testing.fill((2, 3, 6, 5), "float32", rng)
+    pre = 0.5 * reference.conv_forward(x, w, 1, 1) + 2.0 * z + b.reshape(1, 3, 1, 1)
+    want = {"relu": np.maximum(pre, 0), "identity": pre, "sigmoid": 1 / (1 + np.exp(-pre))}[act]
+    y = tridnn.functional.conv_bias_activation(in_layout(x, layout), w, b, in_layout(z, layout), 0.5,
+                                               2.0, act, padding=1, handle=handle)
+    check(y, want, "float32")
+    y2 = tridnn.functional.conv_bias_activation(x, w, None, activation=act, padding=1, handle=handle)
+    pre2 = reference.conv_forward(x, w, 1, 1)
+    check(y2, {"relu": np.maximum(pre2, 0), "identity": pre2, "sigmoid": 1 / (1 + np.exp(-pre2))}[act],
+          "float32")

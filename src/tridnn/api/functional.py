@@ -33,7 +33,7 @@ from ..handle import default_handle
 from ..types import ConvMode, TensorFormat
 from .convolution import _algorithm, execute
 
-__all__ = ["conv", "conv_transpose", "conv_backward_data", "conv_backward_filter",
+__all__ = ["conv", "conv_bias_activation", "conv_transpose", "conv_backward_data", "conv_backward_filter",
            "max_pool", "avg_pool", "pool_backward", "adaptive_avg_pool", "adaptive_max_pool",
            "adaptive_pool_backward", "activation", "activation_backward", "relu", "relu6",
            "clipped_relu", "leaky_relu", "elu", "sigmoid", "tanh", "swish", "silu", "gelu",
@@ -805,3 +805,63 @@ def batch_norm_backward(x, dy, weight, saved_mean, saved_inv_std, eps=1e-5, mode
              dscale, dbias, eps, mean, inv)
     flat = (-1,)
     return _like(dx, x), _like(dscale.reshape(flat), x), _like(dbias.reshape(flat), x)
+
+
+# -- fused convolution + bias + activation ----------------------------------------------------
+def conv_bias_activation(x, w, bias=None, z=None, alpha1=1.0, alpha2=1.0, activation="relu", coef=0.0,
+                         stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation",
+                         algo="auto", handle=None):
+    """y = act(alpha1 * conv(x, w) + alpha2 * z + bias) in one pass over y (cuDNN's
+    ConvolutionBiasActivationForward); z (a residual of y's shape) is optional."""
+    from ..descriptors.activation import ActivationDescriptor
+    from .convolution import convolution_bias_activation_forward
+    handle = _handle_for(x, handle)
+    x, w = _usable(x), _packed_filter(w)
+    xs, ws_ = _signature(x), _signature(w)
+    nd = _spatial_nd(xs[0], "x")
+    key = ("fwd", xs, ws_, _hashable(stride), _hashable(padding), _hashable(dilation), groups, mode,
+           algo if isinstance(algo, str) else _hashable(algo), None,
+           handle.workspace_limit, handle.deterministic)
+
+    def build():
+        x_desc = TensorDescriptor(xs[0], xs[2], _positive(xs))
+        w_desc = FilterDescriptor.like(w)
+        cdesc = _conv_params(nd, x_desc.spatial, w_desc.kernel, stride, padding, dilation, groups,
+                             mode, handle.math_type)
+        y_desc = TensorDescriptor.packed(cdesc.output_dims(x_desc, w_desc), x_desc.dtype,
+                                         output_format(xs[0], xs[1]))
+        return ConvProblem("fwd", x_desc, w_desc, y_desc, cdesc), algo
+
+    plan = _conv_plan(handle, "fwd", key, build)
+    problem, backend = plan.problem, handle.backend
+    k = problem.k
+    bias_desc = TensorDescriptor.packed((1, k) + (1,) * nd, problem.dtype)
+    if bias is None:
+        bias_arr = _filled(backend, bias_desc, 0.0)
+    else:
+        _check_bias(bias, k)
+        bias_arr = _cast_like(bias, problem.dtype.numpy, x).reshape(bias_desc.dims)
+    z_desc = None
+    if z is not None:
+        z, z_desc = _described(z, "z")
+    else:
+        alpha2 = 0.0
+    act = ActivationDescriptor(activation, 0, coef)
+    y = backend.empty(problem.y)
+    ws = handle.workspace(plan.workspace_size) if plan.workspace_size else None
+    convolution_bias_activation_forward(handle, alpha1, problem.x, x, problem.w, w, problem.conv,
+                                        plan.algorithm.enum, ws, alpha2, z_desc, z, bias_desc,
+                                        bias_arr, act, problem.y, y)
+    return _like(y, x)
+
+
+def _cast_like(a, np_dtype, ref):
+    """``a`` in ``np_dtype``, as the kind of array ``ref`` is (zero copy when it already is)."""
+    if _is_torch(a):
+        import torch
+        if a.device.type != "cpu":
+            target = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64,
+                      np.dtype(np.float16): torch.float16}.get(np.dtype(np_dtype), torch.bfloat16)
+            return a.detach().to(target).contiguous()
+        a = _to_numpy(a)
+    return np.ascontiguousarray(_to_numpy(a), np_dtype)
