@@ -49,7 +49,8 @@ from .api.tensor_ops import (add_tensor, get_reduction_indices_size,  # noqa: E4
                              get_reduction_workspace_size, op_tensor, reduce_tensor, scale_tensor,
                              set_tensor, transform_tensor)
 
-# Keep this last: wraps every API function exported above for TRIDNN_LOGLEVEL call logging.
+# Keep this block last (add exports above it): wraps every API function exported above for
+# TRIDNN_LOGLEVEL call logging; tests/test_logging.py checks that none is missed.
 from .logging import log_api_calls as _log_api_calls  # noqa: E402
 _log_api_calls(globals())
 _log_api_calls(vars(functional))

@@ -224,7 +224,8 @@ def run_conv(args) -> int:
     spec = conv_spec_from_args(args)
     handle = make_handle(args)
     case = ConvCase(handle, spec, args.direction, args.dtype, args.layout, args.mode,
-                    args.math_type, args.alpha, args.beta, seed=args.seed)
+                    args.math_type, args.alpha, args.beta, seed=args.seed,
+                    filter_layout=args.filter_layout)
     problem = case.problem
     print(f"problem  {spec.to_string()}  ({args.direction}, {problem.dtype.numpy.name}, "
           f"{args.layout}, {handle.device}/{handle.backend_name}; {problem.describe()})")
@@ -243,7 +244,7 @@ def run_conv(args) -> int:
     chosen = args.algo if str(args.algo).lower() in ("all",) else results[0].algo
     print("reproduce: " + conv_command(spec, args.direction, problem.dtype, args.layout,
                                        chosen, args.mode, args.math_type, args.alpha, args.beta,
-                                       handle.device))
+                                       handle.device, args.filter_layout))
     if any(r.status == "mismatch" for r in results):
         return EXIT_MISMATCH
     if len(algorithms) == 1 and results[0].status != "ok":
@@ -448,6 +449,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--groups", type=int, default=1)
     c.add_argument("--mode", default="cross_correlation", help="cross_correlation or convolution")
     c.add_argument("--math-type", default="DEFAULT")
+    c.add_argument("--filter-layout", default=None,
+                   help="NCHW (KCRS) or NHWC (KRSC); default: NHWC exactly when --layout is")
     _add_problem_options(c)
     c.add_argument("--algo", default="auto",
                    help="auto (find cache, then heuristic), heuristic, find, all, or an enum name/number")

@@ -106,8 +106,9 @@ class ConvSpec:
         return 2.0 * self.n * self.k * _prod(self.out_spatial) * (self.c // self.groups) * _prod(self.kernel)
 
     def descriptors(self, dtype="float32", layout="NCHW", mode="cross_correlation",
-                    math_type="DEFAULT"):
-        """(x_desc, w_desc, conv_desc, y_desc) in ``layout`` (NCHW, NHWC or strided)."""
+                    math_type="DEFAULT", filter_layout=None):
+        """(x_desc, w_desc, conv_desc, y_desc) in ``layout`` (NCHW, NHWC or strided); the filter
+        is KRSC when ``filter_layout`` (default: NHWC exactly when ``layout`` is) is NHWC."""
         from .descriptors import ConvolutionDescriptor, FilterDescriptor, TensorDescriptor
         from .types import ConvMode, MathType
         dtype = DataType.of(dtype)
@@ -124,7 +125,12 @@ class ConvSpec:
                                      math_type=math_type, nd=self.nd)
         x_dims = (self.n, self.c, *self.spatial)
         fmt = TensorFormat.NHWC if layout == "NHWC" else TensorFormat.NCHW
-        w_desc = FilterDescriptor((self.k, self.c // self.groups, *self.kernel), dtype, fmt)
+        filter_layout = ("NHWC" if layout == "NHWC" else "NCHW") if filter_layout is None \
+            else check_layout(filter_layout)
+        if filter_layout == "strided":
+            raise BadParamError("filters are packed: valid filter layouts are NCHW (KCRS) and NHWC (KRSC)")
+        w_fmt = TensorFormat.NHWC if filter_layout == "NHWC" else TensorFormat.NCHW
+        w_desc = FilterDescriptor((self.k, self.c // self.groups, *self.kernel), dtype, w_fmt)
         if layout == "strided":
             x_desc = _strided_desc(x_dims, dtype)
             y_desc = _strided_desc(conv.output_dims(TensorDescriptor.packed(x_dims, dtype), w_desc), dtype)
@@ -326,13 +332,14 @@ class ConvCase:
 
     def __init__(self, handle, spec: ConvSpec, direction="fwd", dtype="float32", layout="NCHW",
                  mode="cross_correlation", math_type="DEFAULT", alpha=1.0, beta=0.0, seed=0,
-                 fill="integers"):
+                 fill="integers", filter_layout=None):
         from .algorithms.problem import ConvProblem
         if direction not in DIRECTIONS:
             raise BadParamError(f"unknown direction {direction!r}; valid: {', '.join(DIRECTIONS)}")
         self.handle, self.spec, self.direction = handle, spec, direction
         self.alpha, self.beta = float(alpha), float(beta)
-        self.descs = dict(zip(("x", "w", "conv", "y"), spec.descriptors(dtype, layout, mode, math_type)))
+        self.descs = dict(zip(("x", "w", "conv", "y"), spec.descriptors(dtype, layout, mode, math_type,
+                                                                            filter_layout)))
         self.problem = ConvProblem(direction, self.descs["x"], self.descs["w"], self.descs["y"],
                                    self.descs["conv"])
         self.dtype = self.problem.dtype
@@ -491,7 +498,7 @@ def time_calls(handle, fn, repeat: int, warmup: int = 1) -> list[float]:
 
 def conv_command(spec: ConvSpec, direction="fwd", dtype="float32", layout="NCHW", algo="auto",
                  mode="cross_correlation", math_type="DEFAULT", alpha=1.0, beta=0.0,
-                 device="cpu") -> str:
+                 device="cpu", filter_layout=None) -> str:
     """The ``tridnn run conv ...`` line that re-runs this problem."""
     parts = ["tridnn", "run", "conv", *spec.flags(), "--dtype", DataType.of(dtype).numpy.name, "--layout", layout,
              "--direction", direction, "--algo", getattr(algo, "name", str(algo))]
@@ -505,6 +512,108 @@ def conv_command(spec: ConvSpec, direction="fwd", dtype="float32", layout="NCHW"
         parts += ["--alpha", repr(float(alpha))]
     if float(beta) != 0.0:
         parts += ["--beta", repr(float(beta))]
+    if filter_layout is not None and filter_layout != ("NHWC" if layout == "NHWC" else "NCHW"):
+        parts += ["--filter-layout", filter_layout]
     if device != "cpu":
         parts += ["--device", str(device)]
     return " ".join(parts)
+
+
+# -- reproducers for logged API calls ----------------------------------------------------------
+def reproducer_for_call(name: str, args: dict):
+    """(the ``tridnn run`` line, notes) that re-runs a logged API call, or None when the
+    call is not a problem tridnn can re-run (descriptor set-up, tensor ops, ...)."""
+    if name in ("conv", "conv_backward_data", "conv_backward_filter"):
+        return _functional_conv_reproducer(name, args)
+    if "convolution" in name:
+        return _conv_call_reproducer(name, args)
+    try:
+        from .reproduce_layers import layer_reproducer
+    except ImportError:
+        return None
+    return layer_reproducer(name, args)
+
+
+def _direction_of(name: str):
+    if "backward_data" in name:
+        return "bwd_data"
+    if "backward_filter" in name:
+        return "bwd_filter"
+    return "fwd" if "forward" in name else None
+
+
+def _algo_name(direction, algo, fallback="auto") -> str:
+    if algo is None:
+        return fallback
+    if isinstance(algo, str) and algo.lower() in ("auto", "find", "heuristic"):
+        return algo.lower()
+    return algo_enum(direction, algo).name
+
+
+def _conv_call_reproducer(name, args):
+    direction = _direction_of(name)
+    x_desc = args.get("x_desc", args.get("dx_desc"))
+    w_desc = args.get("w_desc", args.get("dw_desc"))
+    conv_desc = args.get("conv_desc")
+    if direction is None or x_desc is None or w_desc is None or conv_desc is None:
+        return None
+    spec = ConvSpec.from_descriptors(x_desc, w_desc, conv_desc)
+    notes = []
+    layout = x_desc.format
+    if layout == "strided":
+        notes.append(f"x has strides {x_desc.strides}; the reproducer uses tridnn.testing's strided view")
+    y_desc = args.get("y_desc", args.get("dy_desc"))
+    if y_desc is not None and y_desc.format != layout:
+        notes.append(f"y is {y_desc.format} while x is {layout}; the reproducer uses {layout} for both")
+    if name.startswith("find_"):
+        algo = "find"
+    else:
+        algo = _algo_name(direction, args.get("algo"))
+    alpha = args.get("alpha", args.get("alpha1", 1.0))
+    beta = args.get("beta", 0.0)
+    if name == "convolution_bias_activation_forward":
+        notes.append("re-runs the convolution only (alpha1 * conv(x, w)); z, bias and the "
+                     "activation are not part of the reproducer")
+        beta = 0.0
+    handle = args.get("handle")
+    command = conv_command(spec, direction, x_desc.dtype, layout, algo, conv_desc.mode,
+                           conv_desc.math_type, alpha, beta, getattr(handle, "device", "cpu"),
+                           w_desc.format.name)
+    return command, notes
+
+
+def _functional_conv_reproducer(name, args):
+    from .api.functional import padding_pairs
+    from .arrays import shape_strides_dtype
+    from .descriptors import FilterDescriptor, TensorDescriptor
+    from .descriptors.convolution import per_dim
+    direction = {"conv": "fwd", "conv_backward_data": "bwd_data",
+                 "conv_backward_filter": "bwd_filter"}[name]
+    if direction == "bwd_data":
+        image, x_shape = args["dy"], tuple(args["x_shape"])
+        w_shape, w = shape_strides_dtype(args["w"])[0], args["w"]
+    else:
+        image = args["x"]
+        x_shape = tuple(shape_strides_dtype(image)[0])
+        w = args.get("w")
+        w_shape = tuple(args["w_shape"]) if direction == "bwd_filter" else shape_strides_dtype(w)[0]
+    nd = len(x_shape) - 2
+    stride = per_dim("stride", args.get("stride", 1), nd, 1)
+    dilation = per_dim("dilation", args.get("dilation", 1), nd, 1)
+    pre, post = padding_pairs(args.get("padding", 0), nd, x_shape[2:], tuple(w_shape[2:]), stride, dilation)
+    spec = ConvSpec(x_shape[0], x_shape[1], w_shape[0], tuple(x_shape[2:]), tuple(w_shape[2:]), stride,
+                    pre, post, dilation, args.get("groups", 1))
+    image_desc = TensorDescriptor.like(image)
+    if w is not None:
+        filter_layout = FilterDescriptor.like(w).format.name
+    else:
+        fmt = args.get("filter_format")
+        filter_layout = str(getattr(fmt, "name", fmt)).upper()
+    device = str(getattr(image, "device", "cpu"))
+    algo = _algo_name(direction, args.get("algo", "auto"))
+    math_type = args.get("math_type") or "DEFAULT"
+    command = conv_command(spec, direction, image_desc.dtype, image_desc.format, algo,
+                           args.get("mode", "cross_correlation"), math_type, 1.0, 0.0,
+                           "cpu" if device == "cpu" else device,
+                           filter_layout if filter_layout in ("NCHW", "NHWC") else None)
+    return command, []
