@@ -49,6 +49,9 @@ from .api.tensor_ops import (add_tensor, get_reduction_indices_size,  # noqa: E4
                              get_reduction_workspace_size, op_tensor, reduce_tensor, scale_tensor,
                              set_tensor, transform_tensor)
 
+from .api.dropout import dropout_backward, dropout_forward  # noqa: E402
+from .api.lrn import lrn_cross_channel_backward, lrn_cross_channel_forward  # noqa: E402
+
 # Keep this block last (add exports above it): wraps every API function exported above for
 # TRIDNN_LOGLEVEL call logging; tests/test_logging.py checks that none is missed.
 from .logging import log_api_calls as _log_api_calls  # noqa: E402
