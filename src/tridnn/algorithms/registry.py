@@ -37,6 +37,12 @@ TABLE = [
     (18, "numpy", "conv", "bwd_filter", "tridnn.cpu.conv_bwd_filter_winograd:WinogradNonfusedBackwardFilter"),
     (19, "numpy", "conv", "bwd_filter", "tridnn.cpu.conv_bwd_filter_fft:FftTilingBackwardFilter"),
     # ids 100-149: Triton convolution (all directions)
+    (100, "triton", "conv", "fwd", "tridnn.cuda.conv_implicit_gemm:ImplicitGemmForward"),
+    (101, "triton", "conv", "fwd", "tridnn.cuda.conv_precomp_gemm:PrecompGemmForward"),
+    (103, "triton", "conv", "fwd", "tridnn.cuda.conv_direct:DirectForward"),
+    (121, "triton", "conv", "bwd_data", "tridnn.cuda.conv_bwd_data_implicit_gemm:ImplicitGemmBackwardData"),
+    (130, "triton", "conv", "bwd_filter", "tridnn.cuda.conv_bwd_filter_implicit_gemm:AtomicBackwardFilter"),
+    (131, "triton", "conv", "bwd_filter", "tridnn.cuda.conv_bwd_filter_implicit_gemm:ImplicitGemmBackwardFilter"),
 ]
 
 _lock = threading.Lock()

@@ -30,7 +30,8 @@ def _views(handle, problem, arrays: dict) -> dict:
                                    writable=name == out_name)
     out = views[out_name]
     for name, arr in views.items():
-        if name != out_name and isinstance(arr, np.ndarray) and np.may_share_memory(arr, out):
+        if name != out_name and (np.may_share_memory(arr, out) if isinstance(arr, np.ndarray)
+                                 else getattr(backend, "shares_memory", lambda a, b: False)(arr, out)):
             raise BadParamError(f"output {_ARG_NAMES[problem.direction][out_name]} overlaps input "
                                 f"{_ARG_NAMES[problem.direction][name]}; pass separate buffers")
     return views
@@ -71,7 +72,8 @@ def execute(handle, problem, algorithm, views, workspace, alpha, beta, epilogue=
     if problem.n == 0:  # bwd_filter over an empty batch: the gradient sum is empty
         out[...] = 0 if beta == 0 else beta * out
         return
-    if problem.mode == ConvMode.CONVOLUTION:
+    if problem.mode == ConvMode.CONVOLUTION and not getattr(algorithm, "handles_flip", False):
+        # (algorithms with handles_flip read and write the flipped filter themselves)
         views = dict(views, w=backend.flip_spatial(views["w"], problem.nd))
     buffers = backend.carve(backend.workspace_bytes(workspace), algorithm.buffers(problem))
     if epilogue is None:

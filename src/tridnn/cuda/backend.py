@@ -1,0 +1,208 @@
+"""The Triton backend: torch tensors as arrays, kernels on PyTorch's current stream.
+
+``TritonBackend("cuda:N")`` runs on a GPU; ``TritonBackend("cpu")`` runs the same
+kernels on torch CPU tensors through Triton's interpreter (TRITON_INTERPRET=1 must
+be set before triton is imported). Arrays are taken zero copy: torch tensors as is,
+NumPy arrays on the CPU through ``torch.from_numpy``, and any other DLPack or
+``__cuda_array_interface__`` array (CuPy, JAX) through ``torch.from_dlpack``.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from .. import workspace as ws_layout
+from ..errors import BadParamError, RuntimePrerequisiteMissingError
+from ..types import DataType
+
+TORCH_DTYPE = {
+    DataType.FLOAT: torch.float32,
+    DataType.DOUBLE: torch.float64,
+    DataType.HALF: torch.float16,
+    DataType.BFLOAT16: torch.bfloat16,
+}
+_NUMPY_TO_TORCH = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64,
+                   np.dtype(np.float16): torch.float16, np.dtype(np.uint8): torch.uint8,
+                   np.dtype(np.int32): torch.int32, np.dtype(np.int64): torch.int64,
+                   DataType.BFLOAT16.numpy: torch.bfloat16}
+
+
+def torch_dtype(dtype) -> torch.dtype:
+    """The torch dtype of a DataType or a NumPy dtype."""
+    if isinstance(dtype, DataType):
+        return TORCH_DTYPE[dtype]
+    return _NUMPY_TO_TORCH[np.dtype(dtype)]
+
+
+def to_tensor(array, device: torch.device, name: str = "array") -> torch.Tensor:
+    """``array`` as a torch tensor on ``device``, zero copy; BadParamError otherwise."""
+    if isinstance(array, torch.Tensor):
+        tensor = array
+    elif isinstance(array, np.ndarray):
+        if array.dtype == DataType.BFLOAT16.numpy:  # no bfloat16 in NumPy's DLPack
+            tensor = torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+        else:
+            try:
+                tensor = torch.from_numpy(array)
+            except (TypeError, ValueError) as exc:
+                raise BadParamError(f"{name}: cannot take a NumPy array of dtype {array.dtype} ({exc})") from None
+    elif hasattr(array, "__dlpack__") or hasattr(array, "__cuda_array_interface__"):
+        try:
+            tensor = torch.from_dlpack(array) if hasattr(array, "__dlpack__") else torch.as_tensor(array)
+        except (TypeError, RuntimeError, BufferError, ValueError) as exc:
+            raise BadParamError(f"{name}: cannot take a {type(array).__name__} zero copy through "
+                                f"DLPack ({exc}); pass a torch tensor") from None
+    else:
+        raise BadParamError(f"{name} must be a torch tensor or a DLPack / __cuda_array_interface__ "
+                            f"array, got {type(array).__name__}")
+    if tensor.device != device:
+        raise BadParamError(f"{name} is on device {tensor.device}, but the handle's device is {device}; "
+                            f"move it with .to({str(device)!r}) or use a handle on {tensor.device}")
+    return tensor
+
+
+def as_view(array, desc, name: str, device: torch.device, writable: bool = False) -> torch.Tensor:
+    """The logical strided torch view of ``array`` described by ``desc``, as arrays.as_view."""
+    tensor = to_tensor(array, device, name)
+    want = TORCH_DTYPE[desc.dtype]
+    if tensor.dtype != want:
+        raise BadParamError(f"{name} has dtype {tensor.dtype}, its descriptor says {desc.dtype.name} ({want})")
+    if writable and isinstance(array, np.ndarray) and not array.flags.writeable:
+        raise BadParamError(f"{name} is an output but the array is read-only")
+    dims, strides = tuple(desc.dims), tuple(desc.strides)
+    shape, got = tuple(tensor.shape), tuple(tensor.stride())
+    if shape == dims and all(d <= 1 or a == b for d, a, b in zip(dims, got, strides)):
+        return tensor
+    physical = tuple(desc.physical_dims) if hasattr(desc, "physical_dims") else None
+    if physical is not None and shape == physical and tensor.is_contiguous() and desc.span == desc.size:
+        return tensor.as_strided(dims, strides)
+    raise BadParamError(f"{name} does not match its descriptor: array shape {shape} strides {got}, "
+                        f"descriptor dims {dims} strides {strides}"
+                        + (f" (or a C-contiguous buffer of shape {physical})" if physical else ""))
+
+
+class TritonBackend:
+    name = "triton"
+
+    def __init__(self, device: str = "cuda"):
+        self.device = torch.device(device)
+        if self.device.type == "cuda":
+            if not torch.cuda.is_available():
+                raise RuntimePrerequisiteMissingError(
+                    f"device {device!r} asked for, but torch sees no CUDA GPU; use "
+                    f"Handle(device='cpu', backend='triton') to run the kernels in Triton's interpreter")
+            if self.device.index is None:
+                self.device = torch.device("cuda", torch.cuda.current_device())
+            if self.device.index >= torch.cuda.device_count():
+                raise BadParamError(f"device {device!r} does not exist; this machine has "
+                                    f"{torch.cuda.device_count()} GPU(s)")
+            self.device_name = torch.cuda.get_device_name(self.device)
+            self.l2_bytes = getattr(torch.cuda.get_device_properties(self.device), "L2_cache_size", 64 << 20)
+        else:
+            import os
+            if os.environ.get("TRITON_INTERPRET") != "1":
+                raise RuntimePrerequisiteMissingError(
+                    "the triton backend on the CPU runs through Triton's interpreter: set "
+                    "TRITON_INTERPRET=1 in the environment before importing triton")
+            from . import layer_utils  # noqa: F401  (makes the interpreter loop over runtime bounds)
+            self.device_name = "cpu (triton interpreter)"
+            self.l2_bytes = 0
+        self.interpreted = self.device.type != "cuda"
+        self._flush = None
+
+    # -- arrays ------------------------------------------------------------------
+    def view(self, array, desc, name: str, writable: bool = False) -> torch.Tensor:
+        return as_view(array, desc, name, self.device, writable)
+
+    def empty(self, desc) -> torch.Tensor:
+        return torch.empty_strided(desc.dims, desc.strides, dtype=TORCH_DTYPE[desc.dtype], device=self.device)
+
+    def random(self, desc, rng: np.random.Generator) -> torch.Tensor:
+        out = self.empty(desc)
+        gen = torch.Generator(device=self.device).manual_seed(int(rng.integers(1 << 62)))
+        out.copy_(torch.randn(desc.dims, generator=gen, device=self.device, dtype=torch.float32))
+        return out
+
+    def shares_memory(self, a, b) -> bool:
+        """Whether two views' byte ranges intersect (a cheap, conservative overlap test)."""
+        if a.numel() == 0 or b.numel() == 0:
+            return False
+        def span(t):
+            lo = t.data_ptr()
+            hi = lo + (1 + sum((d - 1) * s for d, s in zip(t.shape, t.stride()))) * t.element_size()
+            return lo, hi
+        (a0, a1), (b0, b1) = span(a), span(b)
+        return a0 < b1 and b0 < a1
+
+    # -- workspace ----------------------------------------------------------------
+    def workspace_bytes(self, ws) -> torch.Tensor:
+        if ws is None:
+            return torch.empty(0, dtype=torch.uint8, device=self.device)
+        tensor = to_tensor(ws, self.device, "workspace")
+        if not tensor.is_contiguous():
+            raise BadParamError("workspace must be a contiguous array")
+        return tensor.reshape(-1).view(torch.uint8)
+
+    def allocate_workspace(self, nbytes: int) -> torch.Tensor:
+        return torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+
+    def carve(self, ws_bytes: torch.Tensor, buffers) -> dict:
+        """Named views into the workspace, laid out exactly as workspace.layout_size counts."""
+        if not buffers:
+            return {}
+        need = ws_layout.layout_size(buffers)
+        if ws_bytes.numel() < need:
+            raise BadParamError(f"workspace of {ws_bytes.numel()} bytes is smaller than the {need} bytes required")
+        base = ws_bytes.data_ptr()
+        views, offset = {}, 0
+        for buf in buffers:
+            start = ws_layout._align(base + offset) - base
+            raw = ws_bytes[start:start + buf.nbytes]
+            views[buf.name] = raw.view(torch_dtype(buf.dtype)).view(buf.shape)
+            offset = start + buf.nbytes
+        return views
+
+    @staticmethod
+    def flip_spatial(array, nd: int):
+        """A copy with the spatial axes reversed (torch has no negative strides). The Triton
+        convolutions flip taps inside their kernels instead (``handles_flip``)."""
+        return torch.flip(array, dims=tuple(range(2, 2 + nd)))
+
+    # -- time -----------------------------------------------------------------------
+    def synchronize(self) -> None:
+        if not self.interpreted:
+            torch.cuda.synchronize(self.device)
+
+    def now(self) -> float:
+        return time.perf_counter()
+
+    def time(self, fn, budget_s: float, min_runs: int = 3, max_runs: int = 20) -> list[float]:
+        """Seconds per call of ``fn``: a warm-up call (compiles and autotunes), then timed calls
+        with CUDA events, each after a write over a buffer twice the L2 so every run starts
+        with a cold cache (as a layer's inputs usually are), until ``budget_s`` is spent."""
+        fn()
+        self.synchronize()
+        if self.interpreted:
+            out = []
+            while len(out) < min_runs:
+                start = time.perf_counter()
+                fn()
+                out.append(time.perf_counter() - start)
+            return out
+        if self._flush is None:
+            self._flush = torch.empty(2 * max(self.l2_bytes, 1 << 20), dtype=torch.uint8, device=self.device)
+        stream = torch.cuda.current_stream(self.device)
+        times, spent = [], 0.0
+        while len(times) < min_runs or (spent < budget_s and len(times) < max_runs):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            self._flush.zero_()
+            start.record(stream)
+            fn()
+            end.record(stream)
+            end.synchronize()
+            elapsed = start.elapsed_time(end) * 1e-3
+            times.append(elapsed)
+            spent += elapsed + 20e-6
+        return times

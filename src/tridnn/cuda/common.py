@@ -1,0 +1,96 @@
+"""Pieces shared by the Triton convolution algorithms: the base class, row indexing,
+and the per-problem launch-config tuner."""
+from __future__ import annotations
+
+import threading
+
+import torch
+import triton
+import triton.language as tl
+
+from ..algorithms.base import Algorithm
+from .geometry import unsupported_dtype
+
+
+class TritonConvAlgorithm(Algorithm):
+    """Base of the Triton convolutions. ``handles_flip``: the kernels read CONVOLUTION
+    mode's flipped filter (and write the flipped filter gradient) by reversing the tap
+    index, so the API passes the filter unflipped."""
+    backend = "triton"
+    handles_flip = True
+    exact = True  # integer fills are exact even in tf32; transform methods say False
+
+    def not_applicable(self, problem):
+        return unsupported_dtype(problem)
+
+
+def interpreted(tensor) -> bool:
+    return tensor.device.type != "cuda"
+
+
+def sm_count(device) -> int:
+    if device.type != "cuda":
+        return 4
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+@triton.jit
+def split_rows(offs_m, OD, OH, OW):
+    """Output-pixel row index -> (n, od, oh, ow)."""
+    ow = offs_m % OW
+    t = offs_m // OW
+    oh = t % OH
+    t = t // OH
+    od = t % OD
+    n = t // OD
+    return n, od, oh, ow
+
+
+@triton.jit
+def grouped_tile(pid, num_m, num_n, GROUP_M: tl.constexpr):
+    """Tile (pid_m, pid_n) of a linear program id, GROUP_M row tiles at a time so that
+    neighbouring programs share their A rows and B columns in L2."""
+    width = GROUP_M * num_n
+    group = pid // width
+    first_m = group * GROUP_M
+    size_m = tl.minimum(num_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % width) % size_m
+    pid_n = (pid % width) // size_m
+    return pid_m, pid_n
+
+
+class Tuner:
+    """Chooses a launch config per problem by timing each candidate once on the GPU.
+
+    ``launch(config, out)`` runs the kernel(s) writing into ``out`` (a scratch output
+    during tuning, so the caller's output and beta blending are never disturbed).
+    Under the interpreter the first candidate is taken without timing."""
+
+    def __init__(self):
+        self._best: dict = {}
+        self._lock = threading.Lock()
+
+    def pick(self, key, candidates, launch, out, device):
+        best = self._best.get(key)
+        if best is not None:
+            return best
+        if device.type != "cuda" or len(candidates) == 1:
+            best = candidates[0]
+        else:
+            scratch = torch.empty_strided(out.shape, out.stride(), dtype=out.dtype, device=out.device)
+            timed = []
+            for cfg in candidates:
+                try:
+                    ms = triton.testing.do_bench(lambda: launch(cfg, scratch), warmup=3, rep=15,
+                                                 return_mode="median")
+                except Exception as exc:  # a config that does not fit (shared memory, registers)
+                    if "OutOfResources" not in type(exc).__name__ and "resources" not in str(exc).lower():
+                        raise
+                    continue
+                timed.append((ms, cfg))
+            if not timed:
+                raise RuntimeError(f"no launch config fits this GPU for {key}")
+            best = min(timed, key=lambda t: t[0])[1]
+        with self._lock:
+            self._best[key] = best
+        return best

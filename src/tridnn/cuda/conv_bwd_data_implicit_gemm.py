@@ -1,0 +1,159 @@
+"""Backward data (ALGO_1) in Triton: implicit GEMM over the transposed problem.
+
+dx[n, c, i] = sum over k and taps t of dy[n, k, o] * w[k, c, t], where o * stride
+= i + pad - t * dilation. With stride s, the dx pixels split into s^nd phases
+(i = r + s * j for r in [0, s)); within one phase, exactly the taps with
+t * dilation = r + pad (mod s) contribute, with o = j + (r + pad - t * dilation) / s.
+So each program takes one phase, finds that phase's taps (an arithmetic progression
+per dim: first tap t0, step s / gcd(s, dilation)), and runs a dense GEMM: rows = dx
+pixels of the phase, columns = input channels of a group, reduction over (valid tap,
+output channel). No multiply is spent on a tap that misses, and no atomics are
+needed: each dx element is written once (deterministic), blended with alpha/beta.
+"""
+from __future__ import annotations
+
+import math
+
+import triton
+import triton.language as tl
+
+from ..types import ConvBwdDataAlgo
+from .common import TritonConvAlgorithm, Tuner, grouped_tile, split_rows
+from .conv_implicit_gemm import gemm_estimate
+from .epilogue import store_tile
+from .geometry import geometry, input_precision, needs_int64, strides5
+
+
+NONE: tl.constexpr = 1 << 30
+
+
+@triton.jit
+def _first_tap(r, pad, dil, s, step):
+    """Smallest t in [0, step) with (r + pad - t * dil) divisible by s; NONE if none."""
+    t0 = step * 0 + NONE
+    for t in range(0, step):
+        hit = ((r + pad - t * dil) % s == 0) & (t0 == NONE)
+        t0 = tl.where(hit, t, t0)
+    return t0
+
+
+@triton.jit
+def conv_bwd_data_kernel(
+        dy_ptr, w_ptr, dx_ptr,
+        Cg, Kg, ID, IH, IW, OD, OH, OW, KD, KH, KW, N,
+        SD, SH, SW, PD, PH, PW, DD, DH, DW, STEP_D, STEP_H, STEP_W,
+        dys_n, dys_k, dys_d, dys_h, dys_w,
+        ws_k, ws_c, ws_d, ws_h, ws_w,
+        xs_n, xs_c, xs_d, xs_h, xs_w,
+        alpha, beta,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+        FLIP: tl.constexpr, PREC: tl.constexpr, BETA_ZERO: tl.constexpr, INT64: tl.constexpr):
+    pid = tl.program_id(0)
+    g = tl.program_id(1)
+    phase = tl.program_id(2)
+    rw = phase % SW
+    rh = (phase // SW) % SH
+    rd = phase // (SW * SH)
+    # this phase's dx pixels: i = r + s * j
+    JD = (ID - rd + SD - 1) // SD
+    JH = (IH - rh + SH - 1) // SH
+    JW = (IW - rw + SW - 1) // SW
+    M = N * JD * JH * JW
+    num_m = tl.cdiv(M, BLOCK_M)
+    num_n = tl.cdiv(Cg, BLOCK_N)
+    pid_m, pid_n = grouped_tile(pid, tl.cdiv(N * tl.cdiv(ID, SD) * tl.cdiv(IH, SH) * tl.cdiv(IW, SW), BLOCK_M),
+                                num_n, GROUP_M)
+    if pid_m < num_m:
+        # this phase's taps, per dim: t = t0 + step * a, a < count
+        td0 = _first_tap(rd, PD, DD, SD, STEP_D)
+        th0 = _first_tap(rh, PH, DH, SH, STEP_H)
+        tw0 = _first_tap(rw, PW, DW, SW, STEP_W)
+        cnt_d = tl.where(td0 < KD, (KD - td0 + STEP_D - 1) // STEP_D, 0)
+        cnt_h = tl.where(th0 < KH, (KH - th0 + STEP_H - 1) // STEP_H, 0)
+        cnt_w = tl.where(tw0 < KW, (KW - tw0 + STEP_W - 1) // STEP_W, 0)
+        n_taps = cnt_d * cnt_h * cnt_w
+
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        offs_k = tl.arange(0, BLOCK_K)
+        mask_m = offs_m < M
+        mask_n = offs_n < Cg
+        nn, jd, jh, jw = split_rows(offs_m, JD, JH, JW)
+        if INT64:
+            nn = nn.to(tl.int64)
+        dy_row = nn * dys_n + (g * Kg) * dys_k
+        w_col = (g * Kg) * ws_k + offs_n * ws_c
+
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        n_kblk = tl.cdiv(Kg, BLOCK_K)
+        for it in range(0, n_taps * n_kblk):
+            tap = it // n_kblk
+            k = (it % n_kblk) * BLOCK_K + offs_k
+            a_w = tap % cnt_w
+            a_h = (tap // cnt_w) % cnt_h
+            a_d = tap // (cnt_w * cnt_h)
+            td = td0 + a_d * STEP_D
+            th = th0 + a_h * STEP_H
+            tw = tw0 + a_w * STEP_W
+            od = jd + (rd + PD - td * DD) // SD
+            oh = jh + (rh + PH - th * DH) // SH
+            ow = jw + (rw + PW - tw * DW) // SW
+            ok = mask_m & (od >= 0) & (od < OD) & (oh >= 0) & (oh < OH) & (ow >= 0) & (ow < OW)
+            mask_k = k < Kg
+            a = tl.load(dy_ptr + (dy_row + od * dys_d + oh * dys_h + ow * dys_w)[:, None] + k[None, :] * dys_k,
+                        mask=ok[:, None] & mask_k[None, :], other=0.0)
+            if FLIP:
+                td = KD - 1 - td
+                th = KH - 1 - th
+                tw = KW - 1 - tw
+            b = tl.load(w_ptr + (td * ws_d + th * ws_h + tw * ws_w) + w_col[None, :] + k[:, None] * ws_k,
+                        mask=mask_k[:, None] & mask_n[None, :], other=0.0)
+            acc = tl.dot(a, b, acc, input_precision=PREC)
+
+        row_x = nn * xs_n + (rd + SD * jd) * xs_d + (rh + SH * jh) * xs_h + (rw + SW * jw) * xs_w
+        store_tile(acc, row_x, row_x, g * Cg + offs_n, mask_m, mask_n, dx_ptr, xs_c, dx_ptr, 0, dx_ptr, 0,
+                   alpha, beta, 0.0, 0.0, 1.0, -1, False, False, BETA_ZERO)
+
+
+def _cfg(bm, bn, bk, warps, stages):
+    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)
+
+
+GPU_CONFIGS_16 = [_cfg(128, 128, 64, 8, 3), _cfg(128, 128, 64, 4, 4), _cfg(128, 64, 64, 4, 4),
+                  _cfg(64, 128, 64, 4, 4), _cfg(256, 128, 64, 8, 3), _cfg(64, 64, 64, 4, 4)]
+GPU_CONFIGS_32 = [_cfg(128, 128, 32, 8, 3), _cfg(128, 64, 32, 4, 4), _cfg(64, 128, 32, 4, 4),
+                  _cfg(64, 64, 32, 4, 4)]
+
+
+def launch_bwd_data(problem, dy, w, dx, alpha, beta, cfg):
+    geo = geometry(problem)
+    nd = problem.nd
+    steps = tuple(s // math.gcd(s, d) for s, d in zip(geo.stride, geo.dil))
+    phases = geo.stride[0] * geo.stride[1] * geo.stride[2]
+    rows_max = geo.n * math.prod(triton.cdiv(i, s) for i, s in zip(geo.inp, geo.stride))
+    grid = (triton.cdiv(rows_max, cfg["BLOCK_M"]) * triton.cdiv(geo.cg, cfg["BLOCK_N"]), geo.groups, phases)
+    conv_bwd_data_kernel[grid](
+        dy, w, dx, geo.cg, geo.kg, *geo.inp, *geo.out, *geo.ker, geo.n, *geo.stride, *geo.pad, *geo.dil,
+        *steps, *strides5(dy, nd), *strides5(w, nd), *strides5(dx, nd), float(alpha), float(beta),
+        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=8,
+        FLIP=problem.mode == 0, PREC=input_precision(problem), BETA_ZERO=beta == 0,
+        INT64=needs_int64(dy, dx), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+
+
+class ImplicitGemmBackwardData(TritonConvAlgorithm):
+    direction = "bwd_data"
+    enum = ConvBwdDataAlgo.ALGO_1
+    tuner = Tuner()
+
+    def estimate(self, problem):
+        return gemm_estimate(problem, efficiency=0.9)
+
+    def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
+        dx, w, dy = tensors["x"], tensors["w"], tensors["y"]
+        if dx.device.type != "cuda":
+            cands = [_cfg(16, 16, 16, 1, 1)]
+        else:
+            cands = GPU_CONFIGS_32 if problem.dtype.itemsize == 4 else GPU_CONFIGS_16
+        cfg = self.tuner.pick((problem.key(), "bwd-data"), cands,
+                              lambda c, out: launch_bwd_data(problem, dy, w, out, 1.0, 0.0, c), dx, dx.device)
+        launch_bwd_data(problem, dy, w, dx, alpha, beta, cfg)

@@ -1,0 +1,207 @@
+"""Backward filter in Triton: implicit GEMM with split-K over the pixels.
+
+dw[k, c, t] = sum over n and output pixels o of dy[n, k, o] * x[n, c, o*s - p + t*d].
+Per kernel tap t (and group) this is a GEMM: rows = output channels, columns = input
+channels, and a long reduction over N x output pixels (e.g. 64 x 56 x 56 = 200k),
+while the result is small. So the reduction is split into slices (split-K), each
+program owning one (row tile, column tile, tap, slice); the A tile is dy gathered
+channel-contiguous and transposed, the B tile x gathered at the tap's offset.
+
+Slices are combined in one of two ways:
+- ALGO_1 (deterministic): each slice writes a float32 partial to the workspace and
+  ``wgrad_finish`` sums them in slice order, then blends alpha/beta into dw.
+- ALGO_0 (non-deterministic): slices ``atomic_add`` into one float32 accumulator in
+  the workspace (less memory, order of additions varies), then the same finish.
+CONVOLUTION mode writes each tap to its flipped position.
+"""
+from __future__ import annotations
+
+import numpy as np
+import triton
+import triton.language as tl
+
+from ..types import ConvBwdFilterAlgo
+from ..workspace import Buffer
+from .common import TritonConvAlgorithm, Tuner, sm_count, split_rows
+from .conv_implicit_gemm import gemm_estimate
+from .geometry import geometry, input_precision, needs_int64, strides5
+
+MAX_PARTIAL_BYTES = 256 << 20
+
+
+@triton.jit
+def conv_wgrad_kernel(
+        x_ptr, dy_ptr, part_ptr,
+        P, Cg, Kg, ID, IH, IW, OD, OH, OW, KD, KH, KW,
+        SD, SH, SW, PD, PH, PW, DD, DH, DW,
+        xs_n, xs_c, xs_d, xs_h, xs_w,
+        dys_n, dys_k, dys_d, dys_h, dys_w,
+        pix_per_split,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+        ATOMIC: tl.constexpr, PREC: tl.constexpr, INT64: tl.constexpr):
+    pid = tl.program_id(0)
+    tg = tl.program_id(1)          # tap * groups + group
+    split = tl.program_id(2)
+    G = tl.num_programs(1) // (KD * KH * KW)
+    g = tg % G
+    tap = tg // G
+    num_n = tl.cdiv(Cg, BLOCK_N)
+    pid_m = pid // num_n
+    pid_n = pid % num_n
+    tw = tap % KW
+    th = (tap // KW) % KH
+    td = tap // (KW * KH)
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)   # output channels within the group
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)   # input channels within the group
+    mask_m = offs_m < Kg
+    mask_n = offs_n < Cg
+    k_col = (g * Kg + offs_m) * dys_k
+    c_col = (g * Cg + offs_n) * xs_c
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    start = split * pix_per_split
+    end = tl.minimum(start + pix_per_split, P)
+    for p0 in range(start, end, BLOCK_K):
+        offs_p = p0 + tl.arange(0, BLOCK_K)
+        mask_p = offs_p < end
+        nn, od, oh, ow = split_rows(offs_p, OD, OH, OW)
+        if INT64:
+            nn = nn.to(tl.int64)
+        idd = od * SD - PD + td * DD
+        ih = oh * SH - PH + th * DH
+        iw = ow * SW - PW + tw * DW
+        ok = mask_p & (idd >= 0) & (idd < ID) & (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)
+        dy_row = nn * dys_n + od * dys_d + oh * dys_h + ow * dys_w
+        x_row = nn * xs_n + idd * xs_d + ih * xs_h + iw * xs_w
+        a = tl.load(dy_ptr + k_col[:, None] + dy_row[None, :], mask=mask_m[:, None] & mask_p[None, :], other=0.0)
+        b = tl.load(x_ptr + x_row[:, None] + c_col[None, :], mask=ok[:, None] & mask_n[None, :], other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=PREC)
+
+    # partial layout [slices, K, T, Cg] (float32)
+    K = Kg * G
+    T = KD * KH * KW
+    slot = 0 if ATOMIC else split
+    rows = ((slot * K + g * Kg + offs_m).to(tl.int64) * T + tap) * Cg
+    ptrs = part_ptr + rows[:, None] + offs_n[None, :]
+    mask = mask_m[:, None] & mask_n[None, :]
+    if ATOMIC:
+        tl.atomic_add(ptrs, acc, mask=mask)
+    else:
+        tl.store(ptrs, acc, mask=mask)
+
+
+@triton.jit
+def wgrad_finish(part_ptr, dw_ptr, K, T, Cg, SLICES, KD, KH, KW,
+                 ws_k, ws_c, ws_d, ws_h, ws_w, alpha, beta,
+                 BLOCK: tl.constexpr, FLIP: tl.constexpr, BETA_ZERO: tl.constexpr):
+    """dw = alpha * (sum of the slices, in order) + beta * dw, at dw's strides."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    total = K * T * Cg
+    mask = offs < total
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s in range(0, SLICES):
+        acc += tl.load(part_ptr + s * total + offs, mask=mask, other=0.0)
+    c = offs % Cg
+    tap = (offs // Cg) % T
+    k = offs // (Cg * T)
+    tw = tap % KW
+    th = (tap // KW) % KH
+    td = tap // (KW * KH)
+    if FLIP:
+        td = KD - 1 - td
+        th = KH - 1 - th
+        tw = KW - 1 - tw
+    ptrs = dw_ptr + k * ws_k + c * ws_c + td * ws_d + th * ws_h + tw * ws_w
+    v = acc * alpha
+    if not BETA_ZERO:
+        v += beta * tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(ptrs, v.to(dw_ptr.dtype.element_ty), mask=mask)
+
+
+def _cfg(bm, bn, bk, warps, stages):
+    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)
+
+
+GPU_CONFIGS_16 = [_cfg(128, 128, 64, 8, 3), _cfg(128, 64, 64, 4, 4), _cfg(64, 128, 64, 4, 4),
+                  _cfg(64, 64, 64, 4, 4), _cfg(128, 128, 32, 4, 4)]
+GPU_CONFIGS_32 = [_cfg(128, 128, 32, 8, 3), _cfg(64, 128, 32, 4, 4), _cfg(128, 64, 32, 4, 4),
+                  _cfg(64, 64, 32, 4, 4)]
+INTERPRETER_CONFIG = _cfg(16, 16, 16, 1, 1)
+
+
+def slices_for(geo, cfg, sms, cap) -> int:
+    tiles = triton.cdiv(geo.kg, cfg["BLOCK_M"]) * triton.cdiv(geo.cg, cfg["BLOCK_N"]) * geo.taps * geo.groups
+    pixels = geo.out_pixels
+    want = triton.cdiv(2 * sms, tiles)
+    most = max(1, pixels // (4 * cfg["BLOCK_K"]))
+    return max(1, min(want, most, cap))
+
+
+class _WgradBase(TritonConvAlgorithm):
+    direction = "bwd_filter"
+    atomic = False
+
+    def _cap(self, problem):
+        geo = geometry(problem)
+        one = geo.k * geo.taps * geo.cg * 4
+        return 1 if self.atomic else max(1, min(64, MAX_PARTIAL_BYTES // max(one, 1)))
+
+    def buffers(self, problem):
+        geo = geometry(problem)
+        return [Buffer("part", (self._cap(problem), geo.k, geo.taps, geo.cg), np.float32)]
+
+    def estimate(self, problem):
+        return gemm_estimate(problem, efficiency=0.8 if self.atomic else 0.85)
+
+    def _launch(self, problem, x, dy, dw, part, alpha, beta, cfg):
+        geo = geometry(problem)
+        nd = problem.nd
+        slices = cfg["slices"]
+        per = triton.cdiv(triton.cdiv(geo.out_pixels, slices), cfg["BLOCK_K"]) * cfg["BLOCK_K"]
+        slices = triton.cdiv(geo.out_pixels, per)
+        if self.atomic:
+            part.zero_()
+        grid = (triton.cdiv(geo.kg, cfg["BLOCK_M"]) * triton.cdiv(geo.cg, cfg["BLOCK_N"]),
+                geo.taps * geo.groups, slices)
+        conv_wgrad_kernel[grid](
+            x, dy, part, geo.out_pixels, geo.cg, geo.kg, *geo.inp, *geo.out, *geo.ker, *geo.stride,
+            *geo.pad, *geo.dil, *strides5(x, nd), *strides5(dy, nd), per,
+            BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], ATOMIC=self.atomic,
+            PREC=input_precision(problem), INT64=needs_int64(x, dy),
+            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        total = geo.k * geo.taps * geo.cg
+        block = 1024 if dw.device.type == "cuda" else 64
+        wgrad_finish[(triton.cdiv(total, block),)](
+            part, dw, geo.k, geo.taps, geo.cg, 1 if self.atomic else slices, *geo.ker, *strides5(dw, nd),
+            float(alpha), float(beta), BLOCK=block, FLIP=problem.mode == 0, BETA_ZERO=beta == 0)
+
+    def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
+        x, dw, dy = tensors["x"], tensors["w"], tensors["y"]
+        part = workspace["part"]
+        geo = geometry(problem)
+        cap = part.shape[0]
+        if dw.device.type != "cuda":
+            cands = [dict(INTERPRETER_CONFIG, slices=3 if not self.atomic else 2)]
+        else:
+            sms = sm_count(dw.device)
+            base = GPU_CONFIGS_32 if problem.dtype.itemsize == 4 else GPU_CONFIGS_16
+            cands = [dict(c, slices=slices_for(geo, c, sms, 64 if self.atomic else cap)) for c in base]
+        cfg = self.tuner.pick((problem.key(), "wgrad", self.atomic), cands,
+                              lambda c, out: self._launch(problem, x, dy, out, part, 1.0, 0.0, c), dw, dw.device)
+        self._launch(problem, x, dy, dw, part, alpha, beta, cfg)
+
+
+class ImplicitGemmBackwardFilter(_WgradBase):
+    """ALGO_1: split-K with a fixed-order reduction: deterministic."""
+    enum = ConvBwdFilterAlgo.ALGO_1
+    deterministic = True
+    tuner = Tuner()
+
+
+class AtomicBackwardFilter(_WgradBase):
+    """ALGO_0: split-K slices added with float32 atomics: less workspace, not deterministic."""
+    enum = ConvBwdFilterAlgo.ALGO_0
+    deterministic = False
+    atomic = True
+    tuner = Tuner()

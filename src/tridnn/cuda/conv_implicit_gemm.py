@@ -1,0 +1,315 @@
+"""IMPLICIT_GEMM forward convolution in Triton: the GEMM of im2col, never built.
+
+The convolution is a GEMM with rows = output pixels (n, od, oh, ow), columns = output
+channels of a group, and the reduction over (kernel tap, input channel). Each program
+computes a BLOCK_M x BLOCK_N tile of y. Its reduction loop walks the taps and, inside
+each tap, BLOCK_K input channels at a time: the A tile is gathered straight from x
+(for NHWC, each row is a contiguous run of channels, so loads are wide) with padding
+as masked-out rows, the B tile comes from the filter, and ``tl.dot`` accumulates in
+float32 on tensor cores (float16, bfloat16; float32 as tf32 under TENSOR_OP math or in
+strict IEEE float32 otherwise). The tile ends in the fused epilogue (epilogue.py).
+
+When input channels per group are few (the first layer of a network, C = 3), the
+reduction runs over (tap, channel) pairs flattened, so no tile is mostly padding.
+
+The same kernel serves IMPLICIT_PRECOMP_GEMM (PRECOMP: row and tap offsets read from
+tables in the workspace instead of computed) and split-K (SPLIT_K > 1: each program
+reduces a slice of the loop into a float32 partial in the workspace; ``splitk_finish``
+sums the slices in a fixed order, so the result is deterministic).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..types import ConvFwdAlgo
+from .common import TritonConvAlgorithm, Tuner, grouped_tile, sm_count, split_rows
+from .epilogue import launch_args, spec_of, store_tile
+from .geometry import geometry, input_precision, needs_int64, strides5
+
+FLAT_BELOW = 16  # input channels per group under which the (tap, channel) loop is flattened
+
+
+@triton.jit
+def conv_fwd_kernel(
+        x_ptr, w_ptr, y_ptr, part_ptr, rows_ptr, taps_ptr, bias_ptr, z_ptr,
+        M, Cg, Kg, ID, IH, IW, OD, OH, OW, KD, KH, KW,
+        SD, SH, SW, PD, PH, PW, DD, DH, DW,
+        xs_n, xs_c, xs_d, xs_h, xs_w,
+        ws_k, ws_c, ws_d, ws_h, ws_w,
+        ys_n, ys_k, ys_d, ys_h, ys_w,
+        zs_n, zs_k, zs_d, zs_h, zs_w, bias_stride,
+        alpha, beta, alpha2, coef, swish_beta, iters_per_split,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+        SPLIT_K: tl.constexpr, FLAT: tl.constexpr, PRECOMP: tl.constexpr, FLIP: tl.constexpr,
+        PREC: tl.constexpr, ACT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr,
+        BETA_ZERO: tl.constexpr, INT64: tl.constexpr):
+    pid = tl.program_id(0)
+    g = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    num_m = tl.cdiv(M, BLOCK_M)
+    num_n = tl.cdiv(Kg, BLOCK_N)
+    pid_m, pid_n = grouped_tile(pid, num_m, num_n, GROUP_M)
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    mask_m = offs_m < M
+    mask_n = offs_n < Kg
+    T = KD * KH * KW
+
+    # Per output pixel: where its receptive field starts in x.
+    if PRECOMP:
+        # rows table: int64 [M, 2] = (x offset of (n, id0, ih0, iw0), packed id0/ih0/iw0)
+        x_row = tl.load(rows_ptr + offs_m * 2, mask=mask_m, other=0)
+        packed = tl.load(rows_ptr + offs_m * 2 + 1, mask=mask_m, other=0)
+        id0 = (packed >> 42).to(tl.int32) - (1 << 20)
+        ih0 = ((packed >> 21) & 0x1FFFFF).to(tl.int32) - (1 << 20)
+        iw0 = (packed & 0x1FFFFF).to(tl.int32) - (1 << 20)
+        if not INT64:
+            x_row = x_row.to(tl.int32)
+    else:
+        nn, od, oh, ow = split_rows(offs_m, OD, OH, OW)
+        if INT64:
+            nn = nn.to(tl.int64)
+        id0 = od * SD - PD
+        ih0 = oh * SH - PH
+        iw0 = ow * SW - PW
+        x_row = nn * xs_n + id0 * xs_d + ih0 * xs_h + iw0 * xs_w
+    x_row += (g * Cg) * xs_c
+    w_col = (g * Kg + offs_n) * ws_k
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if FLAT:
+        total = tl.cdiv(T * Cg, BLOCK_K)
+    else:
+        n_cblk = tl.cdiv(Cg, BLOCK_K)
+        total = T * n_cblk
+    start = pid_k * iters_per_split
+    end = tl.minimum(start + iters_per_split, total)
+    for it in range(start, end):
+        if FLAT:
+            r = it * BLOCK_K + offs_k  # (tap, channel) pairs
+            c = r % Cg
+            tap = r // Cg
+            kw = tap % KW
+            kh = (tap // KW) % KH
+            kd = tap // (KW * KH)
+            dd = kd * DD
+            dh = kh * DH
+            dw = kw * DW
+            ok = (mask_m[:, None] & (tap < T)[None, :]
+                  & (id0[:, None] + dd[None, :] >= 0) & (id0[:, None] + dd[None, :] < ID)
+                  & (ih0[:, None] + dh[None, :] >= 0) & (ih0[:, None] + dh[None, :] < IH)
+                  & (iw0[:, None] + dw[None, :] >= 0) & (iw0[:, None] + dw[None, :] < IW))
+            a = tl.load(x_ptr + x_row[:, None] + (dd * xs_d + dh * xs_h + dw * xs_w + c * xs_c)[None, :],
+                        mask=ok, other=0.0)
+            if FLIP:
+                kd = KD - 1 - kd
+                kh = KH - 1 - kh
+                kw = KW - 1 - kw
+            b = tl.load(w_ptr + w_col[None, :] + (c * ws_c + kd * ws_d + kh * ws_h + kw * ws_w)[:, None],
+                        mask=(tap < T)[:, None] & mask_n[None, :], other=0.0)
+        else:
+            tap = it // n_cblk
+            c = (it % n_cblk) * BLOCK_K + offs_k
+            if PRECOMP:
+                # taps table: int64 [T, 3] = (x offset delta, packed dd/dh/dw, w offset)
+                x_delta = tl.load(taps_ptr + tap * 3)
+                tpack = tl.load(taps_ptr + tap * 3 + 1)
+                w_off = tl.load(taps_ptr + tap * 3 + 2)
+                dd = (tpack >> 42).to(tl.int32)
+                dh = ((tpack >> 21) & 0x1FFFFF).to(tl.int32)
+                dw = (tpack & 0x1FFFFF).to(tl.int32)
+                if not INT64:
+                    x_delta = x_delta.to(tl.int32)
+                    w_off = w_off.to(tl.int32)
+            else:
+                kw = tap % KW
+                kh = (tap // KW) % KH
+                kd = tap // (KW * KH)
+                dd = kd * DD
+                dh = kh * DH
+                dw = kw * DW
+                x_delta = dd * xs_d + dh * xs_h + dw * xs_w
+                if FLIP:
+                    kd = KD - 1 - kd
+                    kh = KH - 1 - kh
+                    kw = KW - 1 - kw
+                w_off = kd * ws_d + kh * ws_h + kw * ws_w
+            ok = (mask_m & (id0 + dd >= 0) & (id0 + dd < ID) & (ih0 + dh >= 0) & (ih0 + dh < IH)
+                  & (iw0 + dw >= 0) & (iw0 + dw < IW))
+            mask_c = c < Cg
+            a = tl.load(x_ptr + (x_row + x_delta)[:, None] + c[None, :] * xs_c,
+                        mask=ok[:, None] & mask_c[None, :], other=0.0)
+            b = tl.load(w_ptr + w_off + w_col[None, :] + c[:, None] * ws_c,
+                        mask=mask_c[:, None] & mask_n[None, :], other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=PREC)
+
+    cols = g * Kg + offs_n
+    if SPLIT_K > 1:
+        # float32 partial [SPLIT_K, M, K]; splitk_finish blends and stores
+        Ktot = Kg * tl.num_programs(1)
+        prow = (pid_k * M + offs_m).to(tl.int64) * Ktot
+        tl.store(part_ptr + prow[:, None] + cols[None, :], acc, mask=mask_m[:, None] & mask_n[None, :])
+    else:
+        nn, od, oh, ow = split_rows(offs_m, OD, OH, OW)
+        if INT64:
+            nn = nn.to(tl.int64)
+        row_y = nn * ys_n + od * ys_d + oh * ys_h + ow * ys_w
+        row_z = nn * zs_n + od * zs_d + oh * zs_h + ow * zs_w
+        store_tile(acc, row_y, row_z, cols, mask_m, mask_n, y_ptr, ys_k, z_ptr, zs_k, bias_ptr,
+                   bias_stride, alpha, beta, alpha2, coef, swish_beta, ACT, HAS_BIAS, HAS_Z, BETA_ZERO)
+
+
+@triton.jit
+def splitk_finish(part_ptr, y_ptr, bias_ptr, z_ptr, M, K, OD, OH, OW, SPLIT,
+                  ys_n, ys_k, ys_d, ys_h, ys_w, zs_n, zs_k, zs_d, zs_h, zs_w, bias_stride,
+                  alpha, beta, alpha2, coef, swish_beta,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ACT: tl.constexpr,
+                  HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr, BETA_ZERO: tl.constexpr,
+                  INT64: tl.constexpr):
+    """y = epilogue(sum over s of part[s]), summed in order s = 0, 1, ... (deterministic)."""
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_m = offs_m < M
+    mask_n = offs_n < K
+    mask = mask_m[:, None] & mask_n[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for s in range(0, SPLIT):
+        prow = (s * M + offs_m).to(tl.int64) * K
+        acc += tl.load(part_ptr + prow[:, None] + offs_n[None, :], mask=mask, other=0.0)
+    nn, od, oh, ow = split_rows(offs_m, OD, OH, OW)
+    if INT64:
+        nn = nn.to(tl.int64)
+    row_y = nn * ys_n + od * ys_d + oh * ys_h + ow * ys_w
+    row_z = nn * zs_n + od * zs_d + oh * zs_h + ow * zs_w
+    store_tile(acc, row_y, row_z, offs_n, mask_m, mask_n, y_ptr, ys_k, z_ptr, zs_k, bias_ptr,
+               bias_stride, alpha, beta, alpha2, coef, swish_beta, ACT, HAS_BIAS, HAS_Z, BETA_ZERO)
+
+
+# -- launch configs -------------------------------------------------------------------
+def _cfg(bm, bn, bk, warps, stages, split=1):
+    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages, SPLIT_K=split)
+
+
+GPU_CONFIGS_16 = [_cfg(128, 128, 64, 8, 3), _cfg(128, 128, 64, 4, 4), _cfg(128, 64, 64, 4, 4),
+                  _cfg(64, 128, 64, 4, 4), _cfg(256, 128, 64, 8, 3), _cfg(128, 256, 64, 8, 3),
+                  _cfg(64, 64, 64, 4, 4), _cfg(128, 128, 32, 4, 4)]
+GPU_CONFIGS_32 = [_cfg(128, 128, 32, 8, 3), _cfg(128, 64, 32, 4, 4), _cfg(64, 128, 32, 4, 4),
+                  _cfg(64, 64, 32, 4, 4), _cfg(128, 128, 16, 4, 4)]
+INTERPRETER_CONFIG = _cfg(16, 16, 16, 1, 1)
+
+
+def flat_reduction(geo) -> bool:
+    return geo.cg < FLAT_BELOW
+
+
+def split_for(geo, cfg, sms, max_split=16) -> int:
+    """Slices of the reduction loop so a small output still fills the GPU."""
+    tiles = triton.cdiv(geo.out_pixels, cfg["BLOCK_M"]) * triton.cdiv(geo.kg, cfg["BLOCK_N"]) * geo.groups
+    iters = (triton.cdiv(geo.taps * geo.cg, cfg["BLOCK_K"]) if flat_reduction(geo)
+             else geo.taps * triton.cdiv(geo.cg, cfg["BLOCK_K"]))
+    if tiles * 2 > sms or iters < 8:
+        return 1
+    return max(1, min(max_split, triton.cdiv(sms, tiles), iters // 4))
+
+
+def candidates(problem, geo, device, allow_split: bool):
+    if device.type != "cuda":
+        cfgs = [dict(INTERPRETER_CONFIG)]
+        if allow_split:
+            it = geo.taps * triton.cdiv(geo.cg, 16) if not flat_reduction(geo) else triton.cdiv(geo.taps * geo.cg, 16)
+            if it >= 2:
+                cfgs = [dict(INTERPRETER_CONFIG, SPLIT_K=2)]
+        return cfgs
+    base = GPU_CONFIGS_32 if problem.dtype.itemsize == 4 else GPU_CONFIGS_16
+    out = []
+    sms = sm_count(device)
+    for cfg in base:
+        out.append(cfg)
+        if allow_split:
+            s = split_for(geo, cfg, sms)
+            if s > 1:
+                out.append(dict(cfg, SPLIT_K=s))
+    return out
+
+
+def max_split(problem, geo, device_is_gpu=True) -> int:
+    """Upper bound of SPLIT_K over the candidates (sizes the partial-sum workspace)."""
+    if not device_is_gpu:
+        return 2
+    base = GPU_CONFIGS_32 if problem.dtype.itemsize == 4 else GPU_CONFIGS_16
+    return max(split_for(geo, cfg, 132) for cfg in base + [dict(INTERPRETER_CONFIG)])
+
+
+def launch_forward(problem, x, w, y, alpha, beta, spec, cfg, part=None, rows=None, taps=None):
+    """Run conv_fwd_kernel (and splitk_finish when cfg splits) for y = epilogue(conv(x, w))."""
+    geo = geometry(problem)
+    nd = problem.nd
+    xs, ys = strides5(x, nd), strides5(y, nd)
+    ws = strides5(w, nd)
+    bias, bias_stride, z, zs, alpha2, coef, swish_beta, act, has_bias, has_z = launch_args(spec, y, nd)
+    int64 = needs_int64(x, y, z, w)
+    M = geo.out_pixels
+    flat = flat_reduction(geo)
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    split = cfg["SPLIT_K"]
+    total = triton.cdiv(geo.taps * geo.cg, bk) if flat else geo.taps * triton.cdiv(geo.cg, bk)
+    per_split = triton.cdiv(total, split)
+    split = triton.cdiv(total, per_split)
+    precomp = rows is not None
+    grid = (triton.cdiv(M, bm) * triton.cdiv(geo.kg, bn), geo.groups, split)
+    dummy = y
+    conv_fwd_kernel[grid](
+        x, w, y, part if split > 1 else dummy, rows if precomp else dummy, taps if precomp else dummy,
+        bias, z,
+        M, geo.cg, geo.kg, *geo.inp, *geo.out, *geo.ker, *geo.stride, *geo.pad, *geo.dil,
+        *xs, *ws, *ys, *zs, bias_stride,
+        float(alpha), float(beta), alpha2, coef, swish_beta, per_split,
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, SPLIT_K=split, FLAT=flat, PRECOMP=precomp,
+        FLIP=problem.mode == 0, PREC=input_precision(problem), ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z,
+        BETA_ZERO=beta == 0, INT64=int64, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    if split > 1:
+        fbm, fbn = (64, 64) if y.device.type == "cuda" else (16, 16)
+        splitk_finish[(triton.cdiv(M, fbm), triton.cdiv(geo.k, fbn))](
+            part, y, bias, z, M, geo.k, *geo.out, split, *ys, *zs, bias_stride,
+            float(alpha), float(beta), alpha2, coef, swish_beta,
+            BLOCK_M=fbm, BLOCK_N=fbn, ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z, BETA_ZERO=beta == 0,
+            INT64=int64, num_warps=4)
+
+
+TC_RATE = {2: 600e12, 4: 300e12}  # rough sustained dot rates (bytes per element -> flop/s)
+
+
+def gemm_estimate(problem, efficiency=1.0) -> float:
+    """Seconds: the larger of the arithmetic and the memory time, on an H200-like GPU."""
+    rate = TC_RATE.get(problem.dtype.itemsize, 300e12)
+    if problem.dtype.itemsize == 4 and input_precision(problem) == "ieee":
+        rate = 45e12
+    geo = geometry(problem)
+    if geo.cg < FLAT_BELOW:
+        rate /= 4
+    byte = problem.dtype.itemsize
+    moved = (problem.x.size + problem.y.size + problem.w.as_tensor().size) * byte
+    return max(problem.flops / rate, moved / 3.5e12) / efficiency + 5e-6
+
+
+class ImplicitGemmForward(TritonConvAlgorithm):
+    direction = "fwd"
+    enum = ConvFwdAlgo.IMPLICIT_GEMM
+    tuner = Tuner()
+
+    def estimate(self, problem):
+        return gemm_estimate(problem)
+
+    def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
+        x, w, y = tensors["x"], tensors["w"], tensors["y"]
+        spec = spec_of(epilogue)
+        geo = geometry(problem)
+        cands = candidates(problem, geo, y.device, allow_split=False)
+        key = (problem.key(), spec is not None and spec.act_code, "fwd-ig")
+        cfg = self.tuner.pick(key, cands, lambda c, out: launch_forward(problem, x, w, out, 1.0, 0.0, spec, c),
+                              y, y.device)
+        launch_forward(problem, x, w, y, alpha, beta, spec, cfg)
