@@ -57,3 +57,7 @@ from .api.lrn import lrn_cross_channel_backward, lrn_cross_channel_forward  # no
 from .logging import log_api_calls as _log_api_calls  # noqa: E402
 _log_api_calls(globals())
 _log_api_calls(vars(functional))
+from .api.normalization import (group_norm_backward, group_norm_descriptors,  # noqa: E402
+                                group_norm_forward, layer_norm_backward, layer_norm_descriptors,
+                                layer_norm_forward, rms_norm_backward, rms_norm_descriptors,
+                                rms_norm_forward)

@@ -178,3 +178,150 @@ def get_batch_norm_training_ex_reserve_space_size(handle, mode, bn_ops, activati
     batch_norm_mode(mode)
     batch_norm_ops(bn_ops)
     return 0
+
+
+# -- layer, group and RMS norm (tridnn extensions) -----------------------------------------
+def _param_descs(x_desc, param_dims, stats_dims):
+    from ..descriptors.normalization import param_dtype
+    from ..descriptors.tensor import TensorDescriptor
+    dt = param_dtype(x_desc.dtype)
+    return TensorDescriptor.packed(param_dims, dt), TensorDescriptor.packed(stats_dims, dt)
+
+
+def layer_norm_descriptors(x_desc, norm_ndim):
+    """(scale/bias descriptor: the trailing norm_ndim dims; statistics descriptor: the leading dims)."""
+    return _param_descs(x_desc, *norm_param_dims(x_desc, norm_ndim))
+
+
+def group_norm_descriptors(x_desc, groups):
+    """(scale/bias descriptor: (C,); statistics descriptor: (N, groups))."""
+    return _param_descs(x_desc, *group_norm_dims(x_desc, groups))
+
+
+def rms_norm_descriptors(x_desc, norm_ndim):
+    return layer_norm_descriptors(x_desc, norm_ndim)
+
+
+def _check_param(desc, want, name):
+    if desc is None:
+        raise BadParamError(f"{name} was given without its descriptor")
+    if desc.dims != want.dims or desc.dtype != want.dtype:
+        raise BadParamError(f"{name} descriptor (dims {desc.dims}, {desc.dtype.name}) must have dims {want.dims} "
+                            f"and dtype {want.dtype.name}; use the *_norm_descriptors helpers")
+
+
+def _norm_call(handle, fn, alpha, beta, data, params, stats, extra):
+    """Common validation: data = [(array, desc, name, is_output)], params/stats likewise
+    against the expected descriptors (each entry (array, desc, want, name, is_output))."""
+    alpha, beta = scalars(alpha=alpha, beta=beta)
+    ins, outs, names_in, names_out = [], [], [], []
+    for array, desc, want, name, is_out in params + stats:
+        if array is not None:
+            _check_param(desc, want, name)
+        (outs if is_out else ins).append((array, desc, name))
+        (names_out if is_out else names_in).append(name)
+    for array, desc, name, is_out in data:
+        (outs if is_out else ins).append((array, desc, name))
+        (names_out if is_out else names_in).append(name)
+    kwargs = dict(zip(names_in + names_out, views(handle, ins, outs)))
+    if not is_empty(*[kwargs[n] for _, _, n, _ in data]):
+        getattr(backend_module(handle, "norms"), fn)(alpha=alpha, beta=beta, **kwargs, **extra)
+
+
+def layer_norm_forward(handle, norm_ndim, alpha, x_desc, x, beta, y_desc, y, param_desc, scale, bias, epsilon,
+                       stats_desc=None, result_mean=None, result_inv_std=None):
+    """y = alpha * ((x - mean) * inv_std * scale + bias) + beta * y over the trailing norm_ndim dims."""
+    want_p, want_s = layer_norm_descriptors(x_desc, norm_ndim)
+    epsilon = _check_eps(epsilon)
+    same_dims(x_desc, y_desc, "x", "y")
+    _norm_call(handle, "layer_norm_forward", alpha, beta,
+               [(x, x_desc, "x", False), (y, y_desc, "y", True)],
+               [(scale, param_desc, want_p, "scale", False), (bias, param_desc, want_p, "bias", False)],
+               [(result_mean, stats_desc, want_s, "mean", True), (result_inv_std, stats_desc, want_s, "inv_std", True)],
+               dict(norm_ndim=norm_ndim, epsilon=epsilon))
+    return y
+
+
+def layer_norm_backward(handle, norm_ndim, alpha, x_desc, x, dy_desc, dy, beta, dx_desc, dx, param_desc, scale,
+                        result_dscale, result_dbias, stats_desc, saved_mean, saved_inv_std):
+    """dx = alpha * dL/dx + beta * dx; dscale and dbias are overwritten. Needs the saved statistics."""
+    want_p, want_s = layer_norm_descriptors(x_desc, norm_ndim)
+    same_dims(x_desc, dy_desc, "x", "dy")
+    same_dims(x_desc, dx_desc, "x", "dx")
+    _need(saved_mean, saved_inv_std)
+    _norm_call(handle, "layer_norm_backward", alpha, beta,
+               [(x, x_desc, "x", False), (dy, dy_desc, "dy", False), (dx, dx_desc, "dx", True)],
+               [(scale, param_desc, want_p, "scale", False), (result_dscale, param_desc, want_p, "dscale", True),
+                (result_dbias, param_desc, want_p, "dbias", True)],
+               [(saved_mean, stats_desc, want_s, "mean", False), (saved_inv_std, stats_desc, want_s, "inv_std", False)],
+               dict(norm_ndim=norm_ndim))
+    return dx
+
+
+def group_norm_forward(handle, groups, alpha, x_desc, x, beta, y_desc, y, param_desc, scale, bias, epsilon,
+                       stats_desc=None, result_mean=None, result_inv_std=None):
+    """Group norm: statistics per sample over each group of C/groups channels and all positions."""
+    want_p, want_s = group_norm_descriptors(x_desc, groups)
+    epsilon = _check_eps(epsilon)
+    same_dims(x_desc, y_desc, "x", "y")
+    _norm_call(handle, "group_norm_forward", alpha, beta,
+               [(x, x_desc, "x", False), (y, y_desc, "y", True)],
+               [(scale, param_desc, want_p, "scale", False), (bias, param_desc, want_p, "bias", False)],
+               [(result_mean, stats_desc, want_s, "mean", True), (result_inv_std, stats_desc, want_s, "inv_std", True)],
+               dict(groups=groups, epsilon=epsilon))
+    return y
+
+
+def group_norm_backward(handle, groups, alpha, x_desc, x, dy_desc, dy, beta, dx_desc, dx, param_desc, scale,
+                        result_dscale, result_dbias, stats_desc, saved_mean, saved_inv_std):
+    want_p, want_s = group_norm_descriptors(x_desc, groups)
+    same_dims(x_desc, dy_desc, "x", "dy")
+    same_dims(x_desc, dx_desc, "x", "dx")
+    _need(saved_mean, saved_inv_std)
+    _norm_call(handle, "group_norm_backward", alpha, beta,
+               [(x, x_desc, "x", False), (dy, dy_desc, "dy", False), (dx, dx_desc, "dx", True)],
+               [(scale, param_desc, want_p, "scale", False), (result_dscale, param_desc, want_p, "dscale", True),
+                (result_dbias, param_desc, want_p, "dbias", True)],
+               [(saved_mean, stats_desc, want_s, "mean", False), (saved_inv_std, stats_desc, want_s, "inv_std", False)],
+               dict(groups=groups))
+    return dx
+
+
+def rms_norm_forward(handle, norm_ndim, alpha, x_desc, x, beta, y_desc, y, param_desc, scale, epsilon,
+                     stats_desc=None, result_inv_rms=None):
+    """y = alpha * x / sqrt(mean(x^2) + epsilon) * scale + beta * y over the trailing norm_ndim dims."""
+    want_p, want_s = rms_norm_descriptors(x_desc, norm_ndim)
+    epsilon = _check_eps(epsilon)
+    same_dims(x_desc, y_desc, "x", "y")
+    _norm_call(handle, "rms_norm_forward", alpha, beta,
+               [(x, x_desc, "x", False), (y, y_desc, "y", True)],
+               [(scale, param_desc, want_p, "scale", False)],
+               [(result_inv_rms, stats_desc, want_s, "inv_rms", True)],
+               dict(norm_ndim=norm_ndim, epsilon=epsilon))
+    return y
+
+
+def rms_norm_backward(handle, norm_ndim, alpha, x_desc, x, dy_desc, dy, beta, dx_desc, dx, param_desc, scale,
+                      result_dscale, stats_desc, saved_inv_rms):
+    want_p, want_s = rms_norm_descriptors(x_desc, norm_ndim)
+    same_dims(x_desc, dy_desc, "x", "dy")
+    same_dims(x_desc, dx_desc, "x", "dx")
+    _need(saved_inv_rms)
+    _norm_call(handle, "rms_norm_backward", alpha, beta,
+               [(x, x_desc, "x", False), (dy, dy_desc, "dy", False), (dx, dx_desc, "dx", True)],
+               [(scale, param_desc, want_p, "scale", False), (result_dscale, param_desc, want_p, "dscale", True)],
+               [(saved_inv_rms, stats_desc, want_s, "inv_rms", False)],
+               dict(norm_ndim=norm_ndim))
+    return dx
+
+
+def _check_eps(epsilon) -> float:
+    eps = check_finite_scalar("epsilon", epsilon)
+    if eps <= 0:
+        raise BadParamError(f"epsilon must be > 0, got {eps}")
+    return eps
+
+
+def _need(*arrays):
+    if any(a is None for a in arrays):
+        raise BadParamError("the backward needs the statistics the forward saved (mean/inv_std or inv_rms)")
