@@ -52,6 +52,8 @@ class _SpectralBackwardData(Algorithm):
         return batch_block(problem.n, self._per_image(problem, plan))
 
     def buffers(self, problem):
+        if problem.n == 0:
+            return []  # an empty batch runs nothing (execute handles it)
         plan, b = self._plan(problem), self._block(problem)
         g, cg, kg = problem.groups, problem.w.c, problem.k // problem.groups
         real, cplx = problem.accumulator, _complex(problem)

@@ -30,6 +30,8 @@ class ImplicitGemmBackwardData(Algorithm):
         return batch_block(problem.n, per_image)
 
     def buffers(self, problem):
+        if problem.n == 0:
+            return []  # an empty batch runs nothing (execute handles it)
         b, acc = self._block(problem), problem.accumulator
         g, cg, kg = problem.groups, problem.w.c, problem.k // problem.groups
         taps, out, inp = prod(problem.kernel), prod(problem.out_spatial), prod(problem.in_spatial)

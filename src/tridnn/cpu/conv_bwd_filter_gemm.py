@@ -28,6 +28,8 @@ class Im2colGemmBackwardFilter(Algorithm):
         return batch_block(problem.n, per_image)
 
     def buffers(self, problem):
+        if problem.n == 0:
+            return []  # an empty batch runs nothing (execute handles it)
         b, acc = self._block(problem), problem.accumulator
         g, cg, kg = problem.groups, problem.w.c, problem.k // problem.groups
         taps, out = prod(problem.kernel), prod(problem.out_spatial)

@@ -34,6 +34,8 @@ class ImplicitGemmBackwardFilter(Algorithm):
         return batch_block(problem.n, per_image)
 
     def buffers(self, problem):
+        if problem.n == 0:
+            return []  # an empty batch runs nothing (execute handles it)
         b, acc = self._block(problem), problem.accumulator
         g, cg, kg = problem.groups, problem.w.c, problem.k // problem.groups
         out = prod(problem.out_spatial)
@@ -91,6 +93,8 @@ class PaddedGemmBackwardFilter(Algorithm):
         return batch_block(problem.n, per_image)
 
     def buffers(self, problem):
+        if problem.n == 0:
+            return []  # an empty batch runs nothing (execute handles it)
         b, acc = self._block(problem), problem.accumulator
         g, cg, kg = problem.groups, problem.w.c, problem.k // problem.groups
         out = prod(problem.out_spatial)

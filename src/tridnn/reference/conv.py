@@ -84,8 +84,9 @@ def conv_backward_filter(x, dy, w_shape, stride=1, pad_pre=0, pad_post=None, dil
     dw = np.zeros((groups, k // groups, c // groups, *kernel))
     for tap in np.ndindex(*kernel):
         patch = xg[(Ellipsis,) + _tap_slices(tap, dilation, stride, out)]
-        dw[(Ellipsis,) + tap] = np.einsum("ngcp,ngkp->gkc", patch.reshape(n, groups, c // groups, -1),
-                                          dyg.reshape(n, groups, k // groups, -1))
+        positions = int(np.prod(out))
+        dw[(Ellipsis,) + tap] = np.einsum("ngcp,ngkp->gkc", patch.reshape(n, groups, c // groups, positions),
+                                          dyg.reshape(n, groups, k // groups, positions))
     return _flip(dw.reshape(k, c // groups, *kernel), mode)
 
 
