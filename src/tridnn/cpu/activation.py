@@ -135,10 +135,9 @@ def activation_forward(x, y, mode, coef, swish_beta, propagate_nan, alpha, beta)
 def activation_backward(y, dy, x, dx, mode, coef, swish_beta, alpha, beta):
     """dx = alpha * dy * act'(x) + beta * dx."""
     if int(mode) == M.RELU and alpha == 1.0 and beta == 0.0 and _plain(x, dy, dx) and dy.dtype == dx.dtype:
-        blocked = np.logical_not(np.greater(x, 0))
-        if dx is not dy:
-            np.copyto(dx, dy)
-        np.copyto(dx, 0, where=blocked)
+        # one multiply by the 0/1 derivative (NumPy's masked copies are far slower);
+        # an inf or NaN in dy where x <= 0 therefore stays NaN, as dy * 0 does
+        np.multiply(dy, np.greater(x, 0), out=dx)
         return
     desc = _descriptor(mode, coef, swish_beta, False)
     acc = backward(desc, to_acc(x), to_acc(y), to_acc(dy))

@@ -40,18 +40,72 @@ def _taps(window, in_sizes, out_sizes, padding, stride):
             yield sl
 
 
-def _window_max(x, like, window, padding, stride, propagate_nan):
+def _use_phases(window, stride) -> bool:
+    """Overlapping strided windows (3x3 stride 2) read each input element from several
+    taps; splitting x once into its stride phases makes every tap a unit-stride slice."""
+    return (any(s > 1 for s in stride) and all(w >= s for w, s in zip(window, stride))
+            and any(w > s for w, s in zip(window, stride)))
+
+
+def _phase_taps(window, in_sizes, out_sizes, padding, stride):
+    """For each tap: (phase, output slices, phase slices). Phase a of dim d holds input
+    rows a, a+s, a+2s, ...; the tap at offset t reads phase (t-p) mod s, shifted by
+    (t-p) // s, for the outputs whose row lands inside the input."""
+    lead = (slice(None), slice(None))
+    for tap in np.ndindex(*window):
+        phase, out_sl, in_sl = [], [], []
+        for t, size, o, p, s in zip(tap, in_sizes, out_sizes, padding, stride):
+            a, shift = (t - p) % s, (t - p) // s
+            length = (size - a + s - 1) // s
+            lo, hi = max(0, -shift), min(o, length - shift)
+            if hi <= lo:
+                break
+            phase.append(a)
+            out_sl.append(slice(lo, hi))
+            in_sl.append(slice(lo + shift, hi + shift))
+        else:
+            yield tuple(phase), lead + tuple(out_sl), lead + tuple(in_sl)
+
+
+def _phase_slices(key, stride):
+    return (slice(None), slice(None)) + tuple(slice(a, None, s) for a, s in zip(key, stride))
+
+
+def _split_phases(x, stride, dtype):
+    """Contiguous copies (in x's memory order) of every stride phase of x."""
+    phases = {}
+    for key in np.ndindex(*stride):
+        view = x[_phase_slices(key, stride)]
+        copy = empty_like(view, dtype)
+        np.copyto(copy, view, casting="unsafe")
+        phases[key] = copy
+    return phases
+
+
+def _reads(x, like, window, padding, stride, dtype):
+    """Every tap as (key, source array, output slices, source slices), reading x's stride
+    phases (key = the phase) or x itself (key None)."""
+    if _use_phases(window, stride):
+        phases = _split_phases(x, stride, dtype)
+        return [(k, phases[k], o, i) for k, o, i in _phase_taps(window, x.shape[2:], like.shape[2:], padding, stride)]
+    work = x if x.dtype == dtype else x.astype(dtype)
+    return [(None, work, o, i) for o, i in _taps(window, x.shape[2:], like.shape[2:], padding, stride)]
+
+
+def _window_max(reads, like, dtype, propagate_nan):
     """Max over each window (NaN wins when propagate_nan, else NaN is skipped) in an
-    array shaped and ordered like ``like``. Max is exact, so float32/float64 data are
-    compared as they are; half types are widened once."""
-    work = x if x.dtype in (np.float32, np.float64) else x.astype(np.float32)
-    m = empty_like(like, work.dtype)
+    array shaped and ordered like ``like``. Max is exact in the data's own float type."""
+    m = empty_like(like, dtype)
     m.fill(-np.inf)
     pick = np.maximum if propagate_nan else np.fmax
-    for out_sl, in_sl in _taps(window, x.shape[2:], like.shape[2:], padding, stride):
+    for _, src, out_sl, in_sl in reads:
         target = m[out_sl]
-        pick(target, work[in_sl], out=target)
-    return m, work
+        pick(target, src[in_sl], out=target)
+    return m
+
+
+def _max_dtype(x):
+    return x.dtype if x.dtype in (np.float32, np.float64) else np.dtype(np.float32)
 
 
 def _counts(in_sizes, out_sizes, window, padding, stride, dtype):
@@ -71,13 +125,13 @@ def pooling_forward(x, y, mode, window, padding, stride, propagate_nan, alpha, b
     """y = alpha * pool(x) + beta * y."""
     mode = int(mode)
     if mode in (MAX, MAX_DETERMINISTIC):
-        m, _ = _window_max(x, y, window, padding, stride, propagate_nan)
+        dt = _max_dtype(x)
+        m = _window_max(_reads(x, y, window, padding, stride, dt), y, dt, propagate_nan)
         blend(y, m, alpha, beta)
         return
     acc = zeros_like(y, acc_dtype(y.dtype))
-    work = x if x.dtype == acc.dtype else x.astype(acc.dtype)
-    for out_sl, in_sl in _taps(window, x.shape[2:], y.shape[2:], padding, stride):
-        acc[out_sl] += work[in_sl]
+    for _, src, out_sl, in_sl in _reads(x, y, window, padding, stride, acc.dtype):
+        acc[out_sl] += src[in_sl]
     if mode == AVG_INCLUDE:
         acc *= acc.dtype.type(1.0 / math.prod(window))
     else:
@@ -85,36 +139,60 @@ def pooling_forward(x, y, mode, window, padding, stride, propagate_nan, alpha, b
     blend(y, acc, alpha, beta)
 
 
+def _gradient_sinks(dx, window, stride, dtype):
+    """Zeroed gradient accumulators: one per stride phase of dx when the taps read phases,
+    else one shaped like dx (key None)."""
+    if _use_phases(window, stride):
+        return {key: zeros_like(dx[_phase_slices(key, stride)], dtype) for key in np.ndindex(*stride)}
+    return {None: zeros_like(dx, dtype)}
+
+
+def _store_sinks(dx, sinks, stride, alpha, beta):
+    for key, sink in sinks.items():
+        blend(dx if key is None else dx[_phase_slices(key, stride)], sink, alpha, beta)
+
+
 def pooling_backward(y, dy, x, dx, mode, window, padding, stride, propagate_nan, alpha, beta):
     """dx = alpha * pool'(dy) + beta * dx. Max routes each window's gradient to the first
     maximum of x in row-major window order (the window max is recomputed from x, so the
     result does not depend on how y was blended)."""
     mode = int(mode)
-    acc = zeros_like(dx, acc_dtype(dx.dtype))
-    g = dy if dy.dtype == acc.dtype else dy.astype(acc.dtype)
-    taps = list(_taps(window, x.shape[2:], dy.shape[2:], padding, stride))
+    dt = acc_dtype(dx.dtype)
+    g = dy if dy.dtype == dt else dy.astype(dt)
+    sinks = _gradient_sinks(dx, window, stride, dt)
     if mode in (MAX, MAX_DETERMINISTIC):
-        m, work = _window_max(x, dy, window, padding, stride, propagate_nan)
-        nan_windows = bool(np.isnan(m).any())
-        taken = np.zeros(m.shape, bool)
-        for out_sl, in_sl in taps:
-            xs = work[in_sl]
-            ms = m[out_sl]
-            hit = xs == ms
-            if nan_windows:
-                hit |= np.isnan(xs) & np.isnan(ms)
-            tk = taken[out_sl]
-            hit &= ~tk
-            tk |= hit
-            acc[in_sl] += np.where(hit, g[out_sl], 0)
+        _max_backward(x, g, sinks, window, padding, stride, propagate_nan)
     else:
         if mode == AVG_INCLUDE:
-            g = g * acc.dtype.type(1.0 / math.prod(window))
+            g = g * dt.type(1.0 / math.prod(window))
         else:
-            g = g / _counts(x.shape[2:], dy.shape[2:], window, padding, stride, acc.dtype)
-        for out_sl, in_sl in taps:
-            acc[in_sl] += g[out_sl]
-    blend(dx, acc, alpha, beta)
+            g = g / _counts(x.shape[2:], dy.shape[2:], window, padding, stride, dt)
+        if _use_phases(window, stride):
+            taps = _phase_taps(window, x.shape[2:], dy.shape[2:], padding, stride)
+        else:
+            taps = ((None, o, i) for o, i in _taps(window, x.shape[2:], dy.shape[2:], padding, stride))
+        for key, out_sl, in_sl in taps:
+            sinks[key][in_sl] += g[out_sl]
+    _store_sinks(dx, sinks, stride, alpha, beta)
+
+
+def _max_backward(x, g, sinks, window, padding, stride, propagate_nan):
+    """sinks += each window's gradient at its first maximum (row-major tap order)."""
+    dt = _max_dtype(x)
+    reads = _reads(x, g, window, padding, stride, dt)
+    m = _window_max(reads, g, dt, propagate_nan)
+    nan_windows = bool(np.isnan(m).any())
+    taken = np.zeros(m.shape, bool)
+    for key, src, out_sl, in_sl in reads:
+        ms = m[out_sl]
+        xs = src[in_sl]
+        hit = xs == ms
+        if nan_windows:
+            hit |= np.isnan(xs) & np.isnan(ms)
+        tk = taken[out_sl]
+        hit &= ~tk
+        tk |= hit
+        sinks[key][in_sl] += g[out_sl] * hit
 
 
 # -- adaptive pooling (tridnn extension) ------------------------------------------------

@@ -1,0 +1,160 @@
+"""CPU layers vs torch: pooling, activation, softmax and batch norm, forward and backward,
+on an 8x256x56x56 float32 tensor in NCHW and NHWC (the issue's performance target).
+
+Each case times tridnn's descriptor API (NumPy backend) and the matching torch CPU op
+(aten's own forward/backward kernels), interleaved and repeated; the ratio is
+median(tridnn) / median(torch) from the same run, so machine load mostly cancels.
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/bench_cpu_layers.py
+    (--repeats N, --shape N C H W, --only NAME, --json out.json, --torch-threads T)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+
+import tridnn
+from tridnn.descriptors.activation import ActivationDescriptor, ActivationMode
+
+
+def nd_array(shape, layout, rng):
+    """A float32 NumPy array with logical dims (N, C, H, W) in NCHW or NHWC memory order."""
+    n, c, h, w = shape
+    if layout == "NCHW":
+        a = np.empty(shape, np.float32)
+    else:
+        a = np.empty((n, h, w, c), np.float32).transpose(0, 3, 1, 2)
+    a[...] = rng.standard_normal(shape, dtype=np.float32)
+    return a
+
+
+def to_torch(a, layout):
+    t = torch.from_numpy(np.ascontiguousarray(a))
+    return t.contiguous(memory_format=torch.channels_last) if layout == "NHWC" else t.contiguous()
+
+
+def cases(shape, layout, rng):
+    """(name, tridnn callable, torch callable) for every layer and direction."""
+    h = tridnn.Handle(find_cache=None)
+    x = nd_array(shape, layout, rng)
+    dy_full = nd_array(shape, layout, rng)
+    xd = tridnn.TensorDescriptor.like(x)
+    tx, tdy_full = to_torch(x, layout), to_torch(dy_full, layout)
+    out = []
+
+    # pooling: ResNet's 3x3 stride 2 pad 1 max pool, and a 2x2 stride 2 average pool
+    for mode, k, s, p, tname in ((tridnn.PoolingMode.MAX, 3, 2, 1, "max 3x3/2"),
+                                 (tridnn.PoolingMode.AVERAGE_COUNT_INCLUDE_PADDING, 2, 2, 0, "avg 2x2/2")):
+        pool = tridnn.PoolingDescriptor(mode, k, p, s)
+        y_dims = tridnn.get_pooling_forward_output_dim(pool, xd)
+        y = nd_array(y_dims, layout, rng)
+        dy = nd_array(y_dims, layout, rng)
+        dx = nd_array(shape, layout, rng)
+        yd = tridnn.TensorDescriptor.like(y)
+        tridnn.pooling_forward(h, pool, 1.0, xd, x, 0.0, yd, y)
+        tdy = to_torch(dy, layout)
+        if mode == tridnn.PoolingMode.MAX:
+            ty, idx = torch.ops.aten.max_pool2d_with_indices(tx, [k, k], [s, s], [p, p])
+            t_fwd = lambda: torch.ops.aten.max_pool2d(tx, [k, k], [s, s], [p, p])
+            t_bwd = lambda: torch.ops.aten.max_pool2d_with_indices_backward(
+                tdy, tx, [k, k], [s, s], [p, p], [1, 1], False, idx)
+        else:
+            t_fwd = lambda: torch.ops.aten.avg_pool2d(tx, [k, k], [s, s], [p, p], False, True)
+            t_bwd = lambda: torch.ops.aten.avg_pool2d_backward(tdy, tx, [k, k], [s, s], [p, p], False, True, None)
+        out.append((f"pool {tname} fwd", lambda pool=pool, y=y, yd=yd: tridnn.pooling_forward(
+            h, pool, 1.0, xd, x, 0.0, yd, y), t_fwd))
+        out.append((f"pool {tname} bwd", lambda pool=pool, y=y, yd=yd, dy=dy, dx=dx: tridnn.pooling_backward(
+            h, pool, 1.0, yd, y, yd, dy, xd, x, 0.0, xd, dx), t_bwd))
+
+    # activation: relu
+    relu = ActivationDescriptor(ActivationMode.RELU)
+    y = nd_array(shape, layout, rng)
+    dx = nd_array(shape, layout, rng)
+    out.append(("relu fwd", lambda: tridnn.activation_forward(h, relu, 1.0, xd, x, 0.0, xd, y),
+                lambda: torch.relu(tx)))
+    out.append(("relu bwd", lambda: tridnn.activation_backward(h, relu, 1.0, xd, y, xd, dy_full, xd, x, 0.0, xd, dx),
+                lambda: torch.ops.aten.threshold_backward(tdy_full, tx, 0.0)))
+
+    # softmax over channels
+    ys = nd_array(shape, layout, rng)
+    tridnn.softmax_forward(h, "accurate", "channel", 1.0, xd, x, 0.0, xd, ys)
+    tys = to_torch(ys, layout)
+    out.append(("softmax channel fwd", lambda: tridnn.softmax_forward(h, "accurate", "channel", 1.0, xd, x, 0.0, xd, y),
+                lambda: torch.ops.aten._softmax(tx, 1, False)))
+    out.append(("softmax channel bwd", lambda: tridnn.softmax_backward(h, "accurate", "channel", 1.0, xd, ys, xd,
+                                                                        dy_full, 0.0, xd, dx),
+                lambda: torch.ops.aten._softmax_backward_data(tdy_full, tys, 1, torch.float32)))
+
+    # batch norm (spatial), training forward and backward
+    bn = tridnn.derive_bn_tensor_descriptor(xd, "spatial")
+    c = shape[1]
+    scale = np.ones(bn.dims, np.float32)
+    bias = np.zeros(bn.dims, np.float32)
+    rm, rv = np.zeros(bn.dims, np.float32), np.ones(bn.dims, np.float32)
+    sm, si = np.empty(bn.dims, np.float32), np.empty(bn.dims, np.float32)
+    ds, db = np.empty(bn.dims, np.float32), np.empty(bn.dims, np.float32)
+    tridnn.batch_norm_forward_training(h, "spatial", 1, 0, xd, x, xd, y, bn, scale, bias, 0.1, rm, rv, 1e-5, sm, si)
+    tw, tb = torch.ones(c), torch.zeros(c)
+    trm, trv = torch.zeros(c), torch.ones(c)
+    _, tsm, tsi = torch.ops.aten.native_batch_norm(tx, tw, tb, trm, trv, True, 0.1, 1e-5)
+    out.append(("batchnorm train fwd", lambda: tridnn.batch_norm_forward_training(
+        h, "spatial", 1, 0, xd, x, xd, y, bn, scale, bias, 0.1, rm, rv, 1e-5, sm, si),
+        lambda: torch.ops.aten.native_batch_norm(tx, tw, tb, trm, trv, True, 0.1, 1e-5)))
+    out.append(("batchnorm bwd", lambda: tridnn.batch_norm_backward(
+        h, "spatial", 1, 0, 1, 0, xd, x, xd, dy_full, xd, dx, bn, scale, ds, db, 1e-5, sm, si),
+        lambda: torch.ops.aten.native_batch_norm_backward(tdy_full, tx, tw, trm, trv, tsm, tsi, True, 1e-5,
+                                                          [True, True, True])))
+    return out
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", type=int, nargs=4, default=(8, 256, 56, 56))
+    ap.add_argument("--layouts", nargs="+", default=["NCHW", "NHWC"])
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--only", default=None, help="substring of the case names to run")
+    ap.add_argument("--torch-threads", type=int, default=None)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
+    rng = np.random.default_rng(0)
+    rows = []
+    print(f"# shape {tuple(args.shape)} float32, torch {torch.__version__} ({torch.get_num_threads()} threads), "
+          f"numpy {np.__version__}, {args.repeats} interleaved repeats, medians")
+    print(f"{'case':28s} {'layout':6s} {'tridnn ms':>10s} {'torch ms':>10s} {'ratio':>7s}")
+    for layout in args.layouts:
+        for name, ours, theirs in cases(tuple(args.shape), layout, rng):
+            if args.only and args.only not in name:
+                continue
+            ours(), theirs()  # warm up
+            a, b = [], []
+            for _ in range(args.repeats):
+                a.append(timed(ours))
+                b.append(timed(theirs))
+            ta, tb = statistics.median(a) * 1e3, statistics.median(b) * 1e3
+            rows.append(dict(case=name, layout=layout, tridnn_ms=ta, torch_ms=tb, ratio=ta / tb))
+            print(f"{name:28s} {layout:6s} {ta:10.2f} {tb:10.2f} {ta / tb:7.2f}", flush=True)
+    ratios = [r["ratio"] for r in rows]
+    if ratios:
+        print(f"geomean ratio {float(np.exp(np.mean(np.log(ratios)))):.2f} over {len(ratios)} cases")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return rows
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() is not None else 1)
