@@ -85,6 +85,8 @@ class FftForward(Algorithm):
     exact = False
 
     def not_applicable(self, problem):
+        if prod(problem.kernel) == 1:
+            return "a 1x1 filter is a plain GEMM over channels; FFT would only add transforms"
         plane = prod(self._sizes(problem))
         if plane > MAX_PLANE:
             return (f"the padded plane needs a {plane}-point FFT per channel, over the "

@@ -50,6 +50,8 @@ class FftTilingForward(Algorithm):
         return tuple(sizes), tuple(valid), tuple(counts), tuple(extents)
 
     def not_applicable(self, problem):
+        if prod(problem.kernel) == 1:
+            return "a 1x1 filter is a plain GEMM over channels; FFT would only add transforms"
         sizes, valid, counts, extents = self._tiling(problem)
         if prod(counts) == 1:
             return (f"the padded plane {padded_extent(problem)} fits in one {sizes} FFT tile; "
