@@ -1,0 +1,215 @@
+"""Activations forward and backward in Triton: one pointwise kernel per direction.
+
+The mode is a constexpr, so each mode compiles to its own straight-line kernel; the
+math is done in float32 (float64 for float64 tensors) and rounded once at the store.
+Mode numbers are ActivationMode's values (kernels never import descriptors)."""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .layer_utils import (blend_args, blend_store, check_dtypes, check_same_shape, compute_dtype,
+                          first_index, needs_int64, pointwise_chunks, unravel4)
+
+SIGMOID, RELU, TANH, CLIPPED_RELU, ELU, IDENTITY, SWISH = 0, 1, 2, 3, 4, 5, 6
+LEAKY_RELU, GELU, GELU_TANH, SOFTPLUS, HARD_SWISH = 100, 101, 102, 103, 104
+
+BLOCK = 4096
+NUM_WARPS = 8
+SQRT_2_OVER_PI = 0.7978845608028654
+INV_SQRT_2 = 0.7071067811865476
+INV_SQRT_2PI = 0.3989422804014327
+
+
+@triton.jit
+def sigmoid(x):
+    """1 / (1 + exp(-x)), evaluated on exp(-|x|) so no exp overflows."""
+    e = tl.exp(-tl.abs(x))
+    return tl.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+@triton.jit
+def tanh(x):
+    """tanh from exp(-2|x|); a short series near zero keeps the relative error small."""
+    a = tl.abs(x)
+    e = tl.exp(-2.0 * a)
+    t = (1.0 - e) / (1.0 + e)
+    x2 = x * x
+    series = a * (1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0))))
+    t = tl.where(a < 0.05, series, t)
+    return tl.where(x < 0, -t, t)
+
+
+@triton.jit
+def activation_value(x, coef, swish_beta, MODE: tl.constexpr, PROPAGATE_NAN: tl.constexpr):
+    """act(x) for one of the ActivationMode values."""
+    if MODE == 5:  # IDENTITY
+        y = x
+    elif MODE == 1:  # RELU
+        y = tl.where(x > 0, x, 0.0)
+    elif MODE == 3:  # CLIPPED_RELU
+        y = tl.where(x > 0, tl.where(x < coef, x, coef), 0.0)
+    elif MODE == 100:  # LEAKY_RELU
+        y = tl.where(x > 0, x, x * coef)
+    elif MODE == 0:  # SIGMOID
+        y = sigmoid(x)
+    elif MODE == 2:  # TANH
+        y = tanh(x)
+    elif MODE == 4:  # ELU
+        y = tl.where(x > 0, x, coef * (tl.exp(tl.minimum(x, 0.0)) - 1.0))
+    elif MODE == 6:  # SWISH
+        y = x * sigmoid(swish_beta * x)
+    elif MODE == 101:  # GELU (erf)
+        y = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
+    elif MODE == 102:  # GELU_TANH
+        y = 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+    elif MODE == 103:  # SOFTPLUS: log(1 + exp(c x)) / c, stable form
+        z = coef * x
+        y = (tl.maximum(z, 0.0) + tl.log(1.0 + tl.exp(-tl.abs(z)))) / coef
+    else:  # HARD_SWISH
+        y = x * tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0) / 6.0
+    if MODE == 1 or MODE == 3 or MODE == 100:
+        if PROPAGATE_NAN:
+            y = tl.where(x != x, x, y)
+    return y
+
+
+@triton.jit
+def activation_grad(x, y, dy, coef, swish_beta, MODE: tl.constexpr):
+    """dy * act'(x); sigmoid, tanh and elu use the saved output y."""
+    if MODE == 5:
+        dx = dy
+    elif MODE == 1:
+        dx = tl.where(x > 0, dy, 0.0)
+    elif MODE == 3:
+        dx = tl.where((x > 0) & (x < coef), dy, 0.0)
+    elif MODE == 100:
+        dx = tl.where(x > 0, dy, dy * coef)
+    elif MODE == 0:
+        dx = dy * y * (1.0 - y)
+    elif MODE == 2:
+        dx = dy * (1.0 - y * y)
+    elif MODE == 4:
+        dx = tl.where(x > 0, dy, dy * (y + coef))
+    elif MODE == 6:
+        s = sigmoid(swish_beta * x)
+        dx = dy * (s + swish_beta * x * s * (1.0 - s))
+    elif MODE == 101:
+        cdf = 0.5 * (1.0 + tl.math.erf(x * 0.7071067811865476))
+        pdf = tl.exp(-0.5 * x * x) * 0.3989422804014327
+        dx = dy * (cdf + x * pdf)
+    elif MODE == 102:
+        t = tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))
+        d_inner = 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x)
+        dx = dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * d_inner)
+    elif MODE == 103:
+        dx = dy * sigmoid(coef * x)
+    else:
+        dx = dy * tl.where(x < -3.0, 0.0, tl.where(x > 3.0, 1.0, (2.0 * x + 3.0) / 6.0))
+    return dx
+
+
+@triton.jit
+def _activation_forward_kernel(x_ptr, y_ptr, numel, D1, D2, D3,
+                               xs0, xs1, xs2, xs3, ys0, ys1, ys2, ys3,
+                               alpha, beta, coef, swish_beta,
+                               MODE: tl.constexpr, PROPAGATE_NAN: tl.constexpr,
+                               HAS_BETA: tl.constexpr, FLAT: tl.constexpr, BIG: tl.constexpr,
+                               COMPUTE: tl.constexpr, BLOCK: tl.constexpr):
+    i = first_index(BLOCK, BIG) + tl.arange(0, BLOCK)
+    mask = i < numel
+    if FLAT:
+        x_off = i
+        y_off = i
+    else:
+        i0, i1, i2, i3 = unravel4(i, D1, D2, D3)
+        x_off = i0 * xs0 + i1 * xs1 + i2 * xs2 + i3 * xs3
+        y_off = i0 * ys0 + i1 * ys1 + i2 * ys2 + i3 * ys3
+    x = tl.load(x_ptr + x_off, mask=mask, other=0.0).to(COMPUTE)
+    y = activation_value(x, coef, swish_beta, MODE, PROPAGATE_NAN)
+    blend_store(y_ptr, y_off, mask, y, alpha, beta, HAS_BETA)
+
+
+@triton.jit
+def _activation_backward_kernel(x_ptr, y_ptr, dy_ptr, dx_ptr, numel, D1, D2, D3,
+                                xs0, xs1, xs2, xs3, ys0, ys1, ys2, ys3,
+                                gs0, gs1, gs2, gs3, ds0, ds1, ds2, ds3,
+                                alpha, beta, coef, swish_beta,
+                                MODE: tl.constexpr, NEEDS_X: tl.constexpr, NEEDS_Y: tl.constexpr,
+                                HAS_BETA: tl.constexpr, FLAT: tl.constexpr, BIG: tl.constexpr,
+                                COMPUTE: tl.constexpr, BLOCK: tl.constexpr):
+    i = first_index(BLOCK, BIG) + tl.arange(0, BLOCK)
+    mask = i < numel
+    if FLAT:
+        x_off = i
+        y_off = i
+        g_off = i
+        d_off = i
+    else:
+        i0, i1, i2, i3 = unravel4(i, D1, D2, D3)
+        x_off = i0 * xs0 + i1 * xs1 + i2 * xs2 + i3 * xs3
+        y_off = i0 * ys0 + i1 * ys1 + i2 * ys2 + i3 * ys3
+        g_off = i0 * gs0 + i1 * gs1 + i2 * gs2 + i3 * gs3
+        d_off = i0 * ds0 + i1 * ds1 + i2 * ds2 + i3 * ds3
+    dy = tl.load(dy_ptr + g_off, mask=mask, other=0.0).to(COMPUTE)
+    x = dy
+    y = dy
+    if NEEDS_X:
+        x = tl.load(x_ptr + x_off, mask=mask, other=0.0).to(COMPUTE)
+    if NEEDS_Y:
+        y = tl.load(y_ptr + y_off, mask=mask, other=0.0).to(COMPUTE)
+    dx = activation_grad(x, y, dy, coef, swish_beta, MODE)
+    blend_store(dx_ptr, d_off, mask, dx, alpha, beta, HAS_BETA)
+
+
+_USES_Y = {SIGMOID, TANH, ELU}
+_USES_X = {RELU, CLIPPED_RELU, LEAKY_RELU, ELU, SWISH, GELU, GELU_TANH, SOFTPLUS, HARD_SWISH}
+
+
+def _launch_args(dims4, numel):
+    return (numel, dims4[1], dims4[2], dims4[3])
+
+
+def _grid(numel):
+    return (triton.cdiv(numel, BLOCK),)
+
+
+def activation_forward(x, y, *, mode: int, coef: float = 0.0, swish_beta: float = 1.0,
+                       propagate_nan: bool = False, alpha=1.0, beta=0.0) -> None:
+    """y = alpha * act(x) + beta * y on same-shape tensors of one dtype, any strides."""
+    check_dtypes(x=x, y=y)
+    check_same_shape(x=x, y=y)
+    if x.numel() == 0:
+        return
+    alpha, beta, has_beta = blend_args(alpha, beta)
+    big = needs_int64(x, y)
+    for (xv, yv), dims4, (xs, ys), flat in pointwise_chunks(x, y):
+        numel = xv.numel()
+        _activation_forward_kernel[_grid(numel)](
+            xv, yv, *_launch_args(dims4, numel), *xs, *ys, alpha, beta, float(coef), float(swish_beta),
+            MODE=int(mode), PROPAGATE_NAN=bool(propagate_nan), HAS_BETA=has_beta, FLAT=flat, BIG=big,
+            COMPUTE=compute_dtype(x), BLOCK=BLOCK, num_warps=NUM_WARPS)
+
+
+def activation_backward(y, dy, x, dx, *, mode: int, coef: float = 0.0, swish_beta: float = 1.0,
+                        propagate_nan: bool = False, alpha=1.0, beta=0.0) -> None:
+    """dx = alpha * dy * act'(x) + beta * dx. Only the tensors the mode needs are read
+    (x, or the forward output y for sigmoid, tanh and elu); NaN propagation does not
+    change the derivative."""
+    mode = int(mode)
+    needs_x, needs_y = mode in _USES_X, mode in _USES_Y
+    check_dtypes(dy=dy, dx=dx, x=x if needs_x else None, y=y if needs_y else None)
+    check_same_shape(dy=dy, dx=dx, x=x if needs_x else None, y=y if needs_y else None)
+    if dy.numel() == 0:
+        return
+    alpha, beta, has_beta = blend_args(alpha, beta)
+    xt = x if needs_x else dy
+    yt = y if needs_y else dy
+    big = needs_int64(xt, yt, dy, dx)
+    for (dv, xv, yv, gv), dims4, (ds, xs, ys, gs), flat in pointwise_chunks(dx, xt, yt, dy):
+        numel = dv.numel()
+        _activation_backward_kernel[_grid(numel)](
+            xv, yv, gv, dv, *_launch_args(dims4, numel), *xs, *ys, *gs, *ds,
+            alpha, beta, float(coef), float(swish_beta),
+            MODE=mode, NEEDS_X=needs_x, NEEDS_Y=needs_y, HAS_BETA=has_beta, FLAT=flat, BIG=big,
+            COMPUTE=compute_dtype(dy), BLOCK=BLOCK, num_warps=NUM_WARPS)

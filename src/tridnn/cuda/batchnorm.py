@@ -1,0 +1,454 @@
+"""Batch normalization in Triton: training forward (running statistics), inference,
+backward, and the fused add + relu forms (cuDNN's BatchNormalization*Ex ops).
+
+The data is seen as (N, C, S) with every tensor's own strides; a program's tile is
+[BLOCK_S positions, BLOCK_C channels] and Triton lays it out along whichever axis has
+stride 1, so NCHW and NHWC share the kernels. PER_ACTIVATION mode runs the same
+kernels on an (N, C*S, 1) view (staged through an NCHW copy when the layout does not
+allow that view).
+
+Training is two passes over x with a small per-channel step between them:
+1. ``_stats_kernel``: each program sums a slice of the (n, s) rows for a block of
+   channels, shifted by the channel's first value (so mean >> std keeps its digits),
+   into a [splits, C] workspace;
+2. ``_finalize_kernel``: combines the splits per channel, writes saved mean and
+   1/sqrt(var + eps), updates the running averages, and turns scale/bias into one
+   multiplier and offset per channel;
+3. ``_apply_kernel``: y = act(a[c] * x + b[c] (+ z)), walking the tensor in the reverse
+   order of step 1 so its first reads hit what step 1 left in L2.
+The backward pass has the same shape: a reduction of (sum g, sum g * xhat), a
+finalize that writes dscale/dbias, and an apply that writes dx (and dz)."""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..errors import BadParamError
+from .layer_utils import NCSStaging, channels_last, check_dtypes, compute_dtype, ncs_dims, ncs_strides, \
+    needs_int64
+
+PER_ACTIVATION, SPATIAL, SPATIAL_PERSISTENT = 0, 1, 2
+NORM, NORM_ACTIVATION, NORM_ADD_ACTIVATION = 0, 1, 2
+TILE = 4096
+
+
+@triton.jit
+def _work_item(w, SB, BLOCK_S: tl.constexpr, BIG: tl.constexpr):
+    """Work item w -> (n, first position) of a BLOCK_S run of positions."""
+    n = w // SB
+    if BIG:
+        n = n.to(tl.int64)
+    return n, (w % SB) * BLOCK_S
+
+
+@triton.jit
+def _stats_kernel(x_ptr, part_ptr, shift_ptr, N, C, S, sn, sc, ss, SB, items_per_split,
+                  BIG: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Per channel: sum(x - shift) and sum((x - shift)^2) over this split's rows."""
+    c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    split = tl.program_id(1)
+    c_mask = c < C
+    shift = tl.load(x_ptr + c * sc, mask=c_mask, other=0.0).to(tl.float32)
+    acc = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
+    acc2 = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
+    first = split * items_per_split
+    last = tl.minimum(first + items_per_split, N * SB)
+    for w in range(first, last):
+        n, s0 = _work_item(w, SB, BLOCK_S, BIG)
+        s = s0 + tl.arange(0, BLOCK_S)
+        mask = (s[:, None] < S) & c_mask[None, :]
+        x = tl.load(x_ptr + n * sn + s[:, None] * ss + c[None, :] * sc, mask=mask, other=0.0).to(tl.float32)
+        d = tl.where(mask, x - shift[None, :], 0.0)
+        acc += d
+        acc2 += d * d
+    tl.store(part_ptr + split * 2 * C + c, tl.sum(acc, axis=0), mask=c_mask)
+    tl.store(part_ptr + split * 2 * C + C + c, tl.sum(acc2, axis=0), mask=c_mask)
+    if split == 0:
+        tl.store(shift_ptr + c, shift, mask=c_mask)
+
+
+@triton.jit
+def _finalize_kernel(part_ptr, shift_ptr, coef_ptr, scale_ptr, bias_ptr, rmean_ptr, rvar_ptr,
+                     smean_ptr, sinv_ptr, C, splits, count, factor, eps,
+                     HAS_RUNNING: tl.constexpr, HAS_SAVED: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Mean and biased variance per channel from the split sums; coef = (a, b) with
+    a = scale / sqrt(var + eps), b = bias - mean * a."""
+    c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    mask = c < C
+    total = tl.zeros([BLOCK_C], tl.float64)
+    total2 = tl.zeros([BLOCK_C], tl.float64)
+    for split in range(splits):
+        total += tl.load(part_ptr + split * 2 * C + c, mask=mask, other=0.0).to(tl.float64)
+        total2 += tl.load(part_ptr + split * 2 * C + C + c, mask=mask, other=0.0).to(tl.float64)
+    shift = tl.load(shift_ptr + c, mask=mask, other=0.0).to(tl.float64)
+    mean_shifted = total / count
+    var = tl.maximum(total2 / count - mean_shifted * mean_shifted, 0.0)
+    mean = mean_shifted + shift
+    inv_std = 1.0 / tl.sqrt(var + eps)
+    scale = tl.load(scale_ptr + c, mask=mask, other=0.0).to(tl.float64)
+    bias = tl.load(bias_ptr + c, mask=mask, other=0.0).to(tl.float64)
+    a = scale * inv_std
+    tl.store(coef_ptr + c, a.to(tl.float32), mask=mask)
+    tl.store(coef_ptr + C + c, (bias - mean * a).to(tl.float32), mask=mask)
+    if HAS_RUNNING:
+        rm = tl.load(rmean_ptr + c, mask=mask, other=0.0).to(tl.float64)
+        rv = tl.load(rvar_ptr + c, mask=mask, other=0.0).to(tl.float64)
+        unbiased = var * count / tl.maximum(count - 1.0, 1.0)
+        tl.store(rmean_ptr + c, ((1.0 - factor) * rm + factor * mean).to(rmean_ptr.dtype.element_ty), mask=mask)
+        tl.store(rvar_ptr + c, ((1.0 - factor) * rv + factor * unbiased).to(rvar_ptr.dtype.element_ty), mask=mask)
+    if HAS_SAVED:
+        tl.store(smean_ptr + c, mean.to(smean_ptr.dtype.element_ty), mask=mask)
+        tl.store(sinv_ptr + c, inv_std.to(sinv_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _apply_kernel(x_ptr, z_ptr, y_ptr, coef_ptr, N, C, S, SB,
+                  xsn, xsc, xss, zsn, zsc, zss, ysn, ysc, yss, alpha, beta,
+                  OPS: tl.constexpr, HAS_BETA: tl.constexpr, REVERSE: tl.constexpr, BIG: tl.constexpr,
+                  COMPUTE: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
+    """y = alpha * act(a[c] * x + b[c] (+ z)) + beta * y over one [BLOCK_S, BLOCK_C] tile."""
+    pid = tl.program_id(0)
+    tiles_c = tl.cdiv(C, BLOCK_C)
+    if REVERSE:
+        pid = tl.num_programs(0) - 1 - pid
+    n, s0 = _work_item(pid // tiles_c, SB, BLOCK_S, BIG)
+    c = (pid % tiles_c) * BLOCK_C + tl.arange(0, BLOCK_C)
+    s = s0 + tl.arange(0, BLOCK_S)
+    c_mask = c < C
+    mask = (s[:, None] < S) & c_mask[None, :]
+    a = tl.load(coef_ptr + c, mask=c_mask, other=0.0).to(COMPUTE)
+    b = tl.load(coef_ptr + C + c, mask=c_mask, other=0.0).to(COMPUTE)
+    x = tl.load(x_ptr + n * xsn + s[:, None] * xss + c[None, :] * xsc, mask=mask, other=0.0).to(COMPUTE)
+    y = x * a[None, :] + b[None, :]
+    if OPS == 2:
+        y += tl.load(z_ptr + n * zsn + s[:, None] * zss + c[None, :] * zsc, mask=mask, other=0.0).to(COMPUTE)
+    if OPS != 0:
+        y = tl.maximum(y, 0.0)
+    y = y * alpha
+    y_off = n * ysn + s[:, None] * yss + c[None, :] * ysc
+    if HAS_BETA:
+        y += tl.load(y_ptr + y_off, mask=mask, other=0.0).to(COMPUTE) * beta
+    tl.store(y_ptr + y_off, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _inference_coef_kernel(coef_ptr, scale_ptr, bias_ptr, mean_ptr, var_ptr, C, eps, BLOCK_C: tl.constexpr):
+    c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    mask = c < C
+    scale = tl.load(scale_ptr + c, mask=mask, other=0.0).to(tl.float64)
+    bias = tl.load(bias_ptr + c, mask=mask, other=0.0).to(tl.float64)
+    mean = tl.load(mean_ptr + c, mask=mask, other=0.0).to(tl.float64)
+    var = tl.load(var_ptr + c, mask=mask, other=1.0).to(tl.float64)
+    a = scale / tl.sqrt(var + eps)
+    tl.store(coef_ptr + c, a.to(tl.float32), mask=mask)
+    tl.store(coef_ptr + C + c, (bias - mean * a).to(tl.float32), mask=mask)
+
+
+@triton.jit
+def _grad_stats_kernel(x_ptr, y_ptr, dy_ptr, part_ptr, stat_ptr, N, C, S,
+                       xsn, xsc, xss, ysn, ysc, yss, gsn, gsc, gss, SB, items_per_split,
+                       RELU: tl.constexpr, BIG: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Per channel: sum(g) and sum(g * (x - mean)) with g = dy (masked by y > 0 after a relu)."""
+    c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    split = tl.program_id(1)
+    c_mask = c < C
+    mean = tl.load(stat_ptr + c, mask=c_mask, other=0.0)
+    acc_g = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
+    acc_gx = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
+    first = split * items_per_split
+    last = tl.minimum(first + items_per_split, N * SB)
+    for w in range(first, last):
+        n, s0 = _work_item(w, SB, BLOCK_S, BIG)
+        s = s0 + tl.arange(0, BLOCK_S)
+        mask = (s[:, None] < S) & c_mask[None, :]
+        g = tl.load(dy_ptr + n * gsn + s[:, None] * gss + c[None, :] * gsc, mask=mask, other=0.0).to(tl.float32)
+        if RELU:
+            y = tl.load(y_ptr + n * ysn + s[:, None] * yss + c[None, :] * ysc, mask=mask, other=0.0).to(tl.float32)
+            g = tl.where(y > 0, g, 0.0)
+        x = tl.load(x_ptr + n * xsn + s[:, None] * xss + c[None, :] * xsc, mask=mask, other=0.0).to(tl.float32)
+        acc_g += g
+        acc_gx += tl.where(mask, g * (x - mean[None, :]), 0.0)
+    tl.store(part_ptr + split * 2 * C + c, tl.sum(acc_g, axis=0), mask=c_mask)
+    tl.store(part_ptr + split * 2 * C + C + c, tl.sum(acc_gx, axis=0), mask=c_mask)
+
+
+@triton.jit
+def _grad_finalize_kernel(part_ptr, stat_ptr, scale_ptr, dscale_ptr, dbias_ptr, C, splits, count,
+                          alpha_p, beta_p, HAS_BETA_P: tl.constexpr, BLOCK_C: tl.constexpr):
+    """dscale = sum(g * xhat), dbias = sum(g) (blended); stat row 2, 3 <- the dx
+    coefficients mean(g) and mean(g * xhat) * inv_std, row 4 <- scale * inv_std."""
+    c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    mask = c < C
+    sum_g = tl.zeros([BLOCK_C], tl.float64)
+    sum_gx = tl.zeros([BLOCK_C], tl.float64)
+    for split in range(splits):
+        sum_g += tl.load(part_ptr + split * 2 * C + c, mask=mask, other=0.0).to(tl.float64)
+        sum_gx += tl.load(part_ptr + split * 2 * C + C + c, mask=mask, other=0.0).to(tl.float64)
+    inv_std = tl.load(stat_ptr + C + c, mask=mask, other=0.0).to(tl.float64)
+    scale = tl.load(scale_ptr + c, mask=mask, other=0.0).to(tl.float64)
+    dscale = sum_gx * inv_std
+    dbias = sum_g
+    dscale_out = dscale * alpha_p
+    dbias_out = dbias * alpha_p
+    if HAS_BETA_P:
+        dscale_out += tl.load(dscale_ptr + c, mask=mask, other=0.0).to(tl.float64) * beta_p
+        dbias_out += tl.load(dbias_ptr + c, mask=mask, other=0.0).to(tl.float64) * beta_p
+    tl.store(dscale_ptr + c, dscale_out.to(dscale_ptr.dtype.element_ty), mask=mask)
+    tl.store(dbias_ptr + c, dbias_out.to(dbias_ptr.dtype.element_ty), mask=mask)
+    tl.store(stat_ptr + 2 * C + c, (sum_g / count).to(tl.float32), mask=mask)
+    tl.store(stat_ptr + 3 * C + c, (dscale / count * inv_std).to(tl.float32), mask=mask)
+    tl.store(stat_ptr + 4 * C + c, (scale * inv_std).to(tl.float32), mask=mask)
+
+
+@triton.jit
+def _grad_apply_kernel(x_ptr, y_ptr, dy_ptr, dx_ptr, dz_ptr, stat_ptr, N, C, S, SB,
+                       xsn, xsc, xss, ysn, ysc, yss, gsn, gsc, gss, dsn, dsc, dss, zsn, zsc, zss,
+                       alpha, beta, RELU: tl.constexpr, WRITE_DZ: tl.constexpr, HAS_BETA: tl.constexpr,
+                       REVERSE: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
+                       BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
+    """dx = k * (g - mean(g) - (x - mean) * inv_std * mean(g * xhat)), k = scale * inv_std."""
+    pid = tl.program_id(0)
+    tiles_c = tl.cdiv(C, BLOCK_C)
+    if REVERSE:
+        pid = tl.num_programs(0) - 1 - pid
+    n, s0 = _work_item(pid // tiles_c, SB, BLOCK_S, BIG)
+    c = (pid % tiles_c) * BLOCK_C + tl.arange(0, BLOCK_C)
+    s = s0 + tl.arange(0, BLOCK_S)
+    c_mask = c < C
+    mask = (s[:, None] < S) & c_mask[None, :]
+    mean = tl.load(stat_ptr + c, mask=c_mask, other=0.0).to(COMPUTE)
+    mean_g = tl.load(stat_ptr + 2 * C + c, mask=c_mask, other=0.0).to(COMPUTE)
+    coef_x = tl.load(stat_ptr + 3 * C + c, mask=c_mask, other=0.0).to(COMPUTE)
+    k = tl.load(stat_ptr + 4 * C + c, mask=c_mask, other=0.0).to(COMPUTE)
+    g = tl.load(dy_ptr + n * gsn + s[:, None] * gss + c[None, :] * gsc, mask=mask, other=0.0).to(COMPUTE)
+    if RELU:
+        y = tl.load(y_ptr + n * ysn + s[:, None] * yss + c[None, :] * ysc, mask=mask, other=0.0).to(COMPUTE)
+        g = tl.where(y > 0, g, 0.0)
+    if WRITE_DZ:
+        dz = g * alpha
+        z_off = n * zsn + s[:, None] * zss + c[None, :] * zsc
+        if HAS_BETA:
+            dz += tl.load(dz_ptr + z_off, mask=mask, other=0.0).to(COMPUTE) * beta
+        tl.store(dz_ptr + z_off, dz.to(dz_ptr.dtype.element_ty), mask=mask)
+    x = tl.load(x_ptr + n * xsn + s[:, None] * xss + c[None, :] * xsc, mask=mask, other=0.0).to(COMPUTE)
+    dx = k[None, :] * (g - mean_g[None, :] - (x - mean[None, :]) * coef_x[None, :])
+    dx = dx * alpha
+    d_off = n * dsn + s[:, None] * dss + c[None, :] * dsc
+    if HAS_BETA:
+        dx += tl.load(dx_ptr + d_off, mask=mask, other=0.0).to(COMPUTE) * beta
+    tl.store(dx_ptr + d_off, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+# -- launch helpers ------------------------------------------------------------------------
+class _Layout:
+    """(N, C, S) views of the data tensors, flat parameter vectors, and the tile."""
+
+    def __init__(self, x, mode, data, params):
+        self.staging = NCSStaging()
+        self.per_activation = int(mode) == PER_ACTIVATION
+        views = {}
+        for name, (t, is_out, read) in data.items():
+            views[name] = self._data_view(t, is_out, read)
+        self.views = views
+        self.params = {name: self._param_view(t, is_out, read) for name, (t, is_out, read) in params.items()}
+        xv = views["x"]
+        self.N, self.C, self.S = ncs_dims(xv) if xv.dim() > 2 else (xv.shape[0], xv.shape[1], 1)
+        last = channels_last(xv) if xv.dim() > 2 else False
+        if last or self.S == 1:
+            self.block_c = min(triton.next_power_of_2(self.C), 64)
+            self.block_s = max(1, min(triton.next_power_of_2(self.S), TILE // self.block_c))
+        else:
+            self.block_s = min(triton.next_power_of_2(self.S), 512)
+            self.block_c = max(1, min(triton.next_power_of_2(self.C), TILE // self.block_s))
+        self.SB = triton.cdiv(self.S, self.block_s)
+        self.big = needs_int64(*[t for t, _, _ in data.values() if t is not None])
+
+    def _data_view(self, t, is_out, read):
+        if t is None:
+            return None
+        if self.per_activation:
+            n = t.shape[0]
+            flat_ok = t.dim() <= 2 or _merges(t.stride()[1:], t.shape[1:])
+            if not flat_ok:
+                t = self.staging.output(t, read=read, force=True) if is_out else self.staging.input(t, force=True)
+            return t.reshape(n, -1, 1) if t.dim() > 2 else t.reshape(n, -1, 1)
+        if is_out:
+            return self.staging.output(t, read=read)
+        return self.staging.input(t)
+
+    def _param_view(self, t, is_out, read):
+        if t is None:
+            return None
+        flat = t.reshape(-1)
+        if flat.data_ptr() == t.data_ptr() and _merges(t.stride(), t.shape) and (flat.numel() <= 1 or flat.stride(0) == 1):
+            return flat
+        if is_out:
+            tmp = t.contiguous().reshape(-1) if read else torch.empty(t.numel(), dtype=t.dtype, device=t.device)
+            self.staging._writeback.append((t, tmp.view(t.shape)))
+            return tmp
+        return t.contiguous().reshape(-1)
+
+    def strides(self, name):
+        t = self.views[name]
+        if t is None:
+            return (0, 0, 0)
+        return ncs_strides(t) if t.dim() > 2 else (t.stride(0), t.stride(1), 0)
+
+    def stats_grid(self, x):
+        items = self.N * self.SB
+        tiles_c = triton.cdiv(self.C, self.block_c)
+        target = _sm_count(x) * 8
+        splits = max(1, min(items, triton.cdiv(target, tiles_c)))
+        per = triton.cdiv(items, splits)
+        splits = triton.cdiv(items, per)
+        return (tiles_c, splits), per
+
+    def apply_grid(self):
+        return (self.N * self.SB * triton.cdiv(self.C, self.block_c),)
+
+    @property
+    def warps(self):
+        return 8 if self.block_s * self.block_c >= 2048 else 4
+
+
+def _merges(strides, shape):
+    dims = [(d, s) for d, s in zip(shape, strides) if d != 1]
+    return all(so == si * di for (do, so), (di, si) in zip(dims, dims[1:]))
+
+
+def _sm_count(t):
+    if t.device.type != "cuda":
+        return 2
+    return torch.cuda.get_device_properties(t.device).multi_processor_count
+
+
+def _check_modes(mode, bn_ops):
+    if int(mode) not in (PER_ACTIVATION, SPATIAL, SPATIAL_PERSISTENT):
+        raise BadParamError(f"unknown batch norm mode {mode}; valid: PER_ACTIVATION 0, SPATIAL 1, "
+                            f"SPATIAL_PERSISTENT 2")
+    if int(bn_ops) not in (NORM, NORM_ACTIVATION, NORM_ADD_ACTIVATION):
+        raise BadParamError(f"unknown batch norm ops {bn_ops}; valid: NORM 0, NORM_ACTIVATION 1, "
+                            f"NORM_ADD_ACTIVATION 2")
+
+
+def _launch_apply(lay, coef, alpha, beta, ops, reverse, x):
+    alpha, beta = float(alpha), float(beta)
+    _apply_kernel[lay.apply_grid()](
+        lay.views["x"], lay.views["z"] if lay.views.get("z") is not None else lay.views["x"], lay.views["y"], coef,
+        lay.N, lay.C, lay.S, lay.SB, *lay.strides("x"), *lay.strides("z"), *lay.strides("y"), alpha, beta,
+        OPS=int(ops), HAS_BETA=beta != 0.0, REVERSE=reverse, BIG=lay.big, COMPUTE=compute_dtype(x),
+        BLOCK_S=lay.block_s, BLOCK_C=lay.block_c, num_warps=lay.warps)
+
+
+def batch_norm_forward_training(x, z, y, scale, bias, running_mean, running_var, saved_mean, saved_inv_var,
+                                mode, exp_avg_factor, epsilon, bn_ops, alpha=1.0, beta=0.0) -> None:
+    """y = alpha * bn(x) + beta * y with batch statistics (see the module docstring)."""
+    _check_modes(mode, bn_ops)
+    check_dtypes(x=x, y=y, z=z if int(bn_ops) == NORM_ADD_ACTIVATION else None)
+    if x.numel() == 0:
+        return
+    lay = _Layout(x, mode, {"x": (x, False, False), "z": (z if int(bn_ops) == NORM_ADD_ACTIVATION else None, False, False),
+                            "y": (y, True, float(beta) != 0.0)},
+                  {"scale": (scale, False, False), "bias": (bias, False, False),
+                   "rmean": (running_mean, True, True), "rvar": (running_var, True, True),
+                   "smean": (saved_mean, True, False), "sinv": (saved_inv_var, True, False)})
+    (tiles_c, splits), per = lay.stats_grid(x)
+    dev = x.device
+    part = torch.empty(splits * 2 * lay.C, dtype=torch.float32, device=dev)
+    shift = torch.empty(lay.C, dtype=torch.float32, device=dev)
+    coef = torch.empty(2 * lay.C, dtype=torch.float32, device=dev)
+    xv = lay.views["x"]
+    sn, sc, ss = lay.strides("x")
+    _stats_kernel[(tiles_c, splits)](xv, part, shift, lay.N, lay.C, lay.S, sn, sc, ss, lay.SB, per,
+                                     BIG=lay.big, BLOCK_S=lay.block_s, BLOCK_C=lay.block_c, num_warps=lay.warps)
+    p = lay.params
+    has_running = p["rmean"] is not None and p["rvar"] is not None
+    has_saved = p["smean"] is not None and p["sinv"] is not None
+    count = lay.N * lay.S
+    _finalize_kernel[(triton.cdiv(lay.C, 128),)](
+        part, shift, coef, p["scale"], p["bias"], p["rmean"] if has_running else coef,
+        p["rvar"] if has_running else coef, p["smean"] if has_saved else coef, p["sinv"] if has_saved else coef,
+        lay.C, splits, float(count), float(exp_avg_factor), float(epsilon),
+        HAS_RUNNING=has_running, HAS_SAVED=has_saved, BLOCK_C=128)
+    _launch_apply(lay, coef, alpha, beta, bn_ops, True, x)
+    lay.staging.finish()
+
+
+def batch_norm_forward_inference(x, z, y, scale, bias, mean, var, mode, epsilon, bn_ops, alpha=1.0, beta=0.0) -> None:
+    """y = alpha * act(scale * (x - mean) / sqrt(var + epsilon) + bias (+ z)) + beta * y."""
+    _check_modes(mode, bn_ops)
+    check_dtypes(x=x, y=y, z=z if int(bn_ops) == NORM_ADD_ACTIVATION else None)
+    if x.numel() == 0:
+        return
+    lay = _Layout(x, mode, {"x": (x, False, False), "z": (z if int(bn_ops) == NORM_ADD_ACTIVATION else None, False, False),
+                            "y": (y, True, float(beta) != 0.0)},
+                  {"scale": (scale, False, False), "bias": (bias, False, False),
+                   "mean": (mean, False, False), "var": (var, False, False)})
+    coef = torch.empty(2 * lay.C, dtype=torch.float32, device=x.device)
+    p = lay.params
+    _inference_coef_kernel[(triton.cdiv(lay.C, 128),)](coef, p["scale"], p["bias"], p["mean"], p["var"], lay.C,
+                                                      float(epsilon), BLOCK_C=128)
+    _launch_apply(lay, coef, alpha, beta, bn_ops, False, x)
+    lay.staging.finish()
+
+
+def batch_norm_backward(x, y, dy, dz, dx, scale, bias, dscale, dbias, saved_mean, saved_inv_var, mode, epsilon,
+                        bn_ops, alpha_data=1.0, beta_data=0.0, alpha_param=1.0, beta_param=0.0) -> None:
+    """dx (and dz) with alpha_data/beta_data, dscale and dbias with alpha_param/beta_param.
+    Missing saved statistics are recomputed from x."""
+    _check_modes(mode, bn_ops)
+    relu = int(bn_ops) != NORM
+    write_dz = int(bn_ops) == NORM_ADD_ACTIVATION and dz is not None
+    check_dtypes(x=x, dy=dy, dx=dx, y=y if relu else None, dz=dz if write_dz else None)
+    if x.numel() == 0:
+        return
+    read_data = float(beta_data) != 0.0
+    lay = _Layout(x, mode, {"x": (x, False, False), "y": (y if relu else None, False, False),
+                            "dy": (dy, False, False), "dx": (dx, True, read_data),
+                            "dz": (dz if write_dz else None, True, read_data)},
+                  {"scale": (scale, False, False), "dscale": (dscale, True, float(beta_param) != 0.0),
+                   "dbias": (dbias, True, float(beta_param) != 0.0),
+                   "smean": (saved_mean, False, False), "sinv": (saved_inv_var, False, False)})
+    dev = x.device
+    p = lay.params
+    C = lay.C
+    stat = torch.empty(5 * C, dtype=torch.float32, device=dev)  # mean, inv_std, mean(g), coef_x, k
+    if p["smean"] is not None and p["sinv"] is not None:
+        stat[:C].copy_(p["smean"])
+        stat[C:2 * C].copy_(p["sinv"])
+    else:
+        _recompute_stats(lay, stat, epsilon, x)
+    (tiles_c, splits), per = lay.stats_grid(x)
+    part = torch.empty(splits * 2 * C, dtype=torch.float32, device=dev)
+    v = lay.views
+    _grad_stats_kernel[(tiles_c, splits)](
+        v["x"], v["y"] if relu else v["x"], v["dy"], part, stat, lay.N, C, lay.S,
+        *lay.strides("x"), *lay.strides("y"), *lay.strides("dy"), lay.SB, per,
+        RELU=relu, BIG=lay.big, BLOCK_S=lay.block_s, BLOCK_C=lay.block_c, num_warps=lay.warps)
+    _grad_finalize_kernel[(triton.cdiv(C, 128),)](
+        part, stat, p["scale"], p["dscale"], p["dbias"], C, splits, float(lay.N * lay.S),
+        float(alpha_param), float(beta_param), HAS_BETA_P=float(beta_param) != 0.0, BLOCK_C=128)
+    _grad_apply_kernel[lay.apply_grid()](
+        v["x"], v["y"] if relu else v["x"], v["dy"], v["dx"], v["dz"] if write_dz else v["dx"], stat,
+        lay.N, C, lay.S, lay.SB, *lay.strides("x"), *lay.strides("y"), *lay.strides("dy"),
+        *lay.strides("dx"), *lay.strides("dz"), float(alpha_data), float(beta_data),
+        RELU=relu, WRITE_DZ=write_dz, HAS_BETA=read_data, REVERSE=True, BIG=lay.big,
+        COMPUTE=compute_dtype(x), BLOCK_S=lay.block_s, BLOCK_C=lay.block_c, num_warps=lay.warps)
+    lay.staging.finish()
+
+
+def _recompute_stats(lay, stat, epsilon, x):
+    """Batch mean and 1/sqrt(var + eps) into stat[:2C] when the caller saved none."""
+    C = lay.C
+    (tiles_c, splits), per = lay.stats_grid(x)
+    part = torch.empty(splits * 2 * C, dtype=torch.float32, device=x.device)
+    shift = torch.empty(C, dtype=torch.float32, device=x.device)
+    coef = torch.empty(2 * C, dtype=torch.float32, device=x.device)
+    ones = torch.ones(C, dtype=torch.float32, device=x.device)
+    sn, sc, ss = lay.strides("x")
+    _stats_kernel[(tiles_c, splits)](lay.views["x"], part, shift, lay.N, C, lay.S, sn, sc, ss, lay.SB, per,
+                                     BIG=lay.big, BLOCK_S=lay.block_s, BLOCK_C=lay.block_c, num_warps=lay.warps)
+    _finalize_kernel[(triton.cdiv(C, 128),)](
+        part, shift, coef, ones, ones, coef, coef, stat, stat[C:], C, splits, float(lay.N * lay.S), 0.0,
+        float(epsilon), HAS_RUNNING=False, HAS_SAVED=True, BLOCK_C=128)

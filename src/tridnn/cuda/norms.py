@@ -1,0 +1,514 @@
+"""Layer norm, RMS norm and group norm, forward and backward, in Triton.
+
+Layer and RMS norm normalize rows: the last ``norm_ndim`` dims (K elements) for each
+of the R leading positions; one kernel serves both (RMS: no mean, no bias). A program
+takes BLOCK_R rows; a row up to MAX_TILE elements stays in registers (one read, one
+write), a longer one is read again in a second loop. Group norm normalizes, for each
+(n, group), the group's channels times all positions, seen through the (N, C, S)
+strides, so NCHW and NHWC need no copies.
+
+Backward passes give dx per row or group, and the parameter gradients (dscale,
+dbias) as per-program partial sums reduced by a small column-sum kernel, so no
+atomics are used and results are deterministic."""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..errors import BadParamError
+from .layer_utils import (NCSStaging, blend_args, channels_last, check_dtypes, compute_dtype, ncs_dims,
+                          ncs_strides, needs_int64)
+
+MAX_TILE = 8192
+
+
+# -- rows: layer norm and RMS norm ----------------------------------------------------------
+@triton.jit
+def _row_norm_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_ptr, R, K,
+                             xsr, xsk, ysr, ysk, eps, alpha, beta,
+                             RMS: tl.constexpr, HAS_BIAS: tl.constexpr, SAVE: tl.constexpr,
+                             HAS_BETA: tl.constexpr, SINGLE: tl.constexpr, BIG: tl.constexpr,
+                             COMPUTE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    if BIG:
+        r = r.to(tl.int64)
+    r_mask = r < R
+    if SINGLE:
+        k = tl.arange(0, BLOCK_K)
+        k_mask = k < K
+        mask = r_mask[:, None] & k_mask[None, :]
+        x = tl.load(x_ptr + r[:, None] * xsr + k[None, :] * xsk, mask=mask, other=0.0).to(tl.float32)
+        if RMS:
+            mean = tl.zeros([BLOCK_R], tl.float32)
+        else:
+            mean = tl.sum(x, axis=1) / K
+        d = tl.where(mask, x - mean[:, None], 0.0)
+        inv = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / K + eps)
+    else:
+        shift = tl.load(x_ptr + r * xsr, mask=r_mask, other=0.0).to(tl.float32)
+        if RMS:
+            shift = shift * 0.0
+        acc = tl.zeros([BLOCK_R, BLOCK_K], tl.float32)
+        acc2 = tl.zeros([BLOCK_R, BLOCK_K], tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            k = k0 + tl.arange(0, BLOCK_K)
+            mask = r_mask[:, None] & (k[None, :] < K)
+            x = tl.load(x_ptr + r[:, None] * xsr + k[None, :] * xsk, mask=mask, other=0.0).to(tl.float32)
+            d = tl.where(mask, x - shift[:, None], 0.0)
+            acc += d
+            acc2 += d * d
+        m_shift = tl.sum(acc, axis=1) / K
+        var = tl.maximum(tl.sum(acc2, axis=1) / K - m_shift * m_shift, 0.0)
+        if RMS:
+            mean = tl.zeros([BLOCK_R], tl.float32)
+            var = tl.sum(acc2, axis=1) / K
+        else:
+            mean = m_shift + shift
+        inv = 1.0 / tl.sqrt(var + eps)
+    if SAVE:
+        if not RMS:
+            tl.store(mean_ptr + r, mean.to(mean_ptr.dtype.element_ty), mask=r_mask)
+        tl.store(inv_ptr + r, inv.to(inv_ptr.dtype.element_ty), mask=r_mask)
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + tl.arange(0, BLOCK_K)
+        k_mask = k < K
+        mask = r_mask[:, None] & k_mask[None, :]
+        if not SINGLE:
+            x = tl.load(x_ptr + r[:, None] * xsr + k[None, :] * xsk, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(scale_ptr + k, mask=k_mask, other=0.0).to(tl.float32)
+        y = (x - mean[:, None]) * inv[:, None] * w[None, :]
+        if HAS_BIAS:
+            y += tl.load(bias_ptr + k, mask=k_mask, other=0.0).to(tl.float32)[None, :]
+        y = y.to(COMPUTE) * alpha
+        y_off = r[:, None] * ysr + k[None, :] * ysk
+        if HAS_BETA:
+            y += tl.load(y_ptr + y_off, mask=mask, other=0.0).to(COMPUTE) * beta
+        tl.store(y_ptr + y_off, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _row_norm_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_ptr, part_ptr, R, K,
+                              xsr, xsk, gsr, gsk, dsr, dsk, eps, alpha, beta, rows_per_program,
+                              RMS: tl.constexpr, HAS_STATS: tl.constexpr, HAS_BETA: tl.constexpr,
+                              SINGLE: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
+                              BLOCK_K: tl.constexpr):
+    """One row at a time over this program's rows: dx = inv * (g - mean(g) - xhat *
+    mean(g * xhat)) with g = dy * scale (RMS: no mean(g) term); partial dscale and
+    dbias sums go to this program's row of ``part`` ([programs, 2, K])."""
+    pid = tl.program_id(0)
+    part_row = part_ptr + pid * 2 * K
+    k_all = tl.arange(0, BLOCK_K)
+    dscale_acc = tl.zeros([BLOCK_K], tl.float32)
+    dbias_acc = tl.zeros([BLOCK_K], tl.float32)
+    if not SINGLE:
+        for k0 in range(0, K, BLOCK_K):
+            k = k0 + k_all
+            tl.store(part_row + k, tl.zeros([BLOCK_K], tl.float32), mask=k < K)
+            tl.store(part_row + K + k, tl.zeros([BLOCK_K], tl.float32), mask=k < K)
+    first = pid * rows_per_program
+    last = tl.minimum(first + rows_per_program, R)
+    for row in range(first, last):
+        if BIG:
+            row = row.to(tl.int64)
+        if HAS_STATS:
+            inv = tl.load(inv_ptr + row).to(tl.float32)
+            if RMS:
+                mean = 0.0
+            else:
+                mean = tl.load(mean_ptr + row).to(tl.float32)
+        else:
+            total = tl.zeros([BLOCK_K], tl.float32)
+            total2 = tl.zeros([BLOCK_K], tl.float32)
+            for k0 in range(0, K, BLOCK_K):
+                k = k0 + k_all
+                x = tl.load(x_ptr + row * xsr + k * xsk, mask=k < K, other=0.0).to(tl.float32)
+                total += x
+                total2 += x * x
+            if RMS:
+                mean = 0.0
+                var = tl.sum(total2, axis=0) / K
+            else:
+                mean = tl.sum(total, axis=0) / K
+                var = tl.maximum(tl.sum(total2, axis=0) / K - mean * mean, 0.0)
+            inv = 1.0 / tl.sqrt(var + eps)
+        if SINGLE:
+            k_mask = k_all < K
+            x = tl.load(x_ptr + row * xsr + k_all * xsk, mask=k_mask, other=0.0).to(tl.float32)
+            dy = tl.load(dy_ptr + row * gsr + k_all * gsk, mask=k_mask, other=0.0).to(tl.float32)
+            w = tl.load(scale_ptr + k_all, mask=k_mask, other=0.0).to(tl.float32)
+            xhat = tl.where(k_mask, (x - mean) * inv, 0.0)
+            g = dy * w
+            mean_gx = tl.sum(g * xhat, axis=0) / K
+            if RMS:
+                dx = inv * (g - xhat * mean_gx)
+            else:
+                dx = inv * (g - tl.sum(g, axis=0) / K - xhat * mean_gx)
+            dscale_acc += dy * xhat
+            dbias_acc += dy
+            dx = dx.to(COMPUTE) * alpha
+            d_off = row * dsr + k_all * dsk
+            if HAS_BETA:
+                dx += tl.load(dx_ptr + d_off, mask=k_mask, other=0.0).to(COMPUTE) * beta
+            tl.store(dx_ptr + d_off, dx.to(dx_ptr.dtype.element_ty), mask=k_mask)
+        else:
+            sum_g = tl.zeros([BLOCK_K], tl.float32)
+            sum_gx = tl.zeros([BLOCK_K], tl.float32)
+            for k0 in range(0, K, BLOCK_K):
+                k = k0 + k_all
+                k_mask = k < K
+                x = tl.load(x_ptr + row * xsr + k * xsk, mask=k_mask, other=0.0).to(tl.float32)
+                dy = tl.load(dy_ptr + row * gsr + k * gsk, mask=k_mask, other=0.0).to(tl.float32)
+                w = tl.load(scale_ptr + k, mask=k_mask, other=0.0).to(tl.float32)
+                xhat = tl.where(k_mask, (x - mean) * inv, 0.0)
+                g = dy * w
+                sum_g += g
+                sum_gx += g * xhat
+                tl.store(part_row + k, tl.load(part_row + k, mask=k_mask, other=0.0) + dy * xhat, mask=k_mask)
+                tl.store(part_row + K + k, tl.load(part_row + K + k, mask=k_mask, other=0.0) + dy, mask=k_mask)
+            mean_g = tl.sum(sum_g, axis=0) / K
+            mean_gx = tl.sum(sum_gx, axis=0) / K
+            if RMS:
+                mean_g = 0.0
+            for k0 in range(0, K, BLOCK_K):
+                k = k0 + k_all
+                k_mask = k < K
+                x = tl.load(x_ptr + row * xsr + k * xsk, mask=k_mask, other=0.0).to(tl.float32)
+                dy = tl.load(dy_ptr + row * gsr + k * gsk, mask=k_mask, other=0.0).to(tl.float32)
+                w = tl.load(scale_ptr + k, mask=k_mask, other=0.0).to(tl.float32)
+                xhat = (x - mean) * inv
+                dx = (inv * (dy * w - mean_g - xhat * mean_gx)).to(COMPUTE) * alpha
+                d_off = row * dsr + k * dsk
+                if HAS_BETA:
+                    dx += tl.load(dx_ptr + d_off, mask=k_mask, other=0.0).to(COMPUTE) * beta
+                tl.store(dx_ptr + d_off, dx.to(dx_ptr.dtype.element_ty), mask=k_mask)
+    if SINGLE:
+        k_mask = k_all < K
+        tl.store(part_row + k_all, dscale_acc, mask=k_mask)
+        tl.store(part_row + K + k_all, dbias_acc, mask=k_mask)
+
+
+@triton.jit
+def _column_sum_kernel(part_ptr, out_ptr, rows, K, row_stride, out_stride,
+                       BLOCK_ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    """out[k] = sum over rows of part[row * row_stride + k] (float32 partials)."""
+    k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
+    k_mask = k < K
+    acc = tl.zeros([BLOCK_ROWS, BLOCK_K], tl.float32)
+    for r0 in range(0, rows, BLOCK_ROWS):
+        r = r0 + tl.arange(0, BLOCK_ROWS)
+        mask = (r[:, None] < rows) & k_mask[None, :]
+        acc += tl.load(part_ptr + r[:, None] * row_stride + k[None, :], mask=mask, other=0.0)
+    total = tl.sum(acc, axis=0)
+    tl.store(out_ptr + k * out_stride, total.to(out_ptr.dtype.element_ty), mask=k_mask)
+
+
+def _column_sum(part, rows, K, row_stride, out):
+    """Sum ``rows`` partial rows of K floats into the flat parameter gradient ``out``."""
+    block_k = min(triton.next_power_of_2(K), 256)
+    _column_sum_kernel[(triton.cdiv(K, block_k),)](part, out, rows, K, row_stride, out.stride(0),
+                                                   BLOCK_ROWS=8, BLOCK_K=block_k)
+
+
+def _as_rows(t, R, K, staging, is_out=False, read=False):
+    """A (R, K) strided view of t, staging through a contiguous copy when the leading or
+    the trailing dims do not merge."""
+    if t is None:
+        return None
+    try:
+        return t.view(R, K)
+    except RuntimeError:
+        staged = staging.output(t, read=read, force=True) if is_out else staging.input(t, force=True)
+        return staged.view(R, K)
+
+
+def _flat(t, staging=None, is_out=False):
+    """A 1-D view of a parameter or statistics tensor (staged when not one strided run)."""
+    if t is None:
+        return None
+    try:
+        return t.view(-1)
+    except RuntimeError:
+        if is_out:
+            tmp = torch.empty(t.numel(), dtype=t.dtype, device=t.device)
+            staging._writeback.append((t, tmp.view(t.shape)))
+            return tmp
+        return t.reshape(-1)
+
+
+def _row_geometry(x, norm_ndim):
+    norm_ndim = int(norm_ndim)
+    if not 1 <= norm_ndim <= x.dim():
+        raise BadParamError(f"norm_ndim must be in [1, {x.dim()}] for x dims {tuple(x.shape)}, got {norm_ndim}")
+    K = 1
+    for d in x.shape[x.dim() - norm_ndim:]:
+        K *= d
+    return x.numel() // max(K, 1), K
+
+
+def _row_tiles(R, K):
+    block_k = min(triton.next_power_of_2(K), MAX_TILE)
+    block_r = max(1, min(triton.next_power_of_2(R), 2048 // block_k))
+    warps = 4 if block_r * block_k <= 2048 else (8 if block_r * block_k <= 4096 else 16)
+    return block_r, block_k, block_k >= K, warps
+
+
+def _row_forward(x, y, scale, bias, mean, inv, norm_ndim, epsilon, alpha, beta, rms):
+    check_dtypes(x=x, y=y)
+    if tuple(x.shape) != tuple(y.shape):
+        raise BadParamError(f"shape mismatch: x has dims {tuple(x.shape)}, y has {tuple(y.shape)}")
+    R, K = _row_geometry(x, norm_ndim)
+    if x.numel() == 0:
+        return
+    alpha, beta, has_beta = blend_args(alpha, beta)
+    staging = NCSStaging()
+    xv = _as_rows(x, R, K, staging)
+    yv = _as_rows(y, R, K, staging, is_out=True, read=has_beta)
+    save = inv is not None and (rms or mean is not None)
+    mean_f = _flat(mean, staging, True) if save and not rms else None
+    inv_f = _flat(inv, staging, True) if save else None
+    scale_f, bias_f = _flat(scale), _flat(bias)
+    block_r, block_k, single, warps = _row_tiles(R, K)
+    _row_norm_forward_kernel[(triton.cdiv(R, block_r),)](
+        xv, yv, scale_f, bias_f if bias_f is not None else scale_f, mean_f if mean_f is not None else xv,
+        inv_f if inv_f is not None else xv, R, K, xv.stride(0), xv.stride(1), yv.stride(0), yv.stride(1),
+        float(epsilon), alpha, beta, RMS=rms, HAS_BIAS=bias_f is not None, SAVE=save, HAS_BETA=has_beta,
+        SINGLE=single, BIG=needs_int64(xv, yv), COMPUTE=compute_dtype(x), BLOCK_R=block_r, BLOCK_K=block_k,
+        num_warps=warps)
+    staging.finish()
+
+
+def _programs(t, rows):
+    sms = torch.cuda.get_device_properties(t.device).multi_processor_count if t.device.type == "cuda" else 2
+    return max(1, min(rows, sms * 4))
+
+
+def _row_backward(x, dy, dx, scale, dscale, dbias, mean, inv, norm_ndim, epsilon, alpha, beta, rms):
+    check_dtypes(x=x, dy=dy, dx=dx)
+    R, K = _row_geometry(x, norm_ndim)
+    if x.numel() == 0:
+        return
+    alpha, beta, has_beta = blend_args(alpha, beta)
+    staging = NCSStaging()
+    xv, gv = _as_rows(x, R, K, staging), _as_rows(dy, R, K, staging)
+    dv = _as_rows(dx, R, K, staging, is_out=True, read=has_beta)
+    has_stats = inv is not None and (rms or mean is not None)
+    block_k = min(triton.next_power_of_2(K), MAX_TILE)
+    programs = _programs(x, R)
+    per = triton.cdiv(R, programs)
+    programs = triton.cdiv(R, per)
+    part = torch.empty(programs * 2 * K, dtype=torch.float32, device=x.device)
+    _row_norm_backward_kernel[(programs,)](
+        xv, gv, dv, _flat(scale), _flat(mean) if has_stats and not rms else xv,
+        _flat(inv) if has_stats else xv, part, R, K, xv.stride(0), xv.stride(1), gv.stride(0), gv.stride(1),
+        dv.stride(0), dv.stride(1), float(epsilon), alpha, beta, per, RMS=rms, HAS_STATS=has_stats,
+        HAS_BETA=has_beta, SINGLE=block_k >= K, BIG=needs_int64(xv, gv, dv), COMPUTE=compute_dtype(x),
+        BLOCK_K=block_k, num_warps=4 if block_k <= 1024 else (8 if block_k <= 4096 else 16))
+    if dscale is not None:
+        _column_sum(part, programs, K, 2 * K, _flat(dscale, staging, True))
+    if dbias is not None:
+        _column_sum(part[K:], programs, K, 2 * K, _flat(dbias, staging, True))
+    staging.finish()
+
+
+def layer_norm_forward(x, y, scale, bias, mean, inv_std, norm_ndim, epsilon, alpha=1.0, beta=0.0) -> None:
+    """y = alpha * ((x - mean) * inv_std * scale + bias) + beta * y over the last norm_ndim
+    dims; saves mean and inv_std (shape: the leading dims) when given."""
+    _row_forward(x, y, scale, bias, mean, inv_std, norm_ndim, epsilon, alpha, beta, False)
+
+
+def layer_norm_backward(x, dy, dx, scale, dscale, dbias, mean, inv_std, norm_ndim, alpha=1.0, beta=0.0,
+                        epsilon=1e-5) -> None:
+    """dx (blended with alpha/beta), dscale and dbias; statistics recomputed when not given."""
+    _row_backward(x, dy, dx, scale, dscale, dbias, mean, inv_std, norm_ndim, epsilon, alpha, beta, False)
+
+
+def rms_norm_forward(x, y, scale, inv_rms, norm_ndim, epsilon, alpha=1.0, beta=0.0) -> None:
+    """y = alpha * x / sqrt(mean(x^2) + epsilon) * scale + beta * y."""
+    _row_forward(x, y, scale, None, None, inv_rms, norm_ndim, epsilon, alpha, beta, True)
+
+
+def rms_norm_backward(x, dy, dx, scale, dscale, inv_rms, norm_ndim, alpha=1.0, beta=0.0, epsilon=1e-5) -> None:
+    _row_backward(x, dy, dx, scale, dscale, None, None, inv_rms, norm_ndim, epsilon, alpha, beta, True)
+
+
+# -- group norm ------------------------------------------------------------------------------
+@triton.jit
+def _group_offsets(n, s, c, sn, ss, sc):
+    return n * sn + s[:, None] * ss + c[None, :] * sc
+
+
+@triton.jit
+def _group_norm_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_ptr, G, CG, S,
+                               xsn, xsc, xss, ysn, ysc, yss, eps, alpha, beta,
+                               SAVE: tl.constexpr, HAS_BETA: tl.constexpr, BIG: tl.constexpr,
+                               COMPUTE: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
+    """One (n, group) per program: a statistics loop, then a normalize loop that
+    re-reads the group (still in L2: it was just read)."""
+    pid = tl.program_id(0)
+    n = pid // G
+    g = pid % G
+    if BIG:
+        n = n.to(tl.int64)
+    c = g * CG + tl.arange(0, BLOCK_C)
+    c_mask = tl.arange(0, BLOCK_C) < CG
+    shift = tl.load(x_ptr + n * xsn + g * CG * xsc).to(tl.float32)
+    acc = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
+    acc2 = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
+    for s0 in range(0, S, BLOCK_S):
+        s = s0 + tl.arange(0, BLOCK_S)
+        mask = (s[:, None] < S) & c_mask[None, :]
+        x = tl.load(x_ptr + _group_offsets(n, s, c, xsn, xss, xsc), mask=mask, other=0.0).to(tl.float32)
+        d = tl.where(mask, x - shift, 0.0)
+        acc += d
+        acc2 += d * d
+    count = CG * S
+    m_shift = tl.sum(tl.sum(acc, axis=1), axis=0) / count
+    var = tl.maximum(tl.sum(tl.sum(acc2, axis=1), axis=0) / count - m_shift * m_shift, 0.0)
+    mean = m_shift + shift
+    inv = 1.0 / tl.sqrt(var + eps)
+    if SAVE:
+        tl.store(mean_ptr + pid, mean.to(mean_ptr.dtype.element_ty))
+        tl.store(inv_ptr + pid, inv.to(inv_ptr.dtype.element_ty))
+    w = tl.load(scale_ptr + c, mask=c_mask, other=0.0).to(tl.float32)
+    b = tl.load(bias_ptr + c, mask=c_mask, other=0.0).to(tl.float32)
+    a = w * inv
+    off = b - mean * a
+    for s0 in range(0, S, BLOCK_S):
+        s = s0 + tl.arange(0, BLOCK_S)
+        mask = (s[:, None] < S) & c_mask[None, :]
+        x = tl.load(x_ptr + _group_offsets(n, s, c, xsn, xss, xsc), mask=mask, other=0.0).to(tl.float32)
+        y = (x * a[None, :] + off[None, :]).to(COMPUTE) * alpha
+        y_off = _group_offsets(n, s, c, ysn, yss, ysc)
+        if HAS_BETA:
+            y += tl.load(y_ptr + y_off, mask=mask, other=0.0).to(COMPUTE) * beta
+        tl.store(y_ptr + y_off, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _group_norm_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_ptr, part_ptr, G, CG, S, C,
+                                xsn, xsc, xss, gsn, gsc, gss, dsn, dsc, dss, eps, alpha, beta,
+                                HAS_STATS: tl.constexpr, HAS_BETA: tl.constexpr, BIG: tl.constexpr,
+                                COMPUTE: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
+    """dx for one (n, group); per-channel partial dscale/dbias for this n into part[n]."""
+    pid = tl.program_id(0)
+    n = pid // G
+    g = pid % G
+    if BIG:
+        n = n.to(tl.int64)
+    c = g * CG + tl.arange(0, BLOCK_C)
+    c_mask = tl.arange(0, BLOCK_C) < CG
+    count = CG * S
+    if HAS_STATS:
+        mean = tl.load(mean_ptr + pid).to(tl.float32)
+        inv = tl.load(inv_ptr + pid).to(tl.float32)
+    else:
+        shift = tl.load(x_ptr + n * xsn + g * CG * xsc).to(tl.float32)
+        acc = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
+        acc2 = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
+        for s0 in range(0, S, BLOCK_S):
+            s = s0 + tl.arange(0, BLOCK_S)
+            mask = (s[:, None] < S) & c_mask[None, :]
+            x = tl.load(x_ptr + _group_offsets(n, s, c, xsn, xss, xsc), mask=mask, other=0.0).to(tl.float32)
+            d = tl.where(mask, x - shift, 0.0)
+            acc += d
+            acc2 += d * d
+        m_shift = tl.sum(tl.sum(acc, axis=1), axis=0) / count
+        var = tl.maximum(tl.sum(tl.sum(acc2, axis=1), axis=0) / count - m_shift * m_shift, 0.0)
+        mean = m_shift + shift
+        inv = 1.0 / tl.sqrt(var + eps)
+    w = tl.load(scale_ptr + c, mask=c_mask, other=0.0).to(tl.float32)
+    sum_dy = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
+    sum_dyx = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
+    for s0 in range(0, S, BLOCK_S):
+        s = s0 + tl.arange(0, BLOCK_S)
+        mask = (s[:, None] < S) & c_mask[None, :]
+        x = tl.load(x_ptr + _group_offsets(n, s, c, xsn, xss, xsc), mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + _group_offsets(n, s, c, gsn, gss, gsc), mask=mask, other=0.0).to(tl.float32)
+        xhat = tl.where(mask, (x - mean) * inv, 0.0)
+        sum_dy += dy
+        sum_dyx += dy * xhat
+    ch_dy = tl.sum(sum_dy, axis=0)
+    ch_dyx = tl.sum(sum_dyx, axis=0)
+    tl.store(part_ptr + n * 2 * C + c, ch_dyx, mask=c_mask)
+    tl.store(part_ptr + n * 2 * C + C + c, ch_dy, mask=c_mask)
+    mean_g = tl.sum(ch_dy * w, axis=0) / count
+    mean_gx = tl.sum(ch_dyx * w, axis=0) / count
+    for s0 in range(0, S, BLOCK_S):
+        s = s0 + tl.arange(0, BLOCK_S)
+        mask = (s[:, None] < S) & c_mask[None, :]
+        x = tl.load(x_ptr + _group_offsets(n, s, c, xsn, xss, xsc), mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + _group_offsets(n, s, c, gsn, gss, gsc), mask=mask, other=0.0).to(tl.float32)
+        xhat = (x - mean) * inv
+        dx = (inv * (dy * w[None, :] - mean_g - xhat * mean_gx)).to(COMPUTE) * alpha
+        d_off = _group_offsets(n, s, c, dsn, dss, dsc)
+        if HAS_BETA:
+            dx += tl.load(dx_ptr + d_off, mask=mask, other=0.0).to(COMPUTE) * beta
+        tl.store(dx_ptr + d_off, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+def _group_setup(x, groups):
+    groups = int(groups)
+    C = x.shape[1]
+    if groups < 1 or C % groups:
+        raise BadParamError(f"groups={groups} must be >= 1 and divide the {C} channels")
+    return groups, C // groups
+
+
+def _group_tiles(x, CG, S):
+    block_c = triton.next_power_of_2(CG)
+    if channels_last(x):
+        block_s = max(1, min(triton.next_power_of_2(S), max(1, 4096 // block_c)))
+    else:
+        block_s = max(1, min(triton.next_power_of_2(S), max(1, 4096 // block_c)))
+    warps = 8 if block_s * block_c >= 2048 else 4
+    return block_s, block_c, warps
+
+
+def group_norm_forward(x, y, scale, bias, mean, inv_std, groups, epsilon, alpha=1.0, beta=0.0) -> None:
+    """y = alpha * (normalized over each (n, group) * scale[c] + bias[c]) + beta * y;
+    saves mean and inv_std of shape (N, groups) when given."""
+    check_dtypes(x=x, y=y)
+    G, CG = _group_setup(x, groups)
+    if x.numel() == 0:
+        return
+    alpha, beta, has_beta = blend_args(alpha, beta)
+    staging = NCSStaging()
+    xv = staging.input(x)
+    yv = staging.output(y, like=xv, read=has_beta)
+    N, C, S = ncs_dims(xv)
+    save = mean is not None and inv_std is not None
+    block_s, block_c, warps = _group_tiles(xv, CG, S)
+    _group_norm_forward_kernel[(N * G,)](
+        xv, yv, _flat(scale), _flat(bias), _flat(mean, staging, True) if save else xv,
+        _flat(inv_std, staging, True) if save else xv, G, CG, S, *ncs_strides(xv), *ncs_strides(yv),
+        float(epsilon), alpha, beta, SAVE=save, HAS_BETA=has_beta, BIG=needs_int64(xv, yv),
+        COMPUTE=compute_dtype(x), BLOCK_S=block_s, BLOCK_C=block_c, num_warps=warps)
+    staging.finish()
+
+
+def group_norm_backward(x, dy, dx, scale, dscale, dbias, mean, inv_std, groups, alpha=1.0, beta=0.0,
+                        epsilon=1e-5) -> None:
+    check_dtypes(x=x, dy=dy, dx=dx)
+    G, CG = _group_setup(x, groups)
+    if x.numel() == 0:
+        return
+    alpha, beta, has_beta = blend_args(alpha, beta)
+    staging = NCSStaging()
+    xv = staging.input(x)
+    gv = staging.input(dy, like=xv)
+    dv = staging.output(dx, like=xv, read=has_beta)
+    N, C, S = ncs_dims(xv)
+    has_stats = mean is not None and inv_std is not None
+    part = torch.empty(N * 2 * C, dtype=torch.float32, device=x.device)
+    block_s, block_c, warps = _group_tiles(xv, CG, S)
+    _group_norm_backward_kernel[(N * G,)](
+        xv, gv, dv, _flat(scale), _flat(mean) if has_stats else xv, _flat(inv_std) if has_stats else xv, part,
+        G, CG, S, C, *ncs_strides(xv), *ncs_strides(gv), *ncs_strides(dv), float(epsilon), alpha, beta,
+        HAS_STATS=has_stats, HAS_BETA=has_beta, BIG=needs_int64(xv, gv, dv), COMPUTE=compute_dtype(x),
+        BLOCK_S=block_s, BLOCK_C=block_c, num_warps=warps)
+    if dscale is not None:
+        _column_sum(part, N, C, 2 * C, _flat(dscale, staging, True))
+    if dbias is not None:
+        _column_sum(part[C:], N, C, 2 * C, _flat(dbias, staging, True))
+    staging.finish()

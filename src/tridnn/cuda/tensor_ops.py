@@ -1,0 +1,335 @@
+"""Tensor ops in Triton: set, scale, transform (layout change), add, op_tensor, reduce.
+
+Pointwise ops share one kernel shape: tensors broadcast to the output's shape (a
+broadcast dim is a stride of 0), dims coalesced to at most four. A transform whose
+input and output have different innermost dims (NCHW <-> NHWC) uses a tiled kernel
+that reads and writes whole 2-D tiles, so both sides stay coalesced. Reductions view
+the input as (kept, reduced) and reduce a block of rows per program."""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..errors import BadParamError
+from .layer_utils import (blend_args, blend_store, check_dtypes, coalesce, compute_dtype, first_index,
+                          needs_int64, pointwise_chunks, unravel4)
+
+# cudnnOpTensorOp_t and cudnnReduceTensorOp_t values
+OP_ADD, OP_MUL, OP_MIN, OP_MAX, OP_SQRT, OP_NOT = 0, 1, 2, 3, 4, 5
+RED_ADD, RED_MUL, RED_MIN, RED_MAX, RED_AMAX, RED_AVG, RED_NORM1, RED_NORM2, RED_MUL_NO_ZEROS = range(9)
+INDEXED_REDUCTIONS = (RED_MIN, RED_MAX, RED_AMAX)
+
+BLOCK = 4096
+NUM_WARPS = 8
+
+
+@triton.jit
+def _pointwise_kernel(a_ptr, b_ptr, c_ptr, numel, D1, D2, D3,
+                      as0, as1, as2, as3, bs0, bs1, bs2, bs3, cs0, cs1, cs2, cs3,
+                      alpha1, alpha2, beta, fill,
+                      OP: tl.constexpr, HAS_B: tl.constexpr, HAS_BETA: tl.constexpr, PROPAGATE_NAN: tl.constexpr,
+                      FLAT: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr, BLOCK: tl.constexpr):
+    """c = op(alpha1 * a, alpha2 * b) + beta * c. OP -1 is set (c = fill), -2 is
+    scale/transform (c = alpha1 * a + beta * c); 0..5 are cudnnOpTensorOp_t."""
+    i = first_index(BLOCK, BIG) + tl.arange(0, BLOCK)
+    mask = i < numel
+    if FLAT:
+        a_off = i
+        b_off = i
+        c_off = i
+    else:
+        i0, i1, i2, i3 = unravel4(i, D1, D2, D3)
+        a_off = i0 * as0 + i1 * as1 + i2 * as2 + i3 * as3
+        b_off = i0 * bs0 + i1 * bs1 + i2 * bs2 + i3 * bs3
+        c_off = i0 * cs0 + i1 * cs1 + i2 * cs2 + i3 * cs3
+    if OP == -1:
+        value = tl.zeros([BLOCK], COMPUTE) + fill
+        tl.store(c_ptr + c_off, value.to(c_ptr.dtype.element_ty), mask=mask)
+    else:
+        a = tl.load(a_ptr + a_off, mask=mask, other=0.0).to(COMPUTE)
+        if OP == -2:
+            value = a
+        else:
+            a = a * alpha1
+            b = a
+            if HAS_B:
+                b = tl.load(b_ptr + b_off, mask=mask, other=0.0).to(COMPUTE) * alpha2
+            if OP == 0:
+                value = a + b
+            elif OP == 1:
+                value = a * b
+            elif OP == 2 or OP == 3:
+                value = tl.where(a < b, a, b) if OP == 2 else tl.where(a > b, a, b)
+                if PROPAGATE_NAN:  # NaN wins (np.minimum)
+                    value = tl.where((a != a) | (b != b), a + b, value)
+                else:  # NaN loses unless both are NaN (np.fmin)
+                    value = tl.where(a != a, b, tl.where(b != b, a, value))
+            elif OP == 4:
+                value = tl.sqrt(a)
+            else:
+                value = 1.0 - a
+        scale = alpha1 if OP == -2 else 1.0
+        blend_store(c_ptr, c_off, mask, value, scale, beta, HAS_BETA)
+
+
+@triton.jit
+def _transpose_tile_kernel(x_ptr, y_ptr, P, Q, D1, xs_p, xs_q, xs0, xs1, ys_p, ys_q, ys0, ys1,
+                           alpha, beta, HAS_BETA: tl.constexpr, BIG: tl.constexpr,
+                           COMPUTE: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr):
+    """y = alpha * x + beta * y over a (rest, P, Q) geometry where x is contiguous along P
+    and y along Q: each program moves one BLOCK_P x BLOCK_Q tile, read along P and
+    written along Q (Triton swaps the tile's layout through shared memory)."""
+    pid_p = tl.program_id(0)
+    pid_q = tl.program_id(1)
+    rest = tl.program_id(2)
+    if BIG:
+        rest = rest.to(tl.int64)
+        pid_p = pid_p.to(tl.int64)
+    r0 = rest // D1
+    r1 = rest % D1
+    p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    q = pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    mask = (p[:, None] < P) & (q[None, :] < Q)
+    x_off = r0 * xs0 + r1 * xs1 + p[:, None] * xs_p + q[None, :] * xs_q
+    y_off = r0 * ys0 + r1 * ys1 + p[:, None] * ys_p + q[None, :] * ys_q
+    x = tl.load(x_ptr + x_off, mask=mask, other=0.0).to(COMPUTE)
+    blend_store(y_ptr, y_off, mask, x, alpha, beta, HAS_BETA)
+
+
+def _launch_pointwise(op, c, a=None, b=None, alpha1=1.0, alpha2=1.0, beta=0.0, fill=0.0, propagate_nan=False):
+    if c.numel() == 0:
+        return
+    _, beta, has_beta = blend_args(1.0, beta)
+    operands = [c] + [t.expand(c.shape) for t in (a, b) if t is not None]
+    big = needs_int64(*operands)
+    compute = compute_dtype(*operands)
+    for views, dims4, strides4, flat in pointwise_chunks(*operands):
+        cv, av, bv = views[0], views[1] if a is not None else views[0], views[-1] if b is not None else views[0]
+        cs, as_, bs = strides4[0], strides4[1] if a is not None else strides4[0], \
+            strides4[-1] if b is not None else strides4[0]
+        numel = cv.numel()
+        _pointwise_kernel[(triton.cdiv(numel, BLOCK),)](
+            av, bv, cv, numel, dims4[1], dims4[2], dims4[3], *as_, *bs, *cs,
+            float(alpha1), float(alpha2), beta, float(fill),
+            OP=op, HAS_B=b is not None, HAS_BETA=has_beta, PROPAGATE_NAN=bool(propagate_nan), FLAT=flat, BIG=big, COMPUTE=compute,
+            BLOCK=BLOCK, num_warps=NUM_WARPS)
+
+
+def _check_broadcast(name, t, c):
+    if t.dim() != c.dim() or any(d != 1 and d != e for d, e in zip(t.shape, c.shape)):
+        raise BadParamError(f"{name} dims {tuple(t.shape)} cannot broadcast to the output dims "
+                            f"{tuple(c.shape)}: each dim must equal the output's or be 1")
+
+
+def set_tensor(y, value) -> None:
+    """Every element of y = value (cudnnSetTensor)."""
+    check_dtypes(y=y)
+    _launch_pointwise(-1, y, fill=value)
+
+
+def scale_tensor(y, alpha) -> None:
+    """y = alpha * y (cudnnScaleTensor)."""
+    check_dtypes(y=y)
+    _launch_pointwise(-2, y, a=y, alpha1=alpha)
+
+
+def transform_tensor(x, y, alpha=1.0, beta=0.0) -> None:
+    """y = alpha * x + beta * y where x and y have the same dims and any layouts and
+    dtypes (a dtype change rounds once, from the float32 or float64 value)."""
+    check_dtypes(x=x)
+    check_dtypes(y=y)
+    if tuple(x.shape) != tuple(y.shape):
+        raise BadParamError(f"transform_tensor: x dims {tuple(x.shape)} != y dims {tuple(y.shape)}")
+    if y.numel() == 0:
+        return
+    tiled = _tile_geometry(x, y)
+    if tiled is None:
+        _launch_pointwise(-2, y, a=x, alpha1=alpha, beta=beta)
+        return
+    (P, Q, D0, D1), (xs_p, xs_q, xs0, xs1), (ys_p, ys_q, ys0, ys1) = tiled
+    _, beta, has_beta = blend_args(alpha, beta)
+    block_p, block_q = 64, 64
+    grid = (triton.cdiv(P, block_p), triton.cdiv(Q, block_q), D0 * D1)
+    _transpose_tile_kernel[grid](x, y, P, Q, D1, xs_p, xs_q, xs0, xs1, ys_p, ys_q, ys0, ys1,
+                                 float(alpha), beta, HAS_BETA=has_beta, BIG=needs_int64(x, y),
+                                 COMPUTE=compute_dtype(x, y), BLOCK_P=block_p, BLOCK_Q=block_q,
+                                 num_warps=4)
+
+
+def _tile_geometry(x, y):
+    """For a layout change, the dims (P, Q, D0, D1) and strides where x is contiguous
+    along P and y along Q, with at most two other dims; None when the plain pointwise
+    kernel is as good (same innermost dim, or not four dims or fewer)."""
+    dims, (ys, xs) = coalesce(tuple(y.shape), [y.stride(), x.stride()])
+    if len(dims) < 2 or len(dims) > 4:
+        return None
+    q = len(dims) - 1
+    if ys[q] != 1 or xs[q] == 1:
+        return None
+    p_candidates = [a for a in range(len(dims)) if xs[a] == 1]
+    if not p_candidates:
+        return None
+    p = p_candidates[0]
+    rest = [a for a in range(len(dims)) if a not in (p, q)]
+    rest = [None] * (2 - len(rest)) + rest
+    size = lambda a: 1 if a is None else dims[a]
+    stride = lambda s, a: 0 if a is None else s[a]
+    return ((dims[p], dims[q], size(rest[0]), size(rest[1])),
+            (xs[p], xs[q], stride(xs, rest[0]), stride(xs, rest[1])),
+            (ys[p], ys[q], stride(ys, rest[0]), stride(ys, rest[1])))
+
+
+def add_tensor(a, c, alpha=1.0, beta=1.0) -> None:
+    """c = alpha * a + beta * c, a broadcast to c's dims (cudnnAddTensor)."""
+    check_dtypes(a=a, c=c)
+    _check_broadcast("a", a, c)
+    _launch_pointwise(-2, c, a=a, alpha1=alpha, beta=beta)
+
+
+def op_tensor(a, b, c, op: int, alpha1=1.0, alpha2=1.0, beta=0.0, propagate_nan=False) -> None:
+    """c = op(alpha1 * a, alpha2 * b) + beta * c (cudnnOpTensor); a and b broadcast to c.
+    SQRT and NOT are unary: sqrt(alpha1 * a) and 1 - alpha1 * a. MIN/MAX let NaN win
+    only with propagate_nan."""
+    op = int(op)
+    if op not in range(6):
+        raise BadParamError(f"unknown op_tensor op {op}; valid: ADD 0, MUL 1, MIN 2, MAX 3, SQRT 4, NOT 5")
+    unary = op in (OP_SQRT, OP_NOT)
+    check_dtypes(a=a, c=c, b=None if unary else b)
+    _check_broadcast("a", a, c)
+    if not unary:
+        _check_broadcast("b", b, c)
+    _launch_pointwise(op, c, a=a, b=None if unary else b, alpha1=alpha1, alpha2=alpha2, beta=beta,
+                      propagate_nan=propagate_nan)
+
+
+# -- reduction -------------------------------------------------------------------------
+@triton.jit
+def _reduce_kernel(a_ptr, c_ptr, idx_ptr, K, R, sa_k, sa_r, sc_k, alpha, beta,
+                   OP: tl.constexpr, WITH_INDICES: tl.constexpr, HAS_BETA: tl.constexpr,
+                   PROPAGATE_NAN: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr):
+    """Reduce each of BLOCK_K rows of length R (stride sa_r) to one value, looping over R."""
+    k = first_index(BLOCK_K, BIG) + tl.arange(0, BLOCK_K)
+    k_mask = k < K
+    if OP == 1 or OP == 8:
+        acc = tl.full([BLOCK_K, BLOCK_R], 1.0, COMPUTE)
+    elif OP == 2:
+        acc = tl.full([BLOCK_K, BLOCK_R], float("inf"), COMPUTE)
+    elif OP == 3 or OP == 4:
+        acc = tl.full([BLOCK_K, BLOCK_R], float("-inf"), COMPUTE)
+    else:
+        acc = tl.zeros([BLOCK_K, BLOCK_R], COMPUTE)
+    arg = tl.zeros([BLOCK_K, BLOCK_R], tl.int32)
+    nan_at = tl.full([BLOCK_K, BLOCK_R], 2147483647, tl.int32)  # first NaN's index per lane
+    seen = tl.zeros([BLOCK_K, BLOCK_R], tl.int1)  # a non-NaN value was seen
+    for r0 in range(0, R, BLOCK_R):
+        r = r0 + tl.arange(0, BLOCK_R)
+        mask = k_mask[:, None] & (r[None, :] < R)
+        a = tl.load(a_ptr + k[:, None] * sa_k + r[None, :] * sa_r, mask=mask, other=0.0).to(COMPUTE)
+        if OP == 0 or OP == 5:
+            acc += a
+        elif OP == 1:
+            acc *= tl.where(mask, a, 1.0)
+        elif OP == 8:
+            acc *= tl.where(mask & (a != 0.0), a, 1.0)
+        elif OP == 6:
+            acc += tl.abs(a)
+        elif OP == 7:
+            acc += a * a
+        else:
+            if OP == 4:
+                a = tl.abs(a)
+            if OP == 2:
+                better = mask & (a < acc)
+            else:
+                better = mask & (a > acc)
+            acc = tl.where(better, a, acc)
+            arg = tl.where(better, r[None, :], arg)
+            nan_at = tl.where(mask & (a != a) & (nan_at == 2147483647), r[None, :], nan_at)
+            seen = seen | (mask & (a == a))
+    if OP == 2:
+        value = tl.min(acc, axis=1)
+    elif OP == 3 or OP == 4:
+        value = tl.max(acc, axis=1)
+    elif OP == 1 or OP == 8:
+        value = tl.reduce(acc, 1, _multiply)
+    else:
+        value = tl.sum(acc, axis=1)
+    if OP == 5:
+        value = value / R
+    if OP == 7:
+        value = tl.sqrt(value)
+    if OP == 2 or OP == 3 or OP == 4:
+        # first index among the lanes holding the extreme value
+        hit = (acc == value[:, None]) & seen
+        first = tl.min(tl.where(hit, arg, 2147483647), axis=1)
+        first = tl.where(first == 2147483647, 0, first)
+        first_nan = tl.min(nan_at, axis=1)
+        any_seen = tl.max(seen.to(tl.int32), axis=1) > 0
+        if PROPAGATE_NAN:  # any NaN wins, at its first position
+            value = tl.where(first_nan < 2147483647, float("nan"), value)
+            first = tl.where(first_nan < 2147483647, first_nan, first)
+        else:  # NaN is skipped; a row of NaN only gives NaN
+            value = tl.where(any_seen, value, float("nan"))
+        if WITH_INDICES:
+            tl.store(idx_ptr + k, first.to(idx_ptr.dtype.element_ty), mask=k_mask)
+    blend_store(c_ptr, k * sc_k, k_mask, value, alpha, beta, HAS_BETA)
+
+
+@triton.jit
+def _multiply(a, b):
+    return a * b
+
+
+def reduce_tensor(a, c, indices, workspace, op: int, alpha=1.0, beta=0.0, propagate_nan=False) -> None:
+    """c = alpha * reduce_op(a over the dims where c has size 1) + beta * c.
+
+    ``indices`` (int32 or uint32, c's shape, or None; MIN/MAX/AMAX) receives the
+    row-major index of the first extreme element within the reduced dims (the first
+    NaN when NaN propagates). ``workspace`` is not needed: sums stay in registers."""
+    op = int(op)
+    if op not in range(9):
+        raise BadParamError(f"unknown reduce op {op}; valid: ADD 0, MUL 1, MIN 2, MAX 3, AMAX 4, "
+                            f"AVG 5, NORM1 6, NORM2 7, MUL_NO_ZEROS 8")
+    check_dtypes(a=a, c=c)
+    if a.dim() != c.dim() or any(cd != 1 and cd != ad for ad, cd in zip(a.shape, c.shape)):
+        raise BadParamError(f"reduce_tensor: c dims {tuple(c.shape)} must equal a's dims "
+                            f"{tuple(a.shape)} or be 1 on each reduced dim")
+    if indices is not None:
+        if tuple(indices.shape) != tuple(c.shape) or indices.dtype not in (torch.int32, torch.uint32):
+            raise BadParamError(f"indices must be int32 or uint32 with c's dims {tuple(c.shape)}, got "
+                                f"{indices.dtype} {tuple(indices.shape)}")
+        indices = indices.view(torch.int32)
+        if op not in INDEXED_REDUCTIONS:
+            indices = None  # as the NumPy backend: only MIN, MAX and AMAX write indices
+    if c.numel() == 0:
+        return
+    reduced = [ax for ax in range(a.dim()) if c.shape[ax] == 1 and a.shape[ax] != 1]
+    kept = [ax for ax in range(a.dim()) if ax not in reduced]
+    K, R = c.numel(), max(1, a.numel() // max(c.numel(), 1))
+    a2 = a.permute(*kept, *reduced).reshape(K, R)  # a view when the dims merge, else a copy
+    c_kept = c.permute(*kept, *reduced)
+    c1 = c_kept.reshape(K)
+    staged = not _is_view_of(c1, c)
+    if staged:
+        c1 = c1.clone()
+    idx1 = None
+    if indices is not None:
+        idx1 = torch.empty(K, dtype=torch.int32, device=c.device)
+    _, beta, has_beta = blend_args(alpha, beta)
+    block_k = 1 if R >= 1024 else 16
+    block_r = min(triton.next_power_of_2(R), 4096 if block_k == 1 else 256)
+    _reduce_kernel[(triton.cdiv(K, block_k),)](
+        a2, c1, idx1 if idx1 is not None else c1, K, R, a2.stride(0), a2.stride(1), c1.stride(0),
+        float(alpha), beta, OP=op, WITH_INDICES=indices is not None, HAS_BETA=has_beta,
+        PROPAGATE_NAN=bool(propagate_nan),
+        BIG=needs_int64(a2, c1), COMPUTE=compute_dtype(a), BLOCK_K=block_k, BLOCK_R=block_r,
+        num_warps=8 if block_r >= 2048 else 4)
+    if staged:
+        c_kept.copy_(c1.view(c_kept.shape))
+    if indices is not None:
+        indices.permute(*kept, *reduced).copy_(idx1.view(c_kept.shape))
+
+
+def _is_view_of(view, base) -> bool:
+    return view.untyped_storage().data_ptr() == base.untyped_storage().data_ptr()

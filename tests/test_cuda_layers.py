@@ -1,0 +1,618 @@
+"""The Triton layer kernels (tridnn.cuda.<layer>) against float64 references.
+
+On the CPU the kernels run in Triton's interpreter (tests/conftest.py sets
+TRITON_INTERPRET=1) on tiny shapes; with TRIDNN_GPU_TESTS=1 and --gpu the same tests
+run on the GPU, and the tests marked gpu add full-size problems. Every output is
+poisoned with NaN first, so an unwritten element fails."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from tridnn.cpu import dropout as cpu_dropout  # noqa: E402
+from tridnn.cpu import lrn as cpu_lrn  # noqa: E402
+from tridnn.cuda import activation, batchnorm, dropout, lrn, norms, pooling, softmax, tensor_ops  # noqa: E402
+from tridnn.descriptors.activation import ActivationDescriptor, ActivationMode  # noqa: E402
+from tridnn.errors import BadParamError  # noqa: E402
+from tridnn.reference import activation as ref_act  # noqa: E402
+from tridnn.reference import normalization as ref_norm  # noqa: E402
+from tridnn.reference import pooling as ref_pool  # noqa: E402
+from tridnn.reference import softmax as ref_softmax  # noqa: E402
+
+ON_GPU = os.environ.get("TRIDNN_GPU_TESTS") == "1"
+DEVICE = "cuda" if ON_GPU else "cpu"
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+          "float64": torch.float64}
+# max |got - ref| / max(1, max |ref|)
+TOL = {torch.float64: 1e-10, torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+LAYOUTS = ("NCHW", "NHWC", "strided")
+
+
+def make(shape, layout, dtype=torch.float32, values=None, rng=None, scale=1.0):
+    """A logical (N, C, *spatial) view in the layout: packed NCHW, packed NHWC, or
+    'strided' (every other element of the last spatial dim of a channel-padded NHWC
+    buffer). ``values`` (a float64 array) or fresh normals fill it."""
+    shape = tuple(shape)
+    if values is None:
+        values = rng.standard_normal(shape) * scale
+    data = torch.as_tensor(np.asarray(values, np.float64)).to(dtype)
+    nd = len(shape)
+    if layout == "NCHW" or nd < 3:
+        out = torch.empty(shape, dtype=dtype, device=DEVICE)
+    elif layout == "NHWC":
+        perm = (0, *range(2, nd), 1)
+        out = torch.empty([shape[a] for a in perm], dtype=dtype, device=DEVICE).permute(
+            *[perm.index(a) for a in range(nd)])
+    else:
+        n, c, *sp = shape
+        big = torch.empty((n, *sp[:-1], sp[-1] * 2, c + 3), dtype=dtype, device=DEVICE)
+        phys = big[(slice(None),) * (nd - 2) + (slice(None, None, 2), slice(1, 1 + c))]
+        out = phys.permute(0, nd - 1, *range(1, nd - 1))
+    out.copy_(data.to(DEVICE))
+    return out
+
+
+def poisoned(shape, layout, dtype=torch.float32):
+    return make(shape, layout, dtype, values=np.full(shape, np.nan))
+
+
+def f64(t):
+    return t.detach().to("cpu", torch.float64).numpy().copy()  # never a view of t
+
+
+def check(got, ref, dtype, name="output", scale=1.0):
+    got = f64(got) if isinstance(got, torch.Tensor) else np.asarray(got, np.float64)
+    ref = np.asarray(ref, np.float64)
+    assert got.shape == ref.shape, f"{name}: shape {got.shape} != {ref.shape}"
+    assert not np.isnan(got).any() or np.array_equal(np.isnan(got), np.isnan(ref)), \
+        f"{name}: {int(np.isnan(got).sum())} NaN where the reference has {int(np.isnan(ref).sum())}"
+    ok = ~np.isnan(ref)
+    err = np.abs(got[ok] - ref[ok]).max(initial=0.0) / max(1.0, np.abs(ref[ok]).max(initial=0.0))
+    assert err <= TOL[dtype] * scale, f"{name}: normalized error {err:.3g} > {TOL[dtype] * scale:.3g}"
+
+
+@pytest.fixture
+def rng(request):
+    return np.random.default_rng(abs(hash(request.node.nodeid)) % 2**32)
+
+
+# -- activation --------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", list(ActivationMode), ids=lambda m: m.name)
+@pytest.mark.parametrize("layout,dtype", [("NCHW", "float32"), ("NHWC", "bfloat16"), ("strided", "float16")])
+def test_activation_forward_backward(mode, layout, dtype, rng):
+    dt = DTYPES[dtype]
+    desc = ActivationDescriptor(mode=mode, coef=1.5 if mode == ActivationMode.CLIPPED_RELU else 0.3)
+    shape = (2, 3, 4, 5)
+    x = make(shape, layout, dt, rng=rng, scale=2.0)
+    y = poisoned(shape, layout, dt)
+    params = dict(mode=int(mode), coef=desc.coef, swish_beta=desc.swish_beta)
+    activation.activation_forward(x, y, **params, propagate_nan=False, alpha=1.0, beta=0.0)
+    y_ref = ref_act.activation_forward(f64(x), mode, desc.coef, desc.swish_beta)
+    check(y, y_ref, dt, "y")
+    dy = make(shape, layout, dt, rng=rng)
+    dx = make(shape, layout, dt, rng=rng)
+    old = f64(dx)
+    activation.activation_backward(y, dy, x, dx, **params, alpha=2.0, beta=0.5)
+    dx_ref = 2.0 * ref_act.activation_backward(f64(x), f64(dy), mode, desc.coef, desc.swish_beta) + 0.5 * old
+    # sigmoid/tanh/elu use the rounded y, so half types get a looser bound
+    check(dx, dx_ref, dt, "dx", scale=3.0)
+
+
+def test_activation_nan_propagation_and_beta_zero_never_reads():
+    x = torch.tensor([[float("nan"), -1.0, 2.0, 7.0]], device=DEVICE)
+    for propagate, expected in ((False, [0.0, 0.0, 2.0, 6.0]), (True, [np.nan, 0.0, 2.0, 6.0])):
+        y = torch.full_like(x, float("nan"))
+        activation.activation_forward(x, y, mode=int(ActivationMode.CLIPPED_RELU), coef=6.0,
+                                      propagate_nan=propagate, alpha=1.0, beta=0.0)
+        np.testing.assert_array_equal(f64(y)[0], expected)
+
+
+def test_int64_offsets_are_chosen_past_2_to_the_31():
+    from tridnn.cuda.layer_utils import needs_int64
+    assert not needs_int64(torch.empty(4, 5, device="meta"))
+    assert needs_int64(torch.empty(2**16, 2**15 + 1, device="meta"))
+    assert needs_int64(torch.empty(3, 2**30, device="meta")[:, :2])  # a small view of a huge span
+
+
+@pytest.mark.gpu
+def test_gpu_tensor_past_2_to_the_31_elements():
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    x = torch.empty(2**31 + 4096, dtype=torch.bfloat16, device="cuda").uniform_(-1, 1)
+    y = torch.empty_like(x)
+    activation.activation_forward(x, y, mode=1, coef=0.0, swish_beta=1.0, propagate_nan=False, alpha=1.0, beta=0.0)
+    assert torch.equal(y[-8192:], torch.relu(x[-8192:]))
+    del y
+    reserve = torch.empty(x.numel(), dtype=torch.uint8, device="cuda")
+    dropout.dropout_forward(x, x, reserve, 0.5, 7, 0)  # in place
+    kept = reserve[-4096:].float().mean().item()
+    assert 0.4 < kept < 0.6
+
+
+# -- softmax -----------------------------------------------------------------------------
+@pytest.mark.parametrize("algorithm", [0, 1, 2], ids=["FAST", "ACCURATE", "LOG"])
+@pytest.mark.parametrize("mode", [0, 1], ids=["INSTANCE", "CHANNEL"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_softmax(algorithm, mode, layout, rng):
+    shape = (2, 5, 3, 4)
+    x = make(shape, layout, rng=rng, scale=3.0)
+    y = poisoned(shape, layout)
+    softmax.softmax_forward(x, y, algorithm=algorithm, mode=mode, alpha=1.0, beta=0.0)
+    check(y, ref_softmax.softmax_forward(f64(x), algorithm, mode), torch.float32, "y")
+    dy = make(shape, "NHWC" if layout == "NCHW" else "NCHW", rng=rng)  # mixed layouts
+    dx = make(shape, layout, rng=rng)
+    old = f64(dx)
+    softmax.softmax_backward(y, dy, dx, algorithm=algorithm, mode=mode, alpha=0.5, beta=2.0)
+    ref = 0.5 * ref_softmax.softmax_backward(f64(y), f64(dy), algorithm, mode) + 2.0 * old
+    check(dx, ref, torch.float32, "dx")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])
+def test_softmax_long_rows_take_the_two_pass_kernel(dtype, rng, monkeypatch):
+    monkeypatch.setattr(softmax, "MAX_TILE", 16)
+    dt = DTYPES[dtype]
+    x = make((3, 70), "NCHW", dt, rng=rng, scale=4.0)
+    for algorithm in (1, 2):
+        y = poisoned((3, 70), "NCHW", dt)
+        softmax.softmax_forward(x, y, algorithm=algorithm, mode=1, alpha=1.0, beta=0.0)
+        check(y, ref_softmax.softmax_forward(f64(x), algorithm, 1), dt, "y")
+        dy = make((3, 70), "NCHW", dt, rng=rng)
+        dx = poisoned((3, 70), "NCHW", dt)
+        softmax.softmax_backward(y, dy, dx, algorithm=algorithm, mode=1, alpha=1.0, beta=0.0)
+        check(dx, ref_softmax.softmax_backward(f64(y), f64(dy), algorithm, 1), dt, "dx", scale=2.0)
+
+
+def test_softmax_extreme_rows():
+    x = torch.tensor([[-np.inf, 0.0, 1.0], [1e30, 1e30, -1e30], [-np.inf] * 3], device=DEVICE)
+    y = torch.empty_like(x)
+    softmax.softmax_forward(x, y, algorithm=1, mode=1, alpha=1.0, beta=0.0)
+    got = f64(y)
+    np.testing.assert_allclose(got[0], [0.0, 1 / (1 + np.e), np.e / (1 + np.e)], rtol=1e-6)
+    np.testing.assert_allclose(got[1], [0.5, 0.5, 0.0])
+    assert np.isnan(got[2]).all()  # an all -inf row has no softmax, as on the CPU
+
+
+# -- pooling -----------------------------------------------------------------------------
+POOL_CASES = [((2, 3, 7, 6), (3, 3), (1, 1), (2, 2)), ((2, 3, 9), (3,), (1,), (2,)),
+              ((1, 2, 4, 5, 4), (2, 3, 2), (1, 1, 0), (1, 2, 2))]
+
+
+@pytest.mark.parametrize("case", POOL_CASES, ids=["2d", "1d", "3d"])
+@pytest.mark.parametrize("mode", [0, 1, 2, 3], ids=["MAX", "AVG_INCL", "AVG_EXCL", "MAX_DET"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_pooling(case, mode, layout, rng):
+    shape, window, padding, stride = case
+    # small integers: ties test the first-maximum rule, sums stay exact
+    x = make(shape, layout, values=rng.integers(-3, 4, size=shape).astype(np.float64))
+    y_ref = ref_pool.pooling_forward(f64(x), mode, window, padding, stride)
+    y = poisoned(y_ref.shape, layout)
+    pooling.pooling_forward(x, y, mode, window, padding, stride, False, 1.0, 0.0)
+    check(y, y_ref, torch.float32, "y")
+    dy = make(y_ref.shape, layout, rng=rng)
+    dx = poisoned(shape, layout)
+    pooling.pooling_backward(y, dy, x, dx, mode, window, padding, stride, False, 1.0, 0.0)
+    check(dx, ref_pool.pooling_backward(f64(x), f64(dy), mode, window, padding, stride), torch.float32, "dx")
+
+
+@pytest.mark.parametrize("propagate", [False, True])
+def test_max_pooling_nan(propagate, rng):
+    shape = (1, 2, 4, 4)
+    values = rng.integers(-3, 4, size=shape).astype(np.float64)
+    values[0, 0, 1, 1] = np.nan
+    x = make(shape, "NCHW", values=values)
+    y_ref = ref_pool.pooling_forward(values, 0, (2, 2), (0, 0), (2, 2), propagate_nan=propagate)
+    y = poisoned(y_ref.shape, "NCHW")
+    pooling.pooling_forward(x, y, 0, (2, 2), (0, 0), (2, 2), propagate, 1.0, 0.0)
+    np.testing.assert_array_equal(np.isnan(f64(y)), np.isnan(y_ref))
+    dy = make(y_ref.shape, "NCHW", rng=rng)
+    dx = poisoned(shape, "NCHW")
+    pooling.pooling_backward(y, dy, x, dx, 0, (2, 2), (0, 0), (2, 2), propagate, 1.0, 0.0)
+    check(dx, ref_pool.pooling_backward(values, f64(dy), 0, (2, 2), (0, 0), (2, 2), propagate_nan=propagate),
+          torch.float32, "dx")
+
+
+@pytest.mark.parametrize("shape,out", [((2, 3, 7, 6), (3, 4)), ((1, 2, 3, 3), (5, 5)), ((2, 2, 9), (4,))])
+@pytest.mark.parametrize("mode", [0, 1], ids=["max", "avg"])
+def test_adaptive_pooling(shape, out, mode, rng):
+    x = make(shape, "NHWC", values=rng.integers(-3, 4, size=shape).astype(np.float64))
+    y_ref = ref_pool.adaptive_pooling_forward(f64(x), out, mode)
+    y = poisoned(y_ref.shape, "NHWC")
+    pooling.adaptive_pooling_forward(x, y, mode, 1.0, 0.0)
+    check(y, y_ref, torch.float32, "y")
+    dy = make(y_ref.shape, "NCHW", rng=rng)
+    dx = poisoned(shape, "NHWC")
+    pooling.adaptive_pooling_backward(x, dy, dx, mode, 1.0, 0.0)
+    check(dx, ref_pool.adaptive_pooling_backward(f64(x), f64(dy), mode), torch.float32, "dx")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float64"])
+def test_pooling_dtypes_and_blend(dtype, rng):
+    dt = DTYPES[dtype]
+    shape = (2, 4, 6, 6)
+    x = make(shape, "strided", dt, rng=rng)
+    y_ref = ref_pool.pooling_forward(f64(x), 2, (3, 3), (1, 1), (2, 2))
+    y = make(y_ref.shape, "NHWC", dt, rng=rng)
+    old = f64(y)
+    pooling.pooling_forward(x, y, 2, (3, 3), (1, 1), (2, 2), False, 2.0, -1.0)
+    check(y, 2.0 * y_ref - old, dt, "y")
+
+
+# -- batch norm --------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", [1, 0], ids=["SPATIAL", "PER_ACTIVATION"])
+@pytest.mark.parametrize("ops", [0, 1, 2], ids=["NORM", "NORM_RELU", "NORM_ADD_RELU"])
+@pytest.mark.parametrize("layout,dtype", [("NCHW", "float32"), ("NHWC", "bfloat16"), ("strided", "float32")])
+def test_batch_norm(mode, ops, layout, dtype, rng):
+    dt = DTYPES[dtype]
+    shape = (4, 5, 3, 4)
+    pshape = (1, 5, 1, 1) if mode == 1 else (1, 5, 3, 4)
+    x = make(shape, layout, dt, rng=rng, scale=2.0)
+    x.add_(3.0)  # a mean away from zero tests the shifted sums
+    z = make(shape, layout, dt, rng=rng) if ops == 2 else None
+    p = lambda v: torch.as_tensor(np.asarray(v, np.float32)).to(DEVICE)  # noqa: E731
+    scale, bias = p(rng.standard_normal(pshape)), p(rng.standard_normal(pshape))
+    rmean, rvar = p(rng.standard_normal(pshape)), p(rng.random(pshape) + 0.5)
+    rmean0, rvar0 = f64(rmean), f64(rvar)
+    smean, sinv = p(np.full(pshape, np.nan)), p(np.full(pshape, np.nan))
+    y = poisoned(shape, layout, dt)
+    batchnorm.batch_norm_forward_training(x, z, y, scale, bias, rmean, rvar, smean, sinv, mode, 0.1, 1e-5, ops,
+                                          1.0, 0.0)
+    y_ref, mean_ref, var_ref = ref_norm.batch_norm_train(f64(x), f64(scale), f64(bias), 1e-5, spatial=mode == 1,
+                                                         z=None if z is None else f64(z), relu=ops > 0)
+    m = x.numel() // scale.numel()
+    check(y, y_ref, dt, "y", scale=2.0)
+    check(smean, mean_ref, torch.float32, "saved mean")
+    check(sinv, 1 / np.sqrt(var_ref + 1e-5), torch.float32, "saved inv var", scale=10.0)
+    check(rmean, 0.9 * rmean0 + 0.1 * mean_ref, torch.float32, "running mean")
+    check(rvar, 0.9 * rvar0 + 0.1 * var_ref * m / (m - 1), torch.float32, "running var")
+
+    y_inf = poisoned(shape, layout, dt)
+    batchnorm.batch_norm_forward_inference(x, z, y_inf, scale, bias, rmean, rvar, mode, 1e-5, ops, 1.0, 0.0)
+    check(y_inf, ref_norm.batch_norm_inference(f64(x), f64(scale), f64(bias), f64(rmean), f64(rvar), 1e-5,
+                                               z=None if z is None else f64(z), relu=ops > 0), dt, "inference y")
+
+    dy = make(shape, layout, dt, rng=rng)
+    dx, dz = poisoned(shape, layout, dt), poisoned(shape, layout, dt) if ops == 2 else None
+    dscale, dbias = p(rng.standard_normal(pshape)), p(np.full(pshape, np.nan))
+    dscale_old = f64(dscale)
+    saved = (smean, sinv) if layout != "strided" else (None, None)  # also: statistics recomputed
+    batchnorm.batch_norm_backward(x, y, dy, dz, dx, scale, bias, dscale, dbias, *saved, mode, 1e-5, ops,
+                                  1.0, 0.0, 1.0, 0.0 if layout != "NCHW" else 0.0)
+    dx_ref, ds_ref, db_ref, dz_ref = ref_norm.batch_norm_backward(f64(x), f64(dy), f64(scale), 1e-5,
+                                                                  spatial=mode == 1, y=f64(y), relu=ops > 0)
+    scale_tol = 10.0 if mode == 0 else 2.0  # per-activation statistics come from 4 values
+    check(dx, dx_ref, dt, "dx", scale=scale_tol * (5.0 if dt != torch.float32 else 1.0))
+    check(dscale, ds_ref, torch.float32 if dt == torch.float32 else dt, "dscale", scale=scale_tol)
+    check(dbias, db_ref, torch.float32 if dt == torch.float32 else dt, "dbias")
+    if dz is not None:
+        check(dz, dz_ref, dt, "dz")
+    assert dscale_old.shape == ds_ref.shape
+
+
+def test_batch_norm_parameter_blending(rng):
+    shape = (3, 4, 5, 2)
+    x = make(shape, "NHWC", rng=rng)
+    y = poisoned(shape, "NHWC")
+    ones, zeros = torch.ones(1, 4, 1, 1, device=DEVICE), torch.zeros(1, 4, 1, 1, device=DEVICE)
+    batchnorm.batch_norm_forward_training(x, None, y, ones, zeros, None, None, None, None, 1, 0.1, 1e-5, 0,
+                                          1.0, 0.0)
+    dy = make(shape, "NHWC", rng=rng)
+    dx = make(shape, "NHWC", rng=rng)
+    dscale, dbias = torch.full((1, 4, 1, 1), 2.0, device=DEVICE), torch.full((1, 4, 1, 1), -1.0, device=DEVICE)
+    old_dx = f64(dx)
+    batchnorm.batch_norm_backward(x, y, dy, None, dx, ones, zeros, dscale, dbias, None, None, 1, 1e-5, 0,
+                                  0.5, 1.0, 2.0, 0.5)
+    dx_ref, ds_ref, db_ref, _ = ref_norm.batch_norm_backward(f64(x), f64(dy), 1.0, 1e-5)
+    check(dx, 0.5 * dx_ref + old_dx, torch.float32, "dx")
+    check(dscale, 2.0 * ds_ref + 0.5 * 2.0, torch.float32, "dscale")
+    check(dbias, 2.0 * db_ref - 0.5, torch.float32, "dbias")
+
+
+# -- layer / RMS / group norm ----------------------------------------------------------------
+@pytest.mark.parametrize("norm_ndim", [1, 3])
+@pytest.mark.parametrize("layout,dtype", [("NCHW", "float32"), ("NHWC", "bfloat16"), ("strided", "float16")])
+@pytest.mark.parametrize("long_rows", [False, True], ids=["registers", "looped"])
+def test_layer_and_rms_norm(norm_ndim, layout, dtype, long_rows, rng, monkeypatch):
+    if long_rows:
+        monkeypatch.setattr(norms, "MAX_TILE", 4)
+    dt = DTYPES[dtype]
+    shape = (3, 4, 3, 5)
+    x = make(shape, layout, dt, rng=rng, scale=2.0)
+    x.add_(1.0)
+    pshape = shape[4 - norm_ndim:]
+    lead = shape[:4 - norm_ndim]
+    scale = torch.as_tensor(rng.standard_normal(pshape), dtype=torch.float32, device=DEVICE)
+    bias = torch.as_tensor(rng.standard_normal(pshape), dtype=torch.float32, device=DEVICE)
+    y = poisoned(shape, layout, dt)
+    mean = torch.full(lead, float("nan"), device=DEVICE)
+    inv = torch.full(lead, float("nan"), device=DEVICE)
+    norms.layer_norm_forward(x, y, scale, bias, mean, inv, norm_ndim, 1e-5, 1.0, 0.0)
+    y_ref, mean_ref, inv_ref = ref_norm.layer_norm(f64(x), f64(scale), f64(bias), norm_ndim, 1e-5)
+    check(y, y_ref, dt, "y", scale=2.0)
+    check(mean, mean_ref, torch.float32, "mean")
+    check(inv, inv_ref, torch.float32, "inv_std")
+    dy = make(shape, layout, dt, rng=rng)
+    dx = poisoned(shape, layout, dt)
+    dscale = torch.full(pshape, float("nan"), device=DEVICE)
+    dbias = torch.full(pshape, float("nan"), device=DEVICE)
+    norms.layer_norm_backward(x, dy, dx, scale, dscale, dbias, mean, inv, norm_ndim, 1.0, 0.0)
+    dx_ref, ds_ref, db_ref = ref_norm.layer_norm_backward(f64(x), f64(dy), f64(scale), norm_ndim, 1e-5)
+    check(dx, dx_ref, dt, "dx", scale=3.0)
+    check(dscale, ds_ref, dt if dt != torch.float64 else torch.float32, "dscale", scale=2.0)
+    check(dbias, db_ref, dt if dt != torch.float64 else torch.float32, "dbias")
+
+    y = poisoned(shape, layout, dt)
+    norms.rms_norm_forward(x, y, scale, inv, norm_ndim, 1e-5, 1.0, 0.0)
+    y_ref, inv_ref = ref_norm.rms_norm(f64(x), f64(scale), norm_ndim, 1e-5)
+    check(y, y_ref, dt, "rms y", scale=2.0)
+    check(inv, inv_ref, torch.float32, "inv_rms")
+    dx = poisoned(shape, layout, dt)
+    norms.rms_norm_backward(x, dy, dx, scale, dscale, None, norm_ndim, 1.0, 0.0, epsilon=1e-5)
+    dx_ref, ds_ref = ref_norm.rms_norm_backward(f64(x), f64(dy), f64(scale), norm_ndim, 1e-5)
+    check(dx, dx_ref, dt, "rms dx", scale=3.0)
+    check(dscale, ds_ref, dt if dt != torch.float64 else torch.float32, "rms dscale", scale=2.0)
+
+
+@pytest.mark.parametrize("groups", [1, 2, 6])
+@pytest.mark.parametrize("layout,dtype", [("NCHW", "float32"), ("NHWC", "bfloat16"), ("strided", "float32")])
+def test_group_norm(groups, layout, dtype, rng):
+    dt = DTYPES[dtype]
+    shape = (2, 6, 3, 5)
+    x = make(shape, layout, dt, rng=rng, scale=2.0)
+    scale = torch.as_tensor(rng.standard_normal(6), dtype=torch.float32, device=DEVICE)
+    bias = torch.as_tensor(rng.standard_normal(6), dtype=torch.float32, device=DEVICE)
+    y = poisoned(shape, layout, dt)
+    mean = torch.full((2, groups), float("nan"), device=DEVICE)
+    inv = torch.full((2, groups), float("nan"), device=DEVICE)
+    norms.group_norm_forward(x, y, scale, bias, mean, inv, groups, 1e-5, 1.0, 0.0)
+    y_ref, mean_ref, inv_ref = ref_norm.group_norm(f64(x), f64(scale), f64(bias), groups, 1e-5)
+    check(y, y_ref, dt, "y", scale=2.0)
+    check(mean, mean_ref, torch.float32, "mean")
+    check(inv, inv_ref, torch.float32, "inv_std")
+    dy = make(shape, layout, dt, rng=rng)
+    dx = make(shape, layout, dt, rng=rng)
+    old = f64(dx)
+    dscale = torch.full((6,), float("nan"), device=DEVICE)
+    dbias = torch.full((6,), float("nan"), device=DEVICE)
+    norms.group_norm_backward(x, dy, dx, scale, dscale, dbias, mean, inv, groups, 1.0, 1.0)
+    dx_ref, ds_ref, db_ref = ref_norm.group_norm_backward(f64(x), f64(dy), f64(scale), groups, 1e-5)
+    check(dx, dx_ref + old, dt, "dx", scale=3.0)
+    check(dscale, ds_ref, dt, "dscale")
+    check(dbias, db_ref, dt, "dbias")
+
+
+# -- LRN ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("lrn_n", [1, 4, 5])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_lrn(lrn_n, layout, rng):
+    shape = (2, 7, 3, 4)
+    x = make(shape, layout, rng=rng, scale=3.0)
+    y = poisoned(shape, layout)
+    lrn.lrn_cross_channel_forward(x, y, lrn_n, 1e-2, 0.75, 2.0, 1.0, 0.0)
+    y_ref = np.empty(shape)
+    cpu_lrn.lrn_cross_channel_forward(f64(x), y_ref, lrn_n, 1e-2, 0.75, 2.0, 1.0, 0.0)
+    check(y, y_ref, torch.float32, "y")
+    dy = make(shape, layout, rng=rng)
+    dx = poisoned(shape, layout)
+    lrn.lrn_cross_channel_backward(y, dy, x, dx, lrn_n, 1e-2, 0.75, 2.0, 1.0, 0.0)
+    dx_ref = np.empty(shape)
+    cpu_lrn.lrn_cross_channel_backward(f64(y), f64(dy), f64(x), dx_ref, lrn_n, 1e-2, 0.75, 2.0, 1.0, 0.0)
+    check(dx, dx_ref, torch.float32, "dx")
+
+
+# -- dropout -----------------------------------------------------------------------------
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_dropout_matches_the_numpy_mask_and_reproduces(layout, rng):
+    shape = (3, 5, 4, 6)
+    x = make(shape, layout, rng=rng)
+    y = poisoned(shape, layout)
+    reserve = torch.empty(shape, dtype=torch.uint8, device=DEVICE)
+    seed, offset = 2**40 + 12345, 77
+    dropout.dropout_forward(x, y, reserve, 0.3, seed, offset)
+    mask = cpu_dropout.dropout_mask(shape, 0.3, seed, offset)
+    np.testing.assert_array_equal(reserve.cpu().numpy(), mask)
+    check(y, np.where(mask == 1, f64(x) / 0.7, 0.0), torch.float32, "y")
+    again = torch.empty_like(reserve)
+    dropout.dropout_forward(x, poisoned(shape, "NCHW"), again, 0.3, seed, offset)
+    assert torch.equal(again, reserve)
+    other = torch.empty_like(reserve)
+    dropout.dropout_forward(x, poisoned(shape, "NCHW"), other, 0.3, seed + 1, offset)
+    assert not torch.equal(other, reserve)
+    dy = make(shape, layout, rng=rng)
+    dx = poisoned(shape, layout)
+    dropout.dropout_backward(dy, dx, reserve, 0.3)
+    check(dx, np.where(mask == 1, f64(dy) / 0.7, 0.0), torch.float32, "dx")
+
+
+# -- tensor ops --------------------------------------------------------------------------
+@pytest.mark.parametrize("src_layout,dst_layout", [("NCHW", "NHWC"), ("NHWC", "NCHW"), ("strided", "NCHW"),
+                                                   ("NCHW", "NCHW")])
+def test_transform_tensor(src_layout, dst_layout, rng):
+    shape = (2, 5, 3, 70)
+    x = make(shape, src_layout, rng=rng)
+    y = make(shape, dst_layout, torch.float16, rng=rng)
+    old = f64(y)
+    tensor_ops.transform_tensor(x, y, 2.0, 0.5)
+    check(y, 2.0 * f64(x) + 0.5 * old, torch.float16, "y")
+
+
+def test_set_scale_add_tensor(rng):
+    y = make((2, 3, 4, 5), "strided", rng=rng)
+    tensor_ops.set_tensor(y, 1.25)
+    np.testing.assert_array_equal(f64(y), np.full((2, 3, 4, 5), 1.25))
+    tensor_ops.scale_tensor(y, -2.0)
+    np.testing.assert_array_equal(f64(y), np.full((2, 3, 4, 5), -2.5))
+    bias = make((1, 3, 1, 1), "NCHW", rng=rng)
+    tensor_ops.add_tensor(bias.expand(2, 3, 4, 5), y, 2.0, 1.0)
+    check(y, -2.5 + 2.0 * np.broadcast_to(f64(bias), (2, 3, 4, 5)), torch.float32, "c")
+
+
+@pytest.mark.parametrize("op", range(6), ids=["ADD", "MUL", "MIN", "MAX", "SQRT", "NOT"])
+def test_op_tensor(op, rng):
+    shape = (2, 3, 4, 5)
+    a = make(shape, "NHWC", rng=rng)
+    if op == 4:
+        a.abs_()
+    b = make((1, 3, 1, 5), "NCHW", rng=rng)
+    a_np, b_np = 1.5 * f64(a), 0.5 * np.broadcast_to(f64(b), shape)
+    a_np[0, 0, 0, 0] = np.nan if op in (2, 3) else a_np[0, 0, 0, 0]
+    if op in (2, 3):
+        a[0, 0, 0, 0] = float("nan")
+    c = make(shape, "NCHW", rng=rng)
+    old = f64(c)
+    tensor_ops.op_tensor(a, b.expand(shape), c, op, 1.5, 0.5, 1.0, False)
+    ref = [a_np + b_np, a_np * b_np, np.fmin(a_np, b_np), np.fmax(a_np, b_np), np.sqrt(a_np), 1 - a_np][op] + old
+    check(c, ref, torch.float32, "c")
+
+
+@pytest.mark.parametrize("op", range(9), ids=["ADD", "MUL", "MIN", "MAX", "AMAX", "AVG", "NORM1", "NORM2",
+                                               "MUL_NO_ZEROS"])
+@pytest.mark.parametrize("c_shape", [(3, 1, 5, 1), (1, 1, 1, 1), (1, 4, 5, 6)])
+def test_reduce_tensor(op, c_shape, rng):
+    shape = (3, 4, 5, 6)
+    values = rng.standard_normal(shape) * 0.9
+    values[values.__abs__() < 0.1] = 0.0
+    a = make(shape, "NHWC", values=values)
+    c = poisoned(c_shape, "NCHW")
+    indexed = op in (2, 3, 4)
+    idx = torch.full(c_shape, -1, dtype=torch.int32, device=DEVICE) if indexed else None
+    tensor_ops.reduce_tensor(a, c, idx, None, op, 1.0, 0.0, False)
+    axes = tuple(i for i in range(4) if c_shape[i] == 1)
+    v = np.abs(values) if op in (4, 6) else values
+    ref = {0: lambda: v.sum(axes, keepdims=True), 1: lambda: v.prod(axes, keepdims=True),
+           2: lambda: v.min(axes, keepdims=True), 3: lambda: v.max(axes, keepdims=True),
+           4: lambda: v.max(axes, keepdims=True), 5: lambda: v.mean(axes, keepdims=True),
+           6: lambda: v.sum(axes, keepdims=True), 7: lambda: np.sqrt((v * v).sum(axes, keepdims=True)),
+           8: lambda: np.where(v == 0, 1.0, v).prod(axes, keepdims=True)}[op]()
+    check(c, ref, torch.float32, "c")
+    if indexed:
+        kept = [i for i in range(4) if i not in axes]
+        rows = np.transpose(v, kept + list(axes)).reshape(*[shape[i] for i in kept], -1)
+        want = (rows.argmin(-1) if op == 2 else rows.argmax(-1)).reshape(-1)
+        got = idx.permute(*kept, *axes).reshape(-1).cpu().numpy()
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("propagate", [False, True])
+def test_reduce_max_nan(propagate):
+    a = torch.tensor([[1.0, float("nan"), 3.0, 3.0], [float("nan")] * 4], device=DEVICE)
+    c = torch.empty(2, 1, device=DEVICE)
+    idx = torch.empty(2, 1, dtype=torch.int32, device=DEVICE)
+    tensor_ops.reduce_tensor(a, c, idx, None, 3, 1.0, 0.0, propagate)
+    got = f64(c)[:, 0]
+    if propagate:
+        assert np.isnan(got).all() and idx[:, 0].tolist() == [1, 0]
+    else:
+        assert got[0] == 3.0 and np.isnan(got[1]) and idx[0, 0].item() == 2
+
+
+# -- errors ------------------------------------------------------------------------------
+def test_bad_inputs_raise_before_writing():
+    x = torch.ones(2, 3, 4, 4, device=DEVICE)
+    y = torch.full((2, 3, 2, 2), 7.0, device=DEVICE)
+    with pytest.raises(BadParamError, match="pooling mode"):
+        pooling.pooling_forward(x, y, 9, (2, 2), (0, 0), (2, 2), False, 1.0, 0.0)
+    with pytest.raises(BadParamError, match="dtype mismatch"):
+        pooling.pooling_forward(x, y.half(), 0, (2, 2), (0, 0), (2, 2), False, 1.0, 0.0)
+    with pytest.raises(BadParamError, match="softmax algorithm"):
+        softmax.softmax_forward(x, x.clone(), algorithm=7, mode=1)
+    with pytest.raises(BadParamError, match="groups=4"):
+        norms.group_norm_forward(x, x.clone(), torch.ones(3), torch.ones(3), None, None, 4, 1e-5)
+    with pytest.raises(BadParamError, match="dropout probability"):
+        dropout.dropout_forward(x, x.clone(), torch.empty(96, dtype=torch.uint8), 1.0, 0, 0)
+    with pytest.raises(BadParamError, match="reduce op"):
+        tensor_ops.reduce_tensor(x, y, None, None, 11)
+    with pytest.raises(BadParamError, match="cannot broadcast"):
+        tensor_ops.add_tensor(torch.ones(1, 2, 1, 1), x)
+    with pytest.raises(BadParamError, match="lrn n"):
+        lrn.lrn_cross_channel_forward(x, x.clone(), 17, 1e-4, 0.75, 2.0)
+    assert (y == 7.0).all()
+
+
+# -- through the public API (Handle(device="cpu", backend="triton") vs the NumPy backend) ---------
+@pytest.mark.skipif(ON_GPU, reason="the interpreter path is what this compares")
+def test_public_api_matches_the_numpy_backend(rng):
+    import tridnn
+    from tridnn.api import activation as api_act
+    from tridnn.api import pooling as api_pool
+    from tridnn.api import softmax as api_softmax
+    from tridnn.descriptors import TensorDescriptor
+    from tridnn.descriptors.pooling import PoolingDescriptor
+    from tridnn.types import TensorFormat
+
+    numpy_handle = tridnn.Handle(device="cpu")
+    triton_handle = tridnn.Handle(device="cpu", backend="triton")
+    x_desc = TensorDescriptor.packed((2, 3, 6, 6), "float32", TensorFormat.NHWC)
+    x = rng.integers(-3, 4, size=(2, 6, 6, 3)).astype(np.float32)  # raw NHWC buffer
+    pool = PoolingDescriptor(mode=0, window=3, padding=1, stride=2)
+    y_dims = api_pool.get_pooling_forward_output_dim(pool, x_desc)
+    y_desc = TensorDescriptor.packed(y_dims, "float32", TensorFormat.NHWC)
+    results = []
+    for handle in (numpy_handle, triton_handle):
+        y = np.full((y_dims[0], *y_dims[2:], y_dims[1]), np.nan, np.float32)
+        api_pool.pooling_forward(handle, pool, 1.0, x_desc, x, 0.0, y_desc, y)
+        s = np.full_like(x, np.nan)
+        api_softmax.softmax_forward(handle, 1, 1, 1.0, x_desc, x, 0.0, x_desc, s)
+        a = np.full_like(x, np.nan)
+        api_act.activation_forward(handle, ActivationDescriptor(mode="gelu"), 1.0, x_desc, x, 0.0, x_desc, a)
+        results.append((y, s, a))
+    for got, want in zip(results[1], results[0]):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+# -- full size on the GPU -----------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_gpu_full_size_layers(layout):
+    """The benchmark shapes (64x256x56x56 bf16) against float64 torch on the GPU."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    shape = (64, 256, 56, 56)
+    x = torch.randn(shape, device="cuda", generator=g).to(torch.bfloat16)
+    if layout == "NHWC":
+        x = x.contiguous(memory_format=torch.channels_last)
+    xd = x.double()
+    y = torch.full_like(x, float("nan"))
+    activation.activation_forward(x, y, mode=1, coef=0.0, swish_beta=1.0, propagate_nan=False, alpha=1.0, beta=0.0)
+    assert torch.equal(y, torch.relu(x))
+    y = torch.full((64, 256, 28, 28), float("nan"), device="cuda", dtype=torch.bfloat16)
+    pooling.pooling_forward(x, y, 0, (3, 3), (1, 1), (2, 2), False, 1.0, 0.0)
+    assert torch.equal(y, torch.nn.functional.max_pool2d(x, 3, 2, 1))
+    dy = torch.randn(y.shape, device="cuda", generator=g).to(torch.bfloat16)
+    dx = torch.full_like(x, float("nan"))
+    pooling.pooling_backward(y, dy, x, dx, 0, (3, 3), (1, 1), (2, 2), False, 1.0, 0.0)
+    xr = xd.clone().requires_grad_()
+    torch.nn.functional.max_pool2d(xr, 3, 2, 1).backward(dy.double())
+    err = (dx.double() - xr.grad).abs().max().item()
+    assert err <= 2e-2 * max(1.0, xr.grad.abs().max().item())
+    ones = torch.ones(1, 256, 1, 1, device="cuda")
+    zeros = torch.zeros(1, 256, 1, 1, device="cuda")
+    y = torch.full_like(x, float("nan"))
+    smean, sinv = torch.empty_like(ones), torch.empty_like(ones)
+    batchnorm.batch_norm_forward_training(x, None, y, ones, zeros, None, None, smean, sinv, 1, 0.1, 1e-5, 0, 1.0, 0.0)
+    ref = torch.nn.functional.batch_norm(xd, None, None, training=True, eps=1e-5)
+    assert (y.double() - ref).abs().max().item() < 0.05
+    assert (smean.view(-1).double() - xd.mean((0, 2, 3))).abs().max().item() < 1e-4
+
+
+@pytest.mark.gpu
+def test_gpu_full_size_rows():
+    """Softmax and the row norms on 32768 x 4096 bf16 against float64 torch."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    g = torch.Generator(device="cuda").manual_seed(1)
+    x = (torch.randn(32768, 4096, device="cuda", generator=g) * 3).to(torch.bfloat16)
+    xd = x.double()
+    y = torch.full_like(x, float("nan"))
+    softmax.softmax_forward(x, y, algorithm=1, mode=1, alpha=1.0, beta=0.0)
+    assert (y.double() - torch.softmax(xd, 1)).abs().max().item() < 1e-2
+    w = torch.randn(4096, device="cuda", generator=g)
+    b = torch.randn(4096, device="cuda", generator=g)
+    norms.layer_norm_forward(x, y, w, b, None, None, 1, 1e-5, 1.0, 0.0)
+    ref = torch.nn.functional.layer_norm(xd, (4096,), w.double(), b.double(), 1e-5)
+    assert (y.double() - ref).abs().max().item() < 0.1
