@@ -1,10 +1,14 @@
-"""Pooling in NumPy: one strided slice per window tap, no padded copy of the input.
+"""Pooling in NumPy on "pitched phases": every window tap becomes one long unit-stride
+slice, so NumPy runs each tap as a single fast loop instead of thousands of short rows.
 
-Each tap (an offset inside the window) reads, for every output position whose
-window puts that tap inside the input, one strided slice of x; taps that land in
-the padding are skipped, which is what "padding is -inf for max, and absent or zero
-for the averages" means. Work runs on logical views, so NCHW, NHWC and strided
-inputs need no transposes, and temporaries keep the input's memory order.
+The input is padded (with -inf for max, 0 for the averages) and split by stride phase:
+phase a of a dim holds padded rows a, a+s, a+2s, ... . A tap at offset t of the window
+reads phase t mod s from row t // s on, for all outputs at once. All phases share one
+padded spatial shape P (O + (window-1)//stride per dim), flattened with a common
+pitch, so a tap is the flat slice [offset, offset + L) of its phase, and outputs live
+in the same pitched layout (a few padding columns of garbage per row, never stored).
+Channels stay outermost for NCHW-like inputs and innermost for NHWC-like ones, so the
+slices are contiguous either way; the result is copied out once into y (or dx).
 """
 from __future__ import annotations
 
@@ -12,187 +16,229 @@ import math
 
 import numpy as np
 
-from .layer_utils import acc_dtype, blend, empty_like, zeros_like
+from .layer_utils import acc_dtype, batch_channel_chunks, blend, empty_like, scratch, zeros_like
 
 MAX, AVG_INCLUDE, AVG_EXCLUDE, MAX_DETERMINISTIC = 0, 1, 2, 3
 
 
-def _tap_slices(tap, in_sizes, out_sizes, padding, stride):
-    """(output slices, input slices) of one window tap, or None when it only reads padding."""
-    out_sl, in_sl = [], []
-    for t, size, o, p, s in zip(tap, in_sizes, out_sizes, padding, stride):
-        offset = t - p                        # input index of output 0
-        lo = max(0, -(offset // s))           # first output whose input index is >= 0
-        hi = min(o, (size - 1 - offset) // s + 1) if size - 1 - offset >= 0 else 0
-        if hi <= lo:
-            return None
-        first = offset + lo * s
-        out_sl.append(slice(lo, hi))
-        in_sl.append(slice(first, first + (hi - lo - 1) * s + 1, s))
-    lead = (slice(None), slice(None))
-    return lead + tuple(out_sl), lead + tuple(in_sl)
+class _Pitched:
+    """Geometry of the pitched-phase layout of one pooling problem."""
 
+    def __init__(self, x, out_spatial, window, padding, stride):
+        self.n, self.c = x.shape[:2]
+        self.in_spatial = tuple(x.shape[2:])
+        self.out_spatial = tuple(out_spatial)
+        self.window, self.padding, self.stride = tuple(window), tuple(padding), tuple(stride)
+        self.channels_last = x.ndim > 2 and x.strides[1] < min(x.strides[2:])
+        self.p_shape = tuple(o + (w - 1) // s for o, w, s in zip(out_spatial, window, stride))
+        self.pitch = tuple(math.prod(self.p_shape[d + 1:]) for d in range(len(self.p_shape)))
+        self.length = math.prod(self.p_shape)
+        self.out_length = sum((o - 1) * p for o, p in zip(out_spatial, self.pitch)) + 1
 
-def _taps(window, in_sizes, out_sizes, padding, stride):
-    for tap in np.ndindex(*window):
-        sl = _tap_slices(tap, in_sizes, out_sizes, padding, stride)
-        if sl is not None:
-            yield sl
+    # -- arrays in the layout -------------------------------------------------------
+    def empty(self, dtype, tag):
+        """(flat view for the tap math, logical (N, C, *P) view) of a scratch array."""
+        if self.channels_last:
+            phys = scratch(f"pool.{tag}", (self.n, *self.p_shape, self.c), dtype)
+            return phys.reshape(self.n, self.length, self.c), np.moveaxis(phys, -1, 1)
+        phys = scratch(f"pool.{tag}", (self.n, self.c, *self.p_shape), dtype)
+        return phys.reshape(self.n, self.c, self.length), phys
 
+    def span(self, flat, offset: int):
+        """The L pitched outputs' worth of ``flat`` starting at flat position ``offset``."""
+        if self.channels_last:
+            return flat[:, offset:offset + self.out_length, :]
+        return flat[:, :, offset:offset + self.out_length]
 
-def _use_phases(window, stride) -> bool:
-    """Overlapping strided windows (3x3 stride 2) read each input element from several
-    taps; splitting x once into its stride phases makes every tap a unit-stride slice."""
-    return (any(s > 1 for s in stride) and all(w >= s for w, s in zip(window, stride))
-            and any(w > s for w, s in zip(window, stride)))
+    def valid(self, logical):
+        """The real outputs (N, C, *O) inside a pitched output array's logical view."""
+        return logical[(slice(None), slice(None)) + tuple(slice(0, o) for o in self.out_spatial)]
 
+    # -- taps and phases ------------------------------------------------------------
+    def taps(self):
+        """(phase key, flat offset) of every window tap, in row-major window order."""
+        for tap in np.ndindex(*self.window):
+            key = tuple(t % s for t, s in zip(tap, self.stride))
+            offset = sum((t // s) * p for t, s, p in zip(tap, self.stride, self.pitch))
+            yield key, offset
 
-def _phase_taps(window, in_sizes, out_sizes, padding, stride):
-    """For each tap: (phase, output slices, phase slices). Phase a of dim d holds input
-    rows a, a+s, a+2s, ...; the tap at offset t reads phase (t-p) mod s, shifted by
-    (t-p) // s, for the outputs whose row lands inside the input."""
-    lead = (slice(None), slice(None))
-    for tap in np.ndindex(*window):
-        phase, out_sl, in_sl = [], [], []
-        for t, size, o, p, s in zip(tap, in_sizes, out_sizes, padding, stride):
-            a, shift = (t - p) % s, (t - p) // s
-            length = (size - a + s - 1) // s
-            lo, hi = max(0, -shift), min(o, length - shift)
+    def phase_rows(self, key):
+        """(phase slices, input slices) of the real input rows a phase holds."""
+        ph, inp = [], []
+        for a, size, p, s, length in zip(key, self.in_spatial, self.padding, self.stride, self.p_shape):
+            lo = max(0, -((a - p) // s))                       # first j with a + j*s - p >= 0
+            hi = min(length, (size - 1 - a + p) // s + 1)      # past the last j inside the input
             if hi <= lo:
-                break
-            phase.append(a)
-            out_sl.append(slice(lo, hi))
-            in_sl.append(slice(lo + shift, hi + shift))
-        else:
-            yield tuple(phase), lead + tuple(out_sl), lead + tuple(in_sl)
+                return None
+            first = a + lo * s - p
+            ph.append(slice(lo, hi))
+            inp.append(slice(first, first + (hi - lo - 1) * s + 1, s))
+        lead = (slice(None), slice(None))
+        return lead + tuple(ph), lead + tuple(inp)
 
+    def phases(self, x, dtype, pad_value):
+        """{key: flat view} of the padded input split into phases (only phases taps read)."""
+        out = {}
+        for key in sorted({k for k, _ in self.taps()}):
+            flat, logical = self.empty(dtype, f"phase{key}")
+            rows = self.phase_rows(key)
+            if rows is None:
+                logical.fill(pad_value)
+            else:
+                ph, inp = rows
+                logical[ph] = x[inp]
+                self._fill_border(logical, ph, pad_value)
+            out[key] = flat
+        return out
 
-def _phase_slices(key, stride):
-    return (slice(None), slice(None)) + tuple(slice(a, None, s) for a, s in zip(key, stride))
+    @staticmethod
+    def _fill_border(logical, box, value):
+        """Set everything outside ``box`` (slices per spatial dim) to ``value``."""
+        for d, sl in enumerate(box[2:]):
+            before = (slice(None),) * (2 + d)
+            logical[before + (slice(0, sl.start),)] = value
+            logical[before + (slice(sl.stop, None),)] = value
 
-
-def _split_phases(x, stride, dtype):
-    """Contiguous copies (in x's memory order) of every stride phase of x."""
-    phases = {}
-    for key in np.ndindex(*stride):
-        view = x[_phase_slices(key, stride)]
-        copy = empty_like(view, dtype)
-        np.copyto(copy, view, casting="unsafe")
-        phases[key] = copy
-    return phases
-
-
-def _reads(x, like, window, padding, stride, dtype):
-    """Every tap as (key, source array, output slices, source slices), reading x's stride
-    phases (key = the phase) or x itself (key None)."""
-    if _use_phases(window, stride):
-        phases = _split_phases(x, stride, dtype)
-        return [(k, phases[k], o, i) for k, o, i in _phase_taps(window, x.shape[2:], like.shape[2:], padding, stride)]
-    work = x if x.dtype == dtype else x.astype(dtype)
-    return [(None, work, o, i) for o, i in _taps(window, x.shape[2:], like.shape[2:], padding, stride)]
-
-
-def _window_max(reads, like, dtype, propagate_nan):
-    """Max over each window (NaN wins when propagate_nan, else NaN is skipped) in an
-    array shaped and ordered like ``like``. Max is exact in the data's own float type."""
-    m = empty_like(like, dtype)
-    m.fill(-np.inf)
-    pick = np.maximum if propagate_nan else np.fmax
-    for _, src, out_sl, in_sl in reads:
-        target = m[out_sl]
-        pick(target, src[in_sl], out=target)
-    return m
+    def counts(self, dtype):
+        """In-bounds element count of each window, pitched and flattened for broadcasting."""
+        total = np.ones(self.p_shape, dtype)
+        for d, (size, w, p, s, length) in enumerate(zip(self.in_spatial, self.window, self.padding,
+                                                        self.stride, self.p_shape)):
+            start = np.arange(length) * s - p
+            count = np.clip(np.minimum(start + w, size) - np.maximum(start, 0), 1, None)
+            shape = [1] * len(self.p_shape)
+            shape[d] = length
+            total = total * count.astype(dtype).reshape(shape)
+        flat = total.reshape(-1)[:self.out_length]
+        return flat[None, :, None] if self.channels_last else flat[None, None, :]
 
 
 def _max_dtype(x):
     return x.dtype if x.dtype in (np.float32, np.float64) else np.dtype(np.float32)
 
 
-def _counts(in_sizes, out_sizes, window, padding, stride, dtype):
-    """In-bounds element count of every window (for AVERAGE_COUNT_EXCLUDE_PADDING),
-    as a broadcastable array of shape (1, 1, *out)."""
-    total = np.ones((1, 1) + (1,) * len(out_sizes), dtype)
-    for d, (size, o, w, p, s) in enumerate(zip(in_sizes, out_sizes, window, padding, stride)):
-        start = np.arange(o) * s - p
-        count = np.minimum(start + w, size) - np.maximum(start, 0)
-        shape = [1] * (2 + len(out_sizes))
-        shape[2 + d] = o
-        total = total * count.astype(dtype).reshape(shape)
-    return total
+def _window_max(geo, phases, dtype, propagate_nan):
+    """(flat, logical) pitched window maxima; NaN wins when propagate_nan, else is skipped."""
+    m_flat, m_logical = geo.empty(dtype, "max")
+    m = geo.span(m_flat, 0)
+    pick = np.maximum if propagate_nan else np.fmax
+    for i, (key, offset) in enumerate(geo.taps()):
+        src = geo.span(phases[key], offset)
+        if i == 0:
+            np.copyto(m, src)
+        else:
+            pick(m, src, out=m)
+    return m_flat, m_logical
+
+
+def _window_sum(geo, phases, dtype):
+    s_flat, s_logical = geo.empty(dtype, "sum")
+    total = geo.span(s_flat, 0)
+    for i, (key, offset) in enumerate(geo.taps()):
+        src = geo.span(phases[key], offset)
+        if i == 0:
+            np.copyto(total, src)
+        else:
+            total += src
+    return s_flat, s_logical
+
+
+def _average_scale(geo, mode, dtype):
+    if mode == AVG_INCLUDE:
+        return dtype.type(1.0 / math.prod(geo.window))
+    return 1.0 / geo.counts(dtype)
 
 
 def pooling_forward(x, y, mode, window, padding, stride, propagate_nan, alpha, beta):
-    """y = alpha * pool(x) + beta * y."""
-    mode = int(mode)
+    """y = alpha * pool(x) + beta * y, in cache-sized blocks of images and channels."""
+    for nb, cb in batch_channel_chunks(x, min_channels=64):
+        _forward_block(x[nb, cb], y[nb, cb], int(mode), window, padding, stride, propagate_nan, alpha, beta)
+
+
+def _forward_block(x, y, mode, window, padding, stride, propagate_nan, alpha, beta):
+    geo = _Pitched(x, y.shape[2:], window, padding, stride)
     if mode in (MAX, MAX_DETERMINISTIC):
         dt = _max_dtype(x)
-        m = _window_max(_reads(x, y, window, padding, stride, dt), y, dt, propagate_nan)
-        blend(y, m, alpha, beta)
+        _, m_logical = _window_max(geo, geo.phases(x, dt, -np.inf), dt, propagate_nan)
+        blend(y, geo.valid(m_logical), alpha, beta)
         return
-    acc = zeros_like(y, acc_dtype(y.dtype))
-    for _, src, out_sl, in_sl in _reads(x, y, window, padding, stride, acc.dtype):
-        acc[out_sl] += src[in_sl]
-    if mode == AVG_INCLUDE:
-        acc *= acc.dtype.type(1.0 / math.prod(window))
-    else:
-        acc /= _counts(x.shape[2:], y.shape[2:], window, padding, stride, acc.dtype)
-    blend(y, acc, alpha, beta)
-
-
-def _gradient_sinks(dx, window, stride, dtype):
-    """Zeroed gradient accumulators: one per stride phase of dx when the taps read phases,
-    else one shaped like dx (key None)."""
-    if _use_phases(window, stride):
-        return {key: zeros_like(dx[_phase_slices(key, stride)], dtype) for key in np.ndindex(*stride)}
-    return {None: zeros_like(dx, dtype)}
-
-
-def _store_sinks(dx, sinks, stride, alpha, beta):
-    for key, sink in sinks.items():
-        blend(dx if key is None else dx[_phase_slices(key, stride)], sink, alpha, beta)
+    dt = acc_dtype(y.dtype)
+    s_flat, s_logical = _window_sum(geo, geo.phases(x, dt, 0), dt)
+    total = geo.span(s_flat, 0)
+    total *= _average_scale(geo, mode, dt)
+    blend(y, geo.valid(s_logical), alpha, beta)
 
 
 def pooling_backward(y, dy, x, dx, mode, window, padding, stride, propagate_nan, alpha, beta):
     """dx = alpha * pool'(dy) + beta * dx. Max routes each window's gradient to the first
     maximum of x in row-major window order (the window max is recomputed from x, so the
     result does not depend on how y was blended)."""
-    mode = int(mode)
+    for nb, cb in batch_channel_chunks(x, min_channels=64):
+        _backward_block(dy[nb, cb], x[nb, cb], dx[nb, cb], int(mode), window, padding, stride, propagate_nan,
+                        alpha, beta)
+
+
+def _backward_block(dy, x, dx, mode, window, padding, stride, propagate_nan, alpha, beta):
+    geo = _Pitched(x, dy.shape[2:], window, padding, stride)
     dt = acc_dtype(dx.dtype)
-    g = dy if dy.dtype == dt else dy.astype(dt)
-    sinks = _gradient_sinks(dx, window, stride, dt)
+    g_flat, g_logical = geo.empty(dt, "grad")
+    g_logical[...] = 0
+    geo.valid(g_logical)[...] = dy            # pitched dy, zero in the garbage columns
+    g = geo.span(g_flat, 0)
+    keys = sorted({k for k, _ in geo.taps()})
+    sinks = {}
+    for key in keys:
+        flat, logical = geo.empty(dt, f"sink{key}")
+        flat[...] = 0
+        sinks[key] = (flat, logical)
     if mode in (MAX, MAX_DETERMINISTIC):
-        _max_backward(x, g, sinks, window, padding, stride, propagate_nan)
+        mdt = _max_dtype(x)
+        phases = geo.phases(x, mdt, -np.inf)
+        m_flat, _ = _window_max(geo, phases, mdt, propagate_nan)
+        m = geo.span(m_flat, 0)
+        nan_windows = bool(np.isnan(m).any())
+        taken = scratch("pool.taken", m.shape, bool)
+        taken[...] = False
+        hit = scratch("pool.hit", m.shape, bool)
+        routed = scratch("pool.routed", g.shape, dt)
+        for key, offset in geo.taps():
+            xs = geo.span(phases[key], offset)
+            np.equal(xs, m, out=hit)
+            if nan_windows:
+                hit |= np.isnan(xs) & np.isnan(m)
+            np.greater(hit, taken, out=hit)        # a maximum not yet claimed by an earlier tap
+            np.logical_or(taken, hit, out=taken)
+            np.multiply(g, hit, out=routed)
+            target = geo.span(sinks[key][0], offset)
+            target += routed
     else:
-        if mode == AVG_INCLUDE:
-            g = g * dt.type(1.0 / math.prod(window))
-        else:
-            g = g / _counts(x.shape[2:], dy.shape[2:], window, padding, stride, dt)
-        if _use_phases(window, stride):
-            taps = _phase_taps(window, x.shape[2:], dy.shape[2:], padding, stride)
-        else:
-            taps = ((None, o, i) for o, i in _taps(window, x.shape[2:], dy.shape[2:], padding, stride))
-        for key, out_sl, in_sl in taps:
-            sinks[key][in_sl] += g[out_sl]
-    _store_sinks(dx, sinks, stride, alpha, beta)
+        g *= _average_scale(geo, mode, dt)
+        for key, offset in geo.taps():
+            target = geo.span(sinks[key][0], offset)
+            target += g
+    covered = 0
+    for key in keys:
+        rows = geo.phase_rows(key)
+        if rows is not None:
+            ph, inp = rows
+            blend(dx[inp], sinks[key][1][ph], alpha, beta)
+            covered += math.prod(sl.stop - sl.start for sl in ph[2:])
+    if covered != math.prod(geo.in_spatial):   # rows no window reads (stride > window)
+        _blend_unread(dx, geo, keys, alpha, beta)
 
 
-def _max_backward(x, g, sinks, window, padding, stride, propagate_nan):
-    """sinks += each window's gradient at its first maximum (row-major tap order)."""
-    dt = _max_dtype(x)
-    reads = _reads(x, g, window, padding, stride, dt)
-    m = _window_max(reads, g, dt, propagate_nan)
-    nan_windows = bool(np.isnan(m).any())
-    taken = np.zeros(m.shape, bool)
-    for key, src, out_sl, in_sl in reads:
-        ms = m[out_sl]
-        xs = src[in_sl]
-        hit = xs == ms
-        if nan_windows:
-            hit |= np.isnan(xs) & np.isnan(ms)
-        tk = taken[out_sl]
-        hit &= ~tk
-        tk |= hit
-        sinks[key][in_sl] += g[out_sl] * hit
+def _blend_unread(dx, geo, keys, alpha, beta):
+    """Input rows outside every window (stride > window) get gradient 0: dx = beta * dx there."""
+    read = np.zeros(geo.in_spatial, bool)
+    for key in keys:
+        rows = geo.phase_rows(key)
+        if rows is not None:
+            read[rows[1][2:]] = True
+    unread = (slice(None), slice(None), ~read)
+    if beta == 0.0:
+        dx[unread] = 0
+    else:
+        dx[unread] = (beta * dx[unread].astype(acc_dtype(dx.dtype))).astype(dx.dtype)
 
 
 # -- adaptive pooling (tridnn extension) ------------------------------------------------
