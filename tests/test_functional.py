@@ -484,3 +484,12 @@ def test_conv_bias_activation(layout, act, rng, handle):
     pre2 = reference.conv_forward(x, w, 1, 1)
     check(y2, {"relu": np.maximum(pre2, 0), "identity": pre2, "sigmoid": 1 / (1 + np.exp(-pre2))}[act],
           "float32")
+
+
+def test_softmax_of_torch_tensors_along_any_axis(rng, handle):
+    torch = torch_or_skip()
+    x = torch.tensor(rng.standard_normal((2, 3, 4)))
+    for axis in (0, 1, 2):
+        y = tridnn.functional.softmax(x, axis, handle=handle)
+        assert isinstance(y, torch.Tensor)
+        torch.testing.assert_close(y, torch.softmax(x, axis))

@@ -641,9 +641,11 @@ def _channel_view(a, axis):
         return a[None], lambda out: out[0]
     if axis == 1:
         return a, lambda out: out
-    if _is_torch(a):
-        return a.movedim(axis, 1), lambda out: out.movedim(1, axis)
-    return np.moveaxis(a, axis, 1), lambda out: np.moveaxis(out, 1, axis)
+    return _moveaxis(a, axis, 1), lambda out: _moveaxis(out, 1, axis)
+
+
+def _moveaxis(a, source, destination):
+    return a.movedim(source, destination) if _is_torch(a) else np.moveaxis(a, source, destination)
 
 
 def softmax(x, axis=1, log=False, algorithm="accurate", handle=None):
