@@ -116,3 +116,33 @@ def as_matrix(array: np.ndarray, shape, dtype) -> np.ndarray | None:
 def writes_through(y: np.ndarray, acc_dtype, alpha: float, beta: float, epilogue) -> bool:
     """Whether a GEMM may write its result straight into y (no blend, no rounding)."""
     return alpha == 1.0 and beta == 0.0 and epilogue is None and y.dtype == acc_dtype
+
+
+# -- a small pool of threads for block-parallel NumPy work -------------------------------
+# NumPy's elementwise loops release the GIL, so independent blocks of an elementwise
+# method (DIRECT) run in parallel on the cores that BLAS would otherwise use alone.
+import os as _os
+import threading as _threading
+
+WORKERS = max(1, int(_os.environ.get("TRIDNN_NUM_THREADS", 0)) or min(2, _os.cpu_count() or 1))
+_pool = None
+_pool_lock = _threading.Lock()
+
+
+def parallel_map(fn, items) -> list:
+    """[fn(worker, item) for item in items], spread over WORKERS threads; worker in [0, WORKERS).
+
+    Items are dealt round-robin, so worker w owns items w, w + WORKERS, ... and may
+    reuse its own scratch buffers across them."""
+    items = list(items)
+    if WORKERS == 1 or len(items) < 2:
+        return [fn(0, item) for item in items]
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+            _pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="tridnn-cpu")
+    futures = [_pool.submit(lambda w: [fn(w, item) for item in items[w::WORKERS]], w)
+               for w in range(WORKERS)]
+    results = [f.result() for f in futures]
+    return [item for part in results for item in part]
