@@ -258,3 +258,24 @@ def test_bench_uses_the_suite_weights(capsys):
     s = bench.summarize(rows)
     assert s["total_ms"] == pytest.approx(3 * rows[0].ms)
     assert np.isnan(s["geomean_ratio"])
+
+
+# -- the README ----------------------------------------------------------------------------------
+README = __import__("pathlib").Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_readme_commands_come_first():
+    first_block = README.read_text().split("```")[1].splitlines()[1:]
+    assert first_block == ['pip install -e ".[demo]" && tridnn demo',
+                           'pip install -e ".[test]" && python -m pytest -q']
+
+
+def test_readme_python_examples_run():
+    """Every python block of the README runs as written (in order, as a reader would)."""
+    pytest.importorskip("torch")
+    import re
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    assert len(blocks) >= 3
+    namespace = {}
+    for i, block in enumerate(blocks):
+        exec(compile(block, f"README.md python block {i}", "exec"), namespace)
