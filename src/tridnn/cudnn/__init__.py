@@ -12,6 +12,8 @@ Conventions (see docs/api.md, "tridnn.cudnn"):
 """
 from ._constants import *  # noqa: F401,F403
 from ._constants import __all__ as _constant_names
+from ._convolution import *  # noqa: F401,F403 - the backward names
+from ._layers import *  # noqa: F401,F403
 from ._convolution import (cudnnConvolutionAlgoPerf_t, cudnnConvolutionBwdDataAlgoPerf_t,  # noqa: F401
                            cudnnConvolutionBwdFilterAlgoPerf_t, cudnnConvolutionForward,
                            cudnnConvolutionFwdAlgoPerf_t, cudnnFindConvolutionForwardAlgorithm,

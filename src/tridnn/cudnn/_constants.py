@@ -8,6 +8,11 @@ BadParamError naming the supported types.
 from __future__ import annotations
 
 from ..descriptors.activation import ActivationMode, NanPropagation
+from ..descriptors.lrn import LRN_MAX_N, LRN_MIN_BETA, LRN_MIN_K, LRN_MIN_N, LRNMode
+from ..descriptors.normalization import BN_MIN_EPSILON, BatchNormMode, BatchNormOps
+from ..descriptors.pooling import PoolingMode
+from ..descriptors.softmax import SoftmaxAlgorithm, SoftmaxMode
+from ..descriptors.tensor_ops import IndicesType, OpTensorOp, ReduceTensorIndices, ReduceTensorOp
 from ..errors import Status
 from ..types import (ConvBwdDataAlgo, ConvBwdFilterAlgo, ConvFwdAlgo, ConvMode, DataType,
                      Determinism, MathType, TensorFormat)
@@ -40,6 +45,28 @@ _define("ACTIVATION_", ActivationMode)
 _define("", NanPropagation)          # CUDNN_NOT_PROPAGATE_NAN, CUDNN_PROPAGATE_NAN
 _define("", Determinism)             # CUDNN_NON_DETERMINISTIC, CUDNN_DETERMINISTIC
 _define("", ConvMode)                # CUDNN_CONVOLUTION, CUDNN_CROSS_CORRELATION
+_define("POOLING_", PoolingMode)
+_define("SOFTMAX_", SoftmaxAlgorithm)  # CUDNN_SOFTMAX_FAST, _ACCURATE, _LOG
+_define("SOFTMAX_MODE_", SoftmaxMode)
+_define("BATCHNORM_", BatchNormMode)
+_define("OP_TENSOR_", OpTensorOp)
+_define("REDUCE_TENSOR_", ReduceTensorOp)
+_define("REDUCE_TENSOR_", ReduceTensorIndices)  # CUDNN_REDUCE_TENSOR_NO_INDICES, _FLATTENED_INDICES
+
+CUDNN_LRN_CROSS_CHANNEL_DIM1 = LRNMode.CROSS_CHANNEL_DIM1
+CUDNN_BATCHNORM_OPS_BN = BatchNormOps.NORM
+CUDNN_BATCHNORM_OPS_BN_ACTIVATION = BatchNormOps.NORM_ACTIVATION
+CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION = BatchNormOps.NORM_ADD_ACTIVATION
+CUDNN_BN_MIN_EPSILON = BN_MIN_EPSILON
+CUDNN_LRN_MIN_N, CUDNN_LRN_MAX_N, CUDNN_LRN_MIN_K, CUDNN_LRN_MIN_BETA = LRN_MIN_N, LRN_MAX_N, LRN_MIN_K, LRN_MIN_BETA
+CUDNN_32BIT_INDICES = IndicesType.INDICES_32BIT
+CUDNN_64BIT_INDICES = IndicesType.INDICES_64BIT
+CUDNN_16BIT_INDICES = IndicesType.INDICES_16BIT
+CUDNN_8BIT_INDICES = IndicesType.INDICES_8BIT
+_exported += ["CUDNN_LRN_CROSS_CHANNEL_DIM1", "CUDNN_BATCHNORM_OPS_BN", "CUDNN_BATCHNORM_OPS_BN_ACTIVATION",
+              "CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION", "CUDNN_BN_MIN_EPSILON", "CUDNN_LRN_MIN_N",
+              "CUDNN_LRN_MAX_N", "CUDNN_LRN_MIN_K", "CUDNN_LRN_MIN_BETA", "CUDNN_32BIT_INDICES",
+              "CUDNN_64BIT_INDICES", "CUDNN_16BIT_INDICES", "CUDNN_8BIT_INDICES"]
 
 CUDNN_TENSOR_NCHW = TensorFormat.NCHW
 CUDNN_TENSOR_NHWC = TensorFormat.NHWC
@@ -78,9 +105,22 @@ cudnnConvolutionBwdDataAlgo_t = ConvBwdDataAlgo
 cudnnConvolutionBwdFilterAlgo_t = ConvBwdFilterAlgo
 cudnnActivationMode_t = ActivationMode
 cudnnNanPropagation_t = NanPropagation
+cudnnPoolingMode_t = PoolingMode
+cudnnSoftmaxAlgorithm_t = SoftmaxAlgorithm
+cudnnSoftmaxMode_t = SoftmaxMode
+cudnnBatchNormMode_t = BatchNormMode
+cudnnBatchNormOps_t = BatchNormOps
+cudnnLRNMode_t = LRNMode
+cudnnOpTensorOp_t = OpTensorOp
+cudnnReduceTensorOp_t = ReduceTensorOp
+cudnnReduceTensorIndices_t = ReduceTensorIndices
+cudnnIndicesType_t = IndicesType
 _exported += ["cudnnStatus_t", "cudnnDataType_t", "cudnnTensorFormat_t", "cudnnMathType_t",
               "cudnnConvolutionMode_t", "cudnnDeterminism_t", "cudnnConvolutionFwdAlgo_t",
               "cudnnConvolutionBwdDataAlgo_t", "cudnnConvolutionBwdFilterAlgo_t",
-              "cudnnActivationMode_t", "cudnnNanPropagation_t"]
+              "cudnnActivationMode_t", "cudnnNanPropagation_t", "cudnnPoolingMode_t",
+              "cudnnSoftmaxAlgorithm_t", "cudnnSoftmaxMode_t", "cudnnBatchNormMode_t", "cudnnBatchNormOps_t",
+              "cudnnLRNMode_t", "cudnnOpTensorOp_t", "cudnnReduceTensorOp_t", "cudnnReduceTensorIndices_t",
+              "cudnnIndicesType_t"]
 
 __all__ = list(_exported)

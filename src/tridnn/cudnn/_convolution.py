@@ -112,3 +112,137 @@ def cudnnConvolutionForward(handle, alpha, xDesc, x, wDesc, w, convDesc, algo, w
     ws = workspace_slice(handle, workSpace, workSpaceSizeInBytes)
     x, w, y = pointer(x, xd, "x"), pointer(w, wd, "w"), pointer(y, yd, "y")
     api.convolution_forward(handle, alpha, xd, x, wd, w, c, algo, ws, beta, yd, y)
+
+
+# -- backward data -----------------------------------------------------------------------------
+def cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle) -> int:
+    check_handle(handle)
+    return 6
+
+
+def _bwd_data_descs(wDesc, dyDesc, convDesc, dxDesc):
+    dx, w, c, dy = descriptors(dxDesc, wDesc, convDesc, dyDesc, "dxDesc", "wDesc", "dyDesc")
+    return w, dy, c, dx
+
+
+def cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, filterDesc, diffDesc, convDesc, gradDesc,
+                                                requestedAlgoCount) -> list:
+    w, dy, c, dx = _bwd_data_descs(filterDesc, diffDesc, convDesc, gradDesc)
+    return perf_records(api.get_convolution_backward_data_algorithm(
+        check_handle(handle), w, dy, c, dx, requested_count(requestedAlgoCount)))
+
+
+def cudnnFindConvolutionBackwardDataAlgorithm(handle, wDesc, dyDesc, convDesc, dxDesc,
+                                              requestedAlgoCount) -> list:
+    w, dy, c, dx = _bwd_data_descs(wDesc, dyDesc, convDesc, dxDesc)
+    return perf_records(api.find_convolution_backward_data_algorithm(
+        check_handle(handle), w, dy, c, dx, requested_count(requestedAlgoCount)))
+
+
+def cudnnFindConvolutionBackwardDataAlgorithmEx(handle, wDesc, w, dyDesc, dy, convDesc, dxDesc, dx,
+                                                requestedAlgoCount, workSpace, workSpaceSizeInBytes) -> list:
+    handle = check_handle(handle)
+    wd, dyd, c, dxd = _bwd_data_descs(wDesc, dyDesc, convDesc, dxDesc)
+    ws = workspace_slice(handle, workSpace, workSpaceSizeInBytes)
+    w, dy, dx = pointer(w, wd, "w"), pointer(dy, dyd, "dy"), pointer(dx, dxd, "dx")
+    return perf_records(api.find_convolution_backward_data_algorithm_ex(
+        handle, wd, w, dyd, dy, c, dxd, dx, requested_count(requestedAlgoCount),
+        workspace=ws if ws is not None else handle.backend.workspace_bytes(None)))
+
+
+def cudnnGetConvolutionBackwardDataWorkspaceSize(handle, wDesc, dyDesc, convDesc, dxDesc, algo) -> int:
+    w, dy, c, dx = _bwd_data_descs(wDesc, dyDesc, convDesc, dxDesc)
+    return api.get_convolution_backward_data_workspace_size(check_handle(handle), w, dy, c, dx, algo)
+
+
+def cudnnConvolutionBackwardData(handle, alpha, wDesc, w, dyDesc, dy, convDesc, algo, workSpace,
+                                 workSpaceSizeInBytes, beta, dxDesc, dx) -> None:
+    """dx = alpha * conv^T(dy, w) + beta * dx, written into dx."""
+    handle = check_handle(handle)
+    wd, dyd, c, dxd = _bwd_data_descs(wDesc, dyDesc, convDesc, dxDesc)
+    ws = workspace_slice(handle, workSpace, workSpaceSizeInBytes)
+    w, dy, dx = pointer(w, wd, "w"), pointer(dy, dyd, "dy"), pointer(dx, dxd, "dx")
+    api.convolution_backward_data(handle, alpha, wd, w, dyd, dy, c, algo, ws, beta, dxd, dx)
+
+
+# -- backward filter ---------------------------------------------------------------------------
+def cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle) -> int:
+    check_handle(handle)
+    return 7
+
+
+def _bwd_filter_descs(xDesc, dyDesc, convDesc, dwDesc):
+    x, dw, c, dy = descriptors(xDesc, dwDesc, convDesc, dyDesc, "xDesc", "dwDesc", "dyDesc")
+    return x, dy, c, dw
+
+
+def cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, srcDesc, diffDesc, convDesc, gradDesc,
+                                                  requestedAlgoCount) -> list:
+    x, dy, c, dw = _bwd_filter_descs(srcDesc, diffDesc, convDesc, gradDesc)
+    return perf_records(api.get_convolution_backward_filter_algorithm(
+        check_handle(handle), x, dy, c, dw, requested_count(requestedAlgoCount)))
+
+
+def cudnnFindConvolutionBackwardFilterAlgorithm(handle, xDesc, dyDesc, convDesc, dwDesc,
+                                                requestedAlgoCount) -> list:
+    x, dy, c, dw = _bwd_filter_descs(xDesc, dyDesc, convDesc, dwDesc)
+    return perf_records(api.find_convolution_backward_filter_algorithm(
+        check_handle(handle), x, dy, c, dw, requested_count(requestedAlgoCount)))
+
+
+def cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, xDesc, x, dyDesc, y, convDesc, dwDesc, dw,
+                                                  requestedAlgoCount, workSpace,
+                                                  workSpaceSizeInBytes) -> list:
+    """(cuDNN names the dy buffer ``y`` here.)"""
+    handle = check_handle(handle)
+    xd, dyd, c, dwd = _bwd_filter_descs(xDesc, dyDesc, convDesc, dwDesc)
+    ws = workspace_slice(handle, workSpace, workSpaceSizeInBytes)
+    x, dy, dw = pointer(x, xd, "x"), pointer(y, dyd, "dy"), pointer(dw, dwd, "dw")
+    return perf_records(api.find_convolution_backward_filter_algorithm_ex(
+        handle, xd, x, dyd, dy, c, dwd, dw, requested_count(requestedAlgoCount),
+        workspace=ws if ws is not None else handle.backend.workspace_bytes(None)))
+
+
+def cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, xDesc, dyDesc, convDesc, gradDesc, algo) -> int:
+    x, dy, c, dw = _bwd_filter_descs(xDesc, dyDesc, convDesc, gradDesc)
+    return api.get_convolution_backward_filter_workspace_size(check_handle(handle), x, dy, c, dw, algo)
+
+
+def cudnnConvolutionBackwardFilter(handle, alpha, xDesc, x, dyDesc, dy, convDesc, algo, workSpace,
+                                   workSpaceSizeInBytes, beta, dwDesc, dw) -> None:
+    """dw = alpha * (x correlated with dy, summed over the batch) + beta * dw, written into dw."""
+    handle = check_handle(handle)
+    xd, dyd, c, dwd = _bwd_filter_descs(xDesc, dyDesc, convDesc, dwDesc)
+    ws = workspace_slice(handle, workSpace, workSpaceSizeInBytes)
+    x, dy, dw = pointer(x, xd, "x"), pointer(dy, dyd, "dy"), pointer(dw, dwd, "dw")
+    api.convolution_backward_filter(handle, alpha, xd, x, dyd, dy, c, algo, ws, beta, dwd, dw)
+
+
+# -- bias ----------------------------------------------------------------------------------------
+def cudnnConvolutionBackwardBias(handle, alpha, dyDesc, dy, beta, dbDesc, db) -> None:
+    """db = alpha * (dy summed over all dims but channels) + beta * db."""
+    handle = check_handle(handle)
+    dyd = unwrap(dyDesc, "dyDesc", TensorDescriptor)
+    dbd = unwrap(dbDesc, "dbDesc", TensorDescriptor)
+    api.convolution_backward_bias(handle, alpha, dyd, pointer(dy, dyd, "dy"), beta, dbd,
+                                  pointer(db, dbd, "db"))
+
+
+def cudnnConvolutionBiasActivationForward(handle, alpha1, xDesc, x, wDesc, w, convDesc, algo,
+                                          workSpace, workSpaceSizeInBytes, alpha2, zDesc, z, biasDesc,
+                                          bias, activationDesc, yDesc, y) -> None:
+    """y = act(alpha1 * conv(x, w) + alpha2 * z + bias), fused; z may be y itself."""
+    from ..descriptors.activation import ActivationDescriptor
+    handle = check_handle(handle)
+    xd, wd, c, yd = descriptors(xDesc, wDesc, convDesc, yDesc)
+    zd = unwrap(zDesc, "zDesc", TensorDescriptor) if zDesc is not None else None
+    bd = unwrap(biasDesc, "biasDesc", TensorDescriptor)
+    act = unwrap(activationDesc, "activationDesc", ActivationDescriptor)
+    ws = workspace_slice(handle, workSpace, workSpaceSizeInBytes)
+    x, w, y = pointer(x, xd, "x"), pointer(w, wd, "w"), pointer(y, yd, "y")
+    z = y if z is not None and z is y else (pointer(z, zd, "z") if zd is not None else z)
+    api.convolution_bias_activation_forward(handle, alpha1, xd, x, wd, w, c, algo, ws, alpha2, zd, z,
+                                            bd, pointer(bias, bd, "bias"), act, yd, y)
+
+
+__all__ = [name for name in dir() if name.startswith("cudnn")]
