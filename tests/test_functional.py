@@ -493,3 +493,44 @@ def test_softmax_of_torch_tensors_along_any_axis(rng, handle):
         y = tridnn.functional.softmax(x, axis, handle=handle)
         assert isinstance(y, torch.Tensor)
         torch.testing.assert_close(y, torch.softmax(x, axis))
+
+
+def test_layer_group_rms_norm_lrn_match_torch(rng, handle):
+    torch = torch_or_skip()
+    tf = torch.nn.functional
+    x = rng.standard_normal((2, 6, 3, 4)) * 3 + 1
+    w, b = rng.standard_normal((3, 4)), rng.standard_normal((3, 4))
+    tx = torch.tensor(x, requires_grad=True)
+    tw, tb = torch.tensor(w, requires_grad=True), torch.tensor(b, requires_grad=True)
+    want = tf.layer_norm(tx, (3, 4), tw, tb, 1e-5)
+    y, mean, inv = tridnn.functional.layer_norm(x, (3, 4), w, b, return_stats=True, handle=handle)
+    np.testing.assert_allclose(y, want.detach().numpy(), rtol=1e-10, atol=1e-12)
+    dy = rng.standard_normal(x.shape)
+    want.backward(torch.tensor(dy))
+    dx, dw, db = tridnn.functional.layer_norm_backward(x, dy, (3, 4), w, mean, inv, handle=handle)
+    for got, ref in ((dx, tx.grad), (dw, tw.grad), (db, tb.grad)):
+        np.testing.assert_allclose(got, ref.numpy(), rtol=1e-9, atol=1e-11)
+    gw, gb = rng.standard_normal(6), rng.standard_normal(6)
+    np.testing.assert_allclose(
+        tridnn.functional.group_norm(x, 3, gw, gb, handle=handle),
+        tf.group_norm(torch.tensor(x), 3, torch.tensor(gw), torch.tensor(gb)).numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(tridnn.functional.rms_norm(x, 4, w[0], eps=1e-6, handle=handle),
+                               tf.rms_norm(torch.tensor(x), (4,), torch.tensor(w[0]), 1e-6).numpy(),
+                               rtol=1e-10)
+    np.testing.assert_allclose(tridnn.functional.lrn(x, 3, 0.5, 0.75, 1.5, handle=handle),
+                               tf.local_response_norm(torch.tensor(x), 3, 0.5, 0.75, 1.5).numpy(), rtol=1e-10)
+    with pytest.raises(BadParamError, match="trailing dims"):
+        tridnn.functional.layer_norm(x, (4, 3), handle=handle)
+
+
+def test_dropout_masks(rng, handle):
+    x = np.ones((4, 5, 6), np.float32)
+    y, mask = tridnn.functional.dropout(x, 0.3, seed=7, return_mask=True, handle=handle)
+    kept = y != 0
+    assert set(np.unique(y).tolist()) <= {0.0, np.float32(1 / 0.7)} and 0.4 < kept.mean() < 0.95
+    dx = tridnn.functional.dropout_backward(np.full_like(x, 2.0), mask, 0.3, handle=handle)
+    np.testing.assert_array_equal(dx, 2 * y)
+    fresh = tridnn.Handle(find_cache=None)
+    np.testing.assert_array_equal(tridnn.functional.dropout(x, 0.3, seed=7, handle=fresh), y)  # replay
+    assert not np.array_equal(tridnn.functional.dropout(x, 0.3, seed=7, handle=handle), y)  # next mask
+    assert tridnn.functional.dropout(x, 0.3, training=False, handle=handle) is x

@@ -39,6 +39,8 @@ __all__ = ["conv", "conv_bias_activation", "conv_transpose", "conv_backward_data
            "clipped_relu", "leaky_relu", "elu", "sigmoid", "tanh", "swish", "silu", "gelu",
            "softplus", "hard_swish", "softmax", "log_softmax", "softmax_backward",
            "batch_norm", "batch_norm_training", "batch_norm_inference", "batch_norm_backward",
+           "layer_norm", "layer_norm_backward", "group_norm", "rms_norm", "lrn", "dropout",
+           "dropout_backward",
            "clear_plan_cache", "plan_cache_info"]
 
 CHOOSERS = ("auto", "find", "heuristic")
@@ -867,3 +869,127 @@ def _cast_like(a, np_dtype, ref):
             return a.detach().to(target).contiguous()
         a = _to_numpy(a)
     return np.ascontiguousarray(_to_numpy(a), np_dtype)
+
+
+# -- layer, group and RMS norm (tridnn extensions), LRN, dropout --------------------------------
+def _norm_params(param_desc, weight, bias, backend):
+    scale, _ = _bn_param(weight, param_desc, "weight", backend, 1.0)
+    shift = None
+    if bias is not False:
+        shift, _ = _bn_param(None if bias is None else bias, param_desc, "bias", backend, 0.0)
+    return scale, shift
+
+
+def _norm_ndim(x_desc, normalized_shape):
+    shape = (normalized_shape,) if isinstance(normalized_shape, (int, np.integer)) else tuple(normalized_shape)
+    if tuple(x_desc.dims[-len(shape):]) != tuple(int(s) for s in shape) or len(shape) >= x_desc.ndim:
+        raise BadParamError(f"normalized_shape {shape} must equal the trailing dims of x {x_desc.dims} "
+                            f"(and leave at least one leading dim)")
+    return len(shape)
+
+
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, handle=None, return_stats=False):
+    """PyTorch's layer_norm over the trailing ``normalized_shape`` dims; with
+    ``return_stats``, (y, mean, inv_std) for layer_norm_backward."""
+    from .normalization import layer_norm_descriptors, layer_norm_forward
+    handle = _handle_for(x, handle)
+    x, x_desc = _described(x)
+    nd = _norm_ndim(x_desc, normalized_shape)
+    param_desc, stats_desc = layer_norm_descriptors(x_desc, nd)
+    scale, shift = _norm_params(param_desc, weight, bias, handle.backend)
+    y_desc = _output_desc(x_desc)
+    y, mean, inv = (handle.backend.empty(d) for d in (y_desc, stats_desc, stats_desc))
+    layer_norm_forward(handle, nd, 1.0, x_desc, x, 0.0, y_desc, y, param_desc, scale, shift, eps,
+                       stats_desc, mean, inv)
+    return (_like(y, x), _like(mean, x), _like(inv, x)) if return_stats else _like(y, x)
+
+
+def layer_norm_backward(x, dy, normalized_shape, weight, mean, inv_std, handle=None):
+    """(dx, dweight, dbias) of layer_norm from its saved statistics."""
+    from .normalization import layer_norm_backward as backward, layer_norm_descriptors
+    handle = _handle_for(x, handle)
+    x, x_desc = _described(x)
+    dy, dy_desc = _described(dy, "dy")
+    nd = _norm_ndim(x_desc, normalized_shape)
+    param_desc, stats_desc = layer_norm_descriptors(x_desc, nd)
+    backend = handle.backend
+    scale, _ = _norm_params(param_desc, weight, False, backend)
+    mean, _ = _bn_param(mean, stats_desc, "mean", backend)
+    inv, _ = _bn_param(inv_std, stats_desc, "inv_std", backend)
+    dx_desc = _output_desc(x_desc)
+    dx, dscale, dbias = backend.empty(dx_desc), backend.empty(param_desc), backend.empty(param_desc)
+    backward(handle, nd, 1.0, x_desc, x, dy_desc, dy, 0.0, dx_desc, dx, param_desc, scale, dscale, dbias,
+             stats_desc, mean, inv)
+    return _like(dx, x), _like(dscale, x), _like(dbias, x)
+
+
+def group_norm(x, groups, weight=None, bias=None, eps=1e-5, handle=None):
+    """PyTorch's group_norm: statistics per sample over each group of channels."""
+    from .normalization import group_norm_descriptors, group_norm_forward
+    handle = _handle_for(x, handle)
+    x, x_desc = _described(x)
+    param_desc, stats_desc = group_norm_descriptors(x_desc, groups)
+    scale, shift = _norm_params(param_desc, weight, bias, handle.backend)
+    y_desc = _output_desc(x_desc)
+    y = handle.backend.empty(y_desc)
+    group_norm_forward(handle, groups, 1.0, x_desc, x, 0.0, y_desc, y, param_desc, scale, shift, eps)
+    return _like(y, x)
+
+
+def rms_norm(x, normalized_shape, weight=None, eps=1e-6, handle=None):
+    """x / sqrt(mean(x^2) + eps) * weight over the trailing ``normalized_shape`` dims."""
+    from .normalization import rms_norm_descriptors, rms_norm_forward
+    handle = _handle_for(x, handle)
+    x, x_desc = _described(x)
+    nd = _norm_ndim(x_desc, normalized_shape)
+    param_desc, _ = rms_norm_descriptors(x_desc, nd)
+    scale, _ = _norm_params(param_desc, weight, False, handle.backend)
+    y_desc = _output_desc(x_desc)
+    y = handle.backend.empty(y_desc)
+    rms_norm_forward(handle, nd, 1.0, x_desc, x, 0.0, y_desc, y, param_desc, scale, eps)
+    return _like(y, x)
+
+
+def lrn(x, n=5, alpha=1e-4, beta=0.75, k=2.0, handle=None):
+    """cuDNN's cross-channel LRN: x / (k + alpha/n * sum of x^2 over n channels)^beta
+    (cuDNN's defaults; PyTorch's local_response_norm defaults to k=1)."""
+    from ..descriptors.lrn import LRNDescriptor
+    from .lrn import lrn_cross_channel_forward
+    handle = _handle_for(x, handle)
+    x, x_desc = _described(x)
+    y_desc = _output_desc(x_desc)
+    y = handle.backend.empty(y_desc)
+    lrn_cross_channel_forward(handle, LRNDescriptor(n, alpha, beta, k), 0, 1.0, x_desc, x, 0.0, y_desc, y)
+    return _like(y, x)
+
+
+def dropout(x, p=0.5, seed=0, training=True, return_mask=False, handle=None):
+    """Inverted dropout: y = x * mask / (1 - p). Each call with the same (p, seed) on a
+    handle draws the next mask of that seed's sequence (a fresh handle replays it).
+    ``return_mask`` also returns the reserve space (the mask) for dropout_backward."""
+    from ..descriptors.dropout import DropoutDescriptor, dropout_get_reserve_space_size
+    from .dropout import dropout_forward
+    if not training or p == 0:
+        return (x, None) if return_mask else x
+    handle = _handle_for(x, handle)
+    x, x_desc = _described(x)
+    desc = _cached(handle, ("dropout", float(p), int(seed)), lambda: DropoutDescriptor(p, seed))
+    reserve = np.empty(dropout_get_reserve_space_size(x_desc), np.uint8) \
+        if handle.backend_name == "numpy" else handle.backend.allocate_workspace(
+            dropout_get_reserve_space_size(x_desc))
+    y_desc = _output_desc(x_desc)
+    y = handle.backend.empty(y_desc)
+    dropout_forward(handle, desc, x_desc, x, y_desc, y, reserve)
+    return (_like(y, x), reserve) if return_mask else _like(y, x)
+
+
+def dropout_backward(dy, reserve, p=0.5, handle=None):
+    """dx = dy * mask / (1 - p) with the mask dropout(..., return_mask=True) gave."""
+    from ..descriptors.dropout import DropoutDescriptor
+    from .dropout import dropout_backward as backward
+    handle = _handle_for(dy, handle)
+    dy, dy_desc = _described(dy, "dy")
+    dx_desc = _output_desc(dy_desc)
+    dx = handle.backend.empty(dx_desc)
+    backward(handle, DropoutDescriptor(p), dy_desc, dy, dx_desc, dx, reserve)
+    return _like(dx, dy)
