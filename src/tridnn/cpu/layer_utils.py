@@ -63,18 +63,26 @@ def release_scratch() -> None:
 CHUNK_ELEMENTS = 1 << 19  # ~2 MB of float32 input per chunk: the chunk's temporaries stay in cache
 
 
-def batch_channel_chunks(x: np.ndarray, target: int = CHUNK_ELEMENTS, min_channels: int = 1):
+def batch_channel_chunks(x: np.ndarray, target: int | None = None, min_channels: int = 1):
     """(batch slice, channel slice) blocks of a (N, C, ...) array of about ``target``
     elements each. A layer whose math is independent per (n, c) runs block by block, so
     its many NumPy passes hit cache instead of memory. Channels-innermost arrays keep
     at least ``min_channels`` channels per block (short inner loops are slow)."""
+    target = CHUNK_ELEMENTS if target is None else target
     n, c = x.shape[:2]
     per_nc = max(1, int(np.prod(x.shape[2:], dtype=np.int64)))
     channels_last = x.ndim > 2 and x.strides[1] < min(x.strides[2:])
     cb = max(1, min(c, target // per_nc))
-    if channels_last:
-        cb = min(c, max(cb, min_channels))
+    if channels_last:  # whole images keep blocks packed (one long run per row of pixels)
+        cb = c if per_nc * c <= 4 * target else min(c, max(cb, min_channels))
     nb = max(1, min(n, target // (per_nc * cb))) if cb == c else 1
     for n0 in range(0, n, nb):
         for c0 in range(0, c, cb):
             yield slice(n0, min(n, n0 + nb)), slice(c0, min(c, c0 + cb))
+
+
+def scratch_like(tag: str, a: np.ndarray, dtype=None) -> np.ndarray:
+    """A scratch array shaped like ``a`` in ``a``'s memory order (see ``scratch``)."""
+    order = sorted(range(a.ndim), key=lambda i: -abs(a.strides[i]))
+    phys = scratch(tag, tuple(a.shape[i] for i in order), dtype or a.dtype)
+    return phys.transpose(np.argsort(order))
