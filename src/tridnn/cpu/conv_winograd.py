@@ -22,7 +22,7 @@ import numpy as np
 from ..algorithms.base import Algorithm
 from ..types import ConvFwdAlgo
 from ..workspace import Buffer
-from .common import BANDWIDTH, GEMM_RATE, SMALL_GEMM_RATE, batch_block, pad_into, prod, split_groups, store
+from .common import BANDWIDTH, GEMM_RATE, SMALL_GEMM_RATE, as_matrix, batch_block, pad_into, prod, store
 
 # Interpolation points, in the order that keeps the transforms' error lowest.
 POINTS = (0, 1, -1, 2, -2, Fraction(1, 2), Fraction(-1, 2), 3, -3)
@@ -84,30 +84,33 @@ def transform_pair(mat: np.ndarray, data: np.ndarray, out: np.ndarray, scratch: 
     return out.reshape(p, p, *rest)
 
 
-def filter_transform(w: np.ndarray, groups: int, m: int, out: np.ndarray, scratch: np.ndarray):
-    """U[a, b, g, c, k] = (G w[g, k, c] G^T)[a, b] into out (n, n, G, Cg, Kg).
+def filter_transform(w: np.ndarray, m: int, out: np.ndarray, scratch: np.ndarray) -> np.ndarray:
+    """U[pt, k, c] = (G w[k, c] G^T) flattened over the (m+2)^2 points pt, into out (n*n, K, Cg).
 
-    Computed in float64 (scratch) and rounded once: G's entries (1/6, 1/24, ...) are
-    not exact in float32, and the filter is small, so the extra precision is free."""
+    One GEMM: U = (G kron G) (n*n x 9) @ w.reshape(K*Cg, 9)^T, which lands point-major
+    without any transposing copy. The point GEMMs then read U[pt] transposed (BLAS
+    takes either order), so the filter is never reshuffled."""
     _, gm, _ = matrices(m)
-    n = gm.shape[0]
     k, cg = w.shape[:2]
-    size = k * cg
-    # w (K, Cg, 3, 3) -> (3, 3, G, Cg, Kg), contiguous
-    taps = scratch[: 9 * size].reshape(3, 3, groups, cg, k // groups)
-    taps[...] = np.moveaxis(w.reshape(groups, k // groups, cg, 3, 3), (3, 4, 0, 2, 1), (0, 1, 2, 3, 4))
-    half = scratch[9 * size: (9 + 3 * n) * size].reshape(n, 3, -1)
-    full = scratch[(9 + 3 * n) * size: (9 + 3 * n + n * n) * size].reshape(n, n, -1)
-    np.matmul(gm, taps.reshape(3, -1), out=half.reshape(n, -1))
-    np.matmul(gm, half, out=full)
-    out.reshape(n, n, -1)[...] = full
+    kron = np.kron(gm, gm).astype(out.dtype)
+    taps = as_matrix(w, (k * cg, 9), out.dtype)
+    if taps is None:  # KRSC or flipped filter, or a half dtype: one packing copy
+        taps = scratch[: k * cg * 9].reshape(k * cg, 9)
+        taps[...] = w.reshape(k * cg, 9)
+    np.matmul(kron, taps.T, out=out.reshape(kron.shape[0], k * cg))
     return out
 
 
 def filter_scratch_size(problem, m: int) -> int:
-    """float64 elements of scratch ``filter_transform`` needs: taps, half and full transform."""
-    n = m + 2
-    return (9 + 3 * n + n * n) * problem.k * problem.w.c
+    """Elements of scratch ``filter_transform`` may need: the filter packed as (K*Cg, 9)."""
+    return 9 * problem.k * problem.w.c
+
+
+def transformed_filter(problem, w, m, workspace) -> np.ndarray:
+    """U as (n*n, G, Cg, Kg) (a transposed view of the point-major (n*n, G, Kg, Cg) buffer)."""
+    g, n = problem.groups, m + 2
+    u = filter_transform(w, m, workspace["u"], workspace["wscratch"])
+    return u.reshape(n * n, g, problem.k // g, problem.w.c).swapaxes(-1, -2)
 
 
 def winograd_not_applicable(problem, name: str) -> str | None:
@@ -188,15 +191,18 @@ class WinogradForward(Algorithm):
     direction = "fwd"
     enum = ConvFwdAlgo.WINOGRAD
     exact = False
-    ROWS_BYTES = 1 << 20  # transformed data of one block of tile rows (cache-sized)
+    ROWS_BYTES = 4 << 20  # transformed data of one block of tile rows (about the L3 share)
 
     def not_applicable(self, problem):
         return winograd_not_applicable(problem, "WINOGRAD")
 
     @staticmethod
     def tile(problem) -> int:
-        """F(4x4,3x3) unless the plane is so small that 4x4 tiles would be mostly padding."""
-        return 2 if max(problem.out_spatial) <= 8 else 4
+        """F(4x4,3x3) unless F(2x2) needs no more multiplies (tiny planes, where 4x4 tiles
+        would be mostly padding); F(2x2) is also the more accurate of the two."""
+        def multiplies(m):
+            return (m + 2) ** 2 * prod(tile_grid(problem, m)[0])
+        return 4 if multiplies(4) < multiplies(2) else 2
 
     def _rows(self, problem, m):
         """Tile rows per block: all images of the batch, a few rows of tiles."""
@@ -212,8 +218,8 @@ class WinogradForward(Algorithm):
         p = problem.n * self._rows(problem, m) * tiles[1]
         cg, kg = problem.w.c, problem.k // g
         return [Buffer("xpad", (problem.n, *extent, problem.c), acc),
-                Buffer("u", (n * n, g, cg, kg), acc),
-                Buffer("wscratch", (filter_scratch_size(problem, m),), np.float64),
+                Buffer("u", (n * n, problem.k, cg), acc),
+                Buffer("wscratch", (filter_scratch_size(problem, m),), acc),
                 Buffer("d", (n * n * g * p * cg,), acc),
                 Buffer("half", (n * n * g * p * max(cg, kg),), acc),
                 Buffer("v", (n * n * g * p * max(cg, kg),), acc),
@@ -230,8 +236,7 @@ class WinogradForward(Algorithm):
         cg, kg = problem.w.c, problem.k // g
         at, _, bt = (a.astype(problem.accumulator) for a in matrices(m))
         tiles, _ = tile_grid(problem, m)
-        u = filter_transform(w, g, m, workspace["u"].reshape(n, n, g, cg, kg), workspace["wscratch"])
-        u = u.reshape(n * n, g, cg, kg)
+        u = transformed_filter(problem, w, m, workspace)
         xpad, acc = workspace["xpad"], workspace["acc"]
         pack_input(problem, x, xpad)
         step = self._rows(problem, m)

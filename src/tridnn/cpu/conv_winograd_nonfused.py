@@ -29,7 +29,7 @@ from ..algorithms.base import Algorithm
 from ..types import ConvFwdAlgo, MathType
 from ..workspace import Buffer
 from .common import BANDWIDTH, batch_block, prod
-from .conv_winograd import (filter_scratch_size, filter_transform, gather_tiles, matrices, pack_input,
+from .conv_winograd import (filter_scratch_size, gather_tiles, transformed_filter, matrices, pack_input,
                             scatter_tiles, store_tiles, tile_grid, transform_pair, winograd_estimate,
                             winograd_not_applicable)
 
@@ -67,8 +67,8 @@ class WinogradNonfusedForward(Algorithm):
         p = b * prod(tiles)
         cg, kg = problem.w.c, problem.k // g
         wide = n * n * g * p * max(cg, kg)
-        return [Buffer("u", (n * n, g, cg, kg), acc),
-                Buffer("wscratch", (filter_scratch_size(problem, m),), np.float64),
+        return [Buffer("u", (n * n, problem.k, cg), acc),
+                Buffer("wscratch", (filter_scratch_size(problem, m),), acc),
                 Buffer("xpad", (b, *extent, problem.c), acc),
                 Buffer("d", (wide,), acc),     # gathered tiles, later the output transform's half
                 Buffer("v", (wide,), acc),     # transformed tiles, later the output tiles
@@ -86,8 +86,7 @@ class WinogradNonfusedForward(Algorithm):
         cg, kg = problem.w.c, problem.k // g
         at, _, bt = (a.astype(problem.accumulator) for a in matrices(m))
         tiles, _ = tile_grid(problem, m)
-        u = filter_transform(w, g, m, workspace["u"].reshape(n, n, g, cg, kg), workspace["wscratch"])
-        u = u.reshape(n * n, g, cg, kg)
+        u = transformed_filter(problem, w, m, workspace)
         block = self._block(problem, m)
         all_rows = slice(0, tiles[0])
         for n0 in range(0, problem.n, block):
