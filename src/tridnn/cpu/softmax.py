@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .layer_utils import acc_dtype, blend, empty_like
+from .layer_utils import CHUNK_ELEMENTS, acc_dtype, blend, scratch_like
 
 FAST, ACCURATE, LOG = 0, 1, 2
 INSTANCE, CHANNEL = 0, 1
@@ -22,15 +22,33 @@ def _axes(ndim: int, mode: int):
 
 def _target(out, alpha, beta):
     """Where to build the result: straight in ``out`` when nothing is blended and the
-    dtype is the compute dtype, else a temporary in out's memory order."""
+    dtype is the compute dtype, else a scratch array in out's memory order."""
     direct = alpha == 1.0 and beta == 0.0 and out.dtype == acc_dtype(out.dtype)
-    return out if direct else empty_like(out, acc_dtype(out.dtype)), direct
+    return out if direct else scratch_like("softmax.out", out, acc_dtype(out.dtype)), direct
+
+
+def _blocks(x, mode):
+    """Index tuples of cache-sized blocks that hold whole softmax rows: images (and, for
+    CHANNEL, bands of the first spatial dim, since each position is its own row)."""
+    n = x.shape[0]
+    per_n = max(1, x.size // max(n, 1))
+    if int(mode) == CHANNEL and x.ndim > 2 and per_n > CHUNK_ELEMENTS:
+        rows = x.shape[2]
+        band = max(1, rows * CHUNK_ELEMENTS // per_n)
+        for i in range(n):
+            for r in range(0, rows, band):
+                yield (slice(i, i + 1), slice(None), slice(r, min(rows, r + band)))
+        return
+    nb = max(1, min(n, CHUNK_ELEMENTS // per_n))
+    for i in range(0, n, nb):
+        yield (slice(i, min(n, i + nb)),)
 
 
 def softmax_forward(x, y, algo, mode, alpha, beta):
-    """y = alpha * softmax(x) + beta * y (log-softmax for LOG)."""
+    """y = alpha * softmax(x) + beta * y (log-softmax for LOG), block by block."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        _forward(x, y, algo, mode, alpha, beta)
+        for block in _blocks(x, mode):
+            _forward(x[block], y[block], algo, mode, alpha, beta)
 
 
 def _forward(x, y, algo, mode, alpha, beta):
@@ -43,10 +61,8 @@ def _forward(x, y, algo, mode, alpha, beta):
         m = work.max(axis=axes, keepdims=True)
         np.subtract(work, m, out=e)
         if int(algo) == LOG:
-            shifted = e.copy()
-            np.exp(e, out=e)
-            log_sum = np.log(e.sum(axis=axes, keepdims=True))
-            np.subtract(shifted, log_sum, out=e)
+            expd = np.exp(e, out=scratch_like("softmax.exp", e))
+            e -= np.log(expd.sum(axis=axes, keepdims=True))
             if not direct:
                 blend(y, e, alpha, beta)
             return
@@ -61,7 +77,8 @@ def softmax_backward(y, dy, dx, algo, mode, alpha, beta):
     """dx = alpha * J^T dy + beta * dx: y * (dy - sum(dy * y)) for softmax,
     dy - exp(y) * sum(dy) for log-softmax (y is the forward output)."""
     with np.errstate(over="ignore", invalid="ignore"):
-        _backward(y, dy, dx, algo, mode, alpha, beta)
+        for block in _blocks(y, mode):
+            _backward(y[block], dy[block], dx[block], algo, mode, alpha, beta)
 
 
 def _backward(y, dy, dx, algo, mode, alpha, beta):
