@@ -279,3 +279,51 @@ def test_readme_python_examples_run():
     namespace = {}
     for i, block in enumerate(blocks):
         exec(compile(block, f"README.md python block {i}", "exec"), namespace)
+
+
+# -- tridnn run pool / softmax / activation / batchnorm -------------------------------------------
+@pytest.mark.parametrize("argv", [
+    "pool --dims 2,3,7,8 --window 3 --stride 2 --pad 1",
+    "pool --dims 2,3,7,8 --mode avg_exclude --window 2 --pad 1 --direction bwd --layout NHWC --beta 0.5",
+    "pool --dims 1,2,5,6,7 --mode average_count_include_padding --window 2,3,2 --dtype float16",
+    "softmax --dims 2,5,3,3 --algo log --direction bwd --alpha 2",
+    "softmax --dims 4,10 --mode instance --dtype bfloat16",
+    "activation --dims 2,3,4,4 --mode gelu --direction bwd --layout strided",
+    "activation --dims 2,3,9 --mode clipped_relu --coef 1.5 --beta 1",
+    "batchnorm --dims 4,3,5,5",
+    "batchnorm --dims 4,3,5,5 --direction bwd --alpha 2 --beta 1 --layout NHWC",
+    "batchnorm --dims 4,3,5,5 --direction inference --mode per_activation --dtype float64",
+])
+def test_run_layer_checks_out(capsys, argv):
+    rc, out, err = run_cli(capsys, "run", *argv.split())
+    assert rc == 0, out + err
+    assert "within tolerance" in out
+    assert reproduce_line(out) == "tridnn run " + argv
+
+
+def test_run_layer_detects_a_wrong_result(capsys, monkeypatch):
+    from tridnn.cpu import softmax as cpu_softmax
+    real = cpu_softmax.softmax_forward
+
+    def skewed(**kwargs):
+        real(**kwargs)
+        kwargs["y"][0, 0] += 0.01
+    monkeypatch.setattr(cpu_softmax, "softmax_forward", skewed)
+    rc, out, err = run_cli(capsys, "run", "softmax", "--dims", "2,5")
+    assert rc == 1
+    assert "mismatch" in out and "MISMATCH" in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    ("pool --dims 2,3", "needs N,C and at least one spatial dim"),
+    ("pool --dims 2,3,x", "--dims must be integers"),
+    ("pool --dims 2,3,8,8 --window 2,2,2", "3 entries"),
+    ("pool --dims 2,3,8,8 --mode median", "median"),
+    ("softmax --dims 2,5 --direction sideways", "unknown direction 'sideways'"),
+    ("activation --dims 2,3,4 --mode clipped_relu", "coef > 0"),
+    ("batchnorm --dims 2,3,4 --direction bwd_data", "valid: fwd, inference, bwd"),
+])
+def test_run_layer_bad_input(capsys, argv, message):
+    rc, _, err = run_cli(capsys, "run", *argv.split())
+    assert rc == 2
+    assert message in err

@@ -128,19 +128,14 @@ def run_case(direction, algo, p, dtype, layout, rng, n=2, alpha=1.0, beta=0.0, d
 
 
 def _to_torch(arr, device):
-    """A torch tensor with the same logical shape and strides as the NumPy view."""
-    item = arr.itemsize
-    base = arr
-    while base.base is not None and isinstance(base.base, np.ndarray):
-        base = base.base
-    if device == "cpu":
-        from tridnn.cuda.backend import to_tensor
-        return to_tensor(arr, torch.device("cpu"))
-    flat = np.ascontiguousarray(base).reshape(-1)
-    start = (arr.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // item
+    """A torch tensor with the same logical shape, strides and values as the NumPy view."""
     from tridnn.cuda.backend import to_tensor
-    t = to_tensor(flat, torch.device("cpu")).to(device)
-    return t.as_strided(arr.shape, tuple(s // item for s in arr.strides), start)
+    host = to_tensor(arr, torch.device("cpu"))
+    if device == "cpu":
+        return host
+    out = torch.empty_strided(host.shape, host.stride(), dtype=host.dtype, device=device)
+    out.copy_(host)
+    return out
 
 
 def _to_numpy(t, dtype):
@@ -342,9 +337,9 @@ def test_bad_arrays_raise_before_writing(rng):
 
 # -- full size on a GPU ------------------------------------------------------------------
 GPU_PROBLEMS = [
-    P(64, 64, (56, 56), 3, 1, 1), P(3, 64, (64, 64), 7, 2, 3), P(256, 512, (28, 28), 1, 2, 0),
-    P(512, 512, (7, 7), 3, 1, 1), P(144, 144, (56, 56), 3, 2, 1, 1, 144), P(96, 96, (33, 33), 5, 2, 1, 1, 2),
-    P(128, 128, (20, 20), 3, 1, 2, 2), P(64, 64, (200,), 11, 1, 5), P(32, 64, (8, 28, 28), 3, 1, 1),
+    P(64, 64, (28, 28), 3, 1, 1), P(3, 64, (32, 32), 7, 2, 3), P(256, 256, (14, 14), 1, 2, 0),
+    P(256, 128, (7, 7), 3, 1, 1), P(144, 144, (28, 28), 3, 2, 1, 1, 144), P(96, 96, (17, 17), 5, 2, 1, 1, 2),
+    P(64, 64, (20, 20), 3, 1, 2, 2), P(64, 64, (100,), 11, 1, 5), P(16, 32, (4, 14, 14), 3, 1, 1),
 ]
 
 
@@ -360,7 +355,7 @@ def test_gpu_full_size(direction, dtype, p, rng):
     ran = 0
     for algo in ALGOS[direction]:
         for layout in (("NHWC", "NCHW") if dtype != "bfloat16" else ("NHWC",)):
-            if run_case(direction, algo, p, dtype, layout, rng, n=4, device="cuda", beta=0.5) is None:
+            if run_case(direction, algo, p, dtype, layout, rng, n=2, device="cuda", beta=0.5) is None:
                 ran += 1
     if ran == 0:
         pytest.skip("no Triton algorithm applies")

@@ -197,3 +197,31 @@ def test_every_exported_api_function_is_logged():
                   and (value.__module__.startswith("tridnn.api") or value.__module__ == "tridnn.functional")
                   and not getattr(value, "__tridnn_logged__", False)]
         assert not missed, f"not logged (exported after the logging block?): {missed}"
+
+
+def test_logged_layer_calls_rerun(capsys, tmp_path):
+    log = tmp_path / "log.txt"
+    tlog.configure("info", str(log))
+    h = tridnn.Handle()
+    x_desc = tridnn.TensorDescriptor.nhwc(2, 3, 6, 6)
+    x = np.random.default_rng(0).standard_normal((2, 6, 6, 3)).astype(np.float32)
+    pool = tridnn.PoolingDescriptor("max", 2, stride=1)
+    y_desc = tridnn.TensorDescriptor.nhwc(*tridnn.get_pooling_forward_output_dim(pool, x_desc))
+    y = np.empty(y_desc.physical_dims, np.float32)
+    tridnn.pooling_forward(h, pool, 1.0, x_desc, x, 0.0, y_desc, y)
+    act = tridnn.ActivationDescriptor("elu", coef=0.5)
+    tridnn.activation_forward(h, act, 2.0, x_desc, x, 0.0, x_desc, np.empty_like(x))
+    tridnn.softmax_forward(h, "log", "channel", 1.0, x_desc, x, 0.0, x_desc, np.empty_like(x))
+    bn_desc = tridnn.derive_bn_tensor_descriptor(x_desc, "spatial")
+    ones, zeros = np.ones(bn_desc.dims, np.float32), np.zeros(bn_desc.dims, np.float32)
+    tridnn.batch_norm_forward_inference(h, "spatial", 1.0, 0.0, x_desc, x, x_desc, np.empty_like(x), bn_desc,
+                                        ones, zeros, zeros, ones, 1e-4)
+    lines = reproduce_lines(log.read_text())
+    assert [shlex.split(line)[2] for line in lines] == ["pool", "activation", "softmax", "batchnorm"]
+    assert "--window 2 --pad 0 --stride 1" in lines[0] and "--layout NHWC" in lines[0]
+    assert "--mode elu --coef 0.5" in lines[1] and "--alpha 2.0" in lines[1]
+    assert "--algo log --mode channel" in lines[2]
+    assert "--direction inference" in lines[3] and "--epsilon 0.0001" in lines[3]
+    tlog.configure("0")
+    for line in lines:
+        assert "dims (2, 3, 6, 6)" in rerun(capsys, line)

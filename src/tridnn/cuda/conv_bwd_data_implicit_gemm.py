@@ -18,13 +18,13 @@ import triton
 import triton.language as tl
 
 from ..types import ConvBwdDataAlgo
-from .common import TritonConvAlgorithm, Tuner, grouped_tile, split_rows
+from .common import TritonConvAlgorithm, Tuner, grouped_tile, launch, split_rows
 from .conv_implicit_gemm import gemm_estimate
 from .epilogue import store_tile
 from .geometry import geometry, input_precision, needs_int64, strides5
 
 
-NONE: tl.constexpr = 1 << 30
+NONE = tl.constexpr(1 << 30)
 
 
 @triton.jit
@@ -37,7 +37,7 @@ def _first_tap(r, pad, dil, s, step):
     return t0
 
 
-@triton.jit
+@triton.jit(do_not_specialize=['ID', 'IH', 'IW', 'OD', 'OH', 'OW', 'KD', 'KH', 'KW', 'N', 'SD', 'SH', 'SW', 'PD', 'PH', 'PW', 'DD', 'DH', 'DW', 'STEP_D', 'STEP_H', 'STEP_W'])
 def conv_bwd_data_kernel(
         dy_ptr, w_ptr, dx_ptr,
         Cg, Kg, ID, IH, IW, OD, OH, OW, KD, KH, KW, N,
@@ -132,12 +132,12 @@ def launch_bwd_data(problem, dy, w, dx, alpha, beta, cfg):
     phases = geo.stride[0] * geo.stride[1] * geo.stride[2]
     rows_max = geo.n * math.prod(triton.cdiv(i, s) for i, s in zip(geo.inp, geo.stride))
     grid = (triton.cdiv(rows_max, cfg["BLOCK_M"]) * triton.cdiv(geo.cg, cfg["BLOCK_N"]), geo.groups, phases)
-    conv_bwd_data_kernel[grid](
+    launch(conv_bwd_data_kernel, grid, (
         dy, w, dx, geo.cg, geo.kg, *geo.inp, *geo.out, *geo.ker, geo.n, *geo.stride, *geo.pad, *geo.dil,
-        *steps, *strides5(dy, nd), *strides5(w, nd), *strides5(dx, nd), float(alpha), float(beta),
-        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=8,
-        FLIP=problem.mode == 0, PREC=input_precision(problem), BETA_ZERO=beta == 0,
-        INT64=needs_int64(dy, dx), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        *steps, *strides5(dy, nd), *strides5(w, nd), *strides5(dx, nd), float(alpha), float(beta)),
+        dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=8,
+             FLIP=problem.mode == 0, PREC=input_precision(problem), BETA_ZERO=beta == 0,
+             INT64=needs_int64(dy, dx)), dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
 
 
 class ImplicitGemmBackwardData(TritonConvAlgorithm):

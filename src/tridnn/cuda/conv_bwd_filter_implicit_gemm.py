@@ -22,14 +22,14 @@ import triton.language as tl
 
 from ..types import ConvBwdFilterAlgo
 from ..workspace import Buffer
-from .common import TritonConvAlgorithm, Tuner, sm_count, split_rows
+from .common import TritonConvAlgorithm, Tuner, launch, sm_count, split_rows
 from .conv_implicit_gemm import gemm_estimate
 from .geometry import geometry, input_precision, needs_int64, strides5
 
 MAX_PARTIAL_BYTES = 256 << 20
 
 
-@triton.jit
+@triton.jit(do_not_specialize=['P', 'ID', 'IH', 'IW', 'OD', 'OH', 'OW', 'KD', 'KH', 'KW', 'SD', 'SH', 'SW', 'PD', 'PH', 'PW', 'DD', 'DH', 'DW', 'pix_per_split'])
 def conv_wgrad_kernel(
         x_ptr, dy_ptr, part_ptr,
         P, Cg, Kg, ID, IH, IW, OD, OH, OW, KD, KH, KW,
@@ -164,17 +164,17 @@ class _WgradBase(TritonConvAlgorithm):
             part.zero_()
         grid = (triton.cdiv(geo.kg, cfg["BLOCK_M"]) * triton.cdiv(geo.cg, cfg["BLOCK_N"]),
                 geo.taps * geo.groups, slices)
-        conv_wgrad_kernel[grid](
+        launch(conv_wgrad_kernel, grid, (
             x, dy, part, geo.out_pixels, geo.cg, geo.kg, *geo.inp, *geo.out, *geo.ker, *geo.stride,
-            *geo.pad, *geo.dil, *strides5(x, nd), *strides5(dy, nd), per,
-            BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], ATOMIC=self.atomic,
-            PREC=input_precision(problem), INT64=needs_int64(x, dy),
-            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+            *geo.pad, *geo.dil, *strides5(x, nd), *strides5(dy, nd), per),
+            dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], ATOMIC=self.atomic,
+                 PREC=input_precision(problem), INT64=needs_int64(x, dy)),
+            dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
         total = geo.k * geo.taps * geo.cg
         block = 1024 if dw.device.type == "cuda" else 64
-        wgrad_finish[(triton.cdiv(total, block),)](
+        launch(wgrad_finish, (triton.cdiv(total, block),), (
             part, dw, geo.k, geo.taps, geo.cg, 1 if self.atomic else slices, *geo.ker, *strides5(dw, nd),
-            float(alpha), float(beta), BLOCK=block, FLIP=problem.mode == 0, BETA_ZERO=beta == 0)
+            float(alpha), float(beta)), dict(BLOCK=block, FLIP=problem.mode == 0, BETA_ZERO=beta == 0), {})
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, dw, dy = tensors["x"], tensors["w"], tensors["y"]

@@ -14,14 +14,14 @@ import triton
 import triton.language as tl
 
 from ..types import ConvFwdAlgo
-from .common import TritonConvAlgorithm, Tuner, split_rows
+from .common import TritonConvAlgorithm, Tuner, launch, split_rows
 from .epilogue import launch_args, spec_of, store_tile
 from .geometry import geometry, needs_int64, strides5
 
 MAX_CHANNELS_PER_GROUP = 16
 
 
-@triton.jit
+@triton.jit(do_not_specialize=['M', 'ID', 'IH', 'IW', 'OD', 'OH', 'OW', 'KD', 'KH', 'KW', 'SD', 'SH', 'SW', 'PD', 'PH', 'PW', 'DD', 'DH', 'DW'])
 def conv_direct_fwd_kernel(
         x_ptr, w_ptr, y_ptr, bias_ptr, z_ptr,
         M, K, Cg, Kg, ID, IH, IW, OD, OH, OW, KD, KH, KW,
@@ -95,13 +95,13 @@ def launch_direct(problem, x, w, y, alpha, beta, spec, cfg):
     bias, bias_stride, z, zs, alpha2, coef, swish_beta, act, has_bias, has_z = launch_args(spec, y, nd)
     M = geo.out_pixels
     grid = (triton.cdiv(M, cfg["BLOCK_P"]), triton.cdiv(geo.k, cfg["BLOCK_C"]))
-    conv_direct_fwd_kernel[grid](
+    launch(conv_direct_fwd_kernel, grid, (
         x, w, y, bias, z, M, geo.k, geo.cg, geo.kg, *geo.inp, *geo.out, *geo.ker, *geo.stride,
         *geo.pad, *geo.dil, *strides5(x, nd), *strides5(w, nd), *strides5(y, nd), *zs, bias_stride,
-        float(alpha), float(beta), alpha2, coef, swish_beta,
-        BLOCK_P=cfg["BLOCK_P"], BLOCK_C=cfg["BLOCK_C"], DEPTHWISE=geo.cg == 1 and geo.kg == 1,
-        FLIP=problem.mode == 0, ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z, BETA_ZERO=beta == 0,
-        INT64=needs_int64(x, y, z), num_warps=cfg["num_warps"])
+        float(alpha), float(beta), alpha2, coef, swish_beta),
+        dict(BLOCK_P=cfg["BLOCK_P"], BLOCK_C=cfg["BLOCK_C"], DEPTHWISE=geo.cg == 1 and geo.kg == 1,
+             FLIP=problem.mode == 0, ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z, BETA_ZERO=beta == 0,
+             INT64=needs_int64(x, y, z)), dict(num_warps=cfg["num_warps"]))
 
 
 class DirectForward(TritonConvAlgorithm):

@@ -24,14 +24,14 @@ import triton
 import triton.language as tl
 
 from ..types import ConvFwdAlgo
-from .common import TritonConvAlgorithm, Tuner, grouped_tile, sm_count, split_rows
+from .common import TritonConvAlgorithm, Tuner, grouped_tile, launch, sm_count, split_rows
 from .epilogue import launch_args, spec_of, store_tile
 from .geometry import geometry, input_precision, needs_int64, strides5
 
 FLAT_BELOW = 16  # input channels per group under which the (tap, channel) loop is flattened
 
 
-@triton.jit
+@triton.jit(do_not_specialize=['M', 'ID', 'IH', 'IW', 'OD', 'OH', 'OW', 'KD', 'KH', 'KW', 'SD', 'SH', 'SW', 'PD', 'PH', 'PW', 'DD', 'DH', 'DW', 'iters_per_split'])
 def conv_fwd_kernel(
         x_ptr, w_ptr, y_ptr, part_ptr, rows_ptr, taps_ptr, bias_ptr, z_ptr,
         M, Cg, Kg, ID, IH, IW, OD, OH, OW, KD, KH, KW,
@@ -262,22 +262,23 @@ def launch_forward(problem, x, w, y, alpha, beta, spec, cfg, part=None, rows=Non
     precomp = rows is not None
     grid = (triton.cdiv(M, bm) * triton.cdiv(geo.kg, bn), geo.groups, split)
     dummy = y
-    conv_fwd_kernel[grid](
+    launch(conv_fwd_kernel, grid, (
         x, w, y, part if split > 1 else dummy, rows if precomp else dummy, taps if precomp else dummy,
         bias, z,
         M, geo.cg, geo.kg, *geo.inp, *geo.out, *geo.ker, *geo.stride, *geo.pad, *geo.dil,
         *xs, *ws, *ys, *zs, bias_stride,
-        float(alpha), float(beta), alpha2, coef, swish_beta, per_split,
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, SPLIT_K=split, FLAT=flat, PRECOMP=precomp,
-        FLIP=problem.mode == 0, PREC=input_precision(problem), ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z,
-        BETA_ZERO=beta == 0, INT64=int64, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        float(alpha), float(beta), alpha2, coef, swish_beta, per_split),
+        dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, SPLIT_K=split, FLAT=flat, PRECOMP=precomp,
+             FLIP=problem.mode == 0, PREC=input_precision(problem), ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z,
+             BETA_ZERO=beta == 0, INT64=int64),
+        dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
     if split > 1:
         fbm, fbn = (64, 64) if y.device.type == "cuda" else (16, 16)
-        splitk_finish[(triton.cdiv(M, fbm), triton.cdiv(geo.k, fbn))](
+        launch(splitk_finish, (triton.cdiv(M, fbm), triton.cdiv(geo.k, fbn)), (
             part, y, bias, z, M, geo.k, *geo.out, split, *ys, *zs, bias_stride,
-            float(alpha), float(beta), alpha2, coef, swish_beta,
-            BLOCK_M=fbm, BLOCK_N=fbn, ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z, BETA_ZERO=beta == 0,
-            INT64=int64, num_warps=4)
+            float(alpha), float(beta), alpha2, coef, swish_beta),
+            dict(BLOCK_M=fbm, BLOCK_N=fbn, ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z, BETA_ZERO=beta == 0,
+                 INT64=int64), dict(num_warps=4))
 
 
 TC_RATE = {2: 600e12, 4: 300e12}  # rough sustained dot rates (bytes per element -> flop/s)
