@@ -67,6 +67,14 @@ def test_alpha_beta(alpha, beta, mode, rng):
     run(mode, (2, 3, 5, 5), (2, 2), (1, 1), (2, 2), "float64", "NHWC", rng, alpha, beta)
 
 
+@pytest.mark.parametrize("mode", [PoolingMode.MAX, PoolingMode.MAX_DETERMINISTIC], ids=lambda m: m.name)
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_max_without_ties(mode, layout, rng):
+    """Continuous random values have no ties, which takes the tie-free routing path."""
+    values = rng.standard_normal((2, 3, 9, 8)).astype(np.float32)
+    run(mode, values.shape, (3, 3), (1, 1), (2, 2), "float32", layout, rng, x_values=values)
+
+
 def test_max_backward_routes_to_first_maximum():
     x = np.array([[[[1, 5, 5], [5, 2, 5], [0, 5, 1]]]], np.float32)
     pool = PoolingDescriptor(PoolingMode.MAX, 3, 0, 1)

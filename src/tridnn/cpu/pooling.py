@@ -197,20 +197,25 @@ def _backward_block(dy, x, dx, mode, window, padding, stride, propagate_nan, alp
         m_flat, _ = _window_max(geo, phases, mdt, propagate_nan)
         m = geo.span(m_flat, 0)
         nan_windows = bool(np.isnan(m).any())
-        taken = scratch("pool.taken", m.shape, bool)
-        taken[...] = False
         hit = scratch("pool.hit", m.shape, bool)
         routed = scratch("pool.routed", g.shape, dt)
-        for key, offset in geo.taps():
-            xs = geo.span(phases[key], offset)
-            np.equal(xs, m, out=hit)
-            if nan_windows:
-                hit |= np.isnan(xs) & np.isnan(m)
-            np.greater(hit, taken, out=hit)        # a maximum not yet claimed by an earlier tap
-            np.logical_or(taken, hit, out=taken)
-            np.multiply(g, hit, out=routed)
-            target = geo.span(sinks[key][0], offset)
-            target += routed
+        if not nan_windows and _route_without_ties(geo, phases, m, g, sinks, hit, routed):
+            pass
+        else:
+            for flat, _ in sinks.values():
+                flat[...] = 0
+            taken = scratch("pool.taken", m.shape, bool)
+            taken[...] = False
+            for key, offset in geo.taps():
+                xs = geo.span(phases[key], offset)
+                np.equal(xs, m, out=hit)
+                if nan_windows:
+                    hit |= np.isnan(xs) & np.isnan(m)
+                np.greater(hit, taken, out=hit)        # a maximum not yet claimed by an earlier tap
+                np.logical_or(taken, hit, out=taken)
+                np.multiply(g, hit, out=routed)
+                target = geo.span(sinks[key][0], offset)
+                target += routed
     else:
         g *= _average_scale(geo, mode, dt)
         for key, offset in geo.taps():
@@ -225,6 +230,20 @@ def _backward_block(dy, x, dx, mode, window, padding, stride, propagate_nan, alp
             covered += math.prod(sl.stop - sl.start for sl in ph[2:])
     if covered != math.prod(geo.in_spatial):   # rows no window reads (stride > window)
         _blend_unread(dx, geo, keys, alpha, beta)
+
+
+def _route_without_ties(geo, phases, m, g, sinks, hit, routed) -> bool:
+    """Route every window's gradient to each tap equal to its maximum; True when that was
+    exactly one tap per window (no ties, the usual case for real data), so the result
+    is the first-maximum routing. False means ties: the caller redoes it tie-aware."""
+    hits = 0
+    for key, offset in geo.taps():
+        np.equal(geo.span(phases[key], offset), m, out=hit)
+        hits += int(np.count_nonzero(hit))
+        np.multiply(g, hit, out=routed)
+        target = geo.span(sinks[key][0], offset)
+        target += routed
+    return hits == hit.size
 
 
 def _blend_unread(dx, geo, keys, alpha, beta):
