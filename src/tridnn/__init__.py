@@ -52,12 +52,13 @@ from .api.tensor_ops import (add_tensor, get_reduction_indices_size,  # noqa: E4
 from .api.dropout import dropout_backward, dropout_forward  # noqa: E402
 from .api.lrn import lrn_cross_channel_backward, lrn_cross_channel_forward  # noqa: E402
 
+from .api.normalization import (group_norm_backward, group_norm_descriptors,  # noqa: E402
+                                group_norm_forward, layer_norm_backward, layer_norm_descriptors,
+                                layer_norm_forward, rms_norm_backward, rms_norm_descriptors,
+                                rms_norm_forward)
+
 # Keep this block last (add exports above it): wraps every API function exported above for
 # TRIDNN_LOGLEVEL call logging; tests/test_logging.py checks that none is missed.
 from .logging import log_api_calls as _log_api_calls  # noqa: E402
 _log_api_calls(globals())
 _log_api_calls(vars(functional))
-from .api.normalization import (group_norm_backward, group_norm_descriptors,  # noqa: E402
-                                group_norm_forward, layer_norm_backward, layer_norm_descriptors,
-                                layer_norm_forward, rms_norm_backward, rms_norm_descriptors,
-                                rms_norm_forward)
