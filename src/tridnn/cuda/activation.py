@@ -14,8 +14,8 @@ from .layer_utils import (blend_args, blend_store, check_dtypes, check_same_shap
 SIGMOID, RELU, TANH, CLIPPED_RELU, ELU, IDENTITY, SWISH = 0, 1, 2, 3, 4, 5, 6
 LEAKY_RELU, GELU, GELU_TANH, SOFTPLUS, HARD_SWISH = 100, 101, 102, 103, 104
 
-BLOCK = 4096
-NUM_WARPS = 8
+BLOCK = 1024  # measured on the H200: 1024 x 4 warps reaches copy speed, 4096 x 8 is 4% slower
+NUM_WARPS = 4
 SQRT_2_OVER_PI = 0.7978845608028654
 INV_SQRT_2 = 0.7071067811865476
 INV_SQRT_2PI = 0.3989422804014327

@@ -18,24 +18,29 @@ from triton.language.random import philox
 from ..errors import BadParamError
 from .layer_utils import compute_dtype, coalesce, needs_int64, unravel4
 
-BLOCK = 2048
-NUM_WARPS = 8
+BLOCK = 1024
+NUM_WARPS = 4
 
 
 @triton.jit
 def _dropout_kernel(src_ptr, dst_ptr, mask_ptr, numel, D1, D2, D3, ss0, ss1, ss2, ss3, ds0, ds1, ds2, ds3,
-                    seed, offset, threshold, scale,
+                    ls0, ls1, ls2, ls3, seed, offset, threshold, scale,
                     FORWARD: tl.constexpr, FLAT: tl.constexpr, COMPUTE: tl.constexpr, BLOCK: tl.constexpr):
-    """dst = src * keep / (1 - p) over the logical index i (int64: also the RNG counter)."""
+    """dst = src * keep / (1 - p). Programs walk the source in its memory order (so NHWC
+    reads stay coalesced); each element's logical index (strides ls*) is its RNG
+    counter and its byte in the reserve."""
     i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     in_range = i < numel
     if FLAT:
         s_off = i
         d_off = i
+        l_off = i
     else:
         i0, i1, i2, i3 = unravel4(i, D1, D2, D3)
         s_off = i0 * ss0 + i1 * ss1 + i2 * ss2 + i3 * ss3
         d_off = i0 * ds0 + i1 * ds1 + i2 * ds2 + i3 * ds3
+        l_off = i0 * ls0 + i1 * ls1 + i2 * ls2 + i3 * ls3
+    i = l_off
     if FORWARD:
         counter = offset + i
         lo = (counter & 0xFFFFFFFF).to(tl.uint32)
@@ -75,17 +80,17 @@ def _launch(src, dst, reserve, probability, seed, offset, forward):
         raise BadParamError("reserve must be one contiguous run of bytes")
     # index order: logical row-major, so coalesce in that order (not the tensors' memory order)
     logical = [math.prod(src.shape[a + 1:]) for a in range(src.dim())]
-    dims, (_, ss, ds) = coalesce(tuple(src.shape), [logical, src.stride(), dst.stride()])
+    dims, (ss, ds, ls) = coalesce(tuple(src.shape), [src.stride(), dst.stride(), logical])
     staged = None
     if len(dims) > 4:
         src = src.contiguous()
         staged, dst = dst, torch.empty(dst.shape, dtype=dst.dtype, device=dst.device)
-        dims, (_, ss, ds) = coalesce(tuple(src.shape), [logical, src.stride(), dst.stride()])
+        dims, (ss, ds, ls) = coalesce(tuple(src.shape), [src.stride(), dst.stride(), logical])
     pad = 4 - len(dims)
-    dims4, ss4, ds4 = [1] * pad + dims, [0] * pad + ss, [0] * pad + ds
-    flat = len(dims) == 1 and ss[0] == 1 and ds[0] == 1
+    dims4, ss4, ds4, ls4 = [1] * pad + dims, [0] * pad + ss, [0] * pad + ds, [0] * pad + ls
+    flat = len(dims) == 1 and ss[0] == 1 and ds[0] == 1 and ls[0] == 1
     _dropout_kernel[(triton.cdiv(numel, BLOCK),)](
-        src, dst, mask, numel, dims4[1], dims4[2], dims4[3], *ss4, *ds4,
+        src, dst, mask, numel, dims4[1], dims4[2], dims4[3], *ss4, *ds4, *ls4,
         _as_signed64(seed), _as_signed64(offset), int(math.ceil(p * 2.0 ** 31)), 1.0 / (1.0 - p),
         FORWARD=forward, FLAT=flat, COMPUTE=compute_dtype(src), BLOCK=BLOCK, num_warps=NUM_WARPS)
     if staged is not None:

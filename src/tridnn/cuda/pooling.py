@@ -272,7 +272,23 @@ class _Geometry:
         return (*self.window, *self.stride, *self.padding)
 
 
+def _global_as_reduction(x, y, mode, geo, propagate_nan, alpha, beta):
+    """A window that is the whole (unpadded) plane of an NCHW-like tensor is a row
+    reduction: hand it to the reduce kernel, which reads each plane as one contiguous
+    run instead of looping over taps with channel-strided loads."""
+    from . import tensor_ops
+    if any(p != 0 for p in geo.padding) or any(o != 1 for o in geo.outs):
+        return False
+    if tuple(geo.window[-x.dim() + 2:]) != tuple(x.shape[2:]) and math.prod(geo.window) != math.prod(geo.ins):
+        return False
+    op = tensor_ops.RED_MAX if int(mode) in (MAX, MAX_DETERMINISTIC) else tensor_ops.RED_AVG
+    tensor_ops.reduce_tensor(x, y, None, None, op, alpha, beta, propagate_nan)
+    return True
+
+
 def _forward(x, y, mode, geo, propagate_nan, alpha, beta, adaptive, arg=None, store_y=True):
+    if arg is None and store_y and _global_as_reduction(x, y, mode, geo, propagate_nan, alpha, beta):
+        return
     alpha, beta, has_beta = blend_args(alpha, beta)
     P = math.prod(geo.outs)
     block_p, block_c, warps = _tile(geo.x5, geo.C, P)

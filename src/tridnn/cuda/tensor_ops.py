@@ -20,8 +20,8 @@ OP_ADD, OP_MUL, OP_MIN, OP_MAX, OP_SQRT, OP_NOT = 0, 1, 2, 3, 4, 5
 RED_ADD, RED_MUL, RED_MIN, RED_MAX, RED_AMAX, RED_AVG, RED_NORM1, RED_NORM2, RED_MUL_NO_ZEROS = range(9)
 INDEXED_REDUCTIONS = (RED_MIN, RED_MAX, RED_AMAX)
 
-BLOCK = 4096
-NUM_WARPS = 8
+BLOCK = 1024  # measured on the H200: 1024 x 4 warps reaches copy speed, 4096 x 8 is 4% slower
+NUM_WARPS = 4
 
 
 @triton.jit
@@ -205,12 +205,14 @@ def op_tensor(a, b, c, op: int, alpha1=1.0, alpha2=1.0, beta=0.0, propagate_nan=
 
 # -- reduction -------------------------------------------------------------------------
 @triton.jit
-def _reduce_kernel(a_ptr, c_ptr, idx_ptr, K, R, sa_k, sa_r, sc_k, alpha, beta,
+def _reduce_kernel(a_ptr, c_ptr, idx_ptr, K, K2, R, sa_k1, sa_k2, sa_r, sc_k, alpha, beta,
                    OP: tl.constexpr, WITH_INDICES: tl.constexpr, HAS_BETA: tl.constexpr,
                    PROPAGATE_NAN: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr):
-    """Reduce each of BLOCK_K rows of length R (stride sa_r) to one value, looping over R."""
+    """Reduce each of BLOCK_K rows of length R (stride sa_r) to one value, looping over R.
+    Row k starts at (k // K2) * sa_k1 + (k % K2) * sa_k2, so NHWC's (n, c) rows need no copy."""
     k = first_index(BLOCK_K, BIG) + tl.arange(0, BLOCK_K)
     k_mask = k < K
+    a_row = (k // K2) * sa_k1 + (k % K2) * sa_k2
     if OP == 1 or OP == 8:
         acc = tl.full([BLOCK_K, BLOCK_R], 1.0, COMPUTE)
     elif OP == 2:
@@ -225,7 +227,7 @@ def _reduce_kernel(a_ptr, c_ptr, idx_ptr, K, R, sa_k, sa_r, sc_k, alpha, beta,
     for r0 in range(0, R, BLOCK_R):
         r = r0 + tl.arange(0, BLOCK_R)
         mask = k_mask[:, None] & (r[None, :] < R)
-        a = tl.load(a_ptr + k[:, None] * sa_k + r[None, :] * sa_r, mask=mask, other=0.0).to(COMPUTE)
+        a = tl.load(a_ptr + a_row[:, None] + r[None, :] * sa_r, mask=mask, other=0.0).to(COMPUTE)
         if OP == 0 or OP == 5:
             acc += a
         elif OP == 1:
@@ -307,7 +309,13 @@ def reduce_tensor(a, c, indices, workspace, op: int, alpha=1.0, beta=0.0, propag
     reduced = [ax for ax in range(a.dim()) if c.shape[ax] == 1 and a.shape[ax] != 1]
     kept = [ax for ax in range(a.dim()) if ax not in reduced]
     K, R = c.numel(), max(1, a.numel() // max(c.numel(), 1))
-    a2 = a.permute(*kept, *reduced).reshape(K, R)  # a view when the dims merge, else a copy
+    geometry = _rows_geometry(a, kept, reduced)
+    if geometry is None:  # dims that do not merge: a packed copy in (kept, reduced) order
+        a2 = a.permute(*kept, *reduced).reshape(K, R)
+        geometry = (K, 1, a2.stride(0), 0, a2.stride(1))
+    else:
+        a2 = a
+    K2, sa_k1, sa_k2, sa_r = geometry[1:]
     c_kept = c.permute(*kept, *reduced)
     c1 = c_kept.reshape(K)
     staged = not _is_view_of(c1, c)
@@ -317,10 +325,14 @@ def reduce_tensor(a, c, indices, workspace, op: int, alpha=1.0, beta=0.0, propag
     if indices is not None:
         idx1 = torch.empty(K, dtype=torch.int32, device=c.device)
     _, beta, has_beta = blend_args(alpha, beta)
-    block_k = 1 if R >= 1024 else 16
-    block_r = min(triton.next_power_of_2(R), 4096 if block_k == 1 else 256)
+    if sa_r != 1 and sa_k2 == 1 and K2 > 1:  # kept dim contiguous (NHWC over H, W): tile along it
+        block_k = min(triton.next_power_of_2(K2), 64)
+        block_r = min(triton.next_power_of_2(R), 32)
+    else:
+        block_k = 1 if R >= 1024 else 16
+        block_r = min(triton.next_power_of_2(R), 4096 if block_k == 1 else 256)
     _reduce_kernel[(triton.cdiv(K, block_k),)](
-        a2, c1, idx1 if idx1 is not None else c1, K, R, a2.stride(0), a2.stride(1), c1.stride(0),
+        a2, c1, idx1 if idx1 is not None else c1, K, K2, R, sa_k1, sa_k2, sa_r, c1.stride(0),
         float(alpha), beta, OP=op, WITH_INDICES=indices is not None, HAS_BETA=has_beta,
         PROPAGATE_NAN=bool(propagate_nan),
         BIG=needs_int64(a2, c1), COMPUTE=compute_dtype(a), BLOCK_K=block_k, BLOCK_R=block_r,
@@ -329,6 +341,31 @@ def reduce_tensor(a, c, indices, workspace, op: int, alpha=1.0, beta=0.0, propag
         c_kept.copy_(c1.view(c_kept.shape))
     if indices is not None:
         indices.permute(*kept, *reduced).copy_(idx1.view(c_kept.shape))
+
+
+def _merge_logical(dims, strides):
+    """Adjacent logical dims merged where contiguous: [(size, stride)], size-1 dims dropped."""
+    merged = []
+    for d, st in zip(dims, strides):
+        if d == 1:
+            continue
+        if merged and merged[-1][1] == st * d:
+            merged[-1] = (merged[-1][0] * d, st)
+        else:
+            merged.append((d, st))
+    return merged
+
+
+def _rows_geometry(a, kept, reduced):
+    """(K, K2, stride of k // K2, stride of k % K2, stride along the row) when the kept
+    dims of ``a`` merge into at most two and the reduced ones into one; else None."""
+    k_dims = _merge_logical([a.shape[i] for i in kept], [a.stride(i) for i in kept])
+    r_dims = _merge_logical([a.shape[i] for i in reduced], [a.stride(i) for i in reduced])
+    if len(k_dims) > 2 or len(r_dims) > 1:
+        return None
+    k_dims = [(1, 0)] * (2 - len(k_dims)) + k_dims
+    r_stride = r_dims[0][1] if r_dims else 0
+    return (k_dims[0][0] * k_dims[1][0], k_dims[1][0], k_dims[0][1], k_dims[1][1], r_stride)
 
 
 def _is_view_of(view, base) -> bool:
