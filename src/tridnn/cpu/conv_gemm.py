@@ -24,6 +24,7 @@ from .common import (BANDWIDTH, GEMM_RATE, as_matrix, batch_block, channels_last
                      store, tap_box, tap_views, taps, writes_through)
 
 BLOCK_BYTES = 16 << 20  # column matrix + accumulator of one block of images
+MIN_RUN = 16            # channels per group from which the channels-last unfold is used
 
 
 def is_pointwise(problem) -> bool:
@@ -71,7 +72,10 @@ class GemmForward(Algorithm):
         return problem.flops / rate + (cols_bytes + 2 * problem.n * out * problem.k * 4) / BANDWIDTH
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
-        if channels_last(tensors["y"]):
+        # The channels-last unfold copies runs of Cg contiguous channels: with few channels
+        # per group (conv1's 3) those runs are too short, and the channels-first unfold
+        # (runs along output rows) plus a transposing store is faster.
+        if channels_last(tensors["y"]) and (is_pointwise(problem) or problem.w.c >= MIN_RUN):
             self._run_channels_last(problem, tensors, workspace, alpha, beta, epilogue)
         else:
             self._run_channels_first(problem, tensors, workspace, alpha, beta, epilogue)
