@@ -1,5 +1,6 @@
 """The tridnn command: info, cache, find, run (reproducers) and bench, on tiny problems."""
 import json
+import os
 import shlex
 import textwrap
 
@@ -327,3 +328,15 @@ def test_run_layer_bad_input(capsys, argv, message):
     rc, _, err = run_cli(capsys, "run", *argv.split())
     assert rc == 2
     assert message in err
+
+
+def test_run_conv_on_the_triton_backend_through_the_interpreter(capsys):
+    """The device path of the reproducer (torch tensors in, torch tensors out), on the CPU."""
+    pytest.importorskip("triton")
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("needs TRITON_INTERPRET=1 (set by conftest unless TRIDNN_GPU_TESTS=1)")
+    rc, out, err = run_cli(capsys, "run", "conv", "mb1ic2ih4oc3kh3ph1", "--backend", "triton",
+                           "--algo", "IMPLICIT_GEMM", "--repeat", "1", "--beta", "0.5")
+    assert rc == 0, out + err
+    assert "exact" in out and "cpu/triton" in out
+    assert reproduce_line(out).endswith("--beta 0.5 --backend triton")

@@ -244,7 +244,7 @@ def run_conv(args) -> int:
     chosen = args.algo if str(args.algo).lower() in ("all",) else results[0].algo
     print("reproduce: " + conv_command(spec, args.direction, problem.dtype, args.layout,
                                        chosen, args.mode, args.math_type, args.alpha, args.beta,
-                                       handle.device, args.filter_layout))
+                                       handle.device, args.filter_layout, handle.backend_name))
     if any(r.status == "mismatch" for r in results):
         return EXIT_MISMATCH
     if len(algorithms) == 1 and results[0].status != "ok":

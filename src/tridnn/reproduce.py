@@ -498,7 +498,7 @@ def time_calls(handle, fn, repeat: int, warmup: int = 1) -> list[float]:
 
 def conv_command(spec: ConvSpec, direction="fwd", dtype="float32", layout="NCHW", algo="auto",
                  mode="cross_correlation", math_type="DEFAULT", alpha=1.0, beta=0.0,
-                 device="cpu", filter_layout=None) -> str:
+                 device="cpu", filter_layout=None, backend=None) -> str:
     """The ``tridnn run conv ...`` line that re-runs this problem."""
     parts = ["tridnn", "run", "conv", *spec.flags(), "--dtype", DataType.of(dtype).numpy.name, "--layout", layout,
              "--direction", direction, "--algo", getattr(algo, "name", str(algo))]
@@ -516,6 +516,8 @@ def conv_command(spec: ConvSpec, direction="fwd", dtype="float32", layout="NCHW"
         parts += ["--filter-layout", filter_layout]
     if device != "cpu":
         parts += ["--device", str(device)]
+    if backend == "triton" and device == "cpu":  # the Triton kernels through the interpreter
+        parts += ["--backend", "triton"]
     return " ".join(parts)
 
 
@@ -578,7 +580,7 @@ def _conv_call_reproducer(name, args):
     handle = args.get("handle")
     command = conv_command(spec, direction, x_desc.dtype, layout, algo, conv_desc.mode,
                            conv_desc.math_type, alpha, beta, getattr(handle, "device", "cpu"),
-                           w_desc.format.name)
+                           w_desc.format.name, getattr(handle, "backend_name", None))
     return command, notes
 
 

@@ -383,4 +383,6 @@ def _line(op, desc, direction, extra, args):
     device = getattr(handle, "device", "cpu")
     if device != "cpu":
         parts += ["--device", device]
+    if getattr(handle, "backend_name", None) == "triton" and device == "cpu":
+        parts += ["--backend", "triton"]
     return " ".join(parts), notes
