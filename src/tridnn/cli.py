@@ -407,9 +407,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=int, default=5, help="timed runs per candidate (median reported)")
     p.add_argument("--time-budget", type=float, default=1.0, help="seconds find may spend per problem")
     p.add_argument("--no-check", action="store_true", help="skip the check against the float64 reference")
-    p.add_argument("--json", default=None, metavar="PATH", help="write rows and summary as JSON")
-    p.add_argument("--plot", default=None, metavar="PATH",
-                   help="write a PNG: per-layer ratio bars and a roofline view (needs matplotlib)")
+    p.add_argument("--json", nargs="?", const="tridnn-bench.json", default=None, metavar="PATH",
+                   help="write rows and summary as JSON (default path: tridnn-bench.json)")
+    p.add_argument("--plot", nargs="?", const="tridnn-bench.png", default=None, metavar="PATH",
+                   help="write a PNG: per-layer ratio bars and a roofline view (needs matplotlib; "
+                        "default path: tridnn-bench.png)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_bench)
 
