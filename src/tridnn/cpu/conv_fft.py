@@ -28,16 +28,26 @@ BLOCK_BYTES = 64 << 20
 
 
 def fast_size(n: int, even: bool = False) -> int:
-    """The smallest 2^a 3^b 5^c >= n (even when asked: rfft's last axis likes it)."""
-    best = n
+    """The smallest 2^a 3^b 5^c >= n (even when asked: rfft's last axis likes it).
+
+    Walks the O(log(n)^2) pairs 3^b 5^c and completes each with the smallest power of
+    two, so huge extents (hostile descriptors) cost microseconds, not a linear scan."""
+    best = None
+    p5 = 1
     while True:
-        m = best
-        for p in (2, 3, 5):
-            while m % p == 0:
-                m //= p
-        if m == 1 and (not even or best % 2 == 0):
-            return best
-        best += 1
+        p35 = p5
+        while True:
+            m = p35
+            while m < n or (even and m % 2):
+                m *= 2
+            best = m if best is None else min(best, m)
+            if p35 >= n:
+                break
+            p35 *= 3
+        if p5 >= n:
+            break
+        p5 *= 5
+    return best
 
 
 def complex_dtype(real) -> np.dtype:
