@@ -129,3 +129,29 @@ def test_cupy_and_jax_when_installed(rng):
     x = jnp.asarray(testing.fill((1, 2, 5, 5), "float32", rng))
     a = arrays.to_numpy(x)
     np.testing.assert_array_equal(a, np.asarray(x))
+
+
+@pytest.mark.gpu
+def test_gpu_arrays_from_cupy_jax_and_torch_are_zero_copy(rng):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    handle = tridnn.Handle(device="cuda", find_cache=None)
+    x = testing.fill((1, 2, 5, 5), "float32", rng)
+    w = testing.fill((3, 2, 3, 3), "float32", rng)
+    want = reference.conv_forward(x, w, 1, 1)
+    tx, tw = torch.tensor(x, device="cuda"), torch.tensor(w, device="cuda")
+    y = tridnn.conv(tx, tw, padding=1, handle=handle)
+    assert y.is_cuda
+    testing.assert_close(y.cpu().numpy(), want, "float32")
+    desc = tridnn.TensorDescriptor.like(tx)
+    assert handle.backend.view(tx, desc, "x").data_ptr() == tx.data_ptr()
+    try:
+        import cupy
+    except ImportError:
+        cupy = None
+    if cupy is not None:
+        cx = cupy.asarray(x)
+        view = handle.backend.view(cx, desc, "x")
+        assert view.data_ptr() == cx.data.ptr
+        testing.assert_close(tridnn.conv(cx, cupy.asarray(w), padding=1, handle=handle).cpu().numpy(),
+                             want, "float32")

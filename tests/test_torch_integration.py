@@ -288,3 +288,51 @@ def test_batch_norm_1d_on_a_batch_of_vectors_in_eval_mode():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         tt.convert(nn.Sequential(nn.Linear(2, 2)))  # nothing to convert, nothing to warn about
+
+
+# -- CUDA tensors: the Triton backend (run with --gpu on a CUDA machine) -----------------------------
+def _cuda_or_skip():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+
+
+@pytest.mark.gpu
+def test_gpu_converted_cnn_matches_torch_forward_and_backward():
+    _cuda_or_skip()
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.manual_seed(6)
+    reference = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+                              nn.MaxPool2d(2), nn.Conv2d(16, 8, 3, stride=2, padding=1),
+                              nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.LogSoftmax(dim=1)).cuda()
+    model = tt.convert(copy.deepcopy(reference))
+    x = torch.randn(4, 3, 16, 16, device="cuda")
+    got, want = model(x), reference(x)
+    assert got.is_cuda
+    assert_close(got, want, 1e-4, "CUDA logits")
+    got.sum().backward()
+    want.sum().backward()
+    ref_params = dict(reference.named_parameters())
+    for name, p in model.named_parameters():
+        assert_close(p.grad, ref_params[name].grad, 1e-3, f"CUDA grad of {name}")
+
+
+@pytest.mark.gpu
+def test_gpu_torchvision_resnet18_converted():
+    _cuda_or_skip()
+    torchvision = pytest.importorskip("torchvision")
+    torch.backends.cudnn.allow_tf32 = False
+    torch.manual_seed(7)
+    reference = torchvision.models.resnet18(num_classes=10).cuda().double()
+    model = tt.convert(copy.deepcopy(reference))
+    x = torch.randn(2, 3, 64, 64, device="cuda", dtype=torch.float64)
+    got, want = model(x), reference(x)
+    assert_close(got, want, 1e-9, "torchvision ResNet-18 on CUDA")
+    got.square().sum().backward()
+    want.square().sum().backward()
+    ref_params = dict(reference.named_parameters())
+    for name, p in model.named_parameters():
+        assert_close(p.grad, ref_params[name].grad, 1e-7, f"grad of {name}")
+    compiled = torch.compile(model.eval(), backend="inductor", dynamic=False)
+    with torch.no_grad():
+        assert_close(compiled(x), reference.eval()(x), 1e-9, "compiled on CUDA")
