@@ -73,6 +73,14 @@ def split_groups(a: np.ndarray, groups: int, axis: int = 1) -> np.ndarray:
 GEMM_RATE = 300e9       # NumPy matmul on large, well-shaped operands (float32, 2 cores)
 SMALL_GEMM_RATE = 60e9  # matmul with a small inner or outer dim
 BANDWIDTH = 4e9         # bytes/s through a NumPy elementwise pass (read + write)
+MATMUL_CALL = 3e-6      # seconds of overhead per BLAS call inside a batched np.matmul
+
+
+def gemm_rate(m: int, n: int, k: int) -> float:
+    """Predicted flop rate of an (m x k) @ (k x n) product: GEMM_RATE when every dim is
+    at least 64, falling in proportion to the smallest (a 1-wide product is a memory-bound
+    scaling, not a GEMM)."""
+    return GEMM_RATE * min(1.0, max(min(m, n, k), 1) / 64)
 
 
 def prod(values) -> int:

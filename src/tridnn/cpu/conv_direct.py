@@ -27,7 +27,7 @@ from .common import WORKERS, pad_into, parallel_map, prod, store, taps
 
 MAX_CHANNELS_PER_GROUP = 16
 BLOCK_BYTES = 256 << 10   # accumulator + product of one block (they stay in L2)
-CACHE_RATE = 10e9         # bytes/s of an in-cache NumPy elementwise pass (estimate)
+CACHE_RATE = 20e9         # bytes/s of an in-cache NumPy elementwise pass (estimate)
 CALL_SECONDS = 3e-6       # overhead of one NumPy call (estimate)
 
 

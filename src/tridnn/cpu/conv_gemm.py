@@ -20,7 +20,7 @@ import numpy as np
 from ..algorithms.base import Algorithm
 from ..types import ConvFwdAlgo
 from ..workspace import Buffer
-from .common import (BANDWIDTH, GEMM_RATE, as_matrix, batch_block, channels_last, prod, split_groups,
+from .common import (BANDWIDTH, MATMUL_CALL, as_matrix, gemm_rate, batch_block, channels_last, prod, split_groups,
                      store, tap_box, tap_views, taps, writes_through)
 
 BLOCK_BYTES = 16 << 20  # column matrix + accumulator of one block of images
@@ -68,8 +68,10 @@ class GemmForward(Algorithm):
     def estimate(self, problem):
         g, cg, kg, ntaps, out = self._geometry(problem)
         cols_bytes = 0 if is_pointwise(problem) else 2 * problem.n * out * g * cg * ntaps * 4
-        rate = GEMM_RATE if min(cg * ntaps, kg) >= 32 else GEMM_RATE / 8
-        return problem.flops / rate + (cols_bytes + 2 * problem.n * out * problem.k * 4) / BANDWIDTH
+        out_bytes = 0 if is_pointwise(problem) else 2 * problem.n * out * problem.k * 4  # the store
+        calls = problem.n * g
+        return (problem.flops / gemm_rate(kg, out, cg * ntaps) + (cols_bytes + out_bytes) / BANDWIDTH
+                + calls * MATMUL_CALL)
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         # The channels-last unfold copies runs of Cg contiguous channels: with few channels

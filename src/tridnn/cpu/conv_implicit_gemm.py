@@ -13,9 +13,7 @@ import numpy as np
 from ..algorithms.base import Algorithm
 from ..types import ConvFwdAlgo
 from ..workspace import Buffer
-from .common import batch_block, split_groups, store, tap_views, taps
-
-BLAS_FLOPS = 100e9  # a conservative NumPy matmul rate on these machines, for estimates
+from .common import BANDWIDTH, MATMUL_CALL, batch_block, gemm_rate, split_groups, store, tap_views, taps
 
 
 class ImplicitGemmForward(Algorithm):
@@ -37,8 +35,13 @@ class ImplicitGemmForward(Algorithm):
 
     def estimate(self, problem):
         taps_n = int(np.prod(problem.kernel))
-        out_bytes = problem.n * problem.k * np.prod(problem.out_spatial) * 4
-        return problem.flops / BLAS_FLOPS + taps_n * 3 * out_bytes / 5e9
+        out = int(np.prod(problem.out_spatial))
+        out_bytes = problem.n * problem.k * out * 4
+        rows = self._block(problem) * out
+        calls = taps_n * problem.groups * -(-problem.n // self._block(problem))
+        rate = gemm_rate(rows, problem.k // problem.groups, problem.w.c)
+        # per tap: pack the input box, the product, and one pass adding it into the accumulator
+        return problem.flops / rate + taps_n * 3 * out_bytes / BANDWIDTH + calls * MATMUL_CALL
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]

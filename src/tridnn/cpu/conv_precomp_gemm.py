@@ -15,7 +15,7 @@ import numpy as np
 from ..algorithms.base import Algorithm
 from ..types import ConvFwdAlgo
 from ..workspace import Buffer
-from .common import (BANDWIDTH, GEMM_RATE, batch_block, prod, split_groups, store)
+from .common import (BANDWIDTH, MATMUL_CALL, batch_block, gemm_rate, prod, split_groups, store)
 
 BLOCK_BYTES = 16 << 20  # packed input + indices + accumulator of one block of images
 TILE_BYTES = 4 << 20    # one gathered column tile
@@ -78,8 +78,12 @@ class PrecompGemmForward(Algorithm):
     def estimate(self, problem):
         g, cg, kg, ntaps, out = self._geometry(problem)
         gathered = problem.n * out * ntaps * problem.c * 4
-        rate = GEMM_RATE if min(cg * ntaps, kg) >= 32 else GEMM_RATE / 8
-        return problem.flops / rate + 3 * gathered / BANDWIDTH
+        packed = problem.n * prod(problem.in_spatial) * problem.c * 4
+        out_bytes = problem.n * out * problem.k * 4
+        rows = self._tile_rows(problem)
+        calls = g * -(-problem.n * out // rows)
+        return (problem.flops / gemm_rate(rows, kg, cg * ntaps)
+                + (2 * packed + 3 * gathered + 2 * out_bytes) / BANDWIDTH + calls * MATMUL_CALL)
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]

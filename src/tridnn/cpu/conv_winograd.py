@@ -22,7 +22,7 @@ import numpy as np
 from ..algorithms.base import Algorithm
 from ..types import ConvFwdAlgo
 from ..workspace import Buffer
-from .common import BANDWIDTH, GEMM_RATE, SMALL_GEMM_RATE, as_matrix, batch_block, pad_into, prod, store
+from .common import BANDWIDTH, MATMUL_CALL, as_matrix, gemm_rate, batch_block, pad_into, prod, store
 
 # Interpolation points, in the order that keeps the transforms' error lowest.
 POINTS = (0, 1, -1, 2, -2, Fraction(1, 2), Fraction(-1, 2), 3, -3)
@@ -176,15 +176,17 @@ def store_tiles(problem, acc: np.ndarray, y: np.ndarray, alpha, beta, epilogue, 
     store(y, result, alpha, beta, epilogue, index)
 
 
-def winograd_estimate(problem, m: int, block_rate: float) -> float:
-    """GEMM flops at (m+2)^2 / (9 m^2) of direct's, plus the transforms' memory passes."""
+def winograd_estimate(problem, m: int, block_rate: float, rows: int, blocks: int) -> float:
+    """GEMM flops at (m+2)^2 / (9 m^2) of direct's, plus the transforms' memory passes and
+    one BLAS call per transform point, group and block (``rows`` GEMM rows each)."""
     n = m + 2
     tiles, _ = tile_grid(problem, m)
     points = problem.n * prod(tiles)
     gemm = 2.0 * n * n * points * problem.k * problem.w.c
-    rate = GEMM_RATE if min(problem.w.c, problem.k // problem.groups) >= 32 else SMALL_GEMM_RATE
+    rate = gemm_rate(rows, problem.k // problem.groups, problem.w.c)
     moved = 4 * n * n * points * (problem.c + problem.k) * problem.accumulator.itemsize
-    return gemm / rate + moved / block_rate
+    calls = n * n * problem.groups * blocks
+    return gemm / rate + moved / block_rate + calls * MATMUL_CALL
 
 
 class WinogradForward(Algorithm):
@@ -227,7 +229,10 @@ class WinogradForward(Algorithm):
                 Buffer("acc", (problem.n, tiles[0] * m, tiles[1] * m, g, kg), acc)]
 
     def estimate(self, problem):
-        return winograd_estimate(problem, self.tile(problem), 3 * BANDWIDTH)
+        m = self.tile(problem)
+        tiles, _ = tile_grid(problem, m)
+        rows = self._rows(problem, m)
+        return winograd_estimate(problem, m, 3 * BANDWIDTH, problem.n * rows * tiles[1], -(-tiles[0] // rows))
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]

@@ -77,7 +77,10 @@ class WinogradNonfusedForward(Algorithm):
                 Buffer("acc", (b, tiles[0] * m, tiles[1] * m, g, kg), acc)]
 
     def estimate(self, problem):
-        return winograd_estimate(problem, self.tile(problem), BANDWIDTH)
+        m = self.tile(problem)
+        block = self._block(problem, m)
+        return winograd_estimate(problem, m, BANDWIDTH, block * prod(tile_grid(problem, m)[0]),
+                                 -(-problem.n // block))
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
