@@ -22,7 +22,7 @@ import numpy as np
 from ..algorithms.base import Algorithm
 from ..types import ConvFwdAlgo
 from ..workspace import Buffer
-from .common import BANDWIDTH, MATMUL_CALL, as_matrix, gemm_rate, batch_block, pad_into, prod, store
+from .common import BANDWIDTH, MATMUL_CALL, as_matrix, channels_last, gemm_rate, batch_block, pad_into, prod, store
 
 # Interpolation points, in the order that keeps the transforms' error lowest.
 POINTS = (0, 1, -1, 2, -2, Fraction(1, 2), Fraction(-1, 2), 3, -3)
@@ -107,10 +107,10 @@ def filter_scratch_size(problem, m: int) -> int:
 
 
 def transformed_filter(problem, w, m, workspace) -> np.ndarray:
-    """U as (n*n, G, Cg, Kg) (a transposed view of the point-major (n*n, G, Kg, Cg) buffer)."""
+    """U point-major, as (n*n, G, Kg, Cg)."""
     g, n = problem.groups, m + 2
     u = filter_transform(w, m, workspace["u"], workspace["wscratch"])
-    return u.reshape(n * n, g, problem.k // g, problem.w.c).swapaxes(-1, -2)
+    return u.reshape(n * n, g, problem.k // g, problem.w.c)
 
 
 def winograd_not_applicable(problem, name: str) -> str | None:
@@ -131,49 +131,105 @@ def tile_grid(problem, m: int):
     return tiles, tuple(t * m + 2 for t in tiles)
 
 
-def pack_input(problem, x: np.ndarray, xpad: np.ndarray) -> None:
-    """xpad (b, Hp, Wp, C), channels last: x zero-padded, in the accumulator dtype."""
-    extent = xpad.shape[1:3]
+# The tile helpers work in one of two orientations, picked from x's layout so that
+# neither the packing nor the final store transposes: channels-first (NCHW) keeps a
+# GEMM row per channel, ``M[pt] (Kg, P) = U[pt] (Kg, Cg) @ V[pt] (Cg, P)``;
+# channels-last (NHWC) a GEMM row per tile, ``M[pt] (P, Kg) = V[pt] (P, Cg) @ U[pt]^T``.
+# P runs over (images, tile rows, tile columns) in both.
+
+def padded_view(flat: np.ndarray, b: int, c: int, extent, first: bool) -> np.ndarray:
+    """The padded input of b images: (b, C, Hp, Wp) if ``first`` else (b, Hp, Wp, C)."""
+    shape = (b, c, *extent) if first else (b, *extent, c)
+    return flat[: prod(shape)].reshape(shape)
+
+
+def pack_input(problem, x: np.ndarray, xpad: np.ndarray, first: bool) -> None:
+    """xpad = x zero-padded, in the accumulator dtype, in the orientation's layout."""
+    logical = xpad if first else np.moveaxis(xpad, -1, 1)
+    extent = logical.shape[2:]
     post = tuple(e - i - p for e, i, p in zip(extent, problem.in_spatial, problem.pad_pre))
-    pad_into(np.moveaxis(xpad, -1, 1), x, problem.pad_pre, post)
+    pad_into(logical, x, problem.pad_pre, post)
 
 
-def gather_tiles(xpad: np.ndarray, m: int, rows: slice, groups: int, out: np.ndarray) -> np.ndarray:
-    """out (n, n, G, P, Cg) = every (n x n) input tile of the tile rows ``rows``, P = (b, rows, tw)."""
+def gather_tiles(xpad: np.ndarray, m: int, rows: slice, groups: int, out: np.ndarray,
+                 first: bool) -> np.ndarray:
+    """Every (n x n) input tile of the tile rows ``rows`` into out, point axes first:
+    (n, n, G, Cg, P) if ``first`` else (n, n, G, P, Cg)."""
     n = m + 2
-    b, hp, wp, c = xpad.shape
-    tw = (wp - 2) // m
-    sb, sh, sw, sc = xpad.strides
-    start = xpad[:, rows.start * m:]
-    nrows = rows.stop - rows.start
+    logical = xpad if first else np.moveaxis(xpad, -1, 1)  # (b, C, Hp, Wp)
+    b, c, hp, wp = logical.shape
+    tw, nrows, cg = (wp - 2) // m, rows.stop - rows.start, c // groups
+    sb, sc, sh, sw = logical.strides
     tiles = np.lib.stride_tricks.as_strided(
-        start, (b, nrows, tw, n, n, groups, c // groups),
-        (sb, m * sh, m * sw, sh, sw, (c // groups) * sc, sc), writeable=False)
-    view = out.reshape(n, n, groups, b, nrows, tw, c // groups)
-    view[...] = tiles.transpose(3, 4, 5, 0, 1, 2, 6)
+        logical[:, :, rows.start * m:], (b, groups, cg, nrows, tw, n, n),
+        (sb, cg * sc, sc, m * sh, m * sw, sh, sw), writeable=False)
+    if first:
+        out.reshape(n, n, groups, cg, b, nrows, tw)[...] = tiles.transpose(5, 6, 1, 2, 0, 3, 4)
+    else:
+        out.reshape(n, n, groups, b, nrows, tw, cg)[...] = tiles.transpose(5, 6, 1, 0, 3, 4, 2)
     return out
 
 
-def scatter_tiles(y_tiles: np.ndarray, m: int, rows: slice, acc: np.ndarray) -> None:
-    """acc (b, th*m, tw*m, G, Kg)[tile rows ``rows``] = y_tiles (m, m, G, P, Kg)."""
-    b, _, wo, g, kg = acc.shape
-    nrows, tw = rows.stop - rows.start, wo // m
-    target = acc[:, rows.start * m: rows.stop * m].reshape(b, nrows, m, tw, m, g, kg)
-    target[...] = y_tiles.reshape(m, m, g, b, nrows, tw, kg).transpose(3, 4, 0, 5, 1, 2, 6)
+def multiply_points(v: np.ndarray, u: np.ndarray, out: np.ndarray, first: bool) -> np.ndarray:
+    """One GEMM per transform point and group. u is point-major (n*n, G, Kg, Cg);
+    v and out are (n*n, G, Cg, P) and (n*n, G, Kg, P) if ``first``, else (.., P, Cg) and (.., P, Kg)."""
+    if first:
+        return np.matmul(u, v, out=out)
+    return np.matmul(v, u.swapaxes(-1, -2), out=out)
 
 
-def multiply_points(v: np.ndarray, u: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """out[pt, g] (P, Kg) = v[pt, g] (P, Cg) @ u[pt, g] (Cg, Kg), one GEMM per point and group."""
-    nn, g, p, cg = v.shape
-    return np.matmul(v, u, out=out)
+def acc_view(flat: np.ndarray, b: int, g: int, kg: int, extent, first: bool) -> np.ndarray:
+    """The tile-aligned output accumulator: (b, G, Kg, Ho', Wo') or (b, Ho', Wo', G, Kg)."""
+    shape = (b, g, kg, *extent) if first else (b, *extent, g, kg)
+    return flat[: prod(shape)].reshape(shape)
 
 
-def store_tiles(problem, acc: np.ndarray, y: np.ndarray, alpha, beta, epilogue, index) -> None:
+def scatter_tiles(y_tiles: np.ndarray, m: int, rows: slice, acc: np.ndarray, first: bool) -> None:
+    """Output tiles (m, m, G, Kg, P) or (m, m, G, P, Kg) into their rows of the accumulator."""
+    nrows = rows.stop - rows.start
+    if first:
+        b, g, kg, _, wo = acc.shape
+        tw = wo // m
+        target = acc[:, :, :, rows.start * m: rows.stop * m].reshape(b, g, kg, nrows, m, tw, m)
+        target[...] = y_tiles.reshape(m, m, g, kg, b, nrows, tw).transpose(4, 2, 3, 5, 0, 6, 1)
+    else:
+        b, _, wo, g, kg = acc.shape
+        tw = wo // m
+        target = acc[:, rows.start * m: rows.stop * m].reshape(b, nrows, m, tw, m, g, kg)
+        target[...] = y_tiles.reshape(m, m, g, b, nrows, tw, kg).transpose(3, 4, 0, 5, 1, 2, 6)
+
+
+def store_tiles(problem, acc: np.ndarray, y: np.ndarray, alpha, beta, epilogue, index,
+                first: bool) -> None:
     """The valid (Ho, Wo) corner of the tile accumulator, blended into y."""
-    b, ho_pad, wo_pad, g, kg = acc.shape
     ho, wo = problem.out_spatial
-    result = np.moveaxis(acc.reshape(b, ho_pad, wo_pad, g * kg)[:, :ho, :wo], -1, 1)
+    if first:
+        b, g, kg, ho_pad, wo_pad = acc.shape
+        result = acc.reshape(b, g * kg, ho_pad, wo_pad)[:, :, :ho, :wo]
+    else:
+        b, ho_pad, wo_pad, g, kg = acc.shape
+        result = np.moveaxis(acc.reshape(b, ho_pad, wo_pad, g * kg)[:, :ho, :wo], -1, 1)
     store(y, result, alpha, beta, epilogue, index)
+
+
+def winograd_stages(problem, m, xpad, rows, u, workspace, acc, first):
+    """Input transform, point GEMMs and output transform of the tile rows ``rows``."""
+    n, g = m + 2, problem.groups
+    cg, kg = problem.w.c, problem.k // g
+    at, _, bt = (a.astype(problem.accumulator) for a in matrices(m))
+    b = xpad.shape[0]
+    tw = tile_grid(problem, m)[0][1]
+    p = b * (rows.stop - rows.start) * tw
+    in_shape = (n, n, g, cg, p) if first else (n, n, g, p, cg)
+    out_shape = (g, kg, p) if first else (g, p, kg)
+    d = gather_tiles(xpad, m, rows, g, workspace["d"][: prod(in_shape)].reshape(in_shape), first)
+    v = transform_pair(bt, d, workspace["v"][: d.size].reshape(d.shape), workspace["half"])
+    prod_ = multiply_points(v.reshape(n * n, *in_shape[2:]), u,
+                            workspace["m"][: n * n * g * p * kg].reshape(n * n, *out_shape), first)
+    y_tiles = transform_pair(at, prod_.reshape(n, n, *out_shape),
+                             workspace["v"][: m * m * g * p * kg].reshape(m, m, *out_shape),
+                             workspace["half"])
+    scatter_tiles(y_tiles, m, rows, acc, first)
 
 
 def winograd_estimate(problem, m: int, block_rate: float, rows: int, blocks: int) -> float:
@@ -219,14 +275,14 @@ class WinogradForward(Algorithm):
         tiles, extent = tile_grid(problem, m)
         p = problem.n * self._rows(problem, m) * tiles[1]
         cg, kg = problem.w.c, problem.k // g
-        return [Buffer("xpad", (problem.n, *extent, problem.c), acc),
+        return [Buffer("xpad", (problem.n * prod(extent) * problem.c,), acc),
                 Buffer("u", (n * n, problem.k, cg), acc),
                 Buffer("wscratch", (filter_scratch_size(problem, m),), acc),
                 Buffer("d", (n * n * g * p * cg,), acc),
                 Buffer("half", (n * n * g * p * max(cg, kg),), acc),
                 Buffer("v", (n * n * g * p * max(cg, kg),), acc),
                 Buffer("m", (n * n * g * p * kg,), acc),
-                Buffer("acc", (problem.n, tiles[0] * m, tiles[1] * m, g, kg), acc)]
+                Buffer("acc", (problem.n * prod(tiles) * m * m * problem.k,), acc)]
 
     def estimate(self, problem):
         m = self.tile(problem)
@@ -236,24 +292,13 @@ class WinogradForward(Algorithm):
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
-        m = self.tile(problem)
-        n, g = m + 2, problem.groups
-        cg, kg = problem.w.c, problem.k // g
-        at, _, bt = (a.astype(problem.accumulator) for a in matrices(m))
-        tiles, _ = tile_grid(problem, m)
+        m, g, first = self.tile(problem), problem.groups, not channels_last(x)
+        tiles, extent = tile_grid(problem, m)
         u = transformed_filter(problem, w, m, workspace)
-        xpad, acc = workspace["xpad"], workspace["acc"]
-        pack_input(problem, x, xpad)
+        xpad = padded_view(workspace["xpad"], problem.n, problem.c, extent, first)
+        acc = acc_view(workspace["acc"], problem.n, g, problem.k // g, tuple(t * m for t in tiles), first)
+        pack_input(problem, x, xpad, first)
         step = self._rows(problem, m)
         for r0 in range(0, tiles[0], step):
-            rows = slice(r0, min(tiles[0], r0 + step))
-            p = problem.n * (rows.stop - rows.start) * tiles[1]
-            d = gather_tiles(xpad, m, rows, g, workspace["d"][: n * n * g * p * cg].reshape(n, n, g, p, cg))
-            v = transform_pair(bt, d, workspace["v"][: d.size].reshape(d.shape), workspace["half"])
-            prod_ = multiply_points(v.reshape(n * n, g, p, cg), u,
-                                    workspace["m"][: n * n * g * p * kg].reshape(n * n, g, p, kg))
-            y_tiles = transform_pair(at, prod_.reshape(n, n, g, p, kg),
-                                     workspace["v"][: m * m * g * p * kg].reshape(m, m, g, p, kg),
-                                     workspace["half"])
-            scatter_tiles(y_tiles, m, rows, acc)
-        store_tiles(problem, acc, y, alpha, beta, epilogue, ())
+            winograd_stages(problem, m, xpad, slice(r0, min(tiles[0], r0 + step)), u, workspace, acc, first)
+        store_tiles(problem, acc, y, alpha, beta, epilogue, (), first)

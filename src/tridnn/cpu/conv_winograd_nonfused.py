@@ -4,9 +4,10 @@ Unlike WINOGRAD (conv_winograd.py), which runs its three stages block by block, 
 method runs each stage over a whole block of images with its result in the
 workspace, as cuDNN's nonfused variant does: (1) the filter transform
 ``U = G g G^T`` for all filters, (2) the input transform ``V = B^T d B`` of every tile
-of the images into one (n^2, G, tiles, Cg) buffer, (3) one large batched GEMM,
-``M[pt] = V[pt] @ U[pt]`` for each of the n^2 transform points, and (4) the output
-transform ``A^T M A`` back into the output. The GEMMs are few and large, so BLAS
+of the images into one point-major buffer, (3) one large batched GEMM per transform
+point (``U[pt] @ V[pt]`` for NCHW data, ``V[pt] @ U[pt]^T`` for NHWC, so that neither
+the packing nor the store transposes), and (4) the output transform ``A^T M A`` back
+into the output. The GEMMs are few and large, so BLAS
 runs near its peak, and the transforms are GEMMs with a 6- or 8-wide inner dim along
 the leading axis of contiguous buffers.
 
@@ -28,10 +29,9 @@ import numpy as np
 from ..algorithms.base import Algorithm
 from ..types import ConvFwdAlgo, MathType
 from ..workspace import Buffer
-from .common import BANDWIDTH, batch_block, prod
-from .conv_winograd import (filter_scratch_size, gather_tiles, transformed_filter, matrices, pack_input,
-                            scatter_tiles, store_tiles, tile_grid, transform_pair, winograd_estimate,
-                            winograd_not_applicable)
+from .common import BANDWIDTH, batch_block, channels_last, prod
+from .conv_winograd import (acc_view, filter_scratch_size, pack_input, padded_view, store_tiles, tile_grid,
+                            transformed_filter, winograd_estimate, winograd_not_applicable, winograd_stages)
 
 BLOCK_BYTES = 96 << 20   # transformed input + products of one block of images
 LARGE_TILE_FROM = 24     # output width from which F(6x6,3x3) may be used
@@ -69,12 +69,12 @@ class WinogradNonfusedForward(Algorithm):
         wide = n * n * g * p * max(cg, kg)
         return [Buffer("u", (n * n, problem.k, cg), acc),
                 Buffer("wscratch", (filter_scratch_size(problem, m),), acc),
-                Buffer("xpad", (b, *extent, problem.c), acc),
-                Buffer("d", (wide,), acc),     # gathered tiles, later the output transform's half
-                Buffer("v", (wide,), acc),     # transformed tiles, later the output tiles
-                Buffer("half", (wide,), acc),
-                Buffer("m", (n * n * g * p * kg,), acc),
-                Buffer("acc", (b, tiles[0] * m, tiles[1] * m, g, kg), acc)]
+                Buffer("xpad", (b * prod(extent) * problem.c,), acc),
+                Buffer("d", (n * n * g * p * cg,), acc),  # all gathered tiles of a block
+                Buffer("v", (wide,), acc),                # their transforms, later the output tiles
+                Buffer("half", (wide,), acc),             # half-transformed data
+                Buffer("m", (n * n * g * p * kg,), acc),  # the point GEMMs' products
+                Buffer("acc", (b * prod(tiles) * m * m * problem.k,), acc)]
 
     def estimate(self, problem):
         m = self.tile(problem)
@@ -84,25 +84,15 @@ class WinogradNonfusedForward(Algorithm):
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
-        m = self.tile(problem)
-        n, g = m + 2, problem.groups
-        cg, kg = problem.w.c, problem.k // g
-        at, _, bt = (a.astype(problem.accumulator) for a in matrices(m))
-        tiles, _ = tile_grid(problem, m)
+        m, g, first = self.tile(problem), problem.groups, not channels_last(x)
+        tiles, extent = tile_grid(problem, m)
         u = transformed_filter(problem, w, m, workspace)
         block = self._block(problem, m)
-        all_rows = slice(0, tiles[0])
         for n0 in range(0, problem.n, block):
             b = min(problem.n, n0 + block) - n0
-            p = b * prod(tiles)
-            xpad, acc = workspace["xpad"][:b], workspace["acc"][:b]
-            pack_input(problem, x[n0:n0 + b], xpad)
-            d = gather_tiles(xpad, m, all_rows, g, workspace["d"][: n * n * g * p * cg].reshape(n, n, g, p, cg))
-            v = transform_pair(bt, d, workspace["v"][: d.size].reshape(d.shape), workspace["half"])
-            prod_ = np.matmul(v.reshape(n * n, g, p, cg), u,
-                              out=workspace["m"][: n * n * g * p * kg].reshape(n * n, g, p, kg))
-            y_tiles = transform_pair(at, prod_.reshape(n, n, g, p, kg),
-                                     workspace["v"][: m * m * g * p * kg].reshape(m, m, g, p, kg),
-                                     workspace["half"])
-            scatter_tiles(y_tiles, m, all_rows, acc)
-            store_tiles(problem, acc, y[n0:n0 + b], alpha, beta, epilogue, (slice(n0, n0 + b),))
+            xpad = padded_view(workspace["xpad"], b, problem.c, extent, first)
+            acc = acc_view(workspace["acc"], b, g, problem.k // g, tuple(t * m for t in tiles), first)
+            pack_input(problem, x[n0:n0 + b], xpad, first)
+            # every stage over all tiles of the block: one transform pass, n*n large GEMMs, one pass back
+            winograd_stages(problem, m, xpad, slice(0, tiles[0]), u, workspace, acc, first)
+            store_tiles(problem, acc, y[n0:n0 + b], alpha, beta, epilogue, (slice(n0, n0 + b),), first)
