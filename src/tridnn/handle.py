@@ -2,15 +2,18 @@
 
 A handle fixes the device and backend, default math type, whether only deterministic
 algorithms may run, the workspace limit for ``find`` and the functional API, and the
-find cache. Create one per thread (or guard a shared one with your own lock): a
-handle's workspace arena is reused between calls and is not shared across threads.
+find cache. One handle may be shared by many threads: each thread gets its own
+workspace arena (so concurrent calls never share temporaries), the find cache is
+locked, and everything else is fixed at construction. One handle per thread is still
+the cheapest pattern (an arena per handle and thread is kept until destroy()).
 """
 from __future__ import annotations
 
 import threading
 
 from .algorithms.find_cache import FindCache, default_path
-from .errors import BadParamError, NotInitializedError, RuntimePrerequisiteMissingError
+from .errors import (AllocFailedError, BadParamError, NotInitializedError,
+                     RuntimePrerequisiteMissingError, TridnnError)
 from .types import MathType
 
 DEFAULT_WORKSPACE_LIMIT = 1 << 30  # 1 GiB, like frameworks' default cuDNN workspace cap
@@ -49,14 +52,14 @@ class Handle:
         self.backend = _make_backend(device, backend)
         path = default_path() if find_cache is _UNSET else find_cache
         self.find_cache = FindCache(None if path in (None, False) else path)
-        self._arena = None
+        self._arenas = threading.local()  # each thread's own workspace arena
         self._owner = threading.get_ident()
         self._alive = True
 
     # -- lifetime -----------------------------------------------------------------
     def destroy(self) -> None:
         """cudnnDestroy: frees the arena; using the handle afterwards raises NotInitializedError."""
-        self._arena = None
+        self._arenas = threading.local()  # drops every thread's arena
         self._alive = False
 
     def check(self) -> "Handle":
@@ -77,9 +80,25 @@ class Handle:
         if nbytes > self.workspace_limit:
             raise BadParamError(f"workspace of {nbytes} bytes exceeds the handle's limit of "
                                 f"{self.workspace_limit} bytes")
-        if self._arena is None or self._arena.nbytes < nbytes:
-            self._arena = self.backend.allocate_workspace(max(nbytes, 1))
-        return self._arena
+        arenas = self._arenas
+        arena = getattr(arenas, "buffer", None)
+        if arena is None or arena.nbytes < nbytes:
+            arenas.buffer = arena = None  # free the old arena before allocating the larger one
+            try:
+                arena = self.backend.allocate_workspace(max(nbytes, 1))
+            except TridnnError:
+                raise
+            except (MemoryError, ValueError) as exc:
+                raise AllocFailedError(f"cannot allocate a workspace of {nbytes} bytes: "
+                                       f"{exc}") from None
+            arenas.buffer = arena
+        return arena
+
+    @property
+    def arena_bytes(self) -> int:
+        """Size of the calling thread's workspace arena (0 before its first use)."""
+        arena = getattr(self._arenas, "buffer", None)
+        return 0 if arena is None else int(arena.nbytes)
 
     @property
     def device_name(self) -> str:
@@ -88,6 +107,15 @@ class Handle:
     def __repr__(self) -> str:
         state = "" if self._alive else ", destroyed"
         return f"Handle(device={self.device!r}, backend={self.backend_name!r}{state})"
+
+
+def check_handle(handle) -> Handle:
+    """``handle`` itself when it is a live Handle; BadParamError for anything else (None,
+    a device string, another library's handle), NotInitializedError once destroyed."""
+    if not isinstance(handle, Handle):
+        raise BadParamError(f"handle must be a tridnn.Handle, got {handle!r} of type "
+                            f"{type(handle).__name__}; create one with tridnn.Handle()")
+    return handle.check()
 
 
 def _make_backend(device: str, backend: str):

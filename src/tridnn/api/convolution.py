@@ -11,11 +11,12 @@ import numpy as np
 from ..algorithms import registry, selection
 from ..algorithms.problem import OUTPUT_OF, ConvProblem
 from ..errors import BadParamError, NotSupportedError, check_finite_scalar
+from ..handle import check_handle
 from ..types import ConvMode, algo_enum
 
 
 def _problem(handle, direction, x_desc, w_desc, conv_desc, y_desc) -> ConvProblem:
-    handle.check()
+    check_handle(handle)
     return ConvProblem(direction, x_desc, w_desc, y_desc, conv_desc)
 
 
@@ -222,7 +223,7 @@ def _bias_dims(out_desc) -> tuple:
 
 def convolution_backward_bias(handle, alpha, dy_desc, dy, beta, db_desc, db):
     """cudnnConvolutionBackwardBias: db = alpha * (dy summed over all but channels) + beta * db."""
-    handle.check()
+    check_handle(handle)
     alpha = check_finite_scalar("alpha", alpha)
     beta = check_finite_scalar("beta", beta)
     if dy_desc.ndim < 3:

@@ -29,7 +29,7 @@ from ..descriptors import ConvolutionDescriptor, FilterDescriptor, TensorDescrip
 from ..descriptors.convolution import per_dim, transposed_input_dims
 from ..descriptors.tensor import packed_strides
 from ..errors import BadParamError
-from ..handle import default_handle
+from ..handle import check_handle, default_handle
 from ..types import ConvMode, TensorFormat
 from .convolution import _algorithm, execute
 
@@ -78,7 +78,7 @@ def _device_of(a) -> str:
 
 def _handle_for(array, handle):
     if handle is not None:
-        return handle.check()
+        return check_handle(handle)
     return default_handle(_device_of(array))
 
 

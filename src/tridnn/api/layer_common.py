@@ -8,11 +8,12 @@ import importlib
 import numpy as np
 
 from ..errors import BadParamError, check_finite_scalar
+from ..handle import check_handle
 
 
 def backend_module(handle, layer: str):
     """The module whose same-named functions run this layer on the handle's backend."""
-    handle.check()
+    check_handle(handle)
     package = "cpu" if handle.backend_name == "numpy" else "cuda"
     return importlib.import_module(f"tridnn.{package}.{layer}")
 
