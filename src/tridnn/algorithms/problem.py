@@ -27,6 +27,11 @@ class ConvProblem:
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
             raise BadParamError(f"unknown direction {self.direction!r}; valid: {DIRECTIONS}")
+        for name, value, kind in (("x", self.x, TensorDescriptor), ("w", self.w, FilterDescriptor),
+                                  ("y", self.y, TensorDescriptor), ("conv", self.conv, ConvolutionDescriptor)):
+            if not isinstance(value, kind):
+                raise BadParamError(f"the {name} descriptor must be a {kind.__name__}, got {value!r} "
+                                    f"of type {type(value).__name__}")
         self.conv.check_output(self.x, self.w, self.y)
 
     @classmethod
