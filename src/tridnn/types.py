@@ -38,6 +38,9 @@ class DataType(enum.IntEnum):
         """Accept a DataType, a numpy dtype, a torch dtype or a name ('float32', 'bf16')."""
         if isinstance(value, DataType):
             return value
+        if value is None:  # np.dtype(None) would silently mean float64
+            raise BadParamError("data type None; valid: float32, float64, float16, bfloat16 "
+                                "(or DataType.FLOAT/DOUBLE/HALF/BFLOAT16)")
         if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
             try:
                 return DataType(int(value))
