@@ -112,7 +112,9 @@ def _is_integral(value) -> bool:
 
 
 def check_finite_scalar(name: str, value) -> float:
-    """alpha/beta style scalars: a finite real number."""
+    """alpha/beta style scalars: a finite real number (not a string that parses as one)."""
+    if isinstance(value, (str, bytes)):
+        raise BadParamError(f"{name} must be a real number, got the string {value!r}")
     try:
         f = float(value)
     except (TypeError, ValueError):
