@@ -1,0 +1,379 @@
+"""Hostile inputs: invalid descriptors and calls raise the documented exception, with a
+message naming the bad value, before the caller's output is touched.
+
+Each case starts from one valid forward convolution and breaks one thing. The output
+is filled with a random pattern first and compared bit for bit after the error.
+Hypothesis then throws random bad values (negative, zero, huge, non-integer, NaN,
+wrong types) at every parameter. Any exception that is not a tridnn error counts as
+a crash.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import tridnn
+from tridnn import testing
+from tridnn.errors import (AllocFailedError, BadParamError, NotInitializedError, NotSupportedError,
+                           TridnnError)
+
+from fuzz_support import fuzz_settings
+
+FWD = tridnn.ConvFwdAlgo.IMPLICIT_GEMM
+
+
+class Call:
+    """A valid forward convolution call whose pieces a case can replace."""
+
+    def __init__(self, rng, layout="NCHW", dtype="float32"):
+        self.handle = tridnn.Handle(find_cache=None)
+        self.conv = tridnn.ConvolutionDescriptor(padding=1, stride=1, nd=2)
+        self.x_desc, self.x = testing.make_tensor((2, 3, 5, 5), dtype, layout, rng,
+                                                  testing.fill((2, 3, 5, 5), dtype, rng))
+        self.w_desc, self.w = testing.make_filter((4, 3, 3, 3), dtype, layout,
+                                                  testing.fill((4, 3, 3, 3), dtype, rng))
+        self.y_desc, self.y = testing.make_tensor((2, 4, 5, 5), dtype, layout, rng,
+                                                  rng.standard_normal((2, 4, 5, 5)))
+        self.alpha, self.beta = 1.0, 0.5
+        self.algo = FWD
+        self.workspace = np.empty(tridnn.get_convolution_forward_workspace_size(
+            self.handle, self.x_desc, self.w_desc, self.conv, self.y_desc, FWD), np.uint8)
+
+    def __call__(self, **override):
+        args = dict(handle=self.handle, alpha=self.alpha, x_desc=self.x_desc, x=self.x,
+                    w_desc=self.w_desc, w=self.w, conv_desc=self.conv, algo=self.algo,
+                    workspace=self.workspace, beta=self.beta, y_desc=self.y_desc, y=self.y)
+        args.update(override)
+        return tridnn.convolution_forward(**args)
+
+
+def expect_error(fn, exc_type, *needles, output=None):
+    """``fn()`` raises ``exc_type`` whose message contains every needle, and leaves
+    ``output`` bit for bit as it was."""
+    before = None if output is None else np.array(output, copy=True)
+    with pytest.raises(exc_type) as info:
+        fn()
+    message = str(info.value)
+    for needle in needles:
+        assert str(needle) in message, f"message {message!r} does not name {needle!r}"
+    if output is not None:
+        assert np.array_equal(np.asarray(output).view(np.uint8), before.view(np.uint8)), \
+            "the output was modified before the error"
+    return message
+
+
+# -- descriptors ----------------------------------------------------------------------
+@pytest.mark.parametrize("bad", [-1, 0, 2.5, "3", None, math.nan, math.inf, True, 1 + 0j])
+def test_tensor_dims_rejected(bad):
+    expect_error(lambda: tridnn.TensorDescriptor((2, bad, 4, 4)), BadParamError, repr(bad))
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.0, "x"])
+def test_tensor_strides_rejected(bad):
+    expect_error(lambda: tridnn.TensorDescriptor((2, 3, 4, 4), "float32", (48, bad, 4, 1)),
+                 BadParamError, repr(bad))
+
+
+@pytest.mark.parametrize("dims", [(), (1,) * 9, 5, None])
+def test_tensor_rank_rejected(dims):
+    expect_error(lambda: tridnn.TensorDescriptor(dims), BadParamError)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float8", None, object, "complex64"])
+def test_unsupported_dtype_rejected(dtype):
+    expect_error(lambda: tridnn.TensorDescriptor((1, 1, 2, 2), dtype), BadParamError, repr(dtype))
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5])
+def test_filter_dims_rejected(bad):
+    expect_error(lambda: tridnn.FilterDescriptor((4, 3, bad, 3)), BadParamError, repr(bad))
+
+
+@pytest.mark.parametrize("field,bad,exc", [
+    ("padding", -1, BadParamError), ("padding", 1.5, BadParamError), ("stride", 0, BadParamError),
+    ("stride", -2, BadParamError), ("dilation", 0, BadParamError), ("groups", 0, BadParamError),
+    ("groups", 2.5, BadParamError), ("mode", 7, BadParamError), ("math_type", 9, BadParamError),
+    ("pad_post", -1, BadParamError), ("nd", 4, BadParamError), ("nd", 0, BadParamError),
+    ("stride", math.nan, BadParamError), ("dilation", "2", BadParamError)])
+def test_convolution_descriptor_rejected(field, bad, exc):
+    kwargs = {"nd": 2, field: bad}
+    expect_error(lambda: tridnn.ConvolutionDescriptor(**kwargs), exc, str(bad))
+
+
+def test_per_dim_length_mismatch_rejected():
+    expect_error(lambda: tridnn.ConvolutionDescriptor(padding=(1, 1), stride=(1, 1, 1)), BadParamError,
+                 "(1, 1, 1)")
+
+
+# -- calls ------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["alpha", "beta"])
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, "1", None, [1.0], 1j])
+def test_nonfinite_or_non_real_scalars_rejected(rng, name, bad):
+    call = Call(rng)
+    expect_error(lambda: call(**{name: bad}), BadParamError, name, output=call.y)
+
+
+def test_output_dims_mismatch_rejected(rng):
+    call = Call(rng)
+    y_desc = tridnn.TensorDescriptor((2, 4, 5, 6))
+    expect_error(lambda: call(y_desc=y_desc), BadParamError, "(2, 4, 5, 6)", "(2, 4, 5, 5)", output=call.y)
+
+
+def test_empty_output_dim_names_the_dim(rng):
+    call = Call(rng)
+    conv = tridnn.ConvolutionDescriptor(padding=0, dilation=4, nd=2)
+    expect_error(lambda: call(conv_desc=conv), BadParamError, "spatial dim 0", output=call.y)
+
+
+def test_rank_mismatches_rejected(rng):
+    call = Call(rng)
+    w3 = tridnn.FilterDescriptor((4, 3, 3))
+    expect_error(lambda: call(w_desc=w3), BadParamError, "rank mismatch", output=call.y)
+    conv3 = tridnn.ConvolutionDescriptor(padding=1, nd=3)
+    expect_error(lambda: call(conv_desc=conv3), BadParamError, "rank mismatch", output=call.y)
+
+
+def test_groups_that_do_not_divide_rejected(rng):
+    call = Call(rng)
+    expect_error(lambda: call(conv_desc=tridnn.ConvolutionDescriptor(padding=1, groups=2, nd=2)),
+                 BadParamError, "groups", output=call.y)
+
+
+def test_dtype_mismatches_rejected(rng):
+    call = Call(rng)
+    w64 = tridnn.FilterDescriptor((4, 3, 3, 3), "float64")
+    expect_error(lambda: call(w_desc=w64), BadParamError, "FLOAT", "DOUBLE", output=call.y)
+    expect_error(lambda: call(x=call.x.astype(np.float64)), BadParamError, "float64", output=call.y)
+    y16 = tridnn.TensorDescriptor((2, 4, 5, 5), "float16")
+    expect_error(lambda: call(y_desc=y16), BadParamError, "HALF", output=call.y)
+
+
+def test_layout_mismatch_rejected(rng):
+    call = Call(rng)
+    nhwc = tridnn.TensorDescriptor.packed((2, 3, 5, 5), "float32", tridnn.TensorFormat.NHWC)
+    expect_error(lambda: call(x_desc=nhwc), BadParamError, "strides", output=call.y)
+    expect_error(lambda: call(x=call.x[:, :, ::-1]), BadParamError, "does not match", output=call.y)
+
+
+@pytest.mark.parametrize("bad", [[[1.0]], "x", None, 3.0, object()])
+def test_wrong_array_types_rejected(rng, bad):
+    call = Call(rng)
+    expect_error(lambda: call(x=bad), BadParamError, "x", output=call.y)
+    expect_error(lambda: call(w=bad), BadParamError, "w", output=call.y)
+
+
+def test_read_only_output_rejected(rng):
+    call = Call(rng)
+    call.y.flags.writeable = False
+    expect_error(lambda: call(), BadParamError, "read-only", output=call.y)
+
+
+def test_overlapping_output_rejected(rng):
+    call = Call(rng)
+    desc = tridnn.TensorDescriptor((2, 3, 5, 5))
+    w_desc = tridnn.FilterDescriptor((3, 3, 3, 3))
+    x = call.x.copy()
+    expect_error(lambda: call(x=x, y=x, y_desc=desc, w_desc=w_desc, w=call.w[:3],
+                              workspace=None, algo=tridnn.ConvFwdAlgo.DIRECT), BadParamError,
+                 "overlaps", output=x)
+
+
+@pytest.mark.parametrize("algo,exc", [(99, BadParamError), (-1, BadParamError), ("FOO", BadParamError),
+                                      (2.5, BadParamError), (None, BadParamError),
+                                      (tridnn.ConvBwdDataAlgo.ALGO_1, BadParamError)])
+def test_bad_algorithm_rejected(rng, algo, exc):
+    call = Call(rng)
+    expect_error(lambda: call(algo=algo), exc, repr(algo) if not hasattr(algo, "name") else "",
+                 output=call.y)
+
+
+def test_not_applicable_algorithm_reports_the_reason(rng):
+    call = Call(rng)
+    for algo in tridnn.ConvFwdAlgo:
+        try:
+            call(algo=algo, workspace=np.empty(1 << 22, np.uint8))
+        except NotSupportedError as exc:
+            assert algo.name in str(exc)
+        else:
+            continue
+
+
+@pytest.mark.parametrize("size", [0, 1, 100])
+def test_too_small_workspace_rejected(rng, size):
+    call = Call(rng)
+    need = call.workspace.nbytes
+    if size >= need:
+        pytest.skip(f"IMPLICIT_GEMM needs only {need} bytes here")
+    expect_error(lambda: call(workspace=np.empty(size, np.uint8)), BadParamError, str(size), str(need),
+                 output=call.y)
+    expect_error(lambda: call(workspace=None), BadParamError, str(need), output=call.y)
+
+
+def test_non_contiguous_or_foreign_workspace_rejected(rng):
+    call = Call(rng)
+    need = call.workspace.nbytes
+    expect_error(lambda: call(workspace=np.empty(2 * need + 2, np.uint8)[::2]), BadParamError,
+                 "contiguous", output=call.y)
+    expect_error(lambda: call(workspace="workspace"), BadParamError, "workspace", output=call.y)
+
+
+def test_destroyed_handle_rejected(rng):
+    call = Call(rng)
+    call.handle.destroy()
+    expect_error(lambda: call(), NotInitializedError, "destroyed", output=call.y)
+    expect_error(lambda: call.handle.workspace(10), NotInitializedError, "destroyed")
+    expect_error(lambda: tridnn.get_convolution_forward_algorithm(
+        call.handle, call.x_desc, call.w_desc, call.conv, call.y_desc), NotInitializedError)
+
+
+@pytest.mark.parametrize("bad", [None, "cpu", object(), 0])
+def test_foreign_handle_rejected(rng, bad):
+    call = Call(rng)
+    expect_error(lambda: call(handle=bad), BadParamError, "handle", output=call.y)
+
+
+@pytest.mark.parametrize("what", ["x_desc", "w_desc", "y_desc", "conv_desc"])
+@pytest.mark.parametrize("bad", [None, (2, 3, 5, 5), "NCHW"])
+def test_foreign_descriptors_rejected(rng, what, bad):
+    call = Call(rng)
+    expect_error(lambda: call(**{what: bad}), BadParamError, output=call.y)
+
+
+def test_swapped_descriptor_kinds_rejected(rng):
+    call = Call(rng)
+    expect_error(lambda: call(w_desc=call.w_desc.as_tensor()), BadParamError, "FilterDescriptor",
+                 output=call.y)
+    expect_error(lambda: call(x_desc=tridnn.FilterDescriptor(call.x_desc.dims)), BadParamError,
+                 "TensorDescriptor", output=call.y)
+
+
+@pytest.mark.parametrize("requested", [0, -1, 1.5, "2"])
+def test_bad_requested_count_rejected(rng, requested):
+    call = Call(rng)
+    expect_error(lambda: tridnn.get_convolution_forward_algorithm(
+        call.handle, call.x_desc, call.w_desc, call.conv, call.y_desc, requested), BadParamError,
+        repr(requested))
+
+
+@pytest.mark.parametrize("kwargs", [dict(device="tpu"), dict(backend="cupy"),
+                                    dict(workspace_limit=-1), dict(workspace_limit=1.5),
+                                    dict(math_type=17)])
+def test_bad_handle_arguments_rejected(kwargs):
+    value = next(iter(kwargs.values()))
+    expect_error(lambda: tridnn.Handle(find_cache=None, **kwargs), BadParamError, repr(value))
+
+
+# -- sizes too large for the machine ----------------------------------------------------------
+HUGE = 1 << 40
+
+
+def test_huge_descriptors_do_not_allocate_in_queries(rng):
+    """Descriptors for tensors far larger than memory are fine to describe and query."""
+    handle = tridnn.Handle(find_cache=None)
+    x = tridnn.TensorDescriptor((1, 1, HUGE, 4))
+    w = tridnn.FilterDescriptor((1, 1, 3, 3))
+    conv = tridnn.ConvolutionDescriptor(padding=1, nd=2)
+    y = tridnn.TensorDescriptor(conv.output_dims(x, w))
+    records = tridnn.get_convolution_forward_algorithm(handle, x, w, conv, y)
+    assert records, "get returned no records"
+    for r in records:
+        assert r.memory >= 0, f"{r.algo} reports negative workspace {r.memory}"
+        if r.status == tridnn.Status.SUCCESS:
+            size = tridnn.get_convolution_forward_workspace_size(handle, x, w, conv, y, r.algo)
+            assert size >= 0
+
+
+def test_huge_find_raises_alloc_failed():
+    """find on a problem whose tensors cannot fit raises AllocFailedError, never MemoryError
+    from NumPy or a crash."""
+    handle = tridnn.Handle(find_cache=None)
+    x = tridnn.TensorDescriptor((1, 1, HUGE, 4))
+    w = tridnn.FilterDescriptor((1, 1, 1, 1))
+    conv = tridnn.ConvolutionDescriptor(nd=2)
+    y = tridnn.TensorDescriptor(conv.output_dims(x, w))
+    expect_error(lambda: tridnn.find_convolution_forward_algorithm(handle, x, w, conv, y),
+                 AllocFailedError, "bytes")
+
+
+def test_workspace_beyond_memory_raises_alloc_failed():
+    handle = tridnn.Handle(find_cache=None, workspace_limit=1 << 62)
+    expect_error(lambda: handle.workspace(1 << 61), AllocFailedError, str(1 << 61))
+    assert handle.workspace(16).nbytes >= 16  # the handle still works afterwards
+
+
+def test_workspace_over_the_handle_limit_rejected():
+    handle = tridnn.Handle(find_cache=None, workspace_limit=1024)
+    expect_error(lambda: handle.workspace(1025), BadParamError, "1025", "1024")
+
+
+def test_backend_allocations_raise_alloc_failed():
+    from tridnn.cpu.backend import NumpyBackend
+    backend = NumpyBackend()
+    expect_error(lambda: backend.allocate_workspace(1 << 62), AllocFailedError, str(1 << 62))
+    expect_error(lambda: backend.empty(tridnn.TensorDescriptor((1 << 20, 1 << 20, 1 << 20))),
+                 AllocFailedError, "dims")
+
+
+# -- random hostile values at every parameter ------------------------------------------------
+BAD_INTS = st.one_of(st.integers(max_value=0), st.sampled_from([1.5, -2.5, "4", None, math.nan, math.inf,
+                                                               b"3", 2j, [], True]))
+BAD_SCALARS = st.one_of(st.sampled_from([math.nan, math.inf, -math.inf, "0.5", None, 1j, [1.0], {}]),
+                        st.text(max_size=3))
+
+
+@st.composite
+def hostile_calls(draw):
+    """(which parameter, bad value): one broken piece of an otherwise valid call."""
+    target = draw(st.sampled_from(["x_dim", "w_dim", "stride", "padding", "dilation", "groups",
+                                   "alpha", "beta", "algo", "workspace", "requested", "x_stride"]))
+    if target in ("alpha", "beta"):
+        return target, draw(BAD_SCALARS)
+    if target == "algo":
+        return target, draw(st.one_of(st.integers(min_value=8), st.integers(max_value=-1),
+                                      st.text(max_size=6), st.floats(), st.none()))
+    if target == "workspace":
+        return target, draw(st.integers(0, 7))
+    if target == "padding":
+        return target, draw(st.one_of(st.integers(max_value=-1),
+                                      st.sampled_from([1.5, None, "1", math.nan, 2j])))
+    if target == "requested":  # None is valid there: "every algorithm"
+        return target, draw(BAD_INTS.filter(lambda v: v is not None))
+    return target, draw(BAD_INTS)
+
+
+@fuzz_settings(ci_examples=80)
+@given(call_spec=hostile_calls(), seed=st.integers(0, 2**32 - 1))
+def test_random_hostile_values_raise_documented_errors(call_spec, seed):
+    target, bad = call_spec
+    rng = np.random.default_rng(seed)
+    call = Call(rng)
+    before = call.y.copy()
+
+    def attempt():
+        if target == "x_dim":
+            dims = list(call.x_desc.dims)
+            dims[1] = bad
+            return call(x_desc=tridnn.TensorDescriptor(dims))
+        if target == "x_stride":
+            return call(x_desc=tridnn.TensorDescriptor(call.x_desc.dims, "float32", (75, bad, 5, 1)))
+        if target == "w_dim":
+            return call(w_desc=tridnn.FilterDescriptor((4, 3, bad, 3)))
+        if target in ("stride", "padding", "dilation", "groups"):
+            return call(conv_desc=tridnn.ConvolutionDescriptor(**{"nd": 2, target: bad}))
+        if target in ("alpha", "beta", "algo"):
+            return call(**{target: bad})
+        if target == "workspace":
+            return call(workspace=np.empty(bad, np.uint8))
+        return tridnn.get_convolution_forward_algorithm(call.handle, call.x_desc, call.w_desc,
+                                                        call.conv, call.y_desc, bad)
+
+    with pytest.raises(TridnnError) as info:
+        attempt()
+    assert isinstance(info.value, (BadParamError, NotSupportedError)), repr(info.value)
+    if target not in ("workspace",) and not (isinstance(bad, str) and bad == ""):
+        shown = {repr(bad), str(bad)} | ({repr(tuple(bad))} if isinstance(bad, list) else set())
+        assert any(s in str(info.value) for s in shown), f"{info.value} does not name {bad!r}"
+    assert np.array_equal(call.y.view(np.uint8), before.view(np.uint8)), "output modified"
