@@ -9,6 +9,7 @@ NumPy arrays on the CPU through ``torch.from_numpy``, and any other DLPack or
 from __future__ import annotations
 
 import time
+import warnings
 
 import numpy as np
 import torch
@@ -45,7 +46,9 @@ def to_tensor(array, device: torch.device, name: str = "array") -> torch.Tensor:
             tensor = torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
         else:
             try:
-                tensor = torch.from_numpy(array)
+                with warnings.catch_warnings():  # read-only inputs are fine: kernels never write them
+                    warnings.simplefilter("ignore", UserWarning)
+                    tensor = torch.from_numpy(array)
             except (TypeError, ValueError) as exc:
                 raise BadParamError(f"{name}: cannot take a NumPy array of dtype {array.dtype} ({exc})") from None
     elif hasattr(array, "__dlpack__") or hasattr(array, "__cuda_array_interface__"):
@@ -65,12 +68,12 @@ def to_tensor(array, device: torch.device, name: str = "array") -> torch.Tensor:
 
 def as_view(array, desc, name: str, device: torch.device, writable: bool = False) -> torch.Tensor:
     """The logical strided torch view of ``array`` described by ``desc``, as arrays.as_view."""
+    if writable and isinstance(array, np.ndarray) and not array.flags.writeable:
+        raise BadParamError(f"{name} is an output but the array is read-only")
     tensor = to_tensor(array, device, name)
     want = TORCH_DTYPE[desc.dtype]
     if tensor.dtype != want:
         raise BadParamError(f"{name} has dtype {tensor.dtype}, its descriptor says {desc.dtype.name} ({want})")
-    if writable and isinstance(array, np.ndarray) and not array.flags.writeable:
-        raise BadParamError(f"{name} is an output but the array is read-only")
     dims, strides = tuple(desc.dims), tuple(desc.strides)
     shape, got = tuple(tensor.shape), tuple(tensor.stride())
     if shape == dims and all(d <= 1 or a == b for d, a, b in zip(dims, got, strides)):
