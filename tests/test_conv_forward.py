@@ -215,16 +215,19 @@ def test_gather_offsets_point_padding_at_the_zero_row():
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-@pytest.mark.parametrize("stride,dtype", [(1, "float32"), (2, "bfloat16")])
-def test_direct_depthwise_many_row_blocks(layout, stride, dtype, rng):
-    """Planes large enough that DIRECT splits rows into many blocks, spread over its threads."""
+@pytest.mark.parametrize("stride,dtype,channels", [(1, "float32", 32), (2, "bfloat16", 32), (1, "float16", 64),
+                                                   (2, "float32", 64)])
+def test_direct_depthwise_many_row_blocks(layout, stride, dtype, channels, rng):
+    """Planes large enough that DIRECT splits rows into many blocks, spread over its threads;
+    64 channels take the one-einsum-per-block path in channels-last order."""
     algo = _by_enum(tridnn.ConvFwdAlgo.DIRECT)
-    p = dict(name="dw_96", C=32, K=32, spatial=(96, 90), kernel=(3, 3), stride=(stride, stride),
-             pad=(1, 0), dilation=(1, 1), groups=32)
-    x = tridnn.TensorDescriptor.packed((2, 32, 96, 90), dtype, tridnn.TensorFormat[layout])
-    w = tridnn.FilterDescriptor((32, 1, 3, 3), dtype)
+    c = channels
+    p = dict(name="dw_96", C=c, K=c, spatial=(96, 90), kernel=(3, 3), stride=(stride, stride),
+             pad=(1, 0), dilation=(1, 1), groups=c)
+    x = tridnn.TensorDescriptor.packed((2, c, 96, 90), dtype, tridnn.TensorFormat[layout])
+    w = tridnn.FilterDescriptor((c, 1, 3, 3), dtype)
     problem = ConvProblem.forward(x, w, tridnn.ConvolutionDescriptor(padding=(1, 0), pad_post=(0, 2),
-                                                                     stride=stride, groups=32, nd=2))
+                                                                     stride=stride, groups=c, nd=2))
     images, rows = algo._blocks(problem)
     assert -(-problem.out_spatial[0] // rows) >= 3, (images, rows)  # at least 3 row blocks
     skip_unless_applies(run_case(algo, p, dtype, layout, rng, pad_post=(0, 2), alpha=2.0, beta=-1.0))

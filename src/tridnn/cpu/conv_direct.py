@@ -7,12 +7,15 @@ per group are few (depthwise, small groups), where GEMM methods degenerate into
 tiny, badly shaped matrix products.
 
 Those passes are memory-bound and NumPy pays per inner loop, so the layout is chosen
-for long contiguous loops, whatever the caller's layout:
-- the input is first copied, zero-padded, into a channels-last workspace buffer, so
-  every tap reads one full box (no edge cases) whose (width, channels) rows are
-  contiguous at stride 1;
-- the weights of each tap are replicated along the output row, so weights, input and
-  accumulator all run contiguously over a whole row and NumPy fuses it into one loop;
+for long contiguous loops:
+- the input is first copied, zero-padded, into a workspace buffer, so every tap reads
+  one full box (no edge cases);
+- NCHW data with rows of 24 outputs or more is processed plane by plane: one scalar
+  weight per (output channel, tap) broadcast over rows of the plane;
+- otherwise (NHWC data, or small planes with many channels) the buffer is channels
+  last and each tap's weights are replicated along the output row, so weights, input
+  and accumulator run contiguously over a whole (width x channels) row and NumPy
+  fuses it into one loop;
 - the output is computed in cache-sized blocks of rows (or of whole images for small
   planes), each stored (blended, rounded once) before the next.
 """
@@ -23,9 +26,11 @@ import numpy as np
 from ..algorithms.base import Algorithm
 from ..types import ConvFwdAlgo
 from ..workspace import Buffer
-from .common import WORKERS, pad_into, parallel_map, prod, store, taps
+from .common import WORKERS, channels_last, pad_into, parallel_map, prod, store, taps
 
 MAX_CHANNELS_PER_GROUP = 16
+MIN_EINSUM_CHANNELS = 64 # depthwise channels-last: one einsum per block from this many channels
+MIN_PLANAR_ROW = 24      # output row length from which NCHW data is processed plane by plane
 BLOCK_BYTES = 256 << 10   # accumulator + product of one block (they stay in L2)
 CACHE_RATE = 20e9         # bytes/s of an in-cache NumPy elementwise pass (estimate)
 CALL_SECONDS = 3e-6       # overhead of one NumPy call (estimate)
@@ -56,12 +61,20 @@ class DirectForward(Algorithm):
         return tuple((o - 1) * s + d * (k - 1) + 1 for o, s, d, k in
                      zip(problem.out_spatial, problem.stride, problem.dilation, problem.kernel))
 
+    @staticmethod
+    def planar(problem) -> bool:
+        """Channels-first (per-plane) passes for NCHW data with rows long enough to make
+        the inner loop; channels-last passes otherwise (NHWC data, or small planes)."""
+        return not channels_last(problem.x) and problem.out_spatial[-1] >= MIN_PLANAR_ROW
+
     def buffers(self, problem):
         images, rows = self._blocks(problem)
         out, acc = problem.out_spatial, problem.accumulator
+        weights = prod(problem.kernel) * problem.w.c * problem.k * (1 if self.planar(problem) else out[-1])
         block = (WORKERS, images * rows * prod(out[1:]) * problem.k)  # one block per worker
-        return [Buffer("xpad", (images, *self._padded(problem), problem.c), acc),
-                Buffer("wrow", (prod(problem.kernel), problem.w.c, out[-1], problem.k), acc),
+        return [Buffer("xpad", (images * prod(self._padded(problem)) * problem.c,), acc),
+                Buffer("weights", (weights,), acc),
+                Buffer("weights_taps", (*problem.kernel, problem.c), acc),  # depthwise: w as (*k, C)
                 Buffer("acc", block, acc), Buffer("prod", block, acc)]
 
     def estimate(self, problem):
@@ -76,49 +89,91 @@ class DirectForward(Algorithm):
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
         g, nd, cg, k = problem.groups, problem.nd, problem.w.c, problem.k
-        kg, out = k // g, problem.out_spatial
+        kg, out, ntaps = k // g, problem.out_spatial, prod(problem.kernel)
         images, rows = self._blocks(problem)
-        padded = self._padded(problem)
-        # wrow[tap, ci, j, g*Kg + kj] = w[g*Kg + kj, ci, tap] for every output column j
-        wrow = workspace["wrow"]
-        wk = np.moveaxis(w.reshape(k, cg, prod(problem.kernel)), (2, 1), (0, 1))  # (taps, Cg, K)
-        wrow[...] = wk[:, :, None, :]
-        wrow = wrow.reshape(prod(problem.kernel), cg, out[-1], g, kg)
-        # the input of a block of images, zero-padded and channels last
+        padded, planar = self._padded(problem), self.planar(problem)
+        wk = np.moveaxis(w.reshape(k, cg, ntaps), (2, 1), (0, 1))  # (taps, Cg, K)
+        workspace["weights_taps"].reshape(ntaps, -1)[...] = wk[:, 0, :] if cg == 1 and k == problem.c else 0
+        if planar:
+            # weights[tap, ci] as (G, Kg, 1, ...): one scalar per output plane
+            weights = workspace["weights"].reshape(ntaps, cg, k)
+            weights[...] = wk
+            weights = weights.reshape(ntaps, cg, g, kg, *(1,) * nd)
+        else:
+            # weights[tap, ci, j] = w[:, ci, tap] for every output column j (a row-long loop)
+            weights = workspace["weights"].reshape(ntaps, cg, out[-1], k)
+            weights[...] = wk[:, :, None, :]
+            weights = weights.reshape(ntaps, cg, out[-1], g, kg)
+        # the input of a block of images, zero-padded, in the orientation's layout
         post = tuple(max(0, e - i - p) for e, i, p in zip(padded, problem.in_spatial, problem.pad_pre))
         crop = tuple(slice(0, max(0, min(i, e - p))) for i, e, p in zip(problem.in_spatial, padded, problem.pad_pre))
         for n0 in range(0, problem.n, images):
             nb = min(problem.n, n0 + images) - n0
-            xpad = workspace["xpad"][:nb]
-            pad_into(np.moveaxis(xpad, -1, 1), x[(slice(n0, n0 + nb), slice(None)) + crop],
-                     problem.pad_pre, post)
-            xpad_g = xpad.reshape(nb, *padded, g, cg)
+            size = nb * prod(padded) * problem.c
+            if planar:
+                xpad = workspace["xpad"][:size].reshape(nb, problem.c, *padded)
+                logical = xpad
+                xpad = xpad.reshape(nb, g, cg, *padded)
+            else:
+                xpad = workspace["xpad"][:size].reshape(nb, *padded, problem.c)
+                logical = np.moveaxis(xpad, -1, 1)
+                xpad = xpad.reshape(nb, *padded, g, cg)
+            pad_into(logical, x[(slice(n0, n0 + nb), slice(None)) + crop], problem.pad_pre, post)
             blocks = range(0, out[0], rows)
-            parallel_map(lambda worker, r0: self._block(problem, xpad_g, wrow, workspace, worker, n0, nb,
-                                                        r0, min(out[0], r0 + rows) - r0, y, alpha, beta,
+            parallel_map(lambda worker, r0: self._block(problem, planar, xpad, weights, workspace, worker, n0,
+                                                        nb, r0, min(out[0], r0 + rows) - r0, y, alpha, beta,
                                                         epilogue), blocks)
 
     @staticmethod
-    def _block(problem, xpad_g, wrow, workspace, worker, n0, nb, r0, rb, y, alpha, beta, epilogue):
+    def _block(problem, planar, xpad, weights, workspace, worker, n0, nb, r0, rb, y, alpha, beta, epilogue):
         """Output rows [r0, r0 + rb) of images [n0, n0 + nb): every tap, then one store."""
-        nd, cg, k, out = problem.nd, problem.w.c, problem.k, problem.out_spatial
+        nd, cg, k, out, g = problem.nd, problem.w.c, problem.k, problem.out_spatial, problem.groups
         size = nb * rb * prod(out[1:]) * k
-        acc = workspace["acc"][worker, :size].reshape(nb, rb, *out[1:], problem.groups, k // problem.groups)
-        tmp = workspace["prod"][worker, :size].reshape(acc.shape)
+        shape = (nb, g, k // g, rb, *out[1:]) if planar else (nb, rb, *out[1:], g, k // g)
+        acc = workspace["acc"][worker, :size].reshape(shape)
+        tmp = workspace["prod"][worker, :size].reshape(shape)
+        lead = (slice(None),) * (3 if planar else 1)
+        if not planar and problem.depthwise and k == problem.c >= MIN_EINSUM_CHANNELS:
+            _depthwise_window_sum(problem, xpad, workspace["weights_taps"], r0, rb, acc)
+            result = np.moveaxis(acc.reshape(nb, rb, *out[1:], k), -1, 1)
+            index = (slice(n0, n0 + nb), slice(None), slice(r0, r0 + rb))
+            store(y[index], result, alpha, beta, epilogue, index)
+            return
         first = True
         for t, tap in enumerate(taps(problem)):
             window = tuple(slice(tp * d + o0 * s, tp * d + (o0 + ob - 1) * s + 1, s)
                            for tp, d, s, o0, ob in zip(tap, problem.dilation, problem.stride,
                                                        (r0,) + (0,) * (nd - 1), (rb,) + out[1:]))
-            x_tap = xpad_g[(slice(None),) + window]  # (nb, rb, *out[1:], G, Cg)
+            x_tap = xpad[lead + window]  # (nb, G, Cg, rb, ...) or (nb, rb, ..., G, Cg)
             for ci in range(cg):
-                weights = wrow[t, ci]  # (out[-1], G, Kg), broadcast over rows and images
+                x_ci = x_tap[:, :, ci:ci + 1] if planar else x_tap[..., ci:ci + 1]
                 if first:
-                    np.multiply(x_tap[..., ci:ci + 1], weights, out=acc)
+                    np.multiply(x_ci, weights[t, ci], out=acc)
                     first = False
                 else:
-                    np.multiply(x_tap[..., ci:ci + 1], weights, out=tmp)
+                    np.multiply(x_ci, weights[t, ci], out=tmp)
                     np.add(acc, tmp, out=acc)
-        result = np.moveaxis(acc.reshape(nb, rb, *out[1:], k), -1, 1)
+        if planar:
+            result = acc.reshape(nb, k, rb, *out[1:])
+        else:
+            result = np.moveaxis(acc.reshape(nb, rb, *out[1:], k), -1, 1)
         index = (slice(n0, n0 + nb), slice(None), slice(r0, r0 + rb))
         store(y[index], result, alpha, beta, epilogue, index)
+
+
+def _depthwise_window_sum(problem, xpad, weights, r0, rb, acc):
+    """acc[n, o, c] = sum over taps t of xpad[n, o*stride + t*dilation, c] * w[c, t], as one
+    einsum over a strided window view: NumPy fuses every tap's multiply-add into its inner
+    loop over channels, so the output block is written once instead of once per tap."""
+    nd, out = problem.nd, problem.out_spatial
+    st = xpad.strides  # (nb, *padded, G, Cg) with Cg == 1
+    start = xpad[(slice(None), slice(r0 * problem.stride[0], None))][..., 0]
+    spatial = start.strides[1:1 + nd]
+    windows = np.lib.stride_tricks.as_strided(
+        start, (start.shape[0], rb, *out[1:], *problem.kernel, problem.c),
+        (st[0], *(s * q for s, q in zip(spatial, problem.stride)),
+         *(s * d for s, d in zip(spatial, problem.dilation)), start.strides[-1]), writeable=False)
+    letters = "abcdefghijklm"[:nd]
+    taps_sub = "pqr"[:nd]
+    np.einsum(f"n{letters}{taps_sub}c,{taps_sub}c->n{letters}c", windows, weights,
+              out=acc.reshape(start.shape[0], rb, *out[1:], problem.c))
