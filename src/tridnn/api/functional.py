@@ -41,7 +41,7 @@ __all__ = ["conv", "conv_bias_activation", "conv_transpose", "conv_backward_data
            "batch_norm", "batch_norm_training", "batch_norm_inference", "batch_norm_backward",
            "layer_norm", "layer_norm_backward", "group_norm", "rms_norm", "lrn", "dropout",
            "dropout_backward",
-           "clear_plan_cache", "plan_cache_info"]
+           "clear_plan_cache", "plan_cache_info", "output_format", "padding_pairs"]
 
 CHOOSERS = ("auto", "find", "heuristic")
 MAX_PLANS_PER_HANDLE = 4096
