@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .common import parallel_map
 from .layer_utils import acc_dtype, batch_channel_chunks, blend, scratch_like
 
 PER_ACTIVATION, SPATIAL, SPATIAL_PERSISTENT = 0, 1, 2
@@ -218,36 +219,50 @@ def _blocked_apply(x, z, y, scale, bias, mean, inv_std, bn_ops, alpha, beta):
 
 def _blocked_backward(x, y, dy, dz, dx, scale, dscale, dbias, mean, inv_std, count, bn_ops,
                       alpha_data, beta_data, alpha_param, beta_param):
-    """Two blocked passes: per-channel sums of g and g * (x - mean), then
-    dx = k * (g - mean(g)) - k * inv^2 * mean(g * (x - mean)) * (x - mean), k = scale * inv."""
+    """Two blocked passes, the blocks spread over the worker threads: per-channel sums of
+    g and g * (x - mean), then dx = coef_g * g + coef_x * x + const (four NumPy passes per
+    block), where with k = scale * inv: coef_g = k, coef_x = -k * inv^2 * mean(g * (x - mean))
+    and const = -k * mean(g) - coef_x * mean."""
     dt = x.dtype
     c = x.shape[1]
     fused = int(bn_ops) != NORM
     mean_v, inv = mean.reshape(-1), inv_std.reshape(-1)
-    sum_g = np.zeros(c)
-    sum_gd = np.zeros(c)
-    for nb, cb in batch_channel_chunks(x, min_channels=64):
-        g = _masked_gradient(dy[nb, cb], y[nb, cb] if fused else None, dt)
+    blocks = list(batch_channel_chunks(x, min_channels=64))
+
+    def gradient(nb, cb):
+        return _masked_gradient(dy[nb, cb], y[nb, cb] if fused else None, dt)
+
+    def block_sums(worker, block):
+        nb, cb = block
+        g = gradient(nb, cb)
         if int(bn_ops) == NORM_ADD_ACTIVATION and dz is not None:
             blend(dz[nb, cb], g.copy(), alpha_data, beta_data)
-        d = np.subtract(x[nb, cb], _channel_vector(mean_v, x.ndim, dt, cb), out=scratch_like("bn.d", x[nb, cb]))
-        sum_g[cb] += _channel_sums(g)
-        sum_gd[cb] += _channel_sums(g, d)
+        d = np.subtract(x[nb, cb], _channel_vector(mean_v, x.ndim, dt, cb), out=scratch_like("bn.d", g, dt))
+        return cb, _channel_sums(g), _channel_sums(g, d)
+
+    sum_g = np.zeros(c)
+    sum_gd = np.zeros(c)
+    for cb, part_g, part_gd in parallel_map(block_sums, blocks):
+        sum_g[cb] += part_g
+        sum_gd[cb] += part_gd
     k = scale.astype(np.float64).reshape(-1) * inv
     coef_g = k
-    coef_d = -k * inv * inv * sum_gd / count
-    const = -k * sum_g / count
+    coef_x = -k * inv * inv * sum_gd / count
+    const = -k * sum_g / count - coef_x * mean_v
     direct = alpha_data == 1.0 and beta_data == 0.0 and dx.dtype == dt
-    for nb, cb in batch_channel_chunks(x, min_channels=64):
-        g = _masked_gradient(dy[nb, cb], y[nb, cb] if fused else None, dt)
-        d = np.subtract(x[nb, cb], _channel_vector(mean_v, x.ndim, dt, cb), out=scratch_like("bn.d", x[nb, cb]))
-        d *= _channel_vector(coef_d, x.ndim, dt, cb)
-        out = dx[nb, cb] if direct else scratch_like("bn.out", d)
+
+    def block_dx(worker, block):
+        nb, cb = block
+        g = gradient(nb, cb)
+        x_term = np.multiply(x[nb, cb], _channel_vector(coef_x, x.ndim, dt, cb), out=scratch_like("bn.d", g, dt))
+        out = dx[nb, cb] if direct else scratch_like("bn.out", g, dt)   # dx may be x or dy itself
         np.multiply(g, _channel_vector(coef_g, x.ndim, dt, cb), out=out)
-        out += d
+        out += x_term
         out += _channel_vector(const, x.ndim, dt, cb)
         if not direct:
             blend(dx[nb, cb], out, alpha_data, beta_data)
+
+    parallel_map(block_dx, blocks)
     shape = dscale.shape
     blend(dscale, (sum_gd * inv).reshape(shape).astype(acc_dtype(dscale.dtype)), alpha_param, beta_param)
     blend(dbias, sum_g.reshape(shape).astype(acc_dtype(dbias.dtype)), alpha_param, beta_param)
