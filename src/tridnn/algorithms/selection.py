@@ -7,6 +7,7 @@ do not apply, with status NOT_SUPPORTED and the reason.
 from __future__ import annotations
 
 import statistics
+import warnings
 
 import numpy as np
 
@@ -127,7 +128,7 @@ def choose(handle, problem, how: str = "auto"):
     if how in ("auto", "find"):
         entry = handle.find_cache.get(cache_key(handle, problem))
         if entry is not None:
-            algo = registry.by_id(entry.algo_id)
+            algo = _cached_algorithm(handle, problem, entry)
             if algo is not None and algo.not_applicable(problem) is None and \
                     algo.workspace_size(problem) <= handle.workspace_limit and \
                     (algo.deterministic or not handle.deterministic):
@@ -138,3 +139,22 @@ def choose(handle, problem, how: str = "auto"):
             return record.algorithm
     reasons = "; ".join(f"{r.algorithm.name}: {r.reason}" for r in ranked)
     raise NotSupportedError(f"no algorithm can run {problem.describe()}: {reasons}")
+
+
+def _cached_algorithm(handle, problem, entry):
+    """The algorithm a cache entry names, or None (with a warning) when the entry cannot
+    be trusted: an unknown id, or an id whose algorithm is of another op, direction or
+    backend, or is named differently (a damaged or foreign cache)."""
+    try:
+        algo = registry.by_id(int(entry.algo_id))
+    except (TypeError, ValueError):
+        algo = None
+    if algo is None or (algo.op, algo.direction, algo.backend) != ("conv", problem.direction,
+                                                                   handle.backend_name) \
+            or algo.name != entry.algo_name:
+        found = "no algorithm" if algo is None else repr(algo)
+        warnings.warn(f"tridnn find cache entry for {problem.describe()} names algorithm id "
+                      f"{entry.algo_id!r} ({entry.algo_name!r}), but that id is {found}; the "
+                      f"entry is ignored", RuntimeWarning, stacklevel=3)
+        return None
+    return algo
