@@ -6,10 +6,12 @@ ALGO_1 works channels-first and reduces over the batch in blocks: per block, dy 
 packed once as (G, Kg, positions) and, per tap, only the in-bounds box of x (and of
 dy when the box is smaller) is packed, so no product of a padding zero is computed.
 
-ALGO_3 works channels-last over a zero-padded copy of x: every tap's input is then a
-plain strided view of that copy (padding is real zeros, no boxes), gathered into
-(positions, G, Cg) rows and reduced with dy's rows. It suits NHWC tensors, whose
-packing is a straight copy.
+ALGO_3 works on a zero-padded copy of x, so padding is real zeros and no tap needs
+a box. With stride 1 it copies nothing per tap: x's padded planes and dy (padded to
+the same row length) are flattened, and a tap is then a contiguous shifted window of
+each flat plane, fed to BLAS as a strided operand: dw_t (Kg x Cg) += dy (Kg x L) @
+x[off_t : off_t + L]^T. With a larger stride the taps' inputs are strided views of a
+channels-last padded copy, gathered into (positions, G, Cg) rows.
 """
 from __future__ import annotations
 
@@ -86,36 +88,93 @@ class PaddedGemmBackwardFilter(Algorithm):
         return tuple((o - 1) * s + e for o, s, e in zip(problem.out_spatial, problem.stride,
                                                          dilated_extent(problem)))
 
+    @staticmethod
+    def _shifted(problem) -> bool:
+        return all(s == 1 for s in problem.stride)
+
+    def _flat(self, problem):
+        """Flat-plane geometry of the stride-1 path: (plane length F, window length L,
+        element stride of each spatial dim, offset of each tap)."""
+        padded = self._padded_extent(problem)
+        steps = [prod(padded[i + 1:]) for i in range(problem.nd)]
+        span = dilated_extent(problem)
+        window = problem.out_spatial[0] * steps[0]
+        plane = prod(padded) + sum((e - 1) * st for e, st in zip(span[1:], steps[1:]))
+        offsets = [sum(t * d * st for t, d, st in zip(tap, problem.dilation, steps))
+                   for tap in np.ndindex(*problem.kernel)]
+        return plane, window, steps, offsets
+
     def _block(self, problem):
-        out = prod(problem.out_spatial)
-        per_image = (prod(self._padded_extent(problem)) * problem.c + (problem.k + problem.c) * out) \
-            * problem.accumulator.itemsize
-        return batch_block(problem.n, per_image)
+        if self._shifted(problem):
+            plane, window, _, _ = self._flat(problem)
+            per_image = (problem.c * plane + problem.k * window) * problem.accumulator.itemsize
+        else:
+            out = prod(problem.out_spatial)
+            per_image = (prod(self._padded_extent(problem)) * problem.c + (problem.k + problem.c) * out) \
+                * problem.accumulator.itemsize
+        return batch_block(problem.n, per_image, 16 << 20)
 
     def buffers(self, problem):
         if problem.n == 0:
             return []  # an empty batch runs nothing (execute handles it)
         b, acc = self._block(problem), problem.accumulator
         g, cg, kg = problem.groups, problem.w.c, problem.k // problem.groups
+        total = Buffer("dw", (g, kg, cg, prod(problem.kernel)), acc)
+        if self._shifted(problem):
+            plane, window, _, _ = self._flat(problem)
+            return [Buffer("x_pad", (b * problem.c * plane,), acc),
+                    Buffer("dy", (b * problem.k * window,), acc),
+                    Buffer("part", (b * g * kg * cg,), acc), total]
         out = prod(problem.out_spatial)
         return [Buffer("x_pad", (b * prod(self._padded_extent(problem)) * problem.c,), acc),
                 Buffer("dy", (b * out * problem.k,), acc),
                 Buffer("x_tap", (b * out * problem.c,), acc),
-                Buffer("part", (g, kg, cg), acc),
-                Buffer("dw", (g, kg, cg, prod(problem.kernel)), acc)]
+                Buffer("part", (g, kg, cg), acc), total]
 
     def estimate(self, problem):
         taps = prod(problem.kernel)
         img_bytes = problem.n * problem.c * prod(problem.out_spatial) * 4
         pad_bytes = problem.n * problem.c * prod(self._padded_extent(problem)) * 4
-        return problem.flops / BLAS_FLOPS + (2 * taps * img_bytes + 2 * pad_bytes) / MEM_BW
+        gather = 0 if self._shifted(problem) else 2 * taps * img_bytes
+        calls = taps * problem.n * problem.groups * 2e-6 if self._shifted(problem) else 0
+        return problem.flops / BLAS_FLOPS + (gather + 2 * pad_bytes) / MEM_BW + calls
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
-        x, dy, dw = tensors["x"], tensors["y"], tensors["w"]
+        total = workspace["dw"]
+        total[...] = 0
+        if self._shifted(problem):
+            self._run_shifted(problem, tensors, workspace, total)
+        else:
+            self._run_gathered(problem, tensors, workspace, total)
+        store(tensors["w"], total.reshape(problem.k, problem.w.c, *problem.kernel), alpha, beta)
+
+    def _run_shifted(self, problem, tensors, workspace, total):
+        x, dy = tensors["x"], tensors["y"]
+        g, cg, kg = problem.groups, problem.w.c, problem.k // problem.groups
+        padded, out_sp = self._padded_extent(problem), problem.out_spatial
+        plane, window, _, offsets = self._flat(problem)
+        dst = tuple(slice(p, min(p + i, e)) for p, i, e in zip(problem.pad_pre, problem.in_spatial, padded))
+        src = tuple(slice(0, s.stop - s.start) for s in dst)
+        for n0, b in blocks(problem.n, self._block(problem)):
+            x_pad = shaped(workspace["x_pad"], (b, g, cg, plane))
+            x_pad[...] = 0
+            x_pad[..., :prod(padded)].reshape(b, problem.c, *padded)[(slice(None), slice(None)) + dst] = \
+                x[(slice(n0, n0 + b), slice(None)) + src]
+            # dy rows padded to the padded input's row length: (b, G, Kg, o_0 * P_1 * ... )
+            dyp = shaped(workspace["dy"], (b, g, kg, window))
+            dyp[...] = 0
+            dyp.reshape(b, problem.k, out_sp[0], *padded[1:])[(Ellipsis,) + tuple(
+                slice(0, o) for o in out_sp[1:])] = dy[n0:n0 + b]
+            part = shaped(workspace["part"], (b, g, kg, cg))
+            for flat, offset in enumerate(offsets):
+                np.matmul(dyp, x_pad[..., offset:offset + window].swapaxes(-1, -2), out=part)
+                total[..., flat] += part.sum(axis=0)
+
+    def _run_gathered(self, problem, tensors, workspace, total):
+        x, dy = tensors["x"], tensors["y"]
         g, cg, kg = problem.groups, problem.w.c, problem.k // problem.groups
         out_sp, padded = problem.out_spatial, self._padded_extent(problem)
-        total, part = workspace["dw"], workspace["part"]
-        total[...] = 0
+        part = workspace["part"]
         # where x lands in the padded copy (x may reach past what the taps read)
         dst = tuple(slice(p, min(p + i, e)) for p, i, e in zip(problem.pad_pre, problem.in_spatial, padded))
         src = tuple(slice(0, s.stop - s.start) for s in dst)
@@ -133,4 +192,3 @@ class PaddedGemmBackwardFilter(Algorithm):
                 x_tap[...] = x_pad[(slice(None),) + view]
                 np.matmul(dy_rows, x_tap.reshape(-1, g, cg).transpose(1, 0, 2), out=part)
                 total[..., flat] += part
-        store(dw, total.reshape(problem.k, cg, *problem.kernel), alpha, beta)
