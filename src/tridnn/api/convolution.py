@@ -288,6 +288,11 @@ def convolution_bias_activation_forward(handle, alpha1, x_desc, x, w_desc, w, co
     algorithm = _algorithm(handle, problem, algo)
     _check_workspace(handle, problem, algorithm, workspace)
     epilogue = bias_activation(activation_desc, bias_view, z_view, alpha2)
+    if handle.backend_name == "triton":  # the Triton kernels fuse the declarative form
+        from ..cuda.epilogue import EpilogueSpec
+        epilogue.spec = EpilogueSpec(activation=activation_desc.mode, coef=activation_desc.coef,
+                                     swish_beta=activation_desc.swish_beta, bias=bias_view, z=z_view,
+                                     alpha2=alpha2 if z_view is not None else 0.0)
     execute(handle, problem, algorithm, views, workspace, alpha1, 0.0, epilogue=epilogue)
     return y
 

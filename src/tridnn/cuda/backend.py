@@ -167,6 +167,14 @@ class TritonBackend:
             offset = start + buf.nbytes
         return views
 
+    # -- convolution pieces outside the algorithm table ------------------------------
+    def conv_backward_bias(self, dy, db, alpha: float, beta: float) -> None:
+        """db = alpha * (dy summed over all axes but channels) + beta * db (conv_bwd_bias.py)."""
+        if self.shares_memory(dy, db):
+            raise BadParamError("output db overlaps input dy; pass separate buffers")
+        from .conv_bwd_bias import backward_bias
+        backward_bias(dy, db, alpha, beta)
+
     @staticmethod
     def flip_spatial(array, nd: int):
         """A copy with the spatial axes reversed (torch has no negative strides). The Triton

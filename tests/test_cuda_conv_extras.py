@@ -1,0 +1,160 @@
+"""Triton backward bias and the fused conv + bias + activation, through the public API.
+
+Run on the CPU through Triton's interpreter (Handle(device="cpu", backend="triton"))
+on tiny shapes, against the float64 references; outputs are NaN-poisoned so an
+unwritten element fails, and beta == 0 must not read them.
+"""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+import tridnn  # noqa: E402
+from tridnn import reference, testing  # noqa: E402
+from tridnn.descriptors.activation import ActivationDescriptor, ActivationMode  # noqa: E402
+from tridnn.errors import BadParamError, NotSupportedError  # noqa: E402
+
+
+def _handle():
+    return tridnn.Handle(device="cpu", backend="triton", find_cache=None)
+
+
+def _np(t):
+    t = t.detach().cpu()
+    return t.float().numpy().astype(np.float64) if t.dtype == torch.bfloat16 else t.numpy().astype(np.float64)
+
+
+# -- backward bias -------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("layout,dims", [("NCHW", (3, 5, 4, 6)), ("NHWC", (3, 5, 4, 6)), ("strided", (3, 5, 4, 6)),
+                                         ("NHWC", (2, 20, 7)), ("NCHW", (2, 3, 2, 3, 4))],
+                         ids=["nchw", "nhwc", "strided", "1d", "3d"])
+def test_backward_bias_matches_reference(dtype, layout, dims, rng):
+    dy_desc, dy = testing.make_tensor(dims, dtype, layout, rng, testing.fill(dims, dtype, rng))
+    db_dims = (1, dims[1]) + (1,) * (len(dims) - 2)
+    db_desc, db = testing.make_tensor(db_dims, dtype, "NCHW", rng)
+    want = np.asarray(dy, np.float64).sum(axis=(0,) + tuple(range(2, len(dims)))).reshape(db_dims)
+    handle = _handle()
+    testing.poison(db)  # beta == 0: db must not be read
+    tridnn.convolution_backward_bias(handle, 1.0, dy_desc, dy, 0.0, db_desc, db)
+    testing.check_result(db, want, dtype, True, name="db")
+    prior = testing.fill(db_dims, dtype, rng)
+    db[...] = prior
+    tridnn.convolution_backward_bias(handle, 2.0, dy_desc, dy, -0.5, db_desc, db)
+    testing.check_result(db, want, dtype, True, 2.0, -0.5, prior, name="db alpha/beta")
+
+
+def test_backward_bias_long_rows_split_into_slices(rng):
+    """More rows than one slice: the partials are summed across slices."""
+    dims = (4, 3, 16, 17)
+    dy_desc, dy = testing.make_tensor(dims, "float32", "NHWC", rng, testing.fill(dims, "float32", rng))
+    db_desc = tridnn.TensorDescriptor.nchw(1, 3, 1, 1)
+    db = torch.full((1, 3, 1, 1), float("nan"))
+    tridnn.convolution_backward_bias(_handle(), 1.0, dy_desc, dy, 0.0, db_desc, db)
+    want = np.asarray(dy, np.float64).sum(axis=(0, 2, 3))
+    assert np.array_equal(_np(db).reshape(-1), want)
+
+
+def test_backward_bias_errors_leave_db_untouched():
+    handle = _handle()
+    dy_desc = tridnn.TensorDescriptor.nchw(2, 4, 3, 3)
+    db_desc = tridnn.TensorDescriptor.nchw(1, 4, 1, 1)
+    dy = torch.ones(2, 4, 3, 3)
+    db = torch.full((1, 4, 1, 1), 7.0)
+    with pytest.raises(BadParamError, match="dtype"):
+        tridnn.convolution_backward_bias(handle, 1.0, dy_desc, dy.half(), 0.0, db_desc, db)
+    with pytest.raises(BadParamError, match="overlaps"):
+        tridnn.convolution_backward_bias(handle, 1.0, dy_desc, dy, 0.0,
+                                         tridnn.TensorDescriptor((1, 4, 1, 1), "float32", (36, 9, 3, 1)),
+                                         dy[:1, :, :1, :1])
+    with pytest.raises(BadParamError, match="db descriptor dims"):
+        tridnn.convolution_backward_bias(handle, 1.0, dy_desc, dy, 0.0, tridnn.TensorDescriptor.nchw(1, 3, 1, 1),
+                                         db)
+    assert torch.equal(db, torch.full((1, 4, 1, 1), 7.0))
+
+
+# -- the fused convolution + bias + activation ------------------------------------------------
+FUSED = [("RELU", 0.0), ("CLIPPED_RELU", 1.5), ("SIGMOID", 0.0), ("TANH", 0.0), ("ELU", 0.7),
+         ("SWISH", 0.0), ("GELU", 0.0), ("IDENTITY", 0.0)]
+
+
+@pytest.mark.parametrize("act,coef", FUSED, ids=[a for a, _ in FUSED])
+def test_fused_forward_through_the_api(act, coef, rng):
+    """act(alpha1 * conv + alpha2 * z + bias) on the Triton backend equals reference.fused for
+    every forward algorithm that applies."""
+    from tridnn.algorithms import registry
+    from tridnn.algorithms.problem import ConvProblem
+    dtype = "float32"
+    cd = tridnn.ConvolutionDescriptor(padding=1)
+    x_vals = testing.fill((2, 6, 4, 5), dtype, rng)
+    w_vals = testing.fill((8, 6, 3, 3), dtype, rng)
+    x_desc, x = testing.make_tensor(x_vals.shape, dtype, "NHWC", rng, x_vals)
+    w_desc, w = testing.make_filter(w_vals.shape, dtype, "NHWC", w_vals)
+    y_desc, y = testing.make_tensor(cd.output_dims(x_desc, w_desc), dtype, "NHWC", rng)
+    z_vals = testing.fill(y_desc.dims, dtype, rng)
+    z_desc, z = testing.make_tensor(y_desc.dims, dtype, "NCHW", rng, z_vals)
+    b_desc, bias = testing.make_tensor((1, 8, 1, 1), dtype, "NCHW", rng, testing.fill((1, 8, 1, 1), dtype, rng))
+    act_desc = ActivationDescriptor(ActivationMode[act], coef=coef, swish_beta=0.75)
+    want = reference.fused.conv_bias_activation_forward(x_vals, w_vals, z_vals, bias, act_desc.mode, coef, 0.75,
+                                                         alpha1=2.0, alpha2=0.5, stride=1, pad_pre=1)
+    handle = _handle()
+    problem = ConvProblem("fwd", x_desc, w_desc, y_desc, cd)
+    ran = []
+    for algo in registry.algorithms("conv", "fwd", "triton"):
+        if algo.not_applicable(problem) is not None:
+            continue
+        ws = np.empty(algo.workspace_size(problem), np.uint8)
+        testing.poison(y)
+        tridnn.convolution_bias_activation_forward(handle, 2.0, x_desc, x, w_desc, w, cd, algo.enum, ws, 0.5,
+                                                   z_desc, z, b_desc, bias, act_desc, y_desc, y)
+        testing.assert_all_written(y, algo.name)
+        np.testing.assert_allclose(np.asarray(y, np.float64), want, rtol=3e-5, atol=3e-5,
+                                   err_msg=f"{algo.name} {act}")
+        ran.append(algo.name)
+    assert "IMPLICIT_GEMM" in ran, ran
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_fused_forward_in_place_residual_and_no_z(dtype, rng):
+    """z may be y itself; alpha2 == 0 means z is not read (None)."""
+    cd = tridnn.ConvolutionDescriptor(padding=1, stride=2)
+    x_vals = testing.fill((1, 4, 6, 6), dtype, rng)
+    w_vals = testing.fill((5, 4, 3, 3), dtype, rng)
+    x = torch.from_numpy(x_vals)
+    w = torch.from_numpy(w_vals)
+    x_desc = tridnn.TensorDescriptor.nchw(1, 4, 6, 6, dtype)
+    w_desc = tridnn.FilterDescriptor((5, 4, 3, 3), dtype)
+    y_desc = x_desc.with_dims(cd.output_dims(x_desc, w_desc))
+    b_desc = tridnn.TensorDescriptor.nchw(1, 5, 1, 1, dtype)
+    bias = torch.from_numpy(testing.fill((1, 5, 1, 1), dtype, rng))
+    relu = ActivationDescriptor("relu")
+    handle = _handle()
+    z_vals = testing.fill(y_desc.dims, dtype, rng)
+    y = torch.from_numpy(z_vals.copy())
+    tridnn.convolution_bias_activation_forward(handle, 1.0, x_desc, x, w_desc, w, cd, "IMPLICIT_GEMM", None, 1.0,
+                                               y_desc, y, b_desc, bias, relu, y_desc, y)
+    want = reference.fused.conv_bias_activation_forward(x_vals, w_vals, z_vals, bias.numpy(), relu.mode,
+                                                         alpha2=1.0, stride=2, pad_pre=1)
+    testing.check_result(y.numpy(), want, dtype, True, name="in-place residual")
+    y = torch.full(y_desc.dims, float("nan"), dtype=y.dtype)
+    tridnn.convolution_bias_activation_forward(handle, 1.0, x_desc, x, w_desc, w, cd, "IMPLICIT_GEMM", None, 0.0,
+                                               None, None, b_desc, bias, relu, y_desc, y)
+    want = reference.fused.conv_bias_activation_forward(x_vals, w_vals, None, bias.numpy(), relu.mode,
+                                                         stride=2, pad_pre=1)
+    testing.check_result(y.numpy(), want, dtype, True, name="no residual")
+
+
+def test_fused_forward_bad_activation_is_not_supported():
+    handle = _handle()
+    cd = tridnn.ConvolutionDescriptor(padding=1)
+    x_desc = tridnn.TensorDescriptor.nchw(1, 2, 3, 3)
+    w_desc = tridnn.FilterDescriptor((2, 2, 3, 3))
+    b_desc = tridnn.TensorDescriptor.nchw(1, 2, 1, 1)
+    y = torch.full((1, 2, 3, 3), 7.0)
+    with pytest.raises(NotSupportedError, match="cannot be fused"):
+        tridnn.convolution_bias_activation_forward(handle, 1.0, x_desc, torch.ones(1, 2, 3, 3), w_desc,
+                                                   torch.ones(2, 2, 3, 3), cd, "IMPLICIT_GEMM", None, 0.0, None,
+                                                   None, b_desc, torch.ones(1, 2, 1, 1),
+                                                   ActivationDescriptor("softplus"), x_desc, y)
+    assert torch.equal(y, torch.full((1, 2, 3, 3), 7.0))
