@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from .common import parallel_map
 from .layer_utils import acc_dtype, batch_channel_chunks, blend, empty_like, scratch, zeros_like
 
 MAX, AVG_INCLUDE, AVG_EXCLUDE, MAX_DETERMINISTIC = 0, 1, 2, 3
@@ -49,6 +50,12 @@ class _Pitched:
         if self.channels_last:
             return flat[:, offset:offset + self.out_length, :]
         return flat[:, :, offset:offset + self.out_length]
+
+    def tail(self, flat):
+        """The positions of ``flat`` past the last pitched output (no window starts there)."""
+        if self.channels_last:
+            return flat[:, self.out_length:, :]
+        return flat[:, :, self.out_length:]
 
     def valid(self, logical):
         """The real outputs (N, C, *O) inside a pitched output array's logical view."""
@@ -150,9 +157,13 @@ def _average_scale(geo, mode, dtype):
 
 
 def pooling_forward(x, y, mode, window, padding, stride, propagate_nan, alpha, beta):
-    """y = alpha * pool(x) + beta * y, in cache-sized blocks of images and channels."""
-    for nb, cb in batch_channel_chunks(x, min_channels=64):
+    """y = alpha * pool(x) + beta * y, in cache-sized blocks of images and channels spread
+    over the worker threads (each thread keeps its own scratch arrays)."""
+    def block(worker, chunk):
+        nb, cb = chunk
         _forward_block(x[nb, cb], y[nb, cb], int(mode), window, padding, stride, propagate_nan, alpha, beta)
+
+    parallel_map(block, batch_channel_chunks(x, min_channels=64))
 
 
 def _forward_block(x, y, mode, window, padding, stride, propagate_nan, alpha, beta):
@@ -172,10 +183,13 @@ def _forward_block(x, y, mode, window, padding, stride, propagate_nan, alpha, be
 def pooling_backward(y, dy, x, dx, mode, window, padding, stride, propagate_nan, alpha, beta):
     """dx = alpha * pool'(dy) + beta * dx. Max routes each window's gradient to the first
     maximum of x in row-major window order (the window max is recomputed from x, so the
-    result does not depend on how y was blended)."""
-    for nb, cb in batch_channel_chunks(x, min_channels=64):
+    result does not depend on how y was blended). Blocks as in the forward."""
+    def block(worker, chunk):
+        nb, cb = chunk
         _backward_block(dy[nb, cb], x[nb, cb], dx[nb, cb], int(mode), window, padding, stride, propagate_nan,
                         alpha, beta)
+
+    parallel_map(block, batch_channel_chunks(x, min_channels=64))
 
 
 def _backward_block(dy, x, dx, mode, window, padding, stride, propagate_nan, alpha, beta):
@@ -186,41 +200,20 @@ def _backward_block(dy, x, dx, mode, window, padding, stride, propagate_nan, alp
     geo.valid(g_logical)[...] = dy            # pitched dy, zero in the garbage columns
     g = geo.span(g_flat, 0)
     keys = sorted({k for k, _ in geo.taps()})
-    sinks = {}
-    for key in keys:
-        flat, logical = geo.empty(dt, f"sink{key}")
-        flat[...] = 0
-        sinks[key] = (flat, logical)
+    sinks = {key: geo.empty(dt, f"sink{key}") for key in keys}
     if mode in (MAX, MAX_DETERMINISTIC):
         mdt = _max_dtype(x)
         phases = geo.phases(x, mdt, -np.inf)
         m_flat, _ = _window_max(geo, phases, mdt, propagate_nan)
         m = geo.span(m_flat, 0)
-        nan_windows = bool(np.isnan(m).any())
-        hit = scratch("pool.hit", m.shape, bool)
-        routed = scratch("pool.routed", g.shape, dt)
-        if not nan_windows and _route_without_ties(geo, phases, m, g, sinks, hit, routed):
-            pass
-        else:
-            for flat, _ in sinks.values():
-                flat[...] = 0
-            taken = scratch("pool.taken", m.shape, bool)
-            taken[...] = False
-            for key, offset in geo.taps():
-                xs = geo.span(phases[key], offset)
-                np.equal(xs, m, out=hit)
-                if nan_windows:
-                    hit |= np.isnan(xs) & np.isnan(m)
-                np.greater(hit, taken, out=hit)        # a maximum not yet claimed by an earlier tap
-                np.logical_or(taken, hit, out=taken)
-                np.multiply(g, hit, out=routed)
-                target = geo.span(sinks[key][0], offset)
-                target += routed
+        # a NaN maximum makes the sum NaN (so may inf - inf: then the exact check below runs)
+        maybe_nan = bool(np.isnan(np.add.reduce(m, axis=None)))
+        if maybe_nan or not _route_without_ties(geo, phases, m, g, sinks):
+            _route_first_maximum(geo, phases, m, g, sinks, bool(np.isnan(m).any()))
     else:
         g *= _average_scale(geo, mode, dt)
         for key, offset in geo.taps():
-            target = geo.span(sinks[key][0], offset)
-            target += g
+            _deposit(geo, sinks[key][0], offset, g)
     covered = 0
     for key in keys:
         rows = geo.phase_rows(key)
@@ -232,18 +225,47 @@ def _backward_block(dy, x, dx, mode, window, padding, stride, propagate_nan, alp
         _blend_unread(dx, geo, keys, alpha, beta)
 
 
-def _route_without_ties(geo, phases, m, g, sinks, hit, routed) -> bool:
+def _deposit(geo, sink, offset, value):
+    """Add ``value`` (pitched, one per window) into ``sink`` at the tap's ``offset``. Each
+    phase's first tap in window order has offset 0: it overwrites the sink instead (and
+    clears the tail past the outputs), so sinks need no zeroing pass of their own."""
+    target = geo.span(sink, offset)
+    if offset == 0:
+        np.copyto(target, value)
+        geo.tail(sink)[...] = 0
+    else:
+        target += value
+
+
+def _route_without_ties(geo, phases, m, g, sinks) -> bool:
     """Route every window's gradient to each tap equal to its maximum; True when that was
     exactly one tap per window (no ties, the usual case for real data), so the result
     is the first-maximum routing. False means ties: the caller redoes it tie-aware."""
+    hit = scratch("pool.hit", m.shape, bool)
+    routed = scratch("pool.routed", g.shape, g.dtype)
     hits = 0
     for key, offset in geo.taps():
         np.equal(geo.span(phases[key], offset), m, out=hit)
         hits += int(np.count_nonzero(hit))
-        np.multiply(g, hit, out=routed)
-        target = geo.span(sinks[key][0], offset)
-        target += routed
+        _deposit(geo, sinks[key][0], offset, np.multiply(g, hit, out=routed))
     return hits == hit.size
+
+
+def _route_first_maximum(geo, phases, m, g, sinks, nan_windows):
+    """Route each window's gradient to its first maximum in row-major window order (a
+    NaN maximum: the first NaN), whatever the ties."""
+    hit = scratch("pool.hit", m.shape, bool)
+    taken = scratch("pool.taken", m.shape, bool)
+    routed = scratch("pool.routed", g.shape, g.dtype)
+    taken[...] = False
+    for key, offset in geo.taps():
+        xs = geo.span(phases[key], offset)
+        np.equal(xs, m, out=hit)
+        if nan_windows:
+            hit |= np.isnan(xs) & np.isnan(m)
+        np.greater(hit, taken, out=hit)        # a maximum not yet claimed by an earlier tap
+        np.logical_or(taken, hit, out=taken)
+        _deposit(geo, sinks[key][0], offset, np.multiply(g, hit, out=routed))
 
 
 def _blend_unread(dx, geo, keys, alpha, beta):
