@@ -91,8 +91,8 @@ def tridnn_runner(handle, case: dict, direction: str, algo):
     return run
 
 
-def interleaved_medians(runners: dict, repeats: int, slow_factor: float = 8.0) -> dict:
-    """Median seconds of each runner, timed in turn round after round (one warm-up each).
+def interleaved_times(runners: dict, repeats: int, slow_factor: float = 8.0) -> dict:
+    """Seconds of each runner per round, timed in turn round after round (one warm-up each).
 
     A runner slower than ``slow_factor`` x the fastest after the first round is dropped
     from later rounds (its one time is kept): it cannot win, and it would eat the budget."""
@@ -108,12 +108,13 @@ def interleaved_medians(runners: dict, repeats: int, slow_factor: float = 8.0) -
         if round_ == 0:
             fastest = min(times[n][0] for n in active)
             active = [n for n in active if n == "torch" or times[n][0] <= slow_factor * fastest]
-    return {name: statistics.median(t) for name, t in times.items()}
+    return times
 
 
 def bench_layer(p: dict, direction: str, batch: int = 8, layout: str = "NCHW", repeats: int = 5,
-                algos=None) -> dict:
-    """Times of torch and every applicable tridnn algorithm (or ``algos``) for one layer."""
+                algos=None, stat: str = "median") -> dict:
+    """Times of torch and every applicable tridnn algorithm (or ``algos``) for one layer;
+    ``stat`` ("median" or "min" of the rounds) is what the ratios use."""
     handle = tridnn.Handle(find_cache=None)
     case = make_case(p, batch, layout)
     problem = ConvProblem(direction, case["x_desc"], case["w_desc"], case["dy_desc"], case["conv"])
@@ -129,11 +130,14 @@ def bench_layer(p: dict, direction: str, batch: int = 8, layout: str = "NCHW", r
     runners = {"torch": torch_runner(p, case, direction, layout)}
     for algo in candidates:
         runners[algo.name] = tridnn_runner(handle, case, direction, algo.enum)
-    medians = interleaved_medians(runners, repeats)
+    times = interleaved_times(runners, repeats)
+    reduce = statistics.median if stat == "median" else min
+    medians = {name: reduce(t) for name, t in times.items()}
     torch_s = medians.pop("torch")
     best = min(medians, key=medians.get)
     get_name = got[0].algo.name
-    return dict(layer=p["name"], direction=direction, batch=batch, layout=layout, torch_ms=torch_s * 1e3,
+    return dict(layer=p["name"], direction=direction, batch=batch, layout=layout, stat=stat,
+                torch_ms=torch_s * 1e3,
                 algos_ms={k: v * 1e3 for k, v in medians.items()}, best=best,
                 best_ratio=medians[best] / torch_s, get=get_name,
                 get_ratio=medians.get(get_name, float("nan")) / torch_s, gflop=problem.flops / 1e9)
@@ -145,12 +149,12 @@ def geomean(values) -> float:
 
 
 def bench_suite(names, directions=DIRECTIONS, batch=8, layout="NCHW", repeats=5, algos=None,
-                progress=True) -> dict:
+                progress=True, stat="median") -> dict:
     rows = []
     for direction in directions:
         for name in names:
             for p in shapes.SUITES[name]:
-                row = bench_layer(p, direction, batch, layout, repeats, algos)
+                row = bench_layer(p, direction, batch, layout, repeats, algos, stat)
                 row["suite"] = name
                 rows.append(row)
                 if progress:
@@ -178,12 +182,15 @@ def main(argv=None):
     parser.add_argument("--layout", default="NCHW", choices=["NCHW", "NHWC"])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--algos", nargs="+", default=None, help="only these algorithm names")
+    parser.add_argument("--stat", default="median", choices=["median", "min"],
+                        help="how the rounds of each candidate are reduced")
     parser.add_argument("--json", default=None, help="write rows and summary to this file")
     args = parser.parse_args(argv)
     import torch
-    result = bench_suite(args.suites, args.directions, args.batch, args.layout, args.repeats, args.algos)
+    result = bench_suite(args.suites, args.directions, args.batch, args.layout, args.repeats, args.algos,
+                         stat=args.stat)
     result["meta"] = dict(numpy=np.__version__, torch=torch.__version__, tridnn=tridnn.__version__,
-                          torch_threads=torch.get_num_threads(), batch=args.batch, layout=args.layout,
+                          torch_threads=torch.get_num_threads(), batch=args.batch, layout=args.layout, stat=args.stat,
                           date=time.strftime("%Y-%m-%d %H:%M:%S"))
     for key, s in result["summary"].items():
         print(f"{key:28s} geomean ratio best {s['geomean_best']:.3f}  get {s['geomean_get']:.3f}")

@@ -61,12 +61,13 @@ class _WinogradBackwardData(Algorithm):
                 Buffer("dx_tiles", (rows * problem.c * self.m * self.m,), acc)]
 
     def estimate(self, problem):
-        a2, m2 = (self.m + 2) ** 2, self.m * self.m
+        a2 = (self.m + 2) ** 2
         th, tw = self._tiles(problem)
         tiles = problem.n * th * tw
         gemm = 2.0 * a2 * tiles * problem.k * problem.w.c
-        traffic = 8 * a2 * tiles * (problem.k + problem.c) * 4
-        return gemm / BLAS_FLOPS + traffic / MEM_BW + 0 * m2
+        # the tile transforms are batches of tiny matmuls and transposes: ~40 passes
+        traffic = 40 * a2 * tiles * (problem.k + problem.c) * 4
+        return gemm / BLAS_FLOPS + traffic / MEM_BW
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         w, dy, dx = tensors["w"], tensors["y"], tensors["x"]

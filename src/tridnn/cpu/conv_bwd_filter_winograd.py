@@ -59,7 +59,8 @@ class WinogradNonfusedBackwardFilter(Algorithm):
         th, tw = self._tiles(problem)
         tiles = problem.n * th * tw
         gemm = 2.0 * 16 * tiles * problem.k * problem.w.c
-        traffic = 6 * 16 * tiles * (problem.k + problem.c) * 4
+        # the tile transforms are batches of tiny matmuls and transposes: ~40 passes
+        traffic = 40 * 16 * tiles * (problem.k + problem.c) * 4
         return gemm / BLAS_FLOPS + traffic / MEM_BW
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
