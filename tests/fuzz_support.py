@@ -46,6 +46,9 @@ class Stats:
     def not_applicable(self, kind: str, algo_name: str) -> None:
         self.counts[f"not_applicable/{kind}/{algo_name}"] += 1
 
+    def add(self, key: str, amount: int) -> None:
+        self.counts[key] += int(amount)
+
     def dump(self) -> None:
         path = os.environ.get("TRIDNN_FUZZ_STATS")
         if path and self.counts:

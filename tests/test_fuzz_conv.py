@@ -248,3 +248,154 @@ def test_case_strategy_covers_the_space():
                    lambda c: c["kernel"] == (3, 3) and c["stride"] == (1, 1) and c["dilation"] == (1, 1)):
         assert find(conv_cases(), wanted) is not None
     assert math.isfinite(find(conv_cases(), lambda c: c["alpha"] < 0)["alpha"])
+
+
+# -- NaN and inf: IEEE through every algorithm ---------------------------------------------
+def _nonfinite_case(direction, case, poison_operand, value):
+    """(reference, {algo name: result}) with one element of ``poison_operand`` set to
+    ``value`` (NaN or inf); integer fills elsewhere, alpha 1, beta 0."""
+    rng = np.random.default_rng(case["seed"])
+    dtype = case["dtype"]
+    conv = tridnn.ConvolutionDescriptor(padding=case["pad_pre"], pad_post=case["pad_post"],
+                                        stride=case["stride"], dilation=case["dilation"],
+                                        groups=case["groups"], mode=case["mode"], nd=case["nd"])
+    x_dims = (max(case["n"], 1), case["c"], *case["spatial"])
+    w_dims = (case["k"], case["c"] // case["groups"], *case["kernel"])
+    y_dims = conv.output_dims(tridnn.TensorDescriptor(x_dims, dtype), tridnn.FilterDescriptor(w_dims, dtype))
+    dims = {"x": x_dims, "w": w_dims, "y": y_dims}
+    out_name = {"fwd": "y", "bwd_data": "x", "bwd_filter": "w"}[direction]
+    vals = {name: testing.fill(dims[name], dtype, rng) for name in dims if name != out_name}
+    where = tuple(int(rng.integers(0, d)) for d in dims[poison_operand])
+    vals[poison_operand][where] = value
+    vals[out_name] = np.zeros(dims[out_name])
+    ref = _reference(direction, case, vals)
+    results = {}
+    handle = tridnn.Handle(find_cache=None)
+    for algo in registry.algorithms("conv", direction, "numpy"):
+        views = {}
+        x_desc, views["x"] = testing.make_tensor(x_dims, dtype, "NCHW", rng)
+        w_desc, views["w"] = testing.make_filter(w_dims, dtype, "NCHW")
+        y_desc, views["y"] = testing.make_tensor(y_dims, dtype, "NCHW", rng)
+        problem = ConvProblem(direction, x_desc, w_desc, y_desc, conv)
+        if algo.not_applicable(problem) is not None:
+            continue
+        for name in dims:
+            if name != out_name:
+                views[name][...] = vals[name]
+        testing.poison(views[out_name])
+        descs = _Descs((x_desc, w_desc, y_desc))
+        descs.conv = conv
+        ws = np.empty(algo.workspace_size(problem), np.uint8)
+        _call(direction, handle, dict(case, alpha=1.0, beta=0.0), descs,
+              (views["x"], views["w"], views["y"]), algo, ws)
+        results[algo] = np.asarray(views[out_name], np.float64)
+    return ref, results, where
+
+
+# Exact methods that still spread a NaN/inf beyond its receptive field, and why
+# (documented in docs/reliability.md); for them, only "never lost, finite values exact".
+NAN_SPREADS = {
+    ("bwd_filter", "ALGO_3"): "its stride-1 path multiplies flat shifted windows of x by dy rows "
+                              "zero-padded to x's row length, so 0 * NaN reaches taps that never "
+                              "read the element",
+}
+
+
+def _assert_ieee(label, direction, algo, got, ref):
+    """Exact methods: the same NaN/inf pattern as the reference and the same finite values.
+    Transform methods: every non-finite reference output is non-finite (NaN may spread)."""
+    ref_bad = ~np.isfinite(ref)
+    got_bad = ~np.isfinite(got)
+    assert not (ref_bad & ~got_bad).any(), f"{label}: a NaN/inf of the reference was lost"
+    if not getattr(algo, "exact", False):
+        return
+    both = ~ref_bad & ~got_bad
+    assert np.array_equal(got[both], ref[both]), f"{label}: finite outputs differ"
+    if (direction, algo.name) in NAN_SPREADS:
+        return
+    assert np.array_equal(got_bad, ref_bad), (
+        f"{label}: {int((got_bad & ~ref_bad).sum())} outputs are NaN/inf outside the receptive field")
+    assert np.array_equal(np.isnan(got), np.isnan(ref)), f"{label}: NaN where the reference has inf"
+    assert np.array_equal(got[np.isinf(ref)], ref[np.isinf(ref)]), f"{label}: wrong inf sign"
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.parametrize("direction", ("fwd", "bwd_data", "bwd_filter"))
+@fuzz_settings(ci_examples=15)
+@given(case=conv_cases(), value=st.sampled_from((math.nan, math.inf, -math.inf)))
+def test_nan_and_inf_inputs_follow_ieee(direction, case, value):
+    """One NaN/inf in the data input: exact methods poison exactly the outputs whose
+    receptive field holds it (inf * 0 = NaN included); no method loses it."""
+    if _api(direction) is None:
+        pytest.skip(f"the {direction} convolution API is not implemented yet")
+    case = dict(case, dtype="float32" if case["dtype"] in ("float16", "bfloat16") else case["dtype"])
+    data_input = {"fwd": "x", "bwd_data": "y", "bwd_filter": "x"}[direction]
+    ref, results, _ = _nonfinite_case(direction, case, data_input, value)
+    for algo, got in results.items():
+        _assert_ieee(f"{direction} {algo.name} {value} in {data_input}", direction, algo, got, ref)
+        stats.ran(f"{direction}-nonfinite", algo.name)
+        # how far each method spreads it, for docs/reliability.md
+        stats.add(f"nonfinite_outputs/reference/{direction}/{algo.name}", (~np.isfinite(ref)).sum())
+        stats.add(f"nonfinite_outputs/got/{direction}/{algo.name}", (~np.isfinite(got)).sum())
+        stats.add(f"outputs/{direction}/{algo.name}", got.size)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@fuzz_settings(ci_examples=15)
+@given(case=conv_cases())
+def test_nan_weight_poisons_its_output_channel(case):
+    """A NaN weight tap: every output of its channel where the tap reads real input is
+    NaN; outputs where it reads only zero padding may be NaN (0 * NaN, as the padded
+    reference computes) or not (methods that skip padding); other channels stay finite."""
+    case = dict(case, dtype="float64")
+    ref, results, (k, c, *tap) = _nonfinite_case("fwd", case, "w", math.nan)
+    # where the tap hits real input: a forward convolution of ones with an indicator filter
+    x_ones = np.ones((max(case["n"], 1), case["c"], *case["spatial"]))
+    indicator = np.zeros((case["k"], case["c"] // case["groups"], *case["kernel"]))
+    indicator[(k, c, *tap)] = 1.0
+    hits = reference.conv_forward(x_ones, indicator, case["stride"], case["pad_pre"], case["pad_post"],
+                                  case["dilation"], case["groups"], _mode_name(case["mode"])) > 0
+    for algo, got in results.items():
+        label = f"fwd {algo.name} NaN weight {(k, c, *tap)}"
+        nan = np.isnan(got)
+        assert nan[hits].all(), f"{label}: an output reading the NaN weight is not NaN"
+        if getattr(algo, "exact", False):
+            assert not (nan & ~np.isnan(ref)).any(), f"{label}: NaN outside the weight's output channel"
+            others = np.ones(got.shape[1], bool)
+            others[k] = False
+            assert np.isfinite(got[:, others]).all(), f"{label}: NaN leaked into other channels"
+        stats.ran("fwd-nan-weight", algo.name)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.parametrize("direction", ("fwd", "bwd_data", "bwd_filter"))
+def test_nan_in_output_propagates_only_with_beta(direction, rng):
+    """y = alpha * conv + beta * y: a NaN in y stays where it is when beta != 0 (IEEE)
+    and vanishes when beta == 0 (y is not read)."""
+    if _api(direction) is None:
+        pytest.skip(f"the {direction} convolution API is not implemented yet")
+    case = dict(nd=2, n=2, c=3, k=4, groups=1, kernel=(3, 3), stride=(1, 1), dilation=(1, 1),
+                pad_pre=(1, 1), pad_post=(1, 1), spatial=(6, 5), mode=tridnn.ConvMode.CROSS_CORRELATION,
+                dtype="float32", seed=5)
+    out_name = {"fwd": "y", "bwd_data": "x", "bwd_filter": "w"}[direction]
+    handle = tridnn.Handle(find_cache=None)
+    conv = tridnn.ConvolutionDescriptor(padding=1, nd=2)
+    for algo in registry.algorithms("conv", direction, "numpy"):
+        for beta in (0.0, 1.0):
+            x_desc, x = testing.make_tensor((2, 3, 6, 5), "float32", "NCHW", rng, testing.fill((2, 3, 6, 5), "float32", rng))
+            w_desc, w = testing.make_filter((4, 3, 3, 3), "float32", "NCHW", testing.fill((4, 3, 3, 3), "float32", rng))
+            y_desc, y = testing.make_tensor((2, 4, 6, 5), "float32", "NCHW", rng, testing.fill((2, 4, 6, 5), "float32", rng))
+            problem = ConvProblem(direction, x_desc, w_desc, y_desc, conv)
+            if algo.not_applicable(problem) is not None:
+                continue
+            out = {"x": x, "w": w, "y": y}[out_name]
+            out[(0, 1, 1, 1)] = np.nan
+            descs = _Descs((x_desc, w_desc, y_desc))
+            descs.conv = conv
+            _call(direction, handle, dict(case, alpha=1.0, beta=beta), descs, (x, w, y), algo,
+                  np.empty(algo.workspace_size(problem), np.uint8))
+            nan = np.isnan(out)
+            if beta == 0:
+                assert not nan.any(), f"{direction} {algo.name}: NaN in the output leaked with beta 0"
+            else:
+                assert nan[0, 1, 1, 1] and nan.sum() == 1, f"{direction} {algo.name}: beta*NaN not local"
