@@ -181,9 +181,12 @@ def _inverse(rows):
     return [row[n:] for row in aug]
 
 
-def transform_2d(left: np.ndarray, tiles: np.ndarray, out=None) -> np.ndarray:
-    """left @ tile @ left^T for every tile in the last two axes."""
-    half = np.matmul(left, tiles)
+def transform_2d(left: np.ndarray, tiles: np.ndarray, out=None, scratch=None) -> np.ndarray:
+    """left @ tile @ left^T for every tile in the last two axes; ``scratch`` (a flat
+    workspace buffer) holds the half-transformed tiles when given."""
+    shape = tiles.shape[:-2] + (left.shape[0], tiles.shape[-1])
+    half = None if scratch is None else shaped(scratch, shape)
+    half = np.matmul(left, tiles, out=half)
     return np.matmul(half, left.T, out=out)
 
 

@@ -58,7 +58,8 @@ class _WinogradBackwardData(Algorithm):
                 Buffer("v", (rows * problem.k * a2,), acc),
                 Buffer("v_rows", (rows * problem.k * a2,), acc),
                 Buffer("m_rows", (rows * problem.c * a2,), acc),
-                Buffer("dx_tiles", (rows * problem.c * self.m * self.m,), acc)]
+                Buffer("dx_tiles", (rows * problem.c * self.m * self.m,), acc),
+                Buffer("half", (rows * max(problem.k, problem.c) * a2,), acc)]  # half-transformed tiles
 
     def estimate(self, problem):
         a2 = (self.m + 2) ** 2
@@ -93,14 +94,14 @@ class _WinogradBackwardData(Algorithm):
             dy_pad[(Ellipsis,) + tuple(dst)] = dy[(slice(n0, n0 + b), slice(None)) + tuple(src)].reshape(
                 b, g, kg, src[0].stop - src[0].start, src[1].stop - src[1].start)
             tiles = sliding_window_view(dy_pad, (a, a), axis=(3, 4))[:, :, :, ::m, ::m]
-            v = transform_2d(b_t, tiles, out=shaped(workspace["v"], (b, g, kg, th, tw, a, a)))
+            v = transform_2d(b_t, tiles, shaped(workspace["v"], (b, g, kg, th, tw, a, a)), workspace["half"])
             v_rows = shaped(workspace["v_rows"], (a, a, g, kg, b, th, tw))
             v_rows[...] = v.transpose(5, 6, 1, 2, 0, 3, 4)
             m_rows = shaped(workspace["m_rows"], (a * a, g, cg, b * th * tw))
             contract(workspace["u"], v_rows.reshape(a * a, g, kg, -1), m_rows)
             spectra = m_rows.reshape(a, a, g, cg, b, th, tw).transpose(4, 2, 3, 5, 6, 0, 1)
             out = shaped(workspace["dx_tiles"], (b, g, cg, th, tw, m, m))
-            transform_2d(a_t, spectra, out=out)
+            transform_2d(a_t, spectra, out, workspace["half"])
             whole = out.transpose(0, 1, 2, 3, 5, 4, 6).reshape(b, problem.c, th * m, tw * m)
             store(dx[n0:n0 + b], whole[:, :, :h_in, :w_in], alpha, beta)
 

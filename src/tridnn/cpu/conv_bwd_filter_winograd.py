@@ -53,7 +53,8 @@ class WinogradNonfusedBackwardFilter(Algorithm):
                 Buffer("v", (rows * problem.k * 16,), acc),
                 Buffer("v_rows", (rows * problem.k * 16,), acc),
                 Buffer("part", (16, g, kg, cg), acc),
-                Buffer("m", (16, g, kg, cg), acc)]
+                Buffer("m", (16, g, kg, cg), acc),
+                Buffer("half", (rows * max(problem.c, problem.k) * 16,), acc)]  # half-transformed tiles
 
     def estimate(self, problem):
         th, tw = self._tiles(problem)
@@ -81,14 +82,14 @@ class WinogradNonfusedBackwardFilter(Algorithm):
             x_pad[(Ellipsis,) + dst] = x[(slice(n0, n0 + b), slice(None)) + src].reshape(
                 (b, g, cg) + tuple(s.stop for s in src))
             windows = sliding_window_view(x_pad, (4, 4), axis=(3, 4))[:, :, :, ::2, ::2]
-            u = transform_2d(b_t, windows, out=shaped(workspace["u"], (b, g, cg, th, tw, 4, 4)))
+            u = transform_2d(b_t, windows, shaped(workspace["u"], (b, g, cg, th, tw, 4, 4)), workspace["half"])
             u_rows = shaped(workspace["u_rows"], (4, 4, g, b, th, tw, cg))
             u_rows[...] = u.transpose(5, 6, 1, 0, 3, 4, 2)
             dy_pad = shaped(workspace["dy_pad"], (b, g, kg, 2 * th, 2 * tw))
             dy_pad[...] = 0
             dy_pad[..., :h_out, :w_out] = dy[n0:n0 + b].reshape(b, g, kg, h_out, w_out)
             dy_tiles = dy_pad.reshape(b, g, kg, th, 2, tw, 2).transpose(0, 1, 2, 3, 5, 4, 6)
-            v = transform_2d(g_mat, dy_tiles, out=shaped(workspace["v"], (b, g, kg, th, tw, 4, 4)))
+            v = transform_2d(g_mat, dy_tiles, shaped(workspace["v"], (b, g, kg, th, tw, 4, 4)), workspace["half"])
             v_rows = shaped(workspace["v_rows"], (4, 4, g, kg, b, th, tw))
             v_rows[...] = v.transpose(5, 6, 1, 2, 0, 3, 4)
             np.matmul(v_rows.reshape(16, g, kg, rows), u_rows.reshape(16, g, rows, cg), out=part)
