@@ -154,3 +154,45 @@ def parallel_map(fn, items) -> list:
                for w in range(WORKERS)]
     results = [f.result() for f in futures]
     return [item for part in results for item in part]
+
+
+# -- padded input and sliding windows (DIRECT, GEMM's channels-last unfold) ---------------
+def read_extent(problem) -> tuple[int, ...]:
+    """Extent of the padded input that the outputs actually read, per spatial dim."""
+    return tuple((o - 1) * s + d * (k - 1) + 1 for o, s, d, k in
+                 zip(problem.out_spatial, problem.stride, problem.dilation, problem.kernel))
+
+
+def pack_padded(problem, x: np.ndarray, buf: np.ndarray) -> None:
+    """buf (logical (b, C, *read_extent)) = x zero-padded, cropped to what the outputs read."""
+    extent = read_extent(problem)
+    post = tuple(max(0, e - i - p) for e, i, p in zip(extent, problem.in_spatial, problem.pad_pre))
+    crop = tuple(slice(0, max(0, min(i, e - p)))
+                 for i, e, p in zip(problem.in_spatial, extent, problem.pad_pre))
+    pad_into(buf, x[(slice(None), slice(None)) + crop], problem.pad_pre, post)
+
+
+def windows_channels_last(problem, xpad: np.ndarray) -> np.ndarray:
+    """Every output's receptive field as one read-only view, (b, *out, G, *kernel, Cg), of a
+    channels-last padded input xpad (b, *read_extent, C): copying it is a whole im2col."""
+    nd, g = problem.nd, problem.groups
+    b, c = xpad.shape[0], xpad.shape[-1]
+    st = xpad.strides
+    spatial, sc = st[1:1 + nd], st[-1]
+    return np.lib.stride_tricks.as_strided(
+        xpad, (b, *problem.out_spatial, g, *problem.kernel, c // g),
+        (st[0], *(s * q for s, q in zip(spatial, problem.stride)), (c // g) * sc,
+         *(s * d for s, d in zip(spatial, problem.dilation)), sc), writeable=False)
+
+
+def windows_channels_first(problem, xpad: np.ndarray) -> np.ndarray:
+    """The same receptive fields as (b, G, Cg, *kernel, *out), from a channels-first padded
+    input xpad (b, C, *read_extent): copying it is a whole im2col in NCHW order."""
+    nd, g = problem.nd, problem.groups
+    b, c = xpad.shape[:2]
+    st = xpad.strides
+    spatial = st[2:]
+    return np.lib.stride_tricks.as_strided(
+        xpad, (b, g, c // g, *problem.kernel, *problem.out_spatial),
+        (st[0], (c // g) * st[1], st[1], *(s * d for s, d in zip(spatial, problem.dilation)),
+         *(s * q for s, q in zip(spatial, problem.stride))), writeable=False)

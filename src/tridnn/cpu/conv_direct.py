@@ -26,7 +26,7 @@ import numpy as np
 from ..algorithms.base import Algorithm
 from ..types import ConvFwdAlgo
 from ..workspace import Buffer
-from .common import WORKERS, channels_last, pad_into, parallel_map, prod, store, taps
+from .common import WORKERS, channels_last, pack_padded, parallel_map, prod, read_extent, store, taps
 
 MAX_CHANNELS_PER_GROUP = 16
 MIN_EINSUM_CHANNELS = 64 # depthwise channels-last: one einsum per block from this many channels
@@ -57,9 +57,7 @@ class DirectForward(Algorithm):
 
     @staticmethod
     def _padded(problem):
-        """Extent of the padded input that the outputs actually read, per dim."""
-        return tuple((o - 1) * s + d * (k - 1) + 1 for o, s, d, k in
-                     zip(problem.out_spatial, problem.stride, problem.dilation, problem.kernel))
+        return read_extent(problem)
 
     @staticmethod
     def planar(problem) -> bool:
@@ -105,8 +103,6 @@ class DirectForward(Algorithm):
             weights[...] = wk[:, :, None, :]
             weights = weights.reshape(ntaps, cg, out[-1], g, kg)
         # the input of a block of images, zero-padded, in the orientation's layout
-        post = tuple(max(0, e - i - p) for e, i, p in zip(padded, problem.in_spatial, problem.pad_pre))
-        crop = tuple(slice(0, max(0, min(i, e - p))) for i, e, p in zip(problem.in_spatial, padded, problem.pad_pre))
         for n0 in range(0, problem.n, images):
             nb = min(problem.n, n0 + images) - n0
             size = nb * prod(padded) * problem.c
@@ -118,7 +114,7 @@ class DirectForward(Algorithm):
                 xpad = workspace["xpad"][:size].reshape(nb, *padded, problem.c)
                 logical = np.moveaxis(xpad, -1, 1)
                 xpad = xpad.reshape(nb, *padded, g, cg)
-            pad_into(logical, x[(slice(n0, n0 + nb), slice(None)) + crop], problem.pad_pre, post)
+            pack_padded(problem, x[n0:n0 + nb], logical)
             blocks = range(0, out[0], rows)
             parallel_map(lambda worker, r0: self._block(problem, planar, xpad, weights, workspace, worker, n0,
                                                         nb, r0, min(out[0], r0 + rows) - r0, y, alpha, beta,
