@@ -38,6 +38,27 @@ def test_pooling(mode, layout, small_blocks, rng):
     pooling_cases.run(mode, DIMS, (3, 3), (1, 1), (2, 2), "float32", layout, rng, x_values=values)
 
 
+@pytest.mark.parametrize("alpha,beta", [(2.0, 0.0), (0.5, 1.0)])
+@pytest.mark.parametrize("dtype", ["float64", "float16"])
+def test_max_pooling_alpha_beta_dtypes(alpha, beta, dtype, small_blocks, rng):
+    values = rng.standard_normal(DIMS)
+    pooling_cases.run(PoolingMode.MAX, DIMS, (3, 2), (1, 0), (2, 1), dtype, "NHWC", rng, alpha, beta,
+                      x_values=values.astype(np.float16 if dtype == "float16" else np.float64))
+
+
+@pytest.mark.parametrize("window,padding,stride", [((3, 3), (1, 1), (2, 2)), ((2, 2), (1, 1), (1, 1))])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_max_pooling_minus_inf_inputs(window, padding, stride, layout, small_blocks, rng):
+    """-inf inputs tie with the (-inf) padding: the gradient still goes to the window's
+    first real element equal to the maximum, never to padding."""
+    values = rng.standard_normal(DIMS).astype(np.float32)
+    values[:, :, :3, :3] = -np.inf
+    values[1, 2] = -np.inf
+    pooling_cases.run(PoolingMode.MAX, DIMS, window, padding, stride, "float32", layout, rng, x_values=values)
+    pooling_cases.run(PoolingMode.MAX, DIMS, window, padding, stride, "float32", layout, rng, x_values=values,
+                      nan=True)
+
+
 @pytest.mark.parametrize("nan", [False, True])
 def test_max_pooling_nan_windows(nan, small_blocks, rng):
     """NaN inputs, one window entirely NaN: forward and the backward's routing (first NaN
@@ -49,6 +70,7 @@ def test_max_pooling_nan_windows(nan, small_blocks, rng):
     x[...] = rng.standard_normal(DIMS)
     x[0, 1, 2, 3] = np.nan
     x[2, 4, 5:8, 4:7] = np.nan
+    x[1, 3, :2, :2] = np.nan                 # with the padding, all of the corner window
     pool = tridnn.PoolingDescriptor(PoolingMode.MAX, 3, 1, 2, nan_opt=int(nan))
     h = tridnn.Handle(find_cache=None)
     x_desc = tridnn.TensorDescriptor.like(x)

@@ -120,6 +120,12 @@ class _Pitched:
         return flat[None, :, None] if self.channels_last else flat[None, None, :]
 
 
+def _max_padding(propagate_nan):
+    """Padding for max windows: -inf, or NaN where NaN is skipped (np.fmax), so that an
+    all-NaN window with padding still gives NaN, as the maximum of its real elements."""
+    return -np.inf if propagate_nan else np.nan
+
+
 def _max_dtype(x):
     return x.dtype if x.dtype in (np.float32, np.float64) else np.dtype(np.float32)
 
@@ -170,7 +176,7 @@ def _forward_block(x, y, mode, window, padding, stride, propagate_nan, alpha, be
     geo = _Pitched(x, y.shape[2:], window, padding, stride)
     if mode in (MAX, MAX_DETERMINISTIC):
         dt = _max_dtype(x)
-        _, m_logical = _window_max(geo, geo.phases(x, dt, -np.inf), dt, propagate_nan)
+        _, m_logical = _window_max(geo, geo.phases(x, dt, _max_padding(propagate_nan)), dt, propagate_nan)
         blend(y, geo.valid(m_logical), alpha, beta)
         return
     dt = acc_dtype(y.dtype)
@@ -203,12 +209,13 @@ def _backward_block(dy, x, dx, mode, window, padding, stride, propagate_nan, alp
     sinks = {key: geo.empty(dt, f"sink{key}") for key in keys}
     if mode in (MAX, MAX_DETERMINISTIC):
         mdt = _max_dtype(x)
-        phases = geo.phases(x, mdt, -np.inf)
+        phases = geo.phases(x, mdt, _max_padding(propagate_nan))
         m_flat, _ = _window_max(geo, phases, mdt, propagate_nan)
         m = geo.span(m_flat, 0)
-        # a NaN maximum makes the sum NaN (so may inf - inf: then the exact check below runs)
-        maybe_nan = bool(np.isnan(np.add.reduce(m, axis=None)))
-        if maybe_nan or not _route_without_ties(geo, phases, m, g, sinks):
+        # NaN or infinite maxima (-inf ties with padding) make the sum non-finite: they
+        # take the exact routing (so may a finite overflow, harmlessly)
+        unusual = not np.isfinite(np.add.reduce(m, axis=None))
+        if unusual or not _route_without_ties(geo, phases, m, g, sinks):
             _route_first_maximum(geo, phases, m, g, sinks, bool(np.isnan(m).any()))
     else:
         g *= _average_scale(geo, mode, dt)
@@ -258,11 +265,20 @@ def _route_first_maximum(geo, phases, m, g, sinks, nan_windows):
     taken = scratch("pool.taken", m.shape, bool)
     routed = scratch("pool.routed", g.shape, g.dtype)
     taken[...] = False
+    inside = {}
+    for key in phases:                          # padding positions never take the gradient
+        flat, logical = geo.empty(bool, f"inside{key}")
+        flat[...] = False
+        rows = geo.phase_rows(key)
+        if rows is not None:
+            logical[rows[0]] = True
+        inside[key] = flat
     for key, offset in geo.taps():
         xs = geo.span(phases[key], offset)
         np.equal(xs, m, out=hit)
         if nan_windows:
             hit |= np.isnan(xs) & np.isnan(m)
+        hit &= geo.span(inside[key], offset)
         np.greater(hit, taken, out=hit)        # a maximum not yet claimed by an earlier tap
         np.logical_or(taken, hit, out=taken)
         _deposit(geo, sinks[key][0], offset, np.multiply(g, hit, out=routed))
