@@ -330,6 +330,7 @@ def test_nan_and_inf_inputs_follow_ieee(direction, case, value):
         pytest.skip(f"the {direction} convolution API is not implemented yet")
     case = dict(case, dtype="float32" if case["dtype"] in ("float16", "bfloat16") else case["dtype"])
     data_input = {"fwd": "x", "bwd_data": "y", "bwd_filter": "x"}[direction]
+    stats.problem(f"{direction}-nonfinite")
     ref, results, _ = _nonfinite_case(direction, case, data_input, value)
     for algo, got in results.items():
         _assert_ieee(f"{direction} {algo.name} {value} in {data_input}", direction, algo, got, ref)
@@ -348,6 +349,7 @@ def test_nan_weight_poisons_its_output_channel(case):
     NaN; outputs where it reads only zero padding may be NaN (0 * NaN, as the padded
     reference computes) or not (methods that skip padding); other channels stay finite."""
     case = dict(case, dtype="float64")
+    stats.problem("fwd-nan-weight")
     ref, results, (k, c, *tap) = _nonfinite_case("fwd", case, "w", math.nan)
     # where the tap hits real input: a forward convolution of ones with an indicator filter
     x_ones = np.ones((max(case["n"], 1), case["c"], *case["spatial"]))

@@ -58,6 +58,7 @@ def pooling_cases(draw):
 @fuzz_settings(ci_examples=40)
 @given(case=pooling_cases())
 def test_pooling_matches_reference(case):
+    stats.problem("pooling")
     rng = np.random.default_rng(case["seed"])
     mode, dtype, layout = case["mode"], case["dtype"], case["layout"]
     alpha, beta = case["scalars"]
@@ -98,6 +99,7 @@ def test_pooling_matches_reference(case):
        dtype=st.sampled_from(DTYPES), layout=st.sampled_from(("NCHW", "NHWC", "strided")), ab=scalars(),
        seed=st.integers(0, 2**32 - 1))
 def test_softmax_matches_reference(dims, algorithm, mode, dtype, layout, ab, seed):
+    stats.problem("softmax")
     rng = np.random.default_rng(seed)
     alpha, beta = ab
     if len(dims) < 3:
@@ -126,6 +128,7 @@ def test_softmax_matches_reference(dims, algorithm, mode, dtype, layout, ab, see
        mode=st.sampled_from(list(tridnn.BatchNormMode)), dtype=st.sampled_from(DTYPES),
        layout=st.sampled_from(("NCHW", "NHWC", "strided")), ab=scalars(), seed=st.integers(0, 2**32 - 1))
 def test_batch_norm_matches_reference(dims, mode, dtype, layout, ab, seed):
+    stats.problem("batch_norm")
     rng = np.random.default_rng(seed)
     alpha, beta = ab
     if len(dims) < 3:
@@ -172,6 +175,7 @@ EXACT_ACTIVATIONS = {ActivationMode.RELU, ActivationMode.IDENTITY, ActivationMod
        coef=st.sampled_from((0.5, 1.0, 6.0)), dtype=st.sampled_from(DTYPES),
        layout=st.sampled_from(("NCHW", "NHWC", "strided")), ab=scalars(), seed=st.integers(0, 2**32 - 1))
 def test_activation_matches_reference(dims, mode, nan_opt, nan_input, coef, dtype, layout, ab, seed):
+    stats.problem("activation")
     rng = np.random.default_rng(seed)
     alpha, beta = ab
     desc = ActivationDescriptor(mode, nan_opt=int(nan_opt), coef=coef)

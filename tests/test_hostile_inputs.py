@@ -20,9 +20,16 @@ from tridnn import testing
 from tridnn.errors import (AllocFailedError, BadParamError, NotInitializedError, NotSupportedError,
                            TridnnError)
 
-from fuzz_support import fuzz_settings
+from fuzz_support import Stats, fuzz_settings
 
 FWD = tridnn.ConvFwdAlgo.IMPLICIT_GEMM
+stats = Stats(__name__)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _dump_stats():
+    yield
+    stats.dump()
 
 
 class Call:
@@ -348,6 +355,7 @@ def hostile_calls(draw):
 @given(call_spec=hostile_calls(), seed=st.integers(0, 2**32 - 1))
 def test_random_hostile_values_raise_documented_errors(call_spec, seed):
     target, bad = call_spec
+    stats.problem("hostile_call")
     rng = np.random.default_rng(seed)
     call = Call(rng)
     before = call.y.copy()
@@ -377,3 +385,4 @@ def test_random_hostile_values_raise_documented_errors(call_spec, seed):
         shown = {repr(bad), str(bad)} | ({repr(tuple(bad))} if isinstance(bad, list) else set())
         assert any(s in str(info.value) for s in shown), f"{info.value} does not name {bad!r}"
     assert np.array_equal(call.y.view(np.uint8), before.view(np.uint8)), "output modified"
+    stats.ran("hostile_call", type(info.value).__name__)
