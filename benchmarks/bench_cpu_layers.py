@@ -4,9 +4,19 @@ on an 8x256x56x56 float32 tensor in NCHW and NHWC (the issue's performance targe
 Each case times tridnn's descriptor API (NumPy backend) and the matching torch CPU op
 (aten's own forward/backward kernels), interleaved and repeated; the ratio is
 median(tridnn) / median(torch) from the same run, so machine load mostly cancels.
+The best-of ratio (min over repeats of each) shows each side with the least
+interference from other processes; the CPU ratio compares median CPU time (all threads
+of the process, so torch's two threads both count): the work each side does, which is
+what decides the wall time once other processes saturate the cores.
+
+Each timed call starts after a short pause (--settle-ms, default 50): torch's OpenMP
+worker threads keep spinning for 20-50 ms after each op, and on a 2-core machine that
+spin took a core from whatever ran next (measured: batch norm backward right after a
+torch op ran 11 ms of its own CPU time plus 7 ms of torch's spinning, and 1.5-2x the
+wall time). --settle-ms 0 times back to back.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/bench_cpu_layers.py
-    (--repeats N, --shape N C H W, --only NAME, --json out.json, --torch-threads T)
+    (--repeats N, --shape N C H W, --only NAME, --json out.json, --torch-threads T, --settle-ms MS)
 """
 from __future__ import annotations
 
@@ -113,10 +123,13 @@ def cases(shape, layout, rng):
     return out
 
 
-def timed(fn) -> float:
-    start = time.perf_counter()
+def timed(fn, settle: float = 0.0) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the whole process) of one call, made ``settle``
+    seconds after the previous one returned."""
+    time.sleep(settle)
+    cpu, start = time.process_time(), time.perf_counter()
     fn()
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def main(argv=None):
@@ -127,29 +140,43 @@ def main(argv=None):
     ap.add_argument("--only", default=None, help="substring of the case names to run")
     ap.add_argument("--torch-threads", type=int, default=None)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--settle-ms", type=float, default=50.0,
+                    help="pause before each timed call, so leftover spinning threads do not interfere")
     args = ap.parse_args(argv)
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
     rng = np.random.default_rng(0)
     rows = []
     print(f"# shape {tuple(args.shape)} float32, torch {torch.__version__} ({torch.get_num_threads()} threads), "
-          f"numpy {np.__version__}, {args.repeats} interleaved repeats, medians")
-    print(f"{'case':28s} {'layout':6s} {'tridnn ms':>10s} {'torch ms':>10s} {'ratio':>7s}")
+          f"numpy {np.__version__}, {args.repeats} interleaved repeats, {args.settle_ms:g} ms settle, medians")
+    print(f"{'case':28s} {'layout':6s} {'tridnn ms':>10s} {'torch ms':>10s} {'ratio':>7s} "
+          f"{'best ms':>8s} {'torch best':>10s} {'ratio':>6s} {'cpu ms':>7s} {'torch cpu':>9s} {'ratio':>6s}")
     for layout in args.layouts:
         for name, ours, theirs in cases(tuple(args.shape), layout, rng):
             if args.only and args.only not in name:
                 continue
             ours(), theirs()  # warm up
-            a, b = [], []
+            a, b, ca, cb = [], [], [], []
             for _ in range(args.repeats):
-                a.append(timed(ours))
-                b.append(timed(theirs))
+                wall, cpu = timed(ours, args.settle_ms / 1e3)
+                a.append(wall)
+                ca.append(cpu)
+                wall, cpu = timed(theirs, args.settle_ms / 1e3)
+                b.append(wall)
+                cb.append(cpu)
             ta, tb = statistics.median(a) * 1e3, statistics.median(b) * 1e3
-            rows.append(dict(case=name, layout=layout, tridnn_ms=ta, torch_ms=tb, ratio=ta / tb))
-            print(f"{name:28s} {layout:6s} {ta:10.2f} {tb:10.2f} {ta / tb:7.2f}", flush=True)
+            ba, bb = min(a) * 1e3, min(b) * 1e3
+            pa, pb = statistics.median(ca) * 1e3, max(statistics.median(cb) * 1e3, 1e-3)
+            rows.append(dict(case=name, layout=layout, tridnn_ms=ta, torch_ms=tb, ratio=ta / tb,
+                             tridnn_best_ms=ba, torch_best_ms=bb, best_ratio=ba / bb,
+                             tridnn_cpu_ms=pa, torch_cpu_ms=pb, cpu_ratio=pa / pb))
+            print(f"{name:28s} {layout:6s} {ta:10.2f} {tb:10.2f} {ta / tb:7.2f} {ba:8.2f} {bb:10.2f} {ba / bb:6.2f} "
+                  f"{pa:7.2f} {pb:9.2f} {pa / pb:6.2f}", flush=True)
     ratios = [r["ratio"] for r in rows]
     if ratios:
-        print(f"geomean ratio {float(np.exp(np.mean(np.log(ratios)))):.2f} over {len(ratios)} cases")
+        geomean = lambda key: float(np.exp(np.mean(np.log([r[key] for r in rows]))))
+        print(f"geomean ratio {geomean('ratio'):.2f} (best-of {geomean('best_ratio'):.2f}, "
+              f"CPU time {geomean('cpu_ratio'):.2f}) over {len(ratios)} cases")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
