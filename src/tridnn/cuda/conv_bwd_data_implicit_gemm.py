@@ -9,6 +9,9 @@ per dim: first tap t0, step s / gcd(s, dilation)), and runs a dense GEMM: rows =
 pixels of the phase, columns = input channels of a group, reduction over (valid tap,
 output channel). No multiply is spent on a tap that misses, and no atomics are
 needed: each dx element is written once (deterministic), blended with alpha/beta.
+
+Depthwise problems (one input channel per group) run conv_depthwise_backward's
+direct kernel instead: a GEMM tile would be almost all padding.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import triton
 import triton.language as tl
 
 from ..types import ConvBwdDataAlgo
+from . import conv_depthwise_backward as depthwise
 from .common import TritonConvAlgorithm, Tuner, grouped_tile, launch, split_rows
 from .conv_implicit_gemm import gemm_estimate
 from .epilogue import store_tile
@@ -146,10 +150,16 @@ class ImplicitGemmBackwardData(TritonConvAlgorithm):
     tuner = Tuner()
 
     def estimate(self, problem):
+        if depthwise.routes_here(problem):
+            moved = (problem.x.size + problem.y.size) * problem.dtype.itemsize
+            return max(moved / 2.5e12, problem.flops / 30e12) + 4e-6
         return gemm_estimate(problem, efficiency=0.9)
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         dx, w, dy = tensors["x"], tensors["w"], tensors["y"]
+        if depthwise.routes_here(problem):  # no GEMM worth the name: the direct kernel
+            depthwise.backward_data(problem, dy, w, dx, alpha, beta)
+            return
         if dx.device.type != "cuda":
             cands = [_cfg(16, 16, 16, 1, 1)]
         else:

@@ -12,7 +12,9 @@ Slices are combined in one of two ways:
   ``wgrad_finish`` sums them in slice order, then blends alpha/beta into dw.
 - ALGO_0 (non-deterministic): slices ``atomic_add`` into one float32 accumulator in
   the workspace (less memory, order of additions varies), then the same finish.
-CONVOLUTION mode writes each tap to its flipped position.
+CONVOLUTION mode writes each tap to its flipped position. Depthwise problems (one
+input channel per group) take conv_depthwise_backward's column-sum kernel into the
+same partials and the same finish.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import triton
 import triton.language as tl
 
 from ..types import ConvBwdFilterAlgo
+from . import conv_depthwise_backward as depthwise
 from ..workspace import Buffer
 from .common import TritonConvAlgorithm, Tuner, launch, sm_count, split_rows
 from .conv_implicit_gemm import gemm_estimate
@@ -152,12 +155,21 @@ class _WgradBase(TritonConvAlgorithm):
         return [Buffer("part", (self._cap(problem), geo.k, geo.taps, geo.cg), np.float32)]
 
     def estimate(self, problem):
+        if depthwise.routes_here(problem):
+            moved = (problem.x.size + problem.y.size) * problem.dtype.itemsize
+            return max(moved / 2.5e12, problem.flops / 30e12) + 6e-6
         return gemm_estimate(problem, efficiency=0.8 if self.atomic else 0.85)
 
     def _launch(self, problem, x, dy, dw, part, alpha, beta, cfg):
         geo = geometry(problem)
         nd = problem.nd
         slices = cfg["slices"]
+        if depthwise.routes_here(problem):
+            if self.atomic:
+                part.zero_()
+            slices = depthwise.backward_filter_partials(problem, x, dy, part, slices, self.atomic)
+            self._finish(problem, part, dw, 1 if self.atomic else slices, alpha, beta)
+            return
         per = triton.cdiv(triton.cdiv(geo.out_pixels, slices), cfg["BLOCK_K"]) * cfg["BLOCK_K"]
         slices = triton.cdiv(geo.out_pixels, per)
         if self.atomic:
@@ -170,10 +182,15 @@ class _WgradBase(TritonConvAlgorithm):
             dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], ATOMIC=self.atomic,
                  PREC=input_precision(problem), INT64=needs_int64(x, dy)),
             dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
+        self._finish(problem, part, dw, 1 if self.atomic else slices, alpha, beta)
+
+    @staticmethod
+    def _finish(problem, part, dw, slices, alpha, beta):
+        geo = geometry(problem)
         total = geo.k * geo.taps * geo.cg
         block = 1024 if dw.device.type == "cuda" else 64
         launch(wgrad_finish, (triton.cdiv(total, block),), (
-            part, dw, geo.k, geo.taps, geo.cg, 1 if self.atomic else slices, *geo.ker, *strides5(dw, nd),
+            part, dw, geo.k, geo.taps, geo.cg, slices, *geo.ker, *strides5(dw, problem.nd),
             float(alpha), float(beta)), dict(BLOCK=block, FLIP=problem.mode == 0, BETA_ZERO=beta == 0), {})
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
@@ -181,7 +198,9 @@ class _WgradBase(TritonConvAlgorithm):
         part = workspace["part"]
         geo = geometry(problem)
         cap = part.shape[0]
-        if dw.device.type != "cuda":
+        if depthwise.routes_here(problem):
+            cands = [dict(slices=depthwise.filter_slices(problem, dw.device, 65535 if self.atomic else cap))]
+        elif dw.device.type != "cuda":
             cands = [dict(INTERPRETER_CONFIG, slices=3 if not self.atomic else 2)]
         else:
             sms = sm_count(dw.device)
