@@ -136,8 +136,11 @@ class PaddedGemmBackwardFilter(Algorithm):
         img_bytes = problem.n * problem.c * prod(problem.out_spatial) * 4
         pad_bytes = problem.n * problem.c * prod(self._padded_extent(problem)) * 4
         gather = 0 if self._shifted(problem) else 2 * taps * img_bytes
-        calls = taps * problem.n * problem.groups * 2e-6 if self._shifted(problem) else 0
-        return problem.flops / BLAS_FLOPS + (gather + 2 * pad_bytes) / MEM_BW + calls
+        calls = taps * problem.n * problem.groups * 0.3e-6 if self._shifted(problem) else 0
+        # the shifted-window GEMMs read x with a plane-sized leading dimension: fine for
+        # few channels per group (depthwise), measured 3-10x slower than im2col for wide ones
+        wide = 4.0 if self._shifted(problem) and problem.w.c * (problem.k // problem.groups) > 64 else 1.0
+        return wide * problem.flops / BLAS_FLOPS + (gather + 2 * pad_bytes) / MEM_BW + calls
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         total = workspace["dw"]
