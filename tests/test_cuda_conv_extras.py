@@ -15,6 +15,8 @@ from tridnn import reference, testing  # noqa: E402
 from tridnn.descriptors.activation import ActivationDescriptor, ActivationMode  # noqa: E402
 from tridnn.errors import BadParamError, NotSupportedError  # noqa: E402
 
+import test_cuda_conv as T  # noqa: E402  (run_case: one algorithm through the public API vs the reference)
+
 
 def _handle():
     return tridnn.Handle(device="cpu", backend="triton", find_cache=None)
@@ -158,3 +160,69 @@ def test_fused_forward_bad_activation_is_not_supported():
                                                    None, b_desc, torch.ones(1, 2, 1, 1),
                                                    ActivationDescriptor("softplus"), x_desc, y)
     assert torch.equal(y, torch.full((1, 2, 3, 3), 7.0))
+
+
+# -- the transform and staged algorithms, and the depthwise backward kernels ---------------------
+NEW_FWD = ["GEMM", "FFT", "WINOGRAD", "WINOGRAD_NONFUSED"]
+
+
+@pytest.mark.parametrize("name", NEW_FWD)
+def test_new_forward_algorithms_convolution_mode_alpha_beta(name, rng):
+    """CONVOLUTION mode (flipped filter), alpha/beta and a strided layout, 3x3 stride 1."""
+    from tridnn.algorithms import registry
+    algo = registry.by_enum("conv", "fwd", "triton", tridnn.ConvFwdAlgo[name])
+    p = T.P(5, 7, (5, 6), 3, 1, 1)
+    assert T.run_case("fwd", algo, p, "float32", "strided", rng, alpha=1.5, beta=-0.5, as_torch=True,
+                      mode=tridnn.ConvMode.CONVOLUTION) is None
+    assert T.run_case("fwd", algo, p, "float16", "NHWC", rng, pad_post=(0, 2)) is None
+
+
+def test_winograd_says_why_not(rng):
+    from tridnn.algorithms import registry
+    from tridnn.algorithms.problem import ConvProblem
+    x_desc = tridnn.TensorDescriptor.nhwc(1, 4, 8, 8)
+    w_desc = tridnn.FilterDescriptor((4, 4, 5, 5))
+    cd = tridnn.ConvolutionDescriptor(padding=2)
+    problem = ConvProblem.forward(x_desc, w_desc, cd)
+    for name in ("WINOGRAD", "WINOGRAD_NONFUSED"):
+        reason = registry.by_enum("conv", "fwd", "triton", tridnn.ConvFwdAlgo[name]).not_applicable(problem)
+        assert reason and "3x3" in reason, reason
+    strided = ConvProblem.forward(x_desc, tridnn.FilterDescriptor((4, 4, 3, 3)),
+                                  tridnn.ConvolutionDescriptor(padding=1, stride=2))
+    assert "stride" in registry.by_enum("conv", "fwd", "triton", tridnn.ConvFwdAlgo.WINOGRAD).not_applicable(strided)
+
+
+def test_properties_are_truthful():
+    """Transform methods round differently (exact False); atomics are non-deterministic."""
+    from tridnn.algorithms import registry
+    by = {(a.direction, a.name): a for d in ("fwd", "bwd_data", "bwd_filter")
+          for a in registry.algorithms("conv", d, "triton")}
+    for name in ("FFT", "WINOGRAD", "WINOGRAD_NONFUSED"):
+        assert by[("fwd", name)].exact is False
+    assert by[("fwd", "GEMM")].exact and by[("bwd_data", "ALGO_0")].deterministic
+    assert not by[("bwd_filter", "ALGO_0")].deterministic and by[("bwd_filter", "ALGO_1")].deterministic
+    assert {a.id for a in by.values()} >= {104, 105, 106, 107, 120}
+
+
+DEPTHWISE = [dict(p=(8, 8, (6, 6), 3, 1, 1, 1, 8)), dict(p=(5, 10, (7, 6), 3, 2, 1, 1, 5)),
+             dict(p=(6, 6, (9,), 5, 1, 4, 2, 6)), dict(p=(4, 4, (3, 4, 4), 3, 1, 1, 1, 4))]
+
+
+@pytest.mark.parametrize("direction,algo_name", [("bwd_data", "ALGO_1"), ("bwd_filter", "ALGO_0"),
+                                                 ("bwd_filter", "ALGO_1")])
+@pytest.mark.parametrize("case", DEPTHWISE, ids=["2d", "mult2-stride2", "1d-dilated", "3d"])
+def test_depthwise_backward(direction, algo_name, case, rng):
+    from tridnn.algorithms import registry
+    from tridnn.cuda import conv_depthwise_backward
+    p = T.P(*case["p"])
+    enum = (tridnn.ConvBwdDataAlgo if direction == "bwd_data" else tridnn.ConvBwdFilterAlgo)[algo_name]
+    algo = registry.by_enum("conv", direction, "triton", enum)
+    assert T.run_case(direction, algo, p, "float32", "NHWC", rng) is None
+    assert T.run_case(direction, algo, p, "float16", "NCHW", rng, alpha=2.0, beta=0.5,
+                      mode=tridnn.ConvMode.CONVOLUTION) is None
+    from tridnn.algorithms.problem import ConvProblem
+    cd = T.conv(p)
+    x_desc = tridnn.TensorDescriptor.nchw(2, p["C"], *p["spatial"]) if len(p["spatial"]) == 2 else \
+        tridnn.TensorDescriptor.packed((2, p["C"], *p["spatial"]), "float32")
+    w_desc = tridnn.FilterDescriptor((p["K"], 1, *p["kernel"]))
+    assert conv_depthwise_backward.routes_here(ConvProblem.forward(x_desc, w_desc, cd))
