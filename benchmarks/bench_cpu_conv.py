@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -158,8 +159,9 @@ def environment() -> dict:
     import torch
     return dict(date=time.strftime("%Y-%m-%d %H:%M:%S"), python=platform.python_version(),
                 numpy=np.__version__, torch=torch.__version__, tridnn=tridnn.__version__,
-                torch_threads=torch.get_num_threads(), machine=platform.machine(),
-                cpus=__import__("os").cpu_count())
+                torch_threads=torch.get_num_threads(), machine=platform.machine(), cpus=os.cpu_count(),
+                openblas_threads=os.environ.get("OPENBLAS_NUM_THREADS", "default"),
+                load_average=os.getloadavg()[0])
 
 
 def main(argv=None) -> int:
@@ -172,7 +174,16 @@ def main(argv=None) -> int:
                     help="time every applicable algorithm, or only find's choice, against torch")
     ap.add_argument("--layers", nargs="*", help="only these layer names")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--threads", type=int, help="threads for torch, OpenBLAS and tridnn's block workers "
+                    "(default: each library's own default, 2 on these machines)")
     args = ap.parse_args(argv)
+    if args.threads and os.environ.get("OPENBLAS_NUM_THREADS") != str(args.threads):
+        # OpenBLAS reads its thread count once, at import: start again with it set
+        os.environ.update(OPENBLAS_NUM_THREADS=str(args.threads), TRIDNN_NUM_THREADS=str(args.threads))
+        os.execv(sys.executable, [sys.executable] + sys.argv)
+    if args.threads:
+        import torch
+        torch.set_num_threads(args.threads)
     env = environment()
     print(" ".join(f"{k}={v}" for k, v in env.items()), flush=True)
     results = [bench_suite(s, args.batch, args.layouts, args.repeats, args.algos, args.layers)
