@@ -231,3 +231,19 @@ def test_direct_depthwise_many_row_blocks(layout, stride, dtype, channels, rng):
     images, rows = algo._blocks(problem)
     assert -(-problem.out_spatial[0] // rows) >= 3, (images, rows)  # at least 3 row blocks
     skip_unless_applies(run_case(algo, p, dtype, layout, rng, pad_post=(0, 2), alpha=2.0, beta=-1.0))
+
+
+@pytest.mark.parametrize("member", [tridnn.ConvFwdAlgo.WINOGRAD, tridnn.ConvFwdAlgo.WINOGRAD_NONFUSED],
+                         ids=lambda m: m.name)
+@pytest.mark.parametrize("layout", testing.LAYOUTS)
+@pytest.mark.parametrize("groups", [1, 2])
+def test_winograd_tiles_cover_output_exactly(member, layout, groups, rng):
+    """16x12 outputs are whole 4x4 tiles: the output transform then scatters straight into y."""
+    algo = _by_enum(member)
+    p = dict(name="w3_16x12", C=4, K=6, spatial=(16, 12), kernel=(3, 3), stride=(1, 1), pad=(1, 1),
+             dilation=(1, 1), groups=groups)
+    x = tridnn.TensorDescriptor.packed((2, 4, 16, 12), "float32", tridnn.TensorFormat.NCHW)
+    problem = ConvProblem.forward(x, tridnn.FilterDescriptor((6, 4 // groups, 3, 3)),
+                                  tridnn.ConvolutionDescriptor(padding=1, groups=groups, nd=2))
+    assert algo.tile(problem) == 4
+    skip_unless_applies(run_case(algo, p, "float32", layout, rng))

@@ -22,7 +22,7 @@ import numpy as np
 from ..algorithms.base import Algorithm
 from ..types import ConvFwdAlgo
 from ..workspace import Buffer
-from .common import BANDWIDTH, MATMUL_CALL, as_matrix, channels_last, gemm_rate, batch_block, pad_into, prod, store
+from .common import BANDWIDTH, MATMUL_CALL, as_matrix, channels_last, gemm_rate, writes_through, batch_block, pad_into, prod, store
 
 # Interpolation points, in the order that keeps the transforms' error lowest.
 POINTS = (0, 1, -1, 2, -2, Fraction(1, 2), Fraction(-1, 2), 3, -3)
@@ -190,13 +190,27 @@ def scatter_tiles(y_tiles: np.ndarray, m: int, rows: slice, acc: np.ndarray, fir
     if first:
         b, g, kg, _, wo = acc.shape
         tw = wo // m
-        target = acc[:, :, :, rows.start * m: rows.stop * m].reshape(b, g, kg, nrows, m, tw, m)
+        target = acc[:, :, :, rows.start * m: rows.stop * m].reshape((b, g, kg, nrows, m, tw, m), copy=False)
         target[...] = y_tiles.reshape(m, m, g, kg, b, nrows, tw).transpose(4, 2, 3, 5, 0, 6, 1)
     else:
         b, _, wo, g, kg = acc.shape
         tw = wo // m
-        target = acc[:, rows.start * m: rows.stop * m].reshape(b, nrows, m, tw, m, g, kg)
+        target = acc[:, rows.start * m: rows.stop * m].reshape((b, nrows, m, tw, m, g, kg), copy=False)
         target[...] = y_tiles.reshape(m, m, g, b, nrows, tw, kg).transpose(3, 4, 0, 5, 1, 2, 6)
+
+
+def output_as_acc(problem, y: np.ndarray, m: int, alpha, beta, epilogue, first: bool):
+    """y itself as the tile accumulator, when the tiles cover it exactly and nothing is
+    left to blend (alpha 1, beta 0, no epilogue, accumulator dtype): the output transform
+    then scatters straight into y and the final copy is skipped. None otherwise."""
+    if any(o % m for o in problem.out_spatial) or not writes_through(y, problem.accumulator, alpha, beta,
+                                                                         epilogue):
+        return None
+    g = problem.groups
+    b, k, ho, wo = y.shape
+    view = y if first else np.moveaxis(y, 1, -1)
+    shape = (b, g, k // g, ho, wo) if first else (b, ho, wo, g, k // g)
+    return view.reshape(shape)  # splits one axis only: always a view
 
 
 def store_tiles(problem, acc: np.ndarray, y: np.ndarray, alpha, beta, epilogue, index,
@@ -297,8 +311,11 @@ class WinogradForward(Algorithm):
         u = transformed_filter(problem, w, m, workspace)
         xpad = padded_view(workspace["xpad"], problem.n, problem.c, extent, first)
         acc = acc_view(workspace["acc"], problem.n, g, problem.k // g, tuple(t * m for t in tiles), first)
+        target = output_as_acc(problem, y, m, alpha, beta, epilogue, first)
         pack_input(problem, x, xpad, first)
         step = self._rows(problem, m)
         for r0 in range(0, tiles[0], step):
-            winograd_stages(problem, m, xpad, slice(r0, min(tiles[0], r0 + step)), u, workspace, acc, first)
-        store_tiles(problem, acc, y, alpha, beta, epilogue, (), first)
+            winograd_stages(problem, m, xpad, slice(r0, min(tiles[0], r0 + step)), u, workspace,
+                            acc if target is None else target, first)
+        if target is None:
+            store_tiles(problem, acc, y, alpha, beta, epilogue, (), first)

@@ -30,7 +30,8 @@ from ..algorithms.base import Algorithm
 from ..types import ConvFwdAlgo, MathType
 from ..workspace import Buffer
 from .common import BANDWIDTH, batch_block, channels_last, prod
-from .conv_winograd import (acc_view, filter_scratch_size, pack_input, padded_view, store_tiles, tile_grid,
+from .conv_winograd import (acc_view, filter_scratch_size, output_as_acc, pack_input, padded_view, store_tiles,
+                            tile_grid,
                             transformed_filter, winograd_estimate, winograd_not_applicable, winograd_stages)
 
 BLOCK_BYTES = 96 << 20   # transformed input + products of one block of images
@@ -92,7 +93,10 @@ class WinogradNonfusedForward(Algorithm):
             b = min(problem.n, n0 + block) - n0
             xpad = padded_view(workspace["xpad"], b, problem.c, extent, first)
             acc = acc_view(workspace["acc"], b, g, problem.k // g, tuple(t * m for t in tiles), first)
+            target = output_as_acc(problem, y[n0:n0 + b], m, alpha, beta, epilogue, first)
             pack_input(problem, x[n0:n0 + b], xpad, first)
             # every stage over all tiles of the block: one transform pass, n*n large GEMMs, one pass back
-            winograd_stages(problem, m, xpad, slice(0, tiles[0]), u, workspace, acc, first)
-            store_tiles(problem, acc, y[n0:n0 + b], alpha, beta, epilogue, (slice(n0, n0 + b),), first)
+            winograd_stages(problem, m, xpad, slice(0, tiles[0]), u, workspace,
+                            acc if target is None else target, first)
+            if target is None:
+                store_tiles(problem, acc, y[n0:n0 + b], alpha, beta, epilogue, (slice(n0, n0 + b),), first)
