@@ -33,7 +33,7 @@ def views(handle, inputs, outputs, in_place_ok: bool = False) -> list:
     """Checked logical views: ``inputs`` and ``outputs`` are lists of (array, desc, name);
     None arrays stay None. Outputs may not overlap inputs (or each other), except an
     exact alias of an input when ``in_place_ok`` (elementwise ops computed in place)."""
-    backend = handle.backend
+    backend = check_handle(handle).backend
     ins = [None if a is None else backend.view(a, d, n, writable=False) for a, d, n in inputs]
     outs = [None if a is None else backend.view(a, d, n, writable=True) for a, d, n in outputs]
     named_in = [(v, n) for v, (_, _, n) in zip(ins, inputs) if v is not None]
