@@ -32,6 +32,15 @@ class ConvProblem:
             if not isinstance(value, kind):
                 raise BadParamError(f"the {name} descriptor must be a {kind.__name__}, got {value!r} "
                                     f"of type {type(value).__name__}")
+        if self.direction == "bwd_data" and self.y.dims != self.conv.output_dims(self.x, self.w):
+            # name the output the caller got wrong (dx), not dy
+            raise BadParamError(f"dx descriptor dims {self.x.dims} do not match dy: with filter "
+                                f"{self.w.dims} they give a forward output of "
+                                f"{self.conv.output_dims(self.x, self.w)}, but dy has dims {self.y.dims}")
+        if self.direction == "bwd_filter" and self.y.dims != self.conv.output_dims(self.x, self.w):
+            raise BadParamError(f"dw descriptor dims {self.w.dims} do not match dy: with x "
+                                f"{self.x.dims} they give a forward output of "
+                                f"{self.conv.output_dims(self.x, self.w)}, but dy has dims {self.y.dims}")
         self.conv.check_output(self.x, self.w, self.y)
 
     @classmethod
