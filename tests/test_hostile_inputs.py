@@ -386,3 +386,81 @@ def test_random_hostile_values_raise_documented_errors(call_spec, seed):
         assert any(s in str(info.value) for s in shown), f"{info.value} does not name {bad!r}"
     assert np.array_equal(call.y.view(np.uint8), before.view(np.uint8)), "output modified"
     stats.ran("hostile_call", type(info.value).__name__)
+
+
+# -- the same rules for the backward passes and the layers ----------------------------------------
+def _layer_calls(rng):
+    """name -> (function, valid keyword arguments, output keyword, output-descriptor keyword,
+    a wrong output descriptor)."""
+    x_desc, x = testing.make_tensor((2, 3, 6, 6), "float32", "NCHW", rng, testing.fill((2, 3, 6, 6), "float32", rng))
+    w_desc, w = testing.make_filter((4, 3, 3, 3), "float32", "NCHW", testing.fill((4, 3, 3, 3), "float32", rng))
+    conv = tridnn.ConvolutionDescriptor(padding=1, nd=2)
+    dy_desc, dy = testing.make_tensor((2, 4, 6, 6), "float32", "NCHW", rng, testing.fill((2, 4, 6, 6), "float32", rng))
+    same = lambda: testing.make_tensor((2, 3, 6, 6), "float32", "NCHW", rng, rng.standard_normal((2, 3, 6, 6)))
+    wrong = tridnn.TensorDescriptor((2, 3, 6, 5))
+    calls = {}
+    dx_desc, dx = same()
+    calls["convolution_backward_data"] = (tridnn.convolution_backward_data, dict(
+        alpha=1.0, w_desc=w_desc, w=w, dy_desc=dy_desc, dy=dy, conv_desc=conv, algo=tridnn.ConvBwdDataAlgo.ALGO_0,
+        workspace=np.empty(1 << 20, np.uint8), beta=0.5, dx_desc=dx_desc, dx=dx), "dx", "dx_desc", wrong)
+    _, dw = testing.make_filter((4, 3, 3, 3), "float32", "NCHW", rng.standard_normal((4, 3, 3, 3)))
+    calls["convolution_backward_filter"] = (tridnn.convolution_backward_filter, dict(
+        alpha=1.0, x_desc=x_desc, x=x, dy_desc=dy_desc, dy=dy, conv_desc=conv,
+        algo=tridnn.ConvBwdFilterAlgo.ALGO_0, workspace=np.empty(1 << 20, np.uint8), beta=0.5, dw_desc=w_desc,
+        dw=dw), "dw", "dw_desc", tridnn.FilterDescriptor((4, 3, 3, 2)))
+    y_desc, y = testing.make_tensor((2, 3, 3, 3), "float32", "NCHW", rng, rng.standard_normal((2, 3, 3, 3)))
+    calls["pooling_forward"] = (tridnn.pooling_forward, dict(
+        pool_desc=tridnn.PoolingDescriptor(tridnn.PoolingMode.MAX, 2, 0, 2), alpha=1.0, x_desc=x_desc, x=x,
+        beta=0.5, y_desc=y_desc, y=y), "y", "y_desc", tridnn.TensorDescriptor((2, 3, 3, 2)))
+    a_desc, a = same()
+    calls["activation_forward"] = (tridnn.activation_forward, dict(
+        act_desc=tridnn.ActivationDescriptor(), alpha=1.0, x_desc=x_desc, x=x, beta=0.5, y_desc=a_desc, y=a),
+        "y", "y_desc", wrong)
+    s_desc, s = same()
+    calls["softmax_forward"] = (tridnn.softmax_forward, dict(
+        algorithm=tridnn.SoftmaxAlgorithm.ACCURATE, mode=tridnn.SoftmaxMode.CHANNEL, alpha=1.0, x_desc=x_desc,
+        x=x, beta=0.5, y_desc=s_desc, y=s), "y", "y_desc", wrong)
+    bn = tridnn.derive_bn_tensor_descriptor(x_desc, tridnn.BatchNormMode.SPATIAL)
+    b_desc, b = same()
+    ones, zeros = np.ones(bn.dims, np.float32), np.zeros(bn.dims, np.float32)
+    calls["batch_norm_forward_inference"] = (tridnn.batch_norm_forward_inference, dict(
+        mode=tridnn.BatchNormMode.SPATIAL, alpha=1.0, beta=0.5, x_desc=x_desc, x=x, y_desc=b_desc, y=b,
+        bn_desc=bn, bn_scale=ones, bn_bias=zeros, estimated_mean=zeros, estimated_variance=ones,
+        epsilon=1e-5), "y", "y_desc", wrong)
+    return calls
+
+
+LAYER_NAMES = ["convolution_backward_data", "convolution_backward_filter", "pooling_forward",
+               "activation_forward", "softmax_forward", "batch_norm_forward_inference"]
+
+
+@pytest.mark.parametrize("name", LAYER_NAMES)
+@pytest.mark.parametrize("breakage", ["no_handle", "foreign_handle", "destroyed_handle", "nan_alpha",
+                                      "inf_beta", "wrong_output_dims", "read_only_output", "list_input"])
+def test_backward_and_layer_calls_reject_hostile_inputs(rng, name, breakage):
+    fn, kwargs, out_key, out_desc_key, wrong_desc = _layer_calls(rng)[name]
+    handle = tridnn.Handle(find_cache=None)
+    fn(handle=handle, **kwargs)  # the unbroken call works
+    out = kwargs[out_key]
+    kwargs = dict(kwargs, handle=handle)
+    if breakage == "no_handle":
+        kwargs["handle"], exc, needle = None, BadParamError, "handle"
+    elif breakage == "foreign_handle":
+        kwargs["handle"], exc, needle = object(), BadParamError, "handle"
+    elif breakage == "destroyed_handle":
+        handle.destroy()
+        exc, needle = NotInitializedError, "destroyed"
+    elif breakage == "nan_alpha":
+        alpha_key = "alpha" if "alpha" in kwargs else "alpha1"
+        kwargs[alpha_key], exc, needle = math.nan, BadParamError, "alpha"
+    elif breakage == "inf_beta":
+        kwargs["beta"], exc, needle = math.inf, BadParamError, "beta"
+    elif breakage == "wrong_output_dims":
+        kwargs[out_desc_key], exc, needle = wrong_desc, BadParamError, str(wrong_desc.dims)
+    elif breakage == "read_only_output":
+        out.flags.writeable = False
+        exc, needle = BadParamError, "read-only"
+    else:
+        first_input = next(k for k in kwargs if k in ("x", "w", "dy") and k != out_key)
+        kwargs[first_input], exc, needle = [[1.0, 2.0]], BadParamError, first_input
+    expect_error(lambda: fn(**kwargs), exc, needle, output=out)
