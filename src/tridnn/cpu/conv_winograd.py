@@ -264,6 +264,7 @@ class WinogradForward(Algorithm):
     enum = ConvFwdAlgo.WINOGRAD
     exact = False
     ROWS_BYTES = 4 << 20  # transformed data of one block of tile rows (about the L3 share)
+    MIN_GEMM_ROWS = 128   # tiles per block at least (rows of each point GEMM)
 
     def not_applicable(self, problem):
         return winograd_not_applicable(problem, "WINOGRAD")
@@ -277,11 +278,14 @@ class WinogradForward(Algorithm):
         return 4 if multiplies(4) < multiplies(2) else 2
 
     def _rows(self, problem, m):
-        """Tile rows per block: all images of the batch, a few rows of tiles."""
+        """Tile rows per block: all images of the batch, a few rows of tiles: as many as fit
+        ROWS_BYTES, but at least enough for MIN_GEMM_ROWS tiles, since every block streams
+        the whole transformed filter through the point GEMMs (and short GEMMs run slowly)."""
         tiles, _ = tile_grid(problem, m)
         n = m + 2
         per_row = n * n * problem.n * tiles[1] * (problem.c + problem.k) * problem.accumulator.itemsize
-        return max(1, min(tiles[0], self.ROWS_BYTES // max(per_row, 1)))
+        rows = max(self.ROWS_BYTES // max(per_row, 1), -(-self.MIN_GEMM_ROWS // max(problem.n * tiles[1], 1)))
+        return max(1, min(tiles[0], rows))
 
     def buffers(self, problem):
         m = self.tile(problem)
