@@ -93,7 +93,7 @@ def interleaved_medians(runners: dict, repeats: int, max_seconds: float = 20.0) 
 
 
 def bench_layer(p: dict, batch: int = 8, layout: str = "NCHW", repeats: int = 7, algos: str = "all",
-                find_budget_s: float = 0.5, handle=None, slow_factor: float = 6.0) -> dict:
+                find_budget_s: float = 2.0, handle=None, slow_factor: float = 6.0) -> dict:
     """One layer: find's choice, every applicable algorithm (algos="all") and torch, in ms.
 
     Algorithms that find measured over ``slow_factor`` times its best are not re-timed
