@@ -129,7 +129,8 @@ class FftForward(Algorithm):
     def estimate(self, problem):
         sizes = self._sizes(problem)
         points = prod(sizes)
-        fft_flops = 2.5 * points * np.log2(max(points, 2)) * (problem.n * (problem.c + problem.k) + problem.k * problem.w.c)
+        transforms = problem.n * (problem.c + problem.k) + problem.k * problem.w.c  # x, y and w planes
+        fft_flops = 2.5 * points * np.log2(max(points, 2)) * transforms
         gemm_flops = 8 * prod(half_spectrum(sizes)) * problem.n * problem.k * problem.w.c
         bytes_moved = 6 * points * problem.n * (problem.c + problem.k) * 4
         return fft_flops / 3e9 + gemm_flops / (GEMM_RATE / 3) + bytes_moved / BANDWIDTH

@@ -22,10 +22,12 @@ import numpy as np
 from ..algorithms.base import Algorithm
 from ..types import ConvFwdAlgo
 from ..workspace import Buffer
-from .common import BANDWIDTH, MATMUL_CALL, as_matrix, channels_last, gemm_rate, writes_through, batch_block, pad_into, prod, store
+from .common import BANDWIDTH, MATMUL_CALL, as_matrix, channels_last, gemm_rate, pad_into, prod, store, writes_through
 
 # Interpolation points, in the order that keeps the transforms' error lowest.
 POINTS = (0, 1, -1, 2, -2, Fraction(1, 2), Fraction(-1, 2), 3, -3)
+
+
 @lru_cache(maxsize=None)
 def matrices(m: int, r: int = 3):
     """(AT (m x n), G (n x r), BT (n x n)) in float64 for F(m, r), n = m + r - 1.

@@ -24,15 +24,13 @@ F(6x6) sits at the edge of tridnn.testing's float32 tolerance (2e-5 pointwise,
 """
 from __future__ import annotations
 
-import numpy as np
-
 from ..algorithms.base import Algorithm
 from ..types import ConvFwdAlgo, MathType
 from ..workspace import Buffer
 from .common import BANDWIDTH, batch_block, channels_last, prod
 from .conv_winograd import (acc_view, filter_scratch_size, output_as_acc, pack_input, padded_view, store_tiles,
-                            tile_grid,
-                            transformed_filter, winograd_estimate, winograd_not_applicable, winograd_stages)
+                            tile_grid, transformed_filter, winograd_estimate, winograd_not_applicable,
+                            winograd_stages)
 
 BLOCK_BYTES = 96 << 20   # transformed input + products of one block of images
 LARGE_TILE_FROM = 24     # output width from which F(6x6,3x3) may be used
