@@ -98,6 +98,17 @@ def _conv_setup_context(ctx, inputs, output):
     ctx.has_bias = bias is not None
 
 
+def _in_strides_of(grad: Tensor, param: Tensor) -> Tensor:
+    """``grad`` with ``param``'s exact strides when the two differ only on size-1 axes (a
+    1x1 channels_last filter): the same memory, but DistributedDataParallel compares
+    strides exactly, and a mismatch makes it warn and copy every gradient into its bucket."""
+    if grad.stride() == param.stride() or grad.shape != param.shape:
+        return grad
+    if all(d <= 1 or a == b for d, a, b in zip(grad.shape, grad.stride(), param.stride())):
+        return grad.as_strided(param.shape, param.stride())
+    return grad
+
+
 def _conv_backward(ctx, dy):
     x, w = ctx.saved_tensors
     geometry = ctx.geometry
@@ -105,7 +116,7 @@ def _conv_backward(ctx, dy):
     if ctx.needs_input_grad[0]:
         dx = conv_backward_data(dy, w, list(x.shape), *geometry)
     if ctx.needs_input_grad[1]:
-        dw = conv_backward_filter(x, dy, list(w.shape), *geometry)
+        dw = _in_strides_of(conv_backward_filter(x, dy, list(w.shape), *geometry), w)
     if ctx.has_bias and ctx.needs_input_grad[2]:
         db = dy.sum(dim=[0] + list(range(2, dy.dim())))
     return dx, dw, db, None, None, None, None, None
