@@ -19,6 +19,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -60,7 +61,8 @@ def tiny_resnet():
     return nn.Sequential(
         nn.Conv2d(3, 6, 3, 1, 1, bias=False), nn.BatchNorm2d(6), nn.ReLU(inplace=True),
         nn.MaxPool2d(3, 2, 1), Block(6),
-        nn.Conv2d(6, 8, 3, 2, 1, bias=True), nn.BatchNorm2d(8), nn.ReLU(),
+        nn.Conv2d(6, 8, 3, 2, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
+        nn.Conv2d(8, 8, 1, bias=True), nn.ReLU(),  # a 1x1 conv, and a bias not cancelled by a BN
         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, CLASSES))
 
 
@@ -140,7 +142,7 @@ def concurrent_find(case, device, dtype, cache_dir):
     with torch.no_grad():
         for m in model:
             if isinstance(m, nn.Conv2d):
-                F.conv(x, m.weight, None, list(m.stride), ((1, 1), (1, 1)), 1, 1, algo="find", handle=handle)
+                F.conv(x, m.weight, None, list(m.stride), list(m.padding), 1, 1, algo="find", handle=handle)
                 count += 1
             if isinstance(m, (nn.Conv2d, nn.MaxPool2d, nn.ReLU, nn.BatchNorm2d, Block)):
                 x = m(x)
@@ -167,7 +169,10 @@ def worker(rank, init_file, out_dir, cache_dir, device_kind, dtype_name):
             results["finds"] += concurrent_find(case, device, dtype, cache_dir)
         dist.barrier()  # every rank's find is in the cache before anyone trains
         for case in CASES:
-            results[case] = {"ddp": train_ddp(case, rank, device, dtype)}
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                results[case] = {"ddp": train_ddp(case, rank, device, dtype)}
+            results[case]["warnings"] = [str(w.message) for w in caught]
             if rank == 0:  # the references run in rank 0's process: the same cached algorithms
                 results[case]["single"] = train_single_process(case, "tridnn", device, dtype)
                 results[case]["torch"] = train_single_process(case, "torch", device, dtype)
@@ -201,7 +206,7 @@ def check(results, case, rtol, atol, torch_rtol):
     single, per_rank_buffers = results[0][case]["single"]
     torch_state, _ = results[0][case]["torch"]
     params = [k for k, v in single.items() if v.is_floating_point() and "running" not in k]
-    assert len(params) == 15
+    assert len(params) == 16
     for name in params:
         want = single[name]
         # the replicas stay identical: every rank applies the same all-reduced gradient
@@ -212,6 +217,8 @@ def check(results, case, rtol, atol, torch_rtol):
             f"{case}: {name} did not train"
         torch.testing.assert_close(ranks[0][name], torch_state[name], rtol=torch_rtol, atol=torch_rtol,
                                    msg=lambda m: f"{case} {name}, tridnn DDP vs torch layers: {m}")
+    for res in results:  # gradients in their parameters' strides: DDP's buckets take them as they are
+        assert not [w for w in res[case]["warnings"] if "strides" in w], res[case]["warnings"]
     for r, rank_state in enumerate(ranks):  # each rank's running statistics: its own shard's update
         for name, want in per_rank_buffers[r].items():
             torch.testing.assert_close(rank_state[name], want, rtol=rtol, atol=atol,
@@ -228,8 +235,25 @@ def check_cache(cache_dir, results):
     finally:
         con.close()
     # both ranks wrote the same keys (one device name): one row per distinct problem
-    assert results[0]["finds"] == results[1]["finds"] == 2 * len(CASES)
-    assert rows == 2 * len(CASES)
+    problems = len(CASES) * sum(isinstance(m, nn.Conv2d) for m in tiny_resnet())
+    assert results[0]["finds"] == results[1]["finds"] == problems
+    assert rows == problems
+
+
+@pytest.mark.parametrize("kernel", [1, 3])
+def test_filter_gradient_has_the_filter_strides(kernel):
+    """A channels_last filter's gradient comes back in the filter's own strides (after
+    autograd), size-1 axes included, which DDP's gradient buckets compare exactly."""
+    conv = tt.nn.Conv2d(4, 6, kernel, bias=False).to(memory_format=torch.channels_last)
+    x = torch.randn(2, 4, 5, 5).contiguous(memory_format=torch.channels_last)
+    want = nn.functional.conv2d(x, conv.weight)
+    y = conv(x)
+    torch.testing.assert_close(y, want)
+    y.square().sum().backward()
+    assert conv.weight.grad.stride() == conv.weight.stride()
+    xr, wr = x.detach().requires_grad_(), conv.weight.detach().requires_grad_()
+    nn.functional.conv2d(xr, wr).square().sum().backward()
+    torch.testing.assert_close(conv.weight.grad, wr.grad)
 
 
 @pytest.fixture(scope="module")
