@@ -1,7 +1,7 @@
 """Property-based convolution tests: random valid problems against the float64 reference.
 
 Hypothesis draws 1D/2D/3D problems with groups (depthwise included), dilation, stride,
-per-dim and asymmetric padding, both modes, every dtype, NCHW/NHWC/strided views (and
+per-dim and asymmetric padding, both modes, every math type, every dtype, NCHW/NHWC/strided views (and
 the raw-buffer form of packed arrays), alpha/beta (beta == 0 over NaN-filled outputs),
 and runs every registered NumPy algorithm of the direction that applies. Exact
 methods (``algo.exact``) must equal the reference rounded once; the others meet
@@ -81,6 +81,7 @@ def conv_cases(draw):
         spatial=tuple(spatial),
         mode=draw(st.sampled_from((tridnn.ConvMode.CROSS_CORRELATION, tridnn.ConvMode.CONVOLUTION))),
         dtype=draw(st.sampled_from(DTYPES)),
+        math_type=draw(st.sampled_from(list(tridnn.MathType))),
         x_layout=draw(st.sampled_from(testing.LAYOUTS)),
         y_layout=draw(st.sampled_from(testing.LAYOUTS)),
         w_layout=draw(st.sampled_from(("NCHW", "NHWC"))),
@@ -150,7 +151,8 @@ def check_case(direction: str, case: dict) -> None:
     dtype = case["dtype"]
     conv = tridnn.ConvolutionDescriptor(padding=case["pad_pre"], pad_post=case["pad_post"],
                                         stride=case["stride"], dilation=case["dilation"],
-                                        groups=case["groups"], mode=case["mode"], nd=case["nd"])
+                                        groups=case["groups"], mode=case["mode"], nd=case["nd"],
+                                        math_type=case["math_type"])
     x_dims = (case["n"], case["c"], *case["spatial"])
     w_dims = (case["k"], case["c"] // case["groups"], *case["kernel"])
     w_desc0 = tridnn.FilterDescriptor(w_dims, dtype)
@@ -401,3 +403,54 @@ def test_nan_in_output_propagates_only_with_beta(direction, rng):
                 assert not nan.any(), f"{direction} {algo.name}: NaN in the output leaked with beta 0"
             else:
                 assert nan[0, 1, 1, 1] and nan.sum() == 1, f"{direction} {algo.name}: beta*NaN not local"
+
+
+# -- the fused forward: act(alpha1 * conv(x, w) + alpha2 * z + bias) through every algorithm ----
+@fuzz_settings(ci_examples=30)
+@given(case=conv_cases(), alpha2=st.sampled_from((0.0, 1.0, 0.5, -1.0)), z_is_y=st.booleans(),
+       mode_index=st.integers(0, 100), coef=st.sampled_from((0.5, 3.0)))
+def test_fused_bias_activation_matches_reference(case, alpha2, z_is_y, mode_index, coef):
+    """Every forward algorithm runs the fused epilogue (bias, residual z, activation)
+    before its one rounding; z may be y itself (in-place residual)."""
+    from tridnn.cpu.epilogue import FUSED_MODES
+    from tridnn.descriptors.activation import ActivationDescriptor, ActivationMode
+    from tridnn.reference.fused import conv_bias_activation_forward as fused_ref
+    mode = FUSED_MODES[mode_index % len(FUSED_MODES)]
+    act = ActivationDescriptor(mode, coef=coef, swish_beta=1.5)
+    stats.problem("fwd-fused")
+    rng = np.random.default_rng(case["seed"])
+    dtype, nd = case["dtype"], case["nd"]
+    conv = tridnn.ConvolutionDescriptor(padding=case["pad_pre"], pad_post=case["pad_post"], stride=case["stride"],
+                                        dilation=case["dilation"], groups=case["groups"], mode=case["mode"], nd=nd,
+                                        math_type=case["math_type"])
+    x_dims = (case["n"], case["c"], *case["spatial"])
+    w_dims = (case["k"], case["c"] // case["groups"], *case["kernel"])
+    x_vals, w_vals = testing.fill(x_dims, dtype, rng), testing.fill(w_dims, dtype, rng)
+    y_dims = conv.output_dims(tridnn.TensorDescriptor(x_dims, dtype), tridnn.FilterDescriptor(w_dims, dtype))
+    z_vals = testing.fill(y_dims, dtype, rng)
+    bias_vals = testing.fill((1, case["k"]) + (1,) * nd, dtype, rng, density=1.0)
+    alpha1 = case["alpha"]
+    ref = fused_ref(x_vals, w_vals, z_vals, bias_vals, int(mode), coef, 1.5, alpha1, alpha2, case["stride"],
+                    case["pad_pre"], case["pad_post"], case["dilation"], case["groups"], _mode_name(case["mode"]))
+    handle = tridnn.Handle(find_cache=None)
+    for algo in registry.algorithms("conv", "fwd", "numpy"):
+        x_desc, x = testing.make_tensor(x_dims, dtype, case["x_layout"], rng, x_vals)
+        w_desc, w = testing.make_filter(w_dims, dtype, case["w_layout"], w_vals)
+        y_desc, y = testing.make_tensor(y_dims, dtype, case["y_layout"], rng)
+        problem = ConvProblem("fwd", x_desc, w_desc, y_desc, conv)
+        if algo.not_applicable(problem) is not None:
+            continue
+        if z_is_y:
+            z_desc, z = y_desc, y
+            y[...] = z_vals
+        else:
+            z_desc, z = testing.make_tensor(y_dims, dtype, case["x_layout"], rng, z_vals)
+            testing.poison(y)
+        bias_desc = tridnn.TensorDescriptor.packed(bias_vals.shape, dtype)
+        ws = np.empty(algo.workspace_size(problem), np.uint8)
+        tridnn.convolution_bias_activation_forward(handle, alpha1, x_desc, x, w_desc, w, conv, algo.enum, ws,
+                                                   alpha2, z_desc, z, bias_desc, bias_vals.copy(), act, y_desc, y)
+        exact = (getattr(algo, "exact", False) and case["exact_scalars"]
+                 and mode in (ActivationMode.IDENTITY, ActivationMode.RELU, ActivationMode.CLIPPED_RELU))
+        testing.check_result(y, ref, dtype, exact, name=f"fused {algo.name} {mode.name} on {problem.describe()}")
+        stats.ran("fwd-fused", algo.name)
