@@ -10,6 +10,7 @@ import triton.language as tl
 
 from ..algorithms.base import Algorithm
 from .geometry import unsupported_dtype
+from .memo import IdentityMemo
 
 
 class TritonConvAlgorithm(Algorithm):
@@ -62,6 +63,7 @@ def grouped_tile(pid, num_m, num_n, GROUP_M: tl.constexpr):
 class Tuner:
     """Chooses a launch config per problem by timing each candidate once on the GPU.
 
+    ``candidates``: the configs, or a function returning them (called on a miss only).
     ``launch(config, out)`` runs the kernel(s) writing into ``out`` (a scratch output
     during tuning, so the caller's output and beta blending are never disturbed).
     Under the interpreter the first candidate is taken without timing."""
@@ -74,6 +76,8 @@ class Tuner:
         best = self._best.get(key)
         if best is not None:
             return best
+        if callable(candidates):  # built only on a miss (it costs host time per call)
+            candidates = candidates()
         if device.type != "cuda" or len(candidates) == 1:
             best = candidates[0]
         else:
@@ -96,6 +100,19 @@ class Tuner:
         return best
 
 
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) in plain Python (triton.cdiv goes through a JIT wrapper: ~2 us a call)."""
+    return -(-a // b)
+
+
+_problem_keys = IdentityMemo()
+
+
+def problem_key(problem) -> str:
+    """problem.key(), computed once per problem object."""
+    return _problem_keys.get((problem,), None, problem.key)
+
+
 _compiled: dict = {}
 
 
@@ -106,18 +123,27 @@ def _spec_key(args):
                  else type(a) for a in args)
 
 
-def launch(kernel, grid, args: tuple, consts: dict, options: dict):
+def launch(kernel, grid, args: tuple, consts: dict, options: dict, static=None):
     """``kernel[grid](*args, **consts, **options)``, minus Triton's per-call binding cost.
 
     The first launch of a specialization goes through the JIT (compiling if needed) and
     keeps the compiled kernel; later launches with the same ints, dtypes, alignments and
     constexprs call its launcher directly on PyTorch's current stream. Under the
-    interpreter every launch goes through the JIT."""
-    device = next(a for a in args if isinstance(a, torch.Tensor)).device
+    interpreter every launch goes through the JIT.
+
+    ``static = (key, n)``: the caller vouches that ``key`` (hashable) determines every
+    argument but the first ``n`` (tensors, whose dtypes are part of the key) and the
+    float scalars, so only those tensors' 16-byte alignments are checked per call."""
+    first = args[0]
+    device = (first if isinstance(first, torch.Tensor) else next(a for a in args if isinstance(a, torch.Tensor))).device
     if device.type != "cuda":
         kernel[grid](*args, **consts, **options)
         return
-    full = (kernel, _spec_key(args), tuple(consts.items()), tuple(options.items()))
+    if static is None:
+        full = (kernel, _spec_key(args), tuple(consts.items()), tuple(options.items()))
+    else:
+        key, n = static
+        full = (kernel, key, tuple(a.data_ptr() % 16 == 0 for a in args[:n]))
     entry = _compiled.get(full)
     if entry is None:
         compiled = kernel[grid](*args, **consts, **options)

@@ -14,9 +14,10 @@ import triton
 import triton.language as tl
 
 from ..types import ConvFwdAlgo
-from .common import TritonConvAlgorithm, Tuner, launch, split_rows
+from .common import TritonConvAlgorithm, Tuner, cdiv, launch, problem_key, split_rows
 from .epilogue import launch_args, spec_of, store_tile
 from .geometry import geometry, needs_int64, strides5
+from .memo import IdentityMemo
 
 MAX_CHANNELS_PER_GROUP = 16
 
@@ -90,18 +91,39 @@ def _configs(device, k):
 
 
 def launch_direct(problem, x, w, y, alpha, beta, spec, cfg):
+    if spec is None:  # launch arguments built once per problem, strides and config
+        recipe = _recipes.get((problem, cfg), (x.stride(), w.stride(), y.stride(), beta == 0),
+                              lambda: _recipe(problem, x, w, y, beta, None, cfg))
+        bias, z = y, y
+    else:
+        recipe = _recipe(problem, x, w, y, beta, spec, cfg)
+        bias = spec.bias.reshape(-1) if spec.bias is not None else y
+        z = spec.z if spec.z is not None else y
+    grid, head, tail, consts, options, static = recipe
+    launch(conv_direct_fwd_kernel, grid, (x, w, y, bias, z) + head + (float(alpha), float(beta)) + tail,
+           consts, options, static)
+
+
+_recipes = IdentityMemo()
+
+
+def _recipe(problem, x, w, y, beta, spec, cfg):
+    """Grid, scalar arguments and constexprs: everything but the tensors and alpha/beta."""
     geo = geometry(problem)
     nd = problem.nd
     bias, bias_stride, z, zs, alpha2, coef, swish_beta, act, has_bias, has_z = launch_args(spec, y, nd)
     M = geo.out_pixels
-    grid = (triton.cdiv(M, cfg["BLOCK_P"]), triton.cdiv(geo.k, cfg["BLOCK_C"]))
-    launch(conv_direct_fwd_kernel, grid, (
-        x, w, y, bias, z, M, geo.k, geo.cg, geo.kg, *geo.inp, *geo.out, *geo.ker, *geo.stride,
-        *geo.pad, *geo.dil, *strides5(x, nd), *strides5(w, nd), *strides5(y, nd), *zs, bias_stride,
-        float(alpha), float(beta), alpha2, coef, swish_beta),
-        dict(BLOCK_P=cfg["BLOCK_P"], BLOCK_C=cfg["BLOCK_C"], DEPTHWISE=geo.cg == 1 and geo.kg == 1,
-             FLIP=problem.mode == 0, ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z, BETA_ZERO=beta == 0,
-             INT64=needs_int64(x, y, z)), dict(num_warps=cfg["num_warps"]))
+    grid = (cdiv(M, cfg["BLOCK_P"]), cdiv(geo.k, cfg["BLOCK_C"]))
+    head = (M, geo.k, geo.cg, geo.kg, *geo.inp, *geo.out, *geo.ker, *geo.stride, *geo.pad, *geo.dil,
+            *strides5(x, nd), *strides5(w, nd), *strides5(y, nd), *zs, bias_stride)
+    tail = (alpha2, coef, swish_beta)
+    consts = dict(BLOCK_P=cfg["BLOCK_P"], BLOCK_C=cfg["BLOCK_C"], DEPTHWISE=geo.cg == 1 and geo.kg == 1,
+                  FLIP=problem.mode == 0, ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z, BETA_ZERO=beta == 0,
+                  INT64=needs_int64(x, y, z))
+    options = dict(num_warps=cfg["num_warps"])
+    static = ((head, tail, tuple(consts.items()), tuple(options.items()),
+               (x.dtype, w.dtype, y.dtype, bias.dtype, z.dtype)), 5)
+    return grid, head, tail, consts, options, static
 
 
 class DirectForward(TritonConvAlgorithm):
@@ -125,7 +147,7 @@ class DirectForward(TritonConvAlgorithm):
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
         spec = spec_of(epilogue)
-        key = (problem.key(), spec is not None and spec.act_code, "fwd-direct")
-        cfg = self.tuner.pick(key, _configs(y.device, problem.k),
+        key = (problem_key(problem), spec is not None and spec.act_code, "fwd-direct")
+        cfg = self.tuner.pick(key, lambda: _configs(y.device, problem.k),
                               lambda c, out: launch_direct(problem, x, w, out, 1.0, 0.0, spec, c), y, y.device)
         launch_direct(problem, x, w, y, alpha, beta, spec, cfg)

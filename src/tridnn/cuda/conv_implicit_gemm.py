@@ -24,9 +24,10 @@ import triton
 import triton.language as tl
 
 from ..types import ConvFwdAlgo
-from .common import TritonConvAlgorithm, Tuner, grouped_tile, launch, sm_count, split_rows
+from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, problem_key, sm_count, split_rows
 from .epilogue import launch_args, spec_of, store_tile
 from .geometry import geometry, input_precision, needs_int64, strides5
+from .memo import IdentityMemo
 
 FLAT_BELOW = 16  # input channels per group under which the (tap, channel) loop is flattened
 
@@ -246,6 +247,29 @@ def max_split(problem, geo, device_is_gpu=True) -> int:
 
 def launch_forward(problem, x, w, y, alpha, beta, spec, cfg, part=None, rows=None, taps=None):
     """Run conv_fwd_kernel (and splitk_finish when cfg splits) for y = epilogue(conv(x, w))."""
+    if spec is None:  # the common case: the launch arguments are built once per problem and strides
+        recipe = _recipes.get((problem, cfg), (x.stride(), w.stride(), y.stride(), beta == 0, rows is not None),
+                              lambda: _recipe(problem, x, w, y, beta, None, cfg, rows is not None))
+    else:
+        recipe = _recipe(problem, x, w, y, beta, spec, cfg, rows is not None)
+    grid, head, tail, consts, options, static, finish = recipe
+    bias, z = (y, y) if spec is None else (spec.bias.reshape(-1) if spec.bias is not None else y,
+                                            spec.z if spec.z is not None else y)
+    split = consts["SPLIT_K"]
+    alpha, beta = float(alpha), float(beta)
+    launch(conv_fwd_kernel, grid, (x, w, y, part if split > 1 else y, y if rows is None else rows,
+                                   y if taps is None else taps, bias, z) + head + (alpha, beta) + tail,
+           consts, options, static)
+    if finish is not None:
+        fgrid, fhead, ftail, fconsts, foptions, fstatic = finish
+        launch(splitk_finish, fgrid, (part, y, bias, z) + fhead + (alpha, beta) + ftail, fconsts, foptions, fstatic)
+
+
+_recipes = IdentityMemo()
+
+
+def _recipe(problem, x, w, y, beta, spec, cfg, precomp):
+    """Everything but the tensors and alpha/beta: grid, scalar arguments, constexprs."""
     geo = geometry(problem)
     nd = problem.nd
     xs, ys = strides5(x, nd), strides5(y, nd)
@@ -256,29 +280,29 @@ def launch_forward(problem, x, w, y, alpha, beta, spec, cfg, part=None, rows=Non
     flat = flat_reduction(geo)
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     split = cfg["SPLIT_K"]
-    total = triton.cdiv(geo.taps * geo.cg, bk) if flat else geo.taps * triton.cdiv(geo.cg, bk)
-    per_split = triton.cdiv(total, split)
-    split = triton.cdiv(total, per_split)
-    precomp = rows is not None
-    grid = (triton.cdiv(M, bm) * triton.cdiv(geo.kg, bn), geo.groups, split)
-    dummy = y
-    launch(conv_fwd_kernel, grid, (
-        x, w, y, part if split > 1 else dummy, rows if precomp else dummy, taps if precomp else dummy,
-        bias, z,
-        M, geo.cg, geo.kg, *geo.inp, *geo.out, *geo.ker, *geo.stride, *geo.pad, *geo.dil,
-        *xs, *ws, *ys, *zs, bias_stride,
-        float(alpha), float(beta), alpha2, coef, swish_beta, per_split),
-        dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, SPLIT_K=split, FLAT=flat, PRECOMP=precomp,
-             FLIP=problem.mode == 0, PREC=input_precision(problem), ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z,
-             BETA_ZERO=beta == 0, INT64=int64),
-        dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
+    total = cdiv(geo.taps * geo.cg, bk) if flat else geo.taps * cdiv(geo.cg, bk)
+    per_split = cdiv(total, split)
+    split = cdiv(total, per_split)
+    grid = (cdiv(M, bm) * cdiv(geo.kg, bn), geo.groups, split)
+    head = (M, geo.cg, geo.kg, *geo.inp, *geo.out, *geo.ker, *geo.stride, *geo.pad, *geo.dil,
+            *xs, *ws, *ys, *zs, bias_stride)
+    tail = (alpha2, coef, swish_beta, per_split)
+    consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, SPLIT_K=split, FLAT=flat, PRECOMP=precomp,
+                  FLIP=problem.mode == 0, PREC=input_precision(problem), ACT=act, HAS_BIAS=has_bias,
+                  HAS_Z=has_z, BETA_ZERO=beta == 0, INT64=int64)
+    options = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    dtypes = (x.dtype, w.dtype, y.dtype, bias.dtype, z.dtype)
+    static = ((head, tail, tuple(consts.items()), tuple(options.items()), dtypes), 8)
+    finish = None
     if split > 1:
         fbm, fbn = (64, 64) if y.device.type == "cuda" else (16, 16)
-        launch(splitk_finish, (triton.cdiv(M, fbm), triton.cdiv(geo.k, fbn)), (
-            part, y, bias, z, M, geo.k, *geo.out, split, *ys, *zs, bias_stride,
-            float(alpha), float(beta), alpha2, coef, swish_beta),
-            dict(BLOCK_M=fbm, BLOCK_N=fbn, ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z, BETA_ZERO=beta == 0,
-                 INT64=int64), dict(num_warps=4))
+        fhead = (M, geo.k, *geo.out, split, *ys, *zs, bias_stride)
+        fconsts = dict(BLOCK_M=fbm, BLOCK_N=fbn, ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z, BETA_ZERO=beta == 0,
+                       INT64=int64)
+        foptions = dict(num_warps=4)
+        fstatic = ((fhead, (alpha2, coef, swish_beta), tuple(fconsts.items()), dtypes), 4)
+        finish = ((cdiv(M, fbm), cdiv(geo.k, fbn)), fhead, (alpha2, coef, swish_beta), fconsts, foptions, fstatic)
+    return grid, head, tail, consts, options, static, finish
 
 
 TC_RATE = {2: 600e12, 4: 300e12}  # rough sustained dot rates (bytes per element -> flop/s)
@@ -308,9 +332,8 @@ class ImplicitGemmForward(TritonConvAlgorithm):
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
         spec = spec_of(epilogue)
-        geo = geometry(problem)
-        cands = candidates(problem, geo, y.device, allow_split=False)
-        key = (problem.key(), spec is not None and spec.act_code, "fwd-ig")
+        cands = lambda: candidates(problem, geometry(problem), y.device, allow_split=False)
+        key = (problem_key(problem), spec is not None and spec.act_code, "fwd-ig")
         cfg = self.tuner.pick(key, cands, lambda c, out: launch_forward(problem, x, w, out, 1.0, 0.0, spec, c),
                               y, y.device)
         launch_forward(problem, x, w, y, alpha, beta, spec, cfg)

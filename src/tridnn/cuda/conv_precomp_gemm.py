@@ -18,10 +18,11 @@ import triton.language as tl
 
 from ..types import ConvFwdAlgo
 from ..workspace import Buffer
-from .common import TritonConvAlgorithm, Tuner, split_rows
+from .common import TritonConvAlgorithm, Tuner, cdiv, launch, problem_key, split_rows
 from .conv_implicit_gemm import candidates, gemm_estimate, launch_forward, max_split
 from .epilogue import spec_of
 from .geometry import geometry, strides5
+from .memo import IdentityMemo
 
 OFFSET = 1 << 20  # coordinates are stored biased by this, 21 bits each
 
@@ -61,6 +62,19 @@ def precomp_tables_kernel(rows_ptr, taps_ptr, M, T, OD, OH, OW, KD, KH, KW, SD, 
     tl.store(taps_ptr + offs * 3 + 2, w_off, mask=t_ok)
 
 
+def _tables_recipe(problem, x, w, device):
+    geo = geometry(problem)
+    xs, ws = strides5(x, problem.nd), strides5(w, problem.nd)
+    block = 256 if device.type == "cuda" else 64
+    scalars = (geo.out_pixels, geo.taps, *geo.out, *geo.ker, *geo.stride, *geo.pad, *geo.dil,
+               xs[0], *xs[2:], *ws[2:])
+    consts = dict(FLIP=problem.mode == 0, BLOCK=block)
+    return (cdiv(max(geo.out_pixels, geo.taps), block),), scalars, consts, ((scalars, tuple(consts.items())), 2)
+
+
+_tables_recipes = IdentityMemo()
+
+
 class PrecompGemmForward(TritonConvAlgorithm):
     direction = "fwd"
     enum = ConvFwdAlgo.IMPLICIT_PRECOMP_GEMM
@@ -93,17 +107,15 @@ class PrecompGemmForward(TritonConvAlgorithm):
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
         spec = spec_of(epilogue)
-        geo = geometry(problem)
-        nd = problem.nd
         rows, taps, part = workspace["rows"], workspace["taps"], workspace.get("part")
-        xs, ws = strides5(x, nd), strides5(w, nd)
-        block = 256 if y.device.type == "cuda" else 64
-        precomp_tables_kernel[(triton.cdiv(max(geo.out_pixels, geo.taps), block),)](
-            rows, taps, geo.out_pixels, geo.taps, *geo.out, *geo.ker, *geo.stride, *geo.pad, *geo.dil,
-            xs[0], *xs[2:], *ws[2:], FLIP=problem.mode == 0, BLOCK=block)
+        # the tables live in the caller's workspace, which may hold anything between calls
+        grid, scalars, consts, static = _tables_recipes.get((problem,), (x.stride(), w.stride(), y.device.type),
+                                                            lambda: _tables_recipe(problem, x, w, y.device))
+        launch(precomp_tables_kernel, grid, (rows, taps) + scalars, consts, {}, static)
         cap = part.shape[0] if part is not None else 1
-        cands = [c for c in candidates(problem, geo, y.device, allow_split=True) if c["SPLIT_K"] <= cap]
-        key = (problem.key(), spec is not None and spec.act_code, "fwd-precomp")
+        cands = lambda: [c for c in candidates(problem, geometry(problem), y.device, allow_split=True)
+                         if c["SPLIT_K"] <= cap]
+        key = (problem_key(problem), spec is not None and spec.act_code, "fwd-precomp", cap)
         run = lambda c, out: launch_forward(problem, x, w, out, 1.0, 0.0, spec, c, part, rows, taps)
         cfg = self.tuner.pick(key, cands, run, y, y.device)
         launch_forward(problem, x, w, y, alpha, beta, spec, cfg, part, rows, taps)

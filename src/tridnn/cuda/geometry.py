@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..types import DataType, MathType
+from .memo import IdentityMemo
 
 INT32_LIMIT = 2**31 - 1
 
@@ -51,7 +52,15 @@ class Geometry:
         return self.n * self.inp[0] * self.inp[1] * self.inp[2]
 
 
+_geometries = IdentityMemo()
+
+
 def geometry(problem) -> Geometry:
+    """The problem's geometry, computed once per problem object."""
+    return _geometries.get((problem,), None, lambda: _geometry(problem))
+
+
+def _geometry(problem) -> Geometry:
     nd = problem.nd
     return Geometry(problem.n, problem.c, problem.k, problem.groups, problem.w.c,
                     problem.k // problem.groups,

@@ -1,0 +1,120 @@
+"""Host (Python) overhead of convolution_forward per call, on the CPU, kernels stubbed out.
+
+    TRITON_INTERPRET=1 PYTHONPATH=src python benchmarks/bench_conv_host_overhead.py [--calls 2000]
+
+Measures what the API and the launch preparation cost per call for a ResNet-50 layer
+(bf16 NHWC 64x64x56x56, 3x3), with the kernel launches replaced by no-ops so only the
+host work is timed:
+
+  full   every call validated from scratch (the fast-path table cleared before each call)
+  fast   repeated calls with the same descriptor objects (api/conv_fast_path.py)
+
+for the triton backend (IMPLICIT_GEMM; ``launch`` stubbed) and, for the validation share
+alone, the numpy backend (algorithm.run stubbed). It also times the per-launch key of
+``cuda.common.launch``: the full specialization key over every argument versus the
+precomputed static key (alignment checks only). Candidates are interleaved over
+--rounds rounds and the median is reported, as the CPU is shared.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import tridnn  # noqa: E402
+from tridnn.api import conv_fast_path  # noqa: E402
+
+
+def per_call_us(fn, calls, before=None) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        if before is not None:
+            before()
+        fn()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def clear_table():
+    conv_fast_path._tables.clear()
+
+
+def triton_case():
+    from tridnn.cuda import conv_implicit_gemm
+    conv_implicit_gemm.launch = lambda *args: None  # host work only
+    h = tridnn.Handle(device="cpu", backend="triton", find_cache=None)
+    xd = tridnn.TensorDescriptor.nhwc(64, 64, 56, 56, "bfloat16")
+    wd = tridnn.FilterDescriptor((64, 64, 3, 3), "bfloat16", tridnn.TensorFormat.NHWC)
+    cd = tridnn.ConvolutionDescriptor(padding=1)
+    yd = xd.with_dims(cd.output_dims(xd, wd))
+    cl = torch.channels_last
+    x = torch.zeros(xd.dims, dtype=torch.bfloat16).contiguous(memory_format=cl)
+    w = torch.zeros(wd.dims, dtype=torch.bfloat16).contiguous(memory_format=cl)
+    y = torch.zeros(yd.dims, dtype=torch.bfloat16).contiguous(memory_format=cl)
+    return lambda: tridnn.convolution_forward(h, 1.0, xd, x, wd, w, cd, "IMPLICIT_GEMM", None, 0.0, yd, y)
+
+
+def numpy_case():
+    from tridnn.algorithms import registry
+    from tridnn.types import ConvFwdAlgo
+    algo = registry.by_enum("conv", "fwd", "numpy", ConvFwdAlgo.IMPLICIT_GEMM)
+    algo.run = lambda *args, **kwargs: None  # validation only
+    h = tridnn.Handle(find_cache=None)
+    xd = tridnn.TensorDescriptor.nhwc(64, 64, 56, 56, "float32")
+    wd = tridnn.FilterDescriptor((64, 64, 3, 3), "float32", tridnn.TensorFormat.NHWC)
+    cd = tridnn.ConvolutionDescriptor(padding=1)
+    yd = xd.with_dims(cd.output_dims(xd, wd))
+    x = np.zeros(xd.span, np.float32)
+    w = np.zeros(wd.as_tensor().span, np.float32)
+    y = np.zeros(yd.span, np.float32)
+    as_view = lambda a, d: np.lib.stride_tricks.as_strided(a, d.dims, [s * 4 for s in d.strides])
+    xv, wv, yv = as_view(x, xd), as_view(w, wd.as_tensor()), as_view(y, yd)
+    ws = h.workspace(tridnn.get_convolution_forward_workspace_size(h, xd, wd, cd, yd, "IMPLICIT_GEMM"))
+    return lambda: tridnn.convolution_forward(h, 1.0, xd, xv, wd, wv, cd, "IMPLICIT_GEMM", ws, 0.0, yd, yv)
+
+
+def launch_key_case():
+    from tridnn.cuda.common import _spec_key
+    t = torch.zeros(16)
+    args = (t,) * 8 + tuple(range(50)) + (1.0, 0.0, 1.0, 0.0, 1.0, 3)
+    consts = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, FLAT=False, PRECOMP=False,
+                  FLIP=False, PREC="ieee", ACT=-1, HAS_BIAS=False, HAS_Z=False, BETA_ZERO=True, INT64=False)
+    options = dict(num_warps=8, num_stages=3)
+    static = (tuple(range(50)), tuple(consts.items()), tuple(options.items()))
+    full = lambda: (None, _spec_key(args), tuple(consts.items()), tuple(options.items()))
+    fast = lambda: (None, static, tuple(a.data_ptr() % 16 == 0 for a in args[:8]))
+    return full, fast
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    tri, npy = triton_case(), numpy_case()
+    key_full, key_fast = launch_key_case()
+    for fn in (tri, npy):
+        fn()
+    results = {k: [] for k in ("triton full", "triton fast", "numpy full", "numpy fast",
+                               "launch key full", "launch key static")}
+    for _ in range(args.rounds):
+        results["triton full"].append(per_call_us(tri, args.calls, clear_table))
+        results["triton fast"].append(per_call_us(tri, args.calls))
+        results["numpy full"].append(per_call_us(npy, args.calls, clear_table))
+        results["numpy fast"].append(per_call_us(npy, args.calls))
+        results["launch key full"].append(per_call_us(key_full, args.calls * 5))
+        results["launch key static"].append(per_call_us(key_fast, args.calls * 5))
+    clear_cost = statistics.median(per_call_us(clear_table, args.calls) for _ in range(args.rounds))
+    print(f"{'case':<20} {'us/call (median of rounds)':>28}")
+    for name, vals in results.items():
+        med = statistics.median(vals) - (clear_cost if name.endswith("full") and "key" not in name else 0.0)
+        print(f"{name:<20} {med:>28.1f}")
+
+
+if __name__ == "__main__":
+    main()

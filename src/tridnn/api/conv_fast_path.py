@@ -1,0 +1,135 @@
+"""A fast path for convolution calls that repeat an already-validated problem.
+
+A training loop calls ``convolution_forward`` with the same descriptors and algorithm
+thousands of times. Building and checking the ConvProblem, resolving the algorithm,
+checking that it applies and sizing its workspace cost ~100 microseconds of Python per
+call, more than many GPU convolutions take. The first call takes the full path
+(``api.convolution.run``) and, once everything has been validated and run, leaves an
+entry here, keyed by the identity of the descriptors (frozen, so a descriptor object
+always means the same thing), the direction, the algorithm and the handle's
+determinism flag. A later call with the same objects re-checks only what can change
+between calls, with the same checks and errors as the full path:
+
+- the handle is alive; alpha and beta are finite reals;
+- each array matches its descriptor (type, device, dtype, shape, strides; a writable
+  output), through the backend's own ``view``; the output overlaps no input;
+- the workspace is large enough.
+
+Anything else (a different descriptor object, algorithm or determinism setting) misses
+the cache and takes the full path.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+
+import numpy as np
+
+from ..errors import BadParamError, check_finite_scalar
+from ..types import ConvMode
+
+MAX_ENTRIES = 1024  # per handle; the table is dropped when full (a rebuild costs one slow call each)
+
+_tables: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+class Entry:
+    """A validated call: its problem, algorithm, workspace need and the descriptors it was
+    validated for (kept, so their ids cannot be reused while the entry lives)."""
+    __slots__ = ("descs", "problem", "algorithm", "need", "buffers", "direct", "operands", "out")
+
+    def __init__(self, descs, problem, algorithm):
+        from .convolution import _ARG_NAMES
+        self.descs = descs
+        self.problem = problem
+        self.algorithm = algorithm
+        names = _ARG_NAMES[problem.direction]
+        self.out = problem.output
+        # (key, tensor descriptor, argument name, writable), as api.convolution._views checks them
+        self.operands = tuple((k, problem.w.as_tensor() if k == "w" else getattr(problem, k), names[k],
+                               k == self.out) for k in ("x", "w", "y"))
+        self.buffers = algorithm.buffers(problem)
+        self.need = algorithm.workspace_size(problem)
+        # calls that api.convolution.execute would run without special handling
+        out = problem.w.as_tensor() if problem.output == "w" else getattr(problem, problem.output)
+        self.direct = (out.size > 0 and problem.n > 0
+                       and (problem.mode != ConvMode.CONVOLUTION or getattr(algorithm, "handles_flip", False)))
+
+
+def _key(handle, direction, x_desc, w_desc, conv_desc, y_desc, algo):
+    return (direction, id(x_desc), id(w_desc), id(conv_desc), id(y_desc), algo, handle.deterministic)
+
+
+def lookup(handle, direction, x_desc, w_desc, conv_desc, y_desc, algo) -> Entry | None:
+    try:
+        table = _tables.get(handle)
+    except TypeError:  # not weak-referenceable: not a Handle (the full path says so)
+        return None
+    if table is None:
+        return None
+    try:
+        entry = table.get(_key(handle, direction, x_desc, w_desc, conv_desc, y_desc, algo))
+    except TypeError:  # an unhashable algo argument: the full path names the error
+        return None
+    if entry is None:
+        return None
+    d = entry.descs
+    if d[0] is x_desc and d[1] is w_desc and d[2] is conv_desc and d[3] is y_desc:
+        return entry
+    return None
+
+
+def remember(handle, direction, x_desc, w_desc, conv_desc, y_desc, algo, problem, algorithm) -> None:
+    """Record a call that passed the full validation."""
+    try:
+        key = _key(handle, direction, x_desc, w_desc, conv_desc, y_desc, algo)
+        hash(key)
+    except TypeError:
+        return
+    entry = Entry((x_desc, w_desc, conv_desc, y_desc), problem, algorithm)
+    with _lock:
+        table = _tables.get(handle)
+        if table is None or len(table) >= MAX_ENTRIES:
+            table = _tables[handle] = {}
+        table[key] = entry
+
+
+def call(handle, entry: Entry, alpha, beta, arrays: dict, workspace) -> None:
+    """Re-check what can change between calls, then run: the same checks, errors and
+    order as api.convolution.run for a problem it has already validated."""
+    from .convolution import _check_workspace, execute
+    handle.check()
+    alpha = check_finite_scalar("alpha", alpha)
+    beta = check_finite_scalar("beta", beta)
+    problem, algorithm = entry.problem, entry.algorithm
+    backend = handle.backend
+    views = _checked_views(backend, entry, arrays)
+    ws_bytes = None
+    if entry.need or workspace is not None:
+        ws_bytes = backend.workspace_bytes(workspace)
+        if ws_bytes.nbytes < entry.need:
+            _check_workspace(handle, problem, algorithm, workspace)  # raises, naming the sizes
+    if not entry.direct:
+        execute(handle, problem, algorithm, views, workspace, alpha, beta)
+        return
+    buffers = backend.carve(ws_bytes, entry.buffers) if entry.buffers else {}
+    algorithm.run(problem, views, buffers, alpha, beta)
+
+
+def _checked_views(backend, entry: Entry, arrays: dict) -> dict:
+    """api.convolution._views with the tensor descriptors built once: each array checked
+    against its descriptor, and the output against overlap with each input (same errors)."""
+    views = {}
+    for key, desc, name, writable in entry.operands:
+        views[key] = backend.view(arrays[key], desc, name, writable)
+    out = views[entry.out]
+    shares = getattr(backend, "shares_memory", None)
+    for key, desc, name, writable in entry.operands:
+        if writable:
+            continue
+        arr = views[key]
+        if np.may_share_memory(arr, out) if isinstance(arr, np.ndarray) else (shares is not None and shares(arr, out)):
+            out_name = next(n for _, _, n, w in entry.operands if w)
+            raise BadParamError(f"output {out_name} overlaps input {name}; pass separate buffers")
+    return views

@@ -1,0 +1,130 @@
+"""The fast path for repeated convolution calls (api/conv_fast_path.py): a call with the
+same descriptor objects and algorithm as an earlier validated one skips re-validating the
+problem, but every check that depends on the call's arrays and scalars still runs and
+raises the same documented error before anything is written."""
+import numpy as np
+import pytest
+
+import tridnn
+from tridnn import reference, testing
+from tridnn.api import conv_fast_path
+from tridnn.errors import BadParamError, NotInitializedError, NotSupportedError
+
+
+def _setup(dtype="float32"):
+    x_desc = tridnn.TensorDescriptor.nchw(2, 3, 6, 5, dtype)
+    w_desc = tridnn.FilterDescriptor((4, 3, 3, 3), dtype)
+    conv = tridnn.ConvolutionDescriptor(padding=1)
+    y_desc = x_desc.with_dims(conv.output_dims(x_desc, w_desc))
+    return x_desc, w_desc, conv, y_desc
+
+
+def _arrays(x_desc, w_desc, y_desc, rng, dtype="float32"):
+    x = testing.fill(x_desc.dims, dtype, rng)
+    w = testing.fill(w_desc.dims, dtype, rng)
+    y = np.full(y_desc.dims, np.nan, testing.DataType.of(dtype).numpy)
+    return x, w, y
+
+
+@pytest.mark.parametrize("algo", ["IMPLICIT_GEMM", "GEMM"])
+def test_repeated_calls_hit_the_cache_and_stay_correct(algo, rng):
+    h = tridnn.Handle(find_cache=None)
+    x_desc, w_desc, conv, y_desc = _setup()
+    ws_size = tridnn.get_convolution_forward_workspace_size(h, x_desc, w_desc, conv, y_desc, algo)
+    ws = np.empty(ws_size, np.uint8)
+    for i in range(3):
+        x, w, y = _arrays(x_desc, w_desc, y_desc, rng)
+        cached = conv_fast_path.lookup(h, "fwd", x_desc, w_desc, conv, y_desc, algo)
+        assert (cached is not None) == (i > 0), f"call {i}: cache entry {cached}"
+        tridnn.convolution_forward(h, 1.0, x_desc, x, w_desc, w, conv, algo, ws, 0.0, y_desc, y)
+        testing.check_result(y, reference.conv_forward(x, w, 1, 1), "float32", True, name=f"call {i}")
+
+
+def test_equal_but_distinct_descriptors_take_the_full_path(rng):
+    h = tridnn.Handle(find_cache=None)
+    x_desc, w_desc, conv, y_desc = _setup()
+    x, w, y = _arrays(x_desc, w_desc, y_desc, rng)
+    ws = h.workspace(tridnn.get_convolution_forward_workspace_size(h, x_desc, w_desc, conv, y_desc, "IMPLICIT_GEMM"))
+    tridnn.convolution_forward(h, 1.0, x_desc, x, w_desc, w, conv, "IMPLICIT_GEMM", ws, 0.0, y_desc, y)
+    assert conv_fast_path.lookup(h, "fwd", x_desc, w_desc, conv, y_desc, "IMPLICIT_GEMM") is not None
+    other = tridnn.ConvolutionDescriptor(padding=1)
+    assert conv_fast_path.lookup(h, "fwd", x_desc, w_desc, other, y_desc, "IMPLICIT_GEMM") is None
+    assert conv_fast_path.lookup(tridnn.Handle(find_cache=None), "fwd", x_desc, w_desc, conv, y_desc,
+                                 "IMPLICIT_GEMM") is None
+
+
+def test_every_per_call_check_still_raises_before_writing(rng):
+    h = tridnn.Handle(find_cache=None)
+    x_desc, w_desc, conv, y_desc = _setup()
+    x, w, y = _arrays(x_desc, w_desc, y_desc, rng)
+    algo = "GEMM"
+    ws = np.empty(tridnn.get_convolution_forward_workspace_size(h, x_desc, w_desc, conv, y_desc, algo), np.uint8)
+    call = lambda **kw: tridnn.convolution_forward(h, kw.get("alpha", 1.0), x_desc, kw.get("x", x), w_desc, w, conv,
+                                                   algo, kw.get("ws", ws), kw.get("beta", 0.0), y_desc,
+                                                   kw.get("y", y))
+    call()
+    assert conv_fast_path.lookup(h, "fwd", x_desc, w_desc, conv, y_desc, algo) is not None
+    y[...] = 7.0
+    with pytest.raises(BadParamError, match="alpha"):
+        call(alpha=float("nan"))
+    with pytest.raises(BadParamError, match="beta"):
+        call(beta="1")
+    with pytest.raises(BadParamError, match="dtype"):
+        call(x=x.astype(np.float16))
+    with pytest.raises(BadParamError, match="does not match its descriptor"):
+        call(x=np.zeros((2, 3, 6, 6), np.float32))
+    shared = np.zeros(400, np.float32)
+    with pytest.raises(BadParamError, match="overlaps"):
+        call(x=shared[:180].reshape(x_desc.dims), y=shared[100:340].reshape(y_desc.dims))
+    with pytest.raises(BadParamError, match="workspace of"):
+        call(ws=ws[:-100])
+    ro = y.copy()
+    ro.flags.writeable = False
+    with pytest.raises(BadParamError, match="read-only"):
+        call(y=ro)
+    assert np.all(y == 7.0), "y was modified before an error"
+    h.destroy()
+    with pytest.raises(NotInitializedError):
+        call()
+    assert np.all(y == 7.0)
+
+
+def test_determinism_flag_is_part_of_the_key(rng):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    h = tridnn.Handle(device="cpu", backend="triton", find_cache=None)
+    x_desc = tridnn.TensorDescriptor.nhwc(1, 2, 4, 4)
+    w_desc = tridnn.FilterDescriptor((2, 2, 3, 3))
+    conv = tridnn.ConvolutionDescriptor(padding=1)
+    y_desc = x_desc.with_dims(conv.output_dims(x_desc, w_desc))
+    x = torch.zeros(1, 2, 4, 4).contiguous(memory_format=torch.channels_last)
+    dy = torch.ones(1, 2, 4, 4).contiguous(memory_format=torch.channels_last)
+    dw = torch.zeros(2, 2, 3, 3)
+    ws = torch.empty(tridnn.get_convolution_backward_filter_workspace_size(h, x_desc, y_desc, conv, w_desc,
+                                                                           "ALGO_0"), dtype=torch.uint8)
+    tridnn.convolution_backward_filter(h, 1.0, x_desc, x, y_desc, dy, conv, "ALGO_0", ws, 0.0, w_desc, dw)
+    h.deterministic = True
+    with pytest.raises(NotSupportedError, match="deterministic"):
+        tridnn.convolution_backward_filter(h, 1.0, x_desc, x, y_desc, dy, conv, "ALGO_0", ws, 0.0, w_desc, dw)
+
+
+def test_triton_repeated_calls_with_new_tensors(rng):
+    """On the Triton backend the cached launch arguments are reused with each call's tensors."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    h = tridnn.Handle(device="cpu", backend="triton", find_cache=None)
+    x_desc = tridnn.TensorDescriptor.nhwc(2, 4, 5, 5)
+    w_desc = tridnn.FilterDescriptor((8, 4, 3, 3), "float32", tridnn.TensorFormat.NHWC)
+    conv = tridnn.ConvolutionDescriptor(padding=1, stride=2)
+    y_desc = x_desc.with_dims(conv.output_dims(x_desc, w_desc))
+    cl = torch.channels_last
+    for i in range(3):
+        xv, wv = testing.fill(x_desc.dims, "float32", rng), testing.fill(w_desc.dims, "float32", rng)
+        x = torch.from_numpy(xv).contiguous(memory_format=cl)
+        w = torch.from_numpy(wv).contiguous(memory_format=cl)
+        y = torch.full(y_desc.dims, float("nan")).contiguous(memory_format=cl)
+        prior = torch.from_numpy(testing.fill(y_desc.dims, "float32", rng))
+        y.copy_(prior)
+        tridnn.convolution_forward(h, 2.0, x_desc, x, w_desc, w, conv, "IMPLICIT_GEMM", None, 0.5 * i, y_desc, y)
+        testing.check_result(y.numpy(), reference.conv_forward(xv, wv, 2, 1), "float32", True, 2.0, 0.5 * i,
+                             prior.numpy(), name=f"call {i}")
