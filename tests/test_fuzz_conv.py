@@ -454,3 +454,38 @@ def test_fused_bias_activation_matches_reference(case, alpha2, z_is_y, mode_inde
                  and mode in (ActivationMode.IDENTITY, ActivationMode.RELU, ActivationMode.CLIPPED_RELU))
         testing.check_result(y, ref, dtype, exact, name=f"fused {algo.name} {mode.name} on {problem.describe()}")
         stats.ran("fwd-fused", algo.name)
+
+
+# -- the functional API: plan caching must never mix up two problems ---------------------------
+@fuzz_settings(ci_examples=40)
+@given(case=conv_cases(), algo=st.sampled_from(("auto", "heuristic")), nhwc=st.booleans())
+def test_functional_api_matches_reference(case, algo, nhwc):
+    """tridnn.conv / conv_backward_data / conv_backward_filter on the thread's default
+    handle, whose plan cache persists across examples: a plan reused for the wrong
+    problem would show up as a wrong result."""
+    stats.problem("functional")
+    rng = np.random.default_rng(case["seed"])
+    dtype = case["dtype"]
+    x_dims = (case["n"], case["c"], *case["spatial"])
+    w_dims = (case["k"], case["c"] // case["groups"], *case["kernel"])
+    x, w = testing.fill(x_dims, dtype, rng), testing.fill(w_dims, dtype, rng)
+    if nhwc and case["nd"] >= 1:
+        x = np.moveaxis(np.ascontiguousarray(np.moveaxis(x, 1, -1)), -1, 1)  # channels-last view
+    padding = tuple(zip(case["pad_pre"], case["pad_post"]))
+    geometry = dict(stride=case["stride"], padding=padding, dilation=case["dilation"], groups=case["groups"],
+                    mode=_mode_name(case["mode"]))
+    ref_geometry = dict(stride=case["stride"], pad_pre=case["pad_pre"], pad_post=case["pad_post"],
+                        dilation=case["dilation"], groups=case["groups"], mode=_mode_name(case["mode"]))
+    y = tridnn.conv(x, w, algo=algo, **geometry)
+    y_ref = reference.conv_forward(x, w, **ref_geometry)
+    testing.assert_close(y, y_ref, dtype, name=f"conv {case}")
+    stats.ran("functional", "conv")
+    dy = testing.fill(y_ref.shape, dtype, rng)
+    dx = tridnn.conv_backward_data(dy, w, x_dims, algo=algo, **geometry)
+    testing.assert_close(dx, reference.conv_backward_data(dy, w, x_dims, **ref_geometry), dtype,
+                         name=f"conv_backward_data {case}")
+    stats.ran("functional", "conv_backward_data")
+    dw = tridnn.conv_backward_filter(x, dy, w_dims, algo=algo, **geometry)
+    testing.assert_close(dw, reference.conv_backward_filter(x, dy, w_dims, **ref_geometry), dtype,
+                         name=f"conv_backward_filter {case}")
+    stats.ran("functional", "conv_backward_filter")
