@@ -464,3 +464,41 @@ def test_backward_and_layer_calls_reject_hostile_inputs(rng, name, breakage):
         first_input = next(k for k in kwargs if k in ("x", "w", "dy") and k != out_key)
         kwargs[first_input], exc, needle = [[1.0, 2.0]], BadParamError, first_input
     expect_error(lambda: fn(**kwargs), exc, needle, output=out)
+
+
+# -- the functional API ------------------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs,exc,needle", [
+    (dict(stride=0), BadParamError, "0"),
+    (dict(stride=-1), BadParamError, "-1"),
+    (dict(padding=-2), BadParamError, "-2"),
+    (dict(padding="bogus"), BadParamError, "bogus"),
+    (dict(dilation=1.5), BadParamError, "1.5"),
+    (dict(groups=2), BadParamError, "groups"),
+    (dict(mode="flipped"), BadParamError, "flipped"),
+    (dict(algo="NOPE"), BadParamError, "NOPE"),
+    (dict(handle="cpu"), BadParamError, "handle"),
+])
+def test_functional_conv_rejects_bad_arguments(rng, kwargs, exc, needle):
+    x = testing.fill((2, 3, 6, 6), "float32", rng)
+    w = testing.fill((4, 3, 3, 3), "float32", rng)
+    expect_error(lambda: tridnn.conv(x, w, **kwargs), exc, needle)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,needle", [
+    ((2, 3, 6, 6), (4, 2, 3, 3), "3"),          # channels do not match
+    ((2, 3, 6, 6), (4, 3, 3), "rank"),          # filter rank
+    ((2, 3, 2, 2), (4, 3, 5, 5), "spatial dim"),  # output would be empty
+    ((3, 6, 6), (4, 3, 3, 3), "rank"),
+])
+def test_functional_conv_rejects_mismatched_shapes(rng, x_shape, w_shape, needle):
+    x = testing.fill(x_shape, "float32", rng)
+    w = testing.fill(w_shape, "float32", rng)
+    expect_error(lambda: tridnn.conv(x, w), BadParamError, needle)
+
+
+def test_functional_conv_rejects_mixed_dtypes_and_non_arrays(rng):
+    x = testing.fill((2, 3, 6, 6), "float32", rng)
+    w = testing.fill((4, 3, 3, 3), "float64", rng)
+    expect_error(lambda: tridnn.conv(x, w), BadParamError, "DOUBLE")
+    expect_error(lambda: tridnn.conv("x", w.astype(np.float32)), BadParamError, "str")
+    expect_error(lambda: tridnn.conv(x.astype(np.int32), w.astype(np.int32)), BadParamError, "int32")
