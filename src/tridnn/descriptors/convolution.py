@@ -123,7 +123,9 @@ class ConvolutionDescriptor:
         expected = self.output_dims(x, w)
         if y.dims != expected:
             raise BadParamError(f"y descriptor dims {y.dims} do not match the convolution's "
-                                f"output dims {expected}")
+                                f"output dims {expected} (x {x.dims}, filter {w.dims}, padding "
+                                f"{self.padding}+{self.pad_post}, stride {self.stride}, dilation "
+                                f"{self.dilation})")
         if y.dtype != x.dtype:
             raise BadParamError(f"dtype mismatch: x is {x.dtype.name}, y is {y.dtype.name}")
 
