@@ -326,7 +326,8 @@ def test_backend_allocations_raise_alloc_failed():
 
 # -- random hostile values at every parameter ------------------------------------------------
 BAD_INTS = st.one_of(st.integers(max_value=0), st.sampled_from([1.5, -2.5, "4", None, math.nan, math.inf,
-                                                               b"3", 2j, [], True]))
+                                                               b"3", 2j, [], True]),
+                     st.integers(min_value=1 << 31, max_value=1 << 70))  # huge: valid alone, wrong here
 BAD_SCALARS = st.one_of(st.sampled_from([math.nan, math.inf, -math.inf, "0.5", None, 1j, [1.0], {}]),
                         st.text(max_size=3))
 
@@ -346,8 +347,9 @@ def hostile_calls(draw):
     if target == "padding":
         return target, draw(st.one_of(st.integers(max_value=-1),
                                       st.sampled_from([1.5, None, "1", math.nan, 2j])))
-    if target == "requested":  # None is valid there: "every algorithm"
-        return target, draw(BAD_INTS.filter(lambda v: v is not None))
+    if target == "requested":  # None ("every algorithm") and any count >= 1 are valid there
+        return target, draw(BAD_INTS.filter(
+            lambda v: v is not None and not (type(v) is int and v >= 1)))
     return target, draw(BAD_INTS)
 
 
