@@ -2,7 +2,8 @@
 handle's workspace arena must never grow past its limit.
 
 The workload cycles through forward convolution with every registered algorithm
-(explicit workspaces), backward data and filter, get, an occasional find, the
+(explicit workspaces), backward data and filter, get, an occasional find (its
+winner stored in a sqlite find cache; open file descriptors are counted too), the
 functional API (conv, conv_transpose, pooling, activations, softmax, batch norm) on
 a shared handle with a small workspace limit, and hostile calls that must raise.
 RSS (VmRSS from /proc/self/status) is read after a warm-up (caches, plans and lazy
@@ -16,7 +17,10 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import platform
+import shutil
+import tempfile
 import sys
 import time
 from pathlib import Path
@@ -42,9 +46,14 @@ def rss_kib() -> dict:
     return out
 
 
-def build_workload(rng):
+def open_fds() -> int:
+    """File descriptors this process holds (a leaked sqlite connection would show here)."""
+    return len(os.listdir("/proc/self/fd"))
+
+
+def build_workload(rng, cache_path):
     """A list of zero-argument callables, each one API call (or one expected error)."""
-    handle = tridnn.Handle(find_cache=None, workspace_limit=WORKSPACE_LIMIT, find_time_budget_s=0.002)
+    handle = tridnn.Handle(find_cache=cache_path, workspace_limit=WORKSPACE_LIMIT, find_time_budget_s=0.002)
     calls = []
     shapes = [((2, 3, 7, 6), (4, 3, 3, 3), 1, 1, 1), ((1, 4, 9), (4, 1, 3), 1, 2, 4),
               ((1, 2, 4, 5, 4), (2, 2, 3, 1, 3), 1, 1, 1), ((3, 8, 5, 5), (8, 4, 1, 1), 0, 1, 2)]
@@ -117,7 +126,8 @@ def main(argv=None):
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     rng = np.random.default_rng(0)
-    handle, calls, find = build_workload(rng)
+    cache_dir = tempfile.mkdtemp(prefix="tridnn-soak-")
+    handle, calls, find = build_workload(rng, Path(cache_dir) / "find.sqlite3")
     print(f"{len(calls)} distinct calls in the cycle; {args.calls} calls in all", flush=True)
     samples = []
     max_arena = 0
@@ -127,6 +137,7 @@ def main(argv=None):
         if i == args.warmup:
             gc.collect()
             before = rss_kib()
+            fds_before = open_fds()
             samples.append((i, before["VmRSS"]))
         if args.find_every and i % args.find_every == args.find_every - 1:
             find()
@@ -143,6 +154,7 @@ def main(argv=None):
                   f"{time.perf_counter() - start:.0f} s", flush=True)
     gc.collect()
     after = rss_kib()
+    fds_after = open_fds()
     seconds = time.perf_counter() - start
     measured = args.calls - args.warmup
     growth = after["VmRSS"] - before["VmRSS"]
@@ -152,12 +164,15 @@ def main(argv=None):
         distinct_calls=len(calls), seconds=round(seconds, 1),
         rss_before_kib=before["VmRSS"], rss_after_kib=after["VmRSS"], rss_growth_kib=growth,
         rss_growth_kib_per_1000_calls=round(growth / measured * 1000, 3), peak_rss_kib=after["VmHWM"],
-        workspace_limit=WORKSPACE_LIMIT, max_arena_bytes=max_arena, rss_samples=samples)
+        workspace_limit=WORKSPACE_LIMIT, max_arena_bytes=max_arena, open_fds_before=fds_before,
+        open_fds_after=fds_after, find_cache_entries=len(handle.find_cache), rss_samples=samples)
+    shutil.rmtree(cache_dir, ignore_errors=True)
     print(json.dumps({k: v for k, v in result.items() if k != "rss_samples"}, indent=1))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=1))
-    return 0 if growth <= max(2048, 0.02 * before["VmRSS"]) else 1
+    flat = growth <= max(2048, 0.02 * before["VmRSS"]) and fds_after <= fds_before
+    return 0 if flat else 1
 
 
 if __name__ == "__main__":
