@@ -215,19 +215,23 @@ def test_gather_offsets_point_padding_at_the_zero_row():
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-@pytest.mark.parametrize("stride,dtype,channels", [(1, "float32", 32), (2, "bfloat16", 32), (1, "float16", 64),
-                                                   (2, "float32", 64)])
-def test_direct_depthwise_many_row_blocks(layout, stride, dtype, channels, rng):
+@pytest.mark.parametrize("stride,dilation,dtype,channels", [(1, 1, "float32", 32), (2, 1, "bfloat16", 32),
+                                                            (1, 2, "float16", 64), (2, 2, "float32", 64)])
+def test_direct_depthwise_many_row_blocks(layout, stride, dilation, dtype, channels, rng, monkeypatch):
     """Planes large enough that DIRECT splits rows into many blocks, spread over its threads;
-    64 channels take the one-einsum-per-block path in channels-last order."""
+    with the einsum threshold lowered to 64, 64 channels take the one-einsum-per-block path
+    in channels-last order (real layers reach it from 512 channels)."""
+    from tridnn.cpu import conv_direct
+    monkeypatch.setattr(conv_direct, "MIN_EINSUM_CHANNELS", 64)
     algo = _by_enum(tridnn.ConvFwdAlgo.DIRECT)
     c = channels
     p = dict(name="dw_96", C=c, K=c, spatial=(96, 90), kernel=(3, 3), stride=(stride, stride),
-             pad=(1, 0), dilation=(1, 1), groups=c)
+             pad=(1, 0), dilation=(dilation, dilation), groups=c)
     x = tridnn.TensorDescriptor.packed((2, c, 96, 90), dtype, tridnn.TensorFormat[layout])
     w = tridnn.FilterDescriptor((c, 1, 3, 3), dtype)
     problem = ConvProblem.forward(x, w, tridnn.ConvolutionDescriptor(padding=(1, 0), pad_post=(0, 2),
-                                                                     stride=stride, groups=c, nd=2))
+                                                                     stride=stride, dilation=dilation,
+                                                                     groups=c, nd=2))
     images, rows = algo._blocks(problem)
     assert -(-problem.out_spatial[0] // rows) >= 3, (images, rows)  # at least 3 row blocks
     skip_unless_applies(run_case(algo, p, dtype, layout, rng, pad_post=(0, 2), alpha=2.0, beta=-1.0))

@@ -15,7 +15,10 @@ for long contiguous loops:
 - otherwise (NHWC data, or small planes with many channels) the buffer is channels
   last and each tap's weights are replicated along the output row, so weights, input
   and accumulator run contiguously over a whole (width x channels) row and NumPy
-  fuses it into one loop;
+  fuses it into one loop; depthwise layers with >= 512 channels instead do one einsum
+  per block over the tap window (its inner loop is a multiply-add over the channels, so
+  the block is written once, not once per tap; with fewer channels its per-loop
+  overhead loses);
 - the output is computed in cache-sized blocks of rows (or of whole images for small
   planes), each stored (blended, rounded once) before the next.
 """
@@ -29,7 +32,7 @@ from ..workspace import Buffer
 from .common import WORKERS, channels_last, pack_padded, parallel_map, prod, read_extent, store, taps
 
 MAX_CHANNELS_PER_GROUP = 16
-MIN_EINSUM_CHANNELS = 64 # depthwise channels-last: one einsum per block from this many channels
+MIN_EINSUM_CHANNELS = 512  # depthwise channels-last: one einsum per block from this many channels
 MIN_PLANAR_ROW = 24      # output row length from which NCHW data is processed plane by plane
 BLOCK_BYTES = 256 << 10   # accumulator + product of one block (they stay in L2)
 CACHE_RATE = 20e9         # bytes/s of an in-cache NumPy elementwise pass (estimate)
