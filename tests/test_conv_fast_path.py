@@ -128,3 +128,19 @@ def test_triton_repeated_calls_with_new_tensors(rng):
         tridnn.convolution_forward(h, 2.0, x_desc, x, w_desc, w, conv, "IMPLICIT_GEMM", None, 0.5 * i, y_desc, y)
         testing.check_result(y.numpy(), reference.conv_forward(xv, wv, 2, 1), "float32", True, 2.0, 0.5 * i,
                              prior.numpy(), name=f"call {i}")
+    # the cached entry's quick checks still reject what the full path rejects
+    assert conv_fast_path.lookup(h, "fwd", x_desc, w_desc, conv, y_desc, "IMPLICIT_GEMM") is not None
+    y.fill_(7.0)
+    call = lambda **kw: tridnn.convolution_forward(h, 1.0, x_desc, kw.get("x", x), w_desc, w, conv, "IMPLICIT_GEMM",
+                                                   None, 0.0, y_desc, kw.get("y", y))
+    big = torch.zeros(4 * 2 * 5 * 5 * 8)
+    with pytest.raises(BadParamError, match="overlaps"):
+        call(x=big[:200].view(2, 5, 5, 4).permute(0, 3, 1, 2), y=big[100:100 + 2 * 3 * 3 * 8].view(2, 3, 3, 8)
+             .permute(0, 3, 1, 2))
+    with pytest.raises(BadParamError, match="dtype"):
+        call(x=x.half())
+    with pytest.raises(BadParamError, match="does not match its descriptor"):
+        call(y=y.contiguous())
+    with pytest.raises(BadParamError, match="torch tensor"):
+        call(x=[1, 2])
+    assert bool((y == 7.0).all()), "y was modified before an error"

@@ -37,7 +37,7 @@ _lock = threading.Lock()
 class Entry:
     """A validated call: its problem, algorithm, workspace need and the descriptors it was
     validated for (kept, so their ids cannot be reused while the entry lives)."""
-    __slots__ = ("descs", "problem", "algorithm", "need", "buffers", "direct", "operands", "out")
+    __slots__ = ("descs", "problem", "algorithm", "need", "buffers", "direct", "operands", "out", "out_index", "metas")
 
     def __init__(self, descs, problem, algorithm):
         from .convolution import _ARG_NAMES
@@ -49,6 +49,8 @@ class Entry:
         # (key, tensor descriptor, argument name, writable), as api.convolution._views checks them
         self.operands = tuple((k, problem.w.as_tensor() if k == "w" else getattr(problem, k), names[k],
                                k == self.out) for k in ("x", "w", "y"))
+        self.out_index = ("x", "w", "y").index(self.out)
+        self.metas = {}  # per backend: its precomputed form of each operand's check (view_meta)
         self.buffers = algorithm.buffers(problem)
         self.need = algorithm.workspace_size(problem)
         # calls that api.convolution.execute would run without special handling
@@ -95,10 +97,20 @@ def remember(handle, direction, x_desc, w_desc, conv_desc, y_desc, algo, problem
         table[key] = entry
 
 
+_api = None
+
+
+def _convolution():
+    global _api
+    if _api is None:
+        from . import convolution
+        _api = convolution
+    return _api
+
+
 def call(handle, entry: Entry, alpha, beta, arrays: dict, workspace) -> None:
     """Re-check what can change between calls, then run: the same checks, errors and
     order as api.convolution.run for a problem it has already validated."""
-    from .convolution import _check_workspace, execute
     handle.check()
     alpha = check_finite_scalar("alpha", alpha)
     beta = check_finite_scalar("beta", beta)
@@ -109,9 +121,9 @@ def call(handle, entry: Entry, alpha, beta, arrays: dict, workspace) -> None:
     if entry.need or workspace is not None:
         ws_bytes = backend.workspace_bytes(workspace)
         if ws_bytes.nbytes < entry.need:
-            _check_workspace(handle, problem, algorithm, workspace)  # raises, naming the sizes
+            _convolution()._check_workspace(handle, problem, algorithm, workspace)  # raises, naming the sizes
     if not entry.direct:
-        execute(handle, problem, algorithm, views, workspace, alpha, beta)
+        _convolution().execute(handle, problem, algorithm, views, workspace, alpha, beta)
         return
     buffers = backend.carve(ws_bytes, entry.buffers) if entry.buffers else {}
     algorithm.run(problem, views, buffers, alpha, beta)
@@ -119,17 +131,33 @@ def call(handle, entry: Entry, alpha, beta, arrays: dict, workspace) -> None:
 
 def _checked_views(backend, entry: Entry, arrays: dict) -> dict:
     """api.convolution._views with the tensor descriptors built once: each array checked
-    against its descriptor, and the output against overlap with each input (same errors)."""
+    against its descriptor, and the output against overlap with each input (same errors).
+
+    A backend with ``view_meta``/``quick_view`` (Triton) answers the common case, an array
+    that matches exactly, from a precomputed check (``quick_view`` returns None otherwise);
+    everything else goes through ``backend.view``."""
+    quick = getattr(backend, "quick_view", None)
+    metas = entry.metas.get(backend) if quick is not None else None
+    if quick is not None and metas is None:
+        metas = entry.metas[backend] = tuple(backend.view_meta(desc) for _, desc, _, _ in entry.operands)
     views = {}
-    for key, desc, name, writable in entry.operands:
-        views[key] = backend.view(arrays[key], desc, name, writable)
+    for i, (key, desc, name, writable) in enumerate(entry.operands):
+        array = arrays[key]
+        view = quick(array, metas[i]) if quick is not None else None
+        views[key] = view if view is not None else backend.view(array, desc, name, writable)
     out = views[entry.out]
     shares = getattr(backend, "shares_memory", None)
-    for key, desc, name, writable in entry.operands:
+    for i, (key, desc, name, writable) in enumerate(entry.operands):
         if writable:
             continue
         arr = views[key]
-        if np.may_share_memory(arr, out) if isinstance(arr, np.ndarray) else (shares is not None and shares(arr, out)):
-            out_name = next(n for _, _, n, w in entry.operands if w)
+        if isinstance(arr, np.ndarray):
+            overlap = np.may_share_memory(arr, out)
+        elif metas is not None:
+            overlap = backend.overlaps(arr, metas[i], out, metas[entry.out_index])
+        else:
+            overlap = shares is not None and shares(arr, out)
+        if overlap:
+            out_name = entry.operands[entry.out_index][2]
             raise BadParamError(f"output {out_name} overlaps input {name}; pass separate buffers")
     return views

@@ -122,6 +122,29 @@ class TritonBackend:
     def view(self, array, desc, name: str, writable: bool = False) -> torch.Tensor:
         return as_view(array, desc, name, self.device, writable)
 
+    def view_meta(self, desc):
+        """What ``quick_view`` checks for ``desc``: (dtype, dims, strides, byte extent)."""
+        extent = 0
+        if desc.size:
+            extent = 1 + sum((d - 1) * s for d, s in zip(desc.dims, desc.strides))
+        dtype = TORCH_DTYPE[desc.dtype]
+        return dtype, torch.Size(desc.dims), tuple(desc.strides), extent * dtype.itemsize
+
+    def quick_view(self, array, meta):
+        """``array`` when it is a torch tensor on this device matching ``meta`` exactly
+        (dtype, shape, strides); None to take the general check (``view``)."""
+        if (type(array) is torch.Tensor and array.dtype is meta[0] and array.shape == meta[1]
+                and array.stride() == meta[2] and array.device == self.device):
+            return array
+        return None
+
+    def overlaps(self, a, meta_a, b, meta_b) -> bool:
+        """shares_memory for two views whose byte extents are precomputed (view_meta)."""
+        if not meta_a[3] or not meta_b[3]:
+            return False
+        a0, b0 = a.data_ptr(), b.data_ptr()
+        return a0 < b0 + meta_b[3] and b0 < a0 + meta_a[3]
+
     def empty(self, desc) -> torch.Tensor:
         return torch.empty_strided(desc.dims, desc.strides, dtype=TORCH_DTYPE[desc.dtype], device=self.device)
 

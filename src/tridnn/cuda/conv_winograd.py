@@ -250,10 +250,12 @@ class WinogradForward(TritonConvAlgorithm):
         if y.device.type != "cuda":
             cands = [dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, num_warps=1, num_stages=1)]
         else:
+            # 16 float32 accumulators live in registers: 32x32 tiles x 16 = 64 registers per
+            # thread at 8 warps; larger tiles spill
             bk = 16 if problem.dtype.itemsize == 4 else 32
             cands = [dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=wp, num_stages=st)
-                     for bm, bn, wp, st in ((64, 64, 4, 2), (64, 32, 4, 2), (32, 64, 4, 2), (64, 64, 8, 2),
-                                            (32, 32, 4, 3))]
+                     for bm, bn, wp, st in ((32, 32, 8, 2), (32, 32, 4, 2), (64, 32, 8, 2), (32, 64, 8, 2),
+                                            (16, 64, 4, 2))]
         key = (problem.key(), spec is not None and spec.act_code, "fwd-winograd")
         cfg = self.tuner.pick(key, cands, lambda c, out: self._launch(problem, x, w, out, 1.0, 0.0, spec, c),
                               y, y.device)

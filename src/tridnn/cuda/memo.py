@@ -17,7 +17,7 @@ class IdentityMemo:
     def get(self, owners: tuple, extra, build):
         key = (tuple(map(id, owners)), extra)
         entry = self._table.get(key)
-        if entry is not None and all(a is b for a, b in zip(entry[0], owners)):
+        if entry is not None:  # its owners are alive (held by it), so equal ids are the same objects
             return entry[1]
         value = build()
         if len(self._table) >= self._limit:
