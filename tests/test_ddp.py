@@ -149,14 +149,15 @@ def concurrent_find(case, device, dtype, cache_dir):
     return count
 
 
-def worker(rank, init_file, out_dir, cache_dir, device_kind, dtype_name):
+def worker(rank, init_file, out_dir, cache_dir, device_kind, dtype_name, set_device=True):
     os.environ["TRIDNN_CACHE_DIR"] = cache_dir  # before any default handle exists
     os.environ["NCCL_NVLS_ENABLE"] = "0"
     torch.set_num_threads(1)
     dtype = getattr(torch, dtype_name)
     if device_kind == "cuda":
         device = torch.device("cuda", rank)
-        torch.cuda.set_device(device)
+        if set_device:  # without it, cuda:0 stays current in every rank: tridnn's ops must still
+            torch.cuda.set_device(device)  # run on the rank's own GPU and stream
         torch.backends.cudnn.allow_tf32 = False
         torch.backends.cuda.matmul.allow_tf32 = False
     else:
@@ -193,11 +194,11 @@ def _to_cpu(obj):
     return obj
 
 
-def run_ddp(tmp_path, device_kind, dtype_name):
+def run_ddp(tmp_path, device_kind, dtype_name, set_device=True):
     cache_dir = tmp_path / "shared-cache"
     cache_dir.mkdir()
-    mp.spawn(worker, args=(str(tmp_path / "rendezvous"), str(tmp_path), str(cache_dir), device_kind, dtype_name),
-             nprocs=WORLD, join=True)
+    mp.spawn(worker, args=(str(tmp_path / "rendezvous"), str(tmp_path), str(cache_dir), device_kind, dtype_name,
+                           set_device), nprocs=WORLD, join=True)
     return [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD)], cache_dir
 
 
@@ -303,14 +304,15 @@ def test_example_script_under_torchrun(tmp_path):
 
 
 @pytest.mark.gpu
-def test_nccl_ddp_on_two_gpus_matches_single_process_training(tmp_path):
+@pytest.mark.parametrize("set_device", [True, False], ids=["set_device", "no_set_device"])
+def test_nccl_ddp_on_two_gpus_matches_single_process_training(tmp_path, set_device):
     if torch.cuda.device_count() < WORLD:
         pytest.skip(f"needs {WORLD} GPUs, found {torch.cuda.device_count()}")
     if not dist.is_nccl_available():
         pytest.skip("this torch build has no NCCL")
     # float64 on the GPU: the Triton tuner may pick different tiles per process, so float32
     # (tf32) sums could round differently; float64 makes any real difference stand out
-    results, cache_dir = run_ddp(tmp_path, "cuda", "float64")
+    results, cache_dir = run_ddp(tmp_path, "cuda", "float64", set_device)
     for case in CASES:
         check(results, case, rtol=1e-9, atol=1e-11, torch_rtol=1e-9)
     check_cache(cache_dir, results)

@@ -8,6 +8,7 @@ that are themselves tridnn ops. Outputs follow the input's memory format
 """
 from __future__ import annotations
 
+import functools
 from typing import List, Optional
 
 import torch
@@ -16,6 +17,22 @@ from torch import Tensor
 from ..api import functional as F
 from ..descriptors.tensor import packed_strides
 from ..types import TensorFormat
+
+
+# -- the device a kernel runs on ----------------------------------------------------------------
+def _on_input_device(kernel):
+    """Run ``kernel`` with its first tensor's GPU as the current CUDA device, as PyTorch's
+    own ops do with their device guard: Triton launches on the current device, so a
+    process whose tensors live on cuda:1 while cuda:0 is current (a DDP rank that never
+    called torch.cuda.set_device) would otherwise launch on the wrong GPU."""
+    @functools.wraps(kernel)
+    def run(*args, **kwargs):
+        x = args[0] if args else next(iter(kwargs.values()))
+        if x.is_cuda and x.get_device() != torch.cuda.current_device():
+            with torch.cuda.device(x.device):
+                return kernel(*args, **kwargs)
+        return kernel(*args, **kwargs)
+    return run
 
 
 # -- layout helpers shared by real and fake kernels -------------------------------------------
@@ -50,6 +67,7 @@ def _padding(pre, post):
 
 # -- convolution --------------------------------------------------------------------------------
 @torch.library.custom_op("tridnn::conv_forward", mutates_args=())
+@_on_input_device
 def conv_forward(x: Tensor, w: Tensor, bias: Optional[Tensor], stride: List[int], pad_pre: List[int],
                  pad_post: List[int], dilation: List[int], groups: int) -> Tensor:
     """N-d convolution (cross-correlation) with optional bias."""
@@ -63,6 +81,7 @@ def _(x, w, bias, stride, pad_pre, pad_post, dilation, groups):
 
 
 @torch.library.custom_op("tridnn::conv_backward_data", mutates_args=())
+@_on_input_device
 def conv_backward_data(dy: Tensor, w: Tensor, x_shape: List[int], stride: List[int],
                        pad_pre: List[int], pad_post: List[int], dilation: List[int],
                        groups: int) -> Tensor:
@@ -77,6 +96,7 @@ def _(dy, w, x_shape, stride, pad_pre, pad_post, dilation, groups):
 
 
 @torch.library.custom_op("tridnn::conv_backward_filter", mutates_args=())
+@_on_input_device
 def conv_backward_filter(x: Tensor, dy: Tensor, w_shape: List[int], stride: List[int],
                          pad_pre: List[int], pad_post: List[int], dilation: List[int],
                          groups: int) -> Tensor:
@@ -160,6 +180,7 @@ conv_backward_filter.register_autograd(_bwd_filter_backward, setup_context=_bwd_
 
 
 @torch.library.custom_op("tridnn::conv_bias_activation", mutates_args=())
+@_on_input_device
 def conv_bias_activation(x: Tensor, w: Tensor, bias: Optional[Tensor], z: Optional[Tensor],
                          alpha1: float, alpha2: float, activation: str, coef: float,
                          stride: List[int], pad_pre: List[int], pad_post: List[int],
@@ -182,6 +203,7 @@ def _pool_out_shape(x_shape, kernel, stride, padding):
 
 
 @torch.library.custom_op("tridnn::pool", mutates_args=())
+@_on_input_device
 def pool(x: Tensor, mode: str, kernel: List[int], stride: List[int], padding: List[int]) -> Tensor:
     """mode "max", "avg" (padding counted) or "avg_exclude_pad"."""
     if mode == "max":
@@ -197,6 +219,7 @@ def _(x, mode, kernel, stride, padding):
 
 
 @torch.library.custom_op("tridnn::pool_backward", mutates_args=())
+@_on_input_device
 def pool_backward(y: Tensor, dy: Tensor, x: Tensor, mode: str, kernel: List[int], stride: List[int],
                   padding: List[int]) -> Tensor:
     return _matching(F.pool_backward(y, dy, x, mode, kernel, stride, padding), x)
@@ -222,6 +245,7 @@ pool.register_autograd(_pool_backward, setup_context=_pool_setup_context)
 
 
 @torch.library.custom_op("tridnn::adaptive_pool", mutates_args=())
+@_on_input_device
 def adaptive_pool(x: Tensor, mode: str, output_size: List[int]) -> Tensor:
     """mode "average" or "max" (PyTorch's adaptive pooling bins)."""
     y = F.adaptive_avg_pool(x, output_size) if mode == "average" else F.adaptive_max_pool(x, output_size)
@@ -234,6 +258,7 @@ def _(x, mode, output_size):
 
 
 @torch.library.custom_op("tridnn::adaptive_pool_backward", mutates_args=())
+@_on_input_device
 def adaptive_pool_backward(dy: Tensor, x: Tensor, mode: str) -> Tensor:
     return _matching(F.adaptive_pool_backward(dy, x, mode), x)
 
@@ -259,6 +284,7 @@ adaptive_pool.register_autograd(_adaptive_backward, setup_context=_adaptive_setu
 
 # -- activations -------------------------------------------------------------------------------------
 @torch.library.custom_op("tridnn::activation", mutates_args=())
+@_on_input_device
 def activation(x: Tensor, mode: str, coef: float, swish_beta: float) -> Tensor:
     """Any tridnn activation mode by name ("relu", "gelu_tanh", ...)."""
     return _matching(F.activation(x, mode, coef, swish_beta), x)
@@ -270,6 +296,7 @@ def _(x, mode, coef, swish_beta):
 
 
 @torch.library.custom_op("tridnn::activation_backward", mutates_args=())
+@_on_input_device
 def activation_backward(y: Tensor, dy: Tensor, x: Tensor, mode: str, coef: float,
                         swish_beta: float) -> Tensor:
     return _matching(F.activation_backward(y, dy, x, mode, coef, swish_beta), x)
@@ -296,6 +323,7 @@ activation.register_autograd(_act_backward, setup_context=_act_setup_context)
 
 # -- softmax ------------------------------------------------------------------------------------------
 @torch.library.custom_op("tridnn::softmax", mutates_args=())
+@_on_input_device
 def softmax(x: Tensor, dim: int, log: bool) -> Tensor:
     """softmax (or log-softmax) along ``dim``."""
     return _matching(F.softmax(x, dim, log=log), x)
@@ -307,6 +335,7 @@ def _(x, dim, log):
 
 
 @torch.library.custom_op("tridnn::softmax_backward", mutates_args=())
+@_on_input_device
 def softmax_backward(y: Tensor, dy: Tensor, dim: int, log: bool) -> Tensor:
     return _matching(F.softmax_backward(y, dy, dim, log=log), y)
 
@@ -332,6 +361,7 @@ softmax.register_autograd(_softmax_backward, setup_context=_softmax_setup_contex
 
 # -- batch normalization ---------------------------------------------------------------------------------
 @torch.library.custom_op("tridnn::batch_norm_training", mutates_args=())
+@_on_input_device
 def batch_norm_training(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
                         running_mean: Optional[Tensor], running_var: Optional[Tensor],
                         momentum: float, eps: float) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
@@ -373,6 +403,7 @@ def batch_norm_train(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor]
 
 
 @torch.library.custom_op("tridnn::batch_norm_backward", mutates_args=())
+@_on_input_device
 def batch_norm_backward(x: Tensor, dy: Tensor, weight: Optional[Tensor], saved_mean: Tensor,
                         saved_inv_std: Tensor, eps: float) -> tuple[Tensor, Tensor, Tensor]:
     """(dx, dweight, dbias) of batch_norm_training."""
@@ -407,6 +438,7 @@ batch_norm_training.register_autograd(_bn_backward, setup_context=_bn_setup_cont
 
 
 @torch.library.custom_op("tridnn::batch_norm_inference", mutates_args=())
+@_on_input_device
 def batch_norm_inference(x: Tensor, running_mean: Tensor, running_var: Tensor,
                          weight: Optional[Tensor], bias: Optional[Tensor], eps: float) -> Tensor:
     """Batch norm with the running statistics (eval mode)."""
