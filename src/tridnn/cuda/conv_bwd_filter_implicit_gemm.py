@@ -12,7 +12,10 @@ Slices are combined in one of two ways:
   ``wgrad_finish`` sums them in slice order, then blends alpha/beta into dw.
 - ALGO_0 (non-deterministic): slices ``atomic_add`` into one float32 accumulator in
   the workspace (less memory, order of additions varies), then the same finish.
-CONVOLUTION mode writes each tap to its flipped position. Depthwise problems (one
+With few input channels per group (conv1's C = 3, below 16) one tile per tap would be
+almost all padding, so the columns become (tap, input channel) pairs flattened, as in
+the forward kernel's FLAT mode. CONVOLUTION mode writes each tap to its flipped
+position. Depthwise problems (one
 input channel per group) take conv_depthwise_backward's column-sum kernel into the
 same partials and the same finish.
 """
@@ -26,7 +29,7 @@ from ..types import ConvBwdFilterAlgo
 from . import conv_depthwise_backward as depthwise
 from ..workspace import Buffer
 from .common import TritonConvAlgorithm, Tuner, launch, sm_count, split_rows
-from .conv_implicit_gemm import gemm_estimate
+from .conv_implicit_gemm import FLAT_BELOW, gemm_estimate
 from .geometry import geometry, input_precision, needs_int64, strides5
 
 MAX_PARTIAL_BYTES = 256 << 20
@@ -41,26 +44,42 @@ def conv_wgrad_kernel(
         dys_n, dys_k, dys_d, dys_h, dys_w,
         pix_per_split,
         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-        ATOMIC: tl.constexpr, PREC: tl.constexpr, INT64: tl.constexpr):
+        FLAT: tl.constexpr, ATOMIC: tl.constexpr, PREC: tl.constexpr, INT64: tl.constexpr):
     pid = tl.program_id(0)
-    tg = tl.program_id(1)          # tap * groups + group
+    tg = tl.program_id(1)          # tap * groups + group; FLAT: the group
     split = tl.program_id(2)
-    G = tl.num_programs(1) // (KD * KH * KW)
-    g = tg % G
-    tap = tg // G
-    num_n = tl.cdiv(Cg, BLOCK_N)
+    T = KD * KH * KW
+    if FLAT:
+        # columns are (tap, input channel) pairs flattened: few channels fill a tile
+        G = tl.num_programs(1)
+        g = tg
+        tap = 0
+        NCOL = T * Cg
+    else:
+        G = tl.num_programs(1) // T
+        g = tg % G
+        tap = tg // G
+        NCOL = Cg
+    num_n = tl.cdiv(NCOL, BLOCK_N)
     pid_m = pid // num_n
     pid_n = pid % num_n
-    tw = tap % KW
-    th = (tap // KW) % KH
-    td = tap // (KW * KH)
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)   # output channels within the group
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)   # input channels within the group
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)   # input channels (FLAT: (tap, channel)) in the group
     mask_m = offs_m < Kg
-    mask_n = offs_n < Cg
+    mask_n = offs_n < NCOL
     k_col = (g * Kg + offs_m) * dys_k
-    c_col = (g * Cg + offs_n) * xs_c
+    if FLAT:
+        tap_n = offs_n // Cg
+        dd_n = (tap_n // (KW * KH)) * DD
+        dh_n = ((tap_n // KW) % KH) * DH
+        dw_n = (tap_n % KW) * DW
+        c_col = (g * Cg + offs_n % Cg) * xs_c + dd_n * xs_d + dh_n * xs_h + dw_n * xs_w
+    else:
+        dd_n = (tap // (KW * KH)) * DD
+        dh_n = ((tap // KW) % KH) * DH
+        dw_n = (tap % KW) * DW
+        c_col = (g * Cg + offs_n) * xs_c
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     start = split * pix_per_split
@@ -71,21 +90,35 @@ def conv_wgrad_kernel(
         nn, od, oh, ow = split_rows(offs_p, OD, OH, OW)
         if INT64:
             nn = nn.to(tl.int64)
-        idd = od * SD - PD + td * DD
-        ih = oh * SH - PH + th * DH
-        iw = ow * SW - PW + tw * DW
-        ok = mask_p & (idd >= 0) & (idd < ID) & (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)
+        id0 = od * SD - PD
+        ih0 = oh * SH - PH
+        iw0 = ow * SW - PW
         dy_row = nn * dys_n + od * dys_d + oh * dys_h + ow * dys_w
-        x_row = nn * xs_n + idd * xs_d + ih * xs_h + iw * xs_w
+        if FLAT:
+            idd = id0[:, None] + dd_n[None, :]
+            ih = ih0[:, None] + dh_n[None, :]
+            iw = iw0[:, None] + dw_n[None, :]
+            ok = (mask_p[:, None] & mask_n[None, :] & (idd >= 0) & (idd < ID) & (ih >= 0) & (ih < IH)
+                  & (iw >= 0) & (iw < IW))
+            x_row = nn * xs_n + id0 * xs_d + ih0 * xs_h + iw0 * xs_w
+        else:
+            idd = id0 + dd_n
+            ih = ih0 + dh_n
+            iw = iw0 + dw_n
+            ok1 = mask_p & (idd >= 0) & (idd < ID) & (ih >= 0) & (ih < IH) & (iw >= 0) & (iw < IW)
+            ok = ok1[:, None] & mask_n[None, :]
+            x_row = nn * xs_n + idd * xs_d + ih * xs_h + iw * xs_w
         a = tl.load(dy_ptr + k_col[:, None] + dy_row[None, :], mask=mask_m[:, None] & mask_p[None, :], other=0.0)
-        b = tl.load(x_ptr + x_row[:, None] + c_col[None, :], mask=ok[:, None] & mask_n[None, :], other=0.0)
+        b = tl.load(x_ptr + x_row[:, None] + c_col[None, :], mask=ok, other=0.0)
         acc = tl.dot(a, b, acc, input_precision=PREC)
 
-    # partial layout [slices, K, T, Cg] (float32)
+    # partial layout [slices, K, T, Cg] (float32); a FLAT column r = tap * Cg + c is already T x Cg
     K = Kg * G
-    T = KD * KH * KW
     slot = 0 if ATOMIC else split
-    rows = ((slot * K + g * Kg + offs_m).to(tl.int64) * T + tap) * Cg
+    if FLAT:
+        rows = (slot * K + g * Kg + offs_m).to(tl.int64) * NCOL
+    else:
+        rows = ((slot * K + g * Kg + offs_m).to(tl.int64) * T + tap) * Cg
     ptrs = part_ptr + rows[:, None] + offs_n[None, :]
     mask = mask_m[:, None] & mask_n[None, :]
     if ATOMIC:
@@ -133,8 +166,16 @@ GPU_CONFIGS_32 = [_cfg(128, 128, 32, 8, 3), _cfg(64, 128, 32, 4, 4), _cfg(128, 6
 INTERPRETER_CONFIG = _cfg(16, 16, 16, 1, 1)
 
 
+def flat_columns(geo) -> bool:
+    """Few input channels per group (conv1's C = 3): flatten (tap, channel) into the columns."""
+    return geo.cg < FLAT_BELOW and geo.taps > 1
+
+
 def slices_for(geo, cfg, sms, cap) -> int:
-    tiles = triton.cdiv(geo.kg, cfg["BLOCK_M"]) * triton.cdiv(geo.cg, cfg["BLOCK_N"]) * geo.taps * geo.groups
+    if flat_columns(geo):
+        tiles = triton.cdiv(geo.kg, cfg["BLOCK_M"]) * triton.cdiv(geo.taps * geo.cg, cfg["BLOCK_N"]) * geo.groups
+    else:
+        tiles = triton.cdiv(geo.kg, cfg["BLOCK_M"]) * triton.cdiv(geo.cg, cfg["BLOCK_N"]) * geo.taps * geo.groups
     pixels = geo.out_pixels
     want = triton.cdiv(2 * sms, tiles)
     most = max(1, pixels // (4 * cfg["BLOCK_K"]))
@@ -174,13 +215,15 @@ class _WgradBase(TritonConvAlgorithm):
         slices = triton.cdiv(geo.out_pixels, per)
         if self.atomic:
             part.zero_()
-        grid = (triton.cdiv(geo.kg, cfg["BLOCK_M"]) * triton.cdiv(geo.cg, cfg["BLOCK_N"]),
-                geo.taps * geo.groups, slices)
+        flat = flat_columns(geo)
+        cols = geo.taps * geo.cg if flat else geo.cg
+        grid = (triton.cdiv(geo.kg, cfg["BLOCK_M"]) * triton.cdiv(cols, cfg["BLOCK_N"]),
+                geo.groups if flat else geo.taps * geo.groups, slices)
         launch(conv_wgrad_kernel, grid, (
             x, dy, part, geo.out_pixels, geo.cg, geo.kg, *geo.inp, *geo.out, *geo.ker, *geo.stride,
             *geo.pad, *geo.dil, *strides5(x, nd), *strides5(dy, nd), per),
-            dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], ATOMIC=self.atomic,
-                 PREC=input_precision(problem), INT64=needs_int64(x, dy)),
+            dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], FLAT=flat,
+                 ATOMIC=self.atomic, PREC=input_precision(problem), INT64=needs_int64(x, dy)),
             dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
         self._finish(problem, part, dw, 1 if self.atomic else slices, alpha, beta)
 
