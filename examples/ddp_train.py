@@ -28,6 +28,7 @@ all-reduce) is PyTorch's in both variants.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -317,6 +318,15 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     rank, world, device = setup_distributed(args.device)
+    try:
+        return train_and_report(args, rank, world, device)
+    finally:
+        if dist.is_initialized():
+            gc.collect()  # DDP wrappers hold the process group: drop them before it goes
+            dist.destroy_process_group()
+
+
+def train_and_report(args, rank, world, device):
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # PyTorch's layers get cuDNN's own find
     names = [args.layers] + ([args.compare] if args.compare and args.compare != args.layers else [])
@@ -378,8 +388,6 @@ def main(argv=None):
                    "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
             with open(args.json, "w") as f:
                 json.dump({"args": vars(args), "env": env, "results": results}, f, indent=2)
-    if dist.is_initialized():
-        dist.destroy_process_group()
     return 0
 
 

@@ -15,6 +15,7 @@ Before training, every rank runs tridnn's ``find`` for the net's convolutions at
 moment into one shared sqlite find cache (the ranks' concurrent writers), and training
 reads the winners from it.
 """
+import gc
 import os
 import sqlite3
 import subprocess
@@ -181,6 +182,7 @@ def worker(rank, init_file, out_dir, cache_dir, device_kind, dtype_name, set_dev
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
         dist.barrier()
     finally:
+        gc.collect()  # no DDP wrapper may outlive the process group (gloo aborts at exit otherwise)
         dist.destroy_process_group()
 
 
