@@ -510,3 +510,76 @@ def test_functional_conv_rejects_mixed_dtypes_and_non_arrays(rng):
     expect_error(lambda: tridnn.conv(x, w), BadParamError, "DOUBLE")
     expect_error(lambda: tridnn.conv("x", w.astype(np.float32)), BadParamError, "str")
     expect_error(lambda: tridnn.conv(x.astype(np.int32), w.astype(np.int32)), BadParamError, "int32")
+
+
+# -- the repeated-call fast path re-checks everything that can change between calls ------------------
+@pytest.mark.parametrize("breakage", ["nan_alpha", "inf_beta", "string_beta", "wrong_x_array", "wrong_dtype_y",
+                                      "read_only_y", "small_workspace", "overlap", "list_x", "destroyed"])
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data", "bwd_filter"])
+def test_repeated_call_with_same_descriptors_still_rejects(rng, breakage, direction):
+    """After one valid call (which leaves a fast-path entry keyed by the descriptors),
+    the same descriptors with a broken argument must fail exactly like a first call."""
+    call = Call(rng)
+    out_name = {"fwd": "y", "bwd_data": "x", "bwd_filter": "w"}[direction]
+    algo = {"fwd": tridnn.ConvFwdAlgo.IMPLICIT_GEMM, "bwd_data": tridnn.ConvBwdDataAlgo.ALGO_0,
+            "bwd_filter": tridnn.ConvBwdFilterAlgo.ALGO_0}[direction]
+    fn = {"fwd": tridnn.convolution_forward, "bwd_data": tridnn.convolution_backward_data,
+          "bwd_filter": tridnn.convolution_backward_filter}[direction]
+    arrays = {"x": call.x, "w": call.w, "y": call.y}
+    descs = {"x": call.x_desc, "w": call.w_desc, "y": call.y_desc}
+    ws = np.empty(1 << 20, np.uint8)
+
+    def invoke(alpha=1.0, beta=0.5, workspace=ws, **swap):
+        a = dict(arrays, **swap)
+        if direction == "fwd":
+            return fn(call.handle, alpha, descs["x"], a["x"], descs["w"], a["w"], call.conv, algo, workspace,
+                      beta, descs["y"], a["y"])
+        if direction == "bwd_data":
+            return fn(call.handle, alpha, descs["w"], a["w"], descs["y"], a["y"], call.conv, algo, workspace,
+                      beta, descs["x"], a["x"])
+        return fn(call.handle, alpha, descs["x"], a["x"], descs["y"], a["y"], call.conv, algo, workspace,
+                  beta, descs["w"], a["w"])
+
+    for _ in range(2):  # the first call validates in full, the second takes the fast path
+        invoke()
+    out = arrays[out_name]
+    an_input = next(k for k in ("x", "w", "y") if k != out_name)
+    if breakage == "nan_alpha":
+        expect_error(lambda: invoke(alpha=math.nan), BadParamError, "alpha", output=out)
+    elif breakage == "inf_beta":
+        expect_error(lambda: invoke(beta=math.inf), BadParamError, "beta", output=out)
+    elif breakage == "string_beta":
+        expect_error(lambda: invoke(beta="0.5"), BadParamError, "beta", output=out)
+    elif breakage == "wrong_x_array":
+        bad = np.zeros(tuple(d + 1 for d in arrays[an_input].shape), np.float32)
+        expect_error(lambda: invoke(**{an_input: bad}), BadParamError, "does not match", output=out)
+    elif breakage == "wrong_dtype_y":
+        expect_error(lambda: invoke(**{an_input: arrays[an_input].astype(np.float64)}), BadParamError,
+                     "float64", output=out)
+    elif breakage == "read_only_y":
+        out.flags.writeable = False
+        expect_error(lambda: invoke(), BadParamError, "read-only", output=out)
+    elif breakage == "small_workspace":
+        need = {"fwd": tridnn.get_convolution_forward_workspace_size,
+                "bwd_data": tridnn.get_convolution_backward_data_workspace_size,
+                "bwd_filter": tridnn.get_convolution_backward_filter_workspace_size}
+        if direction == "fwd":
+            size = need[direction](call.handle, call.x_desc, call.w_desc, call.conv, call.y_desc, algo)
+        elif direction == "bwd_data":
+            size = need[direction](call.handle, call.w_desc, call.y_desc, call.conv, call.x_desc, algo)
+        else:
+            size = need[direction](call.handle, call.x_desc, call.y_desc, call.conv, call.w_desc, algo)
+        if size == 0:
+            pytest.skip(f"{algo.name} needs no workspace here")
+        expect_error(lambda: invoke(workspace=np.empty(size - 1, np.uint8)), BadParamError, str(size),
+                     output=out)
+    elif breakage == "overlap":
+        if arrays[an_input].shape != out.shape:
+            pytest.skip(f"{an_input} and {out_name} differ in shape; cannot alias them")
+        expect_error(lambda: invoke(**{an_input: out}), BadParamError, "overlaps", output=out)
+    elif breakage == "list_x":
+        expect_error(lambda: invoke(**{an_input: arrays[an_input].tolist()}), BadParamError, an_input,
+                     output=out)
+    else:
+        call.handle.destroy()
+        expect_error(lambda: invoke(), NotInitializedError, "destroyed", output=out)
