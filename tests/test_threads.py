@@ -143,3 +143,33 @@ def test_shared_handle_concurrent_find_stores_a_valid_winner(tmp_path):
         assert {r.algo for r in records if r.status == tridnn.Status.SUCCESS} == applicable
     rows = shared.find_cache.entries()
     assert len(rows) == 1 and registry.by_id(rows[0][1]).enum in applicable
+
+
+def test_16_threads_repeating_one_call_on_a_shared_handle():
+    """The same handle and descriptor objects from 16 threads, each with its own arrays:
+    the repeated-call fast path (keyed by handle and descriptors) is shared by all."""
+    shared = tridnn.Handle(find_cache=None)
+    rng = np.random.default_rng(0)
+    x_desc = tridnn.TensorDescriptor.packed((2, 4, 7, 6), "float32", tridnn.TensorFormat.NHWC)
+    w_desc = tridnn.FilterDescriptor((5, 4, 3, 3), "float32")
+    conv = tridnn.ConvolutionDescriptor(padding=1, nd=2)
+    y_desc = x_desc.with_dims(conv.output_dims(x_desc, w_desc))
+    problem = ConvProblem("fwd", x_desc, w_desc, y_desc, conv)
+    algos = _forward_algorithms_for(problem)
+    inputs = [(testing.fill((2, 4, 7, 6), "float32", rng), testing.fill((5, 4, 3, 3), "float32", rng))
+              for _ in range(THREADS)]
+
+    def work(i):
+        x_vals, w_vals = inputs[i]
+        _, x = testing.make_tensor(x_vals.shape, "float32", "NHWC", rng, x_vals)
+        _, w = testing.make_filter(w_vals.shape, "float32", "NCHW", w_vals)
+        _, y = testing.make_tensor(y_desc.dims, "float32", "NHWC", rng)
+        ref = reference.conv_forward(x_vals, w_vals, 1, 1)
+        for round_ in range(4):
+            algo = algos[(i + round_) % len(algos)]
+            testing.poison(y)
+            ws = np.empty(algo.workspace_size(problem), np.uint8)
+            tridnn.convolution_forward(shared, 1.0, x_desc, x, w_desc, w, conv, algo.enum, ws, 0.0, y_desc, y)
+            testing.check_result(y, ref, "float32", getattr(algo, "exact", False),
+                                 name=f"thread {i} round {round_} {algo.name}")
+    run_threads(work)
