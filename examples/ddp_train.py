@@ -44,6 +44,7 @@ from torch.nn.parallel import DistributedDataParallel
 import tridnn.torch as tt
 from tridnn.api import functional as F
 from tridnn.handle import default_handle
+from tridnn.types import TensorFormat
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
           "float16": torch.float16}
@@ -199,7 +200,12 @@ def find_conv_algorithms(model, sample, budget_s):
             if key in seen:
                 continue
             seen.add(key)
-            w, dy = m.weight.detach(), torch.zeros_like(y)
+            # the incoming gradient has the layout tridnn's ops give their outputs (a 1x1 map,
+            # both NCHW and NHWC, is NCHW), so the backward problems match training's exactly
+            nhwc = F.output_format(tuple(y.shape), y.stride()) == TensorFormat.NHWC
+            dy = torch.zeros(y.shape, dtype=y.dtype, device=y.device).contiguous(
+                memory_format=torch.channels_last if nhwc else torch.contiguous_format)
+            w = m.weight.detach()
             F.conv(x, w, None, stride, padding, dilation, m.groups, algo="find")
             F.conv_backward_data(dy, w, list(x.shape), stride, padding, dilation, m.groups, algo="find")
             F.conv_backward_filter(x, dy, list(w.shape), stride, padding, dilation, m.groups, algo="find",

@@ -322,6 +322,41 @@ def test_example_script_under_torchrun(tmp_path):
     assert rows >= 3 * 8, "find should have stored the forward, backward-data and backward-filter winners"
 
 
+def _load_example():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("ddp_train", ROOT / "examples" / "ddp_train.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
+def test_example_find_covers_every_convolution_training_runs(monkeypatch, channels_last):
+    """After the example's --find, every convolution of a training step (forward, backward
+    data, backward filter; a 1x1 map in layer4 included) finds its algorithm in the cache."""
+    from tridnn.algorithms import find_cache
+    from tridnn.api import functional as F
+    ddp_train = _load_example()
+    model = ddp_train.build_model("tiny", "tridnn", torch.float32, channels_last, torch.device("cpu"), 10, 0)
+    x = torch.randn(2, 3, 32, 32)
+    x = x.contiguous(memory_format=torch.channels_last) if channels_last else x
+    problems = ddp_train.find_conv_algorithms(model, x, 0.001)
+    assert problems == 11
+    looked_up = {True: [], False: []}
+    get = find_cache.FindCache.get
+
+    def counting_get(self, key):
+        entry = get(self, key)
+        looked_up[entry is not None].append(key)
+        return entry
+
+    monkeypatch.setattr(find_cache.FindCache, "get", counting_get)
+    F.clear_plan_cache()  # plans made during find would skip the lookup
+    model(x).sum().backward()
+    assert not looked_up[False], looked_up[False]
+    assert len(looked_up[True]) == 32  # 11 forward + 10 backward data (not the stem) + 11 filter
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("set_device", [True, False], ids=["set_device", "no_set_device"])
 def test_nccl_ddp_on_two_gpus_matches_single_process_training(tmp_path, set_device):

@@ -13,20 +13,13 @@ from fractions import Fraction
 
 import numpy as np
 
-from .common import tap_box
+from .common import prod, tap_box
 
 BLAS_FLOPS = 100e9   # conservative NumPy matmul rate here, for estimates only
 MEM_BW = 5e9         # conservative bytes/s of a NumPy elementwise pass, for estimates only
 
 
 # -- sizes -------------------------------------------------------------------------------
-def prod(values) -> int:
-    out = 1
-    for v in values:
-        out *= int(v)
-    return out
-
-
 def batch_block(n: int, bytes_per_image: int, budget: int = 32 << 20) -> int:
     """Images per block, so that a block's temporaries stay near ``budget`` bytes."""
     return max(1, min(n, budget // max(bytes_per_image, 1)))
