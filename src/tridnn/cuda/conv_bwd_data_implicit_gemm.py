@@ -22,10 +22,11 @@ import triton.language as tl
 
 from ..types import ConvBwdDataAlgo
 from . import conv_depthwise_backward as depthwise
-from .common import TritonConvAlgorithm, Tuner, grouped_tile, launch, split_rows
+from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, problem_key, split_rows
 from .conv_implicit_gemm import gemm_estimate
 from .epilogue import store_tile
 from .geometry import geometry, input_precision, needs_int64, strides5
+from .memo import IdentityMemo
 
 
 NONE = tl.constexpr(1 << 30)
@@ -130,18 +131,31 @@ GPU_CONFIGS_32 = [_cfg(128, 128, 32, 8, 3), _cfg(128, 64, 32, 4, 4), _cfg(64, 12
 
 
 def launch_bwd_data(problem, dy, w, dx, alpha, beta, cfg):
+    grid, scalars, consts, options, static = _recipes.get(
+        (problem, cfg), (dy.stride(), w.stride(), dx.stride(), beta == 0),
+        lambda: _recipe(problem, dy, w, dx, beta, cfg))
+    launch(conv_bwd_data_kernel, grid, (dy, w, dx) + scalars + (float(alpha), float(beta)), consts, options, static)
+
+
+_recipes = IdentityMemo()
+
+
+def _recipe(problem, dy, w, dx, beta, cfg):
+    """Grid, scalar arguments and constexprs, built once per problem, strides and config."""
     geo = geometry(problem)
     nd = problem.nd
     steps = tuple(s // math.gcd(s, d) for s, d in zip(geo.stride, geo.dil))
     phases = geo.stride[0] * geo.stride[1] * geo.stride[2]
-    rows_max = geo.n * math.prod(triton.cdiv(i, s) for i, s in zip(geo.inp, geo.stride))
-    grid = (triton.cdiv(rows_max, cfg["BLOCK_M"]) * triton.cdiv(geo.cg, cfg["BLOCK_N"]), geo.groups, phases)
-    launch(conv_bwd_data_kernel, grid, (
-        dy, w, dx, geo.cg, geo.kg, *geo.inp, *geo.out, *geo.ker, geo.n, *geo.stride, *geo.pad, *geo.dil,
-        *steps, *strides5(dy, nd), *strides5(w, nd), *strides5(dx, nd), float(alpha), float(beta)),
-        dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=8,
-             FLIP=problem.mode == 0, PREC=input_precision(problem), BETA_ZERO=beta == 0,
-             INT64=needs_int64(dy, dx)), dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
+    rows_max = geo.n * math.prod(cdiv(i, s) for i, s in zip(geo.inp, geo.stride))
+    grid = (cdiv(rows_max, cfg["BLOCK_M"]) * cdiv(geo.cg, cfg["BLOCK_N"]), geo.groups, phases)
+    scalars = (geo.cg, geo.kg, *geo.inp, *geo.out, *geo.ker, geo.n, *geo.stride, *geo.pad, *geo.dil,
+               *steps, *strides5(dy, nd), *strides5(w, nd), *strides5(dx, nd))
+    consts = dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=8,
+                  FLIP=problem.mode == 0, PREC=input_precision(problem), BETA_ZERO=beta == 0,
+                  INT64=needs_int64(dy, dx))
+    options = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    static = ((scalars, tuple(consts.items()), tuple(options.items()), (dy.dtype, w.dtype, dx.dtype)), 3)
+    return grid, scalars, consts, options, static
 
 
 class ImplicitGemmBackwardData(TritonConvAlgorithm):
@@ -164,6 +178,6 @@ class ImplicitGemmBackwardData(TritonConvAlgorithm):
             cands = [_cfg(16, 16, 16, 1, 1)]
         else:
             cands = GPU_CONFIGS_32 if problem.dtype.itemsize == 4 else GPU_CONFIGS_16
-        cfg = self.tuner.pick((problem.key(), "bwd-data"), cands,
+        cfg = self.tuner.pick((problem_key(problem), "bwd-data"), cands,
                               lambda c, out: launch_bwd_data(problem, dy, w, out, 1.0, 0.0, c), dx, dx.device)
         launch_bwd_data(problem, dy, w, dx, alpha, beta, cfg)
