@@ -253,3 +253,20 @@ class SpectralPlan:
         dst = shaped(out, (self.freqs, groups, rows, c // groups))
         dst[...] = view.transpose(3, 1, 0, 2)
         return dst
+
+
+def complex_accumulator(problem) -> np.dtype:
+    """The spectra's dtype: complex128 for a float64 accumulator, else complex64."""
+    return np.dtype(np.complex128) if problem.accumulator == np.float64 else np.dtype(np.complex64)
+
+
+def spectral_estimate(problem, plan: SpectralPlan) -> float:
+    """Predicted seconds of either backward direction done with FFTs under ``plan``:
+    both transform dy and one of x/dx per tile, and run one GEMM per frequency."""
+    g, cg, kg = problem.groups, problem.w.c, problem.k // problem.groups
+    fft_flops = 5 * problem.n * plan.tiles * (problem.k + problem.c) * prod(plan.fft) * \
+        max(1.0, np.log2(max(prod(plan.fft), 2)))
+    gemm_flops = 8 * plan.freqs * g * problem.n * plan.tiles * kg * cg
+    traffic = 8 * problem.n * plan.tiles * plan.freqs * (problem.k + problem.c) * 4
+    # NumPy FFTs of many small planes and the complex transposes run far below BLAS rates
+    return (fft_flops + gemm_flops) / (0.01 * BLAS_FLOPS) + 4 * traffic / MEM_BW

@@ -15,12 +15,8 @@ from ..algorithms.base import Algorithm
 from ..types import ConvBwdDataAlgo
 from ..workspace import Buffer
 from .common import store
-from .conv_bwd_common import (BLAS_FLOPS, MEM_BW, SpectralPlan, batch_block, blocks, grouped_filter, prod,
-                              shaped, tile_pieces)
-
-
-def _complex(problem):
-    return np.dtype(np.complex128) if problem.accumulator == np.float64 else np.dtype(np.complex64)
+from .conv_bwd_common import (SpectralPlan, batch_block, blocks, complex_accumulator, grouped_filter, prod,
+                              shaped, spectral_estimate, tile_pieces)
 
 
 class _SpectralBackwardData(Algorithm):
@@ -56,7 +52,7 @@ class _SpectralBackwardData(Algorithm):
             return []  # an empty batch runs nothing (execute handles it)
         plan, b = self._plan(problem), self._block(problem)
         g, cg, kg = problem.groups, problem.w.c, problem.k // problem.groups
-        real, cplx = problem.accumulator, _complex(problem)
+        real, cplx = problem.accumulator, complex_accumulator(problem)
         spec = b * plan.tiles * plan.freqs
         return [Buffer("w_dilated", (g * kg * cg * prod(plan.fft),), real),
                 Buffer("w_hat", (plan.freqs, g, kg, cg), cplx),
@@ -69,14 +65,7 @@ class _SpectralBackwardData(Algorithm):
                 Buffer("dx_pad", (b * problem.c * prod(self._padded(problem, plan)),), real)]
 
     def estimate(self, problem):
-        plan = self._plan(problem)
-        g, cg, kg = problem.groups, problem.w.c, problem.k // problem.groups
-        fft_flops = 5 * problem.n * plan.tiles * (problem.k + problem.c) * prod(plan.fft) * \
-            max(1.0, np.log2(max(prod(plan.fft), 2)))
-        gemm_flops = 8 * plan.freqs * g * problem.n * plan.tiles * kg * cg
-        traffic = 8 * problem.n * plan.tiles * plan.freqs * (problem.k + problem.c) * 4
-        # NumPy FFTs of many small planes and the complex transposes run far below BLAS rates
-        return (fft_flops + gemm_flops) / (0.01 * BLAS_FLOPS) + 4 * traffic / MEM_BW
+        return spectral_estimate(problem, self._plan(problem))
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         w, dy, dx = tensors["w"], tensors["y"], tensors["x"]

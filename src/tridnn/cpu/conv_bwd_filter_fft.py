@@ -16,8 +16,8 @@ from ..algorithms.base import Algorithm
 from ..types import ConvBwdFilterAlgo
 from ..workspace import Buffer
 from .common import store
-from .conv_bwd_common import BLAS_FLOPS, MEM_BW, SpectralPlan, batch_block, blocks, prod, shaped
-from .conv_bwd_data_fft import _complex
+from .conv_bwd_common import (SpectralPlan, batch_block, blocks, complex_accumulator, prod, shaped,
+                              spectral_estimate)
 
 
 class _SpectralBackwardFilter(Algorithm):
@@ -46,7 +46,7 @@ class _SpectralBackwardFilter(Algorithm):
             return []  # an empty batch runs nothing (execute handles it)
         plan, b = self._plan(problem), self._block(problem)
         g, cg, kg = problem.groups, problem.w.c, problem.k // problem.groups
-        real, cplx = problem.accumulator, _complex(problem)
+        real, cplx = problem.accumulator, complex_accumulator(problem)
         spec = b * plan.tiles * plan.freqs
         return [Buffer("x_pad", (b * problem.c * prod(self._window_extent(plan)),), real),
                 Buffer("dy_up", (b * plan.dy_tiles_size(problem.k)[0],), real),
@@ -59,14 +59,7 @@ class _SpectralBackwardFilter(Algorithm):
                 Buffer("dw_hat", (plan.freqs, g, kg, cg), cplx)]
 
     def estimate(self, problem):
-        plan = self._plan(problem)
-        g, cg, kg = problem.groups, problem.w.c, problem.k // problem.groups
-        fft_flops = 5 * problem.n * plan.tiles * (problem.k + problem.c) * prod(plan.fft) * \
-            max(1.0, np.log2(max(prod(plan.fft), 2)))
-        gemm_flops = 8 * plan.freqs * g * problem.n * plan.tiles * kg * cg
-        traffic = 8 * problem.n * plan.tiles * plan.freqs * (problem.k + problem.c) * 4
-        # NumPy FFTs of many small planes and the complex transposes run far below BLAS rates
-        return (fft_flops + gemm_flops) / (0.01 * BLAS_FLOPS) + 4 * traffic / MEM_BW
+        return spectral_estimate(problem, self._plan(problem))
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, dy, dw = tensors["x"], tensors["y"], tensors["w"]
