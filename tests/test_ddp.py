@@ -15,6 +15,7 @@ Before training, every rank runs tridnn's ``find`` for the net's convolutions at
 moment into one shared sqlite find cache (the ranks' concurrent writers), and training
 reads the winners from it.
 """
+import contextlib
 import gc
 import os
 import sqlite3
@@ -169,8 +170,11 @@ def worker(rank, init_file, out_dir, cache_dir, device_kind, dtype_name, set_dev
                             rank=rank, world_size=WORLD)
     try:
         results = {"finds": 0}
-        for case in CASES:
-            results["finds"] += concurrent_find(case, device, dtype, cache_dir)
+        # the functional API launches on the current GPU (only tridnn.torch's ops guard the
+        # device), so the direct find calls make the rank's GPU current themselves
+        with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+            for case in CASES:
+                results["finds"] += concurrent_find(case, device, dtype, cache_dir)
         dist.barrier()  # every rank's find is in the cache before anyone trains
         for case in CASES:
             with warnings.catch_warnings(record=True) as caught:
