@@ -30,24 +30,16 @@ from tridnn import shapes
 from tridnn.algorithms import registry
 from tridnn.algorithms.problem import ConvProblem
 
+from bench_cpu_conv import make_case as make_forward_case  # this folder is on sys.path when run as a script
+
 DIRECTIONS = ("bwd_data", "bwd_filter")
 
 
 def make_case(p: dict, batch: int, layout: str = "NCHW", seed: int = 0):
-    """Descriptors and float32 arrays (x, w, dy) of one layer in ``layout``."""
-    rng = np.random.default_rng(seed)
-    fmt = tridnn.TensorFormat[layout]
-    x_desc = tridnn.TensorDescriptor.packed((batch, p["C"], *p["spatial"]), "float32", fmt)
-    w_desc = tridnn.FilterDescriptor((p["K"], p["C"] // p["groups"], *p["kernel"]), "float32", fmt)
-    conv = tridnn.ConvolutionDescriptor(padding=p["pad"], stride=p["stride"], dilation=p["dilation"],
-                                        groups=p["groups"], nd=len(p["spatial"]))
-    dy_desc = x_desc.with_dims(conv.output_dims(x_desc, w_desc))
-    arrays = {}
-    for name, desc in (("x", x_desc), ("w", w_desc.as_tensor()), ("dy", dy_desc)):
-        flat = np.empty(desc.span, np.float32)
-        view = np.lib.stride_tricks.as_strided(flat, desc.dims, [s * 4 for s in desc.strides])
-        view[...] = rng.standard_normal(desc.dims, dtype=np.float32)
-        arrays[name] = view
+    """Descriptors and float32 arrays (x, w, dy) of one layer in ``layout``: the forward
+    benchmark's case, with its output y as dy."""
+    x_desc, w_desc, conv, dy_desc, arrays = make_forward_case(p, batch, layout, seed)
+    arrays["dy"] = arrays.pop("y")
     return dict(x_desc=x_desc, w_desc=w_desc, conv=conv, dy_desc=dy_desc, arrays=arrays)
 
 
