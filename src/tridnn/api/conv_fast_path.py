@@ -35,15 +35,28 @@ _lock = threading.Lock()
 
 
 class Entry:
-    """A validated call: its problem, algorithm, workspace need and the descriptors it was
-    validated for (kept, so their ids cannot be reused while the entry lives)."""
-    __slots__ = ("descs", "problem", "algorithm", "need", "buffers", "direct", "operands", "out", "out_index", "metas")
+    """A validated call: its problem, algorithm and the descriptors it was validated for
+    (kept, so their ids cannot be reused while the entry lives). What the repeat calls
+    need (workspace need, buffers, the operands' checks) is built on the first repeat,
+    so a caller that never repeats pays only for the table insert."""
+    __slots__ = ("descs", "problem", "algorithm", "ready", "need", "buffers", "direct", "operands", "out",
+                 "out_index", "metas")
 
     def __init__(self, descs, problem, algorithm):
-        from .convolution import _ARG_NAMES
         self.descs = descs
         self.problem = problem
         self.algorithm = algorithm
+        self.ready = False
+
+    def prepare(self) -> "Entry":
+        from .convolution import _ARG_NAMES
+        problem, algorithm = self.problem, self.algorithm
+        self.buffers = algorithm.buffers(problem)
+        self.need = algorithm.workspace_size(problem)
+        out = problem.w.as_tensor() if problem.output == "w" else getattr(problem, problem.output)
+        # calls that api.convolution.execute would run without special handling
+        self.direct = (out.size > 0 and problem.n > 0
+                       and (problem.mode != ConvMode.CONVOLUTION or getattr(algorithm, "handles_flip", False)))
         names = _ARG_NAMES[problem.direction]
         self.out = problem.output
         # (key, tensor descriptor, argument name, writable), as api.convolution._views checks them
@@ -51,12 +64,8 @@ class Entry:
                                k == self.out) for k in ("x", "w", "y"))
         self.out_index = ("x", "w", "y").index(self.out)
         self.metas = {}  # per backend: its precomputed form of each operand's check (view_meta)
-        self.buffers = algorithm.buffers(problem)
-        self.need = algorithm.workspace_size(problem)
-        # calls that api.convolution.execute would run without special handling
-        out = problem.w.as_tensor() if problem.output == "w" else getattr(problem, problem.output)
-        self.direct = (out.size > 0 and problem.n > 0
-                       and (problem.mode != ConvMode.CONVOLUTION or getattr(algorithm, "handles_flip", False)))
+        self.ready = True
+        return self
 
 
 def _key(handle, direction, x_desc, w_desc, conv_desc, y_desc, algo):
@@ -112,6 +121,8 @@ def call(handle, entry: Entry, alpha, beta, arrays: dict, workspace) -> None:
     """Re-check what can change between calls, then run: the same checks, errors and
     order as api.convolution.run for a problem it has already validated."""
     handle.check()
+    if not entry.ready:
+        entry.prepare()
     alpha = check_finite_scalar("alpha", alpha)
     beta = check_finite_scalar("beta", beta)
     problem, algorithm = entry.problem, entry.algorithm
