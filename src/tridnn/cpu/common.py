@@ -90,6 +90,13 @@ def prod(values) -> int:
     return out
 
 
+def gemm_geometry(problem) -> tuple[int, int, int, int, int]:
+    """(groups, channels per group, filters per group, taps, output positions): the
+    sizes of the per-group GEMMs that the forward GEMM methods run."""
+    g = problem.groups
+    return g, problem.w.c, problem.k // g, prod(problem.kernel), prod(problem.out_spatial)
+
+
 def channels_last(array_or_desc) -> bool:
     """True when the channel axis (1) has the smallest stride: NHWC-like memory order."""
     strides = array_or_desc.strides

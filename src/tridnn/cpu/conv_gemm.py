@@ -25,8 +25,8 @@ import numpy as np
 from ..algorithms.base import Algorithm
 from ..types import ConvFwdAlgo
 from ..workspace import Buffer
-from .common import (BANDWIDTH, MATMUL_CALL, as_matrix, batch_block, channels_last, gemm_rate, pack_padded,
-                     prod, read_extent, split_groups, store, windows_channels_first, windows_channels_last,
+from .common import (BANDWIDTH, MATMUL_CALL, as_matrix, batch_block, channels_last, gemm_geometry, gemm_rate,
+                     pack_padded, prod, read_extent, split_groups, store, windows_channels_first, windows_channels_last,
                      writes_through)
 
 BLOCK_BYTES = 16 << 20  # column matrix + accumulator of one block of images
@@ -43,17 +43,13 @@ class GemmForward(Algorithm):
     enum = ConvFwdAlgo.GEMM
     exact = True
 
-    def _geometry(self, problem):
-        g = problem.groups
-        return g, problem.w.c, problem.k // g, prod(problem.kernel), prod(problem.out_spatial)
-
     def _block(self, problem):
-        g, cg, kg, ntaps, out = self._geometry(problem)
+        g, cg, kg, ntaps, out = gemm_geometry(problem)
         per_image = (g * cg * ntaps + problem.k) * out * problem.accumulator.itemsize
         return batch_block(problem, per_image, BLOCK_BYTES)
 
     def buffers(self, problem):
-        g, cg, kg, ntaps, out = self._geometry(problem)
+        g, cg, kg, ntaps, out = gemm_geometry(problem)
         acc, b = problem.accumulator, self._block(problem)
         return [Buffer("cols", (b * out * g * cg * ntaps,), acc),  # im2col of one block
                 Buffer("acc", (b * out * problem.k,), acc),          # its product
@@ -61,7 +57,7 @@ class GemmForward(Algorithm):
                 Buffer("xpad", (b * prod(read_extent(problem)) * problem.c,), acc)]  # NHWC unfold
 
     def estimate(self, problem):
-        g, cg, kg, ntaps, out = self._geometry(problem)
+        g, cg, kg, ntaps, out = gemm_geometry(problem)
         cols_bytes = 0 if is_pointwise(problem) else 2 * problem.n * out * g * cg * ntaps * 4
         out_bytes = 0 if is_pointwise(problem) else 2 * problem.n * out * problem.k * 4  # the store
         calls = problem.n * g
@@ -77,7 +73,7 @@ class GemmForward(Algorithm):
     # -- NCHW-like output: W @ cols per image and group ------------------------------
     def _run_channels_first(self, problem, tensors, workspace, alpha, beta, epilogue):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
-        g, cg, kg, ntaps, out = self._geometry(problem)
+        g, cg, kg, ntaps, out = gemm_geometry(problem)
         acc_dtype, nd = problem.accumulator, problem.nd
         wmat = workspace["wmat"].reshape(g, kg, cg, *problem.kernel)
         wmat[...] = split_groups(w, g, axis=0)
@@ -114,7 +110,7 @@ class GemmForward(Algorithm):
     # -- NHWC-like output: cols @ W.T per group ---------------------------------------
     def _run_channels_last(self, problem, tensors, workspace, alpha, beta, epilogue):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
-        g, cg, kg, ntaps, out = self._geometry(problem)
+        g, cg, kg, ntaps, out = gemm_geometry(problem)
         acc_dtype, nd = problem.accumulator, problem.nd
         # filter as (G, taps*Cg, Kg), rows ordered (tap, channel) like the columns
         wmat = workspace["wmat"].reshape(g, *problem.kernel, cg, kg)

@@ -15,7 +15,7 @@ import numpy as np
 from ..algorithms.base import Algorithm
 from ..types import ConvFwdAlgo
 from ..workspace import Buffer
-from .common import (BANDWIDTH, MATMUL_CALL, batch_block, gemm_rate, prod, split_groups, store)
+from .common import (BANDWIDTH, MATMUL_CALL, batch_block, gemm_geometry, gemm_rate, prod, split_groups, store)
 
 BLOCK_BYTES = 16 << 20  # packed input + indices + accumulator of one block of images
 TILE_BYTES = 4 << 20    # one gathered column tile
@@ -49,24 +49,20 @@ class PrecompGemmForward(Algorithm):
     enum = ConvFwdAlgo.IMPLICIT_PRECOMP_GEMM
     exact = True
 
-    def _geometry(self, problem):
-        g = problem.groups
-        return g, problem.w.c, problem.k // g, prod(problem.kernel), prod(problem.out_spatial)
-
     def _block(self, problem):
-        g, cg, kg, ntaps, out = self._geometry(problem)
+        g, cg, kg, ntaps, out = gemm_geometry(problem)
         item = problem.accumulator.itemsize
         per_image = ((prod(problem.in_spatial) + 1) * problem.c * item + out * ntaps * 8
                      + out * problem.k * item)
         return batch_block(problem, per_image, BLOCK_BYTES)
 
     def _tile_rows(self, problem):
-        g, cg, kg, ntaps, out = self._geometry(problem)
+        g, cg, kg, ntaps, out = gemm_geometry(problem)
         row_bytes = ntaps * cg * problem.accumulator.itemsize
         return max(1, min(self._block(problem) * out, TILE_BYTES // row_bytes))
 
     def buffers(self, problem):
-        g, cg, kg, ntaps, out = self._geometry(problem)
+        g, cg, kg, ntaps, out = gemm_geometry(problem)
         acc, b = problem.accumulator, self._block(problem)
         plane = prod(problem.in_spatial) + 1
         return [Buffer("xpack", (g, b * plane, cg), acc),                    # images + zero rows
@@ -76,7 +72,7 @@ class PrecompGemmForward(Algorithm):
                 Buffer("wmat", (g, ntaps * cg, kg), acc)]
 
     def estimate(self, problem):
-        g, cg, kg, ntaps, out = self._geometry(problem)
+        g, cg, kg, ntaps, out = gemm_geometry(problem)
         gathered = problem.n * out * ntaps * problem.c * 4
         packed = problem.n * prod(problem.in_spatial) * problem.c * 4
         out_bytes = problem.n * out * problem.k * 4
@@ -87,7 +83,7 @@ class PrecompGemmForward(Algorithm):
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
-        g, cg, kg, ntaps, out = self._geometry(problem)
+        g, cg, kg, ntaps, out = gemm_geometry(problem)
         nd, plane = problem.nd, prod(problem.in_spatial) + 1
         block, tile = self._block(problem), self._tile_rows(problem)
         wmat = workspace["wmat"].reshape(g, *problem.kernel, cg, kg)
