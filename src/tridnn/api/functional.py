@@ -312,6 +312,19 @@ def conv(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, mode="cross
     nd = _spatial_nd(xs[0], "x")
     if bias is not None:
         _check_bias(bias, ws[0][0] if len(ws[0]) else -1)
+    plan = _forward_plan(handle, w, xs, ws, nd, stride, padding, dilation, groups, mode, algo, math_type)
+    epilogue = None
+    if bias is not None:
+        if handle.backend_name != "numpy":
+            out = _execute(handle, plan, {"x": x, "w": w})
+            return _like(_add_bias(out, bias, plan.problem.k), x)
+        epilogue = _bias_epilogue(bias, plan.problem.k, plan.problem.accumulator)
+    return _like(_execute(handle, plan, {"x": x, "w": w}, epilogue), x)
+
+
+def _forward_plan(handle, w, xs, ws, nd, stride, padding, dilation, groups, mode, algo, math_type):
+    """The cached plan of a forward convolution (``conv`` and ``conv_bias_activation`` share
+    it); xs, ws are the signatures of x and w, math_type None means the handle's."""
     key = ("fwd", xs, ws, _hashable(stride), _hashable(padding), _hashable(dilation), groups, mode,
            algo if isinstance(algo, str) else _hashable(algo), math_type,
            handle.workspace_limit, handle.deterministic)
@@ -325,14 +338,7 @@ def conv(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, mode="cross
         y_desc = TensorDescriptor.packed(y_dims, x_desc.dtype, output_format(xs[0], xs[1]))
         return ConvProblem("fwd", x_desc, w_desc, y_desc, cdesc), algo
 
-    plan = _conv_plan(handle, "fwd", key, build)
-    epilogue = None
-    if bias is not None:
-        if handle.backend_name != "numpy":
-            out = _execute(handle, plan, {"x": x, "w": w})
-            return _like(_add_bias(out, bias, plan.problem.k), x)
-        epilogue = _bias_epilogue(bias, plan.problem.k, plan.problem.accumulator)
-    return _like(_execute(handle, plan, {"x": x, "w": w}, epilogue), x)
+    return _conv_plan(handle, "fwd", key, build)
 
 
 def _positive(sig):
@@ -823,20 +829,7 @@ def conv_bias_activation(x, w, bias=None, z=None, alpha1=1.0, alpha2=1.0, activa
     x, w = _usable(x), _packed_filter(w)
     xs, ws_ = _signature(x), _signature(w)
     nd = _spatial_nd(xs[0], "x")
-    key = ("fwd", xs, ws_, _hashable(stride), _hashable(padding), _hashable(dilation), groups, mode,
-           algo if isinstance(algo, str) else _hashable(algo), None,
-           handle.workspace_limit, handle.deterministic)
-
-    def build():
-        x_desc = TensorDescriptor(xs[0], xs[2], _positive(xs))
-        w_desc = FilterDescriptor.like(w)
-        cdesc = _conv_params(nd, x_desc.spatial, w_desc.kernel, stride, padding, dilation, groups,
-                             mode, handle.math_type)
-        y_desc = TensorDescriptor.packed(cdesc.output_dims(x_desc, w_desc), x_desc.dtype,
-                                         output_format(xs[0], xs[1]))
-        return ConvProblem("fwd", x_desc, w_desc, y_desc, cdesc), algo
-
-    plan = _conv_plan(handle, "fwd", key, build)
+    plan = _forward_plan(handle, w, xs, ws_, nd, stride, padding, dilation, groups, mode, algo, None)
     problem, backend = plan.problem, handle.backend
     k = problem.k
     bias_desc = TensorDescriptor.packed((1, k) + (1,) * nd, problem.dtype)
