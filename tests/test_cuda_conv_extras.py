@@ -226,3 +226,50 @@ def test_depthwise_backward(direction, algo_name, case, rng):
         tridnn.TensorDescriptor.packed((2, p["C"], *p["spatial"]), "float32")
     w_desc = tridnn.FilterDescriptor((p["K"], 1, *p["kernel"]))
     assert conv_depthwise_backward.routes_here(ConvProblem.forward(x_desc, w_desc, cd))
+
+
+# -- real sizes on a GPU (pytest --gpu) -----------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_gpu_backward_bias_and_fused(dtype, rng):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from tridnn.algorithms import registry
+    from tridnn.algorithms.problem import ConvProblem
+    h = tridnn.Handle(device="cuda", find_cache=None)
+    tdt = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+    cl = torch.channels_last
+    dy_desc = tridnn.TensorDescriptor.nhwc(8, 256, 28, 28, dtype)
+    db_desc = tridnn.TensorDescriptor.nchw(1, 256, 1, 1, dtype)
+    dy = torch.from_numpy(testing.fill(dy_desc.dims, "float32", rng)).to("cuda", tdt).contiguous(memory_format=cl)
+    db = torch.full((1, 256, 1, 1), float("nan"), device="cuda", dtype=tdt)
+    tridnn.convolution_backward_bias(h, 1.0, dy_desc, dy, 0.0, db_desc, db)
+    want = dy.double().sum(dim=(0, 2, 3)).reshape(1, 256, 1, 1)
+    testing.check_result(_np(db), want.cpu().numpy(), dtype, True, name="db")
+
+    cd = tridnn.ConvolutionDescriptor(padding=1)
+    x_desc = tridnn.TensorDescriptor.nhwc(4, 64, 28, 28, dtype)
+    w_desc = tridnn.FilterDescriptor((96, 64, 3, 3), dtype, tridnn.TensorFormat.NHWC)
+    y_desc = x_desc.with_dims(cd.output_dims(x_desc, w_desc))
+    xv, wv = testing.fill(x_desc.dims, "float32", rng), testing.fill(w_desc.dims, "float32", rng)
+    zv, bv = testing.fill(y_desc.dims, "float32", rng), testing.fill((1, 96, 1, 1), "float32", rng)
+    dev = lambda a: torch.from_numpy(a).to("cuda", tdt).contiguous(memory_format=cl)
+    x, w, z, bias = dev(xv), dev(wv), dev(zv), torch.from_numpy(bv).to("cuda", tdt)
+    b_desc = tridnn.TensorDescriptor.nchw(1, 96, 1, 1, dtype)
+    relu = ActivationDescriptor("relu")
+    want = reference.fused.conv_bias_activation_forward(xv, wv, zv, bv, relu.mode, alpha2=0.5, pad_pre=1)
+    problem = ConvProblem("fwd", x_desc, w_desc, y_desc, cd)
+    for algo in registry.algorithms("conv", "fwd", "triton"):
+        if algo.not_applicable(problem) is not None:
+            continue
+        y = torch.full(y_desc.dims, float("nan"), device="cuda", dtype=tdt).contiguous(memory_format=cl)
+        ws = torch.empty(algo.workspace_size(problem), dtype=torch.uint8, device="cuda")
+        tridnn.convolution_bias_activation_forward(h, 1.0, x_desc, x, w_desc, w, cd, algo.enum, ws, 0.5, y_desc, z,
+                                                   b_desc, bias, relu, y_desc, y)
+        got = _np(y)
+        testing.assert_all_written(got, algo.name)
+        if algo.exact and dtype == "float32":
+            np.testing.assert_array_equal(got, want, err_msg=algo.name)
+        else:
+            rel = np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30)
+            assert rel < {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}[dtype], (algo.name, rel)
