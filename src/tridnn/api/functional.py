@@ -214,8 +214,8 @@ def _choose(handle, problem, algo):
     return _algorithm(handle, problem, algo)
 
 
-def _conv_plan(handle, direction, key, build):
-    """The cached plan for ``key``, built by ``build()`` -> (problem, out name) on a miss."""
+def _conv_plan(handle, key, build):
+    """The cached plan for ``key``, built by ``build()`` -> (problem, algo) on a miss."""
     table = _plan_table(handle)
     plan = table.get(key)
     if plan is not None:
@@ -338,7 +338,7 @@ def _forward_plan(handle, w, xs, ws, nd, stride, padding, dilation, groups, mode
         y_desc = TensorDescriptor.packed(y_dims, x_desc.dtype, output_format(xs[0], xs[1]))
         return ConvProblem("fwd", x_desc, w_desc, y_desc, cdesc), algo
 
-    return _conv_plan(handle, "fwd", key, build)
+    return _conv_plan(handle, key, build)
 
 
 def _positive(sig):
@@ -366,7 +366,7 @@ def conv_backward_data(dy, w, x_shape, stride=1, padding=0, dilation=1, groups=1
         dx_desc = TensorDescriptor.packed(x_shape, dy_desc.dtype, output_format(dys[0], dys[1]))
         return ConvProblem("bwd_data", dx_desc, w_desc, dy_desc, cdesc), algo
 
-    plan = _conv_plan(handle, "bwd_data", key, build)
+    plan = _conv_plan(handle, key, build)
     return _like(_execute(handle, plan, {"y": dy, "w": w}), dy)
 
 
@@ -394,7 +394,7 @@ def conv_backward_filter(x, dy, w_shape, stride=1, padding=0, dilation=1, groups
                              mode, handle.math_type if math_type is None else math_type)
         return ConvProblem("bwd_filter", x_desc, w_desc, dy_desc, cdesc), algo
 
-    plan = _conv_plan(handle, "bwd_filter", key, build)
+    plan = _conv_plan(handle, key, build)
     return _like(_execute(handle, plan, {"x": x, "y": dy}), x)
 
 
@@ -432,7 +432,7 @@ def conv_transpose(x, w, bias=None, stride=1, padding=0, output_padding=0, group
         dx_desc = TensorDescriptor.packed(dx_dims, dy_desc.dtype, output_format(xs[0], xs[1]))
         return ConvProblem("bwd_data", dx_desc, w_desc, dy_desc, cdesc), algo
 
-    plan = _conv_plan(handle, "bwd_data", key, build)
+    plan = _conv_plan(handle, key, build)
     out = _execute(handle, plan, {"y": x, "w": w})
     if bias is not None:
         _add_bias(out, bias, plan.problem.c)
