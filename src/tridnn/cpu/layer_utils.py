@@ -55,11 +55,6 @@ def scratch(tag: str, shape, dtype) -> np.ndarray:
     return buf[:nbytes].view(dtype).reshape(shape)
 
 
-def release_scratch() -> None:
-    """Drop this thread's cached temporaries (their memory returns to the allocator)."""
-    _SCRATCH.pool = {}
-
-
 CHUNK_ELEMENTS = 1 << 19  # ~2 MB of float32 input per chunk: the chunk's temporaries stay in cache
 
 
