@@ -273,3 +273,24 @@ def test_gpu_backward_bias_and_fused(dtype, rng):
         else:
             rel = np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30)
             assert rel < {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}[dtype], (algo.name, rel)
+
+
+def test_fused_forward_rejects_overlapping_bias_or_partial_z():
+    """The NumPy path's aliasing rules hold for torch tensors on the Triton backend too."""
+    handle = _handle()
+    cd = tridnn.ConvolutionDescriptor(padding=1)
+    x_desc = tridnn.TensorDescriptor.nchw(1, 2, 3, 3)
+    w_desc = tridnn.FilterDescriptor((2, 2, 3, 3))
+    b_desc = tridnn.TensorDescriptor.nchw(1, 2, 1, 1)
+    x, w = torch.ones(1, 2, 3, 3), torch.ones(2, 2, 3, 3)
+    relu = ActivationDescriptor("relu")
+    buf = torch.full((40,), 7.0)
+    y = buf[:18].view(1, 2, 3, 3)
+    with pytest.raises(BadParamError, match="bias"):
+        tridnn.convolution_bias_activation_forward(handle, 1.0, x_desc, x, w_desc, w, cd, "IMPLICIT_GEMM", None, 0.0,
+                                                   None, None, b_desc, buf[4:6].view(1, 2, 1, 1), relu, x_desc, y)
+    with pytest.raises(BadParamError, match="partially overlaps"):
+        tridnn.convolution_bias_activation_forward(handle, 1.0, x_desc, x, w_desc, w, cd, "IMPLICIT_GEMM", None, 1.0,
+                                                   x_desc, buf[9:27].view(1, 2, 3, 3), b_desc, torch.zeros(1, 2, 1, 1),
+                                                   relu, x_desc, y)
+    assert torch.equal(buf, torch.full((40,), 7.0)), "y was written before the error"
