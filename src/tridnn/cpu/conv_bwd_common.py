@@ -14,6 +14,7 @@ from fractions import Fraction
 import numpy as np
 
 from .common import prod, tap_box
+from .conv_winograd import POINTS, exact_inverse
 
 BLAS_FLOPS = 100e9   # conservative NumPy matmul rate here, for estimates only
 MEM_BW = 5e9         # conservative bytes/s of a NumPy elementwise pass, for estimates only
@@ -128,10 +129,6 @@ def tile_pieces(tile, fft_size):
 
 
 # -- Winograd ----------------------------------------------------------------------------
-_POINTS = [Fraction(0), Fraction(1), Fraction(-1), Fraction(2), Fraction(-2), Fraction(1, 2),
-           Fraction(-1, 2), Fraction(3), Fraction(-3)]
-
-
 def winograd_matrices(m: int, r: int, dtype=np.float64):
     """(A^T, G, B^T) of Winograd's minimal filtering F(m, r) for correlation,
     y = A^T [(G g) * (B^T d)], built by the modified Toom-Cook construction.
@@ -141,7 +138,7 @@ def winograd_matrices(m: int, r: int, dtype=np.float64):
     matrix of the points; correlation is that product's transpose in h, so
     A^T = H^T and B^T = V^-T. Exact fractions keep the matrices exact before rounding."""
     alpha = m + r - 1
-    pts = _POINTS[:alpha - 1]
+    pts = [Fraction(p) for p in POINTS[:alpha - 1]]
 
     def evaluation(cols):
         rows = [[p ** j for j in range(cols)] for p in pts]
@@ -151,27 +148,11 @@ def winograd_matrices(m: int, r: int, dtype=np.float64):
     g_eval = evaluation(r)
     h_eval = evaluation(m)
     vander = evaluation(alpha)
-    v_inv = _inverse(vander)
+    v_inv = exact_inverse(vander)
     a_t = [[h_eval[j][i] for j in range(alpha)] for i in range(m)]
     b_t = [[v_inv[j][i] for j in range(alpha)] for i in range(alpha)]
     as_array = lambda rows: np.array([[float(v) for v in row] for row in rows], dtype)
     return as_array(a_t), as_array(g_eval), as_array(b_t)
-
-
-def _inverse(rows):
-    """Gauss-Jordan inverse over exact fractions."""
-    n = len(rows)
-    aug = [list(row) + [Fraction(int(i == j)) for j in range(n)] for i, row in enumerate(rows)]
-    for col in range(n):
-        pivot = next(r for r in range(col, n) if aug[r][col] != 0)
-        aug[col], aug[pivot] = aug[pivot], aug[col]
-        lead = aug[col][col]
-        aug[col] = [v / lead for v in aug[col]]
-        for r in range(n):
-            if r != col and aug[r][col] != 0:
-                factor = aug[r][col]
-                aug[r] = [a - factor * b for a, b in zip(aug[r], aug[col])]
-    return [row[n:] for row in aug]
 
 
 def transform_2d(left: np.ndarray, tiles: np.ndarray, out=None, scratch=None) -> np.ndarray:

@@ -41,7 +41,7 @@ def matrices(m: int, r: int = 3):
     pts = [Fraction(p) for p in POINTS[:n - 1]]
     vand = [[p ** e for e in range(n)] for p in pts] + [[Fraction(int(e == n - 1)) for e in range(n)]]
     scale = [_prod(p - q for q in pts if q != p) for p in pts] + [Fraction(1)]
-    inv_t = _inverse(vand)  # V^-1; B^T = diag(f) V^-T
+    inv_t = exact_inverse(vand)  # V^-1; B^T = diag(f) V^-T
     bt = [[scale[j] * inv_t[i][j] for i in range(n)] for j in range(n)]
     # at infinity a polynomial evaluates to its leading coefficient
     g = [[pts[j] ** k / scale[j] for k in range(r)] for j in range(n - 1)] + \
@@ -58,8 +58,8 @@ def _prod(values):
     return out
 
 
-def _inverse(a):
-    """Exact Gauss-Jordan inverse of a small rational matrix."""
+def exact_inverse(a):
+    """Exact Gauss-Jordan inverse of a small rational matrix (rows of Fractions)."""
     n = len(a)
     rows = [list(row) + [Fraction(int(i == j)) for j in range(n)] for i, row in enumerate(a)]
     for col in range(n):
