@@ -154,27 +154,25 @@ def _as_matrix(v):
     spatial = int(np.prod(v.shape[2:]))
     s = v.strides
     # channel-outer: every (n, c) plane contiguous, planes evenly spaced
-    plane = item
-    ok = True
-    for d in range(v.ndim - 1, 1, -1):
-        if v.shape[d] > 1 and s[d] != plane:
-            ok = False
-            break
-        plane *= v.shape[d]
-    if ok and (cb == 1 or s[1] == plane) and (nb == 1 or s[0] == plane * cb):
+    plane = _packed_spatial(v, item)
+    if plane is not None and (cb == 1 or s[1] == plane) and (nb == 1 or s[0] == plane * cb):
         return np.lib.stride_tricks.as_strided(v, (nb * cb, spatial), (plane, item)), False
     # channels-last: channels contiguous, then the spatial dims packed, then images
     if s[1] == item:
-        step = item * cb
-        ok = True
-        for d in range(v.ndim - 1, 1, -1):
-            if v.shape[d] > 1 and s[d] != step:
-                ok = False
-                break
-            step *= v.shape[d]
-        if ok and (nb == 1 or s[0] == step):
+        step = _packed_spatial(v, item * cb)
+        if step is not None and (nb == 1 or s[0] == step):
             return np.lib.stride_tricks.as_strided(v, (nb * spatial, cb), (item * cb, item)), True
     return None
+
+
+def _packed_spatial(v, step):
+    """The bytes spanned by v's spatial dims (2..) when they are packed innermost first
+    with the last one ``step`` bytes apart (size-1 dims may have any stride); else None."""
+    for d in range(v.ndim - 1, 1, -1):
+        if v.shape[d] > 1 and v.strides[d] != step:
+            return None
+        step *= v.shape[d]
+    return step
 
 
 def _blocked_stats(x):
