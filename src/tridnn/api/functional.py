@@ -266,12 +266,10 @@ def _hashable(value):
     return value
 
 
-def _bias_epilogue(bias, k, acc_dtype):
-    """Fused bias add: applied to each accumulator block before its one rounding."""
+def _bias_epilogue(bias, acc_dtype):
+    """Fused bias add: applied to each accumulator block before its one rounding. The
+    caller has checked that bias is (K,) (``_check_bias``)."""
     b = np.asarray(_to_numpy(bias), dtype=acc_dtype)
-    if b.shape != (k,):
-        raise BadParamError(f"bias must have shape ({k},) (one value per output channel), "
-                            f"got {b.shape}")
 
     def epilogue(acc, index):
         channels = index[1] if len(index) > 1 else slice(None)
@@ -318,7 +316,7 @@ def conv(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, mode="cross
         if handle.backend_name != "numpy":
             out = _execute(handle, plan, {"x": x, "w": w})
             return _like(_add_bias(out, bias, plan.problem.k), x)
-        epilogue = _bias_epilogue(bias, plan.problem.k, plan.problem.accumulator)
+        epilogue = _bias_epilogue(bias, plan.problem.accumulator)
     return _like(_execute(handle, plan, {"x": x, "w": w}, epilogue), x)
 
 
