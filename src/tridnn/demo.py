@@ -212,7 +212,7 @@ class Net:
     # -- forward and backward -------------------------------------------------------------
     def forward(self, a: Activations, training: bool) -> None:
         import tridnn
-        h, t, ws = self.handle, a.t, a.workspace
+        h, t = self.handle, a.t
         self._conv_fwd(a, self.conv1, "x", "c1")
         self._bn_fwd(a, self.bn1, "c1", "b1", training)
         tridnn.activation_forward(h, self.relu, 1.0, t["b1"].desc, t["b1"].array, 0.0, t["r1"].desc, t["r1"].array)
@@ -225,7 +225,6 @@ class Net:
         tridnn.add_tensor(h, 1.0, self.bias3.desc, self.bias3.array, 1.0, t["c3"].desc, t["c3"].array)
         tridnn.softmax_forward(h, tridnn.SoftmaxAlgorithm.LOG, tridnn.SoftmaxMode.INSTANCE, 1.0,
                                t["c3"].desc, t["c3"].array, 0.0, t["logp"].desc, t["logp"].array)
-        del ws
 
     def _conv_fwd(self, a, layer, x, y):
         import tridnn
