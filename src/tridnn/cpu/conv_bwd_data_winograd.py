@@ -13,15 +13,14 @@ blocks with the transformed tensors materialized. Both round in the transforms.
 """
 from __future__ import annotations
 
-import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..algorithms.base import Algorithm
 from ..types import ConvBwdDataAlgo
 from ..workspace import Buffer
 from .common import store
-from .conv_bwd_common import (BLAS_FLOPS, MEM_BW, batch_block, blocks, contract, grouped_filter, prod,
-                              shaped, transform_2d, winograd_3x3_applies, winograd_matrices)
+from .conv_bwd_common import (BLAS_FLOPS, MEM_BW, batch_block, blocks, contract, grouped_filter, shaped,
+                              transform_2d, winograd_3x3_applies, winograd_matrices)
 
 
 class _WinogradBackwardData(Algorithm):

@@ -16,7 +16,7 @@ from ..algorithms.base import Algorithm
 from ..types import ConvBwdFilterAlgo
 from ..workspace import Buffer
 from .common import store
-from .conv_bwd_common import (BLAS_FLOPS, MEM_BW, batch_block, blocks, prod, shaped, transform_2d,
+from .conv_bwd_common import (BLAS_FLOPS, MEM_BW, batch_block, blocks, shaped, transform_2d,
                               winograd_3x3_applies, winograd_matrices)
 
 
