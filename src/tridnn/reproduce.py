@@ -217,10 +217,10 @@ class ConvSpec:
         out += ["--k", str(self.k)]
         for a, v in zip(kernel_names, self.kernel):
             out += [f"--{a}", str(v)]
-        out += ["--pad", _csv(self.pad)]
+        out += ["--pad", dims_arg(self.pad)]
         if self.pad_post != self.pad:
-            out += ["--pad-post", _csv(self.pad_post)]
-        out += ["--stride", _csv(self.stride), "--dilation", _csv(self.dilation),
+            out += ["--pad-post", dims_arg(self.pad_post)]
+        out += ["--stride", dims_arg(self.stride), "--dilation", dims_arg(self.dilation),
                 "--groups", str(self.groups)]
         return out
 
@@ -252,8 +252,8 @@ def _tokens(text: str):
     return values, name
 
 
-def _csv(values) -> str:
-    """'1' when every spatial dim has the same value, else '1,2'."""
+def dims_arg(values) -> str:
+    """A per-dim command-line value: '1' when every spatial dim has the same value, else '1,2'."""
     values = tuple(values)
     return str(values[0]) if len(set(values)) == 1 else ",".join(str(v) for v in values)
 

@@ -16,7 +16,7 @@ import sys
 import numpy as np
 
 from .errors import BadParamError
-from .reproduce import check_layout, device_array, poison_array, time_calls, to_host
+from .reproduce import check_layout, dims_arg, device_array, poison_array, time_calls, to_host
 from .types import DataType, TensorFormat
 
 OPS = ("pool", "softmax", "activation", "batchnorm")
@@ -330,8 +330,8 @@ def layer_reproducer(name: str, args: dict):
         pool, x_desc = args.get("pool_desc"), args.get("x_desc")
         if pool is None or x_desc is None:
             return None
-        extra = ["--mode", pool.mode.name.lower(), "--window", _csv(pool.window), "--pad", _csv(pool.padding),
-                 "--stride", _csv(pool.stride)] + (["--propagate-nan"] if pool.propagate_nan else [])
+        extra = ["--mode", pool.mode.name.lower(), "--window", dims_arg(pool.window), "--pad", dims_arg(pool.padding),
+                 "--stride", dims_arg(pool.stride)] + (["--propagate-nan"] if pool.propagate_nan else [])
         return _line("pool", x_desc, "fwd" if name.endswith("forward") else "bwd", extra, args)
     if name in ("softmax_forward", "softmax_backward"):
         desc = args.get("x_desc", args.get("y_desc"))
@@ -360,11 +360,6 @@ def layer_reproducer(name: str, args: dict):
             args = dict(args, alpha=args.get("alpha_data_diff", 1.0), beta=args.get("beta_data_diff", 0.0))
         return _line("batchnorm", desc, direction, extra, args)
     return None
-
-
-def _csv(values) -> str:
-    values = tuple(values)
-    return str(values[0]) if len(set(values)) == 1 else ",".join(map(str, values))
 
 
 def _line(op, desc, direction, extra, args):
