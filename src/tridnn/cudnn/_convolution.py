@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ..api import convolution as api
 from ..descriptors import ConvolutionDescriptor, FilterDescriptor, TensorDescriptor
 from ..errors import BadParamError, Status, check_positive_int
-from ..types import Determinism, MathType
+from ..types import ConvBwdDataAlgo, ConvBwdFilterAlgo, ConvFwdAlgo, Determinism, MathType
 from ._buffers import pointer
 from ._descriptors import unwrap
 from ._library import check_handle
@@ -68,7 +68,7 @@ def requested_count(value) -> int:
 # -- forward ------------------------------------------------------------------------------
 def cudnnGetConvolutionForwardAlgorithmMaxCount(handle) -> int:
     check_handle(handle)
-    return 8
+    return len(ConvFwdAlgo)
 
 
 def cudnnGetConvolutionForwardAlgorithm_v7(handle, srcDesc, filterDesc, convDesc, destDesc,
@@ -117,7 +117,7 @@ def cudnnConvolutionForward(handle, alpha, xDesc, x, wDesc, w, convDesc, algo, w
 # -- backward data -----------------------------------------------------------------------------
 def cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle) -> int:
     check_handle(handle)
-    return 6
+    return len(ConvBwdDataAlgo)
 
 
 def _bwd_data_descs(wDesc, dyDesc, convDesc, dxDesc):
@@ -168,7 +168,7 @@ def cudnnConvolutionBackwardData(handle, alpha, wDesc, w, dyDesc, dy, convDesc, 
 # -- backward filter ---------------------------------------------------------------------------
 def cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle) -> int:
     check_handle(handle)
-    return 7
+    return len(ConvBwdFilterAlgo)
 
 
 def _bwd_filter_descs(xDesc, dyDesc, convDesc, dwDesc):
