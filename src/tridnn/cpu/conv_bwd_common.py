@@ -4,7 +4,7 @@ All backward methods work in one grouped, channels-first layout: an image tensor
 (N, C, *sp) is seen as (N, G, Cg, *sp) and a filter (K, Cg, *k) as (G, Kg, Cg, *k),
 so one broadcasting ``matmul`` does every group at once. This module holds that
 layout, the per-tap geometry, batch blocking, and the transform plans (FFT sizes and
-tiles, Winograd matrices) that several methods share.
+tiles, Winograd matrices; the FFT methods' cost model) that several methods share.
 """
 from __future__ import annotations
 
