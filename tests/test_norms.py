@@ -84,10 +84,11 @@ def run_group_norm(dtype, groups, rng, layout, dims, alpha=1.0, beta=0.0):
     norms.group_norm_forward(h, groups, alpha, x_desc, x, beta, y_desc, y, p_desc, scale, bias, EPS, s_desc, mean, inv)
     y_ref, mean_ref, inv_ref = ref.group_norm(x, scale, bias, groups, EPS)
     check(y, y_ref, dtype, alpha, beta, prior, name="y")
+    check(mean, mean_ref, s_desc.dtype, name="mean")
     check(inv, inv_ref, s_desc.dtype, name="inv_std")
     dy_desc, dy = normal(dims, dtype, layout, rng)
     dx_desc, dx, prior = output(dims, dtype, layout, rng, beta)
-    dscale, dbias = np.empty_like(scale), np.empty_like(bias)
+    dscale, dbias = np.full_like(scale, np.nan), np.full_like(bias, np.nan)
     norms.group_norm_backward(h, groups, alpha, x_desc, x, dy_desc, dy, beta, dx_desc, dx, p_desc, scale, dscale,
                               dbias, s_desc, mean, inv)
     dx_ref, ds_ref, db_ref = ref.group_norm_backward(x, dy, scale, groups, EPS)
