@@ -80,7 +80,7 @@ def run_group_norm(dtype, groups, rng, layout, dims, alpha=1.0, beta=0.0):
     p_desc, s_desc = norms.group_norm_descriptors(x_desc, groups)
     scale, bias = params(p_desc, rng), params(p_desc, rng, -0.5, 0.5)
     y_desc, y, prior = output(dims, dtype, layout, rng, beta)
-    mean, inv = np.empty(s_desc.dims, s_desc.dtype.numpy), np.empty(s_desc.dims, s_desc.dtype.numpy)
+    mean, inv = np.full(s_desc.dims, np.nan, s_desc.dtype.numpy), np.full(s_desc.dims, np.nan, s_desc.dtype.numpy)
     norms.group_norm_forward(h, groups, alpha, x_desc, x, beta, y_desc, y, p_desc, scale, bias, EPS, s_desc, mean, inv)
     y_ref, mean_ref, inv_ref = ref.group_norm(x, scale, bias, groups, EPS)
     check(y, y_ref, dtype, alpha, beta, prior, name="y")
