@@ -180,10 +180,15 @@ def find_conv_algorithms(model, sample, budget_s):
         calls.append((module, inputs[0].detach(), output.detach()))
 
     hooks = [m.register_forward_hook(record) for m in model.modules() if isinstance(m, tt.nn.Conv2d)]
-    with torch.no_grad():
-        model(sample)
-    for h in hooks:
-        h.remove()
+    was_training = model.training
+    model.eval()  # the same convolutions, without touching the running statistics
+    try:
+        with torch.no_grad():
+            model(sample)
+    finally:
+        model.train(was_training)
+        for h in hooks:
+            h.remove()
     device = str(sample.device) if sample.device.type == "cuda" else "cpu"
     handle = default_handle(device)
     saved_budget, handle.find_time_budget_s = handle.find_time_budget_s, budget_s
@@ -207,7 +212,8 @@ def find_conv_algorithms(model, sample, budget_s):
                 memory_format=torch.channels_last if nhwc else torch.contiguous_format)
             w = m.weight.detach()
             F.conv(x, w, None, stride, padding, dilation, m.groups, algo="find")
-            F.conv_backward_data(dy, w, list(x.shape), stride, padding, dilation, m.groups, algo="find")
+            if x.data_ptr() != sample.data_ptr():  # the images themselves need no gradient
+                F.conv_backward_data(dy, w, list(x.shape), stride, padding, dilation, m.groups, algo="find")
             F.conv_backward_filter(x, dy, list(w.shape), stride, padding, dilation, m.groups, algo="find",
                                    filter_format="NCHW")
     finally:
