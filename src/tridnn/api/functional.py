@@ -444,8 +444,8 @@ def conv_transpose(x, w, bias=None, stride=1, padding=0, output_padding=0, group
 def _described(a, name="x"):
     """(array, its TensorDescriptor) for any NumPy/torch/DLPack array."""
     a = _usable(a)
-    shape, strides, dtype = _signature(a)
-    return a, TensorDescriptor(shape, dtype, tuple(s if s > 0 else 1 for s in strides))
+    sig = _signature(a)
+    return a, TensorDescriptor(sig[0], sig[2], _positive(sig))
 
 
 def _cached(handle, key, build):
