@@ -61,6 +61,12 @@ def workspace_slice(handle, workSpace, workSpaceSizeInBytes):
     return raw[:size]
 
 
+def find_workspace(handle, ws):
+    """The workspace a Find*Ex call times within: the caller's slice, or an empty buffer
+    when it gave 0 bytes (None would let find use the handle's own workspace limit)."""
+    return ws if ws is not None else handle.backend.workspace_bytes(None)
+
+
 def requested_count(value) -> int:
     return check_positive_int("requestedAlgoCount", value)
 
@@ -96,7 +102,7 @@ def cudnnFindConvolutionForwardAlgorithmEx(handle, xDesc, x, wDesc, w, convDesc,
     x, w, y = pointer(x, xd, "x"), pointer(w, wd, "w"), pointer(y, yd, "y")
     return perf_records(api.find_convolution_forward_algorithm_ex(
         handle, xd, x, wd, w, c, yd, y, requested_count(requestedAlgoCount),
-        workspace=ws if ws is not None else handle.backend.workspace_bytes(None)))
+        workspace=find_workspace(handle, ws)))
 
 
 def cudnnGetConvolutionForwardWorkspaceSize(handle, xDesc, wDesc, convDesc, yDesc, algo) -> int:
@@ -147,7 +153,7 @@ def cudnnFindConvolutionBackwardDataAlgorithmEx(handle, wDesc, w, dyDesc, dy, co
     w, dy, dx = pointer(w, wd, "w"), pointer(dy, dyd, "dy"), pointer(dx, dxd, "dx")
     return perf_records(api.find_convolution_backward_data_algorithm_ex(
         handle, wd, w, dyd, dy, c, dxd, dx, requested_count(requestedAlgoCount),
-        workspace=ws if ws is not None else handle.backend.workspace_bytes(None)))
+        workspace=find_workspace(handle, ws)))
 
 
 def cudnnGetConvolutionBackwardDataWorkspaceSize(handle, wDesc, dyDesc, convDesc, dxDesc, algo) -> int:
@@ -200,7 +206,7 @@ def cudnnFindConvolutionBackwardFilterAlgorithmEx(handle, xDesc, x, dyDesc, y, c
     x, dy, dw = pointer(x, xd, "x"), pointer(y, dyd, "dy"), pointer(dw, dwd, "dw")
     return perf_records(api.find_convolution_backward_filter_algorithm_ex(
         handle, xd, x, dyd, dy, c, dwd, dw, requested_count(requestedAlgoCount),
-        workspace=ws if ws is not None else handle.backend.workspace_bytes(None)))
+        workspace=find_workspace(handle, ws)))
 
 
 def cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, xDesc, dyDesc, convDesc, gradDesc, algo) -> int:
