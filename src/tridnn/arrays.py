@@ -41,11 +41,14 @@ def _torch_to_numpy(tensor, name):
     if tensor.device.type != "cpu":
         raise BadParamError(f"{name} is on device {tensor.device}, but the handle's device is the "
                             f"CPU; use Handle(device='cuda') or move the tensor with .cpu()")
+    # DLPack rather than Tensor.numpy(): .numpy() marks the storage non-resizable for
+    # good, which breaks FSDP (it frees parameters by resizing their storage).
+    tensor = tensor.detach()
     if str(tensor.dtype) == "torch.bfloat16":
         # NumPy has no bfloat16 in DLPack; reinterpret the bits zero copy.
         import torch
-        return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return tensor.detach().numpy() if tensor.requires_grad else tensor.numpy()
+        return np.from_dlpack(tensor.view(torch.int16)).view(ml_dtypes.bfloat16)
+    return np.from_dlpack(tensor)
 
 
 def shape_strides_dtype(array):
