@@ -139,11 +139,13 @@ def launch(kernel, grid, args: tuple, consts: dict, options: dict, static=None):
     if device.type != "cuda":
         kernel[grid](*args, **consts, **options)
         return
+    # The compiled function handle belongs to the GPU it was loaded on, so the device
+    # is part of the key: a process driving two GPUs must not reuse cuda:0's on cuda:1.
     if static is None:
-        full = (kernel, _spec_key(args), tuple(consts.items()), tuple(options.items()))
+        full = (device.index, kernel, _spec_key(args), tuple(consts.items()), tuple(options.items()))
     else:
         key, n = static
-        full = (kernel, key, tuple(a.data_ptr() % 16 == 0 for a in args[:n]))
+        full = (device.index, kernel, key, tuple(a.data_ptr() % 16 == 0 for a in args[:n]))
     entry = _compiled.get(full)
     if entry is None:
         compiled = kernel[grid](*args, **consts, **options)
