@@ -271,6 +271,22 @@ def test_bad_requested_count_rejected(rng, requested):
         repr(requested))
 
 
+@pytest.mark.parametrize("requested", [0, "2"])
+def test_bad_requested_count_rejected_before_find_times_anything(rng, requested, monkeypatch):
+    from tridnn.algorithms import selection
+
+    def must_not_time(*args, **kwargs):
+        raise AssertionError("find ran before the requested count was checked")
+    monkeypatch.setattr(selection, "find", must_not_time)
+    call = Call(rng)
+    expect_error(lambda: tridnn.find_convolution_forward_algorithm(
+        call.handle, call.x_desc, call.w_desc, call.conv, call.y_desc, requested), BadParamError,
+        repr(requested))
+    expect_error(lambda: tridnn.find_convolution_forward_algorithm_ex(
+        call.handle, call.x_desc, call.x, call.w_desc, call.w, call.conv, call.y_desc, call.y,
+        requested), BadParamError, repr(requested), output=call.y)
+
+
 @pytest.mark.parametrize("kwargs", [dict(device="tpu"), dict(backend="cupy"),
                                     dict(workspace_limit=-1), dict(workspace_limit=1.5),
                                     dict(math_type=17)])

@@ -114,12 +114,28 @@ def workspace_size(handle, direction, x_desc, w_desc, conv_desc, y_desc, algo) -
     return _algorithm(handle, problem, algo).workspace_size(problem)
 
 
-def _truncate(records, requested):
-    if requested is None:
-        return records
-    if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
+def _check_requested(requested):
+    """The requested record count, checked before any timing is spent."""
+    if requested is not None and (isinstance(requested, bool) or not isinstance(requested, int)
+                                  or requested < 1):
         raise BadParamError(f"requested algorithm count must be an integer >= 1, got {requested!r}")
-    return records[:requested]
+    return requested
+
+
+def get_algorithms(handle, direction, x_desc, w_desc, conv_desc, y_desc, requested=None):
+    """Perf records of one direction ranked by the heuristic (the get_*_algorithm calls)."""
+    problem = _problem(handle, direction, x_desc, w_desc, conv_desc, y_desc)
+    return selection.get(handle, problem)[:_check_requested(requested)]
+
+
+def find_algorithms(handle, direction, x_desc, w_desc, conv_desc, y_desc, requested=None,
+                    time_budget_s=None, arrays=None, workspace=None):
+    """Measured perf records of one direction (the find_*_algorithm calls); with ``arrays``
+    (x, w, y by role) times on the caller's buffers and overwrites the output, as the Ex calls."""
+    problem = _problem(handle, direction, x_desc, w_desc, conv_desc, y_desc)
+    requested = _check_requested(requested)
+    views = None if arrays is None else _views(handle, problem, arrays)
+    return selection.find(handle, problem, views, workspace, time_budget_s=time_budget_s)[:requested]
 
 
 # -- forward -------------------------------------------------------------------------
@@ -135,24 +151,20 @@ def get_convolution_forward_workspace_size(handle, x_desc, w_desc, conv_desc, y_
 
 def get_convolution_forward_algorithm(handle, x_desc, w_desc, conv_desc, y_desc, requested=None):
     """cudnnGetConvolutionForwardAlgorithm_v7: perf records ranked by the heuristic; runs nothing."""
-    problem = _problem(handle, "fwd", x_desc, w_desc, conv_desc, y_desc)
-    return _truncate(selection.get(handle, problem), requested)
+    return get_algorithms(handle, "fwd", x_desc, w_desc, conv_desc, y_desc, requested)
 
 
 def find_convolution_forward_algorithm(handle, x_desc, w_desc, conv_desc, y_desc, requested=None,
                                        time_budget_s=None):
     """cudnnFindConvolutionForwardAlgorithm: times every usable algorithm on scratch buffers."""
-    problem = _problem(handle, "fwd", x_desc, w_desc, conv_desc, y_desc)
-    return _truncate(selection.find(handle, problem, time_budget_s=time_budget_s), requested)
+    return find_algorithms(handle, "fwd", x_desc, w_desc, conv_desc, y_desc, requested, time_budget_s)
 
 
 def find_convolution_forward_algorithm_ex(handle, x_desc, x, w_desc, w, conv_desc, y_desc, y,
                                           requested=None, workspace=None, time_budget_s=None):
     """cudnnFindConvolutionForwardAlgorithmEx: times on the caller's buffers (y is overwritten)."""
-    problem = _problem(handle, "fwd", x_desc, w_desc, conv_desc, y_desc)
-    views = _views(handle, problem, {"x": x, "w": w, "y": y})
-    return _truncate(selection.find(handle, problem, views, workspace, time_budget_s=time_budget_s),
-                     requested)
+    return find_algorithms(handle, "fwd", x_desc, w_desc, conv_desc, y_desc, requested, time_budget_s,
+                           {"x": x, "w": w, "y": y}, workspace)
 
 
 # -- backward data (also the transposed convolution) -----------------------------------
@@ -172,24 +184,21 @@ def get_convolution_backward_data_workspace_size(handle, w_desc, dy_desc, conv_d
 
 def get_convolution_backward_data_algorithm(handle, w_desc, dy_desc, conv_desc, dx_desc, requested=None):
     """cudnnGetConvolutionBackwardDataAlgorithm_v7: ranked by the heuristic; runs nothing."""
-    problem = _problem(handle, "bwd_data", dx_desc, w_desc, conv_desc, dy_desc)
-    return _truncate(selection.get(handle, problem), requested)
+    return get_algorithms(handle, "bwd_data", dx_desc, w_desc, conv_desc, dy_desc, requested)
 
 
 def find_convolution_backward_data_algorithm(handle, w_desc, dy_desc, conv_desc, dx_desc, requested=None,
                                              time_budget_s=None):
     """cudnnFindConvolutionBackwardDataAlgorithm: times every usable algorithm on scratch buffers."""
-    problem = _problem(handle, "bwd_data", dx_desc, w_desc, conv_desc, dy_desc)
-    return _truncate(selection.find(handle, problem, time_budget_s=time_budget_s), requested)
+    return find_algorithms(handle, "bwd_data", dx_desc, w_desc, conv_desc, dy_desc, requested,
+                           time_budget_s)
 
 
 def find_convolution_backward_data_algorithm_ex(handle, w_desc, w, dy_desc, dy, conv_desc, dx_desc, dx,
                                                 requested=None, workspace=None, time_budget_s=None):
     """cudnnFindConvolutionBackwardDataAlgorithmEx: times on the caller's buffers (dx is overwritten)."""
-    problem = _problem(handle, "bwd_data", dx_desc, w_desc, conv_desc, dy_desc)
-    views = _views(handle, problem, {"x": dx, "w": w, "y": dy})
-    return _truncate(selection.find(handle, problem, views, workspace, time_budget_s=time_budget_s),
-                     requested)
+    return find_algorithms(handle, "bwd_data", dx_desc, w_desc, conv_desc, dy_desc, requested,
+                           time_budget_s, {"x": dx, "w": w, "y": dy}, workspace)
 
 
 # -- backward filter -------------------------------------------------------------------
@@ -206,24 +215,21 @@ def get_convolution_backward_filter_workspace_size(handle, x_desc, dy_desc, conv
 
 def get_convolution_backward_filter_algorithm(handle, x_desc, dy_desc, conv_desc, dw_desc, requested=None):
     """cudnnGetConvolutionBackwardFilterAlgorithm_v7: ranked by the heuristic; runs nothing."""
-    problem = _problem(handle, "bwd_filter", x_desc, dw_desc, conv_desc, dy_desc)
-    return _truncate(selection.get(handle, problem), requested)
+    return get_algorithms(handle, "bwd_filter", x_desc, dw_desc, conv_desc, dy_desc, requested)
 
 
 def find_convolution_backward_filter_algorithm(handle, x_desc, dy_desc, conv_desc, dw_desc, requested=None,
                                                time_budget_s=None):
     """cudnnFindConvolutionBackwardFilterAlgorithm: times every usable algorithm on scratch buffers."""
-    problem = _problem(handle, "bwd_filter", x_desc, dw_desc, conv_desc, dy_desc)
-    return _truncate(selection.find(handle, problem, time_budget_s=time_budget_s), requested)
+    return find_algorithms(handle, "bwd_filter", x_desc, dw_desc, conv_desc, dy_desc, requested,
+                           time_budget_s)
 
 
 def find_convolution_backward_filter_algorithm_ex(handle, x_desc, x, dy_desc, dy, conv_desc, dw_desc, dw,
                                                   requested=None, workspace=None, time_budget_s=None):
     """cudnnFindConvolutionBackwardFilterAlgorithmEx: times on the caller's buffers (dw is overwritten)."""
-    problem = _problem(handle, "bwd_filter", x_desc, dw_desc, conv_desc, dy_desc)
-    views = _views(handle, problem, {"x": x, "w": dw, "y": dy})
-    return _truncate(selection.find(handle, problem, views, workspace, time_budget_s=time_budget_s),
-                     requested)
+    return find_algorithms(handle, "bwd_filter", x_desc, dw_desc, conv_desc, dy_desc, requested,
+                           time_budget_s, {"x": x, "w": dw, "y": dy}, workspace)
 
 
 # -- backward bias -----------------------------------------------------------------------
