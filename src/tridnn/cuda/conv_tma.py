@@ -1,0 +1,422 @@
+"""Implicit-GEMM convolutions whose tiles arrive by TMA (Hopper's tensor memory accelerator).
+
+For a channels-last input and stride 1, each kernel tap of the convolution reads a
+rectangular box of x: for an output tile of BH x BW pixels of image n and a block of
+BLOCK_K channels, tap (kh, kw) reads
+
+    x[n, oh0 + kh*dh - ph : + BH,  ow0 + kw*dw - pw : + BW,  c0 : c0 + BLOCK_K]
+
+One TMA descriptor over x as a 4-D [N, H, W, C] array loads that box with one
+instruction, straight into shared memory, and fills every element whose coordinate
+falls outside the array (the zero padding, including negative coordinates) with zero.
+So the A tile needs no per-row index math and no masks, which is what the pointer
+kernels spend their issue slots on. A 1x1 filter with stride s and no padding reads
+the box from a strided view ([N, OH, OW, C] with strides s*W*C and s*C). A 1x1
+stride-1 problem over dense pixels is a plain GEMM: the input is viewed as one
+[1, 1, N*H*W, C] "image" so tiles are BLOCK_M consecutive pixels with no edge waste.
+
+Three kernels share this idea:
+- ``conv_tma_kernel``: forward (y = x * w) and, with the filter read K-major and
+  flipped, backward data at stride 1 (dx = dy * w^T, a forward convolution of dy).
+- ``wgrad_tma_kernel``: backward filter, dw[k, tap, c] = sum over pixels of
+  dy[p, k] x[p + tap offset, c]; the pixel reduction is split into slices written as
+  float32 partials that ``wgrad_finish`` sums in a fixed order (deterministic).
+The epilogue (alpha/beta, residual, bias, activation) is the pointer-based
+``store_tile`` shared by all convolutions. Applicability is decided on the host by
+``plan_forward`` / ``plan_backward_data`` / ``plan_backward_filter`` (None: use the
+pointer kernels).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from .common import cdiv, grouped_tile, launch
+from .conv_bwd_filter_implicit_gemm import wgrad_finish
+from .epilogue import launch_args, store_tile
+from .geometry import geometry, input_precision, needs_int64, strides5
+from .memo import IdentityMemo
+
+
+@triton.jit
+def conv_tma_kernel(
+        # epilogue pointers: output, bias (K values), residual z
+        y_ptr, bias_ptr, z_ptr,
+        # TMA descriptors: input box [1, BH, BW, BLOCK_K]; filter viewed [rows, taps, cols]
+        x_desc, w_desc,
+        # output geometry and the taps' input offsets
+        N, OH, OW, C_RED, C_OUT, KW, T, PH, PW, DH, DW,
+        # element strides of y and z (n, channel, h, w) and of bias
+        ys_n, ys_k, ys_h, ys_w, zs_n, zs_k, zs_h, zs_w, bias_stride,
+        # epilogue scalars
+        alpha, beta, alpha2, coef, swish_beta,
+        BH: tl.constexpr, BW: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+        GROUP_M: tl.constexpr, W_KMAJOR: tl.constexpr, FLIP: tl.constexpr, PREC: tl.constexpr,
+        ACT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr, BETA_ZERO: tl.constexpr,
+        INT64: tl.constexpr):
+    """out[n, oh, ow, k] = sum over taps and C_RED channels of inp[box] * w; one
+    BH*BW x BLOCK_N output tile per program. W_KMAJOR: the filter is [C_RED, T, C_OUT]
+    (backward data reads the forward filter that way), else [C_OUT, T, C_RED]."""
+    BLOCK_M: tl.constexpr = BH * BW
+    # -- map the program to an output tile (grouped order for L2 reuse of the filter)
+    pid = tl.program_id(0)
+    tiles_h = tl.cdiv(OH, BH)
+    tiles_w = tl.cdiv(OW, BW)
+    num_m = N * tiles_h * tiles_w
+    num_n = tl.cdiv(C_OUT, BLOCK_N)
+    pid_m, pid_n = grouped_tile(pid, num_m, num_n, GROUP_M)
+    tw = pid_m % tiles_w
+    th = (pid_m // tiles_w) % tiles_h
+    n = pid_m // (tiles_w * tiles_h)
+    oh0 = th * BH
+    ow0 = tw * BW
+    k0 = pid_n * BLOCK_N
+
+    # -- reduction over (tap, channel block): one TMA box of input, one of filter
+    n_cblk = C_RED // BLOCK_K
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for it in range(0, T * n_cblk):
+        tap = it // n_cblk
+        c0 = (it - tap * n_cblk) * BLOCK_K
+        kh = tap // KW
+        kw = tap - kh * KW
+        a = x_desc.load([n, oh0 + kh * DH - PH, ow0 + kw * DW - PW, c0]).reshape(BLOCK_M, BLOCK_K)
+        w_tap = T - 1 - tap if FLIP else tap
+        if W_KMAJOR:
+            b = w_desc.load([c0, w_tap, k0]).reshape(BLOCK_K, BLOCK_N)
+            acc = tl.dot(a, b, acc, input_precision=PREC)
+        else:
+            b = w_desc.load([k0, w_tap, c0]).reshape(BLOCK_N, BLOCK_K)
+            acc = tl.dot(a, b.T, acc, input_precision=PREC)
+
+    # -- epilogue: rows are the tile's pixels, clipped at the image edge
+    offs = tl.arange(0, BLOCK_M)
+    oh = oh0 + offs // BW
+    ow = ow0 + offs % BW
+    cols = k0 + tl.arange(0, BLOCK_N)
+    mask_m = (oh < OH) & (ow < OW)
+    mask_n = cols < C_OUT
+    if INT64:
+        n = n.to(tl.int64)
+    row_y = n * ys_n + oh * ys_h + ow * ys_w
+    row_z = n * zs_n + oh * zs_h + ow * zs_w
+    store_tile(acc, row_y, row_z, cols, mask_m, mask_n, y_ptr, ys_k, z_ptr, zs_k, bias_ptr, bias_stride,
+               alpha, beta, alpha2, coef, swish_beta, ACT, HAS_BIAS, HAS_Z, BETA_ZERO)
+
+
+@triton.jit
+def wgrad_tma_kernel(
+        part_ptr,  # float32 partial sums [SLICES, K, T, C]
+        # TMA descriptors: dy box [1, BH, BW, BLOCK_M], x box [1, BH, BW, BLOCK_N]
+        dy_desc, x_desc,
+        N, OH, OW, K, C, KW, T, PH, PW, DH, DW, tiles_per_slice,
+        BH: tl.constexpr, BW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+        PREC: tl.constexpr):
+    """part[s, k, tap, c] = sum over the slice's pixel tiles of dy[p, k] * x[p + tap, c]."""
+    BLOCK_P: tl.constexpr = BH * BW
+    # -- map the program to (output-channel block, input-channel block, tap, slice)
+    pid = tl.program_id(0)
+    tap = tl.program_id(1)
+    s = tl.program_id(2)
+    num_n = tl.cdiv(C, BLOCK_N)
+    k0 = (pid // num_n) * BLOCK_M
+    c0 = (pid % num_n) * BLOCK_N
+    kh = tap // KW
+    kw = tap - kh * KW
+    tiles_h = tl.cdiv(OH, BH)
+    tiles_w = tl.cdiv(OW, BW)
+    first = s * tiles_per_slice
+    last = tl.minimum(first + tiles_per_slice, N * tiles_h * tiles_w)
+
+    # -- reduction over the slice's pixel tiles (dy rows past the edge load as zeros)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for t in range(first, last):
+        tw = t % tiles_w
+        th = (t // tiles_w) % tiles_h
+        n = t // (tiles_w * tiles_h)
+        a = dy_desc.load([n, th * BH, tw * BW, k0]).reshape(BLOCK_P, BLOCK_M)
+        b = x_desc.load([n, th * BH + kh * DH - PH, tw * BW + kw * DW - PW, c0]).reshape(BLOCK_P, BLOCK_N)
+        acc = tl.dot(a.T, b, acc, input_precision=PREC)
+
+    # -- store the partial
+    rows = k0 + tl.arange(0, BLOCK_M)
+    cols = c0 + tl.arange(0, BLOCK_N)
+    offs = ((s * K + rows).to(tl.int64) * T + tap)[:, None] * C + cols[None, :]
+    tl.store(part_ptr + offs, acc, mask=(rows < K)[:, None] & (cols < C)[None, :])
+
+
+# -- host side: when the TMA path applies, and the views it reads ---------------------
+def hardware_ok(t) -> bool:
+    """TMA needs a Hopper-class GPU; the interpreter emulates it (tests run it on the CPU)."""
+    if t.device.type != "cuda":
+        return True
+    return torch.cuda.get_device_capability(t.device)[0] >= 9
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a TMA launch reads: the input viewed [N, H, W, C] (dims and element
+    strides), the output geometry (N, OH, OW) with its pixel strides, and the taps."""
+    in_shape: tuple
+    in_strides: tuple
+    n: int
+    oh: int
+    ow: int
+    out_strides: tuple   # (n, channel, h, w) of the output; backward filter: dy's (n, h, w)
+    z_strides: tuple     # same for the residual (zeros when absent)
+    kw: int
+    taps: int
+    pad: tuple           # (ph, pw): input coordinate of tap 0 is o - pad
+    dil: tuple
+    c_red: int           # reduction channels
+    c_out: int           # output channels
+
+
+def _nhwc_strides(t):
+    """(n, h, w) strides of a 4-D NCHW-indexed view whose channels are contiguous, else None."""
+    if t.dim() != 4 or t.stride(1) != 1 and t.shape[1] > 1:
+        return None
+    return t.stride(0), t.stride(2), t.stride(3)
+
+
+def _aligned(strides, itemsize) -> bool:
+    return all(s * itemsize % 16 == 0 for s in strides)
+
+
+def _dense_pixels(t) -> bool:
+    """Pixels of the (n, h, w) dims sit at one uniform stride (a flat [pixels, C] matrix)."""
+    n, h, w = t.shape[0], t.shape[2], t.shape[3]
+    sn, sh, sw = t.stride(0), t.stride(2), t.stride(3)
+    return (h == 1 or sh == w * sw) and (n == 1 or sn == h * w * sw)
+
+
+def _flat_strides(m, pixel_stride):
+    """Strides of a [1, 1, m, C] view of dense pixels (the unit dims' strides are unused)."""
+    return (m * pixel_stride, m * pixel_stride, pixel_stride, 1)
+
+
+def block_k_for(channels: int, itemsize: int):
+    """The largest reduction block (64 for 16-bit data, 32 for float32) dividing the channels."""
+    for bk in ((64, 32, 16) if itemsize == 2 else (32, 16, 8)):
+        if channels % bk == 0:
+            return bk
+    return None
+
+
+def _filter_view(w):
+    """The filter (K, C, R, S) viewed as [K, T, C] element strides (k, tap), or None when
+    its taps are not one uniform stride with channels contiguous."""
+    k, c, r, s = w.shape
+    if w.stride(1) != 1 and c > 1:
+        return None
+    if r > 1 and w.stride(2) != s * w.stride(3):
+        return None
+    tap_stride = w.stride(3) if s > 1 else (w.stride(2) if r > 1 else w.stride(0))
+    return w.stride(0), tap_stride
+
+
+def why_not(problem, x, w, out, filter_read=True) -> str | None:
+    """Reason the TMA kernels do not apply (common conditions), or None. ``filter_read``:
+    the kernel reads w by TMA (forward, backward data), so w must be channels-last too."""
+    if problem.nd != 2:
+        return "TMA path: 2-D problems only"
+    if problem.groups != 1:
+        return "TMA path: groups == 1 only"
+    if not hardware_ok(x):
+        return "TMA path: needs compute capability 9.0 or newer"
+    item = x.element_size()
+    for t in (x, out):
+        st = _nhwc_strides(t)
+        if st is None or not _aligned(st, item) or t.data_ptr() % 16:
+            return "TMA path: needs channels-last tensors with 16-byte aligned strides"
+    fv = _filter_view(w) if filter_read else (16, 16)
+    if fv is None or not _aligned(fv, item) or filter_read and w.data_ptr() % 16:
+        return "TMA path: needs a channels-last (KRSC) filter with 16-byte aligned strides"
+    return None
+
+
+def plan_forward(problem, x, w, y, z=None) -> Plan | None:
+    geo = geometry(problem)
+    if why_not(problem, x, w, y) is not None or block_k_for(geo.c, x.element_size()) is None:
+        return None
+    r, s = geo.ker[1:]
+    (ph, pw), (sh, sw), (dh, dw) = geo.pad[1:], geo.stride[1:], geo.dil[1:]
+    (h, wd), (oh, ow) = geo.inp[1:], geo.out[1:]
+    xs = _nhwc_strides(x)
+    one_by_one = r == 1 and s == 1 and ph == 0 and pw == 0 and tuple(problem.pad_post) == (0, 0)
+    if (sh, sw) != (1, 1) and not one_by_one:
+        return None
+    ys = strides5(y, 2)
+    zs = strides5(z, 2) if z is not None else (0, 0, 0, 0, 0)
+    if one_by_one and (sh, sw) == (1, 1) and _dense_pixels(x) and _dense_pixels(y) and (
+            z is None or _dense_pixels(z)):
+        # a plain GEMM: all pixels as one row of one image
+        m = geo.n * oh * ow
+        return Plan((1, 1, m, geo.c), _flat_strides(m, xs[2]), 1, 1, m, (0, ys[1], 0, ys[4]),
+                    (0, zs[1], 0, zs[4]), 1, 1, (0, 0), (1, 1), geo.c, geo.k)
+    if one_by_one:  # strided 1x1: the view x[:, ::sh, ::sw]
+        in_shape, in_strides = (geo.n, oh, ow, geo.c), (xs[0], xs[1] * sh, xs[2] * sw, 1)
+        if not _aligned(in_strides[:3], x.element_size()):
+            return None
+    else:
+        in_shape, in_strides = (geo.n, h, wd, geo.c), (*xs, 1)
+    return Plan(in_shape, in_strides, geo.n, oh, ow, (ys[0], ys[1], ys[3], ys[4]),
+                (zs[0], zs[1], zs[3], zs[4]), s, r * s, (ph, pw), (dh, dw), geo.c, geo.k)
+
+
+def plan_backward_data(problem, dy, w, dx) -> Plan | None:
+    """dx = a stride-1 forward convolution of dy with the flipped, transposed filter."""
+    geo = geometry(problem)
+    if why_not(problem, dy, w, dx) is not None or block_k_for(geo.k, dy.element_size()) is None:
+        return None
+    if geo.stride[1:] != (1, 1):
+        return None
+    r, s = geo.ker[1:]
+    (dh, dw), (ph, pw) = geo.dil[1:], geo.pad[1:]
+    (h, wd), (oh, ow) = geo.inp[1:], geo.out[1:]
+    if dx.shape[1] % 8:  # the filter box's last dim (input channels) must be 16-byte rows
+        return None
+    ys = _nhwc_strides(dy)
+    xs = strides5(dx, 2)
+    if r == 1 and s == 1 and ph == 0 and pw == 0 and _dense_pixels(dy) and _dense_pixels(dx):
+        m = geo.n * h * wd
+        return Plan((1, 1, m, geo.k), _flat_strides(m, ys[2]), 1, 1, m, (0, xs[1], 0, xs[4]), (0, 0, 0, 0),
+                    1, 1, (0, 0), (1, 1), geo.k, geo.c)
+    return Plan((geo.n, oh, ow, geo.k), (*ys, 1), geo.n, h, wd, (xs[0], xs[1], xs[3], xs[4]),
+                (0, 0, 0, 0), s, r * s, ((r - 1) * dh - ph, (s - 1) * dw - pw), (dh, dw), geo.k, geo.c)
+
+
+def plan_backward_filter(problem, x, dy, dw) -> Plan | None:
+    """dw[k, tap, c]: the plan's input is x (read at the tap offsets), its 'output' dy."""
+    geo = geometry(problem)
+    if why_not(problem, x, dw, dy, filter_read=False) is not None:
+        return None
+    item = x.element_size()
+    if block_k_for(geo.c, item) is None or geo.k % 8:
+        return None
+    r, s = geo.ker[1:]
+    (ph, pw), (sh, sw), (dh, ddw) = geo.pad[1:], geo.stride[1:], geo.dil[1:]
+    (h, wd), (oh, ow) = geo.inp[1:], geo.out[1:]
+    xs = _nhwc_strides(x)
+    one_by_one = r == 1 and s == 1 and ph == 0 and pw == 0
+    if (sh, sw) != (1, 1) and not one_by_one:
+        return None
+    ds = _nhwc_strides(dy)
+    if one_by_one and (sh, sw) == (1, 1) and _dense_pixels(x) and _dense_pixels(dy):
+        m = geo.n * oh * ow
+        return Plan((1, 1, m, geo.c), _flat_strides(m, xs[2]), 1, 1, m, _flat_strides(m, ds[2])[:3],
+                    (0, 0, 0, 0), 1, 1, (0, 0), (1, 1), geo.k, geo.c)
+    if one_by_one:
+        in_shape, in_strides = (geo.n, oh, ow, geo.c), (xs[0], xs[1] * sh, xs[2] * sw, 1)
+        if not _aligned(in_strides[:3], item):
+            return None
+    else:
+        in_shape, in_strides = (geo.n, h, wd, geo.c), (*xs, 1)
+    return Plan(in_shape, in_strides, geo.n, oh, ow, ds, (0, 0, 0, 0), s, r * s, (ph, pw), (dh, ddw),
+                geo.k, geo.c)
+
+
+# -- launch configs ------------------------------------------------------------------
+def _cfg(bh, bw, bn, bk_cap, warps, stages):
+    return dict(BH=bh, BW=bw, BLOCK_N=bn, BK_CAP=bk_cap, num_warps=warps, num_stages=stages)
+
+
+FLAT_CONFIGS = [_cfg(1, 128, 128, 64, 8, 4), _cfg(1, 128, 256, 64, 8, 3), _cfg(1, 128, 64, 64, 4, 4),
+                _cfg(1, 64, 128, 64, 4, 4), _cfg(1, 256, 128, 64, 8, 3), _cfg(1, 64, 256, 64, 8, 3)]
+TILE_CONFIGS = [_cfg(8, 16, 128, 64, 8, 4), _cfg(16, 8, 128, 64, 8, 4), _cfg(8, 8, 128, 64, 4, 4),
+                _cfg(8, 16, 256, 64, 8, 3), _cfg(8, 8, 256, 64, 8, 3), _cfg(4, 16, 128, 64, 4, 4),
+                _cfg(16, 16, 128, 64, 8, 3)]
+WGRAD_FLAT = [dict(BH=1, BW=128, BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=4),
+              dict(BH=1, BW=64, BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=4),
+              dict(BH=1, BW=128, BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=4),
+              dict(BH=1, BW=128, BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=4)]
+WGRAD_TILE = [dict(BH=8, BW=16, BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=4),
+              dict(BH=8, BW=8, BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=4),
+              dict(BH=8, BW=16, BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=4),
+              dict(BH=8, BW=8, BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=4)]
+INTERPRETER_TILE = _cfg(2, 8, 16, 16, 1, 1)
+INTERPRETER_FLAT = _cfg(1, 16, 16, 16, 1, 1)
+
+
+def candidates(plan: Plan, device) -> list:
+    flat = plan.n == 1 and plan.oh == 1
+    if device.type != "cuda":
+        return [dict(INTERPRETER_FLAT if flat else INTERPRETER_TILE)]
+    base = FLAT_CONFIGS if flat else TILE_CONFIGS
+    out_cap = max(64, triton.next_power_of_2(plan.c_out))
+    return [c for c in base if c["BLOCK_N"] <= out_cap] or base[:1]
+
+
+def wgrad_candidates(plan: Plan, device) -> list:
+    flat = plan.n == 1 and plan.oh == 1
+    if device.type != "cuda":
+        return [dict(BH=1 if flat else 2, BW=16 if flat else 8, BLOCK_M=16, BLOCK_N=16, num_warps=1,
+                     num_stages=1)]
+    return WGRAD_FLAT if flat else WGRAD_TILE
+
+
+# -- launches ------------------------------------------------------------------------
+_recipes = IdentityMemo()
+
+
+def _block_k(plan, cfg, itemsize):
+    bk = block_k_for(plan.c_red, itemsize)
+    return min(bk, cfg["BK_CAP"] if itemsize == 2 else cfg["BK_CAP"] // 2)
+
+
+def launch_conv(plan: Plan, problem, inp, w, out, alpha, beta, cfg, kmajor=False, flip=False, spec=None):
+    """out = epilogue(conv(inp, w)) through conv_tma_kernel; forward or (kmajor) backward data."""
+    item = inp.element_size()
+    bk = _block_k(plan, cfg, item)
+    bh, bw, bn = cfg["BH"], cfg["BW"], cfg["BLOCK_N"]
+    x_desc = TensorDescriptor(inp, list(plan.in_shape), list(plan.in_strides), [1, bh, bw, bk])
+    ks, ts = _filter_view(w)
+    w_desc = TensorDescriptor(w, [w.shape[0], plan.taps, w.shape[1]], [ks, ts, 1],
+                              [bk, 1, bn] if kmajor else [bn, 1, bk])
+    bias, bias_stride, z, _, alpha2, coef, swish_beta, act, has_bias, has_z = launch_args(spec, out, 2)
+    grid = (plan.n * cdiv(plan.oh, bh) * cdiv(plan.ow, bw) * cdiv(plan.c_out, bn),)
+    int64 = needs_int64(out, z)
+    consts = dict(BH=bh, BW=bw, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, W_KMAJOR=kmajor, FLIP=flip,
+                  PREC=input_precision(problem), ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z, BETA_ZERO=beta == 0,
+                  INT64=int64)
+    options = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    args = (out, bias, z, x_desc, w_desc, plan.n, plan.oh, plan.ow, plan.c_red, plan.c_out, plan.kw, plan.taps,
+            *plan.pad, *plan.dil, *plan.out_strides, *plan.z_strides, bias_stride,
+            float(alpha), float(beta), alpha2, coef, swish_beta)
+    static = ((plan, tuple(consts.items()), tuple(options.items()), out.dtype, bias.dtype, z.dtype,
+               inp.dtype, w.dtype), 3)
+    launch(conv_tma_kernel, grid, args, consts, options, static)
+
+
+def slices_for(plan: Plan, cfg, sms: int, cap: int) -> int:
+    tiles = cdiv(plan.c_red, cfg["BLOCK_M"]) * cdiv(plan.c_out, cfg["BLOCK_N"]) * plan.taps
+    pixel_tiles = plan.n * cdiv(plan.oh, cfg["BH"]) * cdiv(plan.ow, cfg["BW"])
+    want = cdiv(2 * sms, tiles)
+    return max(1, min(want, cap, max(1, pixel_tiles // 4)))
+
+
+def launch_wgrad(plan: Plan, problem, x, dy, dw, part, alpha, beta, cfg, slices):
+    """dw = alpha * sum over slices + beta * dw: the TMA partials, then wgrad_finish."""
+    bh, bw, bm, bn = cfg["BH"], cfg["BW"], cfg["BLOCK_M"], cfg["BLOCK_N"]
+    x_desc = TensorDescriptor(x, list(plan.in_shape), list(plan.in_strides), [1, bh, bw, bn])
+    dy_shape = (plan.n, plan.oh, plan.ow, plan.c_red)
+    dy_desc = TensorDescriptor(dy, list(dy_shape), list(plan.out_strides) + [1], [1, bh, bw, bm])
+    pixel_tiles = plan.n * cdiv(plan.oh, bh) * cdiv(plan.ow, bw)
+    per = cdiv(pixel_tiles, slices)
+    slices = cdiv(pixel_tiles, per)
+    grid = (cdiv(plan.c_red, bm) * cdiv(plan.c_out, bn), plan.taps, slices)
+    consts = dict(BH=bh, BW=bw, BLOCK_M=bm, BLOCK_N=bn, PREC=input_precision(problem))
+    options = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    args = (part, dy_desc, x_desc, plan.n, plan.oh, plan.ow, plan.c_red, plan.c_out, plan.kw, plan.taps,
+            *plan.pad, *plan.dil, per)
+    static = ((plan, tuple(consts.items()), tuple(options.items()), x.dtype, dy.dtype), 1)
+    launch(wgrad_tma_kernel, grid, args, consts, options, static)
+    geo = geometry(problem)
+    block = 1024 if dw.device.type == "cuda" else 64
+    launch(wgrad_finish, (cdiv(geo.k * geo.taps * geo.cg, block),), (
+        part, dw, geo.k, geo.taps, geo.cg, slices, *geo.ker, *strides5(dw, 2), float(alpha), float(beta)),
+        dict(BLOCK=block, FLIP=problem.mode == 0, BETA_ZERO=beta == 0), {})
