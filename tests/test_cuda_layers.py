@@ -199,6 +199,33 @@ def test_pooling(case, mode, layout, rng):
     check(dx, ref_pool.pooling_backward(f64(x), f64(dy), mode, window, padding, stride), torch.float32, "dx")
 
 
+# windows that exercise the row kernels' phase split (stride 2: taps left of, inside and
+# right of each output's column pair; stride 1: shifted loads), several column blocks
+# (W past MAX_ROW_BLOCK_W = 4 here) and widths no vector factor divides
+ROW_CASES = [((2, 3, 5, 11), (3, 3), (1, 1), (1, 1)), ((1, 2, 6, 13), (5, 5), (2, 2), (2, 2)),
+             ((1, 2, 4, 12), (2, 2), (0, 0), (2, 2)), ((2, 2, 5, 9), (3, 4), (1, 1), (2, 2)),
+             ((1, 2, 3, 2, 17), (1, 2, 3), (0, 0, 1), (1, 1, 2))]
+
+
+@pytest.mark.parametrize("case", ROW_CASES, ids=["3x3s1", "5x5s2", "2x2s2", "3x4s2", "3d"])
+@pytest.mark.parametrize("mode", [0, 2], ids=["MAX", "AVG_EXCL"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_pooling_windows(case, mode, layout, rng, monkeypatch):
+    monkeypatch.setattr(pooling, "MAX_ROW_BLOCK_W", 4)
+    shape, window, padding, stride = case
+    x = make(shape, layout, values=rng.integers(-3, 4, size=shape).astype(np.float64))
+    y_ref = ref_pool.pooling_forward(f64(x), mode, window, padding, stride)
+    y = poisoned(y_ref.shape, layout)
+    pooling.pooling_forward(x, y, mode, window, padding, stride, False, 1.0, 0.0)
+    check(y, y_ref, torch.float32, "y")
+    dy = make(y_ref.shape, layout, rng=rng)
+    dx = make(shape, layout, rng=rng)
+    old = f64(dx)
+    pooling.pooling_backward(y, dy, x, dx, mode, window, padding, stride, False, 0.5, 2.0)
+    ref = 0.5 * ref_pool.pooling_backward(f64(x), f64(dy), mode, window, padding, stride) + 2.0 * old
+    check(dx, ref, torch.float32, "dx")
+
+
 @pytest.mark.parametrize("propagate", [False, True])
 def test_max_pooling_nan(propagate, rng):
     shape = (1, 2, 4, 4)

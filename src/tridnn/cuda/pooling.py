@@ -2,16 +2,26 @@
 in the count), adaptive max and average; 1-D, 2-D and 3-D (1-D and 2-D run as 3-D
 with unit dims).
 
-Forward: each program owns a [BLOCK_P output positions, BLOCK_C channels] tile laid
-out along the contiguous axis (channels for NHWC, positions for NCHW) and loops over
-the window taps.
+Two kernel families, both with the window (or, backward, the number of covering
+outputs) as compile-time constants so that every tap's load is issued before the first
+one is used (a runtime tap loop keeps one load in flight per warp):
+
+- gather kernels, any strides: a program owns a [BLOCK_P positions, BLOCK_C channels]
+  tile laid out along the contiguous axis (channels for NHWC, so every tap is a run of
+  16-byte loads along C);
+- row kernels, W contiguous (NCHW) with a W stride of 1 or 2: a program owns
+  [BLOCK_R rows of (n, c, d, h), BLOCK_W columns]; with stride 2 it loads each input
+  row contiguously (2 * BLOCK_W values) and splits even and odd columns in registers,
+  so only the taps left of the window's pair need a second (strided) load; the
+  backward builds its even and odd input columns apart and interleaves them before
+  one contiguous store.
 
 Backward is a gather, so it is deterministic and needs no atomics or zeroing pass:
 each program owns a tile of *input* positions and sums over the few outputs whose
 windows cover them. Max pooling first stores, per output, which tap holds the
-window's first maximum (one byte per output for windows up to 255 taps), so the
-gather only compares tap numbers. Regular and adaptive windows share the kernels
-through two small window functions."""
+window's first maximum (one byte per output for windows up to 255 taps, laid out like
+dy), so the gather only compares tap numbers. Adaptive windows share the gather
+kernels through two small window functions."""
 from __future__ import annotations
 
 import math
@@ -25,6 +35,9 @@ from .layer_utils import blend_args, channels_last, check_dtypes, compute_dtype,
 
 MAX, AVG_INCLUDE, AVG_EXCLUDE, MAX_DETERMINISTIC = 0, 1, 2, 3
 TILE = 2048
+ROW_TILE = 1024
+UNROLL_TAPS = 64  # windows (or covering-output sets) up to this many taps are unrolled
+MAX_ROW_BLOCK_W = 64
 
 
 @triton.jit
@@ -57,10 +70,31 @@ def _first_cover(i, size_in, size_out, stride, pad, window, ADAPTIVE: tl.constex
 
 
 @triton.jit
+def _clipped(start, window, size):
+    """How many of [start, start + window) lie inside [0, size)."""
+    return tl.minimum(start + window, size) - tl.maximum(start, 0)
+
+
+@triton.jit
 def _unravel3(p, D1, D2):
     d2 = p % D2
     p = p // D2
     return p // D1, p % D1, d2
+
+
+@triton.jit
+def _take(acc, arg, v, ok, tap, MODE: tl.constexpr, PROPAGATE_NAN: tl.constexpr):
+    """Fold one tap into the running max (and its first tap) or sum."""
+    if MODE == 0 or MODE == 3:
+        better = (v > acc) | ((arg < 0) & (v == acc))
+        if PROPAGATE_NAN:
+            better = better | ((v != v) & (acc == acc))
+        better = better & ok
+        acc = tl.where(better, v, acc)
+        arg = tl.where(better, tap, arg)
+    else:
+        acc += tl.where(ok, v, 0.0)
+    return acc, arg
 
 
 @triton.jit
@@ -80,16 +114,35 @@ def _tile_ids(N, C, P, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr, BIG: tl.con
     return n, p, c
 
 
+# -- gather kernels (any strides) ---------------------------------------------------------
+@triton.jit
+def _gather_tap(acc, arg, x_ptr, base, kd, kh, kw, d0, d1, h0, h1, w0, w1, ID, IH, IW, xsd, xsh, xsw,
+                p_mask, c_mask, KH: tl.constexpr, KW: tl.constexpr, MODE: tl.constexpr,
+                PROPAGATE_NAN: tl.constexpr, COMPUTE: tl.constexpr):
+    di = d0 + kd
+    hi = h0 + kh
+    wi = w0 + kw
+    ok = ((di >= 0) & (di < ID) & (di < d1) & (hi >= 0) & (hi < IH) & (hi < h1)
+          & (wi >= 0) & (wi < IW) & (wi < w1) & p_mask)
+    mask = ok[:, None] & c_mask[None, :]
+    v = tl.load(x_ptr + base + (di * xsd + hi * xsh + wi * xsw)[:, None], mask=mask, other=0.0).to(COMPUTE)
+    return _take(acc, arg, v, mask, (kd * KH + kh) * KW + kw, MODE, PROPAGATE_NAN)
+
+
 @triton.jit
 def _pool_forward_kernel(x_ptr, y_ptr, arg_ptr, N, C, ID, IH, IW, OD, OH, OW,
-                         xsn, xsc, xsd, xsh, xsw, ysn, ysc, ysd, ysh, ysw,
-                         KD, KH, KW, SD, SH, SW, PD, PH, PW, alpha, beta,
+                         # strides: x, y, and the first-maximum taps (arg)
+                         xsn, xsc, xsd, xsh, xsw, ysn, ysc, ysd, ysh, ysw, asn, asc, asd, ash, asw,
+                         SD, SH, SW, PD, PH, PW, alpha, beta,
+                         # window: KD x KH x KW taps (adaptive: the largest bin)
+                         KD: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, UNROLL: tl.constexpr,
                          MODE: tl.constexpr, ADAPTIVE: tl.constexpr, PROPAGATE_NAN: tl.constexpr,
                          STORE_ARG: tl.constexpr, STORE_Y: tl.constexpr, HAS_BETA: tl.constexpr,
                          BIG: tl.constexpr, COMPUTE: tl.constexpr,
                          BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
     """y = alpha * pool(x) + beta * y; with STORE_ARG, the first maximum's tap per output
     (row-major within the KD x KH x KW box starting at the window's start)."""
+    # map the program to [BLOCK_P outputs, BLOCK_C channels] and to each output's window
     P = OD * OH * OW
     n, p, c = _tile_ids(N, C, P, BLOCK_P, BLOCK_C, BIG)
     p_mask = p < P
@@ -101,42 +154,34 @@ def _pool_forward_kernel(x_ptr, y_ptr, arg_ptr, N, C, ID, IH, IW, OD, OH, OW,
     base = n * xsn + c[None, :] * xsc
     if MODE == 0 or MODE == 3:
         acc = tl.full([BLOCK_P, BLOCK_C], float("-inf"), COMPUTE)
-        arg = tl.full([BLOCK_P, BLOCK_C], -1, tl.int32)
     else:
         acc = tl.zeros([BLOCK_P, BLOCK_C], COMPUTE)
-    for kd in range(KD):
-        di = d0 + kd
-        d_ok = (di >= 0) & (di < ID) & (di < d1)
-        for kh in range(KH):
-            hi = h0 + kh
-            dh_ok = d_ok & (hi >= 0) & (hi < IH) & (hi < h1)
-            for kw in range(KW):
-                wi = w0 + kw
-                ok = dh_ok & (wi >= 0) & (wi < IW) & (wi < w1) & p_mask
-                mask = ok[:, None] & c_mask[None, :]
-                offs = base + (di * xsd + hi * xsh + wi * xsw)[:, None]
-                v = tl.load(x_ptr + offs, mask=mask, other=0.0).to(COMPUTE)
-                if MODE == 0 or MODE == 3:
-                    better = (v > acc) | ((arg < 0) & (v == acc))
-                    if PROPAGATE_NAN:
-                        better = better | ((v != v) & (acc == acc))
-                    better = better & mask
-                    acc = tl.where(better, v, acc)
-                    arg = tl.where(better, (kd * KH + kh) * KW + kw, arg)
-                else:
-                    acc += v
+    arg = tl.full([BLOCK_P, BLOCK_C], -1, tl.int32)
+    # the taps: unrolled for small windows, so all their loads are in flight together
+    if UNROLL:
+        for kd in tl.static_range(KD):
+            for kh in tl.static_range(KH):
+                for kw in tl.static_range(KW):
+                    acc, arg = _gather_tap(acc, arg, x_ptr, base, kd, kh, kw, d0, d1, h0, h1, w0, w1, ID, IH, IW,
+                                           xsd, xsh, xsw, p_mask, c_mask, KH, KW, MODE, PROPAGATE_NAN, COMPUTE)
+    else:
+        for kd in range(KD):
+            for kh in range(KH):
+                for kw in range(KW):
+                    acc, arg = _gather_tap(acc, arg, x_ptr, base, kd, kh, kw, d0, d1, h0, h1, w0, w1, ID, IH, IW,
+                                           xsd, xsh, xsw, p_mask, c_mask, KH, KW, MODE, PROPAGATE_NAN, COMPUTE)
+    # store the taps and/or y
+    out_mask = p_mask[:, None] & c_mask[None, :]
     if STORE_ARG:
-        a_off = ((n * C + c[None, :]) * P + p[:, None])
-        tl.store(arg_ptr + a_off, arg.to(arg_ptr.dtype.element_ty), mask=p_mask[:, None] & c_mask[None, :])
+        a_off = n * asn + c[None, :] * asc + (od * asd + oh * ash + ow * asw)[:, None]
+        tl.store(arg_ptr + a_off, arg.to(arg_ptr.dtype.element_ty), mask=out_mask)
     if STORE_Y:
         if MODE == 1:
             acc = acc / (KD * KH * KW)
         elif MODE == 2:
-            count = ((tl.minimum(d1, ID) - tl.maximum(d0, 0)) * (tl.minimum(h1, IH) - tl.maximum(h0, 0))
-                     * (tl.minimum(w1, IW) - tl.maximum(w0, 0)))
-            acc = acc / count.to(COMPUTE)[:, None]
+            count = (_clipped(d0, d1 - d0, ID) * _clipped(h0, h1 - h0, IH) * _clipped(w0, w1 - w0, IW))
+            acc = acc / tl.maximum(count, 1).to(COMPUTE)[:, None]  # 1: masked-off lanes
         y_off = n * ysn + c[None, :] * ysc + (od * ysd + oh * ysh + ow * ysw)[:, None]
-        out_mask = p_mask[:, None] & c_mask[None, :]
         out = acc * alpha
         if HAS_BETA:
             out += tl.load(y_ptr + y_off, mask=out_mask, other=0.0).to(COMPUTE) * beta
@@ -144,14 +189,46 @@ def _pool_forward_kernel(x_ptr, y_ptr, arg_ptr, N, C, ID, IH, IW, OD, OH, OW,
 
 
 @triton.jit
+def _scatter_tap(acc, dy_ptr, arg_ptr, g_base, a_base, td, th, tw, fd, fh, fw, di, hi, wi,
+                 ID, IH, IW, OD, OH, OW, gsd, gsh, gsw, asd, ash, asw, SD, SH, SW, PD, PH, PW, p_mask, c_mask,
+                 KD: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, MODE: tl.constexpr,
+                 ADAPTIVE: tl.constexpr, COMPUTE: tl.constexpr):
+    """Add the gradient of covering output (fd + td, fh + th, fw + tw) where it reaches."""
+    od = fd + td
+    oh = fh + th
+    ow = fw + tw
+    d0, d1 = _window(od, ID, OD, SD, PD, KD, ADAPTIVE)
+    h0, h1 = _window(oh, IH, OH, SH, PH, KH, ADAPTIVE)
+    w0, w1 = _window(ow, IW, OW, SW, PW, KW, ADAPTIVE)
+    ok = ((od >= 0) & (od < OD) & (d0 <= di) & (di < d1) & (oh >= 0) & (oh < OH) & (h0 <= hi) & (hi < h1)
+          & (ow >= 0) & (ow < OW) & (w0 <= wi) & (wi < w1) & p_mask)
+    mask = ok[:, None] & c_mask[None, :]
+    g = tl.load(dy_ptr + g_base + (od * gsd + oh * gsh + ow * gsw)[:, None], mask=mask, other=0.0).to(COMPUTE)
+    if MODE == 0 or MODE == 3:
+        tap = ((di - d0) * KH + (hi - h0)) * KW + (wi - w0)
+        a = tl.load(arg_ptr + a_base + (od * asd + oh * ash + ow * asw)[:, None], mask=mask, other=0).to(tl.int32)
+        acc += tl.where(a == tap[:, None], g, 0.0)
+    elif MODE == 1:
+        acc += g / (KD * KH * KW)
+    else:
+        count = _clipped(d0, d1 - d0, ID) * _clipped(h0, h1 - h0, IH) * _clipped(w0, w1 - w0, IW)
+        acc += g / tl.maximum(count, 1).to(COMPUTE)[:, None]  # 1: masked-off windows
+    return acc
+
+
+@triton.jit
 def _pool_backward_kernel(dy_ptr, arg_ptr, dx_ptr, N, C, ID, IH, IW, OD, OH, OW,
-                          gsn, gsc, gsd, gsh, gsw, dsn, dsc, dsd, dsh, dsw,
-                          KD, KH, KW, SD, SH, SW, PD, PH, PW, TD, TH, TW, alpha, beta,
+                          # strides: dy, the first-maximum taps (arg), dx
+                          gsn, gsc, gsd, gsh, gsw, asn, asc, asd, ash, asw, dsn, dsc, dsd, dsh, dsw,
+                          SD, SH, SW, PD, PH, PW, alpha, beta,
+                          # window and the most outputs covering one input along each dim
+                          KD: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr,
+                          TD: tl.constexpr, TH: tl.constexpr, TW: tl.constexpr, UNROLL: tl.constexpr,
                           MODE: tl.constexpr, ADAPTIVE: tl.constexpr, HAS_BETA: tl.constexpr,
                           BIG: tl.constexpr, COMPUTE: tl.constexpr,
                           BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
-    """dx = alpha * (sum over the outputs covering each input) + beta * dx. TD, TH, TW:
-    the most outputs that can cover one input along each dim."""
+    """dx = alpha * (sum over the outputs covering each input) + beta * dx."""
+    # map the program to [BLOCK_P inputs, BLOCK_C channels] and each input's first cover
     P = ID * IH * IW
     n, p, c = _tile_ids(N, C, P, BLOCK_P, BLOCK_C, BIG)
     p_mask = p < P
@@ -162,39 +239,201 @@ def _pool_backward_kernel(dy_ptr, arg_ptr, dx_ptr, N, C, ID, IH, IW, OD, OH, OW,
     fw = _first_cover(wi, IW, OW, SW, PW, KW, ADAPTIVE)
     acc = tl.zeros([BLOCK_P, BLOCK_C], COMPUTE)
     g_base = n * gsn + c[None, :] * gsc
-    a_base = (n * C + c[None, :]) * (OD * OH * OW)
-    for td in range(TD):
-        od = fd + td
-        d0, d1 = _window(od, ID, OD, SD, PD, KD, ADAPTIVE)
-        d_ok = (od >= 0) & (od < OD) & (d0 <= di) & (di < d1)
-        for th in range(TH):
-            oh = fh + th
-            h0, h1 = _window(oh, IH, OH, SH, PH, KH, ADAPTIVE)
-            dh_ok = d_ok & (oh >= 0) & (oh < OH) & (h0 <= hi) & (hi < h1)
-            for tw in range(TW):
-                ow = fw + tw
-                w0, w1 = _window(ow, IW, OW, SW, PW, KW, ADAPTIVE)
-                ok = dh_ok & (ow >= 0) & (ow < OW) & (w0 <= wi) & (wi < w1) & p_mask
-                mask = ok[:, None] & c_mask[None, :]
-                g = tl.load(dy_ptr + g_base + (od * gsd + oh * gsh + ow * gsw)[:, None],
-                            mask=mask, other=0.0).to(COMPUTE)
-                if MODE == 0 or MODE == 3:
-                    tap = ((di - d0) * KH + (hi - h0)) * KW + (wi - w0)
-                    o_lin = (od * OH + oh) * OW + ow
-                    a = tl.load(arg_ptr + a_base + o_lin[:, None], mask=mask, other=-1).to(tl.int32)
-                    acc += tl.where(a == tap[:, None], g, 0.0)
-                elif MODE == 1:
-                    acc += g / (KD * KH * KW)
-                else:
-                    count = ((tl.minimum(d1, ID) - tl.maximum(d0, 0)) * (tl.minimum(h1, IH) - tl.maximum(h0, 0))
-                             * (tl.minimum(w1, IW) - tl.maximum(w0, 0)))
-                    acc += g / tl.maximum(count, 1).to(COMPUTE)[:, None]  # 1: masked-off windows
+    a_base = n * asn + c[None, :] * asc
+    # the covering outputs
+    if UNROLL:
+        for td in tl.static_range(TD):
+            for th in tl.static_range(TH):
+                for tw in tl.static_range(TW):
+                    acc = _scatter_tap(acc, dy_ptr, arg_ptr, g_base, a_base, td, th, tw, fd, fh, fw, di, hi, wi,
+                                       ID, IH, IW, OD, OH, OW, gsd, gsh, gsw, asd, ash, asw, SD, SH, SW, PD, PH, PW,
+                                       p_mask, c_mask, KD, KH, KW, MODE, ADAPTIVE, COMPUTE)
+    else:
+        for td in range(TD):
+            for th in range(TH):
+                for tw in range(TW):
+                    acc = _scatter_tap(acc, dy_ptr, arg_ptr, g_base, a_base, td, th, tw, fd, fh, fw, di, hi, wi,
+                                       ID, IH, IW, OD, OH, OW, gsd, gsh, gsw, asd, ash, asw, SD, SH, SW, PD, PH, PW,
+                                       p_mask, c_mask, KD, KH, KW, MODE, ADAPTIVE, COMPUTE)
+    # blend and store
     d_off = n * dsn + c[None, :] * dsc + (di * dsd + hi * dsh + wi * dsw)[:, None]
     out_mask = p_mask[:, None] & c_mask[None, :]
     out = acc * alpha
     if HAS_BETA:
         out += tl.load(dx_ptr + d_off, mask=out_mask, other=0.0).to(COMPUTE) * beta
     tl.store(dx_ptr + d_off, out.to(dx_ptr.dtype.element_ty), mask=out_mask)
+
+
+# -- row kernels (W contiguous, W stride 1 or 2) --------------------------------------------
+@triton.jit
+def _rows(r, C, D, H, BIG: tl.constexpr):
+    """Row r of the (N, C, D, H) rows -> (n, c, d, h)."""
+    h = r % H
+    r = r // H
+    d = r % D
+    r = r // D
+    c = r % C
+    n = r // C
+    if BIG:
+        n = n.to(tl.int64)
+    return n, c, d, h
+
+
+@triton.jit
+def _row_tap(x_ptr, row, row_ok, ow, IW, Q: tl.constexpr, PHASE: tl.constexpr, SW: tl.constexpr,
+             BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr):
+    """x[row, SW * (ow + Q) + PHASE] for a [BLOCK_R, BLOCK_W] tile: with SW == 2 one
+    contiguous load of the 2 * BLOCK_W values from column 2 * (ow[0] + Q), split into
+    its even and odd columns (16-byte loads when Q == 0 and the row is aligned)."""
+    if SW == 2:
+        col = (tl.program_id(1) * BLOCK_W + Q) * 2 + tl.arange(0, 2 * BLOCK_W)
+        pair = tl.load(x_ptr + row[:, None] + col[None, :],
+                       mask=row_ok[:, None] & ((col >= 0) & (col < IW))[None, :], other=0.0)
+        even, odd = tl.split(tl.reshape(pair, [BLOCK_R, BLOCK_W, 2]))
+        if PHASE == 0:
+            v = even
+        else:
+            v = odd
+    else:
+        col = ow + Q
+        v = tl.load(x_ptr + row[:, None] + col[None, :], mask=row_ok[:, None] & ((col >= 0) & (col < IW))[None, :],
+                    other=0.0)
+    return v
+
+
+@triton.jit
+def _pool_rows_forward_kernel(x_ptr, y_ptr, arg_ptr, R, C, ID, IH, OD, OH, IWv, OWv,
+                              # row strides in units of VX (x), VY (y), VA (arg); W strides are 1
+                              xsn, xsc, xsd, xsh, ysn, ysc, ysd, ysh, asn, asc, asd, ash,
+                              SD, SH, PD, PH, alpha, beta,
+                              KD: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, SW: tl.constexpr,
+                              PW: tl.constexpr, VX: tl.constexpr, VY: tl.constexpr, VA: tl.constexpr,
+                              VIW: tl.constexpr, VOW: tl.constexpr, MODE: tl.constexpr, PROPAGATE_NAN: tl.constexpr, STORE_ARG: tl.constexpr,
+                              STORE_Y: tl.constexpr, HAS_BETA: tl.constexpr, BIG: tl.constexpr,
+                              COMPUTE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr):
+    """y over [BLOCK_R output rows (n, c, od, oh), BLOCK_W output columns]. Row strides
+    and widths come divided by power-of-two factors (IW = IWv * VIW) so that Triton sees
+    rows starting on 16-byte boundaries and vectorizes along W."""
+    # map the program to output rows and columns
+    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    ow = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
+    IW = IWv * VIW
+    OW = OWv * VOW
+    r_mask = r < R
+    ow_mask = ow < OW
+    n, c, od, oh = _rows(r, C, OD, OH, BIG)
+    if MODE == 0 or MODE == 3:
+        acc = tl.full([BLOCK_R, BLOCK_W], float("-inf"), COMPUTE)
+    else:
+        acc = tl.zeros([BLOCK_R, BLOCK_W], COMPUTE)
+    arg = tl.full([BLOCK_R, BLOCK_W], -1, tl.int32)
+    # the taps: each input row of the window is one contiguous load (stride 2: split
+    # into even and odd columns); a tap outside that pair reads the pair tile shifted by
+    # whole pairs, again contiguous, so every load of a warp is one run of the row
+    for kd in tl.static_range(KD):
+        di = od * SD - PD + kd
+        for kh in tl.static_range(KH):
+            hi = oh * SH - PH + kh
+            row_ok = r_mask & (di >= 0) & (di < ID) & (hi >= 0) & (hi < IH)
+            row = (n * xsn + c * xsc + di * xsd + hi * xsh) * VX
+            for kw in tl.static_range(KW):
+                wi = ow * SW + (kw - PW)
+                ok = row_ok[:, None] & ((wi >= 0) & (wi < IW) & ow_mask)[None, :]
+                v = _row_tap(x_ptr, row, row_ok, ow, IW, (kw - PW) // SW, (kw - PW) % SW, SW, BLOCK_R, BLOCK_W)
+                acc, arg = _take(acc, arg, v.to(COMPUTE), ok, (kd * KH + kh) * KW + kw, MODE, PROPAGATE_NAN)
+    # store the taps and/or y
+    out_mask = r_mask[:, None] & ow_mask[None, :]
+    if STORE_ARG:
+        a_row = (n * asn + c * asc + od * asd + oh * ash) * VA
+        tl.store(arg_ptr + a_row[:, None] + ow[None, :], arg.to(arg_ptr.dtype.element_ty), mask=out_mask)
+    if STORE_Y:
+        if MODE == 1:
+            acc = acc / (KD * KH * KW)
+        elif MODE == 2:
+            rows = _clipped(od * SD - PD, KD, ID) * _clipped(oh * SH - PH, KH, IH)
+            cols = _clipped(ow * SW - PW, KW, IW)
+            acc = acc / tl.maximum(rows[:, None] * cols[None, :], 1).to(COMPUTE)  # 1: masked-off lanes
+        y_off = ((n * ysn + c * ysc + od * ysd + oh * ysh) * VY)[:, None] + ow[None, :]
+        out = acc * alpha
+        if HAS_BETA:
+            out += tl.load(y_ptr + y_off, mask=out_mask, other=0.0).to(COMPUTE) * beta
+        tl.store(y_ptr + y_off, out.to(y_ptr.dtype.element_ty), mask=out_mask)
+
+
+@triton.jit
+def _pool_rows_backward_kernel(dy_ptr, arg_ptr, dx_ptr, R, C, ID, IH, OD, OH, IWv, OWv,
+                               # row strides in units of VG (dy), VA (arg), VD (dx); W strides are 1
+                               gsn, gsc, gsd, gsh, asn, asc, asd, ash, dsn, dsc, dsd, dsh,
+                               SD, SH, PD, PH, alpha, beta,
+                               KD: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, SW: tl.constexpr,
+                               PW: tl.constexpr, TD: tl.constexpr, TH: tl.constexpr,
+                               T_LO: tl.constexpr, T_HI: tl.constexpr,
+                               VG: tl.constexpr, VA: tl.constexpr, VD: tl.constexpr,
+                               VIW: tl.constexpr, VOW: tl.constexpr, MODE: tl.constexpr, HAS_BETA: tl.constexpr, BIG: tl.constexpr,
+                               COMPUTE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr):
+    """dx over [BLOCK_R input rows (n, c, id, ih), SW * BLOCK_W input columns]: column
+    SW * j + a is covered by outputs j + t, t in [T_LO, T_HI], at tap kw = a + PW - SW * t;
+    each phase a accumulates apart and the phases are interleaved before the store."""
+    # map the program to input rows and column groups
+    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    j = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
+    IW = IWv * VIW
+    OW = OWv * VOW
+    r_mask = r < R
+    n, c, di, hi = _rows(r, C, ID, IH, BIG)
+    fd = _floor_div(di + PD - KD, SD) + 1
+    fh = _floor_div(hi + PH - KH, SH) + 1
+    acc0 = tl.zeros([BLOCK_R, BLOCK_W], COMPUTE)
+    acc1 = tl.zeros([BLOCK_R, BLOCK_W], COMPUTE)
+    # the covering outputs: rows (td, th), then columns j + t
+    for td in tl.static_range(TD):
+        od = fd + td
+        kd = di - (od * SD - PD)
+        for th in tl.static_range(TH):
+            oh = fh + th
+            kh = hi - (oh * SH - PH)
+            row_ok = (r_mask & (od >= 0) & (od < OD) & (kd >= 0) & (kd < KD)
+                      & (oh >= 0) & (oh < OH) & (kh >= 0) & (kh < KH))
+            g_row = (n * gsn + c * gsc + od * gsd + oh * gsh) * VG
+            a_row = (n * asn + c * asc + od * asd + oh * ash) * VA
+            tap_row = (kd * KH + kh) * KW
+            if MODE == 2:
+                rows = _clipped(od * SD - PD, KD, ID) * _clipped(oh * SH - PH, KH, IH)
+            for t in tl.static_range(T_LO, T_HI + 1):
+                ow = j + t
+                mask = row_ok[:, None] & ((ow >= 0) & (ow < OW))[None, :]
+                g = tl.load(dy_ptr + g_row[:, None] + ow[None, :], mask=mask, other=0.0).to(COMPUTE)
+                if MODE == 0 or MODE == 3:
+                    a = tl.load(arg_ptr + a_row[:, None] + ow[None, :], mask=mask, other=0).to(tl.int32)
+                elif MODE == 1:
+                    g = g / (KD * KH * KW)
+                else:
+                    cols = _clipped(ow * SW - PW, KW, IW)
+                    g = g / tl.maximum(rows[:, None] * cols[None, :], 1).to(COMPUTE)
+                for phase in tl.static_range(SW):
+                    kw = phase + PW - SW * t
+                    if kw >= 0 and kw < KW:
+                        if MODE == 0 or MODE == 3:
+                            part = tl.where(a == (tap_row + kw)[:, None], g, 0.0)
+                        else:
+                            part = g
+                        if phase == 0:
+                            acc0 += part
+                        else:
+                            acc1 += part
+    # interleave the phases, blend and store
+    if SW == 2:
+        out = tl.reshape(tl.join(acc0, acc1), [BLOCK_R, 2 * BLOCK_W])
+        col = tl.program_id(1) * (2 * BLOCK_W) + tl.arange(0, 2 * BLOCK_W)
+    else:
+        out = acc0
+        col = j
+    mask = r_mask[:, None] & (col < IW)[None, :]
+    d_off = ((n * dsn + c * dsc + di * dsd + hi * dsh) * VD)[:, None] + col[None, :]
+    out = out * alpha
+    if HAS_BETA:
+        out += tl.load(dx_ptr + d_off, mask=mask, other=0.0).to(COMPUTE) * beta
+    tl.store(dx_ptr + d_off, out.to(dx_ptr.dtype.element_ty), mask=mask)
 
 
 # -- launchers --------------------------------------------------------------------------
@@ -211,7 +450,8 @@ def _pad3(values, fill):
 
 
 def _tile(t, C, P):
-    """(BLOCK_P, BLOCK_C, warps): channels along the tile for channels-last tensors."""
+    """(BLOCK_P, BLOCK_C, warps) of a gather kernel: channels along the tile for
+    channels-last tensors (16-byte loads along C), positions otherwise."""
     if channels_last(t):
         block_c = min(triton.next_power_of_2(C), 128)
         block_p = max(1, min(triton.next_power_of_2(P), TILE // block_c))
@@ -256,6 +496,7 @@ def _check(mode, x, y, window, padding, stride):
 
 class _Geometry:
     def __init__(self, x, y, window, padding, stride, adaptive):
+        self.adaptive = adaptive
         self.x5, self.y5 = _as_3d(x), _as_3d(y)
         self.N, self.C = x.shape[0], x.shape[1]
         self.ins = tuple(self.x5.shape[2:])
@@ -269,7 +510,37 @@ class _Geometry:
                             zip(self.ins, self.outs, self.stride, self.padding, self.window))
 
     def params(self):
-        return (*self.window, *self.stride, *self.padding)
+        return (*self.stride, *self.padding)
+
+
+def _pow2_factor(*values):
+    """The largest of 8, 4, 2, 1 dividing every value."""
+    return next(v for v in (8, 4, 2, 1) if all(x % v == 0 for x in values))
+
+
+def _row_strides(t5):
+    """(factor, the N, C, D, H strides divided by it) of a tensor whose W stride is 1."""
+    strides = [s if d > 1 else 0 for d, s in zip(t5.shape[:4], t5.stride()[:4])]
+    v = _pow2_factor(*strides)
+    return v, [s // v for s in strides]
+
+
+def _unit_w(*tensors):
+    return all(t.shape[4] == 1 or t.stride(4) == 1 for t in tensors)
+
+
+def _use_rows(geo, *tensors):
+    """The row kernels: W contiguous in every tensor, a regular window with W stride 1 or 2,
+    and a layout that is not channels-last (whose gather kernel reads 16-byte channel runs)."""
+    return (not geo.adaptive and geo.stride[2] in (1, 2) and geo.padding[2] < geo.window[2]
+            and math.prod(geo.window) <= UNROLL_TAPS and _unit_w(*tensors)
+            and not channels_last(tensors[0]) and geo.ins[2] > 1)
+
+
+def _row_block(width, rows):
+    block_w = min(triton.next_power_of_2(width), MAX_ROW_BLOCK_W)
+    block_r = max(1, min(triton.next_power_of_2(rows), ROW_TILE // block_w))
+    return block_r, block_w
 
 
 def _global_as_reduction(x, y, mode, geo, propagate_nan, alpha, beta):
@@ -286,35 +557,82 @@ def _global_as_reduction(x, y, mode, geo, propagate_nan, alpha, beta):
     return True
 
 
-def _forward(x, y, mode, geo, propagate_nan, alpha, beta, adaptive, arg=None, store_y=True):
+def _forward(x, y, mode, geo, propagate_nan, alpha, beta, arg=None, store_y=True):
     if arg is None and store_y and _global_as_reduction(x, y, mode, geo, propagate_nan, alpha, beta):
         return
     alpha, beta, has_beta = blend_args(alpha, beta)
+    x5, y5 = geo.x5, geo.y5
+    arg5 = arg if arg is not None else y5
+    flags = dict(MODE=int(mode), PROPAGATE_NAN=bool(propagate_nan), STORE_ARG=arg is not None, STORE_Y=store_y,
+                 HAS_BETA=has_beta, BIG=needs_int64(x, y), COMPUTE=compute_dtype(x))
+    KD, KH, KW = geo.window
+    if _use_rows(geo, x5, *([y5] if store_y else []), arg5):
+        (ID, IH, IW), (OD, OH, OW) = geo.ins, geo.outs
+        vx, xs = _row_strides(x5)
+        vy, ys = _row_strides(y5) if store_y else (1, [0] * 4)
+        va, as_ = _row_strides(arg5) if arg is not None else (1, [0] * 4)
+        viw, vow = _pow2_factor(IW), _pow2_factor(OW)
+        rows = geo.N * geo.C * OD * OH
+        block_r, block_w = _row_block(OW, rows)
+        _pool_rows_forward_kernel[(triton.cdiv(rows, block_r), triton.cdiv(OW, block_w))](
+            x5, y5, arg5, rows, geo.C, ID, IH, OD, OH, IW // viw, OW // vow, *xs, *ys, *as_,
+            geo.stride[0], geo.stride[1], geo.padding[0], geo.padding[1], alpha, beta,
+            KD=KD, KH=KH, KW=KW, SW=geo.stride[2], PW=geo.padding[2], VX=vx, VY=vy, VA=va, VIW=viw, VOW=vow, **flags,
+            BLOCK_R=block_r, BLOCK_W=block_w, num_warps=4)
+        return
     P = math.prod(geo.outs)
-    block_p, block_c, warps = _tile(geo.x5, geo.C, P)
+    block_p, block_c, warps = _tile(x5, geo.C, P)
     _pool_forward_kernel[_grid(geo.N, geo.C, P, block_p, block_c)](
-        geo.x5, geo.y5, arg if arg is not None else geo.y5, geo.N, geo.C, *geo.ins, *geo.outs,
-        *geo.x5.stride(), *geo.y5.stride(), *geo.params(), alpha, beta,
-        MODE=int(mode), ADAPTIVE=adaptive, PROPAGATE_NAN=bool(propagate_nan), STORE_ARG=arg is not None,
-        STORE_Y=store_y, HAS_BETA=has_beta, BIG=needs_int64(x, y), COMPUTE=compute_dtype(x),
-        BLOCK_P=block_p, BLOCK_C=block_c, num_warps=warps)
+        x5, y5, arg5, geo.N, geo.C, *geo.ins, *geo.outs, *x5.stride(), *y5.stride(), *arg5.stride(),
+        *geo.params(), alpha, beta, KD=KD, KH=KH, KW=KW, UNROLL=KD * KH * KW <= UNROLL_TAPS,
+        ADAPTIVE=geo.adaptive, **flags, BLOCK_P=block_p, BLOCK_C=block_c, num_warps=warps)
 
 
-def _backward(x, dy, dx, mode, geo, propagate_nan, alpha, beta, adaptive):
+def _arg_like(geo, dy5, dx5, taps):
+    """The first-maximum taps, one per output, in the layout the backward kernel reads."""
+    shape = tuple(dy5.shape)
+    dtype = _arg_dtype(taps)
+    if channels_last(dx5) or not _use_rows(geo, dx5, dy5):
+        perm = (0, 2, 3, 4, 1)
+        buf = torch.empty([shape[a] for a in perm], dtype=dtype, device=dy5.device)
+        return buf.permute(0, 4, 1, 2, 3)
+    return torch.empty(shape, dtype=dtype, device=dy5.device)
+
+
+def _backward(x, dy, dx, mode, geo, propagate_nan, alpha, beta):
+    dy5, dx5 = _as_3d(dy), _as_3d(dx)
     arg = None
     if int(mode) in (MAX, MAX_DETERMINISTIC):
-        taps = math.prod(geo.window)
-        arg = torch.empty(geo.N * geo.C * math.prod(geo.outs), dtype=_arg_dtype(taps), device=x.device)
-        _forward(x, dy, mode, geo, propagate_nan, 1.0, 0.0, adaptive, arg=arg, store_y=False)
+        arg = _arg_like(geo, dy5, dx5, math.prod(geo.window))
+        _forward(x, dy, mode, geo, propagate_nan, 1.0, 0.0, arg=arg, store_y=False)
     alpha, beta, has_beta = blend_args(alpha, beta)
-    dy5, dx5 = _as_3d(dy), _as_3d(dx)
+    arg5 = arg if arg is not None else dy5
+    flags = dict(MODE=int(mode), HAS_BETA=has_beta, BIG=needs_int64(x, dy, dx), COMPUTE=compute_dtype(dx))
+    KD, KH, KW = geo.window
+    TD, TH, TW = geo.covers
+    if _use_rows(geo, dx5, dy5, arg5):
+        (ID, IH, IW), (OD, OH, OW) = geo.ins, geo.outs
+        SW, PW = geo.stride[2], geo.padding[2]
+        ts = [t for a in range(SW) for t in range(-KW - 1, KW + 2) if 0 <= a + PW - SW * t < KW]
+        vg, gs = _row_strides(dy5)
+        va, as_ = _row_strides(arg5)
+        vd, ds = _row_strides(dx5)
+        viw, vow = _pow2_factor(IW), _pow2_factor(OW)
+        rows = geo.N * geo.C * ID * IH
+        block_r, block_w = _row_block(triton.cdiv(IW, SW), rows)
+        _pool_rows_backward_kernel[(triton.cdiv(rows, block_r), triton.cdiv(triton.cdiv(IW, SW), block_w))](
+            dy5, arg5, dx5, rows, geo.C, ID, IH, OD, OH, IW // viw, OW // vow, *gs, *as_, *ds,
+            geo.stride[0], geo.stride[1], geo.padding[0], geo.padding[1], alpha, beta,
+            KD=KD, KH=KH, KW=KW, SW=SW, PW=PW, TD=TD, TH=TH, T_LO=min(ts), T_HI=max(ts), VG=vg, VA=va, VD=vd,
+            VIW=viw, VOW=vow,
+            **flags, BLOCK_R=block_r, BLOCK_W=block_w, num_warps=4)
+        return
     P = math.prod(geo.ins)
     block_p, block_c, warps = _tile(dx5, geo.C, P)
     _pool_backward_kernel[_grid(geo.N, geo.C, P, block_p, block_c)](
-        dy5, arg if arg is not None else dy5, dx5, geo.N, geo.C, *geo.ins, *geo.outs,
-        *dy5.stride(), *dx5.stride(), *geo.params(), *geo.covers, alpha, beta,
-        MODE=int(mode), ADAPTIVE=adaptive, HAS_BETA=has_beta, BIG=needs_int64(x, dy, dx),
-        COMPUTE=compute_dtype(dx), BLOCK_P=block_p, BLOCK_C=block_c, num_warps=warps)
+        dy5, arg5, dx5, geo.N, geo.C, *geo.ins, *geo.outs, *dy5.stride(), *arg5.stride(), *dx5.stride(),
+        *geo.params(), alpha, beta, KD=KD, KH=KH, KW=KW, TD=TD, TH=TH, TW=TW, UNROLL=TD * TH * TW <= UNROLL_TAPS,
+        ADAPTIVE=geo.adaptive, **flags, BLOCK_P=block_p, BLOCK_C=block_c, num_warps=warps)
 
 
 def pooling_forward(x, y, mode, window, padding, stride, propagate_nan=False, alpha=1.0, beta=0.0) -> None:
@@ -323,7 +641,7 @@ def pooling_forward(x, y, mode, window, padding, stride, propagate_nan=False, al
     check_dtypes(x=x, y=y)
     if y.numel() == 0:
         return
-    _forward(x, y, mode, _Geometry(x, y, window, padding, stride, False), propagate_nan, alpha, beta, False)
+    _forward(x, y, mode, _Geometry(x, y, window, padding, stride, False), propagate_nan, alpha, beta)
 
 
 def pooling_backward(y, dy, x, dx, mode, window, padding, stride, propagate_nan=False,
@@ -334,8 +652,7 @@ def pooling_backward(y, dy, x, dx, mode, window, padding, stride, propagate_nan=
     check_dtypes(x=x, dy=dy, dx=dx)
     if dx.numel() == 0:
         return
-    _backward(x, dy, dx, mode, _Geometry(x, dy, window, padding, stride, False), propagate_nan,
-              alpha, beta, False)
+    _backward(x, dy, dx, mode, _Geometry(x, dy, window, padding, stride, False), propagate_nan, alpha, beta)
 
 
 def _adaptive_mode(mode):
@@ -352,7 +669,7 @@ def adaptive_pooling_forward(x, y, mode, alpha=1.0, beta=0.0) -> None:
     if y.numel() == 0:
         return
     geo = _Geometry(x, y, None, None, None, True)
-    _forward(x, y, pmode, geo, True, alpha, beta, True)
+    _forward(x, y, pmode, geo, True, alpha, beta)
 
 
 def adaptive_pooling_backward(x, dy, dx, mode, alpha=1.0, beta=0.0) -> None:
@@ -362,4 +679,4 @@ def adaptive_pooling_backward(x, dy, dx, mode, alpha=1.0, beta=0.0) -> None:
     if dx.numel() == 0:
         return
     geo = _Geometry(x, dy, None, None, None, True)
-    _backward(x, dy, dx, pmode, geo, True, alpha, beta, True)
+    _backward(x, dy, dx, pmode, geo, True, alpha, beta)
