@@ -432,13 +432,20 @@ def test_lrn(lrn_n, layout, rng):
 
 
 # -- dropout -----------------------------------------------------------------------------
+# (shape, offset): offsets that are multiples of 4 take the grouped kernels (one Philox
+# call per 4 elements; NHWC and strided through the inner-dim tiling when W % 4 == 0),
+# the rest one call per element; all must draw the NumPy backend's mask
+DROPOUT_CASES = [((3, 5, 4, 6), 77), ((2, 5, 3, 8), 2**40 + 4), ((2, 3, 4, 6), 2**64 - 8),
+                 ((1, 3, 2, 12), 5)]
+
+
+@pytest.mark.parametrize("shape,offset", DROPOUT_CASES, ids=["W6-odd", "W8-aligned", "wraps", "W12-odd"])
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_dropout_matches_the_numpy_mask_and_reproduces(layout, rng):
-    shape = (3, 5, 4, 6)
+def test_dropout_matches_the_numpy_mask_and_reproduces(layout, shape, offset, rng):
     x = make(shape, layout, rng=rng)
     y = poisoned(shape, layout)
     reserve = torch.empty(shape, dtype=torch.uint8, device=DEVICE)
-    seed, offset = 2**40 + 12345, 77
+    seed = 2**40 + 12345
     dropout.dropout_forward(x, y, reserve, 0.3, seed, offset)
     mask = cpu_dropout.dropout_mask(shape, 0.3, seed, offset)
     np.testing.assert_array_equal(reserve.cpu().numpy(), mask)
@@ -453,6 +460,34 @@ def test_dropout_matches_the_numpy_mask_and_reproduces(layout, rng):
     dx = poisoned(shape, layout)
     dropout.dropout_backward(dy, dx, reserve, 0.3)
     check(dx, np.where(mask == 1, f64(dy) / 0.7, 0.0), torch.float32, "dx")
+
+
+@pytest.mark.parametrize("layout,kernel", [("NCHW", "_dropout_flat_kernel"), ("NHWC", "_dropout_tile_kernel"),
+                                           ("strided", "_dropout_tile_kernel")])
+def test_dropout_takes_the_grouped_kernels(layout, kernel, rng, monkeypatch):
+    """Aligned offsets and W % 4 == 0 must not fall back to one Philox call per element."""
+    calls = []
+    for name in ("_dropout_flat_kernel", "_dropout_tile_kernel", "_dropout_element_kernel"):
+        real = getattr(dropout, name)
+        monkeypatch.setattr(dropout, name, _Recorder(real, name, calls))
+    shape = (2, 3, 2, 8)
+    x = make(shape, layout, rng=rng)
+    reserve = torch.empty(shape, dtype=torch.uint8, device=DEVICE)
+    dropout.dropout_forward(x, poisoned(shape, layout), reserve, 0.5, 3, 16)
+    dropout.dropout_backward(x, poisoned(shape, layout), reserve, 0.5)
+    assert calls == [kernel, kernel]
+    np.testing.assert_array_equal(reserve.cpu().numpy(), cpu_dropout.dropout_mask(shape, 0.5, 3, 16))
+
+
+class _Recorder:
+    """kernel[grid](...) that records the kernel's name before launching it."""
+
+    def __init__(self, kernel, name, calls):
+        self.kernel, self.name, self.calls = kernel, name, calls
+
+    def __getitem__(self, grid):
+        self.calls.append(self.name)
+        return self.kernel[grid]
 
 
 # -- tensor ops --------------------------------------------------------------------------

@@ -2,8 +2,10 @@
 (seed, offset + logical element index): independent of layout, blocking and backend.
 
 The generator is Philox-4x32-10 (Salmon et al., "Parallel random numbers: as easy as
-1, 2, 3"), the same one Triton's ``tl.randint`` runs, so the GPU backend can draw the
-identical mask. Only the first of its four output words is used.
+1, 2, 3"), the one Triton's ``tl.philox`` runs, so the GPU backend draws the identical
+mask. Stream position q = offset + i (mod 2**64) takes word q % 4 of the Philox block
+with counter q // 4: one call yields four elements' draws, which keeps the GPU kernel
+memory-bound.
 """
 from __future__ import annotations
 
@@ -15,10 +17,12 @@ _ROUND_A, _ROUND_B = 0xD2511F53, 0xCD9E8D57   # Philox-4x32 multipliers
 _KEY_A, _KEY_B = 0x9E3779B9, 0xBB67AE85       # Weyl key increments
 _MASK32 = np.uint64(0xFFFFFFFF)
 _CHUNK = 1 << 20
+_WORDS = 4  # draws per Philox block
 
 
-def philox_first_word(seed: int, counters: np.ndarray) -> np.ndarray:
-    """Philox-4x32-10 of counter (lo, hi, 0, 0) with key (seed lo, seed hi): word 0, as uint64."""
+def philox_words(seed: int, counters: np.ndarray):
+    """Philox-4x32-10 of counter (lo, hi, 0, 0) with key (seed lo, seed hi): the four
+    output words, each as uint64."""
     c0 = counters & _MASK32
     c1 = counters >> np.uint64(32)
     c2 = np.zeros_like(c0)
@@ -34,12 +38,29 @@ def philox_first_word(seed: int, counters: np.ndarray) -> np.ndarray:
         c3 = prod_a & _MASK32
         k0 = (k0 + _KEY_A) & 0xFFFFFFFF
         k1 = (k1 + _KEY_B) & 0xFFFFFFFF
-    return c0
+    return c0, c1, c2, c3
+
+
+def philox_first_word(seed: int, counters: np.ndarray) -> np.ndarray:
+    """Word 0 of Philox-4x32-10 (what Triton's ``tl.randint(seed, counter)`` returns)."""
+    return philox_words(seed, counters)[0]
 
 
 def keep_threshold(probability: float) -> int:
     """An element is kept when its 31-bit draw is >= ceil(p * 2**31)."""
     return int(np.ceil(float(probability) * 2.0 ** 31))
+
+
+def stream_draws(seed: int, first: int, count: int) -> np.ndarray:
+    """The uint32 draws (as uint64) of stream positions first, ..., first + count - 1
+    (mod 2**64): position q is word q % 4 of the block with counter q // 4."""
+    first %= 1 << 64
+    block0 = first // _WORDS
+    blocks = -(-(first % _WORDS + count) // _WORDS)
+    counters = (np.arange(blocks, dtype=np.uint64) + np.uint64(block0)) & np.uint64((1 << 62) - 1)
+    words = np.stack(philox_words(int(seed), counters), axis=1).reshape(-1)
+    skip = first % _WORDS
+    return words[skip:skip + count]
 
 
 def dropout_mask(shape, probability: float, seed: int, offset: int) -> np.ndarray:
@@ -50,8 +71,7 @@ def dropout_mask(shape, probability: float, seed: int, offset: int) -> np.ndarra
     top = np.uint64(1 << 31)
     for start in range(0, total, _CHUNK):
         stop = min(total, start + _CHUNK)
-        counters = np.arange(start, stop, dtype=np.uint64) + np.uint64(offset % (1 << 64))
-        r = philox_first_word(int(seed), counters)
+        r = stream_draws(int(seed), int(offset) + start, stop - start)
         # Triton's uint -> uniform: bitcast to int32, fold negatives with -v - 1
         v = np.where(r >= top, np.uint64(0xFFFFFFFF) - r, r)
         mask[start:stop] = v >= threshold

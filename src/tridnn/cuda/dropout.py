@@ -1,11 +1,21 @@
 """Dropout forward and backward in Triton with a counter-based RNG.
 
-Element i (its logical row-major index) is kept iff the first word of
-Philox-4x32-10 with key = seed and counter = (offset + i as lo, hi words, 0, 0),
-read as int32 and folded with -v - 1 when negative, is >= ceil(p * 2**31): the mask
-is a pure function of (seed, offset, i), so it is the same on every backend, layout
-and launch configuration. The forward writes one byte per element (1 = kept) to the
-reserve space; the backward only reads it."""
+Element i (its logical row-major index) sits at stream position q = offset + i; it is
+kept iff word q % 4 of Philox-4x32-10 with key = seed and counter = (q // 4 as lo, hi
+words, 0, 0), read as int32 and folded with -v - 1 when negative, is >= ceil(p * 2**31)
+(tridnn.cpu.dropout draws the same mask). The forward writes one byte per element
+(1 = kept) to the reserve space, in logical order; the backward only reads it.
+
+Three kernels, one mask:
+- ``_dropout_flat_kernel``: every tensor one dense run in logical order (NCHW): a
+  program takes BLOCK_G groups of 4 consecutive elements, one Philox call per group;
+- ``_dropout_tile_kernel``: the last logical dim W is a multiple of 4 but memory order
+  differs (NHWC): a program takes one outer position (n, h, ...) and a [BLOCK_I, BLOCK_W]
+  tile of the innermost-in-memory dim (c) and W; data loads run along c, the mask's
+  bytes and Philox groups along W, and the tile is transposed on chip;
+- ``_dropout_element_kernel``: anything else (an offset not a multiple of 4, W not a
+  multiple of 4, more dims than merge): one Philox call per element, same mask.
+The backward reuses the flat and tile kernels without the RNG."""
 from __future__ import annotations
 
 import math
@@ -16,51 +26,170 @@ import triton.language as tl
 from triton.language.random import philox
 
 from ..errors import BadParamError
-from .layer_utils import compute_dtype, coalesce, needs_int64, unravel4
+from .layer_utils import coalesce, compute_dtype, unravel4
 
-BLOCK = 1024
+BLOCK = 1024      # elements per program
+TILE_W = 32       # W values per tile-kernel program (32 mask bytes: one sector)
 NUM_WARPS = 4
+MASK62 = (1 << 62) - 1
 
 
 @triton.jit
-def _dropout_kernel(src_ptr, dst_ptr, mask_ptr, numel, D1, D2, D3, ss0, ss1, ss2, ss3, ds0, ds1, ds2, ds3,
-                    ls0, ls1, ls2, ls3, seed, offset, threshold, scale,
-                    FORWARD: tl.constexpr, FLAT: tl.constexpr, COMPUTE: tl.constexpr, BLOCK: tl.constexpr):
-    """dst = src * keep / (1 - p). Programs walk the source in its memory order (so NHWC
-    reads stay coalesced); each element's logical index (strides ls*) is its RNG
-    counter and its byte in the reserve."""
-    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    in_range = i < numel
-    if FLAT:
-        s_off = i
-        d_off = i
-        l_off = i
-    else:
-        i0, i1, i2, i3 = unravel4(i, D1, D2, D3)
-        s_off = i0 * ss0 + i1 * ss1 + i2 * ss2 + i3 * ss3
-        d_off = i0 * ds0 + i1 * ds1 + i2 * ds2 + i3 * ds3
-        l_off = i0 * ls0 + i1 * ls1 + i2 * ls2 + i3 * ls3
-    i = l_off
-    if FORWARD:
-        counter = offset + i
-        lo = (counter & 0xFFFFFFFF).to(tl.uint32)
-        hi = ((counter >> 32) & 0xFFFFFFFF).to(tl.uint32)
-        zero = tl.zeros([BLOCK], tl.uint32)
-        r, _, _, _ = philox(seed, lo, hi, zero, zero)
-        v = r.to(tl.int32, bitcast=True)
-        v = tl.where(v < 0, -v - 1, v)
-        keep = v >= threshold
-        tl.store(mask_ptr + i, keep.to(tl.uint8), mask=in_range)
-    else:
-        keep = tl.load(mask_ptr + i, mask=in_range, other=0) != 0
+def _fold(r, threshold):
+    """Keep bit of one 32-bit draw: bitcast to int32, fold negatives, compare."""
+    v = r.to(tl.int32, bitcast=True)
+    v = tl.where(v < 0, -v - 1, v)
+    return v >= threshold
+
+
+@triton.jit
+def _draws(seed, block):
+    """The four Philox words of each block counter (an int64 below 2**62)."""
+    lo = (block & 0xFFFFFFFF).to(tl.uint32)
+    hi = ((block >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    zero = tl.zeros(block.shape, tl.uint32)
+    return philox(seed, lo, hi, zero, zero)
+
+
+@triton.jit
+def _keep4(seed, block, k, threshold):
+    """[G, 4] keep bits: word k of each of the G blocks."""
+    r0, r1, r2, r3 = _draws(seed, block)
+    r = tl.where(k == 0, r0[:, None], tl.where(k == 1, r1[:, None], tl.where(k == 2, r2[:, None], r3[:, None])))
+    return _fold(r, threshold)
+
+
+@triton.jit
+def _apply(src_ptr, dst_ptr, s_off, d_off, keep, in_range, scale, COMPUTE: tl.constexpr):
     src = tl.load(src_ptr + s_off, mask=in_range, other=0.0).to(COMPUTE)
-    out = tl.where(keep, src * scale, 0.0)
+    out = tl.where(keep, src * scale, 0.0)  # dropped elements are exactly zero, even for inf/NaN
     tl.store(dst_ptr + d_off, out.to(dst_ptr.dtype.element_ty), mask=in_range)
 
 
+@triton.jit
+def _dropout_flat_kernel(src_ptr, dst_ptr, mask_ptr, numel, seed, first_block, threshold, scale,
+                         FORWARD: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_G: tl.constexpr):
+    """Dense tensors in logical order: groups of 4 elements, one Philox block each
+    (stream position offset + i with offset % 4 == 0, so group g is block
+    first_block + g)."""
+    g = tl.program_id(0).to(tl.int64) * BLOCK_G + tl.arange(0, BLOCK_G)
+    k = tl.arange(0, 4)[None, :]
+    i = g[:, None] * 4 + k
+    in_range = i < numel
+    if FORWARD:
+        keep = _keep4(seed, (first_block + g) & 0x3FFFFFFFFFFFFFFF, k, threshold)
+        tl.store(mask_ptr + i, keep.to(tl.uint8), mask=in_range)
+    else:
+        keep = tl.load(mask_ptr + i, mask=in_range, other=0) != 0
+    _apply(src_ptr, dst_ptr, i, i, keep, in_range, scale, COMPUTE)
+
+
+@triton.jit
+def _dropout_tile_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first_block, threshold, scale,
+                         # strides: outer dims (O0, O1, O2), the inner dim and W, per tensor
+                         so0, so1, so2, si, sw, do0, do1, do2, di, dw, lo0, lo1, lo2, li,
+                         FORWARD: tl.constexpr, COMPUTE: tl.constexpr, BIG: tl.constexpr,
+                         BLOCK_I: tl.constexpr, BLOCK_W: tl.constexpr):
+    """One outer position x [BLOCK_I inner values, BLOCK_W values along W]: the data
+    runs along the inner dim, the mask (logical order) along W. The forward draws the
+    mask in the mask's layout (one Philox call per 4 W values), stores it, and reads it
+    back in the data's layout, so no thread repeats a draw for the other layout."""
+    # map the program to (outer position, inner block, W block)
+    W = W4 * 4  # so Triton sees that the mask's runs of 4 bytes are never cut by W
+    pid = tl.program_id(0)
+    tiles_w = tl.cdiv(W, BLOCK_W)
+    tiles_i = tl.cdiv(I, BLOCK_I)
+    w_blk = pid % tiles_w
+    rest = pid // tiles_w
+    i_blk = rest % tiles_i
+    o = rest // tiles_i
+    if BIG:
+        o = o.to(tl.int64)
+    o2 = o % O2
+    o = o // O2
+    o1 = o % O1
+    o0 = o // O1
+    inner = i_blk * BLOCK_I + tl.arange(0, BLOCK_I)
+    w = w_blk * BLOCK_W + tl.arange(0, BLOCK_W)
+    in_range = (inner < I)[:, None] & (w < W)[None, :]
+    # the mask: logical index of (inner, w) is l_row[inner] + w, l_row a multiple of 4
+    l_row = tl.multiple_of((o0 * lo0 + o1 * lo1 + o2 * lo2) + inner.to(tl.int64) * li, 4)
+    l_off = l_row[:, None] + w[None, :]
+    if FORWARD:
+        group = w_blk * (BLOCK_W // 4) + tl.arange(0, BLOCK_W // 4)
+        r0, r1, r2, r3 = _draws(seed, (first_block + (l_row >> 2)[:, None] + group[None, :]) & 0x3FFFFFFFFFFFFFFF)
+        words = tl.reshape(tl.join(tl.join(r0, r2), tl.join(r1, r3)), [BLOCK_I, BLOCK_W])
+        tl.store(mask_ptr + l_off, _fold(words, threshold).to(tl.uint8), mask=in_range)
+        tl.debug_barrier()  # the reload below reads bytes other threads of the program wrote
+    keep = tl.load(mask_ptr + l_off, mask=in_range, other=0) != 0
+    # the data
+    s_off = (o0 * so0 + o1 * so1 + o2 * so2) + inner[:, None] * si + w[None, :] * sw
+    d_off = (o0 * do0 + o1 * do1 + o2 * do2) + inner[:, None] * di + w[None, :] * dw
+    _apply(src_ptr, dst_ptr, s_off, d_off, keep, in_range, scale, COMPUTE)
+
+
+@triton.jit
+def _dropout_element_kernel(src_ptr, dst_ptr, mask_ptr, numel, D1, D2, D3, ss0, ss1, ss2, ss3,
+                            ds0, ds1, ds2, ds3, ls0, ls1, ls2, ls3, seed, offset, threshold, scale,
+                            FORWARD: tl.constexpr, COMPUTE: tl.constexpr, BLOCK: tl.constexpr):
+    """Any layout: programs walk the source in its memory order; each element's logical
+    index (strides ls*) gives its stream position and its byte in the reserve."""
+    i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    in_range = i < numel
+    i0, i1, i2, i3 = unravel4(i, D1, D2, D3)
+    s_off = i0 * ss0 + i1 * ss1 + i2 * ss2 + i3 * ss3
+    d_off = i0 * ds0 + i1 * ds1 + i2 * ds2 + i3 * ds3
+    l_off = i0 * ls0 + i1 * ls1 + i2 * ls2 + i3 * ls3
+    if FORWARD:
+        q = offset + l_off
+        r0, r1, r2, r3 = _draws(seed, (q >> 2) & 0x3FFFFFFFFFFFFFFF)
+        word = q & 3
+        r = tl.where(word == 0, r0, tl.where(word == 1, r1, tl.where(word == 2, r2, r3)))
+        keep = _fold(r, threshold)
+        tl.store(mask_ptr + l_off, keep.to(tl.uint8), mask=in_range)
+    else:
+        keep = tl.load(mask_ptr + l_off, mask=in_range, other=0) != 0
+    _apply(src_ptr, dst_ptr, s_off, d_off, keep, in_range, scale, COMPUTE)
+
+
+# -- launchers --------------------------------------------------------------------------------
 def _as_signed64(value: int) -> int:
     value = int(value) % (1 << 64)
     return value - (1 << 64) if value >= (1 << 63) else value
+
+
+def _logical_strides(shape):
+    return [math.prod(shape[a + 1:]) for a in range(len(shape))]
+
+
+def _tile_plan(src, dst):
+    """(I, W, outer dims, strides) for the tile kernel, or None: W (the last logical dim)
+    a multiple of 4 and not contiguous, another dim contiguous in src (the inner one),
+    at most three outer dims after merging."""
+    shape = tuple(src.shape)
+    if len(shape) < 2 or shape[-1] % 4 or src.stride(-1) == 1:
+        return None
+    logical = _logical_strides(shape)
+    rest = [a for a in range(len(shape) - 1) if shape[a] > 1]
+    if not rest:
+        return None
+    inner = min(rest, key=lambda a: abs(src.stride(a)))
+    if src.stride(inner) != 1:
+        return None
+    outer = [a for a in rest if a != inner]
+    strides = [[t.stride(a) for a in outer] for t in (src, dst)] + [[logical[a] for a in outer]]
+    dims, (so, do, lo) = coalesce(tuple(shape[a] for a in outer), strides) if outer else ([1], ([0], [0], [0]))
+    if len(dims) > 3:
+        return None
+    pad = 3 - len(dims)
+    dims, so, do, lo = [1] * pad + dims, [0] * pad + so, [0] * pad + do, [0] * pad + lo
+    return dict(I=shape[inner], W=shape[-1], dims=dims, src=(*so, src.stride(inner), src.stride(-1)),
+                dst=(*do, dst.stride(inner), dst.stride(-1)), logical=(*lo, logical[inner]))
+
+
+def _needs_int64(*tensors):
+    from .layer_utils import needs_int64
+    return needs_int64(*tensors)
 
 
 def _launch(src, dst, reserve, probability, seed, offset, forward):
@@ -78,8 +207,33 @@ def _launch(src, dst, reserve, probability, seed, offset, forward):
     mask = reserve.reshape(-1)[:numel]
     if not mask.is_contiguous():
         raise BadParamError("reserve must be one contiguous run of bytes")
+    offset = int(offset) % (1 << 64)
+    rng = dict(seed=_as_signed64(seed), threshold=int(math.ceil(p * 2.0 ** 31)), scale=1.0 / (1.0 - p))
+    common = dict(FORWARD=forward, COMPUTE=compute_dtype(src))
+    grouped = offset % 4 == 0 or not forward  # the backward reads the mask: any offset
+    first_block = offset // 4
+    if grouped and src.is_contiguous() and dst.is_contiguous():
+        block_g = BLOCK // 4
+        _dropout_flat_kernel[(triton.cdiv(numel, BLOCK),)](
+            src, dst, mask, numel, rng["seed"], first_block, rng["threshold"], rng["scale"], **common,
+            BLOCK_G=block_g, num_warps=NUM_WARPS)
+        return
+    plan = _tile_plan(src, dst) if grouped else None
+    if plan is not None:
+        block_w = min(triton.next_power_of_2(plan["W"]), TILE_W)
+        block_i = max(1, min(triton.next_power_of_2(plan["I"]), BLOCK // block_w))
+        grid = (math.prod(plan["dims"]) * triton.cdiv(plan["I"], block_i) * triton.cdiv(plan["W"], block_w),)
+        _dropout_tile_kernel[grid](
+            src, dst, mask, plan["I"], plan["W"] // 4, plan["dims"][1], plan["dims"][2], rng["seed"], first_block,
+            rng["threshold"], rng["scale"], *plan["src"], *plan["dst"], *plan["logical"], **common,
+            BIG=_needs_int64(src, dst, mask), BLOCK_I=block_i, BLOCK_W=block_w, num_warps=NUM_WARPS)
+        return
+    _element_launch(src, dst, mask, numel, offset, rng, common)
+
+
+def _element_launch(src, dst, mask, numel, offset, rng, common):
     # index order: logical row-major, so coalesce in that order (not the tensors' memory order)
-    logical = [math.prod(src.shape[a + 1:]) for a in range(src.dim())]
+    logical = _logical_strides(tuple(src.shape))
     dims, (ss, ds, ls) = coalesce(tuple(src.shape), [src.stride(), dst.stride(), logical])
     staged = None
     if len(dims) > 4:
@@ -88,11 +242,9 @@ def _launch(src, dst, reserve, probability, seed, offset, forward):
         dims, (ss, ds, ls) = coalesce(tuple(src.shape), [src.stride(), dst.stride(), logical])
     pad = 4 - len(dims)
     dims4, ss4, ds4, ls4 = [1] * pad + dims, [0] * pad + ss, [0] * pad + ds, [0] * pad + ls
-    flat = len(dims) == 1 and ss[0] == 1 and ds[0] == 1 and ls[0] == 1
-    _dropout_kernel[(triton.cdiv(numel, BLOCK),)](
-        src, dst, mask, numel, dims4[1], dims4[2], dims4[3], *ss4, *ds4, *ls4,
-        _as_signed64(seed), _as_signed64(offset), int(math.ceil(p * 2.0 ** 31)), 1.0 / (1.0 - p),
-        FORWARD=forward, FLAT=flat, COMPUTE=compute_dtype(src), BLOCK=BLOCK, num_warps=NUM_WARPS)
+    _dropout_element_kernel[(triton.cdiv(numel, BLOCK),)](
+        src, dst, mask, numel, dims4[1], dims4[2], dims4[3], *ss4, *ds4, *ls4, rng["seed"],
+        _as_signed64(offset), rng["threshold"], rng["scale"], **common, BLOCK=BLOCK, num_warps=NUM_WARPS)
     if staged is not None:
         staged.copy_(dst)
 
