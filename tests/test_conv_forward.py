@@ -215,26 +215,69 @@ def test_gather_offsets_point_padding_at_the_zero_row():
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("planar,replicate", [(True, False), (True, True), (False, False)],
+                         ids=["planar", "planar-replicated", "channels-last"])
 @pytest.mark.parametrize("stride,dilation,dtype,channels", [(1, 1, "float32", 32), (2, 1, "bfloat16", 32),
-                                                            (1, 2, "float16", 64), (2, 2, "float32", 64)])
-def test_direct_depthwise_many_row_blocks(layout, stride, dilation, dtype, channels, rng, monkeypatch):
-    """Planes large enough that DIRECT splits rows into many blocks, spread over its threads;
-    with the einsum threshold lowered to 64, 64 channels take the one-einsum-per-block path
-    in channels-last order (real layers reach it from 512 channels)."""
-    from tridnn.cpu import conv_direct
-    monkeypatch.setattr(conv_direct, "MIN_EINSUM_CHANNELS", 64)
+                                                            (1, 2, "float16", 64), (2, 2, "float32", 64),
+                                                            (3, 1, "float64", 8)])
+def test_direct_depthwise_many_blocks(layout, planar, replicate, stride, dilation, dtype, channels, rng,
+                                      monkeypatch):
+    """DIRECT's depthwise plan, each orientation forced, with blocks small enough that
+    rows are split into several blocks (and channels and images into several for small
+    planes), spread over its threads; with the einsum threshold lowered to 64, 64 channels
+    take the one-einsum-per-block path in channels-last order at stride 1. Asymmetric
+    padding, alpha and beta."""
+    from tridnn.cpu import conv_depthwise
+    monkeypatch.setattr(conv_depthwise, "MIN_EINSUM_CHANNELS", 64)
+    monkeypatch.setattr(conv_depthwise, "BLOCK_ELEMENTS", 1500)
+    monkeypatch.setattr(conv_depthwise, "MAX_SCALAR_SLOT", 1 << 30 if replicate else 0)
+    monkeypatch.setattr(conv_depthwise.DepthwisePlan, "prefers_planar", staticmethod(lambda problem: planar))
     algo = _by_enum(tridnn.ConvFwdAlgo.DIRECT)
     c = channels
-    p = dict(name="dw_96", C=c, K=c, spatial=(96, 90), kernel=(3, 3), stride=(stride, stride),
+    p = dict(name="dw_96", C=c, K=c, spatial=(46, 40), kernel=(3, 3), stride=(stride, stride),
              pad=(1, 0), dilation=(dilation, dilation), groups=c)
-    x = tridnn.TensorDescriptor.packed((2, c, 96, 90), dtype, tridnn.TensorFormat[layout])
+    x = tridnn.TensorDescriptor.packed((2, c, 46, 40), dtype, tridnn.TensorFormat[layout])
     w = tridnn.FilterDescriptor((c, 1, 3, 3), dtype)
     problem = ConvProblem.forward(x, w, tridnn.ConvolutionDescriptor(padding=(1, 0), pad_post=(0, 2),
                                                                      stride=stride, dilation=dilation,
                                                                      groups=c, nd=2))
-    images, rows = algo._blocks(problem)
-    assert -(-problem.out_spatial[0] // rows) >= 3, (images, rows)  # at least 3 row blocks
+    plan = algo.depthwise_plan(problem)
+    assert plan.planar == planar and plan.replicated == (planar and replicate)
+    assert len(plan.block_list()) >= 3, plan.blocks
     skip_unless_applies(run_case(algo, p, dtype, layout, rng, pad_post=(0, 2), alpha=2.0, beta=-1.0))
+
+
+@pytest.mark.parametrize("planar", [True, False], ids=["planar", "channels-last"])
+@pytest.mark.parametrize("spatial,kernel,stride,dilation,pad", [
+    ((37,), (5,), (2,), (1,), (2,)),
+    ((19,), (3,), (1,), (3,), (4,)),
+    ((7, 9, 8), (3, 2, 3), (1, 2, 1), (1, 1, 2), (1, 0, 2)),
+    ((6, 11, 5), (2, 3, 1), (2, 1, 3), (2, 1, 1), (0, 1, 0)),
+], ids=["1d-s2", "1d-d3", "3d-s121", "3d-s213"])
+def test_direct_depthwise_1d_3d(planar, spatial, kernel, stride, dilation, pad, rng, monkeypatch):
+    """The phase-split plan in one and three dims, small blocks, both orientations."""
+    from tridnn.cpu import conv_depthwise
+    monkeypatch.setattr(conv_depthwise, "BLOCK_ELEMENTS", 500)
+    monkeypatch.setattr(conv_depthwise.DepthwisePlan, "prefers_planar", staticmethod(lambda problem: planar))
+    p = dict(name="dw_nd", C=6, K=6, spatial=spatial, kernel=kernel, stride=stride, pad=pad,
+             dilation=dilation, groups=6)
+    algo = _by_enum(tridnn.ConvFwdAlgo.DIRECT)
+    for layout in ("NCHW", "NHWC"):
+        skip_unless_applies(run_case(algo, p, "float32", layout, rng, n=3, alpha=1.0, beta=0.0))
+        skip_unless_applies(run_case(algo, p, "float64", layout, rng, n=2, alpha=0.5, beta=2.0))
+
+
+def test_direct_depthwise_geometry_phases():
+    """Stride 2 splits a 3-tap dim into two phases: taps 0 and 2 read phase 0 at shifts 0
+    and 1, tap 1 reads phase 1 at shift 0; phases hold ceil(read extent / 2) positions."""
+    from tridnn.cpu.conv_depthwise import Geometry
+    g = Geometry(in_spatial=(9,), out_spatial=(5,), kernel=(3,), stride=(2,), dilation=(1,), pad_pre=(1,))
+    assert g.extent == (6,) and g.reach == (1,) and g.phases == 2
+    assert g.taps == [(0, (0,)), (1, (0,)), (0, (1,))]
+    copies = {phase: (fills, sources) for phase, fills, sources in g.phase_copies(0, 5)}
+    # phase 0 holds padded 0, 2, ..., 10: input -1 (pad), 1, 3, 5, 7, then 9 (past x, zero)
+    assert copies[0] == ([(1, 5)], [slice(1, 8, 2)])
+    assert copies[1] == ([(0, 5)], [slice(0, 9, 2)])
 
 
 @pytest.mark.parametrize("member", [tridnn.ConvFwdAlgo.WINOGRAD, tridnn.ConvFwdAlgo.WINOGRAD_NONFUSED],

@@ -4,7 +4,8 @@ For each kernel tap and each input channel of a group, the shifted input is
 multiplied by that tap's weights and added into the output. The work is
 taps x (channels per group) passes over the output, so it pays only where channels
 per group are few (depthwise, small groups), where GEMM methods degenerate into
-tiny, badly shaped matrix products.
+tiny, badly shaped matrix products. Depthwise layers (one filter per channel) run
+through conv_depthwise's phase-split plan; the tap loop below serves small groups.
 
 Those passes are memory-bound and NumPy pays per inner loop, so the layout is chosen
 for long contiguous loops:
@@ -15,10 +16,7 @@ for long contiguous loops:
 - otherwise (NHWC data, or small planes with many channels) the buffer is channels
   last and each tap's weights are replicated along the output row, so weights, input
   and accumulator run contiguously over a whole (width x channels) row and NumPy
-  fuses it into one loop; depthwise layers with >= 512 channels instead do one einsum
-  per block over the tap window (its inner loop is a multiply-add over the channels, so
-  the block is written once, not once per tap; with fewer channels its per-loop
-  overhead loses);
+  fuses it into one loop;
 - the output is computed in cache-sized blocks of rows (or of whole images for small
   planes), each stored (blended, rounded once) before the next.
 """
@@ -30,9 +28,9 @@ from ..algorithms.base import Algorithm
 from ..types import ConvFwdAlgo
 from ..workspace import Buffer
 from .common import WORKERS, channels_last, pack_padded, parallel_map, prod, read_extent, store, taps
+from .conv_depthwise import DepthwisePlan
 
 MAX_CHANNELS_PER_GROUP = 16
-MIN_EINSUM_CHANNELS = 512  # depthwise channels-last: one einsum per block from this many channels
 MIN_PLANAR_ROW = 24      # output row length from which NCHW data is processed plane by plane
 BLOCK_BYTES = 256 << 10   # accumulator + product of one block (they stay in L2)
 CACHE_RATE = 20e9         # bytes/s of an in-cache NumPy elementwise pass (estimate)
@@ -49,6 +47,12 @@ class DirectForward(Algorithm):
             return (f"DIRECT is for depthwise and small-group convolutions (<= "
                     f"{MAX_CHANNELS_PER_GROUP} input channels per group); this one has {problem.w.c}")
         return None
+
+    @staticmethod
+    def depthwise_plan(problem):
+        """The phase-split plan of conv_depthwise for depthwise layers (one filter per channel),
+        None for the small-group layers that the tap loop below handles."""
+        return DepthwisePlan(problem) if problem.depthwise and problem.k == problem.c else None
 
     def _blocks(self, problem):
         """(images, rows of the first spatial dim) per block, from the accumulator's size."""
@@ -69,16 +73,23 @@ class DirectForward(Algorithm):
         return not channels_last(problem.x) and problem.out_spatial[-1] >= MIN_PLANAR_ROW
 
     def buffers(self, problem):
+        plan = self.depthwise_plan(problem)
+        if plan is not None:
+            return plan.buffers()
         images, rows = self._blocks(problem)
         out, acc = problem.out_spatial, problem.accumulator
         weights = prod(problem.kernel) * problem.w.c * problem.k * (1 if self.planar(problem) else out[-1])
         block = (WORKERS, images * rows * prod(out[1:]) * problem.k)  # one block per worker
         return [Buffer("xpad", (images * prod(self._padded(problem)) * problem.c,), acc),
                 Buffer("weights", (weights,), acc),
-                Buffer("weights_taps", (*problem.kernel, problem.c), acc),  # depthwise: w as (*k, C)
                 Buffer("acc", block, acc), Buffer("prod", block, acc)]
 
     def estimate(self, problem):
+        plan = self.depthwise_plan(problem)
+        if plan is not None:
+            written, calls = plan.passes()
+            io_bytes = problem.n * problem.c * (prod(problem.in_spatial) + prod(problem.out_spatial)) * 4
+            return 2 * written * 4 / CACHE_RATE + calls * CALL_SECONDS + 3 * io_bytes / CACHE_RATE
         images, rows = self._blocks(problem)
         blocks = -(-problem.n // images) * -(-problem.out_spatial[0] // rows)
         passes = prod(problem.kernel) * problem.w.c
@@ -89,12 +100,15 @@ class DirectForward(Algorithm):
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
+        plan = self.depthwise_plan(problem)
+        if plan is not None:
+            plan.run(x, w, y, workspace, alpha, beta, epilogue)
+            return
         g, nd, cg, k = problem.groups, problem.nd, problem.w.c, problem.k
         kg, out, ntaps = k // g, problem.out_spatial, prod(problem.kernel)
         images, rows = self._blocks(problem)
         padded, planar = self._padded(problem), self.planar(problem)
         wk = np.moveaxis(w.reshape(k, cg, ntaps), (2, 1), (0, 1))  # (taps, Cg, K)
-        workspace["weights_taps"].reshape(ntaps, -1)[...] = wk[:, 0, :] if cg == 1 and k == problem.c else 0
         if planar:
             # weights[tap, ci] as (G, Kg, 1, ...): one scalar per output plane
             weights = workspace["weights"].reshape(ntaps, cg, k)
@@ -132,12 +146,6 @@ class DirectForward(Algorithm):
         acc = workspace["acc"][worker, :size].reshape(shape)
         tmp = workspace["prod"][worker, :size].reshape(shape)
         lead = (slice(None),) * (3 if planar else 1)
-        if not planar and problem.depthwise and k == problem.c >= MIN_EINSUM_CHANNELS:
-            _depthwise_window_sum(problem, xpad, workspace["weights_taps"], r0, rb, acc)
-            result = np.moveaxis(acc.reshape(nb, rb, *out[1:], k), -1, 1)
-            index = (slice(n0, n0 + nb), slice(None), slice(r0, r0 + rb))
-            store(y[index], result, alpha, beta, epilogue, index)
-            return
         first = True
         for t, tap in enumerate(taps(problem)):
             window = tuple(slice(tp * d + o0 * s, tp * d + (o0 + ob - 1) * s + 1, s)
@@ -159,20 +167,3 @@ class DirectForward(Algorithm):
         index = (slice(n0, n0 + nb), slice(None), slice(r0, r0 + rb))
         store(y[index], result, alpha, beta, epilogue, index)
 
-
-def _depthwise_window_sum(problem, xpad, weights, r0, rb, acc):
-    """acc[n, o, c] = sum over taps t of xpad[n, o*stride + t*dilation, c] * w[c, t], as one
-    einsum over a strided window view: NumPy fuses every tap's multiply-add into its inner
-    loop over channels, so the output block is written once instead of once per tap."""
-    nd, out = problem.nd, problem.out_spatial
-    st = xpad.strides  # (nb, *padded, G, Cg) with Cg == 1
-    start = xpad[(slice(None), slice(r0 * problem.stride[0], None))][..., 0]
-    spatial = start.strides[1:1 + nd]
-    windows = np.lib.stride_tricks.as_strided(
-        start, (start.shape[0], rb, *out[1:], *problem.kernel, problem.c),
-        (st[0], *(s * q for s, q in zip(spatial, problem.stride)),
-         *(s * d for s, d in zip(spatial, problem.dilation)), start.strides[-1]), writeable=False)
-    letters = "abcdefghijklm"[:nd]
-    taps_sub = "pqr"[:nd]
-    np.einsum(f"n{letters}{taps_sub}c,{taps_sub}c->n{letters}c", windows, weights,
-              out=acc.reshape(start.shape[0], rb, *out[1:], problem.c))
