@@ -320,6 +320,39 @@ def test_batch_norm(mode, ops, layout, dtype, rng):
     assert dscale_old.shape == ds_ref.shape
 
 
+@pytest.mark.parametrize("l2_reuse,keep", [(True, 1), (True, 0), (False, 0)], ids=["l2-keep1", "l2-keep0", "plain"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_batch_norm_split_orders(l2_reuse, keep, layout, rng, monkeypatch):
+    """Several splits with a short last one, the evict-last tail of each split, and the
+    apply pass in L2 order (newest items first) or in memory order."""
+    monkeypatch.setattr(batchnorm, "PROGRAMS_PER_SM", 1)
+    monkeypatch.setattr(batchnorm, "_sm_count", lambda t: 3)  # 2-3 splits, the last one short
+    monkeypatch.setattr(batchnorm, "L2_REUSE", l2_reuse)
+    monkeypatch.setattr(batchnorm, "BLOCK_SPLITS", 2)
+    monkeypatch.setattr(batchnorm._Layout, "keep_items", lambda self, splits, tensors: keep)
+    monkeypatch.setattr(batchnorm, "TILE", 64)
+    shape = (5, 3, 3, 7)
+    x = make(shape, layout, rng=rng, scale=2.0)
+    x.add_(3.0)
+    p = lambda v: torch.as_tensor(np.asarray(v, np.float32)).to(DEVICE)  # noqa: E731
+    scale, bias = p(rng.standard_normal((1, 3, 1, 1))), p(rng.standard_normal((1, 3, 1, 1)))
+    smean, sinv = p(np.full((1, 3, 1, 1), np.nan)), p(np.full((1, 3, 1, 1), np.nan))
+    y = poisoned(shape, layout)
+    batchnorm.batch_norm_forward_training(x, None, y, scale, bias, None, None, smean, sinv, 1, 0.1, 1e-5, 1,
+                                          1.0, 0.0)
+    y_ref, mean_ref, _ = ref_norm.batch_norm_train(f64(x), f64(scale), f64(bias), 1e-5, relu=True)
+    check(y, y_ref, torch.float32, "y", scale=2.0)
+    check(smean, mean_ref, torch.float32, "saved mean")
+    dy = make(shape, layout, rng=rng)
+    dx = poisoned(shape, layout)
+    dscale, dbias = p(np.full((1, 3, 1, 1), np.nan)), p(np.full((1, 3, 1, 1), np.nan))
+    batchnorm.batch_norm_backward(x, y, dy, None, dx, scale, bias, dscale, dbias, smean, sinv, 1, 1e-5, 1)
+    dx_ref, ds_ref, db_ref, _ = ref_norm.batch_norm_backward(f64(x), f64(dy), f64(scale), 1e-5, y=f64(y), relu=True)
+    check(dx, dx_ref, torch.float32, "dx", scale=2.0)
+    check(dscale, ds_ref, torch.float32, "dscale", scale=2.0)
+    check(dbias, db_ref, torch.float32, "dbias")
+
+
 def test_batch_norm_parameter_blending(rng):
     shape = (3, 4, 5, 2)
     x = make(shape, "NHWC", rng=rng)

@@ -3,21 +3,27 @@ backward, and the fused add + relu forms (cuDNN's BatchNormalization*Ex ops).
 
 The data is seen as (N, C, S) with every tensor's own strides; a program's tile is
 [BLOCK_S positions, BLOCK_C channels] and Triton lays it out along whichever axis has
-stride 1, so NCHW and NHWC share the kernels. PER_ACTIVATION mode runs the same
-kernels on an (N, C*S, 1) view (staged through an NCHW copy when the layout does not
-allow that view).
+stride 1, so NCHW and NHWC share the kernels (NHWC tiles are 128 channels wide, so
+every row of a tile is a 256-byte run). PER_ACTIVATION mode runs the same kernels on
+an (N, C*S, 1) view (staged through an NCHW copy when the layout does not allow that
+view).
 
 Training is two passes over x with a small per-channel step between them:
-1. ``_stats_kernel``: each program sums a slice of the (n, s) rows for a block of
-   channels, shifted by the channel's first value (so mean >> std keeps its digits),
-   into a [splits, C] workspace;
-2. ``_finalize_kernel``: combines the splits per channel, writes saved mean and
-   1/sqrt(var + eps), updates the running averages, and turns scale/bias into one
-   multiplier and offset per channel;
-3. ``_apply_kernel``: y = act(a[c] * x + b[c] (+ z)), walking the tensor in the reverse
-   order of step 1 so its first reads hit what step 1 left in L2.
-The backward pass has the same shape: a reduction of (sum g, sum g * xhat), a
-finalize that writes dscale/dbias, and an apply that writes dx (and dz)."""
+1. ``_stats_kernel``: the (n, s-block) items are cut into ``splits`` contiguous runs;
+   program (channel block, split) sums its run, shifted by the channel's first value
+   (so mean >> std keeps its digits), into a [splits, 2, C] workspace;
+2. ``_finalize_kernel``: combines the splits per channel ([BLOCK_SPLITS, BLOCK_C]
+   tiles, float64), writes saved mean and 1/sqrt(var + eps), updates the running
+   averages, and turns scale/bias into one multiplier and offset per channel;
+3. ``_apply_kernel``: y = act(a[c] * x + b[c] (+ z)).
+x is read twice, so the bytes are 3x the tensor (4x with z) against the 2x of one
+read and one write; the L2 (50 MB on the H200) can serve part of the second read.
+With L2_REUSE, step 1 reads the last ``keep`` items of every split with the
+evict-last hint, and step 3 walks the items in reverse position within the splits
+(the items step 1 read last, in every split at once, come first) with evict-first
+loads and stores, so those reads hit the L2. The backward pass has the same shape: a
+reduction of (sum g, sum g * xhat), a finalize that writes dscale/dbias, and an apply
+that writes dx (and dz)."""
 from __future__ import annotations
 
 import torch
@@ -31,6 +37,11 @@ from .layer_utils import NCSStaging, channels_last, check_dtypes, compute_dtype,
 PER_ACTIVATION, SPATIAL, SPATIAL_PERSISTENT = 0, 1, 2
 NORM, NORM_ACTIVATION, NORM_ADD_ACTIVATION = 0, 1, 2
 TILE = 4096
+PROGRAMS_PER_SM = 4          # reduction programs (each keeps two tiles in flight)
+L2_REUSE = True              # the apply pass re-reads what the stats pass read last from the L2
+L2_KEEP_BYTES = 24 << 20     # how much of each reduced tensor the stats pass asks the L2 to keep
+BLOCK_SPLITS = 128           # splits combined per finalize step
+FINALIZE_BLOCK_C = 16        # channels per finalize program
 
 
 @triton.jit
@@ -43,9 +54,36 @@ def _work_item(w, SB, BLOCK_S: tl.constexpr, BIG: tl.constexpr):
 
 
 @triton.jit
-def _stats_kernel(x_ptr, part_ptr, shift_ptr, N, C, S, sn, sc, ss, SB, items_per_split,
-                  BIG: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
-    """Per channel: sum(x - shift) and sum((x - shift)^2) over this split's rows."""
+def _load_item(ptr, w, items, c, c_mask, S, sn, sc, ss, SB, BIG: tl.constexpr, BLOCK_S: tl.constexpr,
+               EVICT: tl.constexpr):
+    """The [BLOCK_S, BLOCK_C] tile of item w (zeros past the last item), float32."""
+    n, s0 = _work_item(w, SB, BLOCK_S, BIG)
+    s = s0 + tl.arange(0, BLOCK_S)
+    mask = (s[:, None] < S) & c_mask[None, :] & (w < items)
+    return tl.load(ptr + n * sn + s[:, None] * ss + c[None, :] * sc, mask=mask, other=0.0,
+                   eviction_policy=EVICT).to(tl.float32), mask
+
+
+@triton.jit
+def _shifted_sums(x_ptr, acc, acc2, shift, first, last, c, c_mask, S, sn, sc, ss, SB,
+                  BIG: tl.constexpr, BLOCK_S: tl.constexpr, EVICT: tl.constexpr):
+    """acc += x - shift, acc2 += (x - shift)^2 over items [first, last), two per step so
+    two tiles are in flight."""
+    for w in range(first, last, 2):
+        x0, m0 = _load_item(x_ptr, w, last, c, c_mask, S, sn, sc, ss, SB, BIG, BLOCK_S, EVICT)
+        x1, m1 = _load_item(x_ptr, w + 1, last, c, c_mask, S, sn, sc, ss, SB, BIG, BLOCK_S, EVICT)
+        d0 = tl.where(m0, x0 - shift[None, :], 0.0)
+        d1 = tl.where(m1, x1 - shift[None, :], 0.0)
+        acc += d0 + d1
+        acc2 += d0 * d0 + d1 * d1
+    return acc, acc2
+
+
+@triton.jit
+def _stats_kernel(x_ptr, part_ptr, shift_ptr, N, C, S, sn, sc, ss, SB, items_per_split, keep,
+                  BIG: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, KEEP_HINT: tl.constexpr):
+    """Per channel: sum(x - shift) and sum((x - shift)^2) over this split's items; the
+    last ``keep`` items are read with the evict-last hint (KEEP_HINT)."""
     c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     split = tl.program_id(1)
     c_mask = c < C
@@ -54,14 +92,15 @@ def _stats_kernel(x_ptr, part_ptr, shift_ptr, N, C, S, sn, sc, ss, SB, items_per
     acc2 = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
     first = split * items_per_split
     last = tl.minimum(first + items_per_split, N * SB)
-    for w in range(first, last):
-        n, s0 = _work_item(w, SB, BLOCK_S, BIG)
-        s = s0 + tl.arange(0, BLOCK_S)
-        mask = (s[:, None] < S) & c_mask[None, :]
-        x = tl.load(x_ptr + n * sn + s[:, None] * ss + c[None, :] * sc, mask=mask, other=0.0).to(tl.float32)
-        d = tl.where(mask, x - shift[None, :], 0.0)
-        acc += d
-        acc2 += d * d
+    if KEEP_HINT:
+        mid = tl.maximum(last - keep, first)
+        acc, acc2 = _shifted_sums(x_ptr, acc, acc2, shift, first, mid, c, c_mask, S, sn, sc, ss, SB,
+                                  BIG, BLOCK_S, "evict_first")
+        acc, acc2 = _shifted_sums(x_ptr, acc, acc2, shift, mid, last, c, c_mask, S, sn, sc, ss, SB,
+                                  BIG, BLOCK_S, "evict_last")
+    else:
+        acc, acc2 = _shifted_sums(x_ptr, acc, acc2, shift, first, last, c, c_mask, S, sn, sc, ss, SB,
+                                  BIG, BLOCK_S, "")
     tl.store(part_ptr + split * 2 * C + c, tl.sum(acc, axis=0), mask=c_mask)
     tl.store(part_ptr + split * 2 * C + C + c, tl.sum(acc2, axis=0), mask=c_mask)
     if split == 0:
@@ -69,18 +108,29 @@ def _stats_kernel(x_ptr, part_ptr, shift_ptr, N, C, S, sn, sc, ss, SB, items_per
 
 
 @triton.jit
+def _split_sums(part_ptr, C, splits, c, mask, BLOCK_SPLITS: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Sum over the splits of part[split, 0, c] and part[split, 1, c], in float64."""
+    total = tl.zeros([BLOCK_SPLITS, BLOCK_C], tl.float64)
+    total2 = tl.zeros([BLOCK_SPLITS, BLOCK_C], tl.float64)
+    for s0 in range(0, splits, BLOCK_SPLITS):
+        split = s0 + tl.arange(0, BLOCK_SPLITS)
+        m = (split < splits)[:, None] & mask[None, :]
+        offs = split[:, None] * 2 * C + c[None, :]
+        total += tl.load(part_ptr + offs, mask=m, other=0.0).to(tl.float64)
+        total2 += tl.load(part_ptr + offs + C, mask=m, other=0.0).to(tl.float64)
+    return tl.sum(total, axis=0), tl.sum(total2, axis=0)
+
+
+@triton.jit
 def _finalize_kernel(part_ptr, shift_ptr, coef_ptr, scale_ptr, bias_ptr, rmean_ptr, rvar_ptr,
                      smean_ptr, sinv_ptr, C, splits, count, factor, eps,
-                     HAS_RUNNING: tl.constexpr, HAS_SAVED: tl.constexpr, BLOCK_C: tl.constexpr):
+                     HAS_RUNNING: tl.constexpr, HAS_SAVED: tl.constexpr, BLOCK_SPLITS: tl.constexpr,
+                     BLOCK_C: tl.constexpr):
     """Mean and biased variance per channel from the split sums; coef = (a, b) with
     a = scale / sqrt(var + eps), b = bias - mean * a."""
     c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     mask = c < C
-    total = tl.zeros([BLOCK_C], tl.float64)
-    total2 = tl.zeros([BLOCK_C], tl.float64)
-    for split in range(splits):
-        total += tl.load(part_ptr + split * 2 * C + c, mask=mask, other=0.0).to(tl.float64)
-        total2 += tl.load(part_ptr + split * 2 * C + C + c, mask=mask, other=0.0).to(tl.float64)
+    total, total2 = _split_sums(part_ptr, C, splits, c, mask, BLOCK_SPLITS, BLOCK_C)
     shift = tl.load(shift_ptr + c, mask=mask, other=0.0).to(tl.float64)
     mean_shifted = total / count
     var = tl.maximum(total2 / count - mean_shifted * mean_shifted, 0.0)
@@ -103,33 +153,50 @@ def _finalize_kernel(part_ptr, shift_ptr, coef_ptr, scale_ptr, bias_ptr, rmean_p
 
 
 @triton.jit
-def _apply_kernel(x_ptr, z_ptr, y_ptr, coef_ptr, N, C, S, SB,
-                  xsn, xsc, xss, zsn, zsc, zss, ysn, ysc, yss, alpha, beta,
-                  OPS: tl.constexpr, HAS_BETA: tl.constexpr, REVERSE: tl.constexpr, BIG: tl.constexpr,
-                  COMPUTE: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
-    """y = alpha * act(a[c] * x + b[c] (+ z)) + beta * y over one [BLOCK_S, BLOCK_C] tile."""
+def _apply_tile(C, SB, items, splits, per, BIG: tl.constexpr, L2_ORDER: tl.constexpr,
+                BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
+    """(n, positions, channels, item valid) of this program's tile. L2_ORDER walks
+    the items as (channel block, split, position from the split's end), i.e. in the
+    order the stats pass left them in the L2, newest first."""
     pid = tl.program_id(0)
     tiles_c = tl.cdiv(C, BLOCK_C)
-    if REVERSE:
-        pid = tl.num_programs(0) - 1 - pid
-    n, s0 = _work_item(pid // tiles_c, SB, BLOCK_S, BIG)
     c = (pid % tiles_c) * BLOCK_C + tl.arange(0, BLOCK_C)
-    s = s0 + tl.arange(0, BLOCK_S)
+    t = pid // tiles_c
+    if L2_ORDER:
+        split = t % splits
+        w = split * per + (per - 1 - t // splits)
+        ok = (w < items) & (t // splits < per)
+    else:
+        w = t
+        ok = w < items
+    n, s0 = _work_item(w, SB, BLOCK_S, BIG)
+    return n, s0 + tl.arange(0, BLOCK_S), c, ok
+
+
+@triton.jit
+def _apply_kernel(x_ptr, z_ptr, y_ptr, coef_ptr, N, C, S, SB, splits, per,
+                  xsn, xsc, xss, zsn, zsc, zss, ysn, ysc, yss, alpha, beta,
+                  OPS: tl.constexpr, HAS_BETA: tl.constexpr, L2_ORDER: tl.constexpr, BIG: tl.constexpr,
+                  COMPUTE: tl.constexpr, EVICT: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
+    """y = alpha * act(a[c] * x + b[c] (+ z)) + beta * y over one [BLOCK_S, BLOCK_C] tile."""
+    n, s, c, ok = _apply_tile(C, SB, N * SB, splits, per, BIG, L2_ORDER, BLOCK_S, BLOCK_C)
     c_mask = c < C
-    mask = (s[:, None] < S) & c_mask[None, :]
+    mask = (s[:, None] < S) & c_mask[None, :] & ok
     a = tl.load(coef_ptr + c, mask=c_mask, other=0.0).to(COMPUTE)
     b = tl.load(coef_ptr + C + c, mask=c_mask, other=0.0).to(COMPUTE)
-    x = tl.load(x_ptr + n * xsn + s[:, None] * xss + c[None, :] * xsc, mask=mask, other=0.0).to(COMPUTE)
+    x = tl.load(x_ptr + n * xsn + s[:, None] * xss + c[None, :] * xsc, mask=mask, other=0.0,
+                eviction_policy=EVICT).to(COMPUTE)
     y = x * a[None, :] + b[None, :]
     if OPS == 2:
-        y += tl.load(z_ptr + n * zsn + s[:, None] * zss + c[None, :] * zsc, mask=mask, other=0.0).to(COMPUTE)
+        y += tl.load(z_ptr + n * zsn + s[:, None] * zss + c[None, :] * zsc, mask=mask, other=0.0,
+                     eviction_policy=EVICT).to(COMPUTE)
     if OPS != 0:
         y = tl.maximum(y, 0.0)
     y = y * alpha
     y_off = n * ysn + s[:, None] * yss + c[None, :] * ysc
     if HAS_BETA:
         y += tl.load(y_ptr + y_off, mask=mask, other=0.0).to(COMPUTE) * beta
-    tl.store(y_ptr + y_off, y.to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(y_ptr + y_off, y.to(y_ptr.dtype.element_ty), mask=mask, eviction_policy=EVICT)
 
 
 @triton.jit
@@ -146,9 +213,25 @@ def _inference_coef_kernel(coef_ptr, scale_ptr, bias_ptr, mean_ptr, var_ptr, C, 
 
 
 @triton.jit
+def _grad_sums(x_ptr, y_ptr, dy_ptr, acc_g, acc_gx, mean, first, last, c, c_mask, S,
+               xsn, xsc, xss, ysn, ysc, yss, gsn, gsc, gss, SB,
+               RELU: tl.constexpr, BIG: tl.constexpr, BLOCK_S: tl.constexpr, EVICT: tl.constexpr):
+    for w in range(first, last):
+        g, mask = _load_item(dy_ptr, w, last, c, c_mask, S, gsn, gsc, gss, SB, BIG, BLOCK_S, EVICT)
+        if RELU:
+            y, _ = _load_item(y_ptr, w, last, c, c_mask, S, ysn, ysc, yss, SB, BIG, BLOCK_S, EVICT)
+            g = tl.where(y > 0, g, 0.0)
+        x, _ = _load_item(x_ptr, w, last, c, c_mask, S, xsn, xsc, xss, SB, BIG, BLOCK_S, EVICT)
+        acc_g += g
+        acc_gx += tl.where(mask, g * (x - mean[None, :]), 0.0)
+    return acc_g, acc_gx
+
+
+@triton.jit
 def _grad_stats_kernel(x_ptr, y_ptr, dy_ptr, part_ptr, stat_ptr, N, C, S,
-                       xsn, xsc, xss, ysn, ysc, yss, gsn, gsc, gss, SB, items_per_split,
-                       RELU: tl.constexpr, BIG: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
+                       xsn, xsc, xss, ysn, ysc, yss, gsn, gsc, gss, SB, items_per_split, keep,
+                       RELU: tl.constexpr, BIG: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr,
+                       KEEP_HINT: tl.constexpr):
     """Per channel: sum(g) and sum(g * (x - mean)) with g = dy (masked by y > 0 after a relu)."""
     c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     split = tl.program_id(1)
@@ -158,33 +241,28 @@ def _grad_stats_kernel(x_ptr, y_ptr, dy_ptr, part_ptr, stat_ptr, N, C, S,
     acc_gx = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
     first = split * items_per_split
     last = tl.minimum(first + items_per_split, N * SB)
-    for w in range(first, last):
-        n, s0 = _work_item(w, SB, BLOCK_S, BIG)
-        s = s0 + tl.arange(0, BLOCK_S)
-        mask = (s[:, None] < S) & c_mask[None, :]
-        g = tl.load(dy_ptr + n * gsn + s[:, None] * gss + c[None, :] * gsc, mask=mask, other=0.0).to(tl.float32)
-        if RELU:
-            y = tl.load(y_ptr + n * ysn + s[:, None] * yss + c[None, :] * ysc, mask=mask, other=0.0).to(tl.float32)
-            g = tl.where(y > 0, g, 0.0)
-        x = tl.load(x_ptr + n * xsn + s[:, None] * xss + c[None, :] * xsc, mask=mask, other=0.0).to(tl.float32)
-        acc_g += g
-        acc_gx += tl.where(mask, g * (x - mean[None, :]), 0.0)
+    if KEEP_HINT:
+        mid = tl.maximum(last - keep, first)
+        acc_g, acc_gx = _grad_sums(x_ptr, y_ptr, dy_ptr, acc_g, acc_gx, mean, first, mid, c, c_mask, S,
+                                   xsn, xsc, xss, ysn, ysc, yss, gsn, gsc, gss, SB, RELU, BIG, BLOCK_S, "evict_first")
+        acc_g, acc_gx = _grad_sums(x_ptr, y_ptr, dy_ptr, acc_g, acc_gx, mean, mid, last, c, c_mask, S,
+                                   xsn, xsc, xss, ysn, ysc, yss, gsn, gsc, gss, SB, RELU, BIG, BLOCK_S, "evict_last")
+    else:
+        acc_g, acc_gx = _grad_sums(x_ptr, y_ptr, dy_ptr, acc_g, acc_gx, mean, first, last, c, c_mask, S,
+                                   xsn, xsc, xss, ysn, ysc, yss, gsn, gsc, gss, SB, RELU, BIG, BLOCK_S, "")
     tl.store(part_ptr + split * 2 * C + c, tl.sum(acc_g, axis=0), mask=c_mask)
     tl.store(part_ptr + split * 2 * C + C + c, tl.sum(acc_gx, axis=0), mask=c_mask)
 
 
 @triton.jit
 def _grad_finalize_kernel(part_ptr, stat_ptr, scale_ptr, dscale_ptr, dbias_ptr, C, splits, count,
-                          alpha_p, beta_p, HAS_BETA_P: tl.constexpr, BLOCK_C: tl.constexpr):
+                          alpha_p, beta_p, HAS_BETA_P: tl.constexpr, BLOCK_SPLITS: tl.constexpr,
+                          BLOCK_C: tl.constexpr):
     """dscale = sum(g * xhat), dbias = sum(g) (blended); stat row 2, 3 <- the dx
     coefficients mean(g) and mean(g * xhat) * inv_std, row 4 <- scale * inv_std."""
     c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     mask = c < C
-    sum_g = tl.zeros([BLOCK_C], tl.float64)
-    sum_gx = tl.zeros([BLOCK_C], tl.float64)
-    for split in range(splits):
-        sum_g += tl.load(part_ptr + split * 2 * C + c, mask=mask, other=0.0).to(tl.float64)
-        sum_gx += tl.load(part_ptr + split * 2 * C + C + c, mask=mask, other=0.0).to(tl.float64)
+    sum_g, sum_gx = _split_sums(part_ptr, C, splits, c, mask, BLOCK_SPLITS, BLOCK_C)
     inv_std = tl.load(stat_ptr + C + c, mask=mask, other=0.0).to(tl.float64)
     scale = tl.load(scale_ptr + c, mask=mask, other=0.0).to(tl.float64)
     dscale = sum_gx * inv_std
@@ -202,42 +280,39 @@ def _grad_finalize_kernel(part_ptr, stat_ptr, scale_ptr, dscale_ptr, dbias_ptr, 
 
 
 @triton.jit
-def _grad_apply_kernel(x_ptr, y_ptr, dy_ptr, dx_ptr, dz_ptr, stat_ptr, N, C, S, SB,
+def _grad_apply_kernel(x_ptr, y_ptr, dy_ptr, dx_ptr, dz_ptr, stat_ptr, N, C, S, SB, splits, per,
                        xsn, xsc, xss, ysn, ysc, yss, gsn, gsc, gss, dsn, dsc, dss, zsn, zsc, zss,
                        alpha, beta, RELU: tl.constexpr, WRITE_DZ: tl.constexpr, HAS_BETA: tl.constexpr,
-                       REVERSE: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
+                       L2_ORDER: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr, EVICT: tl.constexpr,
                        BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
     """dx = k * (g - mean(g) - (x - mean) * inv_std * mean(g * xhat)), k = scale * inv_std."""
-    pid = tl.program_id(0)
-    tiles_c = tl.cdiv(C, BLOCK_C)
-    if REVERSE:
-        pid = tl.num_programs(0) - 1 - pid
-    n, s0 = _work_item(pid // tiles_c, SB, BLOCK_S, BIG)
-    c = (pid % tiles_c) * BLOCK_C + tl.arange(0, BLOCK_C)
-    s = s0 + tl.arange(0, BLOCK_S)
+    n, s, c, ok = _apply_tile(C, SB, N * SB, splits, per, BIG, L2_ORDER, BLOCK_S, BLOCK_C)
     c_mask = c < C
-    mask = (s[:, None] < S) & c_mask[None, :]
+    mask = (s[:, None] < S) & c_mask[None, :] & ok
     mean = tl.load(stat_ptr + c, mask=c_mask, other=0.0).to(COMPUTE)
     mean_g = tl.load(stat_ptr + 2 * C + c, mask=c_mask, other=0.0).to(COMPUTE)
     coef_x = tl.load(stat_ptr + 3 * C + c, mask=c_mask, other=0.0).to(COMPUTE)
     k = tl.load(stat_ptr + 4 * C + c, mask=c_mask, other=0.0).to(COMPUTE)
-    g = tl.load(dy_ptr + n * gsn + s[:, None] * gss + c[None, :] * gsc, mask=mask, other=0.0).to(COMPUTE)
+    g = tl.load(dy_ptr + n * gsn + s[:, None] * gss + c[None, :] * gsc, mask=mask, other=0.0,
+                eviction_policy=EVICT).to(COMPUTE)
     if RELU:
-        y = tl.load(y_ptr + n * ysn + s[:, None] * yss + c[None, :] * ysc, mask=mask, other=0.0).to(COMPUTE)
+        y = tl.load(y_ptr + n * ysn + s[:, None] * yss + c[None, :] * ysc, mask=mask, other=0.0,
+                    eviction_policy=EVICT).to(COMPUTE)
         g = tl.where(y > 0, g, 0.0)
     if WRITE_DZ:
         dz = g * alpha
         z_off = n * zsn + s[:, None] * zss + c[None, :] * zsc
         if HAS_BETA:
             dz += tl.load(dz_ptr + z_off, mask=mask, other=0.0).to(COMPUTE) * beta
-        tl.store(dz_ptr + z_off, dz.to(dz_ptr.dtype.element_ty), mask=mask)
-    x = tl.load(x_ptr + n * xsn + s[:, None] * xss + c[None, :] * xsc, mask=mask, other=0.0).to(COMPUTE)
+        tl.store(dz_ptr + z_off, dz.to(dz_ptr.dtype.element_ty), mask=mask, eviction_policy=EVICT)
+    x = tl.load(x_ptr + n * xsn + s[:, None] * xss + c[None, :] * xsc, mask=mask, other=0.0,
+                eviction_policy=EVICT).to(COMPUTE)
     dx = k[None, :] * (g - mean_g[None, :] - (x - mean[None, :]) * coef_x[None, :])
     dx = dx * alpha
     d_off = n * dsn + s[:, None] * dss + c[None, :] * dsc
     if HAS_BETA:
         dx += tl.load(dx_ptr + d_off, mask=mask, other=0.0).to(COMPUTE) * beta
-    tl.store(dx_ptr + d_off, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+    tl.store(dx_ptr + d_off, dx.to(dx_ptr.dtype.element_ty), mask=mask, eviction_policy=EVICT)
 
 
 # -- launch helpers ------------------------------------------------------------------------
@@ -256,7 +331,7 @@ class _Layout:
         self.N, self.C, self.S = ncs_dims(xv) if xv.dim() > 2 else (xv.shape[0], xv.shape[1], 1)
         last = channels_last(xv) if xv.dim() > 2 else False
         if last or self.S == 1:
-            self.block_c = min(triton.next_power_of_2(self.C), 64)
+            self.block_c = min(triton.next_power_of_2(self.C), 128)
             self.block_s = max(1, min(triton.next_power_of_2(self.S), TILE // self.block_c))
         else:
             self.block_s = min(triton.next_power_of_2(self.S), 512)
@@ -296,16 +371,23 @@ class _Layout:
         return ncs_strides(t) if t.dim() > 2 else (t.stride(0), t.stride(1), 0)
 
     def stats_grid(self, x):
+        """((channel blocks, splits), items per split): PROGRAMS_PER_SM programs per SM."""
         items = self.N * self.SB
         tiles_c = triton.cdiv(self.C, self.block_c)
-        target = _sm_count(x) * 8
+        target = _sm_count(x) * PROGRAMS_PER_SM
         splits = max(1, min(items, triton.cdiv(target, tiles_c)))
         per = triton.cdiv(items, splits)
         splits = triton.cdiv(items, per)
         return (tiles_c, splits), per
 
-    def apply_grid(self):
-        return (self.N * self.SB * triton.cdiv(self.C, self.block_c),)
+    def keep_items(self, splits, tensors):
+        """Items per split that the stats pass reads with the evict-last hint."""
+        item_bytes = self.block_s * self.C * self.views["x"].element_size() * tensors
+        return max(0, L2_KEEP_BYTES // max(1, item_bytes * splits))
+
+    def apply_grid(self, splits, per):
+        items = splits * per if L2_REUSE else self.N * self.SB
+        return (items * triton.cdiv(self.C, self.block_c),)
 
     @property
     def warps(self):
@@ -332,13 +414,27 @@ def _check_modes(mode, bn_ops):
                             f"NORM_ADD_ACTIVATION 2")
 
 
-def _launch_apply(lay, coef, alpha, beta, ops, reverse, x):
+def _launch_apply(lay, coef, alpha, beta, ops, x, splits, per, l2_order):
     alpha, beta = float(alpha), float(beta)
-    _apply_kernel[lay.apply_grid()](
+    if not l2_order:
+        splits, per = 1, lay.N * lay.SB
+    _apply_kernel[lay.apply_grid(splits, per) if l2_order else (lay.N * lay.SB * triton.cdiv(lay.C, lay.block_c),)](
         lay.views["x"], lay.views["z"] if lay.views.get("z") is not None else lay.views["x"], lay.views["y"], coef,
-        lay.N, lay.C, lay.S, lay.SB, *lay.strides("x"), *lay.strides("z"), *lay.strides("y"), alpha, beta,
-        OPS=int(ops), HAS_BETA=beta != 0.0, REVERSE=reverse, BIG=lay.big, COMPUTE=compute_dtype(x),
+        lay.N, lay.C, lay.S, lay.SB, splits, per, *lay.strides("x"), *lay.strides("z"), *lay.strides("y"),
+        alpha, beta, OPS=int(ops), HAS_BETA=beta != 0.0, L2_ORDER=l2_order, BIG=lay.big,
+        COMPUTE=compute_dtype(x), EVICT="evict_first" if l2_order else "",
         BLOCK_S=lay.block_s, BLOCK_C=lay.block_c, num_warps=lay.warps)
+
+
+def _launch_stats(lay, x, part, shift, splits_grid, per, keep):
+    sn, sc, ss = lay.strides("x")
+    _stats_kernel[splits_grid](lay.views["x"], part, shift, lay.N, lay.C, lay.S, sn, sc, ss, lay.SB, per, keep,
+                               BIG=lay.big, BLOCK_S=lay.block_s, BLOCK_C=lay.block_c, KEEP_HINT=keep > 0,
+                               num_warps=lay.warps)
+
+
+def _finalize_grid(C):
+    return (triton.cdiv(C, FINALIZE_BLOCK_C),)
 
 
 def batch_norm_forward_training(x, z, y, scale, bias, running_mean, running_var, saved_mean, saved_inv_var,
@@ -358,20 +454,18 @@ def batch_norm_forward_training(x, z, y, scale, bias, running_mean, running_var,
     part = torch.empty(splits * 2 * lay.C, dtype=torch.float32, device=dev)
     shift = torch.empty(lay.C, dtype=torch.float32, device=dev)
     coef = torch.empty(2 * lay.C, dtype=torch.float32, device=dev)
-    xv = lay.views["x"]
-    sn, sc, ss = lay.strides("x")
-    _stats_kernel[(tiles_c, splits)](xv, part, shift, lay.N, lay.C, lay.S, sn, sc, ss, lay.SB, per,
-                                     BIG=lay.big, BLOCK_S=lay.block_s, BLOCK_C=lay.block_c, num_warps=lay.warps)
+    _launch_stats(lay, x, part, shift, (tiles_c, splits), per, lay.keep_items(splits, 1) if L2_REUSE else 0)
     p = lay.params
     has_running = p["rmean"] is not None and p["rvar"] is not None
     has_saved = p["smean"] is not None and p["sinv"] is not None
     count = lay.N * lay.S
-    _finalize_kernel[(triton.cdiv(lay.C, 128),)](
+    _finalize_kernel[_finalize_grid(lay.C)](
         part, shift, coef, p["scale"], p["bias"], p["rmean"] if has_running else coef,
         p["rvar"] if has_running else coef, p["smean"] if has_saved else coef, p["sinv"] if has_saved else coef,
         lay.C, splits, float(count), float(exp_avg_factor), float(epsilon),
-        HAS_RUNNING=has_running, HAS_SAVED=has_saved, BLOCK_C=128)
-    _launch_apply(lay, coef, alpha, beta, bn_ops, True, x)
+        HAS_RUNNING=has_running, HAS_SAVED=has_saved, BLOCK_SPLITS=BLOCK_SPLITS, BLOCK_C=FINALIZE_BLOCK_C,
+        num_warps=8)
+    _launch_apply(lay, coef, alpha, beta, bn_ops, x, splits, per, L2_REUSE)
     lay.staging.finish()
 
 
@@ -389,7 +483,7 @@ def batch_norm_forward_inference(x, z, y, scale, bias, mean, var, mode, epsilon,
     p = lay.params
     _inference_coef_kernel[(triton.cdiv(lay.C, 128),)](coef, p["scale"], p["bias"], p["mean"], p["var"], lay.C,
                                                       float(epsilon), BLOCK_C=128)
-    _launch_apply(lay, coef, alpha, beta, bn_ops, False, x)
+    _launch_apply(lay, coef, alpha, beta, bn_ops, x, 1, lay.N * lay.SB, False)
     lay.staging.finish()
 
 
@@ -422,19 +516,23 @@ def batch_norm_backward(x, y, dy, dz, dx, scale, bias, dscale, dbias, saved_mean
     (tiles_c, splits), per = lay.stats_grid(x)
     part = torch.empty(splits * 2 * C, dtype=torch.float32, device=dev)
     v = lay.views
+    keep = lay.keep_items(splits, 3 if relu else 2) if L2_REUSE else 0
     _grad_stats_kernel[(tiles_c, splits)](
         v["x"], v["y"] if relu else v["x"], v["dy"], part, stat, lay.N, C, lay.S,
-        *lay.strides("x"), *lay.strides("y"), *lay.strides("dy"), lay.SB, per,
-        RELU=relu, BIG=lay.big, BLOCK_S=lay.block_s, BLOCK_C=lay.block_c, num_warps=lay.warps)
-    _grad_finalize_kernel[(triton.cdiv(C, 128),)](
+        *lay.strides("x"), *lay.strides("y"), *lay.strides("dy"), lay.SB, per, keep,
+        RELU=relu, BIG=lay.big, BLOCK_S=lay.block_s, BLOCK_C=lay.block_c, KEEP_HINT=keep > 0, num_warps=lay.warps)
+    _grad_finalize_kernel[_finalize_grid(C)](
         part, stat, p["scale"], p["dscale"], p["dbias"], C, splits, float(lay.N * lay.S),
-        float(alpha_param), float(beta_param), HAS_BETA_P=float(beta_param) != 0.0, BLOCK_C=128)
-    _grad_apply_kernel[lay.apply_grid()](
+        float(alpha_param), float(beta_param), HAS_BETA_P=float(beta_param) != 0.0, BLOCK_SPLITS=BLOCK_SPLITS,
+        BLOCK_C=FINALIZE_BLOCK_C, num_warps=8)
+    apply_splits, apply_per = (splits, per) if L2_REUSE else (1, lay.N * lay.SB)
+    _grad_apply_kernel[lay.apply_grid(splits, per) if L2_REUSE else (lay.N * lay.SB * triton.cdiv(C, lay.block_c),)](
         v["x"], v["y"] if relu else v["x"], v["dy"], v["dx"], v["dz"] if write_dz else v["dx"], stat,
-        lay.N, C, lay.S, lay.SB, *lay.strides("x"), *lay.strides("y"), *lay.strides("dy"),
+        lay.N, C, lay.S, lay.SB, apply_splits, apply_per, *lay.strides("x"), *lay.strides("y"), *lay.strides("dy"),
         *lay.strides("dx"), *lay.strides("dz"), float(alpha_data), float(beta_data),
-        RELU=relu, WRITE_DZ=write_dz, HAS_BETA=read_data, REVERSE=True, BIG=lay.big,
-        COMPUTE=compute_dtype(x), BLOCK_S=lay.block_s, BLOCK_C=lay.block_c, num_warps=lay.warps)
+        RELU=relu, WRITE_DZ=write_dz, HAS_BETA=read_data, L2_ORDER=L2_REUSE, BIG=lay.big,
+        COMPUTE=compute_dtype(x), EVICT="evict_first" if L2_REUSE else "",
+        BLOCK_S=lay.block_s, BLOCK_C=lay.block_c, num_warps=lay.warps)
     lay.staging.finish()
 
 
@@ -446,9 +544,8 @@ def _recompute_stats(lay, stat, epsilon, x):
     shift = torch.empty(C, dtype=torch.float32, device=x.device)
     coef = torch.empty(2 * C, dtype=torch.float32, device=x.device)
     ones = torch.ones(C, dtype=torch.float32, device=x.device)
-    sn, sc, ss = lay.strides("x")
-    _stats_kernel[(tiles_c, splits)](lay.views["x"], part, shift, lay.N, C, lay.S, sn, sc, ss, lay.SB, per,
-                                     BIG=lay.big, BLOCK_S=lay.block_s, BLOCK_C=lay.block_c, num_warps=lay.warps)
-    _finalize_kernel[(triton.cdiv(C, 128),)](
+    _launch_stats(lay, x, part, shift, (tiles_c, splits), per, 0)
+    _finalize_kernel[_finalize_grid(C)](
         part, shift, coef, ones, ones, coef, coef, stat, stat[C:], C, splits, float(lay.N * lay.S), 0.0,
-        float(epsilon), HAS_RUNNING=False, HAS_SAVED=True, BLOCK_C=128)
+        float(epsilon), HAS_RUNNING=False, HAS_SAVED=True, BLOCK_SPLITS=BLOCK_SPLITS, BLOCK_C=FINALIZE_BLOCK_C,
+        num_warps=8)
