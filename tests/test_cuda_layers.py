@@ -445,6 +445,41 @@ def test_group_norm(groups, layout, dtype, rng):
     check(dbias, db_ref, dt, "dbias")
 
 
+@pytest.mark.parametrize("design", ["always", "never"], ids=["split", "fused"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("saved", [True, False], ids=["saved", "recomputed"])
+def test_group_norm_designs(design, layout, saved, rng, monkeypatch):
+    """Both group-norm designs in both layouts; the split design with several splits per
+    sample (a short last one) and backward statistics given or recomputed."""
+    monkeypatch.setattr(norms, "GROUP_NORM_SPLIT", design)
+    monkeypatch.setattr(norms, "SPLITS_PER_SAMPLE", 4)
+    monkeypatch.setattr(norms, "GN_TILE", 16)
+    shape, groups = (2, 8, 5, 7), 4
+    x = make(shape, layout, rng=rng, scale=2.0)
+    x.add_(3.0)
+    scale = torch.as_tensor(rng.standard_normal(8), dtype=torch.float32, device=DEVICE)
+    bias = torch.as_tensor(rng.standard_normal(8), dtype=torch.float32, device=DEVICE)
+    y = make(shape, layout, rng=rng)
+    old_y = f64(y)
+    mean = torch.full((2, groups), float("nan"), device=DEVICE)
+    inv = torch.full((2, groups), float("nan"), device=DEVICE)
+    norms.group_norm_forward(x, y, scale, bias, mean, inv, groups, 1e-5, 2.0, 0.5)
+    y_ref, mean_ref, inv_ref = ref_norm.group_norm(f64(x), f64(scale), f64(bias), groups, 1e-5)
+    check(y, 2.0 * y_ref + 0.5 * old_y, torch.float32, "y", scale=2.0)
+    check(mean, mean_ref, torch.float32, "mean")
+    check(inv, inv_ref, torch.float32, "inv_std")
+    dy = make(shape, layout, rng=rng)
+    dx = poisoned(shape, layout)
+    dscale = torch.full((8,), float("nan"), device=DEVICE)
+    dbias = torch.full((8,), float("nan"), device=DEVICE)
+    stats = (mean, inv) if saved else (None, None)
+    norms.group_norm_backward(x, dy, dx, scale, dscale, dbias, *stats, groups, 1.0, 0.0)
+    dx_ref, ds_ref, db_ref = ref_norm.group_norm_backward(f64(x), f64(dy), f64(scale), groups, 1e-5)
+    check(dx, dx_ref, torch.float32, "dx", scale=3.0)
+    check(dscale, ds_ref, torch.float32, "dscale")
+    check(dbias, db_ref, torch.float32, "dbias")
+
+
 # -- LRN ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("lrn_n", [1, 4, 5])
 @pytest.mark.parametrize("layout", LAYOUTS)

@@ -18,10 +18,11 @@ Training is two passes over x with a small per-channel step between them:
 3. ``_apply_kernel``: y = act(a[c] * x + b[c] (+ z)).
 x is read twice, so the bytes are 3x the tensor (4x with z) against the 2x of one
 read and one write; the L2 (50 MB on the H200) can serve part of the second read.
-With L2_REUSE, step 1 reads the last ``keep`` items of every split with the
-evict-last hint, and step 3 walks the items in reverse position within the splits
-(the items step 1 read last, in every split at once, come first) with evict-first
-loads and stores, so those reads hit the L2. The backward pass has the same shape: a
+Step 1 runs as one resident wave (PROGRAMS_PER_SM per SM), so all splits advance
+together and the L2 ends up holding the tail of every split. With L2_REUSE, step 1
+reads the last ``keep`` items of every split with the evict-last hint, and step 3
+walks the items by position from the end of the splits (the tails first, across all
+splits) with evict-first loads and stores, so those reads hit the L2. The backward pass has the same shape: a
 reduction of (sum g, sum g * xhat), a finalize that writes dscale/dbias, and an apply
 that writes dx (and dz)."""
 from __future__ import annotations
@@ -37,7 +38,7 @@ from .layer_utils import NCSStaging, channels_last, check_dtypes, compute_dtype,
 PER_ACTIVATION, SPATIAL, SPATIAL_PERSISTENT = 0, 1, 2
 NORM, NORM_ACTIVATION, NORM_ADD_ACTIVATION = 0, 1, 2
 TILE = 4096
-PROGRAMS_PER_SM = 4          # reduction programs (each keeps two tiles in flight)
+PROGRAMS_PER_SM = 2          # reduction programs: one resident wave (each keeps 4 tiles in flight)
 L2_REUSE = True              # the apply pass re-reads what the stats pass read last from the L2
 L2_KEEP_BYTES = 24 << 20     # how much of each reduced tensor the stats pass asks the L2 to keep
 BLOCK_SPLITS = 128           # splits combined per finalize step
@@ -67,15 +68,19 @@ def _load_item(ptr, w, items, c, c_mask, S, sn, sc, ss, SB, BIG: tl.constexpr, B
 @triton.jit
 def _shifted_sums(x_ptr, acc, acc2, shift, first, last, c, c_mask, S, sn, sc, ss, SB,
                   BIG: tl.constexpr, BLOCK_S: tl.constexpr, EVICT: tl.constexpr):
-    """acc += x - shift, acc2 += (x - shift)^2 over items [first, last), two per step so
-    two tiles are in flight."""
-    for w in range(first, last, 2):
+    """acc += x - shift, acc2 += (x - shift)^2 over items [first, last), four per step so
+    four tiles are in flight."""
+    for w in range(first, last, 4):
         x0, m0 = _load_item(x_ptr, w, last, c, c_mask, S, sn, sc, ss, SB, BIG, BLOCK_S, EVICT)
         x1, m1 = _load_item(x_ptr, w + 1, last, c, c_mask, S, sn, sc, ss, SB, BIG, BLOCK_S, EVICT)
+        x2, m2 = _load_item(x_ptr, w + 2, last, c, c_mask, S, sn, sc, ss, SB, BIG, BLOCK_S, EVICT)
+        x3, m3 = _load_item(x_ptr, w + 3, last, c, c_mask, S, sn, sc, ss, SB, BIG, BLOCK_S, EVICT)
         d0 = tl.where(m0, x0 - shift[None, :], 0.0)
         d1 = tl.where(m1, x1 - shift[None, :], 0.0)
-        acc += d0 + d1
-        acc2 += d0 * d0 + d1 * d1
+        d2 = tl.where(m2, x2 - shift[None, :], 0.0)
+        d3 = tl.where(m3, x3 - shift[None, :], 0.0)
+        acc += (d0 + d1) + (d2 + d3)
+        acc2 += (d0 * d0 + d1 * d1) + (d2 * d2 + d3 * d3)
     return acc, acc2
 
 
@@ -216,14 +221,17 @@ def _inference_coef_kernel(coef_ptr, scale_ptr, bias_ptr, mean_ptr, var_ptr, C, 
 def _grad_sums(x_ptr, y_ptr, dy_ptr, acc_g, acc_gx, mean, first, last, c, c_mask, S,
                xsn, xsc, xss, ysn, ysc, yss, gsn, gsc, gss, SB,
                RELU: tl.constexpr, BIG: tl.constexpr, BLOCK_S: tl.constexpr, EVICT: tl.constexpr):
-    for w in range(first, last):
-        g, mask = _load_item(dy_ptr, w, last, c, c_mask, S, gsn, gsc, gss, SB, BIG, BLOCK_S, EVICT)
-        if RELU:
-            y, _ = _load_item(y_ptr, w, last, c, c_mask, S, ysn, ysc, yss, SB, BIG, BLOCK_S, EVICT)
-            g = tl.where(y > 0, g, 0.0)
-        x, _ = _load_item(x_ptr, w, last, c, c_mask, S, xsn, xsc, xss, SB, BIG, BLOCK_S, EVICT)
-        acc_g += g
-        acc_gx += tl.where(mask, g * (x - mean[None, :]), 0.0)
+    """acc_g += g, acc_gx += g * (x - mean) over items [first, last), two per step."""
+    for w0 in range(first, last, 2):
+        for u in tl.static_range(2):
+            w = w0 + u
+            g, mask = _load_item(dy_ptr, w, last, c, c_mask, S, gsn, gsc, gss, SB, BIG, BLOCK_S, EVICT)
+            if RELU:
+                y, _ = _load_item(y_ptr, w, last, c, c_mask, S, ysn, ysc, yss, SB, BIG, BLOCK_S, EVICT)
+                g = tl.where(y > 0, g, 0.0)
+            x, _ = _load_item(x_ptr, w, last, c, c_mask, S, xsn, xsc, xss, SB, BIG, BLOCK_S, EVICT)
+            acc_g += g
+            acc_gx += tl.where(mask, g * (x - mean[None, :]), 0.0)
     return acc_g, acc_gx
 
 

@@ -333,38 +333,75 @@ def rms_norm_backward(x, dy, dx, scale, dscale, inv_rms, norm_ndim, alpha=1.0, b
 
 
 # -- group norm ------------------------------------------------------------------------------
+# Two designs, chosen per layout (GROUP_NORM_SPLIT):
+# - fused: one program per (n, group) reads its group twice (statistics, then normalize);
+#   the second read is of data the same program just read, so it comes from the L2. Good
+#   when a group is one contiguous run (NCHW: 8 planes of 3136 values = 50 KB).
+# - split: channels-last groups are 8 channels of every pixel, 16-byte pieces 512 bytes
+#   apart, so a per-group program would fetch a sector per 16 bytes. Instead (like batch
+#   norm) a statistics kernel reads [pixels, 128+ channels] tiles of each sample in
+#   runs (one resident wave of programs) and writes per-channel shifted sums, a finalize kernel per
+#   (n, group) combines them (float64) into the group's mean and 1/std and per-(n, c)
+#   coefficients, and an elementwise kernel applies them, walking the tiles in the order
+#   the statistics kernel left them in the L2 (newest first).
+GROUP_NORM_SPLIT = "channels_last"  # "channels_last", "always" or "never"
+SPLITS_PER_SAMPLE = None  # None: as many as one resident wave of GN_PROGRAMS_PER_SM per SM allows
+GN_PROGRAMS_PER_SM = 2
+GN_TILE = 4096
+
+
 @triton.jit
 def _group_offsets(n, s, c, sn, ss, sc):
     return n * sn + s[:, None] * ss + c[None, :] * sc
 
 
 @triton.jit
+def _group_channels(g, CG, BLOCK_C: tl.constexpr, EXACT: tl.constexpr):
+    """Channels of group g (EXACT: CG == BLOCK_C, so Triton sees aligned runs)."""
+    if EXACT:
+        c = g * BLOCK_C + tl.arange(0, BLOCK_C)
+    else:
+        c = g * CG + tl.arange(0, BLOCK_C)
+    return c, tl.arange(0, BLOCK_C) < CG
+
+
+@triton.jit
+def _group_moments(x_ptr, n, c, c_mask, S, xsn, xss, xsc, shift, BLOCK_S: tl.constexpr):
+    """sum(x - shift) and sum((x - shift)^2) over the group, two tiles in flight."""
+    acc = tl.zeros([BLOCK_S, c.shape[0]], tl.float32)
+    acc2 = tl.zeros([BLOCK_S, c.shape[0]], tl.float32)
+    for s0 in range(0, S, 2 * BLOCK_S):
+        s = s0 + tl.arange(0, BLOCK_S)
+        m0 = (s[:, None] < S) & c_mask[None, :]
+        m1 = (s[:, None] + BLOCK_S < S) & c_mask[None, :]
+        x0 = tl.load(x_ptr + _group_offsets(n, s, c, xsn, xss, xsc), mask=m0, other=0.0).to(tl.float32)
+        x1 = tl.load(x_ptr + _group_offsets(n, s + BLOCK_S, c, xsn, xss, xsc), mask=m1, other=0.0).to(tl.float32)
+        d0 = tl.where(m0, x0 - shift, 0.0)
+        d1 = tl.where(m1, x1 - shift, 0.0)
+        acc += d0 + d1
+        acc2 += d0 * d0 + d1 * d1
+    return tl.sum(tl.sum(acc, axis=1), axis=0), tl.sum(tl.sum(acc2, axis=1), axis=0)
+
+
+@triton.jit
 def _group_norm_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_ptr, G, CG, S,
                                xsn, xsc, xss, ysn, ysc, yss, eps, alpha, beta,
                                SAVE: tl.constexpr, HAS_BETA: tl.constexpr, BIG: tl.constexpr,
-                               COMPUTE: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
-    """One (n, group) per program: a statistics loop, then a normalize loop that
+                               COMPUTE: tl.constexpr, EXACT: tl.constexpr,
+                               BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Fused: one (n, group) per program: a statistics loop, then a normalize loop that
     re-reads the group (still in L2: it was just read)."""
     pid = tl.program_id(0)
     n = pid // G
     g = pid % G
     if BIG:
         n = n.to(tl.int64)
-    c = g * CG + tl.arange(0, BLOCK_C)
-    c_mask = tl.arange(0, BLOCK_C) < CG
+    c, c_mask = _group_channels(g, CG, BLOCK_C, EXACT)
     shift = tl.load(x_ptr + n * xsn + g * CG * xsc).to(tl.float32)
-    acc = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
-    acc2 = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
-    for s0 in range(0, S, BLOCK_S):
-        s = s0 + tl.arange(0, BLOCK_S)
-        mask = (s[:, None] < S) & c_mask[None, :]
-        x = tl.load(x_ptr + _group_offsets(n, s, c, xsn, xss, xsc), mask=mask, other=0.0).to(tl.float32)
-        d = tl.where(mask, x - shift, 0.0)
-        acc += d
-        acc2 += d * d
+    s1, s2 = _group_moments(x_ptr, n, c, c_mask, S, xsn, xss, xsc, shift, BLOCK_S)
     count = CG * S
-    m_shift = tl.sum(tl.sum(acc, axis=1), axis=0) / count
-    var = tl.maximum(tl.sum(tl.sum(acc2, axis=1), axis=0) / count - m_shift * m_shift, 0.0)
+    m_shift = s1 / count
+    var = tl.maximum(s2 / count - m_shift * m_shift, 0.0)
     mean = m_shift + shift
     inv = 1.0 / tl.sqrt(var + eps)
     if SAVE:
@@ -389,45 +426,39 @@ def _group_norm_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_
 def _group_norm_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_ptr, part_ptr, G, CG, S, C,
                                 xsn, xsc, xss, gsn, gsc, gss, dsn, dsc, dss, eps, alpha, beta,
                                 HAS_STATS: tl.constexpr, HAS_BETA: tl.constexpr, BIG: tl.constexpr,
-                                COMPUTE: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
-    """dx for one (n, group); per-channel partial dscale/dbias for this n into part[n]."""
+                                COMPUTE: tl.constexpr, EXACT: tl.constexpr,
+                                BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Fused: dx for one (n, group); per-channel partial dscale/dbias for this n into part[n]."""
     pid = tl.program_id(0)
     n = pid // G
     g = pid % G
     if BIG:
         n = n.to(tl.int64)
-    c = g * CG + tl.arange(0, BLOCK_C)
-    c_mask = tl.arange(0, BLOCK_C) < CG
+    c, c_mask = _group_channels(g, CG, BLOCK_C, EXACT)
     count = CG * S
     if HAS_STATS:
         mean = tl.load(mean_ptr + pid).to(tl.float32)
         inv = tl.load(inv_ptr + pid).to(tl.float32)
     else:
         shift = tl.load(x_ptr + n * xsn + g * CG * xsc).to(tl.float32)
-        acc = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
-        acc2 = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
-        for s0 in range(0, S, BLOCK_S):
-            s = s0 + tl.arange(0, BLOCK_S)
-            mask = (s[:, None] < S) & c_mask[None, :]
-            x = tl.load(x_ptr + _group_offsets(n, s, c, xsn, xss, xsc), mask=mask, other=0.0).to(tl.float32)
-            d = tl.where(mask, x - shift, 0.0)
-            acc += d
-            acc2 += d * d
-        m_shift = tl.sum(tl.sum(acc, axis=1), axis=0) / count
-        var = tl.maximum(tl.sum(tl.sum(acc2, axis=1), axis=0) / count - m_shift * m_shift, 0.0)
+        s1, s2 = _group_moments(x_ptr, n, c, c_mask, S, xsn, xss, xsc, shift, BLOCK_S)
+        m_shift = s1 / count
+        var = tl.maximum(s2 / count - m_shift * m_shift, 0.0)
         mean = m_shift + shift
         inv = 1.0 / tl.sqrt(var + eps)
     w = tl.load(scale_ptr + c, mask=c_mask, other=0.0).to(tl.float32)
     sum_dy = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
     sum_dyx = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
-    for s0 in range(0, S, BLOCK_S):
+    for s0 in range(0, S, 2 * BLOCK_S):
         s = s0 + tl.arange(0, BLOCK_S)
-        mask = (s[:, None] < S) & c_mask[None, :]
-        x = tl.load(x_ptr + _group_offsets(n, s, c, xsn, xss, xsc), mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(dy_ptr + _group_offsets(n, s, c, gsn, gss, gsc), mask=mask, other=0.0).to(tl.float32)
-        xhat = tl.where(mask, (x - mean) * inv, 0.0)
-        sum_dy += dy
-        sum_dyx += dy * xhat
+        m0 = (s[:, None] < S) & c_mask[None, :]
+        m1 = (s[:, None] + BLOCK_S < S) & c_mask[None, :]
+        x0 = tl.load(x_ptr + _group_offsets(n, s, c, xsn, xss, xsc), mask=m0, other=0.0).to(tl.float32)
+        dy0 = tl.load(dy_ptr + _group_offsets(n, s, c, gsn, gss, gsc), mask=m0, other=0.0).to(tl.float32)
+        x1 = tl.load(x_ptr + _group_offsets(n, s + BLOCK_S, c, xsn, xss, xsc), mask=m1, other=0.0).to(tl.float32)
+        dy1 = tl.load(dy_ptr + _group_offsets(n, s + BLOCK_S, c, gsn, gss, gsc), mask=m1, other=0.0).to(tl.float32)
+        sum_dy += dy0 + dy1
+        sum_dyx += dy0 * tl.where(m0, (x0 - mean) * inv, 0.0) + dy1 * tl.where(m1, (x1 - mean) * inv, 0.0)
     ch_dy = tl.sum(sum_dy, axis=0)
     ch_dyx = tl.sum(sum_dyx, axis=0)
     tl.store(part_ptr + n * 2 * C + c, ch_dyx, mask=c_mask)
@@ -447,6 +478,148 @@ def _group_norm_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_
         tl.store(dx_ptr + d_off, dx.to(dx_ptr.dtype.element_ty), mask=mask)
 
 
+# split design: statistics over [BLOCK_S, BLOCK_C] tiles of each sample's split runs
+@triton.jit
+def _split_item(split, j, SPS, per, SB, BIG: tl.constexpr):
+    """(n, block index within the sample, valid) of item j of split ``split``."""
+    n = split // SPS
+    blk = (split % SPS) * per + j
+    if BIG:
+        n = n.to(tl.int64)
+    return n, blk, (j < per) & (blk < SB)
+
+
+@triton.jit
+def _gn_stats_kernel(x_ptr, dy_ptr, mean_ptr, inv_ptr, part_ptr, C, S, G, CG, SB, SPS, per,
+                     xsn, xsc, xss, gsn, gsc, gss,
+                     GRAD: tl.constexpr, BIG: tl.constexpr, UNROLL: tl.constexpr, BLOCK_S: tl.constexpr,
+                     BLOCK_C: tl.constexpr):
+    """Per channel over this split's pixels (UNROLL tiles in flight): forward (GRAD off) sum(x - shift) and
+    sum((x - shift)^2) with shift = x[n, c, 0]; backward sum(dy) and sum(dy * x_hat)
+    with x_hat = (x - mean[n, g]) * inv[n, g]. Into part[split, 2, C]."""
+    c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    split = tl.program_id(1)
+    c_mask = c < C
+    n, _, _ = _split_item(split, 0, SPS, per, SB, BIG)
+    if GRAD:
+        ng = n * G + c // CG
+        ca = tl.load(inv_ptr + ng, mask=c_mask, other=0.0).to(tl.float32)
+        cb = -tl.load(mean_ptr + ng, mask=c_mask, other=0.0).to(tl.float32) * ca
+    else:
+        shift = tl.load(x_ptr + n * xsn + c * xsc, mask=c_mask, other=0.0).to(tl.float32)
+    acc = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
+    acc2 = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
+    for j in range(0, per, UNROLL):
+        for u in tl.static_range(UNROLL):
+            n, blk, ok = _split_item(split, j + u, SPS, per, SB, BIG)
+            s = blk * BLOCK_S + tl.arange(0, BLOCK_S)
+            mask = (s[:, None] < S) & c_mask[None, :] & ok
+            x = tl.load(x_ptr + _group_offsets(n, s, c, xsn, xss, xsc), mask=mask, other=0.0).to(tl.float32)
+            if GRAD:
+                dy = tl.load(dy_ptr + _group_offsets(n, s, c, gsn, gss, gsc), mask=mask, other=0.0).to(tl.float32)
+                acc += dy
+                acc2 += tl.where(mask, dy * (x * ca[None, :] + cb[None, :]), 0.0)
+            else:
+                d = tl.where(mask, x - shift[None, :], 0.0)
+                acc += d
+                acc2 += d * d
+    tl.store(part_ptr + split * 2 * C + c, tl.sum(acc, axis=0), mask=c_mask)
+    tl.store(part_ptr + split * 2 * C + C + c, tl.sum(acc2, axis=0), mask=c_mask)
+
+
+@triton.jit
+def _gn_finalize_kernel(part_ptr, x_ptr, scale_ptr, bias_ptr, mean_ptr, inv_ptr, coef_ptr, dpart_ptr,
+                        G, CG, C, S, SPS, xsn, xsc, eps,
+                        GRAD: tl.constexpr, HAS_BIAS: tl.constexpr, SAVE: tl.constexpr, BIG: tl.constexpr,
+                        BLOCK_SPS: tl.constexpr, BLOCK_CG: tl.constexpr):
+    """One (n, group): combine the splits' per-channel sums (float64).
+    Forward: mean and 1/std (saved when SAVE), then coef[n, :, c] = (a, b) with
+    y = a x + b, and (for the backward) x_hat = coef2[n, :, c] = (inv, -mean inv).
+    Backward: mean(g) and mean(g x_hat) with g = dy * scale, dpart[n, :, c] =
+    (sum dy x_hat, sum dy), and coef[n, :, c] = (p, q, r) with dx = p dy + q x + r."""
+    pid = tl.program_id(0)
+    n = pid // G
+    g = pid % G
+    if BIG:
+        n = n.to(tl.int64)
+    cg = tl.arange(0, BLOCK_CG)
+    c = g * CG + cg
+    c_mask = cg < CG
+    sp = tl.arange(0, BLOCK_SPS)
+    m = (sp < SPS)[:, None] & c_mask[None, :]
+    offs = (n * SPS + sp)[:, None] * 2 * C + c[None, :]
+    t1 = tl.sum(tl.load(part_ptr + offs, mask=m, other=0.0).to(tl.float64), axis=0)
+    t2 = tl.sum(tl.load(part_ptr + offs + C, mask=m, other=0.0).to(tl.float64), axis=0)
+    w = tl.load(scale_ptr + c, mask=c_mask, other=0.0).to(tl.float64)
+    count = CG * S
+    if GRAD:
+        mean = tl.load(mean_ptr + pid).to(tl.float64)
+        inv = tl.load(inv_ptr + pid).to(tl.float64)
+        mean_g = tl.sum(t1 * w, axis=0) / count
+        mean_gx = tl.sum(t2 * w, axis=0) / count
+        tl.store(dpart_ptr + n * 2 * C + c, t2.to(tl.float32), mask=c_mask)
+        tl.store(dpart_ptr + n * 2 * C + C + c, t1.to(tl.float32), mask=c_mask)
+        tl.store(coef_ptr + n * 3 * C + c, (inv * w).to(tl.float32), mask=c_mask)
+        zero = tl.zeros([BLOCK_CG], tl.float32)
+        tl.store(coef_ptr + n * 3 * C + C + c, zero + (-inv * inv * mean_gx).to(tl.float32), mask=c_mask)
+        tl.store(coef_ptr + n * 3 * C + 2 * C + c, zero + (inv * (mean * inv * mean_gx - mean_g)).to(tl.float32),
+                 mask=c_mask)
+    else:
+        # channel c's sums are shifted by its own first value: move them all to the group's mean
+        shift = tl.load(x_ptr + n * xsn + c * xsc, mask=c_mask, other=0.0).to(tl.float64)
+        mean = tl.sum(t1 + S * shift, axis=0) / count
+        d = tl.where(c_mask, shift - mean, 0.0)
+        var = tl.maximum(tl.sum(t2 + 2.0 * d * t1 + S * d * d, axis=0) / count, 0.0)
+        inv = 1.0 / tl.sqrt(var + eps)
+        if SAVE:
+            tl.store(mean_ptr + pid, mean.to(mean_ptr.dtype.element_ty))
+            tl.store(inv_ptr + pid, inv.to(inv_ptr.dtype.element_ty))
+        a = w * inv
+        if HAS_BIAS:
+            b = tl.load(bias_ptr + c, mask=c_mask, other=0.0).to(tl.float64) - mean * a
+        else:
+            b = -mean * a
+        tl.store(coef_ptr + n * 2 * C + c, a.to(tl.float32), mask=c_mask)
+        tl.store(coef_ptr + n * 2 * C + C + c, b.to(tl.float32), mask=c_mask)
+
+
+@triton.jit
+def _gn_apply_kernel(x_ptr, dy_ptr, out_ptr, coef_ptr, C, S, SB, SPS, per, splits,
+                     xsn, xsc, xss, gsn, gsc, gss, osn, osc, oss, alpha, beta,
+                     GRAD: tl.constexpr, HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
+                     BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Forward y = a x + b; backward dx = p dy + q x + r (coefficients per (n, c)).
+    Tiles in L2 order: (channel block, split, position from the split's end)."""
+    pid = tl.program_id(0)
+    tiles_c = tl.cdiv(C, BLOCK_C)
+    c = (pid % tiles_c) * BLOCK_C + tl.arange(0, BLOCK_C)
+    t = pid // tiles_c
+    split = t % splits
+    n, blk, ok = _split_item(split, per - 1 - t // splits, SPS, per, SB, BIG)
+    ok = ok & (t // splits < per)
+    s = blk * BLOCK_S + tl.arange(0, BLOCK_S)
+    c_mask = c < C
+    mask = (s[:, None] < S) & c_mask[None, :] & ok
+    x = tl.load(x_ptr + _group_offsets(n, s, c, xsn, xss, xsc), mask=mask, other=0.0,
+                eviction_policy="evict_first").to(COMPUTE)
+    if GRAD:
+        p = tl.load(coef_ptr + n * 3 * C + c, mask=c_mask, other=0.0).to(COMPUTE)
+        q = tl.load(coef_ptr + n * 3 * C + C + c, mask=c_mask, other=0.0).to(COMPUTE)
+        r = tl.load(coef_ptr + n * 3 * C + 2 * C + c, mask=c_mask, other=0.0).to(COMPUTE)
+        dy = tl.load(dy_ptr + _group_offsets(n, s, c, gsn, gss, gsc), mask=mask, other=0.0,
+                     eviction_policy="evict_first").to(COMPUTE)
+        out = dy * p[None, :] + x * q[None, :] + r[None, :]
+    else:
+        a = tl.load(coef_ptr + n * 2 * C + c, mask=c_mask, other=0.0).to(COMPUTE)
+        b = tl.load(coef_ptr + n * 2 * C + C + c, mask=c_mask, other=0.0).to(COMPUTE)
+        out = x * a[None, :] + b[None, :]
+    out = out * alpha
+    o_off = _group_offsets(n, s, c, osn, oss, osc)
+    if HAS_BETA:
+        out += tl.load(out_ptr + o_off, mask=mask, other=0.0).to(COMPUTE) * beta
+    tl.store(out_ptr + o_off, out.to(out_ptr.dtype.element_ty), mask=mask, eviction_policy="evict_first")
+
+
 def _group_setup(x, groups):
     groups = int(groups)
     C = x.shape[1]
@@ -456,13 +629,103 @@ def _group_setup(x, groups):
 
 
 def _group_tiles(x, CG, S):
+    """(BLOCK_S, BLOCK_C, warps) of the fused kernels: the group's channels x positions."""
     block_c = triton.next_power_of_2(CG)
-    if channels_last(x):
-        block_s = max(1, min(triton.next_power_of_2(S), max(1, 4096 // block_c)))
-    else:
-        block_s = max(1, min(triton.next_power_of_2(S), max(1, 4096 // block_c)))
+    block_s = max(1, min(triton.next_power_of_2(S), max(1, 4096 // block_c)))
     warps = 8 if block_s * block_c >= 2048 else 4
     return block_s, block_c, warps
+
+
+def _use_split(xv):
+    if GROUP_NORM_SPLIT == "always":
+        return True
+    return GROUP_NORM_SPLIT == "channels_last" and channels_last(xv)
+
+
+class _SplitPlan:
+    """Tiles and splits of the split design for an (N, C, S) view."""
+
+    def __init__(self, xv, N, C, S):
+        sms = torch.cuda.get_device_properties(xv.device).multi_processor_count if xv.device.type == "cuda" else 2
+        if channels_last(xv):
+            self.block_c = min(triton.next_power_of_2(C), 128)
+            self.block_s = max(1, min(triton.next_power_of_2(S), GN_TILE // self.block_c))
+        else:
+            self.block_s = min(triton.next_power_of_2(S), 512, GN_TILE)
+            self.block_c = max(1, min(triton.next_power_of_2(C), GN_TILE // self.block_s))
+        self.SB = triton.cdiv(S, self.block_s)
+        self.tiles_c = triton.cdiv(C, self.block_c)
+        wanted = SPLITS_PER_SAMPLE or max(1, sms * GN_PROGRAMS_PER_SM // (N * self.tiles_c))
+        self.per = triton.cdiv(self.SB, min(self.SB, wanted))
+        self.sps = triton.cdiv(self.SB, self.per)
+        self.splits = N * self.sps
+        self.warps = 8 if self.block_s * self.block_c >= 2048 else 4
+
+    def stats_grid(self):
+        return (self.tiles_c, self.splits)
+
+    def apply_grid(self):
+        return (self.tiles_c * self.splits * self.per,)
+
+
+def _split_forward(xv, yv, scale, bias, mean_f, inv_f, G, CG, eps, alpha, beta, has_beta, x, big):
+    N, C, S = ncs_dims(xv)
+    plan = _SplitPlan(xv, N, C, S)
+    dev = xv.device
+    part = torch.empty(plan.splits * 2 * C, dtype=torch.float32, device=dev)
+    coef = torch.empty(N * 2 * C, dtype=torch.float32, device=dev)
+    xs = ncs_strides(xv)
+    _gn_stats_kernel[plan.stats_grid()](xv, xv, coef, coef, part, C, S, G, CG, plan.SB, plan.sps, plan.per,
+                                        *xs, *xs, GRAD=False, BIG=big, UNROLL=4, BLOCK_S=plan.block_s,
+                                        BLOCK_C=plan.block_c, num_warps=plan.warps)
+    save = mean_f is not None
+    _gn_finalize_kernel[(N * G,)](part, xv, scale, bias if bias is not None else scale,
+                                  mean_f if save else coef, inv_f if save else coef, coef, coef,
+                                  G, CG, C, S, plan.sps, xs[0], xs[1], float(eps), GRAD=False,
+                                  HAS_BIAS=bias is not None, SAVE=save, BIG=big,
+                                  BLOCK_SPS=triton.next_power_of_2(plan.sps), BLOCK_CG=triton.next_power_of_2(CG))
+    _gn_apply_kernel[plan.apply_grid()](xv, xv, yv, coef, C, S, plan.SB, plan.sps, plan.per, plan.splits,
+                                        *xs, *xs, *ncs_strides(yv), alpha, beta, GRAD=False, HAS_BETA=has_beta,
+                                        BIG=big, COMPUTE=compute_dtype(x), BLOCK_S=plan.block_s,
+                                        BLOCK_C=plan.block_c, num_warps=plan.warps)
+
+
+def _split_backward(xv, gv, dv, scale, mean_f, inv_f, G, CG, eps, alpha, beta, has_beta, x, big, part_out):
+    """dx through the split kernels; per-n partial (dscale, dbias) into part_out [N, 2, C]."""
+    N, C, S = ncs_dims(xv)
+    plan = _SplitPlan(xv, N, C, S)
+    dev = xv.device
+    if mean_f is None:
+        mean_f = torch.empty(N * G, dtype=torch.float32, device=dev)
+        inv_f = torch.empty(N * G, dtype=torch.float32, device=dev)
+        _split_stats_only(xv, torch.ones(C, dtype=torch.float32, device=dev), mean_f, inv_f, G, CG, eps, plan, big)
+    part = torch.empty(plan.splits * 2 * C, dtype=torch.float32, device=dev)
+    xs, gs = ncs_strides(xv), ncs_strides(gv)
+    _gn_stats_kernel[plan.stats_grid()](xv, gv, mean_f, inv_f, part, C, S, G, CG, plan.SB, plan.sps, plan.per,
+                                        *xs, *gs, GRAD=True, BIG=big, UNROLL=2, BLOCK_S=plan.block_s,
+                                        BLOCK_C=plan.block_c, num_warps=plan.warps)
+    coef = torch.empty(N * 3 * C, dtype=torch.float32, device=dev)
+    _gn_finalize_kernel[(N * G,)](part, xv, scale, scale, mean_f, inv_f, coef, part_out,
+                                  G, CG, C, S, plan.sps, xs[0], xs[1], float(eps), GRAD=True, HAS_BIAS=False,
+                                  SAVE=False, BIG=big, BLOCK_SPS=triton.next_power_of_2(plan.sps),
+                                  BLOCK_CG=triton.next_power_of_2(CG))
+    _gn_apply_kernel[plan.apply_grid()](xv, gv, dv, coef, C, S, plan.SB, plan.sps, plan.per, plan.splits,
+                                        *xs, *gs, *ncs_strides(dv), alpha, beta, GRAD=True, HAS_BETA=has_beta,
+                                        BIG=big, COMPUTE=compute_dtype(x), BLOCK_S=plan.block_s,
+                                        BLOCK_C=plan.block_c, num_warps=plan.warps)
+
+
+def _split_stats_only(xv, ones, mean_f, inv_f, G, CG, eps, plan, big):
+    N, C, S = ncs_dims(xv)
+    part = torch.empty(plan.splits * 2 * C, dtype=torch.float32, device=xv.device)
+    coef = torch.empty(N * 2 * C, dtype=torch.float32, device=xv.device)
+    xs = ncs_strides(xv)
+    _gn_stats_kernel[plan.stats_grid()](xv, xv, coef, coef, part, C, S, G, CG, plan.SB, plan.sps, plan.per,
+                                        *xs, *xs, GRAD=False, BIG=big, UNROLL=4, BLOCK_S=plan.block_s,
+                                        BLOCK_C=plan.block_c, num_warps=plan.warps)
+    _gn_finalize_kernel[(N * G,)](part, xv, ones, ones, mean_f, inv_f, coef, coef, G, CG, C, S, plan.sps,
+                                  xs[0], xs[1], float(eps), GRAD=False, HAS_BIAS=False, SAVE=True, BIG=big,
+                                  BLOCK_SPS=triton.next_power_of_2(plan.sps), BLOCK_CG=triton.next_power_of_2(CG))
 
 
 def group_norm_forward(x, y, scale, bias, mean, inv_std, groups, epsilon, alpha=1.0, beta=0.0) -> None:
@@ -478,12 +741,19 @@ def group_norm_forward(x, y, scale, bias, mean, inv_std, groups, epsilon, alpha=
     yv = staging.output(y, like=xv, read=has_beta)
     N, C, S = ncs_dims(xv)
     save = mean is not None and inv_std is not None
-    block_s, block_c, warps = _group_tiles(xv, CG, S)
-    _group_norm_forward_kernel[(N * G,)](
-        xv, yv, _flat(scale), _flat(bias), _flat(mean, staging, True) if save else xv,
-        _flat(inv_std, staging, True) if save else xv, G, CG, S, *ncs_strides(xv), *ncs_strides(yv),
-        float(epsilon), alpha, beta, SAVE=save, HAS_BETA=has_beta, BIG=needs_int64(xv, yv),
-        COMPUTE=compute_dtype(x), BLOCK_S=block_s, BLOCK_C=block_c, num_warps=warps)
+    mean_f = _flat(mean, staging, True) if save else None
+    inv_f = _flat(inv_std, staging, True) if save else None
+    big = needs_int64(xv, yv)
+    if _use_split(xv):
+        _split_forward(xv, yv, _flat(scale), _flat(bias), mean_f, inv_f, G, CG, epsilon, alpha, beta, has_beta,
+                       x, big)
+    else:
+        block_s, block_c, warps = _group_tiles(xv, CG, S)
+        _group_norm_forward_kernel[(N * G,)](
+            xv, yv, _flat(scale), _flat(bias), mean_f if save else xv, inv_f if save else xv, G, CG, S,
+            *ncs_strides(xv), *ncs_strides(yv), float(epsilon), alpha, beta, SAVE=save, HAS_BETA=has_beta,
+            BIG=big, COMPUTE=compute_dtype(x), EXACT=block_c == CG, BLOCK_S=block_s, BLOCK_C=block_c,
+            num_warps=warps)
     staging.finish()
 
 
@@ -501,12 +771,17 @@ def group_norm_backward(x, dy, dx, scale, dscale, dbias, mean, inv_std, groups, 
     N, C, S = ncs_dims(xv)
     has_stats = mean is not None and inv_std is not None
     part = torch.empty(N * 2 * C, dtype=torch.float32, device=x.device)
-    block_s, block_c, warps = _group_tiles(xv, CG, S)
-    _group_norm_backward_kernel[(N * G,)](
-        xv, gv, dv, _flat(scale), _flat(mean) if has_stats else xv, _flat(inv_std) if has_stats else xv, part,
-        G, CG, S, C, *ncs_strides(xv), *ncs_strides(gv), *ncs_strides(dv), float(epsilon), alpha, beta,
-        HAS_STATS=has_stats, HAS_BETA=has_beta, BIG=needs_int64(xv, gv, dv), COMPUTE=compute_dtype(x),
-        BLOCK_S=block_s, BLOCK_C=block_c, num_warps=warps)
+    big = needs_int64(xv, gv, dv)
+    if _use_split(xv):
+        _split_backward(xv, gv, dv, _flat(scale), _flat(mean) if has_stats else None,
+                        _flat(inv_std) if has_stats else None, G, CG, epsilon, alpha, beta, has_beta, x, big, part)
+    else:
+        block_s, block_c, warps = _group_tiles(xv, CG, S)
+        _group_norm_backward_kernel[(N * G,)](
+            xv, gv, dv, _flat(scale), _flat(mean) if has_stats else xv, _flat(inv_std) if has_stats else xv, part,
+            G, CG, S, C, *ncs_strides(xv), *ncs_strides(gv), *ncs_strides(dv), float(epsilon), alpha, beta,
+            HAS_STATS=has_stats, HAS_BETA=has_beta, BIG=big, COMPUTE=compute_dtype(x), EXACT=block_c == CG,
+            BLOCK_S=block_s, BLOCK_C=block_c, num_warps=warps)
     if dscale is not None:
         _column_sum(part, N, C, 2 * C, _flat(dscale, staging, True))
     if dbias is not None:
