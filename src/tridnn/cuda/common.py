@@ -3,6 +3,7 @@ and the per-problem launch-config tuner."""
 from __future__ import annotations
 
 import threading
+import warnings
 
 import torch
 import triton
@@ -66,7 +67,11 @@ class Tuner:
     ``candidates``: the configs, or a function returning them (called on a miss only).
     ``launch(config, out)`` runs the kernel(s) writing into ``out`` (a scratch output
     during tuning, so the caller's output and beta blending are never disturbed).
-    Under the interpreter the first candidate is taken without timing."""
+    Under the interpreter the first candidate is taken without timing.
+
+    Every candidate's output is checked against the first candidate's (the lists put a
+    conservative config first): a config whose result disagrees beyond rounding is
+    dropped with a warning, so a miscompiled config can be slow to tune but never wins."""
 
     def __init__(self):
         self._best: dict = {}
@@ -82,7 +87,7 @@ class Tuner:
             best = candidates[0]
         else:
             scratch = torch.empty_strided(out.shape, out.stride(), dtype=out.dtype, device=out.device)
-            timed = []
+            timed, reference = [], None
             for cfg in candidates:
                 try:
                     ms = triton.testing.do_bench(lambda: launch(cfg, scratch), warmup=3, rep=15,
@@ -91,6 +96,12 @@ class Tuner:
                     if "OutOfResources" not in type(exc).__name__ and "resources" not in str(exc).lower():
                         raise
                     continue
+                if reference is None:
+                    reference = scratch.clone()
+                elif not agrees(scratch, reference):
+                    warnings.warn(f"tridnn: launch config {cfg} gave a result that disagrees with {candidates[0]} "
+                                  f"for {key}; it is not used", RuntimeWarning, stacklevel=2)
+                    continue
                 timed.append((ms, cfg))
             if not timed:
                 raise RuntimeError(f"no launch config fits this GPU for {key}")
@@ -98,6 +109,18 @@ class Tuner:
         with self._lock:
             self._best[key] = best
         return best
+
+
+def agrees(a, b) -> bool:
+    """Whether two results of one problem match up to rounding: the same non-finite
+    positions and a relative L2 difference of the finite rest within what summation
+    order changes in the output's precision."""
+    tol = 5e-4 if a.element_size() <= 2 else 5e-5
+    fa, fb = torch.isfinite(a), torch.isfinite(b)
+    if not torch.equal(fa, fb):
+        return False
+    a, b = a[fa].double(), b[fb].double()
+    return bool((a - b).norm() <= tol * b.norm() + 1e-30)
 
 
 def cdiv(a: int, b: int) -> int:

@@ -22,6 +22,7 @@ import triton.language as tl
 
 from ..types import ConvBwdDataAlgo
 from . import conv_depthwise_backward as depthwise
+from . import conv_tma
 from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, problem_key, split_rows
 from .conv_implicit_gemm import gemm_estimate
 from .epilogue import store_tile
@@ -173,6 +174,15 @@ class ImplicitGemmBackwardData(TritonConvAlgorithm):
         dx, w, dy = tensors["x"], tensors["w"], tensors["y"]
         if depthwise.routes_here(problem):  # no GEMM worth the name: the direct kernel
             depthwise.backward_data(problem, dy, w, dx, alpha, beta)
+            return
+        plan = conv_tma.backward_data_plan(problem, dy, w, dx)
+        if plan is not None:  # channels-last, stride 1: a forward convolution of dy by TMA boxes
+            flip = problem.mode != 0
+            cfg = self.tuner.pick((problem_key(problem), "bwd-data-tma", conv_tma.plan_kind(plan)),
+                                  lambda: conv_tma.candidates(plan, dx.device),
+                                  lambda c, out: conv_tma.launch_conv(plan, problem, dy, w, out, 1.0, 0.0, c,
+                                                                      kmajor=True, flip=flip), dx, dx.device)
+            conv_tma.launch_conv(plan, problem, dy, w, dx, alpha, beta, cfg, kmajor=True, flip=flip)
             return
         if dx.device.type != "cuda":
             cands = [_cfg(16, 16, 16, 1, 1)]

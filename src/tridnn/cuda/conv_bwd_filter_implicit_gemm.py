@@ -27,8 +27,9 @@ import triton.language as tl
 
 from ..types import ConvBwdFilterAlgo
 from . import conv_depthwise_backward as depthwise
+from . import conv_tma
 from ..workspace import Buffer
-from .common import TritonConvAlgorithm, Tuner, launch, sm_count, split_rows
+from .common import TritonConvAlgorithm, Tuner, launch, problem_key, sm_count, split_rows
 from .conv_implicit_gemm import FLAT_BELOW, gemm_estimate
 from .geometry import geometry, input_precision, needs_int64, strides5
 
@@ -241,6 +242,18 @@ class _WgradBase(TritonConvAlgorithm):
         part = workspace["part"]
         geo = geometry(problem)
         cap = part.shape[0]
+        plan = None if self.atomic else conv_tma.backward_filter_plan(problem, x, dy, dw)
+        if plan is not None:  # channels-last, stride 1 or 1x1: dy and x tiles by TMA boxes
+            sms = sm_count(dw.device)
+
+            def run_tma(c, out, a=1.0, b=0.0):
+                slices = conv_tma.launch_wgrad_partials(plan, problem, x, dy, part, c,
+                                                        conv_tma.slices_for(plan, c, sms, cap))
+                self._finish(problem, part, out, slices, a, b)
+            cfg = self.tuner.pick((problem_key(problem), "wgrad-tma", conv_tma.plan_kind(plan)),
+                                  lambda: conv_tma.wgrad_candidates(plan, dw.device), run_tma, dw, dw.device)
+            run_tma(cfg, dw, alpha, beta)
+            return
         if depthwise.routes_here(problem):
             cands = [dict(slices=depthwise.filter_slices(problem, dw.device, 65535 if self.atomic else cap))]
         elif dw.device.type != "cuda":
@@ -255,7 +268,8 @@ class _WgradBase(TritonConvAlgorithm):
 
 
 class ImplicitGemmBackwardFilter(_WgradBase):
-    """ALGO_1: split-K with a fixed-order reduction: deterministic."""
+    """ALGO_1: split-K with a fixed-order reduction: deterministic. Channels-last problems
+    with stride 1 (or a 1x1 filter) compute the partials with conv_tma's kernel."""
     enum = ConvBwdFilterAlgo.ALGO_1
     deterministic = True
     tuner = Tuner()

@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 
 from ..types import ConvFwdAlgo
+from . import conv_tma
 from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, problem_key, sm_count, split_rows
 from .epilogue import launch_args, spec_of, store_tile
 from .geometry import geometry, input_precision, needs_int64, strides5
@@ -322,6 +323,8 @@ def gemm_estimate(problem, efficiency=1.0) -> float:
 
 
 class ImplicitGemmForward(TritonConvAlgorithm):
+    """Channels-last problems with stride 1 (or a 1x1 filter) take conv_tma's kernel,
+    whose input tiles are TMA boxes; the rest take conv_fwd_kernel."""
     direction = "fwd"
     enum = ConvFwdAlgo.IMPLICIT_GEMM
     tuner = Tuner()
@@ -332,6 +335,15 @@ class ImplicitGemmForward(TritonConvAlgorithm):
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
         spec = spec_of(epilogue)
+        plan = conv_tma.forward_plan(problem, x, w, y, spec.z if spec is not None else None)
+        if plan is not None:  # channels-last, stride 1 or 1x1: the input boxes come by TMA
+            flip = problem.mode == 0
+            key = (problem_key(problem), spec is not None and spec.act_code, "fwd-tma", conv_tma.plan_kind(plan))
+            cfg = self.tuner.pick(key, lambda: conv_tma.candidates(plan, y.device),
+                                  lambda c, out: conv_tma.launch_conv(plan, problem, x, w, out, 1.0, 0.0, c, flip=flip,
+                                                                      spec=spec), y, y.device)
+            conv_tma.launch_conv(plan, problem, x, w, y, alpha, beta, cfg, flip=flip, spec=spec)
+            return
         cands = lambda: candidates(problem, geometry(problem), y.device, allow_split=False)
         key = (problem_key(problem), spec is not None and spec.act_code, "fwd-ig")
         cfg = self.tuner.pick(key, cands, lambda c, out: launch_forward(problem, x, w, out, 1.0, 0.0, spec, c),

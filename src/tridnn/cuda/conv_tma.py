@@ -15,12 +15,13 @@ the box from a strided view ([N, OH, OW, C] with strides s*W*C and s*C). A 1x1
 stride-1 problem over dense pixels is a plain GEMM: the input is viewed as one
 [1, 1, N*H*W, C] "image" so tiles are BLOCK_M consecutive pixels with no edge waste.
 
-Three kernels share this idea:
+Two kernels share this idea:
 - ``conv_tma_kernel``: forward (y = x * w) and, with the filter read K-major and
   flipped, backward data at stride 1 (dx = dy * w^T, a forward convolution of dy).
 - ``wgrad_tma_kernel``: backward filter, dw[k, tap, c] = sum over pixels of
   dy[p, k] x[p + tap offset, c]; the pixel reduction is split into slices written as
-  float32 partials that ``wgrad_finish`` sums in a fixed order (deterministic).
+  float32 partials that the caller's ``wgrad_finish`` sums in a fixed order
+  (deterministic).
 The epilogue (alpha/beta, residual, bias, activation) is the pointer-based
 ``store_tile`` shared by all convolutions. Applicability is decided on the host by
 ``plan_forward`` / ``plan_backward_data`` / ``plan_backward_filter`` (None: use the
@@ -36,7 +37,6 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .common import cdiv, grouped_tile, launch
-from .conv_bwd_filter_implicit_gemm import wgrad_finish
 from .epilogue import launch_args, store_tile
 from .geometry import geometry, input_precision, needs_int64, strides5
 from .memo import IdentityMemo
@@ -325,19 +325,24 @@ def _cfg(bh, bw, bn, bk_cap, warps, stages):
     return dict(BH=bh, BW=bw, BLOCK_N=bn, BK_CAP=bk_cap, num_warps=warps, num_stages=stages)
 
 
-FLAT_CONFIGS = [_cfg(1, 128, 128, 64, 8, 4), _cfg(1, 128, 256, 64, 8, 3), _cfg(1, 128, 64, 64, 4, 4),
-                _cfg(1, 64, 128, 64, 4, 4), _cfg(1, 256, 128, 64, 8, 3), _cfg(1, 64, 256, 64, 8, 3)]
-TILE_CONFIGS = [_cfg(8, 16, 128, 64, 8, 4), _cfg(16, 8, 128, 64, 8, 4), _cfg(8, 8, 128, 64, 4, 4),
-                _cfg(8, 16, 256, 64, 8, 3), _cfg(8, 8, 256, 64, 8, 3), _cfg(4, 16, 128, 64, 4, 4),
-                _cfg(16, 16, 128, 64, 8, 3)]
-WGRAD_FLAT = [dict(BH=1, BW=128, BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=4),
+# The first config of each list is the conservative one the tuner checks the others
+# against. Measured on the H200 (docs/performance.md, "TMA convolutions"): BH*BW = 128 with
+# BLOCK_N 128, 8 warps and 4 stages ((8, 16) and (16, 8) boxes) gave wrong results on the
+# strided 1x1 view and on backward data (Triton 3.6), so those combinations are not listed.
+FLAT_CONFIGS = [_cfg(1, 64, 128, 64, 4, 4), _cfg(1, 128, 64, 64, 4, 4), _cfg(1, 256, 128, 64, 8, 3),
+                _cfg(1, 128, 256, 64, 8, 3), _cfg(1, 128, 128, 64, 8, 3), _cfg(1, 256, 64, 64, 8, 3)]
+TILE_CONFIGS = [_cfg(8, 8, 128, 64, 4, 4), _cfg(16, 16, 128, 64, 8, 3), _cfg(8, 8, 256, 64, 8, 3),
+                _cfg(8, 16, 256, 64, 8, 3), _cfg(4, 16, 128, 64, 4, 4), _cfg(8, 8, 64, 64, 4, 4),
+                _cfg(16, 16, 64, 64, 8, 3), _cfg(8, 16, 64, 64, 4, 4)]
+WGRAD_FLAT = [dict(BH=1, BW=128, BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=4),
+              dict(BH=1, BW=128, BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=4),
               dict(BH=1, BW=64, BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=4),
-              dict(BH=1, BW=128, BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=4),
-              dict(BH=1, BW=128, BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=4)]
-WGRAD_TILE = [dict(BH=8, BW=16, BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=4),
+              dict(BH=1, BW=128, BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3),
+              dict(BH=1, BW=64, BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=4)]
+WGRAD_TILE = [dict(BH=8, BW=8, BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=4),
               dict(BH=8, BW=8, BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=4),
               dict(BH=8, BW=16, BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=4),
-              dict(BH=8, BW=8, BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=4)]
+              dict(BH=8, BW=16, BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3)]
 INTERPRETER_TILE = _cfg(2, 8, 16, 16, 1, 1)
 INTERPRETER_FLAT = _cfg(1, 16, 16, 16, 1, 1)
 
@@ -348,7 +353,10 @@ def candidates(plan: Plan, device) -> list:
         return [dict(INTERPRETER_FLAT if flat else INTERPRETER_TILE)]
     base = FLAT_CONFIGS if flat else TILE_CONFIGS
     out_cap = max(64, triton.next_power_of_2(plan.c_out))
-    return [c for c in base if c["BLOCK_N"] <= out_cap] or base[:1]
+    fits = [c for c in base if c["BLOCK_N"] <= out_cap]
+    if plan.c_out <= 64:  # one column tile: taller row tiles instead of wider columns
+        fits = [c for c in base if c["BLOCK_N"] == 64] + [c for c in fits if c["BLOCK_N"] != 64]
+    return fits or base[:1]
 
 
 def wgrad_candidates(plan: Plan, device) -> list:
@@ -356,11 +364,67 @@ def wgrad_candidates(plan: Plan, device) -> list:
     if device.type != "cuda":
         return [dict(BH=1 if flat else 2, BW=16 if flat else 8, BLOCK_M=16, BLOCK_N=16, num_warps=1,
                      num_stages=1)]
-    return WGRAD_FLAT if flat else WGRAD_TILE
+    base = WGRAD_FLAT if flat else WGRAD_TILE
+    fits = [c for c in base if c["BLOCK_M"] <= max(64, plan.c_red) and c["BLOCK_N"] <= max(64, plan.c_out)]
+    return fits or base[:1]
 
 
 # -- launches ------------------------------------------------------------------------
-_recipes = IdentityMemo()
+class _Address:
+    """A descriptor's base: what TensorDescriptor and the launcher read of a tensor (its
+    address and dtype), without keeping the tensor's memory alive in the cache."""
+    __slots__ = ("ptr", "dtype")
+
+    def __init__(self, ptr, dtype):
+        self.ptr, self.dtype = ptr, dtype
+
+    def data_ptr(self):
+        return self.ptr
+
+
+_descriptors: dict = {}
+
+
+def descriptor(t, shape, strides, block) -> TensorDescriptor:
+    """A TMA descriptor of ``t`` viewed with ``shape``/``strides``, made once per address,
+    view and box (a descriptor encodes only those, so a cached one stays valid for any
+    tensor at the same address)."""
+    if t.device.type != "cuda":  # the interpreter reads the tensor itself
+        return TensorDescriptor(t, list(shape), list(strides), list(block))
+    key = (t.data_ptr(), t.dtype, tuple(shape), tuple(strides), tuple(block))
+    d = _descriptors.get(key)
+    if d is None:
+        if len(_descriptors) > 4096:
+            _descriptors.clear()
+        d = _descriptors[key] = TensorDescriptor(_Address(t.data_ptr(), t.dtype), list(shape), list(strides),
+                                                 list(block))
+    return d
+
+
+_plans = IdentityMemo()
+
+
+def _layout_key(*tensors):
+    return tuple(None if t is None else (t.stride(), t.data_ptr() % 16 == 0, t.device.type) for t in tensors)
+
+
+def forward_plan(problem, x, w, y, z=None):
+    """plan_forward, computed once per problem and layout."""
+    return _plans.get((problem,), ("fwd", _layout_key(x, w, y, z)), lambda: plan_forward(problem, x, w, y, z))
+
+
+def backward_data_plan(problem, dy, w, dx):
+    return _plans.get((problem,), ("bwd_data", _layout_key(dy, w, dx)), lambda: plan_backward_data(problem, dy, w, dx))
+
+
+def backward_filter_plan(problem, x, dy, dw):
+    return _plans.get((problem,), ("bwd_filter", _layout_key(x, dy, dw)),
+                      lambda: plan_backward_filter(problem, x, dy, dw))
+
+
+def plan_kind(plan) -> str:
+    """'flat' (a plain GEMM over dense pixels) or 'tile' (spatial boxes)."""
+    return "flat" if plan.n == 1 and plan.oh == 1 else "tile"
 
 
 def _block_k(plan, cfg, itemsize):
@@ -373,10 +437,9 @@ def launch_conv(plan: Plan, problem, inp, w, out, alpha, beta, cfg, kmajor=False
     item = inp.element_size()
     bk = _block_k(plan, cfg, item)
     bh, bw, bn = cfg["BH"], cfg["BW"], cfg["BLOCK_N"]
-    x_desc = TensorDescriptor(inp, list(plan.in_shape), list(plan.in_strides), [1, bh, bw, bk])
+    x_desc = descriptor(inp, plan.in_shape, plan.in_strides, (1, bh, bw, bk))
     ks, ts = _filter_view(w)
-    w_desc = TensorDescriptor(w, [w.shape[0], plan.taps, w.shape[1]], [ks, ts, 1],
-                              [bk, 1, bn] if kmajor else [bn, 1, bk])
+    w_desc = descriptor(w, (w.shape[0], plan.taps, w.shape[1]), (ks, ts, 1), (bk, 1, bn) if kmajor else (bn, 1, bk))
     bias, bias_stride, z, _, alpha2, coef, swish_beta, act, has_bias, has_z = launch_args(spec, out, 2)
     grid = (plan.n * cdiv(plan.oh, bh) * cdiv(plan.ow, bw) * cdiv(plan.c_out, bn),)
     int64 = needs_int64(out, z)
@@ -399,12 +462,12 @@ def slices_for(plan: Plan, cfg, sms: int, cap: int) -> int:
     return max(1, min(want, cap, max(1, pixel_tiles // 4)))
 
 
-def launch_wgrad(plan: Plan, problem, x, dy, dw, part, alpha, beta, cfg, slices):
-    """dw = alpha * sum over slices + beta * dw: the TMA partials, then wgrad_finish."""
+def launch_wgrad_partials(plan: Plan, problem, x, dy, part, cfg, slices) -> int:
+    """Fill part[:slices] with wgrad_tma_kernel's partial sums; returns the slice count
+    actually used (the caller's wgrad_finish sums them into dw)."""
     bh, bw, bm, bn = cfg["BH"], cfg["BW"], cfg["BLOCK_M"], cfg["BLOCK_N"]
-    x_desc = TensorDescriptor(x, list(plan.in_shape), list(plan.in_strides), [1, bh, bw, bn])
-    dy_shape = (plan.n, plan.oh, plan.ow, plan.c_red)
-    dy_desc = TensorDescriptor(dy, list(dy_shape), list(plan.out_strides) + [1], [1, bh, bw, bm])
+    x_desc = descriptor(x, plan.in_shape, plan.in_strides, (1, bh, bw, bn))
+    dy_desc = descriptor(dy, (plan.n, plan.oh, plan.ow, plan.c_red), (*plan.out_strides, 1), (1, bh, bw, bm))
     pixel_tiles = plan.n * cdiv(plan.oh, bh) * cdiv(plan.ow, bw)
     per = cdiv(pixel_tiles, slices)
     slices = cdiv(pixel_tiles, per)
@@ -413,10 +476,6 @@ def launch_wgrad(plan: Plan, problem, x, dy, dw, part, alpha, beta, cfg, slices)
     options = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     args = (part, dy_desc, x_desc, plan.n, plan.oh, plan.ow, plan.c_red, plan.c_out, plan.kw, plan.taps,
             *plan.pad, *plan.dil, per)
-    static = ((plan, tuple(consts.items()), tuple(options.items()), x.dtype, dy.dtype), 1)
+    static = ((plan, slices, tuple(consts.items()), tuple(options.items()), x.dtype, dy.dtype), 1)
     launch(wgrad_tma_kernel, grid, args, consts, options, static)
-    geo = geometry(problem)
-    block = 1024 if dw.device.type == "cuda" else 64
-    launch(wgrad_finish, (cdiv(geo.k * geo.taps * geo.cg, block),), (
-        part, dw, geo.k, geo.taps, geo.cg, slices, *geo.ker, *strides5(dw, 2), float(alpha), float(beta)),
-        dict(BLOCK=block, FLIP=problem.mode == 0, BETA_ZERO=beta == 0), {})
+    return slices

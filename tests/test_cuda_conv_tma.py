@@ -1,0 +1,138 @@
+"""The TMA convolution kernels (tridnn.cuda.conv_tma) through the public API, and the
+tuner's cross-check of launch configs.
+
+Channels-last 2-D problems with stride 1 (or a 1x1 filter) take the TMA kernels in
+IMPLICIT_GEMM (forward), ALGO_1 (backward data, stride 1) and ALGO_1 (backward filter).
+Under Triton's interpreter the TMA boxes are emulated, zero fill of out-of-range
+coordinates included, so CI checks the index math against the float64 reference;
+each test also asserts that the TMA kernel (not the pointer fallback) ran.
+"""
+import collections
+import types
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+import tridnn  # noqa: E402
+from tridnn.algorithms import registry  # noqa: E402
+from tridnn.cuda import common, conv_tma  # noqa: E402
+
+from test_cuda_conv import P, run_case  # noqa: E402
+
+ALGO = {"fwd": registry.by_enum("conv", "fwd", "triton", tridnn.ConvFwdAlgo.IMPLICIT_GEMM),
+        "bwd_data": registry.by_enum("conv", "bwd_data", "triton", tridnn.ConvBwdDataAlgo.ALGO_1),
+        "bwd_filter": registry.by_enum("conv", "bwd_filter", "triton", tridnn.ConvBwdFilterAlgo.ALGO_1)}
+
+# (problem, directions the TMA path takes)
+CASES = [
+    (P(16, 16, (5, 7), 3, 1, 1), ("fwd", "bwd_data", "bwd_filter")),         # spatial boxes, edge tiles
+    (P(16, 24, (6, 9), 3, 1, 2, 2), ("fwd", "bwd_data", "bwd_filter")),      # dilation 2
+    (P(16, 32, (5, 5), 1), ("fwd", "bwd_data", "bwd_filter")),               # 1x1: one flat GEMM
+    (P(32, 16, (7, 5), 1, 2), ("fwd", "bwd_filter")),                        # strided 1x1 view
+    (P(16, 16, (4, 6), (3, 1), 1, (1, 0)), ("fwd", "bwd_data", "bwd_filter")),  # non-square filter
+    (P(16, 8, (3, 4), 3, 1, 3), ("fwd", "bwd_data", "bwd_filter")),          # padding past the kernel
+]
+
+
+@pytest.fixture
+def tma_calls(monkeypatch):
+    calls = collections.Counter()
+    conv, wgrad = conv_tma.launch_conv, conv_tma.launch_wgrad_partials
+
+    def counted_conv(*a, **k):
+        calls["bwd_data" if k.get("kmajor") else "fwd"] += 1
+        return conv(*a, **k)
+
+    def counted_wgrad(*a, **k):
+        calls["bwd_filter"] += 1
+        return wgrad(*a, **k)
+    monkeypatch.setattr(conv_tma, "launch_conv", counted_conv)
+    monkeypatch.setattr(conv_tma, "launch_wgrad_partials", counted_wgrad)
+    return calls
+
+
+def _ids(case):
+    return case[0]["name"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=_ids)
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data", "bwd_filter"])
+def test_tma_kernels_match_the_reference(case, direction, rng, tma_calls):
+    p, tma_dirs = case
+    assert run_case(direction, ALGO[direction], p, "float32", "NHWC", rng) is None
+    assert tma_calls[direction] == (1 if direction in tma_dirs else 0), dict(tma_calls)
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data", "bwd_filter"])
+@pytest.mark.parametrize("mode", [tridnn.ConvMode.CONVOLUTION, tridnn.ConvMode.CROSS_CORRELATION])
+def test_tma_float16_modes_and_blending(direction, mode, rng, tma_calls):
+    p = P(16, 16, (5, 6), 3, 1, 1)
+    assert run_case(direction, ALGO[direction], p, "float16", "NHWC", rng, mode=mode, alpha=2.0,
+                    beta=0.5) is None
+    assert tma_calls[direction] == 1
+
+
+def test_tma_asymmetric_padding(rng, tma_calls):
+    p = P(16, 16, (5, 6), 3, 1, 1)
+    for direction in ("fwd", "bwd_data", "bwd_filter"):
+        assert run_case(direction, ALGO[direction], p, "float32", "NHWC", rng, pad_post=(0, 2)) is None
+    assert dict(tma_calls) == {"fwd": 1, "bwd_data": 1, "bwd_filter": 1}
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "strided"])
+def test_other_layouts_take_the_pointer_kernels(layout, rng, tma_calls):
+    p = P(16, 16, (5, 6), 3, 1, 1)
+    for direction in ("fwd", "bwd_data", "bwd_filter"):
+        assert run_case(direction, ALGO[direction], p, "float32", layout, rng) is None
+    assert sum(tma_calls.values()) == 0
+
+
+def test_groups_and_stride_two_take_the_pointer_kernels(rng, tma_calls):
+    assert run_case("fwd", ALGO["fwd"], P(16, 16, (6, 6), 3, 2, 1), "float32", "NHWC", rng) is None
+    assert run_case("bwd_data", ALGO["bwd_data"], P(16, 16, (6, 6), 1, 2), "float32", "NHWC", rng) is None
+    assert run_case("fwd", ALGO["fwd"], P(32, 16, (4, 4), 3, 1, 1, 1, 2), "float32", "NHWC", rng) is None
+    assert sum(tma_calls.values()) == 0
+
+
+# -- the tuner drops a config whose result disagrees with the first one's ---------------
+def test_agrees_tolerates_rounding_only():
+    a = torch.randn(64, 64, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    assert common.agrees(a, a.clone())
+    ulp = a.clone()
+    ulp.view(torch.int16).view(-1)[::1000] += 1  # 1 ulp on 0.1% of the elements (summation order)
+    assert common.agrees(ulp, a)
+    wrong = a.clone()
+    wrong[:4] = 0
+    assert not common.agrees(wrong, a)
+    nan = a.clone()
+    nan[0, 0] = float("nan")
+    assert not common.agrees(nan, a)
+    assert common.agrees(nan, nan.clone())
+    f = torch.randn(1000, dtype=torch.float32)
+    assert not common.agrees(f * (1 + 1e-3), f)
+
+
+def test_tuner_never_picks_a_config_that_disagrees(monkeypatch):
+    timings = {"safe": 3.0, "fast_wrong": 1.0, "ok": 2.0}
+
+    def fake_bench(fn, **kwargs):
+        fn()
+        return timings[current[0]]
+    monkeypatch.setattr(common.triton.testing, "do_bench", fake_bench)
+    truth = torch.arange(32, dtype=torch.float32)
+    current = [None]
+
+    def launch(cfg, out):
+        current[0] = cfg["name"]
+        out.copy_(truth if cfg["name"] != "fast_wrong" else truth + 1)
+    tuner = common.Tuner()
+    out = torch.full((32,), -7.0)
+    device = types.SimpleNamespace(type="cuda")
+    with pytest.warns(RuntimeWarning, match="disagrees"):
+        best = tuner.pick("k", [dict(name="safe"), dict(name="fast_wrong"), dict(name="ok")], launch, out, device)
+    assert best["name"] == "ok"
+    assert torch.all(out == -7.0)  # tuning wrote a scratch tensor, never the caller's output
+    assert tuner.pick("k", [], launch, out, device) is best  # remembered: no candidates needed
