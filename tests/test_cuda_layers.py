@@ -481,7 +481,7 @@ def test_group_norm_designs(design, layout, saved, rng, monkeypatch):
 
 
 # -- LRN ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("lrn_n", [1, 4, 5])
+@pytest.mark.parametrize("lrn_n", [1, 2, 3, 4, 5, 8, 16])
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_lrn(lrn_n, layout, rng):
     shape = (2, 7, 3, 4)
