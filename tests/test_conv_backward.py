@@ -481,3 +481,56 @@ def test_backward_bias_errors(rng):
     tridnn.convolution_backward_bias(handle, 1.0, empty_desc, np.ones(empty_desc.dims, np.float32), 0.0,
                                      tridnn.TensorDescriptor.packed((1, 4, 1, 1)), db)
     assert not db.any()
+
+
+# -- depthwise: conv_depthwise's plans behind ALGO_1 (data) and ALGO_3 (filter) -------------
+DEPTHWISE_CASES = [
+    make_conv("dw_s1", 12, 12, (23, 20), 3, 1, 1, groups=12),
+    make_conv("dw_s2", 12, 12, (23, 20), 3, 2, 1, groups=12),
+    make_conv("dw_s3_k5", 8, 8, (25, 19), 5, 3, 2, groups=8),
+    make_conv("dw_s2_d2", 8, 8, (21, 22), 3, 2, 2, 2, groups=8),
+    make_conv("dw_s1_d2", 8, 8, (17, 16), 3, 1, 2, 2, groups=8),
+    make_conv("dw_s2_d3_k5", 8, 8, (26, 23), 5, 2, 5, 3, groups=8),
+    make_conv("dw_s2_k1", 8, 8, (15, 14), 1, 2, 0, groups=8),   # odd dx positions get no tap
+    make_conv("dw_pad_beyond", 8, 8, (9, 10), 3, 1, 4, groups=8),
+    make_conv("dw_1d_s2", 8, 8, (37,), 5, 2, 2, groups=8),
+    make_conv("dw_3d_s2", 4, 4, (7, 9, 8), 3, 2, 1, groups=4),
+]
+
+
+def _depthwise_algos():
+    return [a for a in BWD if (a.direction, a.enum) in (("bwd_data", tridnn.ConvBwdDataAlgo.ALGO_1),
+                                                        ("bwd_filter", tridnn.ConvBwdFilterAlgo.ALGO_3))]
+
+
+@pytest.mark.parametrize("algo", _depthwise_algos(), ids=_algo_id)
+@pytest.mark.parametrize("p", DEPTHWISE_CASES, ids=_ids)
+@pytest.mark.parametrize("planar", [True, False], ids=["planar", "channels-last"])
+def test_depthwise_plans_every_orientation(algo, p, planar, rng, monkeypatch):
+    """Both orientations forced, blocks small enough to split rows, channels and images,
+    replicated planar weights, both layouts, CONVOLUTION mode and alpha/beta."""
+    from tridnn.cpu import conv_depthwise
+    monkeypatch.setattr(conv_depthwise, "BLOCK_ELEMENTS", 400)
+    monkeypatch.setattr(conv_depthwise, "FILTER_BLOCK_ELEMENTS", 400)
+    monkeypatch.setattr(conv_depthwise, "MAX_SCALAR_SLOT", 100)
+    monkeypatch.setattr(conv_depthwise.DepthwisePlan, "prefers_planar", staticmethod(lambda *args: planar))
+    monkeypatch.setattr(conv_depthwise, "channels_last", lambda desc: not planar)  # the filter's rule
+    conv, (x_desc, _, _), (w_desc, _, _), (dy_desc, _, _) = descriptors(p, "float32", "NCHW", rng)
+    problem = ConvProblem(algo.direction, x_desc, w_desc, dy_desc, conv)
+    plan = algo.depthwise_plan(problem)
+    plans = [plan] if algo.direction == "bwd_filter" else [part for _, part, _ in plan.parts if part is not None]
+    assert plans and all(part.planar == planar for part in plans)
+    for layout in ("NCHW", "NHWC"):
+        skip_unless_applies(run_case(algo, p, "float32", layout, rng, n=3))
+        skip_unless_applies(run_case(algo, p, "float64", layout, rng, n=2, alpha=-1.5, beta=0.5, mode=CONV))
+        skip_unless_applies(run_case(algo, p, "bfloat16", layout, rng, n=2, alpha=2.0, beta=1.0))
+
+
+def test_transposed_taps_split_dx_by_stride_phase():
+    """Stride 2, 3 taps, pad 1 (forward reads x[2o + r - 1]): even dx positions 2m get tap 1
+    from dy[m]; odd ones 2m + 1 get taps 2 and 0 from dy[m] and dy[m + 1]; with a single
+    tap (pad 1) no tap reaches the even positions."""
+    from tridnn.cpu.conv_depthwise import transposed_taps
+    assert transposed_taps(9, 5, 3, 2, 1, 1, 0) == (5, [1], 0, 1)
+    assert transposed_taps(9, 5, 3, 2, 1, 1, 1) == (4, [2, 0], 0, 1)
+    assert transposed_taps(9, 5, 1, 2, 1, 1, 0) is None

@@ -231,7 +231,7 @@ def test_direct_depthwise_many_blocks(layout, planar, replicate, stride, dilatio
     monkeypatch.setattr(conv_depthwise, "MIN_EINSUM_CHANNELS", 64)
     monkeypatch.setattr(conv_depthwise, "BLOCK_ELEMENTS", 1500)
     monkeypatch.setattr(conv_depthwise, "MAX_SCALAR_SLOT", 1 << 30 if replicate else 0)
-    monkeypatch.setattr(conv_depthwise.DepthwisePlan, "prefers_planar", staticmethod(lambda problem: planar))
+    monkeypatch.setattr(conv_depthwise.DepthwisePlan, "prefers_planar", staticmethod(lambda *args: planar))
     algo = _by_enum(tridnn.ConvFwdAlgo.DIRECT)
     c = channels
     p = dict(name="dw_96", C=c, K=c, spatial=(46, 40), kernel=(3, 3), stride=(stride, stride),
@@ -258,7 +258,7 @@ def test_direct_depthwise_1d_3d(planar, spatial, kernel, stride, dilation, pad, 
     """The phase-split plan in one and three dims, small blocks, both orientations."""
     from tridnn.cpu import conv_depthwise
     monkeypatch.setattr(conv_depthwise, "BLOCK_ELEMENTS", 500)
-    monkeypatch.setattr(conv_depthwise.DepthwisePlan, "prefers_planar", staticmethod(lambda problem: planar))
+    monkeypatch.setattr(conv_depthwise.DepthwisePlan, "prefers_planar", staticmethod(lambda *args: planar))
     p = dict(name="dw_nd", C=6, K=6, spatial=spatial, kernel=kernel, stride=stride, pad=pad,
              dilation=dilation, groups=6)
     algo = _by_enum(tridnn.ConvFwdAlgo.DIRECT)

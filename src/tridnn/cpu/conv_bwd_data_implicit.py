@@ -15,6 +15,10 @@ from ..workspace import Buffer
 from .common import store
 from .conv_bwd_common import (BLAS_FLOPS, MEM_BW, batch_block, blocks, contract, grouped_filter, prod,
                               shaped, tap_boxes)
+from .conv_depthwise import TransposedPlan
+
+DEPTHWISE_RATE = 8e9  # elements/s of a depthwise pass (conv_depthwise), in cache
+CALL_SECONDS = 3e-6   # overhead of one NumPy call
 
 FULL_PRODUCT = 0.75  # compute a tap over all of dy (then slice) when its box covers this much
 
@@ -24,6 +28,13 @@ class ImplicitGemmBackwardData(Algorithm):
     enum = ConvBwdDataAlgo.ALGO_1
     exact = True
 
+    @staticmethod
+    def depthwise_plan(problem):
+        """Depthwise layers (one filter per channel) have no GEMM to run per tap: they go
+        through conv_depthwise's transposed plan, one multiply-add pass per tap and stride
+        phase of dx, with no scatter-add."""
+        return TransposedPlan(problem) if problem.depthwise and problem.k == problem.c else None
+
     def _block(self, problem):
         out, inp = prod(problem.out_spatial), prod(problem.in_spatial)
         per_image = (2 * problem.k * out + problem.c * out + problem.c * inp) * problem.accumulator.itemsize
@@ -32,6 +43,9 @@ class ImplicitGemmBackwardData(Algorithm):
     def buffers(self, problem):
         if problem.n == 0:
             return []  # an empty batch runs nothing (execute handles it)
+        plan = self.depthwise_plan(problem)
+        if plan is not None:
+            return plan.buffers()
         b, acc = self._block(problem), problem.accumulator
         g, cg, kg = problem.groups, problem.w.c, problem.k // problem.groups
         taps, out, inp = prod(problem.kernel), prod(problem.out_spatial), prod(problem.in_spatial)
@@ -44,6 +58,9 @@ class ImplicitGemmBackwardData(Algorithm):
     def estimate(self, problem):
         # the same passes as ALGO_0's col2im, as per-tap GEMMs: measured a little faster for
         # 1x1 filters (no column matrix), slower for larger ones (smaller GEMMs, more calls)
+        plan = self.depthwise_plan(problem)
+        if plan is not None:
+            return plan.estimate(DEPTHWISE_RATE, CALL_SECONDS)
         taps = prod(problem.kernel)
         img_bytes = problem.n * problem.c * prod(problem.out_spatial) * 4
         scale = 0.8 if taps == 1 or problem.k == problem.groups else 1.5  # 1x1, or depthwise (no GEMM)
@@ -51,6 +68,10 @@ class ImplicitGemmBackwardData(Algorithm):
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         w, dy, dx = tensors["w"], tensors["y"], tensors["x"]
+        plan = self.depthwise_plan(problem)
+        if plan is not None:
+            plan.run(w, dy, dx, workspace, alpha, beta)
+            return
         g, cg, kg = problem.groups, problem.w.c, problem.k // problem.groups
         out_sp, in_sp = problem.out_spatial, problem.in_spatial
         taps = prod(problem.kernel)

@@ -23,6 +23,10 @@ from ..workspace import Buffer
 from .common import store
 from .conv_bwd_common import (BLAS_FLOPS, MEM_BW, batch_block, blocks, covers_output, dilated_extent,
                               grouped, prod, shaped, tap_boxes)
+from .conv_depthwise import DepthwisePlan
+
+DEPTHWISE_RATE = 8e9  # elements/s of a depthwise pass (conv_depthwise), in cache
+CALL_SECONDS = 3e-6   # overhead of one NumPy call
 
 
 class ImplicitGemmBackwardFilter(Algorithm):
@@ -83,6 +87,13 @@ class PaddedGemmBackwardFilter(Algorithm):
     exact = True
 
     @staticmethod
+    def depthwise_plan(problem):
+        """Depthwise layers (one filter per channel) go through conv_depthwise's plan: x packed
+        once per block into its stride phases, so that at any stride every tap is one
+        dot-product pass of a shifted window against dy (no per-tap gather)."""
+        return DepthwisePlan.of_filter(problem) if problem.depthwise and problem.k == problem.c else None
+
+    @staticmethod
     def _padded_extent(problem):
         """Padded input span the taps actually reach: (out - 1) * stride + dilated kernel."""
         return tuple((o - 1) * s + e for o, s, e in zip(problem.out_spatial, problem.stride,
@@ -117,6 +128,9 @@ class PaddedGemmBackwardFilter(Algorithm):
     def buffers(self, problem):
         if problem.n == 0:
             return []  # an empty batch runs nothing (execute handles it)
+        plan = self.depthwise_plan(problem)
+        if plan is not None:
+            return plan.filter_buffers()
         b, acc = self._block(problem), problem.accumulator
         g, cg, kg = problem.groups, problem.w.c, problem.k // problem.groups
         total = Buffer("dw", (g, kg, cg, prod(problem.kernel)), acc)
@@ -132,6 +146,9 @@ class PaddedGemmBackwardFilter(Algorithm):
                 Buffer("part", (g, kg, cg), acc), total]
 
     def estimate(self, problem):
+        plan = self.depthwise_plan(problem)
+        if plan is not None:
+            return plan.estimate(DEPTHWISE_RATE, CALL_SECONDS, products=False)
         taps = prod(problem.kernel)
         img_bytes = problem.n * problem.c * prod(problem.out_spatial) * 4
         pad_bytes = problem.n * problem.c * prod(self._padded_extent(problem)) * 4
@@ -143,6 +160,10 @@ class PaddedGemmBackwardFilter(Algorithm):
         return wide * problem.flops / BLAS_FLOPS + (gather + 2 * pad_bytes) / MEM_BW + calls
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
+        plan = self.depthwise_plan(problem)
+        if plan is not None:
+            plan.run_filter(tensors["x"], tensors["y"], tensors["w"], workspace, alpha, beta)
+            return
         total = workspace["dw"]
         total[...] = 0
         if self._shifted(problem):

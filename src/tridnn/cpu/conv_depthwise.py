@@ -30,6 +30,7 @@ from ..workspace import Buffer
 from .common import WORKERS, channels_last, parallel_map, prod, store, writes_through
 
 BLOCK_ELEMENTS = 128 << 10  # accumulator elements per block (measured flat from 64K to 512K)
+FILTER_BLOCK_ELEMENTS = 512 << 10  # filter gradient: dy elements per block (dot products stream)
 MAX_SCALAR_SLOT = 1024      # planar: planes smaller than this get their weights replicated
 MIN_PLANAR_ROW = 32         # strided channel-first data goes planar from this output row length
 MIN_EINSUM_CHANNELS = 384   # channels-last, stride 1: one einsum per block from this many channels
@@ -174,27 +175,52 @@ def window_sum(x: np.ndarray, weights: np.ndarray, dilation, out: np.ndarray) ->
     np.einsum(f"n{letters}{taps}c,{taps}c->n{letters}c", windows, weights, out=out)
 
 
+def buffer(workspace, name: str, shape) -> np.ndarray:
+    """The leading part of workspace buffer ``name`` viewed as a contiguous ``shape`` (the
+    backward-data phases share buffers sized for the largest of them)."""
+    return workspace[name].reshape(-1)[:prod(shape)].reshape(shape)
+
+
 class DepthwisePlan:
     """One depthwise correlation y[n, c] = sum over taps of w[c, tap] * x[n, c] shifted,
-    blocked and oriented for NumPy. Works for any rank, stride, dilation and padding; the
-    caller flips the filter for CONVOLUTION mode."""
+    blocked and oriented for NumPy (any rank, stride, dilation and padding, given by a
+    Geometry; the caller flips the filter for CONVOLUTION mode). ``run`` computes y,
+    ``run_filter`` the filter gradient sum over n, o of dy[n, c, o] * x[n, c, o * s + t * d]."""
 
-    def __init__(self, problem, planar: bool | None = None):
-        self.geometry = Geometry.of(problem)
-        self.n, self.c = problem.n, problem.c
-        self.acc_dtype = problem.accumulator
-        self.planar = self.prefers_planar(problem) if planar is None else planar
-        self.blocks = self._block_shape()
+    def __init__(self, geometry: Geometry, n: int, c: int, acc_dtype, planar: bool,
+                 block_elements: int | None = None):
+        self.geometry = geometry
+        self.n, self.c = n, c
+        self.acc_dtype = acc_dtype
+        self.planar = planar
+        self.blocks = self._block_shape(BLOCK_ELEMENTS if block_elements is None else block_elements)
+
+    @classmethod
+    def of(cls, problem, planar: bool | None = None) -> "DepthwisePlan":
+        """The plan of a problem's forward correlation."""
+        geometry = Geometry.of(problem)
+        if planar is None:
+            planar = cls.prefers_planar(geometry, channels_last(problem.x))
+        return cls(geometry, problem.n, problem.c, problem.accumulator, planar)
+
+    @classmethod
+    def of_filter(cls, problem, planar: bool | None = None) -> "DepthwisePlan":
+        """The plan of a problem's filter gradient: planar exactly for channel-first data
+        (the dot products have no per-row cost that would favour transposing small planes),
+        in larger blocks."""
+        planar = not channels_last(problem.x) if planar is None else planar
+        return cls(Geometry.of(problem), problem.n, problem.c, problem.accumulator, planar,
+                   FILTER_BLOCK_ELEMENTS)
 
     @staticmethod
-    def prefers_planar(problem) -> bool:
+    def prefers_planar(geometry: Geometry, data_channels_last: bool) -> bool:
         """Planar passes for channel-first data, except small strided planes; channels-last
         passes for channels-last data. Each orientation then copies its input without a
         transpose; the exception measured faster with the transposing copies (its phases
         are short rows, which the planar copy pays per row)."""
-        if channels_last(problem.x):
+        if data_channels_last:
             return False
-        return all(s == 1 for s in problem.stride) or problem.out_spatial[-1] >= MIN_PLANAR_ROW
+        return geometry.phases == 1 or geometry.out_spatial[-1] >= MIN_PLANAR_ROW
 
     @property
     def einsum(self) -> bool:
@@ -210,21 +236,21 @@ class DepthwisePlan:
         return self.planar and self.geometry.slot(self.geometry.out_spatial[0]) < MAX_SCALAR_SLOT
 
     # -- sizes -------------------------------------------------------------------------
-    def _block_shape(self):
+    def _block_shape(self, budget: int):
         """(images, channels, rows) per block: whole planes and then more channels and
-        images while the accumulator stays under BLOCK_ELEMENTS; else fewer rows."""
+        images while the accumulator stays under ``budget`` elements; else fewer rows."""
         g = self.geometry
         out0 = g.out_spatial[0]
         row = g.steps[0] if self.planar else prod(g.out_spatial[1:]) * self.c
-        rows = max(1, min(out0, BLOCK_ELEMENTS // max(row, 1)))
+        rows = max(1, min(out0, budget // max(row, 1)))
         if not self.planar:
-            images = max(1, min(self.n, BLOCK_ELEMENTS // max(row * out0, 1))) if rows == out0 else 1
+            images = max(1, min(self.n, budget // max(row * out0, 1))) if rows == out0 else 1
             return images, self.c, rows
         if rows < out0:
             return 1, 1, rows
         plane = g.slot(out0)
-        channels = max(1, min(self.c, BLOCK_ELEMENTS // plane))
-        images = max(1, min(self.n, BLOCK_ELEMENTS // (plane * channels))) if channels == self.c else 1
+        channels = max(1, min(self.c, budget // plane))
+        images = max(1, min(self.n, budget // (plane * channels))) if channels == self.c else 1
         return images, channels, rows
 
     def _phase_stride(self) -> int:
@@ -232,32 +258,45 @@ class DepthwisePlan:
         images, channels, rows = self.blocks
         return images * channels * self.geometry.slot(rows) + self.geometry.tail
 
-    def _input_block(self) -> int:
-        g, (images, channels, rows) = self.geometry, self.blocks
-        if self.planar:
-            return g.phases * self._phase_stride()
-        return images * g.phases * (rows + g.reach[0]) * prod(g.extent[1:]) * self.c
+    def _channels_last_box(self) -> tuple:
+        """Channels-last: the shape of one image's phase in a block (rows, ..., C)."""
+        g = self.geometry
+        return (self.blocks[2] + g.reach[0], *g.extent[1:], self.c)
 
-    def _acc_block(self) -> int:
+    def input_size(self) -> int:
+        if self.planar:
+            return self.geometry.phases * self._phase_stride()
+        return self.blocks[0] * self.geometry.phases * prod(self._channels_last_box())
+
+    def acc_size(self) -> int:
         g, (images, channels, rows) = self.geometry, self.blocks
         if self.planar:
             return images * channels * g.slot(rows)
         return images * rows * prod(g.out_spatial[1:]) * self.c
 
-    def buffers(self) -> list:
-        g, acc = self.geometry, self.acc_dtype
-        taps = len(g.taps)
+    def weights_shape(self) -> tuple:
+        g, taps = self.geometry, len(self.geometry.taps)
         if self.replicated:
-            weights = Buffer("dw_weights", (taps, self.c, g.slot(self.blocks[2])), acc)
-        elif self.planar:
-            weights = Buffer("dw_weights", (taps, self.c), acc)
-        else:  # replicated along the innermost output dim (the rows of a block for 1-D)
-            inner = g.out_spatial[-1] if g.nd > 1 else self.blocks[2]
-            weights = Buffer("dw_weights", (taps, inner, self.c), acc)
-        return [weights,
-                Buffer("dw_input", (WORKERS, self._input_block()), acc),
-                Buffer("dw_acc", (WORKERS, self._acc_block()), acc),
-                Buffer("dw_prod", (WORKERS, self._acc_block()), acc)]
+            return (taps, self.c, g.slot(self.blocks[2]))
+        if self.planar:
+            return (taps, self.c)
+        # channels-last: replicated along the innermost output dim (the rows of a block for 1-D)
+        return (taps, g.out_spatial[-1] if g.nd > 1 else self.blocks[2], self.c)
+
+    def buffers(self) -> list:
+        acc = self.acc_dtype
+        return [Buffer("dw_weights", self.weights_shape(), acc),
+                Buffer("dw_input", (WORKERS, self.input_size()), acc),
+                Buffer("dw_acc", (WORKERS, self.acc_size()), acc),
+                Buffer("dw_prod", (WORKERS, self.acc_size()), acc)]
+
+    def filter_buffers(self) -> list:
+        acc, taps = self.acc_dtype, len(self.geometry.taps)
+        images, channels, _ = self.blocks
+        return [Buffer("dw_input", (WORKERS, self.input_size()), acc),
+                Buffer("dw_dy", (WORKERS, self.acc_size()), acc),
+                Buffer("dw_partial", (WORKERS, images * channels), acc),
+                Buffer("dw_total", (WORKERS, taps, self.c), acc)]
 
     def block_list(self) -> list:
         images, channels, rows = self.blocks
@@ -268,21 +307,74 @@ class DepthwisePlan:
                 for r0 in range(0, out0, rows)]
 
     def passes(self) -> tuple[int, int]:
-        """(elements the tap passes write, NumPy calls), for cost models."""
+        """(elements one tap pass covers, blocks), for cost models."""
         g = self.geometry
-        taps = len(g.taps)
         per_image = self.c * (g.slot(g.out_spatial[0]) if self.planar else prod(g.out_spatial))
-        calls_per_block = 2 * taps + g.phases * (1 + 2 * g.nd)
-        return (2 * taps - 1) * self.n * per_image, calls_per_block * len(self.block_list())
+        return self.n * per_image, len(self.block_list())
 
-    # -- run -----------------------------------------------------------------------------
+    def estimate(self, rate: float, call_seconds: float, products: bool = True) -> float:
+        """Seconds: per tap a product and a sum pass (``products``), or one dot-product pass
+        (the filter gradient), at ``rate`` elements/s, plus NumPy's per-call overhead."""
+        g = self.geometry
+        elements, blocks = self.passes()
+        taps = len(g.taps)
+        passes = 2 * taps - 1 if products else taps
+        calls = blocks * (passes + g.phases * (1 + 2 * g.nd))
+        io = self.n * self.c * (prod(g.in_spatial) + prod(g.out_spatial))
+        return (passes * elements + 2 * io) / rate + calls * call_seconds
+
+    # -- the input of a block, packed into its phases ----------------------------------
+    def _pack(self, worker, block, x, workspace):
+        """x's part for ``block``, zero-padded and split into phases: planar
+        (phases, run of planes + tail) or channels-last (images, phases, rows, ..., C)."""
+        g = self.geometry
+        n0, nb, c0, cb, r0, rb = block
+        rows_in = rb + g.reach[0]
+        if self.planar:
+            run = nb * cb * g.slot(rb)
+            xb = workspace["dw_input"][worker].reshape(-1)[:self.input_size()].reshape(g.phases, -1)
+            for phase, fills, sources in g.phase_copies(r0, rb):
+                xb[phase, run:run + g.tail] = 0  # what the last plane's dropped outputs read
+                planes = xb[phase, :run].reshape(nb, cb, rows_in, *g.extent[1:])
+                src = None if fills is None else x[(slice(n0, n0 + nb), slice(c0, c0 + cb)) + tuple(sources)]
+                fill_phase(planes, fills, src, 2)
+            return xb
+        full = self._channels_last_box()
+        xb = workspace["dw_input"][worker].reshape(-1)[:nb * g.phases * prod(full)].reshape(nb, g.phases, *full)
+        x_last = np.moveaxis(x[n0:n0 + nb], 1, -1)  # (nb, *in, C)
+        for phase, fills, sources in g.phase_copies(r0, rb):
+            src = None if fills is None else x_last[(slice(None),) + tuple(sources)]
+            fill_phase(xb[:, phase, :rows_in], fills, src, 1)
+        return xb
+
+    def _windows(self, xb, block):
+        """Each tap's view of a packed block: planar (nb, cb, slot) runs, or channels-last
+        (nb, rb, *out[1:], C) boxes."""
+        g = self.geometry
+        _, nb, _, cb, _, rb = block
+        if self.planar:
+            slot = g.slot(rb)
+            run = nb * cb * slot
+            return [xb[phase, off:off + run].reshape(nb, cb, slot)
+                    for (phase, _), off in zip(g.taps, g.flat_offsets())]
+        return [xb[(slice(None), phase) + tuple(slice(h, h + o) for h, o in zip(shift, (rb, *g.out_spatial[1:])))]
+                for phase, shift in g.taps]
+
+    def _valid(self, flat: np.ndarray, block) -> np.ndarray:
+        """Planar: the outputs of a (nb, cb, slot) block that lie inside the output box."""
+        g = self.geometry
+        _, nb, _, cb, _, rb = block
+        length = rb * g.steps[0]
+        box = (Ellipsis,) + tuple(slice(0, o) for o in g.out_spatial[1:])
+        return flat[..., :length].reshape(nb, cb, rb, *g.extent[1:])[box]
+
+    # -- forward -------------------------------------------------------------------------
     def run(self, x: np.ndarray, w: np.ndarray, y: np.ndarray, workspace, alpha, beta, epilogue=None):
         """y = alpha * correlate(x, w) + beta * y; x (N, C, *in), w (C, 1, *kernel) or
         (C, *kernel), y (N, C, *out), all logical views of any strides and float dtype."""
         g = self.geometry
-        taps = len(g.taps)
-        w_taps = w.reshape(self.c, taps).T  # (taps, C)
-        weights = workspace["dw_weights"]
+        w_taps = w.reshape(self.c, len(g.taps)).T  # (taps, C)
+        weights = buffer(workspace, "dw_weights", self.weights_shape())
         if self.replicated:
             weights[...] = w_taps[:, :, None]
         elif self.planar:
@@ -290,65 +382,137 @@ class DepthwisePlan:
         else:
             weights[...] = w_taps[:, None, :]
         direct = writes_through(y, self.acc_dtype, alpha, beta, epilogue)
-        block = self._planar_block if self.planar else self._channels_last_block
-        parallel_map(lambda worker, b: block(worker, b, x, weights, y, workspace, direct, alpha, beta, epilogue),
-                     self.block_list())
+        parallel_map(lambda worker, b: self._forward_block(worker, b, x, weights, y, workspace, direct, alpha,
+                                                           beta, epilogue), self.block_list())
 
-    def _planar_block(self, worker, block, x, weights, y, workspace, direct, alpha, beta, epilogue):
+    def _forward_block(self, worker, block, x, weights, y, workspace, direct, alpha, beta, epilogue):
         g = self.geometry
         n0, nb, c0, cb, r0, rb = block
-        slot, stride = g.slot(rb), self._phase_stride()
-        run = nb * cb * slot
-        rows_in = rb + g.reach[0]
-        xb = workspace["dw_input"][worker].reshape(g.phases, stride)
-        for phase, fills, sources in g.phase_copies(r0, rb):
-            xb[phase, run:run + g.tail] = 0  # what the last plane's dropped outputs read
-            planes = xb[phase, :run].reshape(nb, cb, rows_in, *g.extent[1:])
-            src = None if fills is None else x[(slice(n0, n0 + nb), slice(c0, c0 + cb)) + tuple(sources)]
-            fill_phase(planes, fills, src, 2)
-        acc = workspace["dw_acc"][worker, :run].reshape(nb, cb, slot)
-        tmp = workspace["dw_prod"][worker, :run].reshape(nb, cb, slot)
-        if self.replicated:
-            taps_weights = weights[:, c0:c0 + cb, :slot]
+        xb = self._pack(worker, block, x, workspace)
+        windows = self._windows(xb, block)
+        if self.planar:
+            shape = (nb, cb, g.slot(rb))
+            if self.replicated:
+                taps_weights = weights[:, c0:c0 + cb, :shape[2]]
+            else:
+                taps_weights = weights[:, c0:c0 + cb, None]
         else:
-            taps_weights = weights[:, c0:c0 + cb, None]
-        pairs = [(xb[phase, off:off + run].reshape(nb, cb, slot), taps_weights[t])
-                 for t, ((phase, _), off) in enumerate(zip(g.taps, g.flat_offsets()))]
-        valid = (Ellipsis,) + tuple(slice(0, o) for o in g.out_spatial[1:])
-        length = rb * g.steps[0]
-        acc_out = acc[..., :length].reshape(nb, cb, rb, *g.extent[1:])[valid]
-        tmp_out = tmp[..., :length].reshape(nb, cb, rb, *g.extent[1:])[valid]
+            shape = (nb, rb, *g.out_spatial[1:], self.c)
+            taps_weights = weights if g.nd > 1 else weights[:, :rb]
+        acc = workspace["dw_acc"][worker, :prod(shape)].reshape(shape)
+        tmp = workspace["dw_prod"][worker, :prod(shape)].reshape(shape)
         index = (slice(n0, n0 + nb), slice(c0, c0 + cb), slice(r0, r0 + rb))
-        target = y[index] if direct else acc_out
-        multiply_add(pairs, acc, tmp, (acc_out, tmp_out, target))
-        if not direct:
-            store(y[index], acc_out, alpha, beta, epilogue, index)
-
-    def _channels_last_block(self, worker, block, x, weights, y, workspace, direct, alpha, beta, epilogue):
-        g = self.geometry
-        n0, nb, _, _, r0, rb = block
-        rows_in = rb + g.reach[0]
-        full = (self.blocks[2] + g.reach[0], *g.extent[1:], self.c)
-        xb = workspace["dw_input"][worker, :nb * g.phases * prod(full)].reshape(nb, g.phases, *full)
-        x_last = np.moveaxis(x[n0:n0 + nb], 1, -1)  # (nb, *in, C)
-        for phase, fills, sources in g.phase_copies(r0, rb):
-            src = None if fills is None else x_last[(slice(None),) + tuple(sources)]
-            fill_phase(xb[:, phase, :rows_in], fills, src, 1)
-        out_box = (nb, rb, *g.out_spatial[1:], self.c)
-        size = prod(out_box)
-        acc = workspace["dw_acc"][worker, :size].reshape(out_box)
-        tmp = workspace["dw_prod"][worker, :size].reshape(out_box)
-        rows_weights = slice(None) if g.nd > 1 else slice(0, rb)
-        pairs = []
-        for t, (phase, shift) in enumerate(g.taps):
-            window = tuple(slice(h, h + o) for h, o in zip(shift, (rb, *g.out_spatial[1:])))
-            pairs.append((xb[(slice(None), phase) + window], weights[t, rows_weights]))
-        index = (slice(n0, n0 + nb), slice(None), slice(r0, r0 + rb))
-        target = np.moveaxis(y[index], 1, -1) if direct else acc
-        if self.einsum:
-            taps_last = weights[:, 0].reshape(*g.kernel, self.c)
-            window_sum(xb[:, 0, :rows_in], taps_last, g.dilation, target)
+        if self.planar:
+            acc_out, tmp_out = self._valid(acc, block), self._valid(tmp, block)
+            target = y[index] if direct else acc_out
+            result = acc_out
         else:
-            multiply_add(pairs, acc, tmp, (acc, tmp, target))
+            acc_out, tmp_out = acc, tmp
+            target = np.moveaxis(y[index], 1, -1) if direct else acc
+            result = np.moveaxis(acc, -1, 1)
+        if self.einsum:
+            window_sum(xb[:, 0, :rb + g.reach[0]], weights[:, 0].reshape(*g.kernel, self.c), g.dilation, target)
+        else:
+            multiply_add(list(zip(windows, taps_weights)), acc, tmp, (acc_out, tmp_out, target))
         if not direct:
-            store(y[index], np.moveaxis(acc, -1, 1), alpha, beta, epilogue, index)
+            store(y[index], result, alpha, beta, epilogue, index)
+
+    # -- filter gradient -------------------------------------------------------------------
+    def run_filter(self, x: np.ndarray, dy: np.ndarray, dw: np.ndarray, workspace, alpha, beta):
+        """dw = alpha * (sum over images and outputs of dy * x's tap window) + beta * dw; dw is
+        (C, 1, *kernel) or (C, *kernel). Each tap is one dot-product pass per block."""
+        totals = workspace["dw_total"]
+        totals[...] = 0
+        parallel_map(lambda worker, b: self._filter_block(worker, b, x, dy, workspace), self.block_list())
+        total = totals.sum(axis=0) if totals.shape[0] > 1 else totals[0]
+        store(dw.reshape(self.c, len(self.geometry.taps)), total.T, alpha, beta)
+
+    def _filter_block(self, worker, block, x, dy, workspace):
+        g = self.geometry
+        n0, nb, c0, cb, r0, rb = block
+        xb = self._pack(worker, block, x, workspace)
+        windows = self._windows(xb, block)
+        total = workspace["dw_total"][worker]
+        index = (slice(n0, n0 + nb), slice(c0, c0 + cb), slice(r0, r0 + rb))
+        if self.planar:
+            # dy laid out like the planar outputs, zero where the dropped outputs are
+            flat = workspace["dw_dy"][worker, :nb * cb * g.slot(rb)].reshape(nb, cb, g.slot(rb))
+            length = rb * g.steps[0]
+            flat[..., length:] = 0
+            box = [(0, o) for o in (rb, *g.out_spatial[1:])]
+            fill_phase(flat[..., :length].reshape(nb, cb, rb, *g.extent[1:]), box, dy[index], 2)
+            partial = workspace["dw_partial"][worker, :nb * cb].reshape(nb, cb, 1, 1)
+            column = flat[..., None]
+            for t, window in enumerate(windows):  # one dot product per plane (matmul: BLAS's dot)
+                np.matmul(window[..., None, :], column, out=partial)
+                total[t, c0:c0 + cb] += partial[..., 0, 0].sum(axis=0) if nb > 1 else partial[0, :, 0, 0]
+        else:
+            dy_last = np.moveaxis(dy[index], 1, -1)  # (nb, rb, *out[1:], C)
+            letters = "abdefghij"[:g.nd + 1]  # (nb, rb, *out[1:]); c is the channel
+            for t, window in enumerate(windows):
+                total[t] += np.einsum(f"{letters}c,{letters}c->c", window, dy_last)
+
+
+# -- backward data: the transposed correlation, one stride phase of dx at a time ------------
+def transposed_taps(in_size: int, out_size: int, k: int, s: int, d: int, p: int, phase: int):
+    """Along one dim: dx[phase + s * m] = sum over taps r with (phase + p - r * d) % s == 0 of
+    w[r] * dy[m + (phase + p - r * d) // s]. Returns (positions m, the taps r sorted by
+    their dy offset, the first offset, the step between offsets), or None when the phase
+    has no position or no tap."""
+    positions = -(-(in_size - phase) // s) if in_size > phase else 0
+    taps = [r for r in range(k - 1, -1, -1) if (phase + p - r * d) % s == 0]  # offsets ascending
+    if positions == 0 or not taps:
+        return None
+    first = (phase + p - taps[0] * d) // s
+    step = (taps[0] - taps[1]) * d // s if len(taps) > 1 else 1
+    return positions, taps, first, step
+
+
+class TransposedPlan:
+    """Backward data of a depthwise convolution as depthwise correlations of dy: dx's
+    positions are split by their residue modulo the stride (one phase per residue
+    combination), and each phase is a stride-1 correlation of dy with the taps that reach
+    it, reversed, written straight into dx's strided view. With stride 1 this is the
+    forward correlation of dy with the flipped filter."""
+
+    def __init__(self, problem):
+        self.c, self.nd, self.acc_dtype = problem.c, problem.nd, problem.accumulator
+        self.parts = []  # (dx slices, plan or None, taps per dim)
+        for parity in np.ndindex(*problem.stride):
+            dims = [transposed_taps(i, o, k, s, d, p, a) for i, o, k, s, d, p, a in
+                    zip(problem.in_spatial, problem.out_spatial, problem.kernel, problem.stride,
+                        problem.dilation, problem.pad_pre, parity)]
+            view = tuple(slice(a, None, s) for a, s in zip(parity, problem.stride))
+            if any(dim is None for dim in dims):
+                self.parts.append((view, None, None))
+                continue
+            geometry = Geometry(in_spatial=problem.out_spatial, out_spatial=tuple(d[0] for d in dims),
+                                kernel=tuple(len(d[1]) for d in dims), stride=(1,) * self.nd,
+                                dilation=tuple(d[3] for d in dims), pad_pre=tuple(-d[2] for d in dims))
+            planar = DepthwisePlan.prefers_planar(geometry, channels_last(problem.y))
+            plan = DepthwisePlan(geometry, problem.n, problem.c, problem.accumulator, planar)
+            self.parts.append((view, plan, [d[1] for d in dims]))
+
+    def buffers(self) -> list:
+        """Each buffer as large as the largest phase needs (phases run one after another)."""
+        sizes = {}
+        for _, plan, _ in self.parts:
+            for buf in [] if plan is None else plan.buffers():
+                per_worker = prod(buf.shape) if buf.name == "dw_weights" else prod(buf.shape[1:])
+                sizes[buf.name] = max(sizes.get(buf.name, 0), per_worker)
+        return [Buffer(name, (size,) if name == "dw_weights" else (WORKERS, size), self.acc_dtype)
+                for name, size in sizes.items()]
+
+    def estimate(self, rate: float, call_seconds: float) -> float:
+        return sum(plan.estimate(rate, call_seconds) for _, plan, _ in self.parts if plan is not None)
+
+    def run(self, w: np.ndarray, dy: np.ndarray, dx: np.ndarray, workspace, alpha, beta):
+        """dx = alpha * (transposed correlation of dy with w) + beta * dx."""
+        w = w.reshape(self.c, *w.shape[-self.nd:])
+        for view, plan, taps in self.parts:
+            part = dx[(slice(None), slice(None)) + view]
+            if plan is None:  # no tap reaches these positions: the gradient there is 0
+                part[...] = 0 if beta == 0 else beta * part.astype(self.acc_dtype)
+                continue
+            sub = w[np.ix_(range(self.c), *taps)]
+            plan.run(dy, sub, part, workspace, alpha, beta)

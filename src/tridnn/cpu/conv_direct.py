@@ -35,6 +35,7 @@ MIN_PLANAR_ROW = 24      # output row length from which NCHW data is processed p
 BLOCK_BYTES = 256 << 10   # accumulator + product of one block (they stay in L2)
 CACHE_RATE = 20e9         # bytes/s of an in-cache NumPy elementwise pass (estimate)
 CALL_SECONDS = 3e-6       # overhead of one NumPy call (estimate)
+DEPTHWISE_RATE = 8e9      # elements/s of a depthwise pass, in cache (measured 8-16 on the dw suite)
 
 
 class DirectForward(Algorithm):
@@ -52,7 +53,7 @@ class DirectForward(Algorithm):
     def depthwise_plan(problem):
         """The phase-split plan of conv_depthwise for depthwise layers (one filter per channel),
         None for the small-group layers that the tap loop below handles."""
-        return DepthwisePlan(problem) if problem.depthwise and problem.k == problem.c else None
+        return DepthwisePlan.of(problem) if problem.depthwise and problem.k == problem.c else None
 
     def _blocks(self, problem):
         """(images, rows of the first spatial dim) per block, from the accumulator's size."""
@@ -87,9 +88,7 @@ class DirectForward(Algorithm):
     def estimate(self, problem):
         plan = self.depthwise_plan(problem)
         if plan is not None:
-            written, calls = plan.passes()
-            io_bytes = problem.n * problem.c * (prod(problem.in_spatial) + prod(problem.out_spatial)) * 4
-            return 2 * written * 4 / CACHE_RATE + calls * CALL_SECONDS + 3 * io_bytes / CACHE_RATE
+            return plan.estimate(DEPTHWISE_RATE, CALL_SECONDS)
         images, rows = self._blocks(problem)
         blocks = -(-problem.n // images) * -(-problem.out_spatial[0] // rows)
         passes = prod(problem.kernel) * problem.w.c
