@@ -88,6 +88,34 @@ def _row_norm_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_pt
 
 
 @triton.jit
+def _row_stats(x_ptr, mean_ptr, inv_ptr, row, xsr, xsk, K, eps, RMS: tl.constexpr, HAS_STATS: tl.constexpr,
+               BLOCK_K: tl.constexpr):
+    """(mean, inv) of one row: saved, or recomputed with a loop over the row."""
+    if HAS_STATS:
+        inv = tl.load(inv_ptr + row).to(tl.float32)
+        if RMS:
+            mean = 0.0
+        else:
+            mean = tl.load(mean_ptr + row).to(tl.float32)
+    else:
+        total = tl.zeros([BLOCK_K], tl.float32)
+        total2 = tl.zeros([BLOCK_K], tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            k = k0 + tl.arange(0, BLOCK_K)
+            x = tl.load(x_ptr + row * xsr + k * xsk, mask=k < K, other=0.0).to(tl.float32)
+            total += x
+            total2 += x * x
+        if RMS:
+            mean = 0.0
+            var = tl.sum(total2, axis=0) / K
+        else:
+            mean = tl.sum(total, axis=0) / K
+            var = tl.maximum(tl.sum(total2, axis=0) / K - mean * mean, 0.0)
+        inv = 1.0 / tl.sqrt(var + eps)
+    return mean, inv
+
+
+@triton.jit
 def _row_norm_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_ptr, part_ptr, R, K,
                               xsr, xsk, gsr, gsk, dsr, dsk, eps, alpha, beta, rows_per_program,
                               RMS: tl.constexpr, HAS_STATS: tl.constexpr, HAS_BETA: tl.constexpr,
@@ -95,48 +123,41 @@ def _row_norm_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_pt
                               BLOCK_K: tl.constexpr):
     """One row at a time over this program's rows: dx = inv * (g - mean(g) - xhat *
     mean(g * xhat)) with g = dy * scale (RMS: no mean(g) term); partial dscale and
-    dbias sums go to this program's row of ``part`` ([programs, 2, K])."""
+    dbias sums go to this program's row of ``part`` ([programs, 2, K]). A row that fits
+    in registers (SINGLE) is loaded one step ahead, so the next row's reads overlap this
+    row's reductions."""
     pid = tl.program_id(0)
     part_row = part_ptr + pid * 2 * K
     k_all = tl.arange(0, BLOCK_K)
-    dscale_acc = tl.zeros([BLOCK_K], tl.float32)
-    dbias_acc = tl.zeros([BLOCK_K], tl.float32)
-    if not SINGLE:
-        for k0 in range(0, K, BLOCK_K):
-            k = k0 + k_all
-            tl.store(part_row + k, tl.zeros([BLOCK_K], tl.float32), mask=k < K)
-            tl.store(part_row + K + k, tl.zeros([BLOCK_K], tl.float32), mask=k < K)
     first = pid * rows_per_program
     last = tl.minimum(first + rows_per_program, R)
-    for row in range(first, last):
-        if BIG:
-            row = row.to(tl.int64)
-        if HAS_STATS:
-            inv = tl.load(inv_ptr + row).to(tl.float32)
-            if RMS:
-                mean = 0.0
+    if BIG:
+        first = first.to(tl.int64)
+    if SINGLE:
+        k_mask = k_all < K
+        w = tl.load(scale_ptr + k_all, mask=k_mask, other=0.0).to(tl.float32)
+        dscale_acc = tl.zeros([BLOCK_K], tl.float32)
+        dbias_acc = tl.zeros([BLOCK_K], tl.float32)
+        ahead = k_mask & (first < last)
+        x_next = tl.load(x_ptr + first * xsr + k_all * xsk, mask=ahead, other=0.0)
+        dy_next = tl.load(dy_ptr + first * gsr + k_all * gsk, mask=ahead, other=0.0)
+        for row in range(first, last):
+            x = x_next.to(tl.float32)
+            dy = dy_next.to(tl.float32)
+            ahead = k_mask & (row + 1 < last)
+            x_next = tl.load(x_ptr + (row + 1) * xsr + k_all * xsk, mask=ahead, other=0.0)
+            dy_next = tl.load(dy_ptr + (row + 1) * gsr + k_all * gsk, mask=ahead, other=0.0)
+            if HAS_STATS:
+                mean, inv = _row_stats(x_ptr, mean_ptr, inv_ptr, row, xsr, xsk, K, eps, RMS, True, BLOCK_K)
             else:
-                mean = tl.load(mean_ptr + row).to(tl.float32)
-        else:
-            total = tl.zeros([BLOCK_K], tl.float32)
-            total2 = tl.zeros([BLOCK_K], tl.float32)
-            for k0 in range(0, K, BLOCK_K):
-                k = k0 + k_all
-                x = tl.load(x_ptr + row * xsr + k * xsk, mask=k < K, other=0.0).to(tl.float32)
-                total += x
-                total2 += x * x
-            if RMS:
-                mean = 0.0
-                var = tl.sum(total2, axis=0) / K
-            else:
-                mean = tl.sum(total, axis=0) / K
-                var = tl.maximum(tl.sum(total2, axis=0) / K - mean * mean, 0.0)
-            inv = 1.0 / tl.sqrt(var + eps)
-        if SINGLE:
-            k_mask = k_all < K
-            x = tl.load(x_ptr + row * xsr + k_all * xsk, mask=k_mask, other=0.0).to(tl.float32)
-            dy = tl.load(dy_ptr + row * gsr + k_all * gsk, mask=k_mask, other=0.0).to(tl.float32)
-            w = tl.load(scale_ptr + k_all, mask=k_mask, other=0.0).to(tl.float32)
+                if RMS:
+                    mean = 0.0
+                    var = tl.sum(x * x, axis=0) / K
+                else:
+                    mean = tl.sum(x, axis=0) / K
+                    d = tl.where(k_mask, x - mean, 0.0)
+                    var = tl.sum(d * d, axis=0) / K
+                inv = 1.0 / tl.sqrt(var + eps)
             xhat = tl.where(k_mask, (x - mean) * inv, 0.0)
             g = dy * w
             mean_gx = tl.sum(g * xhat, axis=0) / K
@@ -151,7 +172,15 @@ def _row_norm_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_pt
             if HAS_BETA:
                 dx += tl.load(dx_ptr + d_off, mask=k_mask, other=0.0).to(COMPUTE) * beta
             tl.store(dx_ptr + d_off, dx.to(dx_ptr.dtype.element_ty), mask=k_mask)
-        else:
+        tl.store(part_row + k_all, dscale_acc, mask=k_mask)
+        tl.store(part_row + K + k_all, dbias_acc, mask=k_mask)
+    else:
+        for k0 in range(0, K, BLOCK_K):
+            k = k0 + k_all
+            tl.store(part_row + k, tl.zeros([BLOCK_K], tl.float32), mask=k < K)
+            tl.store(part_row + K + k, tl.zeros([BLOCK_K], tl.float32), mask=k < K)
+        for row in range(first, last):
+            mean, inv = _row_stats(x_ptr, mean_ptr, inv_ptr, row, xsr, xsk, K, eps, RMS, HAS_STATS, BLOCK_K)
             sum_g = tl.zeros([BLOCK_K], tl.float32)
             sum_gx = tl.zeros([BLOCK_K], tl.float32)
             for k0 in range(0, K, BLOCK_K):
@@ -182,10 +211,6 @@ def _row_norm_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_pt
                 if HAS_BETA:
                     dx += tl.load(dx_ptr + d_off, mask=k_mask, other=0.0).to(COMPUTE) * beta
                 tl.store(dx_ptr + d_off, dx.to(dx_ptr.dtype.element_ty), mask=k_mask)
-    if SINGLE:
-        k_mask = k_all < K
-        tl.store(part_row + k_all, dscale_acc, mask=k_mask)
-        tl.store(part_row + K + k_all, dbias_acc, mask=k_mask)
 
 
 @triton.jit
@@ -279,8 +304,9 @@ def _row_forward(x, y, scale, bias, mean, inv, norm_ndim, epsilon, alpha, beta, 
 
 
 def _programs(t, rows):
+    """One resident wave (two 8-warp programs per SM): no tail wave, half the partials."""
     sms = torch.cuda.get_device_properties(t.device).multi_processor_count if t.device.type == "cuda" else 2
-    return max(1, min(rows, sms * 4))
+    return max(1, min(rows, sms * 2))
 
 
 def _row_backward(x, dy, dx, scale, dscale, dbias, mean, inv, norm_ndim, epsilon, alpha, beta, rms):
