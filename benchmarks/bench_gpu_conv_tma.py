@@ -59,8 +59,14 @@ def tma_direction(direction, problem, x, w, dy, ref, flops):
         sms = sm_count(dev)
         cap = 64
         part = torch.empty((cap, *out.shape[:1], plan.taps, out.shape[1]), dtype=torch.float32, device=dev)
-        call = lambda c: (lambda: conv_tma.launch_wgrad(plan, problem, x, dy, out, part, 1.0, 0.0, c,
-                                                        conv_tma.slices_for(plan, c, sms, cap)))
+        from tridnn.cuda.conv_bwd_filter_implicit_gemm import ImplicitGemmBackwardFilter
+
+        def call(c):
+            def fn():
+                used = conv_tma.launch_wgrad_partials(plan, problem, x, dy, part, c,
+                                                      conv_tma.slices_for(plan, c, sms, cap))
+                ImplicitGemmBackwardFilter._finish(problem, part, out, used, 1.0, 0.0)
+            return fn
     res = {}
     for c in cands:
         name = "_".join(f"{k}{v}" for k, v in c.items())

@@ -6,14 +6,18 @@ BLOCK_K channels, tap (kh, kw) reads
 
     x[n, oh0 + kh*dh - ph : + BH,  ow0 + kw*dw - pw : + BW,  c0 : c0 + BLOCK_K]
 
-One TMA descriptor over x as a 4-D [N, H, W, C] array loads that box with one
-instruction, straight into shared memory, and fills every element whose coordinate
-falls outside the array (the zero padding, including negative coordinates) with zero.
-So the A tile needs no per-row index math and no masks, which is what the pointer
-kernels spend their issue slots on. A 1x1 filter with stride s and no padding reads
-the box from a strided view ([N, OH, OW, C] with strides s*W*C and s*C). A 1x1
-stride-1 problem over dense pixels is a plain GEMM: the input is viewed as one
-[1, 1, N*H*W, C] "image" so tiles are BLOCK_M consecutive pixels with no edge waste.
+One TMA descriptor over x loads that box with one instruction, straight into shared
+memory, and fills every element whose coordinate falls outside the array (the zero
+padding, including negative coordinates) with zero. So the A tile needs no per-row
+index math and no masks, which is what the pointer kernels spend their issue slots on.
+
+Stride s works the same way through a "phase view" of x: with H and W divisible by s
+and packed pixels, x[n, s*i + b, s*j + e, c] is the 5-D array [N, H/s, s, W/s, s*C] at
+(n, i, b, j, e*C + c), so tap (kh, kw) of output pixel (oh, ow) is the box at
+(oh + a_h, b_h, ow + a_w, b_w*C + c0) with (a, b) = divmod(k*d - p, s): still one box
+per tap. A 1x1 filter without padding reads a strided view instead (any H, W), and a
+1x1 stride-1 problem over dense pixels is a plain GEMM: the pixels are viewed as one
+row of one image, so tiles are BLOCK_M consecutive pixels with no edge waste.
 
 Two kernels share this idea:
 - ``conv_tma_kernel``: forward (y = x * w) and, with the filter read K-major and
@@ -43,13 +47,27 @@ from .memo import IdentityMemo
 
 
 @triton.jit
+def tap_origin(tap, KW, PH, PW, DH, DW, SH, SW, OFF_H, OFF_W):
+    """Where tap ``tap`` reads in the phase view: (row shift, row phase, column shift,
+    column phase), i.e. floor division of the tap's offset kh*dh - ph by the stride.
+    OFF_H, OFF_W: multiples of the strides that keep the dividends non-negative."""
+    kh = tap // KW
+    kw = tap - kh * KW
+    qh = kh * DH - PH + OFF_H
+    qw = kw * DW - PW + OFF_W
+    return qh // SH - OFF_H // SH, qh % SH, qw // SW - OFF_W // SW, qw % SW
+
+
+@triton.jit
 def conv_tma_kernel(
         # epilogue pointers: output, bias (K values), residual z
         y_ptr, bias_ptr, z_ptr,
-        # TMA descriptors: input box [1, BH, BW, BLOCK_K]; filter viewed [rows, taps, cols]
+        # TMA descriptors: input phase view box [1, BH, 1, BW, BLOCK_K]; filter [rows, taps, cols]
         x_desc, w_desc,
-        # output geometry and the taps' input offsets
-        N, OH, OW, C_RED, C_OUT, KW, T, PH, PW, DH, DW,
+        # output geometry and the taps' input offsets (pad, dilation, phase strides)
+        N, OH, OW, C_RED, C_OUT, KW, T, PH, PW, DH, DW, SH, SW, OFF_H, OFF_W,
+        # output extent for FILL (strided 1x1 backward data): dx's H and W
+        FH, FW,
         # element strides of y and z (n, channel, h, w) and of bias
         ys_n, ys_k, ys_h, ys_w, zs_n, zs_k, zs_h, zs_w, bias_stride,
         # epilogue scalars
@@ -57,10 +75,13 @@ def conv_tma_kernel(
         BH: tl.constexpr, BW: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
         GROUP_M: tl.constexpr, W_KMAJOR: tl.constexpr, FLIP: tl.constexpr, PREC: tl.constexpr,
         ACT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr, BETA_ZERO: tl.constexpr,
-        INT64: tl.constexpr):
+        INT64: tl.constexpr, FILL_SH: tl.constexpr, FILL_SW: tl.constexpr):
     """out[n, oh, ow, k] = sum over taps and C_RED channels of inp[box] * w; one
     BH*BW x BLOCK_N output tile per program. W_KMAJOR: the filter is [C_RED, T, C_OUT]
-    (backward data reads the forward filter that way), else [C_OUT, T, C_RED]."""
+    (backward data reads the forward filter that way), else [C_OUT, T, C_RED].
+    FILL_SH x FILL_SW > 1 (backward data of a strided 1x1 filter): the output strides step
+    over FILL_SH x FILL_SW pixels, and the tile also writes the skipped pixels, which get
+    no gradient (alpha * 0 + beta * dx)."""
     BLOCK_M: tl.constexpr = BH * BW
     # -- map the program to an output tile (grouped order for L2 reuse of the filter)
     pid = tl.program_id(0)
@@ -82,9 +103,8 @@ def conv_tma_kernel(
     for it in range(0, T * n_cblk):
         tap = it // n_cblk
         c0 = (it - tap * n_cblk) * BLOCK_K
-        kh = tap // KW
-        kw = tap - kh * KW
-        a = x_desc.load([n, oh0 + kh * DH - PH, ow0 + kw * DW - PW, c0]).reshape(BLOCK_M, BLOCK_K)
+        ah, bh, aw, bw = tap_origin(tap, KW, PH, PW, DH, DW, SH, SW, OFF_H, OFF_W)
+        a = x_desc.load([n, oh0 + ah, bh, ow0 + aw, bw * C_RED + c0]).reshape(BLOCK_M, BLOCK_K)
         w_tap = T - 1 - tap if FLIP else tap
         if W_KMAJOR:
             b = w_desc.load([c0, w_tap, k0]).reshape(BLOCK_K, BLOCK_N)
@@ -106,14 +126,24 @@ def conv_tma_kernel(
     row_z = n * zs_n + oh * zs_h + ow * zs_w
     store_tile(acc, row_y, row_z, cols, mask_m, mask_n, y_ptr, ys_k, z_ptr, zs_k, bias_ptr, bias_stride,
                alpha, beta, alpha2, coef, swish_beta, ACT, HAS_BIAS, HAS_Z, BETA_ZERO)
+    if FILL_SH * FILL_SW > 1:
+        zero = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for a in tl.static_range(FILL_SH):
+            for b in tl.static_range(FILL_SW):
+                if a + b > 0:
+                    inside = mask_m & (oh * FILL_SH + a < FH) & (ow * FILL_SW + b < FW)
+                    shifted = row_y + a * (ys_h // FILL_SH) + b * (ys_w // FILL_SW)
+                    store_tile(zero, shifted, row_z, cols, inside, mask_n, y_ptr, ys_k, z_ptr, zs_k, bias_ptr,
+                               bias_stride, alpha, beta, alpha2, coef, swish_beta, ACT, HAS_BIAS, HAS_Z,
+                               BETA_ZERO)
 
 
 @triton.jit
 def wgrad_tma_kernel(
         part_ptr,  # float32 partial sums [SLICES, K, T, C]
-        # TMA descriptors: dy box [1, BH, BW, BLOCK_M], x box [1, BH, BW, BLOCK_N]
+        # TMA descriptors: dy box [1, BH, 1, BW, BLOCK_M], x phase view box [1, BH, 1, BW, BLOCK_N]
         dy_desc, x_desc,
-        N, OH, OW, K, C, KW, T, PH, PW, DH, DW, tiles_per_slice,
+        N, OH, OW, K, C, KW, T, PH, PW, DH, DW, SH, SW, OFF_H, OFF_W, tiles_per_slice,
         BH: tl.constexpr, BW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         PREC: tl.constexpr):
     """part[s, k, tap, c] = sum over the slice's pixel tiles of dy[p, k] * x[p + tap, c]."""
@@ -125,8 +155,7 @@ def wgrad_tma_kernel(
     num_n = tl.cdiv(C, BLOCK_N)
     k0 = (pid // num_n) * BLOCK_M
     c0 = (pid % num_n) * BLOCK_N
-    kh = tap // KW
-    kw = tap - kh * KW
+    ah, bh, aw, bw = tap_origin(tap, KW, PH, PW, DH, DW, SH, SW, OFF_H, OFF_W)
     tiles_h = tl.cdiv(OH, BH)
     tiles_w = tl.cdiv(OW, BW)
     first = s * tiles_per_slice
@@ -138,8 +167,8 @@ def wgrad_tma_kernel(
         tw = t % tiles_w
         th = (t // tiles_w) % tiles_h
         n = t // (tiles_w * tiles_h)
-        a = dy_desc.load([n, th * BH, tw * BW, k0]).reshape(BLOCK_P, BLOCK_M)
-        b = x_desc.load([n, th * BH + kh * DH - PH, tw * BW + kw * DW - PW, c0]).reshape(BLOCK_P, BLOCK_N)
+        a = dy_desc.load([n, th * BH, 0, tw * BW, k0]).reshape(BLOCK_P, BLOCK_M)
+        b = x_desc.load([n, th * BH + ah, bh, tw * BW + aw, bw * C + c0]).reshape(BLOCK_P, BLOCK_N)
         acc = tl.dot(a.T, b, acc, input_precision=PREC)
 
     # -- store the partial
@@ -159,8 +188,11 @@ def hardware_ok(t) -> bool:
 
 @dataclass(frozen=True)
 class Plan:
-    """What a TMA launch reads: the input viewed [N, H, W, C] (dims and element
-    strides), the output geometry (N, OH, OW) with its pixel strides, and the taps."""
+    """What a TMA launch reads. The input is a 5-D "phase view" [N, H/sh, sh, W/sw, sw*C]
+    (dims and element strides): pixel (s*i + b) of a row sits at index (i, b), so a
+    strided convolution's tap is a box at (oh + a, b) with (a, b) = divmod(kh*dh - ph, sh);
+    stride 1 is the case sh = sw = 1. Plus the output geometry (N, OH, OW) with the
+    output's strides, and the taps."""
     in_shape: tuple
     in_strides: tuple
     n: int
@@ -170,10 +202,18 @@ class Plan:
     z_strides: tuple     # same for the residual (zeros when absent)
     kw: int
     taps: int
-    pad: tuple           # (ph, pw): input coordinate of tap 0 is o - pad
+    pad: tuple           # (ph, pw): input coordinate of tap 0 is s*o - pad
     dil: tuple
+    phase: tuple         # (sh, sw): the phase view's strides (1 when the view holds the stride)
     c_red: int           # reduction channels
     c_out: int           # output channels
+    fill: tuple = (1, 1)     # backward data of a strided 1x1: the output steps over fill pixels
+    fill_hw: tuple = (0, 0)  # ... and the output's real H, W (for the skipped pixels' masks)
+
+    @property
+    def offsets(self):
+        """Multiples of the phase strides that keep each tap's offset non-negative."""
+        return tuple(s * cdiv(max(p, 0), s) for p, s in zip(self.pad, self.phase))
 
 
 def _nhwc_strides(t):
@@ -192,11 +232,6 @@ def _dense_pixels(t) -> bool:
     n, h, w = t.shape[0], t.shape[2], t.shape[3]
     sn, sh, sw = t.stride(0), t.stride(2), t.stride(3)
     return (h == 1 or sh == w * sw) and (n == 1 or sn == h * w * sw)
-
-
-def _flat_strides(m, pixel_stride):
-    """Strides of a [1, 1, m, C] view of dense pixels (the unit dims' strides are unused)."""
-    return (m * pixel_stride, m * pixel_stride, pixel_stride, 1)
 
 
 def block_k_for(channels: int, itemsize: int):
@@ -239,33 +274,51 @@ def why_not(problem, x, w, out, filter_read=True) -> str | None:
     return None
 
 
+def _flat_view(m, pixel_stride, channels):
+    """[1, 1, 1, m, C]: dense pixels as one row (the unit dims' strides are unused)."""
+    big = m * pixel_stride
+    return (1, 1, 1, m, channels), (big, big, big, pixel_stride, 1)
+
+
+def _input_view(t, geo, one_by_one):
+    """(shape, strides, phase) of the input's phase view, or None. Stride 1: the plain
+    [N, H, 1, W, C]. Stride s with H, W divisible by s and packed pixels: [N, H/s, s, W/s,
+    s*C]. A 1x1 filter without padding at any stride: the strided view [N, OH, 1, OW, C]."""
+    sn, sh_, sw_ = _nhwc_strides(t)
+    n, c = t.shape[0], t.shape[1]
+    (h, w), (oh, ow), (sh, sw) = geo.inp[1:], geo.out[1:], geo.stride[1:]
+    if (sh, sw) == (1, 1):
+        return (n, h, 1, w, c), (sn, sh_, sh_, sw_, 1), (1, 1)
+    if h % sh == 0 and w % sw == 0 and sw_ == c:
+        return (n, h // sh, sh, w // sw, sw * c), (sn, sh * sh_, sh_, sw * sw_, 1), (sh, sw)
+    if one_by_one:
+        return (n, oh, 1, ow, c), (sn, sh * sh_, sh * sh_, sw * sw_, 1), (1, 1)
+    return None
+
+
 def plan_forward(problem, x, w, y, z=None) -> Plan | None:
     geo = geometry(problem)
     if why_not(problem, x, w, y) is not None or block_k_for(geo.c, x.element_size()) is None:
         return None
     r, s = geo.ker[1:]
     (ph, pw), (sh, sw), (dh, dw) = geo.pad[1:], geo.stride[1:], geo.dil[1:]
-    (h, wd), (oh, ow) = geo.inp[1:], geo.out[1:]
-    xs = _nhwc_strides(x)
-    one_by_one = r == 1 and s == 1 and ph == 0 and pw == 0 and tuple(problem.pad_post) == (0, 0)
-    if (sh, sw) != (1, 1) and not one_by_one:
-        return None
+    oh, ow = geo.out[1:]
+    one_by_one = r == 1 and s == 1 and ph == 0 and pw == 0
     ys = strides5(y, 2)
     zs = strides5(z, 2) if z is not None else (0, 0, 0, 0, 0)
     if one_by_one and (sh, sw) == (1, 1) and _dense_pixels(x) and _dense_pixels(y) and (
             z is None or _dense_pixels(z)):
         # a plain GEMM: all pixels as one row of one image
         m = geo.n * oh * ow
-        return Plan((1, 1, m, geo.c), _flat_strides(m, xs[2]), 1, 1, m, (0, ys[1], 0, ys[4]),
-                    (0, zs[1], 0, zs[4]), 1, 1, (0, 0), (1, 1), geo.c, geo.k)
-    if one_by_one:  # strided 1x1: the view x[:, ::sh, ::sw]
-        in_shape, in_strides = (geo.n, oh, ow, geo.c), (xs[0], xs[1] * sh, xs[2] * sw, 1)
-        if not _aligned(in_strides[:3], x.element_size()):
-            return None
-    else:
-        in_shape, in_strides = (geo.n, h, wd, geo.c), (*xs, 1)
-    return Plan(in_shape, in_strides, geo.n, oh, ow, (ys[0], ys[1], ys[3], ys[4]),
-                (zs[0], zs[1], zs[3], zs[4]), s, r * s, (ph, pw), (dh, dw), geo.c, geo.k)
+        shape, strides = _flat_view(m, _nhwc_strides(x)[2], geo.c)
+        return Plan(shape, strides, 1, 1, m, (0, ys[1], 0, ys[4]), (0, zs[1], 0, zs[4]), 1, 1, (0, 0),
+                    (1, 1), (1, 1), geo.c, geo.k)
+    view = _input_view(x, geo, one_by_one)
+    if view is None or not _aligned(view[1][:4], x.element_size()):
+        return None
+    shape, strides, phase = view
+    return Plan(shape, strides, geo.n, oh, ow, (ys[0], ys[1], ys[3], ys[4]), (zs[0], zs[1], zs[3], zs[4]),
+                s, r * s, (ph, pw), (dh, dw), phase, geo.c, geo.k)
 
 
 def plan_backward_data(problem, dy, w, dx) -> Plan | None:
@@ -273,21 +326,28 @@ def plan_backward_data(problem, dy, w, dx) -> Plan | None:
     geo = geometry(problem)
     if why_not(problem, dy, w, dx) is not None or block_k_for(geo.k, dy.element_size()) is None:
         return None
-    if geo.stride[1:] != (1, 1):
-        return None
     r, s = geo.ker[1:]
-    (dh, dw), (ph, pw) = geo.dil[1:], geo.pad[1:]
+    (dh, dw), (ph, pw), (sh, sw) = geo.dil[1:], geo.pad[1:], geo.stride[1:]
     (h, wd), (oh, ow) = geo.inp[1:], geo.out[1:]
     if dx.shape[1] % 8:  # the filter box's last dim (input channels) must be 16-byte rows
         return None
     ys = _nhwc_strides(dy)
     xs = strides5(dx, 2)
+    if (sh, sw) != (1, 1):
+        if (r, s, ph, pw) != (1, 1, 0, 0) or tuple(problem.pad_post) != (0, 0):
+            return None
+        # strided 1x1: a GEMM of dy onto every s-th pixel of dx; the tile zeroes the rest
+        return Plan((geo.n, oh, 1, ow, geo.k), (ys[0], ys[1], ys[1], ys[2], 1), geo.n, oh, ow,
+                    (xs[0], xs[1], sh * xs[3], sw * xs[4]), (0, 0, 0, 0), 1, 1, (0, 0), (1, 1), (1, 1),
+                    geo.k, geo.c, (sh, sw), (h, wd))
     if r == 1 and s == 1 and ph == 0 and pw == 0 and _dense_pixels(dy) and _dense_pixels(dx):
         m = geo.n * h * wd
-        return Plan((1, 1, m, geo.k), _flat_strides(m, ys[2]), 1, 1, m, (0, xs[1], 0, xs[4]), (0, 0, 0, 0),
-                    1, 1, (0, 0), (1, 1), geo.k, geo.c)
-    return Plan((geo.n, oh, ow, geo.k), (*ys, 1), geo.n, h, wd, (xs[0], xs[1], xs[3], xs[4]),
-                (0, 0, 0, 0), s, r * s, ((r - 1) * dh - ph, (s - 1) * dw - pw), (dh, dw), geo.k, geo.c)
+        shape, strides = _flat_view(m, ys[2], geo.k)
+        return Plan(shape, strides, 1, 1, m, (0, xs[1], 0, xs[4]), (0, 0, 0, 0), 1, 1, (0, 0), (1, 1), (1, 1),
+                    geo.k, geo.c)
+    return Plan((geo.n, oh, 1, ow, geo.k), (ys[0], ys[1], ys[1], ys[2], 1), geo.n, h, wd,
+                (xs[0], xs[1], xs[3], xs[4]), (0, 0, 0, 0), s, r * s, ((r - 1) * dh - ph, (s - 1) * dw - pw),
+                (dh, dw), (1, 1), geo.k, geo.c)
 
 
 def plan_backward_filter(problem, x, dy, dw) -> Plan | None:
@@ -300,24 +360,20 @@ def plan_backward_filter(problem, x, dy, dw) -> Plan | None:
         return None
     r, s = geo.ker[1:]
     (ph, pw), (sh, sw), (dh, ddw) = geo.pad[1:], geo.stride[1:], geo.dil[1:]
-    (h, wd), (oh, ow) = geo.inp[1:], geo.out[1:]
-    xs = _nhwc_strides(x)
+    oh, ow = geo.out[1:]
     one_by_one = r == 1 and s == 1 and ph == 0 and pw == 0
-    if (sh, sw) != (1, 1) and not one_by_one:
-        return None
     ds = _nhwc_strides(dy)
     if one_by_one and (sh, sw) == (1, 1) and _dense_pixels(x) and _dense_pixels(dy):
         m = geo.n * oh * ow
-        return Plan((1, 1, m, geo.c), _flat_strides(m, xs[2]), 1, 1, m, _flat_strides(m, ds[2])[:3],
-                    (0, 0, 0, 0), 1, 1, (0, 0), (1, 1), geo.k, geo.c)
-    if one_by_one:
-        in_shape, in_strides = (geo.n, oh, ow, geo.c), (xs[0], xs[1] * sh, xs[2] * sw, 1)
-        if not _aligned(in_strides[:3], item):
-            return None
-    else:
-        in_shape, in_strides = (geo.n, h, wd, geo.c), (*xs, 1)
-    return Plan(in_shape, in_strides, geo.n, oh, ow, ds, (0, 0, 0, 0), s, r * s, (ph, pw), (dh, ddw),
-                geo.k, geo.c)
+        shape, strides = _flat_view(m, _nhwc_strides(x)[2], geo.c)
+        return Plan(shape, strides, 1, 1, m, (0, 0, ds[2]), (0, 0, 0, 0), 1, 1, (0, 0), (1, 1), (1, 1),
+                    geo.k, geo.c)
+    view = _input_view(x, geo, one_by_one)
+    if view is None or not _aligned(view[1][:4], item):
+        return None
+    shape, strides, phase = view
+    return Plan(shape, strides, geo.n, oh, ow, ds, (0, 0, 0, 0), s, r * s,
+                (ph, pw), (dh, ddw), phase, geo.k, geo.c)
 
 
 # -- launch configs ------------------------------------------------------------------
@@ -366,7 +422,9 @@ def wgrad_candidates(plan: Plan, device) -> list:
                      num_stages=1)]
     base = WGRAD_FLAT if flat else WGRAD_TILE
     fits = [c for c in base if c["BLOCK_M"] <= max(64, plan.c_red) and c["BLOCK_N"] <= max(64, plan.c_out)]
-    return fits or base[:1]
+    # the pixel split aims at one or two waves of programs: fewer slices mean fewer partials
+    # to write and sum, more mean a fuller GPU; which wins depends on the problem
+    return [dict(c, WAVES=w) for c in (fits or base[:1]) for w in (2, 1)]
 
 
 # -- launches ------------------------------------------------------------------------
@@ -437,7 +495,7 @@ def launch_conv(plan: Plan, problem, inp, w, out, alpha, beta, cfg, kmajor=False
     item = inp.element_size()
     bk = _block_k(plan, cfg, item)
     bh, bw, bn = cfg["BH"], cfg["BW"], cfg["BLOCK_N"]
-    x_desc = descriptor(inp, plan.in_shape, plan.in_strides, (1, bh, bw, bk))
+    x_desc = descriptor(inp, plan.in_shape, plan.in_strides, (1, bh, 1, bw, bk))
     ks, ts = _filter_view(w)
     w_desc = descriptor(w, (w.shape[0], plan.taps, w.shape[1]), (ks, ts, 1), (bk, 1, bn) if kmajor else (bn, 1, bk))
     bias, bias_stride, z, _, alpha2, coef, swish_beta, act, has_bias, has_z = launch_args(spec, out, 2)
@@ -445,10 +503,10 @@ def launch_conv(plan: Plan, problem, inp, w, out, alpha, beta, cfg, kmajor=False
     int64 = needs_int64(out, z)
     consts = dict(BH=bh, BW=bw, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, W_KMAJOR=kmajor, FLIP=flip,
                   PREC=input_precision(problem), ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z, BETA_ZERO=beta == 0,
-                  INT64=int64)
+                  INT64=int64, FILL_SH=plan.fill[0], FILL_SW=plan.fill[1])
     options = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     args = (out, bias, z, x_desc, w_desc, plan.n, plan.oh, plan.ow, plan.c_red, plan.c_out, plan.kw, plan.taps,
-            *plan.pad, *plan.dil, *plan.out_strides, *plan.z_strides, bias_stride,
+            *plan.pad, *plan.dil, *plan.phase, *plan.offsets, *plan.fill_hw, *plan.out_strides, *plan.z_strides, bias_stride,
             float(alpha), float(beta), alpha2, coef, swish_beta)
     static = ((plan, tuple(consts.items()), tuple(options.items()), out.dtype, bias.dtype, z.dtype,
                inp.dtype, w.dtype), 3)
@@ -458,7 +516,7 @@ def launch_conv(plan: Plan, problem, inp, w, out, alpha, beta, cfg, kmajor=False
 def slices_for(plan: Plan, cfg, sms: int, cap: int) -> int:
     tiles = cdiv(plan.c_red, cfg["BLOCK_M"]) * cdiv(plan.c_out, cfg["BLOCK_N"]) * plan.taps
     pixel_tiles = plan.n * cdiv(plan.oh, cfg["BH"]) * cdiv(plan.ow, cfg["BW"])
-    want = cdiv(2 * sms, tiles)
+    want = cdiv(cfg.get("WAVES", 2) * sms, tiles)
     return max(1, min(want, cap, max(1, pixel_tiles // 4)))
 
 
@@ -466,8 +524,10 @@ def launch_wgrad_partials(plan: Plan, problem, x, dy, part, cfg, slices) -> int:
     """Fill part[:slices] with wgrad_tma_kernel's partial sums; returns the slice count
     actually used (the caller's wgrad_finish sums them into dw)."""
     bh, bw, bm, bn = cfg["BH"], cfg["BW"], cfg["BLOCK_M"], cfg["BLOCK_N"]
-    x_desc = descriptor(x, plan.in_shape, plan.in_strides, (1, bh, bw, bn))
-    dy_desc = descriptor(dy, (plan.n, plan.oh, plan.ow, plan.c_red), (*plan.out_strides, 1), (1, bh, bw, bm))
+    x_desc = descriptor(x, plan.in_shape, plan.in_strides, (1, bh, 1, bw, bn))
+    ds = plan.out_strides
+    dy_desc = descriptor(dy, (plan.n, plan.oh, 1, plan.ow, plan.c_red), (ds[0], ds[1], ds[1], ds[2], 1),
+                         (1, bh, 1, bw, bm))
     pixel_tiles = plan.n * cdiv(plan.oh, bh) * cdiv(plan.ow, bw)
     per = cdiv(pixel_tiles, slices)
     slices = cdiv(pixel_tiles, per)
@@ -475,7 +535,7 @@ def launch_wgrad_partials(plan: Plan, problem, x, dy, part, cfg, slices) -> int:
     consts = dict(BH=bh, BW=bw, BLOCK_M=bm, BLOCK_N=bn, PREC=input_precision(problem))
     options = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     args = (part, dy_desc, x_desc, plan.n, plan.oh, plan.ow, plan.c_red, plan.c_out, plan.kw, plan.taps,
-            *plan.pad, *plan.dil, per)
+            *plan.pad, *plan.dil, *plan.phase, *plan.offsets, per)
     static = ((plan, slices, tuple(consts.items()), tuple(options.items()), x.dtype, dy.dtype), 1)
     launch(wgrad_tma_kernel, grid, args, consts, options, static)
     return slices
