@@ -728,6 +728,30 @@ def test_gpu_full_size_layers(layout):
     ref = torch.nn.functional.batch_norm(xd, None, None, training=True, eps=1e-5)
     assert (y.double() - ref).abs().max().item() < 0.05
     assert (smean.view(-1).double() - xd.mean((0, 2, 3))).abs().max().item() < 1e-4
+    # average pooling forward and backward
+    y = torch.full((64, 256, 28, 28), float("nan"), device="cuda", dtype=torch.bfloat16)
+    pooling.pooling_forward(x, y, 1, (3, 3), (1, 1), (2, 2), False, 1.0, 0.0)
+    assert (y.double() - torch.nn.functional.avg_pool2d(xd, 3, 2, 1)).abs().max().item() < 2e-2
+    dx = torch.full_like(x, float("nan"))
+    pooling.pooling_backward(y, dy, x, dx, 1, (3, 3), (1, 1), (2, 2), False, 1.0, 0.0)
+    xr = xd.clone().requires_grad_()
+    torch.nn.functional.avg_pool2d(xr, 3, 2, 1).backward(dy.double())
+    assert (dx.double() - xr.grad).abs().max().item() <= 2e-2 * max(1.0, xr.grad.abs().max().item())
+    # group norm (32 groups) forward
+    y = torch.full_like(x, float("nan"))
+    norms.group_norm_forward(x, y, ones.view(-1), zeros.view(-1), None, None, 32, 1e-5, 1.0, 0.0)
+    assert (y.double() - torch.nn.functional.group_norm(xd, 32, eps=1e-5)).abs().max().item() < 0.05
+    # dropout: the tail of the mask against the NumPy backend's definition, and y there
+    reserve = torch.empty(x.numel(), dtype=torch.uint8, device="cuda")
+    y = torch.full_like(x, float("nan"))
+    dropout.dropout_forward(x, y, reserve, 0.1, 99, 8)
+    tail = 4096
+    want = cpu_dropout.dropout_mask((tail,), 0.1, 99, 8 + x.numel() - tail)
+    np.testing.assert_array_equal(reserve[-tail:].cpu().numpy(), want)
+    y_tail = y.contiguous().reshape(-1)[-tail:].double()  # logical order in both layouts
+    x_tail = x.contiguous().reshape(-1)[-tail:].double()
+    expect = torch.where(torch.as_tensor(want, device="cuda") == 1, x_tail / 0.9, 0.0)
+    assert (y_tail - expect).abs().max().item() <= 1e-2 * max(1.0, expect.abs().max().item())
 
 
 @pytest.mark.gpu

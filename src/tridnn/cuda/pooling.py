@@ -38,6 +38,7 @@ TILE = 2048
 ROW_TILE = 1024
 UNROLL_TAPS = 64  # windows (or covering-output sets) up to this many taps are unrolled
 MAX_ROW_BLOCK_W = 64
+ROW_KERNELS = True  # False: W-contiguous tensors take the gather kernels too (for comparison)
 
 
 @triton.jit
@@ -532,7 +533,7 @@ def _unit_w(*tensors):
 def _use_rows(geo, *tensors):
     """The row kernels: W contiguous in every tensor, a regular window with W stride 1 or 2,
     and a layout that is not channels-last (whose gather kernel reads 16-byte channel runs)."""
-    return (not geo.adaptive and geo.stride[2] in (1, 2) and geo.padding[2] < geo.window[2]
+    return (ROW_KERNELS and not geo.adaptive and geo.stride[2] in (1, 2) and geo.padding[2] < geo.window[2]
             and math.prod(geo.window) <= UNROLL_TAPS and _unit_w(*tensors)
             and not channels_last(tensors[0]) and geo.ins[2] > 1)
 
