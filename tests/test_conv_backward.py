@@ -508,11 +508,10 @@ def _depthwise_algos():
 @pytest.mark.parametrize("planar", [True, False], ids=["planar", "channels-last"])
 def test_depthwise_plans_every_orientation(algo, p, planar, rng, monkeypatch):
     """Both orientations forced, blocks small enough to split rows, channels and images,
-    replicated planar weights, both layouts, CONVOLUTION mode and alpha/beta."""
+    both layouts, CONVOLUTION mode and alpha/beta."""
     from tridnn.cpu import conv_depthwise
     monkeypatch.setattr(conv_depthwise, "BLOCK_ELEMENTS", 400)
     monkeypatch.setattr(conv_depthwise, "FILTER_BLOCK_ELEMENTS", 400)
-    monkeypatch.setattr(conv_depthwise, "MAX_SCALAR_SLOT", 100)
     monkeypatch.setattr(conv_depthwise.DepthwisePlan, "prefers_planar", staticmethod(lambda *args: planar))
     monkeypatch.setattr(conv_depthwise, "channels_last", lambda desc: not planar)  # the filter's rule
     conv, (x_desc, _, _), (w_desc, _, _), (dy_desc, _, _) = descriptors(p, "float32", "NCHW", rng)
@@ -531,6 +530,6 @@ def test_transposed_taps_split_dx_by_stride_phase():
     from dy[m]; odd ones 2m + 1 get taps 2 and 0 from dy[m] and dy[m + 1]; with a single
     tap (pad 1) no tap reaches the even positions."""
     from tridnn.cpu.conv_depthwise import transposed_taps
-    assert transposed_taps(9, 5, 3, 2, 1, 1, 0) == (5, [1], 0, 1)
-    assert transposed_taps(9, 5, 3, 2, 1, 1, 1) == (4, [2, 0], 0, 1)
-    assert transposed_taps(9, 5, 1, 2, 1, 1, 0) is None
+    assert transposed_taps(9, 3, 2, 1, 1, 0) == (5, [1], 0, 1)
+    assert transposed_taps(9, 3, 2, 1, 1, 1) == (4, [2, 0], 0, 1)
+    assert transposed_taps(9, 1, 2, 1, 1, 0) is None

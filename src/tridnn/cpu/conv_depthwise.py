@@ -1,26 +1,34 @@
-"""Depthwise convolution as multiply-add passes over padded, stride-split planes.
+"""Depthwise convolution over padded, stride-split planes, as NumPy passes.
 
 A depthwise layer makes a few multiply-adds per output (9 for 3x3) with a different
-filter per channel, so no GEMM fits it without multiplying the work: banded (Toeplitz)
-GEMMs measured 3-7x the flops at a fraction of BLAS's peak and lost (docs/performance.md,
-"Depthwise on the CPU (2026-11-30, session 2)"). NumPy then pays one pass over the output
-per product and per sum; this module makes those passes as cheap as NumPy allows:
+filter per channel. A GEMM fits it only as one (1 x taps) @ (taps x positions) product
+per channel over an im2col, which the planar order below makes in cache; banded
+(Toeplitz) GEMMs that avoid the im2col cost 3-7x the flops at a fraction of BLAS's peak
+and lost (docs/performance.md, "Depthwise on the CPU (2026-11-30, session 2)").
+Otherwise NumPy pays one pass over the output per product and per sum. This module makes
+those passes as cheap as NumPy allows:
 
 - a block's input is copied once, zero-padded and split into its stride phases (for
   stride 2 the four row/column parities), so every tap reads a plain shifted window of
   one phase: no strided reads and no edge cases;
-- planar order (one channel's plane after another; NCHW data) keeps each phase flat with
-  its rows padded to the phase's width, so a tap is one contiguous shifted slice of the
-  flat plane and a block of planes is one 2-D NumPy call with a scalar weight per plane
-  (outputs in the padding columns are computed and dropped);
+- planar order (NCHW data) keeps each phase flat, rows padded to the phase's width and
+  planes one after another, so a tap's window over a run of planes is one contiguous
+  slice; the windows are copied side by side (an im2col of the block, in cache) and one
+  BLAS product per channel, (1 x taps) @ (taps x positions), makes every multiply-add in
+  a single pass (the outputs that land in padding columns and rows are dropped);
 - channels-last order (NHWC data) reads a tap's window contiguously over a whole
   (width x channels) row, against the tap's weights replicated along the row;
-- blocks (images x channels x rows) are sized so that the input block, the accumulator
-  and the product stay in L2, and the last sum goes straight into y when nothing needs
-  blending.
+- blocks (images x channels x rows) are sized so that the input block and the
+  accumulator stay in L2; channels-last writes its last sum straight into y when nothing
+  needs blending.
+
+The backward passes reuse the plan: the filter gradient packs x the same way and makes
+one dot-product pass per tap; backward data splits dx by stride phase, each phase being a
+stride-1 correlation of dy with the taps that reach it (TransposedPlan).
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -31,8 +39,7 @@ from .common import WORKERS, channels_last, parallel_map, prod, store, writes_th
 
 BLOCK_ELEMENTS = 128 << 10  # accumulator elements per block (measured flat from 64K to 512K)
 FILTER_BLOCK_ELEMENTS = 512 << 10  # filter gradient: dy elements per block (dot products stream)
-MAX_SCALAR_SLOT = 1024      # planar: planes smaller than this get their weights replicated
-MIN_PLANAR_ROW = 32         # strided channel-first data goes planar from this output row length
+MIN_PLANAR_ROW = 12         # strided channel-first data goes planar from this output row length
 MIN_EINSUM_CHANNELS = 384   # channels-last, stride 1: one einsum per block from this many channels
 
 
@@ -175,6 +182,24 @@ def window_sum(x: np.ndarray, weights: np.ndarray, dilation, out: np.ndarray) ->
     np.einsum(f"n{letters}{taps}c,{taps}c->n{letters}c", windows, weights, out=out)
 
 
+def each_block(fn, blocks) -> None:
+    """fn(worker, block) for every block, the WORKERS threads taking the next block as they
+    finish one (a static split leaves the wall time to the thread that lost its core to
+    another process, the common case on a shared 2-core machine)."""
+    pending = iter(blocks)
+    lock = threading.Lock()
+
+    def drain(worker, _):
+        while True:
+            with lock:
+                block = next(pending, None)
+            if block is None:
+                return
+            fn(worker, block)
+
+    parallel_map(drain, range(min(WORKERS, len(blocks))))
+
+
 def buffer(workspace, name: str, shape) -> np.ndarray:
     """The leading part of workspace buffer ``name`` viewed as a contiguous ``shape`` (the
     backward-data phases share buffers sized for the largest of them)."""
@@ -229,12 +254,6 @@ class DepthwisePlan:
         beats the product + sum passes from MIN_EINSUM_CHANNELS channels (measured 10-20%)."""
         return not self.planar and self.geometry.phases == 1 and self.c >= MIN_EINSUM_CHANNELS
 
-    @property
-    def replicated(self) -> bool:
-        """Planar blocks of small planes multiply by weights replicated over each plane, so a
-        tap is one NumPy loop over the whole run of planes instead of one short loop per plane."""
-        return self.planar and self.geometry.slot(self.geometry.out_spatial[0]) < MAX_SCALAR_SLOT
-
     # -- sizes -------------------------------------------------------------------------
     def _block_shape(self, budget: int):
         """(images, channels, rows) per block: whole planes and then more channels and
@@ -276,19 +295,18 @@ class DepthwisePlan:
 
     def weights_shape(self) -> tuple:
         g, taps = self.geometry, len(self.geometry.taps)
-        if self.replicated:
-            return (taps, self.c, g.slot(self.blocks[2]))
         if self.planar:
-            return (taps, self.c)
+            return (self.c, 1, taps)  # one row vector per channel, the left operand of matmul
         # channels-last: replicated along the innermost output dim (the rows of a block for 1-D)
         return (taps, g.out_spatial[-1] if g.nd > 1 else self.blocks[2], self.c)
 
     def buffers(self) -> list:
-        acc = self.acc_dtype
+        acc, taps = self.acc_dtype, len(self.geometry.taps)
+        second = (Buffer("dw_cols", (WORKERS, taps * self.acc_size()), acc) if self.planar
+                  else Buffer("dw_prod", (WORKERS, self.acc_size()), acc))
         return [Buffer("dw_weights", self.weights_shape(), acc),
                 Buffer("dw_input", (WORKERS, self.input_size()), acc),
-                Buffer("dw_acc", (WORKERS, self.acc_size()), acc),
-                Buffer("dw_prod", (WORKERS, self.acc_size()), acc)]
+                Buffer("dw_acc", (WORKERS, self.acc_size()), acc), second]
 
     def filter_buffers(self) -> list:
         acc, taps = self.acc_dtype, len(self.geometry.taps)
@@ -375,47 +393,52 @@ class DepthwisePlan:
         g = self.geometry
         w_taps = w.reshape(self.c, len(g.taps)).T  # (taps, C)
         weights = buffer(workspace, "dw_weights", self.weights_shape())
-        if self.replicated:
-            weights[...] = w_taps[:, :, None]
-        elif self.planar:
-            weights[...] = w_taps
+        if self.planar:
+            weights[:, 0, :] = w_taps.T
         else:
             weights[...] = w_taps[:, None, :]
         direct = writes_through(y, self.acc_dtype, alpha, beta, epilogue)
-        parallel_map(lambda worker, b: self._forward_block(worker, b, x, weights, y, workspace, direct, alpha,
-                                                           beta, epilogue), self.block_list())
+        each_block(lambda worker, b: self._forward_block(worker, b, x, weights, y, workspace, direct, alpha,
+                                                         beta, epilogue), self.block_list())
 
     def _forward_block(self, worker, block, x, weights, y, workspace, direct, alpha, beta, epilogue):
-        g = self.geometry
         n0, nb, c0, cb, r0, rb = block
         xb = self._pack(worker, block, x, workspace)
         windows = self._windows(xb, block)
-        if self.planar:
-            shape = (nb, cb, g.slot(rb))
-            if self.replicated:
-                taps_weights = weights[:, c0:c0 + cb, :shape[2]]
-            else:
-                taps_weights = weights[:, c0:c0 + cb, None]
-        else:
-            shape = (nb, rb, *g.out_spatial[1:], self.c)
-            taps_weights = weights if g.nd > 1 else weights[:, :rb]
-        acc = workspace["dw_acc"][worker, :prod(shape)].reshape(shape)
-        tmp = workspace["dw_prod"][worker, :prod(shape)].reshape(shape)
         index = (slice(n0, n0 + nb), slice(c0, c0 + cb), slice(r0, r0 + rb))
         if self.planar:
-            acc_out, tmp_out = self._valid(acc, block), self._valid(tmp, block)
-            target = y[index] if direct else acc_out
-            result = acc_out
-        else:
-            acc_out, tmp_out = acc, tmp
-            target = np.moveaxis(y[index], 1, -1) if direct else acc
-            result = np.moveaxis(acc, -1, 1)
+            result = self._planar_products(worker, block, windows, weights[c0:c0 + cb], workspace)
+            if direct:
+                y[index] = result
+            else:
+                store(y[index], result, alpha, beta, epilogue, index)
+            return
+        g = self.geometry
+        shape = (nb, rb, *g.out_spatial[1:], self.c)
+        acc = workspace["dw_acc"][worker, :prod(shape)].reshape(shape)
+        target = np.moveaxis(y[index], 1, -1) if direct else acc
         if self.einsum:
             window_sum(xb[:, 0, :rb + g.reach[0]], weights[:, 0].reshape(*g.kernel, self.c), g.dilation, target)
         else:
-            multiply_add(list(zip(windows, taps_weights)), acc, tmp, (acc_out, tmp_out, target))
+            tmp = workspace["dw_prod"][worker, :prod(shape)].reshape(shape)
+            taps_weights = weights if g.nd > 1 else weights[:, :rb]
+            multiply_add(list(zip(windows, taps_weights)), acc, tmp, (acc, tmp, target))
         if not direct:
-            store(y[index], result, alpha, beta, epilogue, index)
+            store(y[index], np.moveaxis(acc, -1, 1), alpha, beta, epilogue, index)
+
+    def _planar_products(self, worker, block, windows, weights, workspace) -> np.ndarray:
+        """The outputs of a planar block: the tap windows copied side by side (an im2col of
+        the block, in cache: each copy is one contiguous run per plane), then per channel
+        one BLAS product (1 x taps) @ (taps x images * slot) that makes all the multiply-adds
+        in a single pass. Measured 1.8x faster than a product and a sum pass per tap."""
+        _, nb, _, cb, _, rb = block
+        taps, slot = len(windows), self.geometry.slot(rb)
+        cols = workspace["dw_cols"][worker, :cb * taps * nb * slot].reshape(cb, taps, nb, slot)
+        for t, window in enumerate(windows):
+            cols[:, t] = window.transpose(1, 0, 2)
+        acc = workspace["dw_acc"][worker, :cb * nb * slot].reshape(cb, 1, nb * slot)
+        np.matmul(weights, cols.reshape(cb, taps, nb * slot), out=acc)
+        return self._valid(acc.reshape(cb, nb, slot).transpose(1, 0, 2), block)
 
     # -- filter gradient -------------------------------------------------------------------
     def run_filter(self, x: np.ndarray, dy: np.ndarray, dw: np.ndarray, workspace, alpha, beta):
@@ -423,7 +446,7 @@ class DepthwisePlan:
         (C, 1, *kernel) or (C, *kernel). Each tap is one dot-product pass per block."""
         totals = workspace["dw_total"]
         totals[...] = 0
-        parallel_map(lambda worker, b: self._filter_block(worker, b, x, dy, workspace), self.block_list())
+        each_block(lambda worker, b: self._filter_block(worker, b, x, dy, workspace), self.block_list())
         total = totals.sum(axis=0) if totals.shape[0] > 1 else totals[0]
         store(dw.reshape(self.c, len(self.geometry.taps)), total.T, alpha, beta)
 
@@ -438,13 +461,12 @@ class DepthwisePlan:
             # dy laid out like the planar outputs, zero where the dropped outputs are
             flat = workspace["dw_dy"][worker, :nb * cb * g.slot(rb)].reshape(nb, cb, g.slot(rb))
             length = rb * g.steps[0]
-            flat[..., length:] = 0
             box = [(0, o) for o in (rb, *g.out_spatial[1:])]
             fill_phase(flat[..., :length].reshape(nb, cb, rb, *g.extent[1:]), box, dy[index], 2)
             partial = workspace["dw_partial"][worker, :nb * cb].reshape(nb, cb, 1, 1)
-            column = flat[..., None]
+            column = flat[..., :length, None]  # the rows below the outputs hold only zeros
             for t, window in enumerate(windows):  # one dot product per plane (matmul: BLAS's dot)
-                np.matmul(window[..., None, :], column, out=partial)
+                np.matmul(window[..., None, :length], column, out=partial)
                 total[t, c0:c0 + cb] += partial[..., 0, 0].sum(axis=0) if nb > 1 else partial[0, :, 0, 0]
         else:
             dy_last = np.moveaxis(dy[index], 1, -1)  # (nb, rb, *out[1:], C)
@@ -454,7 +476,7 @@ class DepthwisePlan:
 
 
 # -- backward data: the transposed correlation, one stride phase of dx at a time ------------
-def transposed_taps(in_size: int, out_size: int, k: int, s: int, d: int, p: int, phase: int):
+def transposed_taps(in_size: int, k: int, s: int, d: int, p: int, phase: int):
     """Along one dim: dx[phase + s * m] = sum over taps r with (phase + p - r * d) % s == 0 of
     w[r] * dy[m + (phase + p - r * d) // s]. Returns (positions m, the taps r sorted by
     their dy offset, the first offset, the step between offsets), or None when the phase
@@ -479,9 +501,9 @@ class TransposedPlan:
         self.c, self.nd, self.acc_dtype = problem.c, problem.nd, problem.accumulator
         self.parts = []  # (dx slices, plan or None, taps per dim)
         for parity in np.ndindex(*problem.stride):
-            dims = [transposed_taps(i, o, k, s, d, p, a) for i, o, k, s, d, p, a in
-                    zip(problem.in_spatial, problem.out_spatial, problem.kernel, problem.stride,
-                        problem.dilation, problem.pad_pre, parity)]
+            dims = [transposed_taps(i, k, s, d, p, a) for i, k, s, d, p, a in
+                    zip(problem.in_spatial, problem.kernel, problem.stride, problem.dilation,
+                        problem.pad_pre, parity)]
             view = tuple(slice(a, None, s) for a, s in zip(parity, problem.stride))
             if any(dim is None for dim in dims):
                 self.parts.append((view, None, None))
