@@ -18,8 +18,9 @@ tests/layer_cases.check), inputs untouched, nothing written outside the output v
 
 Compilation dominates on a GPU (each new specialization compiles once, ~1 s), so the
 problems come from small sets of channel counts and sizes that repeat Triton's
-specializations, and the per-problem launch-config tuner is limited to the first
-config that fits (``--tuning first``; ``--tuning timed`` keeps the library's timing tuner).
+specializations, and the per-problem launch-config tuner is replaced by an untimed choice (``--tuning
+alternate``: the first config that fits on even templates, the last on odd ones;
+``--tuning timed`` keeps the library's timing tuner).
 ``--workers N`` runs the problems in N processes on the same GPU, each taking whole
 families of problems (op, direction, dtype), so that compilation runs on N cores.
 
@@ -710,22 +711,31 @@ def _context_broken(torch, device, message: str) -> bool:
         return True
 
 
+# the template of the problem running now: "alternate" tuning takes the last fitting config on odd templates
+_TUNING = {"last": False}
+
+
 def limit_tuning(mode: str) -> None:
-    """``first``: each tuned kernel takes the first launch config that fits (compiles once
-    per specialization) instead of the library's Tuner timing every candidate (one
-    compile per candidate). Done here because the library has no switch for it yet."""
+    """Launch configs without timing. The library's Tuner times every candidate config of a
+    tuned kernel per problem (one compile per candidate); ``first`` takes the first config
+    that fits the GPU, ``alternate`` the first on even templates and the last on odd ones
+    (other tile shapes and split-K), so each config compiles once per specialization.
+    Done here because the library has no switch for it yet; ``timed`` keeps the Tuner."""
     if mode == "timed":
         return
+    import torch
     from tridnn.cuda import common
 
-    def pick_first_that_fits(self, key, candidates, launch, out, device):
+    def pick_untimed(self, key, candidates, launch, out, device):
         best = self._best.get(key)
         if best is not None:
             return best
-        cands = candidates() if callable(candidates) else candidates
+        cands = list(candidates() if callable(candidates) else candidates)
+        if mode == "alternate" and _TUNING["last"]:
+            cands.reverse()
         best = cands[0]
         if device.type == "cuda" and len(cands) > 1:
-            scratch = self_scratch(out)
+            scratch = torch.empty_strided(out.shape, out.stride(), dtype=out.dtype, device=out.device)
             for cfg in cands:
                 try:
                     launch(cfg, scratch)
@@ -739,11 +749,7 @@ def limit_tuning(mode: str) -> None:
             self._best[key] = best
         return best
 
-    def self_scratch(out):
-        import torch
-        return torch.empty_strided(out.shape, out.stride(), dtype=out.dtype, device=out.device)
-
-    common.Tuner.pick = pick_first_that_fits
+    common.Tuner.pick = pick_untimed
 
 
 class CompileCounter:
@@ -830,6 +836,7 @@ def run_problems(args, indices) -> dict:
             stopped = f"time budget of {args.time_budget_s:g} s reached after {done} problems"
             break
         problem = draw_problem(args.seed, index, args.device)
+        _TUNING["last"] = problem["template"] % 2 == 1
         t0 = time.perf_counter()
         ctx.counts[f"problems/{problem['kind']}"] += 1
         try:
@@ -857,13 +864,18 @@ def run_problems(args, indices) -> dict:
 
 
 # -- workers -------------------------------------------------------------------------------------------
+# rough count of the kernels one template compiles (measured with --count-only)
+KERNELS_PER_TEMPLATE = {"fwd": 10, "bwd_data": 4, "bwd_filter": 4, "pooling": 3, "softmax": 2, "batch_norm": 6,
+                        "activation": 2}
+
+
 def split_by_family(args, indices, workers: int):
     """Whole families to workers, largest first onto the least loaded (greedy balance)."""
     families = collections.defaultdict(list)
     for i in indices:
         families[family(draw_problem(args.seed, i, args.device))].append(i)
-    # a conv problem compiles several algorithms' kernels: weigh it above a layer problem
-    weight = lambda fam, idx: len(idx) * (3 if fam[0] in CONV_KINDS else 1)  # noqa: E731
+    # a template's cost is mostly its first problem's compiles (roughly its kernels' count)
+    weight = lambda fam, idx: KERNELS_PER_TEMPLATE[fam[0]] + 0.05 * len(idx)  # noqa: E731
     loads = [[0, []] for _ in range(workers)]
     for fam, idx in sorted(families.items(), key=lambda kv: -weight(*kv)):
         slot = min(loads, key=lambda s: s[0])
@@ -881,8 +893,8 @@ def run_workers(args, indices) -> list:
         cmd = [sys.executable, __file__, "--device", args.device, "--seed", str(args.seed),
                "--time-budget-s", str(args.time_budget_s), "--tuning", args.tuning,
                "--worker-in", str(tmp / f"in{w}.json"), "--worker-out", str(tmp / f"out{w}.json")]
-        if args.progress:
-            cmd.append("--progress")
+        cmd += ["--progress"] if args.progress else []
+        cmd += ["--count-only"] if args.count_only else []
         procs.append(subprocess.Popen(cmd, cwd=ROOT))
     results = []
     for w, proc in enumerate(procs):
@@ -915,7 +927,8 @@ def merge(parts: list) -> dict:
                 seconds_by_kind={k: round(v, 1) for k, v in seconds_by_kind.items()},
                 stopped=[p["stopped"] for p in parts if p["stopped"]],
                 aborted=[p["aborted"] for p in parts if p["aborted"]],
-                worker_seconds=[round(p["seconds"], 1) for p in parts])
+                worker_seconds=[round(p["seconds"], 1) for p in parts],
+                worker_compiles=[p["compiles"] for p in parts], worker_problems=[p["problems_run"] for p in parts])
 
 
 def table(report: dict) -> str:
@@ -943,8 +956,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="directory for fuzz_gpu.json")
     parser.add_argument("--only", default=None, help="comma-separated problem indices to run (reproducers)")
     parser.add_argument("--workers", type=int, default=1, help="processes sharing the GPU (compiles run in parallel)")
-    parser.add_argument("--tuning", default="first", choices=("first", "timed"),
-                        help="first: the first launch config that fits; timed: the library's timing tuner")
+    parser.add_argument("--tuning", default="alternate", choices=("alternate", "first", "timed"),
+                        help="alternate (default): the first launch config that fits on even templates, the last "
+                             "on odd ones; first: always the first; timed: the library's timing tuner")
     parser.add_argument("--count-only", action="store_true",
                         help="interpreter only: count the specializations without running kernels or checks")
     parser.add_argument("--progress", action="store_true")
