@@ -228,6 +228,7 @@ def test_direct_depthwise_many_blocks(layout, planar, stride, dilation, dtype, c
     from tridnn.cpu import conv_depthwise
     monkeypatch.setattr(conv_depthwise, "MIN_EINSUM_CHANNELS", 64)
     monkeypatch.setattr(conv_depthwise, "BLOCK_ELEMENTS", 1500)
+    monkeypatch.setattr(conv_depthwise, "THREADS", 2)  # blocks taken by two threads
     monkeypatch.setattr(conv_depthwise.DepthwisePlan, "prefers_planar", staticmethod(lambda *args: planar))
     algo = _by_enum(tridnn.ConvFwdAlgo.DIRECT)
     c = channels

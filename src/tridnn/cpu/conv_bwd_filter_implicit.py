@@ -20,7 +20,7 @@ import numpy as np
 from ..algorithms.base import Algorithm
 from ..types import ConvBwdFilterAlgo
 from ..workspace import Buffer
-from .common import store
+from .common import channels_last, store
 from .conv_bwd_common import (BLAS_FLOPS, MEM_BW, batch_block, blocks, covers_output, dilated_extent,
                               grouped, prod, shaped, tap_boxes)
 from .conv_depthwise import DepthwisePlan
@@ -86,12 +86,18 @@ class PaddedGemmBackwardFilter(Algorithm):
     enum = ConvBwdFilterAlgo.ALGO_3
     exact = True
 
-    @staticmethod
-    def depthwise_plan(problem):
+    @classmethod
+    def depthwise_plan(cls, problem):
         """Depthwise layers (one filter per channel) go through conv_depthwise's plan: x packed
-        once per block into its stride phases, so that at any stride every tap is one
-        dot-product pass of a shifted window against dy (no per-tap gather)."""
-        return DepthwisePlan.of_filter(problem) if problem.depthwise and problem.k == problem.c else None
+        once per block into its stride phases (or channels-last), so that every tap is one
+        dot-product pass of a shifted window against dy, with no per-tap gather. Channel-first
+        stride-1 layers keep the shifted-window path below, which is the same method for
+        them (measured 0-20% faster than the plan on 14x14 and 7x7 planes)."""
+        if not (problem.depthwise and problem.k == problem.c):
+            return None
+        if cls._shifted(problem) and not channels_last(problem.x):
+            return None
+        return DepthwisePlan.of_filter(problem)
 
     @staticmethod
     def _padded_extent(problem):

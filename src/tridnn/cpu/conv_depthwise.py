@@ -41,6 +41,11 @@ BLOCK_ELEMENTS = 128 << 10  # accumulator elements per block (measured flat from
 FILTER_BLOCK_ELEMENTS = 512 << 10  # filter gradient: dy elements per block (dot products stream)
 MIN_PLANAR_ROW = 12         # strided channel-first data goes planar from this output row length
 MIN_EINSUM_CHANNELS = 384   # channels-last, stride 1: one einsum per block from this many channels
+# Threads working on blocks (at most common.WORKERS). One: on the 2-core machines, two
+# threads made every layer slower (the passes are bound by the cache, which the cores
+# share, and a second thread competes with BLAS's own threads and with other processes):
+# 59 vs 74 ms over the NCHW suite, 36 vs 54 ms NHWC (2026-11-30, load ~3).
+THREADS = 1
 
 
 @dataclass(frozen=True)
@@ -182,10 +187,18 @@ def window_sum(x: np.ndarray, weights: np.ndarray, dilation, out: np.ndarray) ->
     np.einsum(f"n{letters}{taps}c,{taps}c->n{letters}c", windows, weights, out=out)
 
 
+def threads() -> int:
+    return max(1, min(THREADS, WORKERS))
+
+
 def each_block(fn, blocks) -> None:
-    """fn(worker, block) for every block, the WORKERS threads taking the next block as they
-    finish one (a static split leaves the wall time to the thread that lost its core to
-    another process, the common case on a shared 2-core machine)."""
+    """fn(worker, block) for every block; with several threads each takes the next block as
+    it finishes one (a static split leaves the wall time to the thread that lost its core
+    to another process, the common case on a shared 2-core machine)."""
+    if threads() == 1:
+        for block in blocks:
+            fn(0, block)
+        return
     pending = iter(blocks)
     lock = threading.Lock()
 
@@ -197,7 +210,7 @@ def each_block(fn, blocks) -> None:
                 return
             fn(worker, block)
 
-    parallel_map(drain, range(min(WORKERS, len(blocks))))
+    parallel_map(drain, range(min(threads(), len(blocks))))
 
 
 def buffer(workspace, name: str, shape) -> np.ndarray:
@@ -302,19 +315,19 @@ class DepthwisePlan:
 
     def buffers(self) -> list:
         acc, taps = self.acc_dtype, len(self.geometry.taps)
-        second = (Buffer("dw_cols", (WORKERS, taps * self.acc_size()), acc) if self.planar
-                  else Buffer("dw_prod", (WORKERS, self.acc_size()), acc))
+        second = (Buffer("dw_cols", (threads(), taps * self.acc_size()), acc) if self.planar
+                  else Buffer("dw_prod", (threads(), self.acc_size()), acc))
         return [Buffer("dw_weights", self.weights_shape(), acc),
-                Buffer("dw_input", (WORKERS, self.input_size()), acc),
-                Buffer("dw_acc", (WORKERS, self.acc_size()), acc), second]
+                Buffer("dw_input", (threads(), self.input_size()), acc),
+                Buffer("dw_acc", (threads(), self.acc_size()), acc), second]
 
     def filter_buffers(self) -> list:
         acc, taps = self.acc_dtype, len(self.geometry.taps)
         images, channels, _ = self.blocks
-        return [Buffer("dw_input", (WORKERS, self.input_size()), acc),
-                Buffer("dw_dy", (WORKERS, self.acc_size()), acc),
-                Buffer("dw_partial", (WORKERS, images * channels), acc),
-                Buffer("dw_total", (WORKERS, taps, self.c), acc)]
+        return [Buffer("dw_input", (threads(), self.input_size()), acc),
+                Buffer("dw_dy", (threads(), self.acc_size()), acc),
+                Buffer("dw_partial", (threads(), images * channels), acc),
+                Buffer("dw_total", (threads(), taps, self.c), acc)]
 
     def block_list(self) -> list:
         images, channels, rows = self.blocks
@@ -522,7 +535,7 @@ class TransposedPlan:
             for buf in [] if plan is None else plan.buffers():
                 per_worker = prod(buf.shape) if buf.name == "dw_weights" else prod(buf.shape[1:])
                 sizes[buf.name] = max(sizes.get(buf.name, 0), per_worker)
-        return [Buffer(name, (size,) if name == "dw_weights" else (WORKERS, size), self.acc_dtype)
+        return [Buffer(name, (size,) if name == "dw_weights" else (threads(), size), self.acc_dtype)
                 for name, size in sizes.items()]
 
     def estimate(self, rate: float, call_seconds: float) -> float:
