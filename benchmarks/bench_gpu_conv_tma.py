@@ -40,16 +40,14 @@ def tma_direction(direction, problem, x, w, dy, ref, flops):
         if plan is None:
             return None
         cands = conv_tma.candidates(plan, dev)
-        call = lambda c: (lambda: conv_tma.launch_conv(plan, problem, x, w, out, 1.0, 0.0, c,
-                                                       flip=problem.mode == 0))
+        call = lambda c: (lambda: conv_tma.launch_conv(plan, problem, x, w, out, 1.0, 0.0, c))
     elif direction == "bwd_data":
         out = torch.empty_like(x)
         plan = conv_tma.plan_backward_data(problem, dy, w, out)
         if plan is None:
             return None
         cands = conv_tma.candidates(plan, dev)
-        call = lambda c: (lambda: conv_tma.launch_conv(plan, problem, dy, w, out, 1.0, 0.0, c, kmajor=True,
-                                                       flip=problem.mode != 0))
+        call = lambda c: (lambda: conv_tma.launch_conv(plan, problem, dy, w, out, 1.0, 0.0, c, kmajor=True))
     else:
         out = torch.empty_like(w)
         plan = conv_tma.plan_backward_filter(problem, x, dy, out)

@@ -34,11 +34,14 @@ CASES = [
     (P(32, 16, (7, 5), 1, 2), ("fwd", "bwd_data", "bwd_filter")),            # strided 1x1 view
     (P(16, 16, (4, 6), (3, 1), 1, (1, 0)), ("fwd", "bwd_data", "bwd_filter")),  # non-square filter
     (P(16, 8, (3, 4), 3, 1, 3), ("fwd", "bwd_data", "bwd_filter")),          # padding past the kernel
-    (P(16, 16, (6, 8), 3, 2, 1), ("fwd", "bwd_filter")),                     # stride 2: the phase view
-    (P(16, 8, (8, 6), 3, (2, 3), (1, 2), 2), ("fwd", "bwd_filter")),         # strides 2x3, dilation
+    (P(16, 16, (6, 8), 3, 2, 1), ("fwd", "bwd_data", "bwd_filter")),         # stride 2: the phase view
+    (P(16, 8, (8, 6), 3, (2, 3), (1, 2), 2), ("fwd", "bwd_data", "bwd_filter")),  # strides 2x3, dilation
+    (P(16, 8, (9, 12), 5, 3, 2), ("fwd", "bwd_data", "bwd_filter")),         # 5x5 stride 3: phases of 1-2 taps
+    (P(16, 8, (7, 6), 1, 2, 0, 3), ("fwd", "bwd_data", "bwd_filter")),       # 1x1 dilated: the strided views
     (P(16, 16, (7, 7), 1, 2), ("fwd", "bwd_data", "bwd_filter")),            # odd 1x1 stride 2: strided view
     (P(16, 16, (6, 7), 1, (2, 3)), ("fwd", "bwd_data", "bwd_filter")),       # 1x1 strides 2x3
-    (P(16, 16, (7, 6), 3, 2, 1), ()),                                        # odd H at stride 2: pointers
+    (P(16, 16, (7, 6), 3, 2, 1), ("bwd_data",)),                             # odd H at stride 2: pointers
+    (P(16, 16, (4, 4), 1, 3), ("fwd", "bwd_data", "bwd_filter")),            # stride past the image: empty phases
 ]
 
 
@@ -68,7 +71,7 @@ def _ids(case):
 def test_tma_kernels_match_the_reference(case, direction, rng, tma_calls):
     p, tma_dirs = case
     assert run_case(direction, ALGO[direction], p, "float32", "NHWC", rng) is None
-    assert tma_calls[direction] == (1 if direction in tma_dirs else 0), dict(tma_calls)
+    assert (tma_calls[direction] > 0) == (direction in tma_dirs), dict(tma_calls)
 
 
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data", "bwd_filter"])
@@ -77,14 +80,14 @@ def test_tma_float16_modes_and_blending(direction, mode, rng, tma_calls):
     for p in (P(16, 16, (5, 6), 3, 1, 1), P(16, 16, (5, 6), 1, 2)):  # the strided 1x1 blends skipped pixels too
         assert run_case(direction, ALGO[direction], p, "float16", "NHWC", rng, mode=mode, alpha=2.0,
                         beta=0.5) is None
-    assert tma_calls[direction] == 2
+    assert tma_calls[direction] >= 2
 
 
 def test_tma_asymmetric_padding(rng, tma_calls):
     p = P(16, 16, (5, 6), 3, 1, 1)
     for direction in ("fwd", "bwd_data", "bwd_filter"):
         assert run_case(direction, ALGO[direction], p, "float32", "NHWC", rng, pad_post=(0, 2)) is None
-    assert dict(tma_calls) == {"fwd": 1, "bwd_data": 1, "bwd_filter": 1}
+    assert set(tma_calls) == {"fwd", "bwd_data", "bwd_filter"} and min(tma_calls.values()) > 0
 
 
 @pytest.mark.parametrize("layout", ["NCHW", "strided"])
@@ -95,8 +98,7 @@ def test_other_layouts_take_the_pointer_kernels(layout, rng, tma_calls):
     assert sum(tma_calls.values()) == 0
 
 
-def test_groups_and_strided_backward_data_take_the_pointer_kernels(rng, tma_calls):
-    assert run_case("bwd_data", ALGO["bwd_data"], P(16, 16, (6, 6), 3, 2, 1), "float32", "NHWC", rng) is None
+def test_groups_take_the_pointer_kernels(rng, tma_calls):
     assert run_case("fwd", ALGO["fwd"], P(32, 16, (4, 4), 3, 1, 1, 1, 2), "float32", "NHWC", rng) is None
     assert sum(tma_calls.values()) == 0
 

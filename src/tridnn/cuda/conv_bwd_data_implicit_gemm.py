@@ -177,12 +177,11 @@ class ImplicitGemmBackwardData(TritonConvAlgorithm):
             return
         plan = conv_tma.backward_data_plan(problem, dy, w, dx)
         if plan is not None:  # channels-last, stride 1: a forward convolution of dy by TMA boxes
-            flip = problem.mode != 0
             cfg = self.tuner.pick((problem_key(problem), "bwd-data-tma", conv_tma.plan_kind(plan)),
                                   lambda: conv_tma.candidates(plan, dx.device),
                                   lambda c, out: conv_tma.launch_conv(plan, problem, dy, w, out, 1.0, 0.0, c,
-                                                                      kmajor=True, flip=flip), dx, dx.device)
-            conv_tma.launch_conv(plan, problem, dy, w, dx, alpha, beta, cfg, kmajor=True, flip=flip)
+                                                                      kmajor=True), dx, dx.device)
+            conv_tma.launch_conv(plan, problem, dy, w, dx, alpha, beta, cfg, kmajor=True)
             return
         if dx.device.type != "cuda":
             cands = [_cfg(16, 16, 16, 1, 1)]

@@ -337,12 +337,11 @@ class ImplicitGemmForward(TritonConvAlgorithm):
         spec = spec_of(epilogue)
         plan = conv_tma.forward_plan(problem, x, w, y, spec.z if spec is not None else None)
         if plan is not None:  # channels-last, stride 1 or 1x1: the input boxes come by TMA
-            flip = problem.mode == 0
             key = (problem_key(problem), spec is not None and spec.act_code, "fwd-tma", conv_tma.plan_kind(plan))
             cfg = self.tuner.pick(key, lambda: conv_tma.candidates(plan, y.device),
-                                  lambda c, out: conv_tma.launch_conv(plan, problem, x, w, out, 1.0, 0.0, c, flip=flip,
+                                  lambda c, out: conv_tma.launch_conv(plan, problem, x, w, out, 1.0, 0.0, c,
                                                                       spec=spec), y, y.device)
-            conv_tma.launch_conv(plan, problem, x, w, y, alpha, beta, cfg, flip=flip, spec=spec)
+            conv_tma.launch_conv(plan, problem, x, w, y, alpha, beta, cfg, spec=spec)
             return
         cands = lambda: candidates(problem, geometry(problem), y.device, allow_split=False)
         key = (problem_key(problem), spec is not None and spec.act_code, "fwd-ig")

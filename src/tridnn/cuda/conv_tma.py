@@ -47,15 +47,15 @@ from .memo import IdentityMemo
 
 
 @triton.jit
-def tap_origin(tap, KW, PH, PW, DH, DW, SH, SW, OFF_H, OFF_W):
-    """Where tap ``tap`` reads in the phase view: (row shift, row phase, column shift,
-    column phase), i.e. floor division of the tap's offset kh*dh - ph by the stride.
-    OFF_H, OFF_W: multiples of the strides that keep the dividends non-negative."""
-    kh = tap // KW
-    kw = tap - kh * KW
-    qh = kh * DH - PH + OFF_H
-    qw = kw * DW - PW + OFF_W
-    return qh // SH - OFF_H // SH, qh % SH, qw // SW - OFF_W // SW, qw % SW
+def tap_origin(tap, NTW, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W, SH, SW, OFF_H, OFF_W):
+    """Where loop tap ``tap`` = (th, tw) reads in the phase view: (row shift, row phase,
+    column shift, column phase) = floor-divmod of its offset row0 + t*rowstep by the
+    view's stride. OFF_H, OFF_W: multiples of the strides that keep the dividends >= 0."""
+    th = tap // NTW
+    tw = tap - th * NTW
+    qh = ROW0_H + th * ROWSTEP_H + OFF_H
+    qw = ROW0_W + tw * ROWSTEP_W + OFF_W
+    return th, tw, qh // SH - OFF_H // SH, qh % SH, qw // SW - OFF_W // SW, qw % SW
 
 
 @triton.jit
@@ -64,16 +64,18 @@ def conv_tma_kernel(
         y_ptr, bias_ptr, z_ptr,
         # TMA descriptors: input phase view box [1, BH, 1, BW, BLOCK_K]; filter [rows, taps, cols]
         x_desc, w_desc,
-        # output geometry and the taps' input offsets (pad, dilation, phase strides)
-        N, OH, OW, C_RED, C_OUT, KW, T, PH, PW, DH, DW, SH, SW, OFF_H, OFF_W,
+        # output geometry, and the taps (see TapMap): loop taps NTH x NTW = T, input offsets,
+        # the phase view's strides, the filter tap of each loop tap
+        N, OH, OW, C_RED, C_OUT, NTW, T, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W, SH, SW, OFF_H, OFF_W,
+        W_TAP0, W_STEP_H, W_STEP_W,
         # output extent for FILL (strided 1x1 backward data): dx's H and W
         FH, FW,
-        # element strides of y and z (n, channel, h, w) and of bias
-        ys_n, ys_k, ys_h, ys_w, zs_n, zs_k, zs_h, zs_w, bias_stride,
+        # element offset and strides of y and z (n, channel, h, w), and of bias
+        y_off, ys_n, ys_k, ys_h, ys_w, zs_n, zs_k, zs_h, zs_w, bias_stride,
         # epilogue scalars
         alpha, beta, alpha2, coef, swish_beta,
         BH: tl.constexpr, BW: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-        GROUP_M: tl.constexpr, W_KMAJOR: tl.constexpr, FLIP: tl.constexpr, PREC: tl.constexpr,
+        GROUP_M: tl.constexpr, W_KMAJOR: tl.constexpr, PREC: tl.constexpr,
         ACT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr, BETA_ZERO: tl.constexpr,
         INT64: tl.constexpr, FILL_SH: tl.constexpr, FILL_SW: tl.constexpr):
     """out[n, oh, ow, k] = sum over taps and C_RED channels of inp[box] * w; one
@@ -103,9 +105,9 @@ def conv_tma_kernel(
     for it in range(0, T * n_cblk):
         tap = it // n_cblk
         c0 = (it - tap * n_cblk) * BLOCK_K
-        ah, bh, aw, bw = tap_origin(tap, KW, PH, PW, DH, DW, SH, SW, OFF_H, OFF_W)
+        th, tw, ah, bh, aw, bw = tap_origin(tap, NTW, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W, SH, SW, OFF_H, OFF_W)
         a = x_desc.load([n, oh0 + ah, bh, ow0 + aw, bw * C_RED + c0]).reshape(BLOCK_M, BLOCK_K)
-        w_tap = T - 1 - tap if FLIP else tap
+        w_tap = W_TAP0 + th * W_STEP_H + tw * W_STEP_W
         if W_KMAJOR:
             b = w_desc.load([c0, w_tap, k0]).reshape(BLOCK_K, BLOCK_N)
             acc = tl.dot(a, b, acc, input_precision=PREC)
@@ -122,7 +124,7 @@ def conv_tma_kernel(
     mask_n = cols < C_OUT
     if INT64:
         n = n.to(tl.int64)
-    row_y = n * ys_n + oh * ys_h + ow * ys_w
+    row_y = y_off + n * ys_n + oh * ys_h + ow * ys_w
     row_z = n * zs_n + oh * zs_h + ow * zs_w
     store_tile(acc, row_y, row_z, cols, mask_m, mask_n, y_ptr, ys_k, z_ptr, zs_k, bias_ptr, bias_stride,
                alpha, beta, alpha2, coef, swish_beta, ACT, HAS_BIAS, HAS_Z, BETA_ZERO)
@@ -143,7 +145,7 @@ def wgrad_tma_kernel(
         part_ptr,  # float32 partial sums [SLICES, K, T, C]
         # TMA descriptors: dy box [1, BH, 1, BW, BLOCK_M], x phase view box [1, BH, 1, BW, BLOCK_N]
         dy_desc, x_desc,
-        N, OH, OW, K, C, KW, T, PH, PW, DH, DW, SH, SW, OFF_H, OFF_W, tiles_per_slice,
+        N, OH, OW, K, C, NTW, T, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W, SH, SW, OFF_H, OFF_W, tiles_per_slice,
         BH: tl.constexpr, BW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         PREC: tl.constexpr):
     """part[s, k, tap, c] = sum over the slice's pixel tiles of dy[p, k] * x[p + tap, c]."""
@@ -155,7 +157,7 @@ def wgrad_tma_kernel(
     num_n = tl.cdiv(C, BLOCK_N)
     k0 = (pid // num_n) * BLOCK_M
     c0 = (pid % num_n) * BLOCK_N
-    ah, bh, aw, bw = tap_origin(tap, KW, PH, PW, DH, DW, SH, SW, OFF_H, OFF_W)
+    th, tw, ah, bh, aw, bw = tap_origin(tap, NTW, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W, SH, SW, OFF_H, OFF_W)
     tiles_h = tl.cdiv(OH, BH)
     tiles_w = tl.cdiv(OW, BW)
     first = s * tiles_per_slice
@@ -187,12 +189,80 @@ def hardware_ok(t) -> bool:
 
 
 @dataclass(frozen=True)
+class TapMap:
+    """The reduction over filter taps as the kernels loop over it, per spatial dim (h, w):
+    loop tap t (0 <= t < count) reads the input at output pixel + row0 + t * rowstep (in
+    input pixels, before the phase view's division by ``phase``) and multiplies filter tap
+    w0 + t * wstep. Forward: row0 = -pad, rowstep = dilation, w taps in order (reversed in
+    CONVOLUTION mode); backward data: the transposed walk; a phase of a strided backward
+    data: every s-th tap."""
+    count: tuple     # (NTH, NTW)
+    row0: tuple
+    rowstep: tuple
+    phase: tuple     # the input phase view's strides (1: plain view)
+    w0: tuple        # first filter tap per dim
+    wstep: tuple     # filter tap step per dim
+    filter_w: int    # the filter's width S (filter tap index = kh * S + kw)
+
+    @property
+    def taps(self):
+        return self.count[0] * self.count[1]
+
+    @property
+    def offsets(self):
+        """Multiples of the phase strides that keep each tap's input offset non-negative."""
+        out = []
+        for r0, st, n, s in zip(self.row0, self.rowstep, self.count, self.phase):
+            lowest = min(r0, r0 + (n - 1) * st) if n else 0
+            out.append(s * cdiv(max(0, -lowest), s))
+        return tuple(out)
+
+    @property
+    def args(self):
+        """The kernel's (NTW, T, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W, SH, SW, OFF_H, OFF_W)."""
+        return (self.count[1], self.taps, self.row0[0], self.rowstep[0], self.row0[1], self.rowstep[1],
+                *self.phase, *self.offsets)
+
+    @property
+    def filter_args(self):
+        """(W_TAP0, W_STEP_H, W_STEP_W): flat filter tap = W_TAP0 + th * W_STEP_H + tw * W_STEP_W."""
+        return (self.w0[0] * self.filter_w + self.w0[1], self.wstep[0] * self.filter_w, self.wstep[1])
+
+
+def forward_taps(geo, phase, flip) -> TapMap:
+    """Loop taps of a forward convolution (and of backward filter, which writes tap t)."""
+    (r, s), (ph, pw), (dh, dw) = geo.ker[1:], geo.pad[1:], geo.dil[1:]
+    w0, wstep = ((r - 1, s - 1), (-1, -1)) if flip else ((0, 0), (1, 1))
+    if phase == (1, 1) and geo.stride[1:] != (1, 1):  # strided 1x1 view: the view holds the stride
+        return TapMap((1, 1), (0, 0), (0, 0), (1, 1), (0, 0), (1, 1), 1)
+    return TapMap((r, s), (-ph, -pw), (dh, dw), phase, w0, wstep, s)
+
+
+def backward_data_taps(geo, flip, out_phase=(0, 0)) -> TapMap:
+    """Loop taps of dx's pixels s*i + a (phase a per dim) as a stride-1 convolution of dy:
+    dx[s*i + a] = sum over taps k with (a + p - k*d) divisible by s of
+    dy[i + (a + p - k*d) / s] * w[k] (w flipped in CONVOLUTION mode)."""
+    count, row0, rowstep, w0, wstep = [], [], [], [], []
+    for a, k_n, p, d, s in zip(out_phase, geo.ker[1:], geo.pad[1:], geo.dil[1:], geo.stride[1:]):
+        ks = [k for k in range(k_n) if (a + p - k * d) % s == 0]
+        step = ks[1] - ks[0] if len(ks) > 1 else 1
+        first = ks[0] if ks else 0
+        count.append(len(ks))
+        row0.append((a + p - first * d) // s)
+        rowstep.append(-(step * d) // s)
+        # filter index of tap k: k itself (cross-correlation) or k_n - 1 - k (convolution)
+        w0.append(k_n - 1 - first if flip else first)
+        wstep.append(-step if flip else step)
+    return TapMap(tuple(count), tuple(row0), tuple(rowstep), (1, 1), tuple(w0), tuple(wstep), geo.ker[2])
+
+
+@dataclass(frozen=True)
 class Plan:
-    """What a TMA launch reads. The input is a 5-D "phase view" [N, H/sh, sh, W/sw, sw*C]
-    (dims and element strides): pixel (s*i + b) of a row sits at index (i, b), so a
-    strided convolution's tap is a box at (oh + a, b) with (a, b) = divmod(kh*dh - ph, sh);
-    stride 1 is the case sh = sw = 1. Plus the output geometry (N, OH, OW) with the
-    output's strides, and the taps."""
+    """What a TMA launch reads and writes. The input is a 5-D "phase view"
+    [N, H/sh, sh, W/sw, sw*C] (dims and element strides): pixel (s*i + b) of a row sits at
+    index (i, b), so a strided convolution's tap is a box at (oh + a, b) with
+    (a, b) = divmod(kh*dh - ph, sh); stride 1 is the case sh = sw = 1. Plus the output
+    geometry (N, OH, OW) with the output's offset and strides, and the taps."""
     in_shape: tuple
     in_strides: tuple
     n: int
@@ -200,20 +270,12 @@ class Plan:
     ow: int
     out_strides: tuple   # (n, channel, h, w) of the output; backward filter: dy's (n, h, w)
     z_strides: tuple     # same for the residual (zeros when absent)
-    kw: int
-    taps: int
-    pad: tuple           # (ph, pw): input coordinate of tap 0 is s*o - pad
-    dil: tuple
-    phase: tuple         # (sh, sw): the phase view's strides (1 when the view holds the stride)
+    taps: TapMap
     c_red: int           # reduction channels
     c_out: int           # output channels
+    out_offset: int = 0      # element offset of the output's first pixel (a phase of dx)
     fill: tuple = (1, 1)     # backward data of a strided 1x1: the output steps over fill pixels
     fill_hw: tuple = (0, 0)  # ... and the output's real H, W (for the skipped pixels' masks)
-
-    @property
-    def offsets(self):
-        """Multiples of the phase strides that keep each tap's offset non-negative."""
-        return tuple(s * cdiv(max(p, 0), s) for p, s in zip(self.pad, self.phase))
 
 
 def _nhwc_strides(t):
@@ -301,53 +363,64 @@ def plan_forward(problem, x, w, y, z=None) -> Plan | None:
     if why_not(problem, x, w, y) is not None or block_k_for(geo.c, x.element_size()) is None:
         return None
     r, s = geo.ker[1:]
-    (ph, pw), (sh, sw), (dh, dw) = geo.pad[1:], geo.stride[1:], geo.dil[1:]
+    (ph, pw), (sh, sw) = geo.pad[1:], geo.stride[1:]
     oh, ow = geo.out[1:]
     one_by_one = r == 1 and s == 1 and ph == 0 and pw == 0
     ys = strides5(y, 2)
     zs = strides5(z, 2) if z is not None else (0, 0, 0, 0, 0)
+    flip = problem.mode == 0
     if one_by_one and (sh, sw) == (1, 1) and _dense_pixels(x) and _dense_pixels(y) and (
             z is None or _dense_pixels(z)):
         # a plain GEMM: all pixels as one row of one image
         m = geo.n * oh * ow
         shape, strides = _flat_view(m, _nhwc_strides(x)[2], geo.c)
-        return Plan(shape, strides, 1, 1, m, (0, ys[1], 0, ys[4]), (0, zs[1], 0, zs[4]), 1, 1, (0, 0),
-                    (1, 1), (1, 1), geo.c, geo.k)
+        return Plan(shape, strides, 1, 1, m, (0, ys[1], 0, ys[4]), (0, zs[1], 0, zs[4]),
+                    forward_taps(geo, (1, 1), flip), geo.c, geo.k)
     view = _input_view(x, geo, one_by_one)
     if view is None or not _aligned(view[1][:4], x.element_size()):
         return None
     shape, strides, phase = view
     return Plan(shape, strides, geo.n, oh, ow, (ys[0], ys[1], ys[3], ys[4]), (zs[0], zs[1], zs[3], zs[4]),
-                s, r * s, (ph, pw), (dh, dw), phase, geo.c, geo.k)
+                forward_taps(geo, phase, flip), geo.c, geo.k)
 
 
-def plan_backward_data(problem, dy, w, dx) -> Plan | None:
-    """dx = a stride-1 forward convolution of dy with the flipped, transposed filter."""
+def plan_backward_data(problem, dy, w, dx) -> tuple | None:
+    """dx as stride-1 forward convolutions of dy with the flipped, transposed filter: one
+    plan at stride 1; at stride s, one plan per phase of dx (its pixels s*i + a) reading
+    every s-th tap, or, for a 1x1 filter, one plan that also writes the skipped pixels."""
     geo = geometry(problem)
     if why_not(problem, dy, w, dx) is not None or block_k_for(geo.k, dy.element_size()) is None:
         return None
-    r, s = geo.ker[1:]
-    (dh, dw), (ph, pw), (sh, sw) = geo.dil[1:], geo.pad[1:], geo.stride[1:]
-    (h, wd), (oh, ow) = geo.inp[1:], geo.out[1:]
     if dx.shape[1] % 8:  # the filter box's last dim (input channels) must be 16-byte rows
         return None
+    r, s = geo.ker[1:]
+    (ph, pw), (sh, sw) = geo.pad[1:], geo.stride[1:]
+    (h, wd), (oh, ow) = geo.inp[1:], geo.out[1:]
     ys = _nhwc_strides(dy)
     xs = strides5(dx, 2)
-    if (sh, sw) != (1, 1):
-        if (r, s, ph, pw) != (1, 1, 0, 0) or tuple(problem.pad_post) != (0, 0):
-            return None
+    flip = problem.mode == 0  # CONVOLUTION mode's forward reads the filter reversed
+    dy_view = ((geo.n, oh, 1, ow, geo.k), (ys[0], ys[1], ys[1], ys[2], 1))
+    if (sh, sw) == (1, 1):
+        if r == 1 and s == 1 and ph == 0 and pw == 0 and _dense_pixels(dy) and _dense_pixels(dx):
+            m = geo.n * h * wd
+            shape, strides = _flat_view(m, ys[2], geo.k)
+            return (Plan(shape, strides, 1, 1, m, (0, xs[1], 0, xs[4]), (0, 0, 0, 0),
+                         backward_data_taps(geo, flip), geo.k, geo.c),)
+        return (Plan(*dy_view, geo.n, h, wd, (xs[0], xs[1], xs[3], xs[4]), (0, 0, 0, 0),
+                     backward_data_taps(geo, flip), geo.k, geo.c),)
+    if (r, s, ph, pw) == (1, 1, 0, 0) and tuple(problem.pad_post) == (0, 0):
         # strided 1x1: a GEMM of dy onto every s-th pixel of dx; the tile zeroes the rest
-        return Plan((geo.n, oh, 1, ow, geo.k), (ys[0], ys[1], ys[1], ys[2], 1), geo.n, oh, ow,
-                    (xs[0], xs[1], sh * xs[3], sw * xs[4]), (0, 0, 0, 0), 1, 1, (0, 0), (1, 1), (1, 1),
-                    geo.k, geo.c, (sh, sw), (h, wd))
-    if r == 1 and s == 1 and ph == 0 and pw == 0 and _dense_pixels(dy) and _dense_pixels(dx):
-        m = geo.n * h * wd
-        shape, strides = _flat_view(m, ys[2], geo.k)
-        return Plan(shape, strides, 1, 1, m, (0, xs[1], 0, xs[4]), (0, 0, 0, 0), 1, 1, (0, 0), (1, 1), (1, 1),
-                    geo.k, geo.c)
-    return Plan((geo.n, oh, 1, ow, geo.k), (ys[0], ys[1], ys[1], ys[2], 1), geo.n, h, wd,
-                (xs[0], xs[1], xs[3], xs[4]), (0, 0, 0, 0), s, r * s, ((r - 1) * dh - ph, (s - 1) * dw - pw),
-                (dh, dw), (1, 1), geo.k, geo.c)
+        return (Plan(*dy_view, geo.n, oh, ow, (xs[0], xs[1], sh * xs[3], sw * xs[4]), (0, 0, 0, 0),
+                     backward_data_taps(geo, flip), geo.k, geo.c, 0, (sh, sw), (h, wd)),)
+    plans = []
+    for a in range(sh):
+        for b in range(sw):
+            if a >= h or b >= wd:
+                continue
+            plans.append(Plan(*dy_view, geo.n, cdiv(h - a, sh), cdiv(wd - b, sw),
+                              (xs[0], xs[1], sh * xs[3], sw * xs[4]), (0, 0, 0, 0),
+                              backward_data_taps(geo, flip, (a, b)), geo.k, geo.c, a * xs[3] + b * xs[4]))
+    return tuple(plans)
 
 
 def plan_backward_filter(problem, x, dy, dw) -> Plan | None:
@@ -359,21 +432,20 @@ def plan_backward_filter(problem, x, dy, dw) -> Plan | None:
     if block_k_for(geo.c, item) is None or geo.k % 8:
         return None
     r, s = geo.ker[1:]
-    (ph, pw), (sh, sw), (dh, ddw) = geo.pad[1:], geo.stride[1:], geo.dil[1:]
+    (ph, pw), (sh, sw) = geo.pad[1:], geo.stride[1:]
     oh, ow = geo.out[1:]
     one_by_one = r == 1 and s == 1 and ph == 0 and pw == 0
     ds = _nhwc_strides(dy)
     if one_by_one and (sh, sw) == (1, 1) and _dense_pixels(x) and _dense_pixels(dy):
         m = geo.n * oh * ow
         shape, strides = _flat_view(m, _nhwc_strides(x)[2], geo.c)
-        return Plan(shape, strides, 1, 1, m, (0, 0, ds[2]), (0, 0, 0, 0), 1, 1, (0, 0), (1, 1), (1, 1),
+        return Plan(shape, strides, 1, 1, m, (0, 0, ds[2]), (0, 0, 0, 0), forward_taps(geo, (1, 1), False),
                     geo.k, geo.c)
     view = _input_view(x, geo, one_by_one)
     if view is None or not _aligned(view[1][:4], item):
         return None
     shape, strides, phase = view
-    return Plan(shape, strides, geo.n, oh, ow, ds, (0, 0, 0, 0), s, r * s,
-                (ph, pw), (dh, ddw), phase, geo.k, geo.c)
+    return Plan(shape, strides, geo.n, oh, ow, ds, (0, 0, 0, 0), forward_taps(geo, phase, False), geo.k, geo.c)
 
 
 # -- launch configs ------------------------------------------------------------------
@@ -403,7 +475,9 @@ INTERPRETER_TILE = _cfg(2, 8, 16, 16, 1, 1)
 INTERPRETER_FLAT = _cfg(1, 16, 16, 16, 1, 1)
 
 
-def candidates(plan: Plan, device) -> list:
+def candidates(plan, device) -> list:
+    if isinstance(plan, tuple):
+        return candidates(plan[0], device)
     flat = plan.n == 1 and plan.oh == 1
     if device.type != "cuda":
         return [dict(INTERPRETER_FLAT if flat else INTERPRETER_TILE)]
@@ -481,7 +555,10 @@ def backward_filter_plan(problem, x, dy, dw):
 
 
 def plan_kind(plan) -> str:
-    """'flat' (a plain GEMM over dense pixels) or 'tile' (spatial boxes)."""
+    """'flat' (a plain GEMM over dense pixels) or 'tile' (spatial boxes); a tuple of
+    backward-data phase plans is described by its first."""
+    if isinstance(plan, tuple):
+        return plan_kind(plan[0]) + (f"x{len(plan)}" if len(plan) > 1 else "")
     return "flat" if plan.n == 1 and plan.oh == 1 else "tile"
 
 
@@ -490,31 +567,37 @@ def _block_k(plan, cfg, itemsize):
     return min(bk, cfg["BK_CAP"] if itemsize == 2 else cfg["BK_CAP"] // 2)
 
 
-def launch_conv(plan: Plan, problem, inp, w, out, alpha, beta, cfg, kmajor=False, flip=False, spec=None):
-    """out = epilogue(conv(inp, w)) through conv_tma_kernel; forward or (kmajor) backward data."""
+def launch_conv(plan, problem, inp, w, out, alpha, beta, cfg, kmajor=False, spec=None):
+    """out = epilogue(conv(inp, w)) through conv_tma_kernel: forward, or (kmajor) backward
+    data, whose plan may be a tuple of phase plans (one launch each)."""
+    if isinstance(plan, tuple):
+        for p in plan:
+            launch_conv(p, problem, inp, w, out, alpha, beta, cfg, kmajor=kmajor, spec=spec)
+        return
     item = inp.element_size()
     bk = _block_k(plan, cfg, item)
     bh, bw, bn = cfg["BH"], cfg["BW"], cfg["BLOCK_N"]
     x_desc = descriptor(inp, plan.in_shape, plan.in_strides, (1, bh, 1, bw, bk))
     ks, ts = _filter_view(w)
-    w_desc = descriptor(w, (w.shape[0], plan.taps, w.shape[1]), (ks, ts, 1), (bk, 1, bn) if kmajor else (bn, 1, bk))
+    r, s = w.shape[2], w.shape[3]
+    w_desc = descriptor(w, (w.shape[0], r * s, w.shape[1]), (ks, ts, 1), (bk, 1, bn) if kmajor else (bn, 1, bk))
     bias, bias_stride, z, _, alpha2, coef, swish_beta, act, has_bias, has_z = launch_args(spec, out, 2)
     grid = (plan.n * cdiv(plan.oh, bh) * cdiv(plan.ow, bw) * cdiv(plan.c_out, bn),)
     int64 = needs_int64(out, z)
-    consts = dict(BH=bh, BW=bw, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, W_KMAJOR=kmajor, FLIP=flip,
+    consts = dict(BH=bh, BW=bw, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, W_KMAJOR=kmajor,
                   PREC=input_precision(problem), ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z, BETA_ZERO=beta == 0,
                   INT64=int64, FILL_SH=plan.fill[0], FILL_SW=plan.fill[1])
     options = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
-    args = (out, bias, z, x_desc, w_desc, plan.n, plan.oh, plan.ow, plan.c_red, plan.c_out, plan.kw, plan.taps,
-            *plan.pad, *plan.dil, *plan.phase, *plan.offsets, *plan.fill_hw, *plan.out_strides, *plan.z_strides, bias_stride,
-            float(alpha), float(beta), alpha2, coef, swish_beta)
+    args = (out, bias, z, x_desc, w_desc, plan.n, plan.oh, plan.ow, plan.c_red, plan.c_out, *plan.taps.args,
+            *plan.taps.filter_args, *plan.fill_hw, plan.out_offset, *plan.out_strides, *plan.z_strides,
+            bias_stride, float(alpha), float(beta), alpha2, coef, swish_beta)
     static = ((plan, tuple(consts.items()), tuple(options.items()), out.dtype, bias.dtype, z.dtype,
                inp.dtype, w.dtype), 3)
     launch(conv_tma_kernel, grid, args, consts, options, static)
 
 
 def slices_for(plan: Plan, cfg, sms: int, cap: int) -> int:
-    tiles = cdiv(plan.c_red, cfg["BLOCK_M"]) * cdiv(plan.c_out, cfg["BLOCK_N"]) * plan.taps
+    tiles = cdiv(plan.c_red, cfg["BLOCK_M"]) * cdiv(plan.c_out, cfg["BLOCK_N"]) * plan.taps.taps
     pixel_tiles = plan.n * cdiv(plan.oh, cfg["BH"]) * cdiv(plan.ow, cfg["BW"])
     want = cdiv(cfg.get("WAVES", 2) * sms, tiles)
     return max(1, min(want, cap, max(1, pixel_tiles // 4)))
@@ -531,11 +614,10 @@ def launch_wgrad_partials(plan: Plan, problem, x, dy, part, cfg, slices) -> int:
     pixel_tiles = plan.n * cdiv(plan.oh, bh) * cdiv(plan.ow, bw)
     per = cdiv(pixel_tiles, slices)
     slices = cdiv(pixel_tiles, per)
-    grid = (cdiv(plan.c_red, bm) * cdiv(plan.c_out, bn), plan.taps, slices)
+    grid = (cdiv(plan.c_red, bm) * cdiv(plan.c_out, bn), plan.taps.taps, slices)
     consts = dict(BH=bh, BW=bw, BLOCK_M=bm, BLOCK_N=bn, PREC=input_precision(problem))
     options = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
-    args = (part, dy_desc, x_desc, plan.n, plan.oh, plan.ow, plan.c_red, plan.c_out, plan.kw, plan.taps,
-            *plan.pad, *plan.dil, *plan.phase, *plan.offsets, per)
+    args = (part, dy_desc, x_desc, plan.n, plan.oh, plan.ow, plan.c_red, plan.c_out, *plan.taps.args, per)
     static = ((plan, slices, tuple(consts.items()), tuple(options.items()), x.dtype, dy.dtype), 1)
     launch(wgrad_tma_kernel, grid, args, consts, options, static)
     return slices
