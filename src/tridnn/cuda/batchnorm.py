@@ -383,7 +383,7 @@ class _Layout:
         items = self.N * self.SB
         tiles_c = triton.cdiv(self.C, self.block_c)
         target = _sm_count(x) * PROGRAMS_PER_SM
-        splits = max(1, min(items, triton.cdiv(target, tiles_c)))
+        splits = max(1, min(items, target // tiles_c))  # rounded down: stay within one wave
         per = triton.cdiv(items, splits)
         splits = triton.cdiv(items, per)
         return (tiles_c, splits), per

@@ -180,12 +180,13 @@ def _launch(x, y, dy, out, lrn_n, lrn_alpha, lrn_beta, lrn_k, alpha, beta, backw
     ov = staging.output(out, like=xv, read=has_beta)
     N, C, S = ncs_dims(xv)
     pairs = channels_last(xv) and C > 1
+    tile = TILE // 2 if backward else TILE  # the backward holds n shifted windows: fewer values per program
     if pairs:
         block_c = min(triton.next_power_of_2(C), 128)
-        block_s = max(1, min(triton.next_power_of_2(S), TILE // block_c))
+        block_s = max(1, min(triton.next_power_of_2(S), tile // block_c))
     else:
         block_s = min(triton.next_power_of_2(S), 128)
-        block_c = max(1, min(triton.next_power_of_2(C), TILE // block_s))
+        block_c = max(1, min(triton.next_power_of_2(C), tile // block_s))
     grid = (N * triton.cdiv(S, block_s) * triton.cdiv(C, block_c),)
     _lrn_kernel[grid](xv, yv, gv, ov, N, C, S, *ncs_strides(xv), *ncs_strides(yv), *ncs_strides(gv),
                       *ncs_strides(ov), float(lrn_alpha), float(lrn_beta), float(lrn_k), alpha, beta,

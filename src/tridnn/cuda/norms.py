@@ -383,12 +383,11 @@ def _group_offsets(n, s, c, sn, ss, sc):
 
 @triton.jit
 def _group_channels(g, CG, BLOCK_C: tl.constexpr, EXACT: tl.constexpr):
-    """Channels of group g (EXACT: CG == BLOCK_C, so Triton sees aligned runs)."""
+    """Channels of group g and their mask (EXACT: CG == BLOCK_C, so Triton sees aligned,
+    unmasked runs and vectorizes them)."""
     if EXACT:
-        c = g * BLOCK_C + tl.arange(0, BLOCK_C)
-    else:
-        c = g * CG + tl.arange(0, BLOCK_C)
-    return c, tl.arange(0, BLOCK_C) < CG
+        return g * BLOCK_C + tl.arange(0, BLOCK_C), tl.arange(0, BLOCK_C) < BLOCK_C
+    return g * CG + tl.arange(0, BLOCK_C), tl.arange(0, BLOCK_C) < CG
 
 
 @triton.jit
