@@ -56,7 +56,7 @@ def tma_direction(direction, problem, x, w, dy, ref, flops):
         cands = conv_tma.wgrad_candidates(plan, dev)
         sms = sm_count(dev)
         cap = 64
-        part = torch.empty((cap, *out.shape[:1], plan.taps, out.shape[1]), dtype=torch.float32, device=dev)
+        part = torch.empty((cap, out.shape[0], plan.taps.taps, out.shape[1]), dtype=torch.float32, device=dev)
         from tridnn.cuda.conv_bwd_filter_implicit_gemm import ImplicitGemmBackwardFilter
 
         def call(c):
