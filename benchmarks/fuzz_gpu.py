@@ -16,15 +16,15 @@ Checks per run: every output element written (NaN poison), exact methods equal t
 reference rounded once, the others meet tridnn.testing's tolerances (layers:
 tests/layer_cases.check), inputs untouched, nothing written outside the output view.
 
-Compilation dominates on a GPU (each new specialization compiles once, ~1 s), so the
-problems come from small sets of channel counts and sizes that repeat Triton's
-specializations, and the per-problem launch-config tuner is replaced by an untimed choice (``--tuning
-alternate``: the first config that fits on even templates, the last on odd ones;
-``--tuning timed`` keeps the library's timing tuner).
-``--workers N`` runs the problems in N processes on the same GPU, each taking whole
-families of problems (op, direction, dtype), so that compilation runs on N cores.
+Compilation dominates on a GPU (each new specialization compiles once, 0.2-1.5 s), so
+problems come in templates (see TEMPLATES) that repeat Triton's specializations, and the
+launch-config tuner is replaced by an untimed choice (``--tuning alternate``: the first
+config that fits on even templates, the last on odd ones; ``--tuning timed`` keeps the
+library's timing tuner, one compile per candidate). ``--workers N`` runs the problems in
+N processes on the same GPU, each taking whole templates, so compilation runs on N cores.
+``--count-only`` (interpreter) counts the specializations without running anything.
 
-    PYTHONPATH=src python3 benchmarks/fuzz_gpu.py --device cuda --problems 2000 --workers 8 --out $OUT
+    PYTHONPATH=src python3 benchmarks/fuzz_gpu.py --device cuda --problems 2000 --workers 12 --out $OUT
     TRITON_INTERPRET=1 .venv/bin/python benchmarks/fuzz_gpu.py --device cpu --problems 30
 """
 from __future__ import annotations
@@ -34,6 +34,7 @@ import collections
 import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -971,7 +972,7 @@ def main(argv=None) -> int:
         parser.error("--count-only runs under the interpreter (--device cpu)")
     if args.worker_in:  # one worker of --workers
         part = run_problems(args, json.loads(args.worker_in.read_text()))
-        args.worker_out.write_text(json.dumps(part))
+        args.worker_out.write_text(json.dumps(part, default=str))
         return 0
 
     indices = ([int(v) for v in args.only.split(",")] if args.only else list(range(args.problems)))
@@ -997,6 +998,12 @@ def main(argv=None) -> int:
         print(f"FAIL problem {f['index']} {f['kind']} {f['algo']}: {f['error'][:300]}\n"
               f"     rerun: python benchmarks/fuzz_gpu.py --device {args.device} {f['rerun']}\n"
               f"     {f['tridnn_run']}")
+    # distinct failures: the message with its numbers blanked, per op, algorithm and dtype
+    groups = collections.Counter((f["kind"], f["algo"], f["problem"].get("dtype"),
+                                  re.sub(r"\d[\d.e+-]*", "#", f["error"].split("\n")[0])[:90])
+                                 for f in report["failures"])
+    for (kind, algo, dtype, error), n in groups.most_common():
+        print(f"failures x{n}: {kind} {algo} {dtype}: {error}")
     for reason, n in sorted(report["not_supported"].items()):
         print(f"not supported x{n}: {reason}")
     for note in report["stopped"] + report["aborted"]:
