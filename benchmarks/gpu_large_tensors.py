@@ -130,6 +130,7 @@ class Runner:
         self.gen = torch.Generator(device=self.device).manual_seed(args.seed)
         self.shapes = Shapes(args.small)
         self.rows: list = []
+        self.broken = ""
         self.start = time.perf_counter()
 
     # -- arrays --------------------------------------------------------------------------------------
@@ -173,25 +174,32 @@ class Runner:
         if self.device.type == "cuda":
             self.torch.cuda.synchronize(self.device)
 
+    def check_context(self, message: str) -> None:
+        """After a failure: whether the CUDA context still works (an illegal address breaks it)."""
+        from fuzz_gpu import _context_broken
+        if self.device.type == "cuda" and _context_broken(self.torch, self.device, message):
+            self.broken = f"not run: the CUDA context broke earlier ({message[:120]})"
+
     def out_of_time(self) -> bool:
         return time.perf_counter() - self.start > self.args.time_budget_s
 
     def record(self, op, shape, elements, fn, note=""):
         """Run one check; a row of the table whatever happens."""
-        if self.out_of_time():
+        if self.out_of_time() or self.broken:
             self.rows.append(dict(op=op, shape=shape, elements=elements, max_error=None, status="skipped",
-                                  seconds=0.0, note="time budget reached"))
+                                  seconds=0.0, note=self.broken or "time budget reached"))
             return
         t0 = time.perf_counter()
         compiles0 = self.compiles.compiles
         try:
             max_error, check = fn()
             status, detail = "pass", check
+            self.sync()
         except Exception as exc:  # noqa: BLE001  (each failure becomes a row; the next check runs)
             max_error, status = None, "FAIL"
             detail = f"{type(exc).__name__}: {exc}"[:600]
             traceback.print_exc()
-        self.sync()
+            self.check_context(detail)
         self.rows.append(dict(op=op, shape=shape, elements=elements, max_error=max_error, status=status,
                               seconds=round(time.perf_counter() - t0, 2), compiles=self.compiles.compiles - compiles0,
                               note=(note + " " + detail).strip()))
@@ -506,19 +514,31 @@ def main(argv=None) -> int:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     import warnings
     warnings.filterwarnings("ignore", "invalid value encountered", RuntimeWarning)
+    import torch
     run = Runner(args)
     directions = [d for d in args.directions.split(",") if d]
     print(f"device {run.handle.device} ({run.handle.backend.device_name}), shapes "
           f"{'small (dry run)' if args.small else 'full'}", flush=True)
     # the checks the issue asks for first (the layers: few kernels, quick), the extra directions after
-    pooling_checks(run)
-    conv_checks(run, "depthwise", [d for d in directions if d == "fwd"])
-    conv_checks(run, "batch", [d for d in directions if d == "fwd"])
     extra = [d for d in directions if d != "fwd"]
-    if extra:
-        conv_checks(run, "depthwise", extra)
-        conv_checks(run, "batch", extra)
-    import torch
+    groups = [("pooling and batch norm", pooling_checks, ()),
+              ("conv fwd depthwise", conv_checks, ("depthwise", [d for d in directions if d == "fwd"])),
+              ("conv fwd batch", conv_checks, ("batch", [d for d in directions if d == "fwd"])),
+              ("conv bwd depthwise", conv_checks, ("depthwise", extra)),
+              ("conv bwd batch", conv_checks, ("batch", extra))]
+    for name, fn, fn_args in groups:
+        if run.broken or (fn is conv_checks and not fn_args[1]):
+            continue
+        try:
+            fn(run, *fn_args)
+        except Exception as exc:  # noqa: BLE001  (setting up a group failed: a row, then the next group)
+            traceback.print_exc()
+            message = f"{type(exc).__name__}: {exc}"[:600]
+            run.rows.append(dict(op=f"{name} (setup)", shape="", elements=0, max_error=None, status="FAIL",
+                                 seconds=0.0, note=message))
+            run.check_context(message)
+        if run.device.type == "cuda":
+            torch.cuda.empty_cache()
     import triton
     report = dict(date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), device=str(run.device),
                   device_name=run.handle.backend.device_name, torch=torch.__version__, triton=triton.__version__,
@@ -532,7 +552,8 @@ def main(argv=None) -> int:
     failed = [r for r in run.rows if r["status"] == "FAIL"]
     for r in failed:
         print(f"FAIL {r['op']}: {r['note']}")
-    print(f"{len(run.rows)} checks, {len(failed)} failed, {report['seconds']} s "
+    skipped = [r for r in run.rows if r["status"] == "skipped"]
+    print(f"{len(run.rows)} checks, {len(failed)} failed, {len(skipped)} skipped, {report['seconds']} s "
           f"({report['compiles']} Triton compiles, {report['compile_seconds']} s), peak {report['peak_gib']} GiB")
     print(table(run.rows))
     return 1 if failed else 0
