@@ -39,7 +39,7 @@ from .common import WORKERS, channels_last, parallel_map, prod, store, writes_th
 
 BLOCK_ELEMENTS = 128 << 10  # accumulator elements per block (measured flat from 64K to 512K)
 FILTER_BLOCK_ELEMENTS = 512 << 10  # filter gradient: dy elements per block (dot products stream)
-MIN_PLANAR_ROW = 12         # strided channel-first data goes planar from this output row length
+MIN_PLANAR_ROW = 16         # channel-first data goes planar from this output row length
 MIN_EINSUM_CHANNELS = 384   # channels-last, stride 1: one einsum per block from this many channels
 # Threads working on blocks (at most common.WORKERS). One: on the 2-core machines, two
 # threads made every layer slower (the passes are bound by the cache, which the cores
@@ -252,19 +252,18 @@ class DepthwisePlan:
 
     @staticmethod
     def prefers_planar(geometry: Geometry, data_channels_last: bool) -> bool:
-        """Planar passes for channel-first data, except small strided planes; channels-last
-        passes for channels-last data. Each orientation then copies its input without a
-        transpose; the exception measured faster with the transposing copies (its phases
-        are short rows, which the planar copy pays per row)."""
-        if data_channels_last:
-            return False
-        return geometry.phases == 1 or geometry.out_spatial[-1] >= MIN_PLANAR_ROW
+        """Planar for channel-first data with output rows of MIN_PLANAR_ROW or more;
+        channels-last otherwise. On smaller planes the planar BLAS products are too short and
+        the channels-last passes (a whole row times the channels per loop) win even with
+        the transposing copies in and out (measured 1.1-1.7x on 14x14 and 7x7 planes)."""
+        return not data_channels_last and geometry.out_spatial[-1] >= MIN_PLANAR_ROW
 
     @property
     def einsum(self) -> bool:
         """Channels-last stride-1 blocks with many channels run as one einsum over the tap
         window: its inner loop multiplies and adds over the channels in one pass, which
-        beats the product + sum passes from MIN_EINSUM_CHANNELS channels (measured 10-20%)."""
+        beats the product + sum passes from MIN_EINSUM_CHANNELS channels (measured 10-20%)
+        when it writes a contiguous output (into a transposed NCHW y it is 1.5-2x slower)."""
         return not self.planar and self.geometry.phases == 1 and self.c >= MIN_EINSUM_CHANNELS
 
     # -- sizes -------------------------------------------------------------------------
@@ -430,7 +429,7 @@ class DepthwisePlan:
         shape = (nb, rb, *g.out_spatial[1:], self.c)
         acc = workspace["dw_acc"][worker, :prod(shape)].reshape(shape)
         target = np.moveaxis(y[index], 1, -1) if direct else acc
-        if self.einsum:
+        if self.einsum and (not direct or channels_last(y)):  # (einsum's output loop must be contiguous)
             window_sum(xb[:, 0, :rb + g.reach[0]], weights[:, 0].reshape(*g.kernel, self.c), g.dilation, target)
         else:
             tmp = workspace["dw_prod"][worker, :prod(shape)].reshape(shape)
