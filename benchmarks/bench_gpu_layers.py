@@ -358,6 +358,8 @@ def main():
     parser.add_argument("--out", default="bench_gpu_layers.json")
     parser.add_argument("--only", default=None, help="run the cases whose name contains this")
     parser.add_argument("--dry-run", action="store_true", help="CPU, Triton interpreter, tiny float32 shapes")
+    parser.add_argument("--budget-s", type=float, default=float("inf"),
+                        help="start no new case after this many seconds (the table still prints)")
     args = parser.parse_args()
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "torch": torch.__version__,
             "triton": triton.__version__, "python": platform.python_version(), "spatial": SPATIAL, "rows": ROWS,
@@ -373,17 +375,28 @@ def main():
     print(f"{meta}", flush=True)
     rows = []
     started = time.time()
-    groups = [("NCHW", lambda: spatial_cases("NCHW")), ("NHWC", lambda: spatial_cases("NHWC")),
-              ("rows", row_cases)]
+    groups = [("rows", row_cases), ("NCHW", lambda: spatial_cases("NCHW")), ("NHWC", lambda: spatial_cases("NHWC"))]
+    skipped = []
     for layout, make in groups:
+        if time.time() - started > args.budget_s:
+            skipped.append(f"{layout} (whole group)")
+            continue
         for case in make():
             if args.only and args.only not in case.name:
+                continue
+            if time.time() - started > args.budget_s:
+                skipped.append(f"{layout} {case.name}")
                 continue
             rows.append(run_case(layout, case))
             if not DRY_RUN:
                 torch.cuda.empty_cache()
         with open(args.out, "w") as f:  # after every group, so a cut run keeps what it measured
             json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    if skipped:
+        meta["skipped_over_budget"] = skipped
+        with open(args.out, "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+        print(f"\nskipped (over --budget-s): {', '.join(skipped)}")
     ok = [r for r in rows if "error" not in r and r["time_ratio"] == r["time_ratio"] and "[" not in r["layer"]]
     target = 0.85 * copy
     print(f"\n{time.time() - started:.0f} s. copy {copy:.2f} TB/s; target 85% = {target:.2f} TB/s. geomean time "
