@@ -309,7 +309,8 @@ def _pool_rows_forward_kernel(x_ptr, y_ptr, arg_ptr, R, C, ID, IH, OD, OH, IWv, 
                               SD, SH, PD, PH, alpha, beta,
                               KD: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, SW: tl.constexpr,
                               PW: tl.constexpr, VX: tl.constexpr, VY: tl.constexpr, VA: tl.constexpr,
-                              VIW: tl.constexpr, VOW: tl.constexpr, MODE: tl.constexpr, PROPAGATE_NAN: tl.constexpr, STORE_ARG: tl.constexpr,
+                              VIW: tl.constexpr, VOW: tl.constexpr, MODE: tl.constexpr,
+                              PROPAGATE_NAN: tl.constexpr, STORE_ARG: tl.constexpr,
                               STORE_Y: tl.constexpr, HAS_BETA: tl.constexpr, BIG: tl.constexpr,
                               COMPUTE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr):
     """y over [BLOCK_R output rows (n, c, od, oh), BLOCK_W output columns]. Row strides
@@ -370,7 +371,8 @@ def _pool_rows_backward_kernel(dy_ptr, arg_ptr, dx_ptr, R, C, ID, IH, OD, OH, IW
                                PW: tl.constexpr, TD: tl.constexpr, TH: tl.constexpr,
                                T_LO: tl.constexpr, T_HI: tl.constexpr,
                                VG: tl.constexpr, VA: tl.constexpr, VD: tl.constexpr,
-                               VIW: tl.constexpr, VOW: tl.constexpr, MODE: tl.constexpr, HAS_BETA: tl.constexpr, BIG: tl.constexpr,
+                               VIW: tl.constexpr, VOW: tl.constexpr, MODE: tl.constexpr, HAS_BETA: tl.constexpr,
+                               BIG: tl.constexpr,
                                COMPUTE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr):
     """dx over [BLOCK_R input rows (n, c, id, ih), SW * BLOCK_W input columns]: column
     SW * j + a is covered by outputs j + t, t in [T_LO, T_HI], at tap kw = a + PW - SW * t;
