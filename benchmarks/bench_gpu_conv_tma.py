@@ -63,7 +63,7 @@ def tma_direction(direction, problem, x, w, dy, ref, flops):
             def fn():
                 used = conv_tma.launch_wgrad_partials(plan, problem, x, dy, part, c,
                                                       conv_tma.slices_for(plan, c, sms, cap))
-                ImplicitGemmBackwardFilter._finish(problem, part, out, used, 1.0, 0.0)
+                ImplicitGemmBackwardFilter._finish(problem, part, out, used, 1.0, 0.0, plan.c_out)
             return fn
     res = {}
     for c in cands:

@@ -42,7 +42,26 @@ CASES = [
     (P(16, 16, (6, 7), 1, (2, 3)), ("fwd", "bwd_data", "bwd_filter")),       # 1x1 strides 2x3
     (P(16, 16, (7, 6), 3, 2, 1), ("bwd_data",)),                             # odd H at stride 2: pointers
     (P(16, 16, (4, 4), 1, 3), ("fwd", "bwd_data", "bwd_filter")),            # stride past the image: empty phases
+    (P(3, 16, (8, 8), 7, 2, 3), ("fwd", "bwd_data", "bwd_filter")),          # first layer: C = 3 padded to 8
+    (P(5, 8, (5, 6), 3, 1, 1), ("fwd", "bwd_data", "bwd_filter")),           # C = 5 padded
 ]
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data", "bwd_filter"])
+def test_few_channels_are_padded_in_the_workspace(direction, rng, tma_calls):
+    """float16 pads C = 3 to 16 (a 32-byte row); the algorithm declares the padded copies
+    as workspace, so too small a workspace is refused before anything runs."""
+    p = P(3, 16, (8, 8), 7, 2, 3)
+    assert run_case(direction, ALGO[direction], p, "float16", "NHWC", rng) is None
+    assert tma_calls[direction] > 0
+    from tridnn.algorithms.problem import ConvProblem
+    from test_cuda_conv import conv
+    cd = conv(p)
+    xd = tridnn.TensorDescriptor.packed((2, 3, 8, 8), "float16", tridnn.TensorFormat.NHWC)
+    wd = tridnn.FilterDescriptor((16, 3, 7, 7), "float16", tridnn.TensorFormat.NHWC)
+    problem = ConvProblem(direction, xd, wd, xd.with_dims(cd.output_dims(xd, wd)), cd)
+    assert conv_tma.padded_channels(problem) == 16
+    assert ALGO[direction].workspace_size(problem) >= 16 * 16 * 49 * 2  # at least the padded filter
 
 
 @pytest.fixture

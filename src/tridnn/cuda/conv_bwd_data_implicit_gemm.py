@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 
 from ..types import ConvBwdDataAlgo
+from ..workspace import Buffer
 from . import conv_depthwise_backward as depthwise
 from . import conv_tma
 from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, problem_key, split_rows
@@ -170,13 +171,28 @@ class ImplicitGemmBackwardData(TritonConvAlgorithm):
             return max(moved / 2.5e12, problem.flops / 30e12) + 4e-6
         return gemm_estimate(problem, efficiency=0.9)
 
+    def buffers(self, problem):
+        """None, except for few input channels (C = 3): a zero-padded copy of the filter
+        that the TMA kernel can read (see conv_tma.padded_channels)."""
+        pad = conv_tma.padded_channels(problem)
+        if not pad:
+            return []
+        geo = geometry(problem)
+        return [Buffer("w_pad", (geo.k, geo.ker[1], geo.ker[2], pad), problem.dtype.numpy)]
+
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         dx, w, dy = tensors["x"], tensors["w"], tensors["y"]
         if depthwise.routes_here(problem):  # no GEMM worth the name: the direct kernel
             depthwise.backward_data(problem, dy, w, dx, alpha, beta)
             return
-        plan = conv_tma.backward_data_plan(problem, dy, w, dx)
-        if plan is not None:  # channels-last, stride 1: a forward convolution of dy by TMA boxes
+        if "w_pad" in workspace:  # few input channels: TMA reads a zero-padded copy of the filter
+            wp = workspace["w_pad"].permute(0, 3, 1, 2)
+            plan = conv_tma.backward_data_plan(problem, dy, wp, dx)
+            if plan is not None:
+                w = conv_tma.pad_into(w, wp)
+        else:
+            plan = conv_tma.backward_data_plan(problem, dy, w, dx)
+        if plan is not None:  # channels-last: forward convolutions of dy by TMA boxes
             cfg = self.tuner.pick((problem_key(problem), "bwd-data-tma", conv_tma.plan_kind(plan)),
                                   lambda: conv_tma.candidates(plan, dx.device),
                                   lambda c, out: conv_tma.launch_conv(plan, problem, dy, w, out, 1.0, 0.0, c,

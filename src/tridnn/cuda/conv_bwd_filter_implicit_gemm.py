@@ -129,19 +129,21 @@ def conv_wgrad_kernel(
 
 
 @triton.jit
-def wgrad_finish(part_ptr, dw_ptr, K, T, Cg, SLICES, KD, KH, KW,
+def wgrad_finish(part_ptr, dw_ptr, K, T, Cg, PC, SLICES, KD, KH, KW,
                  ws_k, ws_c, ws_d, ws_h, ws_w, alpha, beta,
                  BLOCK: tl.constexpr, FLIP: tl.constexpr, BETA_ZERO: tl.constexpr):
-    """dw = alpha * (sum of the slices, in order) + beta * dw, at dw's strides."""
+    """dw = alpha * (sum of the slices, in order) + beta * dw, at dw's strides. The
+    partials are [SLICES, K, T, PC] with PC >= Cg (PC > Cg: channels padded for TMA)."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     total = K * T * Cg
     mask = offs < total
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    for s in range(0, SLICES):
-        acc += tl.load(part_ptr + s * total + offs, mask=mask, other=0.0)
     c = offs % Cg
     tap = (offs // Cg) % T
     k = offs // (Cg * T)
+    src = (k * T + tap) * PC + c
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s in range(0, SLICES):
+        acc += tl.load(part_ptr + s * (K * T * PC) + src, mask=mask, other=0.0)
     tw = tap % KW
     th = (tap // KW) % KH
     td = tap // (KW * KH)
@@ -187,14 +189,24 @@ class _WgradBase(TritonConvAlgorithm):
     direction = "bwd_filter"
     atomic = False
 
+    def _part_channels(self, problem):
+        """Channels of the partials: padded ones when x gets a padded copy for TMA."""
+        pad = None if self.atomic else conv_tma.padded_channels(problem)
+        return pad or geometry(problem).cg
+
     def _cap(self, problem):
         geo = geometry(problem)
-        one = geo.k * geo.taps * geo.cg * 4
+        one = geo.k * geo.taps * self._part_channels(problem) * 4
         return 1 if self.atomic else max(1, min(64, MAX_PARTIAL_BYTES // max(one, 1)))
 
     def buffers(self, problem):
         geo = geometry(problem)
-        return [Buffer("part", (self._cap(problem), geo.k, geo.taps, geo.cg), np.float32)]
+        bufs = [Buffer("part", (self._cap(problem), geo.k, geo.taps, self._part_channels(problem)), np.float32)]
+        pad = None if self.atomic else conv_tma.padded_channels(problem)
+        if pad:
+            n, (_, h, w) = geo.n, geo.inp
+            bufs.append(Buffer("x_pad", (n, h, w, pad), problem.dtype.numpy))
+        return bufs
 
     def estimate(self, problem):
         if depthwise.routes_here(problem):
@@ -229,12 +241,12 @@ class _WgradBase(TritonConvAlgorithm):
         self._finish(problem, part, dw, 1 if self.atomic else slices, alpha, beta)
 
     @staticmethod
-    def _finish(problem, part, dw, slices, alpha, beta):
+    def _finish(problem, part, dw, slices, alpha, beta, part_channels=None):
         geo = geometry(problem)
         total = geo.k * geo.taps * geo.cg
         block = 1024 if dw.device.type == "cuda" else 64
         launch(wgrad_finish, (triton.cdiv(total, block),), (
-            part, dw, geo.k, geo.taps, geo.cg, slices, *geo.ker, *strides5(dw, problem.nd),
+            part, dw, geo.k, geo.taps, geo.cg, part_channels or geo.cg, slices, *geo.ker, *strides5(dw, problem.nd),
             float(alpha), float(beta)), dict(BLOCK=block, FLIP=problem.mode == 0, BETA_ZERO=beta == 0), {})
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
@@ -242,14 +254,19 @@ class _WgradBase(TritonConvAlgorithm):
         part = workspace["part"]
         geo = geometry(problem)
         cap = part.shape[0]
-        plan = None if self.atomic else conv_tma.backward_filter_plan(problem, x, dy, dw)
+        x_tma = x
+        if "x_pad" in workspace:  # few input channels: TMA reads a zero-padded channels-last copy
+            x_tma = workspace["x_pad"].permute(0, 3, 1, 2)
+        plan = None if self.atomic else conv_tma.backward_filter_plan(problem, x_tma, dy, dw)
         if plan is not None:  # channels-last, stride 1 or 1x1: dy and x tiles by TMA boxes
             sms = sm_count(dw.device)
+            if x_tma is not x:
+                conv_tma.pad_into(x, x_tma)
 
             def run_tma(c, out, a=1.0, b=0.0):
-                slices = conv_tma.launch_wgrad_partials(plan, problem, x, dy, part, c,
+                slices = conv_tma.launch_wgrad_partials(plan, problem, x_tma, dy, part, c,
                                                         conv_tma.slices_for(plan, c, sms, cap))
-                self._finish(problem, part, out, slices, a, b)
+                self._finish(problem, part, out, slices, a, b, plan.c_out)
             cfg = self.tuner.pick((problem_key(problem), "wgrad-tma", conv_tma.plan_kind(plan)),
                                   lambda: conv_tma.wgrad_candidates(plan, dw.device), run_tma, dw, dw.device)
             run_tma(cfg, dw, alpha, beta)

@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 
 from ..types import ConvFwdAlgo
+from ..workspace import Buffer
 from . import conv_tma
 from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, problem_key, sm_count, split_rows
 from .epilogue import launch_args, spec_of, store_tile
@@ -332,10 +333,28 @@ class ImplicitGemmForward(TritonConvAlgorithm):
     def estimate(self, problem):
         return gemm_estimate(problem)
 
+    def buffers(self, problem):
+        """None, except for few input channels (C = 3): zero-padded copies of x and w that
+        the TMA kernel can read (see conv_tma.padded_channels)."""
+        pad = conv_tma.padded_channels(problem)
+        if not pad:
+            return []
+        geo = geometry(problem)
+        (_, h, w), (_, r, s) = geo.inp, geo.ker
+        return [Buffer("x_pad", (geo.n, h, w, pad), problem.dtype.numpy),
+                Buffer("w_pad", (geo.k, r, s, pad), problem.dtype.numpy)]
+
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
         spec = spec_of(epilogue)
-        plan = conv_tma.forward_plan(problem, x, w, y, spec.z if spec is not None else None)
+        z = spec.z if spec is not None else None
+        if "x_pad" in workspace:  # few input channels: TMA reads zero-padded channels-last copies
+            xp, wp = workspace["x_pad"].permute(0, 3, 1, 2), workspace["w_pad"].permute(0, 3, 1, 2)
+            plan = conv_tma.forward_plan(problem, xp, wp, y, z)
+            if plan is not None:
+                x, w = conv_tma.pad_into(x, xp), conv_tma.pad_into(w, wp)
+        else:
+            plan = conv_tma.forward_plan(problem, x, w, y, z)
         if plan is not None:  # channels-last, stride 1 or 1x1: the input boxes come by TMA
             key = (problem_key(problem), spec is not None and spec.act_code, "fwd-tma", conv_tma.plan_kind(plan))
             cfg = self.tuner.pick(key, lambda: conv_tma.candidates(plan, y.device),

@@ -316,24 +316,49 @@ def _filter_view(w):
     return w.stride(0), tap_stride
 
 
-def why_not(problem, x, w, out, filter_read=True) -> str | None:
-    """Reason the TMA kernels do not apply (common conditions), or None. ``filter_read``:
-    the kernel reads w by TMA (forward, backward data), so w must be channels-last too."""
+def why_not(problem, inputs, w=None) -> str | None:
+    """Reason the TMA kernels do not apply, or None. ``inputs``: the activations read by
+    TMA (channels-last, 16-byte aligned); ``w``: the filter when it is read by TMA too
+    (forward, backward data). Outputs are written by pointers at any strides."""
     if problem.nd != 2:
         return "TMA path: 2-D problems only"
     if problem.groups != 1:
         return "TMA path: groups == 1 only"
-    if not hardware_ok(x):
+    if not hardware_ok(inputs[0]):
         return "TMA path: needs compute capability 9.0 or newer"
-    item = x.element_size()
-    for t in (x, out):
+    item = inputs[0].element_size()
+    for t in inputs:
         st = _nhwc_strides(t)
         if st is None or not _aligned(st, item) or t.data_ptr() % 16:
             return "TMA path: needs channels-last tensors with 16-byte aligned strides"
-    fv = _filter_view(w) if filter_read else (16, 16)
-    if fv is None or not _aligned(fv, item) or filter_read and w.data_ptr() % 16:
-        return "TMA path: needs a channels-last (KRSC) filter with 16-byte aligned strides"
+    if w is not None:
+        fv = _filter_view(w)
+        if fv is None or not _aligned(fv, item) or w.data_ptr() % 16:
+            return "TMA path: needs a channels-last (KRSC) filter with 16-byte aligned strides"
     return None
+
+
+def padded_channels(problem) -> int | None:
+    """The channel count a few-channel problem (a network's first layer: C = 3) is padded
+    to in the workspace, so each pixel's channels are a 16-byte row that TMA can load and
+    tl.dot can reduce (16 for 16-bit data, 8 for float32); None when C already fits or the
+    problem cannot take the TMA path. Only x and w are padded: the extra channels are
+    zeros, so they add nothing to the sums."""
+    c, item = problem.w.c, problem.dtype.itemsize
+    if problem.nd != 2 or problem.groups != 1 or c >= 64 or block_k_for(c, item) is not None:
+        return None
+    if problem.x.strides[1] != 1:  # channels-last activations only
+        return None
+    step = 16 if item <= 2 else 8
+    return -(-c // step) * step
+
+
+def pad_into(src, dst):
+    """dst[:, :C] = src and dst[:, C:] = 0, for a channels-last dst with more channels."""
+    c = src.shape[1]
+    dst[:, c:].zero_()
+    dst[:, :c].copy_(src)
+    return dst
 
 
 def _flat_view(m, pixel_stride, channels):
@@ -360,7 +385,8 @@ def _input_view(t, geo, one_by_one):
 
 def plan_forward(problem, x, w, y, z=None) -> Plan | None:
     geo = geometry(problem)
-    if why_not(problem, x, w, y) is not None or block_k_for(geo.c, x.element_size()) is None:
+    c = x.shape[1]  # geo.c, or the padded count when x is a padded copy
+    if why_not(problem, (x,), w) is not None or block_k_for(c, x.element_size()) is None:
         return None
     r, s = geo.ker[1:]
     (ph, pw), (sh, sw) = geo.pad[1:], geo.stride[1:]
@@ -373,15 +399,15 @@ def plan_forward(problem, x, w, y, z=None) -> Plan | None:
             z is None or _dense_pixels(z)):
         # a plain GEMM: all pixels as one row of one image
         m = geo.n * oh * ow
-        shape, strides = _flat_view(m, _nhwc_strides(x)[2], geo.c)
+        shape, strides = _flat_view(m, _nhwc_strides(x)[2], c)
         return Plan(shape, strides, 1, 1, m, (0, ys[1], 0, ys[4]), (0, zs[1], 0, zs[4]),
-                    forward_taps(geo, (1, 1), flip), geo.c, geo.k)
+                    forward_taps(geo, (1, 1), flip), c, geo.k)
     view = _input_view(x, geo, one_by_one)
     if view is None or not _aligned(view[1][:4], x.element_size()):
         return None
     shape, strides, phase = view
     return Plan(shape, strides, geo.n, oh, ow, (ys[0], ys[1], ys[3], ys[4]), (zs[0], zs[1], zs[3], zs[4]),
-                forward_taps(geo, phase, flip), geo.c, geo.k)
+                forward_taps(geo, phase, flip), c, geo.k)
 
 
 def plan_backward_data(problem, dy, w, dx) -> tuple | None:
@@ -389,9 +415,9 @@ def plan_backward_data(problem, dy, w, dx) -> tuple | None:
     plan at stride 1; at stride s, one plan per phase of dx (its pixels s*i + a) reading
     every s-th tap, or, for a 1x1 filter, one plan that also writes the skipped pixels."""
     geo = geometry(problem)
-    if why_not(problem, dy, w, dx) is not None or block_k_for(geo.k, dy.element_size()) is None:
+    if why_not(problem, (dy,), w) is not None or block_k_for(geo.k, dy.element_size()) is None:
         return None
-    if dx.shape[1] % 8:  # the filter box's last dim (input channels) must be 16-byte rows
+    if w.shape[1] * w.element_size() % 16:  # the filter box's rows (input channels) must be 16 bytes
         return None
     r, s = geo.ker[1:]
     (ph, pw), (sh, sw) = geo.pad[1:], geo.stride[1:]
@@ -426,10 +452,11 @@ def plan_backward_data(problem, dy, w, dx) -> tuple | None:
 def plan_backward_filter(problem, x, dy, dw) -> Plan | None:
     """dw[k, tap, c]: the plan's input is x (read at the tap offsets), its 'output' dy."""
     geo = geometry(problem)
-    if why_not(problem, x, dw, dy, filter_read=False) is not None:
+    c = x.shape[1]  # geo.c, or the padded count when x is a padded copy
+    if why_not(problem, (x, dy)) is not None:
         return None
     item = x.element_size()
-    if block_k_for(geo.c, item) is None or geo.k % 8:
+    if block_k_for(c, item) is None or geo.k % 8:
         return None
     r, s = geo.ker[1:]
     (ph, pw), (sh, sw) = geo.pad[1:], geo.stride[1:]
@@ -438,14 +465,14 @@ def plan_backward_filter(problem, x, dy, dw) -> Plan | None:
     ds = _nhwc_strides(dy)
     if one_by_one and (sh, sw) == (1, 1) and _dense_pixels(x) and _dense_pixels(dy):
         m = geo.n * oh * ow
-        shape, strides = _flat_view(m, _nhwc_strides(x)[2], geo.c)
+        shape, strides = _flat_view(m, _nhwc_strides(x)[2], c)
         return Plan(shape, strides, 1, 1, m, (0, 0, ds[2]), (0, 0, 0, 0), forward_taps(geo, (1, 1), False),
-                    geo.k, geo.c)
+                    geo.k, c)
     view = _input_view(x, geo, one_by_one)
     if view is None or not _aligned(view[1][:4], item):
         return None
     shape, strides, phase = view
-    return Plan(shape, strides, geo.n, oh, ow, ds, (0, 0, 0, 0), forward_taps(geo, phase, False), geo.k, geo.c)
+    return Plan(shape, strides, geo.n, oh, ow, ds, (0, 0, 0, 0), forward_taps(geo, phase, False), geo.k, c)
 
 
 # -- launch configs ------------------------------------------------------------------
@@ -471,6 +498,7 @@ WGRAD_TILE = [dict(BH=8, BW=8, BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=4
               dict(BH=8, BW=8, BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=4),
               dict(BH=8, BW=16, BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=4),
               dict(BH=8, BW=16, BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3)]
+NARROW_CONFIGS = [_cfg(8, 16, 16, 64, 4, 4), _cfg(16, 16, 16, 64, 4, 3), _cfg(16, 16, 32, 64, 8, 3)]
 INTERPRETER_TILE = _cfg(2, 8, 16, 16, 1, 1)
 INTERPRETER_FLAT = _cfg(1, 16, 16, 16, 1, 1)
 
@@ -486,6 +514,8 @@ def candidates(plan, device) -> list:
     fits = [c for c in base if c["BLOCK_N"] <= out_cap]
     if plan.c_out <= 64:  # one column tile: taller row tiles instead of wider columns
         fits = [c for c in base if c["BLOCK_N"] == 64] + [c for c in fits if c["BLOCK_N"] != 64]
+    if plan.c_out <= 16:  # e.g. backward data of a first layer (3 input channels)
+        fits = [dict(c, BH=1, BW=c["BH"] * c["BW"]) if flat else c for c in NARROW_CONFIGS]
     return fits or base[:1]
 
 
