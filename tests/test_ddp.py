@@ -157,6 +157,8 @@ def concurrent_find(case, device, dtype, cache_dir):
 def worker(rank, init_file, out_dir, cache_dir, device_kind, dtype_name, set_device=True):
     os.environ["TRIDNN_CACHE_DIR"] = cache_dir  # before any default handle exists
     os.environ["NCCL_NVLS_ENABLE"] = "0"
+    if device_kind == "cuda":  # every process takes the same launch configs (no timing race)
+        os.environ["TRIDNN_TUNE"] = "first"
     torch.set_num_threads(1)
     dtype = getattr(torch, dtype_name)
     if device_kind == "cuda":
@@ -374,10 +376,11 @@ def test_nccl_ddp_on_two_gpus_matches_single_process_training(tmp_path, set_devi
         pytest.skip(f"needs {WORLD} GPUs, found {torch.cuda.device_count()}")
     if not dist.is_nccl_available():
         pytest.skip("this torch build has no NCCL")
-    # float64 on the GPU: the Triton tuner may pick different tiles per process, so float32
-    # (tf32) sums could round differently; float64 makes any real difference stand out
-    results, cache_dir = run_ddp(tmp_path, "cuda", "float64", set_device)
+    # float32 (strict: tf32 off on both sides); TRIDNN_TUNE=first gives every process the
+    # same launch configs, so DDP and the single-process run differ only in how the
+    # all-reduce orders the gradient sums
+    results, cache_dir = run_ddp(tmp_path, "cuda", "float32", set_device)
     for case in CASES:
-        check(results, case, rtol=1e-9, atol=1e-11, torch_rtol=1e-9)
-    check(results, "compiled", rtol=1e-9, atol=1e-11, torch_rtol=1e-9, trained="nchw")
+        check(results, case, rtol=1e-4, atol=1e-5, torch_rtol=1e-3)
+    check(results, "compiled", rtol=1e-4, atol=1e-5, torch_rtol=1e-3, trained="nchw")
     check_cache(cache_dir, results)

@@ -2,6 +2,7 @@
 and the per-problem launch-config tuner."""
 from __future__ import annotations
 
+import os
 import threading
 import warnings
 
@@ -71,7 +72,10 @@ class Tuner:
 
     Every candidate's output is checked against the first candidate's (the lists put a
     conservative config first): a config whose result disagrees beyond rounding is
-    dropped with a warning, so a miscompiled config can be slow to tune but never wins."""
+    dropped with a warning, so a miscompiled config can be slow to tune but never wins.
+
+    TRIDNN_TUNE=first skips the timing and takes the first candidate (fuzzing and
+    first-call latency: one compile per kernel instead of one per candidate)."""
 
     def __init__(self):
         self._best: dict = {}
@@ -83,7 +87,7 @@ class Tuner:
             return best
         if callable(candidates):  # built only on a miss (it costs host time per call)
             candidates = candidates()
-        if device.type != "cuda" or len(candidates) == 1:
+        if device.type != "cuda" or len(candidates) == 1 or os.environ.get("TRIDNN_TUNE") == "first":
             best = candidates[0]
         else:
             scratch = torch.empty_strided(out.shape, out.stride(), dtype=out.dtype, device=out.device)

@@ -214,7 +214,7 @@ def split_for(geo, cfg, sms, max_split=16) -> int:
     tiles = triton.cdiv(geo.out_pixels, cfg["BLOCK_M"]) * triton.cdiv(geo.kg, cfg["BLOCK_N"]) * geo.groups
     iters = (triton.cdiv(geo.taps * geo.cg, cfg["BLOCK_K"]) if flat_reduction(geo)
              else geo.taps * triton.cdiv(geo.cg, cfg["BLOCK_K"]))
-    if tiles * 2 > sms or iters < 8:
+    if tiles == 0 or tiles * 2 > sms or iters < 8:  # tiles == 0: an empty batch
         return 1
     return max(1, min(max_split, triton.cdiv(sms, tiles), iters // 4))
 
