@@ -42,7 +42,7 @@ else:
 GROUPS = 32
 
 
-def graph_time(fn) -> float:
+def graph_time(fn, who="") -> float:
     """Median ms of a CUDA-graph replay of fn (falls back to eager timing)."""
     from triton.testing import do_bench
     fn()
@@ -58,7 +58,8 @@ def graph_time(fn) -> float:
             fn()
         return do_bench(graph.replay, warmup=10, rep=60, return_mode="median")
     except Exception as exc:  # noqa: BLE001 - report and time eagerly
-        print(f"  (graph capture failed: {type(exc).__name__}: {exc}; timing eagerly)", file=sys.stderr)
+        print(f"  ({who} graph capture failed: {type(exc).__name__}: {str(exc).splitlines()[0]}; timing eagerly)",
+              file=sys.stderr)
         torch.cuda.synchronize()
         return do_bench(fn, warmup=10, rep=60, return_mode="median")
 
@@ -68,7 +69,7 @@ def eager_time(fn) -> float:
     return do_bench(fn, warmup=5, rep=20, return_mode="median")
 
 
-def wall_time(fn) -> float:
+def wall_time(fn, who="") -> float:
     """Dry run: one call, wall-clock ms (the interpreter; only shows the case runs)."""
     t0 = time.perf_counter()
     fn()
@@ -150,25 +151,36 @@ def spatial_cases(layout):
     tmaxbwd = keep("maxbwd", lambda: torch.ops.aten.max_pool2d_with_indices_backward(
         pdy, x, [3, 3], [2, 2], [1, 1], [1, 1], False, idx))
     tavgfwd = keep("avgfwd", lambda: F.avg_pool2d(x, 3, 2, 1))
-    tavgbwd = keep("avgbwd", lambda: torch.ops.aten.avg_pool2d_backward(pdy, x, [3, 3], [2, 2], [1, 1], False,
-                                                                         True, None))
+    tavgbwd = lambda: torch.ops.aten.avg_pool2d_backward(  # noqa: E731
+        pdy, x, [3, 3], [2, 2], [1, 1], False, True, None)
+
+    def avgbwd_reference():
+        """On NCHW copies: PyTorch's channels-last CUDA avg_pool2d backward with padding
+        maps inputs to the wrong windows (pytorch/pytorch#188344, in torch 2.11); it is
+        still the timed baseline."""
+        if "avgbwd" not in out:
+            out["avgbwd"] = torch.ops.aten.avg_pool2d_backward(pdy.contiguous(), x.contiguous(), [3, 3], [2, 2],
+                                                               [1, 1], False, True, None)
+        return out["avgbwd"]
+
     cases.append(Case("maxpool3x3s2 fwd", maxfwd, tmaxfwd, nbytes(x, py), lambda: (py, out["maxfwd"])))
     cases.append(Case("maxpool3x3s2 bwd", maxbwd, tmaxbwd, nbytes(x, py, pdy, dx), lambda: (dx, out["maxbwd"])))
     cases.append(Case("avgpool3x3s2 fwd", avgfwd, tavgfwd, nbytes(x, py), lambda: (py, out["avgfwd"])))
-    cases.append(Case("avgpool3x3s2 bwd", avgbwd, tavgbwd, nbytes(pdy, dx), lambda: (dx, out["avgbwd"])))
+    cases.append(Case("avgpool3x3s2 bwd", avgbwd, tavgbwd, nbytes(pdy, dx), lambda: (dx, avgbwd_reference())))
     if layout == "NCHW":  # the gather kernels instead of the row kernels
-        for name, fn, ref, moved, key, res in (
-                ("maxpool3x3s2 fwd", maxfwd, tmaxfwd, nbytes(x, py), "maxfwd", py),
-                ("maxpool3x3s2 bwd", maxbwd, tmaxbwd, nbytes(x, py, pdy, dx), "maxbwd", dx),
-                ("avgpool3x3s2 bwd", avgbwd, tavgbwd, nbytes(pdy, dx), "avgbwd", dx)):
+        for name, fn, ref, moved, want, res in (
+                ("maxpool3x3s2 fwd", maxfwd, tmaxfwd, nbytes(x, py), lambda: out["maxfwd"], py),
+                ("maxpool3x3s2 bwd", maxbwd, tmaxbwd, nbytes(x, py, pdy, dx), lambda: out["maxbwd"], dx),
+                ("avgpool3x3s2 bwd", avgbwd, tavgbwd, nbytes(pdy, dx), avgbwd_reference, dx)):
             cases.append(Case(f"{name} [gather]", switched(pooling, "ROW_KERNELS", False, fn), ref, moved,
-                              lambda key=key, res=res: (res, out[key])))
+                              lambda want=want, res=res: (res, want())))
     ay = torch.empty((N, C, 1, 1), device=DEVICE, dtype=DT).contiguous(memory_format=fmt)
     cases.append(Case("adaptive avgpool 1x1 fwd", lambda: pooling.adaptive_pooling_forward(x, ay, 1, 1.0, 0.0),
                       keep("adaptive", lambda: F.adaptive_avg_pool2d(x, 1)), nbytes(x, ay),
                       lambda: (ay, out["adaptive"])))
 
-    # batch norm (L2_REUSE off: the apply pass in memory order, no cache hints)
+    # batch norm; the alternative row flips L2_REUSE (on: the apply pass re-reads the
+    # stats pass's last tiles from the L2 first, with cache hints)
     tw, tb = w.clone(), b.clone()
     trm, trv = torch.zeros(C, device=DEVICE), torch.ones(C, device=DEVICE)
     bn_fwd = lambda: batchnorm.batch_norm_forward_training(x, None, y, w4, b4, rm, rv, sm, si, 1, 0.1, 1e-5, 0,  # noqa: E731
@@ -185,16 +197,16 @@ def spatial_cases(layout):
     t_bwd = keep("bnbwd", lambda: torch.ops.aten.native_batch_norm_backward(
         dy_full, x, tw, trm, trv, save_mean, save_invstd, True, 1e-5, [True, True, True]))
     cases.append(Case("batchnorm train fwd", bn_fwd, t_bn, nbytes(x, y), lambda: (y, out["bn"])))
-    cases.append(Case("batchnorm train fwd [no L2 order]", switched(batchnorm, "L2_REUSE", False, bn_fwd), t_bn,
+    cases.append(Case("batchnorm train fwd [L2 order]", switched(batchnorm, "L2_REUSE", True, bn_fwd), t_bn,
                       nbytes(x, y), lambda: (y, out["bn"])))
     cases.append(Case("batchnorm add+relu fwd", bn_add, t_add, nbytes(x, z, y), lambda: (y, out["bnadd"])))
-    cases.append(Case("batchnorm add+relu fwd [no L2 order]", switched(batchnorm, "L2_REUSE", False, bn_add), t_add,
+    cases.append(Case("batchnorm add+relu fwd [L2 order]", switched(batchnorm, "L2_REUSE", True, bn_add), t_add,
                       nbytes(x, z, y), lambda: (y, out["bnadd"])))
     cases.append(Case("batchnorm inference fwd", lambda: batchnorm.batch_norm_forward_inference(
         x, None, y, w4, b4, rm, rv, 1, 1e-5, 0, 1.0, 0.0),
         lambda: F.batch_norm(x, trm, trv, tw, tb, training=False, eps=1e-5), nbytes(x, y)))
     cases.append(Case("batchnorm bwd", bn_bwd, t_bwd, nbytes(x, dy_full, dx), lambda: (dx, first(out["bnbwd"]))))
-    cases.append(Case("batchnorm bwd [no L2 order]", switched(batchnorm, "L2_REUSE", False, bn_bwd), t_bwd,
+    cases.append(Case("batchnorm bwd [L2 order]", switched(batchnorm, "L2_REUSE", True, bn_bwd), t_bwd,
                       nbytes(x, dy_full, dx), lambda: (dx, first(out["bnbwd"]))))
 
     # group norm (32 groups): the other design as the alternative
@@ -208,12 +220,16 @@ def spatial_cases(layout):
     gn_bwd = lambda: norms.group_norm_backward(x, dy_full, dx, w, gds, gdb, gm, gi, GROUPS, 1.0, 0.0)  # noqa: E731
     t_gn = keep("gn", lambda: F.group_norm(x, GROUPS, twb, tbb, 1e-5))
     t_gnb = keep("gnbwd", lambda: torch.autograd.grad(gout, (xg, wg, bg), dy_full, retain_graph=True))
-    other = "always" if layout == "NCHW" else "never"
-    label = "[split]" if layout == "NCHW" else "[fused]"
+    def other_design(direction):
+        """(switch value, label) of the design this direction and layout does not take."""
+        return ("never", "[fused]") if norms._use_split(x, direction) else ("always", "[split]")
+
     cases.append(Case("groupnorm32 fwd", gn_fwd, t_gn, nbytes(x, y), lambda: (y, out["gn"])))
+    other, label = other_design("forward")
     cases.append(Case(f"groupnorm32 fwd {label}", switched(norms, "GROUP_NORM_SPLIT", other, gn_fwd), t_gn,
                       nbytes(x, y), lambda: (y, out["gn"])))
     cases.append(Case("groupnorm32 bwd", gn_bwd, t_gnb, nbytes(x, dy_full, dx), lambda: (dx, first(out["gnbwd"]))))
+    other, label = other_design("backward")
     cases.append(Case(f"groupnorm32 bwd {label}", switched(norms, "GROUP_NORM_SPLIT", other, gn_bwd), t_gnb,
                       nbytes(x, dy_full, dx), lambda: (dx, first(out["gnbwd"]))))
 
@@ -235,6 +251,15 @@ def spatial_cases(layout):
     cases.append(Case("dropout0.1 bwd", lambda: dropout.dropout_backward(dy_full, dx, reserve, 0.1),
                       lambda: torch.ops.aten.native_dropout_backward(dy_full, tmask, 1 / 0.9),
                       nbytes(dy_full, reserve, dx)))
+    if layout == "NHWC":  # the tile kernel's earlier tile (32 channels x 32 W values)
+        small_tile = lambda fn: switched(dropout, "TILE_ELEMENTS", 1024, fn)  # noqa: E731
+        cases.append(Case("dropout0.1 fwd [1024 tile]",
+                          small_tile(lambda: dropout.dropout_forward(x, y, reserve, 0.1, 1234, 0)),
+                          lambda: torch.ops.aten.native_dropout(x, 0.1, True), nbytes(x, y, reserve)))
+        cases.append(Case("dropout0.1 bwd [1024 tile]",
+                          small_tile(lambda: dropout.dropout_backward(dy_full, dx, reserve, 0.1)),
+                          lambda: torch.ops.aten.native_dropout_backward(dy_full, tmask, 1 / 0.9),
+                          nbytes(dy_full, reserve, dx)))
 
     # tensor ops
     bias = b.to(DT).view(1, C, 1, 1)
@@ -248,8 +273,13 @@ def spatial_cases(layout):
                       lambda: tensor_ops.transform_tensor(x, other_fmt, 1.0, 0.0), lambda: other_fmt.copy_(x),
                       nbytes(x, other_fmt)))
     red = torch.empty((N, C, 1, 1), device=DEVICE, dtype=DT)
-    cases.append(Case("reduce sum HW", lambda: tensor_ops.reduce_tensor(x, red, None, None, 0, 1.0, 0.0, False),
-                      keep("red", lambda: x.sum((2, 3), keepdim=True)), nbytes(x, red), lambda: (red, out["red"])))
+    reduce_hw = lambda: tensor_ops.reduce_tensor(x, red, None, None, 0, 1.0, 0.0, False)  # noqa: E731
+    cases.append(Case("reduce sum HW", reduce_hw, keep("red", lambda: x.sum((2, 3), keepdim=True)), nbytes(x, red),
+                      lambda: (red, out["red"])))
+    if layout == "NHWC":  # the earlier 64 x 32 step of the strided-row reduction
+        cases.append(Case("reduce sum HW [R step 32]", switched(tensor_ops, "STRIDED_ROWS_BLOCK_R", 32, reduce_hw),
+                          keep("red", lambda: x.sum((2, 3), keepdim=True)), nbytes(x, red),
+                          lambda: (red, out["red"])))
     return cases
 
 
@@ -313,6 +343,15 @@ def copy_bandwidth() -> float:
     return 2 * nbytes(src) / ms / 1e9
 
 
+def driver_version() -> str:
+    import subprocess
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=20).stdout.strip().splitlines()[0]
+    except Exception:  # noqa: BLE001 - metadata only
+        return "unknown"
+
+
 def rel_err(got, want) -> float:
     got, want = got.detach().double(), want.detach().double()
     if got.shape != want.shape:
@@ -324,13 +363,13 @@ def run_case(layout, case):
     t0 = time.time()
     timer_g, timer_e = (wall_time, wall_time) if DRY_RUN else (graph_time, eager_time)
     try:
-        tri_ms = timer_g(case.tri)
+        tri_ms = timer_g(case.tri, "tridnn")
         tri_eager = timer_e(case.tri)
     except Exception as exc:  # noqa: BLE001 - a broken case is reported, not fatal
         print(f"{layout:5s} {case.name:38s} FAILED: {type(exc).__name__}: {exc}", flush=True)
         return {"layout": layout, "layer": case.name, "error": f"{type(exc).__name__}: {exc}"}
     try:
-        ref_ms = timer_g(case.ref)
+        ref_ms = timer_g(case.ref, "torch")
     except Exception as exc:  # noqa: BLE001
         print(f"{layout:5s} {case.name:38s} torch baseline FAILED: {exc}", flush=True)
         ref_ms = float("nan")
@@ -369,7 +408,8 @@ def main():
         copy = float("nan")
     else:
         props = torch.cuda.get_device_properties(0)
-        meta.update(gpu=props.name, cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version())
+        meta.update(gpu=props.name, driver=driver_version(), cuda=torch.version.cuda,
+                    cudnn=torch.backends.cudnn.version())
         copy = copy_bandwidth()
         meta["copy_tb_s"] = copy
     print(f"{meta}", flush=True)

@@ -22,9 +22,12 @@ Step 1 runs as one resident wave (PROGRAMS_PER_SM per SM), so all splits advance
 together and the L2 ends up holding the tail of every split. With L2_REUSE, step 1
 reads the last ``keep`` items of every split with the evict-last hint, and step 3
 walks the items by position from the end of the splits (the tails first, across all
-splits) with evict-first loads and stores, so those reads hit the L2. The backward pass has the same shape: a
-reduction of (sum g, sum g * xhat), a finalize that writes dscale/dbias, and an apply
-that writes dx (and dz)."""
+splits) with evict-first loads and stores, so those reads hit the L2. Measured on the
+H200 (64x256x56x56 bf16, docs/performance.md) that order gained nothing for NCHW (within
+2%) and lost 5-8% for NHWC, so it is off by default: the apply pass walks the tensor in
+memory order without cache hints. The backward pass has the same shape: a reduction of
+(sum g, sum g * xhat), a finalize that writes dscale/dbias, and an apply that writes dx
+(and dz)."""
 from __future__ import annotations
 
 import torch
@@ -39,7 +42,7 @@ PER_ACTIVATION, SPATIAL, SPATIAL_PERSISTENT = 0, 1, 2
 NORM, NORM_ACTIVATION, NORM_ADD_ACTIVATION = 0, 1, 2
 TILE = 4096
 PROGRAMS_PER_SM = 2          # reduction programs: one resident wave (each keeps 4 tiles in flight)
-L2_REUSE = True              # the apply pass re-reads what the stats pass read last from the L2
+L2_REUSE = False             # True: the apply pass first re-reads what the stats pass read last (L2)
 L2_KEEP_BYTES = 24 << 20     # how much of each reduced tensor the stats pass asks the L2 to keep
 BLOCK_SPLITS = 128           # splits combined per finalize step
 FINALIZE_BLOCK_C = 16        # channels per finalize program

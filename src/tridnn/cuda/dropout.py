@@ -30,6 +30,10 @@ from .layer_utils import coalesce, compute_dtype, unravel4
 
 BLOCK = 1024      # elements per program
 TILE_W = 32       # W values per tile-kernel program (32 mask bytes: one sector)
+# elements per tile-kernel program: 1024 (32 channels, 64-byte data runs) reached 1.71 TB/s
+# forward and 2.86 backward on the H200 (NHWC bf16); 4096 (128 channels, 256-byte runs,
+# 8 warps) is the candidate
+TILE_ELEMENTS = 4096
 NUM_WARPS = 4
 MASK62 = (1 << 62) - 1
 
@@ -221,12 +225,13 @@ def _launch(src, dst, reserve, probability, seed, offset, forward):
     plan = _tile_plan(src, dst) if grouped else None
     if plan is not None:
         block_w = min(triton.next_power_of_2(plan["W"]), TILE_W)
-        block_i = max(1, min(triton.next_power_of_2(plan["I"]), BLOCK // block_w))
+        block_i = max(1, min(triton.next_power_of_2(plan["I"]), TILE_ELEMENTS // block_w))
         grid = (math.prod(plan["dims"]) * triton.cdiv(plan["I"], block_i) * triton.cdiv(plan["W"], block_w),)
         _dropout_tile_kernel[grid](
             src, dst, mask, plan["I"], plan["W"] // 4, plan["dims"][1], plan["dims"][2], rng["seed"], first_block,
             rng["threshold"], rng["scale"], *plan["src"], *plan["dst"], *plan["logical"], **common,
-            BIG=_needs_int64(src, dst, mask), BLOCK_I=block_i, BLOCK_W=block_w, num_warps=NUM_WARPS)
+            BIG=_needs_int64(src, dst, mask), BLOCK_I=block_i, BLOCK_W=block_w,
+            num_warps=NUM_WARPS if block_i * block_w <= 1024 else 8)
         return
     _element_launch(src, dst, mask, numel, offset, rng, common)
 
