@@ -188,6 +188,8 @@ def window_sum(x: np.ndarray, weights: np.ndarray, dilation, out: np.ndarray) ->
 
 
 def threads() -> int:
+    """Threads the plans use (and size their per-thread buffers for): THREADS, at most the
+    pool's WORKERS."""
     return max(1, min(THREADS, WORKERS))
 
 
