@@ -29,21 +29,22 @@ ALGO = {"fwd": registry.by_enum("conv", "fwd", "triton", tridnn.ConvFwdAlgo.IMPL
 # (problem, directions the TMA path takes)
 CASES = [
     (P(16, 16, (5, 7), 3, 1, 1), ("fwd", "bwd_data", "bwd_filter")),         # spatial boxes, edge tiles
-    (P(16, 24, (6, 9), 3, 1, 2, 2), ("fwd", "bwd_data", "bwd_filter")),      # dilation 2
+    (P(16, 32, (6, 9), 3, 1, 2, 2), ("fwd", "bwd_data", "bwd_filter")),      # dilation 2
     (P(16, 32, (5, 5), 1), ("fwd", "bwd_data", "bwd_filter")),               # 1x1: one flat GEMM
     (P(32, 16, (7, 5), 1, 2), ("fwd", "bwd_data", "bwd_filter")),            # strided 1x1 view
     (P(16, 16, (4, 6), (3, 1), 1, (1, 0)), ("fwd", "bwd_data", "bwd_filter")),  # non-square filter
-    (P(16, 8, (3, 4), 3, 1, 3), ("fwd", "bwd_data", "bwd_filter")),          # padding past the kernel
+    (P(16, 16, (3, 4), 3, 1, 3), ("fwd", "bwd_data", "bwd_filter")),         # padding past the kernel
     (P(16, 16, (6, 8), 3, 2, 1), ("fwd", "bwd_data", "bwd_filter")),         # stride 2: the phase view
-    (P(16, 8, (8, 6), 3, (2, 3), (1, 2), 2), ("fwd", "bwd_data", "bwd_filter")),  # strides 2x3, dilation
-    (P(16, 8, (9, 12), 5, 3, 2), ("fwd", "bwd_data", "bwd_filter")),         # 5x5 stride 3: phases of 1-2 taps
-    (P(16, 8, (7, 6), 1, 2, 0, 3), ("fwd", "bwd_data", "bwd_filter")),       # 1x1 dilated: the strided views
+    (P(16, 16, (8, 6), 3, (2, 3), (1, 2), 2), ("fwd", "bwd_data", "bwd_filter")),  # strides 2x3, dilation
+    (P(16, 16, (9, 12), 5, 3, 2), ("fwd", "bwd_data", "bwd_filter")),        # 5x5 stride 3: phases of 1-2 taps
+    (P(16, 16, (7, 6), 1, 2, 0, 3), ("fwd", "bwd_data", "bwd_filter")),      # 1x1 dilated: the strided views
+    (P(16, 8, (5, 6), 3, 1, 1), ("fwd", "bwd_filter")),                      # float32 K = 8: no 16-wide dgrad block
     (P(16, 16, (7, 7), 1, 2), ("fwd", "bwd_data", "bwd_filter")),            # odd 1x1 stride 2: strided view
     (P(16, 16, (6, 7), 1, (2, 3)), ("fwd", "bwd_data", "bwd_filter")),       # 1x1 strides 2x3
     (P(16, 16, (7, 6), 3, 2, 1), ("bwd_data",)),                             # odd H at stride 2: pointers
     (P(16, 16, (4, 4), 1, 3), ("fwd", "bwd_data", "bwd_filter")),            # stride past the image: empty phases
     (P(3, 16, (8, 8), 7, 2, 3), ("fwd", "bwd_data", "bwd_filter")),          # first layer: C = 3 padded to 8
-    (P(5, 8, (5, 6), 3, 1, 1), ("fwd", "bwd_data", "bwd_filter")),           # C = 5 padded
+    (P(5, 16, (5, 6), 3, 1, 1), ("fwd", "bwd_data", "bwd_filter")),          # C = 5 padded
 ]
 
 
@@ -161,3 +162,13 @@ def test_tuner_never_picks_a_config_that_disagrees(monkeypatch):
     assert best["name"] == "ok"
     assert torch.all(out == -7.0)  # tuning wrote a scratch tensor, never the caller's output
     assert tuner.pick("k", [], launch, out, device) is best  # remembered: no candidates needed
+
+
+def test_reduction_blocks_are_at_least_tl_dot_minimum():
+    """tl.dot needs K >= 16 (the interpreter does not check it; the GPU compiler does)."""
+    for item in (2, 4):
+        for c in range(1, 600):
+            bk = conv_tma.block_k_for(c, item)
+            assert bk is None or (bk >= 16 and c % bk == 0)
+    for cfg in conv_tma.FLAT_CONFIGS + conv_tma.TILE_CONFIGS + conv_tma.NARROW_CONFIGS:
+        assert cfg["BK_CAP"] // 2 >= 16  # float32 halves the cap

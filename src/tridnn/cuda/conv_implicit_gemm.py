@@ -65,8 +65,9 @@ def conv_fwd_kernel(
     # Per output pixel: where its receptive field starts in x.
     if PRECOMP:
         # rows table: int64 [M, 2] = (x offset of (n, id0, ih0, iw0), packed id0/ih0/iw0)
-        x_row = tl.load(rows_ptr + offs_m * 2, mask=mask_m, other=0)
-        packed = tl.load(rows_ptr + offs_m * 2 + 1, mask=mask_m, other=0)
+        row2 = offs_m.to(tl.int64) * 2  # over 2^30 output pixels, offs_m * 2 passes int32
+        x_row = tl.load(rows_ptr + row2, mask=mask_m, other=0)
+        packed = tl.load(rows_ptr + row2 + 1, mask=mask_m, other=0)
         id0 = (packed >> 42).to(tl.int32) - (1 << 20)
         ih0 = ((packed >> 21) & 0x1FFFFF).to(tl.int32) - (1 << 20)
         iw0 = (packed & 0x1FFFFF).to(tl.int32) - (1 << 20)

@@ -297,8 +297,9 @@ def _dense_pixels(t) -> bool:
 
 
 def block_k_for(channels: int, itemsize: int):
-    """The largest reduction block (64 for 16-bit data, 32 for float32) dividing the channels."""
-    for bk in ((64, 32, 16) if itemsize == 2 else (32, 16, 8)):
+    """The largest reduction block (64 for 16-bit data, 32 for float32) dividing the
+    channels; tl.dot needs at least 16."""
+    for bk in ((64, 32, 16) if itemsize == 2 else (32, 16)):
         if channels % bk == 0:
             return bk
     return None
@@ -340,8 +341,8 @@ def why_not(problem, inputs, w=None) -> str | None:
 
 def padded_channels(problem) -> int | None:
     """The channel count a few-channel problem (a network's first layer: C = 3) is padded
-    to in the workspace, so each pixel's channels are a 16-byte row that TMA can load and
-    tl.dot can reduce (16 for 16-bit data, 8 for float32); None when C already fits or the
+    to in the workspace, so each pixel's channels are a row that TMA can load and tl.dot
+    can reduce (a multiple of 16, tl.dot's smallest K); None when C already fits or the
     problem cannot take the TMA path. Only x and w are padded: the extra channels are
     zeros, so they add nothing to the sums."""
     c, item = problem.w.c, problem.dtype.itemsize
@@ -349,8 +350,7 @@ def padded_channels(problem) -> int | None:
         return None
     if problem.x.strides[1] != 1:  # channels-last activations only
         return None
-    step = 16 if item <= 2 else 8
-    return -(-c // step) * step
+    return -(-c // 16) * 16
 
 
 def pad_into(src, dst):
