@@ -27,7 +27,13 @@ H200 (64x256x56x56 bf16, docs/performance.md) that order gained nothing for NCHW
 2%) and lost 5-8% for NHWC, so it is off by default: the apply pass walks the tensor in
 memory order without cache hints. The backward pass has the same shape: a reduction of
 (sum g, sum g * xhat), a finalize that writes dscale/dbias, and an apply that writes dx
-(and dz)."""
+(and dz).
+
+Precision: sums and coefficients are float32 for 16- and 32-bit data and float64 for
+float64 data (the constexpr ACC and the workspace dtype, chosen on the host from x);
+the splits are combined in float64 for all. Scalars (epsilon, the averaging factor,
+alpha and beta) are float64 kernel arguments, so float64 data sees them unrounded;
+kernels that compute in float32 convert them once."""
 from __future__ import annotations
 
 import torch
@@ -59,25 +65,25 @@ def _work_item(w, SB, BLOCK_S: tl.constexpr, BIG: tl.constexpr):
 
 @triton.jit
 def _load_item(ptr, w, items, c, c_mask, S, sn, sc, ss, SB, BIG: tl.constexpr, BLOCK_S: tl.constexpr,
-               EVICT: tl.constexpr):
-    """The [BLOCK_S, BLOCK_C] tile of item w (zeros past the last item), float32."""
+               EVICT: tl.constexpr, ACC: tl.constexpr):
+    """The [BLOCK_S, BLOCK_C] tile of item w (zeros past the last item), in ACC."""
     n, s0 = _work_item(w, SB, BLOCK_S, BIG)
     s = s0 + tl.arange(0, BLOCK_S)
     mask = (s[:, None] < S) & c_mask[None, :] & (w < items)
     return tl.load(ptr + n * sn + s[:, None] * ss + c[None, :] * sc, mask=mask, other=0.0,
-                   eviction_policy=EVICT).to(tl.float32), mask
+                   eviction_policy=EVICT).to(ACC), mask
 
 
 @triton.jit
 def _shifted_sums(x_ptr, acc, acc2, shift, first, last, c, c_mask, S, sn, sc, ss, SB,
-                  BIG: tl.constexpr, BLOCK_S: tl.constexpr, EVICT: tl.constexpr):
+                  BIG: tl.constexpr, BLOCK_S: tl.constexpr, EVICT: tl.constexpr, ACC: tl.constexpr):
     """acc += x - shift, acc2 += (x - shift)^2 over items [first, last), four per step so
     four tiles are in flight."""
     for w in range(first, last, 4):
-        x0, m0 = _load_item(x_ptr, w, last, c, c_mask, S, sn, sc, ss, SB, BIG, BLOCK_S, EVICT)
-        x1, m1 = _load_item(x_ptr, w + 1, last, c, c_mask, S, sn, sc, ss, SB, BIG, BLOCK_S, EVICT)
-        x2, m2 = _load_item(x_ptr, w + 2, last, c, c_mask, S, sn, sc, ss, SB, BIG, BLOCK_S, EVICT)
-        x3, m3 = _load_item(x_ptr, w + 3, last, c, c_mask, S, sn, sc, ss, SB, BIG, BLOCK_S, EVICT)
+        x0, m0 = _load_item(x_ptr, w, last, c, c_mask, S, sn, sc, ss, SB, BIG, BLOCK_S, EVICT, ACC)
+        x1, m1 = _load_item(x_ptr, w + 1, last, c, c_mask, S, sn, sc, ss, SB, BIG, BLOCK_S, EVICT, ACC)
+        x2, m2 = _load_item(x_ptr, w + 2, last, c, c_mask, S, sn, sc, ss, SB, BIG, BLOCK_S, EVICT, ACC)
+        x3, m3 = _load_item(x_ptr, w + 3, last, c, c_mask, S, sn, sc, ss, SB, BIG, BLOCK_S, EVICT, ACC)
         d0 = tl.where(m0, x0 - shift[None, :], 0.0)
         d1 = tl.where(m1, x1 - shift[None, :], 0.0)
         d2 = tl.where(m2, x2 - shift[None, :], 0.0)
@@ -89,26 +95,27 @@ def _shifted_sums(x_ptr, acc, acc2, shift, first, last, c, c_mask, S, sn, sc, ss
 
 @triton.jit
 def _stats_kernel(x_ptr, part_ptr, shift_ptr, N, C, S, sn, sc, ss, SB, items_per_split, keep,
-                  BIG: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, KEEP_HINT: tl.constexpr):
-    """Per channel: sum(x - shift) and sum((x - shift)^2) over this split's items; the
-    last ``keep`` items are read with the evict-last hint (KEEP_HINT)."""
+                  BIG: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr, KEEP_HINT: tl.constexpr,
+                  ACC: tl.constexpr):
+    """Per channel: sum(x - shift) and sum((x - shift)^2) over this split's items, in ACC;
+    the last ``keep`` items are read with the evict-last hint (KEEP_HINT)."""
     c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     split = tl.program_id(1)
     c_mask = c < C
-    shift = tl.load(x_ptr + c * sc, mask=c_mask, other=0.0).to(tl.float32)
-    acc = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
-    acc2 = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
+    shift = tl.load(x_ptr + c * sc, mask=c_mask, other=0.0).to(ACC)
+    acc = tl.zeros([BLOCK_S, BLOCK_C], ACC)
+    acc2 = tl.zeros([BLOCK_S, BLOCK_C], ACC)
     first = split * items_per_split
     last = tl.minimum(first + items_per_split, N * SB)
     if KEEP_HINT:
         mid = tl.maximum(last - keep, first)
         acc, acc2 = _shifted_sums(x_ptr, acc, acc2, shift, first, mid, c, c_mask, S, sn, sc, ss, SB,
-                                  BIG, BLOCK_S, "evict_first")
+                                  BIG, BLOCK_S, "evict_first", ACC)
         acc, acc2 = _shifted_sums(x_ptr, acc, acc2, shift, mid, last, c, c_mask, S, sn, sc, ss, SB,
-                                  BIG, BLOCK_S, "evict_last")
+                                  BIG, BLOCK_S, "evict_last", ACC)
     else:
         acc, acc2 = _shifted_sums(x_ptr, acc, acc2, shift, first, last, c, c_mask, S, sn, sc, ss, SB,
-                                  BIG, BLOCK_S, "")
+                                  BIG, BLOCK_S, "", ACC)
     tl.store(part_ptr + split * 2 * C + c, tl.sum(acc, axis=0), mask=c_mask)
     tl.store(part_ptr + split * 2 * C + C + c, tl.sum(acc2, axis=0), mask=c_mask)
     if split == 0:
@@ -131,7 +138,7 @@ def _split_sums(part_ptr, C, splits, c, mask, BLOCK_SPLITS: tl.constexpr, BLOCK_
 
 @triton.jit
 def _finalize_kernel(part_ptr, shift_ptr, coef_ptr, scale_ptr, bias_ptr, rmean_ptr, rvar_ptr,
-                     smean_ptr, sinv_ptr, C, splits, count, factor, eps,
+                     smean_ptr, sinv_ptr, C, splits, count: tl.float64, factor: tl.float64, eps: tl.float64,
                      HAS_RUNNING: tl.constexpr, HAS_SAVED: tl.constexpr, BLOCK_SPLITS: tl.constexpr,
                      BLOCK_C: tl.constexpr):
     """Mean and biased variance per channel from the split sums; coef = (a, b) with
@@ -147,8 +154,8 @@ def _finalize_kernel(part_ptr, shift_ptr, coef_ptr, scale_ptr, bias_ptr, rmean_p
     scale = tl.load(scale_ptr + c, mask=mask, other=0.0).to(tl.float64)
     bias = tl.load(bias_ptr + c, mask=mask, other=0.0).to(tl.float64)
     a = scale * inv_std
-    tl.store(coef_ptr + c, a.to(tl.float32), mask=mask)
-    tl.store(coef_ptr + C + c, (bias - mean * a).to(tl.float32), mask=mask)
+    tl.store(coef_ptr + c, a.to(coef_ptr.dtype.element_ty), mask=mask)
+    tl.store(coef_ptr + C + c, (bias - mean * a).to(coef_ptr.dtype.element_ty), mask=mask)
     if HAS_RUNNING:
         rm = tl.load(rmean_ptr + c, mask=mask, other=0.0).to(tl.float64)
         rv = tl.load(rvar_ptr + c, mask=mask, other=0.0).to(tl.float64)
@@ -183,10 +190,12 @@ def _apply_tile(C, SB, items, splits, per, BIG: tl.constexpr, L2_ORDER: tl.const
 
 @triton.jit
 def _apply_kernel(x_ptr, z_ptr, y_ptr, coef_ptr, N, C, S, SB, splits, per,
-                  xsn, xsc, xss, zsn, zsc, zss, ysn, ysc, yss, alpha, beta,
+                  xsn, xsc, xss, zsn, zsc, zss, ysn, ysc, yss, alpha: tl.float64, beta: tl.float64,
                   OPS: tl.constexpr, HAS_BETA: tl.constexpr, L2_ORDER: tl.constexpr, BIG: tl.constexpr,
                   COMPUTE: tl.constexpr, EVICT: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
     """y = alpha * act(a[c] * x + b[c] (+ z)) + beta * y over one [BLOCK_S, BLOCK_C] tile."""
+    alpha = tl.full([], alpha, COMPUTE)
+    beta = tl.full([], beta, COMPUTE)
     n, s, c, ok = _apply_tile(C, SB, N * SB, splits, per, BIG, L2_ORDER, BLOCK_S, BLOCK_C)
     c_mask = c < C
     mask = (s[:, None] < S) & c_mask[None, :] & ok
@@ -208,7 +217,8 @@ def _apply_kernel(x_ptr, z_ptr, y_ptr, coef_ptr, N, C, S, SB, splits, per,
 
 
 @triton.jit
-def _inference_coef_kernel(coef_ptr, scale_ptr, bias_ptr, mean_ptr, var_ptr, C, eps, BLOCK_C: tl.constexpr):
+def _inference_coef_kernel(coef_ptr, scale_ptr, bias_ptr, mean_ptr, var_ptr, C, eps: tl.float64,
+                           BLOCK_C: tl.constexpr):
     c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     mask = c < C
     scale = tl.load(scale_ptr + c, mask=mask, other=0.0).to(tl.float64)
@@ -216,23 +226,24 @@ def _inference_coef_kernel(coef_ptr, scale_ptr, bias_ptr, mean_ptr, var_ptr, C, 
     mean = tl.load(mean_ptr + c, mask=mask, other=0.0).to(tl.float64)
     var = tl.load(var_ptr + c, mask=mask, other=1.0).to(tl.float64)
     a = scale / tl.sqrt(var + eps)
-    tl.store(coef_ptr + c, a.to(tl.float32), mask=mask)
-    tl.store(coef_ptr + C + c, (bias - mean * a).to(tl.float32), mask=mask)
+    tl.store(coef_ptr + c, a.to(coef_ptr.dtype.element_ty), mask=mask)
+    tl.store(coef_ptr + C + c, (bias - mean * a).to(coef_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def _grad_sums(x_ptr, y_ptr, dy_ptr, acc_g, acc_gx, mean, first, last, c, c_mask, S,
                xsn, xsc, xss, ysn, ysc, yss, gsn, gsc, gss, SB,
-               RELU: tl.constexpr, BIG: tl.constexpr, BLOCK_S: tl.constexpr, EVICT: tl.constexpr):
+               RELU: tl.constexpr, BIG: tl.constexpr, BLOCK_S: tl.constexpr, EVICT: tl.constexpr,
+               ACC: tl.constexpr):
     """acc_g += g, acc_gx += g * (x - mean) over items [first, last), two per step."""
     for w0 in range(first, last, 2):
         for u in tl.static_range(2):
             w = w0 + u
-            g, mask = _load_item(dy_ptr, w, last, c, c_mask, S, gsn, gsc, gss, SB, BIG, BLOCK_S, EVICT)
+            g, mask = _load_item(dy_ptr, w, last, c, c_mask, S, gsn, gsc, gss, SB, BIG, BLOCK_S, EVICT, ACC)
             if RELU:
-                y, _ = _load_item(y_ptr, w, last, c, c_mask, S, ysn, ysc, yss, SB, BIG, BLOCK_S, EVICT)
+                y, _ = _load_item(y_ptr, w, last, c, c_mask, S, ysn, ysc, yss, SB, BIG, BLOCK_S, EVICT, ACC)
                 g = tl.where(y > 0, g, 0.0)
-            x, _ = _load_item(x_ptr, w, last, c, c_mask, S, xsn, xsc, xss, SB, BIG, BLOCK_S, EVICT)
+            x, _ = _load_item(x_ptr, w, last, c, c_mask, S, xsn, xsc, xss, SB, BIG, BLOCK_S, EVICT, ACC)
             acc_g += g
             acc_gx += tl.where(mask, g * (x - mean[None, :]), 0.0)
     return acc_g, acc_gx
@@ -242,32 +253,34 @@ def _grad_sums(x_ptr, y_ptr, dy_ptr, acc_g, acc_gx, mean, first, last, c, c_mask
 def _grad_stats_kernel(x_ptr, y_ptr, dy_ptr, part_ptr, stat_ptr, N, C, S,
                        xsn, xsc, xss, ysn, ysc, yss, gsn, gsc, gss, SB, items_per_split, keep,
                        RELU: tl.constexpr, BIG: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr,
-                       KEEP_HINT: tl.constexpr):
-    """Per channel: sum(g) and sum(g * (x - mean)) with g = dy (masked by y > 0 after a relu)."""
+                       KEEP_HINT: tl.constexpr, ACC: tl.constexpr):
+    """Per channel: sum(g) and sum(g * (x - mean)) in ACC, with g = dy (masked by y > 0 after a relu)."""
     c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     split = tl.program_id(1)
     c_mask = c < C
-    mean = tl.load(stat_ptr + c, mask=c_mask, other=0.0)
-    acc_g = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
-    acc_gx = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
+    mean = tl.load(stat_ptr + c, mask=c_mask, other=0.0).to(ACC)
+    acc_g = tl.zeros([BLOCK_S, BLOCK_C], ACC)
+    acc_gx = tl.zeros([BLOCK_S, BLOCK_C], ACC)
     first = split * items_per_split
     last = tl.minimum(first + items_per_split, N * SB)
     if KEEP_HINT:
         mid = tl.maximum(last - keep, first)
         acc_g, acc_gx = _grad_sums(x_ptr, y_ptr, dy_ptr, acc_g, acc_gx, mean, first, mid, c, c_mask, S,
-                                   xsn, xsc, xss, ysn, ysc, yss, gsn, gsc, gss, SB, RELU, BIG, BLOCK_S, "evict_first")
+                                   xsn, xsc, xss, ysn, ysc, yss, gsn, gsc, gss, SB, RELU, BIG, BLOCK_S, "evict_first",
+                                   ACC)
         acc_g, acc_gx = _grad_sums(x_ptr, y_ptr, dy_ptr, acc_g, acc_gx, mean, mid, last, c, c_mask, S,
-                                   xsn, xsc, xss, ysn, ysc, yss, gsn, gsc, gss, SB, RELU, BIG, BLOCK_S, "evict_last")
+                                   xsn, xsc, xss, ysn, ysc, yss, gsn, gsc, gss, SB, RELU, BIG, BLOCK_S, "evict_last",
+                                   ACC)
     else:
         acc_g, acc_gx = _grad_sums(x_ptr, y_ptr, dy_ptr, acc_g, acc_gx, mean, first, last, c, c_mask, S,
-                                   xsn, xsc, xss, ysn, ysc, yss, gsn, gsc, gss, SB, RELU, BIG, BLOCK_S, "")
+                                   xsn, xsc, xss, ysn, ysc, yss, gsn, gsc, gss, SB, RELU, BIG, BLOCK_S, "", ACC)
     tl.store(part_ptr + split * 2 * C + c, tl.sum(acc_g, axis=0), mask=c_mask)
     tl.store(part_ptr + split * 2 * C + C + c, tl.sum(acc_gx, axis=0), mask=c_mask)
 
 
 @triton.jit
-def _grad_finalize_kernel(part_ptr, stat_ptr, scale_ptr, dscale_ptr, dbias_ptr, C, splits, count,
-                          alpha_p, beta_p, HAS_BETA_P: tl.constexpr, BLOCK_SPLITS: tl.constexpr,
+def _grad_finalize_kernel(part_ptr, stat_ptr, scale_ptr, dscale_ptr, dbias_ptr, C, splits, count: tl.float64,
+                          alpha_p: tl.float64, beta_p: tl.float64, HAS_BETA_P: tl.constexpr, BLOCK_SPLITS: tl.constexpr,
                           BLOCK_C: tl.constexpr):
     """dscale = sum(g * xhat), dbias = sum(g) (blended); stat row 2, 3 <- the dx
     coefficients mean(g) and mean(g * xhat) * inv_std, row 4 <- scale * inv_std."""
@@ -285,18 +298,20 @@ def _grad_finalize_kernel(part_ptr, stat_ptr, scale_ptr, dscale_ptr, dbias_ptr, 
         dbias_out += tl.load(dbias_ptr + c, mask=mask, other=0.0).to(tl.float64) * beta_p
     tl.store(dscale_ptr + c, dscale_out.to(dscale_ptr.dtype.element_ty), mask=mask)
     tl.store(dbias_ptr + c, dbias_out.to(dbias_ptr.dtype.element_ty), mask=mask)
-    tl.store(stat_ptr + 2 * C + c, (sum_g / count).to(tl.float32), mask=mask)
-    tl.store(stat_ptr + 3 * C + c, (dscale / count * inv_std).to(tl.float32), mask=mask)
-    tl.store(stat_ptr + 4 * C + c, (scale * inv_std).to(tl.float32), mask=mask)
+    tl.store(stat_ptr + 2 * C + c, (sum_g / count).to(stat_ptr.dtype.element_ty), mask=mask)
+    tl.store(stat_ptr + 3 * C + c, (dscale / count * inv_std).to(stat_ptr.dtype.element_ty), mask=mask)
+    tl.store(stat_ptr + 4 * C + c, (scale * inv_std).to(stat_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
 def _grad_apply_kernel(x_ptr, y_ptr, dy_ptr, dx_ptr, dz_ptr, stat_ptr, N, C, S, SB, splits, per,
                        xsn, xsc, xss, ysn, ysc, yss, gsn, gsc, gss, dsn, dsc, dss, zsn, zsc, zss,
-                       alpha, beta, RELU: tl.constexpr, WRITE_DZ: tl.constexpr, HAS_BETA: tl.constexpr,
-                       L2_ORDER: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr, EVICT: tl.constexpr,
-                       BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
+                       alpha: tl.float64, beta: tl.float64, RELU: tl.constexpr, WRITE_DZ: tl.constexpr,
+                       HAS_BETA: tl.constexpr, L2_ORDER: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
+                       EVICT: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
     """dx = k * (g - mean(g) - (x - mean) * inv_std * mean(g * xhat)), k = scale * inv_std."""
+    alpha = tl.full([], alpha, COMPUTE)
+    beta = tl.full([], beta, COMPUTE)
     n, s, c, ok = _apply_tile(C, SB, N * SB, splits, per, BIG, L2_ORDER, BLOCK_S, BLOCK_C)
     c_mask = c < C
     mask = (s[:, None] < S) & c_mask[None, :] & ok
@@ -405,6 +420,12 @@ class _Layout:
         return 8 if self.block_s * self.block_c >= 2048 else 4
 
 
+def _workspace_dtype(x):
+    """Sums, statistics and coefficients: float64 for float64 data, float32 otherwise
+    (the kernels' ACC, compute_dtype(x))."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
 def _merges(strides, shape):
     dims = [(d, s) for d, s in zip(shape, strides) if d != 1]
     return all(so == si * di for (do, so), (di, si) in zip(dims, dims[1:]))
@@ -441,7 +462,7 @@ def _launch_stats(lay, x, part, shift, splits_grid, per, keep):
     sn, sc, ss = lay.strides("x")
     _stats_kernel[splits_grid](lay.views["x"], part, shift, lay.N, lay.C, lay.S, sn, sc, ss, lay.SB, per, keep,
                                BIG=lay.big, BLOCK_S=lay.block_s, BLOCK_C=lay.block_c, KEEP_HINT=keep > 0,
-                               num_warps=lay.warps)
+                               ACC=compute_dtype(x), num_warps=lay.warps)
 
 
 def _finalize_grid(C):
@@ -461,10 +482,10 @@ def batch_norm_forward_training(x, z, y, scale, bias, running_mean, running_var,
                    "rmean": (running_mean, True, True), "rvar": (running_var, True, True),
                    "smean": (saved_mean, True, False), "sinv": (saved_inv_var, True, False)})
     (tiles_c, splits), per = lay.stats_grid(x)
-    dev = x.device
-    part = torch.empty(splits * 2 * lay.C, dtype=torch.float32, device=dev)
-    shift = torch.empty(lay.C, dtype=torch.float32, device=dev)
-    coef = torch.empty(2 * lay.C, dtype=torch.float32, device=dev)
+    dev, acc = x.device, _workspace_dtype(x)
+    part = torch.empty(splits * 2 * lay.C, dtype=acc, device=dev)
+    shift = torch.empty(lay.C, dtype=acc, device=dev)
+    coef = torch.empty(2 * lay.C, dtype=acc, device=dev)
     _launch_stats(lay, x, part, shift, (tiles_c, splits), per, lay.keep_items(splits, 1) if L2_REUSE else 0)
     p = lay.params
     has_running = p["rmean"] is not None and p["rvar"] is not None
@@ -490,7 +511,7 @@ def batch_norm_forward_inference(x, z, y, scale, bias, mean, var, mode, epsilon,
                             "y": (y, True, float(beta) != 0.0)},
                   {"scale": (scale, False, False), "bias": (bias, False, False),
                    "mean": (mean, False, False), "var": (var, False, False)})
-    coef = torch.empty(2 * lay.C, dtype=torch.float32, device=x.device)
+    coef = torch.empty(2 * lay.C, dtype=_workspace_dtype(x), device=x.device)
     p = lay.params
     _inference_coef_kernel[(triton.cdiv(lay.C, 128),)](coef, p["scale"], p["bias"], p["mean"], p["var"], lay.C,
                                                       float(epsilon), BLOCK_C=128)
@@ -515,23 +536,24 @@ def batch_norm_backward(x, y, dy, dz, dx, scale, bias, dscale, dbias, saved_mean
                   {"scale": (scale, False, False), "dscale": (dscale, True, float(beta_param) != 0.0),
                    "dbias": (dbias, True, float(beta_param) != 0.0),
                    "smean": (saved_mean, False, False), "sinv": (saved_inv_var, False, False)})
-    dev = x.device
+    dev, acc = x.device, _workspace_dtype(x)
     p = lay.params
     C = lay.C
-    stat = torch.empty(5 * C, dtype=torch.float32, device=dev)  # mean, inv_std, mean(g), coef_x, k
+    stat = torch.empty(5 * C, dtype=acc, device=dev)  # mean, inv_std, mean(g), coef_x, k
     if p["smean"] is not None and p["sinv"] is not None:
         stat[:C].copy_(p["smean"])
         stat[C:2 * C].copy_(p["sinv"])
     else:
         _recompute_stats(lay, stat, epsilon, x)
     (tiles_c, splits), per = lay.stats_grid(x)
-    part = torch.empty(splits * 2 * C, dtype=torch.float32, device=dev)
+    part = torch.empty(splits * 2 * C, dtype=acc, device=dev)
     v = lay.views
     keep = lay.keep_items(splits, 3 if relu else 2) if L2_REUSE else 0
     _grad_stats_kernel[(tiles_c, splits)](
         v["x"], v["y"] if relu else v["x"], v["dy"], part, stat, lay.N, C, lay.S,
         *lay.strides("x"), *lay.strides("y"), *lay.strides("dy"), lay.SB, per, keep,
-        RELU=relu, BIG=lay.big, BLOCK_S=lay.block_s, BLOCK_C=lay.block_c, KEEP_HINT=keep > 0, num_warps=lay.warps)
+        RELU=relu, BIG=lay.big, BLOCK_S=lay.block_s, BLOCK_C=lay.block_c, KEEP_HINT=keep > 0, ACC=compute_dtype(x),
+        num_warps=lay.warps)
     _grad_finalize_kernel[_finalize_grid(C)](
         part, stat, p["scale"], p["dscale"], p["dbias"], C, splits, float(lay.N * lay.S),
         float(alpha_param), float(beta_param), HAS_BETA_P=float(beta_param) != 0.0, BLOCK_SPLITS=BLOCK_SPLITS,
@@ -551,10 +573,11 @@ def _recompute_stats(lay, stat, epsilon, x):
     """Batch mean and 1/sqrt(var + eps) into stat[:2C] when the caller saved none."""
     C = lay.C
     (tiles_c, splits), per = lay.stats_grid(x)
-    part = torch.empty(splits * 2 * C, dtype=torch.float32, device=x.device)
-    shift = torch.empty(C, dtype=torch.float32, device=x.device)
-    coef = torch.empty(2 * C, dtype=torch.float32, device=x.device)
-    ones = torch.ones(C, dtype=torch.float32, device=x.device)
+    acc = _workspace_dtype(x)
+    part = torch.empty(splits * 2 * C, dtype=acc, device=x.device)
+    shift = torch.empty(C, dtype=acc, device=x.device)
+    coef = torch.empty(2 * C, dtype=acc, device=x.device)
+    ones = torch.ones(C, dtype=acc, device=x.device)
     _launch_stats(lay, x, part, shift, (tiles_c, splits), per, 0)
     _finalize_kernel[_finalize_grid(C)](
         part, shift, coef, ones, ones, coef, coef, stat, stat[C:], C, splits, float(lay.N * lay.S), 0.0,

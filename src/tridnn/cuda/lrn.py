@@ -17,7 +17,11 @@ Two ways to read the shifted channels:
 The backward sum over the windows that contain c needs each neighbour's s, which it
 recomputes the same way, so no temporary is written:
 dx = dy * s^-beta - 2 alpha beta / n * x * sum over j in [c - n//2, c + (n-1)//2] of
-dy_j * y_j / s_j."""
+dy_j * y_j / s_j.
+
+Precision: the kernel computes in COMPUTE (float32, or float64 for float64 data); the
+scalars are float64 kernel arguments converted once to COMPUTE, so float64 data sees
+the LRN constants unrounded."""
 from __future__ import annotations
 
 import triton
@@ -90,9 +94,14 @@ def _pow_neg(s, beta):
 def _lrn_kernel(x_ptr, y_ptr, dy_ptr, out_ptr, N, C, S,
                 # strides of x, y, dy and the output (y forward, dx backward)
                 xsn, xsc, xss, ysn, ysc, yss, gsn, gsc, gss, osn, osc, oss,
-                lrn_alpha, lrn_beta, lrn_k, alpha, beta,
-                LRN_N: tl.constexpr, PAIRS: tl.constexpr, BACKWARD: tl.constexpr, HAS_BETA: tl.constexpr,
-                BIG: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
+                lrn_alpha: tl.float64, lrn_beta: tl.float64, lrn_k: tl.float64, alpha: tl.float64,
+                beta: tl.float64, LRN_N: tl.constexpr, PAIRS: tl.constexpr, BACKWARD: tl.constexpr,
+                HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_S: tl.constexpr,
+                BLOCK_C: tl.constexpr):
+    # scalars in COMPUTE
+    lrn_alpha, lrn_beta = tl.full([], lrn_alpha, COMPUTE), tl.full([], lrn_beta, COMPUTE)
+    lrn_k = tl.full([], lrn_k, COMPUTE)
+    alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     # map the program to (n, positions, channels)
     pid = tl.program_id(0)
     tiles_c = tl.cdiv(C, BLOCK_C)

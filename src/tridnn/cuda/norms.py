@@ -9,7 +9,13 @@ strides, so NCHW and NHWC need no copies.
 
 Backward passes give dx per row or group, and the parameter gradients (dscale,
 dbias) as per-program partial sums reduced by a small column-sum kernel, so no
-atomics are used and results are deterministic."""
+atomics are used and results are deterministic.
+
+Precision: everything in the kernels (statistics, sums, partial gradients and their
+workspaces) is in COMPUTE, float32 for 16- and 32-bit data and float64 for float64
+data, chosen on the host from x (compute_dtype); the split group-norm finalize
+combines in float64 for all. epsilon, alpha and beta are float64 kernel arguments,
+converted once to COMPUTE, so float64 data sees them unrounded."""
 from __future__ import annotations
 
 import torch
@@ -26,10 +32,11 @@ MAX_TILE = 8192
 # -- rows: layer norm and RMS norm ----------------------------------------------------------
 @triton.jit
 def _row_norm_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_ptr, R, K,
-                             xsr, xsk, ysr, ysk, eps, alpha, beta,
+                             xsr, xsk, ysr, ysk, eps: tl.float64, alpha: tl.float64, beta: tl.float64,
                              RMS: tl.constexpr, HAS_BIAS: tl.constexpr, SAVE: tl.constexpr,
                              HAS_BETA: tl.constexpr, SINGLE: tl.constexpr, BIG: tl.constexpr,
                              COMPUTE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+    eps, alpha, beta = tl.full([], eps, COMPUTE), tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     if BIG:
         r = r.to(tl.int64)
@@ -38,30 +45,30 @@ def _row_norm_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_pt
         k = tl.arange(0, BLOCK_K)
         k_mask = k < K
         mask = r_mask[:, None] & k_mask[None, :]
-        x = tl.load(x_ptr + r[:, None] * xsr + k[None, :] * xsk, mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + r[:, None] * xsr + k[None, :] * xsk, mask=mask, other=0.0).to(COMPUTE)
         if RMS:
-            mean = tl.zeros([BLOCK_R], tl.float32)
+            mean = tl.zeros([BLOCK_R], COMPUTE)
         else:
             mean = tl.sum(x, axis=1) / K
         d = tl.where(mask, x - mean[:, None], 0.0)
         inv = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / K + eps)
     else:
-        shift = tl.load(x_ptr + r * xsr, mask=r_mask, other=0.0).to(tl.float32)
+        shift = tl.load(x_ptr + r * xsr, mask=r_mask, other=0.0).to(COMPUTE)
         if RMS:
             shift = shift * 0.0
-        acc = tl.zeros([BLOCK_R, BLOCK_K], tl.float32)
-        acc2 = tl.zeros([BLOCK_R, BLOCK_K], tl.float32)
+        acc = tl.zeros([BLOCK_R, BLOCK_K], COMPUTE)
+        acc2 = tl.zeros([BLOCK_R, BLOCK_K], COMPUTE)
         for k0 in range(0, K, BLOCK_K):
             k = k0 + tl.arange(0, BLOCK_K)
             mask = r_mask[:, None] & (k[None, :] < K)
-            x = tl.load(x_ptr + r[:, None] * xsr + k[None, :] * xsk, mask=mask, other=0.0).to(tl.float32)
+            x = tl.load(x_ptr + r[:, None] * xsr + k[None, :] * xsk, mask=mask, other=0.0).to(COMPUTE)
             d = tl.where(mask, x - shift[:, None], 0.0)
             acc += d
             acc2 += d * d
         m_shift = tl.sum(acc, axis=1) / K
         var = tl.maximum(tl.sum(acc2, axis=1) / K - m_shift * m_shift, 0.0)
         if RMS:
-            mean = tl.zeros([BLOCK_R], tl.float32)
+            mean = tl.zeros([BLOCK_R], COMPUTE)
             var = tl.sum(acc2, axis=1) / K
         else:
             mean = m_shift + shift
@@ -75,11 +82,11 @@ def _row_norm_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_pt
         k_mask = k < K
         mask = r_mask[:, None] & k_mask[None, :]
         if not SINGLE:
-            x = tl.load(x_ptr + r[:, None] * xsr + k[None, :] * xsk, mask=mask, other=0.0).to(tl.float32)
-        w = tl.load(scale_ptr + k, mask=k_mask, other=0.0).to(tl.float32)
+            x = tl.load(x_ptr + r[:, None] * xsr + k[None, :] * xsk, mask=mask, other=0.0).to(COMPUTE)
+        w = tl.load(scale_ptr + k, mask=k_mask, other=0.0).to(COMPUTE)
         y = (x - mean[:, None]) * inv[:, None] * w[None, :]
         if HAS_BIAS:
-            y += tl.load(bias_ptr + k, mask=k_mask, other=0.0).to(tl.float32)[None, :]
+            y += tl.load(bias_ptr + k, mask=k_mask, other=0.0).to(COMPUTE)[None, :]
         y = y.to(COMPUTE) * alpha
         y_off = r[:, None] * ysr + k[None, :] * ysk
         if HAS_BETA:
@@ -89,20 +96,20 @@ def _row_norm_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_pt
 
 @triton.jit
 def _row_stats(x_ptr, mean_ptr, inv_ptr, row, xsr, xsk, K, eps, RMS: tl.constexpr, HAS_STATS: tl.constexpr,
-               BLOCK_K: tl.constexpr):
+               COMPUTE: tl.constexpr, BLOCK_K: tl.constexpr):
     """(mean, inv) of one row: saved, or recomputed with a loop over the row."""
     if HAS_STATS:
-        inv = tl.load(inv_ptr + row).to(tl.float32)
+        inv = tl.load(inv_ptr + row).to(COMPUTE)
         if RMS:
             mean = 0.0
         else:
-            mean = tl.load(mean_ptr + row).to(tl.float32)
+            mean = tl.load(mean_ptr + row).to(COMPUTE)
     else:
-        total = tl.zeros([BLOCK_K], tl.float32)
-        total2 = tl.zeros([BLOCK_K], tl.float32)
+        total = tl.zeros([BLOCK_K], COMPUTE)
+        total2 = tl.zeros([BLOCK_K], COMPUTE)
         for k0 in range(0, K, BLOCK_K):
             k = k0 + tl.arange(0, BLOCK_K)
-            x = tl.load(x_ptr + row * xsr + k * xsk, mask=k < K, other=0.0).to(tl.float32)
+            x = tl.load(x_ptr + row * xsr + k * xsk, mask=k < K, other=0.0).to(COMPUTE)
             total += x
             total2 += x * x
         if RMS:
@@ -117,7 +124,8 @@ def _row_stats(x_ptr, mean_ptr, inv_ptr, row, xsr, xsk, K, eps, RMS: tl.constexp
 
 @triton.jit
 def _row_norm_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_ptr, part_ptr, R, K,
-                              xsr, xsk, gsr, gsk, dsr, dsk, eps, alpha, beta, rows_per_program,
+                              xsr, xsk, gsr, gsk, dsr, dsk, eps: tl.float64, alpha: tl.float64,
+                              beta: tl.float64, rows_per_program,
                               RMS: tl.constexpr, HAS_STATS: tl.constexpr, HAS_BETA: tl.constexpr,
                               SINGLE: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
                               BLOCK_K: tl.constexpr):
@@ -125,7 +133,8 @@ def _row_norm_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_pt
     mean(g * xhat)) with g = dy * scale (RMS: no mean(g) term); partial dscale and
     dbias sums go to this program's row of ``part`` ([programs, 2, K]). A row that fits
     in registers (SINGLE) is loaded one step ahead, so the next row's reads overlap this
-    row's reductions."""
+    row's reductions. ``part`` is in COMPUTE."""
+    eps, alpha, beta = tl.full([], eps, COMPUTE), tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     pid = tl.program_id(0)
     part_row = part_ptr + pid * 2 * K
     k_all = tl.arange(0, BLOCK_K)
@@ -135,20 +144,21 @@ def _row_norm_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_pt
         first = first.to(tl.int64)
     if SINGLE:
         k_mask = k_all < K
-        w = tl.load(scale_ptr + k_all, mask=k_mask, other=0.0).to(tl.float32)
-        dscale_acc = tl.zeros([BLOCK_K], tl.float32)
-        dbias_acc = tl.zeros([BLOCK_K], tl.float32)
+        w = tl.load(scale_ptr + k_all, mask=k_mask, other=0.0).to(COMPUTE)
+        dscale_acc = tl.zeros([BLOCK_K], COMPUTE)
+        dbias_acc = tl.zeros([BLOCK_K], COMPUTE)
         ahead = k_mask & (first < last)
         x_next = tl.load(x_ptr + first * xsr + k_all * xsk, mask=ahead, other=0.0)
         dy_next = tl.load(dy_ptr + first * gsr + k_all * gsk, mask=ahead, other=0.0)
         for row in range(first, last):
-            x = x_next.to(tl.float32)
-            dy = dy_next.to(tl.float32)
+            x = x_next.to(COMPUTE)
+            dy = dy_next.to(COMPUTE)
             ahead = k_mask & (row + 1 < last)
             x_next = tl.load(x_ptr + (row + 1) * xsr + k_all * xsk, mask=ahead, other=0.0)
             dy_next = tl.load(dy_ptr + (row + 1) * gsr + k_all * gsk, mask=ahead, other=0.0)
             if HAS_STATS:
-                mean, inv = _row_stats(x_ptr, mean_ptr, inv_ptr, row, xsr, xsk, K, eps, RMS, True, BLOCK_K)
+                mean, inv = _row_stats(x_ptr, mean_ptr, inv_ptr, row, xsr, xsk, K, eps, RMS, True, COMPUTE,
+                                       BLOCK_K)
             else:
                 if RMS:
                     mean = 0.0
@@ -177,18 +187,19 @@ def _row_norm_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_pt
     else:
         for k0 in range(0, K, BLOCK_K):
             k = k0 + k_all
-            tl.store(part_row + k, tl.zeros([BLOCK_K], tl.float32), mask=k < K)
-            tl.store(part_row + K + k, tl.zeros([BLOCK_K], tl.float32), mask=k < K)
+            tl.store(part_row + k, tl.zeros([BLOCK_K], COMPUTE), mask=k < K)
+            tl.store(part_row + K + k, tl.zeros([BLOCK_K], COMPUTE), mask=k < K)
         for row in range(first, last):
-            mean, inv = _row_stats(x_ptr, mean_ptr, inv_ptr, row, xsr, xsk, K, eps, RMS, HAS_STATS, BLOCK_K)
-            sum_g = tl.zeros([BLOCK_K], tl.float32)
-            sum_gx = tl.zeros([BLOCK_K], tl.float32)
+            mean, inv = _row_stats(x_ptr, mean_ptr, inv_ptr, row, xsr, xsk, K, eps, RMS, HAS_STATS, COMPUTE,
+                                   BLOCK_K)
+            sum_g = tl.zeros([BLOCK_K], COMPUTE)
+            sum_gx = tl.zeros([BLOCK_K], COMPUTE)
             for k0 in range(0, K, BLOCK_K):
                 k = k0 + k_all
                 k_mask = k < K
-                x = tl.load(x_ptr + row * xsr + k * xsk, mask=k_mask, other=0.0).to(tl.float32)
-                dy = tl.load(dy_ptr + row * gsr + k * gsk, mask=k_mask, other=0.0).to(tl.float32)
-                w = tl.load(scale_ptr + k, mask=k_mask, other=0.0).to(tl.float32)
+                x = tl.load(x_ptr + row * xsr + k * xsk, mask=k_mask, other=0.0).to(COMPUTE)
+                dy = tl.load(dy_ptr + row * gsr + k * gsk, mask=k_mask, other=0.0).to(COMPUTE)
+                w = tl.load(scale_ptr + k, mask=k_mask, other=0.0).to(COMPUTE)
                 xhat = tl.where(k_mask, (x - mean) * inv, 0.0)
                 g = dy * w
                 sum_g += g
@@ -202,9 +213,9 @@ def _row_norm_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_pt
             for k0 in range(0, K, BLOCK_K):
                 k = k0 + k_all
                 k_mask = k < K
-                x = tl.load(x_ptr + row * xsr + k * xsk, mask=k_mask, other=0.0).to(tl.float32)
-                dy = tl.load(dy_ptr + row * gsr + k * gsk, mask=k_mask, other=0.0).to(tl.float32)
-                w = tl.load(scale_ptr + k, mask=k_mask, other=0.0).to(tl.float32)
+                x = tl.load(x_ptr + row * xsr + k * xsk, mask=k_mask, other=0.0).to(COMPUTE)
+                dy = tl.load(dy_ptr + row * gsr + k * gsk, mask=k_mask, other=0.0).to(COMPUTE)
+                w = tl.load(scale_ptr + k, mask=k_mask, other=0.0).to(COMPUTE)
                 xhat = (x - mean) * inv
                 dx = (inv * (dy * w - mean_g - xhat * mean_gx)).to(COMPUTE) * alpha
                 d_off = row * dsr + k * dsk
@@ -215,11 +226,11 @@ def _row_norm_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_pt
 
 @triton.jit
 def _column_sum_kernel(part_ptr, out_ptr, rows, K, row_stride, out_stride,
-                       BLOCK_ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
-    """out[k] = sum over rows of part[row * row_stride + k] (float32 partials)."""
+                       COMPUTE: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    """out[k] = sum over rows of part[row * row_stride + k] (partials and sum in COMPUTE)."""
     k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
     k_mask = k < K
-    acc = tl.zeros([BLOCK_ROWS, BLOCK_K], tl.float32)
+    acc = tl.zeros([BLOCK_ROWS, BLOCK_K], COMPUTE)
     for r0 in range(0, rows, BLOCK_ROWS):
         r = r0 + tl.arange(0, BLOCK_ROWS)
         mask = (r[:, None] < rows) & k_mask[None, :]
@@ -232,7 +243,12 @@ def _column_sum(part, rows, K, row_stride, out):
     """Sum ``rows`` partial rows of K floats into the flat parameter gradient ``out``."""
     block_k = min(triton.next_power_of_2(K), 256)
     _column_sum_kernel[(triton.cdiv(K, block_k),)](part, out, rows, K, row_stride, out.stride(0),
-                                                   BLOCK_ROWS=8, BLOCK_K=block_k)
+                                                   COMPUTE=compute_dtype(part), BLOCK_ROWS=8, BLOCK_K=block_k)
+
+
+def _workspace_dtype(x):
+    """Partial sums and statistics the host allocates: COMPUTE's torch dtype."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
 def _as_rows(t, R, K, staging, is_out=False, read=False):
@@ -323,7 +339,7 @@ def _row_backward(x, dy, dx, scale, dscale, dbias, mean, inv, norm_ndim, epsilon
     programs = _programs(x, R)
     per = triton.cdiv(R, programs)
     programs = triton.cdiv(R, per)
-    part = torch.empty(programs * 2 * K, dtype=torch.float32, device=x.device)
+    part = torch.empty(programs * 2 * K, dtype=_workspace_dtype(x), device=x.device)
     _row_norm_backward_kernel[(programs,)](
         xv, gv, dv, _flat(scale), _flat(mean) if has_stats and not rms else xv,
         _flat(inv) if has_stats else xv, part, R, K, xv.stride(0), xv.stride(1), gv.stride(0), gv.stride(1),
@@ -396,16 +412,16 @@ def _group_channels(g, CG, BLOCK_C: tl.constexpr, EXACT: tl.constexpr):
 
 
 @triton.jit
-def _group_moments(x_ptr, n, c, c_mask, S, xsn, xss, xsc, shift, BLOCK_S: tl.constexpr):
+def _group_moments(x_ptr, n, c, c_mask, S, xsn, xss, xsc, shift, COMPUTE: tl.constexpr, BLOCK_S: tl.constexpr):
     """sum(x - shift) and sum((x - shift)^2) over the group, two tiles in flight."""
-    acc = tl.zeros([BLOCK_S, c.shape[0]], tl.float32)
-    acc2 = tl.zeros([BLOCK_S, c.shape[0]], tl.float32)
+    acc = tl.zeros([BLOCK_S, c.shape[0]], COMPUTE)
+    acc2 = tl.zeros([BLOCK_S, c.shape[0]], COMPUTE)
     for s0 in range(0, S, 2 * BLOCK_S):
         s = s0 + tl.arange(0, BLOCK_S)
         m0 = (s[:, None] < S) & c_mask[None, :]
         m1 = (s[:, None] + BLOCK_S < S) & c_mask[None, :]
-        x0 = tl.load(x_ptr + _group_offsets(n, s, c, xsn, xss, xsc), mask=m0, other=0.0).to(tl.float32)
-        x1 = tl.load(x_ptr + _group_offsets(n, s + BLOCK_S, c, xsn, xss, xsc), mask=m1, other=0.0).to(tl.float32)
+        x0 = tl.load(x_ptr + _group_offsets(n, s, c, xsn, xss, xsc), mask=m0, other=0.0).to(COMPUTE)
+        x1 = tl.load(x_ptr + _group_offsets(n, s + BLOCK_S, c, xsn, xss, xsc), mask=m1, other=0.0).to(COMPUTE)
         d0 = tl.where(m0, x0 - shift, 0.0)
         d1 = tl.where(m1, x1 - shift, 0.0)
         acc += d0 + d1
@@ -415,20 +431,21 @@ def _group_moments(x_ptr, n, c, c_mask, S, xsn, xss, xsc, shift, BLOCK_S: tl.con
 
 @triton.jit
 def _group_norm_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_ptr, G, CG, S,
-                               xsn, xsc, xss, ysn, ysc, yss, eps, alpha, beta,
-                               SAVE: tl.constexpr, HAS_BETA: tl.constexpr, BIG: tl.constexpr,
+                               xsn, xsc, xss, ysn, ysc, yss, eps: tl.float64, alpha: tl.float64,
+                               beta: tl.float64, SAVE: tl.constexpr, HAS_BETA: tl.constexpr, BIG: tl.constexpr,
                                COMPUTE: tl.constexpr, EXACT: tl.constexpr,
                                BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
     """Fused: one (n, group) per program: a statistics loop, then a normalize loop that
     re-reads the group (still in L2: it was just read)."""
+    eps, alpha, beta = tl.full([], eps, COMPUTE), tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     pid = tl.program_id(0)
     n = pid // G
     g = pid % G
     if BIG:
         n = n.to(tl.int64)
     c, c_mask = _group_channels(g, CG, BLOCK_C, EXACT)
-    shift = tl.load(x_ptr + n * xsn + g * CG * xsc).to(tl.float32)
-    s1, s2 = _group_moments(x_ptr, n, c, c_mask, S, xsn, xss, xsc, shift, BLOCK_S)
+    shift = tl.load(x_ptr + n * xsn + g * CG * xsc).to(COMPUTE)
+    s1, s2 = _group_moments(x_ptr, n, c, c_mask, S, xsn, xss, xsc, shift, COMPUTE, BLOCK_S)
     count = CG * S
     m_shift = s1 / count
     var = tl.maximum(s2 / count - m_shift * m_shift, 0.0)
@@ -437,14 +454,14 @@ def _group_norm_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_
     if SAVE:
         tl.store(mean_ptr + pid, mean.to(mean_ptr.dtype.element_ty))
         tl.store(inv_ptr + pid, inv.to(inv_ptr.dtype.element_ty))
-    w = tl.load(scale_ptr + c, mask=c_mask, other=0.0).to(tl.float32)
-    b = tl.load(bias_ptr + c, mask=c_mask, other=0.0).to(tl.float32)
+    w = tl.load(scale_ptr + c, mask=c_mask, other=0.0).to(COMPUTE)
+    b = tl.load(bias_ptr + c, mask=c_mask, other=0.0).to(COMPUTE)
     a = w * inv
     off = b - mean * a
     for s0 in range(0, S, BLOCK_S):
         s = s0 + tl.arange(0, BLOCK_S)
         mask = (s[:, None] < S) & c_mask[None, :]
-        x = tl.load(x_ptr + _group_offsets(n, s, c, xsn, xss, xsc), mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + _group_offsets(n, s, c, xsn, xss, xsc), mask=mask, other=0.0).to(COMPUTE)
         y = (x * a[None, :] + off[None, :]).to(COMPUTE) * alpha
         y_off = _group_offsets(n, s, c, ysn, yss, ysc)
         if HAS_BETA:
@@ -454,11 +471,12 @@ def _group_norm_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_
 
 @triton.jit
 def _group_norm_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_ptr, part_ptr, G, CG, S, C,
-                                xsn, xsc, xss, gsn, gsc, gss, dsn, dsc, dss, eps, alpha, beta,
-                                HAS_STATS: tl.constexpr, HAS_BETA: tl.constexpr, BIG: tl.constexpr,
-                                COMPUTE: tl.constexpr, EXACT: tl.constexpr,
+                                xsn, xsc, xss, gsn, gsc, gss, dsn, dsc, dss, eps: tl.float64,
+                                alpha: tl.float64, beta: tl.float64, HAS_STATS: tl.constexpr, HAS_BETA: tl.constexpr,
+                                BIG: tl.constexpr, COMPUTE: tl.constexpr, EXACT: tl.constexpr,
                                 BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
     """Fused: dx for one (n, group); per-channel partial dscale/dbias for this n into part[n]."""
+    eps, alpha, beta = tl.full([], eps, COMPUTE), tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     pid = tl.program_id(0)
     n = pid // G
     g = pid % G
@@ -467,26 +485,26 @@ def _group_norm_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_
     c, c_mask = _group_channels(g, CG, BLOCK_C, EXACT)
     count = CG * S
     if HAS_STATS:
-        mean = tl.load(mean_ptr + pid).to(tl.float32)
-        inv = tl.load(inv_ptr + pid).to(tl.float32)
+        mean = tl.load(mean_ptr + pid).to(COMPUTE)
+        inv = tl.load(inv_ptr + pid).to(COMPUTE)
     else:
-        shift = tl.load(x_ptr + n * xsn + g * CG * xsc).to(tl.float32)
-        s1, s2 = _group_moments(x_ptr, n, c, c_mask, S, xsn, xss, xsc, shift, BLOCK_S)
+        shift = tl.load(x_ptr + n * xsn + g * CG * xsc).to(COMPUTE)
+        s1, s2 = _group_moments(x_ptr, n, c, c_mask, S, xsn, xss, xsc, shift, COMPUTE, BLOCK_S)
         m_shift = s1 / count
         var = tl.maximum(s2 / count - m_shift * m_shift, 0.0)
         mean = m_shift + shift
         inv = 1.0 / tl.sqrt(var + eps)
-    w = tl.load(scale_ptr + c, mask=c_mask, other=0.0).to(tl.float32)
-    sum_dy = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
-    sum_dyx = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
+    w = tl.load(scale_ptr + c, mask=c_mask, other=0.0).to(COMPUTE)
+    sum_dy = tl.zeros([BLOCK_S, BLOCK_C], COMPUTE)
+    sum_dyx = tl.zeros([BLOCK_S, BLOCK_C], COMPUTE)
     for s0 in range(0, S, 2 * BLOCK_S):
         s = s0 + tl.arange(0, BLOCK_S)
         m0 = (s[:, None] < S) & c_mask[None, :]
         m1 = (s[:, None] + BLOCK_S < S) & c_mask[None, :]
-        x0 = tl.load(x_ptr + _group_offsets(n, s, c, xsn, xss, xsc), mask=m0, other=0.0).to(tl.float32)
-        dy0 = tl.load(dy_ptr + _group_offsets(n, s, c, gsn, gss, gsc), mask=m0, other=0.0).to(tl.float32)
-        x1 = tl.load(x_ptr + _group_offsets(n, s + BLOCK_S, c, xsn, xss, xsc), mask=m1, other=0.0).to(tl.float32)
-        dy1 = tl.load(dy_ptr + _group_offsets(n, s + BLOCK_S, c, gsn, gss, gsc), mask=m1, other=0.0).to(tl.float32)
+        x0 = tl.load(x_ptr + _group_offsets(n, s, c, xsn, xss, xsc), mask=m0, other=0.0).to(COMPUTE)
+        dy0 = tl.load(dy_ptr + _group_offsets(n, s, c, gsn, gss, gsc), mask=m0, other=0.0).to(COMPUTE)
+        x1 = tl.load(x_ptr + _group_offsets(n, s + BLOCK_S, c, xsn, xss, xsc), mask=m1, other=0.0).to(COMPUTE)
+        dy1 = tl.load(dy_ptr + _group_offsets(n, s + BLOCK_S, c, gsn, gss, gsc), mask=m1, other=0.0).to(COMPUTE)
         sum_dy += dy0 + dy1
         sum_dyx += dy0 * tl.where(m0, (x0 - mean) * inv, 0.0) + dy1 * tl.where(m1, (x1 - mean) * inv, 0.0)
     ch_dy = tl.sum(sum_dy, axis=0)
@@ -498,8 +516,8 @@ def _group_norm_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_
     for s0 in range(0, S, BLOCK_S):
         s = s0 + tl.arange(0, BLOCK_S)
         mask = (s[:, None] < S) & c_mask[None, :]
-        x = tl.load(x_ptr + _group_offsets(n, s, c, xsn, xss, xsc), mask=mask, other=0.0).to(tl.float32)
-        dy = tl.load(dy_ptr + _group_offsets(n, s, c, gsn, gss, gsc), mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + _group_offsets(n, s, c, xsn, xss, xsc), mask=mask, other=0.0).to(COMPUTE)
+        dy = tl.load(dy_ptr + _group_offsets(n, s, c, gsn, gss, gsc), mask=mask, other=0.0).to(COMPUTE)
         xhat = (x - mean) * inv
         dx = (inv * (dy * w[None, :] - mean_g - xhat * mean_gx)).to(COMPUTE) * alpha
         d_off = _group_offsets(n, s, c, dsn, dss, dsc)
@@ -522,8 +540,8 @@ def _split_item(split, j, SPS, per, SB, BIG: tl.constexpr):
 @triton.jit
 def _gn_stats_kernel(x_ptr, dy_ptr, mean_ptr, inv_ptr, part_ptr, C, S, G, CG, SB, SPS, per,
                      xsn, xsc, xss, gsn, gsc, gss,
-                     GRAD: tl.constexpr, BIG: tl.constexpr, UNROLL: tl.constexpr, BLOCK_S: tl.constexpr,
-                     BLOCK_C: tl.constexpr):
+                     GRAD: tl.constexpr, BIG: tl.constexpr, UNROLL: tl.constexpr, COMPUTE: tl.constexpr,
+                     BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
     """Per channel over this split's pixels (UNROLL tiles in flight): forward (GRAD off) sum(x - shift) and
     sum((x - shift)^2) with shift = x[n, c, 0]; backward sum(dy) and sum(dy * x_hat)
     with x_hat = (x - mean[n, g]) * inv[n, g]. Into part[split, 2, C]."""
@@ -533,20 +551,20 @@ def _gn_stats_kernel(x_ptr, dy_ptr, mean_ptr, inv_ptr, part_ptr, C, S, G, CG, SB
     n, _, _ = _split_item(split, 0, SPS, per, SB, BIG)
     if GRAD:
         ng = n * G + c // CG
-        ca = tl.load(inv_ptr + ng, mask=c_mask, other=0.0).to(tl.float32)
-        cb = -tl.load(mean_ptr + ng, mask=c_mask, other=0.0).to(tl.float32) * ca
+        ca = tl.load(inv_ptr + ng, mask=c_mask, other=0.0).to(COMPUTE)
+        cb = -tl.load(mean_ptr + ng, mask=c_mask, other=0.0).to(COMPUTE) * ca
     else:
-        shift = tl.load(x_ptr + n * xsn + c * xsc, mask=c_mask, other=0.0).to(tl.float32)
-    acc = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
-    acc2 = tl.zeros([BLOCK_S, BLOCK_C], tl.float32)
+        shift = tl.load(x_ptr + n * xsn + c * xsc, mask=c_mask, other=0.0).to(COMPUTE)
+    acc = tl.zeros([BLOCK_S, BLOCK_C], COMPUTE)
+    acc2 = tl.zeros([BLOCK_S, BLOCK_C], COMPUTE)
     for j in range(0, per, UNROLL):
         for u in tl.static_range(UNROLL):
             n, blk, ok = _split_item(split, j + u, SPS, per, SB, BIG)
             s = blk * BLOCK_S + tl.arange(0, BLOCK_S)
             mask = (s[:, None] < S) & c_mask[None, :] & ok
-            x = tl.load(x_ptr + _group_offsets(n, s, c, xsn, xss, xsc), mask=mask, other=0.0).to(tl.float32)
+            x = tl.load(x_ptr + _group_offsets(n, s, c, xsn, xss, xsc), mask=mask, other=0.0).to(COMPUTE)
             if GRAD:
-                dy = tl.load(dy_ptr + _group_offsets(n, s, c, gsn, gss, gsc), mask=mask, other=0.0).to(tl.float32)
+                dy = tl.load(dy_ptr + _group_offsets(n, s, c, gsn, gss, gsc), mask=mask, other=0.0).to(COMPUTE)
                 acc += dy
                 acc2 += tl.where(mask, dy * (x * ca[None, :] + cb[None, :]), 0.0)
             else:
@@ -559,7 +577,7 @@ def _gn_stats_kernel(x_ptr, dy_ptr, mean_ptr, inv_ptr, part_ptr, C, S, G, CG, SB
 
 @triton.jit
 def _gn_finalize_kernel(part_ptr, x_ptr, scale_ptr, bias_ptr, mean_ptr, inv_ptr, coef_ptr, dpart_ptr,
-                        G, CG, C, S, SPS, xsn, xsc, eps,
+                        G, CG, C, S, SPS, xsn, xsc, eps: tl.float64,
                         GRAD: tl.constexpr, HAS_BIAS: tl.constexpr, SAVE: tl.constexpr, BIG: tl.constexpr,
                         BLOCK_SPS: tl.constexpr, BLOCK_CG: tl.constexpr):
     """One (n, group): combine the splits' per-channel sums (float64).
@@ -587,12 +605,13 @@ def _gn_finalize_kernel(part_ptr, x_ptr, scale_ptr, bias_ptr, mean_ptr, inv_ptr,
         inv = tl.load(inv_ptr + pid).to(tl.float64)
         mean_g = tl.sum(t1 * w, axis=0) / count
         mean_gx = tl.sum(t2 * w, axis=0) / count
-        tl.store(dpart_ptr + n * 2 * C + c, t2.to(tl.float32), mask=c_mask)
-        tl.store(dpart_ptr + n * 2 * C + C + c, t1.to(tl.float32), mask=c_mask)
-        tl.store(coef_ptr + n * 3 * C + c, (inv * w).to(tl.float32), mask=c_mask)
-        zero = tl.zeros([BLOCK_CG], tl.float32)
-        tl.store(coef_ptr + n * 3 * C + C + c, zero + (-inv * inv * mean_gx).to(tl.float32), mask=c_mask)
-        tl.store(coef_ptr + n * 3 * C + 2 * C + c, zero + (inv * (mean * inv * mean_gx - mean_g)).to(tl.float32),
+        out_ty = coef_ptr.dtype.element_ty
+        tl.store(dpart_ptr + n * 2 * C + c, t2.to(dpart_ptr.dtype.element_ty), mask=c_mask)
+        tl.store(dpart_ptr + n * 2 * C + C + c, t1.to(dpart_ptr.dtype.element_ty), mask=c_mask)
+        tl.store(coef_ptr + n * 3 * C + c, (inv * w).to(out_ty), mask=c_mask)
+        zero = tl.zeros([BLOCK_CG], out_ty)
+        tl.store(coef_ptr + n * 3 * C + C + c, zero + (-inv * inv * mean_gx).to(out_ty), mask=c_mask)
+        tl.store(coef_ptr + n * 3 * C + 2 * C + c, zero + (inv * (mean * inv * mean_gx - mean_g)).to(out_ty),
                  mask=c_mask)
     else:
         # channel c's sums are shifted by its own first value: move them all to the group's mean
@@ -609,17 +628,18 @@ def _gn_finalize_kernel(part_ptr, x_ptr, scale_ptr, bias_ptr, mean_ptr, inv_ptr,
             b = tl.load(bias_ptr + c, mask=c_mask, other=0.0).to(tl.float64) - mean * a
         else:
             b = -mean * a
-        tl.store(coef_ptr + n * 2 * C + c, a.to(tl.float32), mask=c_mask)
-        tl.store(coef_ptr + n * 2 * C + C + c, b.to(tl.float32), mask=c_mask)
+        tl.store(coef_ptr + n * 2 * C + c, a.to(coef_ptr.dtype.element_ty), mask=c_mask)
+        tl.store(coef_ptr + n * 2 * C + C + c, b.to(coef_ptr.dtype.element_ty), mask=c_mask)
 
 
 @triton.jit
 def _gn_apply_kernel(x_ptr, dy_ptr, out_ptr, coef_ptr, C, S, SB, SPS, per, splits,
-                     xsn, xsc, xss, gsn, gsc, gss, osn, osc, oss, alpha, beta,
+                     xsn, xsc, xss, gsn, gsc, gss, osn, osc, oss, alpha: tl.float64, beta: tl.float64,
                      GRAD: tl.constexpr, HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
                      BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
     """Forward y = a x + b; backward dx = p dy + q x + r (coefficients per (n, c)).
     Tiles in L2 order: (channel block, split, position from the split's end)."""
+    alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     pid = tl.program_id(0)
     tiles_c = tl.cdiv(C, BLOCK_C)
     c = (pid % tiles_c) * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -702,12 +722,13 @@ class _SplitPlan:
 def _split_forward(xv, yv, scale, bias, mean_f, inv_f, G, CG, eps, alpha, beta, has_beta, x, big):
     N, C, S = ncs_dims(xv)
     plan = _SplitPlan(xv, N, C, S)
-    dev = xv.device
-    part = torch.empty(plan.splits * 2 * C, dtype=torch.float32, device=dev)
-    coef = torch.empty(N * 2 * C, dtype=torch.float32, device=dev)
+    dev, acc = xv.device, _workspace_dtype(xv)
+    part = torch.empty(plan.splits * 2 * C, dtype=acc, device=dev)
+    coef = torch.empty(N * 2 * C, dtype=acc, device=dev)
     xs = ncs_strides(xv)
     _gn_stats_kernel[plan.stats_grid()](xv, xv, coef, coef, part, C, S, G, CG, plan.SB, plan.sps, plan.per,
-                                        *xs, *xs, GRAD=False, BIG=big, UNROLL=4, BLOCK_S=plan.block_s,
+                                        *xs, *xs, GRAD=False, BIG=big, UNROLL=4, COMPUTE=compute_dtype(xv),
+                                        BLOCK_S=plan.block_s,
                                         BLOCK_C=plan.block_c, num_warps=plan.warps)
     save = mean_f is not None
     _gn_finalize_kernel[(N * G,)](part, xv, scale, bias if bias is not None else scale,
@@ -725,17 +746,18 @@ def _split_backward(xv, gv, dv, scale, mean_f, inv_f, G, CG, eps, alpha, beta, h
     """dx through the split kernels; per-n partial (dscale, dbias) into part_out [N, 2, C]."""
     N, C, S = ncs_dims(xv)
     plan = _SplitPlan(xv, N, C, S)
-    dev = xv.device
+    dev, acc = xv.device, _workspace_dtype(xv)
     if mean_f is None:
-        mean_f = torch.empty(N * G, dtype=torch.float32, device=dev)
-        inv_f = torch.empty(N * G, dtype=torch.float32, device=dev)
-        _split_stats_only(xv, torch.ones(C, dtype=torch.float32, device=dev), mean_f, inv_f, G, CG, eps, plan, big)
-    part = torch.empty(plan.splits * 2 * C, dtype=torch.float32, device=dev)
+        mean_f = torch.empty(N * G, dtype=acc, device=dev)
+        inv_f = torch.empty(N * G, dtype=acc, device=dev)
+        _split_stats_only(xv, torch.ones(C, dtype=acc, device=dev), mean_f, inv_f, G, CG, eps, plan, big)
+    part = torch.empty(plan.splits * 2 * C, dtype=acc, device=dev)
     xs, gs = ncs_strides(xv), ncs_strides(gv)
     _gn_stats_kernel[plan.stats_grid()](xv, gv, mean_f, inv_f, part, C, S, G, CG, plan.SB, plan.sps, plan.per,
-                                        *xs, *gs, GRAD=True, BIG=big, UNROLL=2, BLOCK_S=plan.block_s,
+                                        *xs, *gs, GRAD=True, BIG=big, UNROLL=2, COMPUTE=compute_dtype(xv),
+                                        BLOCK_S=plan.block_s,
                                         BLOCK_C=plan.block_c, num_warps=plan.warps)
-    coef = torch.empty(N * 3 * C, dtype=torch.float32, device=dev)
+    coef = torch.empty(N * 3 * C, dtype=acc, device=dev)
     _gn_finalize_kernel[(N * G,)](part, xv, scale, scale, mean_f, inv_f, coef, part_out,
                                   G, CG, C, S, plan.sps, xs[0], xs[1], float(eps), GRAD=True, HAS_BIAS=False,
                                   SAVE=False, BIG=big, BLOCK_SPS=triton.next_power_of_2(plan.sps),
@@ -748,11 +770,12 @@ def _split_backward(xv, gv, dv, scale, mean_f, inv_f, G, CG, eps, alpha, beta, h
 
 def _split_stats_only(xv, ones, mean_f, inv_f, G, CG, eps, plan, big):
     N, C, S = ncs_dims(xv)
-    part = torch.empty(plan.splits * 2 * C, dtype=torch.float32, device=xv.device)
-    coef = torch.empty(N * 2 * C, dtype=torch.float32, device=xv.device)
+    part = torch.empty(plan.splits * 2 * C, dtype=_workspace_dtype(xv), device=xv.device)
+    coef = torch.empty(N * 2 * C, dtype=_workspace_dtype(xv), device=xv.device)
     xs = ncs_strides(xv)
     _gn_stats_kernel[plan.stats_grid()](xv, xv, coef, coef, part, C, S, G, CG, plan.SB, plan.sps, plan.per,
-                                        *xs, *xs, GRAD=False, BIG=big, UNROLL=4, BLOCK_S=plan.block_s,
+                                        *xs, *xs, GRAD=False, BIG=big, UNROLL=4, COMPUTE=compute_dtype(xv),
+                                        BLOCK_S=plan.block_s,
                                         BLOCK_C=plan.block_c, num_warps=plan.warps)
     _gn_finalize_kernel[(N * G,)](part, xv, ones, ones, mean_f, inv_f, coef, coef, G, CG, C, S, plan.sps,
                                   xs[0], xs[1], float(eps), GRAD=False, HAS_BIAS=False, SAVE=True, BIG=big,
@@ -801,7 +824,7 @@ def group_norm_backward(x, dy, dx, scale, dscale, dbias, mean, inv_std, groups, 
     dv = staging.output(dx, like=xv, read=has_beta)
     N, C, S = ncs_dims(xv)
     has_stats = mean is not None and inv_std is not None
-    part = torch.empty(N * 2 * C, dtype=torch.float32, device=x.device)
+    part = torch.empty(N * 2 * C, dtype=_workspace_dtype(x), device=x.device)
     big = needs_int64(xv, gv, dv)
     if _use_split(xv, "backward"):
         _split_backward(xv, gv, dv, _flat(scale), _flat(mean) if has_stats else None,

@@ -7,7 +7,9 @@ channel and spatial dims merged into one stride. Each program holds a
 [BLOCK_I rows, BLOCK_K] tile; the tile is laid out along whichever of inner or k is
 contiguous, so NCHW channel softmax reads 128-wide runs of positions and NHWC (or
 a plain 2-D row softmax) reads whole rows. A row that fits in registers is read
-once and written once; longer rows take an online max/sum pass, then a write pass."""
+once and written once; longer rows take an online max/sum pass, then a write pass.
+Everything is computed in COMPUTE (float32, or float64 for float64 data); alpha and
+beta are float64 kernel arguments converted once to COMPUTE."""
 from __future__ import annotations
 
 import triton
@@ -28,10 +30,11 @@ def _tile_offsets(o, i, k, so, si, sk):
 
 
 @triton.jit
-def _softmax_forward_kernel(x_ptr, y_ptr, I, K, xso, xsi, xsk, yso, ysi, ysk, alpha, beta,
+def _softmax_forward_kernel(x_ptr, y_ptr, I, K, xso, xsi, xsk, yso, ysi, ysk, alpha: tl.float64, beta: tl.float64,
                             ALGO: tl.constexpr, HAS_BETA: tl.constexpr, SINGLE: tl.constexpr,
                             BIG: tl.constexpr, COMPUTE: tl.constexpr,
                             BLOCK_I: tl.constexpr, BLOCK_K: tl.constexpr):
+    alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     pid = tl.program_id(0)
     tiles_i = tl.cdiv(I, BLOCK_I)
     o = pid // tiles_i
@@ -104,11 +107,12 @@ def _softmax_forward_kernel(x_ptr, y_ptr, I, K, xso, xsi, xsk, yso, ysi, ysk, al
 
 @triton.jit
 def _softmax_backward_kernel(y_ptr, dy_ptr, dx_ptr, I, K, yso, ysi, ysk, gso, gsi, gsk,
-                             dso, dsi, dsk, alpha, beta,
+                             dso, dsi, dsk, alpha: tl.float64, beta: tl.float64,
                              ALGO: tl.constexpr, HAS_BETA: tl.constexpr, SINGLE: tl.constexpr,
                              BIG: tl.constexpr, COMPUTE: tl.constexpr,
                              BLOCK_I: tl.constexpr, BLOCK_K: tl.constexpr):
     """dx = y * (dy - sum(dy * y)) for softmax, dy - exp(y) * sum(dy) for log-softmax."""
+    alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     pid = tl.program_id(0)
     tiles_i = tl.cdiv(I, BLOCK_I)
     o = pid // tiles_i
