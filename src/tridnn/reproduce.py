@@ -291,9 +291,8 @@ def device_array(handle, desc, values=None):
     if values is not None:
         if isinstance(arr, np.ndarray):
             arr[...] = values
-        else:  # a torch tensor: go through float32 (every dtype tridnn uses converts from it)
-            import torch
-            arr.copy_(torch.from_numpy(np.ascontiguousarray(values, np.float32)).to(arr.device))
+        else:  # a torch tensor
+            device_array_copy(arr, values)
     return arr
 
 
@@ -301,7 +300,8 @@ def to_host(arr) -> np.ndarray:
     """A float64 NumPy copy of a NumPy array or torch tensor."""
     if isinstance(arr, np.ndarray):
         return np.asarray(arr, np.float64)
-    return arr.detach().float().cpu().numpy().astype(np.float64)
+    import torch
+    return arr.detach().to("cpu", dtype=torch.float64).numpy()
 
 
 def poison_array(arr) -> None:
@@ -470,8 +470,9 @@ def describe_error(exc: BaseException) -> str:
 
 
 def device_array_copy(arr, values) -> None:
+    """arr[...] = values for a torch tensor, through float64 (float32 would round float64 data)."""
     import torch
-    arr.copy_(torch.from_numpy(np.ascontiguousarray(values, np.float32)).to(arr.device))
+    arr.copy_(torch.from_numpy(np.ascontiguousarray(values, np.float64)).to(arr.device))
 
 
 def _fill(shape, dtype, rng) -> np.ndarray:
