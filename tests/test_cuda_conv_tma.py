@@ -22,6 +22,7 @@ from tridnn.cuda import common, conv_tma  # noqa: E402
 
 from test_cuda_conv import P, run_case  # noqa: E402
 
+PRECOMP = registry.by_enum("conv", "fwd", "triton", tridnn.ConvFwdAlgo.IMPLICIT_PRECOMP_GEMM)
 ALGO = {"fwd": registry.by_enum("conv", "fwd", "triton", tridnn.ConvFwdAlgo.IMPLICIT_GEMM),
         "bwd_data": registry.by_enum("conv", "bwd_data", "triton", tridnn.ConvBwdDataAlgo.ALGO_1),
         "bwd_filter": registry.by_enum("conv", "bwd_filter", "triton", tridnn.ConvBwdFilterAlgo.ALGO_1)}
@@ -43,18 +44,25 @@ CASES = [
     (P(16, 16, (6, 7), 1, (2, 3)), ("fwd", "bwd_data", "bwd_filter")),       # 1x1 strides 2x3
     (P(16, 16, (7, 6), 3, 2, 1), ("bwd_data",)),                             # odd H at stride 2: pointers
     (P(16, 16, (4, 4), 1, 3), ("fwd", "bwd_data", "bwd_filter")),            # stride past the image: empty phases
-    (P(3, 16, (8, 8), 7, 2, 3), ("fwd", "bwd_data", "bwd_filter")),          # first layer: C = 3 padded to 8
-    (P(5, 16, (5, 6), 3, 1, 1), ("fwd", "bwd_data", "bwd_filter")),          # C = 5 padded
+    (P(3, 16, (8, 8), 7, 2, 3), ("bwd_data", "bwd_filter")),                 # first layer: C = 3 padded to 16
+    (P(5, 16, (5, 6), 3, 1, 1), ("bwd_data", "bwd_filter")),                 # C = 5 padded
 ]
 
 
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data", "bwd_filter"])
 def test_few_channels_are_padded_in_the_workspace(direction, rng, tma_calls):
-    """float16 pads C = 3 to 16 (a 32-byte row); the algorithm declares the padded copies
-    as workspace, so too small a workspace is refused before anything runs."""
+    """C = 3 is padded to 16 in the workspace. Forward: IMPLICIT_PRECOMP_GEMM does it (a
+    precomputation), IMPLICIT_GEMM stays workspace-free with its pointer kernel; backward
+    data and filter ALGO_1 declare the padded copies as workspace."""
     p = P(3, 16, (8, 8), 7, 2, 3)
-    assert run_case(direction, ALGO[direction], p, "float16", "NHWC", rng) is None
+    algo = PRECOMP if direction == "fwd" else ALGO[direction]
+    for dtype in ("float16", "float32"):
+        assert run_case(direction, algo, p, dtype, "NHWC", rng) is None
     assert tma_calls[direction] > 0
+    if direction == "fwd":
+        tma_calls.clear()
+        assert run_case("fwd", ALGO["fwd"], p, "float32", "NHWC", rng) is None
+        assert not tma_calls  # IMPLICIT_GEMM: the pointer kernel, no workspace
     from tridnn.algorithms.problem import ConvProblem
     from test_cuda_conv import conv
     cd = conv(p)
@@ -62,7 +70,8 @@ def test_few_channels_are_padded_in_the_workspace(direction, rng, tma_calls):
     wd = tridnn.FilterDescriptor((16, 3, 7, 7), "float16", tridnn.TensorFormat.NHWC)
     problem = ConvProblem(direction, xd, wd, xd.with_dims(cd.output_dims(xd, wd)), cd)
     assert conv_tma.padded_channels(problem) == 16
-    assert ALGO[direction].workspace_size(problem) >= 16 * 16 * 49 * 2  # at least the padded filter
+    assert algo.workspace_size(problem) >= 16 * 16 * 49 * 2  # at least the padded filter
+    assert ALGO["fwd"].workspace_size(problem) == 0 or direction != "fwd"
 
 
 @pytest.fixture

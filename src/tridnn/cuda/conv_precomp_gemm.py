@@ -19,7 +19,8 @@ import triton.language as tl
 from ..types import ConvFwdAlgo
 from ..workspace import Buffer
 from .common import TritonConvAlgorithm, Tuner, cdiv, launch, problem_key, split_rows
-from .conv_implicit_gemm import candidates, gemm_estimate, launch_forward, max_split
+from . import conv_tma
+from .conv_implicit_gemm import candidates, gemm_estimate, launch_forward, max_split, run_tma_forward
 from .epilogue import spec_of
 from .geometry import geometry, strides5
 from .memo import IdentityMemo
@@ -93,6 +94,11 @@ class PrecompGemmForward(TritonConvAlgorithm):
     def buffers(self, problem):
         geo = geometry(problem)
         bufs = [Buffer("rows", (geo.out_pixels, 2), np.int64), Buffer("taps", (geo.taps, 3), np.int64)]
+        pad = conv_tma.padded_channels(problem)
+        if pad:  # few input channels (a first layer): channel-padded copies for the TMA kernel
+            (_, h, w), (_, r, s) = geo.inp, geo.ker
+            bufs += [Buffer("x_pad", (geo.n, h, w, pad), problem.dtype.numpy),
+                     Buffer("w_pad", (geo.k, r, s, pad), problem.dtype.numpy)]
         split = self._split_cap(problem)
         if split > 1:
             bufs.append(Buffer("part", (split, geo.out_pixels, geo.k), np.float32))
@@ -100,6 +106,10 @@ class PrecompGemmForward(TritonConvAlgorithm):
 
     def estimate(self, problem):
         geo = geometry(problem)
+        pad = conv_tma.padded_channels(problem)
+        if pad:  # tensor-core work on the padded channels, plus writing the padded copy of x
+            copy = problem.x.size * (1 + pad / geo.c) * problem.dtype.itemsize
+            return gemm_estimate(problem, efficiency=0.6 * geo.c / pad) / 8 + copy / 3e12 + 4e-6
         tiles = triton.cdiv(geo.out_pixels, 128) * triton.cdiv(geo.kg, 128) * geo.groups
         fill = min(1.0, tiles / 132) if max_split(problem, geo) == 1 else 1.0
         return gemm_estimate(problem, efficiency=0.95 * max(fill, 0.2)) + 2e-6
@@ -107,6 +117,16 @@ class PrecompGemmForward(TritonConvAlgorithm):
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
         spec = spec_of(epilogue)
+        # few input channels: precompute zero-padded channels-last copies of x and w that the
+        # TMA kernel reads (when the GPU has TMA and the stride divides H and W; else the tables)
+        xp, plan = workspace.get("x_pad"), None
+        if xp is not None:
+            xp, wp = xp.permute(0, 3, 1, 2), workspace["w_pad"].permute(0, 3, 1, 2)
+            plan = conv_tma.forward_plan(problem, xp, wp, y, spec.z if spec is not None else None)
+        if plan is not None:
+            run_tma_forward(self.tuner, plan, problem, conv_tma.pad_into(x, xp), conv_tma.pad_into(w, wp), y,
+                            alpha, beta, spec)
+            return
         rows, taps, part = workspace["rows"], workspace["taps"], workspace.get("part")
         # the tables live in the caller's workspace, which may hold anything between calls
         grid, scalars, consts, static = _tables_recipes.get((problem,), (x.stride(), w.stride(), y.device.type),
