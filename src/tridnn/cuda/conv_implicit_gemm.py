@@ -318,6 +318,8 @@ def gemm_estimate(problem, efficiency=1.0) -> float:
     geo = geometry(problem)
     if geo.cg < FLAT_BELOW:
         rate /= 32  # the flattened (tap, channel) gather: conv1 (C = 3) measured 17 TFLOP/s on the H200
+    if geo.kg < 16:  # tl.dot pads a group's columns to 16: depthwise wastes 15/16 of each tile
+        rate *= geo.kg / 16
     byte = problem.dtype.itemsize
     moved = (problem.x.size + problem.y.size + problem.w.as_tensor().size) * byte
     return max(problem.flops / rate, moved / 3.5e12) / efficiency + 5e-6

@@ -107,9 +107,10 @@ class PrecompGemmForward(TritonConvAlgorithm):
     def estimate(self, problem):
         geo = geometry(problem)
         pad = conv_tma.padded_channels(problem)
-        if pad:  # tensor-core work on the padded channels, plus writing the padded copy of x
+        if pad:  # tensor-core work on the padded channels (at ~60% of the dot rate), plus the copy of x
             copy = problem.x.size * (1 + pad / geo.c) * problem.dtype.itemsize
-            return gemm_estimate(problem, efficiency=0.6 * geo.c / pad) / 8 + copy / 3e12 + 4e-6
+            rate = 0.6 * (600e12 if problem.dtype.itemsize == 2 else 150e12)
+            return problem.flops * pad / geo.c / rate + copy / 3e12 + 4e-6
         tiles = triton.cdiv(geo.out_pixels, 128) * triton.cdiv(geo.kg, 128) * geo.groups
         fill = min(1.0, tiles / 132) if max_split(problem, geo) == 1 else 1.0
         return gemm_estimate(problem, efficiency=0.95 * max(fill, 0.2)) + 2e-6
