@@ -444,8 +444,23 @@ def conv_transpose(x, w, bias=None, stride=1, padding=0, output_padding=0, group
 def _described(a, name="x"):
     """(array, its TensorDescriptor) for any NumPy/torch/DLPack array."""
     a = _usable(a)
-    sig = _signature(a)
-    return a, TensorDescriptor(sig[0], sig[2], _positive(sig))
+    return a, _descriptor(_signature(a))
+
+
+_descriptors: dict = {}
+
+
+def _descriptor(sig):
+    """The TensorDescriptor of an array signature (shape, strides, dtype), validated once
+    per signature: descriptors are immutable, and building one costs ~15 us of checks that
+    a training step would otherwise repeat for every layer call."""
+    key = (sig[0], sig[1], sig[2])
+    desc = _descriptors.get(key)
+    if desc is None:
+        if len(_descriptors) >= 4096:
+            _descriptors.clear()
+        desc = _descriptors[key] = TensorDescriptor(sig[0], sig[2], _positive(sig))
+    return desc
 
 
 def _cached(handle, key, build):
