@@ -19,7 +19,6 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(__file__))
 import bench_gpu_conv as base  # noqa: E402

@@ -10,7 +10,6 @@ each test also asserts that the TMA kernel (not the pointer fallback) ran.
 import collections
 import types
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")

@@ -19,7 +19,6 @@ sums the slices in a fixed order, so the result is deterministic).
 """
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 

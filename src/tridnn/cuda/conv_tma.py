@@ -157,7 +157,7 @@ def wgrad_tma_kernel(
     num_n = tl.cdiv(C, BLOCK_N)
     k0 = (pid // num_n) * BLOCK_M
     c0 = (pid % num_n) * BLOCK_N
-    th, tw, ah, bh, aw, bw = tap_origin(tap, NTW, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W, SH, SW, OFF_H, OFF_W)
+    _, _, ah, bh, aw, bw = tap_origin(tap, NTW, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W, SH, SW, OFF_H, OFF_W)
     tiles_h = tl.cdiv(OH, BH)
     tiles_w = tl.cdiv(OW, BW)
     first = s * tiles_per_slice
@@ -383,31 +383,37 @@ def _input_view(t, geo, one_by_one):
     return None
 
 
+def _x_view(geo, x, c, written):
+    """(shape, strides, phase, flat) of how TMA reads x, or None. flat: a 1x1 stride-1
+    filter over dense pixels, where x and the tensors ``written`` per pixel are one flat
+    row of pixels (a plain GEMM with no edge waste); otherwise the phase view."""
+    (r, s), (ph, pw), (sh, sw) = geo.ker[1:], geo.pad[1:], geo.stride[1:]
+    one_by_one = (r, s, ph, pw) == (1, 1, 0, 0)
+    if one_by_one and (sh, sw) == (1, 1) and all(_dense_pixels(t) for t in (x, *written) if t is not None):
+        m = geo.n * geo.out[1] * geo.out[2]
+        return (*_flat_view(m, _nhwc_strides(x)[2], c), (1, 1), True)
+    view = _input_view(x, geo, one_by_one)
+    if view is None or not _aligned(view[1][:4], x.element_size()):
+        return None
+    return (*view, False)
+
+
 def plan_forward(problem, x, w, y, z=None) -> Plan | None:
     geo = geometry(problem)
     c = x.shape[1]  # geo.c, or the padded count when x is a padded copy
     if why_not(problem, (x,), w) is not None or block_k_for(c, x.element_size()) is None:
         return None
-    r, s = geo.ker[1:]
-    (ph, pw), (sh, sw) = geo.pad[1:], geo.stride[1:]
-    oh, ow = geo.out[1:]
-    one_by_one = r == 1 and s == 1 and ph == 0 and pw == 0
+    view = _x_view(geo, x, c, (y, z))
+    if view is None:
+        return None
+    shape, strides, phase, flat = view
     ys = strides5(y, 2)
     zs = strides5(z, 2) if z is not None else (0, 0, 0, 0, 0)
-    flip = problem.mode == 0
-    if one_by_one and (sh, sw) == (1, 1) and _dense_pixels(x) and _dense_pixels(y) and (
-            z is None or _dense_pixels(z)):
-        # a plain GEMM: all pixels as one row of one image
-        m = geo.n * oh * ow
-        shape, strides = _flat_view(m, _nhwc_strides(x)[2], c)
-        return Plan(shape, strides, 1, 1, m, (0, ys[1], 0, ys[4]), (0, zs[1], 0, zs[4]),
-                    forward_taps(geo, (1, 1), flip), c, geo.k)
-    view = _input_view(x, geo, one_by_one)
-    if view is None or not _aligned(view[1][:4], x.element_size()):
-        return None
-    shape, strides, phase = view
-    return Plan(shape, strides, geo.n, oh, ow, (ys[0], ys[1], ys[3], ys[4]), (zs[0], zs[1], zs[3], zs[4]),
-                forward_taps(geo, phase, flip), c, geo.k)
+    taps = forward_taps(geo, phase, problem.mode == 0)
+    if flat:  # all pixels as one row of one image
+        return Plan(shape, strides, 1, 1, shape[3], (0, ys[1], 0, ys[4]), (0, zs[1], 0, zs[4]), taps, c, geo.k)
+    return Plan(shape, strides, geo.n, *geo.out[1:], (ys[0], ys[1], ys[3], ys[4]), (zs[0], zs[1], zs[3], zs[4]),
+                taps, c, geo.k)
 
 
 def plan_backward_data(problem, dy, w, dx) -> tuple | None:
@@ -455,24 +461,17 @@ def plan_backward_filter(problem, x, dy, dw) -> Plan | None:
     c = x.shape[1]  # geo.c, or the padded count when x is a padded copy
     if why_not(problem, (x, dy)) is not None:
         return None
-    item = x.element_size()
-    if block_k_for(c, item) is None or geo.k % 8:
+    if block_k_for(c, x.element_size()) is None or geo.k % 8:
         return None
-    r, s = geo.ker[1:]
-    (ph, pw), (sh, sw) = geo.pad[1:], geo.stride[1:]
-    oh, ow = geo.out[1:]
-    one_by_one = r == 1 and s == 1 and ph == 0 and pw == 0
+    view = _x_view(geo, x, c, (dy,))
+    if view is None:
+        return None
+    shape, strides, phase, flat = view
     ds = _nhwc_strides(dy)
-    if one_by_one and (sh, sw) == (1, 1) and _dense_pixels(x) and _dense_pixels(dy):
-        m = geo.n * oh * ow
-        shape, strides = _flat_view(m, _nhwc_strides(x)[2], c)
-        return Plan(shape, strides, 1, 1, m, (0, 0, ds[2]), (0, 0, 0, 0), forward_taps(geo, (1, 1), False),
-                    geo.k, c)
-    view = _input_view(x, geo, one_by_one)
-    if view is None or not _aligned(view[1][:4], item):
-        return None
-    shape, strides, phase = view
-    return Plan(shape, strides, geo.n, oh, ow, ds, (0, 0, 0, 0), forward_taps(geo, phase, False), geo.k, c)
+    taps = forward_taps(geo, phase, False)
+    if flat:
+        return Plan(shape, strides, 1, 1, shape[3], (0, 0, ds[2]), (0, 0, 0, 0), taps, geo.k, c)
+    return Plan(shape, strides, geo.n, *geo.out[1:], ds, (0, 0, 0, 0), taps, geo.k, c)
 
 
 # -- launch configs ------------------------------------------------------------------
