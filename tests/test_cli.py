@@ -340,3 +340,14 @@ def test_run_conv_on_the_triton_backend_through_the_interpreter(capsys):
     assert rc == 0, out + err
     assert "exact" in out and "cpu/triton" in out
     assert reproduce_line(out).endswith("--beta 0.5 --backend triton")
+
+
+def test_run_float64_on_the_triton_backend_keeps_float64(capsys):
+    """Inputs go into torch tensors and results come back through float64: a float32 hop
+    would put a float64 batch norm ~1e-8 off its 1e-9 tolerance."""
+    pytest.importorskip("triton")
+    rc, out, err = run_cli(capsys, "run", "batchnorm", "--dims", "2,3,7", "--mode", "spatial_persistent",
+                           "--epsilon", "0.0001", "--dtype", "float64", "--layout", "NCHW", "--direction", "bwd",
+                           "--backend", "triton")
+    assert rc == 0, out + err
+    assert "mismatch" not in out.split("-----", 1)[1]

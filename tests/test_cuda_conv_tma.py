@@ -180,3 +180,60 @@ def test_reduction_blocks_are_at_least_tl_dot_minimum():
             assert bk is None or (bk >= 16 and c % bk == 0)
     for cfg in conv_tma.FLAT_CONFIGS + conv_tma.TILE_CONFIGS + conv_tma.NARROW_CONFIGS:
         assert cfg["BK_CAP"] // 2 >= 16  # float32 halves the cap
+
+
+def test_tune_first_takes_the_first_candidate_without_timing(monkeypatch):
+    monkeypatch.setenv("TRIDNN_TUNE", "first")
+
+    def no_timing(*a, **k):
+        raise AssertionError("TRIDNN_TUNE=first must not time candidates")
+    monkeypatch.setattr(common.triton.testing, "do_bench", no_timing)
+    out = torch.zeros(4)
+    pick = common.Tuner().pick("k", [dict(name="a"), dict(name="b")], lambda c, o: None, out,
+                               types.SimpleNamespace(type="cuda"))
+    assert pick["name"] == "a"
+
+
+def test_tuner_tolerance_is_per_tuner():
+    """Split reductions get a looser check than rounding alone (common.agrees' default)."""
+    b = torch.randn(1000, generator=torch.Generator().manual_seed(1))
+    a = b * (1 + 1e-3)
+    assert not common.agrees(a, b)
+    assert common.agrees(a, b, 3e-3)
+    from tridnn.cuda.conv_bwd_filter_implicit_gemm import AtomicBackwardFilter, ImplicitGemmBackwardFilter
+    assert ImplicitGemmBackwardFilter.tuner.tolerance == AtomicBackwardFilter.tuner.tolerance == 3e-3
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data", "bwd_filter"])
+def test_empty_batch_through_every_triton_algorithm(direction):
+    """N == 0: workspace sizes stay finite (IMPLICIT_PRECOMP_GEMM divided by zero tiles) and
+    every applicable algorithm runs; the result is empty (backward filter: beta * dw)."""
+    from tridnn.algorithms.problem import ConvProblem
+    from test_cuda_conv import API, OUT, _handle, conv
+    p = P(16, 16, (5, 6), 3, 1, 1)
+    cd = conv(p)
+    xd = tridnn.TensorDescriptor.packed((0, 16, 5, 6), "float32", tridnn.TensorFormat.NHWC)
+    wd = tridnn.FilterDescriptor((16, 16, 3, 3), "float32", tridnn.TensorFormat.NHWC)
+    yd = xd.with_dims(cd.output_dims(xd, wd))
+    problem = ConvProblem(direction, xd, wd, yd, cd)
+    handle = _handle("cpu")
+    cl = torch.channels_last
+    ran = 0
+    for algo in registry.algorithms("conv", direction, "triton"):
+        if algo.not_applicable(problem):
+            continue
+        ws = torch.empty(algo.workspace_size(problem), dtype=torch.uint8)
+        x = torch.empty(xd.dims).contiguous(memory_format=cl)
+        y = torch.empty(yd.dims).contiguous(memory_format=cl)
+        w = torch.full(wd.dims, 2.0).contiguous(memory_format=cl)
+        arrays = {"x": x, "w": w, "y": y}
+        if direction == "fwd":
+            API[direction](handle, 1.0, xd, x, wd, w, cd, algo.enum, ws, 0.0, yd, y)
+        elif direction == "bwd_data":
+            API[direction](handle, 1.0, wd, w, yd, y, cd, algo.enum, ws, 0.0, xd, x)
+        else:
+            API[direction](handle, 1.0, xd, x, yd, y, cd, algo.enum, ws, 0.5, wd, w)
+            assert torch.equal(w, torch.full(wd.dims, 1.0)), algo.name  # no pixels: dw = 0.5 * dw
+        assert arrays[OUT[direction]].numel() == (0 if direction != "bwd_filter" else w.numel())
+        ran += 1
+    assert ran > 0
