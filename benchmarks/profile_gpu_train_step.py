@@ -65,6 +65,19 @@ def main():
     print(events.table(sort_by="self_cuda_time_total", row_limit=args.top, max_name_column_width=60))
     print(events.table(sort_by="self_cpu_time_total", row_limit=args.top, max_name_column_width=60))
 
+    # Python-level host time of one step: which of tridnn's functions the wall time is in
+    import cProfile
+    import io
+    import pstats
+    prof = cProfile.Profile()
+    prof.enable()
+    step()
+    prof.disable()
+    torch.cuda.synchronize()
+    s = io.StringIO()
+    pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(args.top + 10)
+    print("=== cProfile of one step (own time)\n" + s.getvalue())
+
 
 if __name__ == "__main__":
     main()
