@@ -20,6 +20,12 @@ training (each rank on its own device; all ranks write the shared sqlite find ca
 at once, which its WAL journal and busy timeout make safe); training then reads the
 winners from the cache (``algo="auto"``).
 
+``--cuda-graph`` (GPU) captures a whole training step (forward, backward with DDP's
+all-reduce, SGD) once after the warm-up and replays it: the host then launches one graph
+per step instead of some 500 kernels, which removes the per-call Python cost of both
+variants' layers from the measurement (both are graphed alike). The model, DDP and the
+warm-up run on a side stream, as CUDA-graph capture requires.
+
 Both variants start from the same weights and data; with ``--compare torch`` they are
 timed in alternating rounds so machine noise hits both alike, and the report gives
 the median round. Everything but the layers (the Linear head, the loss, SGD, DDP's
@@ -28,6 +34,7 @@ all-reduce) is PyTorch's in both variants.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -169,6 +176,14 @@ def synchronize(device):
         torch.cuda.synchronize(device)
 
 
+def stream_context(stream):
+    """Run on ``stream`` (CUDA-graph mode's side stream), or as is when it is None."""
+    if stream is None:
+        return contextlib.nullcontext()
+    stream.wait_stream(torch.cuda.current_stream(stream.device))
+    return torch.cuda.stream(stream)
+
+
 # -- tridnn's find before training --------------------------------------------------------------------
 def find_conv_algorithms(model, sample, budget_s):
     """Benchmark tridnn's algorithms for every convolution the model runs (forward, backward
@@ -229,13 +244,17 @@ class Variant:
         self.layers = layers
         self.device = device
         dtype = DTYPES[args.dtype]
-        model = build_model(args.model, layers, dtype, args.channels_last, device, args.num_classes,
-                            args.seed)
-        self.module = model
-        if dist.is_initialized():
-            self.model = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
-        else:
-            self.model = model
+        # CUDA-graph capture needs the model, DDP and the warm-up on a side stream
+        self.stream = torch.cuda.Stream(device) if args.cuda_graph else None
+        with stream_context(self.stream):
+            model = build_model(args.model, layers, dtype, args.channels_last, device, args.num_classes,
+                                args.seed)
+            self.module = model
+            if dist.is_initialized():
+                self.model = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
+            else:
+                self.model = model
+        self.graph = None
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=args.lr, momentum=0.9)
         gen = torch.Generator().manual_seed(args.seed * 1000 + rank)  # each rank its own shard
         fmt = torch.channels_last if args.channels_last else torch.contiguous_format
@@ -251,11 +270,39 @@ class Variant:
     def step(self):
         x, y = self.batches[self.step_count % len(self.batches)]
         self.step_count += 1
+        if self.graph is not None:
+            self.static_x.copy_(x)
+            self.static_y.copy_(y)
+            self.graph.replay()
+            return self.static_loss
+        with stream_context(self.stream):
+            loss = self._eager_step(x, y)
+        if self.stream is not None:
+            torch.cuda.current_stream(self.device).wait_stream(self.stream)
+        return loss
+
+    def _eager_step(self, x, y):
         loss = TF.cross_entropy(self.model(x).float(), y)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
         return loss
+
+    def capture(self):
+        """Record one training step as a CUDA graph (after the warm-up: every kernel
+        compiled and tuned, DDP's buckets built, SGD's momentum allocated). Gradients
+        live in the graph's memory pool and are overwritten by each replay."""
+        synchronize(self.device)
+        x, y = self.batches[0]
+        self.static_x, self.static_y = x.clone(), y.clone()
+        self.graph = torch.cuda.CUDAGraph()
+        self.optimizer.zero_grad(set_to_none=True)
+        with torch.cuda.graph(self.graph, stream=self.stream):
+            loss = TF.cross_entropy(self.model(self.static_x).float(), self.static_y)
+            loss.backward()
+            self.optimizer.step()
+        self.static_loss = loss
+        synchronize(self.device)
 
     def timed_steps(self, n):
         """Seconds for ``n`` training steps, from an idle device to an idle device."""
@@ -315,6 +362,9 @@ def parse_args(argv=None):
     p.add_argument("--find", action="store_true",
                    help="benchmark tridnn's convolution algorithms per layer first (find cache)")
     p.add_argument("--find-budget", type=float, default=0.25, help="seconds per problem and direction")
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="capture one training step as a CUDA graph after the warm-up and replay it "
+                        "(GPU only; both variants alike)")
     p.add_argument("--json", default=None, help="write the results (rank 0) to this file")
     args = p.parse_args(argv)
     gpu = args.device == "cuda"
@@ -324,6 +374,11 @@ def parse_args(argv=None):
     if min(args.batch_size, args.image_size, args.num_classes, args.steps, args.rounds,
            args.distinct_batches) < 1 or args.warmup < 0:
         p.error("sizes, --steps, --rounds and --distinct-batches must be >= 1, --warmup >= 0")
+    if args.cuda_graph and not gpu:
+        p.error("--cuda-graph needs --device cuda")
+    if args.cuda_graph and args.warmup < 3:
+        p.error("--cuda-graph needs --warmup >= 3 (DDP builds its buckets in the first steps; "
+                "every kernel must be compiled and tuned before capture)")
     return args
 
 
@@ -355,9 +410,13 @@ def train_and_report(args, rank, world, device):
                           f"{time.perf_counter() - start:.1f} s (rank 0)", flush=True)
             if rank == 0:
                 print(f"tridnn computes {layers} layers of {args.model}", flush=True)
-        for _ in range(args.warmup):
+        # PyTorch's CUDA-graph notes: DDP needs at least 11 eager steps before a full capture
+        warmup = max(args.warmup, 11) if args.cuda_graph and dist.is_initialized() else args.warmup
+        for _ in range(warmup):
             v.step()
         synchronize(device)
+        if args.cuda_graph:
+            v.capture()
 
     times = {v.layers: [] for v in variants}
     for _ in range(args.rounds):
@@ -385,7 +444,8 @@ def train_and_report(args, rank, world, device):
     if dist.is_initialized():
         dist.barrier()
     if rank == 0:
-        print(f"\n{args.model} {args.dtype}{' channels_last' if args.channels_last else ''}, "
+        print(f"\n{args.model} {args.dtype}{' channels_last' if args.channels_last else ''}"
+              f"{', CUDA graph' if args.cuda_graph else ''}, "
               f"{world} rank(s) x batch {args.batch_size}, {args.image_size}x{args.image_size} images, "
               f"{args.rounds} rounds x {args.steps} steps on {device.type}")
         for name, r in results.items():
