@@ -530,12 +530,16 @@ def test_dropout_matches_the_numpy_mask_and_reproduces(layout, shape, offset, rn
     check(dx, np.where(mask == 1, f64(dy) / 0.7, 0.0), torch.float32, "dx")
 
 
-@pytest.mark.parametrize("layout,kernel", [("NCHW", "_dropout_flat_kernel"), ("NHWC", "_dropout_tile_kernel"),
-                                           ("strided", "_dropout_tile_kernel")])
+TILE_KERNELS = {"split": "_dropout_split_kernel", "join": "_dropout_join_kernel", "reload": "_dropout_tile_kernel"}
+
+
+@pytest.mark.parametrize("layout,kernel", [("NCHW", "_dropout_flat_kernel"), ("NHWC", "_dropout_split_kernel"),
+                                           ("strided", "_dropout_split_kernel")])
 def test_dropout_takes_the_grouped_kernels(layout, kernel, rng, monkeypatch):
     """Aligned offsets and W % 4 == 0 must not fall back to one Philox call per element."""
     calls = []
-    for name in ("_dropout_flat_kernel", "_dropout_tile_kernel", "_dropout_element_kernel"):
+    monkeypatch.setattr(dropout, "NHWC_DRAW", "split")
+    for name in ("_dropout_flat_kernel", *TILE_KERNELS.values(), "_dropout_element_kernel"):
         real = getattr(dropout, name)
         monkeypatch.setattr(dropout, name, _Recorder(real, name, calls))
     shape = (2, 3, 2, 8)
@@ -545,6 +549,46 @@ def test_dropout_takes_the_grouped_kernels(layout, kernel, rng, monkeypatch):
     dropout.dropout_backward(x, poisoned(shape, layout), reserve, 0.5)
     assert calls == [kernel, kernel]
     np.testing.assert_array_equal(reserve.cpu().numpy(), cpu_dropout.dropout_mask(shape, 0.5, 3, 16))
+
+
+@pytest.mark.parametrize("draw", list(TILE_KERNELS))
+@pytest.mark.parametrize("layout", ["NHWC", "strided"])
+@pytest.mark.parametrize("aligned", [True, False], ids=["int32-mask", "byte-mask"])
+def test_dropout_tile_designs_draw_the_nchw_mask(draw, layout, aligned, rng, monkeypatch):
+    """Every NHWC_DRAW design draws, bit for bit, the mask of the same tensor in NCHW
+    (the flat kernel) and of the NumPy backend, and its backward reads it back; several
+    tiles along W, the inner dim and the outer dims, with ragged edges (W = 20 is 5
+    groups of 4 in tiles of 2; 5 channels in tiles of 4). ``aligned`` False hands a
+    reserve whose first byte is not 4-byte aligned (the split design then stores bytes)."""
+    calls = []
+    monkeypatch.setattr(dropout, "NHWC_DRAW", draw)
+    monkeypatch.setattr(dropout, "TILE_W", 8)
+    monkeypatch.setattr(dropout, "TILE_ELEMENTS", 32)
+    for name in ("_dropout_flat_kernel", *TILE_KERNELS.values(), "_dropout_element_kernel"):
+        monkeypatch.setattr(dropout, name, _Recorder(getattr(dropout, name), name, calls))
+    shape, seed, offset = (2, 5, 3, 20), 2**33 + 7, 2**40 + 12
+    numel = int(np.prod(shape))
+    x = make(shape, layout, rng=rng)
+    nchw = torch.empty(numel, dtype=torch.uint8, device=DEVICE)
+    dropout.dropout_forward(x.contiguous(), poisoned(shape, "NCHW"), nchw, 0.4, seed, offset)
+    buf = torch.full((numel + 4,), 7, dtype=torch.uint8, device=DEVICE)
+    reserve = buf[:numel] if aligned else buf[1:numel + 1]
+    assert (reserve.data_ptr() % 4 == 0) == aligned
+    y = poisoned(shape, layout)
+    dropout.dropout_forward(x, y, reserve, 0.4, seed, offset)
+    assert calls == ["_dropout_flat_kernel", TILE_KERNELS[draw]]
+    assert torch.equal(reserve, nchw)
+    np.testing.assert_array_equal(reserve.cpu().numpy(), cpu_dropout.dropout_mask(shape, 0.4, seed, offset).reshape(-1))
+    mask = reserve.cpu().numpy().reshape(shape)
+    assert 0 < mask.sum() < numel
+    check(y, np.where(mask == 1, f64(x) / 0.6, 0.0), torch.float32, "y")
+    dy = make(shape, layout, rng=rng)
+    dx = poisoned(shape, layout)
+    dropout.dropout_backward(dy, dx, reserve, 0.4)
+    check(dx, np.where(mask == 1, f64(dy) / 0.6, 0.0), torch.float32, "dx")
+    assert calls[-1] == TILE_KERNELS[draw]
+    untouched = buf[numel:] if aligned else torch.cat([buf[:1], buf[numel + 1:]])
+    assert (untouched == 7).all()  # no byte outside the reserve's numel was written
 
 
 class _Recorder:

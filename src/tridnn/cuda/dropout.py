@@ -9,10 +9,15 @@ words, 0, 0), read as int32 and folded with -v - 1 when negative, is >= ceil(p *
 Three kernels, one mask:
 - ``_dropout_flat_kernel``: every tensor one dense run in logical order (NCHW): a
   program takes BLOCK_G groups of 4 consecutive elements, one Philox call per group;
-- ``_dropout_tile_kernel``: the last logical dim W is a multiple of 4 but memory order
-  differs (NHWC): a program takes one outer position (n, h, ...) and a [BLOCK_I, BLOCK_W]
-  tile of the innermost-in-memory dim (c) and W; data loads run along c, the mask's
-  bytes and Philox groups along W, and the tile is transposed on chip;
+- the tile kernels: the last logical dim W is a multiple of 4 but memory order differs
+  (NHWC): a program takes one outer position (n, h, ...) and a tile of the
+  innermost-in-memory dim (c) and W, with one Philox call per (c, 4 W values). Which
+  kernel is NHWC_DRAW's choice: ``_dropout_split_kernel`` ("split") keeps the four
+  words of a call as four [groups, c] tiles, each applied to the data of its W phase
+  and stored as one 4-byte mask word, so nothing changes layout but that word;
+  ``_dropout_join_kernel`` ("join") interleaves the words into one [W, c] tile (join,
+  permute, reshape); ``_dropout_tile_kernel`` ("reload") stores the mask bytes along W
+  and reads them back along c (a round trip through L1);
 - ``_dropout_element_kernel``: anything else (an offset not a multiple of 4, W not a
   multiple of 4, more dims than merge): one Philox call per element, same mask.
 The backward reuses the flat and tile kernels without the RNG."""
@@ -34,6 +39,10 @@ TILE_W = 32       # W values per tile-kernel program (32 mask bytes: one sector)
 # measured 1.84 TB/s forward and 3.58 backward on the H200 (NHWC bf16), against 1.72 and
 # 2.87 with 1024 (32 channels, 64-byte runs)
 TILE_ELEMENTS = 4096
+# the NHWC forward/backward tile kernel: "split" (default), "join" or "reload" (the
+# module docstring says what each does; the benchmark times all three). The reload tile
+# measured 1.84 TB/s forward on the H200 (PyTorch 2.74), NCHW's flat kernel 3.17
+NHWC_DRAW = "split"
 NUM_WARPS = 4
 MASK62 = (1 << 62) - 1
 
@@ -133,6 +142,120 @@ def _dropout_tile_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first_
 
 
 @triton.jit
+def _tile_position(I, W4, O1, O2, BIG: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_G: tl.constexpr):
+    """This program's (outer position o0, o1, o2; inner values; W group block): W blocks
+    vary fastest, then inner blocks, then the outer position."""
+    pid = tl.program_id(0)
+    tiles_g = tl.cdiv(W4, BLOCK_G)
+    tiles_i = tl.cdiv(I, BLOCK_I)
+    g_blk = pid % tiles_g
+    rest = pid // tiles_g
+    i_blk = rest % tiles_i
+    o = rest // tiles_i
+    if BIG:
+        o = o.to(tl.int64)
+    o2 = o % O2
+    o = o // O2
+    o1 = o % O1
+    o0 = o // O1
+    inner = i_blk * BLOCK_I + tl.arange(0, BLOCK_I)
+    return o0, o1, o2, inner, g_blk
+
+
+@triton.jit
+def _dropout_split_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first_block, threshold, scale,
+                          # strides: outer dims (O0, O1, O2), the inner dim and W, per tensor
+                          so0, so1, so2, si, sw, do0, do1, do2, di, dw, lo0, lo1, lo2, li,
+                          FORWARD: tl.constexpr, PACKED: tl.constexpr, COMPUTE: tl.constexpr,
+                          BIG: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_G: tl.constexpr):
+    """One outer position x [BLOCK_G groups of 4 W values, BLOCK_I inner values], all
+    tiles [groups, inner] (inner fastest, as the data lies). Philox call (g, i) covers W
+    positions 4g..4g+3 of inner value i: its word k keeps the element of W phase k,
+    loaded as a tile of its own, and the four keep bits are the mask's 4 bytes of the
+    group, stored as one int32 (PACKED: mask_ptr is the reserve seen as int32; else
+    four byte stores)."""
+    # map the program to (outer position, inner block, group block)
+    o0, o1, o2, inner, g_blk = _tile_position(I, W4, O1, O2, BIG, BLOCK_I, BLOCK_G)
+    g = g_blk * BLOCK_G + tl.arange(0, BLOCK_G)
+    in_range = (g < W4)[:, None] & (inner < I)[None, :]
+    # mask word of (g, inner): the logical index of (inner, 4g) over 4 (l_row a multiple of 4)
+    l_row = (o0 * lo0 + o1 * lo1 + o2 * lo2) + inner.to(tl.int64) * li
+    group = (l_row >> 2)[None, :] + g[:, None]
+    # the data of W phase 0; phase k is k W strides further
+    s_off = (o0 * so0 + o1 * so1 + o2 * so2) + inner[None, :] * si + (g * 4)[:, None] * sw
+    d_off = (o0 * do0 + o1 * do1 + o2 * do2) + inner[None, :] * di + (g * 4)[:, None] * dw
+    # the keep bits
+    if FORWARD:
+        r0, r1, r2, r3 = _draws(seed, (first_block + group) & 0x3FFFFFFFFFFFFFFF)
+        k0 = _fold(r0, threshold)
+        k1 = _fold(r1, threshold)
+        k2 = _fold(r2, threshold)
+        k3 = _fold(r3, threshold)
+        if PACKED:  # little-endian: byte k of the word is W phase k
+            bits = k0.to(tl.int32) | (k1.to(tl.int32) << 8) | (k2.to(tl.int32) << 16) | (k3.to(tl.int32) << 24)
+            tl.store(mask_ptr + group, bits, mask=in_range)
+        else:
+            tl.store(mask_ptr + group * 4, k0.to(tl.uint8), mask=in_range)
+            tl.store(mask_ptr + group * 4 + 1, k1.to(tl.uint8), mask=in_range)
+            tl.store(mask_ptr + group * 4 + 2, k2.to(tl.uint8), mask=in_range)
+            tl.store(mask_ptr + group * 4 + 3, k3.to(tl.uint8), mask=in_range)
+    else:
+        if PACKED:
+            bits = tl.load(mask_ptr + group, mask=in_range, other=0)
+            k0 = (bits & 0xFF) != 0
+            k1 = ((bits >> 8) & 0xFF) != 0
+            k2 = ((bits >> 16) & 0xFF) != 0
+            k3 = ((bits >> 24) & 0xFF) != 0
+        else:
+            k0 = tl.load(mask_ptr + group * 4, mask=in_range, other=0) != 0
+            k1 = tl.load(mask_ptr + group * 4 + 1, mask=in_range, other=0) != 0
+            k2 = tl.load(mask_ptr + group * 4 + 2, mask=in_range, other=0) != 0
+            k3 = tl.load(mask_ptr + group * 4 + 3, mask=in_range, other=0) != 0
+    # all four loads before any store (src and dst may be one tensor), then the stores
+    x0 = tl.load(src_ptr + s_off, mask=in_range, other=0.0).to(COMPUTE)
+    x1 = tl.load(src_ptr + s_off + sw, mask=in_range, other=0.0).to(COMPUTE)
+    x2 = tl.load(src_ptr + s_off + 2 * sw, mask=in_range, other=0.0).to(COMPUTE)
+    x3 = tl.load(src_ptr + s_off + 3 * sw, mask=in_range, other=0.0).to(COMPUTE)
+    out_ty = dst_ptr.dtype.element_ty
+    # dropped elements are exactly zero, even for inf/NaN
+    tl.store(dst_ptr + d_off, tl.where(k0, x0 * scale, 0.0).to(out_ty), mask=in_range)
+    tl.store(dst_ptr + d_off + dw, tl.where(k1, x1 * scale, 0.0).to(out_ty), mask=in_range)
+    tl.store(dst_ptr + d_off + 2 * dw, tl.where(k2, x2 * scale, 0.0).to(out_ty), mask=in_range)
+    tl.store(dst_ptr + d_off + 3 * dw, tl.where(k3, x3 * scale, 0.0).to(out_ty), mask=in_range)
+
+
+@triton.jit
+def _dropout_join_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first_block, threshold, scale,
+                         # strides: outer dims (O0, O1, O2), the inner dim and W, per tensor
+                         so0, so1, so2, si, sw, do0, do1, do2, di, dw, lo0, lo1, lo2, li,
+                         FORWARD: tl.constexpr, COMPUTE: tl.constexpr, BIG: tl.constexpr,
+                         BLOCK_I: tl.constexpr, BLOCK_G: tl.constexpr):
+    """One outer position x [4 * BLOCK_G W values, BLOCK_I inner values] (inner fastest,
+    as the data lies): the Philox calls of a [BLOCK_G, BLOCK_I] tile, their four words
+    interleaved along W on chip (join, permute, reshape), so the keep bits meet the data
+    in its own layout; the mask bytes are stored from there."""
+    # map the program to (outer position, inner block, W block)
+    o0, o1, o2, inner, g_blk = _tile_position(I, W4, O1, O2, BIG, BLOCK_I, BLOCK_G)
+    w = g_blk * (4 * BLOCK_G) + tl.arange(0, 4 * BLOCK_G)
+    in_range = (w < W4 * 4)[:, None] & (inner < I)[None, :]
+    l_row = (o0 * lo0 + o1 * lo1 + o2 * lo2) + inner.to(tl.int64) * li  # a multiple of 4
+    l_off = l_row[None, :] + w[:, None]
+    if FORWARD:
+        g = g_blk * BLOCK_G + tl.arange(0, BLOCK_G)
+        r0, r1, r2, r3 = _draws(seed, (first_block + (l_row >> 2)[None, :] + g[:, None]) & 0x3FFFFFFFFFFFFFFF)
+        # [G, I, 2, 2] with word 2a + b at [..., a, b]; then [G, 4, I] -> [4G, I]: row 4g + k
+        words = tl.reshape(tl.join(tl.join(r0, r2), tl.join(r1, r3)), [BLOCK_G, BLOCK_I, 4])
+        words = tl.reshape(tl.permute(words, (0, 2, 1)), [4 * BLOCK_G, BLOCK_I])
+        keep = _fold(words, threshold)
+        tl.store(mask_ptr + l_off, keep.to(tl.uint8), mask=in_range)
+    else:
+        keep = tl.load(mask_ptr + l_off, mask=in_range, other=0) != 0
+    s_off = (o0 * so0 + o1 * so1 + o2 * so2) + inner[None, :] * si + w[:, None] * sw
+    d_off = (o0 * do0 + o1 * do1 + o2 * do2) + inner[None, :] * di + w[:, None] * dw
+    _apply(src_ptr, dst_ptr, s_off, d_off, keep, in_range, scale, COMPUTE)
+
+
+@triton.jit
 def _dropout_element_kernel(src_ptr, dst_ptr, mask_ptr, numel, D1, D2, D3, ss0, ss1, ss2, ss3,
                             ds0, ds1, ds2, ds3, ls0, ls1, ls2, ls3, seed, offset, threshold, scale,
                             FORWARD: tl.constexpr, COMPUTE: tl.constexpr, BLOCK: tl.constexpr):
@@ -224,16 +347,35 @@ def _launch(src, dst, reserve, probability, seed, offset, forward):
         return
     plan = _tile_plan(src, dst) if grouped else None
     if plan is not None:
-        block_w = min(triton.next_power_of_2(plan["W"]), TILE_W)
-        block_i = max(1, min(triton.next_power_of_2(plan["I"]), TILE_ELEMENTS // block_w))
-        grid = (math.prod(plan["dims"]) * triton.cdiv(plan["I"], block_i) * triton.cdiv(plan["W"], block_w),)
-        _dropout_tile_kernel[grid](
-            src, dst, mask, plan["I"], plan["W"] // 4, plan["dims"][1], plan["dims"][2], rng["seed"], first_block,
-            rng["threshold"], rng["scale"], *plan["src"], *plan["dst"], *plan["logical"], **common,
-            BIG=_needs_int64(src, dst, mask), BLOCK_I=block_i, BLOCK_W=block_w,
-            num_warps=NUM_WARPS if block_i * block_w <= 1024 else 8)
+        _tile_launch(src, dst, mask, plan, first_block, rng, common)
         return
     _element_launch(src, dst, mask, numel, offset, rng, common)
+
+
+def _tile_launch(src, dst, mask, plan, first_block, rng, common):
+    """The NHWC_DRAW tile kernel over (outer, inner blocks, W blocks)."""
+    W4 = plan["W"] // 4
+    block_g = min(triton.next_power_of_2(W4), TILE_W // 4)
+    block_i = max(1, min(triton.next_power_of_2(plan["I"]), TILE_ELEMENTS // (4 * block_g)))
+    grid = (math.prod(plan["dims"]) * triton.cdiv(plan["I"], block_i) * triton.cdiv(W4, block_g),)
+    geometry = (plan["I"], W4, plan["dims"][1], plan["dims"][2], rng["seed"], first_block, rng["threshold"],
+                rng["scale"], *plan["src"], *plan["dst"], *plan["logical"])
+    big = _needs_int64(src, dst, mask)
+    if NHWC_DRAW == "split":
+        packed = mask.data_ptr() % 4 == 0  # numel is a multiple of 4 (W is)
+        _dropout_split_kernel[grid](
+            src, dst, mask.view(torch.int32) if packed else mask, *geometry, **common, PACKED=packed, BIG=big,
+            BLOCK_I=block_i, BLOCK_G=block_g, num_warps=max(1, min(8, block_g * block_i // 256)))
+    elif NHWC_DRAW == "join":
+        _dropout_join_kernel[grid](
+            src, dst, mask, *geometry, **common, BIG=big, BLOCK_I=block_i, BLOCK_G=block_g,
+            num_warps=NUM_WARPS if 4 * block_g * block_i <= 1024 else 8)
+    elif NHWC_DRAW == "reload":
+        _dropout_tile_kernel[grid](
+            src, dst, mask, *geometry, **common, BIG=big, BLOCK_I=block_i, BLOCK_W=4 * block_g,
+            num_warps=NUM_WARPS if 4 * block_g * block_i <= 1024 else 8)
+    else:
+        raise ValueError(f"dropout.NHWC_DRAW must be 'split', 'join' or 'reload', got {NHWC_DRAW!r}")
 
 
 def _element_launch(src, dst, mask, numel, offset, rng, common):
