@@ -671,6 +671,59 @@ def test_reduce_tensor(op, c_shape, rng):
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("op", tensor_ops.SPLIT_OPS, ids=lambda op: ["ADD", "MUL", "", "", "", "AVG", "NORM1", "NORM2",
+                                                                     "MUL_NO_ZEROS"][op])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_reduce_split_rows_combine(op, dtype, rng, monkeypatch):
+    """NHWC over H, W with the rows cut into parts (forced: 4 positions a step, 3 parts
+    of 12, 12 and 6 positions): partials, then the combine kernel, with alpha and beta."""
+    calls = []
+    monkeypatch.setattr(tensor_ops, "STRIDED_ROWS_BLOCK_R", 4)
+    monkeypatch.setattr(tensor_ops, "REDUCE_SPLIT", 3)
+    monkeypatch.setattr(tensor_ops, "_combine_kernel", _Recorder(tensor_ops._combine_kernel, "combine", calls))
+    shape = (3, 4, 5, 6)
+    values = rng.standard_normal(shape) * 0.9
+    values[np.abs(values) < 0.1] = 0.0
+    a = make(shape, "NHWC", dtype, values=values)
+    c = make((3, 4, 1, 1), "NCHW", dtype, rng=rng)
+    old = f64(c)
+    tensor_ops.reduce_tensor(a, c, None, None, op, 2.0, 0.5, False)
+    assert calls == ["combine"]
+    v = np.abs(values) if op == 6 else values
+    ref = {0: lambda: v.sum((2, 3), keepdims=True), 1: lambda: v.prod((2, 3), keepdims=True),
+           5: lambda: v.mean((2, 3), keepdims=True), 6: lambda: v.sum((2, 3), keepdims=True),
+           7: lambda: np.sqrt((v * v).sum((2, 3), keepdims=True)),
+           8: lambda: np.where(v == 0, 1.0, v).prod((2, 3), keepdims=True)}[op]()
+    check(c, 2.0 * ref + 0.5 * old, dtype, "c")
+
+
+def test_reduce_split_is_not_taken_for_indices_or_contiguous_rows(rng, monkeypatch):
+    """MIN/MAX/AMAX (indices) and NCHW rows keep one program per row block."""
+    calls = []
+    monkeypatch.setattr(tensor_ops, "STRIDED_ROWS_BLOCK_R", 4)
+    monkeypatch.setattr(tensor_ops, "REDUCE_SPLIT", 3)
+    monkeypatch.setattr(tensor_ops, "_combine_kernel", _Recorder(tensor_ops._combine_kernel, "combine", calls))
+    shape = (2, 3, 4, 5)
+    values = rng.standard_normal(shape)
+    for layout, op in (("NHWC", 3), ("NCHW", 0)):
+        c = poisoned((2, 3, 1, 1), "NCHW")
+        tensor_ops.reduce_tensor(make(shape, layout, values=values), c, None, None, op, 1.0, 0.0, False)
+        check(c, values.max((2, 3), keepdims=True) if op == 3 else values.sum((2, 3), keepdims=True),
+              torch.float32, layout)
+    assert calls == []
+
+
+@pytest.mark.parametrize("split", [None, 2])
+def test_adaptive_average_pool_to_1x1_nhwc_split(split, rng, monkeypatch):
+    """Global average pooling of NHWC is the split row reduction (forced into 2 parts)."""
+    monkeypatch.setattr(tensor_ops, "STRIDED_ROWS_BLOCK_R", 8)
+    monkeypatch.setattr(tensor_ops, "REDUCE_SPLIT", split)
+    x = make((2, 6, 5, 7), "NHWC", rng=rng)
+    y = poisoned((2, 6, 1, 1), "NHWC")
+    pooling.adaptive_pooling_forward(x, y, 1, 1.0, 0.0)
+    check(y, f64(x).mean((2, 3), keepdims=True), torch.float32, "y")
+
+
 @pytest.mark.parametrize("propagate", [False, True])
 def test_reduce_max_nan(propagate):
     a = torch.tensor([[1.0, float("nan"), 3.0, 3.0], [float("nan")] * 4], device=DEVICE)

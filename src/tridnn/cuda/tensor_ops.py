@@ -26,6 +26,19 @@ NUM_WARPS = 4
 # step): few programs (N*C / 64) each walk a long row, so each step must keep many bytes in
 # flight; on the H200 (64x256x56x56 bf16) 128 measured 1.68 TB/s, 32 1.50
 STRIDED_ROWS_BLOCK_R = 128
+# contiguous rows of at least 1024 (NCHW over H, W): one row per program, this many
+# positions a step (4096: a 56x56 plane in one masked step; measured 2.48 TB/s on the H200
+# against PyTorch's 2.57; the benchmark times 2048 and 1024 too)
+CONTIGUOUS_ROWS_BLOCK_R = 4096
+# Strided rows also split along the row when the row blocks alone give fewer programs
+# than this many per SM: each program reduces one part of its rows to a partial in a
+# workspace, and a second kernel combines the parts in a fixed order (deterministic, no
+# atomics). NHWC 64x256x56x56 has 256 row blocks for 132 SMs; with the split it runs
+# about 8 per SM. REDUCE_SPLIT forces the number of parts (None: chosen from the SMs;
+# 1: never split).
+SPLIT_PROGRAMS_PER_SM = 8
+REDUCE_SPLIT = None
+SPLIT_OPS = (RED_ADD, RED_MUL, RED_AVG, RED_NORM1, RED_NORM2, RED_MUL_NO_ZEROS)  # partials combine exactly so
 
 
 @triton.jit
@@ -209,14 +222,19 @@ def op_tensor(a, b, c, op: int, alpha1=1.0, alpha2=1.0, beta=0.0, propagate_nan=
 
 # -- reduction -------------------------------------------------------------------------
 @triton.jit
-def _reduce_kernel(a_ptr, c_ptr, idx_ptr, K, K2, R, sa_k1, sa_k2, sa_r, sc_k, alpha, beta,
+def _reduce_kernel(a_ptr, c_ptr, idx_ptr, part_ptr, K, K2, R, CHUNK, sa_k1, sa_k2, sa_r, sc_k, alpha, beta,
                    OP: tl.constexpr, WITH_INDICES: tl.constexpr, HAS_BETA: tl.constexpr,
-                   PROPAGATE_NAN: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr):
+                   PROPAGATE_NAN: tl.constexpr, SPLIT: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
+                   BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr):
     """Reduce each of BLOCK_K rows of length R (stride sa_r) to one value, looping over R.
-    Row k starts at (k // K2) * sa_k1 + (k % K2) * sa_k2, so NHWC's (n, c) rows need no copy."""
+    Row k starts at (k // K2) * sa_k1 + (k % K2) * sa_k2, so NHWC's (n, c) rows need no copy.
+    SPLIT: program (i, j) takes positions [j * CHUNK, (j + 1) * CHUNK) of its rows and
+    stores the raw partial (sum or product) at part_ptr[j * K + k] for _combine_kernel."""
     k = first_index(BLOCK_K, BIG) + tl.arange(0, BLOCK_K)
     k_mask = k < K
     a_row = (k // K2) * sa_k1 + (k % K2) * sa_k2
+    r_begin = tl.program_id(1) * CHUNK
+    r_end = tl.minimum(R, r_begin + CHUNK)
     if OP == 1 or OP == 8:
         acc = tl.full([BLOCK_K, BLOCK_R], 1.0, COMPUTE)
     elif OP == 2:
@@ -228,9 +246,9 @@ def _reduce_kernel(a_ptr, c_ptr, idx_ptr, K, K2, R, sa_k1, sa_k2, sa_r, sc_k, al
     arg = tl.zeros([BLOCK_K, BLOCK_R], tl.int32)
     nan_at = tl.full([BLOCK_K, BLOCK_R], 2147483647, tl.int32)  # first NaN's index per lane
     seen = tl.zeros([BLOCK_K, BLOCK_R], tl.int1)  # a non-NaN value was seen
-    for r0 in range(0, R, BLOCK_R):
+    for r0 in range(r_begin, r_end, BLOCK_R):
         r = r0 + tl.arange(0, BLOCK_R)
-        mask = k_mask[:, None] & (r[None, :] < R)
+        mask = k_mask[:, None] & (r[None, :] < r_end)
         a = tl.load(a_ptr + a_row[:, None] + r[None, :] * sa_r, mask=mask, other=0.0).to(COMPUTE)
         if OP == 0 or OP == 5:
             acc += a
@@ -261,6 +279,9 @@ def _reduce_kernel(a_ptr, c_ptr, idx_ptr, K, K2, R, sa_k1, sa_k2, sa_r, sc_k, al
         value = tl.reduce(acc, 1, _multiply)
     else:
         value = tl.sum(acc, axis=1)
+    if SPLIT:
+        tl.store(part_ptr + tl.program_id(1) * K + k, value, mask=k_mask)
+        return
     if OP == 5:
         value = value / R
     if OP == 7:
@@ -285,6 +306,54 @@ def _reduce_kernel(a_ptr, c_ptr, idx_ptr, K, K2, R, sa_k1, sa_k2, sa_r, sc_k, al
 @triton.jit
 def _multiply(a, b):
     return a * b
+
+
+@triton.jit
+def _combine_kernel(part_ptr, c_ptr, K, S, R, sc_k, alpha, beta,
+                    OP: tl.constexpr, HAS_BETA: tl.constexpr, COMPUTE: tl.constexpr,
+                    BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr):
+    """c[k] from the S partials part[j * K + k] of _reduce_kernel (SPLIT), in a fixed
+    order: sum (product for MUL), then AVG's division and NORM2's root, then the blend."""
+    k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
+    k_mask = k < K
+    if OP == 1 or OP == 8:
+        acc = tl.full([BLOCK_S, BLOCK_K], 1.0, COMPUTE)
+    else:
+        acc = tl.zeros([BLOCK_S, BLOCK_K], COMPUTE)
+    for j0 in range(0, S, BLOCK_S):
+        j = j0 + tl.arange(0, BLOCK_S)
+        mask = (j[:, None] < S) & k_mask[None, :]
+        p = tl.load(part_ptr + j[:, None] * K + k[None, :], mask=mask, other=1.0 if OP == 1 or OP == 8 else 0.0)
+        if OP == 1 or OP == 8:
+            acc *= p
+        else:
+            acc += p
+    if OP == 1 or OP == 8:
+        value = tl.reduce(acc, 0, _multiply)
+    else:
+        value = tl.sum(acc, axis=0)
+    if OP == 5:
+        value = value / R
+    if OP == 7:
+        value = tl.sqrt(value)
+    blend_store(c_ptr, k * sc_k, k_mask, value, alpha, beta, HAS_BETA)
+
+
+def _split_parts(a, op, K, R, block_k, block_r, strided) -> int:
+    """How many parts each row is cut into (1: no split; see SPLIT_PROGRAMS_PER_SM)."""
+    if not strided or op not in SPLIT_OPS:
+        return 1
+    max_parts = triton.cdiv(R, block_r)
+    if REDUCE_SPLIT is not None:
+        return max(1, min(int(REDUCE_SPLIT), max_parts))
+    from .common import sm_count
+    if a.device.type != "cuda":
+        return 1
+    programs = triton.cdiv(K, block_k)
+    want = sm_count(a.device) * SPLIT_PROGRAMS_PER_SM
+    if programs * 2 > want:
+        return 1
+    return max(1, min(triton.cdiv(want, programs), max_parts))
 
 
 def reduce_tensor(a, c, indices, workspace, op: int, alpha=1.0, beta=0.0, propagate_nan=False) -> None:
@@ -329,18 +398,30 @@ def reduce_tensor(a, c, indices, workspace, op: int, alpha=1.0, beta=0.0, propag
     if indices is not None:
         idx1 = torch.empty(K, dtype=torch.int32, device=c.device)
     _, beta, has_beta = blend_args(alpha, beta)
-    if sa_r != 1 and sa_k2 == 1 and K2 > 1:  # kept dim contiguous (NHWC over H, W): tile along it
+    strided = sa_r != 1 and sa_k2 == 1 and K2 > 1
+    if strided:  # kept dim contiguous (NHWC over H, W): tile along it
         block_k = min(triton.next_power_of_2(K2), 64)
         block_r = min(triton.next_power_of_2(R), STRIDED_ROWS_BLOCK_R)
     else:
         block_k = 1 if R >= 1024 else 16
-        block_r = min(triton.next_power_of_2(R), 4096 if block_k == 1 else 256)
-    _reduce_kernel[(triton.cdiv(K, block_k),)](
-        a2, c1, idx1 if idx1 is not None else c1, K, K2, R, sa_k1, sa_k2, sa_r, c1.stride(0),
+        block_r = min(triton.next_power_of_2(R), CONTIGUOUS_ROWS_BLOCK_R if block_k == 1 else 256)
+    parts = _split_parts(a, op, K, R, block_k, block_r, strided)
+    chunk = triton.cdiv(triton.cdiv(R, parts), block_r) * block_r  # whole steps per part
+    parts = triton.cdiv(R, chunk)
+    compute = compute_dtype(a)
+    part = torch.empty(parts * K if parts > 1 else 1, dtype=torch.float64 if compute == tl.float64 else
+                       torch.float32, device=a.device)
+    _reduce_kernel[(triton.cdiv(K, block_k), parts)](
+        a2, c1, idx1 if idx1 is not None else c1, part, K, K2, R, chunk, sa_k1, sa_k2, sa_r, c1.stride(0),
         float(alpha), beta, OP=op, WITH_INDICES=indices is not None, HAS_BETA=has_beta,
-        PROPAGATE_NAN=bool(propagate_nan),
-        BIG=needs_int64(a2, c1), COMPUTE=compute_dtype(a), BLOCK_K=block_k, BLOCK_R=block_r,
+        PROPAGATE_NAN=bool(propagate_nan), SPLIT=parts > 1,
+        BIG=needs_int64(a2, c1), COMPUTE=compute, BLOCK_K=block_k, BLOCK_R=block_r,
         num_warps=8 if block_r >= 2048 or block_k * block_r >= 8192 else 4)
+    if parts > 1:
+        block_s = min(triton.next_power_of_2(parts), 16)
+        _combine_kernel[(triton.cdiv(K, 256),)](
+            part, c1, K, parts, R, c1.stride(0), float(alpha), beta, OP=op, HAS_BETA=has_beta, COMPUTE=compute,
+            BLOCK_K=256, BLOCK_S=block_s, num_warps=4)
     if staged:
         c_kept.copy_(c1.view(c_kept.shape))
     if indices is not None:
