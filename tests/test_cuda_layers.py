@@ -417,6 +417,38 @@ def test_layer_and_rms_norm(norm_ndim, layout, dtype, long_rows, rng, monkeypatc
     check(dscale, ds_ref, dt if dt != torch.float64 else torch.float32, "rms dscale", scale=2.0)
 
 
+@pytest.mark.parametrize("one_pass", [False, True], ids=["two-pass", "one-pass"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+def test_row_norms_several_rows_per_program(one_pass, dtype, rng, monkeypatch):
+    """Rows of 1024 < K <= MAX_TILE take the kernel that loops over ROWS_PER_PROGRAM rows
+    (3 here, so the last program has one row of 7); statistics both ways, with blending."""
+    calls = []
+    monkeypatch.setattr(norms, "ROWS_PER_PROGRAM", 3)
+    monkeypatch.setattr(norms, "ONE_PASS_STATS", one_pass)
+    monkeypatch.setattr(norms, "_row_norm_rows_kernel", _Recorder(norms._row_norm_rows_kernel, "rows", calls))
+    dt = DTYPES[dtype]
+    R, K = 7, 1100
+    x = make((R, K), "NCHW", dt, rng=rng, scale=2.0)
+    x.add_(3.0)
+    scale = torch.as_tensor(rng.standard_normal(K), dtype=torch.float32, device=DEVICE)
+    bias = torch.as_tensor(rng.standard_normal(K), dtype=torch.float32, device=DEVICE)
+    y = make((R, K), "NCHW", dt, rng=rng)
+    old = f64(y)
+    mean = torch.full((R,), float("nan"), device=DEVICE)
+    inv = torch.full((R,), float("nan"), device=DEVICE)
+    norms.layer_norm_forward(x, y, scale, bias, mean, inv, 1, 1e-5, 1.5, 0.5)
+    y_ref, mean_ref, inv_ref = ref_norm.layer_norm(f64(x), f64(scale), f64(bias), 1, 1e-5)
+    check(y, 1.5 * y_ref + 0.5 * old, dt, "y", scale=2.0)
+    check(mean, mean_ref, torch.float32, "mean")
+    check(inv, inv_ref, torch.float32, "inv_std")
+    y = poisoned((R, K), "NCHW", dt)
+    norms.rms_norm_forward(x, y, scale, inv, 1, 1e-5, 1.0, 0.0)
+    y_ref, inv_ref = ref_norm.rms_norm(f64(x), f64(scale), 1, 1e-5)
+    check(y, y_ref, dt, "rms y", scale=2.0)
+    check(inv, inv_ref, torch.float32, "inv_rms")
+    assert calls == ["rows", "rows"]
+
+
 @pytest.mark.parametrize("groups", [1, 2, 6])
 @pytest.mark.parametrize("layout,dtype", [("NCHW", "float32"), ("NHWC", "bfloat16"), ("strided", "float32")])
 def test_group_norm(groups, layout, dtype, rng):

@@ -27,6 +27,13 @@ from .layer_utils import (NCSStaging, blend_args, channels_last, check_dtypes, c
                           ncs_strides, needs_int64)
 
 MAX_TILE = 8192
+# rows of more than 1024 elements that fit one tile (layer/RMS norm forward): each
+# program loops over this many rows and loads scale and bias once (1: the one-row
+# kernel, which reloads them per row; it measured 2.63 TB/s for layer norm on 32768 x
+# 4096 bf16 on the H200, PyTorch 2.66). ONE_PASS_STATS: mean and variance from one
+# fused reduction of (x - x[0], (x - x[0])**2) instead of the mean, then the squares.
+ROWS_PER_PROGRAM = 4
+ONE_PASS_STATS = False
 
 
 # -- rows: layer norm and RMS norm ----------------------------------------------------------
@@ -89,6 +96,65 @@ def _row_norm_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_pt
             y += tl.load(bias_ptr + k, mask=k_mask, other=0.0).to(COMPUTE)[None, :]
         y = y.to(COMPUTE) * alpha
         y_off = r[:, None] * ysr + k[None, :] * ysk
+        if HAS_BETA:
+            y += tl.load(y_ptr + y_off, mask=mask, other=0.0).to(COMPUTE) * beta
+        tl.store(y_ptr + y_off, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _add_pair(a0, a1, b0, b1):
+    return a0 + b0, a1 + b1
+
+
+@triton.jit
+def _row_norm_rows_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_ptr, R, K,
+                          xsr, xsk, ysr, ysk, eps: tl.float64, alpha: tl.float64, beta: tl.float64,
+                          RMS: tl.constexpr, HAS_BIAS: tl.constexpr, SAVE: tl.constexpr,
+                          HAS_BETA: tl.constexpr, ONE_PASS: tl.constexpr, BIG: tl.constexpr,
+                          COMPUTE: tl.constexpr, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    """ROWS consecutive rows of K <= BLOCK_K elements, one after the other: scale and bias
+    are loaded once per program (not once per row), each row is read once and written once."""
+    eps, alpha, beta = tl.full([], eps, COMPUTE), tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
+    # the parameters, kept in registers for all rows
+    k = tl.arange(0, BLOCK_K)
+    k_mask = k < K
+    w = tl.load(scale_ptr + k, mask=k_mask, other=0.0).to(COMPUTE)
+    if HAS_BIAS:
+        b = tl.load(bias_ptr + k, mask=k_mask, other=0.0).to(COMPUTE)
+    first = tl.program_id(0) * ROWS
+    if BIG:
+        first = first.to(tl.int64)
+    for i in range(ROWS):
+        r = first + i
+        row_ok = r < R
+        mask = k_mask & row_ok
+        x = tl.load(x_ptr + r * xsr + k * xsk, mask=mask, other=0.0).to(COMPUTE)
+        # statistics
+        if RMS:
+            mean = 0.0
+            var = tl.sum(x * x, axis=0) / K
+        elif ONE_PASS:
+            shift = tl.load(x_ptr + r * xsr, mask=row_ok, other=0.0).to(COMPUTE)
+            d = tl.where(mask, x - shift, 0.0)
+            s1, s2 = tl.reduce((d, d * d), 0, _add_pair)
+            m_shift = s1 / K
+            var = tl.maximum(s2 / K - m_shift * m_shift, 0.0)
+            mean = shift + m_shift
+        else:
+            mean = tl.sum(x, axis=0) / K
+            d = tl.where(mask, x - mean, 0.0)
+            var = tl.sum(d * d, axis=0) / K
+        inv = 1.0 / tl.sqrt(var + eps)
+        if SAVE:
+            if not RMS:
+                tl.store(mean_ptr + r, mean.to(mean_ptr.dtype.element_ty), mask=row_ok)
+            tl.store(inv_ptr + r, inv.to(inv_ptr.dtype.element_ty), mask=row_ok)
+        # normalize, blend, store
+        y = (x - mean) * inv * w
+        if HAS_BIAS:
+            y += b
+        y = y.to(COMPUTE) * alpha
+        y_off = r * ysr + k * ysk
         if HAS_BETA:
             y += tl.load(y_ptr + y_off, mask=mask, other=0.0).to(COMPUTE) * beta
         tl.store(y_ptr + y_off, y.to(y_ptr.dtype.element_ty), mask=mask)
@@ -310,6 +376,16 @@ def _row_forward(x, y, scale, bias, mean, inv, norm_ndim, epsilon, alpha, beta, 
     inv_f = _flat(inv, staging, True) if save else None
     scale_f, bias_f = _flat(scale), _flat(bias)
     block_r, block_k, single, warps = _row_tiles(R, K)
+    if single and block_r == 1 and ROWS_PER_PROGRAM > 1 and R > 1:
+        rows = min(int(ROWS_PER_PROGRAM), R)
+        _row_norm_rows_kernel[(triton.cdiv(R, rows),)](
+            xv, yv, scale_f, bias_f if bias_f is not None else scale_f, mean_f if mean_f is not None else xv,
+            inv_f if inv_f is not None else xv, R, K, xv.stride(0), xv.stride(1), yv.stride(0), yv.stride(1),
+            float(epsilon), alpha, beta, RMS=rms, HAS_BIAS=bias_f is not None, SAVE=save, HAS_BETA=has_beta,
+            ONE_PASS=bool(ONE_PASS_STATS), BIG=needs_int64(xv, yv), COMPUTE=compute_dtype(x), ROWS=rows,
+            BLOCK_K=block_k, num_warps=warps)
+        staging.finish()
+        return
     _row_norm_forward_kernel[(triton.cdiv(R, block_r),)](
         xv, yv, scale_f, bias_f if bias_f is not None else scale_f, mean_f if mean_f is not None else xv,
         inv_f if inv_f is not None else xv, R, K, xv.stride(0), xv.stride(1), yv.stride(0), yv.stride(1),

@@ -409,8 +409,10 @@ def reduce_tensor(a, c, indices, workspace, op: int, alpha=1.0, beta=0.0, propag
     chunk = triton.cdiv(triton.cdiv(R, parts), block_r) * block_r  # whole steps per part
     parts = triton.cdiv(R, chunk)
     compute = compute_dtype(a)
-    part = torch.empty(parts * K if parts > 1 else 1, dtype=torch.float64 if compute == tl.float64 else
-                       torch.float32, device=a.device)
+    part = c1  # not read unless split
+    if parts > 1:
+        part = torch.empty(parts * K, dtype=torch.float64 if compute == tl.float64 else torch.float32,
+                           device=a.device)
     _reduce_kernel[(triton.cdiv(K, block_k), parts)](
         a2, c1, idx1 if idx1 is not None else c1, part, K, K2, R, chunk, sa_k1, sa_k2, sa_r, c1.stride(0),
         float(alpha), beta, OP=op, WITH_INDICES=indices is not None, HAS_BETA=has_beta,
