@@ -103,6 +103,23 @@ def test_activation_forward_backward(mode, layout, dtype, rng):
     check(dx, dx_ref, dt, "dx", scale=3.0)
 
 
+@pytest.mark.parametrize("layout", ["NCHW", "strided"])
+def test_activation_per_mode_tiles(layout, rng, monkeypatch):
+    """A TILES entry (elements per program, warps) for gelu: several programs and a
+    ragged last one, flat and strided, forward and backward."""
+    gelu = int(ActivationMode.GELU)
+    monkeypatch.setattr(activation, "TILES", {gelu: (64, 2)})
+    shape = (2, 3, 4, 7)  # 168 elements: 3 programs of 64
+    x = make(shape, layout, rng=rng, scale=2.0)
+    y = poisoned(shape, layout)
+    activation.activation_forward(x, y, mode=gelu, propagate_nan=False, alpha=1.0, beta=0.0)
+    check(y, ref_act.activation_forward(f64(x), ActivationMode.GELU, 0.0, 1.0), torch.float32, "y")
+    dy = make(shape, layout, rng=rng)
+    dx = poisoned(shape, layout)
+    activation.activation_backward(y, dy, x, dx, mode=gelu, alpha=1.0, beta=0.0)
+    check(dx, ref_act.activation_backward(f64(x), f64(dy), ActivationMode.GELU, 0.0, 1.0), torch.float32, "dx")
+
+
 def test_activation_nan_propagation_and_beta_zero_never_reads():
     x = torch.tensor([[float("nan"), -1.0, 2.0, 7.0]], device=DEVICE)
     for propagate, expected in ((False, [0.0, 0.0, 2.0, 6.0]), (True, [np.nan, 0.0, 2.0, 6.0])):
