@@ -14,6 +14,9 @@ calls, with one synchronize at the end. Rows, from the bottom of the stack up:
   functional    tridnn.functional.conv (plan cache by array signature)
   torch-op      torch.ops.tridnn.conv_forward (custom op dispatch + functional)
   F.conv2d      PyTorch's own conv2d (cuDNN) for scale
+  act-*         a relu on a 2x8x4x4 tensor: the custom op's Python function called
+                directly, tridnn.functional.activation, the op without and with autograd,
+                torch.relu
 
 then a cProfile of conv-fwd and of torch-op (top functions by own time), so the next change
 can aim at what actually costs. Results go to stdout and, with --out, host_overhead.json.
@@ -33,6 +36,7 @@ import triton
 
 import tridnn
 import tridnn.functional as TF
+import tridnn.torch.ops as tops  # registers torch.ops.tridnn
 
 
 @triton.jit
@@ -50,7 +54,7 @@ def per_call_us(fn, calls: int) -> float:
     return (time.perf_counter() - t0) / calls * 1e6
 
 
-def profile_top(fn, calls: int, top: int) -> str:
+def profile_top(fn, calls: int, top: int, sort="tottime") -> str:
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(calls):
@@ -58,7 +62,7 @@ def profile_top(fn, calls: int, top: int) -> str:
     prof.disable()
     torch.cuda.synchronize()
     s = io.StringIO()
-    pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(top)
+    pstats.Stats(prof, stream=s).sort_stats(sort).print_stats(top)
     return s.getvalue()
 
 
@@ -102,10 +106,25 @@ def main():
 
     rows["conv-fwd"] = per_call_us(conv_fwd, args.calls)
     rows["functional"] = per_call_us(lambda: TF.conv(x, w, None, 1, 1), args.calls)
-    import tridnn.torch  # noqa: F401  (registers torch.ops.tridnn)
     op = torch.ops.tridnn.conv_forward
     rows["torch-op"] = per_call_us(lambda: op(x, w, None, [1, 1], [1, 1], [1, 1], [1, 1], 1), args.calls)
     rows["F.conv2d"] = per_call_us(lambda: torch.nn.functional.conv2d(x, w, None, 1, 1), args.calls)
+    a = torch.randn(2, 8, 4, 4, device=dev)
+    ag = a.clone().requires_grad_(True)
+    act = torch.ops.tridnn.activation
+    rows["act-fn (op body, no dispatch)"] = per_call_us(lambda: tops.activation._init_fn(a, "relu", 0.0, 1.0),
+                                                        args.calls)
+    rows["act-functional"] = per_call_us(lambda: TF.activation(a, "relu"), args.calls)
+    rows["act-op"] = per_call_us(lambda: act(a, "relu", 0.0, 1.0), args.calls)
+    rows["act-op autograd"] = per_call_us(lambda: act(ag, "relu", 0.0, 1.0), args.calls)
+    rows["act-torch.relu"] = per_call_us(lambda: torch.relu(ag), args.calls)
+    bn = torch.ops.tridnn.batch_norm_training
+    gamma, beta_ = torch.ones(8, device=dev, requires_grad=True), torch.zeros(8, device=dev, requires_grad=True)
+    rmean, rvar = torch.zeros(8, device=dev), torch.ones(8, device=dev)
+    bn_call = lambda: bn(ag, gamma, beta_, rmean, rvar, 0.1, 1e-5)  # noqa: E731
+    rows["bn-op autograd"] = per_call_us(bn_call, args.calls)
+    rows["bn-torch"] = per_call_us(lambda: torch.nn.functional.batch_norm(ag, rmean, rvar, gamma, beta_, True),
+                                   args.calls)
 
     # GPU time of the conv kernel itself, so a row is not mistaken for host time
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -118,6 +137,9 @@ def main():
 
     prof_conv = profile_top(conv_fwd, args.calls // 4, args.top)
     prof_op = profile_top(lambda: op(x, w, None, [1, 1], [1, 1], [1, 1], [1, 1], 1), args.calls // 4, args.top)
+    prof_act = profile_top(lambda: act(ag, "relu", 0.0, 1.0), args.calls // 4, args.top, "cumulative")
+    print("=== cProfile act-op autograd (cumulative)\n" + prof_act)
+    print("=== cProfile bn-op autograd (cumulative)\n" + profile_top(bn_call, args.calls // 4, args.top, "cumulative"))
     print("=== cProfile conv-fwd\n" + prof_conv)
     print("=== cProfile torch-op\n" + prof_op)
     if args.out:
