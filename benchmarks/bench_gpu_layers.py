@@ -36,7 +36,7 @@ import triton  # noqa: E402
 from tridnn.cuda import activation, batchnorm, dropout, lrn, norms, pooling, softmax, tensor_ops  # noqa: E402
 
 if DRY_RUN:
-    DEVICE, DT, SPATIAL, ROWS = "cpu", torch.float32, (2, 32, 10, 10), (8, 64)
+    DEVICE, DT, SPATIAL, ROWS = "cpu", torch.float32, (2, 32, 10, 12), (8, 2048)  # W % 4 == 0, K > 1024
 else:
     DEVICE, DT, SPATIAL, ROWS = "cuda", torch.bfloat16, (64, 256, 56, 56), (32768, 4096)
 GROUPS = 32
@@ -136,7 +136,18 @@ def spatial_cases(layout):
         lambda: torch.ops.aten.threshold_backward(dy_full, x, 0.0), nbytes(x, dy_full, dx)))
     cases.append(Case("gelu bwd", lambda: activation.activation_backward(
         y, dy_full, x, dx, mode=101, coef=0.0, swish_beta=1.0, alpha=1.0, beta=0.0),
-        lambda: torch.ops.aten.gelu_backward(dy_full, x), nbytes(x, dy_full, dx)))
+        keep("gelub", lambda: torch.ops.aten.gelu_backward(dy_full, x)), nbytes(x, dy_full, dx),
+        lambda: (dx, out["gelub"])))
+    if layout == "NCHW":  # gelu with other (elements per program, warps); flat in both layouts
+        for block, warps in ((512, 4), (2048, 4), (2048, 8), (4096, 8)):
+            tile = lambda fn, block=block, warps=warps: switched(activation, "TILES", {101: (block, warps)}, fn)  # noqa: E731
+            cases.append(Case(f"gelu fwd [{block}x{warps} warps]", tile(lambda: activation.activation_forward(
+                x, y, mode=101, coef=0.0, swish_beta=1.0, propagate_nan=False, alpha=1.0, beta=0.0)),
+                keep("gelu", lambda: F.gelu(x)), nbytes(x, y), lambda: (y, out["gelu"])))
+            cases.append(Case(f"gelu bwd [{block}x{warps} warps]", tile(lambda: activation.activation_backward(
+                y, dy_full, x, dx, mode=101, coef=0.0, swish_beta=1.0, alpha=1.0, beta=0.0)),
+                keep("gelub", lambda: torch.ops.aten.gelu_backward(dy_full, x)), nbytes(x, dy_full, dx),
+                lambda: (dx, out["gelub"])))
 
     # pooling
     oh, ow = (H + 2 - 3) // 2 + 1, (W + 2 - 3) // 2 + 1
@@ -175,9 +186,13 @@ def spatial_cases(layout):
             cases.append(Case(f"{name} [gather]", switched(pooling, "ROW_KERNELS", False, fn), ref, moved,
                               lambda want=want, res=res: (res, want())))
     ay = torch.empty((N, C, 1, 1), device=DEVICE, dtype=DT).contiguous(memory_format=fmt)
-    cases.append(Case("adaptive avgpool 1x1 fwd", lambda: pooling.adaptive_pooling_forward(x, ay, 1, 1.0, 0.0),
-                      keep("adaptive", lambda: F.adaptive_avg_pool2d(x, 1)), nbytes(x, ay),
+    adaptive = lambda: pooling.adaptive_pooling_forward(x, ay, 1, 1.0, 0.0)  # noqa: E731
+    t_adaptive = keep("adaptive", lambda: F.adaptive_avg_pool2d(x, 1))
+    cases.append(Case("adaptive avgpool 1x1 fwd", adaptive, t_adaptive, nbytes(x, ay),
                       lambda: (ay, out["adaptive"])))
+    if layout == "NHWC":  # the reduction without the split along H * W
+        cases.append(Case("adaptive avgpool 1x1 fwd [no split]", switched(tensor_ops, "REDUCE_SPLIT", 1, adaptive),
+                          t_adaptive, nbytes(x, ay), lambda: (ay, out["adaptive"])))
 
     # batch norm; the alternative row flips L2_REUSE (on: the apply pass re-reads the
     # stats pass's last tiles from the L2 first, with cache hints)
@@ -251,15 +266,16 @@ def spatial_cases(layout):
     cases.append(Case("dropout0.1 bwd", lambda: dropout.dropout_backward(dy_full, dx, reserve, 0.1),
                       lambda: torch.ops.aten.native_dropout_backward(dy_full, tmask, 1 / 0.9),
                       nbytes(dy_full, reserve, dx)))
-    if layout == "NHWC":  # the tile kernel's earlier tile (32 channels x 32 W values)
-        small_tile = lambda fn: switched(dropout, "TILE_ELEMENTS", 1024, fn)  # noqa: E731
-        cases.append(Case("dropout0.1 fwd [1024 tile]",
-                          small_tile(lambda: dropout.dropout_forward(x, y, reserve, 0.1, 1234, 0)),
-                          lambda: torch.ops.aten.native_dropout(x, 0.1, True), nbytes(x, y, reserve)))
-        cases.append(Case("dropout0.1 bwd [1024 tile]",
-                          small_tile(lambda: dropout.dropout_backward(dy_full, dx, reserve, 0.1)),
-                          lambda: torch.ops.aten.native_dropout_backward(dy_full, tmask, 1 / 0.9),
-                          nbytes(dy_full, reserve, dx)))
+    if layout == "NHWC":  # the other NHWC_DRAW designs (dropout.py's docstring)
+        for draw in ("join", "reload"):
+            design = lambda fn, draw=draw: switched(dropout, "NHWC_DRAW", draw, fn)  # noqa: E731
+            cases.append(Case(f"dropout0.1 fwd [{draw}]",
+                              design(lambda: dropout.dropout_forward(x, y, reserve, 0.1, 1234, 0)),
+                              lambda: torch.ops.aten.native_dropout(x, 0.1, True), nbytes(x, y, reserve)))
+            cases.append(Case(f"dropout0.1 bwd [{draw}]",
+                              design(lambda: dropout.dropout_backward(dy_full, dx, reserve, 0.1)),
+                              lambda: torch.ops.aten.native_dropout_backward(dy_full, tmask, 1 / 0.9),
+                              nbytes(dy_full, reserve, dx)))
 
     # tensor ops
     bias = b.to(DT).view(1, C, 1, 1)
@@ -276,8 +292,12 @@ def spatial_cases(layout):
     reduce_hw = lambda: tensor_ops.reduce_tensor(x, red, None, None, 0, 1.0, 0.0, False)  # noqa: E731
     cases.append(Case("reduce sum HW", reduce_hw, keep("red", lambda: x.sum((2, 3), keepdim=True)), nbytes(x, red),
                       lambda: (red, out["red"])))
-    if layout == "NHWC":  # the earlier 64 x 32 step of the strided-row reduction
-        cases.append(Case("reduce sum HW [R step 32]", switched(tensor_ops, "STRIDED_ROWS_BLOCK_R", 32, reduce_hw),
+    # NHWC: the split along H * W off, and other programs per SM; NCHW: shorter steps
+    alternatives = ((("REDUCE_SPLIT", 1, "no split"), ("SPLIT_PROGRAMS_PER_SM", 4, "split 4/SM"),
+                     ("SPLIT_PROGRAMS_PER_SM", 16, "split 16/SM")) if layout == "NHWC" else
+                    (("CONTIGUOUS_ROWS_BLOCK_R", 2048, "R step 2048"), ("CONTIGUOUS_ROWS_BLOCK_R", 1024, "R step 1024")))
+    for name, value, label in alternatives:
+        cases.append(Case(f"reduce sum HW [{label}]", switched(tensor_ops, name, value, reduce_hw),
                           keep("red", lambda: x.sum((2, 3), keepdim=True)), nbytes(x, red),
                           lambda: (red, out["red"])))
     return cases
@@ -315,18 +335,26 @@ def row_cases():
         Case("log_softmax bwd", lambda: softmax.softmax_backward(tly, dy, dx, 2, 1, 1.0, 0.0),
              keep("lsmb", lambda: torch._log_softmax_backward_data(dy, tly, 1, DT)), nbytes(tly, dy, dx),
              lambda: (dx, out["lsmb"])),
-        Case("layernorm fwd", lambda: norms.layer_norm_forward(x, y, w, b, mean, inv, 1, 1e-5, 1.0, 0.0),
-             keep("ln", lambda: F.layer_norm(x, (K,), wb, bb, 1e-5)), nbytes(x, y), lambda: (y, out["ln"])),
     ]
+    ln_fwd = lambda: norms.layer_norm_forward(x, y, w, b, mean, inv, 1, 1e-5, 1.0, 0.0)  # noqa: E731
+    rms_fwd = lambda: norms.rms_norm_forward(x, y, w, inv, 1, 1e-5, 1.0, 0.0)  # noqa: E731
+    t_ln = keep("ln", lambda: F.layer_norm(x, (K,), wb, bb, 1e-5))
+    t_rms = keep("rms", lambda: F.rms_norm(x, (K,), w.to(DT), 1e-5))
+    cases.append(Case("layernorm fwd", ln_fwd, t_ln, nbytes(x, y), lambda: (y, out["ln"])))
+    # rows per program (1: the one-row kernel) and the one-pass statistics
+    for name, value, label in (("ROWS_PER_PROGRAM", 1, "1 row/program"), ("ROWS_PER_PROGRAM", 16, "16 rows/program"),
+                               ("ONE_PASS_STATS", True, "one-pass stats")):
+        cases.append(Case(f"layernorm fwd [{label}]", switched(norms, name, value, ln_fwd), t_ln, nbytes(x, y),
+                          lambda: (y, out["ln"])))
     _, tmean, trstd = torch.ops.aten.native_layer_norm(x, [K], wb, bb, 1e-5)
     cases.append(Case("layernorm bwd", lambda: norms.layer_norm_backward(x, dy, dx, w, ds, db, mean, inv, 1,
                                                                          1.0, 0.0),
                       keep("lnb", lambda: torch.ops.aten.native_layer_norm_backward(
                           dy, x, [K], tmean, trstd, wb, bb, [True, True, True])),
                       nbytes(x, dy, dx), lambda: (dx, first(out["lnb"]))))
-    cases.append(Case("rmsnorm fwd", lambda: norms.rms_norm_forward(x, y, w, inv, 1, 1e-5, 1.0, 0.0),
-                      keep("rms", lambda: F.rms_norm(x, (K,), w.to(DT), 1e-5)), nbytes(x, y),
-                      lambda: (y, out["rms"])))
+    cases.append(Case("rmsnorm fwd", rms_fwd, t_rms, nbytes(x, y), lambda: (y, out["rms"])))
+    cases.append(Case("rmsnorm fwd [1 row/program]", switched(norms, "ROWS_PER_PROGRAM", 1, rms_fwd), t_rms,
+                      nbytes(x, y), lambda: (y, out["rms"])))
     xr = x.detach().clone().requires_grad_()
     wr = w.to(DT).detach().clone().requires_grad_()
     rout = F.rms_norm(xr, (K,), wr, 1e-5)

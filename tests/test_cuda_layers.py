@@ -843,7 +843,7 @@ def test_public_api_matches_the_numpy_backend(rng):
 # -- full size on the GPU -----------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
-def test_gpu_full_size_layers(layout):
+def test_gpu_full_size_layers(layout, monkeypatch):
     """The benchmark shapes (64x256x56x56 bf16) against float64 torch on the GPU."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
@@ -900,10 +900,48 @@ def test_gpu_full_size_layers(layout):
     x_tail = x.contiguous().reshape(-1)[-tail:].double()
     expect = torch.where(torch.as_tensor(want, device="cuda") == 1, x_tail / 0.9, 0.0)
     assert (y_tail - expect).abs().max().item() <= 1e-2 * max(1.0, expect.abs().max().item())
+    if layout == "NHWC":  # every NHWC_DRAW design: NCHW's mask and outputs, bit for bit
+        xc = x.contiguous()
+        y_nchw, dx_nchw = torch.empty_like(xc), torch.empty_like(xc)
+        mask_nchw = torch.empty_like(reserve)
+        dropout.dropout_forward(xc, y_nchw, mask_nchw, 0.1, 99, 8)
+        dropout.dropout_backward(xc, dx_nchw, mask_nchw, 0.1)
+        assert torch.equal(mask_nchw, reserve)
+        for draw in ("split", "join", "reload"):
+            monkeypatch.setattr(dropout, "NHWC_DRAW", draw)
+            got, y, dx = torch.empty_like(reserve), torch.full_like(x, float("nan")), torch.full_like(x, float("nan"))
+            dropout.dropout_forward(x, y, got, 0.1, 99, 8)
+            dropout.dropout_backward(x, dx, got, 0.1)
+            assert torch.equal(got, mask_nchw), draw
+            assert torch.equal(y, y_nchw) and torch.equal(dx, dx_nchw), draw
+    # sum over H, W and global average pooling (NHWC: split along H * W, then combined)
+    for split in (None, 1):
+        monkeypatch.setattr(tensor_ops, "REDUCE_SPLIT", split)
+        red = torch.full((64, 256, 1, 1), float("nan"), device="cuda", dtype=torch.bfloat16)
+        tensor_ops.reduce_tensor(x, red, None, None, 0, 1.0, 0.0, False)
+        ref = xd.sum((2, 3), keepdim=True)
+        assert (red.double() - ref).abs().max().item() <= 1e-2 * max(1.0, ref.abs().max().item())
+        red.fill_(float("nan"))
+        pooling.adaptive_pooling_forward(x, red, 1, 1.0, 0.0)
+        ref = xd.mean((2, 3), keepdim=True)
+        assert (red.double() - ref).abs().max().item() <= 1e-2 * max(1.0, ref.abs().max().item())
+    # gelu forward and backward (float64 torch as the reference)
+    y = torch.full_like(x, float("nan"))
+    activation.activation_forward(x, y, mode=101, coef=0.0, swish_beta=1.0, propagate_nan=False, alpha=1.0, beta=0.0)
+    assert (y.double() - torch.nn.functional.gelu(xd)).abs().max().item() < 2e-2
+    dx = torch.full_like(x, float("nan"))
+    dy = torch.randn(x.shape, device="cuda", generator=g).to(x.dtype).contiguous(memory_format=torch.channels_last
+                                                                              if layout == "NHWC" else
+                                                                              torch.contiguous_format)
+    activation.activation_backward(y, dy, x, dx, mode=101, coef=0.0, swish_beta=1.0, alpha=1.0, beta=0.0)
+    ref = torch.ops.aten.gelu_backward(dy.double(), xd)
+    assert (dx.double() - ref).abs().max().item() <= 2e-2 * max(1.0, ref.abs().max().item())
 
 
 @pytest.mark.gpu
-def test_gpu_full_size_rows():
+@pytest.mark.parametrize("rows,one_pass", [(None, False), (1, False), (None, True)],
+                         ids=["default", "one-row", "one-pass"])
+def test_gpu_full_size_rows(rows, one_pass, monkeypatch):
     """Softmax and the row norms on 32768 x 4096 bf16 against float64 torch."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
@@ -915,6 +953,16 @@ def test_gpu_full_size_rows():
     assert (y.double() - torch.softmax(xd, 1)).abs().max().item() < 1e-2
     w = torch.randn(4096, device="cuda", generator=g)
     b = torch.randn(4096, device="cuda", generator=g)
-    norms.layer_norm_forward(x, y, w, b, None, None, 1, 1e-5, 1.0, 0.0)
+    if rows is not None:
+        monkeypatch.setattr(norms, "ROWS_PER_PROGRAM", rows)
+    monkeypatch.setattr(norms, "ONE_PASS_STATS", one_pass)
+    mean, inv = torch.full((32768,), float("nan"), device="cuda"), torch.full((32768,), float("nan"), device="cuda")
+    norms.layer_norm_forward(x, y, w, b, mean, inv, 1, 1e-5, 1.0, 0.0)
     ref = torch.nn.functional.layer_norm(xd, (4096,), w.double(), b.double(), 1e-5)
+    assert (y.double() - ref).abs().max().item() < 0.1
+    assert (mean.double() - xd.mean(1)).abs().max().item() < 1e-4
+    assert (inv.double() - 1 / (xd.var(1, unbiased=False) + 1e-5).sqrt()).abs().max().item() < 1e-4
+    y.fill_(float("nan"))
+    norms.rms_norm_forward(x, y, w, inv, 1, 1e-5, 1.0, 0.0)
+    ref = xd / (xd.square().mean(1, keepdim=True) + 1e-5).sqrt() * w.double()
     assert (y.double() - ref).abs().max().item() < 0.1
