@@ -266,16 +266,20 @@ def spatial_cases(layout):
     cases.append(Case("dropout0.1 bwd", lambda: dropout.dropout_backward(dy_full, dx, reserve, 0.1),
                       lambda: torch.ops.aten.native_dropout_backward(dy_full, tmask, 1 / 0.9),
                       nbytes(dy_full, reserve, dx)))
-    if layout == "NHWC":  # the other NHWC_DRAW designs (dropout.py's docstring)
-        for draw in ("join", "reload"):
+    if layout == "NHWC":  # the other NHWC_DRAW designs of each direction (dropout.py's docstring)
+        default = dropout.NHWC_DRAW if isinstance(dropout.NHWC_DRAW, dict) else \
+            {"forward": dropout.NHWC_DRAW, "backward": dropout.NHWC_DRAW}
+        for draw in ("split", "join", "reload"):
             design = lambda fn, draw=draw: switched(dropout, "NHWC_DRAW", draw, fn)  # noqa: E731
-            cases.append(Case(f"dropout0.1 fwd [{draw}]",
-                              design(lambda: dropout.dropout_forward(x, y, reserve, 0.1, 1234, 0)),
-                              lambda: torch.ops.aten.native_dropout(x, 0.1, True), nbytes(x, y, reserve)))
-            cases.append(Case(f"dropout0.1 bwd [{draw}]",
-                              design(lambda: dropout.dropout_backward(dy_full, dx, reserve, 0.1)),
-                              lambda: torch.ops.aten.native_dropout_backward(dy_full, tmask, 1 / 0.9),
-                              nbytes(dy_full, reserve, dx)))
+            if draw != default["forward"]:
+                cases.append(Case(f"dropout0.1 fwd [{draw}]",
+                                  design(lambda: dropout.dropout_forward(x, y, reserve, 0.1, 1234, 0)),
+                                  lambda: torch.ops.aten.native_dropout(x, 0.1, True), nbytes(x, y, reserve)))
+            if draw != default["backward"]:
+                cases.append(Case(f"dropout0.1 bwd [{draw}]",
+                                  design(lambda: dropout.dropout_backward(dy_full, dx, reserve, 0.1)),
+                                  lambda: torch.ops.aten.native_dropout_backward(dy_full, tmask, 1 / 0.9),
+                                  nbytes(dy_full, reserve, dx)))
 
     # tensor ops
     bias = b.to(DT).view(1, C, 1, 1)

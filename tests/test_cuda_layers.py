@@ -598,6 +598,11 @@ def test_dropout_takes_the_grouped_kernels(layout, kernel, rng, monkeypatch):
     dropout.dropout_backward(x, poisoned(shape, layout), reserve, 0.5)
     assert calls == [kernel, kernel]
     np.testing.assert_array_equal(reserve.cpu().numpy(), cpu_dropout.dropout_mask(shape, 0.5, 3, 16))
+    if layout != "NCHW":  # one design per direction
+        monkeypatch.setattr(dropout, "NHWC_DRAW", {"forward": "join", "backward": "reload"})
+        dropout.dropout_forward(x, poisoned(shape, layout), reserve, 0.5, 3, 16)
+        dropout.dropout_backward(x, poisoned(shape, layout), reserve, 0.5)
+        assert calls[2:] == ["_dropout_join_kernel", "_dropout_tile_kernel"]
 
 
 @pytest.mark.parametrize("draw", list(TILE_KERNELS))

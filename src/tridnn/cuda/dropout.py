@@ -39,10 +39,12 @@ TILE_W = 32       # W values per tile-kernel program (32 mask bytes: one sector)
 # measured 1.84 TB/s forward and 3.58 backward on the H200 (NHWC bf16), against 1.72 and
 # 2.87 with 1024 (32 channels, 64-byte runs)
 TILE_ELEMENTS = 4096
-# the NHWC forward/backward tile kernel: "split" (default), "join" or "reload" (the
-# module docstring says what each does; the benchmark times all three). The reload tile
-# measured 1.84 TB/s forward on the H200 (PyTorch 2.74), NCHW's flat kernel 3.17
-NHWC_DRAW = "split"
+# the NHWC tile kernel per direction (or one name for both): "split", "join" or "reload"
+# (the module docstring says what each does; the benchmark times all three). The reload
+# tile measured 1.84 TB/s forward (PyTorch 2.74; NCHW's flat kernel 3.17) and 3.58
+# backward on the H200. Compiled for sm_90, split and join move the same vectors as
+# reload (16-byte data runs) without its mask store/barrier/reload in the forward.
+NHWC_DRAW = {"forward": "split", "backward": "reload"}
 NUM_WARPS = 4
 MASK62 = (1 << 62) - 1
 
@@ -361,21 +363,22 @@ def _tile_launch(src, dst, mask, plan, first_block, rng, common):
     geometry = (plan["I"], W4, plan["dims"][1], plan["dims"][2], rng["seed"], first_block, rng["threshold"],
                 rng["scale"], *plan["src"], *plan["dst"], *plan["logical"])
     big = _needs_int64(src, dst, mask)
-    if NHWC_DRAW == "split":
+    draw = NHWC_DRAW[("backward", "forward")[common["FORWARD"]]] if isinstance(NHWC_DRAW, dict) else NHWC_DRAW
+    if draw == "split":
         packed = mask.data_ptr() % 4 == 0  # numel is a multiple of 4 (W is)
         _dropout_split_kernel[grid](
             src, dst, mask.view(torch.int32) if packed else mask, *geometry, **common, PACKED=packed, BIG=big,
             BLOCK_I=block_i, BLOCK_G=block_g, num_warps=max(1, min(8, block_g * block_i // 256)))
-    elif NHWC_DRAW == "join":
+    elif draw == "join":
         _dropout_join_kernel[grid](
             src, dst, mask, *geometry, **common, BIG=big, BLOCK_I=block_i, BLOCK_G=block_g,
             num_warps=NUM_WARPS if 4 * block_g * block_i <= 1024 else 8)
-    elif NHWC_DRAW == "reload":
+    elif draw == "reload":
         _dropout_tile_kernel[grid](
             src, dst, mask, *geometry, **common, BIG=big, BLOCK_I=block_i, BLOCK_W=4 * block_g,
             num_warps=NUM_WARPS if 4 * block_g * block_i <= 1024 else 8)
     else:
-        raise ValueError(f"dropout.NHWC_DRAW must be 'split', 'join' or 'reload', got {NHWC_DRAW!r}")
+        raise ValueError(f"dropout.NHWC_DRAW must name 'split', 'join' or 'reload', got {draw!r}")
 
 
 def _element_launch(src, dst, mask, numel, offset, rng, common):

@@ -281,26 +281,26 @@ def _reduce_kernel(a_ptr, c_ptr, idx_ptr, part_ptr, K, K2, R, CHUNK, sa_k1, sa_k
         value = tl.sum(acc, axis=1)
     if SPLIT:
         tl.store(part_ptr + tl.program_id(1) * K + k, value, mask=k_mask)
-        return
-    if OP == 5:
-        value = value / R
-    if OP == 7:
-        value = tl.sqrt(value)
-    if OP == 2 or OP == 3 or OP == 4:
-        # first index among the lanes holding the extreme value
-        hit = (acc == value[:, None]) & seen
-        first = tl.min(tl.where(hit, arg, 2147483647), axis=1)
-        first = tl.where(first == 2147483647, 0, first)
-        first_nan = tl.min(nan_at, axis=1)
-        any_seen = tl.max(seen.to(tl.int32), axis=1) > 0
-        if PROPAGATE_NAN:  # any NaN wins, at its first position
-            value = tl.where(first_nan < 2147483647, float("nan"), value)
-            first = tl.where(first_nan < 2147483647, first_nan, first)
-        else:  # NaN is skipped; a row of NaN only gives NaN
-            value = tl.where(any_seen, value, float("nan"))
-        if WITH_INDICES:
-            tl.store(idx_ptr + k, first.to(idx_ptr.dtype.element_ty), mask=k_mask)
-    blend_store(c_ptr, k * sc_k, k_mask, value, alpha, beta, HAS_BETA)
+    else:
+        if OP == 5:
+            value = value / R
+        if OP == 7:
+            value = tl.sqrt(value)
+        if OP == 2 or OP == 3 or OP == 4:
+            # first index among the lanes holding the extreme value
+            hit = (acc == value[:, None]) & seen
+            first = tl.min(tl.where(hit, arg, 2147483647), axis=1)
+            first = tl.where(first == 2147483647, 0, first)
+            first_nan = tl.min(nan_at, axis=1)
+            any_seen = tl.max(seen.to(tl.int32), axis=1) > 0
+            if PROPAGATE_NAN:  # any NaN wins, at its first position
+                value = tl.where(first_nan < 2147483647, float("nan"), value)
+                first = tl.where(first_nan < 2147483647, first_nan, first)
+            else:  # NaN is skipped; a row of NaN only gives NaN
+                value = tl.where(any_seen, value, float("nan"))
+            if WITH_INDICES:
+                tl.store(idx_ptr + k, first.to(idx_ptr.dtype.element_ty), mask=k_mask)
+        blend_store(c_ptr, k * sc_k, k_mask, value, alpha, beta, HAS_BETA)
 
 
 @triton.jit
@@ -323,11 +323,10 @@ def _combine_kernel(part_ptr, c_ptr, K, S, R, sc_k, alpha, beta,
     for j0 in range(0, S, BLOCK_S):
         j = j0 + tl.arange(0, BLOCK_S)
         mask = (j[:, None] < S) & k_mask[None, :]
-        p = tl.load(part_ptr + j[:, None] * K + k[None, :], mask=mask, other=1.0 if OP == 1 or OP == 8 else 0.0)
         if OP == 1 or OP == 8:
-            acc *= p
+            acc *= tl.load(part_ptr + j[:, None] * K + k[None, :], mask=mask, other=1.0)
         else:
-            acc += p
+            acc += tl.load(part_ptr + j[:, None] * K + k[None, :], mask=mask, other=0.0)
     if OP == 1 or OP == 8:
         value = tl.reduce(acc, 0, _multiply)
     else:
