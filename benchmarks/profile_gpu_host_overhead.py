@@ -16,7 +16,8 @@ calls, with one synchronize at the end. Rows, from the bottom of the stack up:
   F.conv2d      PyTorch's own conv2d (cuDNN) for scale
   act-*         a relu on a 2x8x4x4 tensor: the custom op's Python function called
                 directly, tridnn.functional.activation, the op without and with autograd,
-                torch.relu
+                the eager caller (tridnn.torch.ops.fast, what the nn layers use), torch.relu
+  bn-*          the same for a training-mode batch norm
 
 then a cProfile of conv-fwd and of torch-op (top functions by own time), so the next change
 can aim at what actually costs. Results go to stdout and, with --out, host_overhead.json.
@@ -117,12 +118,16 @@ def main():
     rows["act-functional"] = per_call_us(lambda: TF.activation(a, "relu"), args.calls)
     rows["act-op"] = per_call_us(lambda: act(a, "relu", 0.0, 1.0), args.calls)
     rows["act-op autograd"] = per_call_us(lambda: act(ag, "relu", 0.0, 1.0), args.calls)
+    rows["act-fast autograd (ops.fast)"] = per_call_us(lambda: tops.fast.activation(ag, "relu", 0.0, 1.0),
+                                                       args.calls)
     rows["act-torch.relu"] = per_call_us(lambda: torch.relu(ag), args.calls)
     bn = torch.ops.tridnn.batch_norm_training
     gamma, beta_ = torch.ones(8, device=dev, requires_grad=True), torch.zeros(8, device=dev, requires_grad=True)
     rmean, rvar = torch.zeros(8, device=dev), torch.ones(8, device=dev)
     bn_call = lambda: bn(ag, gamma, beta_, rmean, rvar, 0.1, 1e-5)  # noqa: E731
     rows["bn-op autograd"] = per_call_us(bn_call, args.calls)
+    rows["bn-fast autograd (ops.fast)"] = per_call_us(
+        lambda: tops.fast.batch_norm_training(ag, gamma, beta_, rmean, rvar, 0.1, 1e-5), args.calls)
     rows["bn-torch"] = per_call_us(lambda: torch.nn.functional.batch_norm(ag, rmean, rvar, gamma, beta_, True),
                                    args.calls)
 
@@ -139,7 +144,8 @@ def main():
     prof_op = profile_top(lambda: op(x, w, None, [1, 1], [1, 1], [1, 1], [1, 1], 1), args.calls // 4, args.top)
     prof_act = profile_top(lambda: act(ag, "relu", 0.0, 1.0), args.calls // 4, args.top, "cumulative")
     print("=== cProfile act-op autograd (cumulative)\n" + prof_act)
-    print("=== cProfile bn-op autograd (cumulative)\n" + profile_top(bn_call, args.calls // 4, args.top, "cumulative"))
+    bn_fast = lambda: tops.fast.batch_norm_training(ag, gamma, beta_, rmean, rvar, 0.1, 1e-5)  # noqa: E731
+    print("=== cProfile bn-fast autograd (cumulative)\n" + profile_top(bn_fast, args.calls // 4, args.top, "cumulative"))
     print("=== cProfile conv-fwd\n" + prof_conv)
     print("=== cProfile torch-op\n" + prof_op)
     if args.out:

@@ -38,18 +38,23 @@ def views(handle, inputs, outputs, in_place_ok: bool = False) -> list:
     outs = [None if a is None else backend.view(a, d, n, writable=True) for a, d, n in outputs]
     named_in = [(v, n) for v, (_, _, n) in zip(ins, inputs) if v is not None]
     named_out = [(v, n) for v, (_, _, n) in zip(outs, outputs) if v is not None]
+    span = getattr(backend, "span", None)  # byte extents computed once per view, not per pair
+    extent = {id(v): span(v) for v, _ in named_in + named_out} if span is not None else None
     for i, (out, out_name) in enumerate(named_out):
         for other, other_name in named_in + named_out[i + 1:]:
-            if not _overlap(backend, out, other):
+            if not _overlap(backend, out, other, extent):
                 continue
             if not (in_place_ok and _same_view(out, other)):
                 raise BadParamError(f"output {out_name} overlaps {other_name}; pass separate buffers")
     return ins + outs
 
 
-def _overlap(backend, a, b) -> bool:
+def _overlap(backend, a, b, extent=None) -> bool:
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         return bool(np.may_share_memory(a, b))
+    if extent is not None:
+        (a0, a1), (b0, b1) = extent[id(a)], extent[id(b)]
+        return a0 < b1 and b0 < a1
     shares = getattr(backend, "shares_memory", None)
     return bool(shares(a, b)) if shares is not None else False
 

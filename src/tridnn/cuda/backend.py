@@ -154,17 +154,20 @@ class TritonBackend:
         out.copy_(torch.randn(desc.dims, generator=gen, device=self.device, dtype=torch.float32))
         return out
 
+    @staticmethod
+    def span(t) -> tuple:
+        """(first byte, one past the last byte) a view can touch; (0, 0) when empty."""
+        if t.numel() == 0:
+            return (0, 0)
+        lo = t.data_ptr()
+        extent = 1
+        for d, s in zip(t.shape, t.stride()):
+            extent += (d - 1) * s
+        return lo, lo + extent * t.element_size()
+
     def shares_memory(self, a, b) -> bool:
         """Whether two views' byte ranges intersect (a cheap, conservative overlap test)."""
-        if a.numel() == 0 or b.numel() == 0:
-            return False
-        def span(t):
-            lo = t.data_ptr()
-            extent = 1
-            for d, s in zip(t.shape, t.stride()):
-                extent += (d - 1) * s
-            return lo, lo + extent * t.element_size()
-        (a0, a1), (b0, b1) = span(a), span(b)
+        (a0, a1), (b0, b1) = self.span(a), self.span(b)
         return a0 < b1 and b0 < a1
 
     # -- workspace ----------------------------------------------------------------

@@ -41,6 +41,7 @@ import triton
 import triton.language as tl
 
 from ..errors import BadParamError
+from .common import jit_run
 from .layer_utils import NCSStaging, channels_last, check_dtypes, compute_dtype, ncs_dims, ncs_strides, \
     needs_int64
 
@@ -450,7 +451,8 @@ def _launch_apply(lay, coef, alpha, beta, ops, x, splits, per, l2_order):
     alpha, beta = float(alpha), float(beta)
     if not l2_order:
         splits, per = 1, lay.N * lay.SB
-    _apply_kernel[lay.apply_grid(splits, per) if l2_order else (lay.N * lay.SB * triton.cdiv(lay.C, lay.block_c),)](
+    grid = lay.apply_grid(splits, per) if l2_order else (lay.N * lay.SB * triton.cdiv(lay.C, lay.block_c),)
+    jit_run(_apply_kernel, grid,
         lay.views["x"], lay.views["z"] if lay.views.get("z") is not None else lay.views["x"], lay.views["y"], coef,
         lay.N, lay.C, lay.S, lay.SB, splits, per, *lay.strides("x"), *lay.strides("z"), *lay.strides("y"),
         alpha, beta, OPS=int(ops), HAS_BETA=beta != 0.0, L2_ORDER=l2_order, BIG=lay.big,
@@ -460,9 +462,10 @@ def _launch_apply(lay, coef, alpha, beta, ops, x, splits, per, l2_order):
 
 def _launch_stats(lay, x, part, shift, splits_grid, per, keep):
     sn, sc, ss = lay.strides("x")
-    _stats_kernel[splits_grid](lay.views["x"], part, shift, lay.N, lay.C, lay.S, sn, sc, ss, lay.SB, per, keep,
-                               BIG=lay.big, BLOCK_S=lay.block_s, BLOCK_C=lay.block_c, KEEP_HINT=keep > 0,
-                               ACC=compute_dtype(x), num_warps=lay.warps)
+    jit_run(_stats_kernel, splits_grid,
+            lay.views["x"], part, shift, lay.N, lay.C, lay.S, sn, sc, ss, lay.SB, per, keep,
+            BIG=lay.big, BLOCK_S=lay.block_s, BLOCK_C=lay.block_c, KEEP_HINT=keep > 0,
+            ACC=compute_dtype(x), num_warps=lay.warps)
 
 
 def _finalize_grid(C):
@@ -491,7 +494,7 @@ def batch_norm_forward_training(x, z, y, scale, bias, running_mean, running_var,
     has_running = p["rmean"] is not None and p["rvar"] is not None
     has_saved = p["smean"] is not None and p["sinv"] is not None
     count = lay.N * lay.S
-    _finalize_kernel[_finalize_grid(lay.C)](
+    jit_run(_finalize_kernel, _finalize_grid(lay.C),
         part, shift, coef, p["scale"], p["bias"], p["rmean"] if has_running else coef,
         p["rvar"] if has_running else coef, p["smean"] if has_saved else coef, p["sinv"] if has_saved else coef,
         lay.C, splits, float(count), float(exp_avg_factor), float(epsilon),
@@ -513,8 +516,8 @@ def batch_norm_forward_inference(x, z, y, scale, bias, mean, var, mode, epsilon,
                    "mean": (mean, False, False), "var": (var, False, False)})
     coef = torch.empty(2 * lay.C, dtype=_workspace_dtype(x), device=x.device)
     p = lay.params
-    _inference_coef_kernel[(triton.cdiv(lay.C, 128),)](coef, p["scale"], p["bias"], p["mean"], p["var"], lay.C,
-                                                      float(epsilon), BLOCK_C=128)
+    jit_run(_inference_coef_kernel, (triton.cdiv(lay.C, 128),),
+            coef, p["scale"], p["bias"], p["mean"], p["var"], lay.C, float(epsilon), BLOCK_C=128)
     _launch_apply(lay, coef, alpha, beta, bn_ops, x, 1, lay.N * lay.SB, False)
     lay.staging.finish()
 
@@ -549,17 +552,18 @@ def batch_norm_backward(x, y, dy, dz, dx, scale, bias, dscale, dbias, saved_mean
     part = torch.empty(splits * 2 * C, dtype=acc, device=dev)
     v = lay.views
     keep = lay.keep_items(splits, 3 if relu else 2) if L2_REUSE else 0
-    _grad_stats_kernel[(tiles_c, splits)](
+    jit_run(_grad_stats_kernel, (tiles_c, splits),
         v["x"], v["y"] if relu else v["x"], v["dy"], part, stat, lay.N, C, lay.S,
         *lay.strides("x"), *lay.strides("y"), *lay.strides("dy"), lay.SB, per, keep,
         RELU=relu, BIG=lay.big, BLOCK_S=lay.block_s, BLOCK_C=lay.block_c, KEEP_HINT=keep > 0, ACC=compute_dtype(x),
         num_warps=lay.warps)
-    _grad_finalize_kernel[_finalize_grid(C)](
+    jit_run(_grad_finalize_kernel, _finalize_grid(C),
         part, stat, p["scale"], p["dscale"], p["dbias"], C, splits, float(lay.N * lay.S),
         float(alpha_param), float(beta_param), HAS_BETA_P=float(beta_param) != 0.0, BLOCK_SPLITS=BLOCK_SPLITS,
         BLOCK_C=FINALIZE_BLOCK_C, num_warps=8)
     apply_splits, apply_per = (splits, per) if L2_REUSE else (1, lay.N * lay.SB)
-    _grad_apply_kernel[lay.apply_grid(splits, per) if L2_REUSE else (lay.N * lay.SB * triton.cdiv(C, lay.block_c),)](
+    grid = lay.apply_grid(splits, per) if L2_REUSE else (lay.N * lay.SB * triton.cdiv(C, lay.block_c),)
+    jit_run(_grad_apply_kernel, grid,
         v["x"], v["y"] if relu else v["x"], v["dy"], v["dx"], v["dz"] if write_dz else v["dx"], stat,
         lay.N, C, lay.S, lay.SB, apply_splits, apply_per, *lay.strides("x"), *lay.strides("y"), *lay.strides("dy"),
         *lay.strides("dx"), *lay.strides("dz"), float(alpha_data), float(beta_data),
@@ -579,7 +583,7 @@ def _recompute_stats(lay, stat, epsilon, x):
     coef = torch.empty(2 * C, dtype=acc, device=x.device)
     ones = torch.ones(C, dtype=acc, device=x.device)
     _launch_stats(lay, x, part, shift, (tiles_c, splits), per, 0)
-    _finalize_kernel[_finalize_grid(C)](
+    jit_run(_finalize_kernel, _finalize_grid(C),
         part, shift, coef, ones, ones, coef, coef, stat, stat[C:], C, splits, float(lay.N * lay.S), 0.0,
         float(epsilon), HAS_RUNNING=False, HAS_SAVED=True, BLOCK_SPLITS=BLOCK_SPLITS, BLOCK_C=FINALIZE_BLOCK_C,
         num_warps=8)

@@ -148,12 +148,29 @@ def problem_key(problem) -> str:
 
 _compiled: dict = {}
 
+try:  # the raw handle of PyTorch's current stream, without a Stream object (what Triton uses)
+    from torch._C import _cuda_getCurrentRawStream as _raw_stream
+except ImportError:  # a CPU-only torch build: no CUDA launches happen
+    def _raw_stream(index):
+        return torch.cuda.current_stream(index).cuda_stream
+
 
 def _spec_key(args):
     """What Triton specializes a launch on: ints by value, tensors by dtype and 16-byte
     alignment, everything else by type."""
     return tuple(a if type(a) is int else (a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor)
                  else type(a) for a in args)
+
+
+_OPTIONS = frozenset(("num_warps", "num_stages", "num_ctas", "maxnreg"))
+
+
+def jit_run(kernel, grid, *args, **kwargs):
+    """``kernel[grid](*args, **kwargs)`` (arguments positional, constexprs and launch
+    options by keyword) through ``launch``'s cache of compiled kernels."""
+    consts = {k: v for k, v in kwargs.items() if k not in _OPTIONS}
+    options = {k: v for k, v in kwargs.items() if k in _OPTIONS}
+    launch(kernel, grid, args, consts, options)
 
 
 def launch(kernel, grid, args: tuple, consts: dict, options: dict, static=None):
@@ -182,13 +199,14 @@ def launch(kernel, grid, args: tuple, consts: dict, options: dict, static=None):
     entry = _compiled.get(full)
     if entry is None:
         compiled = kernel[grid](*args, **consts, **options)
-        slots = [(i, consts[n]) for i, n in enumerate(kernel.arg_names) if n in consts]
-        _compiled[full] = (compiled, slots)
+        if len(args) + len(consts) == len(kernel.arg_names):  # else defaults fill gaps: keep the JIT path
+            slots = [(i, consts[n]) for i, n in enumerate(kernel.arg_names) if n in consts]
+            _compiled[full] = (compiled, slots)
         return
     compiled, slots = entry
     values = list(args)
     for i, v in slots:
         values.insert(i, v)
     g = tuple(grid) + (1,) * (3 - len(grid))
-    compiled.run(g[0], g[1], g[2], torch.cuda.current_stream(device).cuda_stream, compiled.function,
+    compiled.run(g[0], g[1], g[2], _raw_stream(device.index), compiled.function,
                  compiled.packed_metadata, None, None, None, *values)

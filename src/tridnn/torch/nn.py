@@ -30,7 +30,7 @@ class _ConvMixin:
         else:
             pre, post = padding_pairs(self.padding, nd, tuple(input.shape[2:]), tuple(weight.shape[2:]),
                                       _tuple(self.stride, nd), _tuple(self.dilation, nd))
-        return ops.conv_forward(input, weight, bias, list(_tuple(self.stride, nd)), list(pre), list(post),
+        return ops.fast.conv_forward(input, weight, bias, list(_tuple(self.stride, nd)), list(pre), list(post),
                                 list(_tuple(self.dilation, nd)), self.groups)
 
 
@@ -63,7 +63,7 @@ class _BatchNormMixin:
             y = ops.batch_norm_train(x, self.weight, self.bias, self.running_mean if track else None,
                                      self.running_var if track else None, momentum, self.eps)
         else:
-            y = ops.batch_norm_inference(x, self.running_mean, self.running_var, self.weight, self.bias,
+            y = ops.fast.batch_norm_inference(x, self.running_mean, self.running_var, self.weight, self.bias,
                                          self.eps)
         return y.squeeze(-1) if squeeze else y
 
@@ -83,42 +83,42 @@ class BatchNorm3d(_BatchNormMixin, nn.BatchNorm3d):
 # -- activations ---------------------------------------------------------------------------------
 class ReLU(nn.ReLU):
     def forward(self, input):
-        return ops.activation(input, "relu", 0.0, 1.0)
+        return ops.fast.activation(input, "relu", 0.0, 1.0)
 
 
 class ReLU6(nn.ReLU6):
     def forward(self, input):
-        return ops.activation(input, "clipped_relu", 6.0, 1.0)
+        return ops.fast.activation(input, "clipped_relu", 6.0, 1.0)
 
 
 class LeakyReLU(nn.LeakyReLU):
     def forward(self, input):
-        return ops.activation(input, "leaky_relu", float(self.negative_slope), 1.0)
+        return ops.fast.activation(input, "leaky_relu", float(self.negative_slope), 1.0)
 
 
 class ELU(nn.ELU):
     def forward(self, input):
-        return ops.activation(input, "elu", float(self.alpha), 1.0)
+        return ops.fast.activation(input, "elu", float(self.alpha), 1.0)
 
 
 class Sigmoid(nn.Sigmoid):
     def forward(self, input):
-        return ops.activation(input, "sigmoid", 0.0, 1.0)
+        return ops.fast.activation(input, "sigmoid", 0.0, 1.0)
 
 
 class Tanh(nn.Tanh):
     def forward(self, input):
-        return ops.activation(input, "tanh", 0.0, 1.0)
+        return ops.fast.activation(input, "tanh", 0.0, 1.0)
 
 
 class SiLU(nn.SiLU):
     def forward(self, input):
-        return ops.activation(input, "swish", 0.0, 1.0)
+        return ops.fast.activation(input, "swish", 0.0, 1.0)
 
 
 class GELU(nn.GELU):
     def forward(self, input):
-        return ops.activation(input, "gelu_tanh" if self.approximate == "tanh" else "gelu", 0.0, 1.0)
+        return ops.fast.activation(input, "gelu_tanh" if self.approximate == "tanh" else "gelu", 0.0, 1.0)
 
 
 class Softplus(nn.Softplus):
@@ -126,12 +126,12 @@ class Softplus(nn.Softplus):
     (the two differ by less than exp(-threshold))."""
 
     def forward(self, input):
-        return ops.activation(input, "softplus", float(self.beta), 1.0)
+        return ops.fast.activation(input, "softplus", float(self.beta), 1.0)
 
 
 class Hardswish(nn.Hardswish):
     def forward(self, input):
-        return ops.activation(input, "hard_swish", 0.0, 1.0)
+        return ops.fast.activation(input, "hard_swish", 0.0, 1.0)
 
 
 # -- pooling -------------------------------------------------------------------------------------
@@ -151,7 +151,7 @@ class _MaxPoolMixin:
     nd = 2
 
     def forward(self, input):
-        return ops.pool(input, "max", *_pool_args(self, self.nd, "max"))
+        return ops.fast.pool(input, "max", *_pool_args(self, self.nd, "max"))
 
 
 class _AvgPoolMixin:
@@ -159,7 +159,7 @@ class _AvgPoolMixin:
 
     def forward(self, input):
         mode = "avg" if self.count_include_pad else "avg_exclude_pad"
-        return ops.pool(input, mode, *_pool_args(self, self.nd, "avg"))
+        return ops.fast.pool(input, mode, *_pool_args(self, self.nd, "avg"))
 
 
 class MaxPool1d(_MaxPoolMixin, nn.MaxPool1d):
@@ -195,7 +195,7 @@ class _AdaptiveMixin:
         size = [int(input.shape[2 + i]) if s is None else int(s) for i, s in enumerate(size)]
         if getattr(self, "return_indices", False):
             raise NotSupportedError("adaptive max pooling with return_indices has no tridnn equivalent")
-        return ops.adaptive_pool(input, self.mode, size)
+        return ops.fast.adaptive_pool(input, self.mode, size)
 
 
 class AdaptiveAvgPool1d(_AdaptiveMixin, nn.AdaptiveAvgPool1d):
@@ -232,12 +232,12 @@ def _softmax_dim(module, input):
 
 class Softmax(nn.Softmax):
     def forward(self, input):
-        return ops.softmax(input, _softmax_dim(self, input), False)
+        return ops.fast.softmax(input, _softmax_dim(self, input), False)
 
 
 class LogSoftmax(nn.LogSoftmax):
     def forward(self, input):
-        return ops.softmax(input, _softmax_dim(self, input), True)
+        return ops.fast.softmax(input, _softmax_dim(self, input), True)
 
 
 # torch.nn class -> tridnn class, for convert()

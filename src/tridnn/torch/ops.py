@@ -17,6 +17,15 @@ from torch import Tensor
 from ..api import functional as F
 from ..descriptors.tensor import packed_strides
 from ..types import TensorFormat
+from .eager import caller
+
+_formulas: dict = {}  # op -> (backward, setup_context), for the eager callers (``fast``)
+
+
+def _autograd(op, backward, setup_context):
+    """op.register_autograd, remembered so ``fast.<op>`` can use the same formulas."""
+    op.register_autograd(backward, setup_context=setup_context)
+    _formulas[op] = (backward, setup_context)
 
 
 # -- the device a kernel runs on ----------------------------------------------------------------
@@ -134,15 +143,15 @@ def _conv_backward(ctx, dy):
     geometry = ctx.geometry
     dx = dw = db = None
     if ctx.needs_input_grad[0]:
-        dx = conv_backward_data(dy, w, list(x.shape), *geometry)
+        dx = fast.conv_backward_data(dy, w, list(x.shape), *geometry)
     if ctx.needs_input_grad[1]:
-        dw = _in_strides_of(conv_backward_filter(x, dy, list(w.shape), *geometry), w)
+        dw = _in_strides_of(fast.conv_backward_filter(x, dy, list(w.shape), *geometry), w)
     if ctx.has_bias and ctx.needs_input_grad[2]:
         db = dy.sum(dim=[0] + list(range(2, dy.dim())))
     return dx, dw, db, None, None, None, None, None
 
 
-conv_forward.register_autograd(_conv_backward, setup_context=_conv_setup_context)
+_autograd(conv_forward, _conv_backward, _conv_setup_context)
 
 
 # The two backward passes are bilinear in their inputs, so their own gradients are the
@@ -155,12 +164,12 @@ def _bwd_data_setup_context(ctx, inputs, output):
 
 def _bwd_data_backward(ctx, g):
     dy, w = ctx.saved_tensors
-    d_dy = conv_forward(g, w, None, *ctx.geometry) if ctx.needs_input_grad[0] else None
-    d_w = conv_backward_filter(g, dy, list(w.shape), *ctx.geometry) if ctx.needs_input_grad[1] else None
+    d_dy = fast.conv_forward(g, w, None, *ctx.geometry) if ctx.needs_input_grad[0] else None
+    d_w = fast.conv_backward_filter(g, dy, list(w.shape), *ctx.geometry) if ctx.needs_input_grad[1] else None
     return d_dy, d_w, None, None, None, None, None, None
 
 
-conv_backward_data.register_autograd(_bwd_data_backward, setup_context=_bwd_data_setup_context)
+_autograd(conv_backward_data, _bwd_data_backward, _bwd_data_setup_context)
 
 
 def _bwd_filter_setup_context(ctx, inputs, output):
@@ -171,12 +180,12 @@ def _bwd_filter_setup_context(ctx, inputs, output):
 
 def _bwd_filter_backward(ctx, g):
     x, dy = ctx.saved_tensors
-    d_x = conv_backward_data(dy, g, list(x.shape), *ctx.geometry) if ctx.needs_input_grad[0] else None
-    d_dy = conv_forward(x, g, None, *ctx.geometry) if ctx.needs_input_grad[1] else None
+    d_x = fast.conv_backward_data(dy, g, list(x.shape), *ctx.geometry) if ctx.needs_input_grad[0] else None
+    d_dy = fast.conv_forward(x, g, None, *ctx.geometry) if ctx.needs_input_grad[1] else None
     return d_x, d_dy, None, None, None, None, None, None
 
 
-conv_backward_filter.register_autograd(_bwd_filter_backward, setup_context=_bwd_filter_setup_context)
+_autograd(conv_backward_filter, _bwd_filter_backward, _bwd_filter_setup_context)
 
 
 @torch.library.custom_op("tridnn::conv_bias_activation", mutates_args=())
@@ -238,10 +247,10 @@ def _pool_setup_context(ctx, inputs, output):
 
 def _pool_backward(ctx, dy):
     x, y = ctx.saved_tensors
-    return pool_backward(y, dy, x, *ctx.params), None, None, None, None
+    return fast.pool_backward(y, dy, x, *ctx.params), None, None, None, None
 
 
-pool.register_autograd(_pool_backward, setup_context=_pool_setup_context)
+_autograd(pool, _pool_backward, _pool_setup_context)
 
 
 @torch.library.custom_op("tridnn::adaptive_pool", mutates_args=())
@@ -276,10 +285,10 @@ def _adaptive_setup_context(ctx, inputs, output):
 
 def _adaptive_backward(ctx, dy):
     (x,) = ctx.saved_tensors
-    return adaptive_pool_backward(dy, x, ctx.mode), None, None
+    return fast.adaptive_pool_backward(dy, x, ctx.mode), None, None
 
 
-adaptive_pool.register_autograd(_adaptive_backward, setup_context=_adaptive_setup_context)
+_autograd(adaptive_pool, _adaptive_backward, _adaptive_setup_context)
 
 
 # -- activations -------------------------------------------------------------------------------------
@@ -315,10 +324,10 @@ def _act_setup_context(ctx, inputs, output):
 
 def _act_backward(ctx, dy):
     x, y = ctx.saved_tensors
-    return activation_backward(y, dy, x, *ctx.params), None, None, None
+    return fast.activation_backward(y, dy, x, *ctx.params), None, None, None
 
 
-activation.register_autograd(_act_backward, setup_context=_act_setup_context)
+_autograd(activation, _act_backward, _act_setup_context)
 
 
 # -- softmax ------------------------------------------------------------------------------------------
@@ -353,10 +362,10 @@ def _softmax_setup_context(ctx, inputs, output):
 
 def _softmax_backward(ctx, dy):
     (y,) = ctx.saved_tensors
-    return softmax_backward(y, dy, *ctx.params), None, None
+    return fast.softmax_backward(y, dy, *ctx.params), None, None
 
 
-softmax.register_autograd(_softmax_backward, setup_context=_softmax_setup_context)
+_autograd(softmax, _softmax_backward, _softmax_setup_context)
 
 
 # -- batch normalization ---------------------------------------------------------------------------------
@@ -393,7 +402,7 @@ def batch_norm_train(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor]
                      eps: float) -> Tensor:
     """Training-mode batch norm as torch.nn.BatchNorm does it: y, with the running
     statistics (when given) updated in place."""
-    y, _, _, new_mean, new_var = batch_norm_training(x, weight, bias, running_mean, running_var,
+    y, _, _, new_mean, new_var = fast.batch_norm_training(x, weight, bias, running_mean, running_var,
                                                      momentum, eps)
     if running_mean is not None:
         with torch.no_grad():
@@ -427,14 +436,14 @@ def _bn_setup_context(ctx, inputs, output):
 
 def _bn_backward(ctx, dy, _dmean, _dinv, _drunning_mean, _drunning_var):
     x, weight, mean, inv = ctx.saved_tensors
-    dx, dw, db = batch_norm_backward(x, dy, weight, mean, inv, ctx.eps)
+    dx, dw, db = fast.batch_norm_backward(x, dy, weight, mean, inv, ctx.eps)
     dw = dw.to(weight.dtype) if ctx.has[0] and ctx.needs_input_grad[1] else None
     db = db.to(weight.dtype if weight is not None else db.dtype) \
         if ctx.has[1] and ctx.needs_input_grad[2] else None
     return dx, dw, db, None, None, None, None
 
 
-batch_norm_training.register_autograd(_bn_backward, setup_context=_bn_setup_context)
+_autograd(batch_norm_training, _bn_backward, _bn_setup_context)
 
 
 @torch.library.custom_op("tridnn::batch_norm_inference", mutates_args=())
@@ -472,4 +481,19 @@ def _bn_inf_backward(ctx, dy):
     return dx, None, None, dw, db, None
 
 
-batch_norm_inference.register_autograd(_bn_inf_backward, setup_context=_bn_inf_setup_context)
+_autograd(batch_norm_inference, _bn_inf_backward, _bn_inf_setup_context)
+
+
+# -- eager callers ----------------------------------------------------------------------------------------
+class _Callers:
+    """``fast.<op>(...)``: each op's eager caller (see eager.py); what the nn layers and the
+    autograd formulas above call. ``torch.ops.tridnn.<op>`` stays the traceable op."""
+
+    def __init__(self, ops):
+        for op in ops:
+            setattr(self, op._name, caller(op, _formulas.get(op)))
+
+
+fast = _Callers([conv_forward, conv_backward_data, conv_backward_filter, conv_bias_activation, pool,
+                 pool_backward, adaptive_pool, adaptive_pool_backward, activation, activation_backward,
+                 softmax, softmax_backward, batch_norm_training, batch_norm_backward, batch_norm_inference])
