@@ -50,10 +50,18 @@ def fast_size(n: int) -> int:
 def fft_contract_kernel(x_ptr, w_ptr, y_ptr, F, C, Cg, Kg,
                         BLOCK_F: tl.constexpr, BLOCK_K: tl.constexpr):
     """Y[n, g*Kg + k, f] = sum_c X[n, g*Cg + c, f] * conj(W[g*Kg + k, c, f]); complex as
-    interleaved float32 pairs, X [N, C, F], W [K, Cg, F], Y [N, K, F]."""
-    ng = tl.program_id(0)
-    offs_f = tl.program_id(1) * BLOCK_F + tl.arange(0, BLOCK_F)
-    offs_k = tl.program_id(2) * BLOCK_K + tl.arange(0, BLOCK_K)
+    interleaved float32 pairs, X [N, C, F], W [K, Cg, F], Y [N, K, F].
+
+    One flat grid (frequency blocks fastest, then channel blocks, then image x group):
+    a large plane has millions of frequency blocks, beyond the 65535 of grid axes 1 and 2."""
+    pid = tl.program_id(0)
+    num_f = tl.cdiv(F, BLOCK_F)
+    num_k = tl.cdiv(Kg, BLOCK_K)
+    pid_f = pid % num_f
+    pid_k = (pid // num_f) % num_k
+    ng = pid // (num_f * num_k)
+    offs_f = pid_f.to(tl.int64) * BLOCK_F + tl.arange(0, BLOCK_F)
+    offs_k = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
     G = C // Cg
     n = ng // G
     g = ng % G
@@ -158,7 +166,8 @@ class FftForward(TritonConvAlgorithm):
         F = math.prod(X.shape[2:])
         geo = geometry(problem)
         bf, bk = (128, 16) if gpu else (16, 16)
-        launch(fft_contract_kernel, (geo.n * geo.groups, triton.cdiv(F, bf), triton.cdiv(geo.kg, bk)), (
+        programs = geo.n * geo.groups * triton.cdiv(F, bf) * triton.cdiv(geo.kg, bk)
+        launch(fft_contract_kernel, (programs,), (
             workspace["X"], workspace["W"], workspace["Y"], F, geo.c, geo.cg, geo.kg),
             dict(BLOCK_F=bf, BLOCK_K=bk), dict(num_warps=4 if gpu else 1))
         torch.fft.irfftn(Y, s=L, dim=dims, out=corr)
