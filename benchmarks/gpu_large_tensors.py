@@ -185,6 +185,9 @@ class Runner:
 
     def record(self, op, shape, elements, fn, note=""):
         """Run one check; a row of the table whatever happens."""
+        only = getattr(self.args, "only", None)
+        if only and not any(part in op for part in only.split(",")):
+            return
         if self.out_of_time() or self.broken:
             self.rows.append(dict(op=op, shape=shape, elements=elements, max_error=None, status="skipped",
                                   seconds=0.0, note=self.broken or "time budget reached"))
@@ -270,6 +273,9 @@ def conv_checks(run: Runner, name: str, directions):
 
         def body():
             out.fill_(float("nan"))
+            if need and run.device.type == "cuda":  # earlier checks' cached blocks and cuFFT plans
+                torch.backends.cuda.cufft_plan_cache.clear()
+                torch.cuda.empty_cache()
             ws = torch.empty(need, dtype=torch.uint8, device=run.device) if need else None
             call(algo, ws)
             run.sync()
@@ -511,6 +517,8 @@ def main(argv=None) -> int:
     parser.add_argument("--directions", default="fwd,bwd_data,bwd_filter",
                         help="convolution directions to check (forward runs first)")
     parser.add_argument("--out", type=Path, default=None, help="directory for gpu_large_tensors.json")
+    parser.add_argument("--only", default=None,
+                        help="comma-separated parts of check names to run (e.g. 'depthwise FFT,ALGO_0')")
     args = parser.parse_args(argv)
     if args.device == "cpu":
         if not args.small:
