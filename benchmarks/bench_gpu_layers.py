@@ -139,7 +139,7 @@ def spatial_cases(layout):
         keep("gelub", lambda: torch.ops.aten.gelu_backward(dy_full, x)), nbytes(x, dy_full, dx),
         lambda: (dx, out["gelub"])))
     if layout == "NCHW":  # gelu with other (elements per program, warps); flat in both layouts
-        for block, warps in ((512, 4), (2048, 4), (2048, 8), (4096, 8)):
+        for block, warps in ((512, 4), (1024, 4), (2048, 8), (4096, 8)):
             tile = lambda fn, block=block, warps=warps: switched(activation, "TILES", {101: (block, warps)}, fn)  # noqa: E731
             cases.append(Case(f"gelu fwd [{block}x{warps} warps]", tile(lambda: activation.activation_forward(
                 x, y, mode=101, coef=0.0, swish_beta=1.0, propagate_nan=False, alpha=1.0, beta=0.0)),
@@ -297,9 +297,9 @@ def spatial_cases(layout):
     cases.append(Case("reduce sum HW", reduce_hw, keep("red", lambda: x.sum((2, 3), keepdim=True)), nbytes(x, red),
                       lambda: (red, out["red"])))
     # NHWC: the split along H * W off, and other programs per SM; NCHW: shorter steps
-    alternatives = ((("REDUCE_SPLIT", 1, "no split"), ("SPLIT_PROGRAMS_PER_SM", 4, "split 4/SM"),
+    alternatives = ((("REDUCE_SPLIT", 1, "no split"), ("SPLIT_PROGRAMS_PER_SM", 8, "split 8/SM"),
                      ("SPLIT_PROGRAMS_PER_SM", 16, "split 16/SM")) if layout == "NHWC" else
-                    (("CONTIGUOUS_ROWS_BLOCK_R", 2048, "R step 2048"), ("CONTIGUOUS_ROWS_BLOCK_R", 1024, "R step 1024")))
+                    (("CONTIGUOUS_ROWS_BLOCK_R", 2048, "R step 2048"), ("CONTIGUOUS_ROWS_BLOCK_R", 4096, "R step 4096")))
     for name, value, label in alternatives:
         cases.append(Case(f"reduce sum HW [{label}]", switched(tensor_ops, name, value, reduce_hw),
                           keep("red", lambda: x.sum((2, 3), keepdim=True)), nbytes(x, red),

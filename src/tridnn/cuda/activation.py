@@ -17,9 +17,10 @@ LEAKY_RELU, GELU, GELU_TANH, SOFTPLUS, HARD_SWISH = 100, 101, 102, 103, 104
 BLOCK = 1024  # measured on the H200: 1024 x 4 warps reaches copy speed, 4096 x 8 is 4% slower
 NUM_WARPS = 4
 # (BLOCK, num_warps) per mode where it differs from the above; the benchmark times gelu
-# (erf: the per-element arithmetic, not the bytes, sets its speed; 2.56 TB/s forward and
-# 3.08 backward on the H200 with 1024 x 4, PyTorch 2.89 and 3.27) with other tiles
-TILES = {}
+# (erf: the per-element arithmetic, not the bytes, sets its speed). H200, 2026-11-30 05:39
+# UTC, tridnn/torch time: 1024 x 4: 1.13 fwd, 1.06 bwd; 512 x 4: 1.25, 1.17; 2048 x 4:
+# 1.05, 1.01; 2048 x 8: 1.13, 1.06; 4096 x 8: 1.06, 1.02. So gelu takes 2048 x 4.
+TILES = {GELU: (2048, 4)}
 SQRT_2_OVER_PI = 0.7978845608028654
 INV_SQRT_2 = 0.7071067811865476
 INV_SQRT_2PI = 0.3989422804014327

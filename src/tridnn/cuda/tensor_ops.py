@@ -29,14 +29,14 @@ STRIDED_ROWS_BLOCK_R = 128
 # contiguous rows of at least 1024 (NCHW over H, W): one row per program, this many
 # positions a step (4096: a 56x56 plane in one masked step; measured 2.48 TB/s on the H200
 # against PyTorch's 2.57; the benchmark times 2048 and 1024 too)
-CONTIGUOUS_ROWS_BLOCK_R = 4096
+CONTIGUOUS_ROWS_BLOCK_R = 1024  # H200 05:39 UTC: 4096 1.01x torch's time, 2048 1.00, 1024 0.97
 # Strided rows also split along the row when the row blocks alone give fewer programs
 # than this many per SM: each program reduces one part of its rows to a partial in a
 # workspace, and a second kernel combines the parts in a fixed order (deterministic, no
 # atomics). NHWC 64x256x56x56 has 256 row blocks for 132 SMs; with the split it runs
-# about 8 per SM. REDUCE_SPLIT forces the number of parts (None: chosen from the SMs;
+# about 4 per SM. REDUCE_SPLIT forces the number of parts (None: chosen from the SMs;
 # 1: never split).
-SPLIT_PROGRAMS_PER_SM = 8
+SPLIT_PROGRAMS_PER_SM = 4  # H200 05:39 UTC, NHWC sum over H, W: no split 1.34x torch, 4/SM 1.13, 8/SM 1.16, 16/SM 1.17
 REDUCE_SPLIT = None
 SPLIT_OPS = (RED_ADD, RED_MUL, RED_AVG, RED_NORM1, RED_NORM2, RED_MUL_NO_ZEROS)  # partials combine exactly so
 
