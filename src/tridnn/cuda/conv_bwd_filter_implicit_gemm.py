@@ -212,6 +212,13 @@ class _WgradBase(TritonConvAlgorithm):
         if depthwise.routes_here(problem):
             moved = (problem.x.size + problem.y.size) * problem.dtype.itemsize
             return max(moved / 2.5e12, problem.flops / 30e12) + 6e-6
+        pad = None if self.atomic else conv_tma.padded_channels(problem)
+        if pad:
+            # TMA on channels zero-padded to ``pad``: conv1 (C = 3 -> 16) measured 1364 us on
+            # the H200, ~59 TFLOP/s of padded work, where ALGO_0's atomic kernel took 702 us
+            geo = geometry(problem)
+            copy = problem.x.size * (1 + pad / geo.c) * problem.dtype.itemsize
+            return problem.flops * pad / geo.c / 55e12 + copy / 3e12 + 6e-6
         return gemm_estimate(problem, efficiency=0.8 if self.atomic else 0.85)
 
     def _launch(self, problem, x, dy, dw, part, alpha, beta, cfg):
