@@ -550,15 +550,20 @@ def descriptor(t, shape, strides, block) -> TensorDescriptor:
     """A TMA descriptor of ``t`` viewed with ``shape``/``strides``, made once per address,
     view and box (a descriptor encodes only those, so a cached one stays valid for any
     tensor at the same address)."""
+    return descriptor_of(t, (t.dtype, tuple(shape), tuple(strides), tuple(block)))
+
+
+def descriptor_of(t, view) -> TensorDescriptor:
+    """``descriptor`` with the view given as one hashable (dtype, shape, strides, block)."""
     if t.device.type != "cuda":  # the interpreter reads the tensor itself
-        return TensorDescriptor(t, list(shape), list(strides), list(block))
-    key = (t.data_ptr(), t.dtype, tuple(shape), tuple(strides), tuple(block))
+        return TensorDescriptor(t, list(view[1]), list(view[2]), list(view[3]))
+    key = (t.data_ptr(), view)
     d = _descriptors.get(key)
     if d is None:
         if len(_descriptors) > 4096:
             _descriptors.clear()
-        d = _descriptors[key] = TensorDescriptor(_Address(t.data_ptr(), t.dtype), list(shape), list(strides),
-                                                 list(block))
+        d = _descriptors[key] = TensorDescriptor(_Address(t.data_ptr(), t.dtype), list(view[1]), list(view[2]),
+                                                 list(view[3]))
     return d
 
 
@@ -596,6 +601,32 @@ def _block_k(plan, cfg, itemsize):
     return min(bk, cfg["BK_CAP"] if itemsize == 2 else cfg["BK_CAP"] // 2)
 
 
+class _Recipe:
+    """What a launch_conv call's plan, config and epilogue kind fix, built once: the two
+    descriptor views, the grid, the constexprs, the plan's integer arguments. The recipe
+    object is also the launch's static key (common.launch), so a repeated call hashes
+    one object instead of the plan and its constexprs."""
+    __slots__ = ("x_view", "w_view", "grid", "consts", "options", "middle")
+
+    def __init__(self, plan, problem, inp, w, out, z, cfg, kmajor, act, has_bias, has_z, beta_zero):
+        bk = _block_k(plan, cfg, inp.element_size())
+        bh, bw, bn = cfg["BH"], cfg["BW"], cfg["BLOCK_N"]
+        self.x_view = (inp.dtype, tuple(plan.in_shape), tuple(plan.in_strides), (1, bh, 1, bw, bk))
+        ks, ts = _filter_view(w)
+        r, s = w.shape[2], w.shape[3]
+        self.w_view = (w.dtype, (w.shape[0], r * s, w.shape[1]), (ks, ts, 1), (bk, 1, bn) if kmajor else (bn, 1, bk))
+        self.grid = (plan.n * cdiv(plan.oh, bh) * cdiv(plan.ow, bw) * cdiv(plan.c_out, bn),)
+        self.consts = dict(BH=bh, BW=bw, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, W_KMAJOR=kmajor,
+                           PREC=input_precision(problem), ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z,
+                           BETA_ZERO=beta_zero, INT64=needs_int64(out, z), FILL_SH=plan.fill[0], FILL_SW=plan.fill[1])
+        self.options = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        self.middle = (plan.n, plan.oh, plan.ow, plan.c_red, plan.c_out, *plan.taps.args, *plan.taps.filter_args,
+                       *plan.fill_hw, plan.out_offset, *plan.out_strides, *plan.z_strides)
+
+
+_recipes = IdentityMemo()
+
+
 def launch_conv(plan, problem, inp, w, out, alpha, beta, cfg, kmajor=False, spec=None):
     """out = epilogue(conv(inp, w)) through conv_tma_kernel: forward, or (kmajor) backward
     data, whose plan may be a tuple of phase plans (one launch each)."""
@@ -603,26 +634,17 @@ def launch_conv(plan, problem, inp, w, out, alpha, beta, cfg, kmajor=False, spec
         for p in plan:
             launch_conv(p, problem, inp, w, out, alpha, beta, cfg, kmajor=kmajor, spec=spec)
         return
-    item = inp.element_size()
-    bk = _block_k(plan, cfg, item)
-    bh, bw, bn = cfg["BH"], cfg["BW"], cfg["BLOCK_N"]
-    x_desc = descriptor(inp, plan.in_shape, plan.in_strides, (1, bh, 1, bw, bk))
-    ks, ts = _filter_view(w)
-    r, s = w.shape[2], w.shape[3]
-    w_desc = descriptor(w, (w.shape[0], r * s, w.shape[1]), (ks, ts, 1), (bk, 1, bn) if kmajor else (bn, 1, bk))
     bias, bias_stride, z, _, alpha2, coef, swish_beta, act, has_bias, has_z = launch_args(spec, out, 2)
-    grid = (plan.n * cdiv(plan.oh, bh) * cdiv(plan.ow, bw) * cdiv(plan.c_out, bn),)
-    int64 = needs_int64(out, z)
-    consts = dict(BH=bh, BW=bw, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, W_KMAJOR=kmajor,
-                  PREC=input_precision(problem), ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z, BETA_ZERO=beta == 0,
-                  INT64=int64, FILL_SH=plan.fill[0], FILL_SW=plan.fill[1])
-    options = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
-    args = (out, bias, z, x_desc, w_desc, plan.n, plan.oh, plan.ow, plan.c_red, plan.c_out, *plan.taps.args,
-            *plan.taps.filter_args, *plan.fill_hw, plan.out_offset, *plan.out_strides, *plan.z_strides,
+    beta_zero = beta == 0
+    # everything the recipe fixes is keyed: the operands' dtypes, the epilogue's kind and
+    # the bias stride (an integer argument Triton specializes on)
+    extra = (kmajor, act, has_bias, has_z, beta_zero, bias_stride, inp.dtype, w.dtype, out.dtype, bias.dtype,
+             z.dtype)
+    recipe = _recipes.get((plan, cfg, problem), extra, lambda: _Recipe(
+        plan, problem, inp, w, out, z if has_z else None, cfg, kmajor, act, has_bias, has_z, beta_zero))
+    args = (out, bias, z, descriptor_of(inp, recipe.x_view), descriptor_of(w, recipe.w_view), *recipe.middle,
             bias_stride, float(alpha), float(beta), alpha2, coef, swish_beta)
-    static = ((plan, tuple(consts.items()), tuple(options.items()), out.dtype, bias.dtype, z.dtype,
-               inp.dtype, w.dtype), 3)
-    launch(conv_tma_kernel, grid, args, consts, options, static)
+    launch(conv_tma_kernel, recipe.grid, args, recipe.consts, recipe.options, (recipe, 3))
 
 
 def slices_for(plan: Plan, cfg, sms: int, cap: int) -> int:
