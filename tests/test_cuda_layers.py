@@ -103,12 +103,14 @@ def test_activation_forward_backward(mode, layout, dtype, rng):
     check(dx, dx_ref, dt, "dx", scale=3.0)
 
 
+@pytest.mark.parametrize("erf", ["exact", "fast", "fast_div"])
 @pytest.mark.parametrize("layout", ["NCHW", "strided"])
-def test_activation_per_mode_tiles(layout, rng, monkeypatch):
+def test_activation_per_mode_tiles(layout, erf, rng, monkeypatch):
     """A TILES entry (elements per program, warps) for gelu: several programs and a
-    ragged last one, flat and strided, forward and backward."""
+    ragged last one, flat and strided, forward and backward; with each GELU_ERF."""
     gelu = int(ActivationMode.GELU)
     monkeypatch.setattr(activation, "TILES", {gelu: (64, 2)})
+    monkeypatch.setattr(activation, "GELU_ERF", erf)
     shape = (2, 3, 4, 7)  # 168 elements: 3 programs of 64
     x = make(shape, layout, rng=rng, scale=2.0)
     y = poisoned(shape, layout)
@@ -930,17 +932,34 @@ def test_gpu_full_size_layers(layout, monkeypatch):
         pooling.adaptive_pooling_forward(x, red, 1, 1.0, 0.0)
         ref = xd.mean((2, 3), keepdim=True)
         assert (red.double() - ref).abs().max().item() <= 1e-2 * max(1.0, ref.abs().max().item())
-    # gelu forward and backward (float64 torch as the reference)
-    y = torch.full_like(x, float("nan"))
-    activation.activation_forward(x, y, mode=101, coef=0.0, swish_beta=1.0, propagate_nan=False, alpha=1.0, beta=0.0)
-    assert (y.double() - torch.nn.functional.gelu(xd)).abs().max().item() < 2e-2
-    dx = torch.full_like(x, float("nan"))
+    # gelu forward and backward (float64 torch as the reference), erf and both gelu_cdf
     dy = torch.randn(x.shape, device="cuda", generator=g).to(x.dtype).contiguous(memory_format=torch.channels_last
                                                                               if layout == "NHWC" else
                                                                               torch.contiguous_format)
-    activation.activation_backward(y, dy, x, dx, mode=101, coef=0.0, swish_beta=1.0, alpha=1.0, beta=0.0)
     ref = torch.ops.aten.gelu_backward(dy.double(), xd)
-    assert (dx.double() - ref).abs().max().item() <= 2e-2 * max(1.0, ref.abs().max().item())
+    for erf in ("exact", "fast", "fast_div"):
+        monkeypatch.setattr(activation, "GELU_ERF", erf)
+        y = torch.full_like(x, float("nan"))
+        activation.activation_forward(x, y, mode=101, coef=0.0, swish_beta=1.0, propagate_nan=False, alpha=1.0,
+                                      beta=0.0)
+        assert (y.double() - torch.nn.functional.gelu(xd)).abs().max().item() < 2e-2, erf
+        dx = torch.full_like(x, float("nan"))
+        activation.activation_backward(y, dy, x, dx, mode=101, coef=0.0, swish_beta=1.0, alpha=1.0, beta=0.0)
+        assert (dx.double() - ref).abs().max().item() <= 2e-2 * max(1.0, ref.abs().max().item()), erf
+    # float32 on the GPU (its ex2/rsqrt units): gelu_cdf within 1.5e-6 per element
+    xf = torch.linspace(-12, 12, 1 << 22, device="cuda")
+    for erf in ("fast", "fast_div"):
+        monkeypatch.setattr(activation, "GELU_ERF", erf)
+        yf, dxf = torch.empty_like(xf), torch.empty_like(xf)
+        activation.activation_forward(xf, yf, mode=101, coef=0.0, swish_beta=1.0, propagate_nan=False, alpha=1.0,
+                                      beta=0.0)
+        activation.activation_backward(yf, torch.ones_like(xf), xf, dxf, mode=101, coef=0.0, swish_beta=1.0,
+                                       alpha=1.0, beta=0.0)
+        xfd = xf.double()
+        want_y = torch.nn.functional.gelu(xfd)
+        want_d = torch.ops.aten.gelu_backward(torch.ones_like(xfd), xfd)
+        assert ((yf.double() - want_y).abs() / want_y.abs().clamp(min=1)).max().item() < 1.5e-6, erf
+        assert ((dxf.double() - want_d).abs() / want_d.abs().clamp(min=1)).max().item() < 1.5e-6, erf
 
 
 @pytest.mark.gpu
