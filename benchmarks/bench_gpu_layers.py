@@ -300,6 +300,18 @@ def spatial_cases(layout):
                                   design(lambda: dropout.dropout_backward(dy_full, dx, reserve, 0.1)),
                                   lambda: torch.ops.aten.native_dropout_backward(dy_full, tmask, 1 / 0.9),
                                   nbytes(dy_full, reserve, dx)))
+        # the default designs with W alone (dropout.MERGE_W off: 56 = 8 + 6 groups per tile
+        # row), and with other tiles (TILE_W W values x TILE_ELEMENTS per program)
+        for name, value, label in (("MERGE_W", False, "W alone"), ("TILE_ELEMENTS", 2048, "tile 2048"),
+                                   ("TILE_W", 64, "tile W 64"), ("SPLIT_THREAD_ELEMENTS", 16, "split 8 warps")):
+            setting = lambda fn, name=name, value=value: switched(dropout, name, value, fn)  # noqa: E731
+            cases.append(Case(f"dropout0.1 fwd [{label}]",
+                              setting(lambda: dropout.dropout_forward(x, y, reserve, 0.1, 1234, 0)),
+                              lambda: torch.ops.aten.native_dropout(x, 0.1, True), nbytes(x, y, reserve)))
+            cases.append(Case(f"dropout0.1 bwd [{label}]",
+                              setting(lambda: dropout.dropout_backward(dy_full, dx, reserve, 0.1)),
+                              lambda: torch.ops.aten.native_dropout_backward(dy_full, tmask, 1 / 0.9),
+                              nbytes(dy_full, reserve, dx)))
 
     # tensor ops
     bias = b.to(DT).view(1, C, 1, 1)

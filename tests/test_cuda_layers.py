@@ -600,6 +600,13 @@ def test_dropout_takes_the_grouped_kernels(layout, kernel, rng, monkeypatch):
     dropout.dropout_backward(x, poisoned(shape, layout), reserve, 0.5)
     assert calls == [kernel, kernel]
     np.testing.assert_array_equal(reserve.cpu().numpy(), cpu_dropout.dropout_mask(shape, 0.5, 3, 16))
+    if layout != "NCHW":  # the split kernel with more warps: the same mask
+        monkeypatch.setattr(dropout, "SPLIT_THREAD_ELEMENTS", 1)
+        again = torch.empty_like(reserve)
+        dropout.dropout_forward(x, poisoned(shape, layout), again, 0.5, 3, 16)
+        assert torch.equal(again, reserve)
+        monkeypatch.setattr(dropout, "SPLIT_THREAD_ELEMENTS", 32)
+        del calls[2:]
     if layout != "NCHW":  # one design per direction
         monkeypatch.setattr(dropout, "NHWC_DRAW", {"forward": "join", "backward": "reload"})
         dropout.dropout_forward(x, poisoned(shape, layout), reserve, 0.5, 3, 16)
@@ -607,17 +614,20 @@ def test_dropout_takes_the_grouped_kernels(layout, kernel, rng, monkeypatch):
         assert calls[2:] == ["_dropout_join_kernel", "_dropout_tile_kernel"]
 
 
+@pytest.mark.parametrize("merge_w", [True, False], ids=["HW-merged", "W-alone"])
 @pytest.mark.parametrize("draw", list(TILE_KERNELS))
 @pytest.mark.parametrize("layout", ["NHWC", "strided"])
 @pytest.mark.parametrize("aligned", [True, False], ids=["int32-mask", "byte-mask"])
-def test_dropout_tile_designs_draw_the_nchw_mask(draw, layout, aligned, rng, monkeypatch):
+def test_dropout_tile_designs_draw_the_nchw_mask(draw, layout, aligned, merge_w, rng, monkeypatch):
     """Every NHWC_DRAW design draws, bit for bit, the mask of the same tensor in NCHW
     (the flat kernel) and of the NumPy backend, and its backward reads it back; several
     tiles along W, the inner dim and the outer dims, with ragged edges (W = 20 is 5
-    groups of 4 in tiles of 2; 5 channels in tiles of 4). ``aligned`` False hands a
-    reserve whose first byte is not 4-byte aligned (the split design then stores bytes)."""
+    groups of 4 in tiles of 2, H x W merged 15 groups; 5 channels in tiles of 4).
+    ``aligned`` False hands a reserve whose first byte is not 4-byte aligned (the split
+    design then stores bytes). ``merge_w``: dropout.MERGE_W."""
     calls = []
     monkeypatch.setattr(dropout, "NHWC_DRAW", draw)
+    monkeypatch.setattr(dropout, "MERGE_W", merge_w)
     monkeypatch.setattr(dropout, "TILE_W", 8)
     monkeypatch.setattr(dropout, "TILE_ELEMENTS", 32)
     for name in ("_dropout_flat_kernel", *TILE_KERNELS.values(), "_dropout_element_kernel"):
@@ -625,6 +635,7 @@ def test_dropout_tile_designs_draw_the_nchw_mask(draw, layout, aligned, rng, mon
     shape, seed, offset = (2, 5, 3, 20), 2**33 + 7, 2**40 + 12
     numel = int(np.prod(shape))
     x = make(shape, layout, rng=rng)
+    assert dropout._tile_plan(x, x)["W"] == (60 if merge_w else 20)
     nchw = torch.empty(numel, dtype=torch.uint8, device=DEVICE)
     dropout.dropout_forward(x.contiguous(), poisoned(shape, "NCHW"), nchw, 0.4, seed, offset)
     buf = torch.full((numel + 4,), 7, dtype=torch.uint8, device=DEVICE)
@@ -645,6 +656,28 @@ def test_dropout_tile_designs_draw_the_nchw_mask(draw, layout, aligned, rng, mon
     assert calls[-1] == TILE_KERNELS[draw]
     untouched = buf[numel:] if aligned else torch.cat([buf[:1], buf[numel + 1:]])
     assert (untouched == 7).all()  # no byte outside the reserve's numel was written
+
+
+@pytest.mark.parametrize("draw", list(TILE_KERNELS))
+def test_dropout_tile_w_merge_stops_where_runs_break(draw, rng, monkeypatch):
+    """MERGE_W merges H into W only where every tensor steps over H as W's run: an NHWC
+    view cut along W (stride of H = 20 C, W = 16) keeps W alone, an NHWC output whose H
+    does run on still gets the source's plan; the mask is NCHW's, bit for bit."""
+    monkeypatch.setattr(dropout, "NHWC_DRAW", draw)
+    monkeypatch.setattr(dropout, "TILE_W", 8)
+    monkeypatch.setattr(dropout, "TILE_ELEMENTS", 32)
+    big = make((2, 5, 3, 20), "NHWC", rng=rng)
+    x = big[..., :16]
+    y = poisoned((2, 5, 3, 16), "NHWC")
+    assert dropout._tile_plan(x, y)["W"] == 16
+    assert dropout._tile_plan(y, y)["W"] == 48
+    nchw = torch.empty(x.numel(), dtype=torch.uint8, device=DEVICE)
+    dropout.dropout_forward(x.contiguous(), poisoned(x.shape, "NCHW"), nchw, 0.3, 5, 8)
+    reserve = torch.empty_like(nchw)
+    dropout.dropout_forward(x, y, reserve, 0.3, 5, 8)
+    assert torch.equal(reserve, nchw)
+    mask = reserve.cpu().numpy().reshape(x.shape)
+    check(y, np.where(mask == 1, f64(x) / 0.7, 0.0), torch.float32, "y")
 
 
 class _Recorder:
@@ -915,12 +948,14 @@ def test_gpu_full_size_layers(layout, monkeypatch):
         dropout.dropout_backward(xc, dx_nchw, mask_nchw, 0.1)
         assert torch.equal(mask_nchw, reserve)
         for draw in ("split", "join", "reload"):
-            monkeypatch.setattr(dropout, "NHWC_DRAW", draw)
-            got, y, dx = torch.empty_like(reserve), torch.full_like(x, float("nan")), torch.full_like(x, float("nan"))
-            dropout.dropout_forward(x, y, got, 0.1, 99, 8)
-            dropout.dropout_backward(x, dx, got, 0.1)
-            assert torch.equal(got, mask_nchw), draw
-            assert torch.equal(y, y_nchw) and torch.equal(dx, dx_nchw), draw
+            for merge_w in (True, False):
+                monkeypatch.setattr(dropout, "NHWC_DRAW", draw)
+                monkeypatch.setattr(dropout, "MERGE_W", merge_w)
+                got, y, dx = torch.empty_like(reserve), torch.full_like(x, float("nan")), torch.full_like(x, float("nan"))
+                dropout.dropout_forward(x, y, got, 0.1, 99, 8)
+                dropout.dropout_backward(x, dx, got, 0.1)
+                assert torch.equal(got, mask_nchw), (draw, merge_w)
+                assert torch.equal(y, y_nchw) and torch.equal(dx, dx_nchw), (draw, merge_w)
     # sum over H, W and global average pooling (NHWC: split along H * W, then combined)
     for split in (None, 1):
         monkeypatch.setattr(tensor_ops, "REDUCE_SPLIT", split)

@@ -45,6 +45,15 @@ TILE_ELEMENTS = 4096
 # backward on the H200. Compiled for sm_90, split and join move the same vectors as
 # reload (16-byte data runs) without its mask store/barrier/reload in the forward.
 NHWC_DRAW = {"forward": "split", "backward": "reload"}
+# the tile kernels' W: the last logical dim merged with the dims before it where every
+# tensor steps over them as one run (NHWC: H and W, so a 56 x 56 plane is 784 groups of 4,
+# tiled by 8 without the 14 = 8 + 6 ragged second tile of W = 56 alone, which left an
+# eighth of the Philox lanes idle). The mask is the same (logical index = row + w either
+# way); False keeps W alone (the benchmark times both).
+MERGE_W = True
+# the split kernel's warps: its elements per thread (32: 4 warps for 4096; compiled for
+# sm_90, 80 registers and 40 SASS instructions per element; 16: 8 warps, 48 registers)
+SPLIT_THREAD_ELEMENTS = 32
 NUM_WARPS = 4
 MASK62 = (1 << 62) - 1
 
@@ -169,7 +178,8 @@ def _dropout_split_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first
                           # strides: outer dims (O0, O1, O2), the inner dim and W, per tensor
                           so0, so1, so2, si, sw, do0, do1, do2, di, dw, lo0, lo1, lo2, li,
                           FORWARD: tl.constexpr, PACKED: tl.constexpr, COMPUTE: tl.constexpr,
-                          BIG: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_G: tl.constexpr):
+                          BIG: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_G: tl.constexpr,
+                          KEEP_FROM_WORD: tl.constexpr = False):
     """One outer position x [BLOCK_G groups of 4 W values, BLOCK_I inner values], all
     tiles [groups, inner] (inner fastest, as the data lies). Philox call (g, i) covers W
     positions 4g..4g+3 of inner value i: its word k keeps the element of W phase k,
@@ -196,6 +206,11 @@ def _dropout_split_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first
         if PACKED:  # little-endian: byte k of the word is W phase k
             bits = k0.to(tl.int32) | (k1.to(tl.int32) << 8) | (k2.to(tl.int32) << 16) | (k3.to(tl.int32) << 24)
             tl.store(mask_ptr + group, bits, mask=in_range)
+            if KEEP_FROM_WORD:  # the data's keep bits from the stored word (one tile to relayout)
+                k0 = (bits & 0xFF) != 0
+                k1 = ((bits >> 8) & 0xFF) != 0
+                k2 = ((bits >> 16) & 0xFF) != 0
+                k3 = ((bits >> 24) & 0xFF) != 0
         else:
             tl.store(mask_ptr + group * 4, k0.to(tl.uint8), mask=in_range)
             tl.store(mask_ptr + group * 4 + 1, k1.to(tl.uint8), mask=in_range)
@@ -292,9 +307,10 @@ def _logical_strides(shape):
 
 
 def _tile_plan(src, dst):
-    """(I, W, outer dims, strides) for the tile kernel, or None: W (the last logical dim)
-    a multiple of 4 and not contiguous, another dim contiguous in src (the inner one),
-    at most three outer dims after merging."""
+    """(I, W, outer dims, strides) for the tile kernel, or None: W (the last logical dim,
+    with MERGE_W the dims before it that run on with it) a multiple of 4 and not
+    contiguous, another dim contiguous in src (the inner one), at most three outer dims
+    after merging."""
     shape = tuple(src.shape)
     if len(shape) < 2 or shape[-1] % 4 or src.stride(-1) == 1:
         return None
@@ -305,14 +321,18 @@ def _tile_plan(src, dst):
     inner = min(rest, key=lambda a: abs(src.stride(a)))
     if src.stride(inner) != 1:
         return None
-    outer = [a for a in rest if a != inner]
-    strides = [[t.stride(a) for a in outer] for t in (src, dst)] + [[logical[a] for a in outer]]
+    w_len, a = shape[-1], len(shape) - 2
+    while MERGE_W and a >= 0 and a != inner and (
+            shape[a] == 1 or all(t.stride(a) == w_len * t.stride(-1) for t in (src, dst))):
+        w_len, a = w_len * shape[a], a - 1  # axis a and W are one run (logical stride w_len)
+    outer = [b for b in rest if b != inner and b <= a]
+    strides = [[t.stride(b) for b in outer] for t in (src, dst)] + [[logical[b] for b in outer]]
     dims, (so, do, lo) = coalesce(tuple(shape[a] for a in outer), strides) if outer else ([1], ([0], [0], [0]))
     if len(dims) > 3:
         return None
     pad = 3 - len(dims)
     dims, so, do, lo = [1] * pad + dims, [0] * pad + so, [0] * pad + do, [0] * pad + lo
-    return dict(I=shape[inner], W=shape[-1], dims=dims, src=(*so, src.stride(inner), src.stride(-1)),
+    return dict(I=shape[inner], W=w_len, dims=dims, src=(*so, src.stride(inner), src.stride(-1)),
                 dst=(*do, dst.stride(inner), dst.stride(-1)), logical=(*lo, logical[inner]))
 
 
@@ -368,7 +388,8 @@ def _tile_launch(src, dst, mask, plan, first_block, rng, common):
         packed = mask.data_ptr() % 4 == 0  # numel is a multiple of 4 (W is)
         _dropout_split_kernel[grid](
             src, dst, mask.view(torch.int32) if packed else mask, *geometry, **common, PACKED=packed, BIG=big,
-            BLOCK_I=block_i, BLOCK_G=block_g, num_warps=max(1, min(8, block_g * block_i // 256)))
+            BLOCK_I=block_i, BLOCK_G=block_g,
+            num_warps=max(1, min(8, 4 * block_g * block_i // (32 * SPLIT_THREAD_ELEMENTS))))
     elif draw == "join":
         _dropout_join_kernel[grid](
             src, dst, mask, *geometry, **common, BIG=big, BLOCK_I=block_i, BLOCK_G=block_g,
