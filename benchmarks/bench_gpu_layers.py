@@ -213,6 +213,12 @@ def spatial_cases(layout):
     if layout == "NHWC":  # the reduction without the split along H * W
         cases.append(Case("adaptive avgpool 1x1 fwd [no split]", switched(tensor_ops, "REDUCE_SPLIT", 1, adaptive),
                           t_adaptive, nbytes(x, ay), lambda: (ay, out["adaptive"])))
+        for label, fn in (("last combines", switched(tensor_ops, "SPLIT_COMBINE", "last", adaptive)),
+                          ("split 2 parts", switched(tensor_ops, "REDUCE_SPLIT", 2, adaptive)),
+                          ("split 2 parts, last combines", switched(tensor_ops, "SPLIT_COMBINE", "last", switched(
+                              tensor_ops, "REDUCE_SPLIT", 2, adaptive)))):
+            cases.append(Case(f"adaptive avgpool 1x1 fwd [{label}]", fn, t_adaptive, nbytes(x, ay),
+                              lambda: (ay, out["adaptive"])))
 
     # batch norm; the alternative row flips L2_REUSE (on: the apply pass re-reads the
     # stats pass's last tiles from the L2 first, with cache hints)
@@ -329,13 +335,24 @@ def spatial_cases(layout):
     cases.append(Case("reduce sum HW", reduce_hw, keep("red", lambda: x.sum((2, 3), keepdim=True)), nbytes(x, red),
                       lambda: (red, out["red"])))
     # NHWC: the split along H * W off, and other programs per SM; NCHW: shorter steps
+    # (4/SM on 132 SMs: 3 parts of 256 row blocks, 768 programs, about 1.5 waves at 4
+    # resident per SM; 2 parts: 512, one wave), the combine by the last program
     alternatives = ((("REDUCE_SPLIT", 1, "no split"), ("SPLIT_PROGRAMS_PER_SM", 8, "split 8/SM"),
-                     ("SPLIT_PROGRAMS_PER_SM", 16, "split 16/SM")) if layout == "NHWC" else
+                     ("SPLIT_PROGRAMS_PER_SM", 16, "split 16/SM"), ("REDUCE_SPLIT", 2, "split 2 parts"),
+                     ("REDUCE_SPLIT", 4, "split 4 parts"), ("SPLIT_COMBINE", "last", "last combines"))
+                    if layout == "NHWC" else
                     (("CONTIGUOUS_ROWS_BLOCK_R", 2048, "R step 2048"), ("CONTIGUOUS_ROWS_BLOCK_R", 4096, "R step 4096")))
     for name, value, label in alternatives:
         cases.append(Case(f"reduce sum HW [{label}]", switched(tensor_ops, name, value, reduce_hw),
                           keep("red", lambda: x.sum((2, 3), keepdim=True)), nbytes(x, red),
                           lambda: (red, out["red"])))
+    if layout == "NHWC":
+        for parts in (2, 4):
+            last = lambda fn, parts=parts: switched(tensor_ops, "SPLIT_COMBINE", "last", switched(  # noqa: E731
+                tensor_ops, "REDUCE_SPLIT", parts, fn))
+            cases.append(Case(f"reduce sum HW [split {parts} parts, last combines]", last(reduce_hw),
+                              keep("red", lambda: x.sum((2, 3), keepdim=True)), nbytes(x, red),
+                              lambda: (red, out["red"])))
     return cases
 
 

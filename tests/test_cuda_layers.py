@@ -763,27 +763,36 @@ def test_reduce_tensor(op, c_shape, rng):
 @pytest.mark.parametrize("op", tensor_ops.SPLIT_OPS, ids=lambda op: ["ADD", "MUL", "", "", "", "AVG", "NORM1", "NORM2",
                                                                      "MUL_NO_ZEROS"][op])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_reduce_split_rows_combine(op, dtype, rng, monkeypatch):
+@pytest.mark.parametrize("combine", ["kernel", "last"])
+def test_reduce_split_rows_combine(op, dtype, combine, rng, monkeypatch):
     """NHWC over H, W with the rows cut into parts (forced: 4 positions a step, 3 parts
-    of 12, 12 and 6 positions): partials, then the combine kernel, with alpha and beta."""
+    of 12, 12 and 6 positions): partials, then the combine kernel or (SPLIT_COMBINE
+    "last") the program with the last ticket, with alpha and beta; twice, so the
+    ticket counters must come back to zero."""
     calls = []
     monkeypatch.setattr(tensor_ops, "STRIDED_ROWS_BLOCK_R", 4)
     monkeypatch.setattr(tensor_ops, "REDUCE_SPLIT", 3)
+    monkeypatch.setattr(tensor_ops, "SPLIT_COMBINE", combine)
+    monkeypatch.setattr(tensor_ops, "_COUNTERS", {})
     monkeypatch.setattr(tensor_ops, "_combine_kernel", _Recorder(tensor_ops._combine_kernel, "combine", calls))
     shape = (3, 4, 5, 6)
     values = rng.standard_normal(shape) * 0.9
     values[np.abs(values) < 0.1] = 0.0
     a = make(shape, "NHWC", dtype, values=values)
-    c = make((3, 4, 1, 1), "NCHW", dtype, rng=rng)
-    old = f64(c)
-    tensor_ops.reduce_tensor(a, c, None, None, op, 2.0, 0.5, False)
-    assert calls == ["combine"]
     v = np.abs(values) if op == 6 else values
     ref = {0: lambda: v.sum((2, 3), keepdims=True), 1: lambda: v.prod((2, 3), keepdims=True),
            5: lambda: v.mean((2, 3), keepdims=True), 6: lambda: v.sum((2, 3), keepdims=True),
            7: lambda: np.sqrt((v * v).sum((2, 3), keepdims=True)),
            8: lambda: np.where(v == 0, 1.0, v).prod((2, 3), keepdims=True)}[op]()
-    check(c, 2.0 * ref + 0.5 * old, dtype, "c")
+    for _ in range(2):
+        c = make((3, 4, 1, 1), "NCHW", dtype, rng=rng)
+        old = f64(c)
+        tensor_ops.reduce_tensor(a, c, None, None, op, 2.0, 0.5, False)
+        check(c, 2.0 * ref + 0.5 * old, dtype, "c")
+    assert calls == (["combine"] * 2 if combine == "kernel" else [])
+    counters = list(tensor_ops._COUNTERS.values())
+    assert len(counters) == (1 if combine == "last" else 0)
+    assert all(int(t.abs().sum()) == 0 for t in counters)
 
 
 def test_reduce_split_is_not_taken_for_indices_or_contiguous_rows(rng, monkeypatch):
@@ -802,11 +811,13 @@ def test_reduce_split_is_not_taken_for_indices_or_contiguous_rows(rng, monkeypat
     assert calls == []
 
 
-@pytest.mark.parametrize("split", [None, 2])
-def test_adaptive_average_pool_to_1x1_nhwc_split(split, rng, monkeypatch):
-    """Global average pooling of NHWC is the split row reduction (forced into 2 parts)."""
+@pytest.mark.parametrize("split,combine", [(None, "kernel"), (2, "kernel"), (2, "last")])
+def test_adaptive_average_pool_to_1x1_nhwc_split(split, combine, rng, monkeypatch):
+    """Global average pooling of NHWC is the split row reduction (forced into 2 parts;
+    combined by the second kernel or by the last program)."""
     monkeypatch.setattr(tensor_ops, "STRIDED_ROWS_BLOCK_R", 8)
     monkeypatch.setattr(tensor_ops, "REDUCE_SPLIT", split)
+    monkeypatch.setattr(tensor_ops, "SPLIT_COMBINE", combine)
     x = make((2, 6, 5, 7), "NHWC", rng=rng)
     y = poisoned((2, 6, 1, 1), "NHWC")
     pooling.adaptive_pooling_forward(x, y, 1, 1.0, 0.0)
@@ -957,8 +968,9 @@ def test_gpu_full_size_layers(layout, monkeypatch):
                 assert torch.equal(got, mask_nchw), (draw, merge_w)
                 assert torch.equal(y, y_nchw) and torch.equal(dx, dx_nchw), (draw, merge_w)
     # sum over H, W and global average pooling (NHWC: split along H * W, then combined)
-    for split in (None, 1):
+    for split, combine in ((None, "kernel"), (1, "kernel"), (None, "last"), (2, "last"), (2, "kernel")):
         monkeypatch.setattr(tensor_ops, "REDUCE_SPLIT", split)
+        monkeypatch.setattr(tensor_ops, "SPLIT_COMBINE", combine)
         red = torch.full((64, 256, 1, 1), float("nan"), device="cuda", dtype=torch.bfloat16)
         tensor_ops.reduce_tensor(x, red, None, None, 0, 1.0, 0.0, False)
         ref = xd.sum((2, 3), keepdim=True)

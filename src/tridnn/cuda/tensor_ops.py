@@ -38,6 +38,15 @@ CONTIGUOUS_ROWS_BLOCK_R = 1024  # H200 05:39 UTC: 4096 1.01x torch's time, 2048 
 # 1: never split).
 SPLIT_PROGRAMS_PER_SM = 4  # H200 05:39 UTC, NHWC sum over H, W: no split 1.34x torch, 4/SM 1.13, 8/SM 1.16, 16/SM 1.17
 REDUCE_SPLIT = None
+# How the parts of a split row are combined: "kernel" (_combine_kernel, a second launch)
+# or "last" (in _reduce_kernel: each program stores its partial and takes a ticket from a
+# per-row-block counter; the program that takes the last ticket sums the partials in part
+# order, so the result does not depend on which program finished last, and resets the
+# counter). The counters are zeroed once per (device, stream) and left zeroed by every
+# call, so reductions must not run concurrently on one stream (they cannot) - two
+# streams get two buffers. The benchmark times both ([last combines]).
+SPLIT_COMBINE = "kernel"
+_COUNTERS: dict = {}
 SPLIT_OPS = (RED_ADD, RED_MUL, RED_AVG, RED_NORM1, RED_NORM2, RED_MUL_NO_ZEROS)  # partials combine exactly so
 
 
@@ -222,14 +231,17 @@ def op_tensor(a, b, c, op: int, alpha1=1.0, alpha2=1.0, beta=0.0, propagate_nan=
 
 # -- reduction -------------------------------------------------------------------------
 @triton.jit
-def _reduce_kernel(a_ptr, c_ptr, idx_ptr, part_ptr, K, K2, R, CHUNK, sa_k1, sa_k2, sa_r, sc_k, alpha, beta,
+def _reduce_kernel(a_ptr, c_ptr, idx_ptr, part_ptr, count_ptr, K, K2, R, CHUNK, sa_k1, sa_k2, sa_r, sc_k,
+                   alpha, beta,
                    OP: tl.constexpr, WITH_INDICES: tl.constexpr, HAS_BETA: tl.constexpr,
-                   PROPAGATE_NAN: tl.constexpr, SPLIT: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
-                   BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr):
+                   PROPAGATE_NAN: tl.constexpr, SPLIT: tl.constexpr, LAST_COMBINES: tl.constexpr,
+                   BIG: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr):
     """Reduce each of BLOCK_K rows of length R (stride sa_r) to one value, looping over R.
     Row k starts at (k // K2) * sa_k1 + (k % K2) * sa_k2, so NHWC's (n, c) rows need no copy.
     SPLIT: program (i, j) takes positions [j * CHUNK, (j + 1) * CHUNK) of its rows and
-    stores the raw partial (sum or product) at part_ptr[j * K + k] for _combine_kernel."""
+    stores the raw partial (sum or product) at part_ptr[j * K + k] for _combine_kernel;
+    LAST_COMBINES: the program of row block i that takes the last ticket of
+    count_ptr[i] combines them here instead (SPLIT_COMBINE "last")."""
     k = first_index(BLOCK_K, BIG) + tl.arange(0, BLOCK_K)
     k_mask = k < K
     a_row = (k // K2) * sa_k1 + (k % K2) * sa_k2
@@ -281,6 +293,18 @@ def _reduce_kernel(a_ptr, c_ptr, idx_ptr, part_ptr, K, K2, R, CHUNK, sa_k1, sa_k
         value = tl.sum(acc, axis=1)
     if SPLIT:
         tl.store(part_ptr + tl.program_id(1) * K + k, value, mask=k_mask)
+        if LAST_COMBINES:
+            parts = tl.num_programs(1)
+            tl.debug_barrier()  # every thread's partial is stored before the release below
+            ticket = tl.atomic_add(count_ptr + tl.program_id(0), 1, sem="acq_rel", scope="gpu")
+            if ticket == parts - 1:  # the other parts' partials are visible (acquire)
+                total = _combine_parts(part_ptr, k, k_mask, K, parts, OP, COMPUTE)
+                if OP == 5:
+                    total = total / R
+                if OP == 7:
+                    total = tl.sqrt(total)
+                blend_store(c_ptr, k * sc_k, k_mask, total, alpha, beta, HAS_BETA)
+                tl.store(count_ptr + tl.program_id(0), 0)  # zeroed for the next call
     else:
         if OP == 5:
             value = value / R
@@ -306,6 +330,22 @@ def _reduce_kernel(a_ptr, c_ptr, idx_ptr, part_ptr, K, K2, R, CHUNK, sa_k1, sa_k
 @triton.jit
 def _multiply(a, b):
     return a * b
+
+
+@triton.jit
+def _combine_parts(part_ptr, k, k_mask, K, S, OP: tl.constexpr, COMPUTE: tl.constexpr):
+    """Sum (product for MUL) of the S partials of rows k, in part order; read through L2
+    (.cg), where the other programs' stores are."""
+    if OP == 1 or OP == 8:
+        total = tl.full(k.shape, 1.0, COMPUTE)
+    else:
+        total = tl.zeros(k.shape, COMPUTE)
+    for j in range(0, S):
+        if OP == 1 or OP == 8:
+            total *= tl.load(part_ptr + j * K + k, mask=k_mask, other=1.0, cache_modifier=".cg")
+        else:
+            total += tl.load(part_ptr + j * K + k, mask=k_mask, other=0.0, cache_modifier=".cg")
+    return total
 
 
 @triton.jit
@@ -336,6 +376,18 @@ def _combine_kernel(part_ptr, c_ptr, K, S, R, sc_k, alpha, beta,
     if OP == 7:
         value = tl.sqrt(value)
     blend_store(c_ptr, k * sc_k, k_mask, value, alpha, beta, HAS_BETA)
+
+
+def _counters(device, n):
+    """n int32 ticket counters, all zero, for SPLIT_COMBINE "last" on the current stream
+    (one buffer per device and stream, grown as needed; every call leaves them zero)."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (str(device), stream)
+    buf = _COUNTERS.get(key)
+    if buf is None or buf.numel() < n:
+        buf = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
+        _COUNTERS[key] = buf
+    return buf
 
 
 def _split_parts(a, op, K, R, block_k, block_r, strided) -> int:
@@ -409,16 +461,22 @@ def reduce_tensor(a, c, indices, workspace, op: int, alpha=1.0, beta=0.0, propag
     parts = triton.cdiv(R, chunk)
     compute = compute_dtype(a)
     part = c1  # not read unless split
+    if SPLIT_COMBINE not in ("kernel", "last"):
+        raise ValueError(f"tensor_ops.SPLIT_COMBINE must be 'kernel' or 'last', got {SPLIT_COMBINE!r}")
+    last = parts > 1 and SPLIT_COMBINE == "last"
+    counters = c1  # not touched unless last
     if parts > 1:
         part = torch.empty(parts * K, dtype=torch.float64 if compute == tl.float64 else torch.float32,
                            device=a.device)
+    if last:
+        counters = _counters(a.device, triton.cdiv(K, block_k))
     _reduce_kernel[(triton.cdiv(K, block_k), parts)](
-        a2, c1, idx1 if idx1 is not None else c1, part, K, K2, R, chunk, sa_k1, sa_k2, sa_r, c1.stride(0),
-        float(alpha), beta, OP=op, WITH_INDICES=indices is not None, HAS_BETA=has_beta,
-        PROPAGATE_NAN=bool(propagate_nan), SPLIT=parts > 1,
+        a2, c1, idx1 if idx1 is not None else c1, part, counters, K, K2, R, chunk, sa_k1, sa_k2, sa_r,
+        c1.stride(0), float(alpha), beta, OP=op, WITH_INDICES=indices is not None, HAS_BETA=has_beta,
+        PROPAGATE_NAN=bool(propagate_nan), SPLIT=parts > 1, LAST_COMBINES=last,
         BIG=needs_int64(a2, c1), COMPUTE=compute, BLOCK_K=block_k, BLOCK_R=block_r,
         num_warps=8 if block_r >= 2048 or block_k * block_r >= 8192 else 4)
-    if parts > 1:
+    if parts > 1 and not last:
         block_s = min(triton.next_power_of_2(parts), 16)
         _combine_kernel[(triton.cdiv(K, 256),)](
             part, c1, K, parts, R, c1.stride(0), float(alpha), beta, OP=op, HAS_BETA=has_beta, COMPUTE=compute,
