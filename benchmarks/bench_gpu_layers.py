@@ -309,7 +309,8 @@ def spatial_cases(layout):
         # the default designs with W alone (dropout.MERGE_W off: 56 = 8 + 6 groups per tile
         # row), and with other tiles (TILE_W W values x TILE_ELEMENTS per program)
         for name, value, label in (("MERGE_W", False, "W alone"), ("TILE_ELEMENTS", 2048, "tile 2048"),
-                                   ("TILE_W", 64, "tile W 64"), ("SPLIT_THREAD_ELEMENTS", 16, "split 8 warps")):
+                                   ("TILE_W", 64, "tile W 64"), ("SPLIT_THREAD_ELEMENTS", 16, "split 8 warps"),
+                                   ("SPLIT_KEEP_FROM_WORD", True, "keep from word")):
             setting = lambda fn, name=name, value=value: switched(dropout, name, value, fn)  # noqa: E731
             cases.append(Case(f"dropout0.1 fwd [{label}]",
                               setting(lambda: dropout.dropout_forward(x, y, reserve, 0.1, 1234, 0)),

@@ -615,7 +615,7 @@ def test_dropout_takes_the_grouped_kernels(layout, kernel, rng, monkeypatch):
 
 
 @pytest.mark.parametrize("merge_w", [True, False], ids=["HW-merged", "W-alone"])
-@pytest.mark.parametrize("draw", list(TILE_KERNELS))
+@pytest.mark.parametrize("draw", [*TILE_KERNELS, "split-keep-from-word"])
 @pytest.mark.parametrize("layout", ["NHWC", "strided"])
 @pytest.mark.parametrize("aligned", [True, False], ids=["int32-mask", "byte-mask"])
 def test_dropout_tile_designs_draw_the_nchw_mask(draw, layout, aligned, merge_w, rng, monkeypatch):
@@ -626,6 +626,9 @@ def test_dropout_tile_designs_draw_the_nchw_mask(draw, layout, aligned, merge_w,
     ``aligned`` False hands a reserve whose first byte is not 4-byte aligned (the split
     design then stores bytes). ``merge_w``: dropout.MERGE_W."""
     calls = []
+    if draw == "split-keep-from-word":  # the split kernel with SPLIT_KEEP_FROM_WORD
+        draw = "split"
+        monkeypatch.setattr(dropout, "SPLIT_KEEP_FROM_WORD", True)
     monkeypatch.setattr(dropout, "NHWC_DRAW", draw)
     monkeypatch.setattr(dropout, "MERGE_W", merge_w)
     monkeypatch.setattr(dropout, "TILE_W", 8)
@@ -958,9 +961,10 @@ def test_gpu_full_size_layers(layout, monkeypatch):
         dropout.dropout_forward(xc, y_nchw, mask_nchw, 0.1, 99, 8)
         dropout.dropout_backward(xc, dx_nchw, mask_nchw, 0.1)
         assert torch.equal(mask_nchw, reserve)
-        for draw in ("split", "join", "reload"):
+        for draw in ("split", "join", "reload", "split-keep-from-word"):
             for merge_w in (True, False):
-                monkeypatch.setattr(dropout, "NHWC_DRAW", draw)
+                monkeypatch.setattr(dropout, "SPLIT_KEEP_FROM_WORD", draw == "split-keep-from-word")
+                monkeypatch.setattr(dropout, "NHWC_DRAW", "split" if draw == "split-keep-from-word" else draw)
                 monkeypatch.setattr(dropout, "MERGE_W", merge_w)
                 got, y, dx = torch.empty_like(reserve), torch.full_like(x, float("nan")), torch.full_like(x, float("nan"))
                 dropout.dropout_forward(x, y, got, 0.1, 99, 8)

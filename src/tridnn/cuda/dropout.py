@@ -54,6 +54,14 @@ MERGE_W = True
 # the split kernel's warps: its elements per thread (32: 4 warps for 4096; compiled for
 # sm_90, 80 registers and 40 SASS instructions per element; 16: 8 warps, 48 registers)
 SPLIT_THREAD_ELEMENTS = 32
+# the split forward's keep bits for the data: False uses the four folded words directly;
+# Triton computes Philox in a one-value-per-thread layout and converts the four [groups, c]
+# keep tiles to the data's 16-byte-vector layout through shared memory (sm_90: 32 LDS.U8
+# a thread, 9 barriers, 80 registers). True reads them back out of the packed int32 word
+# after a max over a joined pair (which Triton does not recompute in the data's layout),
+# so one int32 tile is converted instead: 56 registers, 7 barriers, no byte loads, the
+# same 40 instructions an element. The mask is the same word either way.
+SPLIT_KEEP_FROM_WORD = False
 NUM_WARPS = 4
 MASK62 = (1 << 62) - 1
 
@@ -206,7 +214,8 @@ def _dropout_split_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first
         if PACKED:  # little-endian: byte k of the word is W phase k
             bits = k0.to(tl.int32) | (k1.to(tl.int32) << 8) | (k2.to(tl.int32) << 16) | (k3.to(tl.int32) << 24)
             tl.store(mask_ptr + group, bits, mask=in_range)
-            if KEEP_FROM_WORD:  # the data's keep bits from the stored word (one tile to relayout)
+            if KEEP_FROM_WORD:  # the data's keep bits from the word: see SPLIT_KEEP_FROM_WORD
+                bits = tl.max(tl.join(bits, bits), axis=2)
                 k0 = (bits & 0xFF) != 0
                 k1 = ((bits >> 8) & 0xFF) != 0
                 k2 = ((bits >> 16) & 0xFF) != 0
@@ -388,7 +397,7 @@ def _tile_launch(src, dst, mask, plan, first_block, rng, common):
         packed = mask.data_ptr() % 4 == 0  # numel is a multiple of 4 (W is)
         _dropout_split_kernel[grid](
             src, dst, mask.view(torch.int32) if packed else mask, *geometry, **common, PACKED=packed, BIG=big,
-            BLOCK_I=block_i, BLOCK_G=block_g,
+            BLOCK_I=block_i, BLOCK_G=block_g, KEEP_FROM_WORD=bool(SPLIT_KEEP_FROM_WORD),
             num_warps=max(1, min(8, 4 * block_g * block_i // (32 * SPLIT_THREAD_ELEMENTS))))
     elif draw == "join":
         _dropout_join_kernel[grid](
