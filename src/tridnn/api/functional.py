@@ -18,6 +18,7 @@ Conventions:
 """
 from __future__ import annotations
 
+import math
 import weakref
 from dataclasses import dataclass
 
@@ -473,10 +474,22 @@ def _cached(handle, key, build):
     return value
 
 
+_output_descs: dict = {}  # (id(like), dims) -> (like, descriptor); descriptors are immutable
+
+
 def _output_desc(like: TensorDescriptor, dims=None) -> TensorDescriptor:
-    """A packed descriptor of ``dims`` (default: like's) in like's layout."""
-    return TensorDescriptor.packed(like.dims if dims is None else dims, like.dtype,
+    """A packed descriptor of ``dims`` (default: like's) in like's layout, built once per
+    (descriptor object, dims): layer calls repeat with the same cached input descriptor."""
+    key = (id(like), dims)
+    hit = _output_descs.get(key)
+    if hit is not None and hit[0] is like:
+        return hit[1]
+    desc = TensorDescriptor.packed(like.dims if dims is None else dims, like.dtype,
                                    output_format(like.dims, like.strides))
+    if len(_output_descs) >= 4096:
+        _output_descs.clear()
+    _output_descs[key] = (like, desc)
+    return desc
 
 
 def _pool_descriptor(kind, nd, kernel_size, stride, padding, nan_propagation):
@@ -709,7 +722,7 @@ def _bn_param(a, desc, name, backend, fill=None):
     want = desc.dtype.numpy
     if a is None:
         return _filled(backend, desc, fill), True
-    size = int(np.prod(_signature(a)[0]))
+    size = math.prod(_signature(a)[0])
     if size != desc.size:
         raise BadParamError(f"{name} has {size} values; batch norm needs {desc.size} "
                             f"(one per channel{'' if desc.size == desc.c else ' and position'})")

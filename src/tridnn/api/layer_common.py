@@ -38,23 +38,43 @@ def views(handle, inputs, outputs, in_place_ok: bool = False) -> list:
     outs = [None if a is None else backend.view(a, d, n, writable=True) for a, d, n in outputs]
     named_in = [(v, n) for v, (_, _, n) in zip(ins, inputs) if v is not None]
     named_out = [(v, n) for v, (_, _, n) in zip(outs, outputs) if v is not None]
-    span = getattr(backend, "span", None)  # byte extents computed once per view, not per pair
-    extent = {id(v): span(v) for v, _ in named_in + named_out} if span is not None else None
+    span = getattr(backend, "span", None)
+    if span is not None:
+        _check_spans(span, named_in, named_out, in_place_ok)
+        return ins + outs
     for i, (out, out_name) in enumerate(named_out):
         for other, other_name in named_in + named_out[i + 1:]:
-            if not _overlap(backend, out, other, extent):
+            if not _overlap(backend, out, other):
                 continue
             if not (in_place_ok and _same_view(out, other)):
                 raise BadParamError(f"output {out_name} overlaps {other_name}; pass separate buffers")
     return ins + outs
 
 
-def _overlap(backend, a, b, extent=None) -> bool:
+def _check_spans(span, named_in, named_out, in_place_ok) -> None:
+    """The overlap rule of ``views`` from byte extents: sorted by first byte, each extent
+    is compared only with those that start before it ends (no overlap: one comparison
+    each), and a pair counts when an output is in it."""
+    items = [(*span(v), False, k, v, n) for k, (v, n) in enumerate(named_in)]
+    items += [(*span(v), True, k, v, n) for k, (v, n) in enumerate(named_out)]
+    items = sorted((it for it in items if it[0] < it[1]), key=lambda it: it[0])
+    for i, (lo, hi, is_out, k, v, name) in enumerate(items):
+        for lo2, hi2, is_out2, k2, v2, name2 in items[i + 1:]:
+            if lo2 >= hi:
+                break
+            if not (is_out or is_out2):
+                continue  # inputs may share memory
+            if in_place_ok and _same_view(v, v2):
+                continue
+            # name the output first (the earlier output when both are), as the loop above does
+            if is_out and (not is_out2 or k < k2):
+                raise BadParamError(f"output {name} overlaps {name2}; pass separate buffers")
+            raise BadParamError(f"output {name2} overlaps {name}; pass separate buffers")
+
+
+def _overlap(backend, a, b) -> bool:
     if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
         return bool(np.may_share_memory(a, b))
-    if extent is not None:
-        (a0, a1), (b0, b1) = extent[id(a)], extent[id(b)]
-        return a0 < b1 and b0 < a1
     shares = getattr(backend, "shares_memory", None)
     return bool(shares(a, b)) if shares is not None else False
 

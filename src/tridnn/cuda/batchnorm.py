@@ -41,7 +41,7 @@ import triton
 import triton.language as tl
 
 from ..errors import BadParamError
-from .common import jit_run
+from .common import cdiv, jit_run, next_pow2
 from .layer_utils import NCSStaging, channels_last, check_dtypes, compute_dtype, ncs_dims, ncs_strides, \
     needs_int64
 
@@ -358,12 +358,12 @@ class _Layout:
         self.N, self.C, self.S = ncs_dims(xv) if xv.dim() > 2 else (xv.shape[0], xv.shape[1], 1)
         last = channels_last(xv) if xv.dim() > 2 else False
         if last or self.S == 1:
-            self.block_c = min(triton.next_power_of_2(self.C), 128)
-            self.block_s = max(1, min(triton.next_power_of_2(self.S), TILE // self.block_c))
+            self.block_c = min(next_pow2(self.C), 128)
+            self.block_s = max(1, min(next_pow2(self.S), TILE // self.block_c))
         else:
-            self.block_s = min(triton.next_power_of_2(self.S), 512)
-            self.block_c = max(1, min(triton.next_power_of_2(self.C), TILE // self.block_s))
-        self.SB = triton.cdiv(self.S, self.block_s)
+            self.block_s = min(next_pow2(self.S), 512)
+            self.block_c = max(1, min(next_pow2(self.C), TILE // self.block_s))
+        self.SB = cdiv(self.S, self.block_s)
         self.big = needs_int64(*[t for t, _, _ in data.values() if t is not None])
 
     def _data_view(self, t, is_out, read):
@@ -400,11 +400,11 @@ class _Layout:
     def stats_grid(self, x):
         """((channel blocks, splits), items per split): PROGRAMS_PER_SM programs per SM."""
         items = self.N * self.SB
-        tiles_c = triton.cdiv(self.C, self.block_c)
+        tiles_c = cdiv(self.C, self.block_c)
         target = _sm_count(x) * PROGRAMS_PER_SM
         splits = max(1, min(items, target // tiles_c))  # rounded down: stay within one wave
-        per = triton.cdiv(items, splits)
-        splits = triton.cdiv(items, per)
+        per = cdiv(items, splits)
+        splits = cdiv(items, per)
         return (tiles_c, splits), per
 
     def keep_items(self, splits, tensors):
@@ -414,7 +414,7 @@ class _Layout:
 
     def apply_grid(self, splits, per):
         items = splits * per if L2_REUSE else self.N * self.SB
-        return (items * triton.cdiv(self.C, self.block_c),)
+        return (items * cdiv(self.C, self.block_c),)
 
     @property
     def warps(self):
@@ -451,7 +451,7 @@ def _launch_apply(lay, coef, alpha, beta, ops, x, splits, per, l2_order):
     alpha, beta = float(alpha), float(beta)
     if not l2_order:
         splits, per = 1, lay.N * lay.SB
-    grid = lay.apply_grid(splits, per) if l2_order else (lay.N * lay.SB * triton.cdiv(lay.C, lay.block_c),)
+    grid = lay.apply_grid(splits, per) if l2_order else (lay.N * lay.SB * cdiv(lay.C, lay.block_c),)
     jit_run(_apply_kernel, grid,
         lay.views["x"], lay.views["z"] if lay.views.get("z") is not None else lay.views["x"], lay.views["y"], coef,
         lay.N, lay.C, lay.S, lay.SB, splits, per, *lay.strides("x"), *lay.strides("z"), *lay.strides("y"),
@@ -469,7 +469,7 @@ def _launch_stats(lay, x, part, shift, splits_grid, per, keep):
 
 
 def _finalize_grid(C):
-    return (triton.cdiv(C, FINALIZE_BLOCK_C),)
+    return (cdiv(C, FINALIZE_BLOCK_C),)
 
 
 def batch_norm_forward_training(x, z, y, scale, bias, running_mean, running_var, saved_mean, saved_inv_var,
@@ -516,7 +516,7 @@ def batch_norm_forward_inference(x, z, y, scale, bias, mean, var, mode, epsilon,
                    "mean": (mean, False, False), "var": (var, False, False)})
     coef = torch.empty(2 * lay.C, dtype=_workspace_dtype(x), device=x.device)
     p = lay.params
-    jit_run(_inference_coef_kernel, (triton.cdiv(lay.C, 128),),
+    jit_run(_inference_coef_kernel, (cdiv(lay.C, 128),),
             coef, p["scale"], p["bias"], p["mean"], p["var"], lay.C, float(epsilon), BLOCK_C=128)
     _launch_apply(lay, coef, alpha, beta, bn_ops, x, 1, lay.N * lay.SB, False)
     lay.staging.finish()
@@ -562,7 +562,7 @@ def batch_norm_backward(x, y, dy, dz, dx, scale, bias, dscale, dbias, saved_mean
         float(alpha_param), float(beta_param), HAS_BETA_P=float(beta_param) != 0.0, BLOCK_SPLITS=BLOCK_SPLITS,
         BLOCK_C=FINALIZE_BLOCK_C, num_warps=8)
     apply_splits, apply_per = (splits, per) if L2_REUSE else (1, lay.N * lay.SB)
-    grid = lay.apply_grid(splits, per) if L2_REUSE else (lay.N * lay.SB * triton.cdiv(C, lay.block_c),)
+    grid = lay.apply_grid(splits, per) if L2_REUSE else (lay.N * lay.SB * cdiv(C, lay.block_c),)
     jit_run(_grad_apply_kernel, grid,
         v["x"], v["y"] if relu else v["x"], v["dy"], v["dx"], v["dz"] if write_dz else v["dx"], stat,
         lay.N, C, lay.S, lay.SB, apply_splits, apply_per, *lay.strides("x"), *lay.strides("y"), *lay.strides("dy"),

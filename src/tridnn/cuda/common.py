@@ -133,6 +133,11 @@ def agrees(a, b, tol=None) -> bool:
     return bool((a - b).norm() <= tol * b.norm() + 1e-30)
 
 
+def next_pow2(n: int) -> int:
+    """triton.next_power_of_2 in plain Python (no JIT wrapper on the host path)."""
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
 def cdiv(a: int, b: int) -> int:
     """ceil(a / b) in plain Python (triton.cdiv goes through a JIT wrapper: ~2 us a call)."""
     return -(-a // b)

@@ -43,22 +43,28 @@ def param_dtype(dtype: DataType) -> DataType:
     return DataType.DOUBLE if dtype == DataType.DOUBLE else DataType.FLOAT
 
 
-def derive_bn_tensor_descriptor(x_desc: TensorDescriptor, mode) -> TensorDescriptor:
-    """cudnnDeriveBNTensorDescriptor: (1, C, 1, ...) for SPATIAL, (1, C, *spatial) per activation."""
+def _derived(x_desc: TensorDescriptor, mode) -> tuple:
+    """(dims, dtype) of the descriptor derive_bn_tensor_descriptor gives for x."""
     mode = batch_norm_mode(mode)
     if not 3 <= x_desc.ndim <= 5 and not (mode == BatchNormMode.PER_ACTIVATION and x_desc.ndim == 2):
         raise BadParamError(f"batch norm needs a tensor of 3 to 5 dims (N, C, *spatial), got {x_desc.dims}")
     dims = (1, x_desc.c) + ((1,) * (x_desc.ndim - 2) if mode.spatial else tuple(x_desc.spatial))
-    return TensorDescriptor.packed(dims, param_dtype(x_desc.dtype))
+    return dims, param_dtype(x_desc.dtype)
+
+
+def derive_bn_tensor_descriptor(x_desc: TensorDescriptor, mode) -> TensorDescriptor:
+    """cudnnDeriveBNTensorDescriptor: (1, C, 1, ...) for SPATIAL, (1, C, *spatial) per activation."""
+    dims, dtype = _derived(x_desc, mode)
+    return TensorDescriptor.packed(dims, dtype)
 
 
 def check_derived(desc: TensorDescriptor, x_desc: TensorDescriptor, mode, name: str) -> None:
     """``desc`` must have the dims and dtype derive_bn_tensor_descriptor gives for x."""
-    want = derive_bn_tensor_descriptor(x_desc, mode)
-    if desc.dims != want.dims or desc.dtype != want.dtype:
+    dims, dtype = _derived(x_desc, mode)
+    if desc.dims != dims or desc.dtype != dtype:
         raise BadParamError(f"{name} descriptor (dims {desc.dims}, {desc.dtype.name}) is not derived from "
                             f"x's (dims {x_desc.dims}, {x_desc.dtype.name}) for mode "
-                            f"{batch_norm_mode(mode).name}: expected dims {want.dims}, {want.dtype.name}; "
+                            f"{batch_norm_mode(mode).name}: expected dims {dims}, {dtype.name}; "
                             f"use derive_bn_tensor_descriptor")
 
 
