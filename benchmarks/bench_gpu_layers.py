@@ -54,7 +54,9 @@ def graph_time(fn, who="") -> float:
             fn()
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # captured on the warm-up stream: state a call keeps per stream (the split
+        # reduction's ticket counters) exists already and is not re-created in the graph
+        with torch.cuda.graph(graph, stream=stream):
             fn()
         return do_bench(graph.replay, warmup=10, rep=60, return_mode="median")
     except Exception as exc:  # noqa: BLE001 - report and time eagerly

@@ -380,14 +380,15 @@ def _combine_kernel(part_ptr, c_ptr, K, S, R, sc_k, alpha, beta,
 
 def _counters(device, n):
     """n int32 ticket counters, all zero, for SPLIT_COMBINE "last" on the current stream
-    (one buffer per device and stream, grown as needed; every call leaves them zero)."""
+    (one buffer per device and stream; every call leaves them zero). A larger one replaces
+    it when needed, but the old one is kept: a captured CUDA graph may still point at it.
+    (Under capture on a stream that never ran a split reduction eagerly, the zeroing is
+    captured too and replays with the graph.)"""
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    key = (str(device), stream)
-    buf = _COUNTERS.get(key)
-    if buf is None or buf.numel() < n:
-        buf = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
-        _COUNTERS[key] = buf
-    return buf
+    bufs = _COUNTERS.setdefault((str(device), stream), [])
+    if not bufs or bufs[-1].numel() < n:
+        bufs.append(torch.zeros(max(n, 1024), dtype=torch.int32, device=device))
+    return bufs[-1]
 
 
 def _split_parts(a, op, K, R, block_k, block_r, strided) -> int:
