@@ -321,6 +321,12 @@ def spatial_cases(layout):
                               setting(lambda: dropout.dropout_backward(dy_full, dx, reserve, 0.1)),
                               lambda: torch.ops.aten.native_dropout_backward(dy_full, tmask, 1 / 0.9),
                               nbytes(dy_full, reserve, dx)))
+        # sm_90: 32 registers (full occupancy), 5 barriers, 49.5 instructions an element
+        both = lambda fn: switched(dropout, "SPLIT_KEEP_FROM_WORD", True, switched(  # noqa: E731
+            dropout, "SPLIT_THREAD_ELEMENTS", 16, fn))
+        cases.append(Case("dropout0.1 fwd [keep from word, split 8 warps]",
+                          both(lambda: dropout.dropout_forward(x, y, reserve, 0.1, 1234, 0)),
+                          lambda: torch.ops.aten.native_dropout(x, 0.1, True), nbytes(x, y, reserve)))
 
     # tensor ops
     bias = b.to(DT).view(1, C, 1, 1)
