@@ -217,6 +217,7 @@ def spatial_cases(layout):
                           t_adaptive, nbytes(x, ay), lambda: (ay, out["adaptive"])))
         for label, fn in (("last combines", switched(tensor_ops, "SPLIT_COMBINE", "last", adaptive)),
                           ("split 2 parts", switched(tensor_ops, "REDUCE_SPLIT", 2, adaptive)),
+                          ("stages 2", switched(tensor_ops, "STRIDED_ROWS_STAGES", 2, adaptive)),
                           ("split 2 parts, last combines", switched(tensor_ops, "SPLIT_COMBINE", "last", switched(
                               tensor_ops, "REDUCE_SPLIT", 2, adaptive)))):
             cases.append(Case(f"adaptive avgpool 1x1 fwd [{label}]", fn, t_adaptive, nbytes(x, ay),
@@ -348,7 +349,8 @@ def spatial_cases(layout):
     # resident per SM; 2 parts: 512, one wave), the combine by the last program
     alternatives = ((("REDUCE_SPLIT", 1, "no split"), ("SPLIT_PROGRAMS_PER_SM", 8, "split 8/SM"),
                      ("SPLIT_PROGRAMS_PER_SM", 16, "split 16/SM"), ("REDUCE_SPLIT", 2, "split 2 parts"),
-                     ("REDUCE_SPLIT", 4, "split 4 parts"), ("SPLIT_COMBINE", "last", "last combines"))
+                     ("REDUCE_SPLIT", 4, "split 4 parts"), ("SPLIT_COMBINE", "last", "last combines"),
+                     ("STRIDED_ROWS_STAGES", 2, "stages 2"), ("STRIDED_ROWS_STAGES", 3, "stages 3"))
                     if layout == "NHWC" else
                     (("CONTIGUOUS_ROWS_BLOCK_R", 2048, "R step 2048"), ("CONTIGUOUS_ROWS_BLOCK_R", 4096, "R step 4096")))
     for name, value, label in alternatives:

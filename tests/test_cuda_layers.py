@@ -766,8 +766,8 @@ def test_reduce_tensor(op, c_shape, rng):
 @pytest.mark.parametrize("op", tensor_ops.SPLIT_OPS, ids=lambda op: ["ADD", "MUL", "", "", "", "AVG", "NORM1", "NORM2",
                                                                      "MUL_NO_ZEROS"][op])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("combine", ["kernel", "last"])
-def test_reduce_split_rows_combine(op, dtype, combine, rng, monkeypatch):
+@pytest.mark.parametrize("combine,stages", [("kernel", None), ("last", None), ("kernel", 2)])
+def test_reduce_split_rows_combine(op, dtype, combine, stages, rng, monkeypatch):
     """NHWC over H, W with the rows cut into parts (forced: 4 positions a step, 3 parts
     of 12, 12 and 6 positions): partials, then the combine kernel or (SPLIT_COMBINE
     "last") the program with the last ticket, with alpha and beta; twice, so the
@@ -776,6 +776,7 @@ def test_reduce_split_rows_combine(op, dtype, combine, rng, monkeypatch):
     monkeypatch.setattr(tensor_ops, "STRIDED_ROWS_BLOCK_R", 4)
     monkeypatch.setattr(tensor_ops, "REDUCE_SPLIT", 3)
     monkeypatch.setattr(tensor_ops, "SPLIT_COMBINE", combine)
+    monkeypatch.setattr(tensor_ops, "STRIDED_ROWS_STAGES", stages)  # tl.range's pipelining (GPU only)
     monkeypatch.setattr(tensor_ops, "_COUNTERS", {})
     monkeypatch.setattr(tensor_ops, "_combine_kernel", _Recorder(tensor_ops._combine_kernel, "combine", calls))
     shape = (3, 4, 5, 6)
@@ -972,9 +973,11 @@ def test_gpu_full_size_layers(layout, monkeypatch):
                 assert torch.equal(got, mask_nchw), (draw, merge_w)
                 assert torch.equal(y, y_nchw) and torch.equal(dx, dx_nchw), (draw, merge_w)
     # sum over H, W and global average pooling (NHWC: split along H * W, then combined)
-    for split, combine in ((None, "kernel"), (1, "kernel"), (None, "last"), (2, "last"), (2, "kernel")):
+    for split, combine, stages in ((None, "kernel", None), (1, "kernel", None), (None, "last", None),
+                                   (2, "last", None), (2, "kernel", None), (None, "kernel", 2), (1, "kernel", 3)):
         monkeypatch.setattr(tensor_ops, "REDUCE_SPLIT", split)
         monkeypatch.setattr(tensor_ops, "SPLIT_COMBINE", combine)
+        monkeypatch.setattr(tensor_ops, "STRIDED_ROWS_STAGES", stages)
         red = torch.full((64, 256, 1, 1), float("nan"), device="cuda", dtype=torch.bfloat16)
         tensor_ops.reduce_tensor(x, red, None, None, 0, 1.0, 0.0, False)
         ref = xd.sum((2, 3), keepdim=True)

@@ -46,6 +46,11 @@ REDUCE_SPLIT = None
 # call, so reductions must not run concurrently on one stream (they cannot) - two
 # streams get two buffers. The benchmark times both ([last combines]).
 SPLIT_COMBINE = "kernel"
+# software pipelining of the strided-rows loop (tl.range num_stages; None: a plain loop).
+# sm_90, [64 channels x 128 positions] bf16: None loads 4 LDG.128 a thread a step; 2 and 3
+# prefetch the next steps with cp.async (LDGSTS.128, 16 KiB of shared memory a stage), so
+# more bytes are in flight per SM. The benchmark times 2 and 3 ([stages 2], [stages 3]).
+STRIDED_ROWS_STAGES = None
 _COUNTERS: dict = {}
 SPLIT_OPS = (RED_ADD, RED_MUL, RED_AVG, RED_NORM1, RED_NORM2, RED_MUL_NO_ZEROS)  # partials combine exactly so
 
@@ -235,7 +240,8 @@ def _reduce_kernel(a_ptr, c_ptr, idx_ptr, part_ptr, count_ptr, K, K2, R, CHUNK, 
                    alpha, beta,
                    OP: tl.constexpr, WITH_INDICES: tl.constexpr, HAS_BETA: tl.constexpr,
                    PROPAGATE_NAN: tl.constexpr, SPLIT: tl.constexpr, LAST_COMBINES: tl.constexpr,
-                   BIG: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr):
+                   BIG: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
+                   STAGES: tl.constexpr = None):
     """Reduce each of BLOCK_K rows of length R (stride sa_r) to one value, looping over R.
     Row k starts at (k // K2) * sa_k1 + (k % K2) * sa_k2, so NHWC's (n, c) rows need no copy.
     SPLIT: program (i, j) takes positions [j * CHUNK, (j + 1) * CHUNK) of its rows and
@@ -258,7 +264,7 @@ def _reduce_kernel(a_ptr, c_ptr, idx_ptr, part_ptr, count_ptr, K, K2, R, CHUNK, 
     arg = tl.zeros([BLOCK_K, BLOCK_R], tl.int32)
     nan_at = tl.full([BLOCK_K, BLOCK_R], 2147483647, tl.int32)  # first NaN's index per lane
     seen = tl.zeros([BLOCK_K, BLOCK_R], tl.int1)  # a non-NaN value was seen
-    for r0 in range(r_begin, r_end, BLOCK_R):
+    for r0 in tl.range(r_begin, r_end, BLOCK_R, num_stages=STAGES):
         r = r0 + tl.arange(0, BLOCK_R)
         mask = k_mask[:, None] & (r[None, :] < r_end)
         a = tl.load(a_ptr + a_row[:, None] + r[None, :] * sa_r, mask=mask, other=0.0).to(COMPUTE)
@@ -476,6 +482,7 @@ def reduce_tensor(a, c, indices, workspace, op: int, alpha=1.0, beta=0.0, propag
         c1.stride(0), float(alpha), beta, OP=op, WITH_INDICES=indices is not None, HAS_BETA=has_beta,
         PROPAGATE_NAN=bool(propagate_nan), SPLIT=parts > 1, LAST_COMBINES=last,
         BIG=needs_int64(a2, c1), COMPUTE=compute, BLOCK_K=block_k, BLOCK_R=block_r,
+        STAGES=STRIDED_ROWS_STAGES if strided else None,
         num_warps=8 if block_r >= 2048 or block_k * block_r >= 8192 else 4)
     if parts > 1 and not last:
         block_s = min(triton.next_power_of_2(parts), 16)
