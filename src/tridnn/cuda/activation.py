@@ -8,6 +8,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .common import cdiv, jit_run
 from .layer_utils import (blend_args, blend_store, check_dtypes, check_same_shape, compute_dtype,
                           first_index, needs_int64, pointwise_chunks, unravel4)
 
@@ -243,7 +244,7 @@ def activation_forward(x, y, *, mode: int, coef: float = 0.0, swish_beta: float 
     block, warps = _tile(mode)
     for (xv, yv), dims4, (xs, ys), flat in pointwise_chunks(x, y):
         numel = xv.numel()
-        _activation_forward_kernel[(triton.cdiv(numel, block),)](
+        jit_run(_activation_forward_kernel, (cdiv(numel, block),),
             xv, yv, *_launch_args(dims4, numel), *xs, *ys, alpha, beta, float(coef), float(swish_beta),
             MODE=int(mode), PROPAGATE_NAN=bool(propagate_nan), HAS_BETA=has_beta, FLAT=flat, BIG=big,
             COMPUTE=compute_dtype(x), BLOCK=block, FAST_ERF=_fast_erf(mode, x), num_warps=warps)
@@ -267,7 +268,7 @@ def activation_backward(y, dy, x, dx, *, mode: int, coef: float = 0.0, swish_bet
     block, warps = _tile(mode)
     for (dv, xv, yv, gv), dims4, (ds, xs, ys, gs), flat in pointwise_chunks(dx, xt, yt, dy):
         numel = dv.numel()
-        _activation_backward_kernel[(triton.cdiv(numel, block),)](
+        jit_run(_activation_backward_kernel, (cdiv(numel, block),),
             xv, yv, gv, dv, *_launch_args(dims4, numel), *xs, *ys, *gs, *ds,
             alpha, beta, float(coef), float(swish_beta),
             MODE=mode, NEEDS_X=needs_x, NEEDS_Y=needs_y, HAS_BETA=has_beta, FLAT=flat, BIG=big,
