@@ -172,6 +172,34 @@ def test_tuner_never_picks_a_config_that_disagrees(monkeypatch):
     assert tuner.pick("k", [], launch, out, device) is best  # remembered: no candidates needed
 
 
+def test_tuner_times_workspace_outputs_in_place_and_checks_a_sample(monkeypatch):
+    """scratch_ok (a workspace column buffer): the configs run on ``out`` itself, no
+    scratch copy; above SAMPLE_ELEMENTS the cross-check compares an evenly strided
+    sample, and a wrong config is still caught."""
+    monkeypatch.setattr(common, "SAMPLE_ELEMENTS", 8)
+    timings = {"safe": 3.0, "fast_wrong": 1.0, "ok": 2.0}
+    current = [None]
+    seen = []
+
+    def fake_bench(fn, **kwargs):
+        fn()
+        return timings[current[0]]
+    monkeypatch.setattr(common.triton.testing, "do_bench", fake_bench)
+    truth = torch.arange(64, dtype=torch.float32)
+
+    def launch(cfg, out):
+        current[0] = cfg["name"]
+        seen.append(out)
+        out.copy_(truth if cfg["name"] != "fast_wrong" else truth + 1)
+    out = torch.full((64,), -7.0)
+    with pytest.warns(RuntimeWarning, match="disagrees"):
+        best = common.Tuner().pick("k", [dict(name="safe"), dict(name="fast_wrong"), dict(name="ok")], launch,
+                                   out, types.SimpleNamespace(type="cuda"), scratch_ok=True)
+    assert best["name"] == "ok"
+    assert all(t is out for t in seen)  # timed in place
+    assert common._sample(out).numel() == 8
+
+
 def test_reduction_blocks_are_at_least_tl_dot_minimum():
     """tl.dot needs K >= 16 (the interpreter does not check it; the GPU compiler does)."""
     for item in (2, 4):

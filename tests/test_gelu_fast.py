@@ -15,6 +15,11 @@ scipy_special = pytest.importorskip("scipy.special")
 
 from tridnn.cuda import activation  # noqa: E402
 
+import os  # noqa: E402
+
+# under TRIDNN_GPU_TESTS=1 (no interpreter) the kernels run on the GPU, else on the CPU
+DEVICE = "cuda" if os.environ.get("TRIDNN_GPU_TESTS") == "1" and torch.cuda.is_available() else "cpu"
+
 GELU = activation.GELU
 EX2_REL = 2.0 ** -22    # ex2.approx.ftz.f32: PTX documents 2^-22.5 (we take the looser 2^-22)
 RSQRT_REL = 2.0 ** -22  # rsqrt.approx.ftz.f32: PTX documents 2^-22.9
@@ -102,12 +107,12 @@ def test_gelu_fast_kernels_against_float64(variant, monkeypatch):
     grid of float32 inputs and the tails: within 1.5e-6 per element of float64 gelu,
     so the kernel computes the swept formula (a wrong coefficient fails)."""
     grid = np.concatenate([np.linspace(-9, 9, 6001), [-40.0, -1e6, 40.0, 1e6, 0.0]])
-    x = torch.tensor(grid, dtype=torch.float32)
+    x = torch.tensor(grid, dtype=torch.float32, device=DEVICE)
     y, dx = _kernel_pair(x, variant, monkeypatch)
-    xs = x.double().numpy()
+    xs = x.double().cpu().numpy()
     y_ref, d_ref = exact(xs)
-    err_y = np.abs(y.double().numpy() - y_ref) / np.maximum(1, np.abs(y_ref))
-    err_d = np.abs(dx.double().numpy() - d_ref) / np.maximum(1, np.abs(d_ref))
+    err_y = np.abs(y.double().cpu().numpy() - y_ref) / np.maximum(1, np.abs(y_ref))
+    err_d = np.abs(dx.double().cpu().numpy() - d_ref) / np.maximum(1, np.abs(d_ref))
     assert err_y.max() < 1.5e-6 and err_d.max() < 1.5e-6, (err_y.max(), err_d.max())
     # and not erf: the exact kernel differs somewhere on this grid
     monkeypatch.setattr(activation, "GELU_ERF", "exact")
@@ -119,7 +124,7 @@ def test_gelu_fast_kernels_against_float64(variant, monkeypatch):
 def test_gelu_fast_specials_match_exact(monkeypatch):
     """inf, -inf, NaN: the fast kernels put NaN where the erf kernels do, and the same
     values elsewhere."""
-    x = torch.tensor([float("inf"), float("-inf"), float("nan"), 20.0, -20.0])
+    x = torch.tensor([float("inf"), float("-inf"), float("nan"), 20.0, -20.0], device=DEVICE)
     fast = _kernel_pair(x, "fast", monkeypatch)
     ref = _kernel_pair(x, "exact", monkeypatch)
     for got, want in zip(fast, ref):
@@ -130,14 +135,14 @@ def test_gelu_fast_specials_match_exact(monkeypatch):
 
 def test_gelu_fast_float64_keeps_erf(monkeypatch):
     """float64 tensors take erf whatever GELU_ERF says: float64 accuracy (1e-12)."""
-    x = torch.linspace(-7, 7, 301, dtype=torch.float64)
+    x = torch.linspace(-7, 7, 301, dtype=torch.float64, device=DEVICE)
     y, dx = _kernel_pair(x, "fast", monkeypatch)
-    y_ref, d_ref = exact(x.numpy())
-    assert np.abs(y.numpy() - y_ref).max() < 1e-12 and np.abs(dx.numpy() - d_ref).max() < 1e-12
+    y_ref, d_ref = exact(x.cpu().numpy())
+    assert np.abs(y.cpu().numpy() - y_ref).max() < 1e-12 and np.abs(dx.cpu().numpy() - d_ref).max() < 1e-12
 
 
 def test_gelu_erf_switch_rejects_unknown(monkeypatch):
     monkeypatch.setattr(activation, "GELU_ERF", "approx")
-    x = torch.ones(4)
+    x = torch.ones(4, device=DEVICE)
     with pytest.raises(ValueError, match="GELU_ERF"):
         activation.activation_forward(x, torch.empty_like(x), mode=GELU, propagate_nan=False, alpha=1.0, beta=0.0)

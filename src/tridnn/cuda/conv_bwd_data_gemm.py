@@ -136,7 +136,8 @@ class Col2imGemmBackwardData(TritonConvAlgorithm):
         cands = (GPU_CONFIGS_32 if problem.dtype.itemsize == 4 else GPU_CONFIGS_16) if gpu \
             else [dict(INTERPRETER_CONFIG)]
         cfg = self.tuner.pick((problem.key(), "bwd-data-col2im"), cands,
-                              lambda c, out: launch_dcol(problem, dy, w, out, c), col, dx.device)
+                              lambda c, out: launch_dcol(problem, dy, w, out, c), col, dx.device,
+                              scratch_ok=True)
         launch_dcol(problem, dy, w, col, cfg)
         geo = geometry(problem)
         nd = problem.nd

@@ -189,7 +189,7 @@ class WinogradNonfusedForward(TritonConvAlgorithm):
         prec = input_precision(problem)
         cfg = self.tuner.pick((problem.key(), "fwd-winograd-nonfused"),
                               batched_gemm.configs(y.device, problem.dtype.itemsize),
-                              lambda c, out: batched_gemm.bmm(V, U, out, prec, c), M, y.device)
+                              lambda c, out: batched_gemm.bmm(V, U, out, prec, c), M, y.device, scratch_ok=True)
         batched_gemm.bmm(V, U, M, prec, cfg)
         bias, bias_stride, z, zs, alpha2, coef, swish_beta, act, has_bias, has_z = launch_args(spec, y, 2)
         bm, bn = (32, 64) if gpu else (16, 16)

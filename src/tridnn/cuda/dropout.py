@@ -61,7 +61,7 @@ SPLIT_THREAD_ELEMENTS = 32
 # after a max over a joined pair (which Triton does not recompute in the data's layout),
 # so one int32 tile is converted instead: 56 registers, 7 barriers, no byte loads, the
 # same 40 instructions an element. The mask is the same word either way.
-SPLIT_KEEP_FROM_WORD = False
+SPLIT_KEEP_FROM_WORD = True  # H200 06:2x UTC, NHWC fwd: 0.91 of torch's time (off: 0.95)
 NUM_WARPS = 4
 MASK62 = (1 << 62) - 1
 
