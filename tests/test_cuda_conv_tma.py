@@ -280,3 +280,43 @@ def test_get_ranks_resnet50_conv1_by_the_measured_times():
     wgrad = [r.algo.name for r in tridnn.get_convolution_backward_filter_algorithm(h, xd, yd, cd, wd)]
     assert fwd.index("IMPLICIT_PRECOMP_GEMM") < fwd.index("IMPLICIT_GEMM") < fwd.index("GEMM")
     assert wgrad.index("ALGO_0") < wgrad.index("ALGO_1")
+
+
+def test_cached_launch_places_constexprs_where_the_launcher_expects_them(monkeypatch):
+    """common.launch's second call goes straight to the compiled launcher: the constexpr
+    values must sit at their signature positions (appended as one tuple when they all
+    trail the runtime arguments, inserted otherwise)."""
+    class FakeCuda(torch.Tensor):
+        @property
+        def device(self):
+            return types.SimpleNamespace(type="cuda", index=0)
+
+    class FakeKernel:
+        def __init__(self, arg_names):
+            self.arg_names = arg_names
+            self.calls = []
+
+        def __getitem__(self, grid):
+            def first_launch(*args, **kwargs):
+                return compiled
+            return first_launch
+
+    class Compiled:
+        function, packed_metadata = "fn", "meta"
+
+        def __init__(self):
+            self.runs = []
+
+        def run(self, *args):
+            self.runs.append(args)
+
+    monkeypatch.setattr(common, "_raw_stream", lambda index: 7)
+    a = torch.zeros(4).as_subclass(FakeCuda)
+    for names, want in ((["a", "n", "B", "C"], (a, 5, 16, "x")), (["a", "B", "n", "C"], (a, 16, 5, "x"))):
+        compiled = Compiled()
+        kernel = FakeKernel(names)
+        for _ in range(2):
+            common.launch(kernel, (3,), (a, 5), dict(B=16, C="x"), dict(num_warps=4))
+        (run,) = compiled.runs  # the first launch went through the JIT
+        assert run[:9] == (3, 1, 1, 7, "fn", "meta", None, None, None)
+        assert len(run) == 9 + len(want) and all(x is y or x == y for x, y in zip(run[9:], want))

@@ -222,12 +222,19 @@ def launch(kernel, grid, args: tuple, consts: dict, options: dict, static=None):
         compiled = kernel[grid](*args, **consts, **options)
         if len(args) + len(consts) == len(kernel.arg_names):  # else defaults fill gaps: keep the JIT path
             slots = [(i, consts[n]) for i, n in enumerate(kernel.arg_names) if n in consts]
-            _compiled[full] = (compiled, slots)
+            # the launcher takes the constexprs in their places; when they all come after
+            # the runtime arguments (the usual signature) they are one tuple appended
+            tail = tuple(v for _, v in slots) if [i for i, _ in slots] == list(
+                range(len(args), len(args) + len(slots))) else None
+            _compiled[full] = (compiled, slots, tail)
         return
-    compiled, slots = entry
-    values = list(args)
-    for i, v in slots:
-        values.insert(i, v)
+    compiled, slots, tail = entry
+    if tail is not None:
+        values = (*args, *tail)
+    else:
+        values = list(args)
+        for i, v in slots:
+            values.insert(i, v)
     g = tuple(grid) + (1,) * (3 - len(grid))
     compiled.run(g[0], g[1], g[2], _raw_stream(device.index), compiled.function,
                  compiled.packed_metadata, None, None, None, *values)
