@@ -16,7 +16,8 @@ torch op ran 11 ms of its own CPU time plus 7 ms of torch's spinning, and 1.5-2x
 wall time). --settle-ms 0 times back to back.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/bench_cpu_layers.py
-    (--repeats N, --shape N C H W, --only NAME, --json out.json, --torch-threads T, --settle-ms MS)
+    (--repeats N, --shape N C H W, --only NAME [NAME ...], --json out.json, --torch-threads T,
+     --threads T (tridnn's layer threads, layer_utils.THREADS), --settle-ms MS)
 """
 from __future__ import annotations
 
@@ -137,7 +138,9 @@ def main(argv=None):
     ap.add_argument("--shape", type=int, nargs=4, default=(8, 256, 56, 56))
     ap.add_argument("--layouts", nargs="+", default=["NCHW", "NHWC"])
     ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--only", default=None, help="substring of the case names to run")
+    ap.add_argument("--only", nargs="+", default=None, help="substrings of the case names to run (any matches)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="threads of tridnn's layers (layer_utils.THREADS; default: the pool's size)")
     ap.add_argument("--torch-threads", type=int, default=None)
     ap.add_argument("--json", default=None)
     ap.add_argument("--settle-ms", type=float, default=50.0,
@@ -145,15 +148,24 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
+    if args.threads is not None:
+        from tridnn.cpu import layer_utils
+        if hasattr(layer_utils, "THREADS"):
+            layer_utils.THREADS = args.threads
+        else:   # older code without the switch: its pool size is TRIDNN_NUM_THREADS
+            print("# this tridnn has no layer_utils.THREADS; set TRIDNN_NUM_THREADS instead")
     rng = np.random.default_rng(0)
     rows = []
+    from tridnn.cpu import common, layer_utils
+    layer_threads = layer_utils.threads() if hasattr(layer_utils, "threads") else common.WORKERS
+    print(f"# tridnn layers on {layer_threads} thread(s), from {tridnn.__file__}")
     print(f"# shape {tuple(args.shape)} float32, torch {torch.__version__} ({torch.get_num_threads()} threads), "
           f"numpy {np.__version__}, {args.repeats} interleaved repeats, {args.settle_ms:g} ms settle, medians")
     print(f"{'case':28s} {'layout':6s} {'tridnn ms':>10s} {'torch ms':>10s} {'ratio':>7s} "
           f"{'best ms':>8s} {'torch best':>10s} {'ratio':>6s} {'cpu ms':>7s} {'torch cpu':>9s} {'ratio':>6s}")
     for layout in args.layouts:
         for name, ours, theirs in cases(tuple(args.shape), layout, rng):
-            if args.only and args.only not in name:
+            if args.only and not any(part in name for part in args.only):
                 continue
             ours(), theirs()  # warm up
             a, b, ca, cb = [], [], [], []

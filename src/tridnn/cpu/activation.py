@@ -123,9 +123,14 @@ def activation_forward(x, y, mode, coef, swish_beta, propagate_nan, alpha, beta)
     if int(mode) in (M.RELU, M.CLIPPED_RELU) and alpha == 1.0 and beta == 0.0 and _plain(x, y) \
             and x.dtype == y.dtype:
         pick_max, pick_min = (np.maximum, np.minimum) if propagate_nan else (np.fmax, np.fmin)
-        pick_max(x, x.dtype.type(0), out=y)
-        if int(mode) == M.CLIPPED_RELU:
-            pick_min(y, x.dtype.type(coef), out=y)
+        zero, top, clipped = x.dtype.type(0), x.dtype.type(coef), int(mode) == M.CLIPPED_RELU
+
+        def slab(ys, xs):
+            pick_max(xs, zero, out=ys)
+            if clipped:
+                pick_min(ys, top, out=ys)
+
+        elementwise(slab, y, x)          # slabs on the worker threads; same bits as one call
         return
     desc = _descriptor(mode, coef, swish_beta, propagate_nan)
     acc = forward(desc, to_acc(x))
@@ -137,11 +142,15 @@ def activation_backward(y, dy, x, dx, mode, coef, swish_beta, alpha, beta):
     if int(mode) == M.RELU and alpha == 1.0 and beta == 0.0 and _plain(x, dy, dx) and dy.dtype == dx.dtype:
         # one multiply by the 0/1 derivative (NumPy's masked copies are far slower);
         # an inf or NaN in dy where x <= 0 therefore stays NaN, as dy * 0 does
-        np.multiply(dy, np.greater(x, 0), out=dx)
+        def slab(dxs, dys, xs):
+            mask = np.greater(xs, 0, out=scratch("relu.mask", xs.shape, bool))
+            np.multiply(dys, mask, out=dxs)
+
+        elementwise(slab, dx, dy, x)     # slabs on the worker threads; same bits as one call
         return
     desc = _descriptor(mode, coef, swish_beta, False)
     acc = backward(desc, to_acc(x), to_acc(y), to_acc(dy))
     blend(dx, acc if acc is not dy else acc.copy(), alpha, beta)
 
 
-from .layer_utils import blend, to_acc  # noqa: E402  (after the math above, which fused epilogues import)
+from .layer_utils import blend, elementwise, scratch, to_acc  # noqa: E402  (after the math above, which fused epilogues import)

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import parallel_map
-from .layer_utils import acc_dtype, batch_channel_chunks, blend, scratch_like
+from .layer_utils import acc_dtype, batch_channel_chunks, blend, run_blocks, scratch_like
 
 PER_ACTIVATION, SPATIAL, SPATIAL_PERSISTENT = 0, 1, 2
 NORM, NORM_ACTIVATION, NORM_ADD_ACTIVATION = 0, 1, 2
@@ -230,7 +229,7 @@ def _blocked_backward(x, y, dy, dz, dx, scale, dscale, dbias, mean, inv_std, cou
     def gradient(nb, cb):
         return _masked_gradient(dy[nb, cb], y[nb, cb] if fused else None, dt)
 
-    def block_sums(worker, block):
+    def block_sums(block):
         nb, cb = block
         g = gradient(nb, cb)
         if int(bn_ops) == NORM_ADD_ACTIVATION and dz is not None:
@@ -240,7 +239,7 @@ def _blocked_backward(x, y, dy, dz, dx, scale, dscale, dbias, mean, inv_std, cou
 
     sum_g = np.zeros(c)
     sum_gd = np.zeros(c)
-    for cb, part_g, part_gd in parallel_map(block_sums, blocks):
+    for cb, part_g, part_gd in run_blocks(block_sums, blocks):   # combined in block order
         sum_g[cb] += part_g
         sum_gd[cb] += part_gd
     k = scale.astype(np.float64).reshape(-1) * inv
@@ -249,7 +248,7 @@ def _blocked_backward(x, y, dy, dz, dx, scale, dscale, dbias, mean, inv_std, cou
     const = -k * sum_g / count - coef_x * mean_v
     direct = alpha_data == 1.0 and beta_data == 0.0 and dx.dtype == dt
 
-    def block_dx(worker, block):
+    def block_dx(block):
         nb, cb = block
         g = gradient(nb, cb)
         x_term = np.multiply(x[nb, cb], _channel_vector(coef_x, x.ndim, dt, cb), out=scratch_like("bn.d", g, dt))
@@ -260,7 +259,7 @@ def _blocked_backward(x, y, dy, dz, dx, scale, dscale, dbias, mean, inv_std, cou
         if not direct:
             blend(dx[nb, cb], out, alpha_data, beta_data)
 
-    parallel_map(block_dx, blocks)
+    run_blocks(block_dx, blocks)
     shape = dscale.shape
     blend(dscale, (sum_gd * inv).reshape(shape).astype(acc_dtype(dscale.dtype)), alpha_param, beta_param)
     blend(dbias, sum_g.reshape(shape).astype(acc_dtype(dbias.dtype)), alpha_param, beta_param)

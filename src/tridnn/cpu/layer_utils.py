@@ -55,6 +55,105 @@ def scratch(tag: str, shape, dtype) -> np.ndarray:
     return buf[:nbytes].view(dtype).reshape(shape)
 
 
+# -- blocks on the worker threads ------------------------------------------------------------
+# NumPy's ufuncs release the GIL, so the blocks of a memory-bound layer pass run in parallel
+# on common's small thread pool. THREADS caps the threads the layers use: None means the
+# pool's size (common.WORKERS, from TRIDNN_NUM_THREADS, default 2); 1 runs every block on the
+# calling thread (the benchmark's switch for 1 against 2 threads).
+THREADS: int | None = None
+PARALLEL_MIN_ELEMENTS = 1 << 18  # below ~1 MB of float32 a thread hand-off costs more than it saves
+
+
+def threads() -> int:
+    """Threads the layers spread their blocks over (THREADS, at most the pool's size)."""
+    from . import common
+    limit = common.WORKERS if THREADS is None else THREADS
+    return max(1, min(int(limit), common.WORKERS))
+
+
+def run_blocks(fn, blocks) -> list:
+    """[fn(block) for block in blocks], in block order, the blocks taken one at a time by
+    the worker threads as they come free (a static split leaves the wall time to whichever
+    thread lost its core to another process). Every block's arithmetic is the same whatever
+    thread runs it, and the results come back in block order, so a caller that combines
+    them in order gets the single-threaded bits."""
+    from .common import parallel_map
+    blocks = list(blocks)
+    workers = min(threads(), len(blocks))
+    if workers <= 1:
+        return [fn(block) for block in blocks]
+    results = [None] * len(blocks)
+    pending = iter(range(len(blocks)))
+    lock = threading.Lock()
+
+    def drain(worker, _):
+        while True:
+            with lock:
+                i = next(pending, None)
+            if i is None:
+                return
+            results[i] = fn(blocks[i])
+
+    parallel_map(drain, range(workers))
+    return results
+
+
+def flat_view(a: np.ndarray):
+    """``a`` as a 1-D view in its memory order, or None when it is not packed (or is
+    reversed along some axis); with the order of its axes, so callers can check that two
+    arrays' flat views match element for element."""
+    order = tuple(sorted(range(a.ndim), key=lambda d: -a.strides[d]))
+    t = a.transpose(order)
+    if not t.flags.c_contiguous:
+        return None, order
+    return t.reshape(-1), order
+
+
+def outer_chunks(a: np.ndarray, parts: int):
+    """Index tuples splitting ``a`` into about ``parts`` slabs along its outermost (largest
+    stride) axis of size > 1: each slab is one contiguous stretch of a packed array, in any
+    layout, and elementwise work on it is the same arithmetic as on the whole array."""
+    axes = [d for d in range(a.ndim) if a.shape[d] > 1]
+    if not axes or parts <= 1:
+        return [()]
+    axis = max(axes, key=lambda d: abs(a.strides[d]))
+    size = a.shape[axis]
+    parts = min(parts, size)
+    bounds = [size * i // parts for i in range(parts + 1)]
+    lead = (slice(None),) * axis
+    return [lead + (slice(lo, hi),) for lo, hi in zip(bounds, bounds[1:])]
+
+
+SLAB_ELEMENTS = 1 << 18  # an elementwise pass's sub-block: its temporaries (a mask) stay in L2
+
+
+def elementwise(fn, out: np.ndarray, *arrays) -> None:
+    """fn(out_part, *parts) over pieces of the arrays (all shaped like out), the
+    pieces split between the worker threads. Packed arrays in one memory order go as 1-D
+    stretches of SLAB_ELEMENTS (each thread walks its own contiguous share, so a mask
+    temporary stays in cache: relu backward measured 2.86 -> 2.50 ms single-threaded on
+    8x256x56x56); other arrays go whole or as outer slabs. fn sees the same elements with
+    the same arithmetic whatever the split, so every split gives the same bits."""
+    flats = [flat_view(a) for a in (out, *arrays)]
+    workers = threads() if out.size >= PARALLEL_MIN_ELEMENTS else 1
+    if any(f is None for f, _ in flats) or len({order for _, order in flats}) > 1:
+        if workers == 1:
+            fn(out, *arrays)
+        else:
+            run_blocks(lambda i: fn(out[i], *(a[i] for a in arrays)), outer_chunks(out, workers))
+        return
+    flat = [f for f, _ in flats]
+    size = out.size
+    bounds = [size * w // workers for w in range(workers + 1)]
+
+    def share(w):
+        for lo in range(bounds[w], bounds[w + 1], SLAB_ELEMENTS):
+            hi = min(bounds[w + 1], lo + SLAB_ELEMENTS)
+            fn(*(f[lo:hi] for f in flat))
+
+    run_blocks(share, range(workers))
+
+
 CHUNK_ELEMENTS = 1 << 19  # ~2 MB of float32 input per chunk: the chunk's temporaries stay in cache
 
 
@@ -70,10 +169,20 @@ def batch_channel_chunks(x: np.ndarray, target: int | None = None, min_channels:
     cb = max(1, min(c, target // per_nc))
     if channels_last:  # whole images keep blocks packed (one long run per row of pixels)
         cb = c if per_nc * c <= 4 * target else min(c, max(cb, min_channels))
-    nb = max(1, min(n, target // (per_nc * cb))) if cb == c else 1
+    if not channels_last or even_step(c, cb) >= min(c, min_channels):
+        cb = even_step(c, cb)
+    nb = even_step(n, max(1, min(n, target // (per_nc * cb)))) if cb == c else 1
     for n0 in range(0, n, nb):
         for c0 in range(0, c, cb):
             yield slice(n0, min(n, n0 + nb)), slice(c0, min(c, c0 + cb))
+
+
+def even_step(total: int, step: int) -> int:
+    """The step that splits ``total`` into as many pieces as ``step`` does, but of equal size
+    (but for the last): 256 channels in steps of 167 leave a block of 89, which left one of
+    two threads with two thirds of the work; steps of 128 split it evenly."""
+    pieces = -(-total // max(1, step))
+    return -(-total // pieces)
 
 
 def scratch_like(tag: str, a: np.ndarray, dtype=None) -> np.ndarray:

@@ -16,8 +16,7 @@ import math
 
 import numpy as np
 
-from .common import parallel_map
-from .layer_utils import acc_dtype, batch_channel_chunks, blend, empty_like, scratch, zeros_like
+from .layer_utils import acc_dtype, batch_channel_chunks, blend, empty_like, run_blocks, scratch, zeros_like
 
 MAX, AVG_INCLUDE, AVG_EXCLUDE, MAX_DETERMINISTIC = 0, 1, 2, 3
 
@@ -165,11 +164,11 @@ def _average_scale(geo, mode, dtype):
 def pooling_forward(x, y, mode, window, padding, stride, propagate_nan, alpha, beta):
     """y = alpha * pool(x) + beta * y, in cache-sized blocks of images and channels spread
     over the worker threads (each thread keeps its own scratch arrays)."""
-    def block(worker, chunk):
+    def block(chunk):
         nb, cb = chunk
         _forward_block(x[nb, cb], y[nb, cb], int(mode), window, padding, stride, propagate_nan, alpha, beta)
 
-    parallel_map(block, batch_channel_chunks(x, min_channels=64))
+    run_blocks(block, batch_channel_chunks(x, min_channels=64))
 
 
 def _forward_block(x, y, mode, window, padding, stride, propagate_nan, alpha, beta):
@@ -190,12 +189,12 @@ def pooling_backward(y, dy, x, dx, mode, window, padding, stride, propagate_nan,
     """dx = alpha * pool'(dy) + beta * dx. Max routes each window's gradient to the first
     maximum of x in row-major window order (the window max is recomputed from x, so the
     result does not depend on how y was blended). Blocks as in the forward."""
-    def block(worker, chunk):
+    def block(chunk):
         nb, cb = chunk
         _backward_block(dy[nb, cb], x[nb, cb], dx[nb, cb], int(mode), window, padding, stride, propagate_nan,
                         alpha, beta)
 
-    parallel_map(block, batch_channel_chunks(x, min_channels=64))
+    run_blocks(block, batch_channel_chunks(x, min_channels=64))
 
 
 def _backward_block(dy, x, dx, mode, window, padding, stride, propagate_nan, alpha, beta):

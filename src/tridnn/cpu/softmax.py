@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import parallel_map
-from .layer_utils import CHUNK_ELEMENTS, acc_dtype, blend, scratch, scratch_like
+from .layer_utils import CHUNK_ELEMENTS, acc_dtype, blend, even_step, run_blocks, scratch, scratch_like
 
 FAST, ACCURATE, LOG = 0, 1, 2
 INSTANCE, CHANNEL = 0, 1
@@ -52,7 +51,7 @@ def _blocks(x, mode):
         return
     if int(mode) == CHANNEL and x.ndim > 2 and per_n > CHUNK_ELEMENTS:
         rows = x.shape[2]
-        band = max(1, rows * CHUNK_ELEMENTS // per_n)
+        band = even_step(rows, max(1, rows * CHUNK_ELEMENTS // per_n))
         for i in range(n):
             for r in range(0, rows, band):
                 yield (slice(i, i + 1), slice(None), slice(r, min(rows, r + band)))
@@ -65,11 +64,11 @@ def _blocks(x, mode):
 def softmax_forward(x, y, algo, mode, alpha, beta):
     """y = alpha * softmax(x) + beta * y (log-softmax for LOG), block by block, the blocks
     spread over the worker threads."""
-    def block(worker, index):
+    def block(index):
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             _forward(x[index], y[index], algo, mode, alpha, beta)
 
-    parallel_map(block, _blocks(x, mode))
+    run_blocks(block, _blocks(x, mode))
 
 
 def _forward(x, y, algo, mode, alpha, beta):
@@ -99,11 +98,11 @@ def _forward(x, y, algo, mode, alpha, beta):
 def softmax_backward(y, dy, dx, algo, mode, alpha, beta):
     """dx = alpha * J^T dy + beta * dx: y * (dy - sum(dy * y)) for softmax,
     dy - exp(y) * sum(dy) for log-softmax (y is the forward output)."""
-    def block(worker, index):
+    def block(index):
         with np.errstate(over="ignore", invalid="ignore"):
             _backward(y[index], dy[index], dx[index], algo, mode, alpha, beta)
 
-    parallel_map(block, _blocks(y, mode))
+    run_blocks(block, _blocks(y, mode))
 
 
 def _backward(y, dy, dx, algo, mode, alpha, beta):
