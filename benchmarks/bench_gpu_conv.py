@@ -31,7 +31,7 @@ import tridnn
 from tridnn import shapes
 from tridnn.algorithms import registry, selection
 from tridnn.algorithms.problem import ConvProblem
-from tridnn.types import DataType, TensorFormat
+from tridnn.types import TensorFormat
 
 TORCH = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -84,6 +84,9 @@ def rel_err(a, b):
     return float((a - b).norm() / max(b.norm(), 1e-30))
 
 
+ALGOS = "all"  # --algos: "all" applicable algorithms, or "get" (only get's first choice)
+
+
 def run_layer(handle, direction, p, n, dtype, math_type, dev):
     cd, xd, wd, yd, x, w, dy = make(p, n, dtype, math_type, dev)
     ref_fn = torch_conv(direction, p, x, w, dy)
@@ -94,7 +97,11 @@ def run_layer(handle, direction, p, n, dtype, math_type, dev):
     flops = problem.flops
     row = dict(layer=p["name"], direction=direction, dtype=dtype, math=math_type.name, batch=n,
                cudnn_us=t_cudnn * 1e6, cudnn_tflops=flops / t_cudnn / 1e12, algos={})
-    for algo in registry.algorithms("conv", direction, "triton"):
+    algos = registry.algorithms("conv", direction, "triton")
+    if ALGOS == "get":
+        ranked = [r for r in selection.get(handle, problem) if r.status == tridnn.Status.SUCCESS]
+        algos = [r.algo for r in ranked[:1]]
+    for algo in algos:
         reason = algo.not_applicable(problem)
         if reason:
             continue
@@ -201,7 +208,11 @@ def main():
                                          "dw-bwd_data,dw-bwd_filter,fused,fp32-tf32,fp32-strict")
     ap.add_argument("--budget-s", type=float, default=400)
     ap.add_argument("--layers", default="", help="comma-separated layer names (default all)")
+    ap.add_argument("--algos", choices=("all", "get"), default="all",
+                    help="time every applicable algorithm (find's view) or only get's first choice")
     args = ap.parse_args()
+    global ALGOS
+    ALGOS = args.algos
     os.makedirs(args.out, exist_ok=True)
     torch.backends.cudnn.benchmark = True
     dev = torch.device("cuda")
