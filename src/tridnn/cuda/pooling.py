@@ -39,6 +39,12 @@ ROW_TILE = 1024
 UNROLL_TAPS = 64  # windows (or covering-output sets) up to this many taps are unrolled
 MAX_ROW_BLOCK_W = 64
 ROW_KERNELS = True  # False: W-contiguous tensors take the gather kernels too (for comparison)
+# channels-last row kernels (C contiguous, no window along D): False keeps the gather kernels
+CL_KERNELS = False
+CL_ROWS = 4  # output rows per program forward; input rows backward (rounded up to a multiple of the H stride)
+CL_BLOCK_W = 32  # output columns forward; column pairs (phases) backward
+CL_BLOCK_C = 64
+CL_WARPS = 4
 
 
 @triton.jit
@@ -439,6 +445,192 @@ def _pool_rows_backward_kernel(dy_ptr, arg_ptr, dx_ptr, R, C, ID, IH, OD, OH, IW
     tl.store(dx_ptr + d_off, out.to(dx_ptr.dtype.element_ty), mask=mask)
 
 
+# -- channels-last row kernels (C contiguous, no window along D) ----------------------------
+@triton.jit
+def _cl_tile_ids(C, D, TILES_H, TILES_W, BLOCK_C: tl.constexpr, BIG: tl.constexpr):
+    """(n, d, row block, column block, channels) of this program; channel blocks vary
+    fastest, then columns, then rows, so neighbouring programs share halo rows in L2."""
+    pid = tl.program_id(0)
+    if BIG:
+        pid = pid.to(tl.int64)
+    tiles_c = tl.cdiv(C, BLOCK_C)
+    c_blk = pid % tiles_c
+    rest = pid // tiles_c
+    w_blk = rest % TILES_W
+    rest = rest // TILES_W
+    h_blk = rest % TILES_H
+    nd = rest // TILES_H
+    c = c_blk * BLOCK_C + tl.arange(0, BLOCK_C)
+    return nd // D, nd % D, h_blk, w_blk, c
+
+
+@triton.jit
+def _cl_row_fold(x_ptr, row, row_ok, ow, c, c_mask, IW, xsw, KW: tl.constexpr, SW: tl.constexpr,
+                 PW: tl.constexpr, MODE: tl.constexpr, PROPAGATE_NAN: tl.constexpr, COMPUTE: tl.constexpr,
+                 BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Fold the KW horizontal taps of one input row: [BLOCK_W, BLOCK_C] (value, first tap
+    kw or -1); each tap is one load of channel runs (16-byte vectors along C)."""
+    if MODE == 0 or MODE == 3:
+        acc = tl.full([BLOCK_W, BLOCK_C], float("-inf"), COMPUTE)
+    else:
+        acc = tl.zeros([BLOCK_W, BLOCK_C], COMPUTE)
+    arg = tl.full([BLOCK_W, BLOCK_C], -1, tl.int32)
+    for kw in tl.static_range(KW):
+        iw = ow * SW - PW + kw
+        ok = ((iw >= 0) & (iw < IW))[:, None] & c_mask[None, :] & row_ok
+        v = tl.load(x_ptr + row + (iw * xsw)[:, None] + c[None, :], mask=ok, other=0.0).to(COMPUTE)
+        acc, arg = _take(acc, arg, v, ok, kw, MODE, PROPAGATE_NAN)
+    return acc, arg
+
+
+@triton.jit
+def _cl_fold_rows(acc, arg, h, harg, kh, KW: tl.constexpr, MODE: tl.constexpr, PROPAGATE_NAN: tl.constexpr):
+    """Fold one input row's horizontal result into an output row: a later row wins only
+    on a strictly larger value (or the first NaN), so the tap is the row-major first."""
+    if MODE == 0 or MODE == 3:
+        acc, arg = _take(acc, arg, h, harg >= 0, tl.where(harg >= 0, harg + kh * KW, -1), MODE, PROPAGATE_NAN)
+    else:
+        acc += h
+    return acc, arg
+
+
+@triton.jit
+def _pool_cl_forward_kernel(x_ptr, y_ptr, arg_ptr, C, D, IH, IW, OH, OW, TILES_H, TILES_W,
+                            # strides of N, D, H, W (the channel stride is 1): x, y, first-maximum taps
+                            xsn, xsd, xsh, xsw, ysn, ysd, ysh, ysw, asn, asd, ash, asw, alpha, beta,
+                            KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
+                            PH: tl.constexpr, PW: tl.constexpr, MODE: tl.constexpr,
+                            PROPAGATE_NAN: tl.constexpr, STORE_ARG: tl.constexpr, STORE_Y: tl.constexpr,
+                            HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
+                            ROWS: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
+    """y over [ROWS output rows, BLOCK_W output columns, BLOCK_C channels] of one (n, d):
+    each input row's KW taps fold once into a horizontal (value, tap) result, which the
+    output rows whose windows hold that row fold in turn; with KH == SH + 1 the last row
+    of an output is the first of the next and is kept in registers, not reloaded."""
+    # map the program to its tile; the masks of columns and channels are shared by every row
+    n, d, h_blk, w_blk, c = _cl_tile_ids(C, D, TILES_H, TILES_W, BLOCK_C, BIG)
+    ow = w_blk * BLOCK_W + tl.arange(0, BLOCK_W)
+    c_mask = c < C
+    out_mask = (ow < OW)[:, None] & c_mask[None, :]
+    x_base = n * xsn + d * xsd
+    y_off = (n * ysn + d * ysd) + (ow * ysw)[:, None] + c[None, :]
+    a_off = (n * asn + d * asd) + (ow * asw)[:, None] + c[None, :]
+    if MODE == 2:
+        iw0 = ow * SW - PW
+        cols = (tl.minimum(iw0 + KW, IW) - tl.maximum(iw0, 0)).to(COMPUTE)
+    CARRY: tl.constexpr = KH == SH + 1
+    carried = tl.zeros([BLOCK_W, BLOCK_C], COMPUTE)
+    carried_arg = tl.zeros([BLOCK_W, BLOCK_C], tl.int32)
+    # the output rows in order, each folding its KH input rows
+    for r in tl.static_range(ROWS):
+        oh = h_blk * ROWS + r
+        if MODE == 0 or MODE == 3:
+            acc = tl.full([BLOCK_W, BLOCK_C], float("-inf"), COMPUTE)
+        else:
+            acc = tl.zeros([BLOCK_W, BLOCK_C], COMPUTE)
+        arg = tl.full([BLOCK_W, BLOCK_C], -1, tl.int32)
+        for kh in tl.static_range(KH):
+            if CARRY and r > 0 and kh == 0:
+                h = carried
+                harg = carried_arg
+            else:
+                ih = oh * SH - PH + kh
+                h, harg = _cl_row_fold(x_ptr, x_base + ih * xsh, (ih >= 0) & (ih < IH), ow, c, c_mask, IW, xsw,
+                                       KW, SW, PW, MODE, PROPAGATE_NAN, COMPUTE, BLOCK_W, BLOCK_C)
+            acc, arg = _cl_fold_rows(acc, arg, h, harg, kh, KW, MODE, PROPAGATE_NAN)
+            if CARRY and kh == KH - 1:
+                carried = h
+                carried_arg = harg
+        # store the taps and/or y
+        mask = out_mask & (oh < OH)
+        if STORE_ARG:
+            tl.store(arg_ptr + a_off + oh * ash, arg.to(arg_ptr.dtype.element_ty), mask=mask)
+        if STORE_Y:
+            if MODE == 1:
+                acc = acc / (KH * KW)
+            elif MODE == 2:
+                ih0 = oh * SH - PH
+                rows = tl.minimum(ih0 + KH, IH) - tl.maximum(ih0, 0)
+                acc = acc / tl.maximum(cols * rows.to(COMPUTE), 1.0)[:, None]  # 1: masked-off lanes
+            out = acc * alpha
+            if HAS_BETA:
+                out += tl.load(y_ptr + y_off + oh * ysh, mask=mask, other=0.0).to(COMPUTE) * beta
+            tl.store(y_ptr + y_off + oh * ysh, out.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _pool_cl_backward_kernel(dy_ptr, arg_ptr, dx_ptr, C, D, IH, IW, OH, OW, TILES_H, TILES_J,
+                             # strides of N, D, H, W (the channel stride is 1): dy, first-maximum taps, dx
+                             gsn, gsd, gsh, gsw, asn, asd, ash, asw, dsn, dsd, dsh, dsw, alpha, beta,
+                             KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
+                             PH: tl.constexpr, PW: tl.constexpr, Q_LO: tl.constexpr, Q_HI: tl.constexpr,
+                             T_LO: tl.constexpr, T_HI: tl.constexpr, MODE: tl.constexpr,
+                             HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
+                             ROWS: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_C: tl.constexpr):
+    """dx over [ROWS input rows, SW * BLOCK_J input columns, BLOCK_C channels] of one
+    (n, d), written once. ROWS is a multiple of SH, so input row ROWS * h_blk + r is
+    covered by output rows ROWS * h_blk / SH + q at the compile-time tap kh = r + PH - SH * q,
+    and input column SW * j + a by output column j + t at kw = a + PW - SW * t; each
+    column phase a is its own [BLOCK_J, BLOCK_C] tile (channel runs: no interleaving)."""
+    # map the program to its tile
+    n, d, h_blk, j_blk, c = _cl_tile_ids(C, D, TILES_H, TILES_J, BLOCK_C, BIG)
+    j = j_blk * BLOCK_J + tl.arange(0, BLOCK_J)
+    c_mask = c < C
+    g_base = n * gsn + d * gsd
+    a_base = n * asn + d * asd
+    d_base = n * dsn + d * dsd
+    oh0 = h_blk * (ROWS // SH)
+    for r in tl.static_range(ROWS):
+        ih = h_blk * ROWS + r
+        acc0 = tl.zeros([BLOCK_J, BLOCK_C], COMPUTE)
+        acc1 = tl.zeros([BLOCK_J, BLOCK_C], COMPUTE)
+        # the covering outputs: rows oh0 + q, columns j + t
+        for q in tl.static_range(Q_LO, Q_HI + 1):
+            kh = r + PH - SH * q
+            if kh >= 0 and kh < KH:
+                oh = oh0 + q
+                row_ok = (oh >= 0) & (oh < OH)
+                if MODE == 2:
+                    rows = tl.minimum(oh * SH - PH + KH, IH) - tl.maximum(oh * SH - PH, 0)
+                for t in tl.static_range(T_LO, T_HI + 1):
+                    ow = j + t
+                    mask = ((ow >= 0) & (ow < OW))[:, None] & c_mask[None, :] & row_ok
+                    g = tl.load(dy_ptr + g_base + oh * gsh + (ow * gsw)[:, None] + c[None, :], mask=mask,
+                                other=0.0).to(COMPUTE)
+                    if MODE == 0 or MODE == 3:
+                        a = tl.load(arg_ptr + a_base + oh * ash + (ow * asw)[:, None] + c[None, :], mask=mask,
+                                    other=0).to(tl.int32)
+                    elif MODE == 1:
+                        g = g / (KH * KW)
+                    else:
+                        iw0 = ow * SW - PW
+                        cols = tl.minimum(iw0 + KW, IW) - tl.maximum(iw0, 0)
+                        g = g / tl.maximum(cols * rows, 1).to(COMPUTE)[:, None]
+                    for phase in tl.static_range(SW):
+                        kw = phase + PW - SW * t
+                        if kw >= 0 and kw < KW:
+                            if MODE == 0 or MODE == 3:
+                                part = tl.where(a == kh * KW + kw, g, 0.0)
+                            else:
+                                part = g
+                            if phase == 0:
+                                acc0 += part
+                            else:
+                                acc1 += part
+        # blend and store each phase
+        for phase in tl.static_range(SW):
+            iw = j * SW + phase
+            mask = (iw < IW)[:, None] & c_mask[None, :] & (ih < IH)
+            off = d_base + ih * dsh + (iw * dsw)[:, None] + c[None, :]
+            if phase == 0:
+                out = acc0 * alpha
+            else:
+                out = acc1 * alpha
+            if HAS_BETA:
+                out += tl.load(dx_ptr + off, mask=mask, other=0.0).to(COMPUTE) * beta
+            tl.store(dx_ptr + off, out.to(dx_ptr.dtype.element_ty), mask=mask)
+
+
 # -- launchers --------------------------------------------------------------------------
 def _as_3d(t):
     """A (N, C, D, H, W) view of a 1-D, 2-D or 3-D tensor."""
@@ -540,6 +732,53 @@ def _use_rows(geo, *tensors):
             and not channels_last(tensors[0]) and geo.ins[2] > 1)
 
 
+def _use_cl(geo, *tensors):
+    """The channels-last row kernels: C contiguous in every tensor, no window along D, a
+    regular window with W stride 1 or 2."""
+    return (CL_KERNELS and not geo.adaptive and geo.window[0] == 1 and geo.stride[0] == 1 and geo.padding[0] == 0
+            and geo.stride[2] in (1, 2) and math.prod(geo.window) <= UNROLL_TAPS
+            and geo.padding[1] < geo.window[1] and geo.padding[2] < geo.window[2]
+            and channels_last(tensors[0]) and all(t.shape[1] == 1 or t.stride(1) == 1 for t in tensors))
+
+
+def _cl_block(C, width):
+    return min(triton.next_power_of_2(C), CL_BLOCK_C), min(triton.next_power_of_2(width), CL_BLOCK_W)
+
+
+def _ndhw(t5):
+    s = t5.stride()
+    return s[0], s[2], s[3], s[4]
+
+
+def _cl_forward(x5, y5, arg5, geo, alpha, beta, flags):
+    (D, IH, IW), (_, OH, OW) = geo.ins, geo.outs
+    _, KH, KW = geo.window
+    rows = max(1, min(CL_ROWS, OH))
+    block_c, block_w = _cl_block(geo.C, OW)
+    tiles_h, tiles_w = triton.cdiv(OH, rows), triton.cdiv(OW, block_w)
+    _pool_cl_forward_kernel[(geo.N * D * tiles_h * tiles_w * triton.cdiv(geo.C, block_c),)](
+        x5, y5, arg5, geo.C, D, IH, IW, OH, OW, tiles_h, tiles_w, *_ndhw(x5), *_ndhw(y5), *_ndhw(arg5),
+        alpha, beta, KH=KH, KW=KW, SH=geo.stride[1], SW=geo.stride[2], PH=geo.padding[1], PW=geo.padding[2],
+        **flags, ROWS=rows, BLOCK_W=block_w, BLOCK_C=block_c, num_warps=CL_WARPS)
+
+
+def _cl_backward(dy5, arg5, dx5, geo, alpha, beta, flags):
+    (D, IH, IW), (_, OH, OW) = geo.ins, geo.outs
+    _, KH, KW = geo.window
+    _, SH, SW = geo.stride
+    _, PH, PW = geo.padding
+    rows = SH * max(1, triton.cdiv(min(CL_ROWS, IH), SH))
+    qs = [q for r in range(rows) for q in range(-KH - 1, rows + KH + 1) if 0 <= r + PH - SH * q < KH]
+    ts = [t for a in range(SW) for t in range(-KW - 1, KW + 2) if 0 <= a + PW - SW * t < KW]
+    J = triton.cdiv(IW, SW)
+    block_c, block_j = _cl_block(geo.C, J)
+    tiles_h, tiles_j = triton.cdiv(IH, rows), triton.cdiv(J, block_j)
+    _pool_cl_backward_kernel[(geo.N * D * tiles_h * tiles_j * triton.cdiv(geo.C, block_c),)](
+        dy5, arg5, dx5, geo.C, D, IH, IW, OH, OW, tiles_h, tiles_j, *_ndhw(dy5), *_ndhw(arg5), *_ndhw(dx5),
+        alpha, beta, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH, PW=PW, Q_LO=min(qs), Q_HI=max(qs), T_LO=min(ts),
+        T_HI=max(ts), **flags, ROWS=rows, BLOCK_J=block_j, BLOCK_C=block_c, num_warps=CL_WARPS)
+
+
 def _row_block(width, rows):
     block_w = min(triton.next_power_of_2(width), MAX_ROW_BLOCK_W)
     block_r = max(1, min(triton.next_power_of_2(rows), ROW_TILE // block_w))
@@ -569,6 +808,9 @@ def _forward(x, y, mode, geo, propagate_nan, alpha, beta, arg=None, store_y=True
     flags = dict(MODE=int(mode), PROPAGATE_NAN=bool(propagate_nan), STORE_ARG=arg is not None, STORE_Y=store_y,
                  HAS_BETA=has_beta, BIG=needs_int64(x, y), COMPUTE=compute_dtype(x))
     KD, KH, KW = geo.window
+    if _use_cl(geo, x5, *([y5] if store_y else []), *([arg5] if arg is not None else [])):
+        _cl_forward(x5, y5, arg5, geo, alpha, beta, flags)
+        return
     if _use_rows(geo, x5, *([y5] if store_y else []), arg5):
         (ID, IH, IW), (OD, OH, OW) = geo.ins, geo.outs
         vx, xs = _row_strides(x5)
@@ -613,6 +855,9 @@ def _backward(x, dy, dx, mode, geo, propagate_nan, alpha, beta):
     flags = dict(MODE=int(mode), HAS_BETA=has_beta, BIG=needs_int64(x, dy, dx), COMPUTE=compute_dtype(dx))
     KD, KH, KW = geo.window
     TD, TH, TW = geo.covers
+    if _use_cl(geo, dx5, dy5, *([arg5] if arg is not None else [])):
+        _cl_backward(dy5, arg5, dx5, geo, alpha, beta, flags)
+        return
     if _use_rows(geo, dx5, dy5, arg5):
         (ID, IH, IW), (OD, OH, OW) = geo.ins, geo.outs
         SW, PW = geo.stride[2], geo.padding[2]

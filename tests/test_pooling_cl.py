@@ -1,0 +1,122 @@
+"""The channels-last row kernels of pooling (pooling.CL_KERNELS) against the float64
+reference and, bit for bit, against the gather kernels they replace. Tiny odd shapes
+under the interpreter, with small blocks (CL_ROWS, CL_BLOCK_W, CL_BLOCK_C) so that
+rows, columns and channels all have ragged last blocks; --gpu runs them on the GPU."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from tridnn.cuda import pooling  # noqa: E402
+from tridnn.reference import pooling as ref_pool  # noqa: E402
+
+from test_cuda_layers import check, f64, make, poisoned  # noqa: E402
+
+# (shape, window, padding, stride): 3x3/2 pad 1 (ResNet), 2x2/2, 3x3/1 (the row carry
+# does not apply at stride 1: KH != SH + 1), 5x5/2 pad 2, 3x4/2 (uneven), 1-D, 3-D without
+# a window along D, 2x3/1 with zero padding
+CL_CASES = [((2, 5, 7, 9), (3, 3), (1, 1), (2, 2)), ((1, 3, 6, 7), (2, 2), (0, 0), (2, 2)),
+            ((1, 5, 5, 6), (3, 3), (1, 1), (1, 1)), ((1, 3, 9, 11), (5, 5), (2, 2), (2, 2)),
+            ((2, 3, 7, 9), (3, 4), (1, 1), (2, 2)), ((2, 5, 13), (3,), (1,), (2,)),
+            ((1, 3, 2, 5, 7), (1, 3, 3), (0, 1, 1), (1, 2, 2)), ((1, 3, 4, 5), (2, 3), (0, 0), (1, 1))]
+CL_IDS = ["3x3s2", "2x2s2", "3x3s1", "5x5s2", "3x4s2", "1d", "3d", "2x3s1"]
+
+
+@pytest.fixture
+def cl(monkeypatch):
+    """The channels-last kernels on, with small blocks; the gather kernels raise, so a
+    case that silently fell back would fail."""
+    monkeypatch.setattr(pooling, "CL_KERNELS", True)
+    monkeypatch.setattr(pooling, "CL_ROWS", 2)
+    monkeypatch.setattr(pooling, "CL_BLOCK_W", 4)
+    monkeypatch.setattr(pooling, "CL_BLOCK_C", 2)
+
+    class Refuse:
+        def __getitem__(self, grid):
+            raise AssertionError("the gather kernel ran instead of the channels-last kernel")
+    monkeypatch.setattr(pooling, "_pool_forward_kernel", Refuse())
+    monkeypatch.setattr(pooling, "_pool_backward_kernel", Refuse())
+
+
+def _ints(shape, rng):
+    """Small integers: ties test the first-maximum rule, sums stay exact."""
+    return rng.integers(-3, 4, size=shape).astype(np.float64)
+
+
+@pytest.mark.parametrize("case", CL_CASES, ids=CL_IDS)
+@pytest.mark.parametrize("mode", [0, 1, 2, 3], ids=["MAX", "AVG_INCL", "AVG_EXCL", "MAX_DET"])
+@pytest.mark.parametrize("layout", ["NHWC", "strided"])
+def test_cl_pooling_matches_reference(case, mode, layout, rng, cl):
+    shape, window, padding, stride = case
+    x = make(shape, layout, values=_ints(shape, rng))
+    y_ref = ref_pool.pooling_forward(f64(x), mode, window, padding, stride)
+    y = poisoned(y_ref.shape, layout)
+    pooling.pooling_forward(x, y, mode, window, padding, stride, False, 1.0, 0.0)
+    check(y, y_ref, torch.float32, "y")
+    dy = make(y_ref.shape, layout, rng=rng)
+    dx = poisoned(shape, layout)
+    pooling.pooling_backward(y, dy, x, dx, mode, window, padding, stride, False, 1.0, 0.0)
+    check(dx, ref_pool.pooling_backward(f64(x), f64(dy), mode, window, padding, stride), torch.float32, "dx")
+
+
+@pytest.mark.parametrize("case", CL_CASES[:5], ids=CL_IDS[:5])
+@pytest.mark.parametrize("mode", [0, 2], ids=["MAX", "AVG_EXCL"])
+def test_cl_pooling_blend(case, mode, rng, cl):
+    """alpha and beta: y = 2 pool(x) - y, dx = 0.5 pool'(dy) + 2 dx."""
+    shape, window, padding, stride = case
+    x = make(shape, "NHWC", values=_ints(shape, rng))
+    y_ref = ref_pool.pooling_forward(f64(x), mode, window, padding, stride)
+    y = make(y_ref.shape, "NHWC", rng=rng)
+    old = f64(y)
+    pooling.pooling_forward(x, y, mode, window, padding, stride, False, 2.0, -1.0)
+    check(y, 2.0 * y_ref - old, torch.float32, "y")
+    dy = make(y_ref.shape, "NHWC", rng=rng)
+    dx = make(shape, "NHWC", rng=rng)
+    old = f64(dx)
+    pooling.pooling_backward(y, dy, x, dx, mode, window, padding, stride, False, 0.5, 2.0)
+    ref = 0.5 * ref_pool.pooling_backward(f64(x), f64(dy), mode, window, padding, stride) + 2.0 * old
+    check(dx, ref, torch.float32, "dx")
+
+
+def _run(x, dy, window, padding, stride, propagate):
+    y = torch.full(dy.shape, 7.0, dtype=x.dtype, device=x.device).contiguous(memory_format=_fmt(x))
+    dx = torch.full(x.shape, 7.0, dtype=x.dtype, device=x.device).contiguous(memory_format=_fmt(x))
+    pooling.pooling_forward(x, y, 0, window, padding, stride, propagate, 1.0, 0.0)
+    pooling.pooling_backward(y, dy, x, dx, 0, window, padding, stride, propagate, 1.0, 0.0)
+    return y, dx
+
+
+def _fmt(t):
+    return torch.channels_last if t.dim() == 4 else torch.contiguous_format
+
+
+@pytest.mark.parametrize("case", CL_CASES[:5], ids=CL_IDS[:5])
+@pytest.mark.parametrize("propagate", [False, True])
+def test_cl_first_maximum_bit_exact(case, propagate, rng, monkeypatch):
+    """Max pooling with many ties, -inf windows and NaN: y and dx equal the gather
+    kernels' bit for bit (same first-maximum tap), and the float64 reference."""
+    shape, window, padding, stride = case
+    values = rng.integers(-1, 2, size=shape).astype(np.float64)
+    values[rng.random(shape) < 0.1] = -np.inf
+    values[rng.random(shape) < 0.08] = np.nan
+    values[0, 0] = -np.inf  # whole planes of -inf: the first in-range tap is the maximum
+    x = make(shape, "NHWC", values=values)
+    y_ref = ref_pool.pooling_forward(values, 0, window, padding, stride, propagate_nan=propagate)
+    dy = make(y_ref.shape, "NHWC", values=rng.integers(1, 9, size=y_ref.shape).astype(np.float64))
+    dx_ref = ref_pool.pooling_backward(values, f64(dy), 0, window, padding, stride, propagate_nan=propagate)
+    monkeypatch.setattr(pooling, "CL_KERNELS", False)
+    y_old, dx_old = _run(x, dy, window, padding, stride, propagate)
+    monkeypatch.setattr(pooling, "CL_KERNELS", True)
+    monkeypatch.setattr(pooling, "CL_ROWS", 2)
+    monkeypatch.setattr(pooling, "CL_BLOCK_W", 4)
+    monkeypatch.setattr(pooling, "CL_BLOCK_C", 2)
+    y_new, dx_new = _run(x, dy, window, padding, stride, propagate)
+    assert torch.equal(torch.isnan(y_new), torch.isnan(y_old))
+    assert torch.equal(torch.nan_to_num(y_new), torch.nan_to_num(y_old))
+    assert torch.equal(dx_new, dx_old)
+    np.testing.assert_array_equal(np.isnan(f64(y_new)), np.isnan(y_ref))
+    np.testing.assert_array_equal(np.nan_to_num(f64(y_new)), np.nan_to_num(y_ref))
+    np.testing.assert_array_equal(f64(dx_new), dx_ref)
