@@ -22,21 +22,21 @@ LAYOUTS = ["NCHW", "NHWC"]
 
 @pytest.fixture
 def calls(monkeypatch):
-    """Small blocks and slabs, a pool of at least 2 workers; counts the parallel calls."""
+    """Small blocks and slabs, at least 2 workers; records the threads of each spread call."""
     monkeypatch.setattr(layer_utils, "CHUNK_ELEMENTS", 96)
     monkeypatch.setattr(softmax, "CHUNK_ELEMENTS", 96)
     monkeypatch.setattr(layer_utils, "PARALLEL_MIN_ELEMENTS", 16)
     monkeypatch.setattr(layer_utils, "SLAB_ELEMENTS", 37)
+    monkeypatch.setattr(layer_utils, "SHARE_ELEMENTS", 101)
     monkeypatch.setattr(common, "WORKERS", max(2, common.WORKERS))
     seen = []
-    real = common.parallel_map
+    real = layer_utils._spread
 
-    def counting(fn, items):
-        items = list(items)
-        seen.append(len(items))
-        return real(fn, items)
+    def counting(drain, workers):
+        seen.append(workers)
+        return real(drain, workers)
 
-    monkeypatch.setattr(common, "parallel_map", counting)
+    monkeypatch.setattr(layer_utils, "_spread", counting)
     return seen
 
 
@@ -181,3 +181,36 @@ def test_batch_channel_chunks_are_even():
     x = np.empty((8, 256, 56, 56), np.float32)
     sizes = {cb.stop - cb.start for _, cb in layer_utils.batch_channel_chunks(x, min_channels=64)}
     assert sizes == {128}
+
+
+def test_run_blocks_uses_helpers_and_keeps_block_order(monkeypatch):
+    """Blocks slow enough for a helper thread to join: both threads run blocks, and the
+    results still come back in block order."""
+    import threading
+    import time
+
+    monkeypatch.setattr(common, "WORKERS", max(2, common.WORKERS))
+    monkeypatch.setattr(layer_utils, "THREADS", 2)
+    ran = []
+
+    def block(i):
+        time.sleep(0.005)
+        ran.append(threading.current_thread().name)
+        return i * i
+
+    assert layer_utils.run_blocks(block, range(20)) == [i * i for i in range(20)]
+    assert len(set(ran)) == 2 and len(ran) == 20
+
+
+def test_run_blocks_raises_a_blocks_error(monkeypatch):
+    monkeypatch.setattr(common, "WORKERS", max(2, common.WORKERS))
+    monkeypatch.setattr(layer_utils, "THREADS", 2)
+
+    def block(i):
+        if i == 5:
+            raise ValueError("block 5")
+        return i
+
+    with pytest.raises(ValueError, match="block 5"):
+        layer_utils.run_blocks(block, range(12))
+    assert layer_utils.run_blocks(lambda i: i, range(12)) == list(range(12))   # still usable

@@ -56,45 +56,93 @@ def scratch(tag: str, shape, dtype) -> np.ndarray:
 
 
 # -- blocks on the worker threads ------------------------------------------------------------
-# NumPy's ufuncs release the GIL, so the blocks of a memory-bound layer pass run in parallel
-# on common's small thread pool. THREADS caps the threads the layers use: None means the
-# pool's size (common.WORKERS, from TRIDNN_NUM_THREADS, default 2); 1 runs every block on the
-# calling thread (the benchmark's switch for 1 against 2 threads).
-THREADS: int | None = None
+# NumPy's ufuncs release the GIL, so the blocks of a memory-bound layer pass can run in
+# parallel. THREADS caps the threads a layer call uses: None means common.WORKERS (from
+# TRIDNN_NUM_THREADS, default 2); 1 runs every block on the calling thread.
+#
+# Default 1: on the shared 2-core VMs two threads made max pooling, softmax and batch norm
+# backward 1-7% slower in every interleaved run (docs/performance.md, "Threads for the layer
+# misses"), with the second core free or not: their passes are many 20-200 us ufuncs, too
+# short for the GIL to change hands between them, so the helper thread mostly waited. Only
+# relu forward ever gained (0.8x in one quiet run, 1.03x median over all runs).
+#
+# The calling thread works too, and helpers only take blocks nobody has started: on the
+# 2-core VMs a pool thread woken for a few milliseconds of work often started late or landed
+# on the core of the thread that woke it (measured: two pool threads sharing 2 x 3 ms of
+# np.sin ran one after the other in half the runs, CPU time = wall time), so a layer call
+# that waits for its pool gained nothing. With the caller working, a late helper costs a
+# few microseconds and an early one halves the time. The helpers are layer_utils' own
+# threads (common.parallel_map blocks its caller).
+THREADS: int | None = 1
 PARALLEL_MIN_ELEMENTS = 1 << 18  # below ~1 MB of float32 a thread hand-off costs more than it saves
+
+_helpers = None
+_helpers_lock = threading.Lock()
+_in_helper = threading.local()
 
 
 def threads() -> int:
-    """Threads the layers spread their blocks over (THREADS, at most the pool's size)."""
+    """Threads a layer call spreads its blocks over (THREADS, at most common.WORKERS)."""
     from . import common
     limit = common.WORKERS if THREADS is None else THREADS
     return max(1, min(int(limit), common.WORKERS))
 
 
+def _spread(drain, workers: int) -> None:
+    """drain() on the calling thread and on workers - 1 helper threads (which may start
+    late or not at all: drain must finish the work alone if need be)."""
+    global _helpers
+    with _helpers_lock:
+        if _helpers is None or _helpers._max_workers < workers - 1:
+            from concurrent.futures import ThreadPoolExecutor
+            _helpers = ThreadPoolExecutor(workers - 1, thread_name_prefix="tridnn-layer")
+        pool = _helpers
+
+    def helper():
+        _in_helper.active = True
+        drain()
+
+    for _ in range(workers - 1):
+        pool.submit(helper)
+    drain()
+
+
 def run_blocks(fn, blocks) -> list:
     """[fn(block) for block in blocks], in block order, the blocks taken one at a time by
-    the worker threads as they come free (a static split leaves the wall time to whichever
-    thread lost its core to another process). Every block's arithmetic is the same whatever
-    thread runs it, and the results come back in block order, so a caller that combines
-    them in order gets the single-threaded bits."""
-    from .common import parallel_map
+    whichever thread comes free (a static split leaves the wall time to the thread that
+    lost its core). Every block's arithmetic is the same whatever thread runs it, and the
+    results come back in block order, so a caller that combines them in order gets the
+    single-threaded bits. Returns once every block is done; an exception from any block
+    is raised here."""
     blocks = list(blocks)
     workers = min(threads(), len(blocks))
-    if workers <= 1:
+    if workers <= 1 or getattr(_in_helper, "active", False):   # no nesting on the helpers
         return [fn(block) for block in blocks]
     results = [None] * len(blocks)
-    pending = iter(range(len(blocks)))
-    lock = threading.Lock()
+    errors = []
+    state = dict(next=0, done=0)
+    cond = threading.Condition()
 
-    def drain(worker, _):
+    def drain():
         while True:
-            with lock:
-                i = next(pending, None)
-            if i is None:
-                return
-            results[i] = fn(blocks[i])
+            with cond:
+                i = state["next"]
+                if i >= len(blocks) or errors:
+                    return
+                state["next"] = i + 1
+            try:
+                results[i] = fn(blocks[i])
+            except BaseException as exc:      # re-raised by the caller
+                errors.append(exc)
+            with cond:
+                state["done"] += 1
+                cond.notify_all()
 
-    parallel_map(drain, range(workers))
+    _spread(drain, workers)
+    with cond:                                # blocks a helper is still running
+        cond.wait_for(lambda: state["done"] == state["next"])
+    if errors:
+        raise errors[0]
     return results
 
 
@@ -125,33 +173,35 @@ def outer_chunks(a: np.ndarray, parts: int):
 
 
 SLAB_ELEMENTS = 1 << 18  # an elementwise pass's sub-block: its temporaries (a mask) stay in L2
+SHARE_ELEMENTS = 1 << 20  # the piece a thread takes at a time (~0.1-0.3 ms of a relu pass)
 
 
 def elementwise(fn, out: np.ndarray, *arrays) -> None:
-    """fn(out_part, *parts) over pieces of the arrays (all shaped like out), the
-    pieces split between the worker threads. Packed arrays in one memory order go as 1-D
-    stretches of SLAB_ELEMENTS (each thread walks its own contiguous share, so a mask
-    temporary stays in cache: relu backward measured 2.86 -> 2.50 ms single-threaded on
-    8x256x56x56); other arrays go whole or as outer slabs. fn sees the same elements with
-    the same arithmetic whatever the split, so every split gives the same bits."""
+    """fn(out_part, *parts) over pieces of the arrays (all shaped like out), the pieces
+    taken by the worker threads. Packed arrays in one memory order go as 1-D stretches of
+    SHARE_ELEMENTS, each walked in SLAB_ELEMENTS sub-blocks (a mask temporary stays in
+    cache: relu backward measured 2.86 -> 2.50 ms single-threaded on 8x256x56x56); other
+    arrays go whole or as outer slabs. fn sees the same elements with the same arithmetic
+    whatever the split, so every split gives the same bits."""
     flats = [flat_view(a) for a in (out, *arrays)]
     workers = threads() if out.size >= PARALLEL_MIN_ELEMENTS else 1
     if any(f is None for f, _ in flats) or len({order for _, order in flats}) > 1:
         if workers == 1:
             fn(out, *arrays)
         else:
-            run_blocks(lambda i: fn(out[i], *(a[i] for a in arrays)), outer_chunks(out, workers))
+            run_blocks(lambda i: fn(out[i], *(a[i] for a in arrays)), outer_chunks(out, 4 * workers))
         return
     flat = [f for f, _ in flats]
     size = out.size
-    bounds = [size * w // workers for w in range(workers + 1)]
+    step = SHARE_ELEMENTS if workers > 1 else max(size, 1)
 
-    def share(w):
-        for lo in range(bounds[w], bounds[w + 1], SLAB_ELEMENTS):
-            hi = min(bounds[w + 1], lo + SLAB_ELEMENTS)
-            fn(*(f[lo:hi] for f in flat))
+    def share(lo):
+        top = min(size, lo + step)
+        for a in range(lo, top, SLAB_ELEMENTS):
+            b = min(top, a + SLAB_ELEMENTS)
+            fn(*(f[a:b] for f in flat))
 
-    run_blocks(share, range(workers))
+    run_blocks(share, range(0, size, step))
 
 
 CHUNK_ELEMENTS = 1 << 19  # ~2 MB of float32 input per chunk: the chunk's temporaries stay in cache
