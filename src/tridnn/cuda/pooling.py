@@ -25,6 +25,7 @@ kernels through two small window functions."""
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import triton
@@ -40,11 +41,12 @@ UNROLL_TAPS = 64  # windows (or covering-output sets) up to this many taps are u
 MAX_ROW_BLOCK_W = 64
 ROW_KERNELS = True  # False: W-contiguous tensors take the gather kernels too (for comparison)
 # channels-last row kernels (C contiguous, no window along D): False keeps the gather kernels
-CL_KERNELS = False
+CL_KERNELS = True
 CL_ROWS = 4  # output rows per program forward; input rows backward (rounded up to a multiple of the H stride)
 CL_BLOCK_W = 32  # output columns forward; column pairs (phases) backward
 CL_BLOCK_C = 64
-CL_WARPS = 4
+CL_WARPS = 8
+CL_PACKED_MAX = False  # True: max-only folds of bf16/f16 in packed pairs (inline PTX, GPU only)
 
 
 @triton.jit
@@ -466,11 +468,14 @@ def _cl_tile_ids(C, D, TILES_H, TILES_W, BLOCK_C: tl.constexpr, BIG: tl.constexp
 
 @triton.jit
 def _cl_row_fold(x_ptr, row, row_ok, ow, c, c_mask, IW, xsw, KW: tl.constexpr, SW: tl.constexpr,
-                 PW: tl.constexpr, MODE: tl.constexpr, PROPAGATE_NAN: tl.constexpr, COMPUTE: tl.constexpr,
-                 BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
+                 PW: tl.constexpr, MODE: tl.constexpr, PROPAGATE_NAN: tl.constexpr, MAX_ONLY: tl.constexpr,
+                 PACKED: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
     """Fold the KW horizontal taps of one input row: [BLOCK_W, BLOCK_C] (value, first tap
-    kw or -1); each tap is one load of channel runs (16-byte vectors along C)."""
-    if MODE == 0 or MODE == 3:
+    kw or -1); each tap is one load of channel runs (16-byte vectors along C). MAX_ONLY
+    (no taps wanted): a plain maximum in x's own type (exact; packed bf16x2/f16x2 on sm_90)."""
+    if MAX_ONLY:
+        acc = tl.full([BLOCK_W, BLOCK_C], float("-inf"), x_ptr.dtype.element_ty)
+    elif MODE == 0 or MODE == 3:
         acc = tl.full([BLOCK_W, BLOCK_C], float("-inf"), COMPUTE)
     else:
         acc = tl.zeros([BLOCK_W, BLOCK_C], COMPUTE)
@@ -478,16 +483,48 @@ def _cl_row_fold(x_ptr, row, row_ok, ow, c, c_mask, IW, xsw, KW: tl.constexpr, S
     for kw in tl.static_range(KW):
         iw = ow * SW - PW + kw
         ok = ((iw >= 0) & (iw < IW))[:, None] & c_mask[None, :] & row_ok
-        v = tl.load(x_ptr + row + (iw * xsw)[:, None] + c[None, :], mask=ok, other=0.0).to(COMPUTE)
-        acc, arg = _take(acc, arg, v, ok, kw, MODE, PROPAGATE_NAN)
+        if MAX_ONLY:
+            v = tl.load(x_ptr + row + (iw * xsw)[:, None] + c[None, :], mask=ok, other=float("-inf"))
+            acc = _max2(acc, v, PROPAGATE_NAN, PACKED)
+        else:
+            v = tl.load(x_ptr + row + (iw * xsw)[:, None] + c[None, :], mask=ok, other=0.0).to(COMPUTE)
+            acc, arg = _take(acc, arg, v, ok, kw, MODE, PROPAGATE_NAN)
     return acc, arg
 
 
 @triton.jit
-def _cl_fold_rows(acc, arg, h, harg, kh, KW: tl.constexpr, MODE: tl.constexpr, PROPAGATE_NAN: tl.constexpr):
+def _max2(a, b, PROPAGATE_NAN: tl.constexpr, PACKED: tl.constexpr):
+    """max that ignores NaN (IEEE maxNum: the taps' rule without propagation) or lets it
+    through. PACKED (1 bf16, 2 f16; GPU only): one max.bf16x2 / max.f16x2 per two values
+    instead of two conversions and an FMNMX each."""
+    if PACKED == 1:
+        if PROPAGATE_NAN:
+            return tl.inline_asm_elementwise("max.NaN.bf16x2 $0, $1, $2;", "=r,r,r", [a, b], dtype=tl.bfloat16,
+                                             is_pure=True, pack=2)
+        else:
+            return tl.inline_asm_elementwise("max.bf16x2 $0, $1, $2;", "=r,r,r", [a, b], dtype=tl.bfloat16,
+                                             is_pure=True, pack=2)
+    elif PACKED == 2:
+        if PROPAGATE_NAN:
+            return tl.inline_asm_elementwise("max.NaN.f16x2 $0, $1, $2;", "=r,r,r", [a, b], dtype=tl.float16,
+                                             is_pure=True, pack=2)
+        else:
+            return tl.inline_asm_elementwise("max.f16x2 $0, $1, $2;", "=r,r,r", [a, b], dtype=tl.float16,
+                                             is_pure=True, pack=2)
+    elif PROPAGATE_NAN:
+        return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+    else:
+        return tl.where(b > a, b, a)  # tl.maximum leaves NaN unspecified (the interpreter propagates it)
+
+
+@triton.jit
+def _cl_fold_rows(acc, arg, h, harg, kh, KW: tl.constexpr, MODE: tl.constexpr, PROPAGATE_NAN: tl.constexpr,
+                  MAX_ONLY: tl.constexpr, PACKED: tl.constexpr):
     """Fold one input row's horizontal result into an output row: a later row wins only
     on a strictly larger value (or the first NaN), so the tap is the row-major first."""
-    if MODE == 0 or MODE == 3:
+    if MAX_ONLY:
+        acc = _max2(acc, h, PROPAGATE_NAN, PACKED)
+    elif MODE == 0 or MODE == 3:
         acc, arg = _take(acc, arg, h, harg >= 0, tl.where(harg >= 0, harg + kh * KW, -1), MODE, PROPAGATE_NAN)
     else:
         acc += h
@@ -502,7 +539,8 @@ def _pool_cl_forward_kernel(x_ptr, y_ptr, arg_ptr, C, D, IH, IW, OH, OW, TILES_H
                             PH: tl.constexpr, PW: tl.constexpr, MODE: tl.constexpr,
                             PROPAGATE_NAN: tl.constexpr, STORE_ARG: tl.constexpr, STORE_Y: tl.constexpr,
                             HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
-                            ROWS: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
+                            PACKED: tl.constexpr, ROWS: tl.constexpr, BLOCK_W: tl.constexpr,
+                            BLOCK_C: tl.constexpr):
     """y over [ROWS output rows, BLOCK_W output columns, BLOCK_C channels] of one (n, d):
     each input row's KW taps fold once into a horizontal (value, tap) result, which the
     output rows whose windows hold that row fold in turn; with KH == SH + 1 the last row
@@ -519,12 +557,15 @@ def _pool_cl_forward_kernel(x_ptr, y_ptr, arg_ptr, C, D, IH, IW, OH, OW, TILES_H
         iw0 = ow * SW - PW
         cols = (tl.minimum(iw0 + KW, IW) - tl.maximum(iw0, 0)).to(COMPUTE)
     CARRY: tl.constexpr = KH == SH + 1
+    MAX_ONLY: tl.constexpr = (MODE == 0 or MODE == 3) and not STORE_ARG
     carried = tl.zeros([BLOCK_W, BLOCK_C], COMPUTE)
     carried_arg = tl.zeros([BLOCK_W, BLOCK_C], tl.int32)
     # the output rows in order, each folding its KH input rows
     for r in tl.static_range(ROWS):
         oh = h_blk * ROWS + r
-        if MODE == 0 or MODE == 3:
+        if MAX_ONLY:
+            acc = tl.full([BLOCK_W, BLOCK_C], float("-inf"), x_ptr.dtype.element_ty)
+        elif MODE == 0 or MODE == 3:
             acc = tl.full([BLOCK_W, BLOCK_C], float("-inf"), COMPUTE)
         else:
             acc = tl.zeros([BLOCK_W, BLOCK_C], COMPUTE)
@@ -536,8 +577,9 @@ def _pool_cl_forward_kernel(x_ptr, y_ptr, arg_ptr, C, D, IH, IW, OH, OW, TILES_H
             else:
                 ih = oh * SH - PH + kh
                 h, harg = _cl_row_fold(x_ptr, x_base + ih * xsh, (ih >= 0) & (ih < IH), ow, c, c_mask, IW, xsw,
-                                       KW, SW, PW, MODE, PROPAGATE_NAN, COMPUTE, BLOCK_W, BLOCK_C)
-            acc, arg = _cl_fold_rows(acc, arg, h, harg, kh, KW, MODE, PROPAGATE_NAN)
+                                       KW, SW, PW, MODE, PROPAGATE_NAN, MAX_ONLY, PACKED, COMPUTE, BLOCK_W,
+                                       BLOCK_C)
+            acc, arg = _cl_fold_rows(acc, arg, h, harg, kh, KW, MODE, PROPAGATE_NAN, MAX_ONLY, PACKED)
             if CARRY and kh == KH - 1:
                 carried = h
                 carried_arg = harg
@@ -552,7 +594,7 @@ def _pool_cl_forward_kernel(x_ptr, y_ptr, arg_ptr, C, D, IH, IW, OH, OW, TILES_H
                 ih0 = oh * SH - PH
                 rows = tl.minimum(ih0 + KH, IH) - tl.maximum(ih0, 0)
                 acc = acc / tl.maximum(cols * rows.to(COMPUTE), 1.0)[:, None]  # 1: masked-off lanes
-            out = acc * alpha
+            out = acc.to(COMPUTE) * alpha
             if HAS_BETA:
                 out += tl.load(y_ptr + y_off + oh * ysh, mask=mask, other=0.0).to(COMPUTE) * beta
             tl.store(y_ptr + y_off + oh * ysh, out.to(y_ptr.dtype.element_ty), mask=mask)
@@ -759,7 +801,14 @@ def _cl_forward(x5, y5, arg5, geo, alpha, beta, flags):
     _pool_cl_forward_kernel[(geo.N * D * tiles_h * tiles_w * triton.cdiv(geo.C, block_c),)](
         x5, y5, arg5, geo.C, D, IH, IW, OH, OW, tiles_h, tiles_w, *_ndhw(x5), *_ndhw(y5), *_ndhw(arg5),
         alpha, beta, KH=KH, KW=KW, SH=geo.stride[1], SW=geo.stride[2], PH=geo.padding[1], PW=geo.padding[2],
-        **flags, ROWS=rows, BLOCK_W=block_w, BLOCK_C=block_c, num_warps=CL_WARPS)
+        **flags, PACKED=_packed(x5), ROWS=rows, BLOCK_W=block_w, BLOCK_C=block_c, num_warps=CL_WARPS)
+
+
+def _packed(x):
+    """1 bf16, 2 f16: the packed max of PTX (not in Triton's interpreter)."""
+    if not CL_PACKED_MAX or x.device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
+        return 0
+    return {torch.bfloat16: 1, torch.float16: 2}.get(x.dtype, 0)
 
 
 def _cl_backward(dy5, arg5, dx5, geo, alpha, beta, flags):
