@@ -130,7 +130,7 @@ def activation_forward(x, y, mode, coef, swish_beta, propagate_nan, alpha, beta)
             if clipped:
                 pick_min(ys, top, out=ys)
 
-        elementwise(slab, y, x)          # slabs on the worker threads; same bits as one call
+        elementwise(slab, y, x, slabs=False)   # shares on the worker threads; same bits as one call
         return
     desc = _descriptor(mode, coef, swish_beta, propagate_nan)
     acc = forward(desc, to_acc(x))

@@ -176,13 +176,14 @@ SLAB_ELEMENTS = 1 << 18  # an elementwise pass's sub-block: its temporaries (a m
 SHARE_ELEMENTS = 1 << 20  # the piece a thread takes at a time (~0.1-0.3 ms of a relu pass)
 
 
-def elementwise(fn, out: np.ndarray, *arrays) -> None:
+def elementwise(fn, out: np.ndarray, *arrays, slabs: bool = True) -> None:
     """fn(out_part, *parts) over pieces of the arrays (all shaped like out), the pieces
     taken by the worker threads. Packed arrays in one memory order go as 1-D stretches of
     SHARE_ELEMENTS, each walked in SLAB_ELEMENTS sub-blocks (a mask temporary stays in
     cache: relu backward measured 2.86 -> 2.50 ms single-threaded on 8x256x56x56); other
     arrays go whole or as outer slabs. fn sees the same elements with the same arithmetic
-    whatever the split, so every split gives the same bits."""
+    whatever the split, so every split gives the same bits. slabs=False: one call per share
+    (a single pass with no temporaries gains nothing from sub-blocks)."""
     flats = [flat_view(a) for a in (out, *arrays)]
     workers = threads() if out.size >= PARALLEL_MIN_ELEMENTS else 1
     if any(f is None for f, _ in flats) or len({order for _, order in flats}) > 1:
@@ -195,10 +196,12 @@ def elementwise(fn, out: np.ndarray, *arrays) -> None:
     size = out.size
     step = SHARE_ELEMENTS if workers > 1 else max(size, 1)
 
+    sub = SLAB_ELEMENTS if slabs else step
+
     def share(lo):
         top = min(size, lo + step)
-        for a in range(lo, top, SLAB_ELEMENTS):
-            b = min(top, a + SLAB_ELEMENTS)
+        for a in range(lo, top, sub):
+            b = min(top, a + sub)
             fn(*(f[a:b] for f in flat))
 
     run_blocks(share, range(0, size, step))
