@@ -94,6 +94,13 @@ def switched(module, name, value, fn):
     return run
 
 
+def switched_all(module, settings, fn):
+    """fn with every (name, value) of settings set on module for the call."""
+    for name, value in reversed(settings):
+        fn = switched(module, name, value, fn)
+    return fn
+
+
 def first(t):
     return t[0] if isinstance(t, (tuple, list)) else t
 
@@ -207,6 +214,21 @@ def spatial_cases(layout):
                 ("avgpool3x3s2 bwd", avgbwd, tavgbwd, nbytes(pdy, dx), avgbwd_reference, dx)):
             cases.append(Case(f"{name} [gather]", switched(pooling, "ROW_KERNELS", False, fn), ref, moved,
                               lambda want=want, res=res: (res, want())))
+    else:  # channels-last: the gather kernels (the design before CL_KERNELS) and the row kernels' settings
+        variants = (("gather", [("CL_KERNELS", False)]), ("cl packed max", [("CL_PACKED_MAX", True)]),
+                    ("cl 8 rows", [("CL_ROWS", 8)]), ("cl 2 rows", [("CL_ROWS", 2)]),
+                    ("cl 4 warps", [("CL_WARPS", 4)]),
+                    ("cl 16 cols 4 warps", [("CL_BLOCK_W", 16), ("CL_WARPS", 4)]))
+        for name, fn, ref, moved, want, res in (
+                ("maxpool3x3s2 fwd", maxfwd, tmaxfwd, nbytes(x, py), lambda: out["maxfwd"], py),
+                ("maxpool3x3s2 bwd", maxbwd, tmaxbwd, nbytes(x, py, pdy, dx), lambda: out["maxbwd"], dx),
+                ("avgpool3x3s2 fwd", avgfwd, tavgfwd, nbytes(x, py), lambda: out["avgfwd"], py),
+                ("avgpool3x3s2 bwd", avgbwd, tavgbwd, nbytes(pdy, dx), avgbwd_reference, dx)):
+            for label, settings in variants:
+                if label == "cl packed max" and not name.startswith("maxpool3x3s2 fwd"):
+                    continue  # the packed max serves only max-only folds (the forward without taps)
+                cases.append(Case(f"{name} [{label}]", switched_all(pooling, settings, fn), ref, moved,
+                                  lambda want=want, res=res: (res, want())))
     ay = torch.empty((N, C, 1, 1), device=DEVICE, dtype=DT).contiguous(memory_format=fmt)
     adaptive = lambda: pooling.adaptive_pooling_forward(x, ay, 1, 1.0, 0.0)  # noqa: E731
     t_adaptive = keep("adaptive", lambda: F.adaptive_avg_pool2d(x, 1))

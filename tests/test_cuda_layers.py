@@ -1044,3 +1044,55 @@ def test_gpu_full_size_rows(rows, one_pass, monkeypatch):
     norms.rms_norm_forward(x, y, w, inv, 1, 1e-5, 1.0, 0.0)
     ref = xd / (xd.square().mean(1, keepdim=True) + 1e-5).sqrt() * w.double()
     assert (y.double() - ref).abs().max().item() < 0.1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("packed", [False, True], ids=["cl", "cl_packed_max"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("shape", [(64, 256, 56, 56), (3, 37, 29, 31)], ids=["bench", "ragged"])
+def test_gpu_pooling_channels_last_rows(packed, dtype, shape, monkeypatch):
+    """pooling.CL_KERNELS (and its packed max, which only runs on the GPU) on channels-last
+    tensors: max y and dx bit for bit equal to the gather kernels' (the first-maximum
+    rule, NaN with and without propagation), y equal to PyTorch's max_pool2d; average
+    pooling against float64 PyTorch."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    dt = DTYPES[dtype]
+    g = torch.Generator(device="cuda").manual_seed(1)
+    cl = torch.channels_last
+    x = torch.randint(-4, 5, shape, device="cuda", generator=g).to(dt).contiguous(memory_format=cl)  # ties
+    oh, ow = (shape[2] - 1) // 2 + 1, (shape[3] - 1) // 2 + 1
+    dy = torch.randn((shape[0], shape[1], oh, ow), device="cuda", generator=g).to(dt).contiguous(memory_format=cl)
+    xnan = x.clone()
+    xnan.permute(0, 2, 3, 1).view(-1)[torch.randint(0, x.numel(), (x.numel() // 50,), device="cuda",
+                                                    generator=g)] = float("nan")
+
+    def run(design, mode, xin, propagate=False):
+        monkeypatch.setattr(pooling, "CL_KERNELS", design)
+        monkeypatch.setattr(pooling, "CL_PACKED_MAX", packed and design)
+        y = torch.full(dy.shape, float("nan"), device="cuda", dtype=dt).contiguous(memory_format=cl)
+        dx = torch.full(shape, float("nan"), device="cuda", dtype=dt).contiguous(memory_format=cl)
+        pooling.pooling_forward(xin, y, mode, (3, 3), (1, 1), (2, 2), propagate, 1.0, 0.0)
+        pooling.pooling_backward(y, dy, xin, dx, mode, (3, 3), (1, 1), (2, 2), propagate, 1.0, 0.0)
+        return y, dx
+
+    y, dx = run(True, 0, x)
+    y_old, dx_old = run(False, 0, x)
+    assert torch.equal(y, torch.nn.functional.max_pool2d(x, 3, 2, 1))
+    assert torch.equal(y, y_old) and torch.equal(dx, dx_old)
+    for propagate in (False, True):
+        y, dx = run(True, 0, xnan, propagate)
+        y_old, dx_old = run(False, 0, xnan, propagate)
+        assert torch.equal(torch.isnan(y), torch.isnan(y_old))
+        assert torch.equal(torch.nan_to_num(y), torch.nan_to_num(y_old))
+        assert torch.equal(dx, dx_old)
+        assert bool(torch.isnan(y).any()) == propagate
+    xd, dyd = x.double(), dy.double()
+    for mode, include in ((1, True), (2, False)):
+        y, dx = run(True, mode, x)
+        xr = xd.clone().requires_grad_()
+        ref = torch.nn.functional.avg_pool2d(xr, 3, 2, 1, count_include_pad=include)
+        ref.backward(dyd)
+        tol = TOL[dt]
+        assert (y.double() - ref.detach()).abs().max().item() <= tol * max(1.0, ref.abs().max().item())
+        assert (dx.double() - xr.grad).abs().max().item() <= tol * max(1.0, xr.grad.abs().max().item())
