@@ -17,7 +17,8 @@ wall time). --settle-ms 0 times back to back.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python benchmarks/bench_cpu_layers.py
     (--repeats N, --shape N C H W, --only NAME [NAME ...], --json out.json, --torch-threads T,
-     --threads T (tridnn's layer threads, layer_utils.THREADS), --settle-ms MS)
+     --threads T (tridnn's layer threads, layer_utils.THREADS), --settle-ms MS,
+     --compare-threads: tridnn on 1 and on 2 layer threads, interleaved in one process)
 """
 from __future__ import annotations
 
@@ -133,6 +134,32 @@ def timed(fn, settle: float = 0.0) -> tuple[float, float]:
     return time.perf_counter() - start, time.process_time() - cpu
 
 
+def compare_threads(name, layout, ours, args) -> dict:
+    """tridnn's time on 1 and on 2 layer threads (layer_utils.THREADS), interleaved per
+    repeat in this process; CPU time above wall time means the threads overlapped."""
+    from tridnn.cpu import common, layer_utils
+    saved = (layer_utils.THREADS, common.WORKERS)
+    common.WORKERS = max(2, common.WORKERS)
+    times = {1: [], 2: []}
+    try:
+        for t in (1, 2):
+            layer_utils.THREADS = t
+            ours()  # warm up (each thread's scratch buffers)
+        for _ in range(args.repeats):
+            for t in (1, 2):
+                layer_utils.THREADS = t
+                times[t].append(timed(ours, args.settle_ms / 1e3))
+    finally:
+        layer_utils.THREADS, common.WORKERS = saved
+    med = {t: (statistics.median(w for w, _ in v) * 1e3, statistics.median(c for _, c in v) * 1e3)
+           for t, v in times.items()}
+    row = dict(case=name, layout=layout, one_ms=med[1][0], one_cpu_ms=med[1][1], two_ms=med[2][0],
+               two_cpu_ms=med[2][1], ratio=med[2][0] / med[1][0])
+    print(f"{name:28s} {layout:6s} 1 thread {med[1][0]:7.2f} ms (cpu {med[1][1]:7.2f})   2 threads {med[2][0]:7.2f} ms "
+          f"(cpu {med[2][1]:7.2f})   2/1 {row['ratio']:.2f}", flush=True)
+    return row
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", type=int, nargs=4, default=(8, 256, 56, 56))
@@ -145,6 +172,8 @@ def main(argv=None):
     ap.add_argument("--json", default=None)
     ap.add_argument("--settle-ms", type=float, default=50.0,
                     help="pause before each timed call, so leftover spinning threads do not interfere")
+    ap.add_argument("--compare-threads", action="store_true",
+                    help="time tridnn with layer_utils.THREADS 1 and 2 (interleaved per repeat) instead of torch")
     args = ap.parse_args(argv)
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)
@@ -161,11 +190,15 @@ def main(argv=None):
     print(f"# tridnn layers on {layer_threads} thread(s), from {tridnn.__file__}")
     print(f"# shape {tuple(args.shape)} float32, torch {torch.__version__} ({torch.get_num_threads()} threads), "
           f"numpy {np.__version__}, {args.repeats} interleaved repeats, {args.settle_ms:g} ms settle, medians")
-    print(f"{'case':28s} {'layout':6s} {'tridnn ms':>10s} {'torch ms':>10s} {'ratio':>7s} "
-          f"{'best ms':>8s} {'torch best':>10s} {'ratio':>6s} {'cpu ms':>7s} {'torch cpu':>9s} {'ratio':>6s}")
+    if not args.compare_threads:
+        print(f"{'case':28s} {'layout':6s} {'tridnn ms':>10s} {'torch ms':>10s} {'ratio':>7s} "
+              f"{'best ms':>8s} {'torch best':>10s} {'ratio':>6s} {'cpu ms':>7s} {'torch cpu':>9s} {'ratio':>6s}")
     for layout in args.layouts:
         for name, ours, theirs in cases(tuple(args.shape), layout, rng):
             if args.only and not any(part in name for part in args.only):
+                continue
+            if args.compare_threads:
+                rows.append(compare_threads(name, layout, ours, args))
                 continue
             ours(), theirs()  # warm up
             a, b, ca, cb = [], [], [], []
@@ -184,6 +217,10 @@ def main(argv=None):
                              tridnn_cpu_ms=pa, torch_cpu_ms=pb, cpu_ratio=pa / pb))
             print(f"{name:28s} {layout:6s} {ta:10.2f} {tb:10.2f} {ta / tb:7.2f} {ba:8.2f} {bb:10.2f} {ba / bb:6.2f} "
                   f"{pa:7.2f} {pb:9.2f} {pa / pb:6.2f}", flush=True)
+    if args.compare_threads:
+        if rows:
+            print(f"geomean 2 / 1 threads {float(np.exp(np.mean(np.log([r['ratio'] for r in rows])))):.2f}")
+        return rows
     ratios = [r["ratio"] for r in rows]
     if ratios:
         geomean = lambda key: float(np.exp(np.mean(np.log([r[key] for r in rows]))))
