@@ -217,7 +217,7 @@ def spatial_cases(layout):
     else:  # channels-last: the gather kernels (the design before CL_KERNELS) and the row kernels' settings
         variants = (("gather", [("CL_KERNELS", False)]), ("cl packed max", [("CL_PACKED_MAX", True)]),
                     ("cl 8 rows", [("CL_ROWS", 8)]), ("cl 2 rows", [("CL_ROWS", 2)]),
-                    ("cl 4 warps", [("CL_WARPS", 4)]),
+                    ("cl 4 warps", [("CL_WARPS", 4)]), ("cl running rule", [("CL_ARG_EQ", False)]),
                     ("cl 16 cols 4 warps", [("CL_BLOCK_W", 16), ("CL_WARPS", 4)]))
         for name, fn, ref, moved, want, res in (
                 ("maxpool3x3s2 fwd", maxfwd, tmaxfwd, nbytes(x, py), lambda: out["maxfwd"], py),
@@ -227,6 +227,8 @@ def spatial_cases(layout):
             for label, settings in variants:
                 if label == "cl packed max" and not name.startswith("maxpool3x3s2 fwd"):
                     continue  # the packed max serves only max-only folds (the forward without taps)
+                if label == "cl running rule" and not name.startswith("maxpool3x3s2 bwd"):
+                    continue  # CL_ARG_EQ changes only the taps pass of max backward
                 cases.append(Case(f"{name} [{label}]", switched_all(pooling, settings, fn), ref, moved,
                                   lambda want=want, res=res: (res, want())))
     ay = torch.empty((N, C, 1, 1), device=DEVICE, dtype=DT).contiguous(memory_format=fmt)

@@ -93,30 +93,72 @@ def _fmt(t):
     return torch.channels_last if t.dim() == 4 else torch.contiguous_format
 
 
+def _special(shape, rng, anywhere):
+    """Small integers with -inf and NaN. anywhere: both at random everywhere. Otherwise
+    -inf only in channels 0-1 (channel 0 of sample 0 entirely) and NaN only in odd rows
+    of the other channels, which keeps clear of two windows where the float64 reference
+    and the kernels disagree without propagation: an all-NaN window (the reference routes
+    to its first tap, the kernels nowhere) and a window whose maximum is -inf behind a
+    NaN (np.nanargmax takes the NaN for -inf)."""
+    values = rng.integers(-1, 2, size=shape).astype(np.float64)
+    if anywhere:
+        values[rng.random(shape) < 0.1] = -np.inf
+        values[rng.random(shape) < 0.08] = np.nan
+    else:
+        values[:, :2][rng.random(values[:, :2].shape) < 0.1] = -np.inf
+        odd = values[:, 2:, 1::2]
+        odd[rng.random(odd.shape) < 0.15] = np.nan
+        values[-1, -1, 1, 0] = np.nan  # at least one, in an odd row of a channel past 1
+    values[0, 0] = -np.inf  # a whole plane of -inf: the first in-range tap is the maximum
+    return values
+
+
 @pytest.mark.parametrize("case", CL_CASES[:5], ids=CL_IDS[:5])
 @pytest.mark.parametrize("propagate", [False, True])
-def test_cl_first_maximum_bit_exact(case, propagate, rng, monkeypatch):
-    """Max pooling with many ties, -inf windows and NaN: y and dx equal the gather
-    kernels' bit for bit (same first-maximum tap), and the float64 reference."""
+@pytest.mark.parametrize("arg_eq", [False, True], ids=["running_rule", "arg_eq"])
+def test_cl_first_maximum_bit_exact(case, propagate, arg_eq, rng, monkeypatch):
+    """Max pooling with many ties, -inf and NaN: y and dx equal the gather kernels' bit
+    for bit (the same first-maximum tap), on -inf and NaN anywhere, and equal the float64
+    reference where it is well defined (see _special); with CL_ARG_EQ the taps come from
+    (row maximum, first tap equal to it)."""
     shape, window, padding, stride = case
-    values = rng.integers(-1, 2, size=shape).astype(np.float64)
-    values[rng.random(shape) < 0.1] = -np.inf
-    values[rng.random(shape) < 0.08] = np.nan
-    values[0, 0] = -np.inf  # whole planes of -inf: the first in-range tap is the maximum
-    x = make(shape, "NHWC", values=values)
-    y_ref = ref_pool.pooling_forward(values, 0, window, padding, stride, propagate_nan=propagate)
-    dy = make(y_ref.shape, "NHWC", values=rng.integers(1, 9, size=y_ref.shape).astype(np.float64))
-    dx_ref = ref_pool.pooling_backward(values, f64(dy), 0, window, padding, stride, propagate_nan=propagate)
-    monkeypatch.setattr(pooling, "CL_KERNELS", False)
-    y_old, dx_old = _run(x, dy, window, padding, stride, propagate)
-    monkeypatch.setattr(pooling, "CL_KERNELS", True)
-    monkeypatch.setattr(pooling, "CL_ROWS", 2)
-    monkeypatch.setattr(pooling, "CL_BLOCK_W", 4)
-    monkeypatch.setattr(pooling, "CL_BLOCK_C", 2)
-    y_new, dx_new = _run(x, dy, window, padding, stride, propagate)
-    assert torch.equal(torch.isnan(y_new), torch.isnan(y_old))
-    assert torch.equal(torch.nan_to_num(y_new), torch.nan_to_num(y_old))
-    assert torch.equal(dx_new, dx_old)
-    np.testing.assert_array_equal(np.isnan(f64(y_new)), np.isnan(y_ref))
-    np.testing.assert_array_equal(np.nan_to_num(f64(y_new)), np.nan_to_num(y_ref))
-    np.testing.assert_array_equal(f64(dx_new), dx_ref)
+    for anywhere in (True, False):
+        values = _special(shape, rng, anywhere)
+        x = make(shape, "NHWC", values=values)
+        oshape = ref_pool.pooling_forward(values[:1, :1], 0, window, padding, stride).shape[2:]
+        dy = make(shape[:2] + oshape, "NHWC", values=rng.integers(1, 9, size=shape[:2] + oshape).astype(np.float64))
+        monkeypatch.setattr(pooling, "CL_KERNELS", False)
+        y_old, dx_old = _run(x, dy, window, padding, stride, propagate)
+        monkeypatch.setattr(pooling, "CL_KERNELS", True)
+        monkeypatch.setattr(pooling, "CL_ARG_EQ", arg_eq)
+        monkeypatch.setattr(pooling, "CL_ROWS", 2)
+        monkeypatch.setattr(pooling, "CL_BLOCK_W", 4)
+        monkeypatch.setattr(pooling, "CL_BLOCK_C", 2)
+        y_new, dx_new = _run(x, dy, window, padding, stride, propagate)
+        assert torch.equal(torch.isnan(y_new), torch.isnan(y_old))
+        assert torch.equal(torch.nan_to_num(y_new), torch.nan_to_num(y_old))
+        assert torch.equal(dx_new, dx_old)
+        if not anywhere:
+            y_ref = ref_pool.pooling_forward(values, 0, window, padding, stride, propagate_nan=propagate)
+            dx_ref = ref_pool.pooling_backward(values, f64(dy), 0, window, padding, stride, propagate_nan=propagate)
+            np.testing.assert_array_equal(np.isnan(f64(y_new)), np.isnan(y_ref))
+            np.testing.assert_array_equal(np.nan_to_num(f64(y_new)), np.nan_to_num(y_ref))
+            np.testing.assert_array_equal(f64(dx_new), dx_ref)
+            assert np.isnan(y_ref).any() == propagate  # NaN reached some window
+
+
+@pytest.mark.parametrize("case", CL_CASES, ids=CL_IDS)
+@pytest.mark.parametrize("mode", [0, 3], ids=["MAX", "MAX_DET"])
+def test_cl_arg_eq_matches_reference(case, mode, rng, cl, monkeypatch):
+    """CL_ARG_EQ on every window shape: dx routed to the first maximum (float64 reference)."""
+    monkeypatch.setattr(pooling, "CL_ARG_EQ", True)
+    shape, window, padding, stride = case
+    x = make(shape, "NHWC", values=_ints(shape, rng))
+    y_ref = ref_pool.pooling_forward(f64(x), mode, window, padding, stride)
+    y = poisoned(y_ref.shape, "NHWC")
+    pooling.pooling_forward(x, y, mode, window, padding, stride, False, 1.0, 0.0)
+    check(y, y_ref, torch.float32, "y")
+    dy = make(y_ref.shape, "NHWC", rng=rng)
+    dx = poisoned(shape, "NHWC")
+    pooling.pooling_backward(y, dy, x, dx, mode, window, padding, stride, False, 1.0, 0.0)
+    check(dx, ref_pool.pooling_backward(f64(x), f64(dy), mode, window, padding, stride), torch.float32, "dx")

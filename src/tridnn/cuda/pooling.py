@@ -46,6 +46,7 @@ CL_ROWS = 4  # output rows per program forward; input rows backward (rounded up 
 CL_BLOCK_W = 32  # output columns forward; column pairs (phases) backward
 CL_BLOCK_C = 64
 CL_WARPS = 8
+CL_ARG_EQ = True  # True: first-maximum taps as (row maximum, then the first tap equal to it)
 CL_PACKED_MAX = False  # True: max-only folds of bf16/f16 in packed pairs (inline PTX, GPU only)
 
 
@@ -469,10 +470,13 @@ def _cl_tile_ids(C, D, TILES_H, TILES_W, BLOCK_C: tl.constexpr, BIG: tl.constexp
 @triton.jit
 def _cl_row_fold(x_ptr, row, row_ok, ow, c, c_mask, IW, xsw, KW: tl.constexpr, SW: tl.constexpr,
                  PW: tl.constexpr, MODE: tl.constexpr, PROPAGATE_NAN: tl.constexpr, MAX_ONLY: tl.constexpr,
-                 PACKED: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
+                 PACKED: tl.constexpr, ARG_EQ: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_W: tl.constexpr,
+                 BLOCK_C: tl.constexpr):
     """Fold the KW horizontal taps of one input row: [BLOCK_W, BLOCK_C] (value, first tap
     kw or -1); each tap is one load of channel runs (16-byte vectors along C). MAX_ONLY
-    (no taps wanted): a plain maximum in x's own type (exact; packed bf16x2/f16x2 on sm_90)."""
+    (no taps wanted): a plain maximum in x's own type (exact; packed bf16x2/f16x2 on sm_90).
+    ARG_EQ: the maximum first, then the first tap equal to it (a compare and a select per
+    tap instead of the running rule's compares, predicate logic and two selects)."""
     if MAX_ONLY:
         acc = tl.full([BLOCK_W, BLOCK_C], float("-inf"), x_ptr.dtype.element_ty)
     elif MODE == 0 or MODE == 3:
@@ -486,9 +490,25 @@ def _cl_row_fold(x_ptr, row, row_ok, ow, c, c_mask, IW, xsw, KW: tl.constexpr, S
         if MAX_ONLY:
             v = tl.load(x_ptr + row + (iw * xsw)[:, None] + c[None, :], mask=ok, other=float("-inf"))
             acc = _max2(acc, v, PROPAGATE_NAN, PACKED)
+        elif ARG_EQ and (MODE == 0 or MODE == 3):
+            v = tl.load(x_ptr + row + (iw * xsw)[:, None] + c[None, :], mask=ok, other=float("-inf")).to(COMPUTE)
+            acc = _max2(acc, v, PROPAGATE_NAN, 0)
         else:
             v = tl.load(x_ptr + row + (iw * xsw)[:, None] + c[None, :], mask=ok, other=0.0).to(COMPUTE)
             acc, arg = _take(acc, arg, v, ok, kw, MODE, PROPAGATE_NAN)
+    if ARG_EQ and (MODE == 0 or MODE == 3) and not MAX_ONLY:
+        # the first tap holding the row's maximum (or, propagating, its first NaN), found
+        # last to first; the loads repeat the ones above (the compiler reuses their values)
+        for kk in tl.static_range(KW):
+            kw = KW - 1 - kk
+            iw = ow * SW - PW + kw
+            ok = ((iw >= 0) & (iw < IW))[:, None] & c_mask[None, :] & row_ok
+            v = tl.load(x_ptr + row + (iw * xsw)[:, None] + c[None, :], mask=ok, other=float("-inf")).to(COMPUTE)
+            if PROPAGATE_NAN:
+                hit = ok & ((v == acc) | (v != v))
+            else:
+                hit = ok & (v == acc)
+            arg = tl.where(hit, kw, arg)
     return acc, arg
 
 
@@ -539,8 +559,8 @@ def _pool_cl_forward_kernel(x_ptr, y_ptr, arg_ptr, C, D, IH, IW, OH, OW, TILES_H
                             PH: tl.constexpr, PW: tl.constexpr, MODE: tl.constexpr,
                             PROPAGATE_NAN: tl.constexpr, STORE_ARG: tl.constexpr, STORE_Y: tl.constexpr,
                             HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
-                            PACKED: tl.constexpr, ROWS: tl.constexpr, BLOCK_W: tl.constexpr,
-                            BLOCK_C: tl.constexpr):
+                            PACKED: tl.constexpr, ARG_EQ: tl.constexpr, ROWS: tl.constexpr,
+                            BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
     """y over [ROWS output rows, BLOCK_W output columns, BLOCK_C channels] of one (n, d):
     each input row's KW taps fold once into a horizontal (value, tap) result, which the
     output rows whose windows hold that row fold in turn; with KH == SH + 1 the last row
@@ -577,8 +597,8 @@ def _pool_cl_forward_kernel(x_ptr, y_ptr, arg_ptr, C, D, IH, IW, OH, OW, TILES_H
             else:
                 ih = oh * SH - PH + kh
                 h, harg = _cl_row_fold(x_ptr, x_base + ih * xsh, (ih >= 0) & (ih < IH), ow, c, c_mask, IW, xsw,
-                                       KW, SW, PW, MODE, PROPAGATE_NAN, MAX_ONLY, PACKED, COMPUTE, BLOCK_W,
-                                       BLOCK_C)
+                                       KW, SW, PW, MODE, PROPAGATE_NAN, MAX_ONLY, PACKED, ARG_EQ, COMPUTE,
+                                       BLOCK_W, BLOCK_C)
             acc, arg = _cl_fold_rows(acc, arg, h, harg, kh, KW, MODE, PROPAGATE_NAN, MAX_ONLY, PACKED)
             if CARRY and kh == KH - 1:
                 carried = h
@@ -801,7 +821,7 @@ def _cl_forward(x5, y5, arg5, geo, alpha, beta, flags):
     _pool_cl_forward_kernel[(geo.N * D * tiles_h * tiles_w * triton.cdiv(geo.C, block_c),)](
         x5, y5, arg5, geo.C, D, IH, IW, OH, OW, tiles_h, tiles_w, *_ndhw(x5), *_ndhw(y5), *_ndhw(arg5),
         alpha, beta, KH=KH, KW=KW, SH=geo.stride[1], SW=geo.stride[2], PH=geo.padding[1], PW=geo.padding[2],
-        **flags, PACKED=_packed(x5), ROWS=rows, BLOCK_W=block_w, BLOCK_C=block_c, num_warps=CL_WARPS)
+        **flags, PACKED=_packed(x5), ARG_EQ=CL_ARG_EQ, ROWS=rows, BLOCK_W=block_w, BLOCK_C=block_c, num_warps=CL_WARPS)
 
 
 def _packed(x):
