@@ -100,7 +100,7 @@ def run_layer(handle, direction, p, n, dtype, math_type, dev):
     algos = registry.algorithms("conv", direction, "triton")
     if ALGOS == "get":
         ranked = [r for r in selection.get(handle, problem) if r.status == tridnn.Status.SUCCESS]
-        algos = [r.algo for r in ranked[:1]]
+        algos = [registry.by_enum("conv", direction, "triton", r.algo) for r in ranked[:1]]
     for algo in algos:
         reason = algo.not_applicable(problem)
         if reason:
