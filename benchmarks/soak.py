@@ -57,6 +57,31 @@ def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+def conv_algorithm_calls(handle, backend, conv, x, w, y, dx, dw, workspace) -> list:
+    """One call per applicable registered algorithm of ``backend`` in each direction:
+    forward blends into y (beta 0.5); the backward passes write dx and dw, so x, w and y
+    keep their values. ``x``, ``w``, ``y``: (descriptor, array); ``workspace(bytes)``
+    makes the algorithm's workspace."""
+    (x_desc, xa), (w_desc, wa), (y_desc, ya) = x, w, y
+    calls = []
+    for direction, fn in (("fwd", tridnn.convolution_forward),
+                          ("bwd_data", tridnn.convolution_backward_data),
+                          ("bwd_filter", tridnn.convolution_backward_filter)):
+        problem = ConvProblem(direction, x_desc, w_desc, y_desc, conv)
+        for algo in registry.algorithms("conv", direction, backend):
+            if algo.not_applicable(problem) is not None:
+                continue
+            ws = workspace(algo.workspace_size(problem))
+            if direction == "fwd":
+                args = (handle, 1.0, x_desc, xa, w_desc, wa, conv, algo.enum, ws, 0.5, y_desc, ya)
+            elif direction == "bwd_data":
+                args = (handle, 1.0, w_desc, wa, y_desc, ya, conv, algo.enum, ws, 0.0, x_desc, dx)
+            else:
+                args = (handle, 1.0, x_desc, xa, y_desc, ya, conv, algo.enum, ws, 0.0, w_desc, dw)
+            calls.append(lambda fn=fn, args=args: fn(*args))
+    return calls
+
+
 def build_workload(rng, cache_path):
     """A list of zero-argument callables, each one API call (or one expected error)."""
     handle = tridnn.Handle(find_cache=cache_path, workspace_limit=WORKSPACE_LIMIT, find_time_budget_s=0.002)
@@ -73,21 +98,8 @@ def build_workload(rng, cache_path):
             # the backward passes write their own outputs, so the inputs stay as filled
             _, dx = testing.make_tensor(x_dims, "float32", layout, rng)
             _, dw = testing.make_filter(w_dims, "float32", layout)
-            for direction, fn in (("fwd", tridnn.convolution_forward),
-                                  ("bwd_data", tridnn.convolution_backward_data),
-                                  ("bwd_filter", tridnn.convolution_backward_filter)):
-                problem = ConvProblem(direction, x_desc, w_desc, y_desc, conv)
-                for algo in registry.algorithms("conv", direction, "numpy"):
-                    if algo.not_applicable(problem) is not None:
-                        continue
-                    ws = np.empty(algo.workspace_size(problem), np.uint8)
-                    if direction == "fwd":
-                        args = (handle, 1.0, x_desc, x, w_desc, w, conv, algo.enum, ws, 0.5, y_desc, y)
-                    elif direction == "bwd_data":
-                        args = (handle, 1.0, w_desc, w, y_desc, y, conv, algo.enum, ws, 0.0, x_desc, dx)
-                    else:
-                        args = (handle, 1.0, x_desc, x, y_desc, y, conv, algo.enum, ws, 0.0, w_desc, dw)
-                    calls.append(lambda fn=fn, args=args: fn(*args))
+            calls += conv_algorithm_calls(handle, "numpy", conv, (x_desc, x), (w_desc, w), (y_desc, y), dx, dw,
+                                          lambda need: np.empty(need, np.uint8))
             calls.append(lambda a=(handle, x_desc, w_desc, conv, y_desc):
                          tridnn.get_convolution_forward_algorithm(*a))
             calls.append(lambda a=(handle, 1.0, x_desc, x, w_desc, w, conv, tridnn.ConvFwdAlgo.GEMM,
@@ -140,22 +152,9 @@ def build_cuda_workload(device):
                 y_dims = conv.output_dims(x_desc, w_desc)
                 y, dx, dw = make(y_dims), torch.empty_like(x), torch.empty_like(w)
                 y_desc = tridnn.TensorDescriptor.like(y)
-                for direction, fn in (("fwd", tridnn.convolution_forward),
-                                      ("bwd_data", tridnn.convolution_backward_data),
-                                      ("bwd_filter", tridnn.convolution_backward_filter)):
-                    problem = ConvProblem(direction, x_desc, w_desc, y_desc, conv)
-                    for algo in registry.algorithms("conv", direction, "triton"):
-                        if algo.not_applicable(problem) is not None:
-                            continue
-                        need = algo.workspace_size(problem)
-                        ws = torch.empty(need, dtype=torch.uint8, device=device) if need else None
-                        if direction == "fwd":
-                            args = (handle, 1.0, x_desc, x, w_desc, w, conv, algo.enum, ws, 0.5, y_desc, y)
-                        elif direction == "bwd_data":
-                            args = (handle, 1.0, w_desc, w, y_desc, y, conv, algo.enum, ws, 0.0, x_desc, dx)
-                        else:
-                            args = (handle, 1.0, x_desc, x, y_desc, y, conv, algo.enum, ws, 0.0, w_desc, dw)
-                        calls.append(lambda fn=fn, args=args: fn(*args))
+                calls += conv_algorithm_calls(
+                    handle, "triton", conv, (x_desc, x), (w_desc, w), (y_desc, y), dx, dw,
+                    lambda need: torch.empty(need, dtype=torch.uint8, device=device) if need else None)
                 calls.append(lambda a=(handle, x_desc, w_desc, conv, y_desc):
                              tridnn.get_convolution_forward_algorithm(*a))
                 calls.append(lambda x=x, w=w, p=pad, s=stride, g=groups:
