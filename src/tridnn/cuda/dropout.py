@@ -117,6 +117,28 @@ def _dropout_flat_kernel(src_ptr, dst_ptr, mask_ptr, numel, seed, first_block, t
 
 
 @triton.jit
+def _tile_position(I, W_UNITS, O1, O2, BIG: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_U: tl.constexpr):
+    """This program's (outer position o0, o1, o2; inner values; block of W units): W
+    blocks vary fastest, then inner blocks, then the outer position. A unit is one W
+    value (the mask-reload kernel) or one group of 4 (the split and join kernels)."""
+    pid = tl.program_id(0)
+    tiles_u = tl.cdiv(W_UNITS, BLOCK_U)
+    tiles_i = tl.cdiv(I, BLOCK_I)
+    u_blk = pid % tiles_u
+    rest = pid // tiles_u
+    i_blk = rest % tiles_i
+    o = rest // tiles_i
+    if BIG:
+        o = o.to(tl.int64)
+    o2 = o % O2
+    o = o // O2
+    o1 = o % O1
+    o0 = o // O1
+    inner = i_blk * BLOCK_I + tl.arange(0, BLOCK_I)
+    return o0, o1, o2, inner, u_blk
+
+
+@triton.jit
 def _dropout_tile_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first_block, threshold, scale,
                          # strides: outer dims (O0, O1, O2), the inner dim and W, per tensor
                          so0, so1, so2, si, sw, do0, do1, do2, di, dw, lo0, lo1, lo2, li,
@@ -128,20 +150,7 @@ def _dropout_tile_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first_
     back in the data's layout, so no thread repeats a draw for the other layout."""
     # map the program to (outer position, inner block, W block)
     W = W4 * 4  # so Triton sees that the mask's runs of 4 bytes are never cut by W
-    pid = tl.program_id(0)
-    tiles_w = tl.cdiv(W, BLOCK_W)
-    tiles_i = tl.cdiv(I, BLOCK_I)
-    w_blk = pid % tiles_w
-    rest = pid // tiles_w
-    i_blk = rest % tiles_i
-    o = rest // tiles_i
-    if BIG:
-        o = o.to(tl.int64)
-    o2 = o % O2
-    o = o // O2
-    o1 = o % O1
-    o0 = o // O1
-    inner = i_blk * BLOCK_I + tl.arange(0, BLOCK_I)
+    o0, o1, o2, inner, w_blk = _tile_position(I, W, O1, O2, BIG, BLOCK_I, BLOCK_W)
     w = w_blk * BLOCK_W + tl.arange(0, BLOCK_W)
     in_range = (inner < I)[:, None] & (w < W)[None, :]
     # the mask: logical index of (inner, w) is l_row[inner] + w, l_row a multiple of 4
@@ -158,27 +167,6 @@ def _dropout_tile_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first_
     s_off = (o0 * so0 + o1 * so1 + o2 * so2) + inner[:, None] * si + w[None, :] * sw
     d_off = (o0 * do0 + o1 * do1 + o2 * do2) + inner[:, None] * di + w[None, :] * dw
     _apply(src_ptr, dst_ptr, s_off, d_off, keep, in_range, scale, COMPUTE)
-
-
-@triton.jit
-def _tile_position(I, W4, O1, O2, BIG: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_G: tl.constexpr):
-    """This program's (outer position o0, o1, o2; inner values; W group block): W blocks
-    vary fastest, then inner blocks, then the outer position."""
-    pid = tl.program_id(0)
-    tiles_g = tl.cdiv(W4, BLOCK_G)
-    tiles_i = tl.cdiv(I, BLOCK_I)
-    g_blk = pid % tiles_g
-    rest = pid // tiles_g
-    i_blk = rest % tiles_i
-    o = rest // tiles_i
-    if BIG:
-        o = o.to(tl.int64)
-    o2 = o % O2
-    o = o // O2
-    o1 = o % O1
-    o0 = o // O1
-    inner = i_blk * BLOCK_I + tl.arange(0, BLOCK_I)
-    return o0, o1, o2, inner, g_blk
 
 
 @triton.jit
