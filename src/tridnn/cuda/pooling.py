@@ -99,6 +99,17 @@ def _unravel3(p, D1, D2):
 
 
 @triton.jit
+def _pool_start(MODE: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr):
+    """(accumulator, first tap) of a [BLOCK_A, BLOCK_B] window fold before any tap: -inf
+    for the max modes (0 and 3), 0 for the averages; tap -1."""
+    if MODE == 0 or MODE == 3:
+        acc = tl.full([BLOCK_A, BLOCK_B], float("-inf"), COMPUTE)
+    else:
+        acc = tl.zeros([BLOCK_A, BLOCK_B], COMPUTE)
+    return acc, tl.full([BLOCK_A, BLOCK_B], -1, tl.int32)
+
+
+@triton.jit
 def _take(acc, arg, v, ok, tap, MODE: tl.constexpr, PROPAGATE_NAN: tl.constexpr):
     """Fold one tap into the running max (and its first tap) or sum."""
     if MODE == 0 or MODE == 3:
@@ -168,11 +179,7 @@ def _pool_forward_kernel(x_ptr, y_ptr, arg_ptr, N, C, ID, IH, IW, OD, OH, OW,
     h0, h1 = _window(oh, IH, OH, SH, PH, KH, ADAPTIVE)
     w0, w1 = _window(ow, IW, OW, SW, PW, KW, ADAPTIVE)
     base = n * xsn + c[None, :] * xsc
-    if MODE == 0 or MODE == 3:
-        acc = tl.full([BLOCK_P, BLOCK_C], float("-inf"), COMPUTE)
-    else:
-        acc = tl.zeros([BLOCK_P, BLOCK_C], COMPUTE)
-    arg = tl.full([BLOCK_P, BLOCK_C], -1, tl.int32)
+    acc, arg = _pool_start(MODE, COMPUTE, BLOCK_P, BLOCK_C)
     # the taps: unrolled for small windows, so all their loads are in flight together
     if UNROLL:
         for kd in tl.static_range(KD):
@@ -339,11 +346,7 @@ def _pool_rows_forward_kernel(x_ptr, y_ptr, arg_ptr, R, C, ID, IH, OD, OH, IWv, 
     r_mask = r < R
     ow_mask = ow < OW
     n, c, od, oh = _rows(r, C, OD, OH, BIG)
-    if MODE == 0 or MODE == 3:
-        acc = tl.full([BLOCK_R, BLOCK_W], float("-inf"), COMPUTE)
-    else:
-        acc = tl.zeros([BLOCK_R, BLOCK_W], COMPUTE)
-    arg = tl.full([BLOCK_R, BLOCK_W], -1, tl.int32)
+    acc, arg = _pool_start(MODE, COMPUTE, BLOCK_R, BLOCK_W)
     # the taps: each input row of the window is one contiguous load (stride 2: split
     # into even and odd columns); a tap outside that pair reads the pair tile shifted by
     # whole pairs, again contiguous, so every load of a warp is one run of the row
@@ -483,13 +486,9 @@ def _cl_row_fold(x_ptr, row, row_ok, ow, c, c_mask, IW, xsw, KW: tl.constexpr, S
     (no taps wanted): a plain maximum in x's own type (exact; packed bf16x2/f16x2 on sm_90).
     ARG_EQ: the maximum first, then the first tap equal to it (a compare and a select per
     tap instead of the running rule's compares, predicate logic and two selects)."""
-    if MAX_ONLY:
+    acc, arg = _pool_start(MODE, COMPUTE, BLOCK_W, BLOCK_C)
+    if MAX_ONLY:  # a plain maximum in x's own type
         acc = tl.full([BLOCK_W, BLOCK_C], float("-inf"), x_ptr.dtype.element_ty)
-    elif MODE == 0 or MODE == 3:
-        acc = tl.full([BLOCK_W, BLOCK_C], float("-inf"), COMPUTE)
-    else:
-        acc = tl.zeros([BLOCK_W, BLOCK_C], COMPUTE)
-    arg = tl.full([BLOCK_W, BLOCK_C], -1, tl.int32)
     for kw in tl.static_range(KW):
         iw = ow * SW - PW + kw
         ok = ((iw >= 0) & (iw < IW))[:, None] & c_mask[None, :] & row_ok
@@ -589,13 +588,9 @@ def _pool_cl_forward_kernel(x_ptr, y_ptr, arg_ptr, C, D, IH, IW, OH, OW, TILES_H
     # the output rows in order, each folding its KH input rows
     for r in tl.static_range(ROWS):
         oh = h_blk * ROWS + r
-        if MAX_ONLY:
+        acc, arg = _pool_start(MODE, COMPUTE, BLOCK_W, BLOCK_C)
+        if MAX_ONLY:  # a plain maximum in x's own type
             acc = tl.full([BLOCK_W, BLOCK_C], float("-inf"), x_ptr.dtype.element_ty)
-        elif MODE == 0 or MODE == 3:
-            acc = tl.full([BLOCK_W, BLOCK_C], float("-inf"), COMPUTE)
-        else:
-            acc = tl.zeros([BLOCK_W, BLOCK_C], COMPUTE)
-        arg = tl.full([BLOCK_W, BLOCK_C], -1, tl.int32)
         for kh in tl.static_range(KH):
             if CARRY and r > 0 and kh == 0:
                 h = carried
