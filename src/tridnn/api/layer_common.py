@@ -38,23 +38,14 @@ def views(handle, inputs, outputs, in_place_ok: bool = False) -> list:
     outs = [None if a is None else backend.view(a, d, n, writable=True) for a, d, n in outputs]
     named_in = [(v, n) for v, (_, _, n) in zip(ins, inputs) if v is not None]
     named_out = [(v, n) for v, (_, _, n) in zip(outs, outputs) if v is not None]
-    span = getattr(backend, "span", None)
-    if span is not None:
-        _check_spans(span, named_in, named_out, in_place_ok)
-        return ins + outs
-    for i, (out, out_name) in enumerate(named_out):
-        for other, other_name in named_in + named_out[i + 1:]:
-            if not _overlap(backend, out, other):
-                continue
-            if not (in_place_ok and _same_view(out, other)):
-                raise BadParamError(f"output {out_name} overlaps {other_name}; pass separate buffers")
+    _check_spans(backend.span, named_in, named_out, in_place_ok)
     return ins + outs
 
 
 def _check_spans(span, named_in, named_out, in_place_ok) -> None:
-    """The overlap rule of ``views`` from byte extents: sorted by first byte, each extent
-    is compared only with those that start before it ends (no overlap: one comparison
-    each), and a pair counts when an output is in it."""
+    """The overlap rule of ``views`` from the backend's byte extents (``span``): sorted by
+    first byte, each extent is compared only with those that start before it ends (no
+    overlap: one comparison each), and a pair counts when an output is in it."""
     items = [(*span(v), False, k, v, n) for k, (v, n) in enumerate(named_in)]
     items += [(*span(v), True, k, v, n) for k, (v, n) in enumerate(named_out)]
     items = sorted((it for it in items if it[0] < it[1]), key=lambda it: it[0])
@@ -66,17 +57,10 @@ def _check_spans(span, named_in, named_out, in_place_ok) -> None:
                 continue  # inputs may share memory
             if in_place_ok and _same_view(v, v2):
                 continue
-            # name the output first (the earlier output when both are), as the loop above does
+            # name the output first (the earlier output when both are)
             if is_out and (not is_out2 or k < k2):
                 raise BadParamError(f"output {name} overlaps {name2}; pass separate buffers")
             raise BadParamError(f"output {name2} overlaps {name}; pass separate buffers")
-
-
-def _overlap(backend, a, b) -> bool:
-    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
-        return bool(np.may_share_memory(a, b))
-    shares = getattr(backend, "shares_memory", None)
-    return bool(shares(a, b)) if shares is not None else False
 
 
 def _same_view(a, b) -> bool:

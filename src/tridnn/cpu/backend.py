@@ -49,6 +49,14 @@ class NumpyBackend:
     def view(self, array, desc, name: str, writable: bool = False) -> np.ndarray:
         return arrays.as_view(array, desc, name, writable)
 
+    @staticmethod
+    def span(a) -> tuple:
+        """(first byte, one past the last byte) a view can touch; (0, 0) when empty (the
+        bounds np.may_share_memory compares by default)."""
+        if a.size == 0:
+            return (0, 0)
+        return np.lib.array_utils.byte_bounds(a)
+
     def empty(self, desc) -> np.ndarray:
         """A packed array for ``desc`` (its strides, dtype), as a logical view."""
         flat = allocate(desc.span, desc.dtype.numpy, f"a tensor of dims {desc.dims}")
