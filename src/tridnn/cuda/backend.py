@@ -165,9 +165,10 @@ class TritonBackend:
             extent += (d - 1) * s
         return lo, lo + extent * t.element_size()
 
-    def shares_memory(self, a, b) -> bool:
+    @staticmethod
+    def shares_memory(a, b) -> bool:
         """Whether two views' byte ranges intersect (a cheap, conservative overlap test)."""
-        (a0, a1), (b0, b1) = self.span(a), self.span(b)
+        (a0, a1), (b0, b1) = TritonBackend.span(a), TritonBackend.span(b)
         return a0 < b1 and b0 < a1
 
     # -- workspace ----------------------------------------------------------------

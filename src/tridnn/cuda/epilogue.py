@@ -23,6 +23,7 @@ import triton.language as tl
 
 from ..descriptors.activation import ActivationMode
 from ..errors import BadParamError, NotSupportedError
+from .backend import TritonBackend
 
 NO_ACTIVATION = -1
 
@@ -76,11 +77,13 @@ def launch_args(spec: EpilogueSpec | None, y, nd: int):
     bias, z = spec.bias, spec.z
     # as the API checks NumPy arrays: z may be y itself (each tile reads its z before
     # writing y), any other overlap with y would read values already overwritten
-    if bias is not None and _overlap(bias, y):
+    if bias is not None and TritonBackend.shares_memory(bias, y):
         raise BadParamError("output y overlaps input bias; pass separate buffers")
-    if z is not None and _overlap(z, y) and not (z.data_ptr() == y.data_ptr() and tuple(z.stride()) == tuple(y.stride())
-                                                 and tuple(z.shape) == tuple(y.shape)):
-        raise BadParamError("z partially overlaps y; pass z equal to y (in place) or a separate buffer")
+    if z is not None and TritonBackend.shares_memory(z, y):
+        in_place = (z.data_ptr() == y.data_ptr() and tuple(z.stride()) == tuple(y.stride())
+                    and tuple(z.shape) == tuple(y.shape))
+        if not in_place:
+            raise BadParamError("z partially overlaps y; pass z equal to y (in place) or a separate buffer")
     if bias is not None:
         flat = bias.reshape(-1)
         if flat.numel() != y.shape[1]:
@@ -97,20 +100,6 @@ def launch_args(spec: EpilogueSpec | None, y, nd: int):
         z_arg, z_strides = y, (0, 0, 0, 0, 0)
     return (bias_arg, bias_stride, z_arg, z_strides, float(spec.alpha2), float(spec.coef),
             float(spec.swish_beta), spec.act_code, bias is not None, z is not None)
-
-
-def _overlap(a, b) -> bool:
-    """Whether two tensor views' byte ranges intersect (conservative)."""
-    if a.numel() == 0 or b.numel() == 0:
-        return False
-    def span(t):
-        lo = t.data_ptr()
-        extent = 1
-        for d, st in zip(t.shape, t.stride()):
-            extent += (d - 1) * st
-        return lo, lo + extent * t.element_size()
-    (a0, a1), (b0, b1) = span(a), span(b)
-    return a0 < b1 and b0 < a1
 
 
 @triton.jit
