@@ -208,12 +208,18 @@ def test_pooling(case, mode, layout, rng):
     shape, window, padding, stride = case
     # small integers: ties test the first-maximum rule, sums stay exact
     x = make(shape, layout, values=rng.integers(-3, 4, size=shape).astype(np.float64))
+    check_pooling(x, mode, window, padding, stride, layout, rng)
+
+
+def check_pooling(x, mode, window, padding, stride, layout, rng):
+    """Forward into a poisoned y, then backward with fresh dy into a poisoned dx, each
+    against the float64 reference."""
     y_ref = ref_pool.pooling_forward(f64(x), mode, window, padding, stride)
     y = poisoned(y_ref.shape, layout)
     pooling.pooling_forward(x, y, mode, window, padding, stride, False, 1.0, 0.0)
     check(y, y_ref, torch.float32, "y")
     dy = make(y_ref.shape, layout, rng=rng)
-    dx = poisoned(shape, layout)
+    dx = poisoned(tuple(x.shape), layout)
     pooling.pooling_backward(y, dy, x, dx, mode, window, padding, stride, False, 1.0, 0.0)
     check(dx, ref_pool.pooling_backward(f64(x), f64(dy), mode, window, padding, stride), torch.float32, "dx")
 

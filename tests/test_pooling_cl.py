@@ -13,7 +13,7 @@ pytest.importorskip("triton")
 from tridnn.cuda import pooling  # noqa: E402
 from tridnn.reference import pooling as ref_pool  # noqa: E402
 
-from test_cuda_layers import check, f64, make, poisoned  # noqa: E402
+from test_cuda_layers import check, check_pooling, f64, make, poisoned  # noqa: E402
 
 # (shape, window, padding, stride): 3x3/2 pad 1 (ResNet), 2x2/2, 3x3/1 (the row carry
 # does not apply at stride 1: KH != SH + 1), 5x5/2 pad 2, 3x4/2 (uneven), 1-D, 3-D without
@@ -52,14 +52,7 @@ def _ints(shape, rng):
 def test_cl_pooling_matches_reference(case, mode, layout, rng, cl):
     shape, window, padding, stride = case
     x = make(shape, layout, values=_ints(shape, rng))
-    y_ref = ref_pool.pooling_forward(f64(x), mode, window, padding, stride)
-    y = poisoned(y_ref.shape, layout)
-    pooling.pooling_forward(x, y, mode, window, padding, stride, False, 1.0, 0.0)
-    check(y, y_ref, torch.float32, "y")
-    dy = make(y_ref.shape, layout, rng=rng)
-    dx = poisoned(shape, layout)
-    pooling.pooling_backward(y, dy, x, dx, mode, window, padding, stride, False, 1.0, 0.0)
-    check(dx, ref_pool.pooling_backward(f64(x), f64(dy), mode, window, padding, stride), torch.float32, "dx")
+    check_pooling(x, mode, window, padding, stride, layout, rng)
 
 
 @pytest.mark.parametrize("case", CL_CASES[:5], ids=CL_IDS[:5])
