@@ -144,39 +144,29 @@ def spatial_cases(layout):
         y, dy_full, x, dx, mode=1, coef=0.0, swish_beta=1.0, alpha=1.0, beta=0.0),
         lambda: torch.ops.aten.threshold_backward(dy_full, x, 0.0), nbytes(x, dy_full, dx)))
     cases.append(Case("gelu bwd", lambda: activation.activation_backward(
-        y, dy_full, x, dx, mode=101, coef=0.0, swish_beta=1.0, alpha=1.0, beta=0.0),
+        y, dy_full, x, dx, mode=activation.GELU, coef=0.0, swish_beta=1.0, alpha=1.0, beta=0.0),
         keep("gelub", lambda: torch.ops.aten.gelu_backward(dy_full, x)), nbytes(x, dy_full, dx),
         lambda: (dx, out["gelub"])))
+
+    def gelu_rows(label, setting):
+        """gelu forward and backward, timed under ``setting`` (a switched(...) wrapper)."""
+        cases.append(Case(f"gelu fwd [{label}]", setting(lambda: activation.activation_forward(
+            x, y, mode=activation.GELU, coef=0.0, swish_beta=1.0, propagate_nan=False, alpha=1.0, beta=0.0)),
+            keep("gelu", lambda: F.gelu(x)), nbytes(x, y), lambda: (y, out["gelu"])))
+        cases.append(Case(f"gelu bwd [{label}]", setting(lambda: activation.activation_backward(
+            y, dy_full, x, dx, mode=activation.GELU, coef=0.0, swish_beta=1.0, alpha=1.0, beta=0.0)),
+            keep("gelub", lambda: torch.ops.aten.gelu_backward(dy_full, x)), nbytes(x, dy_full, dx),
+            lambda: (dx, out["gelub"])))
     # gelu with gelu_cdf instead of erf (activation.GELU_ERF), both layouts
     for variant, label in (("exact", "exact erf"), ("fast_div", "fast erf, div")):
-        fast = lambda fn, variant=variant: switched(activation, "GELU_ERF", variant, fn)  # noqa: E731
-        cases.append(Case(f"gelu fwd [{label}]", fast(lambda: activation.activation_forward(
-            x, y, mode=101, coef=0.0, swish_beta=1.0, propagate_nan=False, alpha=1.0, beta=0.0)),
-            keep("gelu", lambda: F.gelu(x)), nbytes(x, y), lambda: (y, out["gelu"])))
-        cases.append(Case(f"gelu bwd [{label}]", fast(lambda: activation.activation_backward(
-            y, dy_full, x, dx, mode=101, coef=0.0, swish_beta=1.0, alpha=1.0, beta=0.0)),
-            keep("gelub", lambda: torch.ops.aten.gelu_backward(dy_full, x)), nbytes(x, dy_full, dx),
-            lambda: (dx, out["gelub"])))
+        gelu_rows(label, lambda fn, variant=variant: switched(activation, "GELU_ERF", variant, fn))
     if layout == "NCHW":  # fast gelu at 1024 x 4 too (fewer instructions may prefer the general tile)
-        fast_tile = lambda fn: switched(activation, "GELU_ERF", "fast", switched(  # noqa: E731
-            activation, "TILES", {101: (1024, 4)}, fn))
-        cases.append(Case("gelu fwd [fast erf, 1024x4 warps]", fast_tile(lambda: activation.activation_forward(
-            x, y, mode=101, coef=0.0, swish_beta=1.0, propagate_nan=False, alpha=1.0, beta=0.0)),
-            keep("gelu", lambda: F.gelu(x)), nbytes(x, y), lambda: (y, out["gelu"])))
-        cases.append(Case("gelu bwd [fast erf, 1024x4 warps]", fast_tile(lambda: activation.activation_backward(
-            y, dy_full, x, dx, mode=101, coef=0.0, swish_beta=1.0, alpha=1.0, beta=0.0)),
-            keep("gelub", lambda: torch.ops.aten.gelu_backward(dy_full, x)), nbytes(x, dy_full, dx),
-            lambda: (dx, out["gelub"])))
-    if layout == "NCHW":  # gelu with other (elements per program, warps); flat in both layouts
+        gelu_rows("fast erf, 1024x4 warps", lambda fn: switched(activation, "GELU_ERF", "fast", switched(
+            activation, "TILES", {activation.GELU: (1024, 4)}, fn)))
+        # gelu with other (elements per program, warps); flat in both layouts
         for block, warps in ((512, 4), (1024, 4), (2048, 8), (4096, 8)):
-            tile = lambda fn, block=block, warps=warps: switched(activation, "TILES", {101: (block, warps)}, fn)  # noqa: E731
-            cases.append(Case(f"gelu fwd [{block}x{warps} warps]", tile(lambda: activation.activation_forward(
-                x, y, mode=101, coef=0.0, swish_beta=1.0, propagate_nan=False, alpha=1.0, beta=0.0)),
-                keep("gelu", lambda: F.gelu(x)), nbytes(x, y), lambda: (y, out["gelu"])))
-            cases.append(Case(f"gelu bwd [{block}x{warps} warps]", tile(lambda: activation.activation_backward(
-                y, dy_full, x, dx, mode=101, coef=0.0, swish_beta=1.0, alpha=1.0, beta=0.0)),
-                keep("gelub", lambda: torch.ops.aten.gelu_backward(dy_full, x)), nbytes(x, dy_full, dx),
-                lambda: (dx, out["gelub"])))
+            gelu_rows(f"{block}x{warps} warps", lambda fn, block=block, warps=warps: switched(
+                activation, "TILES", {activation.GELU: (block, warps)}, fn))
 
     # pooling
     oh, ow = (H + 2 - 3) // 2 + 1, (W + 2 - 3) // 2 + 1
