@@ -85,8 +85,14 @@ def tma_calls(monkeypatch):
     def counted_wgrad(*a, **k):
         calls["bwd_filter"] += 1
         return wgrad(*a, **k)
+
+    def counted_phases(*a, **k):
+        calls["bwd_data_fused"] += 1
+        return phases(*a, **k)
+    phases = conv_tma._launch_phases
     monkeypatch.setattr(conv_tma, "launch_conv", counted_conv)
     monkeypatch.setattr(conv_tma, "launch_wgrad_partials", counted_wgrad)
+    monkeypatch.setattr(conv_tma, "_launch_phases", counted_phases)
     return calls
 
 
@@ -100,6 +106,62 @@ def test_tma_kernels_match_the_reference(case, direction, rng, tma_calls):
     p, tma_dirs = case
     assert run_case(direction, ALGO[direction], p, "float32", "NHWC", rng) is None
     assert (tma_calls[direction] > 0) == (direction in tma_dirs), dict(tma_calls)
+
+
+# -- strided backward data: all phases of dx in one launch, or one launch per phase -----
+STRIDED = [
+    P(16, 16, (6, 8), 3, 2, 1),                 # ResNet's 3x3/2: phases of 4, 2, 2 and 1 taps
+    P(16, 16, (7, 9), 3, 2, 1),                 # odd H and W: phases of unequal extent
+    P(16, 16, (9, 12), 5, 3, 2),                # stride 3: nine phases of 1-4 taps
+    P(16, 16, (8, 7), 3, (2, 3), (1, 2), 2),    # strides 2x3, dilation 2: phases without taps
+    P(16, 32, (5, 6), (3, 1), 2, (0, 0)),       # no padding, a 3x1 filter
+    P(16, 16, (2, 5), 3, 3, 1),                 # stride 3 on 2 rows: a phase past the image
+]
+
+
+@pytest.fixture(params=[True, False], ids=["one_launch", "per_phase"])
+def fused(request, monkeypatch):
+    """Runs backward data with the fused phases kernel (True) or one launch per phase."""
+    flag = request.param
+    monkeypatch.setattr(type(ALGO["bwd_data"]), "tuner", common.Tuner())
+    every = conv_tma.candidates
+
+    def only(plan, device, problem=None):
+        cands = every(plan, device, problem)
+        return [c for c in cands if bool(c.get("FUSED")) == flag] or cands
+    monkeypatch.setattr(conv_tma, "candidates", only)
+    return flag
+
+
+@pytest.mark.parametrize("p", STRIDED, ids=lambda p: p["name"])
+def test_strided_backward_data_both_paths(p, fused, rng, tma_calls):
+    """float32 into NaN-poisoned dx (every element must be written), then float16 in both
+    modes blended with alpha/beta (an element written twice would be blended twice)."""
+    assert run_case("bwd_data", ALGO["bwd_data"], p, "float32", "NHWC", rng) is None
+    for mode in (tridnn.ConvMode.CONVOLUTION, tridnn.ConvMode.CROSS_CORRELATION):
+        assert run_case("bwd_data", ALGO["bwd_data"], p, "float16", "NHWC", rng, mode=mode, alpha=2.0,
+                        beta=0.5) is None
+    assert tma_calls["bwd_data"] > 0
+    assert (tma_calls["bwd_data_fused"] > 0) == fused, dict(tma_calls)
+
+
+def test_strided_backward_data_asymmetric_padding(fused, rng, tma_calls):
+    p = P(16, 16, (7, 8), 3, 2, 1)
+    assert run_case("bwd_data", ALGO["bwd_data"], p, "float32", "NHWC", rng, pad_post=(0, 2)) is None
+    assert (tma_calls["bwd_data_fused"] > 0) == fused, dict(tma_calls)
+
+
+def test_phase_order_puts_the_most_taps_first():
+    """3x3, stride 2, padding 1: phase (1, 1) has 4 taps, (0, 1) and (1, 0) 2, (0, 0) 1."""
+    from tridnn.algorithms.problem import ConvProblem
+    from test_cuda_conv import conv
+    p = P(16, 16, (8, 8), 3, 2, 1)
+    cd = conv(p)
+    xd = tridnn.TensorDescriptor.packed((2, 16, 8, 8), "float32", tridnn.TensorFormat.NHWC)
+    wd = tridnn.FilterDescriptor((16, 16, 3, 3), "float32", tridnn.TensorFormat.NHWC)
+    problem = ConvProblem("bwd_data", xd, wd, xd.with_dims(cd.output_dims(xd, wd)), cd)
+    order = conv_tma.phase_order(problem)
+    assert [(order >> (4 * i)) & 15 for i in range(4)] == [3, 1, 2, 0]
 
 
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data", "bwd_filter"])

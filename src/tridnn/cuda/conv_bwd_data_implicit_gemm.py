@@ -194,7 +194,7 @@ class ImplicitGemmBackwardData(TritonConvAlgorithm):
             plan = conv_tma.backward_data_plan(problem, dy, w, dx)
         if plan is not None:  # channels-last: forward convolutions of dy by TMA boxes
             cfg = self.tuner.pick((problem_key(problem), "bwd-data-tma", conv_tma.plan_kind(plan)),
-                                  lambda: conv_tma.candidates(plan, dx.device),
+                                  lambda: conv_tma.candidates(plan, dx.device, problem),
                                   lambda c, out: conv_tma.launch_conv(plan, problem, dy, w, out, 1.0, 0.0, c,
                                                                       kmajor=True), dx, dx.device)
             conv_tma.launch_conv(plan, problem, dy, w, dx, alpha, beta, cfg, kmajor=True)

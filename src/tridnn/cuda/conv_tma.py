@@ -33,6 +33,7 @@ pointer kernels).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -56,6 +57,30 @@ def tap_origin(tap, NTW, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W, SH, SW, OFF_H, OF
     qh = ROW0_H + th * ROWSTEP_H + OFF_H
     qw = ROW0_W + tw * ROWSTEP_W + OFF_W
     return th, tw, qh // SH - OFF_H // SH, qh % SH, qw // SW - OFF_W // SW, qw % SW
+
+
+@triton.jit
+def conv_tile(x_desc, w_desc, n, oh0, ow0, k0, C_RED, NTW, T, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W,
+              SH, SW, OFF_H, OFF_W, W_TAP0, W_STEP_H, W_STEP_W, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              BLOCK_K: tl.constexpr, W_KMAJOR: tl.constexpr, PREC: tl.constexpr):
+    """The float32 accumulator of one output tile (box origin n, oh0, ow0; columns k0 + ...):
+    the sum over T loop taps and C_RED channels, one TMA box of input and one of filter
+    per (tap, channel block)."""
+    n_cblk = C_RED // BLOCK_K
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for it in range(0, T * n_cblk):
+        tap = it // n_cblk
+        c0 = (it - tap * n_cblk) * BLOCK_K
+        th, tw, ah, bh, aw, bw = tap_origin(tap, NTW, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W, SH, SW, OFF_H, OFF_W)
+        a = x_desc.load([n, oh0 + ah, bh, ow0 + aw, bw * C_RED + c0]).reshape(BLOCK_M, BLOCK_K)
+        w_tap = W_TAP0 + th * W_STEP_H + tw * W_STEP_W
+        if W_KMAJOR:
+            b = w_desc.load([c0, w_tap, k0]).reshape(BLOCK_K, BLOCK_N)
+            acc = tl.dot(a, b, acc, input_precision=PREC)
+        else:
+            b = w_desc.load([k0, w_tap, c0]).reshape(BLOCK_N, BLOCK_K)
+            acc = tl.dot(a, b.T, acc, input_precision=PREC)
+    return acc
 
 
 @triton.jit
@@ -100,20 +125,8 @@ def conv_tma_kernel(
     k0 = pid_n * BLOCK_N
 
     # -- reduction over (tap, channel block): one TMA box of input, one of filter
-    n_cblk = C_RED // BLOCK_K
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for it in range(0, T * n_cblk):
-        tap = it // n_cblk
-        c0 = (it - tap * n_cblk) * BLOCK_K
-        th, tw, ah, bh, aw, bw = tap_origin(tap, NTW, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W, SH, SW, OFF_H, OFF_W)
-        a = x_desc.load([n, oh0 + ah, bh, ow0 + aw, bw * C_RED + c0]).reshape(BLOCK_M, BLOCK_K)
-        w_tap = W_TAP0 + th * W_STEP_H + tw * W_STEP_W
-        if W_KMAJOR:
-            b = w_desc.load([c0, w_tap, k0]).reshape(BLOCK_K, BLOCK_N)
-            acc = tl.dot(a, b, acc, input_precision=PREC)
-        else:
-            b = w_desc.load([k0, w_tap, c0]).reshape(BLOCK_N, BLOCK_K)
-            acc = tl.dot(a, b.T, acc, input_precision=PREC)
+    acc = conv_tile(x_desc, w_desc, n, oh0, ow0, k0, C_RED, NTW, T, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W,
+                    SH, SW, OFF_H, OFF_W, W_TAP0, W_STEP_H, W_STEP_W, BLOCK_M, BLOCK_N, BLOCK_K, W_KMAJOR, PREC)
 
     # -- epilogue: rows are the tile's pixels, clipped at the image edge
     offs = tl.arange(0, BLOCK_M)
@@ -138,6 +151,93 @@ def conv_tma_kernel(
                     store_tile(zero, shifted, row_z, cols, inside, mask_n, y_ptr, ys_k, z_ptr, zs_k, bias_ptr,
                                bias_stride, alpha, beta, alpha2, coef, swish_beta, ACT, HAS_BIAS, HAS_Z,
                                BETA_ZERO)
+
+
+@triton.jit
+def phase_taps(a, K_N, PAD, DIL, S, STEP, FLIP: tl.constexpr):
+    """The taps of dx's phase a (its pixels s*i + a) along one dim, as backward_data_taps
+    finds them on the host: filter taps k = first + STEP*j (j < count) with
+    (a + PAD - k*DIL) divisible by S, read from dy at i + row0 - j*(STEP*DIL/S).
+    Returns (count, row0, filter index of the first tap: flipped in CONVOLUTION mode)."""
+    first = a * 0 + STEP
+    for t in range(0, STEP):
+        first = tl.where(((a + PAD - t * DIL) % S == 0) & (first == STEP), t, first)
+    count = tl.where((first < STEP) & (first < K_N), (K_N - first + STEP - 1) // STEP, 0)  # STEP: none
+    row0 = (a + PAD - first * DIL) // S  # exact when count > 0 (unused otherwise)
+    if FLIP:
+        w0 = K_N - 1 - first
+    else:
+        w0 = first
+    return count, row0, w0
+
+
+@triton.jit
+def conv_tma_phases_kernel(
+        # output dx, written at its strides (n, channel, h, w)
+        y_ptr,
+        # TMA descriptors: dy box [1, BH, 1, BW, BLOCK_K]; the filter [K, taps, C] read K-major
+        x_desc, w_desc,
+        # dy (N, OH, OW, K = C_RED); dx's C_OUT channels, H x W pixels, strides SH x SW
+        N, OH, OW, C_RED, C_OUT, H, W, SH, SW,
+        # phase q of the grid is dx phase (ORDER >> 4q) & 15 (heaviest first)
+        ORDER,
+        # per dim: filter size, padding, dilation, tap step (s / gcd(s, d)), dy row step per tap
+        KH, KW, PH, PW, DH, DW, STEP_H, STEP_W, RSTEP_H, RSTEP_W,
+        ys_n, ys_k, ys_h, ys_w,
+        alpha, beta,
+        BH: tl.constexpr, BW: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+        GROUP_M: tl.constexpr, PREC: tl.constexpr, BETA_ZERO: tl.constexpr, INT64: tl.constexpr,
+        FLIP: tl.constexpr):
+    """Strided backward data in one launch: every phase of dx (pixels (SH*i + a, SW*j + b))
+    is a stride-1 convolution of dy over the taps that reach it (conv_tile), and the
+    grid holds all phases' tiles, so the GPU balances them in one wave pattern instead
+    of one launch per phase. Each dx element is written by exactly one program."""
+    BLOCK_M: tl.constexpr = BH * BW
+    # -- map the program to (phase, tile): every phase gets the tiles of the largest
+    #    one (cdiv(H, SH) x cdiv(W, SW) pixels); a smaller phase masks its last row/column
+    pid = tl.program_id(0)
+    EH = tl.cdiv(H, SH)
+    EW = tl.cdiv(W, SW)
+    tiles_h = tl.cdiv(EH, BH)
+    tiles_w = tl.cdiv(EW, BW)
+    num_m = N * tiles_h * tiles_w
+    num_n = tl.cdiv(C_OUT, BLOCK_N)
+    q = pid // (num_m * num_n)
+    phase = ((ORDER >> (4 * q)) & 15).to(tl.int32)
+    a = phase // SW
+    b = phase - a * SW
+    pid_m, pid_n = grouped_tile(pid - q * (num_m * num_n), num_m, num_n, GROUP_M)
+    tw = pid_m % tiles_w
+    th = (pid_m // tiles_w) % tiles_h
+    n = pid_m // (tiles_w * tiles_h)
+    oh0 = th * BH
+    ow0 = tw * BW
+    k0 = pid_n * BLOCK_N
+
+    # -- this phase's taps, and the reduction over them (dy read at stride 1)
+    cnt_h, row0_h, w0_h = phase_taps(a, KH, PH, DH, SH, STEP_H, FLIP)
+    cnt_w, row0_w, w0_w = phase_taps(b, KW, PW, DW, SW, STEP_W, FLIP)
+    if FLIP:
+        wstep_h = -STEP_H
+        wstep_w = -STEP_W
+    else:
+        wstep_h = STEP_H
+        wstep_w = STEP_W
+    acc = conv_tile(x_desc, w_desc, n, oh0, ow0, k0, C_RED, cnt_w, cnt_h * cnt_w, row0_h, RSTEP_H, row0_w, RSTEP_W,
+                    1, 1, 0, 0, w0_h * KW + w0_w, wstep_h * KW, wstep_w, BLOCK_M, BLOCK_N, BLOCK_K, True, PREC)
+
+    # -- epilogue: rows are the tile's pixels of the phase, clipped at dx's edge
+    offs = tl.arange(0, BLOCK_M)
+    xh = a + SH * (oh0 + offs // BW)  # dx pixel (xh, xw)
+    xw = b + SW * (ow0 + offs % BW)
+    cols = k0 + tl.arange(0, BLOCK_N)
+    mask_m = (xh < H) & (xw < W)
+    mask_n = cols < C_OUT
+    if INT64:
+        n = n.to(tl.int64)
+    row_y = n * ys_n + xh * ys_h + xw * ys_w
+    store_tile(acc, row_y, row_y, cols, mask_m, mask_n, y_ptr, ys_k, y_ptr, 0, y_ptr, 0,
+               alpha, beta, 0.0, 0.0, 1.0, -1, False, False, BETA_ZERO)
 
 
 @triton.jit
@@ -502,9 +602,24 @@ INTERPRETER_TILE = _cfg(2, 8, 16, 16, 1, 1)
 INTERPRETER_FLAT = _cfg(1, 16, 16, 16, 1, 1)
 
 
-def candidates(plan, device) -> list:
+# Extra boxes for the one-launch strided backward data (conv_tma_phases_kernel): 8 x 16
+# boxes with 128 columns at 4 warps / 4 stages or 8 warps / 3 stages, neither of them the
+# combination excluded above (8 warps and 4 stages); the tuner's cross-check still guards.
+PHASE_EXTRA = [_cfg(8, 16, 128, 64, 4, 4), _cfg(8, 16, 128, 64, 8, 3)]
+
+
+def candidates(plan, device, problem=None) -> list:
+    """Launch configs to time, the conservative one first. A tuple of backward-data phase
+    plans gets the per-phase configs (one launch per phase; the first is the reference)
+    and, when ``problem`` is given and fused_phases_ok, the same boxes with FUSED (one
+    launch for all phases). The interpreter takes the first: FUSED there, so CI runs it."""
     if isinstance(plan, tuple):
-        return candidates(plan[0], device)
+        per_phase = candidates(plan[0], device)
+        if problem is None or not fused_phases_ok(plan, problem):
+            return per_phase
+        extra = [c for c in PHASE_EXTRA if c["BLOCK_N"] <= max(64, triton.next_power_of_2(plan[0].c_out))]
+        fused = [dict(c, FUSED=True) for c in per_phase + (extra if device.type == "cuda" else [])]
+        return fused + per_phase if device.type != "cuda" else per_phase + fused
     flat = plan.n == 1 and plan.oh == 1
     if device.type != "cuda":
         return [dict(INTERPRETER_FLAT if flat else INTERPRETER_TILE)]
@@ -629,8 +744,12 @@ _recipes = IdentityMemo()
 
 def launch_conv(plan, problem, inp, w, out, alpha, beta, cfg, kmajor=False, spec=None):
     """out = epilogue(conv(inp, w)) through conv_tma_kernel: forward, or (kmajor) backward
-    data, whose plan may be a tuple of phase plans (one launch each)."""
+    data, whose plan may be a tuple of phase plans: one launch each, or with cfg["FUSED"]
+    one conv_tma_phases_kernel launch for all of them."""
     if isinstance(plan, tuple):
+        if cfg.get("FUSED") and spec is None and fused_phases_ok(plan, problem):
+            _launch_phases(plan, problem, inp, w, out, alpha, beta, cfg)
+            return
         for p in plan:
             launch_conv(p, problem, inp, w, out, alpha, beta, cfg, kmajor=kmajor, spec=spec)
         return
@@ -645,6 +764,63 @@ def launch_conv(plan, problem, inp, w, out, alpha, beta, cfg, kmajor=False, spec
     args = (out, bias, z, descriptor_of(inp, recipe.x_view), descriptor_of(w, recipe.w_view), *recipe.middle,
             bias_stride, float(alpha), float(beta), alpha2, coef, swish_beta)
     launch(conv_tma_kernel, recipe.grid, args, recipe.consts, recipe.options, (recipe, 3))
+
+
+def fused_phases_ok(plan, problem) -> bool:
+    """A tuple of backward-data phase plans that conv_tma_phases_kernel can run in one
+    launch: more than one phase, at most 16 (the phase order is 4 bits per phase)."""
+    if not isinstance(plan, tuple) or len(plan) < 2 or any(p.fill != (1, 1) for p in plan):
+        return False
+    sh, sw = geometry(problem).stride[1:]
+    return sh * sw <= 16
+
+
+def phase_order(problem) -> int:
+    """dx's phases (a * SW + b) sorted by their tap counts, most first, packed 4 bits each:
+    the heaviest tiles start first and the light ones fill the tail of the last wave."""
+    geo = geometry(problem)
+    sh, sw = geo.stride[1:]
+    taps = {a * sw + b: backward_data_taps(geo, False, (a, b)).taps for a in range(sh) for b in range(sw)}
+    order = sorted(taps, key=lambda q: (-taps[q], q))
+    return sum(q << (4 * i) for i, q in enumerate(order))
+
+
+class _PhaseRecipe:
+    """conv_tma_phases_kernel's fixed launch parts for one (plans, config, problem)."""
+    __slots__ = ("x_view", "w_view", "grid", "consts", "options", "middle")
+
+    def __init__(self, plan, problem, inp, w, out, cfg, beta_zero):
+        geo = geometry(problem)
+        first = plan[0]
+        bk = _block_k(first, cfg, inp.element_size())
+        bh, bw, bn = cfg["BH"], cfg["BW"], cfg["BLOCK_N"]
+        self.x_view = (inp.dtype, tuple(first.in_shape), tuple(first.in_strides), (1, bh, 1, bw, bk))
+        ks, ts = _filter_view(w)
+        r, s = w.shape[2], w.shape[3]
+        self.w_view = (w.dtype, (w.shape[0], r * s, w.shape[1]), (ks, ts, 1), (bk, 1, bn))
+        (h, wd), (sh, sw) = geo.inp[1:], geo.stride[1:]
+        (ph, pw), (dh, dw) = geo.pad[1:], geo.dil[1:]
+        steps = (sh // math.gcd(sh, dh), sw // math.gcd(sw, dw))
+        n, oh, ow, k = first.in_shape[0], first.in_shape[1], first.in_shape[3], first.c_red
+        tiles = n * cdiv(cdiv(h, sh), bh) * cdiv(cdiv(wd, sw), bw) * cdiv(first.c_out, bn)
+        self.grid = (sh * sw * tiles,)
+        self.consts = dict(BH=bh, BW=bw, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, PREC=input_precision(problem),
+                           BETA_ZERO=beta_zero, INT64=needs_int64(out), FLIP=problem.mode == 0)
+        self.options = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        xs = strides5(out, 2)
+        self.middle = (n, oh, ow, k, first.c_out, h, wd, sh, sw, phase_order(problem), r, s, ph, pw, dh, dw,
+                       *steps, -(steps[0] * dh) // sh, -(steps[1] * dw) // sw, xs[0], xs[1], xs[3], xs[4])
+
+
+def _launch_phases(plan, problem, inp, w, out, alpha, beta, cfg):
+    """All phases of a strided backward data in one conv_tma_phases_kernel launch."""
+    beta_zero = beta == 0
+    extra = ("phases", beta_zero, inp.dtype, w.dtype, out.dtype)
+    recipe = _recipes.get((plan, cfg, problem), extra, lambda: _PhaseRecipe(
+        plan, problem, inp, w, out, cfg, beta_zero))
+    args = (out, descriptor_of(inp, recipe.x_view), descriptor_of(w, recipe.w_view), *recipe.middle,
+            float(alpha), float(beta))
+    launch(conv_tma_phases_kernel, recipe.grid, args, recipe.consts, recipe.options, (recipe, 1))
 
 
 def slices_for(plan: Plan, cfg, sms: int, cap: int) -> int:
