@@ -204,6 +204,19 @@ def spatial_cases(layout):
                 ("avgpool3x3s2 bwd", avgbwd, tavgbwd, nbytes(pdy, dx), avgbwd_reference, dx)):
             cases.append(Case(f"{name} [gather]", switched(pooling, "ROW_KERNELS", False, fn), ref, moved,
                               lambda want=want, res=res: (res, want())))
+        # the NCHW row kernels (pooling.NCHW_ROW_KERNELS) and their tile settings
+        on = ("NCHW_ROW_KERNELS", True)
+        variants = (("nchw rows", [on]), ("nchw rows whole planes", [on, ("NCHW_STEPS", 1 << 20)]),
+                    ("nchw rows 4 steps", [on, ("NCHW_STEPS", 4)]),
+                    ("nchw rows 256x8 warps", [on, ("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)]))
+        for name, fn, ref, moved, want, res in (
+                ("maxpool3x3s2 fwd", maxfwd, tmaxfwd, nbytes(x, py), lambda: out["maxfwd"], py),
+                ("maxpool3x3s2 bwd", maxbwd, tmaxbwd, nbytes(x, py, pdy, dx), lambda: out["maxbwd"], dx),
+                ("avgpool3x3s2 fwd", avgfwd, tavgfwd, nbytes(x, py), lambda: out["avgfwd"], py),
+                ("avgpool3x3s2 bwd", avgbwd, tavgbwd, nbytes(pdy, dx), avgbwd_reference, dx)):
+            for label, settings in variants:
+                cases.append(Case(f"{name} [{label}]", switched_all(pooling, settings, fn), ref, moved,
+                                  lambda want=want, res=res: (res, want())))
     else:  # channels-last: the gather kernels (the design before CL_KERNELS) and the row kernels' settings
         variants = (("gather", [("CL_KERNELS", False)]), ("cl packed max", [("CL_PACKED_MAX", True)]),
                     ("cl 8 rows", [("CL_ROWS", 8)]), ("cl 2 rows", [("CL_ROWS", 2)]),
@@ -268,13 +281,15 @@ def spatial_cases(layout):
                       nbytes(x, dy_full, dx), lambda: (dx, first(out["bnbwd"]))))
     # batchnorm.CHUNKED: statistics, finalize and apply per channel chunk of CHUNK_BYTES
     # (the apply re-reads the chunk from the L2), the next chunk's statistics on a side
-    # stream beside this chunk's apply ("serial": one stream, CHUNK_OVERLAP off); a dry
+    # stream beside this chunk's apply ("serial": one stream, CHUNK_OVERLAP 0; "apply prio":
+    # finalize and apply on a high-priority side stream, CHUNK_OVERLAP 2); a dry
     # run's "MB" is 256 bytes, so its tiny tensor still runs in several chunks
     mb = 256 if DRY_RUN else 1 << 20
     for label, settings in (("chunked 16MB", [("CHUNK_BYTES", 16 * mb)]),
-                            ("chunked 16MB serial", [("CHUNK_BYTES", 16 * mb), ("CHUNK_OVERLAP", False)]),
+                            ("chunked 16MB serial", [("CHUNK_BYTES", 16 * mb), ("CHUNK_OVERLAP", 0)]),
+                            ("chunked 16MB apply prio", [("CHUNK_BYTES", 16 * mb), ("CHUNK_OVERLAP", 2)]),
                             ("chunked 8MB", [("CHUNK_BYTES", 8 * mb)]),
-                            ("chunked 24MB", [("CHUNK_BYTES", 24 * mb)])):
+                            ("chunked 32MB", [("CHUNK_BYTES", 32 * mb)])):
         settings = [("CHUNKED", True)] + settings
         cases.append(Case(f"batchnorm train fwd [{label}]", switched_all(batchnorm, settings, bn_fwd), t_bn,
                           nbytes(x, y), lambda: (y, out["bn"])))
