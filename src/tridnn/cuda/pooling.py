@@ -54,6 +54,11 @@ CL_BLOCK_C = 64
 CL_WARPS = 8
 CL_ARG_EQ = True  # True: first-maximum taps as (row maximum, then the first tap equal to it)
 CL_PACKED_MAX = False  # True: max-only folds of bf16/f16 in packed pairs (inline PTX, GPU only)
+# NCHW row kernels (W contiguous, W and H strides 1 or 2, no window along D): False keeps the row kernels
+NCHW_ROW_KERNELS = False
+NCHW_GROUPS = 128  # (plane, 8-column group) pairs per program
+NCHW_STEPS = 8  # output rows (forward) or row steps (backward) per program at most; balanced over the plane
+NCHW_WARPS = 4
 
 
 @triton.jit
@@ -457,6 +462,353 @@ def _pool_rows_backward_kernel(dy_ptr, arg_ptr, dx_ptr, R, C, ID, IH, OD, OH, IW
     tl.store(dx_ptr + d_off, out.to(dx_ptr.dtype.element_ty), mask=mask)
 
 
+# -- NCHW row kernels (NCHW_ROW_KERNELS: W contiguous, W and H strides 1 or 2, no window along D) --
+# A program owns [BLOCK_P planes (n, c, d), BLOCK_G column groups] and walks a run of rows
+# down them. A group is 8 contiguous input (forward) or dx (backward) columns, one
+# 16-byte load or store for 16-bit types, so 8 // SW output columns; a tap is that vector
+# split into its SW column phases and shifted by whole outputs, the one column it lacks
+# (left or right of the group) read by a second, scalar load.
+@triton.jit
+def _split4(v, BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr):
+    """The 4 columns of a [BLOCK_P, BLOCK_G, 4] tile (register moves, no data exchange)."""
+    even, odd = tl.split(tl.reshape(v, [BLOCK_P, BLOCK_G, 2, 2]))
+    v0, v2 = tl.split(even)
+    v1, v3 = tl.split(odd)
+    return v0, v1, v2, v3
+
+
+@triton.jit
+def _join4(v0, v1, v2, v3, BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr):
+    """The inverse of _split4."""
+    return tl.reshape(tl.join(tl.join(v0, v2), tl.join(v1, v3)), [BLOCK_P, BLOCK_G, 4])
+
+
+@triton.jit
+def _phase(v, A: tl.constexpr, SW: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr):
+    """Columns SW * m + A of a [BLOCK_P, BLOCK_G, 8] tile: [BLOCK_P, BLOCK_G, 8 // SW]."""
+    if SW == 2:
+        even, odd = tl.split(tl.reshape(v, [BLOCK_P, BLOCK_G, 4, 2]))
+        if A == 0:
+            v = even
+        else:
+            v = odd
+    return v
+
+
+@triton.jit
+def _interleave(even, odd, SW: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr):
+    """The inverse of _phase: 8 columns from the SW phases."""
+    if SW == 2:
+        even = tl.reshape(tl.join(even, odd), [BLOCK_P, BLOCK_G, 8])
+    return even
+
+
+@triton.jit
+def _shift(v, lo, hi, T: tl.constexpr, O: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr):
+    """[BLOCK_P, BLOCK_G, O] tile of outputs m + T (T in -1, 0, 1): the group's own values
+    shifted by one, lo ([BLOCK_P, BLOCK_G], column -1) or hi (column O) entering."""
+    if T != 0:
+        if O == 4:
+            v0, v1, v2, v3 = _split4(v, BLOCK_P, BLOCK_G)
+            if T < 0:
+                v = _join4(lo, v0, v1, v2, BLOCK_P, BLOCK_G)
+            else:
+                v = _join4(v1, v2, v3, hi, BLOCK_P, BLOCK_G)
+        else:
+            even, odd = tl.split(tl.reshape(v, [BLOCK_P, BLOCK_G, 4, 2]))
+            v0, v2, v4, v6 = _split4(even, BLOCK_P, BLOCK_G)
+            v1, v3, v5, v7 = _split4(odd, BLOCK_P, BLOCK_G)
+            if T < 0:
+                even = _join4(lo, v1, v3, v5, BLOCK_P, BLOCK_G)
+                odd = _join4(v0, v2, v4, v6, BLOCK_P, BLOCK_G)
+            else:
+                even = _join4(v1, v3, v5, v7, BLOCK_P, BLOCK_G)
+                odd = _join4(v2, v4, v6, hi, BLOCK_P, BLOCK_G)
+            v = tl.reshape(tl.join(even, odd), [BLOCK_P, BLOCK_G, 8])
+    return v
+
+
+@triton.jit
+def _nchw_planes(BLOCK_P: tl.constexpr, PLANES, C, D, BIG: tl.constexpr):
+    """(n, c, d, in range) of the program's planes."""
+    p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    d = p % D
+    nc = p // D
+    n = nc // C
+    if BIG:
+        n = n.to(tl.int64)
+    return n, nc % C, d, p < PLANES
+
+
+@triton.jit
+def _nchw_row_fold(x_ptr, row, row_ok, g, iw_tap0, IW, KW: tl.constexpr, SW: tl.constexpr, PW: tl.constexpr,
+                   MODE: tl.constexpr, PROPAGATE_NAN: tl.constexpr, MAX_ONLY: tl.constexpr, COMPUTE: tl.constexpr,
+                   BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr):
+    """Fold the KW horizontal taps of one input row (offsets row, [BLOCK_P]) for the
+    [BLOCK_P, BLOCK_G, 8 // SW] outputs of the groups g: (value, first tap kw or -1).
+    One vector load of the group's 8 columns, one scalar load of the column left (PW > 0)
+    or right of it; masked columns read -inf (max) or 0 (average)."""
+    O: tl.constexpr = 8 // SW
+    FILL: tl.constexpr = float("-inf") if (MODE == 0 or MODE == 3) else 0.0
+    col = g[:, None] * 8 + tl.arange(0, 8)[None, :]
+    v = tl.load(x_ptr + row[:, None, None] + col[None, :, :], mask=row_ok[:, None, None] & (col < IW)[None, :, :],
+                other=FILL)
+    lo = tl.zeros([BLOCK_P, BLOCK_G], v.dtype)  # placeholders when no tap reaches out of the group
+    hi = lo
+    if PW > 0:
+        c_lo = g * 8 - 1
+        lo = tl.load(x_ptr + row[:, None] + c_lo[None, :], mask=row_ok[:, None] & ((c_lo >= 0) & (c_lo < IW))[None, :],
+                     other=FILL)
+    if KW - 1 - PW >= SW:
+        c_hi = g * 8 + 8
+        hi = tl.load(x_ptr + row[:, None] + c_hi[None, :], mask=row_ok[:, None] & (c_hi < IW)[None, :], other=FILL)
+    if MAX_ONLY:  # a plain maximum in x's own type
+        acc = tl.full([BLOCK_P, BLOCK_G, O], float("-inf"), x_ptr.dtype.element_ty)
+    else:
+        acc = tl.full([BLOCK_P, BLOCK_G, O], FILL, COMPUTE)
+    arg = tl.full([BLOCK_P, BLOCK_G, O], -1, tl.int32)
+    for kw in tl.static_range(KW):
+        # tap kw reads column SW * (m + T) + A of the group, T = (kw - PW) // SW, A = (kw - PW) % SW
+        if (kw - PW) % SW == 0:
+            tap = _shift(_phase(v, 0, SW, BLOCK_P, BLOCK_G), lo, hi, (kw - PW) // SW, O, BLOCK_P, BLOCK_G)
+        else:
+            tap = _shift(_phase(v, 1, SW, BLOCK_P, BLOCK_G), lo, lo, (kw - PW) // SW, O, BLOCK_P, BLOCK_G)
+        if MAX_ONLY:
+            acc = _max2(acc, tap, PROPAGATE_NAN, 0)
+        elif MODE == 0 or MODE == 3:
+            iw = iw_tap0 + kw
+            ok = row_ok[:, None, None] & ((iw >= 0) & (iw < IW))[None, :, :]
+            acc, arg = _take(acc, arg, tap.to(COMPUTE), ok, kw, MODE, PROPAGATE_NAN)
+        else:
+            acc += tap.to(COMPUTE)
+    return acc, arg
+
+
+@triton.jit
+def _pool_nchw_forward_kernel(x_ptr, y_ptr, arg_ptr, PLANES, C, D, IH, OH, IWv, OWv, TILES_G, STEPS,
+                              # plane and row strides in units of VX (x), VY (y), VA (arg); W strides are 1
+                              xsn, xsc, xsd, xsh, ysn, ysc, ysd, ysh, asn, asc, asd, ash, alpha, beta,
+                              KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
+                              PH: tl.constexpr, PW: tl.constexpr, VX: tl.constexpr, VY: tl.constexpr,
+                              VA: tl.constexpr, VIW: tl.constexpr, VOW: tl.constexpr, MODE: tl.constexpr,
+                              PROPAGATE_NAN: tl.constexpr, STORE_ARG: tl.constexpr, STORE_Y: tl.constexpr,
+                              HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
+                              BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr):
+    """y over [BLOCK_P planes, STEPS output rows, BLOCK_G * 8 // SW output columns]: each
+    input row's taps fold once per output row holding it; with KH == SH + 1 the last row of
+    one output row is the first of the next and is carried in registers, not reloaded."""
+    O: tl.constexpr = 8 // SW
+    CARRY: tl.constexpr = KH == SH + 1
+    MAX_ONLY: tl.constexpr = (MODE == 0 or MODE == 3) and not STORE_ARG
+    # map the program to planes, column groups and a run of output rows
+    pid_g = tl.program_id(1) % TILES_G
+    oh0 = (tl.program_id(1) // TILES_G) * STEPS
+    oh1 = tl.minimum(oh0 + STEPS, OH)
+    n, c, d, p_ok = _nchw_planes(BLOCK_P, PLANES, C, D, BIG)
+    g = pid_g * BLOCK_G + tl.arange(0, BLOCK_G)
+    IW = IWv * VIW
+    OW = OWv * VOW
+    ow = g[:, None] * O + tl.arange(0, O)[None, :]
+    iw_tap0 = ow * SW - PW
+    out_mask = p_ok[:, None, None] & (ow < OW)[None, :, :]
+    x_plane = n * xsn + c * xsc + d * xsd
+    y_plane = n * ysn + c * ysc + d * ysd
+    a_plane = n * asn + c * asc + d * asd
+    if MODE == 2:
+        cols = _clipped(iw_tap0, KW, IW)
+    if CARRY:
+        ih = oh0 * SH - PH
+        carried, carried_arg = _nchw_row_fold(x_ptr, (x_plane + ih * xsh) * VX, p_ok & (ih >= 0) & (ih < IH), g,
+                                              iw_tap0, IW, KW, SW, PW, MODE, PROPAGATE_NAN, MAX_ONLY, COMPUTE,
+                                              BLOCK_P, BLOCK_G)
+    # the output rows in order, each folding its KH input rows
+    for oh in range(oh0, oh1):
+        if MAX_ONLY:
+            acc = tl.full([BLOCK_P, BLOCK_G, O], float("-inf"), x_ptr.dtype.element_ty)
+        elif MODE == 0 or MODE == 3:
+            acc = tl.full([BLOCK_P, BLOCK_G, O], float("-inf"), COMPUTE)
+        else:
+            acc = tl.zeros([BLOCK_P, BLOCK_G, O], COMPUTE)
+        arg = tl.full([BLOCK_P, BLOCK_G, O], -1, tl.int32)
+        for kh in tl.static_range(KH):
+            if CARRY and kh == 0:
+                h = carried
+                harg = carried_arg
+            else:
+                ih = oh * SH - PH + kh
+                h, harg = _nchw_row_fold(x_ptr, (x_plane + ih * xsh) * VX, p_ok & (ih >= 0) & (ih < IH), g, iw_tap0,
+                                         IW, KW, SW, PW, MODE, PROPAGATE_NAN, MAX_ONLY, COMPUTE, BLOCK_P, BLOCK_G)
+            acc, arg = _cl_fold_rows(acc, arg, h, harg, kh, KW, MODE, PROPAGATE_NAN, MAX_ONLY, 0)
+            if CARRY and kh == KH - 1:
+                carried = h
+                carried_arg = harg
+        # store the taps and/or y
+        if STORE_ARG:
+            a_off = ((a_plane + oh * ash) * VA)[:, None, None] + ow[None, :, :]
+            tl.store(arg_ptr + a_off, arg.to(arg_ptr.dtype.element_ty), mask=out_mask)
+        if STORE_Y:
+            if MODE == 1:
+                acc = acc / (KH * KW)
+            elif MODE == 2:
+                rows = _clipped(oh * SH - PH, KH, IH)
+                acc = acc / tl.maximum(rows * cols, 1).to(COMPUTE)[None, :, :]  # 1: masked-off lanes
+            y_off = ((y_plane + oh * ysh) * VY)[:, None, None] + ow[None, :, :]
+            out = acc.to(COMPUTE) * alpha
+            if HAS_BETA:
+                out += tl.load(y_ptr + y_off, mask=out_mask, other=0.0).to(COMPUTE) * beta
+            tl.store(y_ptr + y_off, out.to(y_ptr.dtype.element_ty), mask=out_mask)
+
+
+@triton.jit
+def _nchw_dy_row(dy_ptr, arg_ptr, g_row, a_row, row_ok, g, oh, IH, IW, OW, KH: tl.constexpr, KW: tl.constexpr,
+                 SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, T_LO: tl.constexpr,
+                 T_HI: tl.constexpr, MODE: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_P: tl.constexpr,
+                 BLOCK_G: tl.constexpr):
+    """One row of dy (divided by the window sizes for the averages) and of the taps for
+    the groups g: [BLOCK_P, BLOCK_G, 8 // SW] tiles and the outputs left (T_LO < 0) and
+    right (T_HI > 0) of each group; 0 where masked."""
+    O: tl.constexpr = 8 // SW
+    ow = g[:, None] * O + tl.arange(0, O)[None, :]
+    mask = row_ok[:, None, None] & (ow < OW)[None, :, :]
+    gv = tl.load(dy_ptr + g_row[:, None, None] + ow[None, :, :], mask=mask, other=0.0).to(COMPUTE)
+    av = tl.zeros([BLOCK_P, BLOCK_G, O], tl.int32)  # placeholders where not read
+    lo = tl.zeros([BLOCK_P, BLOCK_G], COMPUTE)
+    hi = lo
+    a_lo = tl.zeros([BLOCK_P, BLOCK_G], tl.int32)
+    a_hi = a_lo
+    if MODE == 0 or MODE == 3:
+        av = tl.load(arg_ptr + a_row[:, None, None] + ow[None, :, :], mask=mask, other=0).to(tl.int32)
+    elif MODE == 1:
+        gv = gv / (KH * KW)
+    else:
+        rows = _clipped(oh * SH - PH, KH, IH)
+        gv = gv / tl.maximum(rows * _clipped(ow * SW - PW, KW, IW), 1).to(COMPUTE)[None, :, :]
+    if T_LO < 0:
+        o_lo = g * O - 1
+        m_lo = row_ok[:, None] & ((o_lo >= 0) & (o_lo < OW))[None, :]
+        lo = tl.load(dy_ptr + g_row[:, None] + o_lo[None, :], mask=m_lo, other=0.0).to(COMPUTE)
+        if MODE == 0 or MODE == 3:
+            a_lo = tl.load(arg_ptr + a_row[:, None] + o_lo[None, :], mask=m_lo, other=0).to(tl.int32)
+        elif MODE == 1:
+            lo = lo / (KH * KW)
+        else:
+            lo = lo / tl.maximum(rows * _clipped(o_lo * SW - PW, KW, IW), 1).to(COMPUTE)[None, :]
+    if T_HI > 0:
+        o_hi = g * O + O
+        m_hi = row_ok[:, None] & (o_hi < OW)[None, :]
+        hi = tl.load(dy_ptr + g_row[:, None] + o_hi[None, :], mask=m_hi, other=0.0).to(COMPUTE)
+        if MODE == 0 or MODE == 3:
+            a_hi = tl.load(arg_ptr + a_row[:, None] + o_hi[None, :], mask=m_hi, other=0).to(tl.int32)
+        elif MODE == 1:
+            hi = hi / (KH * KW)
+        else:
+            hi = hi / tl.maximum(rows * _clipped(o_hi * SW - PW, KW, IW), 1).to(COMPUTE)[None, :]
+    return gv, lo, hi, av, a_lo, a_hi
+
+
+@triton.jit
+def _nchw_spread(acc0, acc1, gv, lo, hi, av, a_lo, a_hi, KH_TAP: tl.constexpr, KW: tl.constexpr, SW: tl.constexpr,
+                 PW: tl.constexpr, T_LO: tl.constexpr, T_HI: tl.constexpr, MODE: tl.constexpr,
+                 BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr):
+    """Add one dy row's share, at vertical tap KH_TAP, to the column phases of a dx row:
+    dx column SW * m + a takes output m + t at tap kw = a + PW - SW * t, t ascending (the
+    order of the other kernels, so max sums are bit for bit theirs)."""
+    O: tl.constexpr = 8 // SW
+    for t in tl.static_range(T_LO, T_HI + 1):
+        gt = _shift(gv, lo, hi, t, O, BLOCK_P, BLOCK_G)
+        if MODE == 0 or MODE == 3:
+            at = _shift(av, a_lo, a_hi, t, O, BLOCK_P, BLOCK_G)
+        for a in tl.static_range(SW):
+            if a + PW - SW * t >= 0 and a + PW - SW * t < KW:
+                if MODE == 0 or MODE == 3:
+                    part = tl.where(at == KH_TAP * KW + a + PW - SW * t, gt, 0.0)
+                else:
+                    part = gt
+                if a == 0:
+                    acc0 += part
+                else:
+                    acc1 += part
+    return acc0, acc1
+
+
+@triton.jit
+def _nchw_dx_store(dx_ptr, acc0, acc1, d_row, row_ok, g, IW, alpha, beta, SW: tl.constexpr, HAS_BETA: tl.constexpr,
+                   COMPUTE: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr):
+    """Interleave the phases of one dx row, blend, and store its groups (one vector each)."""
+    col = g[:, None] * 8 + tl.arange(0, 8)[None, :]
+    mask = row_ok[:, None, None] & (col < IW)[None, :, :]
+    off = d_row[:, None, None] + col[None, :, :]
+    out = _interleave(acc0, acc1, SW, BLOCK_P, BLOCK_G) * alpha
+    if HAS_BETA:
+        out += tl.load(dx_ptr + off, mask=mask, other=0.0).to(COMPUTE) * beta
+    tl.store(dx_ptr + off, out.to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _pool_nchw_backward_kernel(dy_ptr, arg_ptr, dx_ptr, PLANES, C, D, IH, OH, IWv, OWv, TILES_G, STEPS,
+                               # plane and row strides in units of VG (dy), VA (arg), VD (dx); W strides are 1
+                               gsn, gsc, gsd, gsh, asn, asc, asd, ash, dsn, dsc, dsd, dsh, alpha, beta,
+                               KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
+                               PH: tl.constexpr, PW: tl.constexpr, Q_LO: tl.constexpr, Q_HI: tl.constexpr,
+                               T_LO: tl.constexpr, T_HI: tl.constexpr, VG: tl.constexpr, VA: tl.constexpr,
+                               VD: tl.constexpr, VIW: tl.constexpr, VOW: tl.constexpr, MODE: tl.constexpr,
+                               HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
+                               BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr):
+    """dx over [BLOCK_P planes, SH * STEPS input rows, BLOCK_G * 8 input columns], each
+    element written once. Step k holds input rows SH * k + r (r < SH <= 2), covered by
+    output rows k + q at the tap kh = r + PH - SH * q; with two such rows (3x3/2) the
+    second is the next step's first and is carried, not reloaded."""
+    O: tl.constexpr = 8 // SW
+    CARRY: tl.constexpr = Q_HI == Q_LO + 1
+    # map the program to planes, column groups and a run of steps
+    pid_g = tl.program_id(1) % TILES_G
+    k0 = (tl.program_id(1) // TILES_G) * STEPS
+    k1 = tl.minimum(k0 + STEPS, tl.cdiv(IH, SH))
+    n, c, d, p_ok = _nchw_planes(BLOCK_P, PLANES, C, D, BIG)
+    g = pid_g * BLOCK_G + tl.arange(0, BLOCK_G)
+    IW = IWv * VIW
+    OW = OWv * VOW
+    g_plane = n * gsn + c * gsc + d * gsd
+    a_plane = n * asn + c * asc + d * asd
+    d_plane = n * dsn + c * dsc + d * dsd
+    if CARRY:
+        oh = k0 + Q_LO
+        ok = p_ok & (oh >= 0) & (oh < OH)
+        c_g, c_lo, c_hi, c_a, c_alo, c_ahi = _nchw_dy_row(
+            dy_ptr, arg_ptr, (g_plane + oh * gsh) * VG, (a_plane + oh * ash) * VA, ok, g, oh, IH, IW, OW,
+            KH, KW, SH, SW, PH, PW, T_LO, T_HI, MODE, COMPUTE, BLOCK_P, BLOCK_G)
+    for k in range(k0, k1):
+        acc00 = tl.zeros([BLOCK_P, BLOCK_G, O], COMPUTE)  # input row SH * k, phases 0 and 1
+        acc01 = tl.zeros([BLOCK_P, BLOCK_G, O], COMPUTE)
+        acc10 = tl.zeros([BLOCK_P, BLOCK_G, O], COMPUTE)  # input row SH * k + 1
+        acc11 = tl.zeros([BLOCK_P, BLOCK_G, O], COMPUTE)
+        # the covering output rows, ascending
+        for q in tl.static_range(Q_LO, Q_HI + 1):
+            oh = k + q
+            if CARRY and q == Q_LO:
+                gv, lo, hi, av, a_lo, a_hi = c_g, c_lo, c_hi, c_a, c_alo, c_ahi
+            else:
+                ok = p_ok & (oh >= 0) & (oh < OH)
+                gv, lo, hi, av, a_lo, a_hi = _nchw_dy_row(
+                    dy_ptr, arg_ptr, (g_plane + oh * gsh) * VG, (a_plane + oh * ash) * VA, ok, g, oh, IH, IW, OW,
+                    KH, KW, SH, SW, PH, PW, T_LO, T_HI, MODE, COMPUTE, BLOCK_P, BLOCK_G)
+            if PH - SH * q >= 0 and PH - SH * q < KH:
+                acc00, acc01 = _nchw_spread(acc00, acc01, gv, lo, hi, av, a_lo, a_hi, PH - SH * q, KW, SW, PW,
+                                            T_LO, T_HI, MODE, BLOCK_P, BLOCK_G)
+            if SH == 2 and 1 + PH - SH * q >= 0 and 1 + PH - SH * q < KH:
+                acc10, acc11 = _nchw_spread(acc10, acc11, gv, lo, hi, av, a_lo, a_hi, 1 + PH - SH * q, KW, SW, PW,
+                                            T_LO, T_HI, MODE, BLOCK_P, BLOCK_G)
+            if CARRY and q == Q_HI:
+                c_g, c_lo, c_hi, c_a, c_alo, c_ahi = gv, lo, hi, av, a_lo, a_hi
+        # blend and store the step's input rows
+        ih = k * SH
+        _nchw_dx_store(dx_ptr, acc00, acc01, (d_plane + ih * dsh) * VD, p_ok & (ih < IH), g, IW, alpha, beta, SW,
+                       HAS_BETA, COMPUTE, BLOCK_P, BLOCK_G)
+        if SH == 2:
+            _nchw_dx_store(dx_ptr, acc10, acc11, (d_plane + (ih + 1) * dsh) * VD, p_ok & (ih + 1 < IH), g, IW, alpha,
+                           beta, SW, HAS_BETA, COMPUTE, BLOCK_P, BLOCK_G)
+
+
 # -- channels-last row kernels (C contiguous, no window along D) ----------------------------
 @triton.jit
 def _cl_tile_ids(C, D, TILES_H, TILES_W, BLOCK_C: tl.constexpr, BIG: tl.constexpr):
@@ -849,6 +1201,79 @@ def _cl_backward(dy5, arg5, dx5, geo, alpha, beta, flags):
         T_HI=max(ts), **flags, ROWS=rows, BLOCK_J=block_j, BLOCK_C=block_c, num_warps=CL_WARPS)
 
 
+def _nchw_shifts(geo):
+    """(T_LO, T_HI) of the backward (dx column SW * j + a takes output j + t) and the
+    forward taps' (kw - PW) // SW: the NCHW row kernels read one output or input column
+    beyond their group on either side."""
+    KW = geo.window[2]
+    SW, PW = geo.stride[2], geo.padding[2]
+    ts = [t for a in range(SW) for t in range(-KW - 1, KW + 2) if 0 <= a + PW - SW * t < KW]
+    return min(ts), max(ts)
+
+
+def _use_nchw(geo):
+    """The NCHW row kernels (on top of _use_rows): no window along D, H and W strides 1
+    or 2, each tap at most one column beyond the 8-column group (PW <= 1, KW - 1 - PW <= SW)."""
+    _, KH, KW = geo.window
+    _, SH, SW = geo.stride
+    _, PH, PW = geo.padding
+    if not NCHW_ROW_KERNELS or geo.window[0] != 1 or geo.stride[0] != 1 or geo.padding[0] != 0:
+        return False
+    if SH not in (1, 2) or SW not in (1, 2) or PH >= KH or PW > 1 or KW - 1 - PW > SW:
+        return False
+    t_lo, t_hi = _nchw_shifts(geo)
+    return t_lo >= -1 and t_hi <= 1
+
+
+def _nchw_tiles(planes, groups, steps_total):
+    """(BLOCK_P, BLOCK_G, steps per program, row blocks) of the NCHW row kernels."""
+    block_g = min(triton.next_power_of_2(groups), NCHW_GROUPS)
+    block_p = max(1, min(triton.next_power_of_2(planes), NCHW_GROUPS // block_g))
+    blocks = triton.cdiv(steps_total, NCHW_STEPS)
+    steps = triton.cdiv(steps_total, blocks)
+    return block_p, block_g, steps, triton.cdiv(steps_total, steps)
+
+
+def _nchw_forward(x5, y5, arg5, geo, alpha, beta, flags, store_y, has_arg):
+    (D, IH, IW), (_, OH, OW) = geo.ins, geo.outs
+    _, KH, KW = geo.window
+    _, SH, SW = geo.stride
+    _, PH, PW = geo.padding
+    vx, xs = _row_strides(x5)
+    vy, ys = _row_strides(y5) if store_y else (1, [0] * 4)
+    va, as_ = _row_strides(arg5) if has_arg else (1, [0] * 4)
+    planes = geo.N * geo.C * D
+    groups = triton.cdiv(OW, 8 // SW)
+    block_p, block_g, steps, row_blocks = _nchw_tiles(planes, groups, OH)
+    tiles_g = triton.cdiv(groups, block_g)
+    _pool_nchw_forward_kernel[(triton.cdiv(planes, block_p), tiles_g * row_blocks)](
+        x5, y5, arg5, planes, geo.C, D, IH, OH, IW // _pow2_factor(IW), OW // _pow2_factor(OW), tiles_g, steps,
+        *xs, *ys, *as_, alpha, beta, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH, PW=PW,
+        VX=vx, VY=vy, VA=va, VIW=_pow2_factor(IW), VOW=_pow2_factor(OW), **flags,
+        BLOCK_P=block_p, BLOCK_G=block_g, num_warps=NCHW_WARPS)
+
+
+def _nchw_backward(dy5, arg5, dx5, geo, alpha, beta, flags):
+    (D, IH, IW), (_, OH, OW) = geo.ins, geo.outs
+    _, KH, KW = geo.window
+    _, SH, SW = geo.stride
+    _, PH, PW = geo.padding
+    qs = [q for r in range(SH) for q in range(-KH - 1, KH + 2) if 0 <= r + PH - SH * q < KH]
+    t_lo, t_hi = _nchw_shifts(geo)
+    vg, gs = _row_strides(dy5)
+    va, as_ = _row_strides(arg5)
+    vd, ds = _row_strides(dx5)
+    planes = geo.N * geo.C * D
+    groups = triton.cdiv(IW, 8)
+    block_p, block_g, steps, row_blocks = _nchw_tiles(planes, groups, triton.cdiv(IH, SH))
+    tiles_g = triton.cdiv(groups, block_g)
+    _pool_nchw_backward_kernel[(triton.cdiv(planes, block_p), tiles_g * row_blocks)](
+        dy5, arg5, dx5, planes, geo.C, D, IH, OH, IW // _pow2_factor(IW), OW // _pow2_factor(OW), tiles_g, steps,
+        *gs, *as_, *ds, alpha, beta, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH, PW=PW, Q_LO=min(qs), Q_HI=max(qs),
+        T_LO=t_lo, T_HI=t_hi, VG=vg, VA=va, VD=vd, VIW=_pow2_factor(IW), VOW=_pow2_factor(OW), **flags,
+        BLOCK_P=block_p, BLOCK_G=block_g, num_warps=NCHW_WARPS)
+
+
 def _row_block(width, rows):
     block_w = min(triton.next_power_of_2(width), MAX_ROW_BLOCK_W)
     block_r = max(1, min(triton.next_power_of_2(rows), ROW_TILE // block_w))
@@ -882,6 +1307,9 @@ def _forward(x, y, mode, geo, propagate_nan, alpha, beta, arg=None, store_y=True
         _cl_forward(x5, y5, arg5, geo, alpha, beta, flags)
         return
     if _use_rows(geo, x5, *([y5] if store_y else []), arg5):
+        if _use_nchw(geo):
+            _nchw_forward(x5, y5, arg5, geo, alpha, beta, flags, store_y, arg is not None)
+            return
         (ID, IH, IW), (OD, OH, OW) = geo.ins, geo.outs
         vx, xs = _row_strides(x5)
         vy, ys = _row_strides(y5) if store_y else (1, [0] * 4)
@@ -929,6 +1357,9 @@ def _backward(x, dy, dx, mode, geo, propagate_nan, alpha, beta):
         _cl_backward(dy5, arg5, dx5, geo, alpha, beta, flags)
         return
     if _use_rows(geo, dx5, dy5, arg5):
+        if _use_nchw(geo):
+            _nchw_backward(dy5, arg5, dx5, geo, alpha, beta, flags)
+            return
         (ID, IH, IW), (OD, OH, OW) = geo.ins, geo.outs
         SW, PW = geo.stride[2], geo.padding[2]
         ts = [t for a in range(SW) for t in range(-KW - 1, KW + 2) if 0 <= a + PW - SW * t < KW]
