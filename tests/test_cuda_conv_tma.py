@@ -164,6 +164,27 @@ def test_phase_order_puts_the_most_taps_first():
     assert [(order >> (4 * i)) & 15 for i in range(4)] == [3, 1, 2, 0]
 
 
+# -- backward filter with several images per box (small images) -------------------------
+@pytest.mark.parametrize("p", [P(16, 16, (5, 7), 3, 1, 1), P(16, 32, (6, 9), 3, 1, 2, 2), P(16, 16, (6, 8), 3, 2, 1)],
+                         ids=lambda p: p["name"])
+@pytest.mark.parametrize("nb", [2, 4])
+def test_wgrad_boxes_of_several_images(p, nb, rng, tma_calls, monkeypatch):
+    """NB images per pixel box; batches of 3 and 5 leave the last box partly past N (zero
+    fill). float32 exact-input sums, and float16 blended with alpha/beta."""
+    monkeypatch.setattr(type(ALGO["bwd_filter"]), "tuner", common.Tuner())
+    seen = []
+
+    def boxes(plan, device, itemsize=2):
+        seen.append(plan)
+        return [dict(BH=2, BW=8, NB=nb, BLOCK_M=16, BLOCK_N=16, num_warps=1, num_stages=1)]
+    monkeypatch.setattr(conv_tma, "wgrad_candidates", boxes)
+    for n in (3, 5):
+        assert run_case("bwd_filter", ALGO["bwd_filter"], p, "float32", "NHWC", rng, n=n) is None
+    assert run_case("bwd_filter", ALGO["bwd_filter"], p, "float16", "NHWC", rng, n=3, alpha=2.0, beta=0.5) is None
+    assert tma_calls["bwd_filter"] >= 3 and seen
+    assert conv_tma.pixel_tiles(seen[0], dict(BH=2, BW=8, NB=nb)) < conv_tma.pixel_tiles(seen[0], dict(BH=2, BW=8))
+
+
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data", "bwd_filter"])
 @pytest.mark.parametrize("mode", [tridnn.ConvMode.CONVOLUTION, tridnn.ConvMode.CROSS_CORRELATION])
 def test_tma_float16_modes_and_blending(direction, mode, rng, tma_calls):

@@ -275,7 +275,8 @@ class _WgradBase(TritonConvAlgorithm):
                                                         conv_tma.slices_for(plan, c, sms, cap))
                 self._finish(problem, part, out, slices, a, b, plan.c_out)
             cfg = self.tuner.pick((problem_key(problem), "wgrad-tma", conv_tma.plan_kind(plan)),
-                                  lambda: conv_tma.wgrad_candidates(plan, dw.device), run_tma, dw, dw.device)
+                                  lambda: conv_tma.wgrad_candidates(plan, dw.device, x_tma.element_size()),
+                                  run_tma, dw, dw.device)
             run_tma(cfg, dw, alpha, beta)
             return
         if depthwise.routes_here(problem):

@@ -41,7 +41,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from .common import cdiv, grouped_tile, launch
+from .common import cdiv, grouped_tile, launch, sm_count
 from .epilogue import launch_args, store_tile
 from .geometry import geometry, input_precision, needs_int64, strides5
 from .memo import IdentityMemo
@@ -247,9 +247,11 @@ def wgrad_tma_kernel(
         dy_desc, x_desc,
         N, OH, OW, K, C, NTW, T, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W, SH, SW, OFF_H, OFF_W, tiles_per_slice,
         BH: tl.constexpr, BW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-        PREC: tl.constexpr):
-    """part[s, k, tap, c] = sum over the slice's pixel tiles of dy[p, k] * x[p + tap, c]."""
-    BLOCK_P: tl.constexpr = BH * BW
+        PREC: tl.constexpr, NB: tl.constexpr = 1):
+    """part[s, k, tap, c] = sum over the slice's pixel tiles of dy[p, k] * x[p + tap, c].
+    A pixel tile is an NB x BH x BW box: NB > 1 stacks the same box of NB images (small
+    images, e.g. 7x7: more real pixels per MMA; images past N load as zeros)."""
+    BLOCK_P: tl.constexpr = NB * BH * BW
     # -- map the program to (output-channel block, input-channel block, tap, slice)
     pid = tl.program_id(0)
     tap = tl.program_id(1)
@@ -261,14 +263,14 @@ def wgrad_tma_kernel(
     tiles_h = tl.cdiv(OH, BH)
     tiles_w = tl.cdiv(OW, BW)
     first = s * tiles_per_slice
-    last = tl.minimum(first + tiles_per_slice, N * tiles_h * tiles_w)
+    last = tl.minimum(first + tiles_per_slice, tl.cdiv(N, NB) * tiles_h * tiles_w)
 
     # -- reduction over the slice's pixel tiles (dy rows past the edge load as zeros)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for t in range(first, last):
         tw = t % tiles_w
         th = (t // tiles_w) % tiles_h
-        n = t // (tiles_w * tiles_h)
+        n = (t // (tiles_w * tiles_h)) * NB
         a = dy_desc.load([n, th * BH, 0, tw * BW, k0]).reshape(BLOCK_P, BLOCK_M)
         b = x_desc.load([n, th * BH + ah, bh, tw * BW + aw, bw * C + c0]).reshape(BLOCK_P, BLOCK_N)
         acc = tl.dot(a.T, b, acc, input_precision=PREC)
@@ -633,16 +635,41 @@ def candidates(plan, device, problem=None) -> list:
     return fits or base[:1]
 
 
-def wgrad_candidates(plan: Plan, device) -> list:
+# Small images (e.g. 7x7, 14x14): an 8x8 box holds at most 64 pixels of one image, so
+# these stack NB images per box (128 or 256 pixels per MMA step, half or a quarter of the
+# loop iterations and barrier waits for the same work).
+WGRAD_SMALL = [dict(BH=8, BW=8, NB=2, BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3),
+               dict(BH=8, BW=8, NB=2, BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=4),
+               dict(BH=8, BW=8, NB=4, BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3)]
+SMALL_IMAGE = 256  # pixels per image up to which WGRAD_SMALL is offered
+
+
+def partials_outweigh_data(plan: Plan, cfg, sms: int, itemsize: int) -> bool:
+    """Whether the float32 partials of a one-wave split (written, then read back by
+    wgrad_finish) move more bytes than the kernel's operands dy and x: then half a wave
+    of programs with fewer slices may win (small images, few taps, many channels)."""
+    slices = slices_for(plan, dict(cfg, WAVES=1), sms, 64)
+    partials = 2 * slices * plan.c_red * plan.c_out * plan.taps.taps * 4
+    return partials > plan.n * plan.oh * plan.ow * (plan.c_red + plan.c_out) * itemsize
+
+
+def wgrad_candidates(plan: Plan, device, itemsize=2) -> list:
     flat = plan.n == 1 and plan.oh == 1
     if device.type != "cuda":
         return [dict(BH=1 if flat else 2, BW=16 if flat else 8, BLOCK_M=16, BLOCK_N=16, num_warps=1,
                      num_stages=1)]
     base = WGRAD_FLAT if flat else WGRAD_TILE
+    if not flat and plan.oh * plan.ow <= SMALL_IMAGE and plan.n > 1:
+        base = base + WGRAD_SMALL
     fits = [c for c in base if c["BLOCK_M"] <= max(64, plan.c_red) and c["BLOCK_N"] <= max(64, plan.c_out)]
     # the pixel split aims at one or two waves of programs: fewer slices mean fewer partials
     # to write and sum, more mean a fuller GPU; which wins depends on the problem
-    return [dict(c, WAVES=w) for c in (fits or base[:1]) for w in (2, 1)]
+    sms = sm_count(device)
+    out = []
+    for c in fits or base[:1]:
+        waves = (2, 1, 0.5) if partials_outweigh_data(plan, c, sms, itemsize) else (2, 1)
+        out += [dict(c, WAVES=w) for w in waves]
+    return out
 
 
 # -- launches ------------------------------------------------------------------------
@@ -823,26 +850,31 @@ def _launch_phases(plan, problem, inp, w, out, alpha, beta, cfg):
     launch(conv_tma_phases_kernel, recipe.grid, args, recipe.consts, recipe.options, (recipe, 1))
 
 
+def pixel_tiles(plan: Plan, cfg) -> int:
+    """The wgrad reduction's pixel tiles: boxes of NB images x BH x BW pixels."""
+    return cdiv(plan.n, cfg.get("NB", 1)) * cdiv(plan.oh, cfg["BH"]) * cdiv(plan.ow, cfg["BW"])
+
+
 def slices_for(plan: Plan, cfg, sms: int, cap: int) -> int:
     tiles = cdiv(plan.c_red, cfg["BLOCK_M"]) * cdiv(plan.c_out, cfg["BLOCK_N"]) * plan.taps.taps
-    pixel_tiles = plan.n * cdiv(plan.oh, cfg["BH"]) * cdiv(plan.ow, cfg["BW"])
-    want = cdiv(cfg.get("WAVES", 2) * sms, tiles)
-    return max(1, min(want, cap, max(1, pixel_tiles // 4)))
+    pixel_tiles_ = pixel_tiles(plan, cfg)
+    want = cdiv(math.ceil(cfg.get("WAVES", 2) * sms), tiles)
+    return max(1, min(want, cap, max(1, pixel_tiles_ // 4)))
 
 
 def launch_wgrad_partials(plan: Plan, problem, x, dy, part, cfg, slices) -> int:
     """Fill part[:slices] with wgrad_tma_kernel's partial sums; returns the slice count
     actually used (the caller's wgrad_finish sums them into dw)."""
-    bh, bw, bm, bn = cfg["BH"], cfg["BW"], cfg["BLOCK_M"], cfg["BLOCK_N"]
-    x_desc = descriptor(x, plan.in_shape, plan.in_strides, (1, bh, 1, bw, bn))
+    bh, bw, bm, bn, nb = cfg["BH"], cfg["BW"], cfg["BLOCK_M"], cfg["BLOCK_N"], cfg.get("NB", 1)
+    x_desc = descriptor(x, plan.in_shape, plan.in_strides, (nb, bh, 1, bw, bn))
     ds = plan.out_strides
     dy_desc = descriptor(dy, (plan.n, plan.oh, 1, plan.ow, plan.c_red), (ds[0], ds[1], ds[1], ds[2], 1),
-                         (1, bh, 1, bw, bm))
-    pixel_tiles = plan.n * cdiv(plan.oh, bh) * cdiv(plan.ow, bw)
-    per = cdiv(pixel_tiles, slices)
-    slices = cdiv(pixel_tiles, per)
+                         (nb, bh, 1, bw, bm))
+    tiles = pixel_tiles(plan, cfg)
+    per = cdiv(tiles, slices)
+    slices = cdiv(tiles, per)
     grid = (cdiv(plan.c_red, bm) * cdiv(plan.c_out, bn), plan.taps.taps, slices)
-    consts = dict(BH=bh, BW=bw, BLOCK_M=bm, BLOCK_N=bn, PREC=input_precision(problem))
+    consts = dict(BH=bh, BW=bw, BLOCK_M=bm, BLOCK_N=bn, PREC=input_precision(problem), NB=nb)
     options = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     args = (part, dy_desc, x_desc, plan.n, plan.oh, plan.ow, plan.c_red, plan.c_out, *plan.taps.args, per)
     static = ((plan, slices, tuple(consts.items()), tuple(options.items()), x.dtype, dy.dtype), 1)
