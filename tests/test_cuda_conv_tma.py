@@ -164,6 +164,43 @@ def test_phase_order_puts_the_most_taps_first():
     assert [(order >> (4 * i)) & 15 for i in range(4)] == [3, 1, 2, 0]
 
 
+def _resnet_problem(direction, c, hw, kernel, stride, pad, n=64):
+    """A ConvProblem and CPU channels-last tensors (x, w, y) of a ResNet-50 layer's shape."""
+    from tridnn.algorithms.problem import ConvProblem
+    cd = tridnn.ConvolutionDescriptor(padding=pad, stride=stride)
+    xd = tridnn.TensorDescriptor.packed((n, c, hw, hw), "float16", tridnn.TensorFormat.NHWC)
+    wd = tridnn.FilterDescriptor((c, c, kernel, kernel), "float16", tridnn.TensorFormat.NHWC)
+    yd = xd.with_dims(cd.output_dims(xd, wd))
+    t = [torch.empty(d.dims, dtype=torch.float16).contiguous(memory_format=torch.channels_last)
+         for d in (xd, wd, yd)]
+    return ConvProblem(direction, xd, wd, yd, cd), *t
+
+
+def test_gpu_candidate_lists(monkeypatch):
+    """The lists the tuner gets on an H200 (132 SMs), built on the host: strided backward
+    data on 7x7 phases keeps the per-phase configs first (the reference) and offers FUSED
+    boxes without the 16x16 ones (19% real pixels); backward filter offers boxes of several
+    images on 7x7 images, and no two WAVES of one config give the same slice count."""
+    monkeypatch.setattr(conv_tma, "sm_count", lambda device: 132)
+    monkeypatch.setattr(conv_tma, "hardware_ok", lambda t: True)
+    cuda = types.SimpleNamespace(type="cuda")
+    problem, x, w, y = _resnet_problem("bwd_data", 512, 14, 3, 2, 1)
+    plan = conv_tma.backward_data_plan(problem, y, w, x)
+    cands = conv_tma.candidates(plan, cuda, problem)
+    assert not cands[0].get("FUSED") and any(c.get("FUSED") for c in cands)
+    assert all(c["BH"] * c["BW"] == 64 for c in cands if c.get("FUSED"))
+    assert conv_tma.candidates(plan, cuda) == [c for c in cands if not c.get("FUSED")]
+    problem, x, w, y = _resnet_problem("bwd_filter", 512, 7, 3, 1, 1)
+    plan = conv_tma.backward_filter_plan(problem, x, y, w)
+    cands = conv_tma.wgrad_candidates(plan, cuda, 2)
+    assert any(c.get("NB", 1) > 1 for c in cands)
+    by_config = collections.defaultdict(list)
+    for c in cands:
+        by_config[tuple(sorted((k, v) for k, v in c.items() if k != "WAVES"))].append(
+            conv_tma.slices_for(plan, c, 132, 64))
+    assert all(len(set(v)) == len(v) for v in by_config.values())
+
+
 # -- backward filter with several images per box (small images) -------------------------
 @pytest.mark.parametrize("p", [P(16, 16, (5, 7), 3, 1, 1), P(16, 32, (6, 9), 3, 1, 2, 2), P(16, 16, (6, 8), 3, 2, 1)],
                          ids=lambda p: p["name"])

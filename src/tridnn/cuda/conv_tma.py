@@ -620,7 +620,13 @@ def candidates(plan, device, problem=None) -> list:
         if problem is None or not fused_phases_ok(plan, problem):
             return per_phase
         extra = [c for c in PHASE_EXTRA if c["BLOCK_N"] <= max(64, triton.next_power_of_2(plan[0].c_out))]
-        fused = [dict(c, FUSED=True) for c in per_phase + (extra if device.type == "cuda" else [])]
+        boxes = per_phase + (extra if device.type == "cuda" else [])
+        # the fused grid gives every phase the largest phase's extent: drop boxes that
+        # cover it with far more padding than the best box (16x16 on 7x7: 19% real)
+        geo = geometry(problem)
+        eh, ew = (cdiv(i, s) for i, s in zip(geo.inp[1:], geo.stride[1:]))
+        real = [eh * ew / (cdiv(eh, c["BH"]) * c["BH"] * cdiv(ew, c["BW"]) * c["BW"]) for c in boxes]
+        fused = [dict(c, FUSED=True) for c, r in zip(boxes, real) if r >= 0.8 * max(real)]
         return fused + per_phase if device.type != "cuda" else per_phase + fused
     flat = plan.n == 1 and plan.oh == 1
     if device.type != "cuda":
@@ -667,8 +673,12 @@ def wgrad_candidates(plan: Plan, device, itemsize=2) -> list:
     sms = sm_count(device)
     out = []
     for c in fits or base[:1]:
-        waves = (2, 1, 0.5) if partials_outweigh_data(plan, c, sms, itemsize) else (2, 1)
-        out += [dict(c, WAVES=w) for w in waves]
+        seen = set()  # WAVES values that give the same slice count are one candidate
+        for w in (2, 1, 0.5) if partials_outweigh_data(plan, c, sms, itemsize) else (2, 1):
+            slices = slices_for(plan, dict(c, WAVES=w), sms, 64)
+            if slices not in seen:
+                seen.add(slices)
+                out.append(dict(c, WAVES=w))
     return out
 
 
