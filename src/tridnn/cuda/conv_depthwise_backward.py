@@ -13,13 +13,22 @@ ALGO_0/ALGO_1 route depthwise problems (1 input channel and at most
   float32 column sum of dy * x over the slice, written to the slice's partial (or
   atomically added, for ALGO_0); ``conv_bwd_filter_implicit_gemm.wgrad_finish`` adds
   the slices in order and blends alpha/beta.
+- ``dw3_wgrad_kernel``: the 3x3 (2-D, any stride, dilation, padding) filter gradient in
+  one pass: a program takes a channel block and a slice of output rows, loads each dy
+  tile [BW columns, BC channels] once and the nine x tiles it meets (overlapping: L1),
+  and keeps one float32 accumulator per tap. dy and x cross DRAM about once instead of
+  nine times (the per-tap kernel above re-read both for every tap). Same partial
+  layout, same finish, ATOMIC for ALGO_0.
+- backward data of a stride-1 3x3 layer with multiplier 1 is the forward row kernel of
+  conv_direct (``dw3_rows_kernel``) on dy with the flipped filter and padding 2 - pad.
 """
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
-from .common import launch, sm_count, split_rows
+from . import conv_direct
+from .common import Tuner, cdiv, launch, sm_count, split_rows
 from .epilogue import store_tile
 from .geometry import geometry, needs_int64, strides5
 
@@ -118,9 +127,28 @@ def dw_bwd_filter_kernel(x_ptr, dy_ptr, part_ptr, P, K, Kg, ID, IH, IW, OD, OH, 
         tl.store(ptrs, col, mask=mask_k)
 
 
+def rows3_backward_applies(problem) -> bool:
+    """Backward data through dw3_rows_kernel: stride-1, undilated 3x3, one filter per channel."""
+    return conv_direct.rows3_applies(problem) and problem.k == problem.c
+
+
+_data_tuner = Tuner()
+
+
 def backward_data(problem, dy, w, dx, alpha, beta) -> None:
     geo = geometry(problem)
     nd = problem.nd
+    if rows3_backward_applies(problem):
+        # dx[i] = sum_t dy[i + pad - t] w[t] = sum_t' dy[i - (2 - pad) + t'] w[2 - t']
+        pad = (2 - geo.pad[1], 2 - geo.pad[2])
+        flip = problem.mode != 0  # flipped relative to the forward's reading
+
+        def run(c, out, a=1.0, b=0.0):
+            conv_direct.launch_rows3(dy, w, out, geo, pad, a, b, None, c, flip, nd)
+        cfg = _data_tuner.pick((problem.key(), "dw3-rows-bwd-data"),
+                               lambda: conv_direct.rows3_configs(dx.device, geo.c), run, dx, dx.device)
+        run(cfg, dx, alpha, beta)
+        return
     gpu = dx.device.type == "cuda"
     bp, bc = (64, 64) if gpu else (16, 16)
     ws = strides5(w, nd)
@@ -131,11 +159,128 @@ def backward_data(problem, dy, w, dx, alpha, beta) -> None:
         dict(num_warps=4 if gpu else 1))
 
 
+@triton.jit
+def _wtap(acc, g, x_ptr, row, row_ok, cols, ok_cols, chan, mask_k):
+    """acc += dy tile g times the x tile at one tap (row offset, column offsets)."""
+    v = tl.load(x_ptr + row + cols[:, None] + chan[None, :], mask=(row_ok & ok_cols)[:, None] & mask_k[None, :],
+                other=0.0)
+    return acc + g * v.to(tl.float32)
+
+
+@triton.jit
+def _wstore(part_ptr, acc, slot, K, offs_k, mask_k, tap, ATOMIC: tl.constexpr):
+    col = tl.sum(acc, axis=0)
+    ptrs = part_ptr + (slot * K + offs_k).to(tl.int64) * 9 + tap  # partial layout [slices, K, 9, 1]
+    if ATOMIC:
+        tl.atomic_add(ptrs, col, mask=mask_k)
+    else:
+        tl.store(ptrs, col, mask=mask_k)
+
+
+@triton.jit(do_not_specialize=['IH', 'IW', 'OH', 'OW', 'SH', 'SW', 'PH', 'PW', 'DH', 'DW', 'rows_per_split'])
+def dw3_wgrad_kernel(
+        x_ptr, dy_ptr, part_ptr,
+        # sizes: output channels and channels per group, H x W of x and dy, the total
+        # output rows (N x OH) and the rows of one slice
+        K, Kg, IH, IW, OH, OW, SH, SW, PH, PW, DH, DW, rows, rows_per_split,
+        # element strides (n, c, h, w) of x and dy
+        xs_n, xs_c, xs_h, xs_w, dys_n, dys_k, dys_h, dys_w,
+        BW: tl.constexpr, BC: tl.constexpr, ATOMIC: tl.constexpr, INT64: tl.constexpr):
+    """part[slice, k, tap] = sum over the slice's output rows and columns of
+    dy[n, k, o, q] * x[n, k // Kg, o * SH - PH + a * DH, q * SW - PW + b * DW], tap = 3a + b."""
+    # -- the program's channel block and slice of output rows (n, o)
+    offs_k = tl.program_id(0) * BC + tl.arange(0, BC)
+    mask_k = offs_k < K
+    split = tl.program_id(1)
+    chan = (offs_k // Kg) * xs_c
+    dy_chan = offs_k * dys_k
+    a00 = tl.zeros((BW, BC), dtype=tl.float32)
+    a01 = tl.zeros((BW, BC), dtype=tl.float32)
+    a02 = tl.zeros((BW, BC), dtype=tl.float32)
+    a10 = tl.zeros((BW, BC), dtype=tl.float32)
+    a11 = tl.zeros((BW, BC), dtype=tl.float32)
+    a12 = tl.zeros((BW, BC), dtype=tl.float32)
+    a20 = tl.zeros((BW, BC), dtype=tl.float32)
+    a21 = tl.zeros((BW, BC), dtype=tl.float32)
+    a22 = tl.zeros((BW, BC), dtype=tl.float32)
+    start = split * rows_per_split
+    end = tl.minimum(start + rows_per_split, rows)
+    # -- loop: one output row at a time, its columns BW at a time
+    for r in range(start, end):
+        n = r // OH
+        o = r - n * OH
+        if INT64:
+            n = n.to(tl.int64)
+        ih = o * SH - PH
+        x_row = n * xs_n + ih * xs_h
+        dy_row = dy_ptr + n * dys_n + o * dys_h
+        ok_r0 = (ih >= 0) & (ih < IH)
+        ok_r1 = (ih + DH >= 0) & (ih + DH < IH)
+        ok_r2 = (ih + 2 * DH >= 0) & (ih + 2 * DH < IH)
+        for q0 in range(0, OW, BW):
+            q = q0 + tl.arange(0, BW)
+            mask_q = q < OW
+            g = tl.load(dy_row + (q * dys_w)[:, None] + dy_chan[None, :], mask=mask_q[:, None] & mask_k[None, :],
+                        other=0.0).to(tl.float32)
+            iw = q * SW - PW
+            ok_c0 = mask_q & (iw >= 0) & (iw < IW)
+            ok_c1 = mask_q & (iw + DW >= 0) & (iw + DW < IW)
+            ok_c2 = mask_q & (iw + 2 * DW >= 0) & (iw + 2 * DW < IW)
+            c0 = iw * xs_w
+            c1 = c0 + DW * xs_w
+            c2 = c1 + DW * xs_w
+            r0 = x_row
+            r1 = r0 + DH * xs_h
+            r2 = r1 + DH * xs_h
+            a00 = _wtap(a00, g, x_ptr, r0, ok_r0, c0, ok_c0, chan, mask_k)
+            a01 = _wtap(a01, g, x_ptr, r0, ok_r0, c1, ok_c1, chan, mask_k)
+            a02 = _wtap(a02, g, x_ptr, r0, ok_r0, c2, ok_c2, chan, mask_k)
+            a10 = _wtap(a10, g, x_ptr, r1, ok_r1, c0, ok_c0, chan, mask_k)
+            a11 = _wtap(a11, g, x_ptr, r1, ok_r1, c1, ok_c1, chan, mask_k)
+            a12 = _wtap(a12, g, x_ptr, r1, ok_r1, c2, ok_c2, chan, mask_k)
+            a20 = _wtap(a20, g, x_ptr, r2, ok_r2, c0, ok_c0, chan, mask_k)
+            a21 = _wtap(a21, g, x_ptr, r2, ok_r2, c1, ok_c1, chan, mask_k)
+            a22 = _wtap(a22, g, x_ptr, r2, ok_r2, c2, ok_c2, chan, mask_k)
+    # -- per-tap column sums into this slice's partial (or added atomically)
+    slot = 0 if ATOMIC else split
+    _wstore(part_ptr, a00, slot, K, offs_k, mask_k, 0, ATOMIC)
+    _wstore(part_ptr, a01, slot, K, offs_k, mask_k, 1, ATOMIC)
+    _wstore(part_ptr, a02, slot, K, offs_k, mask_k, 2, ATOMIC)
+    _wstore(part_ptr, a10, slot, K, offs_k, mask_k, 3, ATOMIC)
+    _wstore(part_ptr, a11, slot, K, offs_k, mask_k, 4, ATOMIC)
+    _wstore(part_ptr, a12, slot, K, offs_k, mask_k, 5, ATOMIC)
+    _wstore(part_ptr, a20, slot, K, offs_k, mask_k, 6, ATOMIC)
+    _wstore(part_ptr, a21, slot, K, offs_k, mask_k, 7, ATOMIC)
+    _wstore(part_ptr, a22, slot, K, offs_k, mask_k, 8, ATOMIC)
+
+
+def wgrad3_applies(problem) -> bool:
+    """dw3_wgrad_kernel's case: a 2-D (or 1-row) 3x3 depthwise filter."""
+    geo = geometry(problem)
+    return geo.cg == 1 and geo.ker == (1, 3, 3) and geo.inp[0] == 1 and geo.out[0] == 1
+
+
+def _wgrad3_config(problem, device):
+    """(BW, BC, warps): channel blocks no wider than the channels (C = 144 takes 16-wide
+    blocks: none masked), columns filling the rest of a 512-element tile."""
+    if device.type != "cuda":
+        return dict(BW=4, BC=4, num_warps=1)
+    k = problem.k
+    bc = 16 if k % 32 else (32 if k % 64 else 64)
+    return dict(BW=max(8, 512 // bc), BC=bc, num_warps=4)
+
+
 def filter_slices(problem, device, cap: int) -> int:
     """Slices of the N x pixels rows: enough programs to fill the GPU, each >= 8 row blocks."""
     geo = geometry(problem)
     if device.type != "cuda":
         return max(1, min(cap, 3))
+    if wgrad3_applies(problem):  # slices of whole output rows
+        cfg = _wgrad3_config(problem, device)
+        programs = cdiv(geo.k, cfg["BC"])
+        rows = geo.n * geo.out[0] * geo.out[1]
+        want = cdiv(4 * sm_count(device), programs)
+        return max(1, min(want, rows, cap, 65535))
     bc = 64
     programs = triton.cdiv(geo.k, bc) * geo.taps
     want = triton.cdiv(4 * sm_count(device), programs)
@@ -146,6 +291,17 @@ def backward_filter_partials(problem, x, dy, part, slices, atomic) -> int:
     """Fill part [slices, K, T, 1]; returns the slice count actually used."""
     geo = geometry(problem)
     nd = problem.nd
+    if wgrad3_applies(problem):
+        cfg = _wgrad3_config(problem, x.device)
+        rows = geo.n * geo.out[0] * geo.out[1]
+        per = cdiv(rows, slices)
+        slices = cdiv(rows, per)
+        xs, ds = strides5(x, nd), strides5(dy, nd)
+        launch(dw3_wgrad_kernel, (cdiv(geo.k, cfg["BC"]), slices), (
+            x, dy, part, geo.k, geo.kg, *geo.inp[1:], *geo.out[1:], *geo.stride[1:], *geo.pad[1:], *geo.dil[1:],
+            rows, per, xs[0], xs[1], xs[3], xs[4], ds[0], ds[1], ds[3], ds[4]),
+            dict(BW=cfg["BW"], BC=cfg["BC"], ATOMIC=atomic, INT64=needs_int64(x, dy)), dict(num_warps=cfg["num_warps"]))
+        return slices
     gpu = x.device.type == "cuda"
     bp, bc = (64, 64) if gpu else (16, 16)
     per = triton.cdiv(triton.cdiv(geo.out_pixels, slices), bp) * bp

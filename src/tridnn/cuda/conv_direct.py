@@ -7,6 +7,16 @@ fast axis, so in NHWC every load and store is a contiguous, vectorized run of
 channels. The loop visits each tap (and each input channel of the group) once,
 accumulating in float32; neighbouring pixels' taps overlap, and those re-reads hit
 L1/L2, so x and y cross DRAM about once. Ends in the fused epilogue.
+
+Depthwise 3x3 with stride 1 and no dilation (MobileNet's common layer) takes
+``dw3_rows_kernel`` instead: a program owns a strip of BH output rows x BW columns x
+BC channels of one image and walks down the input rows, each loaded once (three
+column-shifted loads whose overlap hits L1) and multiplied into the three output rows
+it feeds, kept as three rolling float32 accumulators; an output row is stored the
+moment its last input row has arrived. Per input element that is 3 loads and 9 FMAs
+instead of 9 loads, no per-pixel div/mod, and the strip's x crosses L2 once plus two
+halo rows. Backward data of such a layer (stride 1, multiplier 1) is the same kernel on
+dy with the flipped filter and padding 2 - pad (conv_depthwise_backward).
 """
 from __future__ import annotations
 
@@ -14,7 +24,7 @@ import triton
 import triton.language as tl
 
 from ..types import ConvFwdAlgo
-from .common import TritonConvAlgorithm, Tuner, cdiv, launch, problem_key, split_rows
+from .common import TritonConvAlgorithm, Tuner, cdiv, launch, next_pow2, problem_key, split_rows
 from .epilogue import launch_args, spec_of, store_tile
 from .geometry import geometry, needs_int64, strides5
 from .memo import IdentityMemo
@@ -78,6 +88,142 @@ def conv_direct_fwd_kernel(
     row_z = nn * zs_n + od * zs_d + oh * zs_h + ow * zs_w
     store_tile(acc, row_y, row_z, offs_k, mask_m, mask_k, y_ptr, ys_k, z_ptr, zs_k, bias_ptr,
                bias_stride, alpha, beta, alpha2, coef, swish_beta, ACT, HAS_BIAS, HAS_Z, BETA_ZERO)
+
+
+@triton.jit
+def _row3(x_ptr, row, row_ok, col0, col1, col2, ok0, ok1, ok2, chan, mask_k):
+    """One input row at the three column shifts of a 3-wide filter, as float32 [BW, BC]."""
+    base = x_ptr + row
+    m = row_ok & mask_k[None, :]
+    x0 = tl.load(base + col0[:, None] + chan[None, :], mask=m & ok0[:, None], other=0.0).to(tl.float32)
+    x1 = tl.load(base + col1[:, None] + chan[None, :], mask=m & ok1[:, None], other=0.0).to(tl.float32)
+    x2 = tl.load(base + col2[:, None] + chan[None, :], mask=m & ok2[:, None], other=0.0).to(tl.float32)
+    return x0, x1, x2
+
+
+@triton.jit
+def _taps3(w_ptr, w_col, mask_k, kh, ws_h, ws_w, FLIP: tl.constexpr):
+    """The three weights of filter row kh (of the flipped filter when FLIP), float32 [1, BC]."""
+    if FLIP:
+        kh = 2 - kh
+        base = w_ptr + w_col + kh * ws_h + 2 * ws_w
+        step = -ws_w
+    else:
+        base = w_ptr + w_col + kh * ws_h
+        step = ws_w
+    w0 = tl.load(base, mask=mask_k, other=0.0).to(tl.float32)[None, :]
+    w1 = tl.load(base + step, mask=mask_k, other=0.0).to(tl.float32)[None, :]
+    w2 = tl.load(base + 2 * step, mask=mask_k, other=0.0).to(tl.float32)[None, :]
+    return w0, w1, w2
+
+
+@triton.jit(do_not_specialize=['IH', 'IW', 'OH', 'OW', 'PH', 'PW', 'n_rows', 'n_cols'])
+def dw3_rows_kernel(
+        x_ptr, w_ptr, y_ptr, bias_ptr, z_ptr,
+        # sizes: output channels, output channels per input channel, input / output H x W,
+        # padding (any sign), row strips and column blocks per image
+        K, Kg, IH, IW, OH, OW, PH, PW, n_rows, n_cols,
+        # element strides (n, c, h, w) of x, (k, h, w) of w, (n, k, h, w) of y and z
+        xs_n, xs_c, xs_h, xs_w,
+        ws_k, ws_h, ws_w,
+        ys_n, ys_k, ys_h, ys_w,
+        zs_n, zs_k, zs_h, zs_w, bias_stride,
+        alpha, beta, alpha2, coef, swish_beta,
+        BH: tl.constexpr, BW: tl.constexpr, BC: tl.constexpr, FLIP: tl.constexpr,
+        ACT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr, BETA_ZERO: tl.constexpr,
+        INT64: tl.constexpr):
+    """Depthwise 3x3, stride 1, dilation 1: y[n, k, o, q] = sum_{a,b} x[n, k // Kg, o - PH + a,
+    q - PW + b] * w[k, a, b], one strip of BH rows x BW columns x BC channels per program."""
+    # -- map the program to (image, row strip, column block) and a channel block
+    pid = tl.program_id(0)
+    col_blk = pid % n_cols
+    t = pid // n_cols
+    row_blk = t % n_rows
+    n = t // n_rows
+    if INT64:
+        n = n.to(tl.int64)
+    offs_k = tl.program_id(1) * BC + tl.arange(0, BC)
+    mask_k = offs_k < K
+    ow = col_blk * BW + tl.arange(0, BW)
+    mask_w = ow < OW
+    oh0 = row_blk * BH
+    oh_end = tl.minimum(oh0 + BH, OH)
+
+    # -- pointers: the three column shifts of an input row, the channels, the weights
+    iw = ow - PW
+    ok0 = mask_w & (iw >= 0) & (iw < IW)
+    ok1 = mask_w & (iw >= -1) & (iw + 1 < IW)
+    ok2 = mask_w & (iw >= -2) & (iw + 2 < IW)
+    col0 = iw * xs_w
+    col1 = col0 + xs_w
+    col2 = col1 + xs_w
+    chan = (offs_k // Kg) * xs_c
+    x_img = n * xs_n
+    w_col = offs_k * ws_k
+    w00, w01, w02 = _taps3(w_ptr, w_col, mask_k, 0, ws_h, ws_w, FLIP)
+    w10, w11, w12 = _taps3(w_ptr, w_col, mask_k, 1, ws_h, ws_w, FLIP)
+    w20, w21, w22 = _taps3(w_ptr, w_col, mask_k, 2, ws_h, ws_w, FLIP)
+
+    # -- walk the input rows i = o - PH + a that feed output rows oh0 .. oh_end - 1: row i
+    # is tap row 2 of output row i + PH - 2 (finished with it), row 1 of i + PH - 1 and
+    # row 0 of i + PH (started with it)
+    acc_done = tl.zeros((BW, BC), dtype=tl.float32)
+    acc_mid = tl.zeros((BW, BC), dtype=tl.float32)
+    y_cols = ow * ys_w
+    z_cols = ow * zs_w
+    for i in range(oh0 - PH, oh_end - PH + 2):
+        x0, x1, x2 = _row3(x_ptr, x_img + i * xs_h, (i >= 0) & (i < IH), col0, col1, col2, ok0, ok1, ok2,
+                           chan, mask_k)
+        acc_done += x0 * w20 + x1 * w21 + x2 * w22
+        acc_mid += x0 * w10 + x1 * w11 + x2 * w12
+        acc_new = x0 * w00 + x1 * w01 + x2 * w02
+        o = i + PH - 2
+        if o >= oh0:
+            store_tile(acc_done, n * ys_n + o * ys_h + y_cols, n * zs_n + o * zs_h + z_cols, offs_k, mask_w,
+                       mask_k, y_ptr, ys_k, z_ptr, zs_k, bias_ptr, bias_stride, alpha, beta, alpha2, coef,
+                       swish_beta, ACT, HAS_BIAS, HAS_Z, BETA_ZERO)
+        acc_done = acc_mid
+        acc_mid = acc_new
+
+
+def rows3_applies(problem) -> bool:
+    """dw3_rows_kernel's case: 2-D (or 1-row) depthwise 3x3, stride 1, no dilation."""
+    geo = geometry(problem)
+    return (geo.cg == 1 and geo.ker == (1, 3, 3) and geo.stride == (1, 1, 1) and geo.dil == (1, 1, 1)
+            and geo.inp[0] == 1 and geo.out[0] == 1)
+
+
+def rows3_configs(device, k):
+    """(BH, BW, BC, warps) candidates; the first is the conservative one the tuner checks
+    the others against. BC spans the channels when they are few (C = 32: one block),
+    else 16/32/64-wide blocks (C = 144 = 9 x 16: no masked channels)."""
+    if device.type != "cuda":
+        return [dict(BH=4, BW=4, BC=4, num_warps=1)]
+    out = []
+    for bh, bw, bc, warps in ((16, 16, 32, 4), (8, 32, 32, 4), (16, 8, 64, 4), (16, 32, 16, 4), (8, 16, 64, 4),
+                              (32, 16, 32, 4), (16, 16, 64, 8), (8, 8, 128, 4), (16, 64, 16, 8)):
+        if bc <= max(16, next_pow2(k)):
+            out.append(dict(BH=bh, BW=bw, BC=bc, num_warps=warps))
+    return out
+
+
+def launch_rows3(x, w, y, geo, pad_hw, alpha, beta, spec, cfg, flip, nd):
+    """dw3_rows_kernel over x (N, C, [1,] H, W) into y: forward (x, w, y) or, with the
+    filter flipped and padding 2 - pad, backward data (dy, w, dx) of a stride-1 layer."""
+    bias, bias_stride, z, zs, alpha2, coef, swish_beta, act, has_bias, has_z = launch_args(spec, y, nd)
+    xs, ws, ys = strides5(x, nd), strides5(w, nd), strides5(y, nd)
+    k, kg = y.shape[1], y.shape[1] // x.shape[1]
+    ih, iw = x.shape[-2] if nd >= 2 else 1, x.shape[-1]
+    oh, ow = y.shape[-2] if nd >= 2 else 1, y.shape[-1]
+    n_rows, n_cols = cdiv(oh, cfg["BH"]), cdiv(ow, cfg["BW"])
+    grid = (y.shape[0] * n_rows * n_cols, cdiv(k, cfg["BC"]))
+    head = (k, kg, ih, iw, oh, ow, pad_hw[0], pad_hw[1], n_rows, n_cols,
+            xs[0], xs[1], xs[3], xs[4], ws[0], ws[3], ws[4], ys[0], ys[1], ys[3], ys[4],
+            zs[0], zs[1], zs[3], zs[4], bias_stride)
+    consts = dict(BH=cfg["BH"], BW=cfg["BW"], BC=cfg["BC"], FLIP=flip, ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z,
+                  BETA_ZERO=beta == 0, INT64=needs_int64(x, y, z))
+    launch(dw3_rows_kernel, grid, (x, w, y, bias, z) + head + (float(alpha), float(beta), alpha2, coef, swish_beta),
+           consts, dict(num_warps=cfg["num_warps"]))
 
 
 def _configs(device, k):
@@ -147,6 +293,14 @@ class DirectForward(TritonConvAlgorithm):
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
         spec = spec_of(epilogue)
+        if rows3_applies(problem):
+            geo = geometry(problem)
+            pad, nd, flip = geo.pad[1:], problem.nd, problem.mode == 0
+            key = (problem_key(problem), spec is not None and spec.act_code, "fwd-dw3-rows")
+            cfg = self.tuner.pick(key, lambda: rows3_configs(y.device, problem.k), lambda c, out: launch_rows3(
+                x, w, out, geo, pad, 1.0, 0.0, spec, c, flip, nd), y, y.device)
+            launch_rows3(x, w, y, geo, pad, alpha, beta, spec, cfg, flip, nd)
+            return
         key = (problem_key(problem), spec is not None and spec.act_code, "fwd-direct")
         cfg = self.tuner.pick(key, lambda: _configs(y.device, problem.k),
                               lambda c, out: launch_direct(problem, x, w, out, 1.0, 0.0, spec, c), y, y.device)
