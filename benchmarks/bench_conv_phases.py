@@ -4,7 +4,8 @@
 - bwd_data: strided backward data, one launch per phase of dx (conv_tma_kernel, the old
   path) against all phases in one launch (conv_tma_phases_kernel, FUSED configs);
 - bwd_filter: small-image backward filter, the old configs (one image per box, WAVES 2
-  or 1) against the new ones (NB images per box, WAVES 0.5).
+  or 1, float32 partials and a finish pass always) against the new ones (NB images per
+  box, WAVES 0.5, and "direct": a one-slice split written straight into dw).
 
     PYTHONPATH=src python3 benchmarks/bench_conv_phases.py [--sections bwd_data,bwd_filter]
         [--data-layers res3_3x3s2,...] [--filter-layers res4_3x3,...] [--budget-s 240]
@@ -38,10 +39,10 @@ FILTER_LAYERS = "res4_3x3,res5_3x3,res5_1x1a,res5_1x1c"
 
 
 def name(cfg):
-    if "BLOCK_M" in cfg:  # backward filter
-        new = cfg.get("NB", 1) > 1 or cfg.get("WAVES", 2) < 1
+    if "BLOCK_M" in cfg:  # backward filter; DIRECT: one slice written straight into dw
+        new = cfg.get("NB", 1) > 1 or cfg.get("WAVES", 2) < 1 or cfg["DIRECT"]
         return (f"{'new' if new else 'old'} nb{cfg.get('NB', 1)} {cfg['BH']}x{cfg['BW']} {cfg['BLOCK_M']}x{cfg['BLOCK_N']} "
-                f"w{cfg['num_warps']}s{cfg['num_stages']} waves{cfg.get('WAVES', 2)}")
+                f"w{cfg['num_warps']}s{cfg['num_stages']} waves{cfg.get('WAVES', 2)}{' direct' if cfg['DIRECT'] else ''}")
     return (f"{'new' if cfg.get('FUSED') else 'old'} {'fused' if cfg.get('FUSED') else 'phase'} "
             f"{cfg['BH']}x{cfg['BW']}x{cfg['BLOCK_N']} w{cfg['num_warps']}s{cfg['num_stages']}")
 
@@ -98,9 +99,14 @@ def run_filter(p, n, dev, deadline):
 
     def launch(cfg):
         slices = conv_tma.launch_wgrad_partials(plan, problem, x, dy, part, cfg,
-                                                conv_tma.slices_for(plan, cfg, sms, cap))
-        ImplicitGemmBackwardFilter._finish(problem, part, out, slices, 1.0, 0.0, plan.c_out)
-    cands = conv_tma.wgrad_candidates(plan, out.device, x.element_size())
+                                                conv_tma.slices_for(plan, cfg, sms, cap),
+                                                out if cfg["DIRECT"] else None)
+        if slices:
+            ImplicitGemmBackwardFilter._finish(problem, part, out, slices, 1.0, 0.0, plan.c_out)
+    cands = []
+    for cfg in conv_tma.wgrad_candidates(plan, out.device, x.element_size()):
+        one = conv_tma.slices_for(plan, cfg, sms, cap) == 1  # the old path: partials and finish even then
+        cands += [dict(cfg, DIRECT=False)] + ([dict(cfg, DIRECT=True)] if one else [])
     return time_configs(row, p["name"], cands, launch, out, ref, deadline)
 
 

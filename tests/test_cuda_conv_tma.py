@@ -222,6 +222,30 @@ def test_wgrad_boxes_of_several_images(p, nb, rng, tma_calls, monkeypatch):
     assert conv_tma.pixel_tiles(seen[0], dict(BH=2, BW=8, NB=nb)) < conv_tma.pixel_tiles(seen[0], dict(BH=2, BW=8))
 
 
+@pytest.mark.parametrize("slices", [1, 3])
+def test_wgrad_one_slice_writes_dw_directly(slices, rng, monkeypatch):
+    """One slice: wgrad_tma_kernel blends into dw itself (no partials, no finish launch);
+    three: partials and wgrad_finish. Both modes (CONVOLUTION flips the taps), alpha/beta,
+    a padded-channel first layer (C = 5), a strided 1x1 view and a stride-2 phase view."""
+    monkeypatch.setattr(type(ALGO["bwd_filter"]), "tuner", common.Tuner())
+    monkeypatch.setattr(conv_tma, "slices_for", lambda plan, cfg, sms, cap: slices)
+    finish = collections.Counter()
+    from tridnn.cuda import conv_bwd_filter_implicit_gemm as wg
+    real_finish = wg._WgradBase._finish
+
+    def counted(*a, **k):
+        finish["calls"] += 1
+        return real_finish(*a, **k)
+    monkeypatch.setattr(wg._WgradBase, "_finish", staticmethod(counted))
+    for p in (P(16, 16, (5, 7), 3, 1, 1), P(5, 16, (5, 6), 3, 1, 1), P(32, 16, (7, 5), 1, 2),
+              P(16, 16, (6, 8), 3, 2, 1)):
+        for mode in (tridnn.ConvMode.CONVOLUTION, tridnn.ConvMode.CROSS_CORRELATION):
+            assert run_case("bwd_filter", ALGO["bwd_filter"], p, "float32", "NHWC", rng, n=3, mode=mode) is None
+            assert run_case("bwd_filter", ALGO["bwd_filter"], p, "float16", "NHWC", rng, mode=mode, alpha=2.0,
+                            beta=0.5) is None
+    assert (finish["calls"] == 0) == (slices == 1), dict(finish)
+
+
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data", "bwd_filter"])
 @pytest.mark.parametrize("mode", [tridnn.ConvMode.CONVOLUTION, tridnn.ConvMode.CROSS_CORRELATION])
 def test_tma_float16_modes_and_blending(direction, mode, rng, tma_calls):

@@ -272,8 +272,9 @@ class _WgradBase(TritonConvAlgorithm):
 
             def run_tma(c, out, a=1.0, b=0.0):
                 slices = conv_tma.launch_wgrad_partials(plan, problem, x_tma, dy, part, c,
-                                                        conv_tma.slices_for(plan, c, sms, cap))
-                self._finish(problem, part, out, slices, a, b, plan.c_out)
+                                                        conv_tma.slices_for(plan, c, sms, cap), out, a, b)
+                if slices:  # else one slice wrote dw directly
+                    self._finish(problem, part, out, slices, a, b, plan.c_out)
             cfg = self.tuner.pick((problem_key(problem), "wgrad-tma", conv_tma.plan_kind(plan)),
                                   lambda: conv_tma.wgrad_candidates(plan, dw.device, x_tma.element_size()),
                                   run_tma, dw, dw.device)

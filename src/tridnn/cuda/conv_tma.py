@@ -243,14 +243,20 @@ def conv_tma_phases_kernel(
 @triton.jit
 def wgrad_tma_kernel(
         part_ptr,  # float32 partial sums [SLICES, K, T, C]
-        # TMA descriptors: dy box [1, BH, 1, BW, BLOCK_M], x phase view box [1, BH, 1, BW, BLOCK_N]
+        dw_ptr,    # DIRECT (one slice): the filter gradient itself, at strides ws_*
+        # TMA descriptors: dy box [NB, BH, 1, BW, BLOCK_M], x phase view box [NB, BH, 1, BW, BLOCK_N]
         dy_desc, x_desc,
         N, OH, OW, K, C, NTW, T, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W, SH, SW, OFF_H, OFF_W, tiles_per_slice,
+        # DIRECT: dw's strides (k, c, h, w), filter size, dw's channels (C may be padded), blend
+        ws_k, ws_c, ws_h, ws_w, KH, KW, C_DW, alpha, beta,
         BH: tl.constexpr, BW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-        PREC: tl.constexpr, NB: tl.constexpr = 1):
+        PREC: tl.constexpr, NB: tl.constexpr, DIRECT: tl.constexpr, FLIP: tl.constexpr,
+        BETA_ZERO: tl.constexpr):
     """part[s, k, tap, c] = sum over the slice's pixel tiles of dy[p, k] * x[p + tap, c].
     A pixel tile is an NB x BH x BW box: NB > 1 stacks the same box of NB images (small
-    images, e.g. 7x7: more real pixels per MMA; images past N load as zeros)."""
+    images, e.g. 7x7: more real pixels per MMA; images past N load as zeros). DIRECT (a
+    single slice): dw = alpha * sum + beta * dw is stored at once, with no float32
+    partials and no finish pass (the tap flipped in CONVOLUTION mode, as wgrad_finish)."""
     BLOCK_P: tl.constexpr = NB * BH * BW
     # -- map the program to (output-channel block, input-channel block, tap, slice)
     pid = tl.program_id(0)
@@ -275,11 +281,24 @@ def wgrad_tma_kernel(
         b = x_desc.load([n, th * BH + ah, bh, tw * BW + aw, bw * C + c0]).reshape(BLOCK_P, BLOCK_N)
         acc = tl.dot(a.T, b, acc, input_precision=PREC)
 
-    # -- store the partial
+    # -- store the partial, or (DIRECT) the blended gradient
     rows = k0 + tl.arange(0, BLOCK_M)
     cols = c0 + tl.arange(0, BLOCK_N)
-    offs = ((s * K + rows).to(tl.int64) * T + tap)[:, None] * C + cols[None, :]
-    tl.store(part_ptr + offs, acc, mask=(rows < K)[:, None] & (cols < C)[None, :])
+    if DIRECT:
+        kh = tap // KW
+        kw = tap - kh * KW
+        if FLIP:
+            kh = KH - 1 - kh
+            kw = KW - 1 - kw
+        ptrs = dw_ptr + (rows.to(tl.int64) * ws_k + kh * ws_h + kw * ws_w)[:, None] + cols[None, :] * ws_c
+        mask = (rows < K)[:, None] & (cols < C_DW)[None, :]
+        v = acc * alpha
+        if not BETA_ZERO:
+            v += beta * tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+        tl.store(ptrs, v.to(dw_ptr.dtype.element_ty), mask=mask)
+    else:
+        offs = ((s * K + rows).to(tl.int64) * T + tap)[:, None] * C + cols[None, :]
+        tl.store(part_ptr + offs, acc, mask=(rows < K)[:, None] & (cols < C)[None, :])
 
 
 # -- host side: when the TMA path applies, and the views it reads ---------------------
@@ -872,9 +891,10 @@ def slices_for(plan: Plan, cfg, sms: int, cap: int) -> int:
     return max(1, min(want, cap, max(1, pixel_tiles_ // 4)))
 
 
-def launch_wgrad_partials(plan: Plan, problem, x, dy, part, cfg, slices) -> int:
+def launch_wgrad_partials(plan: Plan, problem, x, dy, part, cfg, slices, dw=None, alpha=1.0, beta=0.0) -> int:
     """Fill part[:slices] with wgrad_tma_kernel's partial sums; returns the slice count
-    actually used (the caller's wgrad_finish sums them into dw)."""
+    actually used (the caller's wgrad_finish sums them into dw). Given ``dw``, a split
+    into one slice writes dw = alpha * sum + beta * dw directly and returns 0 (no finish)."""
     bh, bw, bm, bn, nb = cfg["BH"], cfg["BW"], cfg["BLOCK_M"], cfg["BLOCK_N"], cfg.get("NB", 1)
     x_desc = descriptor(x, plan.in_shape, plan.in_strides, (nb, bh, 1, bw, bn))
     ds = plan.out_strides
@@ -884,9 +904,17 @@ def launch_wgrad_partials(plan: Plan, problem, x, dy, part, cfg, slices) -> int:
     per = cdiv(tiles, slices)
     slices = cdiv(tiles, per)
     grid = (cdiv(plan.c_red, bm) * cdiv(plan.c_out, bn), plan.taps.taps, slices)
-    consts = dict(BH=bh, BW=bw, BLOCK_M=bm, BLOCK_N=bn, PREC=input_precision(problem), NB=nb)
+    direct = dw is not None and slices == 1
+    consts = dict(BH=bh, BW=bw, BLOCK_M=bm, BLOCK_N=bn, PREC=input_precision(problem), NB=nb, DIRECT=direct,
+                  FLIP=problem.mode == 0, BETA_ZERO=beta == 0)
     options = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
-    args = (part, dy_desc, x_desc, plan.n, plan.oh, plan.ow, plan.c_red, plan.c_out, *plan.taps.args, per)
-    static = ((plan, slices, tuple(consts.items()), tuple(options.items()), x.dtype, dy.dtype), 1)
+    if direct:
+        ws = strides5(dw, 2)
+        blend = (ws[0], ws[1], ws[3], ws[4], dw.shape[2], dw.shape[3], dw.shape[1])
+    else:
+        dw, blend = part, (0, 0, 0, 0, 1, 1, plan.c_out)
+    args = (part, dw, dy_desc, x_desc, plan.n, plan.oh, plan.ow, plan.c_red, plan.c_out, *plan.taps.args, per,
+            *blend, float(alpha), float(beta))
+    static = ((plan, slices, tuple(consts.items()), tuple(options.items()), x.dtype, dy.dtype, dw.dtype, blend), 2)
     launch(wgrad_tma_kernel, grid, args, consts, options, static)
-    return slices
+    return 0 if direct else slices
