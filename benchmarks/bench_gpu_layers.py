@@ -334,6 +334,29 @@ def spatial_cases(layout):
                                                                           1.0, 0.0),
                       keep("lrnbwd", lambda: torch.autograd.grad(lout, (xl,), dy_full, retain_graph=True)),
                       nbytes(x, ly, dy_full, dx), lambda: (dx, first(out["lrnbwd"]))))
+    # the one-read kernels (lrn.FAST_LRN) and their settings; bytes as above (the default
+    # fast backward recomputes y from x, so it reads 3 of the 4 tensors counted)
+    lrn_fwd = lambda: lrn.lrn_cross_channel_forward(x, y, 5, 1e-4, 0.75, 2.0, 1.0, 0.0)  # noqa: E731
+    lrn_bwd = lambda: lrn.lrn_cross_channel_backward(ly, dy_full, x, dx, 5, 1e-4, 0.75, 2.0, 1.0, 0.0)  # noqa: E731
+    fast = [("FAST_LRN", True)]
+    lrn_variants = [("one-read", fast, True, True), ("one-read reads y", fast + [("BWD_READS_Y", True)], False, True),
+                    ("one-read exact log2", fast + [("APPROX_LOG2", False)], True, True)]
+    if layout == "NCHW":
+        lrn_variants += [("one-read 4 warps", fast + [("NCHW_WARPS", 4)], True, True),
+                         ("one-read chunk 64", fast + [("NCHW_CHUNK_C", 64)], True, False),
+                         ("one-read chunk 128", fast + [("NCHW_CHUNK_C", 128)], False, True)]
+    else:
+        lrn_variants += [("one-read tile 4096", fast + [("LANES_TILE", 4096)], True, False),
+                         ("one-read tile 2048", fast + [("LANES_TILE", 2048)], False, True)]
+    for label, settings, with_fwd, with_bwd in lrn_variants:
+        if with_fwd:
+            cases.append(Case(f"lrn5 fwd [{label}]", switched_all(lrn, settings, lrn_fwd),
+                              keep("lrn", lambda: F.local_response_norm(x, 5, 1e-4, 0.75, 2.0)), nbytes(x, y),
+                              lambda: (y, out["lrn"])))
+        if with_bwd:
+            cases.append(Case(f"lrn5 bwd [{label}]", switched_all(lrn, settings, lrn_bwd),
+                              keep("lrnbwd", lambda: torch.autograd.grad(lout, (xl,), dy_full, retain_graph=True)),
+                              nbytes(x, ly, dy_full, dx), lambda: (dx, first(out["lrnbwd"]))))
     reserve = torch.empty(x.numel(), dtype=torch.uint8, device=DEVICE)
     tmask = torch.rand(SPATIAL, device=DEVICE, generator=g) > 0.1
     cases.append(Case("dropout0.1 fwd", lambda: dropout.dropout_forward(x, y, reserve, 0.1, 1234, 0),
