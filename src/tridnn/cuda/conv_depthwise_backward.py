@@ -260,14 +260,19 @@ def wgrad3_applies(problem) -> bool:
     return geo.cg == 1 and geo.ker == (1, 3, 3) and geo.inp[0] == 1 and geo.out[0] == 1
 
 
-def _wgrad3_config(problem, device):
+def _wgrad3_config(problem, device, slices=None):
     """(BW, BC, warps): channel blocks no wider than the channels (C = 144 takes 16-wide
-    blocks: none masked), columns filling the rest of a 512-element tile."""
+    blocks: none masked), columns filling the rest of a 4-elements-per-thread tile. When
+    the slices are capped (ALGO_1's partial buffer) and the programs would not cover the
+    SMs twice, narrower channel blocks and 8 warps spread the work wider."""
     if device.type != "cuda":
         return dict(BW=4, BC=4, num_warps=1)
     k = problem.k
     bc = 16 if k % 32 else (32 if k % 64 else 64)
-    return dict(BW=max(8, 512 // bc), BC=bc, num_warps=4)
+    warps = 4
+    if slices is not None and cdiv(k, bc) * slices < 2 * sm_count(device):
+        bc, warps = 16, 8
+    return dict(BW=max(8, 128 * warps // bc), BC=bc, num_warps=warps)
 
 
 def filter_slices(problem, device, cap: int) -> int:
@@ -292,7 +297,7 @@ def backward_filter_partials(problem, x, dy, part, slices, atomic) -> int:
     geo = geometry(problem)
     nd = problem.nd
     if wgrad3_applies(problem):
-        cfg = _wgrad3_config(problem, x.device)
+        cfg = _wgrad3_config(problem, x.device, slices)
         rows = geo.n * geo.out[0] * geo.out[1]
         per = cdiv(rows, slices)
         slices = cdiv(rows, per)
