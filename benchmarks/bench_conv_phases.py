@@ -5,10 +5,12 @@
   path) against all phases in one launch (conv_tma_phases_kernel, FUSED configs);
 - bwd_filter: small-image backward filter, the old configs (one image per box, WAVES 2
   or 1, float32 partials and a finish pass always) against the new ones (NB images per
-  box, WAVES 0.5, and "direct": a one-slice split written straight into dw).
+  box, WAVES 0.5, and "direct": a one-slice split written straight into dw);
+- fwd: 7x7 forward, one image per output box (old) against two (NB = 2, new).
 
-    PYTHONPATH=src python3 benchmarks/bench_conv_phases.py [--sections bwd_data,bwd_filter]
-        [--data-layers res3_3x3s2,...] [--filter-layers res4_3x3,...] [--budget-s 240]
+    PYTHONPATH=src python3 benchmarks/bench_conv_phases.py [--sections bwd_data,bwd_filter,fwd]
+        [--data-layers res3_3x3s2,...] [--filter-layers res4_3x3,...] [--fwd-layers res5_3x3]
+        [--budget-s 240]
 
 Every candidate conv_tma offers is timed as a CUDA-graph median (bench_gpu_conv.bench,
 the finish pass included for backward filter) and its result compared with cuDNN's
@@ -36,6 +38,7 @@ from tridnn.cuda import conv_tma  # noqa: E402
 
 DATA_LAYERS = "res3_3x3s2,res4_3x3s2,res5_3x3s2"
 FILTER_LAYERS = "res4_3x3,res5_3x3,res5_1x1a,res5_1x1c"
+FWD_LAYERS = "res5_3x3"
 
 
 def name(cfg):
@@ -43,7 +46,8 @@ def name(cfg):
         new = cfg.get("NB", 1) > 1 or cfg.get("WAVES", 2) < 1 or cfg["DIRECT"]
         return (f"{'new' if new else 'old'} nb{cfg.get('NB', 1)} {cfg['BH']}x{cfg['BW']} {cfg['BLOCK_M']}x{cfg['BLOCK_N']} "
                 f"w{cfg['num_warps']}s{cfg['num_stages']} waves{cfg.get('WAVES', 2)}{' direct' if cfg['DIRECT'] else ''}")
-    return (f"{'new' if cfg.get('FUSED') else 'old'} {'fused' if cfg.get('FUSED') else 'phase'} "
+    new = cfg.get("FUSED") or cfg.get("NB", 1) > 1
+    return (f"{'new' if new else 'old'} {'fused' if cfg.get('FUSED') else 'phase'} nb{cfg.get('NB', 1)} "
             f"{cfg['BH']}x{cfg['BW']}x{cfg['BLOCK_N']} w{cfg['num_warps']}s{cfg['num_stages']}")
 
 
@@ -110,6 +114,22 @@ def run_filter(p, n, dev, deadline):
     return time_configs(row, p["name"], cands, launch, out, ref, deadline)
 
 
+def run_forward(p, n, dev, deadline):
+    """Forward through conv_tma_kernel: one image per box (old) or NB images (new)."""
+    cd, xd, wd, yd, x, w, dy = make(p, n, "bfloat16", tridnn.MathType.DEFAULT, dev)
+    ref_fn = torch_conv("fwd", p, x, w, dy)
+    ref = ref_fn()
+    row = dict(layer=p["name"], direction="fwd", cudnn_us=bench(ref_fn) * 1e6, configs={})
+    problem = ConvProblem("fwd", xd, wd, yd, cd)
+    out = torch.empty_like(ref)
+    plan = conv_tma.forward_plan(problem, x, w, out)
+    if plan is None:
+        row["error"] = "no TMA plan"
+        return row
+    return time_configs(row, p["name"], conv_tma.candidates(plan, out.device, problem),
+                        lambda cfg: conv_tma.launch_conv(plan, problem, x, w, out, 1.0, 0.0, cfg), out, ref, deadline)
+
+
 def run(p, n, dev, deadline):
     cd, xd, wd, yd, x, w, dy = make(p, n, "bfloat16", tridnn.MathType.DEFAULT, dev)
     ref_fn = torch_conv("bwd_data", p, x, w, dy)
@@ -129,7 +149,8 @@ def run(p, n, dev, deadline):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sections", default="bwd_data,bwd_filter")
+    ap.add_argument("--sections", default="bwd_data,bwd_filter,fwd")
+    ap.add_argument("--fwd-layers", default=FWD_LAYERS)
     ap.add_argument("--data-layers", default=DATA_LAYERS)
     ap.add_argument("--filter-layers", default=FILTER_LAYERS)
     ap.add_argument("--batch", type=int, default=64)
@@ -140,7 +161,9 @@ def main():
     dev = torch.device("cuda")
     deadline = time.time() + args.budget_s
     rows = []
-    for section, names, fn in (("bwd_data", args.data_layers, run), ("bwd_filter", args.filter_layers, run_filter)):
+    sections = (("bwd_data", args.data_layers, run), ("bwd_filter", args.filter_layers, run_filter),
+                ("fwd", args.fwd_layers, run_forward))
+    for section, names, fn in sections:
         if section not in args.sections.split(","):
             continue
         want = names.split(",")

@@ -180,7 +180,8 @@ def test_gpu_candidate_lists(monkeypatch):
     """The lists the tuner gets on an H200 (132 SMs), built on the host: strided backward
     data on 7x7 phases keeps the per-phase configs first (the reference) and offers FUSED
     boxes without the 16x16 ones (19% real pixels); backward filter offers boxes of several
-    images on 7x7 images, and no two WAVES of one config give the same slice count."""
+    images on 7x7 images, and no two WAVES of one config give the same slice count; the
+    7x7 forward offers boxes of 2 images after the one-image reference, 14x14 does not."""
     monkeypatch.setattr(conv_tma, "sm_count", lambda device: 132)
     monkeypatch.setattr(conv_tma, "hardware_ok", lambda t: True)
     cuda = types.SimpleNamespace(type="cuda")
@@ -199,6 +200,11 @@ def test_gpu_candidate_lists(monkeypatch):
         by_config[tuple(sorted((k, v) for k, v in c.items() if k != "WAVES"))].append(
             conv_tma.slices_for(plan, c, 132, 64))
     assert all(len(set(v)) == len(v) for v in by_config.values())
+    problem, x, w, y = _resnet_problem("fwd", 512, 7, 3, 1, 1)
+    cands = conv_tma.candidates(conv_tma.plan_forward(problem, x, w, y), cuda, problem)
+    assert cands[0].get("NB", 1) == 1 and any(c.get("NB", 1) == 2 for c in cands)
+    problem, x, w, y = _resnet_problem("fwd", 256, 14, 3, 1, 1)  # 196 pixels: one image per box
+    assert all(c.get("NB", 1) == 1 for c in conv_tma.candidates(conv_tma.plan_forward(problem, x, w, y), cuda))
 
 
 # -- backward filter with several images per box (small images) -------------------------
@@ -220,6 +226,31 @@ def test_wgrad_boxes_of_several_images(p, nb, rng, tma_calls, monkeypatch):
     assert run_case("bwd_filter", ALGO["bwd_filter"], p, "float16", "NHWC", rng, n=3, alpha=2.0, beta=0.5) is None
     assert tma_calls["bwd_filter"] >= 3 and seen
     assert conv_tma.pixel_tiles(seen[0], dict(BH=2, BW=8, NB=nb)) < conv_tma.pixel_tiles(seen[0], dict(BH=2, BW=8))
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
+def test_conv_boxes_of_two_images(direction, rng, tma_calls, monkeypatch):
+    """conv_tma_kernel with NB = 2 images per output tile: odd batches (the last tile's
+    second image past N is neither read nor stored), edge tiles, padding, dilation,
+    alpha/beta into poisoned outputs, both modes in float16."""
+    monkeypatch.setattr(type(ALGO[direction]), "tuner", common.Tuner())
+    every = conv_tma.candidates
+
+    def two_images(plan, device, problem=None):
+        cfg = dict(conv_tma.INTERPRETER_TILE, NB=2)
+        if isinstance(plan, tuple) or plan.n == 1 and plan.oh == 1:
+            return every(plan, device, problem)
+        return [cfg]
+    monkeypatch.setattr(conv_tma, "candidates", two_images)
+    for p in (P(16, 16, (5, 7), 3, 1, 1), P(16, 32, (6, 9), 3, 1, 2, 2), P(16, 16, (6, 8), 3, 2, 1)):
+        if direction == "bwd_data" and p["stride"] != (1, 1):
+            continue
+        for n in (1, 3):
+            assert run_case(direction, ALGO[direction], p, "float32", "NHWC", rng, n=n) is None
+        for mode in (tridnn.ConvMode.CONVOLUTION, tridnn.ConvMode.CROSS_CORRELATION):
+            assert run_case(direction, ALGO[direction], p, "float16", "NHWC", rng, n=3, mode=mode, alpha=2.0,
+                            beta=0.5) is None
+    assert tma_calls[direction] > 0
 
 
 @pytest.mark.parametrize("slices", [1, 3])

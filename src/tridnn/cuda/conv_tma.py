@@ -102,24 +102,25 @@ def conv_tma_kernel(
         BH: tl.constexpr, BW: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
         GROUP_M: tl.constexpr, W_KMAJOR: tl.constexpr, PREC: tl.constexpr,
         ACT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr, BETA_ZERO: tl.constexpr,
-        INT64: tl.constexpr, FILL_SH: tl.constexpr, FILL_SW: tl.constexpr):
+        INT64: tl.constexpr, FILL_SH: tl.constexpr, FILL_SW: tl.constexpr, NB: tl.constexpr):
     """out[n, oh, ow, k] = sum over taps and C_RED channels of inp[box] * w; one
-    BH*BW x BLOCK_N output tile per program. W_KMAJOR: the filter is [C_RED, T, C_OUT]
+    NB*BH*BW x BLOCK_N output tile per program (NB > 1: the same box of NB images, for
+    small images such as 7x7; images past N load as zeros and are not stored). W_KMAJOR: the filter is [C_RED, T, C_OUT]
     (backward data reads the forward filter that way), else [C_OUT, T, C_RED].
     FILL_SH x FILL_SW > 1 (backward data of a strided 1x1 filter): the output strides step
     over FILL_SH x FILL_SW pixels, and the tile also writes the skipped pixels, which get
     no gradient (alpha * 0 + beta * dx)."""
-    BLOCK_M: tl.constexpr = BH * BW
+    BLOCK_M: tl.constexpr = NB * BH * BW
     # -- map the program to an output tile (grouped order for L2 reuse of the filter)
     pid = tl.program_id(0)
     tiles_h = tl.cdiv(OH, BH)
     tiles_w = tl.cdiv(OW, BW)
-    num_m = N * tiles_h * tiles_w
+    num_m = tl.cdiv(N, NB) * tiles_h * tiles_w
     num_n = tl.cdiv(C_OUT, BLOCK_N)
     pid_m, pid_n = grouped_tile(pid, num_m, num_n, GROUP_M)
     tw = pid_m % tiles_w
     th = (pid_m // tiles_w) % tiles_h
-    n = pid_m // (tiles_w * tiles_h)
+    n = (pid_m // (tiles_w * tiles_h)) * NB
     oh0 = th * BH
     ow0 = tw * BW
     k0 = pid_n * BLOCK_N
@@ -128,12 +129,17 @@ def conv_tma_kernel(
     acc = conv_tile(x_desc, w_desc, n, oh0, ow0, k0, C_RED, NTW, T, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W,
                     SH, SW, OFF_H, OFF_W, W_TAP0, W_STEP_H, W_STEP_W, BLOCK_M, BLOCK_N, BLOCK_K, W_KMAJOR, PREC)
 
-    # -- epilogue: rows are the tile's pixels, clipped at the image edge
+    # -- epilogue: rows are the tile's pixels, clipped at the image edge (and at N)
     offs = tl.arange(0, BLOCK_M)
-    oh = oh0 + offs // BW
     ow = ow0 + offs % BW
     cols = k0 + tl.arange(0, BLOCK_N)
-    mask_m = (oh < OH) & (ow < OW)
+    if NB > 1:
+        oh = oh0 + (offs // BW) % BH
+        n = n + offs // (BH * BW)
+        mask_m = (oh < OH) & (ow < OW) & (n < N)
+    else:
+        oh = oh0 + offs // BW
+        mask_m = (oh < OH) & (ow < OW)
     mask_n = cols < C_OUT
     if INT64:
         n = n.to(tl.int64)
@@ -623,6 +629,14 @@ INTERPRETER_TILE = _cfg(2, 8, 16, 16, 1, 1)
 INTERPRETER_FLAT = _cfg(1, 16, 16, 16, 1, 1)
 
 
+# Small outputs (7x7: an 8x8 box holds 49 real pixels): boxes of 2 images, 128 rows per
+# tile, so each filter tile loaded feeds twice the pixels. Not the 8-warp 4-stage
+# combination that miscompiled with 128-pixel boxes (above).
+SMALL_CONFIGS = [dict(_cfg(8, 8, 128, 64, 4, 4), NB=2), dict(_cfg(8, 8, 128, 64, 8, 3), NB=2),
+                 dict(_cfg(8, 8, 256, 64, 8, 3), NB=2), dict(_cfg(8, 8, 64, 64, 4, 4), NB=2)]
+SMALL_OUTPUT = 64  # output pixels per image up to which SMALL_CONFIGS are offered
+
+
 # Extra boxes for the one-launch strided backward data (conv_tma_phases_kernel): 8 x 16
 # boxes with 128 columns at 4 warps / 4 stages or 8 warps / 3 stages, neither of them the
 # combination excluded above (8 warps and 4 stages); the tuner's cross-check still guards.
@@ -639,7 +653,7 @@ def candidates(plan, device, problem=None) -> list:
         if problem is None or not fused_phases_ok(plan, problem):
             return per_phase
         extra = [c for c in PHASE_EXTRA if c["BLOCK_N"] <= max(64, triton.next_power_of_2(plan[0].c_out))]
-        boxes = per_phase + (extra if device.type == "cuda" else [])
+        boxes = [c for c in per_phase if c.get("NB", 1) == 1] + (extra if device.type == "cuda" else [])
         # the fused grid gives every phase the largest phase's extent: drop boxes that
         # cover it with far more padding than the best box (16x16 on 7x7: 19% real)
         geo = geometry(problem)
@@ -657,6 +671,8 @@ def candidates(plan, device, problem=None) -> list:
         fits = [c for c in base if c["BLOCK_N"] == 64] + [c for c in fits if c["BLOCK_N"] != 64]
     if plan.c_out <= 16:  # e.g. backward data of a first layer (3 input channels)
         fits = [dict(c, BH=1, BW=c["BH"] * c["BW"]) if flat else c for c in NARROW_CONFIGS]
+    elif not flat and plan.oh * plan.ow <= SMALL_OUTPUT and plan.n > 1 and plan.fill == (1, 1):
+        fits = fits + [c for c in SMALL_CONFIGS if c["BLOCK_N"] <= out_cap]
     return fits or base[:1]
 
 
@@ -782,14 +798,16 @@ class _Recipe:
     def __init__(self, plan, problem, inp, w, out, z, cfg, kmajor, act, has_bias, has_z, beta_zero):
         bk = _block_k(plan, cfg, inp.element_size())
         bh, bw, bn = cfg["BH"], cfg["BW"], cfg["BLOCK_N"]
-        self.x_view = (inp.dtype, tuple(plan.in_shape), tuple(plan.in_strides), (1, bh, 1, bw, bk))
+        nb = cfg.get("NB", 1)
+        self.x_view = (inp.dtype, tuple(plan.in_shape), tuple(plan.in_strides), (nb, bh, 1, bw, bk))
         ks, ts = _filter_view(w)
         r, s = w.shape[2], w.shape[3]
         self.w_view = (w.dtype, (w.shape[0], r * s, w.shape[1]), (ks, ts, 1), (bk, 1, bn) if kmajor else (bn, 1, bk))
-        self.grid = (plan.n * cdiv(plan.oh, bh) * cdiv(plan.ow, bw) * cdiv(plan.c_out, bn),)
+        self.grid = (cdiv(plan.n, nb) * cdiv(plan.oh, bh) * cdiv(plan.ow, bw) * cdiv(plan.c_out, bn),)
         self.consts = dict(BH=bh, BW=bw, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, W_KMAJOR=kmajor,
                            PREC=input_precision(problem), ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z,
-                           BETA_ZERO=beta_zero, INT64=needs_int64(out, z), FILL_SH=plan.fill[0], FILL_SW=plan.fill[1])
+                           BETA_ZERO=beta_zero, INT64=needs_int64(out, z), FILL_SH=plan.fill[0], FILL_SW=plan.fill[1],
+                           NB=nb)
         self.options = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
         self.middle = (plan.n, plan.oh, plan.ow, plan.c_red, plan.c_out, *plan.taps.args, *plan.taps.filter_args,
                        *plan.fill_hw, plan.out_offset, *plan.out_strides, *plan.z_strides)
