@@ -208,13 +208,16 @@ def spatial_cases(layout):
         on = ("NCHW_ROW_KERNELS", True)
         variants = (("nchw rows", [on]), ("nchw rows whole planes", [on, ("NCHW_STEPS", 1 << 20)]),
                     ("nchw rows 4 steps", [on, ("NCHW_STEPS", 4)]),
-                    ("nchw rows 256x8 warps", [on, ("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)]))
+                    ("nchw rows 256x8 warps", [on, ("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)]),
+                    ("nchw running rule", [on, ("NCHW_ARG_EQ", False)]))
         for name, fn, ref, moved, want, res in (
                 ("maxpool3x3s2 fwd", maxfwd, tmaxfwd, nbytes(x, py), lambda: out["maxfwd"], py),
                 ("maxpool3x3s2 bwd", maxbwd, tmaxbwd, nbytes(x, py, pdy, dx), lambda: out["maxbwd"], dx),
                 ("avgpool3x3s2 fwd", avgfwd, tavgfwd, nbytes(x, py), lambda: out["avgfwd"], py),
                 ("avgpool3x3s2 bwd", avgbwd, tavgbwd, nbytes(pdy, dx), avgbwd_reference, dx)):
             for label, settings in variants:
+                if label == "nchw running rule" and not name.startswith("maxpool3x3s2 bwd"):
+                    continue  # NCHW_ARG_EQ changes only the taps pass of max backward
                 cases.append(Case(f"{name} [{label}]", switched_all(pooling, settings, fn), ref, moved,
                                   lambda want=want, res=res: (res, want())))
     else:  # channels-last: the gather kernels (the design before CL_KERNELS) and the row kernels' settings

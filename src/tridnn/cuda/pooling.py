@@ -59,6 +59,7 @@ NCHW_ROW_KERNELS = False
 NCHW_GROUPS = 128  # (plane, 8-column group) pairs per program
 NCHW_STEPS = 8  # output rows (forward) or row steps (backward) per program at most; balanced over the plane
 NCHW_WARPS = 4
+NCHW_ARG_EQ = True  # True: first-maximum taps as (row maximum, then the first tap equal to it)
 
 
 @triton.jit
@@ -542,12 +543,13 @@ def _nchw_planes(BLOCK_P: tl.constexpr, PLANES, C, D, BIG: tl.constexpr):
 
 @triton.jit
 def _nchw_row_fold(x_ptr, row, row_ok, g, iw_tap0, IW, KW: tl.constexpr, SW: tl.constexpr, PW: tl.constexpr,
-                   MODE: tl.constexpr, PROPAGATE_NAN: tl.constexpr, MAX_ONLY: tl.constexpr, COMPUTE: tl.constexpr,
-                   BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr):
+                   MODE: tl.constexpr, PROPAGATE_NAN: tl.constexpr, MAX_ONLY: tl.constexpr, ARG_EQ: tl.constexpr,
+                   COMPUTE: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr):
     """Fold the KW horizontal taps of one input row (offsets row, [BLOCK_P]) for the
     [BLOCK_P, BLOCK_G, 8 // SW] outputs of the groups g: (value, first tap kw or -1).
     One vector load of the group's 8 columns, one scalar load of the column left (PW > 0)
-    or right of it; masked columns read -inf (max) or 0 (average)."""
+    or right of it; masked columns read -inf (max) or 0 (average). ARG_EQ: the taps as
+    (row maximum, then the first tap equal to it), as in the channels-last kernels."""
     O: tl.constexpr = 8 // SW
     FILL: tl.constexpr = float("-inf") if (MODE == 0 or MODE == 3) else 0.0
     col = g[:, None] * 8 + tl.arange(0, 8)[None, :]
@@ -568,19 +570,39 @@ def _nchw_row_fold(x_ptr, row, row_ok, g, iw_tap0, IW, KW: tl.constexpr, SW: tl.
         acc = tl.full([BLOCK_P, BLOCK_G, O], FILL, COMPUTE)
     arg = tl.full([BLOCK_P, BLOCK_G, O], -1, tl.int32)
     for kw in tl.static_range(KW):
-        # tap kw reads column SW * (m + T) + A of the group, T = (kw - PW) // SW, A = (kw - PW) % SW
-        if (kw - PW) % SW == 0:
-            tap = _shift(_phase(v, 0, SW, BLOCK_P, BLOCK_G), lo, hi, (kw - PW) // SW, O, BLOCK_P, BLOCK_G)
+        # tap kw reads column SW * (m + T) + A of the group, T = floor((kw - PW) / SW), A = (kw - PW) mod SW
+        # (written on kw - PW + SW >= 0: the interpreter's static_range counters divide like C)
+        if (kw - PW + SW) % SW == 0:
+            tap = _shift(_phase(v, 0, SW, BLOCK_P, BLOCK_G), lo, hi, (kw - PW + SW) // SW - 1, O, BLOCK_P, BLOCK_G)
         else:
-            tap = _shift(_phase(v, 1, SW, BLOCK_P, BLOCK_G), lo, lo, (kw - PW) // SW, O, BLOCK_P, BLOCK_G)
+            tap = _shift(_phase(v, 1, SW, BLOCK_P, BLOCK_G), lo, lo, (kw - PW + SW) // SW - 1, O, BLOCK_P, BLOCK_G)
         if MAX_ONLY:
             acc = _max2(acc, tap, PROPAGATE_NAN, 0)
+        elif ARG_EQ and (MODE == 0 or MODE == 3):
+            acc = _max2(acc, tap.to(COMPUTE), PROPAGATE_NAN, 0)
         elif MODE == 0 or MODE == 3:
             iw = iw_tap0 + kw
             ok = row_ok[:, None, None] & ((iw >= 0) & (iw < IW))[None, :, :]
             acc, arg = _take(acc, arg, tap.to(COMPUTE), ok, kw, MODE, PROPAGATE_NAN)
         else:
             acc += tap.to(COMPUTE)
+    if ARG_EQ and (MODE == 0 or MODE == 3) and not MAX_ONLY:
+        # the first tap holding the row's maximum (or, propagating, its first NaN), found
+        # last to first from the same registers
+        for kk in tl.static_range(KW):
+            kw = KW - 1 - kk
+            if (kw - PW + SW) % SW == 0:
+                raw = _shift(_phase(v, 0, SW, BLOCK_P, BLOCK_G), lo, hi, (kw - PW + SW) // SW - 1, O, BLOCK_P, BLOCK_G)
+            else:
+                raw = _shift(_phase(v, 1, SW, BLOCK_P, BLOCK_G), lo, lo, (kw - PW + SW) // SW - 1, O, BLOCK_P, BLOCK_G)
+            t_kw = raw.to(COMPUTE)
+            iw = iw_tap0 + kw
+            hit = row_ok[:, None, None] & ((iw >= 0) & (iw < IW))[None, :, :]
+            if PROPAGATE_NAN:
+                hit = hit & ((t_kw == acc) | (t_kw != t_kw))
+            else:
+                hit = hit & (t_kw == acc)
+            arg = tl.where(hit, kw, arg)
     return acc, arg
 
 
@@ -593,7 +615,7 @@ def _pool_nchw_forward_kernel(x_ptr, y_ptr, arg_ptr, PLANES, C, D, IH, OH, IWv, 
                               VA: tl.constexpr, VIW: tl.constexpr, VOW: tl.constexpr, MODE: tl.constexpr,
                               PROPAGATE_NAN: tl.constexpr, STORE_ARG: tl.constexpr, STORE_Y: tl.constexpr,
                               HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
-                              BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr):
+                              ARG_EQ: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr):
     """y over [BLOCK_P planes, STEPS output rows, BLOCK_G * 8 // SW output columns]: each
     input row's taps fold once per output row holding it; with KH == SH + 1 the last row of
     one output row is the first of the next and is carried in registers, not reloaded."""
@@ -619,8 +641,8 @@ def _pool_nchw_forward_kernel(x_ptr, y_ptr, arg_ptr, PLANES, C, D, IH, OH, IWv, 
     if CARRY:
         ih = oh0 * SH - PH
         carried, carried_arg = _nchw_row_fold(x_ptr, (x_plane + ih * xsh) * VX, p_ok & (ih >= 0) & (ih < IH), g,
-                                              iw_tap0, IW, KW, SW, PW, MODE, PROPAGATE_NAN, MAX_ONLY, COMPUTE,
-                                              BLOCK_P, BLOCK_G)
+                                              iw_tap0, IW, KW, SW, PW, MODE, PROPAGATE_NAN, MAX_ONLY, ARG_EQ,
+                                              COMPUTE, BLOCK_P, BLOCK_G)
     # the output rows in order, each folding its KH input rows
     for oh in range(oh0, oh1):
         if MAX_ONLY:
@@ -637,7 +659,8 @@ def _pool_nchw_forward_kernel(x_ptr, y_ptr, arg_ptr, PLANES, C, D, IH, OH, IWv, 
             else:
                 ih = oh * SH - PH + kh
                 h, harg = _nchw_row_fold(x_ptr, (x_plane + ih * xsh) * VX, p_ok & (ih >= 0) & (ih < IH), g, iw_tap0,
-                                         IW, KW, SW, PW, MODE, PROPAGATE_NAN, MAX_ONLY, COMPUTE, BLOCK_P, BLOCK_G)
+                                         IW, KW, SW, PW, MODE, PROPAGATE_NAN, MAX_ONLY, ARG_EQ, COMPUTE, BLOCK_P,
+                                         BLOCK_G)
             acc, arg = _cl_fold_rows(acc, arg, h, harg, kh, KW, MODE, PROPAGATE_NAN, MAX_ONLY, 0)
             if CARRY and kh == KH - 1:
                 carried = h
@@ -1249,7 +1272,7 @@ def _nchw_forward(x5, y5, arg5, geo, alpha, beta, flags, store_y, has_arg):
     _pool_nchw_forward_kernel[(triton.cdiv(planes, block_p), tiles_g * row_blocks)](
         x5, y5, arg5, planes, geo.C, D, IH, OH, IW // _pow2_factor(IW), OW // _pow2_factor(OW), tiles_g, steps,
         *xs, *ys, *as_, alpha, beta, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH, PW=PW,
-        VX=vx, VY=vy, VA=va, VIW=_pow2_factor(IW), VOW=_pow2_factor(OW), **flags,
+        VX=vx, VY=vy, VA=va, VIW=_pow2_factor(IW), VOW=_pow2_factor(OW), **flags, ARG_EQ=NCHW_ARG_EQ,
         BLOCK_P=block_p, BLOCK_G=block_g, num_warps=NCHW_WARPS)
 
 
