@@ -76,8 +76,8 @@ def run(shape, layout, dtype, n, rng, alpha=1.0, beta=0.0, params=(1.2, 0.6, 1.0
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 6, 9])
 def test_fast_against_reference(dtype, layout, n, rng, monkeypatch):
-    # NCHW chunks of 4 channels (C = 13: 4 chunks, the last short); NHWC one group per
-    # program (two programs over the channels, the second partial)
+    # NCHW chunks of a few channels (4 rounded to whole unrolled steps: n = 5 gives 5, 5, 3
+    # over C = 13, the last short); NHWC one group per program (two, the second partial)
     monkeypatch.setattr(lrn, "NCHW_CHUNK_C", 4)
     monkeypatch.setattr(lrn, "LANES_MAX_GROUPS", 1)
     seen = _spy(monkeypatch)

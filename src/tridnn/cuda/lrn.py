@@ -29,8 +29,9 @@ from memory (halo channels aside) instead of once per window tap:
   positions x a run of CHUNK_C channels and walks the channels one plane at a time,
   keeping the last n planes (and, backward, the last n window terms) in registers as a
   tuple ring; every window sum is recomputed over the ring (no running add/subtract,
-  so no cancellation), in the same channel order as the kernel above. The next plane
-  is loaded one step ahead. A chunk first loads its halo planes (n - 1 before it;
+  so no cancellation), in the same channel order as the kernel above. Planes are
+  loaded NCHW_PREFETCH steps ahead and converted where used, so loads stay in flight
+  across steps. A chunk first loads its halo planes (n - 1 before it;
   backward 2(n - 1), computing the terms that reach into the chunk).
 - channels contiguous (NHWC), _lrn_lanes_kernel: a thread owns groups of 8 contiguous
   channels (one 16-byte vector for 16-bit data), split into 8 lane tensors in
@@ -58,6 +59,7 @@ FAST_LRN = False  # the one-read kernels below (module docstring); off until tim
 BWD_READS_Y = False  # fast backward: read y (True) or recompute it from x (False)
 NCHW_WARPS = None  # fast NCHW: warps per program (None: fewest idle lanes for S)
 NCHW_CHUNK_C = None  # fast NCHW: channels per program (None: 32 forward, 64 backward)
+NCHW_PREFETCH = None  # fast NCHW: planes loaded ahead and steps unrolled (None: n, at most 8)
 LANES_TILE = None  # fast NHWC: elements per program (None: 2048 forward, 1024 backward)
 APPROX_LOG2 = True  # fast kernels, float32 compute on a GPU: log2 from the MUFU (_pow_neg_fast)
 GROUP = 8  # fast NHWC: channels per thread group (one 16-byte vector of 16-bit data)
@@ -237,6 +239,15 @@ def _plane(ptr, base, ch, s_mask, lo, hi, sc, BIG: tl.constexpr, COMPUTE: tl.con
 
 
 @triton.jit
+def _plane_raw(ptr, base, ch, s_mask, lo, hi, sc, BIG: tl.constexpr):
+    """_plane in the data's dtype: a prefetched plane is converted where it is used, so
+    its load is waited for there (a step or more later), not in the step that issued it."""
+    if BIG:
+        ch = ch.to(tl.int64)
+    return tl.load(ptr + base + ch * sc, mask=s_mask & (ch >= lo) & (ch < hi), other=0.0)
+
+
+@triton.jit
 def _lrn_planes_kernel(x_ptr, y_ptr, dy_ptr, out_ptr, C, S,
                        # strides of x, y, dy and the output (y forward, dx backward)
                        xsn, xsc, xss, ysn, ysc, yss, gsn, gsc, gss, osn, osc, oss,
@@ -245,8 +256,9 @@ def _lrn_planes_kernel(x_ptr, y_ptr, dy_ptr, out_ptr, C, S,
                        # what to compute
                        LRN_N: tl.constexpr, BACKWARD: tl.constexpr, READ_Y: tl.constexpr,
                        HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr, APPROX_LOG2: tl.constexpr,
-                       # tile: BLOCK_S positions x CHUNK_C channels, walked one channel at a time
-                       BLOCK_S: tl.constexpr, CHUNK_C: tl.constexpr):
+                       # tile: BLOCK_S positions x CHUNK_C channels, walked one channel at a time,
+                       # loads issued PREFETCH steps ahead
+                       BLOCK_S: tl.constexpr, CHUNK_C: tl.constexpr, PREFETCH: tl.constexpr):
     """Channels strided: walk a run of planes with the window's planes in registers."""
     BEFORE: tl.constexpr = (LRN_N - 1) // 2
     AFTER: tl.constexpr = LRN_N // 2
@@ -284,49 +296,70 @@ def _lrn_planes_kernel(x_ptr, y_ptr, dy_ptr, out_ptr, C, S,
         qring = (zero,) * BEFORE  # dy_j s_j^-beta of j in [c, c + BEFORE)
         lo_j = tl.maximum(c_begin - AFTER, 0)
         first = c_begin - (LRN_N - 1)
-        nx = _plane(x_ptr, x_base, first + LRN_N - 1, s_mask, 0, C, xsc, BIG, COMPUTE)
-        ng = _plane(dy_ptr, g_base, first + BEFORE, s_mask, lo_j, C, gsc, BIG, COMPUTE)
-        for c in range(first, c_end):
-            xw = xring + (nx,)
-            g_j = ng
-            # the next step's planes, one step ahead
-            nx = _plane(x_ptr, x_base, c + LRN_N, s_mask, 0, C, xsc, BIG, COMPUTE)
-            ng = _plane(dy_ptr, g_base, c + 1 + BEFORE, s_mask, lo_j, C, gsc, BIG, COMPUTE)
-            s_j = _ring_sum_sq(xw, lrn_k, alpha_over_n, LRN_N)
-            p_j = _pow_neg_fast(s_j, lrn_beta, APPROX_LOG2)
+        x_hi = tl.minimum(c_end + LRN_N - 1, C)
+        g_hi = tl.minimum(c_end + BEFORE, C)
+        pend_x = ()  # x planes c + n - 1 + [0, PREFETCH) and dy (y) planes c + BEFORE + [0, PREFETCH) in flight
+        pend_g = ()
+        pend_y = ()
+        for d in tl.static_range(PREFETCH):
+            pend_x = pend_x + (_plane_raw(x_ptr, x_base, first + LRN_N - 1 + d, s_mask, 0, x_hi, xsc, BIG),)
+            pend_g = pend_g + (_plane_raw(dy_ptr, g_base, first + BEFORE + d, s_mask, lo_j, g_hi, gsc, BIG),)
             if READ_Y:
-                y_j = _plane(y_ptr, y_base, c + BEFORE, s_mask, lo_j, C, ysc, BIG, COMPUTE)
-            else:
-                y_j = xw[BEFORE] * p_j
-            tw = tring + (g_j * y_j / s_j,)
-            qw = qring + (g_j * p_j,)
-            back = tw[0]
-            for j in tl.static_range(1, LRN_N):
-                back += tw[j]
-            out = (qw[0] - coef * xw[0] * back) * alpha
-            cc = c.to(tl.int64) if BIG else c
-            mask = s_mask & (c >= c_begin)
-            if HAS_BETA:
-                out += tl.load(out_ptr + o_base + cc * osc, mask=mask, other=0.0).to(COMPUTE) * beta
-            tl.store(out_ptr + o_base + cc * osc, out.to(out_ptr.dtype.element_ty), mask=mask)
-            xring = xw[1:]
-            tring = tw[1:]
-            qring = qw[1:]
+                pend_y = pend_y + (_plane_raw(y_ptr, y_base, first + BEFORE + d, s_mask, lo_j, g_hi, ysc, BIG),)
+        # unrolled PREFETCH steps at a time: the tuples rotate back to their places by the
+        # loop's end, so no register moves wait on the loads in flight
+        for c0 in range(first, c_end, PREFETCH):
+            for u in tl.static_range(PREFETCH):
+                c = c0 + u
+                xw = xring + (pend_x[0].to(COMPUTE),)
+                g_j = pend_g[0].to(COMPUTE)
+                pend_x = pend_x[1:] + (_plane_raw(x_ptr, x_base, c + LRN_N - 1 + PREFETCH, s_mask, 0, x_hi, xsc,
+                                                  BIG),)
+                pend_g = pend_g[1:] + (_plane_raw(dy_ptr, g_base, c + BEFORE + PREFETCH, s_mask, lo_j, g_hi, gsc,
+                                                  BIG),)
+                s_j = _ring_sum_sq(xw, lrn_k, alpha_over_n, LRN_N)
+                p_j = _pow_neg_fast(s_j, lrn_beta, APPROX_LOG2)
+                if READ_Y:
+                    y_j = pend_y[0].to(COMPUTE)
+                    pend_y = pend_y[1:] + (_plane_raw(y_ptr, y_base, c + BEFORE + PREFETCH, s_mask, lo_j, g_hi, ysc,
+                                                      BIG),)
+                else:
+                    y_j = xw[BEFORE] * p_j
+                tw = tring + (g_j * y_j / s_j,)
+                qw = qring + (g_j * p_j,)
+                back = tw[0]
+                for j in tl.static_range(1, LRN_N):
+                    back += tw[j]
+                out = (qw[0] - coef * xw[0] * back) * alpha
+                cc = c.to(tl.int64) if BIG else c
+                mask = s_mask & (c >= c_begin) & (c < c_end)
+                if HAS_BETA:
+                    out += tl.load(out_ptr + o_base + cc * osc, mask=mask, other=0.0).to(COMPUTE) * beta
+                tl.store(out_ptr + o_base + cc * osc, out.to(out_ptr.dtype.element_ty), mask=mask)
+                xring = xw[1:]
+                tring = tw[1:]
+                qring = qw[1:]
     else:
         if LRN_N > 1:
             for c in range(c_begin - LRN_N + 1, c_begin):  # the planes before the chunk: loads only
                 xring = xring[1:] + (_plane(x_ptr, x_base, c + AFTER, s_mask, 0, C, xsc, BIG, COMPUTE),)
-        nx = _plane(x_ptr, x_base, c_begin + AFTER, s_mask, 0, C, xsc, BIG, COMPUTE)
-        for c in range(c_begin, c_end):
-            xw = xring + (nx,)  # planes [c - BEFORE, c + AFTER]
-            nx = _plane(x_ptr, x_base, c + AFTER + 1, s_mask, 0, C, xsc, BIG, COMPUTE)
-            scale = _ring_sum_sq(xw, lrn_k, alpha_over_n, LRN_N)
-            out = xw[BEFORE] * _pow_neg_fast(scale, lrn_beta, APPROX_LOG2) * alpha
-            cc = c.to(tl.int64) if BIG else c
-            if HAS_BETA:
-                out += tl.load(out_ptr + o_base + cc * osc, mask=s_mask, other=0.0).to(COMPUTE) * beta
-            tl.store(out_ptr + o_base + cc * osc, out.to(out_ptr.dtype.element_ty), mask=s_mask)
-            xring = xw[1:]
+        x_hi = tl.minimum(c_end + AFTER, C)
+        pend = ()  # planes c + AFTER + [0, PREFETCH), loads in flight
+        for d in tl.static_range(PREFETCH):
+            pend = pend + (_plane_raw(x_ptr, x_base, c_begin + AFTER + d, s_mask, 0, x_hi, xsc, BIG),)
+        for c0 in range(c_begin, c_end, PREFETCH):  # unrolled as in the backward
+            for u in tl.static_range(PREFETCH):
+                c = c0 + u
+                xw = xring + (pend[0].to(COMPUTE),)  # planes [c - BEFORE, c + AFTER]
+                pend = pend[1:] + (_plane_raw(x_ptr, x_base, c + AFTER + PREFETCH, s_mask, 0, x_hi, xsc, BIG),)
+                scale = _ring_sum_sq(xw, lrn_k, alpha_over_n, LRN_N)
+                out = xw[BEFORE] * _pow_neg_fast(scale, lrn_beta, APPROX_LOG2) * alpha
+                cc = c.to(tl.int64) if BIG else c
+                mask = s_mask & (c < c_end)
+                if HAS_BETA:
+                    out += tl.load(out_ptr + o_base + cc * osc, mask=mask, other=0.0).to(COMPUTE) * beta
+                tl.store(out_ptr + o_base + cc * osc, out.to(out_ptr.dtype.element_ty), mask=mask)
+                xring = xw[1:]
 
 
 @triton.jit
@@ -492,15 +525,18 @@ def _launch_fast(xv, yv, gv, ov, lrn_n, lrn_alpha, lrn_beta, lrn_k, alpha, beta,
     # channels strided: 16 bytes per thread, fewer when the rings get long
     vec = max(1, 16 // xv.element_size())
     ring = (3 * lrn_n if backward else lrn_n)
-    while vec > 1 and vec * ring > 128:
+    while vec > 1 and vec * ring > 64:
         vec //= 2
     warps = NCHW_WARPS
     if warps is None:  # the fewest idle lanes in the last position tile, ties to more warps
         warps = min((1, 2, 4), key=lambda w: (triton.cdiv(S, vec * 32 * w) * vec * 32 * w, -w))
     block_s = vec * 32 * warps
+    prefetch = NCHW_PREFETCH or min(lrn_n, 8)  # n: the x ring rotates back in place too
     chunk = NCHW_CHUNK_C or (64 if backward else 32)
+    chunk = max(1, round(chunk / prefetch)) * prefetch  # whole unrolled groups in all but the last chunk
     grid = (N * triton.cdiv(S, block_s) * triton.cdiv(C, chunk),)
-    _lrn_planes_kernel[grid](*args, **consts, BLOCK_S=block_s, CHUNK_C=chunk, num_warps=warps)
+    _lrn_planes_kernel[grid](*args, **consts, BLOCK_S=block_s, CHUNK_C=chunk, PREFETCH=prefetch,
+                             num_warps=warps)
 
 
 def _check(lrn_n):
