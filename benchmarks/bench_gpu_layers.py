@@ -346,6 +346,7 @@ def spatial_cases(layout):
                     ("one-read exact log2", fast + [("APPROX_LOG2", False)], True, True)]
     if layout == "NCHW":
         lrn_variants += [("one-read 4 warps", fast + [("NCHW_WARPS", 4)], True, True),
+                         ("one-read prefetch 2", fast + [("NCHW_PREFETCH", 2)], True, True),
                          ("one-read chunk 64", fast + [("NCHW_CHUNK_C", 64)], True, False),
                          ("one-read chunk 128", fast + [("NCHW_CHUNK_C", 128)], False, True)]
     else:
