@@ -68,8 +68,7 @@ L2_REUSE = False             # True: the apply pass first re-reads what the stat
 L2_KEEP_BYTES = 24 << 20     # how much of each reduced tensor the stats pass asks the L2 to keep
 CHUNKED = False              # True: training forward and backward run channel chunks (L2 reuse; see below)
 CHUNK_BYTES = 16 << 20       # bytes of the re-read tensors (x; x and dy, y after a relu) per chunk
-CHUNK_OVERLAP = 1            # CUDA, several chunks: 0 one stream; 1 the statistics on a side stream;
-                             # 2 finalize and apply on a high-priority side stream (see _run_chunks)
+CHUNK_OVERLAP = True         # CUDA: chunk k+1's statistics on a side stream beside chunk k's apply
 BLOCK_SPLITS = 128           # splits combined per finalize step
 FINALIZE_BLOCK_C = 16        # channels per finalize program
 
@@ -573,40 +572,35 @@ _side_streams = {}
 
 def _run_chunks(x, chunks, stats, finish):
     """stats(k) then finish(k) (finalize and apply) for every chunk k. On CUDA with
-    CHUNK_OVERLAP and several chunks the two run on two streams, the statistics one
-    chunk ahead: stats(k + 1) beside finish(k), and stats(k + 2) only after finish(k),
-    so at most two chunks are live in the L2. CHUNK_OVERLAP 1 puts the statistics on a
-    side stream; 2 puts finalize and apply on a high-priority side stream, so the block
-    scheduler gives freed SMs to the apply first (the statistics programs hold ~100
-    registers a thread: two of them leave room for one apply program). Events order
-    the streams (under CUDA-graph capture they become the graph's edges); the caller's
-    stream waits for all."""
+    CHUNK_OVERLAP and several chunks, the statistics run on a side stream one chunk
+    ahead: stats(k + 1) beside finish(k), and stats(k + 2) only after finish(k), so at
+    most two chunks are live in the L2. Events order the streams (also under CUDA-graph
+    capture, where they become the graph's edges); the caller's stream waits for all."""
     if chunks == 1 or not CHUNK_OVERLAP or x.device.type != "cuda":
         for k in range(chunks):
             stats(k)
             finish(k)
         return
     main = torch.cuda.current_stream(x.device)
-    key = (x.device.index, int(CHUNK_OVERLAP))
-    side = _side_streams.get(key)
+    side = _side_streams.get(x.device.index)
     if side is None:
-        side = _side_streams[key] = torch.cuda.Stream(x.device, priority=-1 if CHUNK_OVERLAP == 2 else 0)
-    stats_stream, finish_stream = (side, main) if CHUNK_OVERLAP == 1 else (main, side)
+        side = _side_streams[x.device.index] = torch.cuda.Stream(x.device)
     side.wait_stream(main)
     done = []
     for k in range(chunks):
-        with torch.cuda.stream(stats_stream):
+        with torch.cuda.stream(side):
             if k >= 2:
-                stats_stream.wait_event(done[k - 2])
+                side.wait_event(done[k - 2])
             stats(k)
             ready = torch.cuda.Event()
-            ready.record(stats_stream)
-        with torch.cuda.stream(finish_stream):
-            finish_stream.wait_event(ready)
-            finish(k)
-            done.append(torch.cuda.Event() if k + 2 < chunks else None)
-            if done[-1] is not None:
-                done[-1].record(finish_stream)
+            ready.record(side)
+        main.wait_event(ready)
+        finish(k)
+        if k + 2 < chunks:
+            done.append(torch.cuda.Event())
+            done[-1].record(main)
+        else:
+            done.append(None)
     main.wait_stream(side)
 
 
