@@ -282,23 +282,6 @@ def spatial_cases(layout):
     cases.append(Case("batchnorm bwd", bn_bwd, t_bwd, nbytes(x, dy_full, dx), lambda: (dx, first(out["bnbwd"]))))
     cases.append(Case("batchnorm bwd [L2 order]", switched(batchnorm, "L2_REUSE", True, bn_bwd), t_bwd,
                       nbytes(x, dy_full, dx), lambda: (dx, first(out["bnbwd"]))))
-    # batchnorm.CHUNKED: statistics, finalize and apply per channel chunk of CHUNK_BYTES
-    # (the apply re-reads the chunk from the L2), the next chunk's statistics on a side
-    # stream beside this chunk's apply ("serial": one stream, CHUNK_OVERLAP off); a dry
-    # run's "MB" is 256 bytes, so its tiny tensor still runs in several chunks
-    mb = 256 if DRY_RUN else 1 << 20
-    for label, settings in (("chunked 16MB", [("CHUNK_BYTES", 16 * mb)]),
-                            ("chunked 16MB serial", [("CHUNK_BYTES", 16 * mb), ("CHUNK_OVERLAP", False)]),
-                            ("chunked 8MB", [("CHUNK_BYTES", 8 * mb)]),
-                            ("chunked 24MB", [("CHUNK_BYTES", 24 * mb)])):
-        settings = [("CHUNKED", True)] + settings
-        cases.append(Case(f"batchnorm train fwd [{label}]", switched_all(batchnorm, settings, bn_fwd), t_bn,
-                          nbytes(x, y), lambda: (y, out["bn"])))
-        if label == "chunked 16MB":
-            cases.append(Case(f"batchnorm add+relu fwd [{label}]", switched_all(batchnorm, settings, bn_add), t_add,
-                              nbytes(x, z, y), lambda: (y, out["bnadd"])))
-        cases.append(Case(f"batchnorm bwd [{label}]", switched_all(batchnorm, settings, bn_bwd), t_bwd,
-                          nbytes(x, dy_full, dx), lambda: (dx, first(out["bnbwd"]))))
 
     # group norm (32 groups): the other design as the alternative
     gm, gi = torch.empty(N, GROUPS, device=DEVICE), torch.empty(N, GROUPS, device=DEVICE)

@@ -29,27 +29,12 @@ memory order without cache hints. The backward pass has the same shape: a reduct
 (sum g, sum g * xhat), a finalize that writes dscale/dbias, and an apply that writes dx
 (and dz).
 
-CHUNKED (off until measured on the H200) runs training forward and backward per chunk
-of channels whose re-read tensors (x; x and dy, and y after a relu) take at most
-CHUNK_BYTES (16 MiB: 40 channels NCHW, 32 NHWC on 64x256x56x56 bf16), so the apply
-pass re-reads its chunk from the L2 instead of DRAM: 2x the tensor from DRAM in place
-of 3x. The chunks are narrowed views through the same kernels (the tile chosen for the
-chunk's channel count: 128x32 for 32 NHWC channels), each with its own splits, so the
-sums are as deterministic as before and differ from the unchunked path only in float32
-rounding. Cost: 3 launches a chunk (7-8 chunks: 21-24 launches); with CHUNK_OVERLAP
-the next chunk's statistics run on a side stream beside this chunk's finalize and
-apply (events order them, also inside a CUDA graph), so the launch gaps and wave
-tails of one stream overlap the other's work. L2_REUSE applies to the unchunked path
-only.
-
 Precision: sums and coefficients are float32 for 16- and 32-bit data and float64 for
 float64 data (the constexpr ACC and the workspace dtype, chosen on the host from x);
 the splits are combined in float64 for all. Scalars (epsilon, the averaging factor,
 alpha and beta) are float64 kernel arguments, so float64 data sees them unrounded;
 kernels that compute in float32 convert them once."""
 from __future__ import annotations
-
-import copy
 
 import torch
 import triton
@@ -66,9 +51,6 @@ TILE = 4096
 PROGRAMS_PER_SM = 2          # reduction programs: one resident wave (each keeps 4 tiles in flight)
 L2_REUSE = False             # True: the apply pass first re-reads what the stats pass read last (L2)
 L2_KEEP_BYTES = 24 << 20     # how much of each reduced tensor the stats pass asks the L2 to keep
-CHUNKED = False              # True: training forward and backward run channel chunks (L2 reuse; see below)
-CHUNK_BYTES = 16 << 20       # bytes of the re-read tensors (x; x and dy, y after a relu) per chunk
-CHUNK_OVERLAP = True         # CUDA: chunk k+1's statistics on a side stream beside chunk k's apply
 BLOCK_SPLITS = 128           # splits combined per finalize step
 FINALIZE_BLOCK_C = 16        # channels per finalize program
 
@@ -298,16 +280,15 @@ def _grad_stats_kernel(x_ptr, y_ptr, dy_ptr, part_ptr, stat_ptr, N, C, S,
 
 
 @triton.jit
-def _grad_finalize_kernel(part_ptr, stat_ptr, scale_ptr, dscale_ptr, dbias_ptr, C, ld, splits, count: tl.float64,
+def _grad_finalize_kernel(part_ptr, stat_ptr, scale_ptr, dscale_ptr, dbias_ptr, C, splits, count: tl.float64,
                           alpha_p: tl.float64, beta_p: tl.float64, HAS_BETA_P: tl.constexpr, BLOCK_SPLITS: tl.constexpr,
                           BLOCK_C: tl.constexpr):
     """dscale = sum(g * xhat), dbias = sum(g) (blended); stat row 2, 3 <- the dx
-    coefficients mean(g) and mean(g * xhat) * inv_std, row 4 <- scale * inv_std (stat rows
-    ld apart: C, or the whole tensor's C for a channel chunk)."""
+    coefficients mean(g) and mean(g * xhat) * inv_std, row 4 <- scale * inv_std."""
     c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     mask = c < C
     sum_g, sum_gx = _split_sums(part_ptr, C, splits, c, mask, BLOCK_SPLITS, BLOCK_C)
-    inv_std = tl.load(stat_ptr + ld + c, mask=mask, other=0.0).to(tl.float64)
+    inv_std = tl.load(stat_ptr + C + c, mask=mask, other=0.0).to(tl.float64)
     scale = tl.load(scale_ptr + c, mask=mask, other=0.0).to(tl.float64)
     dscale = sum_gx * inv_std
     dbias = sum_g
@@ -318,13 +299,13 @@ def _grad_finalize_kernel(part_ptr, stat_ptr, scale_ptr, dscale_ptr, dbias_ptr, 
         dbias_out += tl.load(dbias_ptr + c, mask=mask, other=0.0).to(tl.float64) * beta_p
     tl.store(dscale_ptr + c, dscale_out.to(dscale_ptr.dtype.element_ty), mask=mask)
     tl.store(dbias_ptr + c, dbias_out.to(dbias_ptr.dtype.element_ty), mask=mask)
-    tl.store(stat_ptr + 2 * ld + c, (sum_g / count).to(stat_ptr.dtype.element_ty), mask=mask)
-    tl.store(stat_ptr + 3 * ld + c, (dscale / count * inv_std).to(stat_ptr.dtype.element_ty), mask=mask)
-    tl.store(stat_ptr + 4 * ld + c, (scale * inv_std).to(stat_ptr.dtype.element_ty), mask=mask)
+    tl.store(stat_ptr + 2 * C + c, (sum_g / count).to(stat_ptr.dtype.element_ty), mask=mask)
+    tl.store(stat_ptr + 3 * C + c, (dscale / count * inv_std).to(stat_ptr.dtype.element_ty), mask=mask)
+    tl.store(stat_ptr + 4 * C + c, (scale * inv_std).to(stat_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _grad_apply_kernel(x_ptr, y_ptr, dy_ptr, dx_ptr, dz_ptr, stat_ptr, N, C, ld, S, SB, splits, per,
+def _grad_apply_kernel(x_ptr, y_ptr, dy_ptr, dx_ptr, dz_ptr, stat_ptr, N, C, S, SB, splits, per,
                        xsn, xsc, xss, ysn, ysc, yss, gsn, gsc, gss, dsn, dsc, dss, zsn, zsc, zss,
                        alpha: tl.float64, beta: tl.float64, RELU: tl.constexpr, WRITE_DZ: tl.constexpr,
                        HAS_BETA: tl.constexpr, L2_ORDER: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
@@ -336,9 +317,9 @@ def _grad_apply_kernel(x_ptr, y_ptr, dy_ptr, dx_ptr, dz_ptr, stat_ptr, N, C, ld,
     c_mask = c < C
     mask = (s[:, None] < S) & c_mask[None, :] & ok
     mean = tl.load(stat_ptr + c, mask=c_mask, other=0.0).to(COMPUTE)
-    mean_g = tl.load(stat_ptr + 2 * ld + c, mask=c_mask, other=0.0).to(COMPUTE)
-    coef_x = tl.load(stat_ptr + 3 * ld + c, mask=c_mask, other=0.0).to(COMPUTE)
-    k = tl.load(stat_ptr + 4 * ld + c, mask=c_mask, other=0.0).to(COMPUTE)
+    mean_g = tl.load(stat_ptr + 2 * C + c, mask=c_mask, other=0.0).to(COMPUTE)
+    coef_x = tl.load(stat_ptr + 3 * C + c, mask=c_mask, other=0.0).to(COMPUTE)
+    k = tl.load(stat_ptr + 4 * C + c, mask=c_mask, other=0.0).to(COMPUTE)
     g = tl.load(dy_ptr + n * gsn + s[:, None] * gss + c[None, :] * gsc, mask=mask, other=0.0,
                 eviction_policy=EVICT).to(COMPUTE)
     if RELU:
@@ -375,42 +356,15 @@ class _Layout:
         self.params = {name: self._param_view(t, is_out, read) for name, (t, is_out, read) in params.items()}
         xv = views["x"]
         self.N, self.C, self.S = ncs_dims(xv) if xv.dim() > 2 else (xv.shape[0], xv.shape[1], 1)
-        self.last = (channels_last(xv) if xv.dim() > 2 else False) or self.S == 1
-        self._tile()
-        self.big = needs_int64(*[t for t, _, _ in data.values() if t is not None])
-
-    def _tile(self):
-        if self.last:
+        last = channels_last(xv) if xv.dim() > 2 else False
+        if last or self.S == 1:
             self.block_c = min(next_pow2(self.C), 128)
             self.block_s = max(1, min(next_pow2(self.S), TILE // self.block_c))
         else:
             self.block_s = min(next_pow2(self.S), 512)
             self.block_c = max(1, min(next_pow2(self.C), TILE // self.block_s))
         self.SB = cdiv(self.S, self.block_s)
-
-    def chunk_bounds(self, tensors):
-        """[(c0, c1)] channel chunks whose ``tensors`` re-read data tensors take at most
-        CHUNK_BYTES (channels-last: a power of two channels, a tile's row; NCHW: a
-        multiple of 8), or None when one chunk holds every channel."""
-        per_channel = self.N * self.S * self.views["x"].element_size() * tensors
-        cc = max(1, CHUNK_BYTES // max(1, per_channel))
-        if self.last:
-            cc = 1 << (cc.bit_length() - 1)
-        elif cc >= 8:
-            cc -= cc % 8
-        if cc >= self.C:
-            return None
-        return [(c0, min(self.C, c0 + cc)) for c0 in range(0, self.C, cc)]
-
-    def chunk(self, c0, c1):
-        """This layout restricted to channels [c0, c1): narrowed views (same strides,
-        so the same kernels), sliced parameter vectors, the tile chosen for c1 - c0."""
-        sub = copy.copy(self)
-        sub.views = {k: None if v is None else v.narrow(1, c0, c1 - c0) for k, v in self.views.items()}
-        sub.params = {k: None if v is None else v[c0:c1] for k, v in self.params.items()}
-        sub.C = c1 - c0
-        sub._tile()
-        return sub
+        self.big = needs_int64(*[t for t, _, _ in data.values() if t is not None])
 
     def _data_view(self, t, is_out, read):
         if t is None:
@@ -530,78 +484,24 @@ def batch_norm_forward_training(x, z, y, scale, bias, running_mean, running_var,
                   {"scale": (scale, False, False), "bias": (bias, False, False),
                    "rmean": (running_mean, True, True), "rvar": (running_var, True, True),
                    "smean": (saved_mean, True, False), "sinv": (saved_inv_var, True, False)})
-    bounds = lay.chunk_bounds(1) if CHUNKED else None
-    subs = [lay] if bounds is None else [lay.chunk(c0, c1) for c0, c1 in bounds]
-    grids = [sub.stats_grid(x) for sub in subs]
+    (tiles_c, splits), per = lay.stats_grid(x)
     dev, acc = x.device, _workspace_dtype(x)
-    # one workspace for every chunk: [splits, 2, C'] partial sums, shift [C'], coef [2, C']
-    sizes = [splits * 2 * sub.C + 3 * sub.C for sub, ((_, splits), _) in zip(subs, grids)]
-    ws = torch.empty(sum(sizes), dtype=acc, device=dev)
-    works, at = [], 0
-    for sub, ((_, splits), _), size in zip(subs, grids, sizes):
-        w = ws[at:at + size]
-        at += size
-        works.append((w[:splits * 2 * sub.C], w[splits * 2 * sub.C:][:sub.C], w[splits * 2 * sub.C + sub.C:]))
-    has_running = lay.params["rmean"] is not None and lay.params["rvar"] is not None
-    has_saved = lay.params["smean"] is not None and lay.params["sinv"] is not None
+    part = torch.empty(splits * 2 * lay.C, dtype=acc, device=dev)
+    shift = torch.empty(lay.C, dtype=acc, device=dev)
+    coef = torch.empty(2 * lay.C, dtype=acc, device=dev)
+    _launch_stats(lay, x, part, shift, (tiles_c, splits), per, lay.keep_items(splits, 1) if L2_REUSE else 0)
+    p = lay.params
+    has_running = p["rmean"] is not None and p["rvar"] is not None
+    has_saved = p["smean"] is not None and p["sinv"] is not None
     count = lay.N * lay.S
-    l2_order = L2_REUSE and bounds is None
-
-    def stats(k):
-        part, shift, _ = works[k]
-        (tiles_c, splits), per = grids[k]
-        _launch_stats(subs[k], x, part, shift, (tiles_c, splits), per,
-                      subs[k].keep_items(splits, 1) if l2_order else 0)
-
-    def finish(k):
-        sub, (part, shift, coef), ((_, splits), per), p = subs[k], works[k], grids[k], subs[k].params
-        jit_run(_finalize_kernel, _finalize_grid(sub.C),
-            part, shift, coef, p["scale"], p["bias"], p["rmean"] if has_running else coef,
-            p["rvar"] if has_running else coef, p["smean"] if has_saved else coef, p["sinv"] if has_saved else coef,
-            sub.C, splits, float(count), float(exp_avg_factor), float(epsilon),
-            HAS_RUNNING=has_running, HAS_SAVED=has_saved, BLOCK_SPLITS=BLOCK_SPLITS, BLOCK_C=FINALIZE_BLOCK_C,
-            num_warps=8)
-        _launch_apply(sub, coef, alpha, beta, bn_ops, x, splits, per, l2_order)
-
-    _run_chunks(x, len(subs), stats, finish)
+    jit_run(_finalize_kernel, _finalize_grid(lay.C),
+        part, shift, coef, p["scale"], p["bias"], p["rmean"] if has_running else coef,
+        p["rvar"] if has_running else coef, p["smean"] if has_saved else coef, p["sinv"] if has_saved else coef,
+        lay.C, splits, float(count), float(exp_avg_factor), float(epsilon),
+        HAS_RUNNING=has_running, HAS_SAVED=has_saved, BLOCK_SPLITS=BLOCK_SPLITS, BLOCK_C=FINALIZE_BLOCK_C,
+        num_warps=8)
+    _launch_apply(lay, coef, alpha, beta, bn_ops, x, splits, per, L2_REUSE)
     lay.staging.finish()
-
-
-_side_streams = {}
-
-
-def _run_chunks(x, chunks, stats, finish):
-    """stats(k) then finish(k) (finalize and apply) for every chunk k. On CUDA with
-    CHUNK_OVERLAP and several chunks, the statistics run on a side stream one chunk
-    ahead: stats(k + 1) beside finish(k), and stats(k + 2) only after finish(k), so at
-    most two chunks are live in the L2. Events order the streams (also under CUDA-graph
-    capture, where they become the graph's edges); the caller's stream waits for all."""
-    if chunks == 1 or not CHUNK_OVERLAP or x.device.type != "cuda":
-        for k in range(chunks):
-            stats(k)
-            finish(k)
-        return
-    main = torch.cuda.current_stream(x.device)
-    side = _side_streams.get(x.device.index)
-    if side is None:
-        side = _side_streams[x.device.index] = torch.cuda.Stream(x.device)
-    side.wait_stream(main)
-    done = []
-    for k in range(chunks):
-        with torch.cuda.stream(side):
-            if k >= 2:
-                side.wait_event(done[k - 2])
-            stats(k)
-            ready = torch.cuda.Event()
-            ready.record(side)
-        main.wait_event(ready)
-        finish(k)
-        if k + 2 < chunks:
-            done.append(torch.cuda.Event())
-            done[-1].record(main)
-        else:
-            done.append(None)
-    main.wait_stream(side)
 
 
 def batch_norm_forward_inference(x, z, y, scale, bias, mean, var, mode, epsilon, bn_ops, alpha=1.0, beta=0.0) -> None:
@@ -648,43 +548,28 @@ def batch_norm_backward(x, y, dy, dz, dx, scale, bias, dscale, dbias, saved_mean
         stat[C:2 * C].copy_(p["sinv"])
     else:
         _recompute_stats(lay, stat, epsilon, x)
-    bounds = lay.chunk_bounds(3 if relu else 2) if CHUNKED else None
-    subs = [(0, lay)] if bounds is None else [(c0, lay.chunk(c0, c1)) for c0, c1 in bounds]
-    grids = [sub.stats_grid(x) for _, sub in subs]
-    sizes = [splits * 2 * sub.C for (_, sub), ((_, splits), _) in zip(subs, grids)]
-    ws = torch.empty(sum(sizes), dtype=acc, device=dev)
-    parts, at = [], 0
-    for size in sizes:
-        parts.append(ws[at:at + size])
-        at += size
-    l2_order = L2_REUSE and bounds is None
-
-    def stats(k):
-        (c0, sub), ((tiles_c, splits), per), v = subs[k], grids[k], subs[k][1].views
-        keep = sub.keep_items(splits, 3 if relu else 2) if l2_order else 0
-        jit_run(_grad_stats_kernel, (tiles_c, splits),
-            v["x"], v["y"] if relu else v["x"], v["dy"], parts[k], stat[c0:], sub.N, sub.C, sub.S,
-            *sub.strides("x"), *sub.strides("y"), *sub.strides("dy"), sub.SB, per, keep,
-            RELU=relu, BIG=sub.big, BLOCK_S=sub.block_s, BLOCK_C=sub.block_c, KEEP_HINT=keep > 0,
-            ACC=compute_dtype(x), num_warps=sub.warps)
-
-    def finish(k):
-        (c0, sub), ((_, splits), per), v, q = subs[k], grids[k], subs[k][1].views, subs[k][1].params
-        jit_run(_grad_finalize_kernel, _finalize_grid(sub.C),
-            parts[k], stat[c0:], q["scale"], q["dscale"], q["dbias"], sub.C, C, splits, float(lay.N * lay.S),
-            float(alpha_param), float(beta_param), HAS_BETA_P=float(beta_param) != 0.0, BLOCK_SPLITS=BLOCK_SPLITS,
-            BLOCK_C=FINALIZE_BLOCK_C, num_warps=8)
-        apply_splits, apply_per = (splits, per) if l2_order else (1, sub.N * sub.SB)
-        grid = sub.apply_grid(splits, per) if l2_order else (sub.N * sub.SB * cdiv(sub.C, sub.block_c),)
-        jit_run(_grad_apply_kernel, grid,
-            v["x"], v["y"] if relu else v["x"], v["dy"], v["dx"], v["dz"] if write_dz else v["dx"], stat[c0:],
-            sub.N, sub.C, C, sub.S, sub.SB, apply_splits, apply_per, *sub.strides("x"), *sub.strides("y"),
-            *sub.strides("dy"), *sub.strides("dx"), *sub.strides("dz"), float(alpha_data), float(beta_data),
-            RELU=relu, WRITE_DZ=write_dz, HAS_BETA=read_data, L2_ORDER=l2_order, BIG=sub.big,
-            COMPUTE=compute_dtype(x), EVICT="evict_first" if l2_order else "",
-            BLOCK_S=sub.block_s, BLOCK_C=sub.block_c, num_warps=sub.warps)
-
-    _run_chunks(x, len(subs), stats, finish)
+    (tiles_c, splits), per = lay.stats_grid(x)
+    part = torch.empty(splits * 2 * C, dtype=acc, device=dev)
+    v = lay.views
+    keep = lay.keep_items(splits, 3 if relu else 2) if L2_REUSE else 0
+    jit_run(_grad_stats_kernel, (tiles_c, splits),
+        v["x"], v["y"] if relu else v["x"], v["dy"], part, stat, lay.N, C, lay.S,
+        *lay.strides("x"), *lay.strides("y"), *lay.strides("dy"), lay.SB, per, keep,
+        RELU=relu, BIG=lay.big, BLOCK_S=lay.block_s, BLOCK_C=lay.block_c, KEEP_HINT=keep > 0, ACC=compute_dtype(x),
+        num_warps=lay.warps)
+    jit_run(_grad_finalize_kernel, _finalize_grid(C),
+        part, stat, p["scale"], p["dscale"], p["dbias"], C, splits, float(lay.N * lay.S),
+        float(alpha_param), float(beta_param), HAS_BETA_P=float(beta_param) != 0.0, BLOCK_SPLITS=BLOCK_SPLITS,
+        BLOCK_C=FINALIZE_BLOCK_C, num_warps=8)
+    apply_splits, apply_per = (splits, per) if L2_REUSE else (1, lay.N * lay.SB)
+    grid = lay.apply_grid(splits, per) if L2_REUSE else (lay.N * lay.SB * cdiv(C, lay.block_c),)
+    jit_run(_grad_apply_kernel, grid,
+        v["x"], v["y"] if relu else v["x"], v["dy"], v["dx"], v["dz"] if write_dz else v["dx"], stat,
+        lay.N, C, lay.S, lay.SB, apply_splits, apply_per, *lay.strides("x"), *lay.strides("y"), *lay.strides("dy"),
+        *lay.strides("dx"), *lay.strides("dz"), float(alpha_data), float(beta_data),
+        RELU=relu, WRITE_DZ=write_dz, HAS_BETA=read_data, L2_ORDER=L2_REUSE, BIG=lay.big,
+        COMPUTE=compute_dtype(x), EVICT="evict_first" if L2_REUSE else "",
+        BLOCK_S=lay.block_s, BLOCK_C=lay.block_c, num_warps=lay.warps)
     lay.staging.finish()
 
 
