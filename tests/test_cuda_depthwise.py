@@ -5,8 +5,15 @@ flipped filter) and conv_depthwise_backward's dw3_wgrad_kernel (the 3x3 filter g
 every tap in one pass), on tiny shapes under the interpreter: both layouts and strided
 views, channel counts and H/W that are not multiples of the blocks (interpreter blocks
 are 4 wide), paddings 0/1/2, stride 2, dilation 2, channel multiplier 2, alpha/beta and
-NaN-poisoned outputs (run_case poisons the output when beta == 0).
+NaN-poisoned outputs (run_case poisons the output when beta == 0). Every launch config
+the tuners may pick (the GPU candidate lists: prefetching row kernels, the per-tap kernel
+as a forward candidate, FLAT and multi-slice filter kernels) is run once on its own.
+
+With TRIDNN_GPU_TESTS=1 (and --gpu) the same tests run on the CUDA device, as in
+test_cuda_layers.py; otherwise on the CPU through the interpreter.
 """
+import os
+
 import numpy as np
 import pytest
 
@@ -19,6 +26,13 @@ from tridnn.algorithms import registry  # noqa: E402
 from tridnn.algorithms.problem import ConvProblem  # noqa: E402
 
 import test_cuda_conv as T  # noqa: E402  (run_case: one algorithm through the public API vs the reference)
+from tridnn.cuda import conv_depthwise_backward as D  # noqa: E402
+from tridnn.cuda import conv_direct  # noqa: E402
+from tridnn.cuda.common import Tuner  # noqa: E402
+
+ON_GPU = os.environ.get("TRIDNN_GPU_TESTS") == "1"
+DEVICE = "cuda" if ON_GPU else "cpu"
+GPU = torch.device("cuda")  # the GPU candidate lists, also run under the interpreter
 
 DIRECT = registry.by_enum("conv", "fwd", "triton", tridnn.ConvFwdAlgo.DIRECT)
 DATA = registry.by_enum("conv", "bwd_data", "triton", tridnn.ConvBwdDataAlgo.ALGO_1)
@@ -42,40 +56,36 @@ WGRAD = ROWS + [T.P(6, 6, (7, 8), 3, 2, 1, 1, 6), T.P(5, 5, (9, 7), 3, 1, 2, 2, 
 @pytest.mark.parametrize("p", ROWS, ids=T._ids)
 @pytest.mark.parametrize("layout,dtype", [("NHWC", "float32"), ("NCHW", "float16"), ("strided", "float32")])
 def test_rows_forward(p, layout, dtype, rng):
-    from tridnn.cuda import conv_direct
     assert conv_direct.rows3_applies(_problem(p))
-    assert T.run_case("fwd", DIRECT, p, dtype, layout, rng, n=2, as_torch=True) is None
+    assert T.run_case("fwd", DIRECT, p, dtype, layout, rng, n=2, as_torch=True, device=DEVICE) is None
     assert T.run_case("fwd", DIRECT, p, dtype, layout, rng, n=1, alpha=2.0, beta=0.5, as_torch=True,
-                      mode=tridnn.ConvMode.CONVOLUTION) is None
+                      mode=tridnn.ConvMode.CONVOLUTION, device=DEVICE) is None
 
 
 @pytest.mark.parametrize("p", ROWS, ids=T._ids)
 @pytest.mark.parametrize("layout,dtype", [("NHWC", "float32"), ("NCHW", "float16"), ("strided", "float32")])
 def test_rows_backward_data(p, layout, dtype, rng):
-    from tridnn.cuda import conv_depthwise_backward as D
     assert D.rows3_backward_applies(_problem(p)) == (p["K"] == p["C"])
-    assert T.run_case("bwd_data", DATA, p, dtype, layout, rng, as_torch=True) is None
+    assert T.run_case("bwd_data", DATA, p, dtype, layout, rng, as_torch=True, device=DEVICE) is None
     assert T.run_case("bwd_data", DATA, p, dtype, layout, rng, n=1, alpha=2.0, beta=0.5, as_torch=True,
-                      mode=tridnn.ConvMode.CONVOLUTION) is None
+                      mode=tridnn.ConvMode.CONVOLUTION, device=DEVICE) is None
 
 
 @pytest.mark.parametrize("p", WGRAD, ids=T._ids)
 @pytest.mark.parametrize("algo", FILTER, ids=lambda a: a.name)
 def test_wgrad3(p, algo, rng):
-    from tridnn.cuda import conv_depthwise_backward as D
     assert D.wgrad3_applies(_problem(p))
-    assert T.run_case("bwd_filter", algo, p, "float32", "NHWC", rng) is None
+    assert T.run_case("bwd_filter", algo, p, "float32", "NHWC", rng, device=DEVICE) is None
     assert T.run_case("bwd_filter", algo, p, "float16", "NCHW", rng, alpha=2.0, beta=0.5, as_torch=True,
-                      mode=tridnn.ConvMode.CONVOLUTION) is None
+                      mode=tridnn.ConvMode.CONVOLUTION, device=DEVICE) is None
 
 
 def test_wgrad3_many_slices(rng, monkeypatch):
     """More slices than the interpreter's default 3: every slice's partial is summed once."""
-    from tridnn.cuda import conv_depthwise_backward as D
     monkeypatch.setattr(D, "filter_slices", lambda problem, device, cap: min(cap, 7))
     p = T.P(5, 5, (6, 5), 3, 1, 1, 1, 5)
     for algo in FILTER:
-        assert T.run_case("bwd_filter", algo, p, "float32", "NHWC", rng, n=3) is None
+        assert T.run_case("bwd_filter", algo, p, "float32", "NHWC", rng, n=3, device=DEVICE) is None
 
 
 def test_rows_forward_epilogue(rng):
@@ -85,7 +95,7 @@ def test_rows_forward_epilogue(rng):
     from tridnn.descriptors.activation import ActivationMode
     p = T.P(6, 6, (5, 7), 3, 1, 1, 1, 6)
     cd = T.conv(p)
-    handle = T._handle("cpu")
+    handle = T._handle(DEVICE)
     x_vals = testing.fill((2, 6, 5, 7), "float32", rng)
     w_vals = testing.fill((6, 1, 3, 3), "float32", rng)
     x_desc, x = testing.make_tensor(x_vals.shape, "float32", "NHWC", rng, x_vals)
@@ -96,13 +106,67 @@ def test_rows_forward_epilogue(rng):
     bias = rng.standard_normal(6).astype(np.float32)
     prior = testing.fill(y_desc.dims, "float32", rng)
     y[...] = prior
-    spec = EpilogueSpec(activation=ActivationMode.RELU, coef=0.0, bias=torch.from_numpy(bias).reshape(1, 6, 1, 1),
-                        z=T._to_torch(z, "cpu"), alpha2=0.5)
+    spec = EpilogueSpec(activation=ActivationMode.RELU, coef=0.0,
+                        bias=torch.from_numpy(bias).reshape(1, 6, 1, 1).to(DEVICE), z=T._to_torch(z, DEVICE), alpha2=0.5)
     problem = ConvProblem("fwd", x_desc, w_desc, y_desc, cd)
-    views = {k: handle.backend.view(v, d, k, k == "y") for k, v, d in
-             (("x", x, x_desc), ("w", w, w_desc.as_tensor()), ("y", y, y_desc))}
+    tensors = {k: T._to_torch(v, DEVICE) for k, v in (("x", x), ("w", w), ("y", y))}
+    views = {k: handle.backend.view(tensors[k], d, k, k == "y") for k, d in
+             (("x", x_desc), ("w", w_desc.as_tensor()), ("y", y_desc))}
     execute(handle, problem, DIRECT, views, handle.workspace(DIRECT.workspace_size(problem)), 2.0, 0.25,
             epilogue=spec)
     v = (2.0 * reference.conv_forward(x_vals, w_vals, 1, 1, None, 1, 6) + 0.25 * prior.astype(np.float64)
          + 0.5 * z_vals.astype(np.float64) + bias.astype(np.float64)[None, :, None, None])
-    np.testing.assert_allclose(np.asarray(y, np.float64), np.maximum(v, 0), rtol=2e-5, atol=2e-5)
+    got = T._to_numpy(tensors["y"], "float32").astype(np.float64)
+    np.testing.assert_allclose(got, np.maximum(v, 0), rtol=2e-5, atol=2e-5)
+
+
+# -- every GPU candidate on its own (under the interpreter too: tiles wider than the tiny
+# shapes mask their tails, and C = 5 leaves 11+ masked channels in every block)
+
+def _one_candidate(monkeypatch, name, cfg):
+    monkeypatch.setattr(name[0], name[1], lambda *args: [cfg])
+
+
+FWD_CANDIDATES = conv_direct.fwd_dw3_candidates(GPU, 128)
+
+
+@pytest.mark.parametrize("cfg", FWD_CANDIDATES, ids=str)
+def test_forward_candidate(cfg, rng, monkeypatch):
+    """Each forward candidate (row kernel with and without prefetch, the per-tap kernel)."""
+    _one_candidate(monkeypatch, (conv_direct, "fwd_dw3_candidates"), cfg)
+    monkeypatch.setattr(conv_direct.DirectForward, "tuner", Tuner())
+    p = T.P(5, 5, (9, 6), 3, 1, 1, 1, 5)
+    assert T.run_case("fwd", DIRECT, p, "float32", "NHWC", rng, n=2, as_torch=True, device=DEVICE) is None
+    p = T.P(6, 6, (5, 7), 3, 1, 2, 1, 6)  # pad 2: rows before and after the image
+    assert T.run_case("fwd", DIRECT, p, "float16", "strided", rng, n=1, alpha=2.0, beta=0.5, as_torch=True,
+                      mode=tridnn.ConvMode.CONVOLUTION, device=DEVICE) is None
+
+
+@pytest.mark.parametrize("cfg", conv_direct.rows3_configs(GPU, 128), ids=str)
+def test_backward_data_candidate(cfg, rng, monkeypatch):
+    _one_candidate(monkeypatch, (conv_direct, "rows3_configs"), cfg)
+    monkeypatch.setattr(D, "_data_tuner", Tuner())
+    p = T.P(5, 5, (9, 6), 3, 1, 1, 1, 5)
+    assert T.run_case("bwd_data", DATA, p, "float32", "NHWC", rng, n=2, as_torch=True, device=DEVICE) is None
+    p = T.P(6, 6, (5, 7), 3, 1, 0, 1, 6)
+    assert T.run_case("bwd_data", DATA, p, "float16", "NCHW", rng, n=1, alpha=2.0, beta=0.5, as_torch=True,
+                      device=DEVICE) is None
+
+
+def _wgrad_candidates(atomic):
+    problem = _problem(T.P(64, 64, (8, 8), 3, 1, 1, 1, 64))
+    import unittest.mock as um
+    with um.patch.object(D, "sm_count", lambda device: 132):
+        return D.wgrad3_candidates(problem, GPU, 64, atomic)
+
+
+@pytest.mark.parametrize("atomic", [False, True], ids=["ALGO_1", "ALGO_0"])
+def test_wgrad3_candidates(atomic, rng, monkeypatch):
+    """Each filter-gradient candidate (row or FLAT tiles, 4 to 16 programs per SM: many
+    slices of the tiny problem) with stride 1 and stride 2, against the reference."""
+    algo = FILTER[1] if not atomic else FILTER[0]
+    for cfg in _wgrad_candidates(atomic):
+        _one_candidate(monkeypatch, (D, "wgrad3_candidates"), cfg)
+        monkeypatch.setattr(D, "_wgrad_tuner", Tuner(tolerance=3e-3))
+        for p in (T.P(5, 5, (7, 6), 3, 1, 1, 1, 5), T.P(6, 6, (9, 7), 3, 2, 1, 1, 6)):
+            assert T.run_case("bwd_filter", algo, p, "float32", "NHWC", rng, n=2, device=DEVICE) is None, cfg

@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 from . import conv_direct
-from .common import Tuner, cdiv, launch, sm_count, split_rows
+from .common import Tuner, cdiv, launch, next_pow2, sm_count, split_rows
 from .epilogue import store_tile
 from .geometry import geometry, needs_int64, strides5
 
@@ -160,10 +160,9 @@ def backward_data(problem, dy, w, dx, alpha, beta) -> None:
 
 
 @triton.jit
-def _wtap(acc, g, x_ptr, row, row_ok, cols, ok_cols, chan, mask_k):
-    """acc += dy tile g times the x tile at one tap (row offset, column offsets)."""
-    v = tl.load(x_ptr + row + cols[:, None] + chan[None, :], mask=(row_ok & ok_cols)[:, None] & mask_k[None, :],
-                other=0.0)
+def _wtap(acc, g, x_ptr, offs, ok, chan, mask_k):
+    """acc += dy tile g times the x tile at one tap (element offsets [BW] of its pixels)."""
+    v = tl.load(x_ptr + offs[:, None] + chan[None, :], mask=ok[:, None] & mask_k[None, :], other=0.0)
     return acc + g * v.to(tl.float32)
 
 
@@ -177,6 +176,38 @@ def _wstore(part_ptr, acc, slot, K, offs_k, mask_k, tap, ATOMIC: tl.constexpr):
         tl.store(ptrs, col, mask=mask_k)
 
 
+@triton.jit
+def _wtile(a00, a01, a02, a10, a11, a12, a20, a21, a22, x_ptr, dy_ptr, n, o, q, mask_q, chan, dy_chan, mask_k,
+           IH, IW, SH, SW, PH, PW, DH, DW, xs_n, xs_h, xs_w, dys_n, dys_h, dys_w):
+    """One dy tile (pixels (n, o, q), scalars or [BW] vectors) into the nine accumulators."""
+    g = tl.load(dy_ptr + (n * dys_n + o * dys_h + q * dys_w)[:, None] + dy_chan[None, :],
+                mask=mask_q[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
+    ih = o * SH - PH
+    iw = q * SW - PW
+    ok_r0 = mask_q & (ih >= 0) & (ih < IH)
+    ok_r1 = mask_q & (ih + DH >= 0) & (ih + DH < IH)
+    ok_r2 = mask_q & (ih + 2 * DH >= 0) & (ih + 2 * DH < IH)
+    ok_c0 = (iw >= 0) & (iw < IW)
+    ok_c1 = (iw + DW >= 0) & (iw + DW < IW)
+    ok_c2 = (iw + 2 * DW >= 0) & (iw + 2 * DW < IW)
+    c0 = iw * xs_w
+    c1 = c0 + DW * xs_w
+    c2 = c1 + DW * xs_w
+    r0 = n * xs_n + ih * xs_h
+    r1 = r0 + DH * xs_h
+    r2 = r1 + DH * xs_h
+    a00 = _wtap(a00, g, x_ptr, r0 + c0, ok_r0 & ok_c0, chan, mask_k)
+    a01 = _wtap(a01, g, x_ptr, r0 + c1, ok_r0 & ok_c1, chan, mask_k)
+    a02 = _wtap(a02, g, x_ptr, r0 + c2, ok_r0 & ok_c2, chan, mask_k)
+    a10 = _wtap(a10, g, x_ptr, r1 + c0, ok_r1 & ok_c0, chan, mask_k)
+    a11 = _wtap(a11, g, x_ptr, r1 + c1, ok_r1 & ok_c1, chan, mask_k)
+    a12 = _wtap(a12, g, x_ptr, r1 + c2, ok_r1 & ok_c2, chan, mask_k)
+    a20 = _wtap(a20, g, x_ptr, r2 + c0, ok_r2 & ok_c0, chan, mask_k)
+    a21 = _wtap(a21, g, x_ptr, r2 + c1, ok_r2 & ok_c1, chan, mask_k)
+    a22 = _wtap(a22, g, x_ptr, r2 + c2, ok_r2 & ok_c2, chan, mask_k)
+    return a00, a01, a02, a10, a11, a12, a20, a21, a22
+
+
 @triton.jit(do_not_specialize=['IH', 'IW', 'OH', 'OW', 'SH', 'SW', 'PH', 'PW', 'DH', 'DW', 'rows_per_split'])
 def dw3_wgrad_kernel(
         x_ptr, dy_ptr, part_ptr,
@@ -185,9 +216,11 @@ def dw3_wgrad_kernel(
         K, Kg, IH, IW, OH, OW, SH, SW, PH, PW, DH, DW, rows, rows_per_split,
         # element strides (n, c, h, w) of x and dy
         xs_n, xs_c, xs_h, xs_w, dys_n, dys_k, dys_h, dys_w,
-        BW: tl.constexpr, BC: tl.constexpr, ATOMIC: tl.constexpr, INT64: tl.constexpr):
+        BW: tl.constexpr, BC: tl.constexpr, FLAT: tl.constexpr, ATOMIC: tl.constexpr, INT64: tl.constexpr):
     """part[slice, k, tap] = sum over the slice's output rows and columns of
-    dy[n, k, o, q] * x[n, k // Kg, o * SH - PH + a * DH, q * SW - PW + b * DW], tap = 3a + b."""
+    dy[n, k, o, q] * x[n, k // Kg, o * SH - PH + a * DH, q * SW - PW + b * DW], tap = 3a + b.
+    A tile is BW columns of one output row, or (FLAT) BW consecutive pixels of the slice's
+    rows taken as one run: no masked columns when OW is small (7, 14) against BW."""
     # -- the program's channel block and slice of output rows (n, o)
     offs_k = tl.program_id(0) * BC + tl.arange(0, BC)
     mask_k = offs_k < K
@@ -205,42 +238,33 @@ def dw3_wgrad_kernel(
     a22 = tl.zeros((BW, BC), dtype=tl.float32)
     start = split * rows_per_split
     end = tl.minimum(start + rows_per_split, rows)
-    # -- loop: one output row at a time, its columns BW at a time
-    for r in range(start, end):
-        n = r // OH
-        o = r - n * OH
-        if INT64:
-            n = n.to(tl.int64)
-        ih = o * SH - PH
-        x_row = n * xs_n + ih * xs_h
-        dy_row = dy_ptr + n * dys_n + o * dys_h
-        ok_r0 = (ih >= 0) & (ih < IH)
-        ok_r1 = (ih + DH >= 0) & (ih + DH < IH)
-        ok_r2 = (ih + 2 * DH >= 0) & (ih + 2 * DH < IH)
-        for q0 in range(0, OW, BW):
-            q = q0 + tl.arange(0, BW)
-            mask_q = q < OW
-            g = tl.load(dy_row + (q * dys_w)[:, None] + dy_chan[None, :], mask=mask_q[:, None] & mask_k[None, :],
-                        other=0.0).to(tl.float32)
-            iw = q * SW - PW
-            ok_c0 = mask_q & (iw >= 0) & (iw < IW)
-            ok_c1 = mask_q & (iw + DW >= 0) & (iw + DW < IW)
-            ok_c2 = mask_q & (iw + 2 * DW >= 0) & (iw + 2 * DW < IW)
-            c0 = iw * xs_w
-            c1 = c0 + DW * xs_w
-            c2 = c1 + DW * xs_w
-            r0 = x_row
-            r1 = r0 + DH * xs_h
-            r2 = r1 + DH * xs_h
-            a00 = _wtap(a00, g, x_ptr, r0, ok_r0, c0, ok_c0, chan, mask_k)
-            a01 = _wtap(a01, g, x_ptr, r0, ok_r0, c1, ok_c1, chan, mask_k)
-            a02 = _wtap(a02, g, x_ptr, r0, ok_r0, c2, ok_c2, chan, mask_k)
-            a10 = _wtap(a10, g, x_ptr, r1, ok_r1, c0, ok_c0, chan, mask_k)
-            a11 = _wtap(a11, g, x_ptr, r1, ok_r1, c1, ok_c1, chan, mask_k)
-            a12 = _wtap(a12, g, x_ptr, r1, ok_r1, c2, ok_c2, chan, mask_k)
-            a20 = _wtap(a20, g, x_ptr, r2, ok_r2, c0, ok_c0, chan, mask_k)
-            a21 = _wtap(a21, g, x_ptr, r2, ok_r2, c1, ok_c1, chan, mask_k)
-            a22 = _wtap(a22, g, x_ptr, r2, ok_r2, c2, ok_c2, chan, mask_k)
+    if FLAT:
+        # -- loop: BW pixels of the slice at a time, each split into (n, o, q)
+        for p0 in range(start * OW, end * OW, BW):
+            p = p0 + tl.arange(0, BW)
+            mask_q = p < end * OW
+            r = p // OW
+            q = p - r * OW
+            n = r // OH
+            o = r - n * OH
+            if INT64:
+                n = n.to(tl.int64)
+            a00, a01, a02, a10, a11, a12, a20, a21, a22 = _wtile(
+                a00, a01, a02, a10, a11, a12, a20, a21, a22, x_ptr, dy_ptr, n, o, q, mask_q, chan, dy_chan, mask_k,
+                IH, IW, SH, SW, PH, PW, DH, DW, xs_n, xs_h, xs_w, dys_n, dys_h, dys_w)
+    else:
+        # -- loop: one output row at a time, its columns BW at a time
+        for r in range(start, end):
+            n = r // OH
+            o = r - n * OH
+            if INT64:
+                n = n.to(tl.int64)
+            for q0 in range(0, OW, BW):
+                q = q0 + tl.arange(0, BW)
+                mask_q = q < OW
+                a00, a01, a02, a10, a11, a12, a20, a21, a22 = _wtile(
+                    a00, a01, a02, a10, a11, a12, a20, a21, a22, x_ptr, dy_ptr, n, o, q, mask_q, chan, dy_chan,
+                    mask_k, IH, IW, SH, SW, PH, PW, DH, DW, xs_n, xs_h, xs_w, dys_n, dys_h, dys_w)
     # -- per-tap column sums into this slice's partial (or added atomically)
     slot = 0 if ATOMIC else split
     _wstore(part_ptr, a00, slot, K, offs_k, mask_k, 0, ATOMIC)
@@ -266,13 +290,36 @@ def _wgrad3_config(problem, device, slices=None):
     the slices are capped (ALGO_1's partial buffer) and the programs would not cover the
     SMs twice, narrower channel blocks and 8 warps spread the work wider."""
     if device.type != "cuda":
-        return dict(BW=4, BC=4, num_warps=1)
+        return dict(BW=4, BC=4, num_warps=1, FLAT=False, PER_SM=4)
     k = problem.k
     bc = 16 if k % 32 else (32 if k % 64 else 64)
     warps = 4
     if slices is not None and cdiv(k, bc) * slices < 2 * sm_count(device):
         bc, warps = 16, 8
-    return dict(BW=max(8, 128 * warps // bc), BC=bc, num_warps=warps)
+    return dict(BW=max(8, 128 * warps // bc), BC=bc, num_warps=warps, FLAT=False, PER_SM=4)
+
+
+def wgrad3_candidates(problem, device, slices, atomic):
+    """dw3_wgrad_kernel's configs for the tuner, the older heuristic's first. H200 (09:10
+    UTC): 0.8-1.4 TB/s, with 4 programs of 4 warps per SM (ALGO_0 asked for 4 x SMs
+    programs in all) too few loads in flight; the others run 8 or 16 programs per SM
+    (ALGO_0 only: its slice count is free, ALGO_1's is capped by the partial buffer), 8
+    elements per thread, and FLAT tiles (pixel runs across rows: no masked columns at
+    OW = 7, 14, 28 against BW = 16-32)."""
+    first = _wgrad3_config(problem, device, None if atomic else slices)
+    if device.type != "cuda":
+        return [first, dict(first, FLAT=True)]
+    k = problem.k
+    out = [first]
+    widths = [bc for bc in (16, 32, 64) if bc <= max(16, next_pow2(k))]
+    for bc in widths:
+        for per_thread in (4, 8):
+            for flat in (False, True):
+                for per_sm in ((8, 16) if atomic else (4,)):
+                    cfg = dict(BW=max(8, 32 * 4 * per_thread // bc), BC=bc, num_warps=4, FLAT=flat, PER_SM=per_sm)
+                    if cfg not in out:
+                        out.append(cfg)
+    return out
 
 
 def filter_slices(problem, device, cap: int) -> int:
@@ -282,31 +329,63 @@ def filter_slices(problem, device, cap: int) -> int:
         return max(1, min(cap, 3))
     if wgrad3_applies(problem):  # slices of whole output rows
         cfg = _wgrad3_config(problem, device)
-        programs = cdiv(geo.k, cfg["BC"])
-        rows = geo.n * geo.out[0] * geo.out[1]
-        want = cdiv(4 * sm_count(device), programs)
-        return max(1, min(want, rows, cap, 65535))
+        return _wgrad3_slices(problem, device, cfg, cap)
     bc = 64
     programs = triton.cdiv(geo.k, bc) * geo.taps
     want = triton.cdiv(4 * sm_count(device), programs)
     return max(1, min(want, triton.cdiv(geo.out_pixels, 8 * 64), cap, 65535))
 
 
+def _wgrad3_slices(problem, device, cfg, cap):
+    """Slices giving cfg["PER_SM"] programs per SM (at most one slice per output row)."""
+    geo = geometry(problem)
+    programs = cdiv(geo.k, cfg["BC"])
+    rows = geo.n * geo.out[0] * geo.out[1]
+    want = cdiv(cfg["PER_SM"] * sm_count(device), programs)
+    return max(1, min(want, rows, cap, 65535))
+
+
+_wgrad_tuner = Tuner(tolerance=3e-3)  # slice counts (ALGO_0) change the summation order
+
+
+def _launch_wgrad3(problem, x, dy, part, slices, atomic, cfg):
+    """dw3_wgrad_kernel into part; returns the slices used."""
+    geo = geometry(problem)
+    nd = problem.nd
+    rows = geo.n * geo.out[0] * geo.out[1]
+    per = cdiv(rows, slices)
+    slices = cdiv(rows, per)
+    xs, ds = strides5(x, nd), strides5(dy, nd)
+    launch(dw3_wgrad_kernel, (cdiv(geo.k, cfg["BC"]), slices), (
+        x, dy, part, geo.k, geo.kg, *geo.inp[1:], *geo.out[1:], *geo.stride[1:], *geo.pad[1:], *geo.dil[1:],
+        rows, per, xs[0], xs[1], xs[3], xs[4], ds[0], ds[1], ds[3], ds[4]),
+        dict(BW=cfg["BW"], BC=cfg["BC"], FLAT=cfg["FLAT"], ATOMIC=atomic, INT64=needs_int64(x, dy)),
+        dict(num_warps=cfg["num_warps"]))
+    return slices
+
+
 def backward_filter_partials(problem, x, dy, part, slices, atomic) -> int:
-    """Fill part [slices, K, T, 1]; returns the slice count actually used."""
+    """Fill part [slices, K, T, 1] (ALGO_0: add into slice 0, zeroed by the caller);
+    returns the slice count actually used."""
     geo = geometry(problem)
     nd = problem.nd
     if wgrad3_applies(problem):
-        cfg = _wgrad3_config(problem, x.device, slices)
-        rows = geo.n * geo.out[0] * geo.out[1]
-        per = cdiv(rows, slices)
-        slices = cdiv(rows, per)
-        xs, ds = strides5(x, nd), strides5(dy, nd)
-        launch(dw3_wgrad_kernel, (cdiv(geo.k, cfg["BC"]), slices), (
-            x, dy, part, geo.k, geo.kg, *geo.inp[1:], *geo.out[1:], *geo.stride[1:], *geo.pad[1:], *geo.dil[1:],
-            rows, per, xs[0], xs[1], xs[3], xs[4], ds[0], ds[1], ds[3], ds[4]),
-            dict(BW=cfg["BW"], BC=cfg["BC"], ATOMIC=atomic, INT64=needs_int64(x, dy)), dict(num_warps=cfg["num_warps"]))
-        return slices
+        cap = part.shape[0] if not atomic else 65535
+        slices = min(slices, cap)
+
+        def slices_of(cfg):
+            return _wgrad3_slices(problem, x.device, cfg, cap) if atomic else slices
+
+        def run(cfg, out):  # out: the flat partials this config writes (tuning: a scratch copy)
+            if atomic:
+                out.zero_()
+            return _launch_wgrad3(problem, x, dy, out, slices_of(cfg), atomic, cfg)
+        used = 1 if atomic else cdiv(geo.n * geo.out[1], cdiv(geo.n * geo.out[1], slices))
+        flat = part.reshape(-1)
+        key = (problem.key(), "dw3-wgrad", atomic, slices)
+        cfg = _wgrad_tuner.pick(key, lambda: wgrad3_candidates(problem, x.device, slices, atomic),
+                                lambda c, out: run(c, out), flat[:used * geo.k * 9], x.device)
+        return _launch_wgrad3(problem, x, dy, part, slices_of(cfg), atomic, cfg)
     gpu = x.device.type == "cuda"
     bp, bc = (64, 64) if gpu else (16, 16)
     per = triton.cdiv(triton.cdiv(geo.out_pixels, slices), bp) * bp

@@ -92,12 +92,13 @@ def conv_direct_fwd_kernel(
 
 @triton.jit
 def _row3(x_ptr, row, row_ok, col0, col1, col2, ok0, ok1, ok2, chan, mask_k):
-    """One input row at the three column shifts of a 3-wide filter, as float32 [BW, BC]."""
+    """One input row at the three column shifts of a 3-wide filter, [BW, BC] in x's dtype
+    (converted where used, so a prefetched row holds half the registers in 16 bit)."""
     base = x_ptr + row
     m = row_ok & mask_k[None, :]
-    x0 = tl.load(base + col0[:, None] + chan[None, :], mask=m & ok0[:, None], other=0.0).to(tl.float32)
-    x1 = tl.load(base + col1[:, None] + chan[None, :], mask=m & ok1[:, None], other=0.0).to(tl.float32)
-    x2 = tl.load(base + col2[:, None] + chan[None, :], mask=m & ok2[:, None], other=0.0).to(tl.float32)
+    x0 = tl.load(base + col0[:, None] + chan[None, :], mask=m & ok0[:, None], other=0.0)
+    x1 = tl.load(base + col1[:, None] + chan[None, :], mask=m & ok1[:, None], other=0.0)
+    x2 = tl.load(base + col2[:, None] + chan[None, :], mask=m & ok2[:, None], other=0.0)
     return x0, x1, x2
 
 
@@ -129,7 +130,7 @@ def dw3_rows_kernel(
         ys_n, ys_k, ys_h, ys_w,
         zs_n, zs_k, zs_h, zs_w, bias_stride,
         alpha, beta, alpha2, coef, swish_beta,
-        BH: tl.constexpr, BW: tl.constexpr, BC: tl.constexpr, FLIP: tl.constexpr,
+        BH: tl.constexpr, BW: tl.constexpr, BC: tl.constexpr, FLIP: tl.constexpr, PREFETCH: tl.constexpr,
         ACT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr, BETA_ZERO: tl.constexpr,
         INT64: tl.constexpr):
     """Depthwise 3x3, stride 1, dilation 1: y[n, k, o, q] = sum_{a,b} x[n, k // Kg, o - PH + a,
@@ -171,9 +172,43 @@ def dw3_rows_kernel(
     acc_mid = tl.zeros((BW, BC), dtype=tl.float32)
     y_cols = ow * ys_w
     z_cols = ow * zs_w
-    for i in range(oh0 - PH, oh_end - PH + 2):
-        x0, x1, x2 = _row3(x_ptr, x_img + i * xs_h, (i >= 0) & (i < IH), col0, col1, col2, ok0, ok1, ok2,
-                           chan, mask_k)
+    i_first = oh0 - PH
+    i_end = oh_end - PH + 2
+    # PREFETCH rows ahead (0-3): row i + PREFETCH's loads are issued before row i's FMAs,
+    # so PREFETCH + 1 rows are in flight per program (raw values: 16-bit x costs 1.5
+    # registers per element and row)
+    if PREFETCH >= 1:
+        a0, a1, a2 = _row3(x_ptr, x_img + i_first * xs_h, (i_first >= 0) & (i_first < IH), col0, col1, col2,
+                           ok0, ok1, ok2, chan, mask_k)
+    if PREFETCH >= 2:
+        j = i_first + 1
+        b0, b1, b2 = _row3(x_ptr, x_img + j * xs_h, (j >= 0) & (j < IH) & (j < i_end), col0, col1, col2,
+                           ok0, ok1, ok2, chan, mask_k)
+    if PREFETCH >= 3:
+        j = i_first + 2
+        c0, c1, c2 = _row3(x_ptr, x_img + j * xs_h, (j >= 0) & (j < IH) & (j < i_end), col0, col1, col2,
+                           ok0, ok1, ok2, chan, mask_k)
+    for i in range(i_first, i_end):
+        j = i + PREFETCH
+        j_ok = (j >= 0) & (j < IH) & (j < i_end)
+        if PREFETCH == 0:
+            x0, x1, x2 = _row3(x_ptr, x_img + i * xs_h, (i >= 0) & (i < IH), col0, col1, col2, ok0, ok1, ok2,
+                               chan, mask_k)
+        elif PREFETCH == 1:
+            x0, x1, x2 = a0, a1, a2
+            a0, a1, a2 = _row3(x_ptr, x_img + j * xs_h, j_ok, col0, col1, col2, ok0, ok1, ok2, chan, mask_k)
+        elif PREFETCH == 2:
+            x0, x1, x2 = a0, a1, a2
+            a0, a1, a2 = b0, b1, b2
+            b0, b1, b2 = _row3(x_ptr, x_img + j * xs_h, j_ok, col0, col1, col2, ok0, ok1, ok2, chan, mask_k)
+        else:
+            x0, x1, x2 = a0, a1, a2
+            a0, a1, a2 = b0, b1, b2
+            b0, b1, b2 = c0, c1, c2
+            c0, c1, c2 = _row3(x_ptr, x_img + j * xs_h, j_ok, col0, col1, col2, ok0, ok1, ok2, chan, mask_k)
+        x0 = x0.to(tl.float32)
+        x1 = x1.to(tl.float32)
+        x2 = x2.to(tl.float32)
         acc_done += x0 * w20 + x1 * w21 + x2 * w22
         acc_mid += x0 * w10 + x1 * w11 + x2 * w12
         acc_new = x0 * w00 + x1 * w01 + x2 * w02
@@ -194,17 +229,38 @@ def rows3_applies(problem) -> bool:
 
 
 def rows3_configs(device, k):
-    """(BH, BW, BC, warps) candidates; the first is the conservative one the tuner checks
-    the others against. BC spans the channels when they are few (C = 32: one block),
-    else 16/32/64-wide blocks (C = 144 = 9 x 16: no masked channels)."""
+    """(BH, BW, BC, warps, PREFETCH) candidates; the first is the conservative one the tuner
+    checks the others against. The kernel is latency bound (1.2-1.6 TB/s on the H200 with
+    4-element tiles per thread; sm_90: 89 registers at 4 elements, 150 at 8, mostly the
+    nine float32 weights per channel, so 3-5 programs per SM), so the others put more
+    bytes in flight: rows prefetched 1-3 ahead, 8 elements (16 bytes of bf16) per thread,
+    shorter strips (more programs, BH 4-8) and wider tiles. BC spans the channels when they are few (C = 32: one block),
+    else 16/32/64/128-wide blocks (C = 144 = 9 x 16: no masked channels)."""
     if device.type != "cuda":
         return [dict(BH=4, BW=4, BC=4, num_warps=1)]
     out = []
-    for bh, bw, bc, warps in ((16, 16, 32, 4), (8, 32, 32, 4), (16, 8, 64, 4), (16, 32, 16, 4), (8, 16, 64, 4),
-                              (32, 16, 32, 4), (16, 16, 64, 8), (8, 8, 128, 4), (16, 64, 16, 8)):
+    for bh, bw, bc, warps, pre in (
+            (16, 16, 32, 4, 0), (8, 32, 32, 4, 0), (16, 8, 64, 4, 0), (16, 32, 16, 4, 0),
+            (8, 16, 64, 4, 0), (16, 16, 64, 8, 0), (8, 8, 128, 4, 0),
+            # prefetched 1-3 rows ahead: 4 and 8 elements per thread, strips of 4-16 rows
+            (16, 16, 32, 4, 1), (16, 16, 32, 4, 2), (16, 16, 32, 4, 3), (8, 16, 32, 4, 2), (32, 16, 32, 4, 3),
+            (8, 32, 32, 4, 1), (8, 32, 32, 4, 2), (4, 32, 32, 4, 2), (8, 8, 64, 4, 2), (16, 8, 64, 4, 3),
+            (8, 16, 64, 4, 2), (4, 16, 64, 4, 1), (8, 8, 128, 4, 2), (8, 32, 64, 8, 1), (16, 16, 16, 4, 3),
+            (16, 32, 16, 4, 3)):
         if bc <= max(16, next_pow2(k)):
-            out.append(dict(BH=bh, BW=bw, BC=bc, num_warps=warps))
+            out.append(dict(BH=bh, BW=bw, BC=bc, num_warps=warps, PREFETCH=pre))
     return out
+
+
+def fwd_dw3_candidates(device, k):
+    """The forward tuner's list for dw3_rows_kernel's layers: the row kernel's configs
+    (first: the conservative one), then conv_direct_fwd_kernel's (KIND "taps": flattened
+    pixels x channels, one masked load per tap), which measured as fast or faster on some
+    layers (dw144_56: 96.8 vs 100.1 us); the GPU decides per layer."""
+    rows = [dict(c, KIND="rows") for c in rows3_configs(device, k)]
+    if device.type != "cuda":
+        return rows + [dict(c, KIND="taps") for c in _configs(device, k)]
+    return rows + [dict(c, KIND="taps") for c in _configs(device, k)]
 
 
 def launch_rows3(x, w, y, geo, pad_hw, alpha, beta, spec, cfg, flip, nd):
@@ -220,7 +276,7 @@ def launch_rows3(x, w, y, geo, pad_hw, alpha, beta, spec, cfg, flip, nd):
     head = (k, kg, ih, iw, oh, ow, pad_hw[0], pad_hw[1], n_rows, n_cols,
             xs[0], xs[1], xs[3], xs[4], ws[0], ws[3], ws[4], ys[0], ys[1], ys[3], ys[4],
             zs[0], zs[1], zs[3], zs[4], bias_stride)
-    consts = dict(BH=cfg["BH"], BW=cfg["BW"], BC=cfg["BC"], FLIP=flip, ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z,
+    consts = dict(BH=cfg["BH"], BW=cfg["BW"], BC=cfg["BC"], FLIP=flip, PREFETCH=cfg.get("PREFETCH", 0), ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z,
                   BETA_ZERO=beta == 0, INT64=needs_int64(x, y, z))
     launch(dw3_rows_kernel, grid, (x, w, y, bias, z) + head + (float(alpha), float(beta), alpha2, coef, swish_beta),
            consts, dict(num_warps=cfg["num_warps"]))
@@ -296,10 +352,15 @@ class DirectForward(TritonConvAlgorithm):
         if rows3_applies(problem):
             geo = geometry(problem)
             pad, nd, flip = geo.pad[1:], problem.nd, problem.mode == 0
-            key = (problem_key(problem), spec is not None and spec.act_code, "fwd-dw3-rows")
-            cfg = self.tuner.pick(key, lambda: rows3_configs(y.device, problem.k), lambda c, out: launch_rows3(
-                x, w, out, geo, pad, 1.0, 0.0, spec, c, flip, nd), y, y.device)
-            launch_rows3(x, w, y, geo, pad, alpha, beta, spec, cfg, flip, nd)
+            key = (problem_key(problem), spec is not None and spec.act_code, "fwd-dw3")
+
+            def run(c, out, a=1.0, b=0.0):
+                if c["KIND"] == "rows":
+                    launch_rows3(x, w, out, geo, pad, a, b, spec, c, flip, nd)
+                else:
+                    launch_direct(problem, x, w, out, a, b, spec, c)
+            cfg = self.tuner.pick(key, lambda: fwd_dw3_candidates(y.device, problem.k), run, y, y.device)
+            run(cfg, y, alpha, beta)
             return
         key = (problem_key(problem), spec is not None and spec.act_code, "fwd-direct")
         cfg = self.tuner.pick(key, lambda: _configs(y.device, problem.k),
