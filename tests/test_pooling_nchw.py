@@ -25,6 +25,8 @@ NCHW_CASES = [((2, 3, 7, 19), (3, 3), (1, 1), (2, 2)), ((1, 3, 6, 13), (2, 2), (
               ((2, 3, 21), (3,), (1,), (2,)), ((1, 2, 3, 5, 9), (1, 3, 3), (0, 1, 1), (1, 2, 2))]
 NCHW_IDS = ["3x3s2", "2x2s2", "3x3s1", "3x3s2p0", "4x4s2", "2x3s12", "1d", "3d"]
 
+ALL_MODES = frozenset({0, 1, 2, 3})
+
 
 def _small_tiles(monkeypatch):
     monkeypatch.setattr(pooling, "NCHW_GROUPS", 4)
@@ -35,7 +37,7 @@ def _small_tiles(monkeypatch):
 def nchw(monkeypatch):
     """The NCHW row kernels on, with small tiles; the older kernels raise, so a case that
     silently fell back would fail."""
-    monkeypatch.setattr(pooling, "NCHW_ROW_KERNELS", True)
+    monkeypatch.setattr(pooling, "NCHW_ROW_KERNELS", ALL_MODES)
     _small_tiles(monkeypatch)
 
     class Refuse:
@@ -108,9 +110,9 @@ def test_nchw_first_maximum_bit_exact(case, propagate, dtype, rng, monkeypatch):
         x = make(shape, "NCHW", dtype, values=values)
         oshape = ref_pool.pooling_forward(values[:1, :1], 0, window, padding, stride).shape[2:]
         dy = make(shape[:2] + oshape, "NCHW", dtype, rng=rng)
-        monkeypatch.setattr(pooling, "NCHW_ROW_KERNELS", False)
+        monkeypatch.setattr(pooling, "NCHW_ROW_KERNELS", frozenset())
         y_old, dx_old = _run(x, dy, 0, window, padding, stride, propagate)
-        monkeypatch.setattr(pooling, "NCHW_ROW_KERNELS", True)
+        monkeypatch.setattr(pooling, "NCHW_ROW_KERNELS", ALL_MODES)
         _small_tiles(monkeypatch)
         y_new, dx_new = _run(x, dy, 0, window, padding, stride, propagate)
         assert torch.equal(torch.isnan(y_new), torch.isnan(y_old))
@@ -132,12 +134,12 @@ def test_nchw_first_maximum_bit_exact(case, propagate, dtype, rng, monkeypatch):
 def test_nchw_other_windows_take_older_kernels(case, mode, rng, monkeypatch):
     """Windows outside the NCHW row kernels (along D, stride 3, two columns right of the
     group) still run, through the older kernels, with the switch on."""
-    monkeypatch.setattr(pooling, "NCHW_ROW_KERNELS", True)
+    monkeypatch.setattr(pooling, "NCHW_ROW_KERNELS", ALL_MODES)
     _small_tiles(monkeypatch)
     shape, window, padding, stride = case
     x = make(shape, "NCHW", values=_ints(shape, rng))
     y_ref = ref_pool.pooling_forward(f64(x), mode, window, padding, stride)
-    assert not pooling._use_nchw(pooling._Geometry(x, torch.empty(y_ref.shape), window, padding, stride, False))
+    assert not pooling._use_nchw(pooling._Geometry(x, torch.empty(y_ref.shape), window, padding, stride, False), mode)
     y = poisoned(y_ref.shape, "NCHW")
     pooling.pooling_forward(x, y, mode, window, padding, stride, False, 1.0, 0.0)
     check(y, y_ref, torch.float32, "y")
@@ -145,3 +147,12 @@ def test_nchw_other_windows_take_older_kernels(case, mode, rng, monkeypatch):
     dx = poisoned(shape, "NCHW")
     pooling.pooling_backward(y, dy, x, dx, mode, window, padding, stride, False, 1.0, 0.0)
     check(dx, ref_pool.pooling_backward(f64(x), f64(dy), mode, window, padding, stride), torch.float32, "dx")
+
+
+def test_default_modes_take_the_kernels_measured_faster(rng):
+    """By default (the H200 measurement in pooling.py) max pooling takes the NCHW row
+    kernels and average pooling the older row kernels, for the same 3x3/2 window."""
+    x = make((1, 2, 7, 19), "NCHW", values=_ints((1, 2, 7, 19), rng))
+    geo = pooling._Geometry(x, torch.empty((1, 2, 4, 10)), (3, 3), (1, 1), (2, 2), False)
+    assert pooling._use_nchw(geo, 0) and pooling._use_nchw(geo, 3)
+    assert not pooling._use_nchw(geo, 1) and not pooling._use_nchw(geo, 2)
