@@ -207,6 +207,31 @@ def test_gpu_candidate_lists(monkeypatch):
     assert all(c.get("NB", 1) == 1 for c in conv_tma.candidates(conv_tma.plan_forward(problem, x, w, y), cuda))
 
 
+def test_strict_float32_gets_the_fma_lists(monkeypatch):
+    """Strict float32 (FMA math: tl.dot on CUDA cores) gets the short-K lists; the same
+    layer under TENSOR_OP (tf32) and in float16 gets the MMA lists."""
+    from tridnn.algorithms.problem import ConvProblem
+    monkeypatch.setattr(conv_tma, "hardware_ok", lambda t: True)
+    cuda = types.SimpleNamespace(type="cuda")
+    for kernel, fma_list, mma_list in ((1, conv_tma.FMA_FLAT, conv_tma.FLAT_CONFIGS),
+                                       (3, conv_tma.FMA_TILE, conv_tma.TILE_CONFIGS)):
+        got = {}
+        for dtype, math in (("float32", tridnn.MathType.FMA), ("float32", tridnn.MathType.TENSOR_OP),
+                            ("float16", tridnn.MathType.FMA)):
+            cd = tridnn.ConvolutionDescriptor(padding=kernel // 2, math_type=math)
+            xd = tridnn.TensorDescriptor.packed((2, 64, 8, 8), dtype, tridnn.TensorFormat.NHWC)
+            wd = tridnn.FilterDescriptor((128, 64, kernel, kernel), dtype, tridnn.TensorFormat.NHWC)
+            yd = xd.with_dims(cd.output_dims(xd, wd))
+            t = [torch.empty(d.dims, dtype=getattr(torch, dtype)).contiguous(memory_format=torch.channels_last)
+                 for d in (xd, wd, yd)]
+            problem = ConvProblem("fwd", xd, wd, yd, cd)
+            got[dtype, math] = conv_tma.candidates(conv_tma.plan_forward(problem, *t), cuda, problem)
+        strict = got["float32", tridnn.MathType.FMA]
+        assert strict[0] == fma_list[0] and all(c["BK_CAP"] == 32 for c in strict)
+        for key in (("float32", tridnn.MathType.TENSOR_OP), ("float16", tridnn.MathType.FMA)):
+            assert got[key][0] in mma_list and all(c["BK_CAP"] == 64 for c in got[key])
+
+
 # -- backward filter with several images per box (small images) -------------------------
 @pytest.mark.parametrize("p", [P(16, 16, (5, 7), 3, 1, 1), P(16, 32, (6, 9), 3, 1, 2, 2), P(16, 16, (6, 8), 3, 2, 1)],
                          ids=lambda p: p["name"])

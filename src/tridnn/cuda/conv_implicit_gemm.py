@@ -327,7 +327,7 @@ def gemm_estimate(problem, efficiency=1.0) -> float:
 def run_tma_forward(tuner, plan, problem, x, w, y, alpha, beta, spec):
     """Tune (first call) and launch conv_tma's forward kernel for a plan."""
     key = (problem_key(problem), spec is not None and spec.act_code, "fwd-tma", conv_tma.plan_kind(plan))
-    cfg = tuner.pick(key, lambda: conv_tma.candidates(plan, y.device),
+    cfg = tuner.pick(key, lambda: conv_tma.candidates(plan, y.device, problem),
                      lambda c, out: conv_tma.launch_conv(plan, problem, x, w, out, 1.0, 0.0, c, spec=spec),
                      y, y.device)
     conv_tma.launch_conv(plan, problem, x, w, y, alpha, beta, cfg, spec=spec)

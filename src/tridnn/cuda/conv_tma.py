@@ -625,6 +625,13 @@ WGRAD_TILE = [dict(BH=8, BW=8, BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=4
               dict(BH=8, BW=16, BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=4),
               dict(BH=8, BW=16, BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3)]
 NARROW_CONFIGS = [_cfg(8, 16, 16, 64, 4, 4), _cfg(16, 16, 16, 64, 4, 3), _cfg(16, 16, 32, 64, 8, 3)]
+# Strict float32 (tl.dot with input_precision "ieee" runs on CUDA-core FMAs, no MMA)
+# wants a short reduction step: on the H200 (benchmarks/sweep_fp32_fma.py, 09:10 UTC)
+# BLOCK_K 16 (BK_CAP 32) ran the 1x1 layers in 496-524 us where the lists above (BLOCK_K
+# 32) took 990-1088 us; BLOCK_K 8 does not compile. About 13 TFLOP/s with any of these.
+FMA_FLAT = [_cfg(1, 64, 64, 32, 4, 3), _cfg(1, 256, 64, 32, 8, 3), _cfg(1, 64, 128, 32, 4, 2),
+            _cfg(1, 128, 64, 32, 8, 3)]
+FMA_TILE = [_cfg(8, 8, 64, 32, 4, 2), _cfg(8, 8, 128, 32, 4, 3), _cfg(8, 16, 64, 32, 4, 3)]
 INTERPRETER_TILE = _cfg(2, 8, 16, 16, 1, 1)
 INTERPRETER_FLAT = _cfg(1, 16, 16, 16, 1, 1)
 
@@ -643,13 +650,18 @@ SMALL_OUTPUT = 64  # output pixels per image up to which SMALL_CONFIGS are offer
 PHASE_EXTRA = [_cfg(8, 16, 128, 64, 4, 4), _cfg(8, 16, 128, 64, 8, 3)]
 
 
+def strict_float32(problem) -> bool:
+    """Float32 data whose dot products run as FMAs (no tf32): its own config lists."""
+    return problem is not None and problem.dtype.itemsize == 4 and input_precision(problem) == "ieee"
+
+
 def candidates(plan, device, problem=None) -> list:
     """Launch configs to time, the conservative one first. A tuple of backward-data phase
     plans gets the per-phase configs (one launch per phase; the first is the reference)
     and, when ``problem`` is given and fused_phases_ok, the same boxes with FUSED (one
     launch for all phases). The interpreter takes the first: FUSED there, so CI runs it."""
     if isinstance(plan, tuple):
-        per_phase = candidates(plan[0], device)
+        per_phase = candidates(plan[0], device, problem)
         if problem is None or not fused_phases_ok(plan, problem):
             return per_phase
         extra = [c for c in PHASE_EXTRA if c["BLOCK_N"] <= max(64, triton.next_power_of_2(plan[0].c_out))]
@@ -664,7 +676,10 @@ def candidates(plan, device, problem=None) -> list:
     flat = plan.n == 1 and plan.oh == 1
     if device.type != "cuda":
         return [dict(INTERPRETER_FLAT if flat else INTERPRETER_TILE)]
-    base = FLAT_CONFIGS if flat else TILE_CONFIGS
+    if strict_float32(problem):
+        base = FMA_FLAT if flat else FMA_TILE
+    else:
+        base = FLAT_CONFIGS if flat else TILE_CONFIGS
     out_cap = max(64, triton.next_power_of_2(plan.c_out))
     fits = [c for c in base if c["BLOCK_N"] <= out_cap]
     if plan.c_out <= 64:  # one column tile: taller row tiles instead of wider columns
@@ -673,6 +688,8 @@ def candidates(plan, device, problem=None) -> list:
         fits = [dict(c, BH=1, BW=c["BH"] * c["BW"]) if flat else c for c in NARROW_CONFIGS]
     elif not flat and plan.oh * plan.ow <= SMALL_OUTPUT and plan.n > 1 and plan.fill == (1, 1):
         fits = fits + [c for c in SMALL_CONFIGS if c["BLOCK_N"] <= out_cap]
+    if strict_float32(problem):  # the narrow and small-image boxes too take the short K step
+        fits = [dict(c, BK_CAP=min(c["BK_CAP"], 32)) for c in fits]
     return fits or base[:1]
 
 
