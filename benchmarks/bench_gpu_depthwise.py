@@ -9,7 +9,8 @@ every applicable Triton algorithm through the public tridnn calls are timed by C
 replay medians (bench_gpu_conv.bench); each result is checked against cuDNN's (relative
 L2 error). TB/s counts the minimal bytes: x + y for the forward, dy + dx for backward
 data, x + dy for backward filter (plus the filter), each crossing DRAM once; ratio =
-best tridnn / cuDNN (lower is better). A table is printed last; JSON goes to --out.
+best tridnn / cuDNN (lower is better). A table is printed last, then the launch config
+each depthwise tuner picked for the best algorithm; JSON goes to --out.
 
 ``--device cpu`` is a dry run of the same code on the CPU (Triton's interpreter, float32,
 batch 1, spatial sizes / 16, channels / 32, the CPU torch convolution as the reference, one timed call):
@@ -119,6 +120,25 @@ def min_bytes(direction, x, w, dy):
     return size(x) + size(dy) + size(w)      # reads x, dy; writes dw
 
 
+def tuners():
+    """The depthwise paths' tuners (their picks are reported per row: the configs to make
+    defaults of)."""
+    from tridnn.cuda import conv_depthwise_backward as D
+    from tridnn.cuda import conv_direct
+    return {"fwd": conv_direct.DirectForward.tuner, "bwd_data": D._data_tuner, "wgrad": D._wgrad_tuner}
+
+
+def picks_since(before):
+    """Tuner entries added since ``before`` (a snapshot of every tuner's keys)."""
+    out = {}
+    for name, t in tuners().items():
+        for key, cfg in list(t._best.items()):
+            if key not in before[name]:
+                out[f"{name}:{key[-1] if name != 'wgrad' else key[1:]}"] = {k: (v if isinstance(v, (int, float, str, bool))
+                                                                             else str(v)) for k, v in cfg.items()}
+    return out
+
+
 def run_layer(handle, direction, p, n, dtype, dev):
     cd, xd, wd, yd, x, w, dy = make(p, n, dtype, dev)
     ref_fn = cudnn_call(direction, p, x, w, dy)
@@ -138,7 +158,9 @@ def run_layer(handle, direction, p, n, dtype, dev):
         fn = tridnn_call(handle, direction, algo, cd, xd, wd, yd, x, w, dy, out, ws)
         try:
             out.fill_(float("nan"))
+            before = {k: set(t._best) for k, t in tuners().items()}
             fn()  # first call: tunes and compiles
+            picked = picks_since(before)
             if dev != "cpu":
                 torch.cuda.synchronize()
             err = rel_err(out, ref)
@@ -146,7 +168,7 @@ def run_layer(handle, direction, p, n, dtype, dev):
         except Exception as exc:  # report it, keep going
             row["algos"][algo.name] = dict(error=f"{type(exc).__name__}: {exc}"[:300])
             continue
-        row["algos"][algo.name] = dict(us=t * 1e6, tbs=nbytes / t / 1e12, ratio=t / t_ref, rel_err=err)
+        row["algos"][algo.name] = dict(us=t * 1e6, tbs=nbytes / t / 1e12, ratio=t / t_ref, rel_err=err, picked=picked)
     ok = {k: v for k, v in row["algos"].items() if "us" in v and v["rel_err"] < 2e-2}
     if ok:
         best = min(ok, key=lambda k: ok[k]["us"])
@@ -164,6 +186,10 @@ def table(rows):
         lines.append(f"{r['layer']:12s} {r['direction']:10s} {r['floor_us']:8.1f} {r['cudnn_us']:9.1f} "
                      f"{r['cudnn_tbs']:5.2f} {best or '-':>14s} {r.get('best_us', float('nan')):8.1f} "
                      f"{r.get('best_tbs', float('nan')):5.2f} {r.get('ratio', float('nan')):6.3f}  {others}")
+    lines.append("tuner picks (the best algorithm's):")
+    for r in rows:
+        if r.get("best"):
+            lines.append(f"  {r['layer']:12s} {r['direction']:10s} {r['best']}: {r['algos'][r['best']].get('picked')}")
     for d in ("fwd", "bwd_data", "bwd_filter"):
         rs = [r for r in rows if r["direction"] == d and "ratio" in r]
         if rs:

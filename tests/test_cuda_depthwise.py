@@ -24,6 +24,7 @@ import tridnn  # noqa: E402
 from tridnn import reference, testing  # noqa: E402
 from tridnn.algorithms import registry  # noqa: E402
 from tridnn.algorithms.problem import ConvProblem  # noqa: E402
+from tridnn.types import TensorFormat  # noqa: E402
 
 import test_cuda_conv as T  # noqa: E402  (run_case: one algorithm through the public API vs the reference)
 from tridnn.cuda import conv_depthwise_backward as D  # noqa: E402
@@ -41,7 +42,7 @@ FILTER = [registry.by_enum("conv", "bwd_filter", "triton", tridnn.ConvBwdFilterA
 
 def _problem(p, n=2):
     cd = T.conv(p)
-    x_desc = tridnn.TensorDescriptor.nchw(n, p["C"], *p["spatial"])
+    x_desc = tridnn.TensorDescriptor.packed((n, p["C"], *p["spatial"]), "float32", TensorFormat.NCHW)
     w_desc = tridnn.FilterDescriptor((p["K"], 1, *p["kernel"]))
     return ConvProblem.forward(x_desc, w_desc, cd)
 
@@ -170,3 +171,28 @@ def test_wgrad3_candidates(atomic, rng, monkeypatch):
         monkeypatch.setattr(D, "_wgrad_tuner", Tuner(tolerance=3e-3))
         for p in (T.P(5, 5, (7, 6), 3, 1, 1, 1, 5), T.P(6, 6, (9, 7), 3, 2, 1, 1, 6)):
             assert T.run_case("bwd_filter", algo, p, "float32", "NHWC", rng, n=2, device=DEVICE) is None, cfg
+
+
+# -- strided backward data: one (row phase, column phase) of dx per program
+PHASE = [T.P(5, 5, (7, 8), 3, 2, 1, 1, 5), T.P(6, 6, (9, 7), 3, 2, 0, 1, 6), T.P(5, 5, (8, 9), 3, 2, 2, 1, 5),
+         T.P(4, 4, (10, 7), 3, 3, 1, 1, 4), T.P(5, 5, (11, 9), 3, 2, 2, 2, 5), T.P(3, 6, (7, 9), 3, 2, 1, 1, 3),
+         T.P(4, 4, (9, 8), (5, 3), (2, 3), (2, 1), 1, 4), T.P(4, 4, (13,), 3, 2, 1, 1, 4)]
+
+
+@pytest.mark.parametrize("p", PHASE, ids=T._ids)
+@pytest.mark.parametrize("layout,dtype", [("NHWC", "float32"), ("NCHW", "float16"), ("strided", "float32")])
+def test_phase_backward_data(p, layout, dtype, rng):
+    """Stride 2 and 3 (pads 0-2, dilation 2, multiplier 2, a 5x3 filter with unequal
+    strides, 1-D): every dx phase, including phases without taps (dx = 0, blended)."""
+    assert D.phase_backward_applies(_problem(p))
+    assert T.run_case("bwd_data", DATA, p, dtype, layout, rng, as_torch=True, device=DEVICE) is None
+    assert T.run_case("bwd_data", DATA, p, dtype, layout, rng, n=1, alpha=2.0, beta=0.5, as_torch=True,
+                      mode=tridnn.ConvMode.CONVOLUTION, device=DEVICE) is None
+
+
+@pytest.mark.parametrize("cfg", D.phase_configs(GPU, 128), ids=str)
+def test_phase_backward_data_candidate(cfg, rng, monkeypatch):
+    _one_candidate(monkeypatch, (D, "phase_configs"), cfg)
+    monkeypatch.setattr(D, "_data_tuner", Tuner())
+    p = T.P(5, 5, (9, 8), 3, 2, 1, 1, 5)
+    assert T.run_case("bwd_data", DATA, p, "float32", "NHWC", rng, n=3, as_torch=True, device=DEVICE) is None

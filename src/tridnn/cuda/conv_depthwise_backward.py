@@ -127,6 +127,104 @@ def dw_bwd_filter_kernel(x_ptr, dy_ptr, part_ptr, P, K, Kg, ID, IH, IW, OD, OH, 
         tl.store(ptrs, col, mask=mask_k)
 
 
+@triton.jit(do_not_specialize=['P', 'IH', 'IW', 'OH', 'OW', 'SH', 'SW', 'PH', 'PW', 'DH', 'DW', 'HA', 'WB'])
+def dw_bwd_data_phase_kernel(
+        dy_ptr, w_ptr, dx_ptr,
+        # sizes: channels, output channels per channel, H x W of dx and dy, the filter,
+        # stride, padding, dilation, the largest phase's rows x columns (ceil(IH / SH),
+        # ceil(IW / SW)) and N x HA x WB
+        P, C, Kg, IH, IW, OH, OW, SH, SW, PH, PW, DH, DW, HA, WB,
+        # element strides (n, k, h, w) of dy, (k, h, w) of w, (n, c, h, w) of dx
+        dys_n, dys_k, dys_h, dys_w, ws_k, ws_h, ws_w, xs_n, xs_c, xs_h, xs_w,
+        alpha, beta,
+        KH: tl.constexpr, KW: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr, FLIP: tl.constexpr,
+        BETA_ZERO: tl.constexpr, INT64: tl.constexpr):
+    """Strided backward data, one (row phase, column phase) of dx per program: the dx
+    pixels (a * SH + rh, b * SW + rw) read dy (a + eh, b + ew) at the taps with
+    (rh + PH - th * DH) divisible by SH (and likewise for w), eh = that quotient. Which taps
+    apply and their dy offsets are program scalars, so the loads are dense (no per-pixel
+    divisibility test) and the other taps' loads move no bytes (stride 2, 3x3: 4, 2, 2 or
+    1 taps of 9). The filter size is a constexpr: the taps unroll and their loads are in
+    flight together (a runtime tap loop had one load per iteration)."""
+    # -- map the program to a tile of one phase's pixels (n, a, b) and a channel block
+    phase = tl.program_id(1)
+    rh = phase // SW
+    rw = phase - rh * SW
+    offs_p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    b = offs_p % WB
+    t = offs_p // WB
+    a = t % HA
+    n = t // HA
+    ih = a * SH + rh
+    iw = b * SW + rw
+    mask_p = (offs_p < P) & (ih < IH) & (iw < IW)
+    if INT64:
+        n = n.to(tl.int64)
+    offs_c = tl.program_id(2) * BLOCK_C + tl.arange(0, BLOCK_C)
+    mask_c = offs_c < C
+    acc = tl.zeros((BLOCK_P, BLOCK_C), dtype=tl.float32)
+    # -- loop: every tap, unrolled; the phase's own (a program scalar) read dy rows a + eh,
+    # columns b + ew, the others are masked off whole, so all loads issue back to back
+    for th in tl.static_range(KH):
+        num_h = rh + PH - th * DH
+        oh = a + num_h // SH
+        ok_h = mask_p & (num_h % SH == 0) & (oh >= 0) & (oh < OH)
+        for tw in tl.static_range(KW):
+            num_w = rw + PW - tw * DW
+            ow = b + num_w // SW
+            ok = ok_h & (num_w % SW == 0) & (ow >= 0) & (ow < OW)
+            row = n * dys_n + oh * dys_h + ow * dys_w
+            if FLIP:
+                w_tap = (KH - 1 - th) * ws_h + (KW - 1 - tw) * ws_w
+            else:
+                w_tap = th * ws_h + tw * ws_w
+            mask = ok[:, None] & mask_c[None, :]
+            for j in range(0, Kg):
+                k = offs_c * Kg + j
+                v = tl.load(dy_ptr + row[:, None] + (k * dys_k)[None, :], mask=mask, other=0.0)
+                wv = tl.load(w_ptr + k * ws_k + w_tap, mask=mask_c, other=0.0)
+                acc += v.to(tl.float32) * wv.to(tl.float32)[None, :]
+    # -- store the phase's dx pixels
+    row_x = n * xs_n + ih * xs_h + iw * xs_w
+    store_tile(acc, row_x, row_x, offs_c, mask_p, mask_c, dx_ptr, xs_c, dx_ptr, 0, dx_ptr, 0,
+               alpha, beta, 0.0, 0.0, 1.0, -1, False, False, BETA_ZERO)
+
+
+def phase_backward_applies(problem) -> bool:
+    """dw_bwd_data_phase_kernel's case: 2-D (or 1-row) depthwise with a stride > 1."""
+    geo = geometry(problem)
+    return geo.cg == 1 and geo.inp[0] == 1 and geo.out[0] == 1 and geo.ker[0] == 1 and geo.stride[0] == 1 \
+        and max(geo.stride[1:]) > 1
+
+
+def phase_configs(device, c):
+    """(BLOCK_P, BLOCK_C, warps); the first is the older per-tap kernel's tile (sm_90 bf16:
+    186 registers with the nine taps unrolled; 32x32 and 16x64: 124-132)."""
+    if device.type != "cuda":
+        return [dict(BLOCK_P=16, BLOCK_C=16, num_warps=1)]
+    out = []
+    for bp, bc, warps in ((64, 64, 4), (32, 64, 4), (128, 32, 4), (64, 32, 4), (32, 128, 4), (16, 128, 4),
+                          (128, 64, 8), (64, 128, 8), (32, 32, 4), (16, 64, 4)):
+        if bc <= max(32, next_pow2(c)):
+            out.append(dict(BLOCK_P=bp, BLOCK_C=bc, num_warps=warps))
+    return out
+
+
+def launch_phase(problem, dy, w, dx, alpha, beta, cfg):
+    geo = geometry(problem)
+    nd = problem.nd
+    (_, ih, iw), (_, oh, ow) = geo.inp, geo.out
+    (_, kh, kw), (_, sh, sw), (_, ph, pw), (_, dh, dw) = geo.ker, geo.stride, geo.pad, geo.dil
+    ha, wb = cdiv(ih, sh), cdiv(iw, sw)
+    ds, ws, xs = strides5(dy, nd), strides5(w, nd), strides5(dx, nd)
+    grid = (cdiv(geo.n * ha * wb, cfg["BLOCK_P"]), sh * sw, cdiv(geo.c, cfg["BLOCK_C"]))
+    launch(dw_bwd_data_phase_kernel, grid, (
+        dy, w, dx, geo.n * ha * wb, geo.c, geo.kg, ih, iw, oh, ow, sh, sw, ph, pw, dh, dw, ha, wb,
+        ds[0], ds[1], ds[3], ds[4], ws[0], ws[3], ws[4], xs[0], xs[1], xs[3], xs[4], float(alpha), float(beta)),
+        dict(KH=kh, KW=kw, BLOCK_P=cfg["BLOCK_P"], BLOCK_C=cfg["BLOCK_C"], FLIP=problem.mode == 0,
+             BETA_ZERO=beta == 0, INT64=needs_int64(dy, dx)), dict(num_warps=cfg["num_warps"]))
+
+
 def rows3_backward_applies(problem) -> bool:
     """Backward data through dw3_rows_kernel: stride-1, undilated 3x3, one filter per channel."""
     return conv_direct.rows3_applies(problem) and problem.k == problem.c
@@ -148,6 +246,11 @@ def backward_data(problem, dy, w, dx, alpha, beta) -> None:
         cfg = _data_tuner.pick((problem.key(), "dw3-rows-bwd-data"),
                                lambda: conv_direct.rows3_configs(dx.device, geo.c), run, dx, dx.device)
         run(cfg, dx, alpha, beta)
+        return
+    if phase_backward_applies(problem):
+        cfg = _data_tuner.pick((problem.key(), "dw-phase-bwd-data"), lambda: phase_configs(dx.device, geo.c),
+                               lambda c, out: launch_phase(problem, dy, w, out, 1.0, 0.0, c), dx, dx.device)
+        launch_phase(problem, dy, w, dx, alpha, beta, cfg)
         return
     gpu = dx.device.type == "cuda"
     bp, bc = (64, 64) if gpu else (16, 16)
