@@ -626,7 +626,7 @@ WGRAD_TILE = [dict(BH=8, BW=8, BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=4
               dict(BH=8, BW=16, BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3)]
 NARROW_CONFIGS = [_cfg(8, 16, 16, 64, 4, 4), _cfg(16, 16, 16, 64, 4, 3), _cfg(16, 16, 32, 64, 8, 3)]
 # Strict float32 (tl.dot with input_precision "ieee" runs on CUDA-core FMAs, no MMA)
-# wants a short reduction step: on the H200 (benchmarks/sweep_fp32_fma.py, 09:10 UTC)
+# wants a short reduction step: on the H200 (benchmarks/sweep_fp32_fma.py, 2026-11-30 08:27 UTC)
 # BLOCK_K 16 (BK_CAP 32) ran the 1x1 layers in 496-524 us where the lists above (BLOCK_K
 # 32) took 990-1088 us; BLOCK_K 8 does not compile. About 13 TFLOP/s with any of these.
 FMA_FLAT = [_cfg(1, 64, 64, 32, 4, 3), _cfg(1, 256, 64, 32, 8, 3), _cfg(1, 64, 128, 32, 4, 2),
