@@ -196,3 +196,21 @@ def test_phase_backward_data_candidate(cfg, rng, monkeypatch):
     monkeypatch.setattr(D, "_data_tuner", Tuner())
     p = T.P(5, 5, (9, 8), 3, 2, 1, 1, 5)
     assert T.run_case("bwd_data", DATA, p, "float32", "NHWC", rng, n=3, as_torch=True, device=DEVICE) is None
+
+
+# -- forward of the other depthwise layers: the runtime tap loop or the unrolled taps
+TAPS2D = [T.P(5, 5, (7, 8), 3, 2, 1, 1, 5), T.P(5, 5, (9, 7), 3, 1, 2, 2, 5), T.P(3, 6, (7, 9), 3, 2, 1, 1, 3),
+          T.P(4, 4, (9, 8), (5, 3), (2, 3), (2, 1), 1, 4), T.P(4, 4, (13,), 3, 2, 1, 1, 4)]
+
+
+@pytest.mark.parametrize("cfg", conv_direct.depthwise_taps_candidates(GPU, 128), ids=str)
+def test_forward_taps_candidate(cfg, rng, monkeypatch):
+    """Stride 2, dilation 2, multiplier 2, a 5x3 filter with unequal strides, 1-D."""
+    _one_candidate(monkeypatch, (conv_direct, "depthwise_taps_candidates"), cfg)
+    monkeypatch.setattr(conv_direct.DirectForward, "tuner", Tuner())
+    for i, p in enumerate(TAPS2D):
+        assert conv_direct.taps2d_applies(_problem(p)) and not conv_direct.rows3_applies(_problem(p))
+        layout, dtype = (("NHWC", "float32"), ("strided", "float16"), ("NCHW", "float32"))[i % 3]
+        assert T.run_case("fwd", DIRECT, p, dtype, layout, rng, n=2, as_torch=True, device=DEVICE) is None, p
+        assert T.run_case("fwd", DIRECT, p, dtype, layout, rng, n=1, alpha=2.0, beta=0.5, as_torch=True,
+                          mode=tridnn.ConvMode.CONVOLUTION, device=DEVICE) is None, p

@@ -221,6 +221,96 @@ def dw3_rows_kernel(
         acc_mid = acc_new
 
 
+@triton.jit(do_not_specialize=['M', 'IH', 'IW', 'OH', 'OW', 'SH', 'SW', 'PH', 'PW', 'DH', 'DW'])
+def dw_taps_kernel(
+        x_ptr, w_ptr, y_ptr, bias_ptr, z_ptr,
+        # sizes: output pixels (N x OH x OW), output channels and output channels per input
+        # channel, H x W of x and y, stride, padding, dilation
+        M, K, Kg, IH, IW, OH, OW, SH, SW, PH, PW, DH, DW,
+        # element strides (n, c, h, w) of x, (k, h, w) of w, (n, k, h, w) of y and z
+        xs_n, xs_c, xs_h, xs_w,
+        ws_k, ws_h, ws_w,
+        ys_n, ys_k, ys_h, ys_w,
+        zs_n, zs_k, zs_h, zs_w, bias_stride,
+        alpha, beta, alpha2, coef, swish_beta,
+        KH: tl.constexpr, KW: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr, FLIP: tl.constexpr,
+        ACT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr, BETA_ZERO: tl.constexpr,
+        INT64: tl.constexpr):
+    """2-D depthwise forward, any stride/padding/dilation: conv_direct_fwd_kernel's tile
+    (flattened output pixels x channels) with the filter size a constexpr, so the taps
+    unroll and all their masked loads are in flight together (the runtime tap loop has one
+    load per iteration: 2.15-2.4 TB/s on the H200's strided layers)."""
+    # -- map the program to a tile of output pixels (n, o, q) x channels
+    offs_m = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    offs_k = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    mask_m = offs_m < M
+    mask_k = offs_k < K
+    ow = offs_m % OW
+    t = offs_m // OW
+    oh = t % OH
+    nn = t // OH
+    if INT64:
+        nn = nn.to(tl.int64)
+    # -- pointers: the tile's top-left input pixel, the channels, the weights
+    ih0 = oh * SH - PH
+    iw0 = ow * SW - PW
+    x_row = nn * xs_n + ih0 * xs_h + iw0 * xs_w
+    x_chan = (offs_k // Kg) * xs_c
+    w_col = w_ptr + offs_k * ws_k
+    # -- every tap, unrolled
+    acc = tl.zeros((BLOCK_P, BLOCK_C), dtype=tl.float32)
+    for kh in tl.static_range(KH):
+        okh = mask_m & (ih0 + kh * DH >= 0) & (ih0 + kh * DH < IH)
+        for kw in tl.static_range(KW):
+            ok = okh & (iw0 + kw * DW >= 0) & (iw0 + kw * DW < IW)
+            if FLIP:
+                w_tap = (KH - 1 - kh) * ws_h + (KW - 1 - kw) * ws_w
+            else:
+                w_tap = kh * ws_h + kw * ws_w
+            xv = tl.load(x_ptr + (x_row + kh * DH * xs_h + kw * DW * xs_w)[:, None] + x_chan[None, :],
+                         mask=ok[:, None] & mask_k[None, :], other=0.0)
+            wv = tl.load(w_col + w_tap, mask=mask_k, other=0.0)
+            acc += xv.to(tl.float32) * wv.to(tl.float32)[None, :]
+    # -- the fused epilogue
+    row_y = nn * ys_n + oh * ys_h + ow * ys_w
+    row_z = nn * zs_n + oh * zs_h + ow * zs_w
+    store_tile(acc, row_y, row_z, offs_k, mask_m, mask_k, y_ptr, ys_k, z_ptr, zs_k, bias_ptr,
+               bias_stride, alpha, beta, alpha2, coef, swish_beta, ACT, HAS_BIAS, HAS_Z, BETA_ZERO)
+
+
+def taps2d_applies(problem) -> bool:
+    """dw_taps_kernel's case: 2-D (or 1-row) depthwise (one input channel per group)."""
+    geo = geometry(problem)
+    return geo.cg == 1 and geo.inp[0] == 1 and geo.out[0] == 1 and geo.ker[0] == 1
+
+
+def taps2d_configs(device, k):
+    """(BLOCK_P, BLOCK_C, warps) for dw_taps_kernel: the nine raw tap tiles are live at
+    once, so tiles of 8-16 elements per thread (sm_90 bf16 3x3: see the commit)."""
+    if device.type != "cuda":
+        return [dict(BLOCK_P=8, BLOCK_C=8, num_warps=1)]
+    out = []
+    for bp, bc, warps in ((32, 64, 4), (64, 32, 4), (16, 64, 4), (32, 32, 4), (16, 128, 4), (64, 64, 8),
+                          (32, 128, 8), (128, 32, 8)):
+        if bc <= max(32, next_pow2(k)):
+            out.append(dict(BLOCK_P=bp, BLOCK_C=bc, num_warps=warps))
+    return out
+
+
+def launch_taps2d(x, w, y, geo, alpha, beta, spec, cfg, flip, nd):
+    bias, bias_stride, z, zs, alpha2, coef, swish_beta, act, has_bias, has_z = launch_args(spec, y, nd)
+    xs, ws, ys = strides5(x, nd), strides5(w, nd), strides5(y, nd)
+    M = geo.out_pixels
+    grid = (cdiv(M, cfg["BLOCK_P"]), cdiv(geo.k, cfg["BLOCK_C"]))
+    head = (M, geo.k, geo.kg, *geo.inp[1:], *geo.out[1:], *geo.stride[1:], *geo.pad[1:], *geo.dil[1:],
+            xs[0], xs[1], xs[3], xs[4], ws[0], ws[3], ws[4], ys[0], ys[1], ys[3], ys[4],
+            zs[0], zs[1], zs[3], zs[4], bias_stride)
+    consts = dict(KH=geo.ker[1], KW=geo.ker[2], BLOCK_P=cfg["BLOCK_P"], BLOCK_C=cfg["BLOCK_C"], FLIP=flip, ACT=act,
+                  HAS_BIAS=has_bias, HAS_Z=has_z, BETA_ZERO=beta == 0, INT64=needs_int64(x, y, z))
+    launch(dw_taps_kernel, grid, (x, w, y, bias, z) + head + (float(alpha), float(beta), alpha2, coef, swish_beta),
+           consts, dict(num_warps=cfg["num_warps"]))
+
+
 def rows3_applies(problem) -> bool:
     """dw3_rows_kernel's case: 2-D (or 1-row) depthwise 3x3, stride 1, no dilation."""
     geo = geometry(problem)
@@ -258,9 +348,14 @@ def fwd_dw3_candidates(device, k):
     pixels x channels, one masked load per tap), which measured as fast or faster on some
     layers (dw144_56: 96.8 vs 100.1 us); the GPU decides per layer."""
     rows = [dict(c, KIND="rows") for c in rows3_configs(device, k)]
-    if device.type != "cuda":
-        return rows + [dict(c, KIND="taps") for c in _configs(device, k)]
-    return rows + [dict(c, KIND="taps") for c in _configs(device, k)]
+    return rows + depthwise_taps_candidates(device, k)
+
+
+def depthwise_taps_candidates(device, k):
+    """conv_direct_fwd_kernel's configs (KIND "taps", the runtime tap loop: first, the
+    reference of the other layers' tuning), then dw_taps_kernel's (KIND "taps2d")."""
+    return [dict(c, KIND="taps") for c in _configs(device, k)] + [dict(c, KIND="taps2d")
+                                                                   for c in taps2d_configs(device, k)]
 
 
 def launch_rows3(x, w, y, geo, pad_hw, alpha, beta, spec, cfg, flip, nd):
@@ -357,10 +452,25 @@ class DirectForward(TritonConvAlgorithm):
             def run(c, out, a=1.0, b=0.0):
                 if c["KIND"] == "rows":
                     launch_rows3(x, w, out, geo, pad, a, b, spec, c, flip, nd)
+                elif c["KIND"] == "taps2d":
+                    launch_taps2d(x, w, out, geo, a, b, spec, c, flip, nd)
                 else:
                     launch_direct(problem, x, w, out, a, b, spec, c)
             cfg = self.tuner.pick(key, lambda: fwd_dw3_candidates(y.device, problem.k), run, y, y.device)
             run(cfg, y, alpha, beta)
+            return
+        if taps2d_applies(problem):  # strided / dilated / other sizes: the tap loop or unrolled taps
+            geo = geometry(problem)
+            nd, flip = problem.nd, problem.mode == 0
+            key = (problem_key(problem), spec is not None and spec.act_code, "fwd-dw2d")
+
+            def run2(c, out, a=1.0, b=0.0):
+                if c["KIND"] == "taps2d":
+                    launch_taps2d(x, w, out, geo, a, b, spec, c, flip, nd)
+                else:
+                    launch_direct(problem, x, w, out, a, b, spec, c)
+            cfg = self.tuner.pick(key, lambda: depthwise_taps_candidates(y.device, problem.k), run2, y, y.device)
+            run2(cfg, y, alpha, beta)
             return
         key = (problem_key(problem), spec is not None and spec.act_code, "fwd-direct")
         cfg = self.tuner.pick(key, lambda: _configs(y.device, problem.k),
