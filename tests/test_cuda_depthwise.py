@@ -155,16 +155,21 @@ def test_backward_data_candidate(cfg, rng, monkeypatch):
 
 
 def _wgrad_candidates(atomic):
+    """The H200's list for a 64-channel layer; on the tiny test problems their slice
+    counts (up to 16 x 132 / programs) clip to one slice per output row."""
     problem = _problem(T.P(64, 64, (8, 8), 3, 1, 1, 1, 64))
     import unittest.mock as um
     with um.patch.object(D, "sm_count", lambda device: 132):
-        return D.wgrad3_candidates(problem, GPU, 64, atomic)
+        cands = D.wgrad3_candidates(problem, GPU, 64, atomic, 65535 if atomic else 64)
+    assert len({c["slices"] for c in cands}) > 1
+    return cands
 
 
 @pytest.mark.parametrize("atomic", [False, True], ids=["ALGO_1", "ALGO_0"])
 def test_wgrad3_candidates(atomic, rng, monkeypatch):
     """Each filter-gradient candidate (row or FLAT tiles, 4 to 16 programs per SM: many
-    slices of the tiny problem) with stride 1 and stride 2, against the reference."""
+    slices of the tiny problem) with stride 1 and stride 2, against the reference; then
+    the tuner's own launch (partials summed over the slices) for each, on the GPU list."""
     algo = FILTER[1] if not atomic else FILTER[0]
     for cfg in _wgrad_candidates(atomic):
         _one_candidate(monkeypatch, (D, "wgrad3_candidates"), cfg)
@@ -214,3 +219,31 @@ def test_forward_taps_candidate(cfg, rng, monkeypatch):
         assert T.run_case("fwd", DIRECT, p, dtype, layout, rng, n=2, as_torch=True, device=DEVICE) is None, p
         assert T.run_case("fwd", DIRECT, p, dtype, layout, rng, n=1, alpha=2.0, beta=0.5, as_torch=True,
                           mode=tridnn.ConvMode.CONVOLUTION, device=DEVICE) is None, p
+
+
+def test_wgrad3_tuning_launch(rng):
+    """The tuner's launch of every candidate (its partials summed over its slices) gives
+    the same column sums as the first candidate's, ALGO_0 and ALGO_1, under the interpreter."""
+    from tridnn.cuda.common import agrees
+    p = T.P(6, 6, (7, 9), 3, 1, 1, 1, 6)
+    problem = _problem(p, n=2)
+    x = torch.as_tensor(rng.standard_normal((2, 6, 7, 9)), dtype=torch.float32).contiguous(
+        memory_format=torch.channels_last)
+    dy = torch.as_tensor(rng.standard_normal((2, 6, 7, 9)), dtype=torch.float32).contiguous(
+        memory_format=torch.channels_last)
+    import unittest.mock as um
+    for atomic in (False, True):
+        with um.patch.object(D, "sm_count", lambda device: 132):
+            cands = D.wgrad3_candidates(_problem(T.P(64, 64, (8, 8), 3, 1, 1, 1, 64)), GPU, 64, atomic,
+                                        65535 if atomic else 64)
+        sums = []
+        for cfg in cands:
+            part = torch.zeros(64 if not atomic else 1, 6, 9, 1)
+            used = D._launch_wgrad3(problem, x, dy, part, cfg["slices"], atomic, cfg)
+            sums.append(part.reshape(-1)[:(1 if atomic else used) * 54].view(-1, 54).sum(0))
+        ref = torch.einsum("nkhw,nkhwt->kt", dy.double(), torch.stack(
+            [torch.nn.functional.pad(x.double(), (1, 1, 1, 1))[:, :, a:a + 7, b:b + 9] for a in range(3)
+             for b in range(3)], dim=-1)).reshape(-1)
+        for cfg, got in zip(cands, sums):
+            assert torch.allclose(got.double(), ref, rtol=1e-5, atol=1e-5), cfg
+            assert agrees(got, sums[0]), cfg

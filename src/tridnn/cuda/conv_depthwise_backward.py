@@ -24,6 +24,7 @@ ALGO_0/ALGO_1 route depthwise problems (1 input channel and at most
 """
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
@@ -402,14 +403,14 @@ def _wgrad3_config(problem, device, slices=None):
     return dict(BW=max(8, 128 * warps // bc), BC=bc, num_warps=warps, FLAT=False, PER_SM=4)
 
 
-def wgrad3_candidates(problem, device, slices, atomic):
-    """dw3_wgrad_kernel's configs for the tuner, the older heuristic's first. H200 (09:10
-    UTC): 0.8-1.4 TB/s, with 4 programs of 4 warps per SM (ALGO_0 asked for 4 x SMs
-    programs in all) too few loads in flight; the others run 8 or 16 programs per SM
-    (ALGO_0 only: its slice count is free, ALGO_1's is capped by the partial buffer), 8
-    elements per thread, and FLAT tiles (pixel runs across rows: no masked columns at
-    OW = 7, 14, 28 against BW = 16-32)."""
-    first = _wgrad3_config(problem, device, None if atomic else slices)
+def wgrad3_candidates(problem, device, slices, atomic, cap):
+    """dw3_wgrad_kernel's configs for the tuner, each with its slice count: first the older
+    heuristic's (the slices the caller asked for). H200 (09:10 UTC): 0.8-1.4 TB/s, with 4
+    programs of 4 warps per SM (ALGO_0 asked for 4 x SMs programs in all), too few loads
+    in flight; the others run 4, 8 or 16 programs per SM (ALGO_1: up to ``cap`` slices,
+    the partial buffer's; 64 today), 8 elements per thread, and FLAT tiles (pixel runs
+    across rows: no masked columns at OW = 7, 14, 28 against BW = 16-32)."""
+    first = dict(_wgrad3_config(problem, device, None if atomic else slices), slices=slices)
     if device.type != "cuda":
         return [first, dict(first, FLAT=True)]
     k = problem.k
@@ -418,9 +419,10 @@ def wgrad3_candidates(problem, device, slices, atomic):
     for bc in widths:
         for per_thread in (4, 8):
             for flat in (False, True):
-                for per_sm in ((8, 16) if atomic else (4,)):
+                for per_sm in (4, 8, 16):
                     cfg = dict(BW=max(8, 32 * 4 * per_thread // bc), BC=bc, num_warps=4, FLAT=flat, PER_SM=per_sm)
-                    if cfg not in out:
+                    cfg["slices"] = _wgrad3_slices(problem, device, cfg, cap)
+                    if all(any(c[f] != cfg[f] for f in ("BW", "BC", "num_warps", "FLAT", "slices")) for c in out):
                         out.append(cfg)
     return out
 
@@ -475,20 +477,25 @@ def backward_filter_partials(problem, x, dy, part, slices, atomic) -> int:
     if wgrad3_applies(problem):
         cap = part.shape[0] if not atomic else 65535
         slices = min(slices, cap)
+        cols = geo.k * 9
+        tmp = []
 
-        def slices_of(cfg):
-            return _wgrad3_slices(problem, x.device, cfg, cap) if atomic else slices
-
-        def run(cfg, out):  # out: the flat partials this config writes (tuning: a scratch copy)
+        def run(cfg, out):
+            """Tuning: the config's partials into a private buffer, summed over its slices
+            into out [K * 9] (slice counts differ between candidates; the sum's time
+            stands in for the finish pass, which grows with them)."""
+            if not tmp:
+                tmp.append(torch.empty_like(part.reshape(-1)) if not atomic
+                           else torch.empty(cols, dtype=part.dtype, device=part.device))
+            buf = tmp[0]
             if atomic:
-                out.zero_()
-            return _launch_wgrad3(problem, x, dy, out, slices_of(cfg), atomic, cfg)
-        used = 1 if atomic else cdiv(geo.n * geo.out[1], cdiv(geo.n * geo.out[1], slices))
-        flat = part.reshape(-1)
-        key = (problem.key(), "dw3-wgrad", atomic, slices)
-        cfg = _wgrad_tuner.pick(key, lambda: wgrad3_candidates(problem, x.device, slices, atomic),
-                                lambda c, out: run(c, out), flat[:used * geo.k * 9], x.device)
-        return _launch_wgrad3(problem, x, dy, part, slices_of(cfg), atomic, cfg)
+                buf.zero_()
+            used = _launch_wgrad3(problem, x, dy, buf, cfg["slices"], atomic, cfg)
+            torch.sum(buf[:(1 if atomic else used) * cols].view(-1, cols), dim=0, out=out)
+        key = (problem.key(), "dw3-wgrad", atomic, slices, cap)
+        cfg = _wgrad_tuner.pick(key, lambda: wgrad3_candidates(problem, x.device, slices, atomic, cap), run,
+                                torch.empty(cols, dtype=part.dtype, device=part.device), x.device)
+        return _launch_wgrad3(problem, x, dy, part, cfg["slices"], atomic, cfg)
     gpu = x.device.type == "cuda"
     bp, bc = (64, 64) if gpu else (16, 16)
     per = triton.cdiv(triton.cdiv(geo.out_pixels, slices), bp) * bp
