@@ -143,9 +143,9 @@ def test_forward_candidate(cfg, rng, monkeypatch):
                       mode=tridnn.ConvMode.CONVOLUTION, device=DEVICE) is None
 
 
-@pytest.mark.parametrize("cfg", conv_direct.rows3_configs(GPU, 128), ids=str)
+@pytest.mark.parametrize("cfg", D.rows3_data_candidates(GPU, 128), ids=str)
 def test_backward_data_candidate(cfg, rng, monkeypatch):
-    _one_candidate(monkeypatch, (conv_direct, "rows3_configs"), cfg)
+    _one_candidate(monkeypatch, (D, "rows3_data_candidates"), cfg)
     monkeypatch.setattr(D, "_data_tuner", Tuner())
     p = T.P(5, 5, (9, 6), 3, 1, 1, 1, 5)
     assert T.run_case("bwd_data", DATA, p, "float32", "NHWC", rng, n=2, as_torch=True, device=DEVICE) is None

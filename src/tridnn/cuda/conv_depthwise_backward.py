@@ -24,6 +24,8 @@ ALGO_0/ALGO_1 route depthwise problems (1 input channel and at most
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import triton
 import triton.language as tl
@@ -234,6 +236,13 @@ def rows3_backward_applies(problem) -> bool:
 _data_tuner = Tuner()
 
 
+def rows3_data_candidates(device, c):
+    """Stride-1 backward data: the row kernel's configs (first: the conservative one), then
+    dw_taps_kernel's (KIND taps2d), both reading dy with the flipped filter."""
+    return conv_direct.rows3_configs(device, c) + [dict(cfg, KIND="taps2d")
+                                                   for cfg in conv_direct.taps2d_configs(device, c)]
+
+
 def backward_data(problem, dy, w, dx, alpha, beta) -> None:
     geo = geometry(problem)
     nd = problem.nd
@@ -242,10 +251,16 @@ def backward_data(problem, dy, w, dx, alpha, beta) -> None:
         pad = (2 - geo.pad[1], 2 - geo.pad[2])
         flip = problem.mode != 0  # flipped relative to the forward's reading
 
+        # the same as a forward over dy (dx's geometry as its output) for dw_taps_kernel
+        fwd = dataclasses.replace(geo, inp=geo.out, out=geo.inp, pad=(0,) + pad)
+
         def run(c, out, a=1.0, b=0.0):
-            conv_direct.launch_rows3(dy, w, out, geo, pad, a, b, None, c, flip, nd)
-        cfg = _data_tuner.pick((problem.key(), "dw3-rows-bwd-data"),
-                               lambda: conv_direct.rows3_configs(dx.device, geo.c), run, dx, dx.device)
+            if c.get("KIND") == "taps2d":
+                conv_direct.launch_taps2d(dy, w, out, fwd, a, b, None, c, flip, nd)
+            else:
+                conv_direct.launch_rows3(dy, w, out, geo, pad, a, b, None, c, flip, nd)
+        cfg = _data_tuner.pick((problem.key(), "dw3-rows-bwd-data"), lambda: rows3_data_candidates(dx.device, geo.c),
+                               run, dx, dx.device)
         run(cfg, dx, alpha, beta)
         return
     if phase_backward_applies(problem):
