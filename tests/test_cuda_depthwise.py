@@ -247,3 +247,25 @@ def test_wgrad3_tuning_launch(rng):
         for cfg, got in zip(cands, sums):
             assert torch.allclose(got.double(), ref, rtol=1e-5, atol=1e-5), cfg
             assert agrees(got, sums[0]), cfg
+
+
+def test_depthwise_filter_partials_may_take_a_slice_a_row():
+    """ALGO_1's workspace holds up to one slice of partials per output row for depthwise
+    problems (its column sums need hundreds of slices to fill a GPU), bounded by
+    DEPTHWISE_MAX_SLICES; a dense problem keeps the 64-slice cap."""
+    from tridnn.cuda import conv_bwd_filter_implicit_gemm as W
+    algo = FILTER[1]
+    dw = ConvProblem("bwd_filter", *_descs(T.P(8, 8, (40, 12), 3, 1, 1, 1, 8), n=4))
+    assert algo._cap(dw) == 4 * 40 and algo.buffers(dw)[0].shape[0] == 4 * 40
+    big = ConvProblem("bwd_filter", *_descs(T.P(8, 8, (40, 12), 3, 1, 1, 1, 8), n=200))
+    assert algo._cap(big) == W.DEPTHWISE_MAX_SLICES
+    dense = ConvProblem("bwd_filter", *_descs(T.P(8, 8, (40, 12), 3, 1, 1, 1, 1), n=4))
+    assert algo._cap(dense) == 64
+    assert FILTER[0]._cap(dw) == 1  # ALGO_0 adds atomically into one slice
+
+
+def _descs(p, n):
+    cd = T.conv(p)
+    x_desc = tridnn.TensorDescriptor.packed((n, p["C"], *p["spatial"]), "float32", TensorFormat.NCHW)
+    w_desc = tridnn.FilterDescriptor((p["K"], p["C"] // p["groups"], *p["kernel"]))
+    return x_desc, w_desc, x_desc.with_dims(cd.output_dims(x_desc, w_desc)), cd

@@ -34,6 +34,7 @@ from .conv_implicit_gemm import FLAT_BELOW, gemm_estimate
 from .geometry import geometry, input_precision, needs_int64, strides5
 
 MAX_PARTIAL_BYTES = 256 << 20
+DEPTHWISE_MAX_SLICES = 4096
 
 
 @triton.jit(do_not_specialize=['P', 'ID', 'IH', 'IW', 'OD', 'OH', 'OW', 'KD', 'KH', 'KW', 'SD', 'SH', 'SW', 'PD', 'PH', 'PW', 'DD', 'DH', 'DW', 'pix_per_split'])
@@ -195,9 +196,13 @@ class _WgradBase(TritonConvAlgorithm):
         return pad or geometry(problem).cg
 
     def _cap(self, problem):
+        """Slices of float32 partials the workspace holds. Depthwise partials are small
+        (K x taps floats a slice) and its column-sum kernel needs hundreds of slices to fill
+        the GPU (dw32_112: one 32-channel block), so it may take one a row of output."""
         geo = geometry(problem)
         one = geo.k * geo.taps * self._part_channels(problem) * 4
-        return 1 if self.atomic else max(1, min(64, MAX_PARTIAL_BYTES // max(one, 1)))
+        most = min(DEPTHWISE_MAX_SLICES, geo.n * geo.out[0] * geo.out[1]) if depthwise.routes_here(problem) else 64
+        return 1 if self.atomic else max(1, min(most, MAX_PARTIAL_BYTES // max(one, 1)))
 
     def buffers(self, problem):
         geo = geometry(problem)
