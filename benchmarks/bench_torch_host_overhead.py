@@ -1,0 +1,153 @@
+"""Host (Python) time per eager call of tridnn.torch's layers, on the CPU, kernels stubbed.
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE TRITON_INTERPRET=1 PYTHONPATH=src \
+        .venv/bin/python benchmarks/bench_torch_host_overhead.py [--calls 1000] [--rounds 5] [--profile ROW]
+
+A CUDA tensor takes tridnn.torch's Triton path; here CPU tensors are sent down that same
+path (the calling thread's default "cpu" handle is replaced by
+``Handle(device="cpu", backend="triton")``) and every kernel launch
+(``tridnn.cuda.common.launch``, which ``jit_run`` and the convolutions call) is a no-op, so
+what is timed is the host work: tridnn's Python, torch's autograd and tensor bookkeeping.
+What this misses against a GPU: the launch itself (~5-10 us per kernel on the H200's
+host, profile_gpu_host_overhead.py's run-empty row), the CUDA caching allocator (a little
+dearer than the CPU one), and the current-device guard of ``_on_input_device``.
+
+Rows (tiny tensors, so nothing but host work would show even with kernels):
+  relu fwd / fwd+bwd       tridnn.torch.nn.ReLU on a 2x8x4x4 tensor that requires grad
+  bn fwd / fwd+bwd         tridnn.torch.nn.BatchNorm2d (training, running stats)
+  maxpool fwd+bwd          tridnn.torch.nn.MaxPool2d(3, 2, 1) on 2x8x8x8
+  conv fwd / fwd+bwd       tridnn.torch.nn.Conv2d(16, 16, 3, padding=1) channels_last 2x16x8x8
+  functional relu / conv   tridnn.functional.activation / conv (no torch layer, no autograd)
+  torch *                  PyTorch's own layer for scale
+Rounds interleave the rows; each row's figure is the median over rounds (the CPU is shared).
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import statistics
+import time
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import torch  # noqa: E402
+
+import tridnn  # noqa: E402
+import tridnn.functional as TF  # noqa: E402
+import tridnn.torch as tt  # noqa: E402
+from tridnn import handle as handle_mod  # noqa: E402
+from tridnn.cuda import common  # noqa: E402
+
+
+class _NoKernel:
+    """Stands for a @triton.jit kernel launched as ``kernel[grid](...)``: does nothing."""
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: None
+
+
+def stub_launches():
+    """Every Triton launch becomes a no-op (host work only); outputs stay uninitialized.
+    ``common.launch`` covers jit_run and the convolutions; pooling launches its kernels
+    as ``kernel[grid](...)`` (Triton's own binder: dearer on a GPU host than
+    common.launch's cached launcher), so its kernels are swapped for stubs."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+    from tridnn.cuda import pooling, tensor_ops
+    common.launch = lambda *args, **kwargs: None
+    for module in (pooling, tensor_ops):
+        for name, value in list(vars(module).items()):
+            if isinstance(value, (JITFunction, InterpretedFunction)) and name.endswith("_kernel"):
+                setattr(module, name, _NoKernel())
+
+
+def triton_default_handle():
+    """The "cpu" default handle of this thread runs the Triton backend (the CUDA path)."""
+    handle_mod.default_handle("cpu")  # creates the table
+    handle_mod._default.handles["cpu"] = tridnn.Handle(device="cpu", backend="triton")
+
+
+def per_call_us(fn, calls) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def cases():
+    torch.manual_seed(0)
+    cl = torch.channels_last
+    rows = {}
+
+    a = torch.randn(2, 8, 4, 4, requires_grad=True)
+    ga = torch.randn(2, 8, 4, 4)
+    relu_t = tt.nn.ReLU()
+    relu_ref = torch.nn.ReLU()
+    rows["relu fwd"] = lambda: relu_t(a)
+    rows["relu fwd+bwd"] = lambda: relu_t(a).backward(ga)
+    rows["torch relu fwd+bwd"] = lambda: relu_ref(a).backward(ga)
+
+    bn_t = tt.convert(torch.nn.BatchNorm2d(8))
+    bn_ref = torch.nn.BatchNorm2d(8)
+    rows["bn fwd"] = lambda: bn_t(a)
+    rows["bn fwd+bwd"] = lambda: bn_t(a).backward(ga)
+    rows["torch bn fwd+bwd"] = lambda: bn_ref(a).backward(ga)
+
+    p = torch.randn(2, 8, 8, 8, requires_grad=True)
+    gp = torch.randn(2, 8, 4, 4)
+    pool_t = tt.nn.MaxPool2d(3, 2, 1)
+    pool_ref = torch.nn.MaxPool2d(3, 2, 1)
+    rows["maxpool fwd+bwd"] = lambda: pool_t(p).backward(gp)
+    rows["torch maxpool fwd+bwd"] = lambda: pool_ref(p).backward(gp)
+
+    x = torch.randn(2, 16, 8, 8).contiguous(memory_format=cl).requires_grad_(True)
+    gx = torch.randn(2, 16, 8, 8).contiguous(memory_format=cl)
+    conv_ref = torch.nn.Conv2d(16, 16, 3, padding=1, bias=False).to(memory_format=cl)
+    conv_t = tt.convert(torch.nn.Conv2d(16, 16, 3, padding=1, bias=False).to(memory_format=cl))
+    rows["conv fwd"] = lambda: conv_t(x)
+    rows["conv fwd+bwd"] = lambda: conv_t(x).backward(gx)
+    rows["torch conv fwd+bwd"] = lambda: conv_ref(x).backward(gx)
+
+    a0 = a.detach()
+    x0, w0 = x.detach(), conv_t.weight.detach()
+    rows["functional relu"] = lambda: TF.activation(a0, "relu")
+    rows["functional conv"] = lambda: TF.conv(x0, w0, None, 1, 1)
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--calls", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--profile", default=None, help="a row name: print its cProfile (by own time)")
+    ap.add_argument("--top", type=int, default=30)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    stub_launches()
+    triton_default_handle()
+    rows = cases()
+    for fn in rows.values():  # first calls: validation, plans, caches
+        fn()
+        fn()
+    if args.profile:
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(args.calls):
+            rows[args.profile]()
+        prof.disable()
+        pstats.Stats(prof).sort_stats("tottime").print_stats(args.top)
+        return
+    times = {name: [] for name in rows}
+    for _ in range(args.rounds):
+        for name, fn in rows.items():
+            times[name].append(per_call_us(fn, args.calls))
+    print(f"load average {os.getloadavg()[0]:.2f}; us per call, median of {args.rounds} rounds "
+          f"of {args.calls} calls")
+    for name, vals in times.items():
+        print(f"  {name:24s} {statistics.median(vals):8.1f}")
+
+
+if __name__ == "__main__":
+    main()
