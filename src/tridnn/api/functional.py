@@ -32,6 +32,7 @@ from ..descriptors.tensor import packed_strides
 from ..errors import BadParamError
 from ..handle import check_handle, default_handle
 from ..types import ConvMode, TensorFormat
+from . import layer_recipes as recipes
 from .convolution import _algorithm, execute
 
 __all__ = ["conv", "conv_bias_activation", "conv_transpose", "conv_backward_data", "conv_backward_filter",
@@ -590,11 +591,27 @@ def activation(x, mode="relu", coef=0.0, swish_beta=1.0, handle=None):
     softplus beta; ``swish_beta`` is SWISH's beta."""
     from .activation import activation_forward
     handle = _handle_for(x, handle)
+    sig = recipes.signature(x)
+    if sig is not None:
+        table = _plan_table(handle)
+        key = ("act", sig, type(mode), mode, type(coef), coef, type(swish_beta), swish_beta)
+        recipe = recipes.lookup(table, key)
+        if recipe is not None:
+            y = recipe[0]()
+            recipe[1](x, y)
+            return y
+    x_in = x
     x, x_desc = _described(x)
     act = _act_descriptor(mode, coef, swish_beta)
     y_desc = _output_desc(x_desc)
     y = handle.backend.empty(y_desc)
     activation_forward(handle, act, 1.0, x_desc, x, 0.0, y_desc, y)
+    if sig is not None and x is x_in and handle.backend_name == "triton":
+        from ..cuda.activation import forward_plan
+        run = forward_plan(x, y, mode=int(act.mode), coef=act.coef, swish_beta=act.swish_beta,
+                           propagate_nan=act.propagate_nan)
+        if run is not None:
+            recipes.remember(table, key, (recipes.Output(y), run), MAX_PLANS_PER_HANDLE)
     return _like(y, x)
 
 
@@ -602,6 +619,17 @@ def activation_backward(y, dy, x, mode="relu", coef=0.0, swish_beta=1.0, handle=
     """dx = dy * act'(x) (y is act(x); modes that need only y or x still take both)."""
     from .activation import activation_backward as backward
     handle = _handle_for(x, handle)
+    sigs = (recipes.signature(y), recipes.signature(dy), recipes.signature(x))
+    plain = None not in sigs
+    if plain:
+        table = _plan_table(handle)
+        key = ("act_bwd", sigs, type(mode), mode, type(coef), coef, type(swish_beta), swish_beta)
+        recipe = recipes.lookup(table, key)
+        if recipe is not None:
+            dx = recipe[0]()
+            recipe[1](y, dy, x, dx)
+            return dx
+    given = (y, dy, x)
     x, x_desc = _described(x)
     y, y_desc = _described(y, "y")
     dy, dy_desc = _described(dy, "dy")
@@ -609,6 +637,11 @@ def activation_backward(y, dy, x, mode="relu", coef=0.0, swish_beta=1.0, handle=
     dx_desc = _output_desc(x_desc)
     dx = handle.backend.empty(dx_desc)
     backward(handle, act, 1.0, y_desc, y, dy_desc, dy, x_desc, x, 0.0, dx_desc, dx)
+    if plain and all(a is b for a, b in zip((y, dy, x), given)) and handle.backend_name == "triton":
+        from ..cuda.activation import backward_plan
+        run = backward_plan(y, dy, x, dx, mode=int(act.mode), coef=act.coef, swish_beta=act.swish_beta)
+        if run is not None:
+            recipes.remember(table, key, (recipes.Output(dx), run), MAX_PLANS_PER_HANDLE)
     return _like(dx, x)
 
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from . import common
 from .common import cdiv, jit_run
 from .layer_utils import (blend_args, blend_store, check_dtypes, check_same_shape, compute_dtype,
-                          first_index, needs_int64, pointwise_chunks, unravel4)
+                          first_index, needs_int64, pointwise_chunks, single_launch_geometry,
+                          unravel4)
 
 SIGMOID, RELU, TANH, CLIPPED_RELU, ELU, IDENTITY, SWISH = 0, 1, 2, 3, 4, 5, 6
 LEAKY_RELU, GELU, GELU_TANH, SOFTPLUS, HARD_SWISH = 100, 101, 102, 103, 104
@@ -238,19 +240,52 @@ def _tile(mode):
 def activation_forward(x, y, *, mode: int, coef: float = 0.0, swish_beta: float = 1.0,
                        propagate_nan: bool = False, alpha=1.0, beta=0.0) -> None:
     """y = alpha * act(x) + beta * y on same-shape tensors of one dtype, any strides."""
+    run = forward_plan(x, y, mode=mode, coef=coef, swish_beta=swish_beta, propagate_nan=propagate_nan,
+                       alpha=alpha, beta=beta)
+    if run is not None:
+        run(x, y)
+
+
+def forward_plan(x, y, *, mode: int, coef: float = 0.0, swish_beta: float = 1.0,
+                 propagate_nan: bool = False, alpha=1.0, beta=0.0):
+    """Checks x and y and returns ``run(x, y)``, which launches the forward on them or on
+    any tensors of the same shapes, strides, dtypes and device (the launch arguments
+    depend on nothing else, so a caller may keep ``run`` per such signature); None when
+    there is nothing to compute."""
     check_dtypes(x=x, y=y)
     check_same_shape(x=x, y=y)
     if x.numel() == 0:
-        return
+        return None
     alpha, beta, has_beta = blend_args(alpha, beta)
-    big = needs_int64(x, y)
     block, warps = _tile(mode)
-    for (xv, yv), dims4, (xs, ys), flat in pointwise_chunks(x, y):
-        numel = xv.numel()
-        jit_run(_activation_forward_kernel, (cdiv(numel, block),),
-            xv, yv, *_launch_args(dims4, numel), *xs, *ys, alpha, beta, float(coef), float(swish_beta),
-            MODE=int(mode), PROPAGATE_NAN=bool(propagate_nan), HAS_BETA=has_beta, FLAT=flat, BIG=big,
-            COMPUTE=compute_dtype(x), BLOCK=block, FAST_ERF=_fast_erf(mode, x), num_warps=warps)
+    consts = dict(MODE=int(mode), PROPAGATE_NAN=bool(propagate_nan), HAS_BETA=has_beta, BIG=needs_int64(x, y),
+                  COMPUTE=compute_dtype(x), BLOCK=block, FAST_ERF=_fast_erf(mode, x))
+    scalars = (alpha, beta, float(coef), float(swish_beta))
+    geometry = single_launch_geometry(x, y)
+    if geometry is None:  # more than four unmergeable dims: one launch per outer index
+        def run(x, y):
+            for (xv, yv), dims4, (xs, ys), flat in pointwise_chunks(x, y):
+                numel = xv.numel()
+                jit_run(_activation_forward_kernel, (cdiv(numel, block),), xv, yv, *_launch_args(dims4, numel),
+                        *xs, *ys, *scalars, FLAT=flat, **consts, num_warps=warps)
+        return run
+    dims4, (xs, ys), flat = geometry
+    numel = x.numel()
+    ints = (*_launch_args(dims4, numel), *xs, *ys)
+    consts["FLAT"] = flat
+    consts = {name: consts[name] for name in _FORWARD_CONSTS}  # the kernel's order
+    options = {"num_warps": warps}
+    static = ((ints, x.dtype, y.dtype, tuple(consts.items()), warps), 2)
+    grid = (cdiv(numel, block),)
+    tail = (*ints, *scalars)
+
+    def run(x, y):
+        common.launch(_activation_forward_kernel, grid, (x, y, *tail), consts, options, static)
+    return run
+
+
+_FORWARD_CONSTS = ("MODE", "PROPAGATE_NAN", "HAS_BETA", "FLAT", "BIG", "COMPUTE", "BLOCK", "FAST_ERF")
+_BACKWARD_CONSTS = ("MODE", "NEEDS_X", "NEEDS_Y", "HAS_BETA", "FLAT", "BIG", "COMPUTE", "BLOCK", "FAST_ERF")
 
 
 def activation_backward(y, dy, x, dx, *, mode: int, coef: float = 0.0, swish_beta: float = 1.0,
@@ -258,21 +293,50 @@ def activation_backward(y, dy, x, dx, *, mode: int, coef: float = 0.0, swish_bet
     """dx = alpha * dy * act'(x) + beta * dx. Only the tensors the mode needs are read
     (x, or the forward output y for sigmoid, tanh and elu); NaN propagation does not
     change the derivative."""
+    run = backward_plan(y, dy, x, dx, mode=mode, coef=coef, swish_beta=swish_beta, alpha=alpha, beta=beta)
+    if run is not None:
+        run(y, dy, x, dx)
+
+
+def backward_plan(y, dy, x, dx, *, mode: int, coef: float = 0.0, swish_beta: float = 1.0,
+                  propagate_nan: bool = False, alpha=1.0, beta=0.0):
+    """``run(y, dy, x, dx)`` for tensors of these signatures, as forward_plan; None when
+    there is nothing to compute."""
     mode = int(mode)
     needs_x, needs_y = mode in _USES_X, mode in _USES_Y
     check_dtypes(dy=dy, dx=dx, x=x if needs_x else None, y=y if needs_y else None)
     check_same_shape(dy=dy, dx=dx, x=x if needs_x else None, y=y if needs_y else None)
     if dy.numel() == 0:
-        return
+        return None
     alpha, beta, has_beta = blend_args(alpha, beta)
     xt = x if needs_x else dy
     yt = y if needs_y else dy
-    big = needs_int64(xt, yt, dy, dx)
     block, warps = _tile(mode)
-    for (dv, xv, yv, gv), dims4, (ds, xs, ys, gs), flat in pointwise_chunks(dx, xt, yt, dy):
-        numel = dv.numel()
-        jit_run(_activation_backward_kernel, (cdiv(numel, block),),
-            xv, yv, gv, dv, *_launch_args(dims4, numel), *xs, *ys, *gs, *ds,
-            alpha, beta, float(coef), float(swish_beta),
-            MODE=mode, NEEDS_X=needs_x, NEEDS_Y=needs_y, HAS_BETA=has_beta, FLAT=flat, BIG=big,
-            COMPUTE=compute_dtype(dy), BLOCK=block, FAST_ERF=_fast_erf(mode, dy), num_warps=warps)
+    consts = dict(MODE=mode, NEEDS_X=needs_x, NEEDS_Y=needs_y, HAS_BETA=has_beta, BIG=needs_int64(xt, yt, dy, dx),
+                  COMPUTE=compute_dtype(dy), BLOCK=block, FAST_ERF=_fast_erf(mode, dy))
+    scalars = (alpha, beta, float(coef), float(swish_beta))
+    geometry = single_launch_geometry(dx, xt, yt, dy)
+    if geometry is None:
+        def run(y, dy, x, dx):
+            xt = x if needs_x else dy
+            yt = y if needs_y else dy
+            for (dv, xv, yv, gv), dims4, (ds, xs, ys, gs), flat in pointwise_chunks(dx, xt, yt, dy):
+                numel = dv.numel()
+                jit_run(_activation_backward_kernel, (cdiv(numel, block),), xv, yv, gv, dv,
+                        *_launch_args(dims4, numel), *xs, *ys, *gs, *ds, *scalars, FLAT=flat, **consts,
+                        num_warps=warps)
+        return run
+    dims4, (ds, xs, ys, gs), flat = geometry
+    numel = dy.numel()
+    ints = (*_launch_args(dims4, numel), *xs, *ys, *gs, *ds)
+    consts["FLAT"] = flat
+    consts = {name: consts[name] for name in _BACKWARD_CONSTS}
+    options = {"num_warps": warps}
+    static = ((ints, xt.dtype, yt.dtype, dy.dtype, dx.dtype, tuple(consts.items()), warps), 4)
+    grid = (cdiv(numel, block),)
+    tail = (*ints, *scalars)
+
+    def run(y, dy, x, dx):
+        common.launch(_activation_backward_kernel, grid, (x if needs_x else dy, y if needs_y else dy, dy, dx, *tail),
+                      consts, options, static)
+    return run

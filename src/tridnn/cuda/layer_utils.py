@@ -118,22 +118,30 @@ def coalesce(shape, strides_list):
     return merged_dims, merged
 
 
+def single_launch_geometry(*tensors):
+    """(dims4, strides4 per tensor, flat) of same-shape tensors that one pointwise launch
+    covers (at most four coalesced dims), else None; ``pointwise_chunks`` explains."""
+    dims, strides = coalesce(tuple(tensors[0].shape), [t.stride() for t in tensors])
+    if len(dims) > MAX_POINTWISE_DIMS:
+        return None
+    pad = MAX_POINTWISE_DIMS - len(dims)
+    flat = len(dims) == 1 and all(s[-1] == 1 for s in strides)
+    return [1] * pad + dims, [[0] * pad + s for s in strides], flat
+
+
 def pointwise_chunks(*tensors):
     """Split same-shape tensors into launches of at most four coalesced dims.
 
     Yields (views, dims4, strides4 per tensor, flat) where ``flat`` is True when every
     tensor is one dense run of memory in the same order (offsets == linear index).
     More than four non-mergeable dims (rare strided views) loop over the outer ones."""
+    geometry = single_launch_geometry(*tensors)
+    if geometry is not None:
+        yield (tensors, *geometry)
+        return
     shape = tuple(tensors[0].shape)
     dims, strides = coalesce(shape, [t.stride() for t in tensors])
     outer = len(dims) - MAX_POINTWISE_DIMS
-    if outer <= 0:
-        pad = MAX_POINTWISE_DIMS - len(dims)
-        dims4 = [1] * pad + dims
-        strides4 = [[0] * pad + s for s in strides]
-        flat = len(dims) == 1 and all(s[-1] == 1 for s in strides)
-        yield tensors, dims4, strides4, flat
-        return
     outer_dims, inner_dims = dims[:outer], dims[outer:]
     index = [0] * outer
     total = 1
