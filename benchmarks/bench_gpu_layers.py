@@ -82,6 +82,28 @@ def nbytes(*tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+# issue 5 candidates for reductions over H, W (tensor_ops switches). NCHW: grid and
+# occupancy (sm_90 registers) - runs 4 rows: 4096 programs, 32 regs, 16/SM (1.94 waves);
+# 8: 2048, 40 regs, 12/SM (1.29 waves); 16: 1024, 56 regs, 9/SM (0.86); 8 rows x 4096:
+# 2048, 64 regs, 8/SM. NHWC: 256-channel tiles (contiguous 8 KB steps), 64 row blocks
+# split to 4/8/16 programs an SM (576, 1088, 2112 programs; 9 resident at 3 stages).
+REDUCE_ISSUE5_VARIANTS_NCHW = (
+    ("runs 4 rows", (("CONTIGUOUS_ROWS_KERNEL", "runs"), ("RUNS_ROWS", 4))),
+    ("runs 8 rows", (("CONTIGUOUS_ROWS_KERNEL", "runs"), ("RUNS_ROWS", 8))),
+    ("runs 16 rows", (("CONTIGUOUS_ROWS_KERNEL", "runs"), ("RUNS_ROWS", 16))),
+    ("runs 8 rows x 4096", (("CONTIGUOUS_ROWS_KERNEL", "runs"), ("RUNS_ROWS", 8), ("RUNS_BLOCK", 4096))))
+REDUCE_ISSUE5_VARIANTS_NHWC = (
+    ("256 ch x 16, 8/SM", (("STRIDED_ROWS_BLOCK_K", 256), ("STRIDED_ROWS_BLOCK_R", 16), ("SPLIT_PROGRAMS_PER_SM", 8))),
+    ("256 ch x 16, 16/SM", (("STRIDED_ROWS_BLOCK_K", 256), ("STRIDED_ROWS_BLOCK_R", 16),
+                            ("SPLIT_PROGRAMS_PER_SM", 16))),
+    ("256 ch x 16, 4/SM", (("STRIDED_ROWS_BLOCK_K", 256), ("STRIDED_ROWS_BLOCK_R", 16))),
+    ("256 ch x 32, 8/SM", (("STRIDED_ROWS_BLOCK_K", 256), ("STRIDED_ROWS_BLOCK_R", 32), ("SPLIT_PROGRAMS_PER_SM", 8))),
+    ("256 ch x 16, 8/SM, last combines", (("STRIDED_ROWS_BLOCK_K", 256), ("STRIDED_ROWS_BLOCK_R", 16),
+                                          ("SPLIT_PROGRAMS_PER_SM", 8), ("SPLIT_COMBINE", "last"))),
+    ("256 ch x 16, 16/SM, last combines", (("STRIDED_ROWS_BLOCK_K", 256), ("STRIDED_ROWS_BLOCK_R", 16),
+                                           ("SPLIT_PROGRAMS_PER_SM", 16), ("SPLIT_COMBINE", "last"))))
+
+
 def switched(module, name, value, fn):
     """fn with module.name = value for the duration of the call (graph capture included)."""
     def run():
@@ -255,6 +277,10 @@ def spatial_cases(layout):
                               tensor_ops, "REDUCE_SPLIT", 2, adaptive)))):
             cases.append(Case(f"adaptive avgpool 1x1 fwd [{label}]", fn, t_adaptive, nbytes(x, ay),
                               lambda: (ay, out["adaptive"])))
+    # issue 5: NCHW rows as contiguous runs of whole rows; NHWC tiles of 256 channels
+    for label, settings in (REDUCE_ISSUE5_VARIANTS_NCHW if layout == "NCHW" else REDUCE_ISSUE5_VARIANTS_NHWC)[:2]:
+        cases.append(Case(f"adaptive avgpool 1x1 fwd [{label}]", switched_all(tensor_ops, settings, adaptive),
+                          t_adaptive, nbytes(x, ay), lambda: (ay, out["adaptive"])))
 
     # batch norm; the alternative row flips L2_REUSE (on: the apply pass re-reads the
     # stats pass's last tiles from the L2 first, with cache hints)
@@ -390,6 +416,13 @@ def spatial_cases(layout):
     bias = b.to(DT).view(1, C, 1, 1)
     cases.append(Case("add_tensor bias", lambda: tensor_ops.add_tensor(bias.expand(SPATIAL), y, 1.0, 1.0),
                       lambda: y.add_(bias), nbytes(y, y)))
+    # issue 5: one bias value a 16-byte vector (NCHW; NHWC keeps the generic kernel)
+    for label, settings in ((("planes", (("BIAS_KERNEL", "planes"),)),
+                             ("planes 2048", (("BIAS_KERNEL", "planes"), ("BIAS_BLOCK", 2048))))
+                            if layout == "NCHW" else ()):
+        cases.append(Case(f"add_tensor bias [{label}]", switched_all(
+            tensor_ops, settings, lambda: tensor_ops.add_tensor(bias.expand(SPATIAL), y, 1.0, 1.0)),
+            lambda: y.add_(bias), nbytes(y, y)))
     cases.append(Case("op_tensor mul", lambda: tensor_ops.op_tensor(x, z, y, 1, 1.0, 1.0, 0.0, False),
                       lambda: torch.mul(x, z, out=y), nbytes(x, z, y)))
     cases.append(Case("scale_tensor", lambda: tensor_ops.scale_tensor(y, 0.5), lambda: y.mul_(0.5), nbytes(y, y)))
@@ -412,6 +445,10 @@ def spatial_cases(layout):
                     (("CONTIGUOUS_ROWS_BLOCK_R", 2048, "R step 2048"), ("CONTIGUOUS_ROWS_BLOCK_R", 4096, "R step 4096")))
     for name, value, label in alternatives:
         cases.append(Case(f"reduce sum HW [{label}]", switched(tensor_ops, name, value, reduce_hw),
+                          keep("red", lambda: x.sum((2, 3), keepdim=True)), nbytes(x, red),
+                          lambda: (red, out["red"])))
+    for label, settings in REDUCE_ISSUE5_VARIANTS_NCHW if layout == "NCHW" else REDUCE_ISSUE5_VARIANTS_NHWC:
+        cases.append(Case(f"reduce sum HW [{label}]", switched_all(tensor_ops, settings, reduce_hw),
                           keep("red", lambda: x.sum((2, 3), keepdim=True)), nbytes(x, red),
                           lambda: (red, out["red"])))
     if layout == "NHWC":

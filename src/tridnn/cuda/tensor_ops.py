@@ -4,7 +4,10 @@ Pointwise ops share one kernel shape: tensors broadcast to the output's shape (a
 broadcast dim is a stride of 0), dims coalesced to at most four. A transform whose
 input and output have different innermost dims (NCHW <-> NHWC) uses a tiled kernel
 that reads and writes whole 2-D tiles, so both sides stay coalesced. Reductions view
-the input as (kept, reduced) and reduce a block of rows per program."""
+the input as (kept, reduced) and reduce a block of rows per program. Switches (off by
+default until timed on the GPU) select faster paths for an NCHW bias add (one bias value a
+16-byte vector: BIAS_KERNEL) and for sums over back-to-back rows (whole rows streamed as
+one run a program: CONTIGUOUS_ROWS_KERNEL); STRIDED_ROWS_BLOCK_K sets NHWC's channel tile."""
 from __future__ import annotations
 
 import torch
@@ -51,6 +54,28 @@ SPLIT_COMBINE = "kernel"
 # prefetch the next steps with cp.async (LDGSTS.128, 16 KiB of shared memory a stage), so
 # more bytes are in flight per SM. The benchmark times 2 and 3 ([stages 2], [stages 3]).
 STRIDED_ROWS_STAGES = 3  # H200 06:2x UTC, NHWC sum over H, W: none 1.15 of torch's time, 2 stages 0.94, 3 0.89
+# NHWC reductions over H, W: channels a program (rows of one tile step along the
+# contiguous kept dim). 64: [64 x 128] tiles of 128-byte position rows; C (256) makes a
+# step one contiguous run of whole positions (8 KB at 16 positions) and leaves 64 row
+# blocks to the split. The benchmark times 256 as [256 channels x 16/32].
+STRIDED_ROWS_BLOCK_K = 64
+# cudnnAddTensor with a broadcast operand that is constant over runs of S elements of a
+# dense c (NCHW bias: S = H * W): "planes" loads one bias value per 16-byte vector of c
+# (one division a vector, none per element); "generic" is _pointwise_kernel (four-dim
+# index arithmetic per element: 2.99 TB/s on the H200, NHWC 3.85). The benchmark times
+# "planes" as [planes] and [planes 2048].
+BIAS_KERNEL = "generic"
+BIAS_BLOCK = 1024  # elements a program (128 threads x one 16-byte vector for bf16)
+# Rows back to back in memory (NCHW over H, W) for sums and products: "runs" has each
+# program stream RUNS_ROWS whole rows as one contiguous run in 16-byte vectors (RUNS_BLOCK
+# elements a step; each vector summed in registers and added to its row's slot), one
+# block reduction a program; "rows" is _reduce_kernel (one 6 KB row a program, 4 steps,
+# the last 64 of 1024 lanes used; 2.65 TB/s). MIN/MAX/AMAX stay on "rows" (indices,
+# NaN rules). The benchmark times "runs" as [runs 4/8/16 rows].
+CONTIGUOUS_ROWS_KERNEL = "rows"
+RUNS_ROWS = 8
+RUNS_BLOCK = 2048
+RUNS_OPS = (RED_ADD, RED_MUL, RED_AVG, RED_NORM1, RED_NORM2, RED_MUL_NO_ZEROS)
 _COUNTERS: dict = {}
 SPLIT_OPS = (RED_ADD, RED_MUL, RED_AVG, RED_NORM1, RED_NORM2, RED_MUL_NO_ZEROS)  # partials combine exactly so
 
@@ -147,6 +172,45 @@ def _launch_pointwise(op, c, a=None, b=None, alpha1=1.0, alpha2=1.0, beta=0.0, f
             BLOCK=BLOCK, num_warps=NUM_WARPS)
 
 
+@triton.jit
+def _bias_runs_kernel(a_ptr, c_ptr, numel, S, CB, sa,  # c: numel dense elements; a[((i // S) % CB) * sa]
+                      alpha, beta,
+                      HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
+                      BLOCK: tl.constexpr, VEC: tl.constexpr):
+    """c = alpha * a + beta * c where a is constant over runs of S elements of c (a bias
+    over N, C, H, W in NCHW: one value per H * W plane). S % VEC == 0, so each VEC-element
+    vector of c lies in one run: one bias load and one division per vector."""
+    # map the program to BLOCK // VEC vectors of VEC consecutive elements
+    first = first_index(BLOCK, BIG) + tl.arange(0, BLOCK // VEC) * VEC
+    offs = first[:, None] + tl.arange(0, VEC)[None, :]
+    mask = offs < numel
+    # the broadcast operand: one value a vector (L1-resident: a few distinct addresses)
+    bias = tl.load(a_ptr + ((first // S) % CB) * sa, mask=first < numel, other=0.0).to(COMPUTE)
+    value = tl.zeros([BLOCK // VEC, VEC], COMPUTE) + bias[:, None]
+    blend_store(c_ptr, offs, mask, value, alpha, beta, HAS_BETA)
+
+
+def _bias_runs(a, c):
+    """(S, CB, sa, VEC) when c is dense and a (expanded to c) varies along one coalesced
+    dim only, with runs of S elements that hold whole 16-byte vectors; else None."""
+    if c.numel() == 0 or a.dtype != c.dtype:
+        return None
+    dims, (cs, as_) = coalesce(tuple(c.shape), [c.stride(), a.stride()])
+    if len(dims) < 2 or cs[-1] != 1 or any(cs[i] != cs[i + 1] * dims[i + 1] for i in range(len(dims) - 1)):
+        return None
+    varying = [i for i, st in enumerate(as_) if st != 0]
+    if len(varying) != 1 or varying[0] == len(dims) - 1:
+        return None
+    j = varying[0]
+    S = 1
+    for d in dims[j + 1:]:
+        S *= d
+    vec = max(1, 16 // c.element_size())
+    if S % vec:
+        return None
+    return S, dims[j], as_[j], vec
+
+
 def _check_broadcast(name, t, c):
     if t.dim() != c.dim() or any(d != 1 and d != e for d, e in zip(t.shape, c.shape)):
         raise BadParamError(f"{name} dims {tuple(t.shape)} cannot broadcast to the output dims "
@@ -215,7 +279,16 @@ def add_tensor(a, c, alpha=1.0, beta=1.0) -> None:
     """c = alpha * a + beta * c, a broadcast to c's dims (cudnnAddTensor)."""
     check_dtypes(a=a, c=c)
     _check_broadcast("a", a, c)
-    _launch_pointwise(-2, c, a=a, alpha1=alpha, beta=beta)
+    runs = _bias_runs(a.expand(c.shape), c) if BIAS_KERNEL == "planes" else None
+    if runs is None:
+        _launch_pointwise(-2, c, a=a, alpha1=alpha, beta=beta)
+        return
+    S, cb, sa, vec = runs
+    _, beta, has_beta = blend_args(alpha, beta)
+    numel = c.numel()
+    _bias_runs_kernel[(triton.cdiv(numel, BIAS_BLOCK),)](
+        a, c, numel, S, cb, sa, float(alpha), beta, HAS_BETA=has_beta, BIG=needs_int64(a, c),
+        COMPUTE=compute_dtype(a, c), BLOCK=BIAS_BLOCK, VEC=vec, num_warps=NUM_WARPS)
 
 
 def op_tensor(a, b, c, op: int, alpha1=1.0, alpha2=1.0, beta=0.0, propagate_nan=False) -> None:
@@ -331,6 +404,65 @@ def _reduce_kernel(a_ptr, c_ptr, idx_ptr, part_ptr, count_ptr, K, K2, R, CHUNK, 
             if WITH_INDICES:
                 tl.store(idx_ptr + k, first.to(idx_ptr.dtype.element_ty), mask=k_mask)
         blend_store(c_ptr, k * sc_k, k_mask, value, alpha, beta, HAS_BETA)
+
+
+@triton.jit
+def _reduce_runs_kernel(a_ptr, c_ptr, K, R, sc_k,  # K rows of R elements, row k at a_ptr + k * R
+                        alpha, beta,
+                        OP: tl.constexpr, HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
+                        ROWS: tl.constexpr, BLOCK: tl.constexpr, VEC: tl.constexpr):
+    """Sum-like reductions (ADD, MUL, AVG, NORM1, NORM2, MUL_NO_ZEROS) of rows that lie
+    back to back (NCHW over H, W). A program takes ROWS whole rows, one contiguous run,
+    and streams it in steps of BLOCK elements as 16-byte vectors of VEC (R % VEC == 0: a
+    vector never crosses a row). Each vector is reduced in its thread's registers and
+    added to its row's slot by a one-hot select; every (thread, vector, slot) sum runs in
+    a fixed order, then one block reduction a program: deterministic, no masked lanes
+    but the run's last step."""
+    # map the program to its rows and their run of memory
+    row0 = first_index(ROWS, BIG)
+    base = row0 * R
+    run = tl.minimum(K - row0, ROWS) * R
+    G: tl.constexpr = BLOCK // VEC
+    slot = tl.arange(0, ROWS)
+    if OP == 1 or OP == 8:
+        acc = tl.full([G, ROWS], 1.0, COMPUTE)
+    else:
+        acc = tl.zeros([G, ROWS], COMPUTE)
+    # loop over the run: load, reduce each vector, add it to its row's slot
+    for s in range(0, run, BLOCK):
+        first = s + tl.arange(0, G) * VEC  # each vector's offset within the run
+        offs = first[:, None] + tl.arange(0, VEC)[None, :]
+        mask = offs < run
+        if OP == 1 or OP == 8:
+            a = tl.load(a_ptr + base + offs, mask=mask, other=1.0).to(COMPUTE)
+        else:
+            a = tl.load(a_ptr + base + offs, mask=mask, other=0.0).to(COMPUTE)
+        if OP == 6:
+            a = tl.abs(a)
+        elif OP == 7:
+            a = a * a
+        elif OP == 8:
+            a = tl.where(a != 0.0, a, 1.0)
+        if OP == 1 or OP == 8:
+            v = tl.reduce(a, 1, _multiply)
+        else:
+            v = tl.sum(a, axis=1)
+        hit = (first // R)[:, None] == slot[None, :]
+        if OP == 1 or OP == 8:
+            acc *= tl.where(hit, v[:, None], 1.0)
+        else:
+            acc += tl.where(hit, v[:, None], 0.0)
+    # one block reduction, then AVG's division, NORM2's root and the blend
+    if OP == 1 or OP == 8:
+        value = tl.reduce(acc, 0, _multiply)
+    else:
+        value = tl.sum(acc, axis=0)
+    if OP == 5:
+        value = value / R
+    if OP == 7:
+        value = tl.sqrt(value)
+    k = row0 + slot
+    blend_store(c_ptr, k * sc_k, k < K, value, alpha, beta, HAS_BETA)
 
 
 @triton.jit
@@ -456,9 +588,20 @@ def reduce_tensor(a, c, indices, workspace, op: int, alpha=1.0, beta=0.0, propag
     if indices is not None:
         idx1 = torch.empty(K, dtype=torch.int32, device=c.device)
     _, beta, has_beta = blend_args(alpha, beta)
+    vec = max(1, 16 // a.element_size())
+    rows_back_to_back = sa_r == 1 and (sa_k2 == R or K2 == 1) and (sa_k1 == K2 * R or K == K2)
+    if (CONTIGUOUS_ROWS_KERNEL == "runs" and op in RUNS_OPS and rows_back_to_back and R >= 1024
+            and R % vec == 0 and a2 is a):
+        _reduce_runs_kernel[(triton.cdiv(K, RUNS_ROWS),)](
+            a2, c1, K, R, c1.stride(0), float(alpha), beta, OP=op, HAS_BETA=has_beta,
+            BIG=needs_int64(a2, c1), COMPUTE=compute_dtype(a), ROWS=RUNS_ROWS, BLOCK=RUNS_BLOCK, VEC=vec,
+            num_warps=NUM_WARPS)
+        if staged:
+            c_kept.copy_(c1.view(c_kept.shape))
+        return
     strided = sa_r != 1 and sa_k2 == 1 and K2 > 1
     if strided:  # kept dim contiguous (NHWC over H, W): tile along it
-        block_k = min(triton.next_power_of_2(K2), 64)
+        block_k = min(triton.next_power_of_2(K2), STRIDED_ROWS_BLOCK_K)
         block_r = min(triton.next_power_of_2(R), STRIDED_ROWS_BLOCK_R)
     else:
         block_k = 1 if R >= 1024 else 16
