@@ -89,3 +89,38 @@ def test_destroyed_handle_is_refused_on_a_repeat():
     handle.destroy()
     with pytest.raises(tridnn.errors.TridnnError):
         TF.activation(x, "relu", handle=handle)
+
+
+def _bn_reference(x, w, b, eps):
+    x = x.double()
+    mean = x.mean(dim=(0, 2, 3), keepdim=True)
+    var = x.var(dim=(0, 2, 3), unbiased=False, keepdim=True)
+    shape = (1, -1, 1, 1)
+    return (x - mean) / torch.sqrt(var + eps) * w.double().reshape(shape) + b.double().reshape(shape)
+
+
+def test_batch_norm_layouts_repeat_without_stale_geometry(h):
+    """cuda/batchnorm.py keeps each signature's geometry: NCHW, channels_last, a view whose
+    spatial dims do not merge (staged) and a strided weight (copied) share the shape."""
+    torch.manual_seed(2)
+    base = torch.randn(2, 3, 4, 6)
+    w, b = torch.randn(3), torch.randn(3)
+    xs = [base, base.contiguous(memory_format=torch.channels_last), torch.randn(2, 3, 4, 12)[..., ::2],
+          base.double()]
+    for _ in range(2):
+        for x in xs:
+            for weight in (w, torch.randn(6)[::2]):
+                ww, bb = weight.to(x.dtype), b.to(x.dtype)
+                rm, rv = torch.zeros(3, dtype=ww.dtype), torch.ones(3, dtype=ww.dtype)
+                y, mean, inv = TF.batch_norm_training(x, ww, bb, rm, rv, 0.1, 1e-5, handle=h)
+                _close(y, _bn_reference(x, ww, bb, 1e-5), x.dtype)
+                _close(rm, 0.1 * x.double().mean(dim=(0, 2, 3)), x.dtype)
+                dy = torch.randn_like(x)
+                dx, dw, db = TF.batch_norm_backward(x, dy, ww, mean, inv, 1e-5, handle=h)
+                xr = x.detach().double().clone().requires_grad_(True)
+                wr, br = (t.detach().double().clone().requires_grad_(True) for t in (ww, bb))
+                _bn_reference(xr, wr, br, 1e-5).backward(dy.double())
+                tol = dict(rtol=1e-5, atol=1e-5)
+                torch.testing.assert_close(dx.double(), xr.grad, **tol, msg=lambda m: f"{x.stride()} {weight.stride()} {x.dtype}: {m}")
+                torch.testing.assert_close(dw.double(), wr.grad, **tol)
+                torch.testing.assert_close(db.double(), br.grad, **tol)

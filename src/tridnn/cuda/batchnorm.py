@@ -391,7 +391,35 @@ class _Layout:
             return tmp
         return t.contiguous().reshape(-1)
 
+    def geometry(self, data, params):
+        """What a later call with tensors of the same signatures can reuse (``_layout``):
+        everything but the tensors; None when a tensor was staged or copied here, as the
+        kernels must then see other memory than the caller's."""
+        given = {**{k: v[0] for k, v in data.items()}, **{k: v[0] for k, v in params.items()}}
+        seen = {**self.views, **self.params}
+        if self.staging._writeback or any(
+                (t is None) != (seen[k] is None) or (t is not None and t.data_ptr() != seen[k].data_ptr())
+                for k, t in given.items()):
+            return None
+        return dict(per_activation=self.per_activation, N=self.N, C=self.C, S=self.S, block_c=self.block_c,
+                    block_s=self.block_s, SB=self.SB, big=self.big,
+                    _strides={k: self.strides(k) for k in self.views})
+
+    @classmethod
+    def bound(cls, geometry, data, params):
+        """A layout of ``geometry`` over the caller's own tensors (the kernels read only
+        their pointers; the strides and sizes come from the geometry)."""
+        lay = cls.__new__(cls)
+        lay.__dict__.update(geometry)
+        lay.staging = _NO_STAGING
+        lay.views = {k: v[0] for k, v in data.items()}
+        lay.params = {k: v[0] for k, v in params.items()}
+        return lay
+
     def strides(self, name):
+        cached = self.__dict__.get("_strides")
+        if cached is not None:
+            return cached[name]
         t = self.views[name]
         if t is None:
             return (0, 0, 0)
@@ -421,6 +449,39 @@ class _Layout:
         return 8 if self.block_s * self.block_c >= 2048 else 4
 
 
+class _NoStaging:
+    """The staging of a bound layout: nothing was staged, nothing to copy back."""
+
+    @staticmethod
+    def finish():
+        pass
+
+
+_NO_STAGING = _NoStaging()
+_geometries: dict = {}  # signature key -> _Layout.geometry(), or False: not reusable
+
+
+def _signature(t):
+    return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
+
+
+def _layout(x, mode, data, params):
+    """_Layout(x, mode, data, params), its geometry computed once per signature of the
+    tensors (shapes, strides, dtypes, devices), the mode and the read flags: the views
+    and tile sizes cost ~30 us of Python a call, and a training loop repeats them."""
+    key = (int(mode), tuple((k, _signature(t), is_out, read) for k, (t, is_out, read) in data.items()),
+           tuple((k, _signature(t), is_out, read) for k, (t, is_out, read) in params.items()))
+    geometry = _geometries.get(key)
+    if geometry:
+        return _Layout.bound(geometry, data, params)
+    lay = _Layout(x, mode, data, params)
+    if geometry is None:
+        if len(_geometries) >= 4096:
+            _geometries.clear()
+        _geometries[key] = lay.geometry(data, params) or False
+    return lay
+
+
 def _workspace_dtype(x):
     """Sums, statistics and coefficients: float64 for float64 data, float32 otherwise
     (the kernels' ACC, compute_dtype(x))."""
@@ -432,10 +493,16 @@ def _merges(strides, shape):
     return all(so == si * di for (do, so), (di, si) in zip(dims, dims[1:]))
 
 
+_sm_counts: dict = {}
+
+
 def _sm_count(t):
     if t.device.type != "cuda":
         return 2
-    return torch.cuda.get_device_properties(t.device).multi_processor_count
+    count = _sm_counts.get(t.device)
+    if count is None:
+        count = _sm_counts[t.device] = torch.cuda.get_device_properties(t.device).multi_processor_count
+    return count
 
 
 def _check_modes(mode, bn_ops):
@@ -479,7 +546,7 @@ def batch_norm_forward_training(x, z, y, scale, bias, running_mean, running_var,
     check_dtypes(x=x, y=y, z=z if int(bn_ops) == NORM_ADD_ACTIVATION else None)
     if x.numel() == 0:
         return
-    lay = _Layout(x, mode, {"x": (x, False, False), "z": (z if int(bn_ops) == NORM_ADD_ACTIVATION else None, False, False),
+    lay = _layout(x, mode, {"x": (x, False, False), "z": (z if int(bn_ops) == NORM_ADD_ACTIVATION else None, False, False),
                             "y": (y, True, float(beta) != 0.0)},
                   {"scale": (scale, False, False), "bias": (bias, False, False),
                    "rmean": (running_mean, True, True), "rvar": (running_var, True, True),
@@ -510,7 +577,7 @@ def batch_norm_forward_inference(x, z, y, scale, bias, mean, var, mode, epsilon,
     check_dtypes(x=x, y=y, z=z if int(bn_ops) == NORM_ADD_ACTIVATION else None)
     if x.numel() == 0:
         return
-    lay = _Layout(x, mode, {"x": (x, False, False), "z": (z if int(bn_ops) == NORM_ADD_ACTIVATION else None, False, False),
+    lay = _layout(x, mode, {"x": (x, False, False), "z": (z if int(bn_ops) == NORM_ADD_ACTIVATION else None, False, False),
                             "y": (y, True, float(beta) != 0.0)},
                   {"scale": (scale, False, False), "bias": (bias, False, False),
                    "mean": (mean, False, False), "var": (var, False, False)})
@@ -533,7 +600,7 @@ def batch_norm_backward(x, y, dy, dz, dx, scale, bias, dscale, dbias, saved_mean
     if x.numel() == 0:
         return
     read_data = float(beta_data) != 0.0
-    lay = _Layout(x, mode, {"x": (x, False, False), "y": (y if relu else None, False, False),
+    lay = _layout(x, mode, {"x": (x, False, False), "y": (y if relu else None, False, False),
                             "dy": (dy, False, False), "dx": (dx, True, read_data),
                             "dz": (dz if write_dz else None, True, read_data)},
                   {"scale": (scale, False, False), "dscale": (dscale, True, float(beta_param) != 0.0),
@@ -544,8 +611,8 @@ def batch_norm_backward(x, y, dy, dz, dx, scale, bias, dscale, dbias, saved_mean
     C = lay.C
     stat = torch.empty(5 * C, dtype=acc, device=dev)  # mean, inv_std, mean(g), coef_x, k
     if p["smean"] is not None and p["sinv"] is not None:
-        stat[:C].copy_(p["smean"])
-        stat[C:2 * C].copy_(p["sinv"])
+        stat[:C].copy_(p["smean"].reshape(-1))
+        stat[C:2 * C].copy_(p["sinv"].reshape(-1))
     else:
         _recompute_stats(lay, stat, epsilon, x)
     (tiles_c, splits), per = lay.stats_grid(x)
