@@ -49,19 +49,34 @@ def _format_of(t: Tensor) -> TensorFormat:
     return F.output_format(tuple(t.shape), tuple(t.stride()))
 
 
+def _layout_strides(ref: Tensor, shape) -> tuple:
+    """The packed strides of ``shape`` in ``ref``'s layout (the rule the real kernels follow)."""
+    shape = tuple(int(s) for s in shape)
+    return tuple(packed_strides(shape, _format_of(ref)) if len(shape) >= 3 else packed_strides(shape))
+
+
 def _empty_like_layout(ref: Tensor, shape, dtype=None) -> Tensor:
     """An empty tensor of ``shape`` in ``ref``'s layout (the rule the real kernels follow)."""
     shape = tuple(int(s) for s in shape)
-    strides = packed_strides(shape, _format_of(ref)) if len(shape) >= 3 else packed_strides(shape)
-    return torch.empty_strided(shape, strides, dtype=dtype or ref.dtype, device=ref.device)
+    return torch.empty_strided(shape, _layout_strides(ref, shape), dtype=dtype or ref.dtype, device=ref.device)
+
+
+_strides_memo: dict = {}
 
 
 def _matching(out: Tensor, ref: Tensor) -> Tensor:
-    """``out`` with the strides the fake kernel promised (copied only when they differ)."""
-    want = _empty_like_layout(ref, out.shape, out.dtype)
-    if tuple(out.stride()) == tuple(want.stride()) or out.numel() <= 1:
+    """``out`` with the strides the fake kernel promised (copied only when they differ).
+    Real kernels only (concrete sizes): the strides are kept per (ref's shape and
+    strides, out's shape), as every eager call asks."""
+    key = (ref.shape, ref.stride(), out.shape)
+    want = _strides_memo.get(key)
+    if want is None:
+        if len(_strides_memo) >= 4096:
+            _strides_memo.clear()
+        want = _strides_memo[key] = _layout_strides(ref, out.shape)
+    if out.stride() == want or out.numel() <= 1:
         return out
-    return want.copy_(out)
+    return torch.empty_strided(out.shape, want, dtype=out.dtype, device=out.device).copy_(out)
 
 
 def _conv_out_shape(x_shape, w_shape, stride, pre, post, dilation):
