@@ -62,9 +62,10 @@ STRIDED_ROWS_BLOCK_K = 64
 # cudnnAddTensor with a broadcast operand that is constant over runs of S elements of a
 # dense c (NCHW bias: S = H * W): "planes" loads one bias value per 16-byte vector of c
 # (one division a vector, none per element); "generic" is _pointwise_kernel (four-dim
-# index arithmetic per element: 2.99 TB/s on the H200, NHWC 3.85). The benchmark times
-# "planes" as [planes] and [planes 2048].
-BIAS_KERNEL = "generic"
+# index arithmetic per element). H200 (docs/performance.md, 64x256x56x56 bf16 NCHW):
+# "planes" 3.87 TB/s, "generic" 3.02 (NHWC, generic: 3.85). The benchmark times
+# "generic" as [generic] and "planes" with 2048-element blocks as [planes 2048].
+BIAS_KERNEL = "planes"
 BIAS_BLOCK = 1024  # elements a program (128 threads x one 16-byte vector for bf16)
 # Rows back to back in memory (NCHW over H, W) for sums and products: "runs" has each
 # program stream RUNS_ROWS whole rows as one contiguous run in 16-byte vectors (RUNS_BLOCK
