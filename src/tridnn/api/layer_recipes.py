@@ -17,15 +17,15 @@ overlap inputs) the op's recipe rechecks every call.
 """
 from __future__ import annotations
 
-import torch
-
-_TENSOR = torch.Tensor
+import sys
 
 
 def signature(a):
     """(shape, strides, dtype, device) of a plain torch tensor, else None (other arrays
-    and tensor subclasses always take the full path)."""
-    if type(a) is not _TENSOR:
+    and tensor subclasses always take the full path). torch is looked up, not imported:
+    the NumPy path must not pull it in, and without torch loaded no tensor exists."""
+    torch = sys.modules.get("torch")
+    if torch is None or type(a) is not torch.Tensor:
         return None
     return a.shape, a.stride(), a.dtype, a.device
 
@@ -52,10 +52,11 @@ def remember(table: dict, key, recipe, limit: int) -> None:
 class Output:
     """An output's allocation: torch.empty_strided with the full path's dims, strides,
     dtype and device."""
-    __slots__ = ("dims", "strides", "dtype", "device")
+    __slots__ = ("dims", "strides", "dtype", "device", "empty")
 
     def __init__(self, t):
         self.dims, self.strides, self.dtype, self.device = tuple(t.shape), t.stride(), t.dtype, t.device
+        self.empty = sys.modules["torch"].empty_strided  # t is a torch tensor, so torch is loaded
 
     def __call__(self):
-        return torch.empty_strided(self.dims, self.strides, dtype=self.dtype, device=self.device)
+        return self.empty(self.dims, self.strides, dtype=self.dtype, device=self.device)
