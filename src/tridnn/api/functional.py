@@ -260,6 +260,13 @@ def _conv_params(nd, in_spatial, kernel, stride, padding, dilation, groups, mode
                                  groups=groups, mode=_mode(mode), math_type=math_type, nd=nd)
 
 
+def _typed(value):
+    """A hashable key of a parameter that keeps each element's type (lists become tuples)."""
+    if isinstance(value, (list, tuple)):
+        return (type(value),) + tuple(_typed(v) for v in value)
+    return (type(value), value)
+
+
 def _hashable(value):
     if isinstance(value, (list, tuple)):
         return tuple(_hashable(v) for v in value)
@@ -538,8 +545,16 @@ def pool_backward(y, dy, x, mode, kernel_size, stride=None, padding=0, nan_propa
     x, x_desc = _described(x)
     y, y_desc = _described(y, "y")
     dy, dy_desc = _described(dy, "dy")
-    pool = _pool_descriptor(mode, _spatial_nd(x_desc.dims, "x"), kernel_size, stride, padding,
-                            nan_propagation)
+    nd = _spatial_nd(x_desc.dims, "x")
+    # The descriptor depends on nothing but these values (and nd); typed, so 3 and 3.0 or
+    # True never share an entry, and a value the descriptor refuses is never stored.
+    key = ("pool_bwd", nd, type(mode), mode, _typed(kernel_size), _typed(stride), _typed(padding),
+           type(nan_propagation), nan_propagation)
+    try:
+        pool = _cached(handle, key, lambda: _pool_descriptor(mode, nd, kernel_size, stride, padding,
+                                                             nan_propagation))
+    except TypeError:  # an unhashable parameter: the descriptor reports what is wrong with it
+        pool = _pool_descriptor(mode, nd, kernel_size, stride, padding, nan_propagation)
     dx_desc = _output_desc(x_desc)
     dx = handle.backend.empty(dx_desc)
     pooling_backward(handle, pool, 1.0, y_desc, y, dy_desc, dy, x_desc, x, 0.0, dx_desc, dx)
@@ -795,13 +810,25 @@ def batch_norm_training(x, weight=None, bias=None, running_mean=None, running_va
     mode "spatial" (per channel, BatchNorm2d) or "per_activation" (per channel and
     position). weight/bias default to 1 and 0."""
     from .normalization import batch_norm_forward_training
+    given = (x, weight, bias, running_mean, running_var)
+    sigs = tuple(None if a is None else recipes.signature(a) for a in given)
+    plain = (sigs[0] is not None and all(s is not None for s, a in zip(sigs, given) if a is not None)
+             and recipes.immutable_scalars(momentum, eps, mode))
+    if plain:
+        handle = _handle_for(x, handle)
+        table = _plan_table(handle)
+        key = ("bn_train", sigs, type(momentum), momentum, type(eps), eps, type(mode), mode)
+        recipe = recipes.lookup(table, key)
+        if recipe is not None and not recipe.running_overlap(given):
+            return recipe(given)
     handle, x, x_desc, bn_desc = _bn_setup(x, mode, handle)
     backend = handle.backend
-    scale, _ = _bn_param(weight, bn_desc, "weight", backend, 1.0)
-    shift, _ = _bn_param(bias, bn_desc, "bias", backend, 0.0)
+    scale, w_copied = _bn_param(weight, bn_desc, "weight", backend, 1.0)
+    shift, b_copied = _bn_param(bias, bn_desc, "bias", backend, 0.0)
     if (running_mean is None) != (running_var is None):
         raise BadParamError("pass both running_mean and running_var, or neither")
     rm = rv = None
+    rm_copied = rv_copied = False
     if running_mean is not None:
         rm, rm_copied = _bn_param(running_mean, bn_desc, "running_mean", backend)
         rv, rv_copied = _bn_param(running_var, bn_desc, "running_var", backend)
@@ -813,6 +840,16 @@ def batch_norm_training(x, weight=None, bias=None, running_mean=None, running_va
     if running_mean is not None:
         _write_back(running_mean, rm, rm_copied)
         _write_back(running_var, rv, rv_copied)
+    # A recipe when the kernels saw the caller's own memory (nothing copied: then the
+    # running statistics were updated in place) or constants the full path made itself
+    # (weight/bias None), which the kernels only read.
+    if (plain and x is given[0] and handle.backend_name == "triton" and x.numel() > 0
+            and not ((weight is not None and w_copied) or (bias is not None and b_copied)
+                     or rm_copied or rv_copied)):
+        from ..descriptors.normalization import batch_norm_mode
+        recipes.remember(table, key, recipes.BatchNormTraining(
+            x, y, saved_mean, saved_inv, scale if weight is None else None, shift if bias is None else None,
+            int(batch_norm_mode(mode)), float(momentum), float(eps)), MAX_PLANS_PER_HANDLE)
     return _like(y, x), _like(saved_mean, x), _like(saved_inv, x)
 
 
@@ -861,17 +898,34 @@ def batch_norm_backward(x, dy, weight, saved_mean, saved_inv_std, eps=1e-5, mode
     statistics; dweight/dbias come back as (C,) arrays (per channel and position for
     per_activation, flattened)."""
     from .normalization import batch_norm_backward as backward
+    given = (x, dy, weight, saved_mean, saved_inv_std)
+    sigs = tuple(None if a is None else recipes.signature(a) for a in given)
+    plain = (sigs[0] is not None and all(s is not None for s, a in zip(sigs, given) if a is not None)
+             and recipes.immutable_scalars(eps, mode))
+    if plain:
+        handle = _handle_for(x, handle)
+        table = _plan_table(handle)
+        key = ("bn_bwd", sigs, type(eps), eps, type(mode), mode)
+        recipe = recipes.lookup(table, key)
+        if recipe is not None:  # every output is allocated here: none can overlap an input
+            return recipe(given)
     handle, x, x_desc, bn_desc = _bn_setup(x, mode, handle)
     backend = handle.backend
     dy, dy_desc = _described(dy, "dy")
-    scale, _ = _bn_param(weight, bn_desc, "weight", backend, 1.0)
-    mean, _ = _bn_param(saved_mean, bn_desc, "saved_mean", backend)
-    inv, _ = _bn_param(saved_inv_std, bn_desc, "saved_inv_std", backend)
+    scale, w_copied = _bn_param(weight, bn_desc, "weight", backend, 1.0)
+    mean, m_copied = _bn_param(saved_mean, bn_desc, "saved_mean", backend)
+    inv, i_copied = _bn_param(saved_inv_std, bn_desc, "saved_inv_std", backend)
     dx_desc = _output_desc(x_desc)
     dx = backend.empty(dx_desc)
     dscale, dbias = backend.empty(bn_desc), backend.empty(bn_desc)
     backward(handle, mode, 1.0, 0.0, 1.0, 0.0, x_desc, x, dy_desc, dy, dx_desc, dx, bn_desc, scale,
              dscale, dbias, eps, mean, inv)
+    if (plain and x is given[0] and dy is given[1] and handle.backend_name == "triton" and x.numel() > 0
+            and not ((weight is not None and w_copied) or m_copied or i_copied)):
+        from ..descriptors.normalization import batch_norm_mode
+        recipes.remember(table, key, recipes.BatchNormBackward(
+            dx, dscale, scale if weight is None else None, int(batch_norm_mode(mode)), float(eps)),
+            MAX_PLANS_PER_HANDLE)
     flat = (-1,)
     return _like(dx, x), _like(dscale.reshape(flat), x), _like(dbias.reshape(flat), x)
 

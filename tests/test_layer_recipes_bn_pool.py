@@ -1,0 +1,216 @@
+"""Batch norm training/backward recipes and pool_backward's kept descriptor
+(api/layer_recipes.py, api/functional.py): a repeat call is bit-identical to the full
+path, follows every signature and parameter change, and still refuses running
+statistics that alias an input or each other."""
+import gc
+
+import pytest
+import torch
+
+import tridnn
+import tridnn.functional as TF
+from tridnn.api import functional as api_functional
+from tridnn.errors import BadParamError
+
+
+@pytest.fixture
+def h():
+    handle = tridnn.Handle(device="cpu", backend="triton")
+    yield handle
+    api_functional.clear_plan_cache(handle)
+
+
+def _ref_train(x, w, b, rm, rv, momentum, eps, per_activation=False):
+    """float64 batch norm training (PyTorch's), with the running statistics it leaves."""
+    x64 = x.double()
+    shape = (1, -1) + (1,) * (x.dim() - 2)
+    if per_activation:
+        flat = x64.reshape(x.shape[0], -1)
+        mean, var = flat.mean(0), flat.var(0, unbiased=False)
+        n = x.shape[0]
+        y = (flat - mean) / torch.sqrt(var + eps)
+        y = (y * (w.double() if w is not None else 1) + (b.double() if b is not None else 0)).reshape(x.shape)
+    else:
+        axes = [0] + list(range(2, x.dim()))
+        mean, var = x64.mean(axes), x64.var(axes, unbiased=False)
+        n = x.numel() // x.shape[1]
+        y = (x64 - mean.reshape(shape)) / torch.sqrt(var.reshape(shape) + eps)
+        if w is not None:
+            y = y * w.double().reshape(shape)
+        if b is not None:
+            y = y + b.double().reshape(shape)
+    new_rm = (1 - momentum) * rm.double() + momentum * mean
+    new_rv = (1 - momentum) * rv.double() + momentum * var * n / (n - 1)
+    return y, mean, new_rm, new_rv
+
+
+def _close(got, want, dtype):
+    tol = 1e-10 if dtype == torch.float64 else 2e-5
+    torch.testing.assert_close(got.double(), want.double(), rtol=tol, atol=tol)
+
+
+def _train_twice(h, x, w, b, momentum=0.1, eps=1e-5, mode="spatial"):
+    """Two calls on equal inputs (the first takes the full path, the second the recipe)."""
+    outs = []
+    for _ in range(2):
+        rm, rv = torch.zeros_like(w) + 0.5, torch.ones_like(w) * 2
+        y, mean, inv = TF.batch_norm_training(x, w, b, rm, rv, momentum, eps, mode, handle=h)
+        outs.append((y, mean, inv, rm, rv))
+    return outs
+
+
+def test_training_recipe_is_bit_identical_to_the_full_path(h):
+    torch.manual_seed(0)
+    x = torch.randn(3, 4, 5, 6)
+    w, b = torch.randn(4), torch.randn(4)
+    first, second = _train_twice(h, x, w, b)
+    for a, c in zip(first, second):
+        assert a.shape == c.shape and a.stride() == c.stride() and a.dtype == c.dtype
+        assert torch.equal(a, c)
+    y, mean, rm, rv = _ref_train(x, w, b, torch.full((4,), 0.5), torch.full((4,), 2.0), 0.1, 1e-5)
+    _close(first[0], y, x.dtype)
+    _close(first[1].reshape(-1), mean, x.dtype)
+    _close(first[3], rm, x.dtype)
+    _close(first[4], rv, x.dtype)
+
+
+def test_training_repeats_follow_strides_dtype_and_parameters(h):
+    torch.manual_seed(1)
+    base = torch.randn(2, 3, 4, 5)
+    cl = base.contiguous(memory_format=torch.channels_last)
+    cases = [(base, 0.1, 1e-5, "spatial", True), (cl, 0.1, 1e-5, "spatial", True),
+             (base.double(), 0.1, 1e-5, "spatial", True), (base, 0.3, 1e-5, "spatial", True),
+             (base, 0.1, 1e-2, "spatial", True), (base, 0.1, 1e-5, "per_activation", True),
+             (base, 0.1, 1e-5, "spatial", False), (base.transpose(2, 3), 0.1, 1e-5, "spatial", True),
+             (base, 1, 1e-5, "spatial", True)]
+    for _ in range(2):  # the second round hits the recipes the first round left
+        for x, momentum, eps, mode, affine in cases:
+            per_act = mode == "per_activation"
+            c = x[0].numel() if per_act else x.shape[1]
+            dt = x.dtype
+            w = torch.linspace(0.5, 1.5, c, dtype=dt) if affine else None
+            b = torch.linspace(-1, 1, c, dtype=dt) if affine else None
+            rm, rv = torch.full((c,), 0.5, dtype=dt), torch.full((c,), 2.0, dtype=dt)
+            y, mean, inv = TF.batch_norm_training(x, w, b, rm, rv, momentum, eps, mode, handle=h)
+            ry, rmean, rrm, rrv = _ref_train(x, w, b, torch.full((c,), 0.5), torch.full((c,), 2.0),
+                                             momentum, eps, per_act)
+            assert y.dtype == dt and y.shape == x.shape
+            _close(y, ry, dt)
+            _close(mean.reshape(-1), rmean, dt)
+            _close(rm, rrm, dt)
+            _close(rv, rrv, dt)
+
+
+def test_training_new_data_at_a_reused_address(h):
+    for seed in range(4):
+        torch.manual_seed(seed)
+        x = torch.randn(2, 8, 3, 3)
+        w, b = torch.randn(8), torch.randn(8)
+        rm, rv = torch.randn(8), torch.rand(8) + 0.5
+        rm0, rv0 = rm.clone(), rv.clone()
+        y, _, _ = TF.batch_norm_training(x, w, b, rm, rv, 0.1, 1e-5, handle=h)
+        ry, _, rrm, rrv = _ref_train(x, w, b, rm0, rv0, 0.1, 1e-5)
+        _close(y, ry, x.dtype)
+        _close(rm, rrm, x.dtype)
+        _close(rv, rrv, x.dtype)
+        del x, w, b, rm, rv, y
+        gc.collect()
+
+
+def test_running_stats_that_alias_are_refused_on_a_repeat(h):
+    torch.manual_seed(2)
+    x = torch.randn(2, 4, 3, 3)
+    w, b = torch.randn(4), torch.randn(4)
+    TF.batch_norm_training(x, w, b, torch.zeros(4), torch.ones(4), handle=h)
+    TF.batch_norm_training(x, w, b, torch.zeros(4), torch.ones(4), handle=h)  # recipe kept
+    x_flat_alias = x.reshape(-1)[:4]  # a (4,) float32 packed vector inside x
+    both = torch.zeros(4)
+    buf = torch.zeros(8)
+    cases = [(x_flat_alias, torch.ones(4)), (torch.zeros(4), x.reshape(-1)[4:8]), (both, both),
+             (w, torch.ones(4)), (torch.zeros(4), b), (buf[:4], buf[:4])]
+    for rm, rv in cases:
+        keep = [t.clone() for t in (x, w, b, rm, rv)]
+        with pytest.raises(BadParamError, match="overlaps"):
+            TF.batch_norm_training(x, w, b, rm, rv, handle=h)
+        for t, k in zip((x, w, b, rm, rv), keep):
+            assert torch.equal(t, k)  # caller data untouched
+
+
+def test_refused_parameters_stay_refused(h):
+    x = torch.randn(2, 4, 3, 3)
+    w, b = torch.randn(4), torch.randn(4)
+    for _ in range(2):
+        TF.batch_norm_training(x, w, b, torch.zeros(4), torch.ones(4), 0.1, 1e-5, handle=h)
+        with pytest.raises(BadParamError):
+            TF.batch_norm_training(x, w, b, torch.zeros(4), torch.ones(4), 1.5, 1e-5, handle=h)
+        with pytest.raises(BadParamError):
+            TF.batch_norm_training(x, w, b, torch.zeros(4), torch.ones(4), 0.1, 1e-9, handle=h)
+        with pytest.raises(BadParamError):
+            TF.batch_norm_training(x, w, b, torch.zeros(4), None, handle=h)
+        with pytest.raises(BadParamError):
+            TF.batch_norm_training(x, torch.randn(5), b, handle=h)
+        with pytest.raises(BadParamError):
+            TF.batch_norm_backward(x, torch.randn(2, 4, 3, 4), w, torch.zeros(4), torch.ones(4), handle=h)
+
+
+def test_backward_recipe_is_bit_identical_and_correct(h):
+    torch.manual_seed(3)
+    base = torch.randn(3, 4, 5, 2)
+    for x in (base, base.contiguous(memory_format=torch.channels_last), base.double()):
+        dt = x.dtype
+        w = torch.linspace(0.5, 1.5, 4, dtype=dt)
+        dy = torch.randn(x.shape, dtype=dt)
+        _, mean, inv = TF.batch_norm_training(x, w, None, handle=h)
+        mean, inv = mean.reshape(-1).clone(), inv.reshape(-1).clone()
+        first = TF.batch_norm_backward(x, dy, w, mean, inv, handle=h)
+        second = TF.batch_norm_backward(x, dy, w, mean, inv, handle=h)
+        for a, c in zip(first, second):
+            assert a.shape == c.shape and a.stride() == c.stride() and torch.equal(a, c)
+        x64 = x.double().requires_grad_(True)
+        w64 = w.double().requires_grad_(True)
+        b64 = torch.zeros(4, dtype=torch.float64, requires_grad=True)
+        torch.nn.functional.batch_norm(x64, None, None, w64, b64, training=True, eps=1e-5).backward(dy.double())
+        _close(first[0], x64.grad, dt)
+        _close(first[1], w64.grad, dt)
+        _close(first[2], b64.grad, dt)
+        first_none = TF.batch_norm_backward(x, dy, None, mean, inv, handle=h)
+        second_none = TF.batch_norm_backward(x, dy, None, mean, inv, handle=h)
+        for a, c in zip(first_none, second_none):
+            assert torch.equal(a, c)
+        _close(first_none[1], w64.grad, dt)  # dweight does not depend on the weight
+        _close(first_none[0], x64.grad / w.double().reshape(1, -1, 1, 1), dt)
+
+
+@pytest.mark.parametrize("kind", ["max", "avg"])
+def test_pool_backward_repeats_follow_parameters(h, kind):
+    torch.manual_seed(4)
+    x = torch.randn(2, 3, 7, 7)
+    cases = [(3, 2, 1), (2, 2, 0), (3, 1, 1), ([3, 2], [2, 1], [1, 0])]
+    for _ in range(2):
+        for k, s, p in cases:
+            fwd = TF.max_pool if kind == "max" else TF.avg_pool
+            y = fwd(x, k, s, p, handle=h)
+            dy = torch.randn(y.shape)
+            dx = TF.pool_backward(y, dy, x, kind, k, s, p, handle=h)
+            x64 = x.double().requires_grad_(True)
+            ref = torch.nn.functional.max_pool2d if kind == "max" else torch.nn.functional.avg_pool2d
+            ref(x64, k, s, p).backward(dy.double())
+            _close(dx, x64.grad, x.dtype)
+
+
+def test_pool_backward_refuses_a_float_window_after_an_int_one(h):
+    x = torch.randn(1, 2, 6, 6)
+    y = TF.max_pool(x, 2, 2, handle=h)
+    dy = torch.randn(y.shape)
+    TF.pool_backward(y, dy, x, "max", 2, 2, handle=h)
+    fresh = tridnn.Handle(device="cpu", backend="triton")
+    outcomes = []
+    for handle in (h, fresh):  # h has the int window's descriptor; fresh has none
+        try:
+            outcomes.append(TF.pool_backward(y, dy, x, "max", 2.0, 2, handle=handle))
+        except Exception as e:  # noqa: BLE001 - both routes must fail alike
+            outcomes.append((type(e), str(e)))
+    if isinstance(outcomes[1], tuple):
+        assert outcomes[0] == outcomes[1]
+    else:
+        assert torch.equal(outcomes[0], outcomes[1])
