@@ -15,9 +15,10 @@ import torch
 from torch import Tensor
 
 from ..api import functional as F
+from ..api import layer_recipes as recipes
 from ..descriptors.tensor import packed_strides
 from ..types import TensorFormat
-from .eager import caller
+from .eager import caller, plain_eager
 
 _formulas: dict = {}  # op -> (backward, setup_context), for the eager callers (``fast``)
 
@@ -395,11 +396,31 @@ def batch_norm_training(x: Tensor, weight: Optional[Tensor], bias: Optional[Tens
     ``batch_norm_train`` copies them into the module's buffers."""
     new_mean = running_mean.clone() if running_mean is not None else None
     new_var = running_var.clone() if running_var is not None else None
-    y, mean, inv = F.batch_norm_training(x, weight, bias, new_mean, new_var, momentum, eps)
+    return _bn_training(x, weight, bias, new_mean, new_var, momentum, eps)
+
+
+def _bn_training(x, weight, bias, running_mean, running_var, momentum, eps):
+    """The op's body after its copies of the running statistics, which are updated in place
+    and returned (empty when none were given). The saved statistics need no clone: the
+    functional API allocates each of them (and y) separately, so no returned tensor shares
+    storage with an input or with another output, which is all a custom op asks."""
+    y, mean, inv = F.batch_norm_training(x, weight, bias, running_mean, running_var, momentum, eps)
     c = x.shape[1]
-    return (_matching(y, x), mean.reshape(c).clone(), inv.reshape(c).clone(),
-            mean.new_empty((0,)) if new_mean is None else new_mean,
-            mean.new_empty((0,)) if new_var is None else new_var)
+    return (_matching(y, x), mean.view(c), inv.view(c),
+            mean.new_empty((0,)) if running_mean is None else running_mean,
+            mean.new_empty((0,)) if running_var is None else running_var)
+
+
+def _bn_training_in_place(x, weight, bias, running_mean, running_var, momentum, eps):
+    """The eager route's body (``_bn_eager``): the module's running statistics are updated
+    in place instead of in copies that batch_norm_train would copy back, so two copies a
+    call (a kernel launch each on a GPU) are saved. The same kernel reads the same values
+    and writes the same results, only into the buffers themselves: bit-identical. The new
+    statistics come back empty (nothing to copy back). batch_norm_train takes this route
+    only when the running statistics overlap no other argument, where the functional API
+    would refuse them and the op's copies would not."""
+    y, mean, inv, _, _ = _bn_training(x, weight, bias, running_mean, running_var, momentum, eps)
+    return y, mean, inv, mean.new_empty((0,)), mean.new_empty((0,))
 
 
 @batch_norm_training.register_fake
@@ -417,13 +438,31 @@ def batch_norm_train(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor]
                      eps: float) -> Tensor:
     """Training-mode batch norm as torch.nn.BatchNorm does it: y, with the running
     statistics (when given) updated in place."""
-    y, _, _, new_mean, new_var = fast.batch_norm_training(x, weight, bias, running_mean, running_var,
-                                                     momentum, eps)
-    if running_mean is not None:
+    args = (x, weight, bias, running_mean, running_var)
+    if (running_mean is not None and running_var is not None and not torch.compiler.is_compiling()
+            and plain_eager(args) and _separate(*args)):  # (fake tensors have no data pointers)
+        y, _, _, new_mean, new_var = _bn_eager(x, weight, bias, running_mean, running_var, momentum, eps)
+    else:
+        y, _, _, new_mean, new_var = fast.batch_norm_training(x, weight, bias, running_mean, running_var,
+                                                              momentum, eps)
+    # the traced op returns the new statistics (to copy back); the in-place route returns
+    # empty ones, having updated the buffers already
+    if running_mean is not None and new_mean.shape == running_mean.shape:
         with torch.no_grad():
             running_mean.copy_(new_mean)
             running_var.copy_(new_var)
     return y
+
+
+def _separate(x, weight, bias, running_mean, running_var) -> bool:
+    """Whether the running statistics share no byte with each other, x, weight or bias."""
+    stats = [(t.data_ptr(), recipes._extent(t)) for t in (running_mean, running_var)]
+    others = [(t.data_ptr(), recipes._extent(t)) for t in (x, weight, bias) if t is not None]
+    for i, (a0, an) in enumerate(stats):
+        for b0, bn in stats[i + 1:] + others:
+            if an and bn and a0 < b0 + bn and b0 < a0 + an:
+                return False
+    return True
 
 
 @torch.library.custom_op("tridnn::batch_norm_backward", mutates_args=())
@@ -432,7 +471,8 @@ def batch_norm_backward(x: Tensor, dy: Tensor, weight: Optional[Tensor], saved_m
                         saved_inv_std: Tensor, eps: float) -> tuple[Tensor, Tensor, Tensor]:
     """(dx, dweight, dbias) of batch_norm_training."""
     dx, dw, db = F.batch_norm_backward(x, dy, weight, saved_mean, saved_inv_std, eps)
-    return _matching(dx, x), dw.clone(), db.clone()
+    # no clones: the functional API allocates dx, dweight and dbias separately (see _bn_training)
+    return _matching(dx, x), dw, db
 
 
 @batch_norm_backward.register_fake
@@ -508,6 +548,18 @@ class _Callers:
         for op in ops:
             setattr(self, op._name, caller(op, _formulas.get(op)))
 
+
+class _InPlaceTraining:
+    """batch_norm_training as ``caller`` sees an op: the in-place body for the direct route,
+    the registered op (with its copies) wherever tracing must see it."""
+    _namespace, _name = "tridnn", "batch_norm_training_in_place"
+    _init_fn = staticmethod(_bn_training_in_place)
+
+    def __call__(self, *args):
+        return batch_norm_training(*args)
+
+
+_bn_eager = caller(_InPlaceTraining(), _formulas[batch_norm_training])
 
 fast = _Callers([conv_forward, conv_backward_data, conv_backward_filter, conv_bias_activation, pool,
                  pool_backward, adaptive_pool, adaptive_pool_backward, activation, activation_backward,
