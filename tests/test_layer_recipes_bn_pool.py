@@ -214,3 +214,28 @@ def test_pool_backward_refuses_a_float_window_after_an_int_one(h):
         assert outcomes[0] == outcomes[1]
     else:
         assert torch.equal(outcomes[0], outcomes[1])
+
+
+def test_recipes_keep_launch_plans_and_follow_the_l2_switch(h, monkeypatch):
+    from tridnn.cuda import batchnorm
+    torch.manual_seed(5)
+    x = torch.randn(2, 4, 3, 5)
+    w, b = torch.randn(4), torch.randn(4)
+    dy = torch.randn(x.shape)
+    first, second = _train_twice(h, x, w, b)
+    kept = [r for r in api_functional._plan_table(h).values() if type(r).__name__ == "BatchNormTraining"]
+    assert kept and all(r.plan is not None for r in kept)
+    mean, inv = first[1].reshape(-1).clone(), first[2].reshape(-1).clone()
+    grads = [TF.batch_norm_backward(x, dy, w, mean, inv, handle=h) for _ in range(2)]
+    kept = [r for r in api_functional._plan_table(h).values() if type(r).__name__ == "BatchNormBackward"]
+    assert kept and all(r.plan is not None for r in kept)
+    # the switch flipped after the plans were made: the launcher decides afresh, same results
+    monkeypatch.setattr(batchnorm, "L2_REUSE", True)
+    third = _train_twice(h, x, w, b)[1]
+    for a, c in zip(second, third):
+        torch.testing.assert_close(a, c, rtol=1e-6, atol=1e-6)
+    again = TF.batch_norm_backward(x, dy, w, mean, inv, handle=h)
+    for a, c in zip(grads[1], again):
+        torch.testing.assert_close(a, c, rtol=1e-6, atol=1e-6)
+    for a, c in zip(grads[0], grads[1]):
+        assert torch.equal(a, c)

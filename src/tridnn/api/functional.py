@@ -848,7 +848,7 @@ def batch_norm_training(x, weight=None, bias=None, running_mean=None, running_va
                      or rm_copied or rv_copied)):
         from ..descriptors.normalization import batch_norm_mode
         recipes.remember(table, key, recipes.BatchNormTraining(
-            x, y, saved_mean, saved_inv, scale if weight is None else None, shift if bias is None else None,
+            given, y, saved_mean, saved_inv, scale if weight is None else None, shift if bias is None else None,
             int(batch_norm_mode(mode)), float(momentum), float(eps)), MAX_PLANS_PER_HANDLE)
     return _like(y, x), _like(saved_mean, x), _like(saved_inv, x)
 
@@ -924,7 +924,7 @@ def batch_norm_backward(x, dy, weight, saved_mean, saved_inv_std, eps=1e-5, mode
             and not ((weight is not None and w_copied) or m_copied or i_copied)):
         from ..descriptors.normalization import batch_norm_mode
         recipes.remember(table, key, recipes.BatchNormBackward(
-            dx, dscale, scale if weight is None else None, int(batch_norm_mode(mode)), float(eps)),
+            given, dx, dscale, dbias, scale if weight is None else None, int(batch_norm_mode(mode)), float(eps)),
             MAX_PLANS_PER_HANDLE)
     flat = (-1,)
     return _like(dx, x), _like(dscale.reshape(flat), x), _like(dbias.reshape(flat), x)

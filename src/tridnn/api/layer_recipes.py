@@ -77,11 +77,6 @@ def _extent(t) -> int:
     return (1 + sum((d - 1) * s for d, s in zip(t.shape, t.stride()))) * t.element_size()
 
 
-def _overlap(a, a_bytes, b, b_bytes) -> bool:
-    a0, b0 = a.data_ptr(), b.data_ptr()
-    return a_bytes > 0 and b_bytes > 0 and a0 < b0 + b_bytes and b0 < a0 + a_bytes
-
-
 class BatchNormTraining:
     """functional.batch_norm_training on tensors of one key whose parameters the full path
     used in place (no dtype/layout copy): allocate y and the saved statistics, call the
@@ -91,34 +86,43 @@ class BatchNormTraining:
     full path, which raises its error. y and the saved statistics are allocated here, so
     they overlap nothing."""
 
-    def __init__(self, x, y, saved_mean, saved_inv, ones, zeros, mode: int, momentum: float, eps: float):
+    def __init__(self, given, y, saved_mean, saved_inv, ones, zeros, mode: int, momentum: float, eps: float):
         from ..cuda import batchnorm
         self.launch = batchnorm.batch_norm_forward_training
         self.out_y, self.out_mean, self.out_inv = Output(y), Output(saved_mean), Output(saved_inv)
         self.ones, self.zeros = ones, zeros  # the full path's filled weight/bias when none was given
         self.mode, self.momentum, self.eps = mode, momentum, eps
-        self.x_bytes = _extent(x)
+        # each slot's byte extent: fixed by its signature (or its absence), part of the key
+        self.extents = tuple(0 if t is None else _extent(t) for t in given)
+        x, weight, bias, rm, rv = given
+        # the launcher's arguments for these signatures, or None: then the launcher itself
+        self.plan = batchnorm.training_plan(x, y, ones if weight is None else weight, zeros if bias is None else bias,
+                                            rm, rv, saved_mean, saved_inv, mode, momentum, eps)
 
     def running_overlap(self, given) -> bool:
-        x, weight, bias, rm, rv = given
+        """Whether running_mean or running_var shares a byte with each other, x, weight or bias."""
+        rm, rv = given[3], given[4]
         if rm is None:
             return False
-        stat = _extent(rm)  # rm and rv are packed (C,)-sized vectors of one signature each
-        var = _extent(rv)
-        if _overlap(rm, stat, rv, var) or _overlap(rm, stat, x, self.x_bytes) or _overlap(rv, var, x, self.x_bytes):
+        ext = self.extents
+        m0, mn, v0, vn = rm.data_ptr(), ext[3], rv.data_ptr(), ext[4]
+        if mn and vn and m0 < v0 + vn and v0 < m0 + mn:
             return True
-        for p in (weight, bias):
-            if p is not None:
-                size = _extent(p)
-                if _overlap(rm, stat, p, size) or _overlap(rv, var, p, size):
+        for t, tn in zip(given[:3], ext[:3]):
+            if t is not None and tn:
+                t0 = t.data_ptr()
+                if (mn and m0 < t0 + tn and t0 < m0 + mn) or (vn and v0 < t0 + tn and t0 < v0 + vn):
                     return True
         return False
 
     def __call__(self, given):
         x, weight, bias, rm, rv = given
         y, mean, inv = self.out_y(), self.out_mean(), self.out_inv()
-        self.launch(x, None, y, self.ones if weight is None else weight, self.zeros if bias is None else bias,
-                    rm, rv, mean, inv, self.mode, self.momentum, self.eps, 0)
+        scale, shift = self.ones if weight is None else weight, self.zeros if bias is None else bias
+        if self.plan is not None:
+            self.plan(x, y, scale, shift, rm, rv, mean, inv)
+        else:
+            self.launch(x, None, y, scale, shift, rm, rv, mean, inv, self.mode, self.momentum, self.eps, 0)
         return y, mean, inv
 
 
@@ -126,15 +130,21 @@ class BatchNormBackward:
     """functional.batch_norm_backward on tensors of one key (nothing copied): allocate dx,
     dscale and dbias and call the Triton launcher on the caller's tensors."""
 
-    def __init__(self, dx, dscale, ones, mode: int, eps: float):
+    def __init__(self, given, dx, dscale, dbias, ones, mode: int, eps: float):
         from ..cuda import batchnorm
         self.launch = batchnorm.batch_norm_backward
         self.out_dx, self.out_param = Output(dx), Output(dscale)
         self.ones, self.mode, self.eps = ones, mode, eps
+        x, dy, weight, mean, inv = given
+        self.plan = batchnorm.backward_plan(x, dy, dx, ones if weight is None else weight, dscale, dbias, mean, inv,
+                                            mode, eps)
 
     def __call__(self, given):
         x, dy, weight, mean, inv = given
         dx, dscale, dbias = self.out_dx(), self.out_param(), self.out_param()
-        self.launch(x, None, dy, None, dx, self.ones if weight is None else weight, None, dscale, dbias, mean, inv,
-                    self.mode, self.eps, 0)
+        scale = self.ones if weight is None else weight
+        if self.plan is not None:
+            self.plan(x, dy, dx, scale, dscale, dbias, mean, inv)
+        else:
+            self.launch(x, None, dy, None, dx, scale, None, dscale, dbias, mean, inv, self.mode, self.eps, 0)
         return dx, dscale.reshape(-1), dbias.reshape(-1)

@@ -654,3 +654,111 @@ def _recompute_stats(lay, stat, epsilon, x):
         part, shift, coef, ones, ones, coef, coef, stat, stat[C:], C, splits, float(lay.N * lay.S), 0.0,
         float(epsilon), HAS_RUNNING=False, HAS_SAVED=True, BLOCK_SPLITS=BLOCK_SPLITS, BLOCK_C=FINALIZE_BLOCK_C,
         num_warps=8)
+
+
+# -- per-signature plans (api/layer_recipes.py) --------------------------------------------
+def _bound_layout(x, mode, data, params):
+    """The layout bound to these tensors when its geometry is reusable (nothing staged or
+    copied), else None."""
+    geometry = _Layout(x, mode, data, params).geometry(data, params)
+    return None if geometry is None else _Layout.bound(geometry, data, params)
+
+
+def training_plan(x, y, scale, bias, running_mean, running_var, saved_mean, saved_inv_var, mode,
+                  exp_avg_factor, epsilon):
+    """``run(x, y, scale, bias, running_mean, running_var, saved_mean, saved_inv_var)``:
+    batch_norm_forward_training (NORM, alpha 1, beta 0) on tensors of these signatures,
+    its launch arguments computed here once (they depend on the signatures, the mode and
+    the scalars only; the kernels read the tensors' pointers). None when the launcher
+    stages or copies a tensor, or there is nothing to compute: then call it instead."""
+    _check_modes(mode, NORM)
+    check_dtypes(x=x, y=y)
+    if x.numel() == 0:
+        return None
+    data = {"x": (x, False, False), "z": (None, False, False), "y": (y, True, False)}
+    params = {"scale": (scale, False, False), "bias": (bias, False, False),
+              "rmean": (running_mean, True, True), "rvar": (running_var, True, True),
+              "smean": (saved_mean, True, False), "sinv": (saved_inv_var, True, False)}
+    lay = _bound_layout(x, mode, data, params)
+    if lay is None or saved_mean is None or saved_inv_var is None:
+        return None
+    l2 = L2_REUSE
+    (tiles_c, splits), per = lay.stats_grid(x)
+    dev, acc, C = x.device, _workspace_dtype(x), lay.C
+    keep = lay.keep_items(splits, 1) if l2 else 0
+    has_running = running_mean is not None and running_var is not None
+    stats = ((tiles_c, splits), (lay.N, C, lay.S, *lay.strides("x"), lay.SB, per, keep),
+             dict(BIG=lay.big, BLOCK_S=lay.block_s, BLOCK_C=lay.block_c, KEEP_HINT=keep > 0,
+                  ACC=compute_dtype(x), num_warps=lay.warps))
+    finalize = (_finalize_grid(C), (C, splits, float(lay.N * lay.S), float(exp_avg_factor), float(epsilon)),
+                dict(HAS_RUNNING=has_running, HAS_SAVED=True, BLOCK_SPLITS=BLOCK_SPLITS, BLOCK_C=FINALIZE_BLOCK_C,
+                     num_warps=8))
+    a_splits, a_per = (splits, per) if l2 else (1, lay.N * lay.SB)
+    grid = lay.apply_grid(splits, per) if l2 else (lay.N * lay.SB * cdiv(C, lay.block_c),)
+    apply = (grid, (lay.N, C, lay.S, lay.SB, a_splits, a_per, *lay.strides("x"), *lay.strides("z"),
+                    *lay.strides("y"), 1.0, 0.0),
+             dict(OPS=NORM, HAS_BETA=False, L2_ORDER=l2, BIG=lay.big, COMPUTE=compute_dtype(x),
+                  EVICT="evict_first" if l2 else "", BLOCK_S=lay.block_s, BLOCK_C=lay.block_c,
+                  num_warps=lay.warps))
+    sizes = (splits * 2 * C, C, 2 * C)
+
+    def run(x, y, scale, bias, running_mean, running_var, saved_mean, saved_inv_var):
+        if L2_REUSE != l2:  # the switch changed since: the launcher decides afresh
+            batch_norm_forward_training(x, None, y, scale, bias, running_mean, running_var, saved_mean,
+                                        saved_inv_var, mode, exp_avg_factor, epsilon, NORM)
+            return
+        part, shift, coef = (torch.empty(n, dtype=acc, device=dev) for n in sizes)
+        jit_run(_stats_kernel, stats[0], x, part, shift, *stats[1], **stats[2])
+        jit_run(_finalize_kernel, finalize[0], part, shift, coef, scale, bias,
+                running_mean if has_running else coef, running_var if has_running else coef,
+                saved_mean, saved_inv_var, *finalize[1], **finalize[2])
+        jit_run(_apply_kernel, apply[0], x, x, y, coef, *apply[1], **apply[2])
+    return run
+
+
+def backward_plan(x, dy, dx, scale, dscale, dbias, saved_mean, saved_inv_var, mode, epsilon):
+    """``run(x, dy, dx, scale, dscale, dbias, saved_mean, saved_inv_var)``: batch_norm_backward
+    (NORM, alphas 1, betas 0, saved statistics given) on tensors of these signatures, as
+    training_plan; None when the launcher stages or copies a tensor."""
+    _check_modes(mode, NORM)
+    check_dtypes(x=x, dy=dy, dx=dx)
+    if x.numel() == 0 or saved_mean is None or saved_inv_var is None:
+        return None
+    data = {"x": (x, False, False), "y": (None, False, False), "dy": (dy, False, False),
+            "dx": (dx, True, False), "dz": (None, True, False)}
+    params = {"scale": (scale, False, False), "dscale": (dscale, True, False), "dbias": (dbias, True, False),
+              "smean": (saved_mean, False, False), "sinv": (saved_inv_var, False, False)}
+    lay = _bound_layout(x, mode, data, params)
+    if lay is None:
+        return None
+    l2 = L2_REUSE
+    dev, acc, C = x.device, _workspace_dtype(x), lay.C
+    (tiles_c, splits), per = lay.stats_grid(x)
+    keep = lay.keep_items(splits, 2) if l2 else 0
+    stats = ((tiles_c, splits), (lay.N, C, lay.S, *lay.strides("x"), *lay.strides("y"), *lay.strides("dy"),
+                                 lay.SB, per, keep),
+             dict(RELU=False, BIG=lay.big, BLOCK_S=lay.block_s, BLOCK_C=lay.block_c, KEEP_HINT=keep > 0,
+                  ACC=compute_dtype(x), num_warps=lay.warps))
+    finalize = (_finalize_grid(C), (C, splits, float(lay.N * lay.S), 1.0, 0.0),
+                dict(HAS_BETA_P=False, BLOCK_SPLITS=BLOCK_SPLITS, BLOCK_C=FINALIZE_BLOCK_C, num_warps=8))
+    a_splits, a_per = (splits, per) if l2 else (1, lay.N * lay.SB)
+    grid = lay.apply_grid(splits, per) if l2 else (lay.N * lay.SB * cdiv(C, lay.block_c),)
+    apply = (grid, (lay.N, C, lay.S, lay.SB, a_splits, a_per, *lay.strides("x"), *lay.strides("y"),
+                    *lay.strides("dy"), *lay.strides("dx"), *lay.strides("dz"), 1.0, 0.0),
+             dict(RELU=False, WRITE_DZ=False, HAS_BETA=False, L2_ORDER=l2, BIG=lay.big, COMPUTE=compute_dtype(x),
+                  EVICT="evict_first" if l2 else "", BLOCK_S=lay.block_s, BLOCK_C=lay.block_c,
+                  num_warps=lay.warps))
+
+    def run(x, dy, dx, scale, dscale, dbias, saved_mean, saved_inv_var):
+        if L2_REUSE != l2:
+            batch_norm_backward(x, None, dy, None, dx, scale, None, dscale, dbias, saved_mean, saved_inv_var,
+                                mode, epsilon, NORM)
+            return
+        stat = torch.empty(5 * C, dtype=acc, device=dev)  # mean, inv_std, mean(g), coef_x, k
+        stat[:C].copy_(saved_mean.reshape(-1))
+        stat[C:2 * C].copy_(saved_inv_var.reshape(-1))
+        part = torch.empty(splits * 2 * C, dtype=acc, device=dev)
+        jit_run(_grad_stats_kernel, stats[0], x, x, dy, part, stat, *stats[1], **stats[2])
+        jit_run(_grad_finalize_kernel, finalize[0], part, stat, scale, dscale, dbias, *finalize[1], **finalize[2])
+        jit_run(_grad_apply_kernel, apply[0], x, x, dy, dx, dx, stat, *apply[1], **apply[2])
+    return run
