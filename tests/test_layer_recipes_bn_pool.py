@@ -166,7 +166,7 @@ def test_backward_recipe_is_bit_identical_and_correct(h):
         second = TF.batch_norm_backward(x, dy, w, mean, inv, handle=h)
         for a, c in zip(first, second):
             assert a.shape == c.shape and a.stride() == c.stride() and torch.equal(a, c)
-        x64 = x.double().requires_grad_(True)
+        x64 = x.detach().double().clone().requires_grad_(True)
         w64 = w.double().requires_grad_(True)
         b64 = torch.zeros(4, dtype=torch.float64, requires_grad=True)
         torch.nn.functional.batch_norm(x64, None, None, w64, b64, training=True, eps=1e-5).backward(dy.double())
@@ -192,7 +192,7 @@ def test_pool_backward_repeats_follow_parameters(h, kind):
             y = fwd(x, k, s, p, handle=h)
             dy = torch.randn(y.shape)
             dx = TF.pool_backward(y, dy, x, kind, k, s, p, handle=h)
-            x64 = x.double().requires_grad_(True)
+            x64 = x.detach().double().clone().requires_grad_(True)
             ref = torch.nn.functional.max_pool2d if kind == "max" else torch.nn.functional.avg_pool2d
             ref(x64, k, s, p).backward(dy.double())
             _close(dx, x64.grad, x.dtype)
@@ -239,3 +239,44 @@ def test_recipes_keep_launch_plans_and_follow_the_l2_switch(h, monkeypatch):
         torch.testing.assert_close(a, c, rtol=1e-6, atol=1e-6)
     for a, c in zip(grads[0], grads[1]):
         assert torch.equal(a, c)
+
+
+@pytest.mark.parametrize("kind", ["max", "avg", "avg_exclude_pad"])
+def test_pool_recipes_are_bit_identical_and_follow_signatures(h, kind):
+    torch.manual_seed(6)
+    base = torch.randn(2, 3, 7, 6)
+    inputs = [base, base.contiguous(memory_format=torch.channels_last), base.double(), base.transpose(2, 3)]
+    geometries = [(3, 2, 1), (2, 2, 0), ([3, 2], [1, 2], [1, 0])]
+    for x in inputs:
+        for k, s, p in geometries:
+            runs = []
+            for _ in range(2):  # full path, then the recipe
+                if kind == "max":
+                    y = TF.max_pool(x, k, s, p, handle=h)
+                else:
+                    y = TF.avg_pool(x, k, s, p, count_include_pad=kind == "avg", handle=h)
+                dy = torch.sin(torch.arange(y.numel(), dtype=x.dtype)).reshape(y.shape)
+                dx = TF.pool_backward(y, dy, x, kind, k, s, p, handle=h)
+                runs.append((y, dx))
+            for a, c in zip(*runs):
+                assert a.shape == c.shape and a.stride() == c.stride() and torch.equal(a, c)
+            x64 = x.detach().double().clone().requires_grad_(True)
+            if kind == "max":
+                want = torch.nn.functional.max_pool2d(x64, k, s, p)
+            else:
+                want = torch.nn.functional.avg_pool2d(x64, k, s, p, count_include_pad=kind == "avg")
+            want.backward(dy.double())
+            _close(runs[0][0], want.detach(), x.dtype)
+            _close(runs[0][1], x64.grad, x.dtype)
+
+
+def test_pool_recipe_refuses_what_the_full_path_refuses(h):
+    x = torch.randn(1, 2, 6, 6)
+    for _ in range(2):
+        y = TF.max_pool(x, 3, 2, 1, handle=h)
+        dy = torch.randn(y.shape)
+        TF.pool_backward(y, dy, x, "max", 3, 2, 1, handle=h)
+        with pytest.raises(BadParamError):
+            TF.pool_backward(y, torch.randn(1, 2, 4, 4), x, "max", 3, 2, 1, handle=h)  # dy of another shape
+        with pytest.raises(BadParamError):
+            TF.max_pool(x, 3, 2, 3, handle=h)  # padding not smaller than the window

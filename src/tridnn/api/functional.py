@@ -509,6 +509,15 @@ def _pool_descriptor(kind, nd, kernel_size, stride, padding, nan_propagation):
 def _pool(x, mode, kernel_size, stride, padding, nan_propagation, handle):
     from .pooling import pooling_forward
     handle = _handle_for(x, handle)
+    sig = recipes.signature(x)
+    if sig is not None:
+        table = _plan_table(handle)
+        rkey = ("pool_recipe", sig, int(mode), _typed(kernel_size), _typed(stride), _typed(padding),
+                type(nan_propagation), nan_propagation)
+        recipe = recipes.lookup(table, rkey)
+        if recipe is not None:
+            return recipe(x)
+    x_in = x
     x, x_desc = _described(x)
     nd = _spatial_nd(x_desc.dims, "x")
     key = ("pool", x_desc, int(mode), _hashable(kernel_size), _hashable(stride), _hashable(padding),
@@ -520,6 +529,8 @@ def _pool(x, mode, kernel_size, stride, padding, nan_propagation, handle):
     pool, y_desc = _cached(handle, key, build)
     y = handle.backend.empty(y_desc)
     pooling_forward(handle, pool, 1.0, x_desc, x, 0.0, y_desc, y)
+    if sig is not None and x is x_in and handle.backend_name == "triton" and y.numel() > 0:
+        recipes.remember(table, rkey, recipes.PoolForward(y, pool), MAX_PLANS_PER_HANDLE)
     return _like(y, x)
 
 
@@ -542,6 +553,16 @@ def pool_backward(y, dy, x, mode, kernel_size, stride=None, padding=0, nan_propa
     from .pooling import pooling_backward
     handle = _handle_for(x, handle)
     mode = {"max": 0, "avg": 1, "avg_exclude_pad": 2}.get(mode, mode) if isinstance(mode, str) else mode
+    given = (y, dy, x)
+    sigs = tuple(recipes.signature(a) for a in given)
+    plain = None not in sigs
+    if plain:
+        table = _plan_table(handle)
+        rkey = ("pool_bwd_recipe", sigs, type(mode), mode, _typed(kernel_size), _typed(stride), _typed(padding),
+                type(nan_propagation), nan_propagation)
+        recipe = recipes.lookup(table, rkey)
+        if recipe is not None:  # dx is allocated here: it overlaps no input
+            return recipe(*given)
     x, x_desc = _described(x)
     y, y_desc = _described(y, "y")
     dy, dy_desc = _described(dy, "dy")
@@ -558,6 +579,9 @@ def pool_backward(y, dy, x, mode, kernel_size, stride=None, padding=0, nan_propa
     dx_desc = _output_desc(x_desc)
     dx = handle.backend.empty(dx_desc)
     pooling_backward(handle, pool, 1.0, y_desc, y, dy_desc, dy, x_desc, x, 0.0, dx_desc, dx)
+    if (plain and all(a is b for a, b in zip((y, dy, x), given)) and handle.backend_name == "triton"
+            and dx.numel() > 0 and dy.numel() > 0):
+        recipes.remember(table, rkey, recipes.PoolBackward(dx, pool), MAX_PLANS_PER_HANDLE)
     return _like(dx, x)
 
 

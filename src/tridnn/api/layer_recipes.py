@@ -148,3 +148,38 @@ class BatchNormBackward:
         else:
             self.launch(x, None, dy, None, dx, scale, None, dscale, dbias, mean, inv, self.mode, self.eps, 0)
         return dx, dscale.reshape(-1), dbias.reshape(-1)
+
+
+def _pool_args(pool) -> dict:
+    """What api/pooling passes the Triton launcher from a checked PoolingDescriptor."""
+    return dict(mode=int(pool.mode), window=pool.window, padding=pool.padding, stride=pool.stride,
+                propagate_nan=pool.propagate_nan)
+
+
+class PoolForward:
+    """functional max_pool/avg_pool on an x of one key (not copied): allocate y and call the
+    Triton launcher with the descriptor's values (alpha 1, beta 0). The key holds the
+    pooling parameters with their types, so the descriptor's checks hold for it."""
+
+    def __init__(self, y, pool):
+        from ..cuda import pooling
+        self.launch, self.out, self.args = pooling.pooling_forward, Output(y), _pool_args(pool)
+
+    def __call__(self, x):
+        y = self.out()
+        self.launch(x, y, **self.args)
+        return y
+
+
+class PoolBackward:
+    """functional pool_backward on y, dy, x of one key (none copied): allocate dx (so it
+    overlaps no input) and call the Triton launcher."""
+
+    def __init__(self, dx, pool):
+        from ..cuda import pooling
+        self.launch, self.out, self.args = pooling.pooling_backward, Output(dx), _pool_args(pool)
+
+    def __call__(self, y, dy, x):
+        dx = self.out()
+        self.launch(y, dy, x, dx, **self.args)
+        return dx
