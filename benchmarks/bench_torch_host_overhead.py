@@ -18,6 +18,8 @@ Rows (tiny tensors, so nothing but host work would show even with kernels):
   maxpool fwd+bwd          tridnn.torch.nn.MaxPool2d(3, 2, 1) on 2x8x8x8
   conv fwd / fwd+bwd       tridnn.torch.nn.Conv2d(16, 16, 3, padding=1) channels_last 2x16x8x8
   functional relu / conv   tridnn.functional.activation / conv (no torch layer, no autograd)
+  functional bn / maxpool  tridnn.functional.batch_norm_training / batch_norm_backward /
+                           pool_backward on the tensors of the rows above
   torch *                  PyTorch's own layer for scale
 Rounds interleave the rows; each row's figure is the median over rounds (the CPU is shared).
 """
@@ -114,6 +116,15 @@ def cases():
     x0, w0 = x.detach(), conv_t.weight.detach()
     rows["functional relu"] = lambda: TF.activation(a0, "relu")
     rows["functional conv"] = lambda: TF.conv(x0, w0, None, 1, 1)
+    g0, b0 = bn_t.weight.detach(), bn_t.bias.detach()
+    rm0, rv0 = torch.zeros(8), torch.ones(8)
+    _, sm0, si0 = TF.batch_norm_training(a0, g0, b0, rm0, rv0)
+    sm0, si0 = sm0.reshape(-1).clone(), si0.reshape(-1).clone()
+    rows["functional bn train"] = lambda: TF.batch_norm_training(a0, g0, b0, rm0, rv0)
+    rows["functional bn bwd"] = lambda: TF.batch_norm_backward(a0, ga, g0, sm0, si0)
+    p0 = p.detach()
+    y0 = TF.max_pool(p0, 3, 2, 1)
+    rows["functional maxpool bwd"] = lambda: TF.pool_backward(y0, gp, p0, "max", 3, 2, 1)
     return rows
 
 
