@@ -310,6 +310,36 @@ def op_tensor(a, b, c, op: int, alpha1=1.0, alpha2=1.0, beta=0.0, propagate_nan=
 
 # -- reduction -------------------------------------------------------------------------
 @triton.jit
+def _multiply(a, b):
+    return a * b
+
+
+@triton.jit
+def _fold(acc, AXIS: tl.constexpr, OP: tl.constexpr):
+    """acc folded along AXIS the way op OP combines values: MIN, MAX / AMAX, a product
+    (MUL, MUL_NO_ZEROS) or a sum (the rest)."""
+    if OP == 2:
+        value = tl.min(acc, axis=AXIS)
+    elif OP == 3 or OP == 4:
+        value = tl.max(acc, axis=AXIS)
+    elif OP == 1 or OP == 8:
+        value = tl.reduce(acc, AXIS, _multiply)
+    else:
+        value = tl.sum(acc, axis=AXIS)
+    return value
+
+
+@triton.jit
+def _finish(value, R, OP: tl.constexpr):
+    """What follows the fold of a whole row of R values: AVG's division, NORM2's root."""
+    if OP == 5:
+        value = value / R
+    if OP == 7:
+        value = tl.sqrt(value)
+    return value
+
+
+@triton.jit
 def _reduce_kernel(a_ptr, c_ptr, idx_ptr, part_ptr, count_ptr, K, K2, R, CHUNK, sa_k1, sa_k2, sa_r, sc_k,
                    alpha, beta,
                    OP: tl.constexpr, WITH_INDICES: tl.constexpr, HAS_BETA: tl.constexpr,
@@ -363,14 +393,7 @@ def _reduce_kernel(a_ptr, c_ptr, idx_ptr, part_ptr, count_ptr, K, K2, R, CHUNK, 
             arg = tl.where(better, r[None, :], arg)
             nan_at = tl.where(mask & (a != a) & (nan_at == 2147483647), r[None, :], nan_at)
             seen = seen | (mask & (a == a))
-    if OP == 2:
-        value = tl.min(acc, axis=1)
-    elif OP == 3 or OP == 4:
-        value = tl.max(acc, axis=1)
-    elif OP == 1 or OP == 8:
-        value = tl.reduce(acc, 1, _multiply)
-    else:
-        value = tl.sum(acc, axis=1)
+    value = _fold(acc, 1, OP)
     if SPLIT:
         tl.store(part_ptr + tl.program_id(1) * K + k, value, mask=k_mask)
         if LAST_COMBINES:
@@ -378,18 +401,11 @@ def _reduce_kernel(a_ptr, c_ptr, idx_ptr, part_ptr, count_ptr, K, K2, R, CHUNK, 
             tl.debug_barrier()  # every thread's partial is stored before the release below
             ticket = tl.atomic_add(count_ptr + tl.program_id(0), 1, sem="acq_rel", scope="gpu")
             if ticket == parts - 1:  # the other parts' partials are visible (acquire)
-                total = _combine_parts(part_ptr, k, k_mask, K, parts, OP, COMPUTE)
-                if OP == 5:
-                    total = total / R
-                if OP == 7:
-                    total = tl.sqrt(total)
+                total = _finish(_combine_parts(part_ptr, k, k_mask, K, parts, OP, COMPUTE), R, OP)
                 blend_store(c_ptr, k * sc_k, k_mask, total, alpha, beta, HAS_BETA)
                 tl.store(count_ptr + tl.program_id(0), 0)  # zeroed for the next call
     else:
-        if OP == 5:
-            value = value / R
-        if OP == 7:
-            value = tl.sqrt(value)
+        value = _finish(value, R, OP)
         if OP == 2 or OP == 3 or OP == 4:
             # first index among the lanes holding the extreme value
             hit = (acc == value[:, None]) & seen
@@ -444,31 +460,16 @@ def _reduce_runs_kernel(a_ptr, c_ptr, K, R, sc_k,  # K rows of R elements, row k
             a = a * a
         elif OP == 8:
             a = tl.where(a != 0.0, a, 1.0)
-        if OP == 1 or OP == 8:
-            v = tl.reduce(a, 1, _multiply)
-        else:
-            v = tl.sum(a, axis=1)
+        v = _fold(a, 1, OP)
         hit = (first // R)[:, None] == slot[None, :]
         if OP == 1 or OP == 8:
             acc *= tl.where(hit, v[:, None], 1.0)
         else:
             acc += tl.where(hit, v[:, None], 0.0)
     # one block reduction, then AVG's division, NORM2's root and the blend
-    if OP == 1 or OP == 8:
-        value = tl.reduce(acc, 0, _multiply)
-    else:
-        value = tl.sum(acc, axis=0)
-    if OP == 5:
-        value = value / R
-    if OP == 7:
-        value = tl.sqrt(value)
+    value = _finish(_fold(acc, 0, OP), R, OP)
     k = row0 + slot
     blend_store(c_ptr, k * sc_k, k < K, value, alpha, beta, HAS_BETA)
-
-
-@triton.jit
-def _multiply(a, b):
-    return a * b
 
 
 @triton.jit
@@ -506,14 +507,7 @@ def _combine_kernel(part_ptr, c_ptr, K, S, R, sc_k, alpha, beta,
             acc *= tl.load(part_ptr + j[:, None] * K + k[None, :], mask=mask, other=1.0)
         else:
             acc += tl.load(part_ptr + j[:, None] * K + k[None, :], mask=mask, other=0.0)
-    if OP == 1 or OP == 8:
-        value = tl.reduce(acc, 0, _multiply)
-    else:
-        value = tl.sum(acc, axis=0)
-    if OP == 5:
-        value = value / R
-    if OP == 7:
-        value = tl.sqrt(value)
+    value = _finish(_fold(acc, 0, OP), R, OP)
     blend_store(c_ptr, k * sc_k, k_mask, value, alpha, beta, HAS_BETA)
 
 
