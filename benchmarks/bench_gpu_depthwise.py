@@ -44,16 +44,14 @@ if ARGS.device == "cpu":
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
 import tridnn  # noqa: E402
 from tridnn import shapes  # noqa: E402
 from tridnn.algorithms import registry  # noqa: E402
 from tridnn.algorithms.problem import ConvProblem  # noqa: E402
-from tridnn.types import TensorFormat  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-TORCH = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+import bench_gpu_conv as B  # noqa: E402  (make, torch_conv, tridnn_call, rel_err, bench: the same harness)
 PEAK_TBS = 4.27  # H200 copy ceiling measured for this project (TB/s)
 
 
@@ -63,8 +61,7 @@ def bench(fn):
         t0 = time.perf_counter()
         fn()
         return time.perf_counter() - t0
-    from bench_gpu_conv import bench as graph_bench
-    return graph_bench(fn)
+    return B.bench(fn)
 
 
 def scaled(p):
@@ -73,41 +70,6 @@ def scaled(p):
         return p
     c = max(4, p["C"] // 32)
     return dict(p, spatial=tuple(max(5, s // 16) for s in p["spatial"]), C=c, K=c, groups=c)
-
-
-def make(p, n, dtype, dev):
-    cd = tridnn.ConvolutionDescriptor(padding=p["pad"], stride=p["stride"], dilation=p["dilation"],
-                                      groups=p["groups"], nd=len(p["spatial"]))
-    xd = tridnn.TensorDescriptor.packed((n, p["C"], *p["spatial"]), dtype, TensorFormat.NHWC)
-    wd = tridnn.FilterDescriptor((p["K"], p["C"] // p["groups"], *p["kernel"]), dtype, TensorFormat.NHWC)
-    yd = xd.with_dims(cd.output_dims(xd, wd))
-    t, cl = TORCH[dtype], torch.channels_last
-    x = torch.randn(xd.dims, device=dev).to(t).contiguous(memory_format=cl)
-    w = (torch.randn(wd.dims, device=dev) / 3.0).to(t).contiguous(memory_format=cl)
-    dy = torch.randn(yd.dims, device=dev).to(t).contiguous(memory_format=cl)
-    return cd, xd, wd, yd, x, w, dy
-
-
-def cudnn_call(direction, p, x, w, dy):
-    args = (list(p["stride"]), list(p["pad"]), list(p["dilation"]))
-    if direction == "fwd":
-        return lambda: F.conv2d(x, w, None, *args, p["groups"])
-    mask = [direction == "bwd_data", direction == "bwd_filter", False]
-    return lambda: torch.ops.aten.convolution_backward(dy, x, w, None, *args, False, [0, 0], p["groups"], mask)[
-        0 if direction == "bwd_data" else 1]
-
-
-def tridnn_call(handle, direction, algo, cd, xd, wd, yd, x, w, dy, out, ws):
-    if direction == "fwd":
-        return lambda: tridnn.convolution_forward(handle, 1.0, xd, x, wd, w, cd, algo.enum, ws, 0.0, yd, out)
-    if direction == "bwd_data":
-        return lambda: tridnn.convolution_backward_data(handle, 1.0, wd, w, yd, dy, cd, algo.enum, ws, 0.0, xd, out)
-    return lambda: tridnn.convolution_backward_filter(handle, 1.0, xd, x, yd, dy, cd, algo.enum, ws, 0.0, wd, out)
-
-
-def rel_err(a, b):
-    a, b = a.double(), b.double()
-    return float((a - b).norm() / max(float(b.norm()), 1e-30))
 
 
 def min_bytes(direction, x, w, dy):
@@ -140,8 +102,8 @@ def picks_since(before):
 
 
 def run_layer(handle, direction, p, n, dtype, dev):
-    cd, xd, wd, yd, x, w, dy = make(p, n, dtype, dev)
-    ref_fn = cudnn_call(direction, p, x, w, dy)
+    cd, xd, wd, yd, x, w, dy = B.make(p, n, dtype, tridnn.MathType.DEFAULT, dev)
+    ref_fn = B.torch_conv(direction, p, x, w, dy)
     ref = ref_fn()
     t_ref = bench(ref_fn)
     nbytes = min_bytes(direction, x, w, dy)
@@ -155,7 +117,7 @@ def run_layer(handle, direction, p, n, dtype, dev):
         if reason or (ARGS.algos != "all" and algo.name not in ARGS.algos.split(",")):
             continue
         ws = torch.empty(algo.workspace_size(problem), dtype=torch.uint8, device=dev)
-        fn = tridnn_call(handle, direction, algo, cd, xd, wd, yd, x, w, dy, out, ws)
+        fn = B.tridnn_call(handle, direction, algo, cd, xd, wd, yd, x, w, dy, out, ws)
         try:
             out.fill_(float("nan"))
             before = {k: set(t._best) for k, t in tuners().items()}
@@ -163,7 +125,7 @@ def run_layer(handle, direction, p, n, dtype, dev):
             picked = picks_since(before)
             if dev != "cpu":
                 torch.cuda.synchronize()
-            err = rel_err(out, ref)
+            err = B.rel_err(out, ref)
             t = bench(fn)
         except Exception as exc:  # report it, keep going
             row["algos"][algo.name] = dict(error=f"{type(exc).__name__}: {exc}"[:300])
