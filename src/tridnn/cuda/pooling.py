@@ -120,6 +120,17 @@ def _pool_start(MODE: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_A: tl.constexpr
 
 
 @triton.jit
+def _first_max_hit(v, acc, ok, PROPAGATE_NAN: tl.constexpr):
+    """Where tap value v holds the maximum acc already found (ARG_EQ's second pass; when
+    propagating, NaN is the maximum): walked last tap to first, the final hit is the first."""
+    if PROPAGATE_NAN:
+        hit = ok & ((v == acc) | (v != v))
+    else:
+        hit = ok & (v == acc)
+    return hit
+
+
+@triton.jit
 def _take(acc, arg, v, ok, tap, MODE: tl.constexpr, PROPAGATE_NAN: tl.constexpr):
     """Fold one tap into the running max (and its first tap) or sum."""
     if MODE == 0 or MODE == 3:
@@ -534,6 +545,19 @@ def _shift(v, lo, hi, T: tl.constexpr, O: tl.constexpr, BLOCK_P: tl.constexpr, B
 
 
 @triton.jit
+def _nchw_tap(v, lo, hi, kw: tl.constexpr, PW: tl.constexpr, SW: tl.constexpr, O: tl.constexpr,
+              BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr):
+    """Tap kw of the group's O outputs: column SW * (m + T) + A of the group's input vector,
+    T = floor((kw - PW) / SW), A = (kw - PW) mod SW (written on kw - PW + SW >= 0: the
+    interpreter's static_range counters divide like C); the odd phase shifts in column -1 only."""
+    if (kw - PW + SW) % SW == 0:
+        tap = _shift(_phase(v, 0, SW, BLOCK_P, BLOCK_G), lo, hi, (kw - PW + SW) // SW - 1, O, BLOCK_P, BLOCK_G)
+    else:
+        tap = _shift(_phase(v, 1, SW, BLOCK_P, BLOCK_G), lo, lo, (kw - PW + SW) // SW - 1, O, BLOCK_P, BLOCK_G)
+    return tap
+
+
+@triton.jit
 def _nchw_planes(BLOCK_P: tl.constexpr, PLANES, C, D, BIG: tl.constexpr):
     """(n, c, d, in range) of the program's planes."""
     p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
@@ -574,12 +598,7 @@ def _nchw_row_fold(x_ptr, row, row_ok, g, iw_tap0, IW, KW: tl.constexpr, SW: tl.
         acc = tl.full([BLOCK_P, BLOCK_G, O], FILL, COMPUTE)
     arg = tl.full([BLOCK_P, BLOCK_G, O], -1, tl.int32)
     for kw in tl.static_range(KW):
-        # tap kw reads column SW * (m + T) + A of the group, T = floor((kw - PW) / SW), A = (kw - PW) mod SW
-        # (written on kw - PW + SW >= 0: the interpreter's static_range counters divide like C)
-        if (kw - PW + SW) % SW == 0:
-            tap = _shift(_phase(v, 0, SW, BLOCK_P, BLOCK_G), lo, hi, (kw - PW + SW) // SW - 1, O, BLOCK_P, BLOCK_G)
-        else:
-            tap = _shift(_phase(v, 1, SW, BLOCK_P, BLOCK_G), lo, lo, (kw - PW + SW) // SW - 1, O, BLOCK_P, BLOCK_G)
+        tap = _nchw_tap(v, lo, hi, kw, PW, SW, O, BLOCK_P, BLOCK_G)
         if MAX_ONLY:
             acc = _max2(acc, tap, PROPAGATE_NAN, 0)
         elif ARG_EQ and (MODE == 0 or MODE == 3):
@@ -595,18 +614,10 @@ def _nchw_row_fold(x_ptr, row, row_ok, g, iw_tap0, IW, KW: tl.constexpr, SW: tl.
         # last to first from the same registers
         for kk in tl.static_range(KW):
             kw = KW - 1 - kk
-            if (kw - PW + SW) % SW == 0:
-                raw = _shift(_phase(v, 0, SW, BLOCK_P, BLOCK_G), lo, hi, (kw - PW + SW) // SW - 1, O, BLOCK_P, BLOCK_G)
-            else:
-                raw = _shift(_phase(v, 1, SW, BLOCK_P, BLOCK_G), lo, lo, (kw - PW + SW) // SW - 1, O, BLOCK_P, BLOCK_G)
-            t_kw = raw.to(COMPUTE)
+            t_kw = _nchw_tap(v, lo, hi, kw, PW, SW, O, BLOCK_P, BLOCK_G).to(COMPUTE)
             iw = iw_tap0 + kw
-            hit = row_ok[:, None, None] & ((iw >= 0) & (iw < IW))[None, :, :]
-            if PROPAGATE_NAN:
-                hit = hit & ((t_kw == acc) | (t_kw != t_kw))
-            else:
-                hit = hit & (t_kw == acc)
-            arg = tl.where(hit, kw, arg)
+            ok = row_ok[:, None, None] & ((iw >= 0) & (iw < IW))[None, :, :]
+            arg = tl.where(_first_max_hit(t_kw, acc, ok, PROPAGATE_NAN), kw, arg)
     return acc, arg
 
 
@@ -888,11 +899,7 @@ def _cl_row_fold(x_ptr, row, row_ok, ow, c, c_mask, IW, xsw, KW: tl.constexpr, S
             iw = ow * SW - PW + kw
             ok = ((iw >= 0) & (iw < IW))[:, None] & c_mask[None, :] & row_ok
             v = tl.load(x_ptr + row + (iw * xsw)[:, None] + c[None, :], mask=ok, other=float("-inf")).to(COMPUTE)
-            if PROPAGATE_NAN:
-                hit = ok & ((v == acc) | (v != v))
-            else:
-                hit = ok & (v == acc)
-            arg = tl.where(hit, kw, arg)
+            arg = tl.where(_first_max_hit(v, acc, ok, PROPAGATE_NAN), kw, arg)
     return acc, arg
 
 
