@@ -50,6 +50,19 @@ def _source(i, pad, t, dil, s, size):
     return o, (num >= 0) & (num - o * s == 0) & (o < size)
 
 
+@triton.jit
+def _add_tap(acc, dy_ptr, w_ptr, row, w_tap, ok, offs_c, mask_c, Kg, dys_k, ws_k):
+    """acc + one tap's contribution to dx: the dy pixels at ``row`` (where ``ok``) times
+    the tap's weight, summed over the Kg output channels of each input channel."""
+    mask = ok[:, None] & mask_c[None, :]
+    for j in range(0, Kg):
+        k = offs_c * Kg + j
+        v = tl.load(dy_ptr + row[:, None] + (k * dys_k)[None, :], mask=mask, other=0.0)
+        wv = tl.load(w_ptr + k * ws_k + w_tap, mask=mask_c, other=0.0)
+        acc += v.to(tl.float32) * wv.to(tl.float32)[None, :]
+    return acc
+
+
 @triton.jit(do_not_specialize=['P', 'ID', 'IH', 'IW', 'OD', 'OH', 'OW', 'KD', 'KH', 'KW', 'SD', 'SH', 'SW', 'PD', 'PH', 'PW', 'DD', 'DH', 'DW'])
 def dw_bwd_data_kernel(dy_ptr, w_ptr, dx_ptr, P, C, Kg, ID, IH, IW, OD, OH, OW, KD, KH, KW,
                        SD, SH, SW, PD, PH, PW, DD, DH, DW,
@@ -77,12 +90,7 @@ def dw_bwd_data_kernel(dy_ptr, w_ptr, dx_ptr, P, C, Kg, ID, IH, IW, OD, OH, OW, 
                     w_tap = (KD - 1 - td) * ws_d + (KH - 1 - th) * ws_h + (KW - 1 - tw) * ws_w
                 else:
                     w_tap = td * ws_d + th * ws_h + tw * ws_w
-                mask = ok[:, None] & mask_c[None, :]
-                for j in range(0, Kg):
-                    k = offs_c * Kg + j
-                    v = tl.load(dy_ptr + row[:, None] + (k * dys_k)[None, :], mask=mask, other=0.0)
-                    wv = tl.load(w_ptr + k * ws_k + w_tap, mask=mask_c, other=0.0)
-                    acc += v.to(tl.float32) * wv.to(tl.float32)[None, :]
+                acc = _add_tap(acc, dy_ptr, w_ptr, row, w_tap, ok, offs_c, mask_c, Kg, dys_k, ws_k)
     row_x = nn * xs_n + idd * xs_d + ih * xs_h + iw * xs_w
     store_tile(acc, row_x, row_x, offs_c, mask_p, mask_c, dx_ptr, xs_c, dx_ptr, 0, dx_ptr, 0,
                alpha, beta, 0.0, 0.0, 1.0, -1, False, False, BETA_ZERO)
@@ -181,12 +189,7 @@ def dw_bwd_data_phase_kernel(
                 w_tap = (KH - 1 - th) * ws_h + (KW - 1 - tw) * ws_w
             else:
                 w_tap = th * ws_h + tw * ws_w
-            mask = ok[:, None] & mask_c[None, :]
-            for j in range(0, Kg):
-                k = offs_c * Kg + j
-                v = tl.load(dy_ptr + row[:, None] + (k * dys_k)[None, :], mask=mask, other=0.0)
-                wv = tl.load(w_ptr + k * ws_k + w_tap, mask=mask_c, other=0.0)
-                acc += v.to(tl.float32) * wv.to(tl.float32)[None, :]
+            acc = _add_tap(acc, dy_ptr, w_ptr, row, w_tap, ok, offs_c, mask_c, Kg, dys_k, ws_k)
     # -- store the phase's dx pixels
     row_x = n * xs_n + ih * xs_h + iw * xs_w
     store_tile(acc, row_x, row_x, offs_c, mask_p, mask_c, dx_ptr, xs_c, dx_ptr, 0, dx_ptr, 0,
