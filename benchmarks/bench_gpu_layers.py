@@ -215,15 +215,17 @@ def spatial_cases(layout):
                                                                [1, 1], False, True, None)
         return out["avgbwd"]
 
-    cases.append(Case("maxpool3x3s2 fwd", maxfwd, tmaxfwd, nbytes(x, py), lambda: (py, out["maxfwd"])))
-    cases.append(Case("maxpool3x3s2 bwd", maxbwd, tmaxbwd, nbytes(x, py, pdy, dx), lambda: (dx, out["maxbwd"])))
-    cases.append(Case("avgpool3x3s2 fwd", avgfwd, tavgfwd, nbytes(x, py), lambda: (py, out["avgfwd"])))
-    cases.append(Case("avgpool3x3s2 bwd", avgbwd, tavgbwd, nbytes(pdy, dx), lambda: (dx, avgbwd_reference())))
-    if layout == "NCHW":  # the gather kernels instead of the row kernels
-        for name, fn, ref, moved, want, res in (
-                ("maxpool3x3s2 fwd", maxfwd, tmaxfwd, nbytes(x, py), lambda: out["maxfwd"], py),
+    # the four pooling layers: (name, tridnn call, torch call, bytes moved, torch's result, tridnn's output)
+    pool_ops = (("maxpool3x3s2 fwd", maxfwd, tmaxfwd, nbytes(x, py), lambda: out["maxfwd"], py),
                 ("maxpool3x3s2 bwd", maxbwd, tmaxbwd, nbytes(x, py, pdy, dx), lambda: out["maxbwd"], dx),
-                ("avgpool3x3s2 bwd", avgbwd, tavgbwd, nbytes(pdy, dx), avgbwd_reference, dx)):
+                ("avgpool3x3s2 fwd", avgfwd, tavgfwd, nbytes(x, py), lambda: out["avgfwd"], py),
+                ("avgpool3x3s2 bwd", avgbwd, tavgbwd, nbytes(pdy, dx), avgbwd_reference, dx))
+    for name, fn, ref, moved, want, res in pool_ops:
+        cases.append(Case(name, fn, ref, moved, lambda want=want, res=res: (res, want())))
+    if layout == "NCHW":  # the gather kernels instead of the row kernels
+        for name, fn, ref, moved, want, res in pool_ops:
+            if name == "avgpool3x3s2 fwd":
+                continue  # no gather row for the average forward (as before)
             cases.append(Case(f"{name} [gather]", switched(pooling, "ROW_KERNELS", False, fn), ref, moved,
                               lambda want=want, res=res: (res, want())))
         # the NCHW row kernels (pooling.NCHW_ROW_KERNELS) and their tile settings
@@ -233,11 +235,7 @@ def spatial_cases(layout):
                     ("nchw rows 4 steps", [on, ("NCHW_STEPS", 4)]),
                     ("nchw rows 256x8 warps", [on, ("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)]),
                     ("nchw running rule", [on, ("NCHW_ARG_EQ", False)]))
-        for name, fn, ref, moved, want, res in (
-                ("maxpool3x3s2 fwd", maxfwd, tmaxfwd, nbytes(x, py), lambda: out["maxfwd"], py),
-                ("maxpool3x3s2 bwd", maxbwd, tmaxbwd, nbytes(x, py, pdy, dx), lambda: out["maxbwd"], dx),
-                ("avgpool3x3s2 fwd", avgfwd, tavgfwd, nbytes(x, py), lambda: out["avgfwd"], py),
-                ("avgpool3x3s2 bwd", avgbwd, tavgbwd, nbytes(pdy, dx), avgbwd_reference, dx)):
+        for name, fn, ref, moved, want, res in pool_ops:
             for label, settings in variants:
                 if label == "nchw running rule" and not name.startswith("maxpool3x3s2 bwd"):
                     continue  # NCHW_ARG_EQ changes only the taps pass of max backward
@@ -250,11 +248,7 @@ def spatial_cases(layout):
                     ("cl 8 rows", [("CL_ROWS", 8)]), ("cl 2 rows", [("CL_ROWS", 2)]),
                     ("cl 4 warps", [("CL_WARPS", 4)]), ("cl running rule", [("CL_ARG_EQ", False)]),
                     ("cl 16 cols 4 warps", [("CL_BLOCK_W", 16), ("CL_WARPS", 4)]))
-        for name, fn, ref, moved, want, res in (
-                ("maxpool3x3s2 fwd", maxfwd, tmaxfwd, nbytes(x, py), lambda: out["maxfwd"], py),
-                ("maxpool3x3s2 bwd", maxbwd, tmaxbwd, nbytes(x, py, pdy, dx), lambda: out["maxbwd"], dx),
-                ("avgpool3x3s2 fwd", avgfwd, tavgfwd, nbytes(x, py), lambda: out["avgfwd"], py),
-                ("avgpool3x3s2 bwd", avgbwd, tavgbwd, nbytes(pdy, dx), avgbwd_reference, dx)):
+        for name, fn, ref, moved, want, res in pool_ops:
             for label, settings in variants:
                 if label == "cl packed max" and not name.startswith("maxpool3x3s2 fwd"):
                     continue  # the packed max serves only max-only folds (the forward without taps)
