@@ -85,7 +85,7 @@ def time_configs(row, label, cands, launch, out, ref, deadline):
 
 def run_filter(p, n, dev, deadline):
     from tridnn.cuda.common import sm_count
-    from tridnn.cuda.conv_bwd_filter_implicit_gemm import MAX_PARTIAL_BYTES, ImplicitGemmBackwardFilter
+    from tridnn.cuda.conv_bwd_filter_implicit_gemm import ImplicitGemmBackwardFilter
     cd, xd, wd, yd, x, w, dy = make(p, n, "bfloat16", tridnn.MathType.DEFAULT, dev)
     ref_fn = torch_conv("bwd_filter", p, x, w, dy)
     ref = ref_fn()
@@ -96,8 +96,7 @@ def run_filter(p, n, dev, deadline):
     if plan is None:
         row["error"] = "no TMA plan"
         return row
-    one = plan.c_red * plan.taps.taps * plan.c_out * 4
-    cap = max(1, min(64, MAX_PARTIAL_BYTES // one))
+    cap = ImplicitGemmBackwardFilter()._cap(problem)  # the slices of partials ALGO_1's workspace holds
     part = torch.empty((cap, plan.c_red, plan.taps.taps, plan.c_out), dtype=torch.float32, device=dev)
     sms = sm_count(out.device)
 
