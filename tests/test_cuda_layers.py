@@ -211,17 +211,32 @@ def test_pooling(case, mode, layout, rng):
     check_pooling(x, mode, window, padding, stride, layout, rng)
 
 
-def check_pooling(x, mode, window, padding, stride, layout, rng):
+def check_pooling(x, mode, window, padding, stride, layout, rng, dtype=torch.float32):
     """Forward into a poisoned y, then backward with fresh dy into a poisoned dx, each
-    against the float64 reference."""
+    against the float64 reference (x, y, dy, dx in ``dtype``)."""
     y_ref = ref_pool.pooling_forward(f64(x), mode, window, padding, stride)
-    y = poisoned(y_ref.shape, layout)
+    y = poisoned(y_ref.shape, layout, dtype)
     pooling.pooling_forward(x, y, mode, window, padding, stride, False, 1.0, 0.0)
-    check(y, y_ref, torch.float32, "y")
-    dy = make(y_ref.shape, layout, rng=rng)
-    dx = poisoned(tuple(x.shape), layout)
+    check(y, y_ref, dtype, "y")
+    dy = make(y_ref.shape, layout, dtype, rng=rng)
+    dx = poisoned(tuple(x.shape), layout, dtype)
     pooling.pooling_backward(y, dy, x, dx, mode, window, padding, stride, False, 1.0, 0.0)
-    check(dx, ref_pool.pooling_backward(f64(x), f64(dy), mode, window, padding, stride), torch.float32, "dx")
+    check(dx, ref_pool.pooling_backward(f64(x), f64(dy), mode, window, padding, stride), dtype, "dx")
+
+
+def check_pooling_blend(x, mode, window, padding, stride, layout, rng):
+    """alpha and beta: y = 2 pool(x) - y, dx = 0.5 pool'(dy) + 2 dx, against float64."""
+    y_ref = ref_pool.pooling_forward(f64(x), mode, window, padding, stride)
+    y = make(y_ref.shape, layout, rng=rng)
+    old = f64(y)
+    pooling.pooling_forward(x, y, mode, window, padding, stride, False, 2.0, -1.0)
+    check(y, 2.0 * y_ref - old, torch.float32, "y")
+    dy = make(y_ref.shape, layout, rng=rng)
+    dx = make(tuple(x.shape), layout, rng=rng)
+    old = f64(dx)
+    pooling.pooling_backward(y, dy, x, dx, mode, window, padding, stride, False, 0.5, 2.0)
+    ref = 0.5 * ref_pool.pooling_backward(f64(x), f64(dy), mode, window, padding, stride) + 2.0 * old
+    check(dx, ref, torch.float32, "dx")
 
 
 # windows that exercise the row kernels' phase split (stride 2: taps left of, inside and

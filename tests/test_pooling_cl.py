@@ -13,7 +13,7 @@ pytest.importorskip("triton")
 from tridnn.cuda import pooling  # noqa: E402
 from tridnn.reference import pooling as ref_pool  # noqa: E402
 
-from test_cuda_layers import check, check_pooling, f64, make, poisoned  # noqa: E402
+from test_cuda_layers import check, check_pooling, check_pooling_blend, f64, make, poisoned  # noqa: E402
 
 # (shape, window, padding, stride): 3x3/2 pad 1 (ResNet), 2x2/2, 3x3/1 (the row carry
 # does not apply at stride 1: KH != SH + 1), 5x5/2 pad 2, 3x4/2 (uneven), 1-D, 3-D without
@@ -61,17 +61,7 @@ def test_cl_pooling_blend(case, mode, rng, cl):
     """alpha and beta: y = 2 pool(x) - y, dx = 0.5 pool'(dy) + 2 dx."""
     shape, window, padding, stride = case
     x = make(shape, "NHWC", values=_ints(shape, rng))
-    y_ref = ref_pool.pooling_forward(f64(x), mode, window, padding, stride)
-    y = make(y_ref.shape, "NHWC", rng=rng)
-    old = f64(y)
-    pooling.pooling_forward(x, y, mode, window, padding, stride, False, 2.0, -1.0)
-    check(y, 2.0 * y_ref - old, torch.float32, "y")
-    dy = make(y_ref.shape, "NHWC", rng=rng)
-    dx = make(shape, "NHWC", rng=rng)
-    old = f64(dx)
-    pooling.pooling_backward(y, dy, x, dx, mode, window, padding, stride, False, 0.5, 2.0)
-    ref = 0.5 * ref_pool.pooling_backward(f64(x), f64(dy), mode, window, padding, stride) + 2.0 * old
-    check(dx, ref, torch.float32, "dx")
+    check_pooling_blend(x, mode, window, padding, stride, "NHWC", rng)
 
 
 def _run(x, dy, window, padding, stride, propagate):

@@ -13,7 +13,7 @@ pytest.importorskip("triton")
 from tridnn.cuda import pooling  # noqa: E402
 from tridnn.reference import pooling as ref_pool  # noqa: E402
 
-from test_cuda_layers import check, f64, make, poisoned  # noqa: E402
+from test_cuda_layers import check, check_pooling, check_pooling_blend, f64, make, poisoned  # noqa: E402
 from test_pooling_cl import _special  # noqa: E402
 
 # (shape, window, padding, stride): 3x3/2 pad 1 (ResNet; odd H and W, two column groups),
@@ -60,14 +60,7 @@ def test_nchw_pooling_matches_reference(case, mode, dtype, rng, nchw):
     """Forward into a poisoned y, backward with fresh dy into a poisoned dx."""
     shape, window, padding, stride = case
     x = make(shape, "NCHW", dtype, values=_ints(shape, rng))
-    y_ref = ref_pool.pooling_forward(f64(x), mode, window, padding, stride)
-    y = poisoned(y_ref.shape, "NCHW", dtype)
-    pooling.pooling_forward(x, y, mode, window, padding, stride, False, 1.0, 0.0)
-    check(y, y_ref, dtype, "y")
-    dy = make(y_ref.shape, "NCHW", dtype, rng=rng)
-    dx = poisoned(shape, "NCHW", dtype)
-    pooling.pooling_backward(y, dy, x, dx, mode, window, padding, stride, False, 1.0, 0.0)
-    check(dx, ref_pool.pooling_backward(f64(x), f64(dy), mode, window, padding, stride), dtype, "dx")
+    check_pooling(x, mode, window, padding, stride, "NCHW", rng, dtype)
 
 
 @pytest.mark.parametrize("case", NCHW_CASES[:6], ids=NCHW_IDS[:6])
@@ -76,17 +69,7 @@ def test_nchw_pooling_blend(case, mode, rng, nchw):
     """alpha and beta: y = 2 pool(x) - y, dx = 0.5 pool'(dy) + 2 dx."""
     shape, window, padding, stride = case
     x = make(shape, "NCHW", values=_ints(shape, rng))
-    y_ref = ref_pool.pooling_forward(f64(x), mode, window, padding, stride)
-    y = make(y_ref.shape, "NCHW", rng=rng)
-    old = f64(y)
-    pooling.pooling_forward(x, y, mode, window, padding, stride, False, 2.0, -1.0)
-    check(y, 2.0 * y_ref - old, torch.float32, "y")
-    dy = make(y_ref.shape, "NCHW", rng=rng)
-    dx = make(shape, "NCHW", rng=rng)
-    old = f64(dx)
-    pooling.pooling_backward(y, dy, x, dx, mode, window, padding, stride, False, 0.5, 2.0)
-    ref = 0.5 * ref_pool.pooling_backward(f64(x), f64(dy), mode, window, padding, stride) + 2.0 * old
-    check(dx, ref, torch.float32, "dx")
+    check_pooling_blend(x, mode, window, padding, stride, "NCHW", rng)
 
 
 def _run(x, dy, mode, window, padding, stride, propagate):
