@@ -8,7 +8,9 @@ Sections (run in this order, each skipped once --budget-s is spent):
   rn50-fwd / rn50-bwd_data / rn50-bwd_filter   ResNet-50, bfloat16 NHWC, --batch
   dw-fwd / dw-bwd_data / dw-bwd_filter         MobileNetV2 depthwise, bfloat16 NHWC
   fused         conv + bias + relu + residual in one kernel vs cuDNN conv + PyTorch ops
-  fp32-tf32 / fp32-strict                      ResNet-50 forward in float32
+  fp32-tf32 / fp32-strict / fp32-default       ResNet-50 forward in float32: tridnn's
+                TENSOR_OP (tf32), FMA (CUDA cores) and DEFAULT (3xTF32, float32-level
+                error) math; cuDNN with tf32 on for the first, off (FMA) for the others
 Times are medians of CUDA-event timings (triton.testing.do_bench, L2 flushed before
 each run) for both sides. "best" is the fastest Triton algorithm, which is what
 ``find`` picks; ratio = best / cuDNN (lower is better). Results: a table on stdout,
@@ -205,7 +207,7 @@ def main():
     ap.add_argument("--out", default="bench_out")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--sections", default="overhead,rn50-fwd,rn50-bwd_data,rn50-bwd_filter,dw-fwd,"
-                                         "dw-bwd_data,dw-bwd_filter,fused,fp32-tf32,fp32-strict")
+                                         "dw-bwd_data,dw-bwd_filter,fused,fp32-tf32,fp32-strict,fp32-default")
     ap.add_argument("--budget-s", type=float, default=400)
     ap.add_argument("--layers", default="", help="comma-separated layer names (default all)")
     ap.add_argument("--algos", choices=("all", "get"), default="all",
@@ -249,7 +251,8 @@ def main():
         kind, direction = section.split("-", 1)
         if kind == "fp32":
             suite, dtype = shapes.RESNET50, "float32"
-            math_type = tridnn.MathType.TENSOR_OP if direction == "tf32" else tridnn.MathType.FMA
+            math_type = dict(tf32=tridnn.MathType.TENSOR_OP, strict=tridnn.MathType.FMA,
+                             default=tridnn.MathType.DEFAULT)[direction]
             direction = "fwd"
         else:
             suite = shapes.RESNET50 if kind == "rn50" else shapes.MOBILENETV2_DW

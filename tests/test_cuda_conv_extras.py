@@ -294,3 +294,46 @@ def test_fused_forward_rejects_overlapping_bias_or_partial_z():
                                                    x_desc, buf[9:27].view(1, 2, 3, 3), b_desc, torch.zeros(1, 2, 1, 1),
                                                    relu, x_desc, y)
     assert torch.equal(buf, torch.full((40,), 7.0)), "y was written before the error"
+
+
+# -- float32 math types --------------------------------------------------------------------
+def test_float32_math_types_pick_the_dot_precision():
+    """DEFAULT float32 runs three tf32 products (float32-level error on tensor cores),
+    TENSOR_OP plain tf32, FMA strict IEEE on CUDA cores; half types ignore the choice."""
+    from tridnn.algorithms.problem import ConvProblem
+    from tridnn.cuda.geometry import input_precision
+    want = {tridnn.MathType.DEFAULT: "tf32x3", tridnn.MathType.TENSOR_OP: "tf32",
+            tridnn.MathType.TENSOR_OP_ALLOW_CONVERSION: "tf32", tridnn.MathType.FMA: "ieee"}
+    dt = {"float32": tridnn.DataType.FLOAT, "float16": tridnn.DataType.HALF, "bfloat16": tridnn.DataType.BFLOAT16}
+    for dtype in ("float32", "float16", "bfloat16"):
+        x = tridnn.TensorDescriptor.packed((2, 4, 5, 5), dt[dtype], tridnn.TensorFormat.NHWC)
+        w = tridnn.FilterDescriptor((4, 4, 3, 3), dt[dtype], tridnn.TensorFormat.NHWC)
+        for math_type, prec in want.items():
+            cd = T.conv(T.P(4, 4, (5, 5), 3, 1, 1), math=math_type)
+            y = tridnn.TensorDescriptor.packed(cd.output_dims(x, w), dt[dtype], tridnn.TensorFormat.NHWC)
+            got = input_precision(ConvProblem("fwd", x, w, y, cd))
+            assert got == (prec if dtype == "float32" else "ieee"), (dtype, math_type, got)
+
+
+@pytest.mark.parametrize("math_type", [tridnn.MathType.DEFAULT, tridnn.MathType.FMA, tridnn.MathType.TENSOR_OP])
+def test_float32_math_types_reach_the_kernel_and_match_the_reference(math_type, rng, monkeypatch):
+    """The precision arrives as the kernels' PREC constant, and every forward algorithm
+    stays within float32 tolerance of the float64 reference (the interpreter computes
+    float32 products whatever PREC says, so this checks the plumbing and the index math)."""
+    from tridnn.cuda import common
+    seen = []
+    real = common.launch
+
+    def spy(kernel, grid, args, consts, *rest, **kw):
+        if "PREC" in consts:
+            seen.append(consts["PREC"])
+        return real(kernel, grid, args, consts, *rest, **kw)
+    monkeypatch.setattr(common, "launch", spy)
+    for mod in list(__import__("sys").modules.values()):
+        if getattr(mod, "__name__", "").startswith("tridnn.cuda.") and getattr(mod, "launch", None) is real:
+            monkeypatch.setattr(mod, "launch", spy)
+    p = T.P(16, 16, (4, 5), 3, 1, 1)
+    for algo in T.ALGOS["fwd"]:
+        T.run_case("fwd", algo, p, "float32", "NHWC", rng, as_torch=True, math=math_type)
+    want = {tridnn.MathType.DEFAULT: "tf32x3", tridnn.MathType.FMA: "ieee", tridnn.MathType.TENSOR_OP: "tf32"}
+    assert seen and set(seen) == {want[math_type]}, seen
