@@ -27,7 +27,7 @@ import triton.language as tl
 
 from ..types import ConvBwdFilterAlgo
 from . import conv_depthwise_backward as depthwise
-from . import conv_tma
+from . import conv_tma, conv_wgrad_tma
 from ..workspace import Buffer
 from .common import TritonConvAlgorithm, Tuner, launch, problem_key, sm_count, split_rows
 from .conv_implicit_gemm import FLAT_BELOW, gemm_estimate
@@ -276,12 +276,17 @@ class _WgradBase(TritonConvAlgorithm):
                 conv_tma.pad_into(x, x_tma)
 
             def run_tma(c, out, a=1.0, b=0.0):
+                if c.get("SCHED"):  # conv_wgrad_tma: fitted boxes, whole tiles where they fill waves
+                    conv_wgrad_tma.launch_sched(plan, problem, x_tma, dy, out, part, c, a, b)
+                    return
                 slices = conv_tma.launch_wgrad_partials(plan, problem, x_tma, dy, part, c,
                                                         conv_tma.slices_for(plan, c, sms, cap), out, a, b)
                 if slices:  # else one slice wrote dw directly
                     self._finish(problem, part, out, slices, a, b, plan.c_out)
+            # conv_tma's configs first (the first is the tuner's reference), then conv_wgrad_tma's
             cfg = self.tuner.pick((problem_key(problem), "wgrad-tma", conv_tma.plan_kind(plan)),
-                                  lambda: conv_tma.wgrad_candidates(plan, dw.device, x_tma.element_size()),
+                                  lambda: conv_tma.wgrad_candidates(plan, dw.device, x_tma.element_size())
+                                  + conv_wgrad_tma.candidates(plan, dw.device, part.numel(), sms),
                                   run_tma, dw, dw.device)
             run_tma(cfg, dw, alpha, beta)
             return

@@ -1,0 +1,260 @@
+"""Backward filter by TMA boxes, scheduled for small images: box shapes that fit the image
+and whole output tiles where the GPU has room for them.
+
+conv_tma.wgrad_tma_kernel splits every output tile (BLOCK_M output channels x BLOCK_N
+input channels x one tap) into the same number of pixel slices, each written as float32
+partials that wgrad_finish sums. On ResNet-50's 14x14 and 7x7 layers this loses in
+three places, which this module's kernel addresses:
+
+- Box waste. An 8x8 box holds 49 of 64 real pixels on a 7x7 image and 196 of 256 on
+  14x14 (77%). Boxes need not be square: NB images x BH rows x BW columns with BW the
+  next power of two above the width and BH a row or two (7x7: 16 images x 1 x 8;
+  14x14: 4 images x 2 x 16) keep 87.5% of the MMA rows real.
+- Wave quantization. res5_3x3 has 144 tiles of 128 x 128 for 132 SMs: one slice each
+  runs two rounds of whole tiles (the second 9% full), two slices three rounds of half
+  tiles. Here the first DIRECT tiles (whole waves of them) reduce all pixels and blend
+  into dw themselves; only the R = tiles - DIRECT rest is split into SLICES pixel slices
+  (e.g. 12 tiles x 11 slices = one more wave of short programs: 1.09 rounds instead of 2).
+- Partials. Only the split tiles write float32 partials ([SLICES, R, BLOCK_M, BLOCK_N],
+  tile-local), and ``wgrad_tiles_finish`` sums just those, slice by slice in order
+  (deterministic, as ALGO_1 promises: the split is fixed per config).
+
+The pixel loop is conv_tma's (one dy box and one x box per step, dy^T x on the tensor
+cores). Applicability is conv_tma.plan_backward_filter's; ``candidates`` gives launch
+configs that ALGO_1's tuner times next to conv_tma.wgrad_candidates (marked SCHED).
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .common import cdiv, launch
+from .conv_tma import Plan, descriptor, tap_origin
+from .geometry import input_precision, strides5
+
+
+# the schedule and the geometry scalars only steer index math: one compile serves every
+# layer and schedule of a config (Triton would otherwise specialize each on % 16 and == 1)
+@triton.jit(do_not_specialize=["N", "OH", "OW", "NTW", "T", "ROW0_H", "ROWSTEP_H", "ROW0_W", "ROWSTEP_W",
+                               "DIRECT", "SLICES", "PER", "KH", "KW", "C_DW"])
+def wgrad_sched_kernel(
+        part_ptr,  # float32 partials of the split tiles [SLICES, R, BLOCK_M, BLOCK_N]
+        dw_ptr,    # the filter gradient, written by the DIRECT tiles at strides ws_*
+        # TMA descriptors: dy box [NB, BH, 1, BW, BLOCK_M], x phase view box [NB, BH, 1, BW, BLOCK_N]
+        dy_desc, x_desc,
+        # pixels (N, OH, OW), dy's K and x's C channels, the taps (conv_tma.TapMap.args)
+        N, OH, OW, K, C, NTW, T, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W, SH, SW, OFF_H, OFF_W,
+        # schedule: the first DIRECT tiles whole, the rest in SLICES slices of PER pixel boxes
+        DIRECT, SLICES, PER,
+        # dw's strides (k, c, h, w), filter size, dw's real channels (C may be padded), blend
+        ws_k, ws_c, ws_h, ws_w, KH, KW, C_DW, alpha, beta,
+        BH: tl.constexpr, BW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+        PREC: tl.constexpr, NB: tl.constexpr, FLIP: tl.constexpr, BETA_ZERO: tl.constexpr):
+    """dw[k, tap, c] = sum over pixels of dy[p, k] * x[p + tap, c] for one output tile
+    (a whole one, blended into dw) or one pixel slice of a split tile (a float32 partial)."""
+    BLOCK_P: tl.constexpr = NB * BH * BW
+    # -- map the program to (tile, pixel boxes): tiles are (tap, k block, c block)
+    pid = tl.program_id(0)
+    tiles_h = tl.cdiv(OH, BH)
+    tiles_w = tl.cdiv(OW, BW)
+    boxes = tl.cdiv(N, NB) * tiles_h * tiles_w
+    whole = pid < DIRECT
+    q = tl.maximum(pid - DIRECT, 0)  # a split tile's program: slice q % SLICES of tile q // SLICES
+    tile = tl.where(whole, pid, DIRECT + q // SLICES)
+    first = tl.where(whole, 0, (q % SLICES) * PER)
+    last = tl.where(whole, boxes, tl.minimum(first + PER, boxes))
+    num_m = tl.cdiv(K, BLOCK_M)
+    num_n = tl.cdiv(C, BLOCK_N)
+    tap = tile // (num_m * num_n)
+    k0 = ((tile // num_n) % num_m) * BLOCK_M
+    c0 = (tile % num_n) * BLOCK_N
+    _, _, ah, bh, aw, bw = tap_origin(tap, NTW, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W, SH, SW, OFF_H, OFF_W)
+
+    # -- reduction over the pixel boxes (dy past the image or past N loads as zeros)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for t in range(first, last):
+        tw = t % tiles_w
+        th = (t // tiles_w) % tiles_h
+        n = (t // (tiles_w * tiles_h)) * NB
+        a = dy_desc.load([n, th * BH, 0, tw * BW, k0]).reshape(BLOCK_P, BLOCK_M)
+        b = x_desc.load([n, th * BH + ah, bh, tw * BW + aw, bw * C + c0]).reshape(BLOCK_P, BLOCK_N)
+        acc = tl.dot(a.T, b, acc, input_precision=PREC)
+
+    # -- store: a whole tile blends into dw (tap flipped in CONVOLUTION mode), a slice
+    #    writes its partial
+    i = tl.arange(0, BLOCK_M)
+    j = tl.arange(0, BLOCK_N)
+    if whole:
+        blend_tile(acc, dw_ptr, k0 + i, c0 + j, tap, K, C_DW, ws_k, ws_c, ws_h, ws_w, KH, KW, alpha, beta,
+                   FLIP, BETA_ZERO)
+    else:
+        slot = (q % SLICES) * (T * num_m * num_n - DIRECT) + (tile - DIRECT)
+        offs = slot.to(tl.int64) * (BLOCK_M * BLOCK_N) + (i * BLOCK_N)[:, None] + j[None, :]
+        tl.store(part_ptr + offs, acc)
+
+
+@triton.jit
+def blend_tile(acc, dw_ptr, rows, cols, tap, K, C_DW, ws_k, ws_c, ws_h, ws_w, KH, KW, alpha, beta,
+               FLIP: tl.constexpr, BETA_ZERO: tl.constexpr):
+    """dw[rows, cols, tap] = alpha * acc + beta * dw, clipped to K x C_DW; loop tap
+    (kh, kw) is filter tap (KH-1-kh, KW-1-kw) in CONVOLUTION mode (FLIP)."""
+    kh = tap // KW
+    kw = tap - kh * KW
+    if FLIP:
+        kh = KH - 1 - kh
+        kw = KW - 1 - kw
+    ptrs = dw_ptr + (rows.to(tl.int64) * ws_k + kh * ws_h + kw * ws_w)[:, None] + cols[None, :] * ws_c
+    mask = (rows < K)[:, None] & (cols < C_DW)[None, :]
+    v = acc * alpha
+    if not BETA_ZERO:
+        v += beta * tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(ptrs, v.to(dw_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit(do_not_specialize=["K", "C", "C_DW", "DIRECT", "R", "SLICES", "KH", "KW"])
+def wgrad_tiles_finish(part_ptr, dw_ptr, K, C, C_DW, DIRECT, R, SLICES, ws_k, ws_c, ws_h, ws_w, KH, KW,
+                       alpha, beta, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
+                       FLIP: tl.constexpr, BETA_ZERO: tl.constexpr):
+    """The split tiles of wgrad_sched_kernel: dw = alpha * (slice 0 + slice 1 + ..., in
+    that order) + beta * dw. One program per ROWS rows of one split tile."""
+    pid = tl.program_id(0)
+    per_tile = BLOCK_M // ROWS
+    r = pid // per_tile
+    i = (pid % per_tile) * ROWS + tl.arange(0, ROWS)
+    j = tl.arange(0, BLOCK_N)
+    offs = r.to(tl.int64) * (BLOCK_M * BLOCK_N) + (i * BLOCK_N)[:, None] + j[None, :]
+    acc = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
+    for s in range(0, SLICES):
+        acc += tl.load(part_ptr + s * (R * BLOCK_M * BLOCK_N) + offs)
+    tile = DIRECT + r
+    num_m = tl.cdiv(K, BLOCK_M)
+    num_n = tl.cdiv(C, BLOCK_N)
+    tap = tile // (num_m * num_n)
+    k0 = ((tile // num_n) % num_m) * BLOCK_M
+    c0 = (tile % num_n) * BLOCK_N
+    blend_tile(acc, dw_ptr, k0 + i, c0 + j, tap, K, C_DW, ws_k, ws_c, ws_h, ws_w, KH, KW, alpha, beta,
+               FLIP, BETA_ZERO)
+
+
+# -- launch configs --------------------------------------------------------------------
+# (pixels per box, BLOCK_M, BLOCK_N, warps, stages): 128 x 128 tiles at 8 warps as the
+# measured best of conv_tma's lists, and a 64 x 128 tile at 4 warps (more tiles for
+# layers with few channels). 8 warps with 4 stages only at 64-pixel boxes (128-pixel
+# boxes at 8 warps and 4 stages miscompiled in conv_tma_kernel, docs/performance.md).
+TILES = [(128, 128, 128, 8, 3), (64, 128, 128, 8, 4), (128, 64, 128, 4, 3), (64, 64, 128, 4, 4)]
+SMALL_IMAGE = 256   # output pixels per image up to which the box shapes are searched
+BOX_WIDTHS = (8, 16, 32, 64, 128)
+
+
+def box_for(plan: Plan, pixels: int):
+    """(NB, BH, BW) with NB * BH * BW = pixels that wastes the fewest MMA rows on this
+    plan's images: BW a power of two at or above the width where it fits (7x7: 8,
+    14x14: 16), then rows, then images. Flat plans (one row of dense pixels) take
+    1 x 1 x pixels."""
+    if plan.n == 1 and plan.oh == 1:
+        return 1, 1, pixels
+    best = None
+    for bw in BOX_WIDTHS:
+        for bh in (1, 2, 4, 8, 16):
+            if bw * bh > pixels or pixels % (bw * bh):
+                continue
+            nb = pixels // (bw * bh)
+            if nb > 1 and nb >= 2 * plan.n:  # more images than the batch holds
+                continue
+            covered = cdiv(plan.n, nb) * nb * cdiv(plan.oh, bh) * bh * cdiv(plan.ow, bw) * bw
+            key = (covered, -bw, nb)
+            if best is None or key < best[0]:
+                best = (key, (nb, bh, bw))
+    return best[1]
+
+
+def boxes_of(plan: Plan, nb: int, bh: int, bw: int) -> int:
+    return cdiv(plan.n, nb) * cdiv(plan.oh, bh) * cdiv(plan.ow, bw)
+
+
+def tiles_of(plan: Plan, bm: int, bn: int) -> int:
+    return cdiv(plan.c_red, bm) * cdiv(plan.c_out, bn) * plan.taps.taps
+
+
+def schedules(tiles: int, boxes: int, sms: int, room: int) -> list:
+    """(DIRECT, SLICES) pairs to try: all tiles whole (one slice), and for 1-3 waves of
+    programs either every tile split or whole waves of whole tiles plus the rest split.
+    ``room``: partial tiles the workspace holds; a slice keeps at least two boxes."""
+    out = []
+    full = tiles // sms * sms
+    for direct in sorted({0, full}):
+        rest = tiles - direct
+        for waves in (1, 2, 3):
+            slices = min(max(1, waves * sms // max(rest, 1)), max(1, boxes // 2), room // max(rest, 1))
+            if rest == 0 or slices <= 1:
+                pair = (tiles, 1)
+            else:
+                per = cdiv(boxes, slices)
+                pair = (direct, cdiv(boxes, per))
+            if pair not in out:
+                out.append(pair)
+    return out
+
+
+def candidates(plan: Plan, device, room_floats: int, sms: int) -> list:
+    """ALGO_1's extra configs for this plan (SCHED marks them for the caller's dispatch):
+    small images (up to SMALL_IMAGE pixels) and flat 1x1 plans. ``room_floats``: the
+    float32 partials the workspace holds."""
+    flat = plan.n == 1 and plan.oh == 1
+    if device.type != "cuda":
+        nb, bh, bw = (1, 1, 16) if flat else box_for(plan, 16)
+        cfg = dict(SCHED=True, NB=nb, BH=bh, BW=bw, BLOCK_M=16, BLOCK_N=16, num_warps=1, num_stages=1)
+        tiles, boxes = tiles_of(plan, 16, 16), boxes_of(plan, nb, bh, bw)
+        return [dict(cfg, DIRECT=d, SLICES=s) for d, s in schedules(tiles, boxes, sms, room_floats // 256)]
+    if not flat and plan.oh * plan.ow > SMALL_IMAGE:
+        return []
+    out = []
+    for pixels, bm, bn, warps, stages in TILES:
+        if bm > max(64, plan.c_red) or bn > max(64, plan.c_out):
+            continue
+        nb, bh, bw = box_for(plan, pixels)
+        tiles, boxes = tiles_of(plan, bm, bn), boxes_of(plan, nb, bh, bw)
+        for direct, slices in schedules(tiles, boxes, sms, room_floats // (bm * bn)):
+            out.append(dict(SCHED=True, NB=nb, BH=bh, BW=bw, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps,
+                            num_stages=stages, DIRECT=direct, SLICES=slices))
+    return out
+
+
+def launch_sched(plan: Plan, problem, x, dy, dw, part, cfg, alpha=1.0, beta=0.0):
+    """dw = alpha * dw(x, dy) + beta * dw by wgrad_sched_kernel, then, when some tiles are
+    split, wgrad_tiles_finish over them. ``part``: float32 workspace (any shape) holding
+    cfg's partials."""
+    bh, bw, bm, bn, nb = cfg["BH"], cfg["BW"], cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["NB"]
+    tiles = tiles_of(plan, bm, bn)
+    boxes = boxes_of(plan, nb, bh, bw)
+    direct, slices = min(cfg["DIRECT"], tiles), cfg["SLICES"]
+    rest = tiles - direct
+    if rest == 0:
+        slices = 1
+    per = cdiv(boxes, slices)
+    slices = cdiv(boxes, per)
+    if rest and slices == 1:  # one slice: every tile is whole
+        direct, rest = tiles, 0
+    assert rest * slices * bm * bn <= part.numel(), "partials exceed the workspace"
+    x_desc = descriptor(x, plan.in_shape, plan.in_strides, (nb, bh, 1, bw, bn))
+    ds = plan.out_strides
+    dy_desc = descriptor(dy, (plan.n, plan.oh, 1, plan.ow, plan.c_red), (ds[0], ds[1], ds[1], ds[2], 1),
+                         (nb, bh, 1, bw, bm))
+    ws = strides5(dw, 2)
+    blend = (ws[0], ws[1], ws[3], ws[4], dw.shape[2], dw.shape[3], dw.shape[1])
+    flip, beta_zero = problem.mode == 0, beta == 0
+    consts = dict(BH=bh, BW=bw, BLOCK_M=bm, BLOCK_N=bn, PREC=input_precision(problem), NB=nb, FLIP=flip,
+                  BETA_ZERO=beta_zero)
+    options = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    args = (part, dw, dy_desc, x_desc, plan.n, plan.oh, plan.ow, plan.c_red, plan.c_out, *plan.taps.args,
+            direct, slices, per, *blend, float(alpha), float(beta))
+    static = ((plan, direct, slices, per, tuple(consts.items()), tuple(options.items()), x.dtype, dy.dtype,
+               dw.dtype, blend), 2)
+    launch(wgrad_sched_kernel, (direct + rest * slices,), args, consts, options, static)
+    if rest:
+        rows = min(bm, 16 if dw.device.type == "cuda" else bm)
+        fin = (part, dw, plan.c_red, plan.c_out, dw.shape[1], direct, rest, slices, *blend[:6], float(alpha),
+               float(beta))
+        fconsts = dict(BLOCK_M=bm, BLOCK_N=bn, ROWS=rows, FLIP=flip, BETA_ZERO=beta_zero)
+        launch(wgrad_tiles_finish, (rest * (bm // rows),), fin, fconsts, dict(num_warps=4),
+               (("finish", plan, direct, rest, slices, tuple(fconsts.items()), dw.dtype, blend), 2))

@@ -1,0 +1,160 @@
+"""conv_wgrad_tma: ALGO_1's backward filter with fitted boxes and whole-or-split tiles.
+
+Each test makes ALGO_1's TMA branch run only the given conv_wgrad_tma configs (the
+tuner takes the first on the CPU), runs the problem through the public API under
+Triton's interpreter and checks dw against the float64 reference (run_case), including
+alpha/beta blending and the tap flip of CONVOLUTION mode.
+"""
+import collections
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+import tridnn  # noqa: E402
+from tridnn.algorithms import registry  # noqa: E402
+from tridnn.cuda import common, conv_tma, conv_wgrad_tma  # noqa: E402
+from tridnn.cuda import conv_bwd_filter_implicit_gemm as wg  # noqa: E402
+
+from test_cuda_conv import P, run_case  # noqa: E402
+
+ALGO_1 = registry.by_enum("conv", "bwd_filter", "triton", tridnn.ConvBwdFilterAlgo.ALGO_1)
+MODES = (tridnn.ConvMode.CONVOLUTION, tridnn.ConvMode.CROSS_CORRELATION)
+
+PROBLEMS = [
+    P(16, 16, (5, 7), 3, 1, 1),        # stride 1, edge boxes
+    P(16, 16, (6, 8), 3, 2, 1),        # stride 2: the phase view
+    P(16, 32, (6, 9), 3, 1, 2, 2),     # dilation 2, two input-channel blocks
+    P(32, 16, (7, 5), 1, 2),           # strided 1x1 view, two output-channel blocks
+    P(16, 32, (5, 5), 1),              # 1x1 stride 1: one flat row of pixels
+    P(5, 16, (5, 6), 3, 1, 1),         # C = 5: x padded to 16 channels in the workspace
+]
+
+
+@pytest.fixture
+def only(monkeypatch):
+    """only(configs): ALGO_1's TMA branch offers just these conv_wgrad_tma configs;
+    returns a counter of sched launches and of finish launches."""
+    monkeypatch.setattr(type(ALGO_1), "tuner", common.Tuner())
+    calls = collections.Counter()
+    real_launch, real_kernel = conv_wgrad_tma.launch_sched, conv_wgrad_tma.launch
+
+    def counted_launch(*a, **k):
+        calls["sched"] += 1
+        return real_launch(*a, **k)
+
+    def counted_kernel(kernel, *a, **k):
+        calls[kernel.fn.__name__ if hasattr(kernel, "fn") else str(kernel)] += 1
+        return real_kernel(kernel, *a, **k)
+    monkeypatch.setattr(conv_wgrad_tma, "launch_sched", counted_launch)
+    monkeypatch.setattr(conv_wgrad_tma, "launch", counted_kernel)
+
+    def install(configs):
+        monkeypatch.setattr(conv_tma, "wgrad_candidates", lambda plan, device, itemsize=2: [])
+        monkeypatch.setattr(conv_wgrad_tma, "candidates", lambda plan, device, room, sms: [dict(c) for c in configs])
+        return calls
+    return install
+
+
+def cfg(nb, bh, bw, direct, slices):
+    return dict(SCHED=True, NB=nb, BH=bh, BW=bw, BLOCK_M=16, BLOCK_N=16, num_warps=1, num_stages=1, DIRECT=direct,
+                SLICES=slices)
+
+
+# (DIRECT, SLICES): every tile whole; every tile split in 3; the first tile whole, the rest in 2
+SCHEDULES = [(10 ** 6, 1), (0, 3), (1, 2)]
+
+
+@pytest.mark.parametrize("p", PROBLEMS, ids=lambda p: p["name"])
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=["whole", "split", "mixed"])
+def test_sched_kernel_matches_the_reference(p, schedule, rng, only):
+    """float32 (exact inputs) and float16 with alpha/beta, both modes; batches of 1 and 3."""
+    flat = p["kernel"] == (1, 1) and p["stride"] == (1, 1)
+    box = (1, 1, 16) if flat else (1, 2, 8)
+    calls = only([cfg(*box, *schedule)])
+    for mode in MODES:
+        for n in (1, 3):
+            assert run_case("bwd_filter", ALGO_1, p, "float32", "NHWC", rng, n=n, mode=mode) is None
+        assert run_case("bwd_filter", ALGO_1, p, "float16", "NHWC", rng, n=3, mode=mode, alpha=2.0,
+                        beta=0.5) is None
+    assert calls["sched"] >= 6
+    split = schedule[1] > 1
+    assert (calls["wgrad_tiles_finish"] > 0) == split, dict(calls)
+
+
+@pytest.mark.parametrize("box", [(2, 1, 8), (4, 1, 8), (2, 2, 8)])
+def test_boxes_of_several_images_and_rows(box, rng, only):
+    """NB images x BH rows x BW columns: odd batches leave the last box partly past N,
+    rows and columns past the image (zero fill on both sides); small images at stride
+    1 and 2, mixed schedule, float16 blended."""
+    calls = only([cfg(*box, 3, 2)])
+    for p in (P(16, 16, (3, 3), 3, 1, 1), P(16, 16, (5, 7), 3, 1, 1), P(16, 16, (6, 6), 3, 2, 1)):
+        for n in (3, 5):
+            assert run_case("bwd_filter", ALGO_1, p, "float32", "NHWC", rng, n=n) is None
+        for mode in MODES:
+            assert run_case("bwd_filter", ALGO_1, p, "float16", "NHWC", rng, n=3, mode=mode, alpha=-1.5,
+                            beta=0.25) is None
+    assert calls["sched"] >= 12 and calls["wgrad_tiles_finish"] > 0
+
+
+def test_interpreter_candidates_run_as_offered(rng, monkeypatch):
+    """conv_wgrad_tma.candidates' own CPU list (boxes from box_for, every schedule)."""
+    monkeypatch.setattr(type(ALGO_1), "tuner", common.Tuner())
+    monkeypatch.setattr(conv_tma, "wgrad_candidates", lambda plan, device, itemsize=2: [])
+    every = conv_wgrad_tma.candidates
+    offered = []
+
+    def each(plan, device, room, sms):
+        cands = every(plan, device, room, sms)
+        offered.append(cands)
+        return [cands[len(offered) % len(cands)]]
+    monkeypatch.setattr(conv_wgrad_tma, "candidates", each)
+    for _ in range(3):
+        for p in (P(16, 16, (5, 7), 3, 1, 1), P(16, 16, (6, 8), 3, 2, 1)):
+            assert run_case("bwd_filter", ALGO_1, p, "float32", "NHWC", rng, n=3) is None
+            monkeypatch.setattr(type(ALGO_1), "tuner", common.Tuner())
+    assert offered and all(c["SCHED"] for cands in offered for c in cands)
+    assert len({(c["DIRECT"], c["SLICES"]) for c in offered[0]}) >= 2
+
+
+def _plan(n, oh, ow, k, c, taps=9):
+    counts = (3, 3) if taps == 9 else (1, 1)
+    tm = conv_tma.TapMap(counts, (-1, -1), (1, 1), (1, 1), (0, 0), (1, 1), counts[1])
+    return conv_tma.Plan((n, oh, 1, ow, c), (0, 0, 0, 0, 1), n, oh, ow, (0, 0, 0), (0, 0, 0, 0), tm, k, c)
+
+
+def test_boxes_fit_small_images():
+    """7x7: 16 images x 1 row x 8 columns (87.5% real rows, an 8x8 box 77%); 14x14: 16
+    columns, 2 rows, 4 images; a flat plan: one row of pixels."""
+    assert conv_wgrad_tma.box_for(_plan(64, 7, 7, 512, 512), 128) == (16, 1, 8)
+    assert conv_wgrad_tma.box_for(_plan(64, 14, 14, 256, 256), 128) == (4, 2, 16)
+    assert conv_wgrad_tma.box_for(_plan(64, 7, 7, 512, 512), 64) == (8, 1, 8)
+    assert conv_wgrad_tma.box_for(_plan(1, 1, 3136, 512, 2048, 1), 128) == (1, 1, 128)
+    assert conv_wgrad_tma.box_for(_plan(1, 5, 7, 16, 16), 16) == (1, 2, 8)  # never more images than the batch
+
+
+def test_schedules_fill_waves():
+    """res5_3x3 (144 tiles of 128 x 128 on 132 SMs, 28 boxes): 132 whole tiles plus 12
+    split 11 ways is offered, as are one slice and a plain split; res4_3x3 (36 tiles):
+    splits of 3, 7 and 11 (1-3 waves); the workspace bounds the partial tiles."""
+    res5 = conv_wgrad_tma.schedules(144, 28, 132, 10 ** 6)
+    assert (144, 1) in res5 and (132, 10) in res5 and (0, 2) in res5
+    res4 = conv_wgrad_tma.schedules(36, 112, 132, 10 ** 6)
+    assert res4 == [(0, 3), (0, 7), (0, 12)] or res4 == [(0, 3), (0, 7), (0, 11)]
+    assert all(d + (144 - d) * s <= 144 + 144 * 3 for d, s in res5)
+    tight = conv_wgrad_tma.schedules(36, 112, 132, 36 * 4)
+    assert max(s for _, s in tight) <= 4
+
+
+def test_gpu_candidates_are_offered_after_conv_tma_first(monkeypatch):
+    """On a GPU, ALGO_1's list keeps conv_tma's first config first; small images and
+    flat plans get SCHED configs with fitted boxes, large images none."""
+    cuda = type("D", (), {"type": "cuda"})()
+    small = conv_wgrad_tma.candidates(_plan(64, 7, 7, 512, 512), cuda, 64 * 512 * 9 * 512, 132)
+    assert small and all(c["SCHED"] and (c["NB"], c["BH"], c["BW"]) in ((16, 1, 8), (8, 1, 8)) for c in small)
+    assert any(c["DIRECT"] == 132 for c in small)
+    flat = conv_wgrad_tma.candidates(_plan(1, 1, 3136, 512, 2048, 1), cuda, 8 * 512 * 2048, 132)
+    assert flat and all(c["BH"] == 1 and c["NB"] == 1 for c in flat)
+    assert conv_wgrad_tma.candidates(_plan(64, 28, 28, 128, 128), cuda, 10 ** 8, 132) == []
+    assert wg.conv_wgrad_tma is conv_wgrad_tma
