@@ -1,6 +1,7 @@
 """The fast paths of tensor_ops (issue 5) against float64: the NCHW bias add that loads
 one bias value a 16-byte vector (BIAS_KERNEL "planes"), the reduction of back-to-back rows
-as contiguous runs (CONTIGUOUS_ROWS_KERNEL "runs"), and NHWC tiles of 256 channels
+as contiguous runs (CONTIGUOUS_ROWS_KERNEL "runs") or a resident wave of programs each a
+run of rows loaded one ahead ("ahead"), and NHWC tiles of 256 channels
 (STRIDED_ROWS_BLOCK_K). Tiny shapes under the interpreter; the steps and rows a program
 are shrunk so every kernel runs several programs with a ragged last one."""
 import numpy as np
@@ -142,6 +143,67 @@ def test_global_average_pool_through_runs(layout, runs, rng, monkeypatch):
     pooling.adaptive_pooling_forward(x, y, 1, 1.0, 0.0)
     check(y, f64(x).mean((2, 3), keepdims=True), torch.float32, "y")
     assert calls == (["runs"] if runs else [])
+
+
+# -- rows loaded one ahead ---------------------------------------------------------------
+@pytest.mark.parametrize("op", list(OP_IDS), ids=OP_IDS.get)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("alpha,beta", [(1.0, 0.0), (2.0, 0.5)])
+@pytest.mark.parametrize("view", ["packed", "channel slice"])
+def test_reduce_ahead(op, dtype, alpha, beta, view, rng, monkeypatch):
+    """NCHW over H, W with CONTIGUOUS_ROWS_KERNEL "ahead": 15 rows of 1056 in steps of 256
+    (5 steps, a tile of 8, the last ragged), 4 "SMs" x 1 program: runs of 4 rows, the last
+    of 3; rows packed or a channel slice of a wider tensor (rows not back to back). Against
+    float64, and the same values as "rows" (the same fold order)."""
+    calls = []
+    monkeypatch.setattr(tensor_ops, "CONTIGUOUS_ROWS_BLOCK_R", 256)
+    monkeypatch.setattr(tensor_ops, "AHEAD_PROGRAMS_PER_SM", 1)
+    monkeypatch.setattr(tensor_ops, "_reduce_ahead_kernel", _Recorder(tensor_ops._reduce_ahead_kernel, "ahead", calls))
+    monkeypatch.setattr(tensor_ops, "_reduce_kernel", _Recorder(tensor_ops._reduce_kernel, "rows", calls))
+    shape = (3, 5, 32, 33)
+    if view == "packed":
+        a = make(shape, "NCHW", dtype, values=_values(shape, op, rng))
+    else:
+        a = make((3, 7, 32, 33), "NCHW", dtype, values=_values((3, 7, 32, 33), op, rng))[:, 1:6]
+    v = f64(a)
+    prior = make((3, 5, 1, 1), "NCHW", dtype, rng=rng)
+    got = {}
+    for kernel in ("ahead", "rows"):
+        monkeypatch.setattr(tensor_ops, "CONTIGUOUS_ROWS_KERNEL", kernel)
+        c = poisoned((3, 5, 1, 1), "NCHW", dtype) if beta == 0.0 else prior.clone()
+        tensor_ops.reduce_tensor(a, c, None, None, op, alpha, beta, False)
+        want = alpha * REDUCE_REF[op](v, (2, 3)) + beta * f64(prior)
+        check(c, want, dtype, "c", scale=10.0 if dtype == torch.float16 and op in (0, 6, 7) else 1.0)
+        got[kernel] = f64(c)
+    assert calls == ["ahead", "rows"]
+    np.testing.assert_array_equal(got["ahead"], got["rows"])
+
+
+@pytest.mark.parametrize("case", ["NHWC", "short rows", "long rows", "indices", "nan"])
+def test_reduce_ahead_only_where_it_applies(case, rng, monkeypatch):
+    """With "ahead" on: NHWC rows, rows of 1024 or fewer, rows over 8 steps and MIN/MAX
+    take _reduce_kernel; NaN propagates through an "ahead" sum."""
+    calls = []
+    monkeypatch.setattr(tensor_ops, "CONTIGUOUS_ROWS_KERNEL", "ahead")
+    monkeypatch.setattr(tensor_ops, "_reduce_ahead_kernel", _Recorder(tensor_ops._reduce_ahead_kernel, "ahead", calls))
+    monkeypatch.setattr(tensor_ops, "_reduce_kernel", _Recorder(tensor_ops._reduce_kernel, "rows", calls))
+    if case == "long rows":
+        monkeypatch.setattr(tensor_ops, "CONTIGUOUS_ROWS_BLOCK_R", 128)  # 1056 = 9 steps
+    shape, layout, op = {"NHWC": ((2, 3, 32, 33), "NHWC", 0), "short rows": ((2, 3, 32, 32), "NCHW", 5),
+                         "long rows": ((2, 3, 32, 33), "NCHW", 0), "indices": ((2, 3, 32, 33), "NCHW", 3),
+                         "nan": ((2, 3, 32, 33), "NCHW", 0)}[case]
+    values = rng.standard_normal(shape)
+    if case == "nan":
+        values[1, 2, 5, 7] = np.nan
+    a = make(shape, layout, values=values)
+    c = poisoned((2, 3, 1, 1), "NCHW")
+    tensor_ops.reduce_tensor(a, c, None, None, op, 1.0, 0.0, False)
+    want = {0: values.sum((2, 3), keepdims=True), 5: values.mean((2, 3), keepdims=True),
+            3: values.max((2, 3), keepdims=True)}[op]
+    check(c, want, torch.float32, "c")
+    if case == "nan":
+        assert np.isnan(f64(c)).sum() == 1 and np.isnan(f64(c)[1, 2, 0, 0])
+    assert calls == (["ahead"] if case == "nan" else ["rows"])
 
 
 # -- NHWC tiles of 256 channels ----------------------------------------------------------

@@ -31,7 +31,7 @@ import triton.language as tl
 from triton.language.random import philox
 
 from ..errors import BadParamError
-from .layer_utils import coalesce, compute_dtype, unravel4
+from .layer_utils import coalesce, compute_dtype, first_index, unravel4
 
 BLOCK = 1024      # elements per program
 TILE_W = 32       # W values per tile-kernel program (32 mask bytes: one sector)
@@ -64,6 +64,16 @@ SPLIT_THREAD_ELEMENTS = 32
 SPLIT_KEEP_FROM_WORD = True  # H200 06:2x UTC, NHWC fwd: 0.91 of torch's time (off: 0.95)
 NUM_WARPS = 4
 MASK62 = (1 << 62) - 1
+# the dense (NCHW) kernel (issue 5), the same mask either way: "groups4" is
+# _dropout_flat_kernel ([groups, 4] tiles: a thread holds 4 elements of a Philox call,
+# 8-byte data vectors, int64 indices); "vec8" is _dropout_vec8_kernel ([BLOCK/8, 8]
+# tiles: a thread holds the 8 elements of two consecutive Philox calls, so 16-byte bf16
+# vectors and an 8-byte mask store, int32 indices below 2**31 elements). sm_90 compile
+# of the bf16 forward: groups4 37 SASS instructions an element (28 registers, 2 x
+# LDG.64 a thread); vec8's are in its docstring. VEC8_BLOCK: elements a program.
+FLAT_KERNEL = "groups4"
+VEC8_BLOCK = 2048
+VEC8_WARPS = 4
 
 
 @triton.jit
@@ -72,6 +82,13 @@ def _fold(r, threshold):
     v = r.to(tl.int32, bitcast=True)
     v = tl.where(v < 0, -v - 1, v)
     return v >= threshold
+
+
+@triton.jit
+def _fold2(r, threshold):
+    """_fold's keep bit in two compares: for v < 0, -v - 1 >= t is v < -t (0 <= t <= 2**31)."""
+    v = r.to(tl.int32, bitcast=True)
+    return (v >= threshold) | (v < -threshold)
 
 
 @triton.jit
@@ -113,6 +130,36 @@ def _dropout_flat_kernel(src_ptr, dst_ptr, mask_ptr, numel, seed, first_block, t
         tl.store(mask_ptr + i, keep.to(tl.uint8), mask=in_range)
     else:
         keep = tl.load(mask_ptr + i, mask=in_range, other=0) != 0
+    _apply(src_ptr, dst_ptr, i, i, keep, in_range, scale, COMPUTE)
+
+
+@triton.jit
+def _dropout_vec8_kernel(src_ptr, dst_ptr, mask_ptr, numel, seed, first_block, threshold, scale,
+                         FORWARD: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
+                         BLOCK_V: tl.constexpr):
+    """Dense tensors in logical order, [BLOCK_V, 8] tiles: row v is elements 8v..8v+7,
+    Philox blocks first_block + 2v (its words 0-3 keep elements 8v..8v+3) and
+    first_block + 2v + 1 (8v+4..8v+7), the mask of _dropout_flat_kernel. A row's 8
+    elements are one thread's (the words' column is known per register, so the word
+    selects fold away), loaded and stored as one 16-byte vector for 16-bit data."""
+    # map the program to BLOCK_V rows of 8 elements
+    v = first_index(BLOCK_V, BIG) + tl.arange(0, BLOCK_V)
+    j = tl.arange(0, 8)[None, :]
+    i = v[:, None] * 8 + j
+    in_range = i < numel
+    # the keep bits: two Philox calls a row
+    if FORWARD:
+        block = first_block + 2 * v.to(tl.int64)
+        a0, a1, a2, a3 = _draws(seed, block & 0x3FFFFFFFFFFFFFFF)
+        b0, b1, b2, b3 = _draws(seed, (block + 1) & 0x3FFFFFFFFFFFFFFF)
+        r = tl.where(j == 0, a0[:, None], tl.where(j == 1, a1[:, None], tl.where(j == 2, a2[:, None], tl.where(
+            j == 3, a3[:, None], tl.where(j == 4, b0[:, None], tl.where(j == 5, b1[:, None], tl.where(
+                j == 6, b2[:, None], b3[:, None])))))))
+        keep = _fold2(r, threshold)
+        tl.store(mask_ptr + i, keep.to(tl.uint8), mask=in_range)
+    else:
+        keep = tl.load(mask_ptr + i, mask=in_range, other=0) != 0
+    # the data
     _apply(src_ptr, dst_ptr, i, i, keep, in_range, scale, COMPUTE)
 
 
@@ -358,6 +405,15 @@ def _launch(src, dst, reserve, probability, seed, offset, forward):
     common = dict(FORWARD=forward, COMPUTE=compute_dtype(src))
     grouped = offset % 4 == 0 or not forward  # the backward reads the mask: any offset
     first_block = offset // 4
+    if FLAT_KERNEL not in ("groups4", "vec8"):
+        raise ValueError(f"dropout.FLAT_KERNEL must be 'groups4' or 'vec8', got {FLAT_KERNEL!r}")
+    if grouped and src.is_contiguous() and dst.is_contiguous() and FLAT_KERNEL == "vec8":
+        block = int(VEC8_BLOCK)
+        _dropout_vec8_kernel[(triton.cdiv(numel, block),)](
+            src, dst, mask, numel, rng["seed"], first_block, rng["threshold"], rng["scale"], **common,
+            BIG=_needs_int64(src, dst, mask) or numel + block > 2 ** 31 - 1, BLOCK_V=block // 8,
+            num_warps=int(VEC8_WARPS))
+        return
     if grouped and src.is_contiguous() and dst.is_contiguous():
         block_g = BLOCK // 4
         _dropout_flat_kernel[(triton.cdiv(numel, BLOCK),)](

@@ -34,6 +34,34 @@ MAX_TILE = 8192
 # fused reduction of (x - x[0], (x - x[0])**2) instead of the mean, then the squares.
 ROWS_PER_PROGRAM = 4
 ONE_PASS_STATS = False
+# the forward for rows that fit one tile (issue 5): "rows" is _row_norm_rows_kernel
+# (ROWS_PER_PROGRAM rows a program, one after the other: a row's load waits for the one
+# before to be normalized and stored); "ahead" is _row_norm_ahead_kernel: one resident
+# wave of programs (AHEAD_PROGRAMS_PER_SM an SM), each a run of rows, the next row's load
+# issued before this row's statistics, so two rows a program are in flight. The
+# statistics are the same two passes over the row in registers (the same reductions in
+# the same layout), so y, mean and 1/std are the same bits. AHEAD_HOLD_PARAMS keeps
+# scale and bias in registers for all rows (32 registers a thread at K = 4096 float32,
+# 8 warps); False reloads them every row from L1 (16 KB each, shared by the SM's
+# programs), so more programs fit. sm_90 compile (K = 4096 bf16, float32 parameters,
+# 8 warps): rows 79 registers (3 programs an SM, 24 KB of rows in flight); see the
+# kernel's docstring for ahead's.
+ROW_FORWARD = "rows"
+AHEAD_PROGRAMS_PER_SM = 4
+AHEAD_HOLD_PARAMS = False
+# the row backward (issue 5). BACKWARD_AHEAD_STATS: the saved mean and 1/std of the next
+# row are loaded with its data (today's kernel loads them at the top of each row, so their
+# latency stands before the row's reductions); BACKWARD_PAIR_SUM: layer norm's sum(g) and
+# sum(g * xhat) as one two-value reduction (one round of barriers instead of two; the same
+# reduction tree, so the same values). PARAM_SUMS: the per-program partial dscale and dbias
+# rows summed by "separate" launches of _column_sum_kernel (16 programs each for K = 4096:
+# 33 dependent steps of 8 partial rows) or by one "joint" launch of _param_sums_kernel
+# (both gradients, 64-column x 64-row tiles: 128 programs of 5 steps for K = 4096 and
+# 264 partial rows). The joint sum adds the partials in another order (float32
+# rounding of the sum of the programs' partials; the sums stay float32).
+BACKWARD_AHEAD_STATS = False
+BACKWARD_PAIR_SUM = False
+PARAM_SUMS = "separate"
 
 
 # -- rows: layer norm and RMS norm ----------------------------------------------------------
@@ -161,6 +189,60 @@ def _row_norm_rows_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_ptr, 
 
 
 @triton.jit
+def _row_norm_ahead_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_ptr, R, K, rows_per_program,
+                           xsr, xsk, ysr, ysk, eps: tl.float64, alpha: tl.float64, beta: tl.float64,
+                           RMS: tl.constexpr, HAS_BIAS: tl.constexpr, SAVE: tl.constexpr,
+                           HAS_BETA: tl.constexpr, HOLD_PARAMS: tl.constexpr, BIG: tl.constexpr,
+                           COMPUTE: tl.constexpr, BLOCK_K: tl.constexpr):
+    """A run of rows_per_program rows of K <= BLOCK_K elements a program, the next row
+    loaded before this one is reduced (two rows of the program in flight); statistics
+    and y exactly as _row_norm_rows_kernel (two passes over the row in registers)."""
+    eps, alpha, beta = tl.full([], eps, COMPUTE), tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
+    # map the program to its run of rows
+    k = tl.arange(0, BLOCK_K)
+    k_mask = k < K
+    first = tl.program_id(0) * rows_per_program
+    last = tl.minimum(first + rows_per_program, R)
+    if BIG:
+        first = first.to(tl.int64)
+    if HOLD_PARAMS:
+        w = tl.load(scale_ptr + k, mask=k_mask, other=0.0).to(COMPUTE)
+        if HAS_BIAS:
+            b = tl.load(bias_ptr + k, mask=k_mask, other=0.0).to(COMPUTE)
+    x_next = tl.load(x_ptr + first * xsr + k * xsk, mask=k_mask & (first < last), other=0.0)
+    for r in range(first, last):
+        # this row from the registers; the next one's load is issued before the reductions
+        x = x_next.to(COMPUTE)
+        x_next = tl.load(x_ptr + (r + 1) * xsr + k * xsk, mask=k_mask & (r + 1 < last), other=0.0)
+        # statistics: two passes over the row in registers
+        if RMS:
+            mean = 0.0
+            var = tl.sum(x * x, axis=0) / K
+        else:
+            mean = tl.sum(x, axis=0) / K
+            d = tl.where(k_mask, x - mean, 0.0)
+            var = tl.sum(d * d, axis=0) / K
+        inv = 1.0 / tl.sqrt(var + eps)
+        if SAVE:
+            if not RMS:
+                tl.store(mean_ptr + r, mean.to(mean_ptr.dtype.element_ty))
+            tl.store(inv_ptr + r, inv.to(inv_ptr.dtype.element_ty))
+        # normalize, blend, store (parameters from L1 unless held)
+        if not HOLD_PARAMS:
+            w = tl.load(scale_ptr + k, mask=k_mask, other=0.0, eviction_policy="evict_last").to(COMPUTE)
+        y = (x - mean) * inv * w
+        if HAS_BIAS:
+            if not HOLD_PARAMS:
+                b = tl.load(bias_ptr + k, mask=k_mask, other=0.0, eviction_policy="evict_last").to(COMPUTE)
+            y += b
+        y = y.to(COMPUTE) * alpha
+        y_off = r * ysr + k * ysk
+        if HAS_BETA:
+            y += tl.load(y_ptr + y_off, mask=k_mask, other=0.0).to(COMPUTE) * beta
+        tl.store(y_ptr + y_off, y.to(y_ptr.dtype.element_ty), mask=k_mask)
+
+
+@triton.jit
 def _row_stats(x_ptr, mean_ptr, inv_ptr, row, xsr, xsk, K, eps, RMS: tl.constexpr, HAS_STATS: tl.constexpr,
                COMPUTE: tl.constexpr, BLOCK_K: tl.constexpr):
     """(mean, inv) of one row: saved, or recomputed with a loop over the row."""
@@ -194,12 +276,14 @@ def _row_norm_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_pt
                               beta: tl.float64, rows_per_program,
                               RMS: tl.constexpr, HAS_STATS: tl.constexpr, HAS_BETA: tl.constexpr,
                               SINGLE: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
-                              BLOCK_K: tl.constexpr):
+                              BLOCK_K: tl.constexpr, AHEAD_STATS: tl.constexpr = False,
+                              PAIR: tl.constexpr = False):
     """One row at a time over this program's rows: dx = inv * (g - mean(g) - xhat *
     mean(g * xhat)) with g = dy * scale (RMS: no mean(g) term); partial dscale and
     dbias sums go to this program's row of ``part`` ([programs, 2, K]). A row that fits
     in registers (SINGLE) is loaded one step ahead, so the next row's reads overlap this
-    row's reductions. ``part`` is in COMPUTE."""
+    row's reductions (AHEAD_STATS: its saved statistics too; PAIR: layer norm's two row
+    sums in one reduction). ``part`` is in COMPUTE."""
     eps, alpha, beta = tl.full([], eps, COMPUTE), tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     pid = tl.program_id(0)
     part_row = part_ptr + pid * 2 * K
@@ -216,13 +300,25 @@ def _row_norm_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_pt
         ahead = k_mask & (first < last)
         x_next = tl.load(x_ptr + first * xsr + k_all * xsk, mask=ahead, other=0.0)
         dy_next = tl.load(dy_ptr + first * gsr + k_all * gsk, mask=ahead, other=0.0)
+        if HAS_STATS and AHEAD_STATS:
+            inv_next = tl.load(inv_ptr + first, mask=first < last, other=1.0)
+            if not RMS:
+                mean_next = tl.load(mean_ptr + first, mask=first < last, other=0.0)
         for row in range(first, last):
             x = x_next.to(COMPUTE)
             dy = dy_next.to(COMPUTE)
             ahead = k_mask & (row + 1 < last)
             x_next = tl.load(x_ptr + (row + 1) * xsr + k_all * xsk, mask=ahead, other=0.0)
             dy_next = tl.load(dy_ptr + (row + 1) * gsr + k_all * gsk, mask=ahead, other=0.0)
-            if HAS_STATS:
+            if HAS_STATS and AHEAD_STATS:
+                inv = inv_next.to(COMPUTE)
+                inv_next = tl.load(inv_ptr + row + 1, mask=row + 1 < last, other=1.0)
+                if RMS:
+                    mean = 0.0
+                else:
+                    mean = mean_next.to(COMPUTE)
+                    mean_next = tl.load(mean_ptr + row + 1, mask=row + 1 < last, other=0.0)
+            elif HAS_STATS:
                 mean, inv = _row_stats(x_ptr, mean_ptr, inv_ptr, row, xsr, xsk, K, eps, RMS, True, COMPUTE,
                                        BLOCK_K)
             else:
@@ -236,11 +332,15 @@ def _row_norm_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_pt
                 inv = 1.0 / tl.sqrt(var + eps)
             xhat = tl.where(k_mask, (x - mean) * inv, 0.0)
             g = dy * w
-            mean_gx = tl.sum(g * xhat, axis=0) / K
-            if RMS:
-                dx = inv * (g - xhat * mean_gx)
+            if PAIR and not RMS:
+                sum_g, sum_gx = tl.reduce((g, g * xhat), 0, _add_pair)
+                dx = inv * (g - sum_g / K - xhat * (sum_gx / K))
             else:
-                dx = inv * (g - tl.sum(g, axis=0) / K - xhat * mean_gx)
+                mean_gx = tl.sum(g * xhat, axis=0) / K
+                if RMS:
+                    dx = inv * (g - xhat * mean_gx)
+                else:
+                    dx = inv * (g - tl.sum(g, axis=0) / K - xhat * mean_gx)
             dscale_acc += dy * xhat
             dbias_acc += dy
             dx = dx.to(COMPUTE) * alpha
@@ -303,6 +403,45 @@ def _column_sum_kernel(part_ptr, out_ptr, rows, K, row_stride, out_stride,
         acc += tl.load(part_ptr + r[:, None] * row_stride + k[None, :], mask=mask, other=0.0)
     total = tl.sum(acc, axis=0)
     tl.store(out_ptr + k * out_stride, total.to(out_ptr.dtype.element_ty), mask=k_mask)
+
+
+@triton.jit
+def _param_sums_kernel(part_ptr, ds_ptr, db_ptr, rows, K, COLS, ds_stride, db_stride,
+                       COMPUTE: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    """dscale[k] and dbias[k] from the partial rows part[row, 0:K] and part[row, K:2K]
+    (row length 2K) in one launch: column c of the first COLS columns (K: dscale only,
+    2K: both) sums down the rows in [BLOCK_ROWS, BLOCK_K] tiles, the rows of a tile
+    folded at the end (partials and sums in COMPUTE)."""
+    # map the program to BLOCK_K of the partial columns
+    c = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
+    c_mask = c < COLS
+    # loop down the rows
+    acc = tl.zeros([BLOCK_ROWS, BLOCK_K], COMPUTE)
+    for r0 in range(0, rows, BLOCK_ROWS):
+        r = r0 + tl.arange(0, BLOCK_ROWS)
+        mask = (r[:, None] < rows) & c_mask[None, :]
+        acc += tl.load(part_ptr + r[:, None] * (2 * K) + c[None, :], mask=mask, other=0.0)
+    total = tl.sum(acc, axis=0)
+    # columns below K are dscale's, the rest dbias's
+    is_ds = c < K
+    tl.store(ds_ptr + c * ds_stride, total.to(ds_ptr.dtype.element_ty), mask=c_mask & is_ds)
+    tl.store(db_ptr + (c - K) * db_stride, total.to(db_ptr.dtype.element_ty), mask=c_mask & (c >= K))
+
+
+def _param_sums(part, rows, K, dscale, dbias):
+    """PARAM_SUMS "joint": dscale and/or dbias (flat outputs or None) in one launch."""
+    if dscale is None and dbias is None:
+        return
+    if dscale is None:  # only dbias: its columns start at K, so sum them alone
+        _column_sum(part[K:], rows, K, 2 * K, dbias)
+        return
+    cols = 2 * K if dbias is not None else K
+    block_k = min(triton.next_power_of_2(cols), 64)
+    block_rows = min(triton.next_power_of_2(rows), 64)
+    _param_sums_kernel[(triton.cdiv(cols, block_k),)](
+        part, dscale, dbias if dbias is not None else dscale, rows, K, cols, dscale.stride(0),
+        dbias.stride(0) if dbias is not None else 0, COMPUTE=compute_dtype(part), BLOCK_ROWS=block_rows,
+        BLOCK_K=block_k, num_warps=4)
 
 
 def _column_sum(part, rows, K, row_stride, out):
@@ -376,6 +515,19 @@ def _row_forward(x, y, scale, bias, mean, inv, norm_ndim, epsilon, alpha, beta, 
     inv_f = _flat(inv, staging, True) if save else None
     scale_f, bias_f = _flat(scale), _flat(bias)
     block_r, block_k, single, warps = _row_tiles(R, K)
+    if ROW_FORWARD not in ("rows", "ahead"):
+        raise ValueError(f"norms.ROW_FORWARD must be 'rows' or 'ahead', got {ROW_FORWARD!r}")
+    if single and block_r == 1 and ROW_FORWARD == "ahead" and R > 1:
+        programs = _programs(x, R, AHEAD_PROGRAMS_PER_SM)
+        per = triton.cdiv(R, programs)
+        _row_norm_ahead_kernel[(triton.cdiv(R, per),)](
+            xv, yv, scale_f, bias_f if bias_f is not None else scale_f, mean_f if mean_f is not None else xv,
+            inv_f if inv_f is not None else xv, R, K, per, xv.stride(0), xv.stride(1), yv.stride(0), yv.stride(1),
+            float(epsilon), alpha, beta, RMS=rms, HAS_BIAS=bias_f is not None, SAVE=save, HAS_BETA=has_beta,
+            HOLD_PARAMS=bool(AHEAD_HOLD_PARAMS), BIG=needs_int64(xv, yv), COMPUTE=compute_dtype(x),
+            BLOCK_K=block_k, num_warps=warps)
+        staging.finish()
+        return
     if single and block_r == 1 and ROWS_PER_PROGRAM > 1 and R > 1:
         rows = min(int(ROWS_PER_PROGRAM), R)
         _row_norm_rows_kernel[(triton.cdiv(R, rows),)](
@@ -395,10 +547,10 @@ def _row_forward(x, y, scale, bias, mean, inv, norm_ndim, epsilon, alpha, beta, 
     staging.finish()
 
 
-def _programs(t, rows):
+def _programs(t, rows, per_sm=2):
     """One resident wave (two 8-warp programs per SM): no tail wave, half the partials."""
     sms = torch.cuda.get_device_properties(t.device).multi_processor_count if t.device.type == "cuda" else 2
-    return max(1, min(rows, sms * 2))
+    return max(1, min(rows, sms * int(per_sm)))
 
 
 def _row_backward(x, dy, dx, scale, dscale, dbias, mean, inv, norm_ndim, epsilon, alpha, beta, rms):
@@ -421,7 +573,14 @@ def _row_backward(x, dy, dx, scale, dscale, dbias, mean, inv, norm_ndim, epsilon
         _flat(inv) if has_stats else xv, part, R, K, xv.stride(0), xv.stride(1), gv.stride(0), gv.stride(1),
         dv.stride(0), dv.stride(1), float(epsilon), alpha, beta, per, RMS=rms, HAS_STATS=has_stats,
         HAS_BETA=has_beta, SINGLE=block_k >= K, BIG=needs_int64(xv, gv, dv), COMPUTE=compute_dtype(x),
-        BLOCK_K=block_k, num_warps=4 if block_k <= 1024 else (8 if block_k <= 4096 else 16))
+        BLOCK_K=block_k, AHEAD_STATS=bool(BACKWARD_AHEAD_STATS), PAIR=bool(BACKWARD_PAIR_SUM),
+        num_warps=4 if block_k <= 1024 else (8 if block_k <= 4096 else 16))
+    if PARAM_SUMS not in ("separate", "joint"):
+        raise ValueError(f"norms.PARAM_SUMS must be 'separate' or 'joint', got {PARAM_SUMS!r}")
+    if PARAM_SUMS == "joint":
+        _param_sums(part, programs, K, _flat(dscale, staging, True), _flat(dbias, staging, True))
+        staging.finish()
+        return
     if dscale is not None:
         _column_sum(part, programs, K, 2 * K, _flat(dscale, staging, True))
     if dbias is not None:

@@ -76,6 +76,16 @@ BIAS_BLOCK = 1024  # elements a program (128 threads x one 16-byte vector for bf
 CONTIGUOUS_ROWS_KERNEL = "rows"
 RUNS_ROWS = 8
 RUNS_BLOCK = 2048
+# "ahead" (issue 5; the same ops as "runs", rows of 1024 < R <= 8 * CONTIGUOUS_ROWS_BLOCK_R
+# along a contiguous axis, any row starts): _reduce_ahead_kernel, one resident wave of
+# programs (AHEAD_PROGRAMS_PER_SM an SM) each a run of rows, a whole row loaded as a
+# [steps, CONTIGUOUS_ROWS_BLOCK_R] tile and the next row's load issued before this row is
+# reduced. "rows" runs 16384 short programs for 64x256x56x56 (4 steps each, all loads
+# issued at once, then a block reduction): the SM's programs start and finish together, so
+# the memory pipe idles at every handover; the ahead programs keep a row each in flight
+# throughout. The steps fold in "rows"' order (step 0 first, then the 1024 lanes), so the
+# sums are those of "rows" where the compiler keeps that lane layout (checked by the sweep).
+AHEAD_PROGRAMS_PER_SM = 8
 RUNS_OPS = (RED_ADD, RED_MUL, RED_AVG, RED_NORM1, RED_NORM2, RED_MUL_NO_ZEROS)
 _COUNTERS: dict = {}
 SPLIT_OPS = (RED_ADD, RED_MUL, RED_AVG, RED_NORM1, RED_NORM2, RED_MUL_NO_ZEROS)  # partials combine exactly so
@@ -473,6 +483,43 @@ def _reduce_runs_kernel(a_ptr, c_ptr, K, R, sc_k,  # K rows of R elements, row k
 
 
 @triton.jit
+def _reduce_ahead_kernel(a_ptr, c_ptr, K, K2, R, rows_per_program, sa_k1, sa_k2, sc_k, alpha, beta,
+                         OP: tl.constexpr, HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
+                         STEPS: tl.constexpr, BLOCK_R: tl.constexpr):
+    """Sum-like reductions (the "runs" ops) of rows contiguous along the row, R <= STEPS *
+    BLOCK_R: a run of rows_per_program rows a program, each row one [STEPS, BLOCK_R] tile
+    (position s * BLOCK_R + j), the next row's load issued before this one is folded.
+    The fold takes the steps first, then the lanes: _reduce_kernel's order."""
+    # map the program to its run of rows
+    first = tl.program_id(0) * rows_per_program
+    last = tl.minimum(first + rows_per_program, K)
+    if BIG:
+        first = first.to(tl.int64)
+    r = tl.arange(0, STEPS)[:, None] * BLOCK_R + tl.arange(0, BLOCK_R)[None, :]
+    r_mask = r < R
+    if OP == 1 or OP == 8:
+        fill = 1.0
+    else:
+        fill = 0.0
+    a_next = tl.load(a_ptr + (first // K2) * sa_k1 + (first % K2) * sa_k2 + r, mask=r_mask & (first < last),
+                     other=fill)
+    for k in range(first, last):
+        # this row from the registers; the next one's load is issued before the fold
+        a = a_next.to(COMPUTE)
+        nxt = k + 1
+        a_next = tl.load(a_ptr + (nxt // K2) * sa_k1 + (nxt % K2) * sa_k2 + r, mask=r_mask & (nxt < last),
+                         other=fill)
+        if OP == 6:
+            a = tl.abs(a)
+        elif OP == 7:
+            a = a * a
+        elif OP == 8:
+            a = tl.where(a != 0.0, a, 1.0)
+        value = _finish(_fold(_fold(a, 0, OP), 0, OP), R, OP)
+        blend_store(c_ptr, k * sc_k, k < last, value, alpha, beta, HAS_BETA)
+
+
+@triton.jit
 def _combine_parts(part_ptr, k, k_mask, K, S, OP: tl.constexpr, COMPUTE: tl.constexpr):
     """Sum (product for MUL) of the S partials of rows k, in part order; read through L2
     (.cg), where the other programs' stores are."""
@@ -591,6 +638,23 @@ def reduce_tensor(a, c, indices, workspace, op: int, alpha=1.0, beta=0.0, propag
             a2, c1, K, R, c1.stride(0), float(alpha), beta, OP=op, HAS_BETA=has_beta,
             BIG=needs_int64(a2, c1), COMPUTE=compute_dtype(a), ROWS=RUNS_ROWS, BLOCK=RUNS_BLOCK, VEC=vec,
             num_warps=NUM_WARPS)
+        if staged:
+            c_kept.copy_(c1.view(c_kept.shape))
+        return
+    if CONTIGUOUS_ROWS_KERNEL not in ("rows", "runs", "ahead"):
+        raise ValueError(f"tensor_ops.CONTIGUOUS_ROWS_KERNEL must be 'rows', 'runs' or 'ahead', "
+                         f"got {CONTIGUOUS_ROWS_KERNEL!r}")
+    steps = triton.cdiv(R, CONTIGUOUS_ROWS_BLOCK_R)
+    if (CONTIGUOUS_ROWS_KERNEL == "ahead" and op in RUNS_OPS and sa_r == 1 and R > 1024 and steps <= 8
+            and not (sa_k2 == 1 and K2 > 1)):
+        from .common import sm_count
+        programs = max(1, min(K, sm_count(a.device) * int(AHEAD_PROGRAMS_PER_SM)))
+        per = triton.cdiv(K, programs)
+        block_steps = triton.next_power_of_2(steps)
+        _reduce_ahead_kernel[(triton.cdiv(K, per),)](
+            a2, c1, K, K2, R, per, sa_k1, sa_k2, c1.stride(0), float(alpha), beta, OP=op, HAS_BETA=has_beta,
+            BIG=needs_int64(a2, c1), COMPUTE=compute_dtype(a), STEPS=block_steps, BLOCK_R=CONTIGUOUS_ROWS_BLOCK_R,
+            num_warps=4 if block_steps * CONTIGUOUS_ROWS_BLOCK_R <= 4096 else 8)
         if staged:
             c_kept.copy_(c1.view(c_kept.shape))
         return
