@@ -52,8 +52,9 @@ AHEAD_HOLD_PARAMS = False
 # the row backward (issue 5). BACKWARD_AHEAD_STATS: the saved mean and 1/std of the next
 # row are loaded with its data (today's kernel loads them at the top of each row, so their
 # latency stands before the row's reductions); BACKWARD_PAIR_SUM: layer norm's sum(g) and
-# sum(g * xhat) as one two-value reduction (one round of barriers instead of two; the same
-# reduction tree, so the same values). PARAM_SUMS: the per-program partial dscale and dbias
+# sum(g * xhat) as one two-value reduction (one round of barriers instead of two; sm_90:
+# 11 barriers in the kernel instead of 14; on the GPU the same tree as two tl.sum, which the
+# sweep checks: the interpreter folds tl.reduce in another order, 1e-7 apart). PARAM_SUMS: the per-program partial dscale and dbias
 # rows summed by "separate" launches of _column_sum_kernel (16 programs each for K = 4096:
 # 33 dependent steps of 8 partial rows) or by one "joint" launch of _param_sums_kernel
 # (both gradients, 64-column x 64-row tiles: 128 programs of 5 steps for K = 4096 and
