@@ -91,31 +91,35 @@ def test_wgrad3_many_slices(rng, monkeypatch):
 
 def test_rows_forward_epilogue(rng):
     """Bias, residual z, activation and alpha/beta fused into the row kernel's stores."""
+    _epilogue_case(rng, 6)
+
+
+def _epilogue_case(rng, c):
     from tridnn.api.convolution import execute
     from tridnn.cuda.epilogue import EpilogueSpec
     from tridnn.descriptors.activation import ActivationMode
-    p = T.P(6, 6, (5, 7), 3, 1, 1, 1, 6)
+    p = T.P(c, c, (5, 7), 3, 1, 1, 1, c)
     cd = T.conv(p)
     handle = T._handle(DEVICE)
-    x_vals = testing.fill((2, 6, 5, 7), "float32", rng)
-    w_vals = testing.fill((6, 1, 3, 3), "float32", rng)
+    x_vals = testing.fill((2, c, 5, 7), "float32", rng)
+    w_vals = testing.fill((c, 1, 3, 3), "float32", rng)
     x_desc, x = testing.make_tensor(x_vals.shape, "float32", "NHWC", rng, x_vals)
     w_desc, w = testing.make_filter(w_vals.shape, "float32", "NHWC", w_vals)
     y_desc, y = testing.make_tensor(cd.output_dims(x_desc, w_desc), "float32", "NHWC", rng)
     z_vals = testing.fill(y_desc.dims, "float32", rng)
     z_desc, z = testing.make_tensor(y_desc.dims, "float32", "NCHW", rng, z_vals)
-    bias = rng.standard_normal(6).astype(np.float32)
+    bias = rng.standard_normal(c).astype(np.float32)
     prior = testing.fill(y_desc.dims, "float32", rng)
     y[...] = prior
     spec = EpilogueSpec(activation=ActivationMode.RELU, coef=0.0,
-                        bias=torch.from_numpy(bias).reshape(1, 6, 1, 1).to(DEVICE), z=T._to_torch(z, DEVICE), alpha2=0.5)
+                        bias=torch.from_numpy(bias).reshape(1, c, 1, 1).to(DEVICE), z=T._to_torch(z, DEVICE), alpha2=0.5)
     problem = ConvProblem("fwd", x_desc, w_desc, y_desc, cd)
     tensors = {k: T._to_torch(v, DEVICE) for k, v in (("x", x), ("w", w), ("y", y))}
     views = {k: handle.backend.view(tensors[k], d, k, k == "y") for k, d in
              (("x", x_desc), ("w", w_desc.as_tensor()), ("y", y_desc))}
     execute(handle, problem, DIRECT, views, handle.workspace(DIRECT.workspace_size(problem)), 2.0, 0.25,
             epilogue=spec)
-    v = (2.0 * reference.conv_forward(x_vals, w_vals, 1, 1, None, 1, 6) + 0.25 * prior.astype(np.float64)
+    v = (2.0 * reference.conv_forward(x_vals, w_vals, 1, 1, None, 1, c) + 0.25 * prior.astype(np.float64)
          + 0.5 * z_vals.astype(np.float64) + bias.astype(np.float64)[None, :, None, None])
     got = T._to_numpy(tensors["y"], "float32").astype(np.float64)
     np.testing.assert_allclose(got, np.maximum(v, 0), rtol=2e-5, atol=2e-5)
@@ -269,3 +273,124 @@ def _descs(p, n):
     x_desc = tridnn.TensorDescriptor.packed((n, p["C"], *p["spatial"]), "float32", TensorFormat.NCHW)
     w_desc = tridnn.FilterDescriptor((p["K"], p["C"] // p["groups"], *p["kernel"]))
     return x_desc, w_desc, x_desc.with_dims(cd.output_dims(x_desc, w_desc)), cd
+
+
+# -- conv_depthwise_tma: the TMA row walkers (the interpreter emulates TMA). Channels
+# of 8 or 12 (float32: 32 / 48-byte pixels; float16 8: 16 bytes) keep the strides
+# 16-byte aligned; 12 leaves a half-masked channel block; H and W are not multiples of
+# the 3-row strips and 4-column boxes (edge strips); run_case poisons outputs with NaN.
+from tridnn.cuda import conv_depthwise_tma as DT  # noqa: E402
+
+TMA_CFG = DT.fwd_configs(torch.device("cpu"), 8)[0]
+TMA_FWD = [T.P(8, 8, (7, 6), 3, 1, 1, 1, 8), T.P(12, 12, (5, 9), 3, 1, 0, 1, 12), T.P(8, 8, (6, 7), 3, 1, 2, 1, 8),
+           T.P(8, 8, (8, 10), 3, 2, 1, 1, 8), T.P(12, 12, (6, 14), 3, 2, 1, 1, 12)]
+
+
+def _count_calls(monkeypatch, name):
+    calls = []
+    real = getattr(DT, name)
+    monkeypatch.setattr(DT, name, lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls
+
+
+# float16 with 12 channels (24-byte pixels) is not TMA-aligned: left out (the strided
+# layout's fallback is tested instead)
+TMA_FWD_CASES = [(p, d) for p in TMA_FWD for d in ("float32", "float16") if d == "float32" or p["C"] == 8]
+TMA_BWD = [T.P(8, 8, (7, 6), 3, 1, 1, 1, 8), T.P(12, 12, (5, 9), 3, 1, 0, 1, 12), T.P(8, 8, (6, 7), 3, 1, 2, 1, 8)]
+TMA_BWD_CASES = [(p, d) for p in TMA_BWD for d in ("float32", "float16") if d == "float32" or p["C"] == 8]
+
+
+@pytest.mark.parametrize("p,dtype", TMA_FWD_CASES, ids=lambda v: v if isinstance(v, str) else v["name"])
+def test_tma_forward(p, dtype, rng, monkeypatch):
+    """The forward row walker (stride 1: pads 0-2; stride 2: the phase view) as the only
+    candidate, NHWC against the float64 reference; with alpha/beta and CONVOLUTION mode
+    (flipped filter); the strided layout (no TMA) takes the fallback."""
+    stride2 = p["stride"][0] == 2
+    monkeypatch.setattr(conv_direct, "dw2d_candidates" if stride2 else "fwd_dw3_candidates",
+                        lambda *a: [dict(TMA_CFG)])
+    monkeypatch.setattr(conv_direct.DirectForward, "tuner", Tuner())
+    calls = _count_calls(monkeypatch, "launch_fwd")
+    assert DT.s2_applies(_problem(p)) == stride2
+    assert T.run_case("fwd", DIRECT, p, dtype, "NHWC", rng, n=2, as_torch=True, device=DEVICE) is None
+    assert T.run_case("fwd", DIRECT, p, dtype, "NHWC", rng, n=1, alpha=2.0, beta=0.5, as_torch=True,
+                      mode=tridnn.ConvMode.CONVOLUTION, device=DEVICE) is None
+    assert len(calls) == 2
+    assert T.run_case("fwd", DIRECT, p, dtype, "strided", rng, n=1, as_torch=True, device=DEVICE) is None
+    assert len(calls) == 2  # the fallback ran instead
+
+
+@pytest.mark.parametrize("cfg", DT.fwd_configs(GPU, 8) + DT.fwd_configs(GPU, 8, stride=2), ids=str)
+def test_tma_forward_gpu_config(cfg, rng, monkeypatch):
+    """Each GPU config of the row walker (boxes wider than the tiny images: TMA zero-fills)."""
+    calls = _count_calls(monkeypatch, "launch_fwd")
+    monkeypatch.setattr(conv_direct.DirectForward, "tuner", Tuner())
+    for p in (T.P(8, 8, (9, 6), 3, 1, 1, 1, 8), T.P(8, 8, (6, 10), 3, 2, 1, 1, 8)):
+        monkeypatch.setattr(conv_direct, "dw2d_candidates" if p["stride"][0] == 2 else "fwd_dw3_candidates",
+                            lambda *a: [dict(cfg)])
+        assert T.run_case("fwd", DIRECT, p, "float32", "NHWC", rng, n=2, as_torch=True, device=DEVICE) is None
+    assert len(calls) == 2
+
+
+def test_tma_forward_epilogue(rng, monkeypatch):
+    """Bias, residual z, activation and alpha/beta fused into the walker's stores."""
+    monkeypatch.setattr(conv_direct, "fwd_dw3_candidates", lambda *a: [dict(TMA_CFG)])
+    monkeypatch.setattr(conv_direct.DirectForward, "tuner", Tuner())
+    calls = _count_calls(monkeypatch, "launch_fwd")
+    _epilogue_case(rng, 8)
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("p,dtype", TMA_BWD_CASES, ids=lambda v: v if isinstance(v, str) else v["name"])
+def test_tma_backward_data(p, dtype, rng, monkeypatch):
+    """Stride-1 backward data: the forward walker on dy with the flipped filter."""
+    monkeypatch.setattr(D, "rows3_data_candidates", lambda *a: [dict(TMA_CFG)])
+    monkeypatch.setattr(D, "_data_tuner", Tuner())
+    calls = _count_calls(monkeypatch, "launch_fwd")
+    assert T.run_case("bwd_data", DATA, p, dtype, "NHWC", rng, n=2, as_torch=True, device=DEVICE) is None
+    assert T.run_case("bwd_data", DATA, p, dtype, "NHWC", rng, n=1, alpha=2.0, beta=0.5, as_torch=True,
+                      mode=tridnn.ConvMode.CONVOLUTION, device=DEVICE) is None
+    assert len(calls) == 2
+
+
+@pytest.mark.parametrize("p", TMA_BWD, ids=T._ids)
+@pytest.mark.parametrize("algo", FILTER, ids=lambda a: a.name)
+def test_tma_wgrad(p, algo, rng, monkeypatch):
+    """The filter-gradient walker: slots of (image, row strip, column strip) summed by the
+    finish (ALGO_1), or added atomically (ALGO_0); float32 and float16, alpha/beta."""
+    problem = _problem(p)
+    assert DT.wgrad_applies(problem)
+    cfgs = [dict(DT.wgrad_configs(torch.device("cpu"), 8)[0], slices=1)]
+    monkeypatch.setattr(D, "wgrad3_candidates", lambda *a: cfgs)
+    monkeypatch.setattr(D, "_wgrad_tuner", Tuner(tolerance=3e-3))
+    calls = _count_calls(monkeypatch, "launch_wgrad")
+    assert T.run_case("bwd_filter", algo, p, "float32", "NHWC", rng, n=2, device=DEVICE) is None
+    if p["C"] == 8:
+        assert T.run_case("bwd_filter", algo, p, "float16", "NHWC", rng, alpha=2.0, beta=0.5, as_torch=True,
+                          mode=tridnn.ConvMode.CONVOLUTION, device=DEVICE) is None
+    assert len(calls) == (2 if p["C"] == 8 else 1)
+
+
+def test_tma_wgrad_gpu_configs_and_cap(rng):
+    """Every GPU config's launch (slots up to the partial buffer's cap, strips made taller
+    when they would not fit) gives the float64 column sums."""
+    p = T.P(8, 8, (7, 9), 3, 1, 1, 1, 8)
+    problem = _problem(p, n=2)
+    x = torch.as_tensor(rng.standard_normal((2, 8, 7, 9)), dtype=torch.float32).contiguous(
+        memory_format=torch.channels_last)
+    dy = torch.as_tensor(rng.standard_normal((2, 8, 7, 9)), dtype=torch.float32).contiguous(
+        memory_format=torch.channels_last)
+    ref = torch.einsum("nkhw,nkhwt->kt", dy.double(), torch.stack(
+        [torch.nn.functional.pad(x.double(), (1, 1, 1, 1))[:, :, a:a + 7, b:b + 9] for a in range(3)
+         for b in range(3)], dim=-1)).reshape(-1)
+    small = dict(BW=4, BC=8, BH=2, STAGES=2, num_warps=1)
+    for cfg, cap in [(c, 64) for c in DT.wgrad_configs(GPU, 8)] + [(small, 64), (small, 12), (small, 5)]:
+        fit = DT.wgrad_slots(problem, cfg, cap)
+        if fit is None:
+            assert cap < 2 * 3 and cfg is small  # images x column strips
+            continue
+        assert fit[3] <= cap
+        for atomic in (False, True):
+            part = torch.full((cap, 8, 9, 1), float("nan")) if not atomic else torch.zeros(1, 8, 9, 1)
+            used = DT.launch_wgrad(problem, x, dy, part, atomic, cfg, cap)
+            got = part.reshape(-1)[:used * 72].view(used, 72).sum(0)
+            assert torch.allclose(got.double(), ref, rtol=1e-5, atol=1e-5), (cfg, cap, atomic)

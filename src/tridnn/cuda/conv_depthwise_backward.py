@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import conv_direct
+from . import conv_depthwise_tma, conv_direct
 from .common import Tuner, cdiv, launch, next_pow2, sm_count, split_rows
 from .epilogue import store_tile
 from .geometry import geometry, needs_int64, strides5
@@ -241,9 +241,11 @@ _data_tuner = Tuner()
 
 def rows3_data_candidates(device, c):
     """Stride-1 backward data: the row kernel's configs (first: the conservative one), then
-    dw_taps_kernel's (KIND taps2d), both reading dy with the flipped filter."""
+    dw_taps_kernel's (KIND taps2d), then on the GPU the TMA row walker's (KIND tma,
+    conv_depthwise_tma), all reading dy with the flipped filter."""
+    tma = conv_depthwise_tma.fwd_configs(device, c) if device.type == "cuda" else []
     return conv_direct.rows3_configs(device, c) + [dict(cfg, KIND="taps2d")
-                                                   for cfg in conv_direct.taps2d_configs(device, c)]
+                                                   for cfg in conv_direct.taps2d_configs(device, c)] + tma
 
 
 def backward_data(problem, dy, w, dx, alpha, beta) -> None:
@@ -260,6 +262,11 @@ def backward_data(problem, dy, w, dx, alpha, beta) -> None:
         def run(c, out, a=1.0, b=0.0):
             if c.get("KIND") == "taps2d":
                 conv_direct.launch_taps2d(dy, w, out, fwd, a, b, None, c, flip, nd)
+            elif c.get("KIND") == "tma":
+                first = conv_direct.rows3_configs(dx.device, geo.c)[0]
+                conv_direct.launch_tma_or(dy, w, out, nd, (1, 1), pad, a, b, None, c, flip,
+                                          lambda: conv_direct.launch_rows3(dy, w, out, geo, pad, a, b, None, first,
+                                                                           flip, nd))
             else:
                 conv_direct.launch_rows3(dy, w, out, geo, pad, a, b, None, c, flip, nd)
         cfg = _data_tuner.pick((problem.key(), "dw3-rows-bwd-data"), lambda: rows3_data_candidates(dx.device, geo.c),
@@ -431,6 +438,26 @@ def wgrad3_candidates(problem, device, slices, atomic, cap):
     first = dict(_wgrad3_config(problem, device, None if atomic else slices), slices=slices)
     if device.type != "cuda":
         return [first, dict(first, FLAT=True)]
+    return _pointer_wgrad3_candidates(problem, device, first, cap) + tma_wgrad_candidates(problem, device, cap)
+
+
+def tma_wgrad_candidates(problem, device, cap):
+    """conv_depthwise_tma's filter-gradient configs (KIND tma: stride 1, multiplier 1),
+    each with its slot count ("slices": images x row strips x column strips, strips made
+    taller to fit ``cap``); run where x's and dy's layouts allow TMA."""
+    if not conv_depthwise_tma.wgrad_applies(problem):
+        return []
+    out = []
+    for cfg in conv_depthwise_tma.wgrad_configs(device, problem.k):
+        fit = conv_depthwise_tma.wgrad_slots(problem, cfg, cap)
+        if fit is not None:
+            out.append(dict(cfg, slices=fit[3]))
+    return out
+
+
+def _pointer_wgrad3_candidates(problem, device, first, cap):
+    """dw3_wgrad_kernel's GPU configs after ``first``: 4 or 8 elements per thread, row or
+    FLAT tiles, 4-16 programs per SM (distinct launches only)."""
     k = problem.k
     out = [first]
     widths = [bc for bc in (16, 32, 64) if bc <= max(16, next_pow2(k))]
@@ -471,8 +498,13 @@ def _wgrad3_slices(problem, device, cfg, cap):
 _wgrad_tuner = Tuner(tolerance=3e-3)  # slice counts (ALGO_0) change the summation order
 
 
-def _launch_wgrad3(problem, x, dy, part, slices, atomic, cfg):
-    """dw3_wgrad_kernel into part; returns the slices used."""
+def _launch_wgrad3(problem, x, dy, part, slices, atomic, cfg, cap=65535):
+    """dw3_wgrad_kernel (or KIND tma: conv_depthwise_tma's, when the layouts allow it)
+    into part; returns the slices used."""
+    if cfg.get("KIND") == "tma":
+        if conv_depthwise_tma.wgrad_layout_ok(problem, x, dy):
+            return conv_depthwise_tma.launch_wgrad(problem, x, dy, part, atomic, cfg, cap)
+        cfg = _wgrad3_config(problem, x.device, None if atomic else slices)
     geo = geometry(problem)
     nd = problem.nd
     rows = geo.n * geo.out[0] * geo.out[1]
@@ -508,12 +540,12 @@ def backward_filter_partials(problem, x, dy, part, slices, atomic) -> int:
             buf = tmp[0]
             if atomic:
                 buf.zero_()
-            used = _launch_wgrad3(problem, x, dy, buf, cfg["slices"], atomic, cfg)
+            used = _launch_wgrad3(problem, x, dy, buf, cfg["slices"], atomic, cfg, cap)
             torch.sum(buf[:(1 if atomic else used) * cols].view(-1, cols), dim=0, out=out)
         key = (problem.key(), "dw3-wgrad", atomic, slices, cap)
         cfg = _wgrad_tuner.pick(key, lambda: wgrad3_candidates(problem, x.device, slices, atomic, cap), run,
                                 torch.empty(cols, dtype=part.dtype, device=part.device), x.device)
-        return _launch_wgrad3(problem, x, dy, part, cfg["slices"], atomic, cfg)
+        return _launch_wgrad3(problem, x, dy, part, cfg["slices"], atomic, cfg, cap)
     gpu = x.device.type == "cuda"
     bp, bc = (64, 64) if gpu else (16, 16)
     per = triton.cdiv(triton.cdiv(geo.out_pixels, slices), bp) * bp

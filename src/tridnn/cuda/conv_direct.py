@@ -346,9 +346,33 @@ def fwd_dw3_candidates(device, k):
     """The forward tuner's list for dw3_rows_kernel's layers: the row kernel's configs
     (first: the conservative one), then conv_direct_fwd_kernel's (KIND "taps": flattened
     pixels x channels, one masked load per tap), which measured as fast or faster on some
-    layers (dw144_56: 96.8 vs 100.1 us); the GPU decides per layer."""
+    layers (dw144_56: 96.8 vs 100.1 us); then, on the GPU, the TMA row walker's (KIND
+    "tma", conv_depthwise_tma: rows in flight by asynchronous copies; run where the
+    layout allows it, else the first row config stands in). The GPU decides per layer."""
+    from . import conv_depthwise_tma
     rows = [dict(c, KIND="rows") for c in rows3_configs(device, k)]
-    return rows + depthwise_taps_candidates(device, k)
+    tma = conv_depthwise_tma.fwd_configs(device, k) if device.type == "cuda" else []
+    return rows + depthwise_taps_candidates(device, k) + tma
+
+
+def dw2d_candidates(device, problem):
+    """depthwise_taps_candidates, then (GPU, 3x3 stride 2 padding 1) the TMA row walker's
+    phase-view configs (KIND "tma")."""
+    from . import conv_depthwise_tma
+    out = depthwise_taps_candidates(device, problem.k)
+    if device.type == "cuda" and conv_depthwise_tma.s2_applies(problem):
+        out += conv_depthwise_tma.fwd_configs(device, problem.k, stride=2)
+    return out
+
+
+def launch_tma_or(x, w, y, nd, stride, pad, alpha, beta, spec, cfg, flip, fallback):
+    """conv_depthwise_tma's forward row walker when x's layout allows TMA, else
+    ``fallback()`` (the tuner's key does not fix the strides and alignment of a call)."""
+    from . import conv_depthwise_tma
+    if conv_depthwise_tma.fwd_layout_ok(x, y, nd, stride, pad):
+        conv_depthwise_tma.launch_fwd(x, w, y, nd, stride, pad, alpha, beta, spec, cfg, flip)
+    else:
+        fallback()
 
 
 def depthwise_taps_candidates(device, k):
@@ -452,6 +476,10 @@ class DirectForward(TritonConvAlgorithm):
             def run(c, out, a=1.0, b=0.0):
                 if c["KIND"] == "rows":
                     launch_rows3(x, w, out, geo, pad, a, b, spec, c, flip, nd)
+                elif c["KIND"] == "tma":
+                    first = rows3_configs(y.device, problem.k)[0]
+                    launch_tma_or(x, w, out, nd, (1, 1), pad, a, b, spec, c, flip,
+                                  lambda: launch_rows3(x, w, out, geo, pad, a, b, spec, first, flip, nd))
                 elif c["KIND"] == "taps2d":
                     launch_taps2d(x, w, out, geo, a, b, spec, c, flip, nd)
                 else:
@@ -467,9 +495,13 @@ class DirectForward(TritonConvAlgorithm):
             def run2(c, out, a=1.0, b=0.0):
                 if c["KIND"] == "taps2d":
                     launch_taps2d(x, w, out, geo, a, b, spec, c, flip, nd)
+                elif c["KIND"] == "tma":
+                    first = _configs(y.device, problem.k)[0]
+                    launch_tma_or(x, w, out, nd, (2, 2), geo.pad[1:], a, b, spec, c, flip,
+                                  lambda: launch_direct(problem, x, w, out, a, b, spec, first))
                 else:
                     launch_direct(problem, x, w, out, a, b, spec, c)
-            cfg = self.tuner.pick(key, lambda: depthwise_taps_candidates(y.device, problem.k), run2, y, y.device)
+            cfg = self.tuner.pick(key, lambda: dw2d_candidates(y.device, problem), run2, y, y.device)
             run2(cfg, y, alpha, beta)
             return
         key = (problem_key(problem), spec is not None and spec.act_code, "fwd-direct")

@@ -1,0 +1,413 @@
+"""Depthwise 3x3 convolutions that stream input rows through TMA (Hopper's tensor memory accelerator).
+
+The pointer row kernel of conv_direct (``dw3_rows_kernel``) holds its loads in
+registers, so it has few bytes in flight per SM and runs latency bound (1.2-2.5 TB/s on
+the H200). Here a program owns (image, column strip of BW pixels, channel block of BC,
+strip of rows) and walks down the rows; each input row arrives as three TMA boxes
+[1, 1, BW, BC] of channels-last x, one per horizontal tap (column offsets -pad, +1,
++2). The loop is a ``tl.range(num_stages=STAGES)``: the pipeliner turns the box loads
+into asynchronous copies into shared memory, so STAGES - 1 rows are in flight per
+program without registers to hold them. TMA fills every coordinate outside the array
+with zeros (negative ones too): that is the zero padding, and no load has a mask.
+The three boxes of a row overlap (each element is fetched three times from L2, once
+from DRAM).
+
+- ``dw3_tma_fwd_kernel``: forward. Stride 1: input row i feeds output rows i + PH - 2,
+  i + PH - 1 and i + PH (filter rows 2, 1, 0); three rolling float32 accumulators, the
+  finished row stored each iteration through the fused epilogue (``store_tile``).
+  Backward data of a stride-1 layer is the same kernel on dy with the flipped filter and
+  padding 2 - pad. Stride 2 (padding 1, even H and W, packed pixels) reads x through
+  the phase view [N, H/2, 2, W/2, 2C] (conv_tma's trick): input row 2o + r is row o of
+  phase r, columns 2q - 1, 2q, 2q + 1 are boxes at (q - 1, phase 1), (q, phase 0),
+  (q, phase 1). Output row o takes rows (o - 1, 1), (o, 0), (o, 1); the first is the
+  previous iteration's last, carried as its product with filter row 0.
+- ``dw3_tma_wgrad_kernel``: backward filter, stride 1. The same walk over x rows with
+  the dy rows (one box each) that pair with them: x row i meets dy rows i + PH - a at
+  filter row a (the three dy rows are loaded each iteration: a loaded tile carried to the
+  next iteration keeps Triton's pipeliner from making the loads asynchronous), and nine
+  [BW, BC] float32 accumulators take dy * x; at the end each is summed over the strip into the
+  program's partial [slot, K, 9] (the caller sums the slots in a fixed order).
+
+Only multiplier 1 (one output channel per input channel: the channel box is the same
+for x and y) and channels-last operands with 16-byte aligned strides apply
+(``layout_ok``); otherwise the callers keep the pointer kernels.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from .common import cdiv, launch
+from .conv_direct import _taps3
+from .epilogue import launch_args, store_tile
+from .geometry import needs_int64, strides5
+
+
+# -- kernels -----------------------------------------------------------------------
+@triton.jit
+def _mul3(x0, x1, x2, w0, w1, w2):
+    return x0 * w0 + x1 * w1 + x2 * w2
+
+
+@triton.jit
+def _box(x_desc, n, i, col, c0, BW: tl.constexpr, BC: tl.constexpr):
+    """Box [BW, BC] of row i of image n from column col, channel c0, as float32."""
+    return x_desc.load([n, i, col, c0]).reshape(BW, BC).to(tl.float32)
+
+
+@triton.jit
+def _box_s2(x_desc, n, i, phase, col, c, BW: tl.constexpr, BC: tl.constexpr):
+    """Box [BW, BC] of the phase view [N, H/2, 2, W/2, 2C] at (n, i, phase, col, c)."""
+    return x_desc.load([n, i, phase, col, c]).reshape(BW, BC).to(tl.float32)
+
+
+@triton.jit
+def _row_s2(x_desc, n, i, phase, q0, c0, C, BW: tl.constexpr, BC: tl.constexpr):
+    """Input row 2i + phase at output columns q0 ..: the boxes of columns 2q - 1, 2q, 2q + 1."""
+    x0 = _box_s2(x_desc, n, i, phase, q0 - 1, C + c0, BW, BC)
+    x1 = _box_s2(x_desc, n, i, phase, q0, c0, BW, BC)
+    x2 = _box_s2(x_desc, n, i, phase, q0, C + c0, BW, BC)
+    return x0, x1, x2
+
+
+@triton.jit(do_not_specialize=['C', 'OH', 'OW', 'PH', 'PW', 'BH', 'n_rows', 'n_cols'])
+def dw3_tma_fwd_kernel(
+        # epilogue pointers: output, bias, residual z; the filter (C, 1, 3, 3) at any strides
+        y_ptr, bias_ptr, z_ptr, w_ptr,
+        # TMA descriptor of the input: [N, H, W, C] with box [1, 1, BW, BC] (stride 1), or
+        # the phase view [N, H/2, 2, W/2, 2C] with box [1, 1, 1, BW, BC] (STRIDE2)
+        x_desc,
+        # channels, output H x W, padding (stride 1; stride 2 takes 1), rows per strip,
+        # row strips and column strips per image
+        C, OH, OW, PH, PW, BH, n_rows, n_cols,
+        # element strides: w (k, h, w), y and z (n, k, h, w), bias
+        ws_k, ws_h, ws_w,
+        ys_n, ys_k, ys_h, ys_w, zs_n, zs_k, zs_h, zs_w, bias_stride,
+        alpha, beta, alpha2, coef, swish_beta,
+        BW: tl.constexpr, BC: tl.constexpr, STAGES: tl.constexpr, STRIDE2: tl.constexpr, FLIP: tl.constexpr,
+        ACT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr, BETA_ZERO: tl.constexpr,
+        INT64: tl.constexpr):
+    """y[n, c, o, q] = sum_{a,b} x[n, c, S*o - PH + a, S*q - PW + b] * w[c, a, b] for one
+    strip of BH rows x BW columns x BC channels (S = 1, or 2 with STRIDE2)."""
+    # -- map the program to (image, row strip, column strip) and a channel block
+    pid = tl.program_id(0)
+    col_blk = pid % n_cols
+    t = pid // n_cols
+    row_blk = t % n_rows
+    n = t // n_rows
+    c0 = tl.program_id(1) * BC
+    offs_k = c0 + tl.arange(0, BC)
+    mask_k = offs_k < C
+    q0 = col_blk * BW
+    ow = q0 + tl.arange(0, BW)
+    mask_w = ow < OW
+    oh0 = row_blk * BH
+    oh_end = tl.minimum(oh0 + BH, OH)
+
+    # -- the nine weights, float32 [1, BC]; the output pointers' parts
+    w_col = offs_k * ws_k
+    w00, w01, w02 = _taps3(w_ptr, w_col, mask_k, 0, ws_h, ws_w, FLIP)
+    w10, w11, w12 = _taps3(w_ptr, w_col, mask_k, 1, ws_h, ws_w, FLIP)
+    w20, w21, w22 = _taps3(w_ptr, w_col, mask_k, 2, ws_h, ws_w, FLIP)
+    n_off = n
+    if INT64:
+        n_off = n.to(tl.int64)
+    y_cols = n_off * ys_n + ow * ys_w
+    z_cols = n_off * zs_n + ow * zs_w
+
+    if STRIDE2:
+        # -- output row o = rows (o - 1, phase 1) x filter row 0 (carried), (o, 0) x row 1,
+        # (o, 1) x row 2
+        x0, x1, x2 = _row_s2(x_desc, n, oh0 - 1, 1, q0, c0, C, BW, BC)
+        carry = _mul3(x0, x1, x2, w00, w01, w02)
+        for o in tl.range(oh0, oh_end, num_stages=STAGES):
+            a0, a1, a2 = _row_s2(x_desc, n, o, 0, q0, c0, C, BW, BC)
+            b0, b1, b2 = _row_s2(x_desc, n, o, 1, q0, c0, C, BW, BC)
+            acc = carry + _mul3(a0, a1, a2, w10, w11, w12) + _mul3(b0, b1, b2, w20, w21, w22)
+            carry = _mul3(b0, b1, b2, w00, w01, w02)
+            store_tile(acc, y_cols + o * ys_h, z_cols + o * zs_h, offs_k, mask_w, mask_k, y_ptr, ys_k, z_ptr, zs_k,
+                       bias_ptr, bias_stride, alpha, beta, alpha2, coef, swish_beta, ACT, HAS_BIAS, HAS_Z,
+                       BETA_ZERO)
+    else:
+        # -- walk input rows i = o - PH + a of output rows oh0 .. oh_end - 1: row i ends
+        # output row i + PH - 2 (filter row 2), continues i + PH - 1, starts i + PH
+        acc_done = tl.zeros((BW, BC), dtype=tl.float32)
+        acc_mid = tl.zeros((BW, BC), dtype=tl.float32)
+        col = q0 - PW
+        for i in tl.range(oh0 - PH, oh_end - PH + 2, num_stages=STAGES):
+            x0 = _box(x_desc, n, i, col, c0, BW, BC)
+            x1 = _box(x_desc, n, i, col + 1, c0, BW, BC)
+            x2 = _box(x_desc, n, i, col + 2, c0, BW, BC)
+            acc_done += _mul3(x0, x1, x2, w20, w21, w22)
+            acc_mid += _mul3(x0, x1, x2, w10, w11, w12)
+            acc_new = _mul3(x0, x1, x2, w00, w01, w02)
+            o = i + PH - 2
+            if o >= oh0:
+                store_tile(acc_done, y_cols + o * ys_h, z_cols + o * zs_h, offs_k, mask_w, mask_k, y_ptr, ys_k,
+                           z_ptr, zs_k, bias_ptr, bias_stride, alpha, beta, alpha2, coef, swish_beta, ACT,
+                           HAS_BIAS, HAS_Z, BETA_ZERO)
+            acc_done = acc_mid
+            acc_mid = acc_new
+
+
+@triton.jit
+def _wsum(part_ptr, acc, slot, K, offs_k, mask_k, tap, ATOMIC: tl.constexpr):
+    col = tl.sum(acc, axis=0)
+    ptrs = part_ptr + (slot * K + offs_k).to(tl.int64) * 9 + tap  # partial layout [slots, K, 9, 1]
+    if ATOMIC:
+        tl.atomic_add(ptrs, col, mask=mask_k)
+    else:
+        tl.store(ptrs, col, mask=mask_k)
+
+
+@triton.jit(do_not_specialize=['K', 'OH', 'PH', 'PW', 'BH', 'n_rows'])
+def dw3_tma_wgrad_kernel(
+        # the partials [slots, K, 9] (float32)
+        part_ptr,
+        # TMA descriptors: x [N, H, W, C] and dy [N, OH, OW, K], boxes [1, 1, BW, BC]
+        x_desc, dy_desc,
+        # channels, dy rows, padding, rows per strip, row strips per image
+        K, OH, PH, PW, BH, n_rows,
+        BW: tl.constexpr, BC: tl.constexpr, STAGES: tl.constexpr, ATOMIC: tl.constexpr):
+    """part[slot, k, 3a + b] = sum over the strip's dy pixels (n, o, q) of
+    dy[n, k, o, q] * x[n, k, o - PH + a, q - PW + b], stride 1; slot = (image, row strip)
+    x column strips + column strip (ATOMIC: all added into slot 0)."""
+    # -- map the program to a channel block, column strip and (image, row strip)
+    c0 = tl.program_id(0) * BC
+    offs_k = c0 + tl.arange(0, BC)
+    mask_k = offs_k < K
+    col_blk = tl.program_id(1)
+    unit = tl.program_id(2)
+    n = unit // n_rows
+    o0 = (unit - n * n_rows) * BH
+    o_end = tl.minimum(o0 + BH, OH)
+    q0 = col_blk * BW
+    col = q0 - PW
+
+    # -- walk the x rows i = o - PH + a; dy row i + PH - a meets filter row a. dy rows
+    # outside the strip are read at row -1: TMA zeros, no memory traffic. The three dy
+    # rows are loaded each iteration (from L2 but the first time): carrying a loaded
+    # row into the next iteration keeps the pipeliner from making the loads async
+    a00 = tl.zeros((BW, BC), dtype=tl.float32)
+    a01 = tl.zeros((BW, BC), dtype=tl.float32)
+    a02 = tl.zeros((BW, BC), dtype=tl.float32)
+    a10 = tl.zeros((BW, BC), dtype=tl.float32)
+    a11 = tl.zeros((BW, BC), dtype=tl.float32)
+    a12 = tl.zeros((BW, BC), dtype=tl.float32)
+    a20 = tl.zeros((BW, BC), dtype=tl.float32)
+    a21 = tl.zeros((BW, BC), dtype=tl.float32)
+    a22 = tl.zeros((BW, BC), dtype=tl.float32)
+    for i in tl.range(o0 - PH, o_end - PH + 2, num_stages=STAGES):
+        j = i + PH
+        g0 = _box(dy_desc, n, tl.where(j < o_end, j, -1), q0, c0, BW, BC)
+        g1 = _box(dy_desc, n, tl.where((j - 1 < o_end) & (j - 1 >= o0), j - 1, -1), q0, c0, BW, BC)
+        g2 = _box(dy_desc, n, tl.where(j - 2 >= o0, j - 2, -1), q0, c0, BW, BC)
+        x0 = _box(x_desc, n, i, col, c0, BW, BC)
+        x1 = _box(x_desc, n, i, col + 1, c0, BW, BC)
+        x2 = _box(x_desc, n, i, col + 2, c0, BW, BC)
+        a00 += g0 * x0
+        a01 += g0 * x1
+        a02 += g0 * x2
+        a10 += g1 * x0
+        a11 += g1 * x1
+        a12 += g1 * x2
+        a20 += g2 * x0
+        a21 += g2 * x1
+        a22 += g2 * x2
+
+    # -- per-tap sums over the strip's columns into this program's partial slot
+    slot = 0
+    if not ATOMIC:
+        slot = unit * tl.num_programs(1) + col_blk
+    _wsum(part_ptr, a00, slot, K, offs_k, mask_k, 0, ATOMIC)
+    _wsum(part_ptr, a01, slot, K, offs_k, mask_k, 1, ATOMIC)
+    _wsum(part_ptr, a02, slot, K, offs_k, mask_k, 2, ATOMIC)
+    _wsum(part_ptr, a10, slot, K, offs_k, mask_k, 3, ATOMIC)
+    _wsum(part_ptr, a11, slot, K, offs_k, mask_k, 4, ATOMIC)
+    _wsum(part_ptr, a12, slot, K, offs_k, mask_k, 5, ATOMIC)
+    _wsum(part_ptr, a20, slot, K, offs_k, mask_k, 6, ATOMIC)
+    _wsum(part_ptr, a21, slot, K, offs_k, mask_k, 7, ATOMIC)
+    _wsum(part_ptr, a22, slot, K, offs_k, mask_k, 8, ATOMIC)
+
+
+# -- host side ---------------------------------------------------------------------
+def _nhwc(t, nd):
+    """(shape [N, H, W, C], strides) of a 1-D / 2-D activation tensor view, or None when its
+    channels are not contiguous or a stride / the base is not 16-byte aligned (TMA)."""
+    if t.dim() != nd + 2 or nd > 2:
+        return None
+    sn, sc, _, sh, sw = strides5(t, nd)
+    n, c = t.shape[0], t.shape[1]
+    h = t.shape[2] if nd == 2 else 1
+    w = t.shape[-1]
+    if nd == 1:
+        sh = sw * w  # one row: any multiple of 16 bytes serves
+    item = t.element_size()
+    if sc != 1 and c > 1:
+        return None
+    if t.data_ptr() % 16 or any(s * item % 16 for s in (sn, sh, sw)):
+        return None
+    return [n, h, w, c], [sn, sh, sw, 1]
+
+
+def _hardware_ok(t) -> bool:
+    """TMA: a Hopper-class GPU, or the interpreter (which emulates it)."""
+    if t.device.type != "cuda":
+        return True
+    import torch
+    return torch.cuda.get_device_capability(t.device)[0] >= 9
+
+
+def _descriptor(t, shape, strides, block):
+    if t.device.type != "cuda":  # the interpreter reads the tensor itself
+        return TensorDescriptor(t, list(shape), list(strides), list(block))
+    from .conv_tma import descriptor  # cached per address and view
+    return descriptor(t, shape, strides, block)
+
+
+def fwd_layout_ok(x, y, nd, stride, pad) -> bool:
+    """Whether dw3_tma_fwd_kernel can read x: channels-last with 16-byte aligned strides;
+    stride 2 also needs padding 1, even H and W and packed pixels (the phase view)."""
+    v = _nhwc(x, nd)
+    if v is None or not _hardware_ok(x) or x.shape[1] != y.shape[1]:
+        return False
+    if stride == (1, 1):
+        return True
+    if stride != (2, 2) or pad != (1, 1) or nd != 2:
+        return False
+    (n, h, w, c), (sn, sh, sw, _) = v
+    return h % 2 == 0 and w % 2 == 0 and sw == c
+
+
+def _key(args, consts):
+    """launch's static key: every int and each descriptor's dtype, shape, strides and box."""
+    def one(a):
+        if isinstance(a, TensorDescriptor):
+            return (a.base.dtype, tuple(a.shape), tuple(a.strides), tuple(a.block_shape))
+        if isinstance(a, (int, bool)):
+            return a
+        return type(a)
+    return tuple(one(a) for a in args) + tuple(consts.items())
+
+
+def launch_fwd(x, w, y, nd, stride, pad, alpha, beta, spec, cfg, flip):
+    """dw3_tma_fwd_kernel over x (N, C, [H,] W) into y: forward (x, w, y), or with the
+    filter flipped and padding 2 - pad, backward data (dy, w, dx) of a stride-1 layer.
+    The caller checks fwd_layout_ok first."""
+    bias, bias_stride, z, zs, alpha2, coef, swish_beta, act, has_bias, has_z = launch_args(spec, y, nd)
+    (n, h, wd, c), xst = _nhwc(x, nd)
+    ws, ys = strides5(w, nd), strides5(y, nd)
+    oh, ow = (y.shape[2] if nd == 2 else 1), y.shape[-1]
+    bw, bc = cfg["BW"], cfg["BC"]
+    bh = min(cfg["BH"], oh)
+    if stride == (2, 2):
+        shape = [n, h // 2, 2, wd // 2, 2 * c]
+        strides = [xst[0], 2 * xst[1], xst[1], 2 * xst[2], 1]
+        block = [1, 1, 1, bw, bc]
+    else:
+        shape, strides, block = [n, h, wd, c], xst, [1, 1, bw, bc]
+    desc = _descriptor(x, shape, strides, block)
+    n_rows, n_cols = cdiv(oh, bh), cdiv(ow, bw)
+    grid = (n * n_rows * n_cols, cdiv(c, bc))
+    args = (y, bias, z, w, desc, c, oh, ow, pad[0], pad[1], bh, n_rows, n_cols,
+            ws[0], ws[3], ws[4], ys[0], ys[1], ys[3], ys[4], zs[0], zs[1], zs[3], zs[4], bias_stride,
+            float(alpha), float(beta), alpha2, coef, swish_beta)
+    consts = dict(BW=bw, BC=bc, STAGES=cfg["STAGES"], STRIDE2=stride == (2, 2), FLIP=flip, ACT=act,
+                  HAS_BIAS=has_bias, HAS_Z=has_z, BETA_ZERO=beta == 0, INT64=needs_int64(y, z))
+    options = dict(num_warps=cfg["num_warps"])
+    static = ((_key(args[4:], consts), tuple(options.items()), x.dtype, w.dtype, y.dtype, bias.dtype, z.dtype), 4)
+    launch(dw3_tma_fwd_kernel, grid, args, consts, options, static)
+
+
+def fwd_configs(device, c, stride=1):
+    """(BW, BC, BH, STAGES, warps) candidates (KIND "tma"). sm_90 bf16: 80 registers at 4
+    elements per thread (36 of them the nine weights of a thread's 4 channels), ~150 at 8,
+    46 at 2; the rows in flight are STAGES - 1 per program (stride 2: two input rows an
+    output row), so 4-6 stages put 20-30 KB of x in flight per SM. Strips of 8-32 rows
+    give enough programs (64 x 112 / 16 x 112 / 16 = 3584 for dw32_112) or whole columns."""
+    if device.type != "cuda":
+        return [dict(BW=4, BC=8, BH=3, STAGES=2, num_warps=1, KIND="tma")]
+    if stride == 2:
+        table = ((16, 32, 8, 4, 4), (16, 32, 16, 4, 4), (8, 32, 16, 4, 4), (8, 64, 8, 4, 4), (16, 64, 8, 3, 8),
+                 (32, 32, 8, 3, 8), (16, 16, 16, 5, 4), (8, 64, 28, 4, 4))
+    else:
+        table = ((16, 32, 16, 4, 4), (16, 32, 16, 6, 4), (32, 32, 16, 5, 8), (32, 32, 32, 6, 8), (8, 64, 16, 5, 4),
+                 (16, 64, 16, 5, 8), (8, 32, 16, 6, 4), (16, 16, 16, 6, 4), (32, 16, 16, 6, 4), (16, 32, 8, 5, 4),
+                 (16, 32, 1024, 5, 4), (8, 128, 16, 5, 8), (32, 32, 16, 3, 4), (16, 64, 16, 4, 4))
+    return [dict(BW=bw, BC=bc, BH=bh, STAGES=st, num_warps=warps, KIND="tma") for bw, bc, bh, st, warps in table
+            if bc <= max(16, triton.next_power_of_2(c))]
+
+
+# -- backward filter ---------------------------------------------------------------
+def s2_applies(problem) -> bool:
+    """dw3_tma_fwd_kernel's strided case: 2-D depthwise 3x3 (multiplier 1), stride 2,
+    padding 1, no dilation (the layout is checked per call: fwd_layout_ok)."""
+    from .geometry import geometry
+    geo = geometry(problem)
+    return (geo.cg == 1 and geo.k == geo.c and geo.ker == (1, 3, 3) and geo.stride == (1, 2, 2)
+            and geo.pad == (0, 1, 1) and geo.dil == (1, 1, 1) and geo.inp[0] == 1 and problem.nd == 2)
+
+
+def wgrad_applies(problem) -> bool:
+    """dw3_tma_wgrad_kernel's case: depthwise 3x3 (1-D or 2-D), stride 1, no dilation,
+    multiplier 1 (the layouts are checked per call: wgrad_layout_ok)."""
+    from .geometry import geometry
+    geo = geometry(problem)
+    return (geo.cg == 1 and geo.k == geo.c and geo.ker == (1, 3, 3) and geo.stride == (1, 1, 1)
+            and geo.dil == (1, 1, 1) and geo.inp[0] == 1 and problem.nd <= 2)
+
+
+def wgrad_layout_ok(problem, x, dy) -> bool:
+    """wgrad_applies, and x and dy channels-last with 16-byte aligned strides."""
+    return (wgrad_applies(problem) and _nhwc(x, problem.nd) is not None and _nhwc(dy, problem.nd) is not None
+            and _hardware_ok(x))
+
+
+def wgrad_slots(problem, cfg, cap):
+    """(rows per strip, row strips per image, column strips, slots) for cfg, with strips
+    made taller until the slots fit the partial buffer's ``cap``; None if they cannot."""
+    from .geometry import geometry
+    geo = geometry(problem)
+    oh, ow = geo.out[1], geo.out[2]
+    n_cols = cdiv(ow, cfg["BW"])
+    bh = min(cfg["BH"], oh)
+    if geo.n * n_cols > cap:
+        return None
+    while geo.n * cdiv(oh, bh) * n_cols > cap:
+        bh = cdiv(oh, max(1, cap // (geo.n * n_cols)))
+    n_rows = cdiv(oh, bh)
+    return bh, n_rows, n_cols, geo.n * n_rows * n_cols
+
+
+def launch_wgrad(problem, x, dy, part, atomic, cfg, cap):
+    """dw3_tma_wgrad_kernel into part [slots, K, 9, 1] (ALGO_0: added into slot 0);
+    returns the slots used."""
+    from .geometry import geometry
+    geo = geometry(problem)
+    nd = problem.nd
+    bh, n_rows, n_cols, slots = wgrad_slots(problem, cfg, cap)
+    bw, bc = cfg["BW"], cfg["BC"]
+    xv, dv = _nhwc(x, nd), _nhwc(dy, nd)
+    xd = _descriptor(x, xv[0], xv[1], [1, 1, bw, bc])
+    dd = _descriptor(dy, dv[0], dv[1], [1, 1, bw, bc])
+    args = (part, xd, dd, geo.k, geo.out[1], geo.pad[1], geo.pad[2], bh, n_rows)
+    consts = dict(BW=bw, BC=bc, STAGES=cfg["STAGES"], ATOMIC=atomic)
+    options = dict(num_warps=cfg["num_warps"])
+    launch(dw3_tma_wgrad_kernel, (cdiv(geo.k, bc), n_cols, geo.n * n_rows), args, consts, options,
+           ((_key(args[1:], consts), tuple(options.items()), part.dtype), 1))
+    return 1 if atomic else slots
+
+
+def wgrad_configs(device, k):
+    """(BW, BC, BH, STAGES, warps): nine float32 accumulators and three dy tiles held, so
+    4 elements per thread (BW x BC = 512 at 4 warps) or 2; strips of 16-56 rows."""
+    if device.type != "cuda":
+        return [dict(BW=4, BC=8, BH=3, STAGES=2, num_warps=1, KIND="tma")]
+    out = []
+    for bw, bc, bh, stages, warps in (
+            (16, 32, 16, 3, 4), (16, 32, 32, 4, 4), (8, 64, 16, 4, 4), (32, 16, 16, 4, 4), (16, 32, 8, 4, 4),
+            (8, 32, 16, 4, 4), (16, 16, 16, 4, 4), (8, 64, 56, 4, 4), (16, 64, 16, 3, 8), (32, 32, 16, 3, 8)):
+        if bc <= max(16, triton.next_power_of_2(k)):
+            out.append(dict(BW=bw, BC=bc, BH=bh, STAGES=stages, num_warps=warps, KIND="tma"))
+    return out
