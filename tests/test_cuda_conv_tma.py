@@ -278,6 +278,147 @@ def test_conv_boxes_of_two_images(direction, rng, tma_calls, monkeypatch):
     assert tma_calls[direction] > 0
 
 
+# -- the persistent kernel: programs loop over tiles, TMA store or pointer epilogue ------
+@pytest.fixture
+def persistent(monkeypatch):
+    """Forces conv_tma_persistent_kernel (the GPU offers it after the other configs) with
+    two programs, so every program loops over several tiles. Yields the recorded
+    launches' (kernel name, constexprs); FILL and per-phase plans keep their configs."""
+    launches = []
+    real_launch = conv_tma.launch
+
+    def recorded(kernel, grid, args, consts, options, static=None):
+        launches.append((kernel.fn.__name__ if hasattr(kernel, "fn") else kernel.__name__, dict(consts), grid))
+        return real_launch(kernel, grid, args, consts, options, static)
+    state = types.SimpleNamespace(cfg={}, launches=launches)
+
+    def forced(plan, device, problem=None):
+        single = plan[0] if isinstance(plan, tuple) and len(plan) == 1 else plan
+        if isinstance(single, tuple) or single.fill != (1, 1):
+            raise AssertionError("the persistent tests run single plans without FILL")
+        flat = single.n == 1 and single.oh == 1
+        return [dict(conv_tma.INTERPRETER_FLAT if flat else conv_tma.INTERPRETER_TILE, PERSISTENT=1, **state.cfg)]
+    for algo in ALGO.values():
+        monkeypatch.setattr(type(algo), "tuner", common.Tuner())
+    monkeypatch.setattr(conv_tma, "candidates", forced)
+    monkeypatch.setattr(conv_tma, "launch", recorded)
+    monkeypatch.setattr(conv_tma, "sm_count", lambda device: 2)
+    return state
+
+
+def _persistent_runs(state, store):
+    """The persistent launches recorded, checking each stored by TMA iff ``store``."""
+    runs = [(consts, grid) for name, consts, grid in state.launches if name == "conv_tma_persistent_kernel"]
+    assert runs and all(c["TMA_STORE"] == store and g == (2,) for c, g in runs), state.launches
+    return runs
+
+
+PERSISTENT_CASES = [
+    P(16, 32, (5, 5), 1),                 # 1x1: the flat GEMM, a partial last row tile
+    P(16, 16, (5, 7), 3, 1, 1),           # 3x3 boxes with edge tiles
+    P(16, 32, (6, 9), 3, 1, 2, 2),        # dilation 2, two column tiles
+    P(32, 16, (7, 5), 1, 2),              # forward: the strided 1x1 view (backward data: FILL, not persistent)
+    P(16, 16, (6, 8), 3, 2, 1),           # forward: the stride-2 phase view
+]
+
+
+@pytest.mark.parametrize("p,direction", [(p, d) for p in PERSISTENT_CASES for d in ("fwd", "bwd_data")
+                                         if d == "fwd" or p["stride"] == (1, 1)],
+                         ids=lambda v: v if isinstance(v, str) else v["name"])
+@pytest.mark.parametrize("split", [1, 2])
+def test_persistent_kernel_matches_the_reference(p, direction, split, rng, persistent):
+    """beta = 0: the tiles leave by TMA store (EPI_SPLIT column slices), rows and columns
+    past the output clipped; float32 into NaN-poisoned outputs (every element written
+    once), batches of 1 and 3. Strided backward data has no persistent path (FILL, or
+    one launch per phase)."""
+    persistent.cfg = dict(EPI_SPLIT=split)
+    for n in (1, 3):
+        assert run_case(direction, ALGO[direction], p, "float32", "NHWC", rng, n=n) is None
+    assert all(c["EPI_SPLIT"] == split for c, _ in _persistent_runs(persistent, store=True))
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
+@pytest.mark.parametrize("mode", [tridnn.ConvMode.CONVOLUTION, tridnn.ConvMode.CROSS_CORRELATION])
+def test_persistent_kernel_blends_through_pointers(direction, mode, rng, persistent):
+    """beta != 0 reads y: the pointer epilogue, still persistent; both modes, float16."""
+    for p in (P(16, 16, (5, 6), 3, 1, 1), P(16, 32, (5, 5), 1)):
+        assert run_case(direction, ALGO[direction], p, "float16", "NHWC", rng, n=3, mode=mode, alpha=2.0,
+                        beta=0.5) is None
+    _persistent_runs(persistent, store=False)
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
+def test_persistent_kernel_boxes_of_two_images(direction, rng, persistent):
+    """NB = 2: the last tile's second image is past N (not read, clipped on store)."""
+    persistent.cfg = dict(NB=2)
+    for p in (P(16, 16, (5, 7), 3, 1, 1), P(16, 32, (6, 9), 3, 1, 2, 2)):
+        for n in (1, 3):
+            assert run_case(direction, ALGO[direction], p, "float32", "NHWC", rng, n=n) is None
+    assert all(c["NB"] == 2 for c, _ in _persistent_runs(persistent, store=True))
+
+
+@pytest.mark.parametrize("p", [P(16, 32, (5, 5), 1), P(16, 16, (5, 7), 3, 1, 1)], ids=lambda p: p["name"])
+@pytest.mark.parametrize("residual", [False, True])
+def test_persistent_kernel_fused_epilogue(p, residual, rng, persistent):
+    """conv + bias + relu (+ residual z): without z and with beta = 0 the bias and the
+    activation are applied before the TMA store; with z the pointer epilogue reads it."""
+    import numpy as np
+    from tridnn import reference, testing
+    from tridnn.algorithms.problem import ConvProblem
+    from tridnn.api.convolution import execute
+    from tridnn.cuda.epilogue import EpilogueSpec
+    from tridnn.descriptors.activation import ActivationMode
+    from test_cuda_conv import _handle, _to_torch, conv
+    n, (c, k) = 3, (p["C"], p["K"])
+    cd = conv(p)
+    x_vals = testing.fill((n, c, *p["spatial"]), "float32", rng)
+    w_vals = testing.fill((k, c, *p["kernel"]), "float32", rng)
+    x_desc, x = testing.make_tensor(x_vals.shape, "float32", "NHWC", rng, x_vals)
+    w_desc, w = testing.make_filter(w_vals.shape, "float32", "NHWC", w_vals)
+    y_desc, y = testing.make_tensor(cd.output_dims(x_desc, w_desc), "float32", "NHWC", rng)
+    z_vals = testing.fill(y_desc.dims, "float32", rng)
+    z_desc, z = testing.make_tensor(y_desc.dims, "float32", "NHWC", rng, z_vals)
+    bias = rng.standard_normal(k).astype(np.float32)
+    handle = _handle("cpu")
+    spec = EpilogueSpec(activation=ActivationMode.RELU, bias=torch.from_numpy(bias),
+                        z=_to_torch(z, "cpu") if residual else None, alpha2=0.5)
+    problem = ConvProblem("fwd", x_desc, w_desc, y_desc, cd)
+    views = {key: handle.backend.view(v, d, key, key == "y") for key, v, d in
+             (("x", x, x_desc), ("w", w, w_desc.as_tensor()), ("y", y, y_desc))}
+    testing.poison(y)
+    execute(handle, problem, ALGO["fwd"], views, handle.workspace(ALGO["fwd"].workspace_size(problem)), 2.0, 0.0,
+            epilogue=spec)
+    v = 2.0 * reference.conv_forward(x_vals, w_vals, p["stride"], p["pad"]) + bias.astype(np.float64)[None, :, None, None]
+    if residual:
+        v = v + 0.5 * z_vals.astype(np.float64)
+    np.testing.assert_allclose(np.asarray(y, np.float64), np.maximum(v, 0.0), rtol=2e-5, atol=2e-5)
+    _persistent_runs(persistent, store=not residual)
+
+
+def test_gpu_lists_offer_persistent_configs_after_the_reference(monkeypatch):
+    """On an H200 the 16-bit single plans get PERSISTENT configs after the others (the
+    first stays the reference); FILL plans (strided 1x1 backward data), per-phase plans
+    and float32 do not."""
+    monkeypatch.setattr(conv_tma, "sm_count", lambda device: 132)
+    monkeypatch.setattr(conv_tma, "hardware_ok", lambda t: True)
+    cuda = types.SimpleNamespace(type="cuda")
+    for direction, (c, hw, kernel, stride, pad), want in (
+            ("fwd", (256, 14, 1, 1, 0), True), ("fwd", (128, 28, 3, 1, 1), True), ("fwd", (512, 7, 3, 1, 1), True),
+            ("fwd", (256, 28, 1, 2, 0), True), ("bwd_data", (256, 14, 1, 1, 0), True),
+            ("bwd_data", (128, 28, 3, 1, 1), True), ("bwd_data", (256, 28, 1, 2, 0), False),
+            ("bwd_data", (128, 28, 3, 2, 1), False)):
+        problem, x, w, y = _resnet_problem(direction, c, hw, kernel, stride, pad)
+        plan = (conv_tma.plan_forward(problem, x, w, y) if direction == "fwd"
+                else conv_tma.plan_backward_data(problem, y, w, x))
+        cands = conv_tma.candidates(plan, cuda, problem)
+        pers = [i for i, cfg in enumerate(cands) if cfg.get("PERSISTENT")]
+        assert bool(pers) == want, (direction, c, hw, kernel, stride)
+        assert not cands[0].get("PERSISTENT")
+        assert pers == list(range(len(cands) - len(pers), len(cands)))  # all after the existing ones
+        if hw == 7 and kernel == 3:
+            assert any(cfg.get("NB") == 2 for i, cfg in enumerate(cands) if i in pers)
+
+
 @pytest.mark.parametrize("slices", [1, 3])
 def test_wgrad_one_slice_writes_dw_directly(slices, rng, monkeypatch):
     """One slice: wgrad_tma_kernel blends into dw itself (no partials, no finish launch);

@@ -42,7 +42,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .common import cdiv, grouped_tile, launch, sm_count
-from .epilogue import launch_args, store_tile
+from .epilogue import activate, launch_args, store_tile
 from .geometry import geometry, input_precision, needs_int64, strides5
 from .memo import IdentityMemo
 
@@ -84,6 +84,41 @@ def conv_tile(x_desc, w_desc, n, oh0, ow0, k0, C_RED, NTW, T, ROW0_H, ROWSTEP_H,
 
 
 @triton.jit
+def tile_origin(tile, N, OH, OW, C_OUT, BH: tl.constexpr, BW: tl.constexpr, BLOCK_N: tl.constexpr,
+                GROUP_M: tl.constexpr, NB: tl.constexpr):
+    """Where output tile ``tile`` starts: (first image, row, column, channel). Tiles go in
+    grouped order, GROUP_M pixel tiles at a time, so neighbours share filter columns in L2."""
+    tiles_h = tl.cdiv(OH, BH)
+    tiles_w = tl.cdiv(OW, BW)
+    num_m = tl.cdiv(N, NB) * tiles_h * tiles_w
+    num_n = tl.cdiv(C_OUT, BLOCK_N)
+    pid_m, pid_n = grouped_tile(tile, num_m, num_n, GROUP_M)
+    tw = pid_m % tiles_w
+    th = (pid_m // tiles_w) % tiles_h
+    n = (pid_m // (tiles_w * tiles_h)) * NB
+    return n, th * BH, tw * BW, pid_n * BLOCK_N
+
+
+@triton.jit
+def tile_pixels(n, oh0, ow0, N, OH, OW, BH: tl.constexpr, BW: tl.constexpr, NB: tl.constexpr,
+                INT64: tl.constexpr):
+    """The output pixel (image, row, column) of each of a tile's NB*BH*BW rows, and
+    whether it lies inside the output (clipped at the image edge and at N)."""
+    offs = tl.arange(0, NB * BH * BW)
+    ow = ow0 + offs % BW
+    if NB > 1:
+        oh = oh0 + (offs // BW) % BH
+        n = n + offs // (BH * BW)
+        mask_m = (oh < OH) & (ow < OW) & (n < N)
+    else:
+        oh = oh0 + offs // BW
+        mask_m = (oh < OH) & (ow < OW)
+    if INT64:
+        n = n.to(tl.int64)
+    return n, oh, ow, mask_m
+
+
+@triton.jit
 def conv_tma_kernel(
         # epilogue pointers: output, bias (K values), residual z
         y_ptr, bias_ptr, z_ptr,
@@ -112,37 +147,16 @@ def conv_tma_kernel(
     no gradient (alpha * 0 + beta * dx)."""
     BLOCK_M: tl.constexpr = NB * BH * BW
     # -- map the program to an output tile (grouped order for L2 reuse of the filter)
-    pid = tl.program_id(0)
-    tiles_h = tl.cdiv(OH, BH)
-    tiles_w = tl.cdiv(OW, BW)
-    num_m = tl.cdiv(N, NB) * tiles_h * tiles_w
-    num_n = tl.cdiv(C_OUT, BLOCK_N)
-    pid_m, pid_n = grouped_tile(pid, num_m, num_n, GROUP_M)
-    tw = pid_m % tiles_w
-    th = (pid_m // tiles_w) % tiles_h
-    n = (pid_m // (tiles_w * tiles_h)) * NB
-    oh0 = th * BH
-    ow0 = tw * BW
-    k0 = pid_n * BLOCK_N
+    n, oh0, ow0, k0 = tile_origin(tl.program_id(0), N, OH, OW, C_OUT, BH, BW, BLOCK_N, GROUP_M, NB)
 
     # -- reduction over (tap, channel block): one TMA box of input, one of filter
     acc = conv_tile(x_desc, w_desc, n, oh0, ow0, k0, C_RED, NTW, T, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W,
                     SH, SW, OFF_H, OFF_W, W_TAP0, W_STEP_H, W_STEP_W, BLOCK_M, BLOCK_N, BLOCK_K, W_KMAJOR, PREC)
 
     # -- epilogue: rows are the tile's pixels, clipped at the image edge (and at N)
-    offs = tl.arange(0, BLOCK_M)
-    ow = ow0 + offs % BW
+    n, oh, ow, mask_m = tile_pixels(n, oh0, ow0, N, OH, OW, BH, BW, NB, INT64)
     cols = k0 + tl.arange(0, BLOCK_N)
-    if NB > 1:
-        oh = oh0 + (offs // BW) % BH
-        n = n + offs // (BH * BW)
-        mask_m = (oh < OH) & (ow < OW) & (n < N)
-    else:
-        oh = oh0 + offs // BW
-        mask_m = (oh < OH) & (ow < OW)
     mask_n = cols < C_OUT
-    if INT64:
-        n = n.to(tl.int64)
     row_y = y_off + n * ys_n + oh * ys_h + ow * ys_w
     row_z = n * zs_n + oh * zs_h + ow * zs_w
     store_tile(acc, row_y, row_z, cols, mask_m, mask_n, y_ptr, ys_k, z_ptr, zs_k, bias_ptr, bias_stride,
@@ -157,6 +171,69 @@ def conv_tma_kernel(
                     store_tile(zero, shifted, row_z, cols, inside, mask_n, y_ptr, ys_k, z_ptr, zs_k, bias_ptr,
                                bias_stride, alpha, beta, alpha2, coef, swish_beta, ACT, HAS_BIAS, HAS_Z,
                                BETA_ZERO)
+
+
+@triton.jit
+def conv_tma_persistent_kernel(
+        # epilogue pointers: output, bias (K values), residual z
+        y_ptr, bias_ptr, z_ptr,
+        # TMA descriptors: input phase view box [NB, BH, 1, BW, BLOCK_K]; filter [rows, taps, cols];
+        # output (TMA_STORE) [N, OH, 1, OW, K] or the flat [1, 1, 1, P, K], box [NB, BH, 1, BW, BLOCK_N / EPI_SPLIT]
+        x_desc, w_desc, y_desc,
+        # output geometry and the taps, as conv_tma_kernel
+        N, OH, OW, C_RED, C_OUT, NTW, T, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W, SH, SW, OFF_H, OFF_W,
+        W_TAP0, W_STEP_H, W_STEP_W,
+        # element offset and strides of y and z (n, channel, h, w), and of bias
+        y_off, ys_n, ys_k, ys_h, ys_w, zs_n, zs_k, zs_h, zs_w, bias_stride,
+        # epilogue scalars
+        alpha, beta, alpha2, coef, swish_beta,
+        BH: tl.constexpr, BW: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+        GROUP_M: tl.constexpr, W_KMAJOR: tl.constexpr, PREC: tl.constexpr,
+        ACT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr, BETA_ZERO: tl.constexpr,
+        INT64: tl.constexpr, NB: tl.constexpr,
+        NUM_PROGRAMS: tl.constexpr, TMA_STORE: tl.constexpr, EPI_SPLIT: tl.constexpr):
+    """conv_tma_kernel's tiles, NUM_PROGRAMS programs each looping over every
+    NUM_PROGRAMS-th tile. The tile loop is flattened with the (tap, channel block) loop
+    into one software-pipelined loop, so the TMA loads of a program's next tile are in
+    flight while it stores the current one, and a small layer's last wave has no tail of
+    idle SMs waiting on a new launch's programs. TMA_STORE (no y or z to read: beta = 0,
+    no residual): the tile leaves by TMA from shared memory (rows past the output are
+    clipped by the descriptor), in EPI_SPLIT column slices to shrink the staging buffer;
+    otherwise the pointer epilogue store_tile."""
+    BLOCK_M: tl.constexpr = NB * BH * BW
+    num_tiles = tl.cdiv(N, NB) * tl.cdiv(OH, BH) * tl.cdiv(OW, BW) * tl.cdiv(C_OUT, BLOCK_N)
+    for tile in tl.range(tl.program_id(0), num_tiles, NUM_PROGRAMS, flatten=True):
+        # -- map the loop step to an output tile (grouped order, as conv_tma_kernel)
+        n, oh0, ow0, k0 = tile_origin(tile, N, OH, OW, C_OUT, BH, BW, BLOCK_N, GROUP_M, NB)
+
+        # -- reduction over (tap, channel block): one TMA box of input, one of filter
+        acc = conv_tile(x_desc, w_desc, n, oh0, ow0, k0, C_RED, NTW, T, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W,
+                        SH, SW, OFF_H, OFF_W, W_TAP0, W_STEP_H, W_STEP_W, BLOCK_M, BLOCK_N, BLOCK_K, W_KMAJOR,
+                        PREC)
+
+        # -- epilogue
+        cols = k0 + tl.arange(0, BLOCK_N)
+        mask_n = cols < C_OUT
+        if TMA_STORE:
+            v = acc * alpha
+            if HAS_BIAS:
+                v += tl.load(bias_ptr + cols * bias_stride, mask=mask_n, other=0.0).to(tl.float32)[None, :]
+            if ACT >= 0:
+                v = activate(v, ACT, coef, swish_beta)
+            v = v.to(y_ptr.dtype.element_ty)
+            if EPI_SPLIT == 2:
+                HALF: tl.constexpr = BLOCK_N // 2
+                v0, v1 = v.reshape(BLOCK_M, 2, HALF).permute(0, 2, 1).split()
+                y_desc.store([n, oh0, 0, ow0, k0], v0.reshape(NB, BH, 1, BW, HALF))
+                y_desc.store([n, oh0, 0, ow0, k0 + HALF], v1.reshape(NB, BH, 1, BW, HALF))
+            else:
+                y_desc.store([n, oh0, 0, ow0, k0], v.reshape(NB, BH, 1, BW, BLOCK_N))
+        else:
+            pn, oh, ow, mask_m = tile_pixels(n, oh0, ow0, N, OH, OW, BH, BW, NB, INT64)
+            row_y = y_off + pn * ys_n + oh * ys_h + ow * ys_w
+            row_z = pn * zs_n + oh * zs_h + ow * zs_w
+            store_tile(acc, row_y, row_z, cols, mask_m, mask_n, y_ptr, ys_k, z_ptr, zs_k, bias_ptr, bias_stride,
+                       alpha, beta, alpha2, coef, swish_beta, ACT, HAS_BIAS, HAS_Z, BETA_ZERO)
 
 
 @triton.jit
@@ -650,6 +727,37 @@ SMALL_OUTPUT = 64  # output pixels per image up to which SMALL_CONFIGS are offer
 PHASE_EXTRA = [_cfg(8, 16, 128, 64, 4, 4), _cfg(8, 16, 128, 64, 8, 3)]
 
 
+# conv_tma_persistent_kernel (PERSISTENT = programs per SM). Shared memory per program as
+# compiled for sm_90 (bf16; the H200 has 228 KB per SM): 128 x 256 and 256 x 128 tiles in
+# 3 stages 208 KB (operands 144 KB + 64 KB store staging); EPI_SPLIT = 2 stores a tile in
+# two column halves, half the staging, which lets 128 x 256 keep 4 stages (224 KB). 8 x 16
+# and 16 x 16 boxes 192 and 176 KB, 8 x 8 x 256 144 KB, two 8 x 8 images x 128 144 KB: one
+# program per SM. 64 x 128 (112 KB) and 8 x 8 x 128 (104 KB) run two per SM, so one's
+# epilogue also overlaps the other's MMAs. 64 columns (outputs of 64 channels: backward
+# data of ResNet's 64-channel layers): 256 x 64 152 KB, 16 x 16 x 64 120 KB (one per SM),
+# 128 x 64 112 KB and 8 x 16 x 64 96 KB (two). 16-bit data only (float32 doubles the staging).
+def _persistent(cfg, per_sm=1, split=1):
+    return dict(cfg, PERSISTENT=per_sm, EPI_SPLIT=split)
+
+
+PERSISTENT_FLAT = [_persistent(_cfg(1, 128, 256, 64, 8, 3)), _persistent(_cfg(1, 256, 128, 64, 8, 3)),
+                   _persistent(_cfg(1, 128, 256, 64, 8, 4), split=2), _persistent(_cfg(1, 64, 128, 64, 4, 4), 2),
+                   _persistent(_cfg(1, 128, 128, 64, 4, 3)), _persistent(_cfg(1, 256, 64, 64, 8, 3)),
+                   _persistent(_cfg(1, 128, 64, 64, 4, 4), 2)]
+PERSISTENT_TILE = [_persistent(_cfg(8, 16, 256, 64, 8, 3)), _persistent(_cfg(16, 16, 128, 64, 8, 3)),
+                   _persistent(_cfg(8, 8, 256, 64, 8, 3)), _persistent(_cfg(8, 8, 128, 64, 4, 4), 2),
+                   _persistent(_cfg(16, 16, 64, 64, 8, 3)), _persistent(_cfg(8, 16, 64, 64, 4, 4), 2)]
+PERSISTENT_SMALL = [_persistent(dict(_cfg(8, 8, 256, 64, 8, 3), NB=2)),
+                    _persistent(dict(_cfg(8, 8, 128, 64, 4, 4), NB=2))]
+
+
+def persistent_ok(plan, problem) -> bool:
+    """Whether the persistent kernel is offered: one plan (not FILL: its tiles also write
+    skipped pixels), 16-bit data with MMA math."""
+    return (problem is not None and problem.dtype.itemsize == 2 and not strict_float32(problem)
+            and plan.fill == (1, 1) and plan.out_offset == 0 and plan.c_out > 16)
+
+
 def strict_float32(problem) -> bool:
     """Float32 data whose dot products run as FMAs (no tf32): its own config lists."""
     return problem is not None and problem.dtype.itemsize == 4 and input_precision(problem) == "ieee"
@@ -659,9 +767,13 @@ def candidates(plan, device, problem=None) -> list:
     """Launch configs to time, the conservative one first. A tuple of backward-data phase
     plans gets the per-phase configs (one launch per phase; the first is the reference)
     and, when ``problem`` is given and fused_phases_ok, the same boxes with FUSED (one
-    launch for all phases). The interpreter takes the first: FUSED there, so CI runs it."""
+    launch for all phases). The interpreter takes the first: FUSED there, so CI runs it.
+    On the GPU, 16-bit single plans also get PERSISTENT configs (conv_tma_persistent_kernel)
+    after the others; tests force them under the interpreter."""
     if isinstance(plan, tuple):
         per_phase = candidates(plan[0], device, problem)
+        if len(plan) > 1:  # one launch per phase: the persistent kernel is not offered
+            per_phase = [c for c in per_phase if not c.get("PERSISTENT")]
         if problem is None or not fused_phases_ok(plan, problem):
             return per_phase
         extra = [c for c in PHASE_EXTRA if c["BLOCK_N"] <= max(64, triton.next_power_of_2(plan[0].c_out))]
@@ -690,6 +802,12 @@ def candidates(plan, device, problem=None) -> list:
         fits = fits + [c for c in SMALL_CONFIGS if c["BLOCK_N"] <= out_cap]
     if strict_float32(problem):  # the narrow and small-image boxes too take the short K step
         fits = [dict(c, BK_CAP=min(c["BK_CAP"], 32)) for c in fits]
+    if fits and persistent_ok(plan, problem):
+        extra = PERSISTENT_FLAT if flat else PERSISTENT_TILE
+        if not flat and plan.oh * plan.ow <= SMALL_OUTPUT and plan.n > 1:
+            extra = extra + PERSISTENT_SMALL
+        # 64-column tiles only where the output has few channels (they re-read the input)
+        fits = fits + [c for c in extra if c["BLOCK_N"] <= out_cap and (c["BLOCK_N"] > 64 or plan.c_out <= 128)]
     return fits or base[:1]
 
 
@@ -830,13 +948,52 @@ class _Recipe:
                        *plan.fill_hw, plan.out_offset, *plan.out_strides, *plan.z_strides)
 
 
+def store_view(plan: Plan, out, block):
+    """The (dtype, shape, strides, box) TMA view through which the persistent kernel
+    stores its tiles, or None (pointer stores): the output must be channels-last with
+    16-byte aligned pixel strides, start at the plan's first pixel, and be dense (no FILL
+    skipping). Tile plans: [N, OH, 1, OW, K]; flat plans: all pixels as [1, 1, 1, P, K]."""
+    sn, sk, sh, sw = plan.out_strides
+    item = out.element_size()
+    if plan.fill != (1, 1) or plan.out_offset or sk != 1 or out.data_ptr() % 16:
+        return None
+    if plan.n == 1 and plan.oh == 1:
+        shape, strides = _flat_view(plan.ow, sw, plan.c_out)
+    else:
+        shape, strides = (plan.n, plan.oh, 1, plan.ow, plan.c_out), (sn, sh, sh, sw, 1)
+    if not _aligned(strides[:4], item):
+        return None
+    return (out.dtype, shape, strides, tuple(block))
+
+
+class _PersistentRecipe(_Recipe):
+    """conv_tma_persistent_kernel's launch: _Recipe's views and arguments (no FILL), a
+    grid of PERSISTENT programs per SM (at most one per tile), and the output's TMA view
+    when the epilogue reads neither y nor z (beta = 0, no residual)."""
+    __slots__ = ("y_view",)
+
+    def __init__(self, plan, problem, inp, w, out, z, cfg, kmajor, act, has_bias, has_z, beta_zero):
+        super().__init__(plan, problem, inp, w, out, z, cfg, kmajor, act, has_bias, has_z, beta_zero)
+        assert plan.fill == (1, 1), "FILL plans (strided 1x1 backward data) take conv_tma_kernel"
+        split = cfg.get("EPI_SPLIT", 1)
+        box = (cfg.get("NB", 1), cfg["BH"], 1, cfg["BW"], cfg["BLOCK_N"] // split)
+        self.y_view = store_view(plan, out, box) if beta_zero and not has_z else None
+        programs = min(self.grid[0], sm_count(out.device) * cfg["PERSISTENT"])
+        self.grid = (programs,)
+        del self.consts["FILL_SH"], self.consts["FILL_SW"]
+        self.consts.update(NUM_PROGRAMS=programs, TMA_STORE=self.y_view is not None, EPI_SPLIT=split)
+        self.middle = (plan.n, plan.oh, plan.ow, plan.c_red, plan.c_out, *plan.taps.args, *plan.taps.filter_args,
+                       plan.out_offset, *plan.out_strides, *plan.z_strides)
+
+
 _recipes = IdentityMemo()
 
 
 def launch_conv(plan, problem, inp, w, out, alpha, beta, cfg, kmajor=False, spec=None):
-    """out = epilogue(conv(inp, w)) through conv_tma_kernel: forward, or (kmajor) backward
-    data, whose plan may be a tuple of phase plans: one launch each, or with cfg["FUSED"]
-    one conv_tma_phases_kernel launch for all of them."""
+    """out = epilogue(conv(inp, w)) through conv_tma_kernel (or, with cfg["PERSISTENT"],
+    conv_tma_persistent_kernel): forward, or (kmajor) backward data, whose plan may be a
+    tuple of phase plans: one launch each, or with cfg["FUSED"] one
+    conv_tma_phases_kernel launch for all of them."""
     if isinstance(plan, tuple):
         if cfg.get("FUSED") and spec is None and fused_phases_ok(plan, problem):
             _launch_phases(plan, problem, inp, w, out, alpha, beta, cfg)
@@ -850,6 +1007,16 @@ def launch_conv(plan, problem, inp, w, out, alpha, beta, cfg, kmajor=False, spec
     # the bias stride (an integer argument Triton specializes on)
     extra = (kmajor, act, has_bias, has_z, beta_zero, bias_stride, inp.dtype, w.dtype, out.dtype, bias.dtype,
              z.dtype)
+    if cfg.get("PERSISTENT"):
+        extra += (out.data_ptr() % 16 == 0,)  # the TMA store needs an aligned output
+        recipe = _recipes.get((plan, cfg, problem), extra, lambda: _PersistentRecipe(
+            plan, problem, inp, w, out, z if has_z else None, cfg, kmajor, act, has_bias, has_z, beta_zero))
+        x_desc = descriptor_of(inp, recipe.x_view)
+        y_desc = x_desc if recipe.y_view is None else descriptor_of(out, recipe.y_view)  # unused without TMA_STORE
+        args = (out, bias, z, x_desc, descriptor_of(w, recipe.w_view), y_desc, *recipe.middle, bias_stride,
+                float(alpha), float(beta), alpha2, coef, swish_beta)
+        launch(conv_tma_persistent_kernel, recipe.grid, args, recipe.consts, recipe.options, (recipe, 3))
+        return
     recipe = _recipes.get((plan, cfg, problem), extra, lambda: _Recipe(
         plan, problem, inp, w, out, z if has_z else None, cfg, kmajor, act, has_bias, has_z, beta_zero))
     args = (out, bias, z, descriptor_of(inp, recipe.x_view), descriptor_of(w, recipe.w_view), *recipe.middle,
