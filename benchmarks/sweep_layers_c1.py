@@ -74,7 +74,14 @@ RED_NCHW = [("default", tensor_ops, ()),
             ("ahead 8/SM, steps of 2048", tensor_ops, (("CONTIGUOUS_ROWS_KERNEL", "ahead"),
                                                        ("AHEAD_PROGRAMS_PER_SM", 8),
                                                        ("CONTIGUOUS_ROWS_BLOCK_R", 2048)))]
-RED_NHWC = [("default", tensor_ops, ())]
+# NHWC (existing switches): no split measured 2.61-2.72 against the default's 2.49-2.51
+# (bench_gpu_layers 06:15 and 09:11 UTC); deeper cp.async pipelines without the split
+RED_NHWC = [("default", tensor_ops, ()),
+            ("no split", tensor_ops, (("REDUCE_SPLIT", 1),)),
+            ("no split, 4 stages", tensor_ops, (("REDUCE_SPLIT", 1), ("STRIDED_ROWS_STAGES", 4))),
+            ("no split, 128 ch x 64, 4 stages", tensor_ops, (("REDUCE_SPLIT", 1), ("STRIDED_ROWS_BLOCK_K", 128),
+                                                             ("STRIDED_ROWS_BLOCK_R", 64),
+                                                             ("STRIDED_ROWS_STAGES", 4)))]
 
 
 class Problem:

@@ -8,7 +8,9 @@ words, 0, 0), read as int32 and folded with -v - 1 when negative, is >= ceil(p *
 
 Three kernels, one mask:
 - ``_dropout_flat_kernel``: every tensor one dense run in logical order (NCHW): a
-  program takes BLOCK_G groups of 4 consecutive elements, one Philox call per group;
+  program takes BLOCK_G groups of 4 consecutive elements, one Philox call per group
+  (FLAT_KERNEL "vec8": ``_dropout_vec8_kernel``, a thread holds 8 elements and their two
+  calls, for 16-byte vectors);
 - the tile kernels: the last logical dim W is a multiple of 4 but memory order differs
   (NHWC): a program takes one outer position (n, h, ...) and a tile of the
   innermost-in-memory dim (c) and W, with one Philox call per (c, 4 W values). Which

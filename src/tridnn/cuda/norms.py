@@ -3,7 +3,9 @@
 Layer and RMS norm normalize rows: the last ``norm_ndim`` dims (K elements) for each
 of the R leading positions; one kernel serves both (RMS: no mean, no bias). A program
 takes BLOCK_R rows; a row up to MAX_TILE elements stays in registers (one read, one
-write), a longer one is read again in a second loop. Group norm normalizes, for each
+write), a longer one is read again in a second loop. Rows of more than 1024 elements
+that fit a tile go to a kernel that walks several rows a program (ROW_FORWARD: one after
+the other, or a resident wave of runs with the next row loaded ahead). Group norm normalizes, for each
 (n, group), the group's channels times all positions, seen through the (N, C, S)
 strides, so NCHW and NHWC need no copies.
 

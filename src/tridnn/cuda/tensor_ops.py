@@ -6,8 +6,10 @@ input and output have different innermost dims (NCHW <-> NHWC) uses a tiled kern
 that reads and writes whole 2-D tiles, so both sides stay coalesced. Reductions view
 the input as (kept, reduced) and reduce a block of rows per program. Switches (off by
 default until timed on the GPU) select faster paths for an NCHW bias add (one bias value a
-16-byte vector: BIAS_KERNEL) and for sums over back-to-back rows (whole rows streamed as
-one run a program: CONTIGUOUS_ROWS_KERNEL); STRIDED_ROWS_BLOCK_K sets NHWC's channel tile."""
+16-byte vector: BIAS_KERNEL) and for sums over rows contiguous along the row
+(CONTIGUOUS_ROWS_KERNEL: "runs", whole rows streamed as one run a program, or "ahead", a
+resident wave of programs each a run of rows loaded one row ahead); STRIDED_ROWS_BLOCK_K
+sets NHWC's channel tile."""
 from __future__ import annotations
 
 import torch
