@@ -78,7 +78,6 @@ def precompile(cases, dry):
     if dry:
         return 0.0
     from concurrent.futures import ThreadPoolExecutor
-    from triton.runtime._async_compile import AsyncCompileMode
     t0 = time.time()
     real = conv_tma.launch
 
@@ -86,6 +85,7 @@ def precompile(cases, dry):
         kernel.warmup(*args, grid=grid, **consts, **options)
     conv_tma.launch = warm
     try:
+        from triton.runtime._async_compile import AsyncCompileMode  # Triton >= 3.4
         with ThreadPoolExecutor(max(4, os.cpu_count() or 4)) as pool, AsyncCompileMode(pool, ignore_errors=True):
             for case in cases:
                 for cfg in case.configs:
