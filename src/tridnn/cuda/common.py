@@ -226,9 +226,9 @@ def launch(kernel, grid, args: tuple, consts: dict, options: dict, static=None):
             # the runtime arguments (the usual signature) they are one tuple appended
             tail = tuple(v for _, v in slots) if [i for i, _ in slots] == list(
                 range(len(args), len(args) + len(slots))) else None
-            _compiled[full] = (compiled, slots, tail)
+            _compiled[full] = (compiled, slots, tail, TensorMapLauncher.of(compiled.run) if CACHE_TMA_MAPS else None)
         return
-    compiled, slots, tail = entry
+    compiled, slots, tail, maps = entry
     if tail is not None:
         values = (*args, *tail)
     else:
@@ -236,5 +236,77 @@ def launch(kernel, grid, args: tuple, consts: dict, options: dict, static=None):
         for i, v in slots:
             values.insert(i, v)
     g = tuple(grid) + (1,) * (3 - len(grid))
+    if maps is not None:
+        maps.launch(g, _raw_stream(device.index), compiled, values)
+        return
     compiled.run(g[0], g[1], g[2], _raw_stream(device.index), compiled.function,
                  compiled.packed_metadata, None, None, None, *values)
+
+
+# Kernels with TMA descriptor arguments: Triton's launcher (3.6) encodes every descriptor
+# into a CUtensorMap (cuTensorMapEncodeTiled) and rebuilds the argument list in Python on
+# every launch. The encoding depends only on the descriptor (base address, shape,
+# strides, box) and the kernel's layout metadata (swizzle, element type), and conv_tma
+# hands the same descriptor object back for the same address and view, so the encoded
+# maps are kept per (kernel, argument position, descriptor) and passed straight to the
+# compiled launcher. False: every launch goes through Triton's own path.
+CACHE_TMA_MAPS = os.environ.get("TRIDNN_CACHE_TMA_MAPS", "1") != "0"
+
+
+class TensorMapLauncher:
+    """A compiled kernel's raw launcher plus its encoded tensor maps, reused across
+    launches. ``of`` returns None when the launcher is not the shape this relies on
+    (no descriptor arguments, scratch buffers to allocate, another Triton version):
+    then the normal path runs."""
+    __slots__ = ("raw", "positions", "metas", "maps", "coop", "pdl", "encode")
+    LIMIT = 4096  # cached maps per kernel before the cache starts over
+
+    def __init__(self, raw, positions, metas, coop, pdl):
+        from triton.backends.nvidia.driver import make_tensordesc_arg
+        self.raw, self.positions, self.metas, self.coop, self.pdl = raw, positions, metas, coop, pdl
+        self.encode = make_tensordesc_arg
+        self.maps: dict = {}
+
+    @classmethod
+    def of(cls, launcher):
+        inner = getattr(launcher, "launch", None)
+        names = getattr(getattr(inner, "__code__", None), "co_freevars", ())
+        if getattr(inner, "__name__", "") != "inner" or not {"launcher", "tensordesc_indices",
+                                                             "tensordesc_meta"} <= set(names):
+            return None
+        cells = dict(zip(names, (c.cell_contents for c in inner.__closure__)))
+        metas = cells["tensordesc_meta"]
+        if (getattr(launcher, "global_scratch_size", 1) or getattr(launcher, "profile_scratch_size", 1)
+                or getattr(launcher, "num_ctas", 1) != 1 or not metas or any(m is None for m in metas)):
+            return None
+        return cls(cells["launcher"], sorted(cells["tensordesc_indices"]), list(metas),
+                   launcher.launch_cooperative_grid, launcher.launch_pdl)
+
+    def expand(self, pos: int, k: int, desc) -> tuple:
+        """(CUtensorMap, *shape, *strides) of descriptor argument number ``k``."""
+        if isinstance(desc.base, torch.Tensor):  # would pin the tensor's memory in the cache
+            return tuple(self.encode(desc, self.metas[k]))
+        key = (pos, id(desc))
+        hit = self.maps.get(key)
+        if hit is not None and hit[0] is desc:
+            return hit[1]
+        if len(self.maps) >= self.LIMIT:
+            self.maps.clear()
+        out = tuple(self.encode(desc, self.metas[k]))
+        self.maps[key] = (desc, out)  # the entry holds desc, so its id is not reused meanwhile
+        return out
+
+    def arguments(self, values) -> list:
+        """The kernel arguments as the raw launcher takes them: each descriptor replaced by
+        its expansion, everything else as given."""
+        out, start = [], 0
+        for k, pos in enumerate(self.positions):
+            out.extend(values[start:pos])
+            out.extend(self.expand(pos, k, values[pos]))
+            start = pos + 1
+        out.extend(values[start:])
+        return out
+
+    def launch(self, grid, stream, compiled, values):
+        self.raw(grid[0], grid[1], grid[2], stream, compiled.function, self.coop, self.pdl, None, None,
+                 compiled.packed_metadata, None, None, None, *self.arguments(values))
