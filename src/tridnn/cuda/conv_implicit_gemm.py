@@ -314,6 +314,8 @@ def gemm_estimate(problem, efficiency=1.0) -> float:
     rate = TC_RATE.get(problem.dtype.itemsize, 300e12)
     if problem.dtype.itemsize == 4 and input_precision(problem) == "ieee":
         rate = 45e12
+    elif problem.dtype.itemsize == 4 and input_precision(problem) == "tf32x3":
+        rate /= 3  # three tf32 products per multiply (DEFAULT math for float32)
     geo = geometry(problem)
     if geo.cg < FLAT_BELOW:
         rate /= 32  # the flattened (tap, channel) gather: conv1 (C = 3) measured 17 TFLOP/s on the H200
