@@ -22,6 +22,10 @@ row of one image, so tiles are BLOCK_M consecutive pixels with no edge waste.
 Two kernels share this idea:
 - ``conv_tma_kernel``: forward (y = x * w) and, with the filter read K-major and
   flipped, backward data at stride 1 (dx = dy * w^T, a forward convolution of dy).
+  ``conv_tma_persistent_kernel`` computes the same tiles with one program per SM (or
+  two) looping over them in one software-pipelined loop, so a tile's epilogue overlaps
+  the next tile's loads; its output leaves by TMA store when the epilogue reads
+  neither y nor z. The tuner weighs it as PERSISTENT configs.
 - ``wgrad_tma_kernel``: backward filter, dw[k, tap, c] = sum over pixels of
   dy[p, k] x[p + tap offset, c]; the pixel reduction is split into slices written as
   float32 partials that the caller's ``wgrad_finish`` sums in a fixed order
