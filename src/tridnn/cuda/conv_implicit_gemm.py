@@ -309,13 +309,19 @@ def _recipe(problem, x, w, y, beta, spec, cfg, precomp):
 TC_RATE = {2: 600e12, 4: 300e12}  # rough sustained dot rates (bytes per element -> flop/s)
 
 
-def gemm_estimate(problem, efficiency=1.0) -> float:
-    """Seconds: the larger of the arithmetic and the memory time, on an H200-like GPU."""
+def dot_rate(problem) -> float:
+    """Rough sustained tl.dot rate (flop/s) for the problem's dtype and math type."""
     rate = TC_RATE.get(problem.dtype.itemsize, 300e12)
     if problem.dtype.itemsize == 4 and input_precision(problem) == "ieee":
         rate = 45e12
     elif problem.dtype.itemsize == 4 and input_precision(problem) == "tf32x3":
         rate /= 3  # three tf32 products per multiply (DEFAULT math for float32)
+    return rate
+
+
+def gemm_estimate(problem, efficiency=1.0) -> float:
+    """Seconds: the larger of the arithmetic and the memory time, on an H200-like GPU."""
+    rate = dot_rate(problem)
     geo = geometry(problem)
     if geo.cg < FLAT_BELOW:
         rate /= 32  # the flattened (tap, channel) gather: conv1 (C = 3) measured 17 TFLOP/s on the H200
