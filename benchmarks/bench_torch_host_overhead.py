@@ -2,6 +2,7 @@
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE TRITON_INTERPRET=1 PYTHONPATH=src \
         .venv/bin/python benchmarks/bench_torch_host_overhead.py [--calls 1000] [--rounds 5] [--profile ROW]
+        [--count] [--rows SUBSTRING ...]
 
 A CUDA tensor takes tridnn.torch's Triton path; here CPU tensors are sent down that same
 path (the calling thread's default "cpu" handle is replaced by
@@ -17,11 +18,21 @@ Rows (tiny tensors, so nothing but host work would show even with kernels):
   bn fwd / fwd+bwd         tridnn.torch.nn.BatchNorm2d (training, running stats)
   maxpool fwd+bwd          tridnn.torch.nn.MaxPool2d(3, 2, 1) on 2x8x8x8
   conv fwd / fwd+bwd       tridnn.torch.nn.Conv2d(16, 16, 3, padding=1) channels_last 2x16x8x8
+  bf16 bn / conv / block   the real training case (examples/ddp_train.py: the whole model in
+                           bfloat16, channels_last): BatchNorm2d with bfloat16 weight, bias and
+                           running statistics; the Conv2d above in bfloat16; a ResNet-50
+                           bottleneck block (1x1, 3x3, 1x1 convolutions with batch norm and
+                           relu, identity shortcut, 2x16x8x8, width 4), forward + backward
   functional relu / conv   tridnn.functional.activation / conv (no torch layer, no autograd)
   functional bn / maxpool  tridnn.functional.batch_norm_training / batch_norm_backward /
                            pool_backward on the tensors of the rows above
   torch *                  PyTorch's own layer for scale
 Rounds interleave the rows; each row's figure is the median over rounds (the CPU is shared).
+
+``--count``: per call of each row, the kernel launches (calls of the stubbed launchers)
+and the ATen operators torch's profiler records at the top level (its allocations,
+empty/empty_strided/new_empty, and copies, copy_/to, counted apart); each is one
+dispatcher round trip on a GPU host, a launch or an allocation each.
 """
 from __future__ import annotations
 
@@ -43,11 +54,18 @@ from tridnn import handle as handle_mod  # noqa: E402
 from tridnn.cuda import common  # noqa: E402
 
 
+LAUNCHES = [0]  # kernel launches through the stubs
+
+
+def _no_launch(*args, **kwargs):
+    LAUNCHES[0] += 1
+
+
 class _NoKernel:
     """Stands for a @triton.jit kernel launched as ``kernel[grid](...)``: does nothing."""
 
     def __getitem__(self, grid):
-        return lambda *args, **kwargs: None
+        return _no_launch
 
 
 def stub_launches():
@@ -58,7 +76,7 @@ def stub_launches():
     from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
     from tridnn.cuda import pooling, tensor_ops
-    common.launch = lambda *args, **kwargs: None
+    common.launch = _no_launch
     for module in (pooling, tensor_ops):
         for name, value in list(vars(module).items()):
             if isinstance(value, (JITFunction, InterpretedFunction)) and name.endswith("_kernel"):
@@ -112,6 +130,27 @@ def cases():
     rows["conv fwd+bwd"] = lambda: conv_t(x).backward(gx)
     rows["torch conv fwd+bwd"] = lambda: conv_ref(x).backward(gx)
 
+    # the real case: everything bfloat16 and channels_last, as examples/ddp_train.py builds it
+    bf = torch.bfloat16
+    ab = a.detach().to(bf).contiguous(memory_format=cl).requires_grad_(True)
+    gab = ga.to(bf).contiguous(memory_format=cl)
+    bnb_t = tt.convert(torch.nn.BatchNorm2d(8)).to(bf)
+    bnb_ref = torch.nn.BatchNorm2d(8).to(bf)
+    rows["bf16 bn fwd"] = lambda: bnb_t(ab)
+    rows["bf16 bn fwd+bwd"] = lambda: bnb_t(ab).backward(gab)
+    rows["torch bf16 bn fwd+bwd"] = lambda: bnb_ref(ab).backward(gab)
+    xb = x.detach().to(bf).contiguous(memory_format=cl).requires_grad_(True)
+    gxb = gx.to(bf).contiguous(memory_format=cl)
+    convb_t = tt.convert(torch.nn.Conv2d(16, 16, 3, padding=1, bias=False)).to(bf).to(memory_format=cl)
+    convb_ref = torch.nn.Conv2d(16, 16, 3, padding=1, bias=False).to(bf).to(memory_format=cl)
+    rows["bf16 conv fwd"] = lambda: convb_t(xb)
+    rows["bf16 conv fwd+bwd"] = lambda: convb_t(xb).backward(gxb)
+    rows["torch bf16 conv fwd+bwd"] = lambda: convb_ref(xb).backward(gxb)
+    block_t = tt.convert(Bottleneck(16, 4)).to(bf).to(memory_format=cl)
+    block_ref = Bottleneck(16, 4).to(bf).to(memory_format=cl)
+    rows["bf16 block fwd+bwd"] = lambda: block_t(xb).backward(gxb)
+    rows["torch bf16 block fwd+bwd"] = lambda: block_ref(xb).backward(gxb)
+
     a0 = a.detach()
     x0, w0 = x.detach(), conv_t.weight.detach()
     rows["functional relu"] = lambda: TF.activation(a0, "relu")
@@ -128,20 +167,72 @@ def cases():
     return rows
 
 
+class Bottleneck(torch.nn.Module):
+    """ResNet-50's bottleneck block with an identity shortcut (torchvision's layout)."""
+
+    def __init__(self, channels, width):
+        super().__init__()
+        nn = torch.nn
+        self.conv1, self.bn1 = nn.Conv2d(channels, width, 1, bias=False), nn.BatchNorm2d(width)
+        self.conv2, self.bn2 = nn.Conv2d(width, width, 3, padding=1, bias=False), nn.BatchNorm2d(width)
+        self.conv3, self.bn3 = nn.Conv2d(width, channels, 1, bias=False), nn.BatchNorm2d(channels)
+        self.relu = nn.ReLU()
+
+    def forward(self, x):
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        return self.relu(self.bn3(self.conv3(out)) + x)
+
+
+def count(rows, calls):
+    """Per call: stubbed launches, and the top-level ATen operators (allocations, copies)."""
+    from torch.profiler import ProfilerActivity, profile
+    alloc = {"aten::empty", "aten::empty_strided", "aten::new_empty", "aten::empty_like"}
+    copies = {"aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone"}
+    print(f"per call, mean of {calls} calls: launches, top-level ATen ops (allocations, copies)")
+    for name, fn in rows.items():
+        LAUNCHES[0] = 0
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(calls):
+                fn()
+        launches = LAUNCHES[0] / calls
+        events = [e for e in prof.events() if e.name.startswith("aten::") and not _under_aten(e)]
+        n_alloc = sum(e.name in alloc for e in events) / calls
+        n_copy = sum(e.name in copies for e in events) / calls
+        print(f"  {name:26s} launches {launches:5.1f}  aten ops {len(events) / calls:6.1f}  "
+              f"(allocations {n_alloc:4.1f}, copies {n_copy:4.1f})")
+
+
+def _under_aten(event):
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name.startswith("aten::"):
+            return True
+        parent = parent.cpu_parent
+    return False
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calls", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--profile", default=None, help="a row name: print its cProfile (by own time)")
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--count", action="store_true", help="launches and ATen operators per call, no timing")
+    ap.add_argument("--rows", nargs="*", default=None, help="only rows whose name contains one of these")
     args = ap.parse_args()
     torch.set_num_threads(1)
     stub_launches()
     triton_default_handle()
     rows = cases()
+    if args.rows:
+        rows = {k: v for k, v in rows.items() if any(r in k for r in args.rows)}
     for fn in rows.values():  # first calls: validation, plans, caches
         fn()
         fn()
+    if args.count:
+        count(rows, min(args.calls, 50))
+        return
     if args.profile:
         prof = cProfile.Profile()
         prof.enable()

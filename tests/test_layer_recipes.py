@@ -9,6 +9,7 @@ import torch
 import tridnn
 import tridnn.functional as TF
 from tridnn.api import functional as api_functional
+from tridnn.api import layer_recipes as recipes
 from tridnn.errors import BadParamError
 
 
@@ -124,3 +125,123 @@ def test_batch_norm_layouts_repeat_without_stale_geometry(h):
                 torch.testing.assert_close(dx.double(), xr.grad, **tol, msg=lambda m: f"{x.stride()} {weight.stride()} {x.dtype}: {m}")
                 torch.testing.assert_close(dw.double(), wr.grad, **tol)
                 torch.testing.assert_close(db.double(), br.grad, **tol)
+
+
+# -- convolution recipes (functional conv / conv_backward_data / conv_backward_filter) --------------
+def _full_path(fn, *args, **kwargs):
+    """``fn`` on a fresh handle: no plan, no recipe, the full path."""
+    fresh = tridnn.Handle(device="cpu", backend="triton")
+    try:
+        return fn(*args, handle=fresh, **kwargs)
+    finally:
+        api_functional.clear_plan_cache(fresh)
+
+
+def _same(a, b):
+    assert a.shape == b.shape and a.stride() == b.stride() and a.dtype == b.dtype
+    assert torch.equal(a, b)
+
+
+def _conv_cases():
+    g = torch.Generator().manual_seed(5)
+    cl = torch.channels_last
+    x = torch.randn(2, 4, 5, 5, generator=g)
+    w = torch.randn(4, 4, 3, 3, generator=g)
+    w2 = torch.randn(4, 2, 3, 3, generator=g)
+    b = torch.randn(4, generator=g)
+    return [  # (x, w, bias, stride, padding, dilation, groups, mode)
+        (x, w, None, 1, 1, 1, 1, "cross_correlation"),
+        (x.contiguous(memory_format=cl), w.contiguous(memory_format=cl), None, 1, 1, 1, 1, "cross_correlation"),
+        (x, w, b, 1, 1, 1, 1, "cross_correlation"),
+        (x, w, None, 2, 1, 1, 1, "cross_correlation"),
+        (x, w, None, [1, 2], "same", 1, 1, "cross_correlation"),
+        (x, w, None, 1, ((1, 0), (0, 1)), 1, 1, "cross_correlation"),
+        (x, w, None, 1, 2, 2, 1, "cross_correlation"),
+        (x, w2, None, 1, 1, 1, 2, "cross_correlation"),
+        (x, w, None, 1, 1, 1, 1, "convolution"),
+        (x.half(), w.half(), None, 1, 1, 1, 1, "cross_correlation"),
+        (x.transpose(2, 3), w, None, 1, 1, 1, 1, "cross_correlation"),
+    ]
+
+
+def test_conv_recipes_are_bit_identical_to_the_full_path_and_follow_every_change(h):
+    """Two rounds over convolutions that differ in one thing each (layout, bias, stride,
+    padding, dilation, groups, mode, dtype, strides): the second round runs the recipes
+    the first left, and every direction equals the full path's result bit for bit, and
+    PyTorch's in float64."""
+    F = torch.nn.functional
+    for _ in range(2):
+        for x, w, b, stride, padding, dilation, groups, mode in _conv_cases():
+            args = (stride, padding, dilation, groups, mode)
+            y = TF.conv(x, w, b, *args, handle=h)
+            _same(y, _full_path(TF.conv, x, w, b, *args))
+            pads = api_functional.padding_pairs(padding, 2, x.shape[2:], w.shape[2:],
+                                                (stride,) * 2 if isinstance(stride, int) else stride,
+                                                (dilation, dilation))
+            wr = w.double().flip(2, 3) if mode == "convolution" else w.double()
+            xr = F.pad(x.double(), (pads[0][1], pads[1][1], pads[0][0], pads[1][0]))
+            ref = F.conv2d(xr, wr, None if b is None else b.double(), stride, 0, dilation, groups)
+            tol = 2e-3 if x.dtype == torch.float16 else 2e-5
+            torch.testing.assert_close(y.double(), ref, rtol=tol, atol=tol)
+            dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(6), dtype=y.dtype)
+            dx = TF.conv_backward_data(dy, w, x.shape, *args, handle=h)
+            _same(dx, _full_path(TF.conv_backward_data, dy, w, x.shape, *args))
+            dw = TF.conv_backward_filter(x, dy, w.shape, *args, handle=h)
+            _same(dw, _full_path(TF.conv_backward_filter, x, dy, w.shape, *args))
+    kinds = {k[0] for k in api_functional._plan_table(h) if isinstance(k, tuple) and k[0] in (
+        "conv", "bwd_data", "bwd_filter") and isinstance(api_functional._plan_table(h)[k], recipes.Conv)}
+    assert kinds == {"conv", "bwd_data", "bwd_filter"}  # the recipes were kept and taken
+
+
+def test_conv_recipe_reads_new_data_and_follows_in_place_changes(h):
+    g = torch.Generator().manual_seed(7)
+    w = torch.randn(3, 2, 3, 3, generator=g)
+    b = torch.randn(3, generator=g)
+    for step in range(4):
+        x = torch.randn(2, 2, 4, 4, generator=g)
+        y = TF.conv(x, w, b, 1, 1, handle=h)
+        _same(y, _full_path(TF.conv, x, w, b, 1, 1))
+        w.mul_(-0.5)  # the parameters change in place between calls (an optimizer step)
+        b.add_(1.0)
+        del x, y
+        gc.collect()
+
+
+def test_conv_recipe_follows_the_handle_settings(h):
+    g = torch.Generator().manual_seed(8)
+    x, w = torch.randn(2, 3, 5, 5, generator=g), torch.randn(3, 3, 3, 3, generator=g)
+    TF.conv(x, w, None, 1, 1, handle=h)
+    TF.conv(x, w, None, 1, 1, handle=h)
+    h.workspace_limit = 0  # a different plan key: the recipe of the old limit must not answer
+    y = TF.conv(x, w, None, 1, 1, handle=h)
+    fresh = tridnn.Handle(device="cpu", backend="triton", workspace_limit=0)
+    _same(y, TF.conv(x, w, None, 1, 1, handle=fresh))
+    keys = [k for k in api_functional._plan_table(h) if isinstance(k, tuple) and k[0] == "conv"]
+    assert {k[-2] for k in keys} == {0, tridnn.Handle(device="cpu", backend="triton").workspace_limit}
+
+
+def test_conv_refused_parameters_stay_refused_on_a_repeat(h):
+    x, w = torch.randn(2, 3, 5, 5), torch.randn(3, 3, 3, 3)
+    for _ in range(2):
+        TF.conv(x, w, None, 1, 1, handle=h)
+        TF.conv_backward_data(torch.randn(2, 3, 5, 5), w, x.shape, 1, 1, handle=h)
+    for stride in (1.0, True, [1.0, 1]):  # equal to 1 and hash alike, but not strides
+        with pytest.raises(BadParamError):
+            TF.conv(x, w, None, stride, 1, handle=h)
+        with pytest.raises(BadParamError):
+            TF.conv_backward_data(torch.randn(2, 3, 5, 5), w, x.shape, stride, 1, handle=h)
+    with pytest.raises(BadParamError):
+        TF.conv(x, w, torch.randn(2), 1, 1, handle=h)  # a bias of the wrong size
+    with pytest.raises(BadParamError):
+        TF.conv(x, w[:, :2], None, 1, 1, handle=h)  # channels that do not match
+
+
+def test_conv_parameters_that_can_change_in_place_keep_no_recipe(h):
+    x, w = torch.randn(2, 2, 4, 4), torch.randn(2, 2, 3, 3)
+    stride = torch.tensor(1)  # a 0-d tensor: mutable, so never part of a key
+    for _ in range(2):
+        y = TF.conv(x, w, None, 1, 1, handle=h)
+    assert recipes.frozen((stride,)) is None
+    assert recipes.frozen(([1, 2], ((1, 0), (0, 1)), 2, "x", None)) is not None
+    assert recipes.frozen((1,)) != recipes.frozen((1.0,)) != recipes.frozen((True,))
+    _same(y, _full_path(TF.conv, x, w, None, 1, 1))

@@ -10,6 +10,7 @@ import torch
 import tridnn
 import tridnn.functional as TF
 from tridnn.api import functional as api_functional
+from tridnn.api import layer_recipes as recipes
 from tridnn.errors import BadParamError
 
 
@@ -280,3 +281,71 @@ def test_pool_recipe_refuses_what_the_full_path_refuses(h):
             TF.pool_backward(y, torch.randn(1, 2, 4, 4), x, "max", 3, 2, 1, handle=h)  # dy of another shape
         with pytest.raises(BadParamError):
             TF.max_pool(x, 3, 2, 3, handle=h)  # padding not smaller than the window
+
+
+# -- parameters in another dtype than the statistics (a bfloat16 model's batch norm) ----------------
+def _exact(a, b):
+    assert a.shape == b.shape and a.stride() == b.stride() and a.dtype == b.dtype
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("x_dtype,p_dtype", [(torch.float32, torch.float16), (torch.float64, torch.float32),
+                                             (torch.float32, torch.float64)])
+def test_mixed_dtype_parameters_keep_recipes_bit_identical_to_the_full_path(h, x_dtype, p_dtype):
+    """weight, bias and running statistics in another dtype than the kernels' statistics
+    (float16 stands for bfloat16, which the interpreter lacks): the full path converts
+    them; the recipe hands exactly widened read-only parameters to the kernels as they
+    are and repeats every other conversion (and the running statistics' copy back). Over
+    repeats with new data and parameters changed in place, every output, the running
+    statistics and the backward's outputs equal a fresh handle's full path bit for bit."""
+    g = torch.Generator().manual_seed(11)
+    cl = torch.channels_last
+    w, b = torch.randn(4, generator=g).to(p_dtype), torch.randn(4, generator=g).to(p_dtype)
+    rm0, rv0 = torch.randn(4, generator=g).to(p_dtype), (torch.rand(4, generator=g) + 0.5).to(p_dtype)
+    ours, theirs = (rm0.clone(), rv0.clone()), (rm0.clone(), rv0.clone())
+    for step in range(4):
+        x = torch.randn(3, 4, 5, 3, generator=g, dtype=x_dtype).contiguous(memory_format=cl)
+        dy = torch.randn(x.shape, generator=g, dtype=x_dtype)
+        fresh = tridnn.Handle(device="cpu", backend="triton")
+        got = TF.batch_norm_training(x, w, b, *ours, 0.1, 1e-5, handle=h)
+        want = TF.batch_norm_training(x, w, b, *theirs, 0.1, 1e-5, handle=fresh)
+        for a, c in zip((*got, *ours), (*want, *theirs)):
+            _exact(a, c)
+        api_functional.clear_plan_cache(fresh)
+        dgot = TF.batch_norm_backward(x, dy, w, got[1], got[2], 1e-5, handle=h)
+        dwant = TF.batch_norm_backward(x, dy, w, want[1], want[2], 1e-5, handle=fresh)
+        for a, c in zip(dgot, dwant):
+            _exact(a, c)
+        api_functional.clear_plan_cache(fresh)
+        if step == 0:  # and against float64, with the parameters as the kernels read them
+            ry, rmean, rrm, rrv = _ref_train(x, w.double(), b.double(), rm0.double(), rv0.double(), 0.1, 1e-5)
+            tol = 2e-3 if p_dtype == torch.float16 else 1e-5
+            for a, c in ((got[0], ry), (got[1].reshape(-1), rmean), (ours[0], rrm), (ours[1], rrv)):
+                torch.testing.assert_close(a.double(), c, rtol=tol, atol=tol)
+        w.mul_(1.5)  # an optimizer step: the parameters change in place
+        b.sub_(0.25)
+    table = api_functional._plan_table(h)
+    train = [r for r in table.values() if isinstance(r, recipes.BatchNormTraining)]
+    bwd = [r for r in table.values() if isinstance(r, recipes.BatchNormBackward)]
+    assert len(train) == 1 and len(bwd) == 1  # kept, and taken by the repeats
+    widened = p_dtype.itemsize < x_dtype.itemsize
+    assert (train[0].to[0] is None) == widened and train[0].to[2] == (torch.float64 if x_dtype == torch.float64
+                                                                       else torch.float32)
+    assert (bwd[0].to[0] is None) == widened
+
+
+def test_mixed_dtype_recipe_does_not_answer_other_dtypes(h):
+    """One shape, parameters of three dtypes in turn: each gets its own key and result."""
+    g = torch.Generator().manual_seed(12)
+    x = torch.randn(2, 3, 4, 4, generator=g)
+    base = torch.randn(3, generator=g)
+    for _ in range(2):
+        for dt in (torch.float16, torch.float32, torch.float64):
+            w, b = (base * 2).to(dt), base.to(dt)
+            rm, rv = torch.zeros(3, dtype=dt), torch.ones(3, dtype=dt)
+            y, mean, _ = TF.batch_norm_training(x, w, b, rm, rv, 0.1, 1e-5, handle=h)
+            ry, rmean, rrm, rrv = _ref_train(x, w.double(), b.double(), torch.zeros(3), torch.ones(3), 0.1, 1e-5)
+            tol = 2e-3 if dt == torch.float16 else 2e-5
+            for a, c in ((y, ry), (rm, rrm), (rv, rrv)):
+                torch.testing.assert_close(a.double(), c, rtol=tol, atol=tol)
+            assert rm.dtype == dt and y.dtype == x.dtype

@@ -85,3 +85,45 @@ def test_overlapping_running_stats_take_the_op_route(backend):
     y = ops.batch_norm_train(x, shared, None, shared, shared.clone(), 0.1, 1e-5)  # rm is the weight itself
     assert torch.equal(y, y_ref)
     assert torch.equal(shared, want_rm)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_in_place_route_with_half_parameters_matches_the_op_bitwise(backend, channels_last):
+    """A half-precision model's batch norm (float16 weight, bias and running statistics;
+    bfloat16 on a GPU, which the interpreter lacks) on float32 data: the in-place route,
+    with its recipes on the Triton backend, equals the op's route bit for bit."""
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(3, 4, 5, 3, generator=g)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    half = torch.float16
+    w, b = torch.randn(4, generator=g).to(half), torch.randn(4, generator=g).to(half)
+    dy = torch.randn(x.shape, generator=g)
+    rm0, rv0 = torch.randn(4, generator=g).to(half), (torch.rand(4, generator=g) + 0.5).to(half)
+    stats_a, stats_b = (rm0.clone(), rv0.clone()), (rm0.clone(), rv0.clone())
+    for _ in range(3):
+        ours = _step(ops.batch_norm_train, x, w, b, *stats_a, dy)
+        theirs = _step(_through_op, x, w, b, *stats_b, dy)
+        for a, c in zip(ours, theirs):
+            assert a.dtype == c.dtype and a.shape == c.shape and a.stride() == c.stride() and torch.equal(a, c)
+    assert ours[4].dtype == half and stats_a[0].dtype == half
+
+
+def test_in_place_route_runs_one_autograd_node_and_no_zero_gradients(backend):
+    """The eager route's Function has one output (y): the backward materializes no zero
+    gradients for the op's other outputs, and the gradients are the op's."""
+    g = torch.Generator().manual_seed(10)
+    x = torch.randn(2, 3, 4, 4, generator=g).requires_grad_(True)
+    w = torch.rand(3, generator=g).requires_grad_(True)
+    b = torch.randn(3, generator=g).requires_grad_(True)
+    rm, rv = torch.zeros(3), torch.ones(3)
+    y = ops.batch_norm_train(x, w, b, rm, rv, 0.1, 1e-5)
+    assert type(y.grad_fn).__name__ == "_BatchNormTrainInPlaceBackward"
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        y.backward(torch.ones_like(y))
+    assert not [e for e in prof.events() if e.name == "aten::zeros"]
+    # d(sum y)/dx of batch norm is zero; dbias is the count, dweight the sum of x-hat (zero)
+    torch.testing.assert_close(b.grad, torch.full((3,), 32.0))
+    torch.testing.assert_close(x.grad, torch.zeros_like(x), atol=1e-5, rtol=0)
+    torch.testing.assert_close(w.grad, torch.zeros(3), atol=1e-4, rtol=0)

@@ -233,13 +233,16 @@ def _conv_plan(handle, key, build):
     return plan
 
 
-def _execute(handle, plan, arrays: dict, epilogue=None):
+def _execute(handle, plan, arrays: dict, epilogue=None, seen=None):
     """Check the inputs against the plan's descriptors, allocate the output, run;
-    returns the backend's array (wrap it with ``_like``)."""
+    returns the backend's array (wrap it with ``_like``). ``seen``: a dict that receives
+    the views the algorithm ran on (the recipes ask whether they are the caller's)."""
     backend = handle.backend
     out_name = plan.problem.output
     views = {name: backend.view(arr, plan.descs[name], _ARG[plan.problem.direction][name])
              for name, arr in arrays.items()}
+    if seen is not None:
+        seen.update(views)
     out = backend.empty(plan.out_desc)
     views[out_name] = out
     ws = handle.workspace(plan.workspace_size) if plan.workspace_size else None
@@ -265,14 +268,6 @@ def _typed(value):
     if isinstance(value, (list, tuple)):
         return (type(value),) + tuple(_typed(v) for v in value)
     return (type(value), value)
-
-
-def _hashable(value):
-    if isinstance(value, (list, tuple)):
-        return tuple(_hashable(v) for v in value)
-    if isinstance(value, np.integer):
-        return int(value)
-    return value
 
 
 def _bias_epilogue(bias, acc_dtype):
@@ -305,6 +300,43 @@ def _add_bias(out, bias, k):
     return out
 
 
+# -- convolution recipes (api/layer_recipes.py) ------------------------------------------
+def _conv_recipe_key(kind, handle, arrays, params):
+    """The recipe key of a convolution call: the direction, each array's signature
+    (shape, strides, dtype, device; None for a missing bias), the parameters with their
+    types and the handle settings the plan depends on. None when an array is not a plain
+    torch tensor or a parameter is not a plain immutable value: the full path, always."""
+    sigs = []
+    for a in arrays:
+        if a is None:
+            sigs.append(None)
+            continue
+        sig = recipes.signature(a)
+        if sig is None:
+            return None
+        sigs.append(sig)
+    frozen = recipes.frozen(params)
+    if frozen is None:
+        return None
+    return (kind, tuple(sigs), frozen, handle.math_type, handle.workspace_limit, handle.deterministic)
+
+
+def _remember_conv(table, rkey, handle, plan, out, names, given, seen, bias_k=None):
+    """Keep a recipe after a full-path call whose algorithm ran on the caller's own
+    tensors (``seen``: the views _execute checked), when api.convolution.execute ran it
+    without special handling (non-empty output and batch, no filter flip)."""
+    problem, algorithm = plan.problem, plan.algorithm
+    if rkey is None or handle.backend_name != "triton":
+        return
+    if any(seen.get(n) is not a for n, a in zip(names, given)):
+        return
+    if out.numel() == 0 or problem.n == 0 or (problem.mode == ConvMode.CONVOLUTION
+                                               and not getattr(algorithm, "handles_flip", False)):
+        return
+    recipes.remember(table, rkey, recipes.Conv(out, problem, algorithm, plan.workspace_size, names, bias_k),
+                     MAX_PLANS_PER_HANDLE)
+
+
 # -- convolution ----------------------------------------------------------------------
 def conv(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, mode="cross_correlation",
          algo="auto", handle=None, math_type=None):
@@ -314,6 +346,14 @@ def conv(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, mode="cross
     padding: an int, one int per dim, one (pre, post) pair per dim, "same" or "valid".
     """
     handle = _handle_for(x, handle)
+    rkey = _conv_recipe_key("conv", handle, (x, w, bias), (stride, padding, dilation, groups, mode, algo,
+                                                           math_type))
+    if rkey is not None:
+        table = _plan_table(handle)
+        recipe = recipes.lookup(table, rkey)
+        if recipe is not None:
+            return recipe(handle, x, w, bias)
+    given = (x, w)
     x, w = _usable(x), _packed_filter(w)
     xs, ws = _signature(x), _signature(w)
     nd = _spatial_nd(xs[0], "x")
@@ -321,20 +361,23 @@ def conv(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, mode="cross
         _check_bias(bias, ws[0][0] if len(ws[0]) else -1)
     plan = _forward_plan(handle, w, xs, ws, nd, stride, padding, dilation, groups, mode, algo, math_type)
     epilogue = None
+    seen = {}
     if bias is not None:
         if handle.backend_name != "numpy":
-            out = _execute(handle, plan, {"x": x, "w": w})
-            return _like(_add_bias(out, bias, plan.problem.k), x)
+            out = _add_bias(_execute(handle, plan, {"x": x, "w": w}, seen=seen), bias, plan.problem.k)
+            _remember_conv(table if rkey else None, rkey, handle, plan, out, ("x", "w"), given, seen, plan.problem.k)
+            return _like(out, x)
         epilogue = _bias_epilogue(bias, plan.problem.accumulator)
-    return _like(_execute(handle, plan, {"x": x, "w": w}, epilogue), x)
+    out = _execute(handle, plan, {"x": x, "w": w}, epilogue, seen=seen)
+    _remember_conv(table if rkey else None, rkey, handle, plan, out, ("x", "w"), given, seen)
+    return _like(out, x)
 
 
 def _forward_plan(handle, w, xs, ws, nd, stride, padding, dilation, groups, mode, algo, math_type):
     """The cached plan of a forward convolution (``conv`` and ``conv_bias_activation`` share
     it); xs, ws are the signatures of x and w, math_type None means the handle's."""
-    key = ("fwd", xs, ws, _hashable(stride), _hashable(padding), _hashable(dilation), groups, mode,
-           algo if isinstance(algo, str) else _hashable(algo), math_type,
-           handle.workspace_limit, handle.deterministic)
+    key = ("fwd", xs, ws, _typed(stride), _typed(padding), _typed(dilation), _typed(groups), _typed(mode),
+           _typed(algo), _typed(math_type), handle.math_type, handle.workspace_limit, handle.deterministic)
 
     def build():
         x_desc = TensorDescriptor(xs[0], xs[2], _positive(xs))
@@ -357,12 +400,20 @@ def conv_backward_data(dy, w, x_shape, stride=1, padding=0, dilation=1, groups=1
                        mode="cross_correlation", algo="auto", handle=None, math_type=None):
     """dx: the gradient of ``conv`` with respect to its input of shape ``x_shape``."""
     handle = _handle_for(dy, handle)
+    rkey = _conv_recipe_key("bwd_data", handle, (dy, w), (x_shape, stride, padding, dilation, groups, mode, algo,
+                                                          math_type))
+    if rkey is not None:
+        table = _plan_table(handle)
+        recipe = recipes.lookup(table, rkey)
+        if recipe is not None:
+            return recipe(handle, dy, w)
+    given = (dy, w)
     dy, w = _usable(dy), _packed_filter(w)
     dys, ws = _signature(dy), _signature(w)
     x_shape = tuple(int(d) for d in x_shape)
     nd = _spatial_nd(x_shape, "x_shape")
-    key = ("bwd_data", dys, ws, x_shape, _hashable(stride), _hashable(padding), _hashable(dilation),
-           groups, mode, algo if isinstance(algo, str) else _hashable(algo), math_type,
+    key = ("bwd_data", dys, ws, x_shape, _typed(stride), _typed(padding), _typed(dilation),
+           _typed(groups), _typed(mode), _typed(algo), _typed(math_type), handle.math_type,
            handle.workspace_limit, handle.deterministic)
 
     def build():
@@ -374,7 +425,10 @@ def conv_backward_data(dy, w, x_shape, stride=1, padding=0, dilation=1, groups=1
         return ConvProblem("bwd_data", dx_desc, w_desc, dy_desc, cdesc), algo
 
     plan = _conv_plan(handle, key, build)
-    return _like(_execute(handle, plan, {"y": dy, "w": w}), dy)
+    seen = {}
+    out = _execute(handle, plan, {"y": dy, "w": w}, seen=seen)
+    _remember_conv(table if rkey else None, rkey, handle, plan, out, ("y", "w"), given, seen)
+    return _like(out, dy)
 
 
 def conv_backward_filter(x, dy, w_shape, stride=1, padding=0, dilation=1, groups=1,
@@ -384,13 +438,21 @@ def conv_backward_filter(x, dy, w_shape, stride=1, padding=0, dilation=1, groups
 
     filter_format: "NCHW" (KCRS) or "NHWC" (KRSC); default: x's layout."""
     handle = _handle_for(x, handle)
+    rkey = _conv_recipe_key("bwd_filter", handle, (x, dy), (w_shape, stride, padding, dilation, groups, mode, algo,
+                                                            math_type, filter_format))
+    if rkey is not None:
+        table = _plan_table(handle)
+        recipe = recipes.lookup(table, rkey)
+        if recipe is not None:
+            return recipe(handle, x, dy)
+    given = (x, dy)
     x, dy = _usable(x), _usable(dy)
     xs, dys = _signature(x), _signature(dy)
     w_shape = tuple(int(d) for d in w_shape)
     nd = _spatial_nd(xs[0], "x")
-    key = ("bwd_filter", xs, dys, w_shape, _hashable(stride), _hashable(padding),
-           _hashable(dilation), groups, mode, algo if isinstance(algo, str) else _hashable(algo),
-           math_type, filter_format, handle.workspace_limit, handle.deterministic)
+    key = ("bwd_filter", xs, dys, w_shape, _typed(stride), _typed(padding),
+           _typed(dilation), _typed(groups), _typed(mode), _typed(algo),
+           _typed(math_type), filter_format, handle.math_type, handle.workspace_limit, handle.deterministic)
 
     def build():
         x_desc = TensorDescriptor(xs[0], xs[2], _positive(xs))
@@ -402,7 +464,10 @@ def conv_backward_filter(x, dy, w_shape, stride=1, padding=0, dilation=1, groups
         return ConvProblem("bwd_filter", x_desc, w_desc, dy_desc, cdesc), algo
 
     plan = _conv_plan(handle, key, build)
-    return _like(_execute(handle, plan, {"x": x, "y": dy}), x)
+    seen = {}
+    out = _execute(handle, plan, {"x": x, "y": dy}, seen=seen)
+    _remember_conv(table if rkey else None, rkey, handle, plan, out, ("x", "y"), given, seen)
+    return _like(out, x)
 
 
 def conv_transpose(x, w, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1,
@@ -422,9 +487,9 @@ def conv_transpose(x, w, bias=None, stride=1, padding=0, output_padding=0, group
                             f"(the output size would be ambiguous)")
     if bias is not None:
         _check_bias(bias, ws[0][1] * groups if len(ws[0]) > 1 else -1)
-    key = ("transpose", xs, ws, _hashable(stride), _hashable(padding), _hashable(output_padding),
-           _hashable(dilation), groups, mode, algo if isinstance(algo, str) else _hashable(algo),
-           math_type, handle.workspace_limit, handle.deterministic)
+    key = ("transpose", xs, ws, _typed(stride), _typed(padding), _typed(output_padding),
+           _typed(dilation), _typed(groups), _typed(mode), _typed(algo),
+           _typed(math_type), handle.math_type, handle.workspace_limit, handle.deterministic)
 
     def build():
         dy_desc = TensorDescriptor(xs[0], xs[2], _positive(xs))
@@ -520,7 +585,7 @@ def _pool(x, mode, kernel_size, stride, padding, nan_propagation, handle):
     x_in = x
     x, x_desc = _described(x)
     nd = _spatial_nd(x_desc.dims, "x")
-    key = ("pool", x_desc, int(mode), _hashable(kernel_size), _hashable(stride), _hashable(padding),
+    key = ("pool", x_desc, int(mode), _typed(kernel_size), _typed(stride), _typed(padding),
            bool(nan_propagation))
 
     def build():
@@ -864,17 +929,40 @@ def batch_norm_training(x, weight=None, bias=None, running_mean=None, running_va
     if running_mean is not None:
         _write_back(running_mean, rm, rm_copied)
         _write_back(running_var, rv, rv_copied)
-    # A recipe when the kernels saw the caller's own memory (nothing copied: then the
-    # running statistics were updated in place) or constants the full path made itself
-    # (weight/bias None), which the kernels only read.
-    if (plain and x is given[0] and handle.backend_name == "triton" and x.numel() > 0
-            and not ((weight is not None and w_copied) or (bias is not None and b_copied)
-                     or rm_copied or rv_copied)):
+    # A recipe when the kernels saw the caller's own x; each parameter is either the
+    # caller's own, a constant the full path made itself (weight/bias None, which the
+    # kernels only read), or a conversion the recipe repeats (layer_recipes._route).
+    if plain and x is given[0] and handle.backend_name == "triton" and x.numel() > 0:
         from ..descriptors.normalization import batch_norm_mode
+        to = (_route(weight, scale, w_copied, True), _route(bias, shift, b_copied, True),
+              _route(running_mean, rm, rm_copied, False), _route(running_var, rv, rv_copied, False))
         recipes.remember(table, key, recipes.BatchNormTraining(
-            given, y, saved_mean, saved_inv, scale if weight is None else None, shift if bias is None else None,
-            int(batch_norm_mode(mode)), float(momentum), float(eps)), MAX_PLANS_PER_HANDLE)
+            given, (x, scale, shift, rm, rv), y, saved_mean, saved_inv, scale if weight is None else None,
+            shift if bias is None else None, to, int(batch_norm_mode(mode)), float(momentum), float(eps)),
+            MAX_PLANS_PER_HANDLE)
     return _like(y, x), _like(saved_mean, x), _like(saved_inv, x)
+
+
+_EXACT_WIDENING = None
+
+
+def _route(a, used, copied, read_only):
+    """How a batch norm recipe hands parameter ``a`` to the kernels (see
+    layer_recipes.BatchNormTraining): None for the caller's tensor itself (as the full
+    path did, or, for a read-only parameter, when the full path only widened a contiguous
+    bfloat16/float16/float32 tensor exactly: the kernels widen what they load to float64
+    themselves), else the dtype the full path converted it to."""
+    global _EXACT_WIDENING
+    if a is None or not copied:
+        return None
+    import torch
+    if _EXACT_WIDENING is None:
+        _EXACT_WIDENING = {(torch.bfloat16, torch.float32), (torch.float16, torch.float32),
+                           (torch.bfloat16, torch.float64), (torch.float16, torch.float64),
+                           (torch.float32, torch.float64)}
+    if read_only and a.is_contiguous() and (a.dtype, used.dtype) in _EXACT_WIDENING:
+        return None
+    return used.dtype
 
 
 def _write_back(original, updated, copied):
@@ -944,12 +1032,13 @@ def batch_norm_backward(x, dy, weight, saved_mean, saved_inv_std, eps=1e-5, mode
     dscale, dbias = backend.empty(bn_desc), backend.empty(bn_desc)
     backward(handle, mode, 1.0, 0.0, 1.0, 0.0, x_desc, x, dy_desc, dy, dx_desc, dx, bn_desc, scale,
              dscale, dbias, eps, mean, inv)
-    if (plain and x is given[0] and dy is given[1] and handle.backend_name == "triton" and x.numel() > 0
-            and not ((weight is not None and w_copied) or m_copied or i_copied)):
+    if plain and x is given[0] and dy is given[1] and handle.backend_name == "triton" and x.numel() > 0:
         from ..descriptors.normalization import batch_norm_mode
+        to = (_route(weight, scale, w_copied, True), _route(saved_mean, mean, m_copied, True),
+              _route(saved_inv_std, inv, i_copied, True))
         recipes.remember(table, key, recipes.BatchNormBackward(
-            given, dx, dscale, dbias, scale if weight is None else None, int(batch_norm_mode(mode)), float(eps)),
-            MAX_PLANS_PER_HANDLE)
+            given, (scale, mean, inv), dx, dscale, dbias, scale if weight is None else None, to,
+            int(batch_norm_mode(mode)), float(eps)), MAX_PLANS_PER_HANDLE)
     flat = (-1,)
     return _like(dx, x), _like(dscale.reshape(flat), x), _like(dbias.reshape(flat), x)
 

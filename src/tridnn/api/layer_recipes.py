@@ -17,6 +17,7 @@ overlap inputs) the op's recipe rechecks every call.
 """
 from __future__ import annotations
 
+import enum
 import sys
 
 
@@ -77,27 +78,52 @@ def _extent(t) -> int:
     return (1 + sum((d - 1) * s for d, s in zip(t.shape, t.stride()))) * t.element_size()
 
 
+def _converted(a, dtype):
+    """The full path's conversion of a per-channel parameter (functional._bn_param)."""
+    return (a.detach() if a.requires_grad else a).to(dtype).contiguous()
+
+
+def _write_back(original, updated):
+    """The full path's copy of converted running statistics back (functional._write_back)."""
+    if updated.shape != original.shape:
+        updated = updated.reshape(original.shape)
+    (original.detach() if original.requires_grad else original).copy_(updated)
+
+
 class BatchNormTraining:
-    """functional.batch_norm_training on tensors of one key whose parameters the full path
-    used in place (no dtype/layout copy): allocate y and the saved statistics, call the
-    Triton launcher on the caller's tensors (its geometry is kept per signature there).
+    """functional.batch_norm_training on tensors of one key whose x the full path used in
+    place: allocate y and the saved statistics, call the Triton launcher on the caller's
+    tensors (its geometry is kept per signature there).
+
+    ``to``: per parameter slot (weight, bias, running_mean, running_var), None when the
+    kernels take the caller's tensor itself (the full path did not convert it, or
+    converted it by an exact widening, bfloat16/float16 -> float32: the kernels widen
+    every parameter they load to float64 themselves, so they read the same values), else
+    the dtype the full path converted it to, which the recipe repeats each call (and for
+    running statistics copies the updated values back, as the full path does), so the
+    kernels see the same values and the caller gets the same bits.
     What the key cannot vouch for, running statistics (outputs) overlapping x, weight,
     bias or each other, ``running_overlap`` rechecks each call; the caller then takes the
     full path, which raises its error. y and the saved statistics are allocated here, so
     they overlap nothing."""
 
-    def __init__(self, given, y, saved_mean, saved_inv, ones, zeros, mode: int, momentum: float, eps: float):
+    def __init__(self, given, used, y, saved_mean, saved_inv, ones, zeros, to, mode: int, momentum: float,
+                 eps: float):
         from ..cuda import batchnorm
         self.launch = batchnorm.batch_norm_forward_training
         self.out_y, self.out_mean, self.out_inv = Output(y), Output(saved_mean), Output(saved_inv)
         self.ones, self.zeros = ones, zeros  # the full path's filled weight/bias when none was given
+        self.to = to
+        self.convert = any(t is not None for t in to)
         self.mode, self.momentum, self.eps = mode, momentum, eps
         # each slot's byte extent: fixed by its signature (or its absence), part of the key
         self.extents = tuple(0 if t is None else _extent(t) for t in given)
-        x, weight, bias, rm, rv = given
-        # the launcher's arguments for these signatures, or None: then the launcher itself
-        self.plan = batchnorm.training_plan(x, y, ones if weight is None else weight, zeros if bias is None else bias,
-                                            rm, rv, saved_mean, saved_inv, mode, momentum, eps)
+        # the launcher's arguments for these signatures, or None: then the launcher itself.
+        # ``used``: what the full path's kernels saw per slot (x, scale, shift, rm, rv);
+        # the plan is built on what this recipe's kernels will see.
+        x = given[0]
+        seen = [g if (g is not None and t is None) else u for g, u, t in zip(given[1:], used[1:], to)]
+        self.plan = batchnorm.training_plan(x, y, *seen, saved_mean, saved_inv, mode, momentum, eps)
 
     def running_overlap(self, given) -> bool:
         """Whether running_mean or running_var shares a byte with each other, x, weight or bias."""
@@ -119,35 +145,66 @@ class BatchNormTraining:
         x, weight, bias, rm, rv = given
         y, mean, inv = self.out_y(), self.out_mean(), self.out_inv()
         scale, shift = self.ones if weight is None else weight, self.zeros if bias is None else bias
+        rm_k, rv_k = rm, rv
+        if self.convert:
+            to = self.to
+            if to[0] is not None:
+                scale = _converted(weight, to[0])
+            if to[1] is not None:
+                shift = _converted(bias, to[1])
+            if to[2] is not None:
+                rm_k = _converted(rm, to[2])
+            if to[3] is not None:
+                rv_k = _converted(rv, to[3])
         if self.plan is not None:
-            self.plan(x, y, scale, shift, rm, rv, mean, inv)
+            self.plan(x, y, scale, shift, rm_k, rv_k, mean, inv)
         else:
-            self.launch(x, None, y, scale, shift, rm, rv, mean, inv, self.mode, self.momentum, self.eps, 0)
+            self.launch(x, None, y, scale, shift, rm_k, rv_k, mean, inv, self.mode, self.momentum, self.eps, 0)
+        if rm_k is not rm:
+            _write_back(rm, rm_k)
+        if rv_k is not rv:
+            _write_back(rv, rv_k)
         return y, mean, inv
 
 
 class BatchNormBackward:
-    """functional.batch_norm_backward on tensors of one key (nothing copied): allocate dx,
-    dscale and dbias and call the Triton launcher on the caller's tensors."""
+    """functional.batch_norm_backward on tensors of one key whose x and dy the full path
+    used in place: allocate dx, dscale and dbias and call the Triton launcher on the
+    caller's tensors. ``to``: per parameter slot (weight, saved_mean, saved_inv_std), as
+    BatchNormTraining's (the kernels widen the scale they load to float64, and the saved
+    statistics are copied into float32/float64 scratch first, so an exact widening reads
+    the same values)."""
 
-    def __init__(self, given, dx, dscale, dbias, ones, mode: int, eps: float):
+    def __init__(self, given, used, dx, dscale, dbias, ones, to, mode: int, eps: float):
         from ..cuda import batchnorm
         self.launch = batchnorm.batch_norm_backward
-        self.out_dx, self.out_param = Output(dx), Output(dscale)
+        # dscale and dbias are allocated flat, the shape they are returned in (the kernels
+        # take pointers; the plan's geometry is the same for either shape)
+        self.out_dx, self.out_param = Output(dx), Output(dscale.reshape(-1))
         self.ones, self.mode, self.eps = ones, mode, eps
-        x, dy, weight, mean, inv = given
-        self.plan = batchnorm.backward_plan(x, dy, dx, ones if weight is None else weight, dscale, dbias, mean, inv,
-                                            mode, eps)
+        self.to = to
+        self.convert = any(t is not None for t in to)
+        x, dy = given[0], given[1]
+        seen = [g if (g is not None and t is None) else u for g, u, t in zip(given[2:], used, to)]
+        self.plan = batchnorm.backward_plan(x, dy, dx, seen[0], dscale, dbias, seen[1], seen[2], mode, eps)
 
     def __call__(self, given):
         x, dy, weight, mean, inv = given
         dx, dscale, dbias = self.out_dx(), self.out_param(), self.out_param()
         scale = self.ones if weight is None else weight
+        if self.convert:
+            to = self.to
+            if to[0] is not None:
+                scale = _converted(weight, to[0])
+            if to[1] is not None:
+                mean = _converted(mean, to[1])
+            if to[2] is not None:
+                inv = _converted(inv, to[2])
         if self.plan is not None:
             self.plan(x, dy, dx, scale, dscale, dbias, mean, inv)
         else:
             self.launch(x, None, dy, None, dx, scale, None, dscale, dbias, mean, inv, self.mode, self.eps, 0)
-        return dx, dscale.reshape(-1), dbias.reshape(-1)
+        return dx, dscale, dbias
 
 
 def _pool_args(pool) -> dict:
@@ -183,3 +240,58 @@ class PoolBackward:
         dx = self.out()
         self.launch(y, dy, x, dx, **self.args)
         return dx
+
+
+def frozen(value):
+    """A hashable key of a call parameter that keeps each element's type (lists become
+    tuples of typed leaves), or None when a leaf is not a plain immutable value (a tensor,
+    an array, an unknown object): such calls take the full path every time."""
+    t = type(value)
+    if t in _LEAVES:
+        return (t, value)
+    if t is list or isinstance(value, tuple):  # (tuples include torch.Size)
+        out = [t]
+        for v in value:
+            k = frozen(v)
+            if k is None:
+                return None
+            out.append(k)
+        return tuple(out)
+    np = sys.modules.get("numpy")
+    if isinstance(value, enum.Enum) or (np is not None and isinstance(value, np.generic)):
+        return (t, value)  # enum members and NumPy scalars are immutable
+    return None
+
+
+_LEAVES = frozenset((int, float, str, bool, type(None)))
+
+
+class Conv:
+    """functional conv / conv_backward_data / conv_backward_filter on tensors of one key
+    that the full path took as they are (no layout copy, no view): allocate the output
+    and run the plan's algorithm on the caller's tensors with the plan's workspace
+    buffers, as api.convolution.execute does for a call that needs no special handling
+    (output not empty, batch not empty, no filter flip). ``names``: the algorithm's
+    names of the two inputs; ``bias_k``: conv's unfused bias add (the full path's
+    ``_add_bias``) when the key holds a bias, else None."""
+    __slots__ = ("out", "problem", "algorithm", "buffers", "ws_size", "names", "output", "bias_shape")
+
+    def __init__(self, out, problem, algorithm, ws_size, names, bias_k=None):
+        self.out, self.problem, self.algorithm = Output(out), problem, algorithm
+        self.buffers = algorithm.buffers(problem)
+        self.ws_size, self.names, self.output = ws_size, names, problem.output
+        self.bias_shape = None if bias_k is None else (1, bias_k) + (1,) * (len(out.shape) - 2)
+
+    def __call__(self, handle, a, b, bias=None):
+        out = self.out()
+        views = {self.names[0]: a, self.names[1]: b, self.output: out}
+        if self.buffers:
+            backend = handle.backend
+            ws = backend.workspace_bytes(handle.workspace(self.ws_size) if self.ws_size else None)
+            buffers = backend.carve(ws, self.buffers)
+        else:
+            buffers = {}
+        self.algorithm.run(self.problem, views, buffers, 1.0, 0.0)
+        if self.bias_shape is not None:
+            out += bias.reshape(self.bias_shape).to(out.dtype)
+        return out

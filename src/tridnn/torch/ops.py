@@ -411,16 +411,38 @@ def _bn_training(x, weight, bias, running_mean, running_var, momentum, eps):
             mean.new_empty((0,)) if running_var is None else running_var)
 
 
+@_on_input_device
 def _bn_training_in_place(x, weight, bias, running_mean, running_var, momentum, eps):
-    """The eager route's body (``_bn_eager``): the module's running statistics are updated
-    in place instead of in copies that batch_norm_train would copy back, so two copies a
-    call (a kernel launch each on a GPU) are saved. The same kernel reads the same values
-    and writes the same results, only into the buffers themselves: bit-identical. The new
-    statistics come back empty (nothing to copy back). batch_norm_train takes this route
-    only when the running statistics overlap no other argument, where the functional API
-    would refuse them and the op's copies would not."""
-    y, mean, inv, _, _ = _bn_training(x, weight, bias, running_mean, running_var, momentum, eps)
-    return y, mean, inv, mean.new_empty((0,)), mean.new_empty((0,))
+    """The eager route's body (``_BatchNormTrainInPlace``): the module's running statistics
+    are updated in place instead of in copies that batch_norm_train would copy back, so
+    two copies a call (a kernel launch each on a GPU) are saved. The same kernel reads the
+    same values and writes the same results, only into the buffers themselves:
+    bit-identical. Returns (y, saved_mean, saved_inv_std), the statistics in the
+    functional API's shape (what the backward passes back to it). batch_norm_train takes
+    this route only when the running statistics overlap no other argument, where the
+    functional API would refuse them and the op's copies would not."""
+    y, mean, inv = F.batch_norm_training(x, weight, bias, running_mean, running_var, momentum, eps)
+    return _matching(y, x), mean, inv
+
+
+class _BatchNormTrainInPlace(torch.autograd.Function):
+    """The eager route's autograd Function: the registered op's formulas (``_bn_grads``)
+    on one output, y. The op's other four outputs (saved statistics, new running
+    statistics) are internal here, so no views or empty tensors are made for them, and the
+    autograd engine does not materialize zero gradients for them in the backward."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, running_mean, running_var, momentum, eps):
+        y, mean, inv = _bn_training_in_place(x, weight, bias, running_mean, running_var, momentum, eps)
+        ctx.save_for_backward(x, weight, mean, inv)
+        ctx.eps = eps
+        ctx.has = (weight is not None, bias is not None)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        dx, dw, db = _bn_grads(ctx, dy)
+        return dx, dw, db, None, None, None, None
 
 
 @batch_norm_training.register_fake
@@ -441,13 +463,14 @@ def batch_norm_train(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor]
     args = (x, weight, bias, running_mean, running_var)
     if (running_mean is not None and running_var is not None and not torch.compiler.is_compiling()
             and plain_eager(args) and _separate(*args)):  # (fake tensors have no data pointers)
-        y, _, _, new_mean, new_var = _bn_eager(x, weight, bias, running_mean, running_var, momentum, eps)
-    else:
-        y, _, _, new_mean, new_var = fast.batch_norm_training(x, weight, bias, running_mean, running_var,
-                                                              momentum, eps)
-    # the traced op returns the new statistics (to copy back); the in-place route returns
-    # empty ones, having updated the buffers already
-    if running_mean is not None and new_mean.shape == running_mean.shape:
+        # the in-place route: the buffers are updated already
+        if torch.is_grad_enabled() and torch._C._any_requires_grad(*args):
+            return _BatchNormTrainInPlace.apply(x, weight, bias, running_mean, running_var, momentum, eps)
+        return _bn_training_in_place(x, weight, bias, running_mean, running_var, momentum, eps)[0]
+    y, _, _, new_mean, new_var = fast.batch_norm_training(x, weight, bias, running_mean, running_var,
+                                                          momentum, eps)
+    # the traced op returns the new statistics, to copy back
+    if running_mean is not None:
         with torch.no_grad():
             running_mean.copy_(new_mean)
             running_var.copy_(new_var)
@@ -489,12 +512,18 @@ def _bn_setup_context(ctx, inputs, output):
     ctx.has = (weight is not None, bias is not None)
 
 
-def _bn_backward(ctx, dy, _dmean, _dinv, _drunning_mean, _drunning_var):
+def _bn_grads(ctx, dy):
+    """(dx, dweight, dbias) from what _bn_setup_context saved (both routes' formula)."""
     x, weight, mean, inv = ctx.saved_tensors
     dx, dw, db = fast.batch_norm_backward(x, dy, weight, mean, inv, ctx.eps)
     dw = dw.to(weight.dtype) if ctx.has[0] and ctx.needs_input_grad[1] else None
     db = db.to(weight.dtype if weight is not None else db.dtype) \
         if ctx.has[1] and ctx.needs_input_grad[2] else None
+    return dx, dw, db
+
+
+def _bn_backward(ctx, dy, _dmean, _dinv, _drunning_mean, _drunning_var):
+    dx, dw, db = _bn_grads(ctx, dy)
     return dx, dw, db, None, None, None, None
 
 
@@ -548,18 +577,6 @@ class _Callers:
         for op in ops:
             setattr(self, op._name, caller(op, _formulas.get(op)))
 
-
-class _InPlaceTraining:
-    """batch_norm_training as ``caller`` sees an op: the in-place body for the direct route,
-    the registered op (with its copies) wherever tracing must see it."""
-    _namespace, _name = "tridnn", "batch_norm_training_in_place"
-    _init_fn = staticmethod(_bn_training_in_place)
-
-    def __call__(self, *args):
-        return batch_norm_training(*args)
-
-
-_bn_eager = caller(_InPlaceTraining(), _formulas[batch_norm_training])
 
 fast = _Callers([conv_forward, conv_backward_data, conv_backward_filter, conv_bias_activation, pool,
                  pool_backward, adaptive_pool, adaptive_pool_backward, activation, activation_backward,
