@@ -158,3 +158,54 @@ def test_gpu_candidates_are_offered_after_conv_tma_first(monkeypatch):
     assert flat and all(c["BH"] == 1 and c["NB"] == 1 for c in flat)
     assert conv_wgrad_tma.candidates(_plan(64, 28, 28, 128, 128), cuda, 10 ** 8, 132) == []
     assert wg.conv_wgrad_tma is conv_wgrad_tma
+
+
+# -- few input channels: wgrad_rows_kernel over the window-row copy of x ----------------
+ROWS_PROBLEMS = [
+    P(3, 16, (10, 12), 7, 2, 3),   # conv1's shape: 7x7 stride 2, C = 3
+    P(1, 16, (6, 7), 5, 1, 2),     # C = 1, stride 1
+    P(4, 24, (8, 6), 3, 2, 1),     # C = 4 (a full padded pixel), K = 24: a partial output-channel block
+    P(3, 16, (5, 9), (2, 8), (1, 3), (0, 4)),  # 8-wide filter: the window's last column is real
+]
+
+
+@pytest.mark.parametrize("p", ROWS_PROBLEMS, ids=lambda p: p["name"])
+def test_rows_kernel_matches_the_reference(p, rng, monkeypatch):
+    """The few-channel path alone (the tuner's list holds only its config): float32
+    exact inputs at batches 1 and 3 (slices with a short tail), float16 in both modes
+    with alpha/beta into a filled dw."""
+    monkeypatch.setattr(type(ALGO_1), "tuner", common.Tuner())
+    monkeypatch.setattr(conv_tma, "wgrad_candidates", lambda plan, device, itemsize=2: [])
+    monkeypatch.setattr(conv_wgrad_tma, "candidates", lambda plan, device, room, sms: [])
+    calls = collections.Counter()
+    real = conv_wgrad_tma.launch_rows
+
+    def counted(*a, **k):
+        calls["rows"] += 1
+        return real(*a, **k)
+    monkeypatch.setattr(conv_wgrad_tma, "launch_rows", counted)
+    for n in (1, 3):
+        assert run_case("bwd_filter", ALGO_1, p, "float32", "NHWC", rng, n=n) is None
+    for mode in MODES:
+        assert run_case("bwd_filter", ALGO_1, p, "float16", "NHWC", rng, n=3, mode=mode, alpha=2.0, beta=0.5) is None
+    assert calls["rows"] == 4
+
+
+def test_rows_copy_holds_every_window():
+    """The padded copy's extent: conv1 (224, 7x7, stride 2, pad 3) -> 230 rows and 232
+    columns (a multiple of 4), 4 channels; the path takes C <= 4 and filters up to 8 x 8."""
+    from tridnn.algorithms.problem import ConvProblem
+    cd = tridnn.ConvolutionDescriptor(padding=(3, 3), stride=(2, 2), dilation=(1, 1), nd=2)
+    fmt = tridnn.TensorFormat.NHWC
+    xd = tridnn.TensorDescriptor.packed((64, 3, 224, 224), "bfloat16", fmt)
+    wd = tridnn.FilterDescriptor((64, 3, 7, 7), "bfloat16", fmt)
+    yd = xd.with_dims(cd.output_dims(xd, wd))
+    problem = ConvProblem("bwd_filter", xd, wd, yd, cd)
+    assert conv_wgrad_tma.rows_applicable(problem)
+    assert conv_wgrad_tma.rows_shape(problem) == (64, 230, 232, 4)
+    cuda = type("D", (), {"type": "cuda"})()
+    cands = conv_wgrad_tma.rows_candidates(problem, cuda, 64 * 64 * 49 * 16, 132)
+    assert cands and all(c["ROWS"] and c["SLICES"] * 64 * 256 <= 64 * 64 * 49 * 16 for c in cands)
+    wide = tridnn.FilterDescriptor((64, 16, 7, 7), "bfloat16", fmt)
+    xw = tridnn.TensorDescriptor.packed((64, 16, 224, 224), "bfloat16", fmt)
+    assert not conv_wgrad_tma.rows_applicable(ConvProblem("bwd_filter", xw, wide, yd, cd))

@@ -211,6 +211,8 @@ class _WgradBase(TritonConvAlgorithm):
         if pad:
             n, (_, h, w) = geo.n, geo.inp
             bufs.append(Buffer("x_pad", (n, h, w, pad), problem.dtype.numpy))
+            if conv_wgrad_tma.rows_applicable(problem):  # conv1: the window-row copy of x
+                bufs.append(Buffer("x_rows", conv_wgrad_tma.rows_shape(problem), problem.dtype.numpy))
         return bufs
 
     def estimate(self, problem):
@@ -270,12 +272,19 @@ class _WgradBase(TritonConvAlgorithm):
         if "x_pad" in workspace:  # few input channels: TMA reads a zero-padded channels-last copy
             x_tma = workspace["x_pad"].permute(0, 3, 1, 2)
         plan = None if self.atomic else conv_tma.backward_filter_plan(problem, x_tma, dy, dw)
+        sms = sm_count(dw.device)
+        # few input channels (conv1): conv_wgrad_tma's window-row kernel, an extra candidate
+        # after whichever path's own configs come first
+        rows = (lambda: conv_wgrad_tma.rows_candidates(problem, dw.device, part.numel(), sms)
+                if "x_rows" in workspace else [])
         if plan is not None:  # channels-last, stride 1 or 1x1: dy and x tiles by TMA boxes
-            sms = sm_count(dw.device)
-            if x_tma is not x:
-                conv_tma.pad_into(x, x_tma)
 
             def run_tma(c, out, a=1.0, b=0.0):
+                if c.get("ROWS"):
+                    conv_wgrad_tma.launch_rows(problem, x, dy, out, workspace["x_rows"], part, c, a, b)
+                    return
+                if x_tma is not x:  # (inside: the tuner times each config with the copy it needs)
+                    conv_tma.pad_into(x, x_tma)
                 if c.get("SCHED"):  # conv_wgrad_tma: fitted boxes, whole tiles where they fill waves
                     conv_wgrad_tma.launch_sched(plan, problem, x_tma, dy, out, part, c, a, b)
                     return
@@ -286,7 +295,7 @@ class _WgradBase(TritonConvAlgorithm):
             # conv_tma's configs first (the first is the tuner's reference), then conv_wgrad_tma's
             cfg = self.tuner.pick((problem_key(problem), "wgrad-tma", conv_tma.plan_kind(plan)),
                                   lambda: conv_tma.wgrad_candidates(plan, dw.device, x_tma.element_size())
-                                  + conv_wgrad_tma.candidates(plan, dw.device, part.numel(), sms),
+                                  + conv_wgrad_tma.candidates(plan, dw.device, part.numel(), sms) + rows(),
                                   run_tma, dw, dw.device)
             run_tma(cfg, dw, alpha, beta)
             return
@@ -295,12 +304,16 @@ class _WgradBase(TritonConvAlgorithm):
         elif dw.device.type != "cuda":
             cands = [dict(INTERPRETER_CONFIG, slices=3 if not self.atomic else 2)]
         else:
-            sms = sm_count(dw.device)
             base = GPU_CONFIGS_32 if problem.dtype.itemsize == 4 else GPU_CONFIGS_16
-            cands = [dict(c, slices=slices_for(geo, c, sms, 64 if self.atomic else cap)) for c in base]
-        cfg = self.tuner.pick((problem.key(), "wgrad", self.atomic), cands,
-                              lambda c, out: self._launch(problem, x, dy, out, part, 1.0, 0.0, c), dw, dw.device)
-        self._launch(problem, x, dy, dw, part, alpha, beta, cfg)
+            cands = [dict(c, slices=slices_for(geo, c, sms, 64 if self.atomic else cap)) for c in base] + rows()
+
+        def run_pointers(c, out, a=1.0, b=0.0):
+            if c.get("ROWS"):
+                conv_wgrad_tma.launch_rows(problem, x, dy, out, workspace["x_rows"], part, c, a, b)
+            else:
+                self._launch(problem, x, dy, out, part, a, b, c)
+        cfg = self.tuner.pick((problem.key(), "wgrad", self.atomic), cands, run_pointers, dw, dw.device)
+        run_pointers(cfg, dw, alpha, beta)
 
 
 class ImplicitGemmBackwardFilter(_WgradBase):

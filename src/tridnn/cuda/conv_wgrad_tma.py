@@ -22,6 +22,9 @@ three places, which this module's kernel addresses:
 The pixel loop is conv_tma's (one dy box and one x box per step, dy^T x on the tensor
 cores). Applicability is conv_tma.plan_backward_filter's; ``candidates`` gives launch
 configs that ALGO_1's tuner times next to conv_tma.wgrad_candidates (marked SCHED).
+
+A second kernel, ``wgrad_rows_kernel``, serves layers with at most 4 input channels
+(conv1): see the section "few input channels" below.
 """
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ import triton.language as tl
 
 from .common import cdiv, launch
 from .conv_tma import Plan, descriptor, tap_origin
-from .geometry import input_precision, strides5
+from .geometry import geometry, input_precision, strides5
 
 
 # the schedule and the geometry scalars only steer index math: one compile serves every
@@ -258,3 +261,178 @@ def launch_sched(plan: Plan, problem, x, dy, dw, part, cfg, alpha=1.0, beta=0.0)
         fconsts = dict(BLOCK_M=bm, BLOCK_N=bn, ROWS=rows, FLIP=flip, BETA_ZERO=beta_zero)
         launch(wgrad_tiles_finish, (rest * (bm // rows),), fin, fconsts, dict(num_warps=4),
                (("finish", plan, direct, rest, slices, tuple(fconsts.items()), dw.dtype, blend), 2))
+
+
+# -- few input channels (conv1: C = 3, 7x7, stride 2) ----------------------------------
+# The TMA path pads conv1's x to 16 channels and runs 49 taps of a 64 x 16 GEMM (the
+# tile's columns mostly padding); ALGO_0's pointer kernel gathers every (tap, channel)
+# element with its own bounds checks. Here x is copied once into a zero-bordered
+# [N, Hp, Wp, 4] array, in which the filter window of output pixel (oh, ow) on filter
+# row kh is ONE contiguous run: columns ow*SW ... ow*SW + 7 of padded row oh*SH + kh,
+# 8 columns x 4 channels = 32 elements (64 aligned bytes). So the B tile of BLOCK_P
+# pixels is [BLOCK_P, 8 rows x 32] = 256 columns (kh, kw, c) loaded without masks in
+# 16-byte vectors, and dw is one [K, 256] GEMM over all pixels (147 of 256 columns real
+# for 7x7 x 3; the rest are dropped by the finish).
+ROW_SLOTS = 8    # filter rows (and columns) a window holds
+ROW_CH = 4       # channels a padded pixel holds
+ROW_COLS = ROW_SLOTS * ROW_SLOTS * ROW_CH
+
+
+def rows_applicable(problem) -> bool:
+    """2-D, groups 1, at most 4 input channels, filter at most 8 x 8 at dilation 1,
+    channels-last x and dy (a network's first layer)."""
+    if problem.nd != 2 or problem.groups != 1:
+        return False
+    geo = geometry(problem)
+    (r, s), dil = geo.ker[1:], geo.dil[1:]
+    if geo.c > ROW_CH or r > ROW_SLOTS or s > ROW_SLOTS or tuple(dil) != (1, 1):
+        return False
+    return problem.x.strides[1] == 1 and problem.y.strides[1] == 1
+
+
+def rows_shape(problem):
+    """The padded copy [N, Hp, Wp, 4]: every window row (8 slots) of every output pixel
+    inside; Wp a multiple of 4 so a padded row is a multiple of 16 elements."""
+    geo = geometry(problem)
+    (oh, ow), (sh, sw) = geo.out[1:], geo.stride[1:]
+    hp = (oh - 1) * sh + ROW_SLOTS
+    wp = -(-((ow - 1) * sw + ROW_SLOTS) // 4) * 4
+    return geo.n, hp, wp, ROW_CH
+
+
+@triton.jit
+def pad_rows_kernel(x_ptr, xp_ptr, TOTAL, C, H, W, HP, WP, PH, PW, xs_n, xs_c, xs_h, xs_w,
+                    BLOCK: tl.constexpr, CH: tl.constexpr):
+    """xp[n, i, j, c] = x[n, c, i - PH, j - PW] (zero outside x and for c >= C): every
+    element of the padded copy written once."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    c = offs % CH
+    j = (offs // CH) % WP
+    i = (offs // (CH * WP)) % HP
+    n = offs // (CH * WP * HP)
+    h = i - PH
+    w = j - PW
+    ok = (offs < TOTAL) & (c < C) & (h >= 0) & (h < H) & (w >= 0) & (w < W)
+    v = tl.load(x_ptr + n * xs_n + c * xs_c + h * xs_h + w * xs_w, mask=ok, other=0.0)
+    tl.store(xp_ptr + offs, v, mask=offs < TOTAL)
+
+
+@triton.jit(do_not_specialize=["M", "OH", "OW", "PER"])
+def wgrad_rows_kernel(
+        part_ptr,   # float32 partials [SLICES, K, 256]
+        xp_ptr,     # the padded copy [N, HP, WP, 4] (pad_rows_kernel)
+        dy_ptr,     # dy, channels-last
+        M, OH, OW, K,
+        xs_n, xs_oh, xs_h,   # the copy's image stride, output-row step (SH rows), row stride: multiples of 16
+        dys_n, dys_h, dys_w,
+        PER,            # pixels per slice (a multiple of BLOCK_P)
+        XS_OW: tl.constexpr,   # the copy's step from one output column to the next: SW * 4
+        BLOCK_M: tl.constexpr, BLOCK_P: tl.constexpr, PREC: tl.constexpr):
+    """part[s, k, (kh, kw, c)] = sum over slice s's output pixels p of dy[p, k] *
+    xp[window row kh of p, column kw, channel c]: one [BLOCK_M, 256] accumulator, one dy
+    tile and one window tile per BLOCK_P pixels."""
+    COLS: tl.constexpr = 256
+    # -- map the program to (output-channel block, pixel slice)
+    k0 = tl.program_id(0) * BLOCK_M
+    s = tl.program_id(1)
+    rk = k0 + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, COLS)
+    col_off = (cols // 32) * xs_h + cols % 32   # window row kh = col // 32; (kw, c) run within it
+    first = s * PER
+    last = tl.minimum(first + PER, M)
+
+    # -- reduction over the slice's pixels
+    acc = tl.zeros((BLOCK_M, COLS), dtype=tl.float32)
+    for p0 in range(first, last, BLOCK_P):
+        p = p0 + tl.arange(0, BLOCK_P)
+        pm = p < last
+        ow = p % OW
+        t = p // OW
+        oh = t % OH
+        n = (t // OH).to(tl.int64)
+        dy_row = n * dys_n + oh * dys_h + ow * dys_w
+        a = tl.load(dy_ptr + dy_row[:, None] + rk[None, :], mask=pm[:, None] & (rk < K)[None, :], other=0.0)
+        x_row = n * xs_n + oh * xs_oh + ow * XS_OW
+        b = tl.load(xp_ptr + x_row[:, None] + col_off[None, :], mask=pm[:, None], other=0.0)
+        acc = tl.dot(a.T, b, acc, input_precision=PREC)
+
+    # -- store the partial
+    offs = (s * K + rk).to(tl.int64)[:, None] * COLS + cols[None, :]
+    tl.store(part_ptr + offs, acc, mask=(rk < K)[:, None])
+
+
+@triton.jit(do_not_specialize=["K", "C", "KH", "KW", "SLICES"])
+def rows_finish(part_ptr, dw_ptr, K, C, KH, KW, SLICES, ws_k, ws_c, ws_h, ws_w, alpha, beta,
+                BLOCK: tl.constexpr, FLIP: tl.constexpr, BETA_ZERO: tl.constexpr):
+    """dw = alpha * (slice 0 + slice 1 + ..., in order) + beta * dw for wgrad_rows_kernel's
+    partials; column (kh, kw, c) = (col // 32, col % 32 // 4, col % 4), kept where it is a
+    real filter tap and channel (tap flipped in CONVOLUTION mode)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = offs < K * 256
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s in range(0, SLICES):
+        acc += tl.load(part_ptr + s * (K * 256) + offs, mask=inside, other=0.0)
+    k = offs // 256
+    col = offs % 256
+    kh = col // 32
+    kw = (col % 32) // 4
+    c = col % 4
+    ok = inside & (kh < KH) & (kw < KW) & (c < C)
+    if FLIP:
+        kh = KH - 1 - kh
+        kw = KW - 1 - kw
+    ptrs = dw_ptr + k * ws_k + c * ws_c + kh * ws_h + kw * ws_w
+    v = acc * alpha
+    if not BETA_ZERO:
+        v += beta * tl.load(ptrs, mask=ok, other=0.0).to(tl.float32)
+    tl.store(ptrs, v.to(dw_ptr.dtype.element_ty), mask=ok)
+
+
+# (BLOCK_P, BLOCK_M, warps, stages): 40 KB (64 pixels) or 80 KB (128) of shared memory a
+# stage; 64 pixels at 2 stages leaves room for two programs an SM. 8 warps: the 64 x 256
+# accumulator is 64 registers a thread (4 warps compiled to 250 registers).
+ROWS_CONFIGS = [(64, 64, 8, 3), (64, 64, 8, 2), (128, 64, 8, 2)]
+
+
+def rows_candidates(problem, device, room_floats: int, sms: int) -> list:
+    """Configs of the few-channel path (ROWS marks them): one or two waves of slices."""
+    if not rows_applicable(problem):
+        return []
+    geo = geometry(problem)
+    if device.type != "cuda":
+        return [dict(ROWS=True, BLOCK_P=16, BLOCK_M=16, num_warps=1, num_stages=1, SLICES=3)]
+    out = []
+    for bp, bm, warps, stages in ROWS_CONFIGS:
+        blocks = cdiv(geo.k, bm)
+        for waves in (1, 2):
+            slices = max(1, min(waves * sms // blocks, room_floats // (geo.k * 256)))
+            out.append(dict(ROWS=True, BLOCK_P=bp, BLOCK_M=bm, num_warps=warps, num_stages=stages, SLICES=slices))
+    return out
+
+
+def launch_rows(problem, x, dy, dw, xp, part, cfg, alpha=1.0, beta=0.0):
+    """dw = alpha * dw(x, dy) + beta * dw through the padded copy ``xp`` (rows_shape):
+    pad_rows_kernel, wgrad_rows_kernel into ``part``'s first SLICES x K x 256 floats,
+    rows_finish."""
+    geo = geometry(problem)
+    (h, w), (oh, ow), (sh, sw), (ph, pw) = geo.inp[1:], geo.out[1:], geo.stride[1:], geo.pad[1:]
+    n, hp, wp, ch = xp.shape
+    cuda = dw.device.type == "cuda"
+    xs = strides5(x, 2)
+    block = 1024 if cuda else 256
+    launch(pad_rows_kernel, (cdiv(xp.numel(), block),), (x, xp, xp.numel(), geo.c, h, w, hp, wp, ph, pw, xs[0],
+           xs[1], xs[3], xs[4]), dict(BLOCK=block, CH=ch), dict(num_warps=4))
+    m = n * oh * ow
+    bp, bm = cfg["BLOCK_P"], cfg["BLOCK_M"]
+    per = cdiv(cdiv(m, cfg["SLICES"]), bp) * bp
+    slices = cdiv(m, per)
+    assert slices * geo.k * 256 <= part.numel(), "partials exceed the workspace"
+    ds = strides5(dy, 2)
+    launch(wgrad_rows_kernel, (cdiv(geo.k, bm), slices), (
+        part, xp, dy, m, oh, ow, geo.k, hp * wp * ch, sh * wp * ch, wp * ch, ds[0], ds[3], ds[4], per),
+        dict(XS_OW=sw * ch, BLOCK_M=bm, BLOCK_P=bp, PREC=input_precision(problem)),
+        dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
+    ws = strides5(dw, 2)
+    launch(rows_finish, (cdiv(geo.k * 256, block),), (
+        part, dw, geo.k, geo.c, *geo.ker[1:], slices, ws[0], ws[1], ws[3], ws[4], float(alpha), float(beta)),
+        dict(BLOCK=block, FLIP=problem.mode == 0, BETA_ZERO=beta == 0), dict(num_warps=4))
