@@ -33,7 +33,7 @@ def _rows(dt, rng):
 @pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
 def test_row_forward_ahead(hold, per_sm, dtype, rng, monkeypatch):
     """Layer norm (blended) and RMS norm through _row_norm_ahead_kernel: against float64,
-    and the same values as the "rows" kernel (the same two-pass statistics)."""
+    and (interpreter) the same values as the "rows" kernel (the same two-pass statistics)."""
     calls = []
     monkeypatch.setattr(norms, "AHEAD_PROGRAMS_PER_SM", per_sm)  # 2 "SMs" off the GPU: 2 or 7 programs
     monkeypatch.setattr(norms, "AHEAD_HOLD_PARAMS", hold)
@@ -61,8 +61,9 @@ def test_row_forward_ahead(hold, per_sm, dtype, rng, monkeypatch):
         check(inv_rms, inv_ref, torch.float32, "inv_rms")
         got[design] = [f64(t) for t in (y, mean, inv, y_rms, inv_rms)]
     assert calls == ["ahead", "ahead", "rows", "rows"]
-    for a, b in zip(got["ahead"], got["rows"]):
-        np.testing.assert_array_equal(a, b)
+    if DEVICE == "cpu":  # the same formulas; on a GPU the reduction layouts decide (the sweep reports it)
+        for a, b in zip(got["ahead"], got["rows"]):
+            np.testing.assert_array_equal(a, b)
 
 
 def test_row_forward_ahead_without_saved_statistics_and_one_row(rng, monkeypatch):

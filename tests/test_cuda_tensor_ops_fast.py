@@ -154,7 +154,7 @@ def test_reduce_ahead(op, dtype, alpha, beta, view, rng, monkeypatch):
     """NCHW over H, W with CONTIGUOUS_ROWS_KERNEL "ahead": 15 rows of 1056 in steps of 256
     (5 steps, a tile of 8, the last ragged), 4 "SMs" x 1 program: runs of 4 rows, the last
     of 3; rows packed or a channel slice of a wider tensor (rows not back to back). Against
-    float64, and the same values as "rows" (the same fold order)."""
+    float64, and (interpreter) the same values as "rows" (the same fold order)."""
     calls = []
     monkeypatch.setattr(tensor_ops, "CONTIGUOUS_ROWS_BLOCK_R", 256)
     monkeypatch.setattr(tensor_ops, "AHEAD_PROGRAMS_PER_SM", 1)
@@ -176,7 +176,8 @@ def test_reduce_ahead(op, dtype, alpha, beta, view, rng, monkeypatch):
         check(c, want, dtype, "c", scale=10.0 if dtype == torch.float16 and op in (0, 6, 7) else 1.0)
         got[kernel] = f64(c)
     assert calls == ["ahead", "rows"]
-    np.testing.assert_array_equal(got["ahead"], got["rows"])
+    if DEVICE == "cpu":  # the same fold order; on a GPU the lane layouts decide (the sweep reports it)
+        np.testing.assert_array_equal(got["ahead"], got["rows"])
 
 
 @pytest.mark.parametrize("case", ["NHWC", "short rows", "long rows", "indices", "nan"])
