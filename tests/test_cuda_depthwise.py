@@ -281,9 +281,9 @@ def _descs(p, n):
 # the 3-row strips and 4-column boxes (edge strips); run_case poisons outputs with NaN.
 from tridnn.cuda import conv_depthwise_tma as DT  # noqa: E402
 
-TMA_CFG = DT.fwd_configs(torch.device("cpu"), 8)[0]
+TMA_CFG, PAIRS_CFG = DT.fwd_configs(torch.device("cpu"), 8)
 TMA_FWD = [T.P(8, 8, (7, 6), 3, 1, 1, 1, 8), T.P(12, 12, (5, 9), 3, 1, 0, 1, 12), T.P(8, 8, (6, 7), 3, 1, 2, 1, 8),
-           T.P(8, 8, (8, 10), 3, 2, 1, 1, 8), T.P(12, 12, (6, 14), 3, 2, 1, 1, 12)]
+           T.P(8, 8, (8, 10), 3, 2, 1, 1, 8), T.P(12, 12, (6, 14), 3, 2, 1, 1, 12), T.P(8, 8, (5, 7), 3, 1, 1, 1, 8)]
 
 
 def _count_calls(monkeypatch, name):
@@ -291,6 +291,40 @@ def _count_calls(monkeypatch, name):
     real = getattr(DT, name)
     monkeypatch.setattr(DT, name, lambda *a, **k: calls.append(1) or real(*a, **k))
     return calls
+
+
+def _kernels(monkeypatch):
+    """The kernels conv_depthwise_tma launches, by name."""
+    names = []
+    real = DT.launch
+    monkeypatch.setattr(DT, "launch", lambda kernel, *a: names.append(kernel.fn.__name__) or real(kernel, *a))
+    return names
+
+
+def test_tma_pairs_kernel(rng, monkeypatch):
+    """PAIRS configs take the pair-view kernel where it applies (stride 1, column padding 1,
+    even W), else the three-box kernel; both against the reference, with padded pixels."""
+    names = _kernels(monkeypatch)
+    monkeypatch.setattr(conv_direct, "fwd_dw3_candidates", lambda *a: [dict(PAIRS_CFG)])
+    monkeypatch.setattr(conv_direct.DirectForward, "tuner", Tuner())
+    for p, want in ((T.P(8, 8, (7, 6), 3, 1, 1, 1, 8), "dw3_tma_pairs_kernel"),
+                    (T.P(8, 8, (5, 10), 3, 1, 1, 1, 8), "dw3_tma_pairs_kernel"),
+                    (T.P(8, 8, (5, 7), 3, 1, 1, 1, 8), "dw3_tma_fwd_kernel"),
+                    (T.P(8, 8, (5, 8), 3, 1, 0, 1, 8), "dw3_tma_fwd_kernel")):
+        names.clear()
+        assert T.run_case("fwd", DIRECT, p, "float32", "NHWC", rng, n=2, as_torch=True, device=DEVICE) is None
+        assert names == [want], (p, names)
+    x = torch.as_tensor(rng.standard_normal((2, 6, 10, 8)), dtype=torch.float32)  # pixels padded to 10 columns
+    xv = x[:, :, :8].permute(0, 3, 1, 2)  # (N, C, H, W) view, W stride 8 channels, row stride 80
+    w = torch.as_tensor(rng.standard_normal((8, 1, 3, 3)), dtype=torch.float32)
+    y = torch.full((2, 8, 6, 8), float("nan")).contiguous(memory_format=torch.channels_last)
+    names.clear()
+    cfg = dict(PAIRS_CFG, BW=8)
+    assert DT.fwd_layout_ok(xv, y, 2, (1, 1), (1, 1))
+    DT.launch_fwd(xv, w, y, 2, (1, 1), (1, 1), 1.0, 0.0, None, cfg, False)
+    assert names == ["dw3_tma_pairs_kernel"]
+    ref = torch.nn.functional.conv2d(xv.double(), w.double(), padding=1, groups=8)
+    assert torch.allclose(y.double(), ref, rtol=1e-5, atol=1e-5)
 
 
 # float16 with 12 channels (24-byte pixels) is not TMA-aligned: left out (the strided
@@ -342,14 +376,18 @@ def test_tma_forward_epilogue(rng, monkeypatch):
 
 @pytest.mark.parametrize("p,dtype", TMA_BWD_CASES, ids=lambda v: v if isinstance(v, str) else v["name"])
 def test_tma_backward_data(p, dtype, rng, monkeypatch):
-    """Stride-1 backward data: the forward walker on dy with the flipped filter."""
-    monkeypatch.setattr(D, "rows3_data_candidates", lambda *a: [dict(TMA_CFG)])
-    monkeypatch.setattr(D, "_data_tuner", Tuner())
-    calls = _count_calls(monkeypatch, "launch_fwd")
-    assert T.run_case("bwd_data", DATA, p, dtype, "NHWC", rng, n=2, as_torch=True, device=DEVICE) is None
-    assert T.run_case("bwd_data", DATA, p, dtype, "NHWC", rng, n=1, alpha=2.0, beta=0.5, as_torch=True,
-                      mode=tridnn.ConvMode.CONVOLUTION, device=DEVICE) is None
-    assert len(calls) == 2
+    """Stride-1 backward data: the forward walkers (three boxes; pairs where dx's padding
+    2 - pad is 1 and W even) on dy with the flipped filter."""
+    names = _kernels(monkeypatch)
+    for cfg in (TMA_CFG, PAIRS_CFG):
+        monkeypatch.setattr(D, "rows3_data_candidates", lambda *a: [dict(cfg)])
+        monkeypatch.setattr(D, "_data_tuner", Tuner())
+        names.clear()
+        assert T.run_case("bwd_data", DATA, p, dtype, "NHWC", rng, n=2, as_torch=True, device=DEVICE) is None
+        assert T.run_case("bwd_data", DATA, p, dtype, "NHWC", rng, n=1, alpha=2.0, beta=0.5, as_torch=True,
+                          mode=tridnn.ConvMode.CONVOLUTION, device=DEVICE) is None
+        pairs = cfg.get("PAIRS") and p["pad"][1] == 1 and p["spatial"][1] % 2 == 0
+        assert names == ["dw3_tma_pairs_kernel" if pairs else "dw3_tma_fwd_kernel"] * 2, names
 
 
 @pytest.mark.parametrize("p", TMA_BWD, ids=T._ids)

@@ -152,6 +152,93 @@ def dw3_tma_fwd_kernel(
 
 
 @triton.jit
+def _pair_row(xp_desc, xh_desc, n, i, j0, c0, BWH: tl.constexpr, BC: tl.constexpr):
+    """Input row i around output pixel pairs j0 ..: the even and odd columns of the pairs
+    (one box [BWH, 2, BC], split in registers), the odd column of the pair before each and
+    the even column of the pair after (half boxes [BWH, 1, BC]), float32 [BWH, BC] each."""
+    pair = xp_desc.load([n, i, j0, 0, c0]).reshape(BWH, 2, BC)
+    even, odd = tl.split(tl.permute(pair, (0, 2, 1)))
+    left = xh_desc.load([n, i, j0 - 1, 1, c0]).reshape(BWH, BC)
+    right = xh_desc.load([n, i, j0 + 1, 0, c0]).reshape(BWH, BC)
+    return left.to(tl.float32), even.to(tl.float32), odd.to(tl.float32), right.to(tl.float32)
+
+
+@triton.jit(do_not_specialize=['C', 'OH', 'OW', 'PH', 'BH', 'n_rows', 'n_cols'])
+def dw3_tma_pairs_kernel(
+        # epilogue pointers: output, bias, residual z; the filter (C, 1, 3, 3) at any strides
+        y_ptr, bias_ptr, z_ptr, w_ptr,
+        # TMA descriptors of the pair view of x [N, H, W/2, 2, C]: boxes [1, 1, BW/2, 2, BC]
+        # (whole pairs) and [1, 1, BW/2, 1, BC] (one column of each pair)
+        xp_desc, xh_desc,
+        # channels, output H x W, row padding (columns: 1), rows per strip, strips per image
+        C, OH, OW, PH, BH, n_rows, n_cols,
+        ws_k, ws_h, ws_w,
+        ys_n, ys_k, ys_h, ys_w, zs_n, zs_k, zs_h, zs_w, bias_stride,
+        alpha, beta, alpha2, coef, swish_beta,
+        BW: tl.constexpr, BC: tl.constexpr, STAGES: tl.constexpr, FLIP: tl.constexpr,
+        ACT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr, BETA_ZERO: tl.constexpr,
+        INT64: tl.constexpr):
+    """dw3_tma_fwd_kernel's stride-1 walk with column padding 1 and even W, reading each
+    input row as output pixel pairs: the even output column 2j takes columns (2j - 1, 2j,
+    2j + 1) = (odd of pair j - 1, even of j, odd of j), the odd one (even of j, odd of j,
+    even of j + 1). One box of pairs and two half boxes: x crosses L2 twice, not three
+    times (three shifted boxes)."""
+    BWH: tl.constexpr = BW // 2
+    # -- map the program to (image, row strip, column strip) and a channel block
+    pid = tl.program_id(0)
+    col_blk = pid % n_cols
+    t = pid // n_cols
+    row_blk = t % n_rows
+    n = t // n_rows
+    c0 = tl.program_id(1) * BC
+    offs_k = c0 + tl.arange(0, BC)
+    mask_k = offs_k < C
+    j0 = col_blk * BWH
+    ow_e = 2 * (j0 + tl.arange(0, BWH))
+    mask_e = ow_e < OW
+    mask_o = ow_e + 1 < OW
+    oh0 = row_blk * BH
+    oh_end = tl.minimum(oh0 + BH, OH)
+
+    # -- the nine weights, float32 [1, BC]; the output pointers' parts
+    w_col = offs_k * ws_k
+    w00, w01, w02 = _taps3(w_ptr, w_col, mask_k, 0, ws_h, ws_w, FLIP)
+    w10, w11, w12 = _taps3(w_ptr, w_col, mask_k, 1, ws_h, ws_w, FLIP)
+    w20, w21, w22 = _taps3(w_ptr, w_col, mask_k, 2, ws_h, ws_w, FLIP)
+    n_off = n
+    if INT64:
+        n_off = n.to(tl.int64)
+    y_e = n_off * ys_n + ow_e * ys_w
+    z_e = n_off * zs_n + ow_e * zs_w
+
+    # -- walk input rows as dw3_tma_fwd_kernel, even and odd output columns apart
+    done_e = tl.zeros((BWH, BC), dtype=tl.float32)
+    done_o = tl.zeros((BWH, BC), dtype=tl.float32)
+    mid_e = tl.zeros((BWH, BC), dtype=tl.float32)
+    mid_o = tl.zeros((BWH, BC), dtype=tl.float32)
+    for i in tl.range(oh0 - PH, oh_end - PH + 2, num_stages=STAGES):
+        left, even, odd, right = _pair_row(xp_desc, xh_desc, n, i, j0, c0, BWH, BC)
+        done_e += _mul3(left, even, odd, w20, w21, w22)
+        done_o += _mul3(even, odd, right, w20, w21, w22)
+        mid_e += _mul3(left, even, odd, w10, w11, w12)
+        mid_o += _mul3(even, odd, right, w10, w11, w12)
+        new_e = _mul3(left, even, odd, w00, w01, w02)
+        new_o = _mul3(even, odd, right, w00, w01, w02)
+        o = i + PH - 2
+        if o >= oh0:
+            store_tile(done_e, y_e + o * ys_h, z_e + o * zs_h, offs_k, mask_e, mask_k, y_ptr, ys_k,
+                       z_ptr, zs_k, bias_ptr, bias_stride, alpha, beta, alpha2, coef, swish_beta, ACT,
+                       HAS_BIAS, HAS_Z, BETA_ZERO)
+            store_tile(done_o, y_e + ys_w + o * ys_h, z_e + zs_w + o * zs_h, offs_k, mask_o, mask_k, y_ptr, ys_k,
+                       z_ptr, zs_k, bias_ptr, bias_stride, alpha, beta, alpha2, coef, swish_beta, ACT,
+                       HAS_BIAS, HAS_Z, BETA_ZERO)
+        done_e = mid_e
+        done_o = mid_o
+        mid_e = new_e
+        mid_o = new_o
+
+
+@triton.jit
 def _wsum(part_ptr, acc, slot, K, offs_k, mask_k, tap, ATOMIC: tl.constexpr):
     col = tl.sum(acc, axis=0)
     ptrs = part_ptr + (slot * K + offs_k).to(tl.int64) * 9 + tap  # partial layout [slots, K, 9, 1]
@@ -301,42 +388,58 @@ def launch_fwd(x, w, y, nd, stride, pad, alpha, beta, spec, cfg, flip):
     oh, ow = (y.shape[2] if nd == 2 else 1), y.shape[-1]
     bw, bc = cfg["BW"], cfg["BC"]
     bh = min(cfg["BH"], oh)
-    if stride == (2, 2):
-        shape = [n, h // 2, 2, wd // 2, 2 * c]
-        strides = [xst[0], 2 * xst[1], xst[1], 2 * xst[2], 1]
-        block = [1, 1, 1, bw, bc]
-    else:
-        shape, strides, block = [n, h, wd, c], xst, [1, 1, bw, bc]
-    desc = _descriptor(x, shape, strides, block)
     n_rows, n_cols = cdiv(oh, bh), cdiv(ow, bw)
     grid = (n * n_rows * n_cols, cdiv(c, bc))
-    args = (y, bias, z, w, desc, c, oh, ow, pad[0], pad[1], bh, n_rows, n_cols,
-            ws[0], ws[3], ws[4], ys[0], ys[1], ys[3], ys[4], zs[0], zs[1], zs[3], zs[4], bias_stride,
+    tail = (ws[0], ws[3], ws[4], ys[0], ys[1], ys[3], ys[4], zs[0], zs[1], zs[3], zs[4], bias_stride,
             float(alpha), float(beta), alpha2, coef, swish_beta)
-    consts = dict(BW=bw, BC=bc, STAGES=cfg["STAGES"], STRIDE2=stride == (2, 2), FLIP=flip, ACT=act,
-                  HAS_BIAS=has_bias, HAS_Z=has_z, BETA_ZERO=beta == 0, INT64=needs_int64(y, z))
+    consts = dict(BW=bw, BC=bc, STAGES=cfg["STAGES"], FLIP=flip, ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z,
+                  BETA_ZERO=beta == 0, INT64=needs_int64(y, z))
     options = dict(num_warps=cfg["num_warps"])
+    if cfg.get("PAIRS") and stride == (1, 1) and pad[1] == 1 and wd % 2 == 0 and bw >= 2:
+        # the pair view [N, H, W/2, 2, C]: whole pairs and single columns of pairs
+        shape = [n, h, wd // 2, 2, c]
+        strides = [xst[0], xst[1], 2 * xst[2], xst[2], 1]
+        descs = (_descriptor(x, shape, strides, [1, 1, bw // 2, 2, bc]),
+                 _descriptor(x, shape, strides, [1, 1, bw // 2, 1, bc]))
+        kernel, head = dw3_tma_pairs_kernel, (c, oh, ow, pad[0], bh, n_rows, n_cols)
+    else:
+        if stride == (2, 2):
+            shape = [n, h // 2, 2, wd // 2, 2 * c]
+            strides = [xst[0], 2 * xst[1], xst[1], 2 * xst[2], 1]
+            block = [1, 1, 1, bw, bc]
+        else:
+            shape, strides, block = [n, h, wd, c], xst, [1, 1, bw, bc]
+        descs = (_descriptor(x, shape, strides, block),)
+        kernel, head = dw3_tma_fwd_kernel, (c, oh, ow, pad[0], pad[1], bh, n_rows, n_cols)
+        consts["STRIDE2"] = stride == (2, 2)
+    args = (y, bias, z, w) + descs + head + tail
     static = ((_key(args[4:], consts), tuple(options.items()), x.dtype, w.dtype, y.dtype, bias.dtype, z.dtype), 4)
-    launch(dw3_tma_fwd_kernel, grid, args, consts, options, static)
+    launch(kernel, grid, args, consts, options, static)
 
 
 def fwd_configs(device, c, stride=1):
-    """(BW, BC, BH, STAGES, warps) candidates (KIND "tma"). sm_90 bf16: 80 registers at 4
-    elements per thread (36 of them the nine weights of a thread's 4 channels), ~150 at 8,
-    46 at 2; the rows in flight are STAGES - 1 per program (stride 2: two input rows an
-    output row), so 4-6 stages put 20-30 KB of x in flight per SM. Strips of 8-32 rows
-    give enough programs (64 x 112 / 16 x 112 / 16 = 3584 for dw32_112) or whole columns."""
+    """(BW, BC, BH, STAGES, warps[, PAIRS]) candidates (KIND "tma"). sm_90 bf16, three
+    shifted boxes: 80 registers at 4 elements per thread (36 of them the nine weights of
+    a thread's 4 channels), ~150 at 8, 46 at 2; PAIRS (dw3_tma_pairs_kernel, stride 1,
+    column padding 1, even W; else the three-box kernel runs): 56 at 4 elements (2
+    channels a thread), 103 at 8. STAGES - 1 rows are in flight per program (stride 2: two
+    input rows an output row), so 5-6 stages put ~30 KB of x in flight per SM. Strips of
+    8-32 rows give enough programs (64 x 112 / 16 x 112 / 16 = 3584 for dw32_112) or
+    whole columns."""
     if device.type != "cuda":
-        return [dict(BW=4, BC=8, BH=3, STAGES=2, num_warps=1, KIND="tma")]
+        return [dict(BW=4, BC=8, BH=3, STAGES=2, num_warps=1, KIND="tma"),
+                dict(BW=4, BC=8, BH=3, STAGES=2, num_warps=1, KIND="tma", PAIRS=True)]
     if stride == 2:
-        table = ((16, 32, 8, 4, 4), (16, 32, 16, 4, 4), (8, 32, 16, 4, 4), (8, 64, 8, 4, 4), (16, 64, 8, 3, 8),
-                 (32, 32, 8, 3, 8), (16, 16, 16, 5, 4), (8, 64, 28, 4, 4))
+        table = ((16, 32, 8, 4, 4, 0), (16, 32, 16, 4, 4, 0), (8, 32, 16, 4, 4, 0), (8, 64, 8, 4, 4, 0),
+                 (16, 64, 8, 3, 8, 0), (32, 32, 8, 3, 8, 0), (16, 16, 16, 5, 4, 0), (8, 64, 28, 4, 4, 0))
     else:
-        table = ((16, 32, 16, 4, 4), (16, 32, 16, 6, 4), (32, 32, 16, 5, 8), (32, 32, 32, 6, 8), (8, 64, 16, 5, 4),
-                 (16, 64, 16, 5, 8), (8, 32, 16, 6, 4), (16, 16, 16, 6, 4), (32, 16, 16, 6, 4), (16, 32, 8, 5, 4),
-                 (16, 32, 1024, 5, 4), (8, 128, 16, 5, 8), (32, 32, 16, 3, 4), (16, 64, 16, 4, 4))
-    return [dict(BW=bw, BC=bc, BH=bh, STAGES=st, num_warps=warps, KIND="tma") for bw, bc, bh, st, warps in table
-            if bc <= max(16, triton.next_power_of_2(c))]
+        table = ((16, 32, 16, 5, 4, 1), (16, 32, 16, 6, 4, 1), (32, 32, 16, 5, 8, 1), (16, 64, 16, 5, 8, 1),
+                 (32, 16, 16, 6, 4, 1), (8, 64, 16, 5, 4, 1), (16, 16, 16, 6, 4, 1), (32, 32, 32, 6, 8, 1),
+                 (16, 32, 8, 6, 4, 1), (32, 32, 16, 4, 4, 1), (64, 32, 16, 4, 8, 1),
+                 (16, 32, 16, 4, 4, 0), (16, 32, 16, 6, 4, 0), (32, 32, 16, 5, 8, 0), (8, 64, 16, 5, 4, 0),
+                 (16, 16, 16, 6, 4, 0), (16, 32, 1024, 5, 4, 0))
+    return [dict(BW=bw, BC=bc, BH=bh, STAGES=st, num_warps=warps, KIND="tma", PAIRS=bool(pairs))
+            for bw, bc, bh, st, warps, pairs in table if bc <= max(16, triton.next_power_of_2(c))]
 
 
 # -- backward filter ---------------------------------------------------------------
