@@ -167,11 +167,14 @@ VEC8_CASES = [((3, 5, 4, 6), 0), ((2, 5, 3, 8), 2**40 + 4), ((2, 3, 4, 6), 2**64
 
 @pytest.mark.parametrize("shape,offset", VEC8_CASES, ids=["ragged", "odd-first-block", "wraps", "odd-numel"])
 @pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
-def test_dropout_vec8_draws_the_same_mask(shape, offset, dtype, rng, monkeypatch):
-    """FLAT_KERNEL "vec8" (programs of 32 elements, a ragged last one): the mask bit for
-    bit as the NumPy backend and the groups4 kernel; y and dx against float64."""
+@pytest.mark.parametrize("load_first", [False, True], ids=["load-after", "load-first"])
+def test_dropout_vec8_draws_the_same_mask(shape, offset, dtype, load_first, rng, monkeypatch):
+    """FLAT_KERNEL "vec8" (programs of 32 elements, a ragged last one), data loaded after
+    or before the draws (LOAD_FIRST): the mask bit for bit as the NumPy backend and the
+    groups4 kernel; y and dx against float64."""
     calls = []
     monkeypatch.setattr(dropout, "VEC8_BLOCK", 32)
+    monkeypatch.setattr(dropout, "LOAD_FIRST", load_first)
     for name in ("_dropout_flat_kernel", "_dropout_vec8_kernel", "_dropout_element_kernel"):
         monkeypatch.setattr(dropout, name, _Recorder(getattr(dropout, name), name, calls))
     dt = DTYPES[dtype]
@@ -241,3 +244,33 @@ def test_dropout_vec8_leaves_other_layouts_to_their_kernels(rng, monkeypatch):
     monkeypatch.setattr(dropout, "FLAT_KERNEL", "vec4")
     with pytest.raises(ValueError, match="FLAT_KERNEL"):
         dropout.dropout_forward(x, poisoned(shape, "NCHW"), reserve, 0.5, 3, 0)
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "strided"])
+@pytest.mark.parametrize("thread_elements", [32, 1])
+def test_dropout_split_load_first(layout, thread_elements, rng, monkeypatch):
+    """The NHWC split kernel with LOAD_FIRST (the four data tiles loaded before the draws):
+    the NCHW mask bit for bit, y and dx against float64, in place too (x is y)."""
+    calls = []
+    monkeypatch.setattr(dropout, "NHWC_DRAW", "split")
+    monkeypatch.setattr(dropout, "LOAD_FIRST", True)
+    monkeypatch.setattr(dropout, "SPLIT_THREAD_ELEMENTS", thread_elements)
+    monkeypatch.setattr(dropout, "TILE_W", 8)
+    monkeypatch.setattr(dropout, "TILE_ELEMENTS", 32)
+    monkeypatch.setattr(dropout, "_dropout_split_kernel", _Recorder(dropout._dropout_split_kernel, "split", calls))
+    shape, seed, offset = (2, 5, 3, 20), 2**33 + 7, 2**40 + 12
+    x = make(shape, layout, rng=rng)
+    want_mask = cpu_dropout.dropout_mask(shape, 0.4, seed, offset)
+    y = poisoned(shape, layout)
+    reserve = torch.empty(shape, dtype=torch.uint8, device=DEVICE)
+    dropout.dropout_forward(x, y, reserve, 0.4, seed, offset)
+    np.testing.assert_array_equal(reserve.cpu().numpy(), want_mask)
+    check(y, np.where(want_mask == 1, f64(x) / 0.6, 0.0), torch.float32, "y")
+    inplace = x.clone()
+    dropout.dropout_forward(inplace, inplace, reserve, 0.4, seed, offset)
+    check(inplace, np.where(want_mask == 1, f64(x) / 0.6, 0.0), torch.float32, "y in place")
+    dy = make(shape, layout, rng=rng)
+    dx = poisoned(shape, layout)
+    dropout.dropout_backward(dy, dx, reserve, 0.4)
+    check(dx, np.where(want_mask == 1, f64(dy) / 0.6, 0.0), torch.float32, "dx")
+    assert calls[:2] == ["split", "split"]

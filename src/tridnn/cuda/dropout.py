@@ -76,6 +76,16 @@ MASK62 = (1 << 62) - 1
 FLAT_KERNEL = "groups4"
 VEC8_BLOCK = 2048
 VEC8_WARPS = 4
+# the forward's data loads before the Philox calls (vec8 and the NHWC split kernel; the
+# other kernels load after). Compiled for sm_90 as written today, every kernel issues its
+# first data load after the last Philox multiply (vec8: instruction 385 of 504, split: 860
+# of 1144), so a program's load latency follows its ~250-650 instructions of arithmetic
+# instead of overlapping them and only other programs keep the memory busy meanwhile.
+# True: vec8 (2048 elements, 4 warps) issues both 16-byte loads first (instructions 17
+# and 33 of 456, 504 before; 32 registers either way); the split kernel at 32 elements a
+# thread still gets its loads sunk by ptxas (711 of 1144, 40 -> 48 registers), at 16 a
+# thread (SPLIT_THREAD_ELEMENTS) they go early (184 of 696). The same mask and values.
+LOAD_FIRST = False
 
 
 @triton.jit
@@ -138,17 +148,20 @@ def _dropout_flat_kernel(src_ptr, dst_ptr, mask_ptr, numel, seed, first_block, t
 @triton.jit
 def _dropout_vec8_kernel(src_ptr, dst_ptr, mask_ptr, numel, seed, first_block, threshold, scale,
                          FORWARD: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
-                         BLOCK_V: tl.constexpr):
+                         BLOCK_V: tl.constexpr, LOAD_FIRST: tl.constexpr = False):
     """Dense tensors in logical order, [BLOCK_V, 8] tiles: row v is elements 8v..8v+7,
     Philox blocks first_block + 2v (its words 0-3 keep elements 8v..8v+3) and
     first_block + 2v + 1 (8v+4..8v+7), the mask of _dropout_flat_kernel. A row's 8
     elements are one thread's (the words' column is known per register, so the word
-    selects fold away), loaded and stored as one 16-byte vector for 16-bit data."""
+    selects fold away), loaded and stored as one 16-byte vector for 16-bit data.
+    LOAD_FIRST: the data is loaded before the draws (its latency under their arithmetic)."""
     # map the program to BLOCK_V rows of 8 elements
     v = first_index(BLOCK_V, BIG) + tl.arange(0, BLOCK_V)
     j = tl.arange(0, 8)[None, :]
     i = v[:, None] * 8 + j
     in_range = i < numel
+    if LOAD_FIRST:
+        src = tl.load(src_ptr + i, mask=in_range, other=0.0)
     # the keep bits: two Philox calls a row
     if FORWARD:
         block = first_block + 2 * v.to(tl.int64)
@@ -162,7 +175,11 @@ def _dropout_vec8_kernel(src_ptr, dst_ptr, mask_ptr, numel, seed, first_block, t
     else:
         keep = tl.load(mask_ptr + i, mask=in_range, other=0) != 0
     # the data
-    _apply(src_ptr, dst_ptr, i, i, keep, in_range, scale, COMPUTE)
+    if LOAD_FIRST:  # dropped elements are exactly zero, even for inf/NaN
+        out = tl.where(keep, src.to(COMPUTE) * scale, 0.0)
+        tl.store(dst_ptr + i, out.to(dst_ptr.dtype.element_ty), mask=in_range)
+    else:
+        _apply(src_ptr, dst_ptr, i, i, keep, in_range, scale, COMPUTE)
 
 
 @triton.jit
@@ -224,13 +241,13 @@ def _dropout_split_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first
                           so0, so1, so2, si, sw, do0, do1, do2, di, dw, lo0, lo1, lo2, li,
                           FORWARD: tl.constexpr, PACKED: tl.constexpr, COMPUTE: tl.constexpr,
                           BIG: tl.constexpr, BLOCK_I: tl.constexpr, BLOCK_G: tl.constexpr,
-                          KEEP_FROM_WORD: tl.constexpr = False):
+                          KEEP_FROM_WORD: tl.constexpr = False, LOAD_FIRST: tl.constexpr = False):
     """One outer position x [BLOCK_G groups of 4 W values, BLOCK_I inner values], all
     tiles [groups, inner] (inner fastest, as the data lies). Philox call (g, i) covers W
     positions 4g..4g+3 of inner value i: its word k keeps the element of W phase k,
     loaded as a tile of its own, and the four keep bits are the mask's 4 bytes of the
     group, stored as one int32 (PACKED: mask_ptr is the reserve seen as int32; else
-    four byte stores)."""
+    four byte stores). LOAD_FIRST: the four data tiles are loaded before the draws."""
     # map the program to (outer position, inner block, group block)
     o0, o1, o2, inner, g_blk = _tile_position(I, W4, O1, O2, BIG, BLOCK_I, BLOCK_G)
     g = g_blk * BLOCK_G + tl.arange(0, BLOCK_G)
@@ -241,6 +258,11 @@ def _dropout_split_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first
     # the data of W phase 0; phase k is k W strides further
     s_off = (o0 * so0 + o1 * so1 + o2 * so2) + inner[None, :] * si + (g * 4)[:, None] * sw
     d_off = (o0 * do0 + o1 * do1 + o2 * do2) + inner[None, :] * di + (g * 4)[:, None] * dw
+    if LOAD_FIRST:  # all four loads before any store (src and dst may be one tensor)
+        x0 = tl.load(src_ptr + s_off, mask=in_range, other=0.0)
+        x1 = tl.load(src_ptr + s_off + sw, mask=in_range, other=0.0)
+        x2 = tl.load(src_ptr + s_off + 2 * sw, mask=in_range, other=0.0)
+        x3 = tl.load(src_ptr + s_off + 3 * sw, mask=in_range, other=0.0)
     # the keep bits
     if FORWARD:
         r0, r1, r2, r3 = _draws(seed, (first_block + group) & 0x3FFFFFFFFFFFFFFF)
@@ -275,10 +297,12 @@ def _dropout_split_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first
             k2 = tl.load(mask_ptr + group * 4 + 2, mask=in_range, other=0) != 0
             k3 = tl.load(mask_ptr + group * 4 + 3, mask=in_range, other=0) != 0
     # all four loads before any store (src and dst may be one tensor), then the stores
-    x0 = tl.load(src_ptr + s_off, mask=in_range, other=0.0).to(COMPUTE)
-    x1 = tl.load(src_ptr + s_off + sw, mask=in_range, other=0.0).to(COMPUTE)
-    x2 = tl.load(src_ptr + s_off + 2 * sw, mask=in_range, other=0.0).to(COMPUTE)
-    x3 = tl.load(src_ptr + s_off + 3 * sw, mask=in_range, other=0.0).to(COMPUTE)
+    if not LOAD_FIRST:
+        x0 = tl.load(src_ptr + s_off, mask=in_range, other=0.0)
+        x1 = tl.load(src_ptr + s_off + sw, mask=in_range, other=0.0)
+        x2 = tl.load(src_ptr + s_off + 2 * sw, mask=in_range, other=0.0)
+        x3 = tl.load(src_ptr + s_off + 3 * sw, mask=in_range, other=0.0)
+    x0, x1, x2, x3 = x0.to(COMPUTE), x1.to(COMPUTE), x2.to(COMPUTE), x3.to(COMPUTE)
     out_ty = dst_ptr.dtype.element_ty
     # dropped elements are exactly zero, even for inf/NaN
     tl.store(dst_ptr + d_off, tl.where(k0, x0 * scale, 0.0).to(out_ty), mask=in_range)
@@ -414,7 +438,7 @@ def _launch(src, dst, reserve, probability, seed, offset, forward):
         _dropout_vec8_kernel[(triton.cdiv(numel, block),)](
             src, dst, mask, numel, rng["seed"], first_block, rng["threshold"], rng["scale"], **common,
             BIG=_needs_int64(src, dst, mask) or numel + block > 2 ** 31 - 1, BLOCK_V=block // 8,
-            num_warps=int(VEC8_WARPS))
+            LOAD_FIRST=bool(LOAD_FIRST) and forward, num_warps=int(VEC8_WARPS))
         return
     if grouped and src.is_contiguous() and dst.is_contiguous():
         block_g = BLOCK // 4
@@ -444,6 +468,7 @@ def _tile_launch(src, dst, mask, plan, first_block, rng, common):
         _dropout_split_kernel[grid](
             src, dst, mask.view(torch.int32) if packed else mask, *geometry, **common, PACKED=packed, BIG=big,
             BLOCK_I=block_i, BLOCK_G=block_g, KEEP_FROM_WORD=bool(SPLIT_KEEP_FROM_WORD),
+            LOAD_FIRST=bool(LOAD_FIRST) and common["FORWARD"],
             num_warps=max(1, min(8, 4 * block_g * block_i // (32 * SPLIT_THREAD_ELEMENTS))))
     elif draw == "join":
         _dropout_join_kernel[grid](
