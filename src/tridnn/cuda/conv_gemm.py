@@ -2,7 +2,10 @@
 
 ``im2col_kernel`` writes the column matrix col[g, m, r] (rows m = output pixels, r =
 (tap, input channel) with channels fastest, so NHWC reads are contiguous runs),
-padding as zeros, in x's dtype. ``gemm_kernel`` then multiplies it by the filter
+padding as zeros, in x's dtype. Rows are padded with zeros to R_PAD, a multiple of 32
+columns, so every row starts 64-byte aligned and the matmul's loads of col need no
+mask along r and vectorize (a first layer has R = 7 * 7 * 3 = 147: unpadded, each row
+starts anywhere and every load is split into 2-byte pieces). ``gemm_kernel`` then multiplies it by the filter
 seen as a [taps x Cg, Kg] matrix per group (read at the filter's own strides, the
 CONVOLUTION flip folded into the tap index) and ends in the fused epilogue. The
 explicit matrix costs a write and a read of taps x the input, which implicit GEMM
@@ -22,10 +25,11 @@ from .geometry import geometry, input_precision, needs_int64, strides5
 
 
 @triton.jit(do_not_specialize=['M', 'R', 'ID', 'IH', 'IW', 'OD', 'OH', 'OW', 'KD', 'KH', 'KW', 'SD', 'SH', 'SW', 'PD', 'PH', 'PW', 'DD', 'DH', 'DW'])
-def im2col_kernel(x_ptr, col_ptr, M, R, Cg, ID, IH, IW, OD, OH, OW, KD, KH, KW,
+def im2col_kernel(x_ptr, col_ptr, M, R, R_PAD, Cg, ID, IH, IW, OD, OH, OW, KD, KH, KW,
                   SD, SH, SW, PD, PH, PW, DD, DH, DW, xs_n, xs_c, xs_d, xs_h, xs_w,
                   BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr, INT64: tl.constexpr):
-    """col[g, m, r] = x[n, g*Cg + c, o*s - p + t*d] (0 where that falls in the padding)."""
+    """col[g, m, r] = x[n, g*Cg + c, o*s - p + t*d] (0 where that falls in the padding,
+    and in the columns R..R_PAD)."""
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_r = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
     g = tl.program_id(2)
@@ -46,19 +50,20 @@ def im2col_kernel(x_ptr, col_ptr, M, R, Cg, ID, IH, IW, OD, OH, OW, KD, KH, KW,
           & (iw >= 0) & (iw < IW))
     src = (nn * xs_n)[:, None] + ((g * Cg + c) * xs_c)[None, :] + idd * xs_d + ih * xs_h + iw * xs_w
     v = tl.load(x_ptr + src, mask=ok, other=0.0)
-    dst = (g.to(tl.int64) * M + offs_m)[:, None] * R + offs_r[None, :]
-    tl.store(col_ptr + dst, v, mask=mask_m[:, None] & mask_r[None, :])
+    dst = (g.to(tl.int64) * M + offs_m)[:, None] * R_PAD + offs_r[None, :]
+    tl.store(col_ptr + dst, v, mask=mask_m[:, None] & (offs_r < R_PAD)[None, :])
 
 
 @triton.jit(do_not_specialize=['M', 'R', 'OD', 'OH', 'OW'])
-def gemm_kernel(col_ptr, w_ptr, y_ptr, bias_ptr, z_ptr, M, R, Cg, Kg, OD, OH, OW, KD, KH, KW,
+def gemm_kernel(col_ptr, w_ptr, y_ptr, bias_ptr, z_ptr, M, R, R_PAD, Cg, Kg, OD, OH, OW, KD, KH, KW,
                 ws_k, ws_c, ws_d, ws_h, ws_w,
                 ys_n, ys_k, ys_d, ys_h, ys_w, zs_n, zs_k, zs_d, zs_h, zs_w, bias_stride,
                 alpha, beta, alpha2, coef, swish_beta,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                 FLIP: tl.constexpr, PREC: tl.constexpr, ACT: tl.constexpr, HAS_BIAS: tl.constexpr,
                 HAS_Z: tl.constexpr, BETA_ZERO: tl.constexpr, INT64: tl.constexpr):
-    """y[:, g*Kg:(g+1)*Kg] = epilogue(col[g] @ wmat[g]) with wmat[r, k] = w[k, c, tap(r)]."""
+    """y[:, g*Kg:(g+1)*Kg] = epilogue(col[g] @ wmat[g]) with wmat[r, k] = w[k, c, tap(r)].
+    BLOCK_K divides R_PAD (col's zero-padded row length), so col loads mask rows only."""
     pid = tl.program_id(0)
     g = tl.program_id(1)
     pid_m, pid_n = grouped_tile(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(Kg, BLOCK_N), GROUP_M)
@@ -66,13 +71,13 @@ def gemm_kernel(col_ptr, w_ptr, y_ptr, bias_ptr, z_ptr, M, R, Cg, Kg, OD, OH, OW
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_m = offs_m < M
     mask_n = offs_n < Kg
-    a_row = (g.to(tl.int64) * M + offs_m) * R
+    a_row = (g.to(tl.int64) * M + offs_m) * R_PAD
     w_col = (g * Kg + offs_n) * ws_k
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for r0 in range(0, R, BLOCK_K):
+    for r0 in range(0, R_PAD, BLOCK_K):
         r = r0 + tl.arange(0, BLOCK_K)
         mask_r = r < R
-        a = tl.load(col_ptr + a_row[:, None] + r[None, :], mask=mask_m[:, None] & mask_r[None, :], other=0.0)
+        a = tl.load(col_ptr + a_row[:, None] + r[None, :], mask=mask_m[:, None], other=0.0)
         c = r % Cg
         tap = r // Cg
         kw = tap % KW
@@ -94,13 +99,22 @@ def gemm_kernel(col_ptr, w_ptr, y_ptr, bias_ptr, z_ptr, M, R, Cg, Kg, OD, OH, OW
                bias_stride, alpha, beta, alpha2, coef, swish_beta, ACT, HAS_BIAS, HAS_Z, BETA_ZERO)
 
 
+ROW_ALIGN = 32  # col's rows are padded to a multiple of this many columns
+
+
+def padded_row(geo) -> int:
+    """R_PAD: the column matrix's row length, taps x channels rounded up to ROW_ALIGN."""
+    return -(-geo.taps * geo.cg // ROW_ALIGN) * ROW_ALIGN
+
+
 def im2col(problem, x, col):
     geo = geometry(problem)
     nd = problem.nd
-    M, R = geo.out_pixels, geo.taps * geo.cg
+    M, R, r_pad = geo.out_pixels, geo.taps * geo.cg, padded_row(geo)
     bm, br = (64, 64) if x.device.type == "cuda" else (16, 16)
-    launch(im2col_kernel, (triton.cdiv(M, bm), triton.cdiv(R, br), geo.groups), (
-        x, col, M, R, geo.cg, *geo.inp, *geo.out, *geo.ker, *geo.stride, *geo.pad, *geo.dil, *strides5(x, nd)),
+    launch(im2col_kernel, (triton.cdiv(M, bm), triton.cdiv(r_pad, br), geo.groups), (
+        x, col, M, R, r_pad, geo.cg, *geo.inp, *geo.out, *geo.ker, *geo.stride, *geo.pad, *geo.dil,
+        *strides5(x, nd)),
         dict(BLOCK_M=bm, BLOCK_R=br, INT64=needs_int64(x)), dict(num_warps=4 if x.device.type == "cuda" else 1))
 
 
@@ -111,7 +125,7 @@ def launch_gemm(problem, col, w, y, alpha, beta, spec, cfg):
     M, R = geo.out_pixels, geo.taps * geo.cg
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     launch(gemm_kernel, (triton.cdiv(M, bm) * triton.cdiv(geo.kg, bn), geo.groups), (
-        col, w, y, bias, z, M, R, geo.cg, geo.kg, *geo.out, *geo.ker, *strides5(w, nd), *strides5(y, nd), *zs,
+        col, w, y, bias, z, M, R, padded_row(geo), geo.cg, geo.kg, *geo.out, *geo.ker, *strides5(w, nd), *strides5(y, nd), *zs,
         bias_stride, float(alpha), float(beta), alpha2, coef, swish_beta),
         dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, FLIP=problem.mode == 0, PREC=input_precision(problem),
              ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z, BETA_ZERO=beta == 0, INT64=needs_int64(y, z)),
@@ -125,11 +139,11 @@ class GemmForward(TritonConvAlgorithm):
 
     def buffers(self, problem):
         geo = geometry(problem)
-        return [Buffer("col", (geo.groups, geo.out_pixels, geo.taps * geo.cg), problem.dtype.numpy)]
+        return [Buffer("col", (geo.groups, geo.out_pixels, padded_row(geo)), problem.dtype.numpy)]
 
     def estimate(self, problem):
         geo = geometry(problem)
-        col_bytes = 2 * geo.groups * geo.out_pixels * geo.taps * geo.cg * problem.dtype.itemsize
+        col_bytes = 2 * geo.groups * geo.out_pixels * padded_row(geo) * problem.dtype.itemsize
         return gemm_estimate(problem, efficiency=0.9) + col_bytes / 3.5e12 + 3e-6
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
@@ -140,7 +154,9 @@ class GemmForward(TritonConvAlgorithm):
         if y.device.type != "cuda":
             cands = [dict(INTERPRETER_CONFIG)]
         else:
-            cands = GPU_CONFIGS_32 if problem.dtype.itemsize == 4 else GPU_CONFIGS_16
+            base = GPU_CONFIGS_32 if problem.dtype.itemsize == 4 else GPU_CONFIGS_16
+            r_pad = padded_row(geometry(problem))
+            cands = [c if r_pad % c["BLOCK_K"] == 0 else dict(c, BLOCK_K=ROW_ALIGN) for c in base]
         key = (problem.key(), spec is not None and spec.act_code, "fwd-gemm")
         cfg = self.tuner.pick(key, cands, lambda c, out: launch_gemm(problem, col, w, out, 1.0, 0.0, spec, c),
                               y, y.device)
