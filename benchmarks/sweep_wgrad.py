@@ -12,8 +12,10 @@ max |difference| / max |cuDNN|; over 1e-2 (L2) is marked WRONG and never counted
 Then timed as a CUDA-graph median (bench_gpu_conv.bench; finish passes and conv1's copies
 of x included). conv1 also gets ALGO_0 through the API (what `get` picks there today).
 A config that fails to compile or launch is reported and skipped; once --budget-s is
-spent the remaining configs are skipped. The last lines are the table: per layer cuDNN,
-the best old, sched and rows config, ratios to cuDNN.
+spent the remaining configs are skipped. Before timing, --workers processes launch every
+config once, so Triton compiles them in parallel into its disk cache. The last lines are
+the table: per layer cuDNN, today's best (old configs; conv1: also ALGO_0) and the best
+config overall, ratios to cuDNN, and the geomeans over the layers.
 """
 from __future__ import annotations
 
@@ -74,39 +76,95 @@ def workspace(problem, x):
     return out
 
 
+class Layer:
+    """One layer's tensors, ALGO_1's workspace, the configs to time and their launch."""
+
+    def __init__(self, p, n, dtype, dev):
+        self.p = p
+        self.cd, self.xd, self.wd, self.yd, self.x, self.w, self.dy = make(p, n, dtype, tridnn.MathType.DEFAULT, dev)
+        self.problem = ConvProblem("bwd_filter", self.xd, self.wd, self.yd, self.cd)
+        self.out = torch.empty(self.wd.dims, dtype=self.x.dtype, device=dev).contiguous(memory_format=torch.channels_last)
+        self.ws = workspace(self.problem, self.x)
+        self.part = self.ws["part"]
+        self.x_tma = self.ws["x_pad"].permute(0, 3, 1, 2) if "x_pad" in self.ws else self.x
+        self.plan = conv_tma.backward_filter_plan(self.problem, self.x_tma, self.dy, self.out)
+        self.sms = sm_count(self.out.device)
+        self.cands = []
+        if self.plan is not None:
+            self.cands += conv_tma.wgrad_candidates(self.plan, self.out.device, self.x.element_size())
+            self.cands += conv_wgrad_tma.candidates(self.plan, self.out.device, self.part.numel(), self.sms)
+        if "x_rows" in self.ws:
+            self.cands += conv_wgrad_tma.rows_candidates(self.problem, self.out.device, self.part.numel(), self.sms)
+
+    def launch(self, cfg):
+        """dw into self.out with config cfg, as ALGO_1's run_tma does it."""
+        problem, x, dy, out, part = self.problem, self.x, self.dy, self.out, self.part
+        if cfg.get("ROWS"):
+            conv_wgrad_tma.launch_rows(problem, x, dy, out, self.ws["x_rows"], part, cfg)
+            return
+        if self.x_tma is not x:
+            conv_tma.pad_into(x, self.x_tma)
+        if cfg.get("SCHED"):
+            conv_wgrad_tma.launch_sched(self.plan, problem, self.x_tma, dy, out, part, cfg)
+            return
+        slices = conv_tma.launch_wgrad_partials(self.plan, problem, self.x_tma, dy, part, cfg,
+                                                conv_tma.slices_for(self.plan, cfg, self.sms, part.shape[0]), out)
+        if slices:
+            ImplicitGemmBackwardFilter._finish(problem, part, out, slices, 1.0, 0.0, self.plan.c_out)
+
+
+_layers: dict = {}
+
+
+def _layer_for(lname, n, dry):
+    p = {p["name"]: p for p in shapes.RESNET50}[lname]
+    if dry:
+        tridnn.Handle(device="cpu", backend="triton")  # patches Triton's interpreter
+        return Layer(dry_layer(p), n, "float32", torch.device("cpu"))
+    return Layer(p, n, "bfloat16", torch.device("cuda"))
+
+
+def _compile_job(job):
+    """A worker process: launch (and so compile, into Triton's disk cache) some configs."""
+    lname, indices, n, dry = job
+    if lname not in _layers:
+        _layers[lname] = _layer_for(lname, n, dry)
+    layer = _layers[lname]
+    done = 0
+    for i in indices:
+        try:
+            layer.launch(layer.cands[i])
+            done += 1
+        except Exception:  # the timing pass reports it
+            pass
+    if not dry:
+        torch.cuda.synchronize()
+    return done
+
+
+def precompile(names, n, workers, dry=False):
+    """Compile every config of every layer in ``workers`` processes first (Triton's
+    compiler is single-threaded; the timing pass then loads the kernels from the cache)."""
+    import concurrent.futures
+    import multiprocessing
+    jobs = []
+    for lname in names:
+        count = len(_layer_for(lname, n, dry).cands)
+        jobs += [(lname, list(range(i, count, 4)), n, dry) for i in range(min(4, count))]
+    jobs.sort(key=lambda j: j[1][0])  # spread each layer's configs over the workers
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        return sum(pool.map(_compile_job, jobs))
+
+
 def run_layer(p, n, dtype, dev, deadline, dry):
-    cd, xd, wd, yd, x, w, dy = make(p, n, dtype, tridnn.MathType.DEFAULT, dev)
+    layer = Layer(p, n, dtype, dev)
+    cd, xd, wd, yd, x, w, dy = layer.cd, layer.xd, layer.wd, layer.yd, layer.x, layer.w, layer.dy
     ref_fn = torch_conv("bwd_filter", p, x, w, dy)
     ref = ref_fn()
-    problem = ConvProblem("bwd_filter", xd, wd, yd, cd)
+    problem, out, cands = layer.problem, layer.out, layer.cands
     row = dict(layer=p["name"], cudnn_us=timed(ref_fn, dry) * 1e6, gflop=problem.flops / 1e9, configs={})
-    out = torch.empty_like(ref)
-    ws = workspace(problem, x)
-    part = ws["part"]
-    x_tma = ws["x_pad"].permute(0, 3, 1, 2) if "x_pad" in ws else x
-    plan = conv_tma.backward_filter_plan(problem, x_tma, dy, out)
-    sms = sm_count(out.device)
-    cap = part.shape[0]
-    cands = []
-    if plan is not None:
-        cands += conv_tma.wgrad_candidates(plan, out.device, x.element_size())
-        cands += conv_wgrad_tma.candidates(plan, out.device, part.numel(), sms)
-    if "x_rows" in ws:
-        cands += conv_wgrad_tma.rows_candidates(problem, out.device, part.numel(), sms)
-
-    def launch(cfg):  # as ALGO_1's run_tma does it
-        if cfg.get("ROWS"):
-            conv_wgrad_tma.launch_rows(problem, x, dy, out, ws["x_rows"], part, cfg)
-            return
-        if x_tma is not x:
-            conv_tma.pad_into(x, x_tma)
-        if cfg.get("SCHED"):
-            conv_wgrad_tma.launch_sched(plan, problem, x_tma, dy, out, part, cfg)
-            return
-        slices = conv_tma.launch_wgrad_partials(plan, problem, x_tma, dy, part, cfg,
-                                                conv_tma.slices_for(plan, cfg, sms, cap), out)
-        if slices:
-            ImplicitGemmBackwardFilter._finish(problem, part, out, slices, 1.0, 0.0, plan.c_out)
+    launch = layer.launch
     for cfg in cands:
         record(row, name(cfg), lambda: launch(cfg), out, ref, deadline, dry)  # noqa: B023
     if p["name"] == "conv1" or dry and p["C"] < 16:  # today's choice there: ALGO_0 (atomics)
@@ -164,6 +222,8 @@ def main():
     ap.add_argument("--budget-s", type=float, default=85)
     ap.add_argument("--out", default="", help="directory for sweep_wgrad.json (optional)")
     ap.add_argument("--dry-run", action="store_true", help="CPU, Triton interpreter, tiny shapes, float32")
+    ap.add_argument("--workers", type=int, default=min(8, (os.cpu_count() or 2) // 2),
+                    help="processes that compile every config first (1: compile while timing)")
     args = ap.parse_args()
     if args.dry_run:
         tridnn.Handle(device="cpu", backend="triton")  # patches Triton's interpreter
@@ -173,6 +233,11 @@ def main():
         dev, dtype, n = torch.device("cuda"), "bfloat16", args.batch
     deadline = time.time() + args.budget_s
     want = args.layers.split(",")
+    if args.workers > 1:
+        t0 = time.time()
+        names = [w for w in want if w in {p["name"] for p in shapes.RESNET50}]
+        print(f"# compiled {precompile(names, n, args.workers, args.dry_run)} configs in {args.workers} "
+              f"processes, {time.time() - t0:.1f} s", flush=True)
     by_name = {p["name"]: p for p in shapes.RESNET50}
     missing = [w for w in want if w not in by_name]
     if missing:

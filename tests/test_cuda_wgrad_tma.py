@@ -83,11 +83,12 @@ def test_sched_kernel_matches_the_reference(p, schedule, rng, only):
     assert (calls["wgrad_tiles_finish"] > 0) == split, dict(calls)
 
 
-@pytest.mark.parametrize("box", [(2, 1, 8), (4, 1, 8), (2, 2, 8)])
+@pytest.mark.parametrize("box", [(2, 1, 8), (4, 1, 8), (2, 2, 8), (4, 2, 2), (16, 1, 1), (2, 4, 2)])
 def test_boxes_of_several_images_and_rows(box, rng, only):
-    """NB images x BH rows x BW columns: odd batches leave the last box partly past N,
-    rows and columns past the image (zero fill on both sides); small images at stride
-    1 and 2, mixed schedule, float16 blended."""
+    """NB images x BH rows x BW columns, 8 wide or narrow (2 x 2, one pixel of 16
+    images): odd batches leave the last box partly past N, rows and columns past the
+    image (zero fill on both sides); small images at stride 1 and 2, mixed schedule,
+    float16 blended."""
     calls = only([cfg(*box, 3, 2)])
     for p in (P(16, 16, (3, 3), 3, 1, 1), P(16, 16, (5, 7), 3, 1, 1), P(16, 16, (6, 6), 3, 2, 1)):
         for n in (3, 5):
@@ -132,6 +133,11 @@ def test_boxes_fit_small_images():
     assert conv_wgrad_tma.box_for(_plan(64, 7, 7, 512, 512), 64) == (8, 1, 8)
     assert conv_wgrad_tma.box_for(_plan(1, 1, 3136, 512, 2048, 1), 128) == (1, 1, 128)
     assert conv_wgrad_tma.box_for(_plan(1, 5, 7, 16, 16), 16) == (1, 2, 8)  # never more images than the batch
+    # any width: exact covers where the sides allow
+    assert conv_wgrad_tma.box_for(_plan(64, 14, 14, 256, 256), 128, 1) == (32, 2, 2)
+    assert conv_wgrad_tma.box_for(_plan(64, 28, 28, 128, 128), 128, 1) == (8, 4, 4)
+    assert conv_wgrad_tma.box_for(_plan(64, 7, 7, 512, 512), 64, 1) == (64, 1, 1)
+    assert conv_wgrad_tma.box_for(_plan(64, 7, 7, 512, 512), 128, 1) == (16, 1, 8)  # 128 images: past the batch
 
 
 def test_schedules_fill_waves():
@@ -148,15 +154,16 @@ def test_schedules_fill_waves():
 
 
 def test_gpu_candidates_are_offered_after_conv_tma_first(monkeypatch):
-    """On a GPU, ALGO_1's list keeps conv_tma's first config first; small images and
-    flat plans get SCHED configs with fitted boxes, large images none."""
+    """On a GPU, small images (up to 28x28) and flat plans get SCHED configs with fitted
+    boxes, large images none."""
     cuda = type("D", (), {"type": "cuda"})()
     small = conv_wgrad_tma.candidates(_plan(64, 7, 7, 512, 512), cuda, 64 * 512 * 9 * 512, 132)
-    assert small and all(c["SCHED"] and (c["NB"], c["BH"], c["BW"]) in ((16, 1, 8), (8, 1, 8)) for c in small)
+    assert small and all(c["SCHED"] and (c["NB"], c["BH"], c["BW"]) in ((16, 1, 8), (8, 1, 8), (64, 1, 1))
+                         for c in small)
     assert any(c["DIRECT"] == 132 for c in small)
     flat = conv_wgrad_tma.candidates(_plan(1, 1, 3136, 512, 2048, 1), cuda, 8 * 512 * 2048, 132)
     assert flat and all(c["BH"] == 1 and c["NB"] == 1 for c in flat)
-    assert conv_wgrad_tma.candidates(_plan(64, 28, 28, 128, 128), cuda, 10 ** 8, 132) == []
+    assert conv_wgrad_tma.candidates(_plan(64, 56, 56, 64, 64), cuda, 10 ** 8, 132) == []
     assert wg.conv_wgrad_tma is conv_wgrad_tma
 
 

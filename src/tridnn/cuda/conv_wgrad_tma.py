@@ -144,22 +144,25 @@ def wgrad_tiles_finish(part_ptr, dw_ptr, K, C, C_DW, DIRECT, R, SLICES, ws_k, ws
 # measured best of conv_tma's lists, and a 64 x 128 tile at 4 warps (more tiles for
 # layers with few channels). 8 warps with 4 stages only at 64-pixel boxes (128-pixel
 # boxes at 8 warps and 4 stages miscompiled in conv_tma_kernel, docs/performance.md).
-TILES = [(128, 128, 128, 8, 3), (64, 128, 128, 8, 4), (128, 64, 128, 4, 3), (64, 64, 128, 4, 4)]
-SMALL_IMAGE = 256   # output pixels per image up to which the box shapes are searched
-BOX_WIDTHS = (8, 16, 32, 64, 128)
+# sm_90 (Triton 3.6): 113-136 registers, 80-164 KB shared memory.
+TILES = [(128, 128, 128, 8, 3), (64, 128, 128, 8, 4), (128, 64, 128, 4, 3)]
+SMALL_IMAGE = 28 * 28   # output pixels per image up to which the box shapes are searched
+BOX_WIDTHS = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
-def box_for(plan: Plan, pixels: int):
+def box_for(plan: Plan, pixels: int, min_width: int = 8):
     """(NB, BH, BW) with NB * BH * BW = pixels that wastes the fewest MMA rows on this
-    plan's images: BW a power of two at or above the width where it fits (7x7: 8,
-    14x14: 16), then rows, then images. Flat plans (one row of dense pixels) take
-    1 x 1 x pixels."""
+    plan's images, BW at least ``min_width``; ties go to the wider box, then to fewer
+    images. min_width 8: 7x7 -> 16 x 1 x 8, 14x14 -> 4 x 2 x 16 (87.5% real rows);
+    min_width 1 finds exact covers where the sides allow: 14x14 -> 32 images x 2 x 2,
+    28x28 -> 8 x 4 x 4, 7x7 at 64 pixels -> 64 x 1 x 1 (one pixel of 64 images).
+    Flat plans (one row of dense pixels) take 1 x 1 x pixels."""
     if plan.n == 1 and plan.oh == 1:
         return 1, 1, pixels
     best = None
     for bw in BOX_WIDTHS:
-        for bh in (1, 2, 4, 8, 16):
-            if bw * bh > pixels or pixels % (bw * bh):
+        for bh in (1, 2, 4, 8, 16, 32):
+            if bw < min_width or bw * bh > pixels or pixels % (bw * bh):
                 continue
             nb = pixels // (bw * bh)
             if nb > 1 and nb >= 2 * plan.n:  # more images than the batch holds
@@ -201,7 +204,7 @@ def schedules(tiles: int, boxes: int, sms: int, room: int) -> list:
 
 def candidates(plan: Plan, device, room_floats: int, sms: int) -> list:
     """ALGO_1's extra configs for this plan (SCHED marks them for the caller's dispatch):
-    small images (up to SMALL_IMAGE pixels) and flat 1x1 plans. ``room_floats``: the
+    images up to SMALL_IMAGE pixels (ResNet-50's 28x28, 14x14, 7x7) and flat 1x1 plans. ``room_floats``: the
     float32 partials the workspace holds."""
     flat = plan.n == 1 and plan.oh == 1
     if device.type != "cuda":
@@ -215,11 +218,15 @@ def candidates(plan: Plan, device, room_floats: int, sms: int) -> list:
     for pixels, bm, bn, warps, stages in TILES:
         if bm > max(64, plan.c_red) or bn > max(64, plan.c_out):
             continue
-        nb, bh, bw = box_for(plan, pixels)
-        tiles, boxes = tiles_of(plan, bm, bn), boxes_of(plan, nb, bh, bw)
-        for direct, slices in schedules(tiles, boxes, sms, room_floats // (bm * bn)):
-            out.append(dict(SCHED=True, NB=nb, BH=bh, BW=bw, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps,
-                            num_stages=stages, DIRECT=direct, SLICES=slices))
+        # the best box of rows at least 8 wide, and the best of any width when it covers
+        # fewer pixels (narrow boxes: more, shorter runs of pixels a TMA load)
+        wide, any_width = box_for(plan, pixels), box_for(plan, pixels, 1)
+        for nb, bh, bw in [wide] + ([any_width] if boxes_of(plan, *any_width) * pixels < boxes_of(plan, *wide) * pixels
+                                   else []):
+            tiles, boxes = tiles_of(plan, bm, bn), boxes_of(plan, nb, bh, bw)
+            for direct, slices in schedules(tiles, boxes, sms, room_floats // (bm * bn)):
+                out.append(dict(SCHED=True, NB=nb, BH=bh, BW=bw, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps,
+                                num_stages=stages, DIRECT=direct, SLICES=slices))
     return out
 
 
