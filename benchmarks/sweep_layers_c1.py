@@ -216,7 +216,8 @@ def main():
     parser.add_argument("--out", default=None, help="directory for sweep_layers_c1.json")
     parser.add_argument("--only", default=None, help="problems whose name contains this")
     parser.add_argument("--dry-run", action="store_true", help="CPU, Triton interpreter, tiny float32 shapes")
-    parser.add_argument("--budget-s", type=float, default=85.0, help="start no new problem after this many seconds")
+    parser.add_argument("--budget-s", type=float, default=85.0,
+                        help="start no new problem or variant (but a problem's default) after this many seconds")
     args = parser.parse_args()
     started = time.time()
     if DRY_RUN:
@@ -244,6 +245,9 @@ def main():
             torch_ms = timer(prob.ref)
             default_out = None
             for label, module, settings in prob.variants:
+                if default_out is not None and time.time() - started > args.budget_s:
+                    skipped.append(f"{prob.layout} {prob.name} [{label}]")
+                    continue
                 fn = switched_all(module, settings, prob.run)
                 t0 = time.time()
                 try:
