@@ -245,3 +245,29 @@ def test_conv_parameters_that_can_change_in_place_keep_no_recipe(h):
     assert recipes.frozen(([1, 2], ((1, 0), (0, 1)), 2, "x", None)) is not None
     assert recipes.frozen((1,)) != recipes.frozen((1.0,)) != recipes.frozen((True,))
     _same(y, _full_path(TF.conv, x, w, None, 1, 1))
+
+
+def test_conv_recipe_recarves_a_new_arena_and_per_thread(h):
+    """The recipe keeps its workspace views per arena: a grown arena and another thread's
+    arena are carved afresh, and results stay equal to the full path."""
+    import threading
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(2, 4, 6, 6, generator=g).contiguous(memory_format=torch.channels_last)
+    w = torch.randn(4, 4, 3, 3, generator=g).contiguous(memory_format=torch.channels_last)
+    want = _full_path(TF.conv, x, w, None, 1, 1)
+    for _ in range(2):
+        _same(TF.conv(x, w, None, 1, 1, handle=h), want)
+    recipe = [r for r in api_functional._plan_table(h).values() if isinstance(r, recipes.Conv)]
+    assert len(recipe) == 1
+    recipe = recipe[0]
+    old = h.workspace(1)
+    h.workspace(old.numel() + 4096)  # the arena grows: a new tensor
+    _same(TF.conv(x, w, None, 1, 1, handle=h), want)
+    if recipe.buffers:
+        assert recipe.carved[0]() is h.workspace(1) and recipe.carved[0]() is not old
+    out = []
+    t = threading.Thread(target=lambda: out.append(TF.conv(x, w, None, 1, 1, handle=h)))
+    t.start()
+    t.join()
+    _same(out[0], want)
+    _same(TF.conv(x, w, None, 1, 1, handle=h), want)

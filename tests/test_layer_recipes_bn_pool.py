@@ -349,3 +349,59 @@ def test_mixed_dtype_recipe_does_not_answer_other_dtypes(h):
             for a, c in ((y, ry), (rm, rrm), (rv, rrv)):
                 torch.testing.assert_close(a.double(), c, rtol=tol, atol=tol)
             assert rm.dtype == dt and y.dtype == x.dtype
+
+
+# -- saved statistics packed for the backward (tridnn.torch's eager route) ------------------------------
+def test_packed_statistics_are_read_in_place_and_match_separate_ones(h):
+    """_packed_stats=True: the saved statistics are views of one marked buffer that the
+    backward's recipe takes as its statistics (no copies); results equal the unpacked
+    call's bit for bit. Statistics in an unmarked buffer of the same layout are copied
+    as before, and its tail (the caller's data) is left alone."""
+    from tridnn.cuda import batchnorm
+    g = torch.Generator().manual_seed(13)
+    x = torch.randn(2, 3, 4, 4, generator=g).contiguous(memory_format=torch.channels_last)
+    w, b = torch.randn(3, generator=g), torch.randn(3, generator=g)
+    dy = torch.randn(x.shape, generator=g)
+    for _ in range(3):  # full path, then recipes
+        rm_a, rv_a, rm_b, rv_b = torch.zeros(3), torch.ones(3), torch.zeros(3), torch.ones(3)
+        packed = TF.batch_norm_training(x, w, b, rm_a, rv_a, 0.1, 1e-5, handle=h, _packed_stats=True)
+        plain = TF.batch_norm_training(x, w, b, rm_b, rv_b, 0.1, 1e-5, handle=h)
+        for a, c in zip((*packed, rm_a, rv_a), (*plain, rm_b, rv_b)):
+            _exact(a, c)
+        base = packed[1]._base
+        assert base is not None and packed[2]._base is base and base.numel() == 15
+        assert batchnorm._packed_stat(packed[1], packed[2], 3, torch.float32) is base
+        assert batchnorm._packed_stat(plain[1], plain[2], 3, torch.float32) is None
+        # a caller's buffer with the same layout, no mark: copied, its tail untouched
+        own = torch.full((15,), 7.0)
+        own[:3], own[3:6] = plain[1].reshape(-1), plain[2].reshape(-1)
+        m_own, i_own = own[:3].view(1, 3, 1, 1), own[3:6].view(1, 3, 1, 1)
+        assert batchnorm._packed_stat(m_own, i_own, 3, torch.float32) is None
+        got = TF.batch_norm_backward(x, dy, w, packed[1], packed[2], 1e-5, handle=h)
+        want = TF.batch_norm_backward(x, dy, w, plain[1], plain[2], 1e-5, handle=h)
+        theirs = TF.batch_norm_backward(x, dy, w, m_own, i_own, 1e-5, handle=h)
+        for a, c, d in zip(got, want, theirs):
+            _exact(a, c)
+            _exact(d, c)
+        assert torch.equal(own[6:], torch.full((9,), 7.0))
+        assert torch.equal(base[:6], torch.cat([plain[1].reshape(-1), plain[2].reshape(-1)]))
+
+
+def test_packed_statistics_backward_copies_nothing(h, monkeypatch):
+    """The host work of a repeated backward on packed statistics (kernel launches
+    stubbed out for the count, as the interpreter's own copies would show): no copy."""
+    from torch.profiler import ProfilerActivity, profile
+    from tridnn.cuda import common
+    g = torch.Generator().manual_seed(14)
+    x = torch.randn(2, 3, 4, 4, generator=g)
+    w = torch.randn(3, generator=g)
+    dy = torch.randn(x.shape, generator=g)
+    for packed in (True, False):
+        _, mean, inv = TF.batch_norm_training(x, w, None, None, None, 0.1, 1e-5, handle=h, _packed_stats=packed)
+        TF.batch_norm_backward(x, dy, w, mean, inv, 1e-5, handle=h)  # the full path, then the recipe
+        with monkeypatch.context() as m:
+            m.setattr(common, "launch", lambda *args, **kwargs: None)
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                TF.batch_norm_backward(x, dy, w, mean, inv, 1e-5, handle=h)
+        copies = [e.name for e in prof.events() if e.name == "aten::copy_"]
+        assert len(copies) == (0 if packed else 2)

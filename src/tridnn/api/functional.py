@@ -891,13 +891,17 @@ def _bn_setup(x, mode, handle):
 
 
 def batch_norm_training(x, weight=None, bias=None, running_mean=None, running_var=None,
-                        momentum=0.1, eps=1e-5, mode="spatial", handle=None):
+                        momentum=0.1, eps=1e-5, mode="spatial", handle=None, *, _packed_stats=False):
     """Training-mode batch norm: (y, saved_mean, saved_inv_std).
 
     running_mean/running_var, when given, are updated in place as PyTorch does
     (``(1 - momentum) * running + momentum * batch``, the unbiased batch variance).
     mode "spatial" (per channel, BatchNorm2d) or "per_activation" (per channel and
-    position). weight/bias default to 1 and 0."""
+    position). weight/bias default to 1 and 0.
+    ``_packed_stats`` (tridnn.torch's eager route, Triton backend): the saved statistics
+    are views of one buffer laid out as the backward kernels' statistics
+    (cuda.batchnorm.packed_stats), so batch_norm_backward reads them in place instead of
+    copying them; they then share storage, which a custom op's outputs must not."""
     from .normalization import batch_norm_forward_training
     given = (x, weight, bias, running_mean, running_var)
     sigs = tuple(None if a is None else recipes.signature(a) for a in given)
@@ -906,7 +910,7 @@ def batch_norm_training(x, weight=None, bias=None, running_mean=None, running_va
     if plain:
         handle = _handle_for(x, handle)
         table = _plan_table(handle)
-        key = ("bn_train", sigs, type(momentum), momentum, type(eps), eps, type(mode), mode)
+        key = ("bn_train", sigs, type(momentum), momentum, type(eps), eps, type(mode), mode, _packed_stats is True)
         recipe = recipes.lookup(table, key)
         if recipe is not None and not recipe.running_overlap(given):
             return recipe(given)
@@ -923,7 +927,12 @@ def batch_norm_training(x, weight=None, bias=None, running_mean=None, running_va
         rv, rv_copied = _bn_param(running_var, bn_desc, "running_var", backend)
     y_desc = _output_desc(x_desc)
     y = backend.empty(y_desc)
-    saved_mean, saved_inv = backend.empty(bn_desc), backend.empty(bn_desc)
+    if _packed_stats is True and handle.backend_name == "triton":
+        from ..cuda.batchnorm import packed_stats
+        from ..cuda.backend import TORCH_DTYPE
+        saved_mean, saved_inv = packed_stats(bn_desc.dims, bn_desc.strides, TORCH_DTYPE[bn_desc.dtype], backend.device)
+    else:
+        saved_mean, saved_inv = backend.empty(bn_desc), backend.empty(bn_desc)
     batch_norm_forward_training(handle, mode, 1.0, 0.0, x_desc, x, y_desc, y, bn_desc, scale, shift,
                                 momentum, rm, rv, eps, saved_mean, saved_inv)
     if running_mean is not None:
@@ -938,7 +947,8 @@ def batch_norm_training(x, weight=None, bias=None, running_mean=None, running_va
               _route(running_mean, rm, rm_copied, False), _route(running_var, rv, rv_copied, False))
         recipes.remember(table, key, recipes.BatchNormTraining(
             given, (x, scale, shift, rm, rv), y, saved_mean, saved_inv, scale if weight is None else None,
-            shift if bias is None else None, to, int(batch_norm_mode(mode)), float(momentum), float(eps)),
+            shift if bias is None else None, to, int(batch_norm_mode(mode)), float(momentum), float(eps),
+            _packed_stats is True),
             MAX_PLANS_PER_HANDLE)
     return _like(y, x), _like(saved_mean, x), _like(saved_inv, x)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import sys
+import weakref
 
 
 def signature(a):
@@ -108,10 +109,12 @@ class BatchNormTraining:
     they overlap nothing."""
 
     def __init__(self, given, used, y, saved_mean, saved_inv, ones, zeros, to, mode: int, momentum: float,
-                 eps: float):
+                 eps: float, packed: bool = False):
         from ..cuda import batchnorm
         self.launch = batchnorm.batch_norm_forward_training
         self.out_y, self.out_mean, self.out_inv = Output(y), Output(saved_mean), Output(saved_inv)
+        # packed: the saved statistics as views of one buffer (batchnorm.packed_stats)
+        self.packed = batchnorm.packed_stats if packed else None
         self.ones, self.zeros = ones, zeros  # the full path's filled weight/bias when none was given
         self.to = to
         self.convert = any(t is not None for t in to)
@@ -143,7 +146,12 @@ class BatchNormTraining:
 
     def __call__(self, given):
         x, weight, bias, rm, rv = given
-        y, mean, inv = self.out_y(), self.out_mean(), self.out_inv()
+        y = self.out_y()
+        if self.packed is not None:
+            out = self.out_mean
+            mean, inv = self.packed(out.dims, out.strides, out.dtype, out.device)
+        else:
+            mean, inv = self.out_mean(), self.out_inv()
         scale, shift = self.ones if weight is None else weight, self.zeros if bias is None else bias
         rm_k, rv_k = rm, rv
         if self.convert:
@@ -273,25 +281,36 @@ class Conv:
     buffers, as api.convolution.execute does for a call that needs no special handling
     (output not empty, batch not empty, no filter flip). ``names``: the algorithm's
     names of the two inputs; ``bias_k``: conv's unfused bias add (the full path's
-    ``_add_bias``) when the key holds a bias, else None."""
-    __slots__ = ("out", "problem", "algorithm", "buffers", "ws_size", "names", "output", "bias_shape")
+    ``_add_bias``) when the key holds a bias, else None.
+
+    The workspace views (``backend.carve``: five tensor operations per buffer and call,
+    each a dispatcher round trip on a GPU host) are kept with a weak reference to the
+    arena they were carved from and reused while the handle hands out the same arena
+    (per thread; a new or grown arena is carved afresh). The kept views hold a replaced
+    arena's memory until this recipe's next call."""
+    __slots__ = ("out", "problem", "algorithm", "buffers", "ws_size", "names", "output", "bias_shape", "carved")
 
     def __init__(self, out, problem, algorithm, ws_size, names, bias_k=None):
         self.out, self.problem, self.algorithm = Output(out), problem, algorithm
         self.buffers = algorithm.buffers(problem)
         self.ws_size, self.names, self.output = ws_size, names, problem.output
         self.bias_shape = None if bias_k is None else (1, bias_k) + (1,) * (len(out.shape) - 2)
+        self.carved = None  # (weak reference to an arena, its carved views)
+
+    def _carve(self, handle):
+        ws = handle.workspace(self.ws_size) if self.ws_size else None
+        carved = self.carved
+        if carved is not None and ws is not None and carved[0]() is ws:
+            return dict(carved[1])  # (a copy: an algorithm may edit its dict)
+        backend = handle.backend
+        views = backend.carve(backend.workspace_bytes(ws), self.buffers)
+        self.carved = None if ws is None else (weakref.ref(ws), views)
+        return dict(views)
 
     def __call__(self, handle, a, b, bias=None):
         out = self.out()
         views = {self.names[0]: a, self.names[1]: b, self.output: out}
-        if self.buffers:
-            backend = handle.backend
-            ws = backend.workspace_bytes(handle.workspace(self.ws_size) if self.ws_size else None)
-            buffers = backend.carve(ws, self.buffers)
-        else:
-            buffers = {}
-        self.algorithm.run(self.problem, views, buffers, 1.0, 0.0)
+        self.algorithm.run(self.problem, views, self._carve(handle) if self.buffers else {}, 1.0, 0.0)
         if self.bias_shape is not None:
             out += bias.reshape(self.bias_shape).to(out.dtype)
         return out

@@ -657,6 +657,41 @@ def _recompute_stats(lay, stat, epsilon, x):
 
 
 # -- per-signature plans (api/layer_recipes.py) --------------------------------------------
+PACKED_STATS = "_tridnn_bn_stats"  # the attribute that marks a packed statistics buffer
+
+
+def packed_stats(dims, strides, dtype, device):
+    """(saved_mean, saved_inv_var) of ``dims``/``strides`` (a packed layout of ``size``
+    values) as views of one new buffer of 5 * size values laid out as the backward's
+    statistics (mean, inv_std, then the three values the backward computes), which is
+    marked: backward_plan's run then takes the buffer itself as its statistics instead
+    of allocating one and copying both in (one allocation, two slices, two reshapes and
+    two copies a call). The caller owns the buffer's tail; nothing else reads it."""
+    size = 1
+    for d in dims:
+        size *= int(d)
+    extent = 1 + sum((int(d) - 1) * int(s) for d, s in zip(dims, strides)) if size else 0
+    if extent != size:  # not a packed layout: two separate tensors
+        return (torch.empty_strided(dims, strides, dtype=dtype, device=device),
+                torch.empty_strided(dims, strides, dtype=dtype, device=device))
+    stat = torch.empty(5 * size, dtype=dtype, device=device)
+    setattr(stat, PACKED_STATS, size)
+    return stat.as_strided(dims, strides, 0), stat.as_strided(dims, strides, size)
+
+
+def _packed_stat(mean, inv, C, acc):
+    """The statistics buffer ``packed_stats`` made for exactly these two views (mean first,
+    inv_std after it, C values each, the backward's dtype), else None."""
+    base = mean._base
+    if base is None or inv._base is not base or getattr(base, PACKED_STATS, None) != C or base.dtype != acc:
+        return None
+    first = base.data_ptr()
+    if (mean.data_ptr() != first or inv.data_ptr() != first + C * base.element_size() or mean.numel() != C
+            or inv.numel() != C or not mean.is_contiguous() or not inv.is_contiguous()):
+        return None
+    return base
+
+
 def _bound_layout(x, mode, data, params):
     """The layout bound to these tensors when its geometry is reusable (nothing staged or
     copied), else None."""
@@ -754,9 +789,11 @@ def backward_plan(x, dy, dx, scale, dscale, dbias, saved_mean, saved_inv_var, mo
             batch_norm_backward(x, None, dy, None, dx, scale, None, dscale, dbias, saved_mean, saved_inv_var,
                                 mode, epsilon, NORM)
             return
-        stat = torch.empty(5 * C, dtype=acc, device=dev)  # mean, inv_std, mean(g), coef_x, k
-        stat[:C].copy_(saved_mean.reshape(-1))
-        stat[C:2 * C].copy_(saved_inv_var.reshape(-1))
+        stat = _packed_stat(saved_mean, saved_inv_var, C, acc)
+        if stat is None:
+            stat = torch.empty(5 * C, dtype=acc, device=dev)  # mean, inv_std, mean(g), coef_x, k
+            stat[:C].copy_(saved_mean.reshape(-1))
+            stat[C:2 * C].copy_(saved_inv_var.reshape(-1))
         part = torch.empty(splits * 2 * C, dtype=acc, device=dev)
         jit_run(_grad_stats_kernel, stats[0], x, x, dy, part, stat, *stats[1], **stats[2])
         jit_run(_grad_finalize_kernel, finalize[0], part, stat, scale, dscale, dbias, *finalize[1], **finalize[2])

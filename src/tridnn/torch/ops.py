@@ -418,10 +418,12 @@ def _bn_training_in_place(x, weight, bias, running_mean, running_var, momentum, 
     two copies a call (a kernel launch each on a GPU) are saved. The same kernel reads the
     same values and writes the same results, only into the buffers themselves:
     bit-identical. Returns (y, saved_mean, saved_inv_std), the statistics in the
-    functional API's shape (what the backward passes back to it). batch_norm_train takes
+    functional API's shape (what the backward passes back to it), packed in one buffer
+    that the backward takes as is (functional.batch_norm_training's _packed_stats). batch_norm_train takes
     this route only when the running statistics overlap no other argument, where the
     functional API would refuse them and the op's copies would not."""
-    y, mean, inv = F.batch_norm_training(x, weight, bias, running_mean, running_var, momentum, eps)
+    y, mean, inv = F.batch_norm_training(x, weight, bias, running_mean, running_var, momentum, eps,
+                                         _packed_stats=True)
     return _matching(y, x), mean, inv
 
 
