@@ -41,6 +41,7 @@ import triton
 import triton.language as tl
 
 from ..errors import BadParamError
+from . import common
 from .common import cdiv, jit_run, next_pow2
 from .layer_utils import NCSStaging, channels_last, check_dtypes, compute_dtype, ncs_dims, ncs_strides, \
     needs_int64
@@ -692,6 +693,21 @@ def _packed_stat(mean, inv, C, acc):
     return base
 
 
+def _static_launch(kernel, grid, tensors, rest, consts):
+    """``run(*tensors)``: ``kernel`` on tensors of the dtypes of ``tensors`` (the plan's),
+    followed by ``rest`` (the plan's ints and floats), through common.launch with a
+    static key: the plan fixes every argument but the tensors' pointers, so a launch
+    checks only their alignment instead of rebuilding Triton's specialization key."""
+    consts = dict(consts)
+    options = {k: consts.pop(k) for k in list(consts) if k in ("num_warps", "num_stages", "num_ctas", "maxnreg")}
+    static = ((tuple(t.dtype for t in tensors), rest, tuple(consts.items()), tuple(options.items())),
+              len(tensors))
+
+    def run(*tensors):
+        common.launch(kernel, grid, (*tensors, *rest), consts, options, static)
+    return run
+
+
 def _bound_layout(x, mode, data, params):
     """The layout bound to these tensors when its geometry is reusable (nothing staged or
     copied), else None."""
@@ -736,6 +752,13 @@ def training_plan(x, y, scale, bias, running_mean, running_var, saved_mean, save
                   EVICT="evict_first" if l2 else "", BLOCK_S=lay.block_s, BLOCK_C=lay.block_c,
                   num_warps=lay.warps))
     sizes = (splits * 2 * C, C, 2 * C)
+    part, shift, coef = (torch.empty(n, dtype=acc, device=dev) for n in sizes)  # (their dtypes)
+    run_stats = _static_launch(_stats_kernel, stats[0], (x, part, shift), stats[1], stats[2])
+    run_finalize = _static_launch(_finalize_kernel, finalize[0], (
+        part, shift, coef, scale, bias, running_mean if has_running else coef,
+        running_var if has_running else coef, saved_mean, saved_inv_var), finalize[1], finalize[2])
+    run_apply = _static_launch(_apply_kernel, apply[0], (x, x, y, coef), apply[1], apply[2])
+    del part, shift, coef
 
     def run(x, y, scale, bias, running_mean, running_var, saved_mean, saved_inv_var):
         if L2_REUSE != l2:  # the switch changed since: the launcher decides afresh
@@ -743,11 +766,10 @@ def training_plan(x, y, scale, bias, running_mean, running_var, saved_mean, save
                                         saved_inv_var, mode, exp_avg_factor, epsilon, NORM)
             return
         part, shift, coef = (torch.empty(n, dtype=acc, device=dev) for n in sizes)
-        jit_run(_stats_kernel, stats[0], x, part, shift, *stats[1], **stats[2])
-        jit_run(_finalize_kernel, finalize[0], part, shift, coef, scale, bias,
-                running_mean if has_running else coef, running_var if has_running else coef,
-                saved_mean, saved_inv_var, *finalize[1], **finalize[2])
-        jit_run(_apply_kernel, apply[0], x, x, y, coef, *apply[1], **apply[2])
+        run_stats(x, part, shift)
+        run_finalize(part, shift, coef, scale, bias, running_mean if has_running else coef,
+                     running_var if has_running else coef, saved_mean, saved_inv_var)
+        run_apply(x, x, y, coef)
     return run
 
 
@@ -784,6 +806,14 @@ def backward_plan(x, dy, dx, scale, dscale, dbias, saved_mean, saved_inv_var, mo
                   EVICT="evict_first" if l2 else "", BLOCK_S=lay.block_s, BLOCK_C=lay.block_c,
                   num_warps=lay.warps))
 
+    part = torch.empty(splits * 2 * C, dtype=acc, device=dev)  # (their dtypes)
+    stat = torch.empty(5 * C, dtype=acc, device=dev)
+    run_stats = _static_launch(_grad_stats_kernel, stats[0], (x, x, dy, part, stat), stats[1], stats[2])
+    run_finalize = _static_launch(_grad_finalize_kernel, finalize[0], (part, stat, scale, dscale, dbias),
+                                  finalize[1], finalize[2])
+    run_apply = _static_launch(_grad_apply_kernel, apply[0], (x, x, dy, dx, dx, stat), apply[1], apply[2])
+    del part, stat
+
     def run(x, dy, dx, scale, dscale, dbias, saved_mean, saved_inv_var):
         if L2_REUSE != l2:
             batch_norm_backward(x, None, dy, None, dx, scale, None, dscale, dbias, saved_mean, saved_inv_var,
@@ -795,7 +825,7 @@ def backward_plan(x, dy, dx, scale, dscale, dbias, saved_mean, saved_inv_var, mo
             stat[:C].copy_(saved_mean.reshape(-1))
             stat[C:2 * C].copy_(saved_inv_var.reshape(-1))
         part = torch.empty(splits * 2 * C, dtype=acc, device=dev)
-        jit_run(_grad_stats_kernel, stats[0], x, x, dy, part, stat, *stats[1], **stats[2])
-        jit_run(_grad_finalize_kernel, finalize[0], part, stat, scale, dscale, dbias, *finalize[1], **finalize[2])
-        jit_run(_grad_apply_kernel, apply[0], x, x, dy, dx, dx, stat, *apply[1], **apply[2])
+        run_stats(x, x, dy, part, stat)
+        run_finalize(part, stat, scale, dscale, dbias)
+        run_apply(x, x, dy, dx, dx, stat)
     return run
