@@ -3,7 +3,7 @@ launch config of ALGO_1's current kernel (conv_tma.wgrad_tma_kernel + wgrad_fini
 "old"), every config of conv_wgrad_tma ("sched": fitted boxes, whole tiles where they fill
 waves; "rows": conv1's window-row kernel) and cuDNN, bfloat16 NHWC, batch 64.
 
-    PYTHONPATH=src python3 benchmarks/sweep_wgrad.py [--layers res4_3x3,...] [--budget-s 85] [--out DIR]
+    PYTHONPATH=src python3 benchmarks/sweep_wgrad.py [--layers res4_3x3,...] [--budget-s 80] [--out DIR]
     PYTHONPATH=src python3 benchmarks/sweep_wgrad.py --dry-run     # CPU, interpreter, tiny shapes
 
 Each config is run once into a NaN-filled dw, compared with cuDNN's dw (torch's
@@ -92,7 +92,8 @@ class Layer:
         self.cands = []
         if self.plan is not None:
             self.cands += conv_tma.wgrad_candidates(self.plan, self.out.device, self.x.element_size())
-            self.cands += conv_wgrad_tma.candidates(self.plan, self.out.device, self.part.numel(), self.sms)
+            self.cands += conv_wgrad_tma.candidates(self.plan, self.out.device, self.part.numel(), self.sms,
+                                                    self.x.element_size())
         if "x_rows" in self.ws:
             self.cands += conv_wgrad_tma.rows_candidates(self.problem, self.out.device, self.part.numel(), self.sms)
 
@@ -219,7 +220,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", default=LAYERS)
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--budget-s", type=float, default=85)
+    ap.add_argument("--budget-s", type=float, default=80)
     ap.add_argument("--out", default="", help="directory for sweep_wgrad.json (optional)")
     ap.add_argument("--dry-run", action="store_true", help="CPU, Triton interpreter, tiny shapes, float32")
     ap.add_argument("--workers", type=int, default=min(8, (os.cpu_count() or 2) // 2),

@@ -52,7 +52,8 @@ def only(monkeypatch):
 
     def install(configs):
         monkeypatch.setattr(conv_tma, "wgrad_candidates", lambda plan, device, itemsize=2: [])
-        monkeypatch.setattr(conv_wgrad_tma, "candidates", lambda plan, device, room, sms: [dict(c) for c in configs])
+        monkeypatch.setattr(conv_wgrad_tma, "candidates",
+                            lambda plan, device, room, sms, itemsize=2: [dict(c) for c in configs])
         return calls
     return install
 
@@ -106,8 +107,8 @@ def test_interpreter_candidates_run_as_offered(rng, monkeypatch):
     every = conv_wgrad_tma.candidates
     offered = []
 
-    def each(plan, device, room, sms):
-        cands = every(plan, device, room, sms)
+    def each(plan, device, room, sms, itemsize=2):
+        cands = every(plan, device, room, sms, itemsize)
         offered.append(cands)
         return [cands[len(offered) % len(cands)]]
     monkeypatch.setattr(conv_wgrad_tma, "candidates", each)
@@ -153,9 +154,9 @@ def test_schedules_fill_waves():
     assert max(s for _, s in tight) <= 4
 
 
-def test_gpu_candidates_are_offered_after_conv_tma_first(monkeypatch):
+def test_gpu_candidates_for_small_images_and_16_bit_data():
     """On a GPU, small images (up to 28x28) and flat plans get SCHED configs with fitted
-    boxes, large images none."""
+    boxes; large images and float32 data none."""
     cuda = type("D", (), {"type": "cuda"})()
     small = conv_wgrad_tma.candidates(_plan(64, 7, 7, 512, 512), cuda, 64 * 512 * 9 * 512, 132)
     assert small and all(c["SCHED"] and (c["NB"], c["BH"], c["BW"]) in ((16, 1, 8), (8, 1, 8), (64, 1, 1))
@@ -164,6 +165,7 @@ def test_gpu_candidates_are_offered_after_conv_tma_first(monkeypatch):
     flat = conv_wgrad_tma.candidates(_plan(1, 1, 3136, 512, 2048, 1), cuda, 8 * 512 * 2048, 132)
     assert flat and all(c["BH"] == 1 and c["NB"] == 1 for c in flat)
     assert conv_wgrad_tma.candidates(_plan(64, 56, 56, 64, 64), cuda, 10 ** 8, 132) == []
+    assert conv_wgrad_tma.candidates(_plan(64, 7, 7, 512, 512), cuda, 10 ** 9, 132, itemsize=4) == []
     assert wg.conv_wgrad_tma is conv_wgrad_tma
 
 
@@ -183,7 +185,7 @@ def test_rows_kernel_matches_the_reference(p, rng, monkeypatch):
     with alpha/beta into a filled dw."""
     monkeypatch.setattr(type(ALGO_1), "tuner", common.Tuner())
     monkeypatch.setattr(conv_tma, "wgrad_candidates", lambda plan, device, itemsize=2: [])
-    monkeypatch.setattr(conv_wgrad_tma, "candidates", lambda plan, device, room, sms: [])
+    monkeypatch.setattr(conv_wgrad_tma, "candidates", lambda plan, device, room, sms, itemsize=2: [])
     calls = collections.Counter()
     real = conv_wgrad_tma.launch_rows
 
@@ -213,6 +215,10 @@ def test_rows_copy_holds_every_window():
     cuda = type("D", (), {"type": "cuda"})()
     cands = conv_wgrad_tma.rows_candidates(problem, cuda, 64 * 64 * 49 * 16, 132)
     assert cands and all(c["ROWS"] and c["SLICES"] * 64 * 256 <= 64 * 64 * 49 * 16 for c in cands)
+    xf = tridnn.TensorDescriptor.packed((64, 3, 224, 224), "float32", fmt)
+    wf = tridnn.FilterDescriptor((64, 3, 7, 7), "float32", fmt)
+    single = ConvProblem("bwd_filter", xf, wf, xf.with_dims(cd.output_dims(xf, wf)), cd)
+    assert conv_wgrad_tma.rows_applicable(single) and conv_wgrad_tma.rows_candidates(single, cuda, 10 ** 9, 132) == []
     wide = tridnn.FilterDescriptor((64, 16, 7, 7), "bfloat16", fmt)
     xw = tridnn.TensorDescriptor.packed((64, 16, 224, 224), "bfloat16", fmt)
     assert not conv_wgrad_tma.rows_applicable(ConvProblem("bwd_filter", xw, wide, yd, cd))

@@ -295,7 +295,8 @@ class _WgradBase(TritonConvAlgorithm):
             # conv_tma's configs first (the first is the tuner's reference), then conv_wgrad_tma's
             cfg = self.tuner.pick((problem_key(problem), "wgrad-tma", conv_tma.plan_kind(plan)),
                                   lambda: conv_tma.wgrad_candidates(plan, dw.device, x_tma.element_size())
-                                  + conv_wgrad_tma.candidates(plan, dw.device, part.numel(), sms) + rows(),
+                                  + conv_wgrad_tma.candidates(plan, dw.device, part.numel(), sms,
+                                                              x_tma.element_size()) + rows(),
                                   run_tma, dw, dw.device)
             run_tma(cfg, dw, alpha, beta)
             return

@@ -202,11 +202,14 @@ def schedules(tiles: int, boxes: int, sms: int, room: int) -> list:
     return out
 
 
-def candidates(plan: Plan, device, room_floats: int, sms: int) -> list:
+def candidates(plan: Plan, device, room_floats: int, sms: int, itemsize: int = 2) -> list:
     """ALGO_1's extra configs for this plan (SCHED marks them for the caller's dispatch):
-    images up to SMALL_IMAGE pixels (ResNet-50's 28x28, 14x14, 7x7) and flat 1x1 plans. ``room_floats``: the
-    float32 partials the workspace holds."""
+    images up to SMALL_IMAGE pixels (ResNet-50's 28x28, 14x14, 7x7) and flat 1x1 plans.
+    ``room_floats``: the float32 partials the workspace holds. On a GPU 16-bit data only
+    (the tiles are sized for it; float32 keeps conv_tma's lists, FMA ones included)."""
     flat = plan.n == 1 and plan.oh == 1
+    if device.type == "cuda" and itemsize != 2:
+        return []
     if device.type != "cuda":
         nb, bh, bw = (1, 1, 16) if flat else box_for(plan, 16)
         cfg = dict(SCHED=True, NB=nb, BH=bh, BW=bw, BLOCK_M=16, BLOCK_N=16, num_warps=1, num_stages=1)
@@ -402,8 +405,9 @@ ROWS_CONFIGS = [(64, 64, 8, 3), (64, 64, 8, 2), (128, 64, 8, 2)]
 
 
 def rows_candidates(problem, device, room_floats: int, sms: int) -> list:
-    """Configs of the few-channel path (ROWS marks them): one or two waves of slices."""
-    if not rows_applicable(problem):
+    """Configs of the few-channel path (ROWS marks them): one or two waves of slices. On
+    a GPU 16-bit data only (shared memory sized for it)."""
+    if not rows_applicable(problem) or device.type == "cuda" and problem.dtype.itemsize != 2:
         return []
     geo = geometry(problem)
     if device.type != "cuda":
