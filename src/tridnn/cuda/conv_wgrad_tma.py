@@ -327,12 +327,12 @@ def pad_rows_kernel(x_ptr, xp_ptr, TOTAL, C, H, W, HP, WP, PH, PW, xs_n, xs_c, x
     tl.store(xp_ptr + offs, v, mask=offs < TOTAL)
 
 
-@triton.jit(do_not_specialize=["M", "OH", "OW", "PER"])
+@triton.jit(do_not_specialize=["M", "OH", "OW", "KH", "PER"])
 def wgrad_rows_kernel(
         part_ptr,   # float32 partials [SLICES, K, 256]
         xp_ptr,     # the padded copy [N, HP, WP, 4] (pad_rows_kernel)
         dy_ptr,     # dy, channels-last
-        M, OH, OW, K,
+        M, OH, OW, K, KH,   # output pixels N*OH*OW, dy's channels, filter rows (window rows read)
         xs_n, xs_oh, xs_h,   # the copy's image stride, output-row step (SH rows), row stride: multiples of 16
         dys_n, dys_h, dys_w,
         PER,            # pixels per slice (a multiple of BLOCK_P)
@@ -348,6 +348,7 @@ def wgrad_rows_kernel(
     rk = k0 + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, COLS)
     col_off = (cols // 32) * xs_h + cols % 32   # window row kh = col // 32; (kw, c) run within it
+    col_ok = cols // 32 < KH                    # rows past the filter: not read (zeros)
     first = s * PER
     last = tl.minimum(first + PER, M)
 
@@ -363,7 +364,7 @@ def wgrad_rows_kernel(
         dy_row = n * dys_n + oh * dys_h + ow * dys_w
         a = tl.load(dy_ptr + dy_row[:, None] + rk[None, :], mask=pm[:, None] & (rk < K)[None, :], other=0.0)
         x_row = n * xs_n + oh * xs_oh + ow * XS_OW
-        b = tl.load(xp_ptr + x_row[:, None] + col_off[None, :], mask=pm[:, None], other=0.0)
+        b = tl.load(xp_ptr + x_row[:, None] + col_off[None, :], mask=pm[:, None] & col_ok[None, :], other=0.0)
         acc = tl.dot(a.T, b, acc, input_precision=PREC)
 
     # -- store the partial
@@ -440,7 +441,7 @@ def launch_rows(problem, x, dy, dw, xp, part, cfg, alpha=1.0, beta=0.0):
     assert slices * geo.k * 256 <= part.numel(), "partials exceed the workspace"
     ds = strides5(dy, 2)
     launch(wgrad_rows_kernel, (cdiv(geo.k, bm), slices), (
-        part, xp, dy, m, oh, ow, geo.k, hp * wp * ch, sh * wp * ch, wp * ch, ds[0], ds[3], ds[4], per),
+        part, xp, dy, m, oh, ow, geo.k, geo.ker[1], hp * wp * ch, sh * wp * ch, wp * ch, ds[0], ds[3], ds[4], per),
         dict(XS_OW=sw * ch, BLOCK_M=bm, BLOCK_P=bp, PREC=input_precision(problem)),
         dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
     ws = strides5(dw, 2)
