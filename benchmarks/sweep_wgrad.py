@@ -50,7 +50,8 @@ LAYERS = ("res4_3x3,res4_3x3s2,res5_3x3,res5_3x3s2,res4_ds,res5_ds,res5_1x1a,res
 def name(cfg):
     if cfg.get("ROWS"):
         return f"rows P{cfg['BLOCK_P']} M{cfg['BLOCK_M']} w{cfg['num_warps']}s{cfg['num_stages']} slices{cfg['SLICES']}"
-    box = f"nb{cfg.get('NB', 1)} {cfg['BH']}x{cfg['BW']} {cfg['BLOCK_M']}x{cfg['BLOCK_N']} w{cfg['num_warps']}s{cfg['num_stages']}"
+    box = (f"nb{cfg.get('NB', 1)} {cfg['BH']}x{cfg['BW']} {cfg['BLOCK_M']}x{cfg['BLOCK_N']} "
+           f"w{cfg['num_warps']}s{cfg['num_stages']}")
     if cfg.get("SCHED"):
         return f"sched {box} direct{cfg['DIRECT']} slices{cfg['SLICES']}"
     return f"old {box} waves{cfg.get('WAVES', 2)}"
@@ -83,7 +84,8 @@ class Layer:
         self.p = p
         self.cd, self.xd, self.wd, self.yd, self.x, self.w, self.dy = make(p, n, dtype, tridnn.MathType.DEFAULT, dev)
         self.problem = ConvProblem("bwd_filter", self.xd, self.wd, self.yd, self.cd)
-        self.out = torch.empty(self.wd.dims, dtype=self.x.dtype, device=dev).contiguous(memory_format=torch.channels_last)
+        self.out = torch.empty(self.wd.dims, dtype=self.x.dtype, device=dev)
+        self.out = self.out.contiguous(memory_format=torch.channels_last)
         self.ws = workspace(self.problem, self.x)
         self.part = self.ws["part"]
         self.x_tma = self.ws["x_pad"].permute(0, 3, 1, 2) if "x_pad" in self.ws else self.x
@@ -259,7 +261,8 @@ def main():
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "sweep_wgrad.json"), "w") as f:
             json.dump(rows, f, indent=1)
-    print("\n| layer | cuDNN us | TFLOP/s | old best us | ratio | new best us (config) | ratio | TFLOP/s | err L2 / max |")
+    print("\n| layer | cuDNN us | TFLOP/s | today's best us | ratio | best us (config) | ratio | TFLOP/s "
+          "| err L2 / max |")
     print("|---|---|---|---|---|---|---|---|---|")
     ratios = {"old": [], "new": []}
     for r in rows:
@@ -275,7 +278,8 @@ def main():
                 ratios[k].append(b["us"] / c)
         tf = f"{r['gflop'] / new['us'] * 1e-3:.0f}" if new else "-"
         err = f"{new['rel_err']:.1e} / {new['max_rel']:.1e}" if new else "-"
-        print(f"| {r['layer']} | {c:.1f} | {r['gflop'] / c * 1e-3:.0f} | {ot} | {orat} | {nt} ({new['config'] if new else '-'}) "
+        print(f"| {r['layer']} | {c:.1f} | {r['gflop'] / c * 1e-3:.0f} | {ot} | {orat} | "
+              f"{nt} ({new['config'] if new else '-'}) "
               f"| {nrat} | {tf} | {err} |")
     for k, v in ratios.items():
         if v:
