@@ -337,3 +337,30 @@ def test_float32_math_types_reach_the_kernel_and_match_the_reference(math_type, 
         T.run_case("fwd", algo, p, "float32", "NHWC", rng, as_torch=True, math=math_type)
     want = {tridnn.MathType.DEFAULT: "tf32x3", tridnn.MathType.FMA: "ieee", tridnn.MathType.TENSOR_OP: "tf32"}
     assert seen and set(seen) == {want[math_type]}, seen
+
+
+# -- GEMM (im2col) forward -----------------------------------------------------------------
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("case", [
+    T.P(3, 8, (5, 75), 7, 2, 3),            # first-layer style: R = 147 padded to 160, three pixel runs a row
+    T.P(4, 6, (3, 40), (3, 5), (1, 2), (1, 2), (2, 1), 2),  # groups, dilation, non-square filter
+    T.P(2, 4, (3, 4, 35), 3, 1, 1),         # 3-D: depth taps from the row index
+], ids=["conv1-like", "grouped-dilated", "3d"])
+def test_gemm_forward_rows_of_several_pixel_runs(case, layout, rng):
+    """im2col splits each output row into runs of BLOCK_M pixels (16 under the
+    interpreter) and pads col's rows to R_PAD; both edges checked against float64."""
+    from tridnn.cuda import conv_gemm
+    algo = next(a for a in T.ALGOS["fwd"] if a.enum == tridnn.ConvFwdAlgo.GEMM)
+    for dtype in ("float32", "float16"):
+        assert T.run_case("fwd", algo, case, dtype, layout, rng) is None
+    assert conv_gemm.padded_row(conv_gemm.geometry(_problem_of(case))) % conv_gemm.ROW_ALIGN == 0
+
+
+def _problem_of(p):
+    from tridnn.algorithms.problem import ConvProblem
+    x = tridnn.TensorDescriptor.packed((1, p["C"], *p["spatial"]), tridnn.DataType.FLOAT, tridnn.TensorFormat.NHWC)
+    w = tridnn.FilterDescriptor((p["K"], p["C"] // p["groups"], *p["kernel"]), tridnn.DataType.FLOAT,
+                                tridnn.TensorFormat.NHWC)
+    cd = T.conv(p)
+    y = tridnn.TensorDescriptor.packed(cd.output_dims(x, w), tridnn.DataType.FLOAT, tridnn.TensorFormat.NHWC)
+    return ConvProblem("fwd", x, w, y, cd)

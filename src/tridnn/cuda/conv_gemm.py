@@ -18,39 +18,57 @@ import triton.language as tl
 
 from ..types import ConvFwdAlgo
 from ..workspace import Buffer
-from .common import TritonConvAlgorithm, Tuner, grouped_tile, launch, split_rows
+from .common import TritonConvAlgorithm, Tuner, grouped_tile, launch, next_pow2, split_rows
 from .conv_implicit_gemm import GPU_CONFIGS_16, GPU_CONFIGS_32, INTERPRETER_CONFIG, gemm_estimate
 from .epilogue import launch_args, spec_of, store_tile
 from .geometry import geometry, input_precision, needs_int64, strides5
 
 
-@triton.jit(do_not_specialize=['M', 'R', 'ID', 'IH', 'IW', 'OD', 'OH', 'OW', 'KD', 'KH', 'KW', 'SD', 'SH', 'SW', 'PD', 'PH', 'PW', 'DD', 'DH', 'DW'])
-def im2col_kernel(x_ptr, col_ptr, M, R, R_PAD, Cg, ID, IH, IW, OD, OH, OW, KD, KH, KW,
-                  SD, SH, SW, PD, PH, PW, DD, DH, DW, xs_n, xs_c, xs_d, xs_h, xs_w,
-                  BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr, INT64: tl.constexpr):
+@triton.jit(do_not_specialize=['M', 'R', 'ID', 'IH', 'IW', 'OD', 'OH', 'OW', 'SD', 'SH', 'SW', 'PD', 'PH', 'PW',
+                               'DD', 'DH', 'DW'])
+def im2col_kernel(
+        x_ptr, col_ptr,
+        # col's rows (M output pixels) and columns (R real, R_PAD stored)
+        M, R, R_PAD,
+        # input and output extents, stride, padding, dilation
+        ID, IH, IW, OD, OH, OW, SD, SH, SW, PD, PH, PW, DD, DH, DW,
+        # x's strides (n, channel, d, h, w)
+        xs_n, xs_c, xs_d, xs_h, xs_w,
+        # the filter's channels per group and taps: constants, so splitting a column
+        # index into (tap, channel) is a multiply-shift instead of an integer division
+        CG: tl.constexpr, KD: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr, INT64: tl.constexpr):
     """col[g, m, r] = x[n, g*Cg + c, o*s - p + t*d] (0 where that falls in the padding,
-    and in the columns R..R_PAD)."""
-    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    and in the columns R..R_PAD). A program covers BLOCK_M pixels of one output row, so
+    (n, od, oh) are scalars and only the column offset varies per element."""
+    # -- map the program to (output row, run of pixels in it, column block, group)
+    tiles_w = tl.cdiv(OW, BLOCK_M)
+    row = tl.program_id(0) // tiles_w  # (n, od, oh) flattened
+    ow = (tl.program_id(0) % tiles_w) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_r = tl.program_id(1) * BLOCK_R + tl.arange(0, BLOCK_R)
     g = tl.program_id(2)
-    mask_m = offs_m < M
-    mask_r = offs_r < R
-    nn, od, oh, ow = split_rows(offs_m, OD, OH, OW)
+    oh = row % OH
+    od = (row // OH) % OD
+    nn = row // (OH * OD)
     if INT64:
         nn = nn.to(tl.int64)
-    c = offs_r % Cg
-    tap = offs_r // Cg
+    mask_m = ow < OW
+    # -- the columns: (tap, channel), and the input row / depth each reads (per column)
+    c = offs_r % CG
+    tap = offs_r // CG
     kw = tap % KW
     kh = (tap // KW) % KH
     kd = tap // (KW * KH)
-    idd = (od * SD - PD)[:, None] + (kd * DD)[None, :]
-    ih = (oh * SH - PH)[:, None] + (kh * DH)[None, :]
+    idd = od * SD - PD + kd * DD
+    ih = oh * SH - PH + kh * DH
+    ok_r = (offs_r < R) & (idd >= 0) & (idd < ID) & (ih >= 0) & (ih < IH)
+    col_off = (g * CG + c) * xs_c + idd * xs_d + ih * xs_h
+    # -- gather: only the input column varies per element
     iw = (ow * SW - PW)[:, None] + (kw * DW)[None, :]
-    ok = (mask_m[:, None] & mask_r[None, :] & (idd >= 0) & (idd < ID) & (ih >= 0) & (ih < IH)
-          & (iw >= 0) & (iw < IW))
-    src = (nn * xs_n)[:, None] + ((g * Cg + c) * xs_c)[None, :] + idd * xs_d + ih * xs_h + iw * xs_w
-    v = tl.load(x_ptr + src, mask=ok, other=0.0)
-    dst = (g.to(tl.int64) * M + offs_m)[:, None] * R_PAD + offs_r[None, :]
+    ok = mask_m[:, None] & ok_r[None, :] & (iw >= 0) & (iw < IW)
+    v = tl.load(x_ptr + nn * xs_n + col_off[None, :] + iw * xs_w, mask=ok, other=0.0)
+    m = row * OW + ow
+    dst = (g.to(tl.int64) * M + m)[:, None] * R_PAD + offs_r[None, :]
     tl.store(col_ptr + dst, v, mask=mask_m[:, None] & (offs_r < R_PAD)[None, :])
 
 
@@ -111,11 +129,14 @@ def im2col(problem, x, col):
     geo = geometry(problem)
     nd = problem.nd
     M, R, r_pad = geo.out_pixels, geo.taps * geo.cg, padded_row(geo)
-    bm, br = (64, 64) if x.device.type == "cuda" else (16, 16)
-    launch(im2col_kernel, (triton.cdiv(M, bm), triton.cdiv(r_pad, br), geo.groups), (
-        x, col, M, R, r_pad, geo.cg, *geo.inp, *geo.out, *geo.ker, *geo.stride, *geo.pad, *geo.dil,
-        *strides5(x, nd)),
-        dict(BLOCK_M=bm, BLOCK_R=br, INT64=needs_int64(x)), dict(num_warps=4 if x.device.type == "cuda" else 1))
+    gpu = x.device.type == "cuda"
+    bm = min(64 if gpu else 16, next_pow2(geo.out[2]))
+    br = ROW_ALIGN if gpu else 16
+    rows = geo.n * geo.out[0] * geo.out[1]
+    launch(im2col_kernel, (rows * triton.cdiv(geo.out[2], bm), triton.cdiv(r_pad, br), geo.groups), (
+        x, col, M, R, r_pad, *geo.inp, *geo.out, *geo.stride, *geo.pad, *geo.dil, *strides5(x, nd)),
+        dict(CG=geo.cg, KD=geo.ker[0], KH=geo.ker[1], KW=geo.ker[2], BLOCK_M=bm, BLOCK_R=br,
+             INT64=needs_int64(x)), dict(num_warps=4 if gpu else 1))
 
 
 def launch_gemm(problem, col, w, y, alpha, beta, spec, cfg):
