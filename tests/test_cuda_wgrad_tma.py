@@ -155,8 +155,8 @@ def test_schedules_fill_waves():
 
 
 def test_gpu_candidates_for_small_images_and_16_bit_data():
-    """On a GPU, small images (up to 28x28) and flat plans get SCHED configs with fitted
-    boxes; large images and float32 data none."""
+    """On a GPU, tile and flat plans get SCHED configs with fitted boxes (64 x 64 tiles
+    where a side has 64 channels); float32 data none."""
     cuda = type("D", (), {"type": "cuda"})()
     small = conv_wgrad_tma.candidates(_plan(64, 7, 7, 512, 512), cuda, 64 * 512 * 9 * 512, 132)
     assert small and all(c["SCHED"] and (c["NB"], c["BH"], c["BW"]) in ((16, 1, 8), (8, 1, 8), (64, 1, 1))
@@ -164,7 +164,10 @@ def test_gpu_candidates_for_small_images_and_16_bit_data():
     assert any(c["DIRECT"] == 132 for c in small)
     flat = conv_wgrad_tma.candidates(_plan(1, 1, 3136, 512, 2048, 1), cuda, 8 * 512 * 2048, 132)
     assert flat and all(c["BH"] == 1 and c["NB"] == 1 for c in flat)
-    assert conv_wgrad_tma.candidates(_plan(64, 56, 56, 64, 64), cuda, 10 ** 8, 132) == []
+    res2 = conv_wgrad_tma.candidates(_plan(64, 56, 56, 64, 64), cuda, 10 ** 8, 132)  # 64 channels: 64 x 64 tiles
+    assert res2 and all(c["BLOCK_M"] == c["BLOCK_N"] == 64 and c["NB"] * c["BH"] * c["BW"] in (64, 128) for c in res2)
+    assert {(c["NB"], c["BH"], c["BW"]) for c in res2} <= {(2, 8, 8), (1, 8, 8)}  # 56 = 7 x 8: exact
+    assert (0, 14) in {(c["DIRECT"], c["SLICES"]) for c in res2}  # 9 tiles x 14 slices: one wave
     assert conv_wgrad_tma.candidates(_plan(64, 7, 7, 512, 512), cuda, 10 ** 9, 132, itemsize=4) == []
     assert wg.conv_wgrad_tma is conv_wgrad_tma
 

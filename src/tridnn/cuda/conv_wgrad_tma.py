@@ -146,7 +146,9 @@ def wgrad_tiles_finish(part_ptr, dw_ptr, K, C, C_DW, DIRECT, R, SLICES, ws_k, ws
 # boxes at 8 warps and 4 stages miscompiled in conv_tma_kernel, docs/performance.md).
 # sm_90 (Triton 3.6): 113-136 registers, 80-164 KB shared memory.
 TILES = [(128, 128, 128, 8, 3), (64, 128, 128, 8, 4), (128, 64, 128, 4, 3)]
-SMALL_IMAGE = 28 * 28   # output pixels per image up to which the box shapes are searched
+# 64 x 64 tiles for layers with 64 channels on a side (res2_3x3), where the 128-wide ones
+# are half padding: 96 or 64 KB of shared memory, so two or three programs an SM.
+NARROW_TILES = [(128, 64, 64, 4, 3), (64, 64, 64, 4, 4)]
 BOX_WIDTHS = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
@@ -204,8 +206,9 @@ def schedules(tiles: int, boxes: int, sms: int, room: int) -> list:
 
 def candidates(plan: Plan, device, room_floats: int, sms: int, itemsize: int = 2) -> list:
     """ALGO_1's extra configs for this plan (SCHED marks them for the caller's dispatch):
-    images up to SMALL_IMAGE pixels (ResNet-50's 28x28, 14x14, 7x7) and flat 1x1 plans.
-    ``room_floats``: the float32 partials the workspace holds. On a GPU 16-bit data only
+    boxes fitted to the image (ResNet-50's 28x28, 14x14 and 7x7 layers lose 12-23% of an
+    8x8 box) and the wave-filling schedules (all sizes: res2_3x3's 9 tiles of 64 x 64 split
+    30 ways are 2.05 waves, i.e. three rounds). ``room_floats``: the float32 partials the workspace holds. On a GPU 16-bit data only
     (the tiles are sized for it; float32 keeps conv_tma's lists, FMA ones included)."""
     flat = plan.n == 1 and plan.oh == 1
     if device.type == "cuda" and itemsize != 2:
@@ -215,10 +218,9 @@ def candidates(plan: Plan, device, room_floats: int, sms: int, itemsize: int = 2
         cfg = dict(SCHED=True, NB=nb, BH=bh, BW=bw, BLOCK_M=16, BLOCK_N=16, num_warps=1, num_stages=1)
         tiles, boxes = tiles_of(plan, 16, 16), boxes_of(plan, nb, bh, bw)
         return [dict(cfg, DIRECT=d, SLICES=s) for d, s in schedules(tiles, boxes, sms, room_floats // 256)]
-    if not flat and plan.oh * plan.ow > SMALL_IMAGE:
-        return []
     out = []
-    for pixels, bm, bn, warps, stages in TILES:
+    narrow = min(plan.c_red, plan.c_out) <= 64
+    for pixels, bm, bn, warps, stages in TILES + (NARROW_TILES if narrow else []):
         if bm > max(64, plan.c_red) or bn > max(64, plan.c_out):
             continue
         # the best box of rows at least 8 wide, and the best of any width when it covers
