@@ -207,8 +207,8 @@ def schedules(tiles: int, boxes: int, sms: int, room: int) -> list:
 def candidates(plan: Plan, device, room_floats: int, sms: int, itemsize: int = 2) -> list:
     """ALGO_1's extra configs for this plan (SCHED marks them for the caller's dispatch):
     boxes fitted to the image (ResNet-50's 28x28, 14x14 and 7x7 layers lose 12-23% of an
-    8x8 box) and the wave-filling schedules (all sizes: res2_3x3's 9 tiles of 64 x 64 split
-    30 ways are 2.05 waves, i.e. three rounds). ``room_floats``: the float32 partials the workspace holds. On a GPU 16-bit data only
+    8x8 box) and the wave-filling schedules, for every image size (whether tiles x slices
+    fill the GPU's program slots does not depend on the image). ``room_floats``: the float32 partials the workspace holds. On a GPU 16-bit data only
     (the tiles are sized for it; float32 keeps conv_tma's lists, FMA ones included)."""
     flat = plan.n == 1 and plan.oh == 1
     if device.type == "cuda" and itemsize != 2:
