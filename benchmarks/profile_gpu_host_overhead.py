@@ -18,6 +18,10 @@ calls, with one synchronize at the end. Rows, from the bottom of the stack up:
                 directly, tridnn.functional.activation, the op without and with autograd,
                 the eager caller (tridnn.torch.ops.fast, what the nn layers use), torch.relu
   bn-*          the same for a training-mode batch norm
+  layer *       what a training step calls (examples/ddp_train.py: the model in bfloat16,
+                channels_last): tridnn.torch.nn BatchNorm2d, Conv2d(64, 64, 3) and ReLU,
+                each forward + backward, and a ResNet-50 bottleneck block (64 channels,
+                width 16) forward + backward; torch's own layers beside each
 
 then a cProfile of conv-fwd and of torch-op (top functions by own time), so the next change
 can aim at what actually costs. Results go to stdout and, with --out, host_overhead.json.
@@ -25,6 +29,7 @@ can aim at what actually costs. Results go to stdout and, with --out, host_overh
 from __future__ import annotations
 
 import argparse
+import copy
 import cProfile
 import io
 import json
@@ -37,6 +42,7 @@ import triton
 
 import tridnn
 import tridnn.functional as TF
+import tridnn.torch as tt
 import tridnn.torch.ops as tops  # registers torch.ops.tridnn
 
 
@@ -65,6 +71,27 @@ def profile_top(fn, calls: int, top: int, sort="tottime") -> str:
     s = io.StringIO()
     pstats.Stats(prof, stream=s).sort_stats(sort).print_stats(top)
     return s.getvalue()
+
+
+def layer_rows(rows, dev, calls):
+    """The nn layers of a bfloat16 channels_last training step, forward + backward."""
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_torch_host_overhead import Bottleneck
+    bf, cl = torch.bfloat16, torch.channels_last
+    x = torch.randn(2, 64, 8, 8, device=dev, dtype=bf).contiguous(memory_format=cl).requires_grad_(True)
+    g = torch.randn(2, 64, 8, 8, device=dev, dtype=bf).contiguous(memory_format=cl)
+
+    def both(module):
+        theirs = module.to(device=dev, dtype=bf).to(memory_format=cl)
+        ours = tt.convert(copy.deepcopy(theirs))
+        return ours, theirs
+
+    pairs = {"bn": both(torch.nn.BatchNorm2d(64)), "conv": both(torch.nn.Conv2d(64, 64, 3, padding=1, bias=False)),
+             "relu": both(torch.nn.ReLU()), "block": both(Bottleneck(64, 16))}
+    for name, (ours, theirs) in pairs.items():
+        rows[f"layer {name} fwd+bwd"] = per_call_us(lambda: ours(x).backward(g), calls // 4)
+        rows[f"layer {name} fwd+bwd, torch"] = per_call_us(lambda: theirs(x).backward(g), calls // 4)
 
 
 def main():
@@ -130,6 +157,8 @@ def main():
         lambda: tops.fast.batch_norm_training(ag, gamma, beta_, rmean, rvar, 0.1, 1e-5), args.calls)
     rows["bn-torch"] = per_call_us(lambda: torch.nn.functional.batch_norm(ag, rmean, rvar, gamma, beta_, True),
                                    args.calls)
+
+    layer_rows(rows, dev, args.calls)
 
     # GPU time of the conv kernel itself, so a row is not mistaken for host time
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -122,3 +122,41 @@ def test_torch_compile_traces_the_registered_op():
     out = compiled(x)
     assert any("tridnn.conv_forward" in s for s in seen), seen
     assert torch.equal(out, conv(x))
+
+
+def test_conv_layer_geometry_follows_every_attribute_and_size():
+    """nn.Conv2d keeps its op geometry per attribute objects and sizes: reassigned
+    stride, padding, dilation, groups and new input sizes ("same" padding) compute
+    afresh; mutable attributes are never kept. Each result equals PyTorch's conv2d."""
+    g = torch.Generator().manual_seed(3)
+    conv = tt.nn.Conv2d(4, 4, 3, padding=1, bias=False).double()
+    x = torch.randn(2, 4, 7, 6, generator=g, dtype=torch.float64)
+
+    def check(inp):
+        want = torch.nn.functional.conv2d(inp, conv.weight, None, conv.stride, conv.padding, conv.dilation,
+                                          conv.groups)
+        got = conv(inp)
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+    for _ in range(2):
+        check(x)
+    conv.stride = (2, 1)
+    check(x)
+    conv.padding = (0, 2)
+    check(x)
+    conv.dilation = (2, 2)
+    check(x)
+    conv.padding = "same"
+    conv.stride = (1, 1)
+    check(x)
+    check(torch.randn(1, 4, 9, 5, generator=g, dtype=torch.float64))  # "same" follows the input size
+    conv.padding = [1, 1]  # a list can change in place: computed every call, never kept
+    check(x)
+    conv.padding[0] = 0
+    check(x)
+    assert conv.__dict__["_tridnn_geometry"][0] == "same"
+    conv.padding, conv.dilation = (1, 1), (1, 1)
+    conv.groups = 2
+    conv.weight = torch.nn.Parameter(torch.randn(4, 2, 3, 3, generator=g, dtype=torch.float64))
+    check(x)

@@ -80,8 +80,11 @@ def _extent(t) -> int:
 
 
 def _converted(a, dtype):
-    """The full path's conversion of a per-channel parameter (functional._bn_param)."""
-    return (a.detach() if a.requires_grad else a).to(dtype).contiguous()
+    """The full path's conversion of a per-channel parameter (functional._bn_param):
+    ``a.detach().to(dtype).contiguous()``; a contiguous ``a`` converts to a contiguous
+    tensor, so that last call (a dispatcher round trip) is made only when it copies."""
+    t = (a.detach() if a.requires_grad else a).to(dtype)
+    return t if t.is_contiguous() else t.contiguous()
 
 
 def _write_back(original, updated):

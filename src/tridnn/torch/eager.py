@@ -25,7 +25,7 @@ _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 def plain_eager(args) -> bool:
     """Whether nothing but ordinary eager execution would see this call: no compiler or
     tracer, no dispatch/function mode, no functorch transform, no tensor subclass."""
-    if torch.jit.is_tracing() or torch._C._len_torch_dispatch_stack() \
+    if torch._C._is_tracing() or torch._C._len_torch_dispatch_stack() \
             or torch._C._is_torch_function_mode_enabled() or torch._C._are_functorch_transforms_active():
         return False
     for a in args:

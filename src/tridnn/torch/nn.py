@@ -8,6 +8,7 @@ pooling, returned indices, ...) raise NotSupportedError at forward, and
 """
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as TF
 from torch import nn
 
@@ -20,18 +21,44 @@ def _tuple(value, nd):
     return tuple(value) if isinstance(value, (tuple, list)) else (value,) * nd
 
 
+def _frozen(value) -> bool:
+    """Whether a layer attribute cannot change in place: an int, a string or a tuple of ints."""
+    return type(value) in (int, str) or (type(value) is tuple and all(type(v) is int for v in value))
+
+
 # -- convolution ---------------------------------------------------------------------------------
 class _ConvMixin:
     def _conv_forward(self, input, weight, bias):
-        nd = input.dim() - 2
         if self.padding_mode != "zeros":
+            nd = input.dim() - 2
             input = TF.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
-            pre = post = (0,) * nd
-        else:
-            pre, post = padding_pairs(self.padding, nd, tuple(input.shape[2:]), tuple(weight.shape[2:]),
-                                      _tuple(self.stride, nd), _tuple(self.dilation, nd))
-        return ops.fast.conv_forward(input, weight, bias, list(_tuple(self.stride, nd)), list(pre), list(post),
-                                list(_tuple(self.dilation, nd)), self.groups)
+            return ops.fast.conv_forward(input, weight, bias, list(_tuple(self.stride, nd)), [0] * nd, [0] * nd,
+                                         list(_tuple(self.dilation, nd)), self.groups)
+        return ops.fast.conv_forward(input, weight, bias, *self._geometry(input, weight))
+
+    def _geometry(self, input, weight):
+        """(stride, pad_pre, pad_post, dilation, groups) as the op takes them, kept per
+        module and computed again when the padding, stride, dilation or groups object or
+        the input's or kernel's spatial sizes change ("same" padding depends on them):
+        padding_pairs costs a few microseconds a call. The attributes are compared by
+        identity (a reassigned attribute is another object, checked afresh) and kept only
+        when immutable; the kept lists are handed to the op, which never modifies its
+        arguments."""
+        compiling = torch.compiler.is_compiling()
+        spatial, kernel = input.shape[2:], weight.shape[2:]
+        kept = None if compiling else self.__dict__.get("_tridnn_geometry")
+        if (kept is not None and kept[0] is self.padding and kept[1] is self.stride and kept[2] is self.dilation
+                and kept[3] is self.groups and kept[4] == spatial and kept[5] == kernel):
+            return kept[6]
+        nd = input.dim() - 2
+        stride, dilation = _tuple(self.stride, nd), _tuple(self.dilation, nd)
+        pre, post = padding_pairs(self.padding, nd, tuple(spatial), tuple(kernel), stride, dilation)
+        geometry = (list(stride), list(pre), list(post), list(dilation), self.groups)
+        if not compiling and all(_frozen(v) for v in (self.padding, self.stride, self.dilation, self.groups)):
+            # (kept only for immutable attributes, and no side effects while dynamo traces)
+            self.__dict__["_tridnn_geometry"] = (self.padding, self.stride, self.dilation, self.groups, spatial,
+                                                 kernel, geometry)
+        return geometry
 
 
 class Conv1d(_ConvMixin, nn.Conv1d):
