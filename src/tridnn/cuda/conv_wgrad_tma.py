@@ -211,8 +211,8 @@ def candidates(plan: Plan, device, room_floats: int, sms: int, itemsize: int = 2
     fill the GPU's program slots does not depend on the image). ``room_floats``: the float32 partials the workspace holds. On a GPU 16-bit data only
     (the tiles are sized for it; float32 keeps conv_tma's lists, FMA ones included)."""
     flat = plan.n == 1 and plan.oh == 1
-    if device.type == "cuda" and itemsize != 2:
-        return []
+    if device.type == "cuda" and (itemsize != 2 or min(plan.c_red, plan.c_out) < 64):
+        return []  # (fewer than 64 channels: a padded first layer, which has wgrad_rows_kernel)
     if device.type != "cuda":
         nb, bh, bw = (1, 1, 16) if flat else box_for(plan, 16)
         cfg = dict(SCHED=True, NB=nb, BH=bh, BW=bw, BLOCK_M=16, BLOCK_N=16, num_warps=1, num_stages=1)
