@@ -145,7 +145,8 @@ def tma_variants(direction, p, problem, x, w, dy, out):
 
 
 def _label(c):
-    return f"tma BW{c['BW']} BC{c['BC']} BH{c['BH']} st{c['STAGES']} w{c['num_warps']}"
+    kind = "pairs" if c.get("PAIRS") else ("rows3" if c.get("ROWS3") else "tma")
+    return f"{kind} BW{c['BW']} BC{c['BC']} BH{c['BH']} st{c['STAGES']} w{c['num_warps']}"
 
 
 def prepare(handle, name, direction, n, dtype, dev, dry):

@@ -397,15 +397,16 @@ def test_tma_wgrad(p, algo, rng, monkeypatch):
     finish (ALGO_1), or added atomically (ALGO_0); float32 and float16, alpha/beta."""
     problem = _problem(p)
     assert DT.wgrad_applies(problem)
-    cfgs = [dict(DT.wgrad_configs(torch.device("cpu"), 8)[0], slices=1)]
-    monkeypatch.setattr(D, "wgrad3_candidates", lambda *a: cfgs)
-    monkeypatch.setattr(D, "_wgrad_tuner", Tuner(tolerance=3e-3))
     calls = _count_calls(monkeypatch, "launch_wgrad")
-    assert T.run_case("bwd_filter", algo, p, "float32", "NHWC", rng, n=2, device=DEVICE) is None
-    if p["C"] == 8:
-        assert T.run_case("bwd_filter", algo, p, "float16", "NHWC", rng, alpha=2.0, beta=0.5, as_torch=True,
-                          mode=tridnn.ConvMode.CONVOLUTION, device=DEVICE) is None
-    assert len(calls) == (2 if p["C"] == 8 else 1)
+    for cfg in DT.wgrad_configs(torch.device("cpu"), 8):  # one x row an iteration, then three (ROWS3)
+        monkeypatch.setattr(D, "wgrad3_candidates", lambda *a: [dict(cfg, slices=1)])
+        monkeypatch.setattr(D, "_wgrad_tuner", Tuner(tolerance=3e-3))
+        calls.clear()
+        assert T.run_case("bwd_filter", algo, p, "float32", "NHWC", rng, n=2, device=DEVICE) is None
+        if p["C"] == 8:
+            assert T.run_case("bwd_filter", algo, p, "float16", "NHWC", rng, alpha=2.0, beta=0.5, as_torch=True,
+                              mode=tridnn.ConvMode.CONVOLUTION, device=DEVICE) is None
+        assert len(calls) == (2 if p["C"] == 8 else 1)
 
 
 def test_tma_wgrad_gpu_configs_and_cap(rng):
@@ -421,7 +422,9 @@ def test_tma_wgrad_gpu_configs_and_cap(rng):
         [torch.nn.functional.pad(x.double(), (1, 1, 1, 1))[:, :, a:a + 7, b:b + 9] for a in range(3)
          for b in range(3)], dim=-1)).reshape(-1)
     small = dict(BW=4, BC=8, BH=2, STAGES=2, num_warps=1)
-    for cfg, cap in [(c, 64) for c in DT.wgrad_configs(GPU, 8)] + [(small, 64), (small, 12), (small, 5)]:
+    rows3 = dict(small, BH=4, ROWS3=True)
+    for cfg, cap in [(c, 64) for c in DT.wgrad_configs(GPU, 8)] + [(small, 64), (small, 12), (small, 5),
+                                                                      (rows3, 64), (rows3, 7)]:
         fit = DT.wgrad_slots(problem, cfg, cap)
         if fit is None:
             assert cap < 2 * 3 and cfg is small  # images x column strips

@@ -248,6 +248,18 @@ def _wsum(part_ptr, acc, slot, K, offs_k, mask_k, tap, ATOMIC: tl.constexpr):
         tl.store(ptrs, col, mask=mask_k)
 
 
+@triton.jit
+def _wrow(a00, a01, a02, a10, a11, a12, a20, a21, a22, g0, g1, g2, x_desc, n, i, col, c0,
+          BW: tl.constexpr, BC: tl.constexpr):
+    """The nine accumulators plus x row i (three shifted boxes) times the dy rows that meet
+    it at filter rows 0, 1, 2 (g0, g1, g2)."""
+    x0 = _box(x_desc, n, i, col, c0, BW, BC)
+    x1 = _box(x_desc, n, i, col + 1, c0, BW, BC)
+    x2 = _box(x_desc, n, i, col + 2, c0, BW, BC)
+    return (a00 + g0 * x0, a01 + g0 * x1, a02 + g0 * x2, a10 + g1 * x0, a11 + g1 * x1, a12 + g1 * x2,
+            a20 + g2 * x0, a21 + g2 * x1, a22 + g2 * x2)
+
+
 @triton.jit(do_not_specialize=['K', 'OH', 'PH', 'PW', 'BH', 'n_rows'])
 def dw3_tma_wgrad_kernel(
         # the partials [slots, K, 9] (float32)
@@ -256,7 +268,7 @@ def dw3_tma_wgrad_kernel(
         x_desc, dy_desc,
         # channels, dy rows, padding, rows per strip, row strips per image
         K, OH, PH, PW, BH, n_rows,
-        BW: tl.constexpr, BC: tl.constexpr, STAGES: tl.constexpr, ATOMIC: tl.constexpr):
+        BW: tl.constexpr, BC: tl.constexpr, STAGES: tl.constexpr, ROWS3: tl.constexpr, ATOMIC: tl.constexpr):
     """part[slot, k, 3a + b] = sum over the strip's dy pixels (n, o, q) of
     dy[n, k, o, q] * x[n, k, o - PH + a, q - PW + b], stride 1; slot = (image, row strip)
     x column strips + column strip (ATOMIC: all added into slot 0)."""
@@ -273,9 +285,11 @@ def dw3_tma_wgrad_kernel(
     col = q0 - PW
 
     # -- walk the x rows i = o - PH + a; dy row i + PH - a meets filter row a. dy rows
-    # outside the strip are read at row -1: TMA zeros, no memory traffic. The three dy
-    # rows are loaded each iteration (from L2 but the first time): carrying a loaded
-    # row into the next iteration keeps the pipeliner from making the loads async
+    # outside the strip (and x rows past it) are read at row -1: TMA zeros, no memory
+    # traffic. The dy rows are loaded each iteration (from L2 but the first time):
+    # carrying a loaded row into the next iteration keeps the pipeliner from making the
+    # loads async. ROWS3: three x rows an iteration, so the five dy rows they meet are
+    # loaded once for three rows (dy crosses L2 5/3 times instead of 3)
     a00 = tl.zeros((BW, BC), dtype=tl.float32)
     a01 = tl.zeros((BW, BC), dtype=tl.float32)
     a02 = tl.zeros((BW, BC), dtype=tl.float32)
@@ -285,23 +299,32 @@ def dw3_tma_wgrad_kernel(
     a20 = tl.zeros((BW, BC), dtype=tl.float32)
     a21 = tl.zeros((BW, BC), dtype=tl.float32)
     a22 = tl.zeros((BW, BC), dtype=tl.float32)
-    for i in tl.range(o0 - PH, o_end - PH + 2, num_stages=STAGES):
-        j = i + PH
-        g0 = _box(dy_desc, n, tl.where(j < o_end, j, -1), q0, c0, BW, BC)
-        g1 = _box(dy_desc, n, tl.where((j - 1 < o_end) & (j - 1 >= o0), j - 1, -1), q0, c0, BW, BC)
-        g2 = _box(dy_desc, n, tl.where(j - 2 >= o0, j - 2, -1), q0, c0, BW, BC)
-        x0 = _box(x_desc, n, i, col, c0, BW, BC)
-        x1 = _box(x_desc, n, i, col + 1, c0, BW, BC)
-        x2 = _box(x_desc, n, i, col + 2, c0, BW, BC)
-        a00 += g0 * x0
-        a01 += g0 * x1
-        a02 += g0 * x2
-        a10 += g1 * x0
-        a11 += g1 * x1
-        a12 += g1 * x2
-        a20 += g2 * x0
-        a21 += g2 * x1
-        a22 += g2 * x2
+    if ROWS3:
+        # -- three x rows an iteration with the five dy rows they meet (dy read 5/3 times)
+        i_end = o_end - PH + 2
+        for i in tl.range(o0 - PH, i_end, 3, num_stages=STAGES):
+            j = i + PH - 2
+            d0 = _box(dy_desc, n, tl.where(j >= o0, j, -1), q0, c0, BW, BC)
+            d1 = _box(dy_desc, n, tl.where((j + 1 >= o0) & (j + 1 < o_end), j + 1, -1), q0, c0, BW, BC)
+            d2 = _box(dy_desc, n, tl.where(j + 2 < o_end, j + 2, -1), q0, c0, BW, BC)
+            d3 = _box(dy_desc, n, tl.where(j + 3 < o_end, j + 3, -1), q0, c0, BW, BC)
+            d4 = _box(dy_desc, n, tl.where(j + 4 < o_end, j + 4, -1), q0, c0, BW, BC)
+            a00, a01, a02, a10, a11, a12, a20, a21, a22 = _wrow(
+                a00, a01, a02, a10, a11, a12, a20, a21, a22, d2, d1, d0, x_desc, n, i, col, c0, BW, BC)
+            a00, a01, a02, a10, a11, a12, a20, a21, a22 = _wrow(
+                a00, a01, a02, a10, a11, a12, a20, a21, a22, d3, d2, d1, x_desc, n,
+                tl.where(i + 1 < i_end, i + 1, -1), col, c0, BW, BC)
+            a00, a01, a02, a10, a11, a12, a20, a21, a22 = _wrow(
+                a00, a01, a02, a10, a11, a12, a20, a21, a22, d4, d3, d2, x_desc, n,
+                tl.where(i + 2 < i_end, i + 2, -1), col, c0, BW, BC)
+    else:
+        for i in tl.range(o0 - PH, o_end - PH + 2, num_stages=STAGES):
+            j = i + PH
+            g0 = _box(dy_desc, n, tl.where(j < o_end, j, -1), q0, c0, BW, BC)
+            g1 = _box(dy_desc, n, tl.where((j - 1 < o_end) & (j - 1 >= o0), j - 1, -1), q0, c0, BW, BC)
+            g2 = _box(dy_desc, n, tl.where(j - 2 >= o0, j - 2, -1), q0, c0, BW, BC)
+            a00, a01, a02, a10, a11, a12, a20, a21, a22 = _wrow(
+                a00, a01, a02, a10, a11, a12, a20, a21, a22, g0, g1, g2, x_desc, n, i, col, c0, BW, BC)
 
     # -- per-tap sums over the strip's columns into this program's partial slot
     slot = 0
@@ -495,7 +518,7 @@ def launch_wgrad(problem, x, dy, part, atomic, cfg, cap):
     xd = _descriptor(x, xv[0], xv[1], [1, 1, bw, bc])
     dd = _descriptor(dy, dv[0], dv[1], [1, 1, bw, bc])
     args = (part, xd, dd, geo.k, geo.out[1], geo.pad[1], geo.pad[2], bh, n_rows)
-    consts = dict(BW=bw, BC=bc, STAGES=cfg["STAGES"], ATOMIC=atomic)
+    consts = dict(BW=bw, BC=bc, STAGES=cfg["STAGES"], ROWS3=cfg.get("ROWS3", False), ATOMIC=atomic)
     options = dict(num_warps=cfg["num_warps"])
     launch(dw3_tma_wgrad_kernel, (cdiv(geo.k, bc), n_cols, geo.n * n_rows), args, consts, options,
            ((_key(args[1:], consts), tuple(options.items()), part.dtype), 1))
@@ -503,14 +526,19 @@ def launch_wgrad(problem, x, dy, part, atomic, cfg, cap):
 
 
 def wgrad_configs(device, k):
-    """(BW, BC, BH, STAGES, warps): nine float32 accumulators and three dy tiles held, so
-    4 elements per thread (BW x BC = 512 at 4 warps) or 2; strips of 16-56 rows."""
+    """(BW, BC, BH, STAGES, warps, ROWS3): nine float32 accumulators held, so 4 elements per
+    thread (BW x BC = 512 at 4 warps: 72 registers on sm_90 bf16) or 2 (~40); strips of
+    8-56 rows. ROWS3 (three x rows and five dy rows an iteration): 18 boxes a stage, so
+    3-4 stages."""
     if device.type != "cuda":
-        return [dict(BW=4, BC=8, BH=3, STAGES=2, num_warps=1, KIND="tma")]
+        return [dict(BW=4, BC=8, BH=3, STAGES=2, num_warps=1, KIND="tma", ROWS3=False),
+                dict(BW=4, BC=8, BH=4, STAGES=2, num_warps=1, KIND="tma", ROWS3=True)]
     out = []
-    for bw, bc, bh, stages, warps in (
-            (16, 32, 16, 3, 4), (16, 32, 32, 4, 4), (8, 64, 16, 4, 4), (32, 16, 16, 4, 4), (16, 32, 8, 4, 4),
-            (8, 32, 16, 4, 4), (16, 16, 16, 4, 4), (8, 64, 56, 4, 4), (16, 64, 16, 3, 8), (32, 32, 16, 3, 8)):
+    for bw, bc, bh, stages, warps, rows3 in (
+            (16, 32, 16, 3, 4, 0), (16, 32, 32, 4, 4, 0), (8, 64, 16, 4, 4, 0), (32, 16, 16, 4, 4, 0),
+            (8, 32, 16, 4, 4, 0), (16, 16, 16, 4, 4, 0), (16, 64, 16, 3, 8, 0),
+            (16, 32, 16, 3, 4, 1), (16, 32, 32, 3, 4, 1), (8, 64, 16, 3, 4, 1), (32, 16, 16, 3, 4, 1),
+            (16, 16, 16, 4, 4, 1), (8, 32, 28, 4, 4, 1), (16, 64, 16, 3, 8, 1), (32, 32, 16, 3, 8, 1)):
         if bc <= max(16, triton.next_power_of_2(k)):
-            out.append(dict(BW=bw, BC=bc, BH=bh, STAGES=stages, num_warps=warps, KIND="tma"))
+            out.append(dict(BW=bw, BC=bc, BH=bh, STAGES=stages, num_warps=warps, KIND="tma", ROWS3=bool(rows3)))
     return out
