@@ -71,6 +71,21 @@ def immutable_scalars(*values) -> bool:
                for v in values)
 
 
+_extents: dict = {}
+
+
+def extent(t) -> int:
+    """``_extent(t)``, kept per (shape, strides, element size): what an overlap check
+    asks of the same layer's tensors every call."""
+    key = (t.shape, t.stride(), t.dtype)
+    n = _extents.get(key)
+    if n is None:
+        if len(_extents) >= 4096:
+            _extents.clear()
+        n = _extents[key] = _extent(t)
+    return n
+
+
 def _extent(t) -> int:
     """Bytes from ``t.data_ptr()`` to one past the last element (strides are >= 0 here:
     the full path copied anything else, and then kept no recipe)."""

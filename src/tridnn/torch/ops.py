@@ -481,8 +481,8 @@ def batch_norm_train(x: Tensor, weight: Optional[Tensor], bias: Optional[Tensor]
 
 def _separate(x, weight, bias, running_mean, running_var) -> bool:
     """Whether the running statistics share no byte with each other, x, weight or bias."""
-    stats = [(t.data_ptr(), recipes._extent(t)) for t in (running_mean, running_var)]
-    others = [(t.data_ptr(), recipes._extent(t)) for t in (x, weight, bias) if t is not None]
+    stats = [(t.data_ptr(), recipes.extent(t)) for t in (running_mean, running_var)]
+    others = [(t.data_ptr(), recipes.extent(t)) for t in (x, weight, bias) if t is not None]
     for i, (a0, an) in enumerate(stats):
         for b0, bn in stats[i + 1:] + others:
             if an and bn and a0 < b0 + bn and b0 < a0 + an:
