@@ -120,7 +120,7 @@ def tma_variants(direction, p, problem, x, w, dy, out):
         if not DT.fwd_layout_ok(x, out, nd, stride, pad):
             return []
         return [(_label(c), lambda c=c: DT.launch_fwd(x, w, out, nd, stride, pad, 1.0, 0.0, None, c, False))
-                for c in cfgs]
+                for c in cfgs if DT.box_ok(c, x)]
     if direction == "bwd_data":
         if not D.rows3_backward_applies(problem):
             return []
@@ -128,7 +128,7 @@ def tma_variants(direction, p, problem, x, w, dy, out):
         if not DT.fwd_layout_ok(dy, out, nd, (1, 1), bpad):
             return []
         return [(_label(c), lambda c=c: DT.launch_fwd(dy, w, out, nd, (1, 1), bpad, 1.0, 0.0, None, c, True))
-                for c in _REAL_FWD_CONFIGS(dev, p["C"])]
+                for c in _REAL_FWD_CONFIGS(dev, p["C"]) if DT.box_ok(c, dy)]
     if not DT.wgrad_layout_ok(problem, x, dy):
         return []
     geo_rows = x.shape[0] * dy.shape[2]
@@ -141,7 +141,7 @@ def tma_variants(direction, p, problem, x, w, dy, out):
         used = DT.launch_wgrad(problem, x, dy, part, False, c, cap)
         torch.sum(part[:used * cols].view(used, cols), dim=0, out=out_flat)
     return [(_label(c), lambda c=c: run(c)) for c in _REAL_WGRAD_CONFIGS(dev, p["C"])
-            if DT.wgrad_slots(problem, c, cap) is not None]
+            if DT.wgrad_slots(problem, c, cap) is not None and DT.wgrad_layout_ok(problem, x, dy, c)]
 
 
 def _label(c):

@@ -353,16 +353,21 @@ def test_tma_forward(p, dtype, rng, monkeypatch):
     assert len(calls) == 2  # the fallback ran instead
 
 
-@pytest.mark.parametrize("cfg", DT.fwd_configs(GPU, 8) + DT.fwd_configs(GPU, 8, stride=2), ids=str)
+@pytest.mark.parametrize("cfg", DT.fwd_configs(GPU, 1024) + DT.fwd_configs(GPU, 1024, stride=2), ids=str)
 def test_tma_forward_gpu_config(cfg, rng, monkeypatch):
-    """Each GPU config of the row walker (boxes wider than the tiny images: TMA zero-fills)."""
+    """Each GPU config of the row walkers, float16 (boxes wider than the tiny images and
+    their 8 channels: TMA zero-fills); in float32 a 64-channel box (256 bytes) exceeds
+    box_ok and the pointer kernel stands in."""
     calls = _count_calls(monkeypatch, "launch_fwd")
     monkeypatch.setattr(conv_direct.DirectForward, "tuner", Tuner())
     for p in (T.P(8, 8, (9, 6), 3, 1, 1, 1, 8), T.P(8, 8, (6, 10), 3, 2, 1, 1, 8)):
         monkeypatch.setattr(conv_direct, "dw2d_candidates" if p["stride"][0] == 2 else "fwd_dw3_candidates",
                             lambda *a: [dict(cfg)])
-        assert T.run_case("fwd", DIRECT, p, "float32", "NHWC", rng, n=2, as_torch=True, device=DEVICE) is None
-    assert len(calls) == 2
+        assert T.run_case("fwd", DIRECT, p, "float16", "NHWC", rng, n=2, as_torch=True, device=DEVICE) is None
+        calls_f16 = len(calls)
+        assert T.run_case("fwd", DIRECT, p, "float32", "NHWC", rng, n=1, as_torch=True, device=DEVICE) is None
+        assert len(calls) - calls_f16 == (1 if cfg["BC"] * 4 <= 128 else 0)
+    assert len(calls) == (4 if cfg["BC"] * 4 <= 128 else 2)
 
 
 def test_tma_forward_epilogue(rng, monkeypatch):
@@ -423,7 +428,7 @@ def test_tma_wgrad_gpu_configs_and_cap(rng):
          for b in range(3)], dim=-1)).reshape(-1)
     small = dict(BW=4, BC=8, BH=2, STAGES=2, num_warps=1)
     rows3 = dict(small, BH=4, ROWS3=True)
-    for cfg, cap in [(c, 64) for c in DT.wgrad_configs(GPU, 8)] + [(small, 64), (small, 12), (small, 5),
+    for cfg, cap in [(c, 64) for c in DT.wgrad_configs(GPU, 1024)] + [(small, 64), (small, 12), (small, 5),
                                                                       (rows3, 64), (rows3, 7)]:
         fit = DT.wgrad_slots(problem, cfg, cap)
         if fit is None:

@@ -502,7 +502,7 @@ def _launch_wgrad3(problem, x, dy, part, slices, atomic, cfg, cap=65535):
     """dw3_wgrad_kernel (or KIND tma: conv_depthwise_tma's, when the layouts allow it)
     into part; returns the slices used."""
     if cfg.get("KIND") == "tma":
-        if conv_depthwise_tma.wgrad_layout_ok(problem, x, dy):
+        if conv_depthwise_tma.wgrad_layout_ok(problem, x, dy, cfg):
             return conv_depthwise_tma.launch_wgrad(problem, x, dy, part, atomic, cfg, cap)
         cfg = _wgrad3_config(problem, x.device, None if atomic else slices)
     geo = geometry(problem)

@@ -390,6 +390,12 @@ def fwd_layout_ok(x, y, nd, stride, pad) -> bool:
     return h % 2 == 0 and w % 2 == 0 and sw == c
 
 
+def box_ok(cfg, t) -> bool:
+    """A box row of BC channels spans at most 128 bytes (the widest shared-memory swizzle:
+    16-bit data up to 64 channels, float32 up to 32)."""
+    return cfg["BC"] * t.element_size() <= 128
+
+
 def _key(args, consts):
     """launch's static key: every int and each descriptor's dtype, shape, strides and box."""
     def one(a):
@@ -484,10 +490,11 @@ def wgrad_applies(problem) -> bool:
             and geo.dil == (1, 1, 1) and geo.inp[0] == 1 and problem.nd <= 2)
 
 
-def wgrad_layout_ok(problem, x, dy) -> bool:
-    """wgrad_applies, and x and dy channels-last with 16-byte aligned strides."""
+def wgrad_layout_ok(problem, x, dy, cfg=None) -> bool:
+    """wgrad_applies, x and dy channels-last with 16-byte aligned strides (and cfg's box
+    within box_ok)."""
     return (wgrad_applies(problem) and _nhwc(x, problem.nd) is not None and _nhwc(dy, problem.nd) is not None
-            and _hardware_ok(x))
+            and _hardware_ok(x) and (cfg is None or (box_ok(cfg, x) and box_ok(cfg, dy))))
 
 
 def wgrad_slots(problem, cfg, cap):

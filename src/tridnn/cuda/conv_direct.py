@@ -369,7 +369,7 @@ def launch_tma_or(x, w, y, nd, stride, pad, alpha, beta, spec, cfg, flip, fallba
     """conv_depthwise_tma's forward row walker when x's layout allows TMA, else
     ``fallback()`` (the tuner's key does not fix the strides and alignment of a call)."""
     from . import conv_depthwise_tma
-    if conv_depthwise_tma.fwd_layout_ok(x, y, nd, stride, pad):
+    if conv_depthwise_tma.fwd_layout_ok(x, y, nd, stride, pad) and conv_depthwise_tma.box_ok(cfg, x):
         conv_depthwise_tma.launch_fwd(x, w, y, nd, stride, pad, alpha, beta, spec, cfg, flip)
     else:
         fallback()
