@@ -405,3 +405,23 @@ def test_packed_statistics_backward_copies_nothing(h, monkeypatch):
                 TF.batch_norm_backward(x, dy, w, mean, inv, 1e-5, handle=h)
         copies = [e.name for e in prof.events() if e.name == "aten::copy_"]
         assert len(copies) == (0 if packed else 2)
+
+
+def test_converted_running_statistics_that_require_grad_are_updated_like_the_full_path(h):
+    """The recipe copies both converted running statistics back in one op, except when
+    one requires grad (then through detach, as the full path): same values either way."""
+    g = torch.Generator().manual_seed(15)
+    x = torch.randn(2, 3, 4, 4, generator=g)
+    for requires_grad in (False, True, False):
+        ours = [torch.rand(3, generator=g).double() for _ in range(2)]
+        theirs = [t.clone() for t in ours]
+        for t in ours:
+            t.requires_grad_(requires_grad)
+        for _ in range(2):
+            TF.batch_norm_training(x, None, None, *ours, 0.1, 1e-5, handle=h)
+            fresh = tridnn.Handle(device="cpu", backend="triton")
+            TF.batch_norm_training(x, None, None, *theirs, 0.1, 1e-5, handle=fresh)
+            for a, c in zip(ours, theirs):
+                assert torch.equal(a.detach(), c)
+    recipe = [r for r in api_functional._plan_table(h).values() if isinstance(r, recipes.BatchNormTraining)]
+    assert len(recipe) == 1 and recipe[0].copy_both is not None

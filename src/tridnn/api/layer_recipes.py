@@ -137,6 +137,14 @@ class BatchNormTraining:
         self.to = to
         self.convert = any(t is not None for t in to)
         self.mode, self.momentum, self.eps = mode, momentum, eps
+        # Both running statistics converted and copied back: torch._foreach_copy_ does the
+        # two copy_ calls of _write_back in one (the same conversion, element by element),
+        # for 1-d statistics (no reshape) when neither requires grad (no detach, checked
+        # each call).
+        rm, rv = given[3], given[4]
+        self.copy_both = None
+        if to[2] is not None and to[3] is not None and to[2] == to[3] and rm.dim() == 1 and rv.dim() == 1:
+            self.copy_both = getattr(sys.modules["torch"], "_foreach_copy_", None)
         # each slot's byte extent: fixed by its signature (or its absence), part of the key
         self.extents = tuple(0 if t is None else _extent(t) for t in given)
         # the launcher's arguments for these signatures, or None: then the launcher itself.
@@ -186,10 +194,14 @@ class BatchNormTraining:
             self.plan(x, y, scale, shift, rm_k, rv_k, mean, inv)
         else:
             self.launch(x, None, y, scale, shift, rm_k, rv_k, mean, inv, self.mode, self.momentum, self.eps, 0)
-        if rm_k is not rm:
-            _write_back(rm, rm_k)
-        if rv_k is not rv:
-            _write_back(rv, rv_k)
+        if (rm_k is not rm and rv_k is not rv and self.copy_both is not None and not rm.requires_grad
+                and not rv.requires_grad):
+            self.copy_both([rm, rv], [rm_k, rv_k])  # one op (one launch on a GPU) for both
+        else:
+            if rm_k is not rm:
+                _write_back(rm, rm_k)
+            if rv_k is not rv:
+                _write_back(rv, rv_k)
         return y, mean, inv
 
 
