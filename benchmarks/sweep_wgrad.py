@@ -53,7 +53,8 @@ def name(cfg):
     box = (f"nb{cfg.get('NB', 1)} {cfg['BH']}x{cfg['BW']} {cfg['BLOCK_M']}x{cfg['BLOCK_N']} "
            f"w{cfg['num_warps']}s{cfg['num_stages']}")
     if cfg.get("SCHED"):
-        return f"sched {box} direct{cfg['DIRECT']} slices{cfg['SLICES']}"
+        return (f"sched {box} direct{cfg['DIRECT']} slices{cfg['SLICES']} model {cfg.get('model_us', 0):.0f}"
+                f"{' kept' if cfg.get('kept') else ''}")
     return f"old {box} waves{cfg.get('WAVES', 2)}"
 
 
@@ -94,8 +95,14 @@ class Layer:
         self.cands = []
         if self.plan is not None:
             self.cands += conv_tma.wgrad_candidates(self.plan, self.out.device, self.x.element_size())
-            self.cands += conv_wgrad_tma.candidates(self.plan, self.out.device, self.part.numel(), self.sms,
-                                                    self.x.element_size())
+            every = conv_wgrad_tma.candidates(self.plan, self.out.device, self.part.numel(), self.sms,
+                                              self.x.element_size(), keep=None)
+            kept = conv_wgrad_tma.candidates(self.plan, self.out.device, self.part.numel(), self.sms,
+                                             self.x.element_size())
+            for c in every:  # the time model's guess, and whether ALGO_1's tuner times it (kept)
+                c["kept"] = c in kept
+                c["model_us"] = conv_wgrad_tma.predict_us(self.plan, c, self.sms)
+            self.cands += every
         if "x_rows" in self.ws:
             self.cands += conv_wgrad_tma.rows_candidates(self.problem, self.out.device, self.part.numel(), self.sms)
 

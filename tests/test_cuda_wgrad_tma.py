@@ -225,3 +225,25 @@ def test_rows_copy_holds_every_window():
     wide = tridnn.FilterDescriptor((64, 16, 7, 7), "bfloat16", fmt)
     xw = tridnn.TensorDescriptor.packed((64, 16, 224, 224), "bfloat16", fmt)
     assert not conv_wgrad_tma.rows_applicable(ConvProblem("bwd_filter", xw, wide, yd, cd))
+
+
+def test_time_model_prefers_filled_waves_and_keeps_every_shape():
+    """predict_us: on res5_3x3 (144 tiles of 128 x 128, 132 SMs) 132 whole tiles plus 12
+    split ones beat one slice for all (two rounds) and an even split in two (three rounds
+    of half tiles plus partials); the model reproduces the measured 58 us of one slice
+    with 2-image 8x8 boxes. The tuner's list (keep) holds the best of each box shape."""
+    res5 = _plan(64, 7, 7, 512, 512)
+    base = dict(SCHED=True, NB=16, BH=1, BW=8, BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=3)
+    whole = conv_wgrad_tma.predict_us(res5, dict(base, DIRECT=144, SLICES=1), 132)
+    mixed = conv_wgrad_tma.predict_us(res5, dict(base, DIRECT=132, SLICES=10), 132)
+    even = conv_wgrad_tma.predict_us(res5, dict(base, DIRECT=0, SLICES=2), 132)
+    assert mixed < 0.75 * whole and mixed < even
+    measured = conv_wgrad_tma.predict_us(res5, dict(base, NB=2, BH=8, BW=8, DIRECT=144, SLICES=1), 132)
+    assert abs(measured - 58.0) < 3.0
+    cuda = type("D", (), {"type": "cuda"})()
+    every = conv_wgrad_tma.candidates(res5, cuda, 10 ** 9, 132, keep=None)
+    kept = conv_wgrad_tma.candidates(res5, cuda, 10 ** 9, 132)
+    assert len(every) > len(kept) >= conv_wgrad_tma.KEEP and all(c in every for c in kept)
+    assert {(c["NB"], c["BH"], c["BW"]) for c in kept} == {(c["NB"], c["BH"], c["BW"]) for c in every}
+    costs = [conv_wgrad_tma.predict_us(res5, c, 132) for c in kept]
+    assert costs == sorted(costs) and costs[0] == min(conv_wgrad_tma.predict_us(res5, c, 132) for c in every)

@@ -204,12 +204,54 @@ def schedules(tiles: int, boxes: int, sms: int, room: int) -> list:
     return out
 
 
-def candidates(plan: Plan, device, room_floats: int, sms: int, itemsize: int = 2) -> list:
+# A rough time model, only to choose which configs the tuner times (it measures them):
+# one SM runs a 128 x 128 tile at 4.6 TFLOP/s of MMA work, box padding included (res5_3x3's
+# one-slice config on the H200: 58 us for two rounds of 28 us); narrower tiles feed the
+# tensor cores less well. Programs sharing an SM share its rate; the float32 partials are
+# written and read back at 3 TB/s, plus a launch gap for the finish pass.
+SM_FLOPS = 4.6e12
+TILE_EFFICIENCY = {(128, 128): 1.0, (64, 128): 0.85, (64, 64): 0.7}
+PARTIAL_BYTES_PER_S = 3e12
+FINISH_GAP_US = 3.0
+KEEP = 8   # configs the tuner times per plan (the model's fastest)
+
+
+def programs_per_sm(cfg) -> int:
+    """Co-resident programs an SM holds: 227 KB of shared memory (the pipeline's stages of
+    both boxes) and 64 K registers (about 128 a thread)."""
+    pixels = cfg["NB"] * cfg["BH"] * cfg["BW"]
+    smem = cfg["num_stages"] * pixels * (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * 2
+    regs = cfg["num_warps"] * 32 * 128
+    return max(1, min(227 * 1024 // smem, 65536 // regs))
+
+
+def predict_us(plan: Plan, cfg, sms: int) -> float:
+    """The model's microseconds for one SCHED config: the whole tiles' rounds, then the
+    split tiles' rounds, then the finish over their partials."""
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    pixels = cfg["NB"] * cfg["BH"] * cfg["BW"]
+    tiles, boxes = tiles_of(plan, bm, bn), boxes_of(plan, cfg["NB"], cfg["BH"], cfg["BW"])
+    direct = min(cfg["DIRECT"], tiles)
+    rest, slices = tiles - direct, cfg["SLICES"]
+    per = cdiv(boxes, slices)
+    box_us = 2 * pixels * bm * bn / (SM_FLOPS * TILE_EFFICIENCY.get((min(bm, bn), max(bm, bn)), 0.7)) * 1e6
+    k = programs_per_sm(cfg)
+    slots = k * sms
+    t = cdiv(direct, slots) * k * boxes * box_us
+    if rest:
+        t += cdiv(rest * slices, slots) * k * per * box_us
+        t += 2 * rest * slices * bm * bn * 4 / PARTIAL_BYTES_PER_S * 1e6 + FINISH_GAP_US
+    return t
+
+
+def candidates(plan: Plan, device, room_floats: int, sms: int, itemsize: int = 2, keep: int | None = KEEP) -> list:
     """ALGO_1's extra configs for this plan (SCHED marks them for the caller's dispatch):
     boxes fitted to the image (ResNet-50's 28x28, 14x14 and 7x7 layers lose 12-23% of an
     8x8 box) and the wave-filling schedules, for every image size (whether tiles x slices
-    fill the GPU's program slots does not depend on the image). ``room_floats``: the float32 partials the workspace holds. On a GPU 16-bit data only
-    (the tiles are sized for it; float32 keeps conv_tma's lists, FMA ones included)."""
+    fill the GPU's program slots does not depend on the image). ``room_floats``: the
+    float32 partials the workspace holds. On a GPU 16-bit data only (the tiles are sized
+    for it; float32 keeps conv_tma's lists, FMA ones included), and the ``keep`` fastest
+    by predict_us (None: all, for benchmarks that check the model)."""
     flat = plan.n == 1 and plan.oh == 1
     if device.type == "cuda" and (itemsize != 2 or min(plan.c_red, plan.c_out) < 64):
         return []  # (fewer than 64 channels: a padded first layer, which has wgrad_rows_kernel)
@@ -232,7 +274,30 @@ def candidates(plan: Plan, device, room_floats: int, sms: int, itemsize: int = 2
             for direct, slices in schedules(tiles, boxes, sms, room_floats // (bm * bn)):
                 out.append(dict(SCHED=True, NB=nb, BH=bh, BW=bw, BLOCK_M=bm, BLOCK_N=bn, num_warps=warps,
                                 num_stages=stages, DIRECT=direct, SLICES=slices))
+    if keep is not None:
+        out = fastest(out, lambda c: predict_us(plan, c, sms), keep)
     return out
+
+
+def fastest(configs, cost, keep):
+    """The ``keep`` configs of least cost, plus the least-cost one of every box shape and
+    of every tile shape (the model's ranking of boxes and tiles is the least certain part),
+    cheapest first."""
+    ranked = sorted(configs, key=cost)
+    chosen = []
+    for group in (lambda c: (c["NB"], c["BH"], c["BW"]), lambda c: (c["BLOCK_M"], c["BLOCK_N"], c["num_stages"])):
+        seen = set()
+        for c in ranked:
+            if group(c) not in seen:
+                seen.add(group(c))
+                if c not in chosen:
+                    chosen.append(c)
+    for c in ranked:
+        if len(chosen) >= keep:
+            break
+        if c not in chosen:
+            chosen.append(c)
+    return sorted(chosen, key=cost)
 
 
 def launch_sched(plan: Plan, problem, x, dy, dw, part, cfg, alpha=1.0, beta=0.0):
