@@ -39,7 +39,7 @@ def parse(argv=None):
     ap.add_argument("--dirs", default="fwd,bwd_data,bwd_filter")
     ap.add_argument("--jobs", type=int, default=8, help="compile workers (0: compile in the measuring pass)")
     ap.add_argument("--budget-s", type=float, default=80.0, help="start no new layer after this many seconds")
-    ap.add_argument("--rep", type=int, default=20, help="ms of CUDA-graph replays per timing")
+    ap.add_argument("--rep", type=int, default=10, help="ms of CUDA-graph replays per timing")
     ap.add_argument("--dry-run", action="store_true")
     return ap.parse_args(argv)
 
