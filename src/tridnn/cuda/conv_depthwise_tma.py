@@ -21,16 +21,22 @@ from DRAM).
   phase r, columns 2q - 1, 2q, 2q + 1 are boxes at (q - 1, phase 1), (q, phase 0),
   (q, phase 1). Output row o takes rows (o - 1, 1), (o, 0), (o, 1); the first is the
   previous iteration's last, carried as its product with filter row 0.
+- ``dw3_tma_pairs_kernel``: the stride-1 walk for column padding 1 and even W through
+  the pair view [N, H, W/2, 2, C]: one box of output-pixel pairs, split into even and
+  odd columns in registers, and two half boxes (the odd column before each pair, the
+  even one after), so x crosses L2 twice instead of three times.
 - ``dw3_tma_wgrad_kernel``: backward filter, stride 1. The same walk over x rows with
   the dy rows (one box each) that pair with them: x row i meets dy rows i + PH - a at
-  filter row a (the three dy rows are loaded each iteration: a loaded tile carried to the
-  next iteration keeps Triton's pipeliner from making the loads asynchronous), and nine
-  [BW, BC] float32 accumulators take dy * x; at the end each is summed over the strip into the
-  program's partial [slot, K, 9] (the caller sums the slots in a fixed order).
+  filter row a, and nine [BW, BC] float32 accumulators take dy * x; at the end each is
+  summed over the strip into the program's partial [slot, K, 9] (the caller sums the
+  slots in a fixed order). A loaded tile carried to the next iteration keeps Triton's
+  pipeliner from making the loads asynchronous, so the dy rows are loaded where used:
+  three per x row, or (ROWS3) five per three x rows.
 
 Only multiplier 1 (one output channel per input channel: the channel box is the same
 for x and y) and channels-last operands with 16-byte aligned strides apply
-(``layout_ok``); otherwise the callers keep the pointer kernels.
+(``fwd_layout_ok``, ``wgrad_layout_ok``, ``box_ok``); otherwise the callers keep the
+pointer kernels.
 """
 from __future__ import annotations
 
