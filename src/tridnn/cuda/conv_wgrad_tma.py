@@ -468,8 +468,12 @@ def rows_finish(part_ptr, dw_ptr, K, C, KH, KW, SLICES, ws_k, ws_c, ws_h, ws_w, 
 
 # (BLOCK_P, BLOCK_M, warps, stages): 40 KB (64 pixels) or 80 KB (128) of shared memory a
 # stage; 64 pixels at 2 stages leaves room for two programs an SM. 8 warps: the 64 x 256
-# accumulator is 64 registers a thread (4 warps compiled to 250 registers).
-ROWS_CONFIGS = [(64, 64, 8, 3), (64, 64, 8, 2), (128, 64, 8, 2)]
+# accumulator is 64 registers a thread (4 warps compiled to 250 registers). Pipelined
+# loads are cp.async, which bypass L1, so every window row comes from L2 (about 12 reads
+# of each x element: ~0.4 GB on conv1); one stage loads through L1 instead (LDG.128), where
+# the windows of neighbouring pixels overlap (stride 2: 6 of 8 columns), at the cost of
+# exposed load latency (two programs an SM hide some).
+ROWS_CONFIGS = [(64, 64, 8, 3), (64, 64, 8, 2), (128, 64, 8, 2), (64, 64, 8, 1), (128, 64, 8, 1)]
 
 
 def rows_candidates(problem, device, room_floats: int, sms: int) -> list:
