@@ -18,6 +18,11 @@ the forward kernel's FLAT mode. CONVOLUTION mode writes each tap to its flipped
 position. Depthwise problems (one
 input channel per group) take conv_depthwise_backward's column-sum kernel into the
 same partials and the same finish.
+
+ALGO_1's tuner also times conv_wgrad_tma's configs after its own (the first config stays
+the reference every other is checked against): on the TMA path, boxes fitted to small
+images with whole tiles written straight into dw where they fill waves (SCHED); for at
+most 4 input channels (conv1), the window-row GEMM over a padded copy of x (ROWS).
 """
 from __future__ import annotations
 
