@@ -403,33 +403,42 @@ def test_tma_wgrad(p, algo, rng, monkeypatch):
     problem = _problem(p)
     assert DT.wgrad_applies(problem)
     calls = _count_calls(monkeypatch, "launch_wgrad")
-    for cfg in DT.wgrad_configs(torch.device("cpu"), 8):  # one x row an iteration, then three (ROWS3)
+    names = _kernels(monkeypatch)
+    for cfg in DT.wgrad_configs(torch.device("cpu"), 8):  # one x row an iteration, three (ROWS3), pairs
         monkeypatch.setattr(D, "wgrad3_candidates", lambda *a: [dict(cfg, slices=1)])
         monkeypatch.setattr(D, "_wgrad_tuner", Tuner(tolerance=3e-3))
         calls.clear()
+        names.clear()
         assert T.run_case("bwd_filter", algo, p, "float32", "NHWC", rng, n=2, device=DEVICE) is None
+        pairs = cfg.get("PAIRS") and p["pad"][1] == 1 and p["spatial"][1] % 2 == 0
+        assert names[0] == ("dw3_tma_wgrad_pairs_kernel" if pairs else "dw3_tma_wgrad_kernel")
         if p["C"] == 8:
             assert T.run_case("bwd_filter", algo, p, "float16", "NHWC", rng, alpha=2.0, beta=0.5, as_torch=True,
                               mode=tridnn.ConvMode.CONVOLUTION, device=DEVICE) is None
         assert len(calls) == (2 if p["C"] == 8 else 1)
 
 
-def test_tma_wgrad_gpu_configs_and_cap(rng):
+@pytest.mark.parametrize("hw", [(7, 9), (6, 10)], ids=["odd_w", "even_w"])
+def test_tma_wgrad_gpu_configs_and_cap(hw, rng, monkeypatch):
     """Every GPU config's launch (slots up to the partial buffer's cap, strips made taller
-    when they would not fit) gives the float64 column sums."""
-    p = T.P(8, 8, (7, 9), 3, 1, 1, 1, 8)
+    when they would not fit) gives the float64 column sums; PAIRS configs take the pair
+    kernel where W is even (else the three-box ROWS3 walk)."""
+    h, w = hw
+    names = _kernels(monkeypatch)
+    p = T.P(8, 8, (h, w), 3, 1, 1, 1, 8)
     problem = _problem(p, n=2)
-    x = torch.as_tensor(rng.standard_normal((2, 8, 7, 9)), dtype=torch.float32).contiguous(
+    x = torch.as_tensor(rng.standard_normal((2, 8, h, w)), dtype=torch.float32).contiguous(
         memory_format=torch.channels_last)
-    dy = torch.as_tensor(rng.standard_normal((2, 8, 7, 9)), dtype=torch.float32).contiguous(
+    dy = torch.as_tensor(rng.standard_normal((2, 8, h, w)), dtype=torch.float32).contiguous(
         memory_format=torch.channels_last)
     ref = torch.einsum("nkhw,nkhwt->kt", dy.double(), torch.stack(
-        [torch.nn.functional.pad(x.double(), (1, 1, 1, 1))[:, :, a:a + 7, b:b + 9] for a in range(3)
+        [torch.nn.functional.pad(x.double(), (1, 1, 1, 1))[:, :, a:a + h, b:b + w] for a in range(3)
          for b in range(3)], dim=-1)).reshape(-1)
     small = dict(BW=4, BC=8, BH=2, STAGES=2, num_warps=1)
     rows3 = dict(small, BH=4, ROWS3=True)
+    pairs = dict(rows3, PAIRS=True)
     for cfg, cap in [(c, 64) for c in DT.wgrad_configs(GPU, 1024)] + [(small, 64), (small, 12), (small, 5),
-                                                                      (rows3, 64), (rows3, 7)]:
+                                                                      (rows3, 64), (rows3, 7), (pairs, 7)]:
         fit = DT.wgrad_slots(problem, cfg, cap)
         if fit is None:
             assert cap < 2 * 3 and cfg is small  # images x column strips
@@ -437,6 +446,9 @@ def test_tma_wgrad_gpu_configs_and_cap(rng):
         assert fit[3] <= cap
         for atomic in (False, True):
             part = torch.full((cap, 8, 9, 1), float("nan")) if not atomic else torch.zeros(1, 8, 9, 1)
+            names.clear()
             used = DT.launch_wgrad(problem, x, dy, part, atomic, cfg, cap)
             got = part.reshape(-1)[:used * 72].view(used, 72).sum(0)
             assert torch.allclose(got.double(), ref, rtol=1e-5, atol=1e-5), (cfg, cap, atomic)
+            want = "dw3_tma_wgrad_pairs_kernel" if cfg.get("PAIRS") and w % 2 == 0 else "dw3_tma_wgrad_kernel"
+            assert names == [want]

@@ -347,6 +347,93 @@ def dw3_tma_wgrad_kernel(
     _wsum(part_ptr, a22, slot, K, offs_k, mask_k, 8, ATOMIC)
 
 
+@triton.jit
+def _dy_pairs(dyp_desc, n, j, ok, j0, c0, BWH: tl.constexpr, BC: tl.constexpr):
+    """dy row j (row -1, TMA zeros, where not ok) at pixel pairs j0 ..: even and odd columns."""
+    pair = dyp_desc.load([n, tl.where(ok, j, -1), j0, 0, c0]).reshape(BWH, 2, BC)
+    even, odd = tl.split(tl.permute(pair, (0, 2, 1)))
+    return even.to(tl.float32), odd.to(tl.float32)
+
+
+@triton.jit
+def _wrow_pairs(a00, a01, a02, a10, a11, a12, a20, a21, a22, e0, o0, e1, o1, e2, o2, xp_desc, xh_desc, n, i, j0,
+                c0, BWH: tl.constexpr, BC: tl.constexpr):
+    """The nine accumulators plus x row i at pixel pairs j0 .. times the dy rows meeting it
+    at filter rows 0, 1, 2 (even columns e*, odd o*): dy column 2j meets x columns 2j - 1,
+    2j, 2j + 1 (left, even, odd), dy column 2j + 1 meets (even, odd, right)."""
+    left, even, odd, right = _pair_row(xp_desc, xh_desc, n, i, j0, c0, BWH, BC)
+    return (a00 + e0 * left + o0 * even, a01 + e0 * even + o0 * odd, a02 + e0 * odd + o0 * right,
+            a10 + e1 * left + o1 * even, a11 + e1 * even + o1 * odd, a12 + e1 * odd + o1 * right,
+            a20 + e2 * left + o2 * even, a21 + e2 * even + o2 * odd, a22 + e2 * odd + o2 * right)
+
+
+@triton.jit(do_not_specialize=['K', 'OH', 'PH', 'BH', 'n_rows'])
+def dw3_tma_wgrad_pairs_kernel(
+        # the partials [slots, K, 9] (float32)
+        part_ptr,
+        # TMA descriptors of the pair views: x [N, H, W/2, 2, C] boxes [1, 1, BW/2, 2, BC]
+        # and [1, 1, BW/2, 1, BC]; dy [N, OH, OW/2, 2, K] boxes [1, 1, BW/2, 2, BC]
+        xp_desc, xh_desc, dyp_desc,
+        # channels, dy rows, row padding (columns: 1), rows per strip, row strips per image
+        K, OH, PH, BH, n_rows,
+        BW: tl.constexpr, BC: tl.constexpr, STAGES: tl.constexpr, ATOMIC: tl.constexpr):
+    """dw3_tma_wgrad_kernel's ROWS3 walk for column padding 1 and even W through the pair
+    views (dw3_tma_pairs_kernel's): x crosses L2 twice instead of three times, dy 5/3 times."""
+    BWH: tl.constexpr = BW // 2
+    # -- map the program to a channel block, column strip and (image, row strip)
+    c0 = tl.program_id(0) * BC
+    offs_k = c0 + tl.arange(0, BC)
+    mask_k = offs_k < K
+    col_blk = tl.program_id(1)
+    unit = tl.program_id(2)
+    n = unit // n_rows
+    o0 = (unit - n * n_rows) * BH
+    o_end = tl.minimum(o0 + BH, OH)
+    j0 = col_blk * BWH
+
+    # -- three x rows an iteration with the five dy rows they meet (as dw3_tma_wgrad_kernel)
+    a00 = tl.zeros((BWH, BC), dtype=tl.float32)
+    a01 = tl.zeros((BWH, BC), dtype=tl.float32)
+    a02 = tl.zeros((BWH, BC), dtype=tl.float32)
+    a10 = tl.zeros((BWH, BC), dtype=tl.float32)
+    a11 = tl.zeros((BWH, BC), dtype=tl.float32)
+    a12 = tl.zeros((BWH, BC), dtype=tl.float32)
+    a20 = tl.zeros((BWH, BC), dtype=tl.float32)
+    a21 = tl.zeros((BWH, BC), dtype=tl.float32)
+    a22 = tl.zeros((BWH, BC), dtype=tl.float32)
+    i_end = o_end - PH + 2
+    for i in tl.range(o0 - PH, i_end, 3, num_stages=STAGES):
+        j = i + PH - 2
+        e0, d0 = _dy_pairs(dyp_desc, n, j, j >= o0, j0, c0, BWH, BC)
+        e1, d1 = _dy_pairs(dyp_desc, n, j + 1, (j + 1 >= o0) & (j + 1 < o_end), j0, c0, BWH, BC)
+        e2, d2 = _dy_pairs(dyp_desc, n, j + 2, j + 2 < o_end, j0, c0, BWH, BC)
+        e3, d3 = _dy_pairs(dyp_desc, n, j + 3, j + 3 < o_end, j0, c0, BWH, BC)
+        e4, d4 = _dy_pairs(dyp_desc, n, j + 4, j + 4 < o_end, j0, c0, BWH, BC)
+        a00, a01, a02, a10, a11, a12, a20, a21, a22 = _wrow_pairs(
+            a00, a01, a02, a10, a11, a12, a20, a21, a22, e2, d2, e1, d1, e0, d0, xp_desc, xh_desc, n, i, j0, c0,
+            BWH, BC)
+        a00, a01, a02, a10, a11, a12, a20, a21, a22 = _wrow_pairs(
+            a00, a01, a02, a10, a11, a12, a20, a21, a22, e3, d3, e2, d2, e1, d1, xp_desc, xh_desc, n,
+            tl.where(i + 1 < i_end, i + 1, -1), j0, c0, BWH, BC)
+        a00, a01, a02, a10, a11, a12, a20, a21, a22 = _wrow_pairs(
+            a00, a01, a02, a10, a11, a12, a20, a21, a22, e4, d4, e3, d3, e2, d2, xp_desc, xh_desc, n,
+            tl.where(i + 2 < i_end, i + 2, -1), j0, c0, BWH, BC)
+
+    # -- per-tap sums over the strip's columns into this program's partial slot
+    slot = 0
+    if not ATOMIC:
+        slot = unit * tl.num_programs(1) + col_blk
+    _wsum(part_ptr, a00, slot, K, offs_k, mask_k, 0, ATOMIC)
+    _wsum(part_ptr, a01, slot, K, offs_k, mask_k, 1, ATOMIC)
+    _wsum(part_ptr, a02, slot, K, offs_k, mask_k, 2, ATOMIC)
+    _wsum(part_ptr, a10, slot, K, offs_k, mask_k, 3, ATOMIC)
+    _wsum(part_ptr, a11, slot, K, offs_k, mask_k, 4, ATOMIC)
+    _wsum(part_ptr, a12, slot, K, offs_k, mask_k, 5, ATOMIC)
+    _wsum(part_ptr, a20, slot, K, offs_k, mask_k, 6, ATOMIC)
+    _wsum(part_ptr, a21, slot, K, offs_k, mask_k, 7, ATOMIC)
+    _wsum(part_ptr, a22, slot, K, offs_k, mask_k, 8, ATOMIC)
+
+
 # -- host side ---------------------------------------------------------------------
 def _nhwc(t, nd):
     """(shape [N, H, W, C], strides) of a 1-D / 2-D activation tensor view, or None when its
@@ -527,31 +614,45 @@ def launch_wgrad(problem, x, dy, part, atomic, cfg, cap):
     nd = problem.nd
     bh, n_rows, n_cols, slots = wgrad_slots(problem, cfg, cap)
     bw, bc = cfg["BW"], cfg["BC"]
-    xv, dv = _nhwc(x, nd), _nhwc(dy, nd)
-    xd = _descriptor(x, xv[0], xv[1], [1, 1, bw, bc])
-    dd = _descriptor(dy, dv[0], dv[1], [1, 1, bw, bc])
-    args = (part, xd, dd, geo.k, geo.out[1], geo.pad[1], geo.pad[2], bh, n_rows)
-    consts = dict(BW=bw, BC=bc, STAGES=cfg["STAGES"], ROWS3=cfg.get("ROWS3", False), ATOMIC=atomic)
+    (xs, xst), (ds, dst) = _nhwc(x, nd), _nhwc(dy, nd)
     options = dict(num_warps=cfg["num_warps"])
-    launch(dw3_tma_wgrad_kernel, (cdiv(geo.k, bc), n_cols, geo.n * n_rows), args, consts, options,
+    if cfg.get("PAIRS") and geo.pad[2] == 1 and xs[2] % 2 == 0 and bw >= 2:
+        # pair views [N, H, W/2, 2, C] of x and dy (OW = W)
+        xshape, xstr = [xs[0], xs[1], xs[2] // 2, 2, xs[3]], [xst[0], xst[1], 2 * xst[2], xst[2], 1]
+        dshape, dstr = [ds[0], ds[1], ds[2] // 2, 2, ds[3]], [dst[0], dst[1], 2 * dst[2], dst[2], 1]
+        descs = (_descriptor(x, xshape, xstr, [1, 1, bw // 2, 2, bc]), _descriptor(x, xshape, xstr, [1, 1, bw // 2, 1, bc]),
+                 _descriptor(dy, dshape, dstr, [1, 1, bw // 2, 2, bc]))
+        kernel, head = dw3_tma_wgrad_pairs_kernel, (geo.k, geo.out[1], geo.pad[1], bh, n_rows)
+        consts = dict(BW=bw, BC=bc, STAGES=cfg["STAGES"], ATOMIC=atomic)
+    else:
+        descs = (_descriptor(x, xs, xst, [1, 1, bw, bc]), _descriptor(dy, ds, dst, [1, 1, bw, bc]))
+        kernel, head = dw3_tma_wgrad_kernel, (geo.k, geo.out[1], geo.pad[1], geo.pad[2], bh, n_rows)
+        consts = dict(BW=bw, BC=bc, STAGES=cfg["STAGES"], ROWS3=cfg.get("ROWS3", False), ATOMIC=atomic)
+    args = (part,) + descs + head
+    launch(kernel, (cdiv(geo.k, bc), n_cols, geo.n * n_rows), args, consts, options,
            ((_key(args[1:], consts), tuple(options.items()), part.dtype), 1))
     return 1 if atomic else slots
 
 
 def wgrad_configs(device, k):
-    """(BW, BC, BH, STAGES, warps, ROWS3): nine float32 accumulators held, so 4 elements per
-    thread (BW x BC = 512 at 4 warps: 72 registers on sm_90 bf16) or 2 (~40); strips of
-    8-56 rows. ROWS3 (three x rows and five dy rows an iteration): 18 boxes a stage, so
-    3-4 stages."""
+    """(BW, BC, BH, STAGES, warps, ROWS3, PAIRS): nine float32 accumulators held, so 4
+    elements per thread (BW x BC = 512 at 4 warps: 72 registers on sm_90 bf16) or 2 (~40);
+    strips of 8-56 rows. ROWS3 (three x rows and five dy rows an iteration): 14 boxes a
+    stage, so 3-4 stages, 121 registers at 4 elements, 55 at 2. PAIRS (ROWS3 through the
+    pair views; column padding 1 and even W, else the three-box ROWS3 walk runs)."""
     if device.type != "cuda":
-        return [dict(BW=4, BC=8, BH=3, STAGES=2, num_warps=1, KIND="tma", ROWS3=False),
-                dict(BW=4, BC=8, BH=4, STAGES=2, num_warps=1, KIND="tma", ROWS3=True)]
+        return [dict(BW=4, BC=8, BH=3, STAGES=2, num_warps=1, KIND="tma", ROWS3=False, PAIRS=False),
+                dict(BW=4, BC=8, BH=4, STAGES=2, num_warps=1, KIND="tma", ROWS3=True, PAIRS=False),
+                dict(BW=4, BC=8, BH=4, STAGES=2, num_warps=1, KIND="tma", ROWS3=True, PAIRS=True)]
     out = []
-    for bw, bc, bh, stages, warps, rows3 in (
-            (16, 32, 16, 3, 4, 0), (16, 32, 32, 4, 4, 0), (8, 64, 16, 4, 4, 0), (32, 16, 16, 4, 4, 0),
-            (8, 32, 16, 4, 4, 0), (16, 16, 16, 4, 4, 0), (16, 64, 16, 3, 8, 0),
-            (16, 32, 16, 3, 4, 1), (16, 32, 32, 3, 4, 1), (8, 64, 16, 3, 4, 1), (32, 16, 16, 3, 4, 1),
-            (16, 16, 16, 4, 4, 1), (8, 32, 28, 4, 4, 1), (16, 64, 16, 3, 8, 1), (32, 32, 16, 3, 8, 1)):
+    for bw, bc, bh, stages, warps, rows3, pairs in (
+            (16, 32, 16, 3, 4, 0, 0), (16, 32, 32, 4, 4, 0, 0), (8, 64, 16, 4, 4, 0, 0), (32, 16, 16, 4, 4, 0, 0),
+            (8, 32, 16, 4, 4, 0, 0), (16, 16, 16, 4, 4, 0, 0), (16, 64, 16, 3, 8, 0, 0),
+            (16, 32, 16, 3, 4, 1, 0), (8, 64, 16, 3, 4, 1, 0), (16, 16, 16, 4, 4, 1, 0), (8, 32, 28, 4, 4, 1, 0),
+            (32, 32, 16, 3, 8, 1, 0),
+            (16, 32, 16, 3, 4, 1, 1), (16, 32, 32, 3, 4, 1, 1), (32, 16, 16, 3, 4, 1, 1), (16, 16, 16, 4, 4, 1, 1),
+            (32, 32, 16, 3, 8, 1, 1), (16, 64, 16, 3, 8, 1, 1)):
         if bc <= max(16, triton.next_power_of_2(k)):
-            out.append(dict(BW=bw, BC=bc, BH=bh, STAGES=stages, num_warps=warps, KIND="tma", ROWS3=bool(rows3)))
+            out.append(dict(BW=bw, BC=bc, BH=bh, STAGES=stages, num_warps=warps, KIND="tma", ROWS3=bool(rows3),
+                            PAIRS=bool(pairs)))
     return out
