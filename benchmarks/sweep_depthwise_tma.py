@@ -16,9 +16,9 @@ bwd_data dy + dx, bwd_filter x + dy, plus the filter). The table ends with each
 direction's geometric mean of tridnn / cuDNN: existing best, and best of existing and TMA.
 
 Compiling ~150 kernels one after another would take minutes, so --jobs worker processes
-first run every (layer, direction) once with the timing stubbed (each candidate
-launched once: Triton's disk cache fills in parallel); the measuring pass then loads
-them from the cache. --dry-run: Triton's interpreter on the CPU, float32, batch 1,
+first run every (layer, direction) in --jobs slices, each launching every jobs-th
+candidate of the existing tuner's list (timing stubbed) and every jobs-th TMA config
+once: Triton's disk cache fills in parallel; the measuring pass then loads them. --dry-run: Triton's interpreter on the CPU, float32, batch 1,
 8 channels, spatial sizes / 16 (even, at least 6), one call per variant, no timing.
 """
 from __future__ import annotations
@@ -165,15 +165,29 @@ def prepare(handle, name, direction, n, dtype, dev, dry):
     return p, x, w, dy, out, existing, tma_out, variants
 
 
+# the existing paths' candidate lists, by module and name (a warm-up task takes a slice of each)
+CANDIDATE_LISTS = ((conv_direct, "fwd_dw3_candidates"), (conv_direct, "dw2d_candidates"),
+                   (D, "rows3_data_candidates"), (D, "phase_configs"), (D, "wgrad3_candidates"))
+
+
 def warm(task):
-    """Worker: compile everything one task needs (the tuner's timing stubbed to one launch)."""
-    name, direction, n, dtype, dev = task
+    """Worker: compile slice ``part`` of ``parts`` of what one (layer, direction) needs:
+    every parts-th candidate of the existing tuner's list (timing stubbed to one launch, a
+    fresh tuner) and every parts-th TMA config, so the slices of one task compile in
+    parallel (layers mostly share their kernels: later tasks find them in the cache)."""
+    name, direction, n, dtype, dev, part, parts = task
     import triton.testing
+
+    from tridnn.cuda.common import Tuner
 
     def once(fn, *a, **k):
         fn()
         return 1.0
     triton.testing.do_bench = once
+    saved = [getattr(mod, attr) for mod, attr in CANDIDATE_LISTS]
+    for (mod, attr), full in zip(CANDIDATE_LISTS, saved):
+        setattr(mod, attr, lambda *a, full=full, **k: full(*a, **k)[part::parts] or full(*a, **k)[:1])
+    conv_direct.DirectForward.tuner, D._data_tuner, D._wgrad_tuner = Tuner(), Tuner(), Tuner(tolerance=3e-3)
     dry = dev == "cpu"
     handle = tridnn.Handle(device="cpu", backend="triton", find_cache=None) if dry else tridnn.Handle(
         device="cuda", find_cache=None)
@@ -181,13 +195,16 @@ def warm(task):
     try:
         _, _, _, _, _, existing, _, variants = prepare(handle, name, direction, n, dtype, dev, dry)
         existing()
-        for _, fn in variants:
+        for _, fn in variants[part::parts]:
             fn()
         if not dry:
             torch.cuda.synchronize()
         return None
     except Exception as exc:  # the measuring pass reports it
-        return f"{name}/{direction}: {type(exc).__name__}: {exc}"[:300]
+        return f"{name}/{direction} part {part}: {type(exc).__name__}: {exc}"[:300]
+    finally:
+        for (mod, attr), full in zip(CANDIDATE_LISTS, saved):
+            setattr(mod, attr, full)
 
 
 def bench(fn, dry):
@@ -280,8 +297,9 @@ def main():
     jobs = min(ARGS.jobs, 2) if dry else ARGS.jobs  # the dry run checks the workers' path on 2 tasks
     if jobs > 0:
         import multiprocessing as mp
+        slices = [t + (i, jobs) for t in (tasks[:1] if dry else tasks) for i in range(jobs)]
         with mp.get_context("spawn").Pool(jobs) as pool:
-            for msg in pool.imap_unordered(warm, tasks[:2] if dry else tasks):
+            for msg in pool.imap_unordered(warm, slices):
                 if msg:
                     print("warm-up:", msg, flush=True)
         print(f"compiled in {time.time() - start:.1f} s ({jobs} workers)", flush=True)
