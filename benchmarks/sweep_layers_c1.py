@@ -86,7 +86,7 @@ RED_NCHW = [("default", tensor_ops, ()),
             ("ahead 12/SM", tensor_ops, (("CONTIGUOUS_ROWS_KERNEL", "ahead"), ("AHEAD_PROGRAMS_PER_SM", 12))),
             ("ahead 8/SM, steps of 2048", tensor_ops, (("CONTIGUOUS_ROWS_KERNEL", "ahead"),
                                                        ("AHEAD_PROGRAMS_PER_SM", 8),
-                                                       ("CONTIGUOUS_ROWS_BLOCK_R", 2048)))]
+                                                       ("AHEAD_BLOCK_R", 2048)))]
 # NHWC (existing switches): no split measured 2.61-2.72 against the default's 2.49-2.51
 # (bench_gpu_layers 06:15 and 09:11 UTC); deeper cp.async pipelines without the split
 RED_NHWC = [("default", tensor_ops, ()),

@@ -157,6 +157,7 @@ def test_reduce_ahead(op, dtype, alpha, beta, view, rng, monkeypatch):
     float64, and (interpreter) the same values as "rows" (the same fold order)."""
     calls = []
     monkeypatch.setattr(tensor_ops, "CONTIGUOUS_ROWS_BLOCK_R", 256)
+    monkeypatch.setattr(tensor_ops, "AHEAD_BLOCK_R", 256)  # the same steps as "rows": the same fold order
     monkeypatch.setattr(tensor_ops, "AHEAD_PROGRAMS_PER_SM", 1)
     monkeypatch.setattr(tensor_ops, "_reduce_ahead_kernel", _Recorder(tensor_ops._reduce_ahead_kernel, "ahead", calls))
     monkeypatch.setattr(tensor_ops, "_reduce_kernel", _Recorder(tensor_ops._reduce_kernel, "rows", calls))
@@ -189,7 +190,7 @@ def test_reduce_ahead_only_where_it_applies(case, rng, monkeypatch):
     monkeypatch.setattr(tensor_ops, "_reduce_ahead_kernel", _Recorder(tensor_ops._reduce_ahead_kernel, "ahead", calls))
     monkeypatch.setattr(tensor_ops, "_reduce_kernel", _Recorder(tensor_ops._reduce_kernel, "rows", calls))
     if case == "long rows":
-        monkeypatch.setattr(tensor_ops, "CONTIGUOUS_ROWS_BLOCK_R", 128)  # 1056 = 9 steps
+        monkeypatch.setattr(tensor_ops, "AHEAD_BLOCK_R", 128)  # 1056 = 9 steps
     shape, layout, op = {"NHWC": ((2, 3, 32, 33), "NHWC", 0), "short rows": ((2, 3, 32, 32), "NCHW", 5),
                          "long rows": ((2, 3, 32, 33), "NCHW", 0), "indices": ((2, 3, 32, 33), "NCHW", 3),
                          "nan": ((2, 3, 32, 33), "NCHW", 0)}[case]

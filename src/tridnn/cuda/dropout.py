@@ -73,7 +73,9 @@ MASK62 = (1 << 62) - 1
 # vectors and an 8-byte mask store, int32 indices below 2**31 elements). sm_90 compile
 # of the bf16 forward: groups4 37 SASS instructions an element (28 registers, 2 x
 # LDG.64 a thread); vec8's are in its docstring. VEC8_BLOCK: elements a program.
-FLAT_KERNEL = "groups4"
+# H200 2026-11-30 11:40 UTC (sweep_layers_c1.py, NCHW 64x256x56x56 bf16 forward): groups4
+# 3.18 TB/s, vec8 2048/4 warps 3.33, with LOAD_FIRST 3.71 (the mask bytes identical).
+FLAT_KERNEL = "vec8"
 VEC8_BLOCK = 2048
 VEC8_WARPS = 4
 # the forward's data loads before the Philox calls (vec8 and the NHWC split kernel; the
@@ -85,7 +87,7 @@ VEC8_WARPS = 4
 # and 33 of 456, 504 before; 32 registers either way); the split kernel at 32 elements a
 # thread still gets its loads sunk by ptxas (711 of 1144, 40 -> 48 registers), at 16 a
 # thread (SPLIT_THREAD_ELEMENTS) they go early (184 of 696). The same mask and values.
-LOAD_FIRST = False
+LOAD_FIRST = True  # H200 11:40 UTC: vec8 3.33 -> 3.71 TB/s; NHWC split 2.99 -> 2.98 (no change)
 
 
 @triton.jit

@@ -48,7 +48,10 @@ ONE_PASS_STATS = False
 # programs), so more programs fit. sm_90 compile (K = 4096 bf16, float32 parameters,
 # 8 warps): rows 79 registers (3 programs an SM, 24 KB of rows in flight); see the
 # kernel's docstring for ahead's.
-ROW_FORWARD = "rows"
+# ROW_FORWARD may also map "layer" / "rms" to a kernel each. H200 2026-11-30 11:40 UTC
+# (sweep_layers_c1.py, 32768 x 4096 bf16): layer norm rows 3.04 TB/s, ahead 4/SM 3.54;
+# RMS norm rows 3.82, ahead 3.58. So each norm takes its faster kernel.
+ROW_FORWARD = {"layer": "ahead", "rms": "rows"}
 AHEAD_PROGRAMS_PER_SM = 4
 AHEAD_HOLD_PARAMS = False
 # the row backward (issue 5). BACKWARD_AHEAD_STATS: the saved mean and 1/std of the next
@@ -62,9 +65,12 @@ AHEAD_HOLD_PARAMS = False
 # (both gradients, 64-column x 64-row tiles: 128 programs of 5 steps for K = 4096 and
 # 264 partial rows). The joint sum adds the partials in another order (float32
 # rounding of the sum of the programs' partials; the sums stay float32).
-BACKWARD_AHEAD_STATS = False
-BACKWARD_PAIR_SUM = False
-PARAM_SUMS = "separate"
+# H200 11:40 UTC: layer norm backward 3.06 TB/s -> 3.65 with all three (joint sums alone
+# 3.61); RMS norm 3.45 -> 3.70 (joint sums, ahead statistics). dscale/dbias moved 1.9e-7
+# (the partials' summation order), dx the same bits.
+BACKWARD_AHEAD_STATS = True
+BACKWARD_PAIR_SUM = True
+PARAM_SUMS = "joint"
 
 
 # -- rows: layer norm and RMS norm ----------------------------------------------------------
@@ -518,9 +524,10 @@ def _row_forward(x, y, scale, bias, mean, inv, norm_ndim, epsilon, alpha, beta, 
     inv_f = _flat(inv, staging, True) if save else None
     scale_f, bias_f = _flat(scale), _flat(bias)
     block_r, block_k, single, warps = _row_tiles(R, K)
-    if ROW_FORWARD not in ("rows", "ahead"):
-        raise ValueError(f"norms.ROW_FORWARD must be 'rows' or 'ahead', got {ROW_FORWARD!r}")
-    if single and block_r == 1 and ROW_FORWARD == "ahead" and R > 1:
+    kind = ROW_FORWARD.get("rms" if rms else "layer", "rows") if isinstance(ROW_FORWARD, dict) else ROW_FORWARD
+    if kind not in ("rows", "ahead"):
+        raise ValueError(f"norms.ROW_FORWARD must be 'rows' or 'ahead' (or a dict of them), got {ROW_FORWARD!r}")
+    if single and block_r == 1 and kind == "ahead" and R > 1:
         programs = _programs(x, R, AHEAD_PROGRAMS_PER_SM)
         per = triton.cdiv(R, programs)
         _row_norm_ahead_kernel[(triton.cdiv(R, per),)](

@@ -75,7 +75,10 @@ BIAS_BLOCK = 1024  # elements a program (128 threads x one 16-byte vector for bf
 # block reduction a program; "rows" is _reduce_kernel (one 6 KB row a program, 4 steps,
 # the last 64 of 1024 lanes used; 2.65 TB/s). MIN/MAX/AMAX stay on "rows" (indices,
 # NaN rules). The benchmark times "runs" as [runs 4/8/16 rows].
-CONTIGUOUS_ROWS_KERNEL = "rows"
+# H200 2026-11-30 11:40 UTC (sweep_layers_c1.py, NCHW 64x256x56x56 bf16 sum over H*W):
+# rows 2.64 TB/s, ahead 8/SM 2.60, ahead 12/SM 2.74, ahead 8/SM with 2048-element steps
+# 2.78 (the same sums there): the last is the default.
+CONTIGUOUS_ROWS_KERNEL = "ahead"
 RUNS_ROWS = 8
 RUNS_BLOCK = 2048
 # "ahead" (issue 5; the same ops as "runs", rows of 1024 < R <= 8 * CONTIGUOUS_ROWS_BLOCK_R
@@ -88,6 +91,7 @@ RUNS_BLOCK = 2048
 # throughout. The steps fold in "rows"' order (step 0 first, then the 1024 lanes), so the
 # sums are those of "rows" where the compiler keeps that lane layout (checked by the sweep).
 AHEAD_PROGRAMS_PER_SM = 8
+AHEAD_BLOCK_R = 2048  # elements a step of the ahead kernel (rows of R <= 8 steps)
 RUNS_OPS = (RED_ADD, RED_MUL, RED_AVG, RED_NORM1, RED_NORM2, RED_MUL_NO_ZEROS)
 _COUNTERS: dict = {}
 SPLIT_OPS = (RED_ADD, RED_MUL, RED_AVG, RED_NORM1, RED_NORM2, RED_MUL_NO_ZEROS)  # partials combine exactly so
@@ -646,7 +650,7 @@ def reduce_tensor(a, c, indices, workspace, op: int, alpha=1.0, beta=0.0, propag
     if CONTIGUOUS_ROWS_KERNEL not in ("rows", "runs", "ahead"):
         raise ValueError(f"tensor_ops.CONTIGUOUS_ROWS_KERNEL must be 'rows', 'runs' or 'ahead', "
                          f"got {CONTIGUOUS_ROWS_KERNEL!r}")
-    steps = triton.cdiv(R, CONTIGUOUS_ROWS_BLOCK_R)
+    steps = triton.cdiv(R, AHEAD_BLOCK_R)
     if (CONTIGUOUS_ROWS_KERNEL == "ahead" and op in RUNS_OPS and sa_r == 1 and R > 1024 and steps <= 8
             and not (sa_k2 == 1 and K2 > 1)):
         from .common import sm_count
@@ -655,8 +659,8 @@ def reduce_tensor(a, c, indices, workspace, op: int, alpha=1.0, beta=0.0, propag
         block_steps = triton.next_power_of_2(steps)
         _reduce_ahead_kernel[(triton.cdiv(K, per),)](
             a2, c1, K, K2, R, per, sa_k1, sa_k2, c1.stride(0), float(alpha), beta, OP=op, HAS_BETA=has_beta,
-            BIG=needs_int64(a2, c1), COMPUTE=compute_dtype(a), STEPS=block_steps, BLOCK_R=CONTIGUOUS_ROWS_BLOCK_R,
-            num_warps=4 if block_steps * CONTIGUOUS_ROWS_BLOCK_R <= 4096 else 8)
+            BIG=needs_int64(a2, c1), COMPUTE=compute_dtype(a), STEPS=block_steps, BLOCK_R=AHEAD_BLOCK_R,
+            num_warps=4 if block_steps * AHEAD_BLOCK_R <= 4096 else 8)
         if staged:
             c_kept.copy_(c1.view(c_kept.shape))
         return
