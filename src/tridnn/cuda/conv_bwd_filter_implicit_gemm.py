@@ -224,6 +224,14 @@ class _WgradBase(TritonConvAlgorithm):
         if depthwise.routes_here(problem):
             moved = (problem.x.size + problem.y.size) * problem.dtype.itemsize
             return max(moved / 2.5e12, problem.flops / 30e12) + 6e-6
+        if not self.atomic and problem.dtype.itemsize == 2 and conv_wgrad_tma.rows_applicable(problem):
+            # conv_wgrad_tma's rows kernel (window rows as 64-byte runs, one GEMM over all
+            # pixels): conv1 bf16 batch 64 measured 272.5 us on the H200 (2026-11-30 11:40 UTC,
+            # sweep_wgrad.py; ALGO_0 700, cuDNN 294): ~120 TFLOP/s of its 8 x 32 padded columns
+            geo = geometry(problem)
+            padded = problem.flops * (conv_wgrad_tma.ROW_SLOTS * 32) / (geo.taps * geo.c)
+            moved = (problem.x.size + problem.y.size) * problem.dtype.itemsize
+            return padded / 120e12 + moved / 2.5e12 + 6e-6
         pad = None if self.atomic else conv_tma.padded_channels(problem)
         if pad:
             # TMA on channels zero-padded to ``pad``: conv1 (C = 3 -> 16) measured 1364 us on
