@@ -22,6 +22,11 @@ one is used (a runtime tap loop keeps one load in flight per warp):
   (SW * j + a) as separate channel-run tiles. Per output byte they issue 1.5-4x fewer
   instructions than the gather kernels (sm_90 SASS, 3x3/2 bf16).
 
+- issue 5 candidates, off by default (benchmarks/sweep_pooling.py measures them):
+  CL_FUSED_MAX_BWD, the channels-last max backward in one pass that recomputes each
+  output's first-maximum tap from x (x and dy read once, dx written once, no tap buffer);
+  GLOBAL_AVG_KERNEL, global average pooling as a plain mean over each (n, c) plane.
+
 Backward is a gather, so it is deterministic and needs no atomics or zeroing pass:
 each program owns a tile of *input* positions and sums over the few outputs whose
 windows cover them. Max pooling first stores, per output, which tap holds the
@@ -64,6 +69,28 @@ NCHW_STEPS = 1 << 20  # output rows (forward) or row steps (backward) per progra
                       # plane (walking whole planes measured 1.74 TB/s max forward against 1.55 at 8 steps)
 NCHW_WARPS = 4
 NCHW_ARG_EQ = True  # True: first-maximum taps as (row maximum, then the first tap equal to it)
+# issue 5 candidates (off until measured on the H200: benchmarks/sweep_pooling.py)
+# channels-last max backward in one pass (x, dy read once, dx written once) instead of
+# taps forward + gather (x read, taps written, taps and dy read, dx written): False (two
+# passes), "phases" (groups of CL_FUSED_PHASES output columns, a tile per column phase:
+# each output's taps folded once, plus one phase past the group) or "shift" (a tile of
+# output columns and one of its right neighbours, folded again)
+CL_FUSED_MAX_BWD = False
+# sm_90, 3x3/2 bf16, 8 warps (warp instructions per output in the row loop; two passes: 2.30 + 1.89):
+# phases 2 x 16 groups x 64 channels at 128 registers: no spills, 4.23, 2 programs an SM;
+# phases 4 x 8 x 64: 174 registers, 4.19, 1 an SM; shift 32 x 64: 172 registers, 5.21
+CL_FUSED_STEPS = 7  # output rows a program walks (28 rows: 4 row blocks)
+CL_FUSED_PHASES = 2  # "phases": output columns per group
+CL_FUSED_BLOCK_M = 16  # "phases": groups per program
+CL_FUSED_BLOCK_J = 32  # "shift": column pairs (input columns / SW) per program
+CL_FUSED_BLOCK_C = 64
+CL_FUSED_WARPS = 8
+CL_FUSED_MAXNREG = 128  # registers per thread at most (ptxas maxnreg; None: ptxas's choice)
+# global average pooling (whole unpadded plane, 1x1 output) by pooling's own reduction
+# kernel instead of tensor_ops.reduce_tensor; (BLOCK_C, BLOCK_S, warps) per layout
+GLOBAL_AVG_KERNEL = False
+GLOBAL_AVG_NCHW = (4, 1024, 4)  # 4 planes x 1024 positions: N * C / 4 programs
+GLOBAL_AVG_NHWC = (32, 256, 8)  # 32 channels x 256 positions: N * C / 32 programs
 
 
 @triton.jit
@@ -1080,6 +1107,321 @@ def _pool_cl_backward_kernel(dy_ptr, arg_ptr, dx_ptr, C, D, IH, IW, OH, OW, TILE
             tl.store(dx_ptr + off, out.to(dx_ptr.dtype.element_ty), mask=mask)
 
 
+# -- fused channels-last max backward (CL_FUSED_MAX_BWD) ---------------------------------
+# One pass instead of two (taps forward, then the gather): a program walks a run of
+# output rows a, recomputes each output's first-maximum tap from x with the forward's own
+# folds (so the taps are the same bit for bit), and writes the dx rows [SH * a - PH,
+# SH * (a + 1) - PH), covered by outputs a - 1 (carried from the step before) and a.
+# Bytes: x and dy read once, dx written once; no tap buffer written and read back.
+@triton.jit
+def _cl_out_row_taps(x_ptr, dy_ptr, x_base, g_row, oh, ow, c, c_mask, IH, IW, OH, OW, xsh, xsw, gsw, top, top_arg,
+                     KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr,
+                     PW: tl.constexpr, PROPAGATE_NAN: tl.constexpr, ARG_EQ: tl.constexpr, CARRY: tl.constexpr,
+                     COMPUTE: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
+    """(first-maximum tap, dy, the last input row's fold) of outputs (oh, ow): [BLOCK_W,
+    BLOCK_C] each; with CARRY the first input row's fold is (top, top_arg), not reloaded.
+    dy is 0 where (oh, ow) is out of range, so such taps route nothing."""
+    acc, arg = _pool_start(0, COMPUTE, BLOCK_W, BLOCK_C)
+    for kh in tl.static_range(KH):
+        if CARRY and kh == 0:
+            h = top
+            harg = top_arg
+        else:
+            ih = oh * SH - PH + kh
+            h, harg = _cl_row_fold(x_ptr, x_base + ih * xsh, (ih >= 0) & (ih < IH), ow, c, c_mask, IW, xsw, KW, SW,
+                                   PW, 0, PROPAGATE_NAN, False, 0, ARG_EQ, COMPUTE, BLOCK_W, BLOCK_C)
+        acc, arg = _cl_fold_rows(acc, arg, h, harg, kh, KW, 0, PROPAGATE_NAN, False, 0)
+    mask = ((ow >= 0) & (ow < OW))[:, None] & c_mask[None, :] & (oh >= 0) & (oh < OH)
+    g = tl.load(dy_ptr + g_row + (ow * gsw)[:, None] + c[None, :], mask=mask, other=0.0).to(COMPUTE)
+    return arg, g, h, harg
+
+
+@triton.jit
+def _cl_route(acc, arg, g, tap):
+    """Add dy where the output's first maximum is tap (a compile-time number)."""
+    return acc + tl.where(arg == tap, g, 0.0)
+
+
+@triton.jit
+def _pool_cl_max_backward_kernel(x_ptr, dy_ptr, dx_ptr, C, D, IH, IW, OH, OW, TILES_H, TILES_J, STEPS, A0, A1,
+                                 # strides of N, D, H, W (the channel stride is 1): x, dy, dx
+                                 xsn, xsd, xsh, xsw, gsn, gsd, gsh, gsw, dsn, dsd, dsh, dsw, alpha, beta,
+                                 KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
+                                 PH: tl.constexpr, PW: tl.constexpr, T_LO: tl.constexpr, T_HI: tl.constexpr,
+                                 PROPAGATE_NAN: tl.constexpr, HAS_BETA: tl.constexpr, BIG: tl.constexpr,
+                                 COMPUTE: tl.constexpr, ARG_EQ: tl.constexpr, BLOCK_J: tl.constexpr,
+                                 BLOCK_C: tl.constexpr):
+    """dx of max pooling over [SH * STEPS input rows, SW * BLOCK_J input columns, BLOCK_C
+    channels] of one (n, d), each written once, straight from x and dy. Needs KH <= 2 SH
+    (an input row is covered by outputs a - 1 and a at most) and T_HI <= T_LO + 1 (an
+    input column by outputs j + T_LO and j + T_HI); input column SW * j + p takes output
+    j + t at kw = p + PW - SW * t. Sums run over (output row, output column) ascending,
+    the order of the two-pass gather, so dx is the same bit for bit."""
+    # map the program to its tile and run of output rows [a0, a1)
+    n, d, h_blk, j_blk, c = _cl_tile_ids(C, D, TILES_H, TILES_J, BLOCK_C, BIG)
+    j = j_blk * BLOCK_J + tl.arange(0, BLOCK_J)
+    c_mask = c < C
+    x_base = n * xsn + d * xsd
+    g_base = n * gsn + d * gsd
+    d_base = n * dsn + d * dsd
+    a0 = A0 + h_blk * STEPS
+    a1 = tl.minimum(a0 + STEPS, A1)
+    CARRY: tl.constexpr = KH == SH + 1
+    TWO: tl.constexpr = T_HI > T_LO
+    # output row a0 - 1: its taps and dy (and, carried, its last input row's folds)
+    top0 = tl.zeros([BLOCK_J, BLOCK_C], COMPUTE)
+    top0_arg = tl.zeros([BLOCK_J, BLOCK_C], tl.int32)
+    p_arg0, p_g0, top0, top0_arg = _cl_out_row_taps(
+        x_ptr, dy_ptr, x_base, g_base + (a0 - 1) * gsh, a0 - 1, j + T_LO, c, c_mask, IH, IW, OH, OW, xsh, xsw, gsw,
+        top0, top0_arg, KH, KW, SH, SW, PH, PW, PROPAGATE_NAN, ARG_EQ, False, COMPUTE, BLOCK_J, BLOCK_C)
+    p_arg1, p_g1, top1, top1_arg = p_arg0, p_g0, top0, top0_arg  # placeholders when one column shift covers
+    if TWO:
+        p_arg1, p_g1, top1, top1_arg = _cl_out_row_taps(
+            x_ptr, dy_ptr, x_base, g_base + (a0 - 1) * gsh, a0 - 1, j + T_HI, c, c_mask, IH, IW, OH, OW, xsh, xsw,
+            gsw, top0, top0_arg, KH, KW, SH, SW, PH, PW, PROPAGATE_NAN, ARG_EQ, False, COMPUTE, BLOCK_J, BLOCK_C)
+    for a in range(a0, a1):
+        # output row a's taps and dy at both column shifts
+        arg0, g0, top0, top0_arg = _cl_out_row_taps(
+            x_ptr, dy_ptr, x_base, g_base + a * gsh, a, j + T_LO, c, c_mask, IH, IW, OH, OW, xsh, xsw, gsw,
+            top0, top0_arg, KH, KW, SH, SW, PH, PW, PROPAGATE_NAN, ARG_EQ, CARRY, COMPUTE, BLOCK_J, BLOCK_C)
+        arg1, g1 = arg0, g0
+        if TWO:
+            arg1, g1, top1, top1_arg = _cl_out_row_taps(
+                x_ptr, dy_ptr, x_base, g_base + a * gsh, a, j + T_HI, c, c_mask, IH, IW, OH, OW, xsh, xsw, gsw,
+                top1, top1_arg, KH, KW, SH, SW, PH, PW, PROPAGATE_NAN, ARG_EQ, CARRY, COMPUTE, BLOCK_J, BLOCK_C)
+        # the step's dx rows: row r is tap kh = r + SH of output a - 1 and kh = r of output a
+        for r in tl.static_range(SH):
+            ih = a * SH - PH + r
+            for p in tl.static_range(SW):
+                acc = tl.zeros([BLOCK_J, BLOCK_C], COMPUTE)
+                if r + SH < KH:
+                    if p + PW - SW * T_LO >= 0 and p + PW - SW * T_LO < KW:
+                        acc = _cl_route(acc, p_arg0, p_g0, (r + SH) * KW + p + PW - SW * T_LO)
+                    if TWO and p + PW - SW * T_HI >= 0 and p + PW - SW * T_HI < KW:
+                        acc = _cl_route(acc, p_arg1, p_g1, (r + SH) * KW + p + PW - SW * T_HI)
+                if r < KH:
+                    if p + PW - SW * T_LO >= 0 and p + PW - SW * T_LO < KW:
+                        acc = _cl_route(acc, arg0, g0, r * KW + p + PW - SW * T_LO)
+                    if TWO and p + PW - SW * T_HI >= 0 and p + PW - SW * T_HI < KW:
+                        acc = _cl_route(acc, arg1, g1, r * KW + p + PW - SW * T_HI)
+                iw = j * SW + p
+                mask = (iw < IW)[:, None] & c_mask[None, :] & (ih >= 0) & (ih < IH)
+                off = d_base + ih * dsh + (iw * dsw)[:, None] + c[None, :]
+                out = acc * alpha
+                if HAS_BETA:
+                    out += tl.load(dx_ptr + off, mask=mask, other=0.0).to(COMPUTE) * beta
+                tl.store(dx_ptr + off, out.to(dx_ptr.dtype.element_ty), mask=mask)
+        p_arg0, p_g0, p_arg1, p_g1 = arg0, g0, arg1, g1
+
+
+# The phases design of the fused backward (CL_FUSED_MAX_BWD == "phases"): output columns
+# j = K * m + e, a tile per phase e, so that output j + 1 of phase e is phase e + 1 of the
+# same group, in the same thread: no tap fold is computed twice except the one phase
+# past the group (K + T_HI - T_LO tiles per K outputs), and every x column the phases
+# share is loaded and converted once per input row (tuples of tiles, unrolled).
+@triton.jit
+def _phase_row_fold(x_ptr, row, row_ok, m, c, c_mask, IW, xsw, K: tl.constexpr, KW: tl.constexpr, SW: tl.constexpr,
+                    PW: tl.constexpr, T_LO: tl.constexpr, T_HI: tl.constexpr, PROPAGATE_NAN: tl.constexpr,
+                    COMPUTE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Fold the KW taps of one input row for the phases e in [T_LO, K + T_HI) of the
+    groups m: tuples of [BLOCK_M, BLOCK_C] (row maximum, first tap kw holding it or -1),
+    the rule of _cl_row_fold with ARG_EQ (so the taps are the same)."""
+    Q0: tl.constexpr = SW * T_LO - PW  # x column of phase T_LO's tap 0, relative to SW * K * m
+    xs = ()
+    oks = ()
+    for i in tl.static_range(SW * (K - 1 + T_HI - T_LO) + KW):
+        col = m * (SW * K) + (Q0 + i)
+        ok = (col >= 0) & (col < IW) & row_ok
+        xs = xs + (tl.load(x_ptr + row + (col * xsw)[:, None] + c[None, :], mask=ok[:, None] & c_mask[None, :],
+                           other=float("-inf")).to(COMPUTE),)
+        oks = oks + (ok[:, None],)
+    hs = ()
+    hargs = ()
+    for i in tl.static_range(K + T_HI - T_LO):
+        h = tl.full([BLOCK_M, BLOCK_C], float("-inf"), COMPUTE)
+        for kw in tl.static_range(KW):
+            h = _max2(h, xs[SW * i + kw], PROPAGATE_NAN, 0)
+        harg = tl.full([BLOCK_M, BLOCK_C], -1, tl.int32)
+        for kk in tl.static_range(KW):
+            harg = tl.where(_first_max_hit(xs[SW * i + KW - 1 - kk], h, oks[SW * i + KW - 1 - kk], PROPAGATE_NAN),
+                            KW - 1 - kk, harg)
+        hs = hs + (h,)
+        hargs = hargs + (harg,)
+    return hs, hargs
+
+
+@triton.jit
+def _phase_fold_rows(acc, arg, h, harg, kh: tl.constexpr, KW: tl.constexpr, PROPAGATE_NAN: tl.constexpr):
+    """_cl_fold_rows for max with fewer instructions, the same result: a row without a
+    tap (harg < 0) has h = -inf, so the first row is taken as is, and later rows need the
+    tap test only where they tie."""
+    if kh == 0:
+        return h, harg
+    better = (h > acc) | ((arg < 0) & (h == acc) & (harg >= 0))
+    if PROPAGATE_NAN:
+        better = better | ((h != h) & (acc == acc))
+    return tl.where(better, h, acc), tl.where(better, harg + kh * KW, arg)
+
+
+@triton.jit
+def _phase_out_row(x_ptr, dy_ptr, x_base, g_row, oh, m, c, c_mask, IH, IW, OH, OW, xsh, xsw, gsw, top, top_arg,
+                   K: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
+                   PH: tl.constexpr, PW: tl.constexpr, T_LO: tl.constexpr, T_HI: tl.constexpr,
+                   PROPAGATE_NAN: tl.constexpr, CARRY: tl.constexpr, COMPUTE: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Per phase: (first-maximum tap, dy) of output row oh, and the last input row's folds;
+    with CARRY the first input row's folds are (top, top_arg), not reloaded. dy is 0 out
+    of range, so such outputs route nothing."""
+    args = ()
+    accs = ()
+    for i in tl.static_range(K + T_HI - T_LO):
+        acc, arg = _pool_start(0, COMPUTE, BLOCK_M, BLOCK_C)
+        accs = accs + (acc,)
+        args = args + (arg,)
+    for kh in tl.static_range(KH):
+        if CARRY and kh == 0:
+            hs = top
+            hargs = top_arg
+        else:
+            ih = oh * SH - PH + kh
+            hs, hargs = _phase_row_fold(x_ptr, x_base + ih * xsh, (ih >= 0) & (ih < IH), m, c, c_mask, IW, xsw, K, KW,
+                                        SW, PW, T_LO, T_HI, PROPAGATE_NAN, COMPUTE, BLOCK_M, BLOCK_C)
+        new_accs = ()
+        new_args = ()
+        for i in tl.static_range(K + T_HI - T_LO):
+            acc, arg = _phase_fold_rows(accs[i], args[i], hs[i], hargs[i], kh, KW, PROPAGATE_NAN)
+            new_accs = new_accs + (acc,)
+            new_args = new_args + (arg,)
+        accs = new_accs
+        args = new_args
+    gs = ()
+    for i in tl.static_range(K + T_HI - T_LO):
+        ow = m * K + (T_LO + i)
+        mask = ((ow >= 0) & (ow < OW) & (oh >= 0) & (oh < OH))[:, None] & c_mask[None, :]
+        gs = gs + (tl.load(dy_ptr + g_row + (ow * gsw)[:, None] + c[None, :], mask=mask, other=0.0).to(COMPUTE),)
+    return args, gs, hs, hargs
+
+
+@triton.jit
+def _phase_route(acc, args, gs, S: tl.constexpr, KH_TAP: tl.constexpr, K: tl.constexpr, KW: tl.constexpr,
+                 SW: tl.constexpr, PW: tl.constexpr, T_LO: tl.constexpr, T_HI: tl.constexpr):
+    """Add, phases ascending, the dy of the outputs whose first maximum is dx column
+    SW * K * m + S at vertical tap KH_TAP (horizontal tap S + PW - SW * e)."""
+    for i in tl.static_range(K + T_HI - T_LO):
+        if S + PW - SW * (T_LO + i) >= 0 and S + PW - SW * (T_LO + i) < KW:
+            acc = acc + tl.where(args[i] == KH_TAP * KW + S + PW - SW * (T_LO + i), gs[i], 0.0)
+    return acc
+
+
+@triton.jit
+def _pool_cl_max_backward_phases_kernel(x_ptr, dy_ptr, dx_ptr, C, D, IH, IW, OH, OW, TILES_H, TILES_M, STEPS, A0, A1,
+                                        # strides of N, D, H, W (the channel stride is 1): x, dy, dx
+                                        xsn, xsd, xsh, xsw, gsn, gsd, gsh, gsw, dsn, dsd, dsh, dsw, alpha, beta,
+                                        KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
+                                        PH: tl.constexpr, PW: tl.constexpr, T_LO: tl.constexpr, T_HI: tl.constexpr,
+                                        K: tl.constexpr, PROPAGATE_NAN: tl.constexpr, HAS_BETA: tl.constexpr,
+                                        ONE_ALPHA: tl.constexpr, BIG: tl.constexpr, EVEN_C: tl.constexpr,
+                                        COMPUTE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr):
+    """dx of max pooling over [SH * STEPS input rows, BLOCK_M groups of SW * K input
+    columns, BLOCK_C channels] of one (n, d), each written once, from x and dy. Step a
+    writes dx rows SH * a - PH + r: tap kh = r of output row a and, for r < KH - SH,
+    kh = r + SH of output row a - 1, whose share was summed the step before (partial);
+    sums run over (output row, output column) ascending, the two-pass order, so dx is the
+    same bit for bit. Needs KH <= 2 SH."""
+    # map the program to its tile and run of output rows [a0, a1)
+    n, d, h_blk, m_blk, c = _cl_tile_ids(C, D, TILES_H, TILES_M, BLOCK_C, BIG)
+    m = m_blk * BLOCK_M + tl.arange(0, BLOCK_M)
+    if EVEN_C:
+        c_mask = tl.full([BLOCK_C], 1, tl.int1)
+    else:
+        c_mask = c < C
+    x_base = n * xsn + d * xsd
+    g_base = n * gsn + d * gsd
+    d_base = n * dsn + d * dsd
+    a0 = A0 + h_blk * STEPS
+    a1 = tl.minimum(a0 + STEPS, A1)
+    CARRY: tl.constexpr = KH == SH + 1
+    zero = tl.zeros([BLOCK_M, BLOCK_C], COMPUTE)
+    top = ()
+    top_arg = ()
+    for i in tl.static_range(K + T_HI - T_LO):
+        top = top + (zero,)
+        top_arg = top_arg + (tl.zeros([BLOCK_M, BLOCK_C], tl.int32),)
+    # output row a0 - 1: its share of the first step's dx rows, and its last row's folds
+    args, gs, top, top_arg = _phase_out_row(x_ptr, dy_ptr, x_base, g_base + (a0 - 1) * gsh, a0 - 1, m, c, c_mask,
+                                            IH, IW, OH, OW, xsh, xsw, gsw, top, top_arg, K, KH, KW, SH, SW, PH, PW,
+                                            T_LO, T_HI, PROPAGATE_NAN, False, COMPUTE, BLOCK_M, BLOCK_C)
+    partial = ()
+    for r in tl.static_range(KH - SH):
+        for s in tl.static_range(SW * K):
+            partial = partial + (_phase_route(zero, args, gs, s, r + SH, K, KW, SW, PW, T_LO, T_HI),)
+    for a in range(a0, a1):
+        args, gs, top, top_arg = _phase_out_row(x_ptr, dy_ptr, x_base, g_base + a * gsh, a, m, c, c_mask, IH, IW, OH,
+                                                OW, xsh, xsw, gsw, top, top_arg, K, KH, KW, SH, SW, PH, PW, T_LO, T_HI,
+                                                PROPAGATE_NAN, CARRY, COMPUTE, BLOCK_M, BLOCK_C)
+        # the step's dx rows, each column of the group as one [BLOCK_M, BLOCK_C] tile
+        for r in tl.static_range(SH):
+            ih = a * SH - PH + r
+            for s in tl.static_range(SW * K):
+                if r < KH - SH:
+                    acc = partial[r * SW * K + s]
+                else:
+                    acc = zero
+                if r < KH:
+                    acc = _phase_route(acc, args, gs, s, r, K, KW, SW, PW, T_LO, T_HI)
+                iw = m * (SW * K) + s
+                mask = ((iw < IW) & (ih >= 0) & (ih < IH))[:, None] & c_mask[None, :]
+                off = d_base + ih * dsh + (iw * dsw)[:, None] + c[None, :]
+                if ONE_ALPHA:  # acc * 1.0 is acc
+                    out = acc
+                else:
+                    out = acc * alpha
+                if HAS_BETA:
+                    out += tl.load(dx_ptr + off, mask=mask, other=0.0).to(COMPUTE) * beta
+                tl.store(dx_ptr + off, out.to(dx_ptr.dtype.element_ty), mask=mask)
+        # this output row's share of the next step's rows
+        partial = ()
+        for r in tl.static_range(KH - SH):
+            for s in tl.static_range(SW * K):
+                partial = partial + (_phase_route(zero, args, gs, s, r + SH, K, KW, SW, PW, T_LO, T_HI),)
+
+
+# -- global average pooling (GLOBAL_AVG_KERNEL) -------------------------------------------
+@triton.jit
+def _global_avg_kernel(x_ptr, y_ptr, C, S, TILES_C,
+                       # strides: x's N, C and flattened spatial S; y's N, C
+                       xsn, xsc, xss, ysn, ysc, alpha, beta,
+                       HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_C: tl.constexpr,
+                       BLOCK_S: tl.constexpr):
+    """y[n, c] = alpha * mean over S of x[n, c, :] + beta * y[n, c] for a [BLOCK_C, BLOCK_S]
+    tile of (channels, positions) walked along S. Whichever axis is contiguous (S for
+    NCHW, C for NHWC) is the one Triton vectorizes. The next step's tile is loaded before
+    the current one is added, so two tiles are in flight per program."""
+    # map the program to (n, channel block)
+    pid = tl.program_id(0)
+    n = pid // TILES_C
+    if BIG:
+        n = n.to(tl.int64)
+    c = (pid % TILES_C) * BLOCK_C + tl.arange(0, BLOCK_C)
+    s = tl.arange(0, BLOCK_S)
+    c_mask = c < C
+    ptrs = x_ptr + n * xsn + (c * xsc)[:, None] + (s * xss)[None, :]
+    acc = tl.zeros([BLOCK_C, BLOCK_S], COMPUTE)
+    v = tl.load(ptrs, mask=c_mask[:, None] & (s < S)[None, :], other=0.0)
+    # walk S one tile ahead
+    for s0 in range(BLOCK_S, S, BLOCK_S):
+        nxt = tl.load(ptrs + s0 * xss, mask=c_mask[:, None] & ((s0 + s) < S)[None, :], other=0.0)
+        acc += v.to(COMPUTE)
+        v = nxt
+    acc += v.to(COMPUTE)
+    # finish: mean, blend, store
+    out = tl.sum(acc, axis=1) / S * alpha
+    y_off = n * ysn + c * ysc
+    if HAS_BETA:
+        out += tl.load(y_ptr + y_off, mask=c_mask, other=0.0).to(COMPUTE) * beta
+    tl.store(y_ptr + y_off, out.to(y_ptr.dtype.element_ty), mask=c_mask)
+
+
 # -- launchers --------------------------------------------------------------------------
 def _as_3d(t):
     """A (N, C, D, H, W) view of a 1-D, 2-D or 3-D tensor."""
@@ -1235,6 +1577,57 @@ def _cl_backward(dy5, arg5, dx5, geo, alpha, beta, flags):
         T_HI=max(ts), **flags, ROWS=rows, BLOCK_J=block_j, BLOCK_C=block_c, num_warps=CL_WARPS)
 
 
+def _use_cl_fused(geo, mode, *tensors):
+    """The fused channels-last max backward: the channels-last kernels' conditions, an
+    input row covered by at most two output rows (KH <= 2 SH) and an input column by at
+    most two output columns."""
+    if CL_FUSED_MAX_BWD not in ("phases", "shift") or int(mode) not in (MAX, MAX_DETERMINISTIC):
+        return False
+    if not _use_cl(geo, *tensors) or geo.window[1] > 2 * geo.stride[1]:
+        return False
+    t_lo, t_hi = _nchw_shifts(geo)
+    if CL_FUSED_MAX_BWD == "phases":
+        return geo.window[1] >= geo.stride[1]
+    return t_hi - t_lo <= 1
+
+
+def _cl_fused_backward(x5, dy5, dx5, geo, propagate_nan, alpha, beta, flags):
+    (D, IH, IW), (_, OH, OW) = geo.ins, geo.outs
+    _, KH, KW = geo.window
+    _, SH, SW = geo.stride
+    _, PH, PW = geo.padding
+    t_lo, t_hi = _nchw_shifts(geo)
+    a0, a1 = PH // SH, (IH - 1 + PH) // SH + 1  # the steps: step a writes dx rows [SH * a - PH, SH * (a + 1) - PH)
+    steps = max(1, min(CL_FUSED_STEPS, a1 - a0))
+    tiles_h = triton.cdiv(a1 - a0, steps)
+    if CL_FUSED_MAX_BWD == "phases":
+        K = CL_FUSED_PHASES
+        groups = triton.cdiv(IW, SW * K)
+        block_c = min(triton.next_power_of_2(geo.C), CL_FUSED_BLOCK_C)
+        block_m = min(triton.next_power_of_2(groups), CL_FUSED_BLOCK_M)
+        tiles_m = triton.cdiv(groups, block_m)
+        _pool_cl_max_backward_phases_kernel[(geo.N * D * tiles_h * tiles_m * triton.cdiv(geo.C, block_c),)](
+            x5, dy5, dx5, geo.C, D, IH, IW, OH, OW, tiles_h, tiles_m, steps, a0, a1, *_ndhw(x5), *_ndhw(dy5),
+            *_ndhw(dx5), alpha, beta, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH, PW=PW, T_LO=t_lo, T_HI=t_hi, K=K,
+            PROPAGATE_NAN=bool(propagate_nan), HAS_BETA=flags["HAS_BETA"], ONE_ALPHA=alpha == 1.0, BIG=flags["BIG"],
+            EVEN_C=geo.C % block_c == 0, COMPUTE=flags["COMPUTE"], BLOCK_M=block_m, BLOCK_C=block_c,
+            num_warps=CL_FUSED_WARPS, **_maxnreg())
+        return
+    J = triton.cdiv(IW, SW)
+    block_c = min(triton.next_power_of_2(geo.C), CL_FUSED_BLOCK_C)
+    block_j = min(triton.next_power_of_2(J), CL_FUSED_BLOCK_J)
+    tiles_j = triton.cdiv(J, block_j)
+    _pool_cl_max_backward_kernel[(geo.N * D * tiles_h * tiles_j * triton.cdiv(geo.C, block_c),)](
+        x5, dy5, dx5, geo.C, D, IH, IW, OH, OW, tiles_h, tiles_j, steps, a0, a1, *_ndhw(x5), *_ndhw(dy5),
+        *_ndhw(dx5), alpha, beta, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH, PW=PW, T_LO=t_lo, T_HI=t_hi,
+        PROPAGATE_NAN=bool(propagate_nan), HAS_BETA=flags["HAS_BETA"], BIG=flags["BIG"], COMPUTE=flags["COMPUTE"],
+        ARG_EQ=CL_ARG_EQ, BLOCK_J=block_j, BLOCK_C=block_c, num_warps=CL_FUSED_WARPS, **_maxnreg())
+
+
+def _maxnreg():
+    return {"maxnreg": int(CL_FUSED_MAXNREG)} if CL_FUSED_MAXNREG else {}
+
+
 def _nchw_shifts(geo):
     """(T_LO, T_HI) of the backward (dx column SW * j + a takes output j + t) and the
     forward taps' (kw - PW) // SW: the NCHW row kernels read one output or input column
@@ -1315,6 +1708,37 @@ def _row_block(width, rows):
     return block_r, block_w
 
 
+def _flat_spatial(t5):
+    """The one stride of t5's spatial dims walked as a flat run (D, H, W collapsible), or None."""
+    dims = [(n, s) for n, s in zip(t5.shape[2:], t5.stride()[2:]) if n > 1]
+    if not dims:
+        return 1
+    for (n0, s0), (n1, s1) in zip(dims, dims[1:]):
+        if s0 != n1 * s1:
+            return None
+    return dims[-1][1]
+
+
+def _global_avg(x, y, geo, alpha, beta):
+    """GLOBAL_AVG_KERNEL: the mean of each (n, c) plane by _global_avg_kernel; False when
+    the spatial dims cannot be walked as one run."""
+    x5, y5 = geo.x5, geo.y5
+    xss = _flat_spatial(x5)
+    if xss is None:
+        return False
+    alpha, beta, has_beta = blend_args(alpha, beta)
+    S = math.prod(geo.ins)
+    block_c, block_s, warps = GLOBAL_AVG_NHWC if channels_last(x5) else GLOBAL_AVG_NCHW
+    block_c = min(block_c, triton.next_power_of_2(geo.C))
+    block_s = min(block_s, triton.next_power_of_2(S))
+    tiles_c = triton.cdiv(geo.C, block_c)
+    _global_avg_kernel[(geo.N * tiles_c,)](
+        x5, y5, geo.C, S, tiles_c, x5.stride(0), x5.stride(1), xss, y5.stride(0), y5.stride(1), alpha, beta,
+        HAS_BETA=has_beta, BIG=needs_int64(x, y), COMPUTE=compute_dtype(x), BLOCK_C=block_c, BLOCK_S=block_s,
+        num_warps=warps)
+    return True
+
+
 def _global_as_reduction(x, y, mode, geo, propagate_nan, alpha, beta):
     """A window that is the whole (unpadded) plane of an NCHW-like tensor is a row
     reduction: hand it to the reduce kernel, which reads each plane as one contiguous
@@ -1324,6 +1748,8 @@ def _global_as_reduction(x, y, mode, geo, propagate_nan, alpha, beta):
         return False
     if tuple(geo.window[-x.dim() + 2:]) != tuple(x.shape[2:]) and math.prod(geo.window) != math.prod(geo.ins):
         return False
+    if GLOBAL_AVG_KERNEL and int(mode) in (AVG_INCLUDE, AVG_EXCLUDE) and _global_avg(x, y, geo, alpha, beta):
+        return True
     op = tensor_ops.RED_MAX if int(mode) in (MAX, MAX_DETERMINISTIC) else tensor_ops.RED_AVG
     tensor_ops.reduce_tensor(x, y, None, None, op, alpha, beta, propagate_nan)
     return True
@@ -1380,6 +1806,11 @@ def _arg_like(geo, dy5, dx5, taps):
 def _backward(x, dy, dx, mode, geo, propagate_nan, alpha, beta):
     dy5, dx5 = _as_3d(dy), _as_3d(dx)
     arg = None
+    if _use_cl_fused(geo, mode, dx5, dy5, geo.x5):
+        a, b, has_beta = blend_args(alpha, beta)
+        _cl_fused_backward(geo.x5, dy5, dx5, geo, propagate_nan, a, b,
+                           dict(HAS_BETA=has_beta, BIG=needs_int64(x, dy, dx), COMPUTE=compute_dtype(dx)))
+        return
     if int(mode) in (MAX, MAX_DETERMINISTIC):
         arg = _arg_like(geo, dy5, dx5, math.prod(geo.window))
         _forward(x, dy, mode, geo, propagate_nan, 1.0, 0.0, arg=arg, store_y=False)
