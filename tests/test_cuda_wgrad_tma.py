@@ -247,3 +247,15 @@ def test_time_model_prefers_filled_waves_and_keeps_every_shape():
     assert {(c["NB"], c["BH"], c["BW"]) for c in kept} == {(c["NB"], c["BH"], c["BW"]) for c in every}
     costs = [conv_wgrad_tma.predict_us(res5, c, 132) for c in kept]
     assert costs == sorted(costs) and costs[0] == min(conv_wgrad_tma.predict_us(res5, c, 132) for c in every)
+
+
+def test_no_tile_config_offers_the_rejected_combination():
+    """8 warps with 4 stages at 128 x 128 on 64-pixel boxes gave results the tuner's
+    cross-check rejected on the H200 (Triton 3.6, 2026-11-30 11:50 UTC: four sched configs
+    and conv_tma's own 8x8 one on the res3-res5 3x3 layers): no list offers it."""
+    from tridnn.cuda import conv_tma, conv_wgrad_tma
+    rejected = lambda warps, stages, bm, bn: warps == 8 and stages == 4 and bm * bn >= 128 * 128
+    assert not any(rejected(w, s, bm, bn) for _, bm, bn, w, s in conv_wgrad_tma.TILES + conv_wgrad_tma.NARROW_TILES)
+    assert not any(rejected(c["num_warps"], c["num_stages"], c["BLOCK_M"], c["BLOCK_N"])
+                   for c in conv_tma.WGRAD_TILE + conv_tma.WGRAD_SMALL)
+    assert not any(c["num_warps"] == 8 for c in conv_tma.PHASE_EXTRA)
