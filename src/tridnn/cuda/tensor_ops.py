@@ -346,6 +346,19 @@ def _fold(acc, AXIS: tl.constexpr, OP: tl.constexpr):
 
 
 @triton.jit
+def _map_value(a, OP: tl.constexpr):
+    """What a "runs" op folds in place of each loaded value: NORM1's |a|, NORM2's a * a,
+    MUL_NO_ZEROS's a with zeros as ones (the other ops fold a as it is)."""
+    if OP == 6:
+        a = tl.abs(a)
+    elif OP == 7:
+        a = a * a
+    elif OP == 8:
+        a = tl.where(a != 0.0, a, 1.0)
+    return a
+
+
+@triton.jit
 def _finish(value, R, OP: tl.constexpr):
     """What follows the fold of a whole row of R values: AVG's division, NORM2's root."""
     if OP == 5:
@@ -470,12 +483,7 @@ def _reduce_runs_kernel(a_ptr, c_ptr, K, R, sc_k,  # K rows of R elements, row k
             a = tl.load(a_ptr + base + offs, mask=mask, other=1.0).to(COMPUTE)
         else:
             a = tl.load(a_ptr + base + offs, mask=mask, other=0.0).to(COMPUTE)
-        if OP == 6:
-            a = tl.abs(a)
-        elif OP == 7:
-            a = a * a
-        elif OP == 8:
-            a = tl.where(a != 0.0, a, 1.0)
+        a = _map_value(a, OP)
         v = _fold(a, 1, OP)
         hit = (first // R)[:, None] == slot[None, :]
         if OP == 1 or OP == 8:
@@ -515,12 +523,7 @@ def _reduce_ahead_kernel(a_ptr, c_ptr, K, K2, R, rows_per_program, sa_k1, sa_k2,
         nxt = k + 1
         a_next = tl.load(a_ptr + (nxt // K2) * sa_k1 + (nxt % K2) * sa_k2 + r, mask=r_mask & (nxt < last),
                          other=fill)
-        if OP == 6:
-            a = tl.abs(a)
-        elif OP == 7:
-            a = a * a
-        elif OP == 8:
-            a = tl.where(a != 0.0, a, 1.0)
+        a = _map_value(a, OP)
         value = _finish(_fold(_fold(a, 0, OP), 0, OP), R, OP)
         blend_store(c_ptr, k * sc_k, k < last, value, alpha, beta, HAS_BETA)
 
