@@ -102,6 +102,13 @@ def _converted(a, dtype):
     return t if t.is_contiguous() else t.contiguous()
 
 
+def _converted_slots(slots, to):
+    """A batch norm recipe's parameter slots as its kernels take them: each slot whose
+    ``to`` entry is a dtype converted as the full path does (_converted), the others the
+    caller's tensor itself. A slot with a dtype is never None (functional._route)."""
+    return [a if t is None else _converted(a, t) for a, t in zip(slots, to)]
+
+
 def _write_back(original, updated):
     """The full path's copy of converted running statistics back (functional._write_back)."""
     if updated.shape != original.shape:
@@ -178,18 +185,10 @@ class BatchNormTraining:
             mean, inv = self.packed(out.dims, out.strides, out.dtype, out.device)
         else:
             mean, inv = self.out_mean(), self.out_inv()
-        scale, shift = self.ones if weight is None else weight, self.zeros if bias is None else bias
         rm_k, rv_k = rm, rv
         if self.convert:
-            to = self.to
-            if to[0] is not None:
-                scale = _converted(weight, to[0])
-            if to[1] is not None:
-                shift = _converted(bias, to[1])
-            if to[2] is not None:
-                rm_k = _converted(rm, to[2])
-            if to[3] is not None:
-                rv_k = _converted(rv, to[3])
+            weight, bias, rm_k, rv_k = _converted_slots((weight, bias, rm, rv), self.to)
+        scale, shift = self.ones if weight is None else weight, self.zeros if bias is None else bias
         if self.plan is not None:
             self.plan(x, y, scale, shift, rm_k, rv_k, mean, inv)
         else:
@@ -229,15 +228,9 @@ class BatchNormBackward:
     def __call__(self, given):
         x, dy, weight, mean, inv = given
         dx, dscale, dbias = self.out_dx(), self.out_param(), self.out_param()
-        scale = self.ones if weight is None else weight
         if self.convert:
-            to = self.to
-            if to[0] is not None:
-                scale = _converted(weight, to[0])
-            if to[1] is not None:
-                mean = _converted(mean, to[1])
-            if to[2] is not None:
-                inv = _converted(inv, to[2])
+            weight, mean, inv = _converted_slots((weight, mean, inv), self.to)
+        scale = self.ones if weight is None else weight
         if self.plan is not None:
             self.plan(x, dy, dx, scale, dscale, dbias, mean, inv)
         else:
