@@ -455,17 +455,26 @@ def spatial_cases(layout):
     return cases
 
 
-def row_cases():
-    g = torch.Generator(device=DEVICE).manual_seed(1)
-    x = (torch.randn(ROWS, device=DEVICE, generator=g) * 2).to(DT)
-    dy = torch.randn(ROWS, device=DEVICE, generator=g).to(DT)
+def row_tensors(device, dt, rows):
+    """The row layers' tensors (sweep_layers_c1.py draws the same): x (values * 2), dy, y
+    and dx of shape ``rows`` in ``dt``; float32 scale w and bias b of the row length, wb and
+    bb their copies in ``dt`` (PyTorch's CUDA layer norm wants the data's dtype); float32
+    saved statistics mean and inv (one per row); ds and db for the parameter gradients."""
+    g = torch.Generator(device=device).manual_seed(1)
+    x = (torch.randn(rows, device=device, generator=g) * 2).to(dt)
+    dy = torch.randn(rows, device=device, generator=g).to(dt)
     y, dx = torch.empty_like(x), torch.empty_like(x)
-    K = ROWS[1]
-    w = torch.randn(K, device=DEVICE, generator=g)
-    b = torch.randn(K, device=DEVICE, generator=g)
-    wb, bb = w.to(DT), b.to(DT)  # PyTorch's CUDA layer norm wants the data's dtype
-    mean, inv = torch.empty(ROWS[0], device=DEVICE), torch.empty(ROWS[0], device=DEVICE)
+    w = torch.randn(rows[1], device=device, generator=g)
+    b = torch.randn(rows[1], device=device, generator=g)
+    wb, bb = w.to(dt), b.to(dt)
+    mean, inv = torch.empty(rows[0], device=device), torch.empty(rows[0], device=device)
     ds, db = torch.empty_like(w), torch.empty_like(w)
+    return x, dy, y, dx, w, b, wb, bb, mean, inv, ds, db
+
+
+def row_cases():
+    x, dy, y, dx, w, b, wb, bb, mean, inv, ds, db = row_tensors(DEVICE, DT, ROWS)
+    K = ROWS[1]
     ty = torch.softmax(x, 1)
     tly = torch.log_softmax(x, 1)
     out = {}

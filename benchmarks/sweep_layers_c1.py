@@ -34,7 +34,7 @@ import torch.nn.functional as F  # noqa: E402
 import triton  # noqa: E402
 
 import tridnn  # noqa: E402
-from bench_gpu_layers import graph_time, nbytes, rel_err, switched_all, wall_time  # noqa: E402
+from bench_gpu_layers import graph_time, nbytes, rel_err, row_tensors, switched_all, wall_time  # noqa: E402
 from tridnn.cuda import dropout, norms, tensor_ops  # noqa: E402
 
 if DRY_RUN:
@@ -107,16 +107,8 @@ class Problem:
 
 
 def row_problems():
-    g = torch.Generator(device=DEVICE).manual_seed(1)
-    x = (torch.randn(ROWS, device=DEVICE, generator=g) * 2).to(DT)
-    dy = torch.randn(ROWS, device=DEVICE, generator=g).to(DT)
-    y, dx = torch.empty_like(x), torch.empty_like(x)
+    x, dy, y, dx, w, b, wb, bb, mean, inv, ds, db = row_tensors(DEVICE, DT, ROWS)
     K = ROWS[1]
-    w = torch.randn(K, device=DEVICE, generator=g)
-    b = torch.randn(K, device=DEVICE, generator=g)
-    wb, bb = w.to(DT), b.to(DT)  # PyTorch's CUDA layer norm wants the data's dtype
-    mean, inv = torch.empty(ROWS[0], device=DEVICE), torch.empty(ROWS[0], device=DEVICE)
-    ds, db = torch.empty_like(w), torch.empty_like(w)
     norms.layer_norm_forward(x, y, w, b, mean, inv, 1, 1e-5, 1.0, 0.0)  # saved statistics for the backward
     mean_s, inv_s = mean.clone(), inv.clone()
     inv_rms = torch.empty(ROWS[0], device=DEVICE)
