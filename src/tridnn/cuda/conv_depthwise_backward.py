@@ -296,16 +296,6 @@ def _wtap(acc, g, x_ptr, offs, ok, chan, mask_k):
 
 
 @triton.jit
-def _wstore(part_ptr, acc, slot, K, offs_k, mask_k, tap, ATOMIC: tl.constexpr):
-    col = tl.sum(acc, axis=0)
-    ptrs = part_ptr + (slot * K + offs_k).to(tl.int64) * 9 + tap  # partial layout [slices, K, 9, 1]
-    if ATOMIC:
-        tl.atomic_add(ptrs, col, mask=mask_k)
-    else:
-        tl.store(ptrs, col, mask=mask_k)
-
-
-@triton.jit
 def _wtile(a00, a01, a02, a10, a11, a12, a20, a21, a22, x_ptr, dy_ptr, n, o, q, mask_q, chan, dy_chan, mask_k,
            IH, IW, SH, SW, PH, PW, DH, DW, xs_n, xs_h, xs_w, dys_n, dys_h, dys_w):
     """One dy tile (pixels (n, o, q), scalars or [BW] vectors) into the nine accumulators."""
@@ -356,15 +346,7 @@ def dw3_wgrad_kernel(
     split = tl.program_id(1)
     chan = (offs_k // Kg) * xs_c
     dy_chan = offs_k * dys_k
-    a00 = tl.zeros((BW, BC), dtype=tl.float32)
-    a01 = tl.zeros((BW, BC), dtype=tl.float32)
-    a02 = tl.zeros((BW, BC), dtype=tl.float32)
-    a10 = tl.zeros((BW, BC), dtype=tl.float32)
-    a11 = tl.zeros((BW, BC), dtype=tl.float32)
-    a12 = tl.zeros((BW, BC), dtype=tl.float32)
-    a20 = tl.zeros((BW, BC), dtype=tl.float32)
-    a21 = tl.zeros((BW, BC), dtype=tl.float32)
-    a22 = tl.zeros((BW, BC), dtype=tl.float32)
+    a00, a01, a02, a10, a11, a12, a20, a21, a22 = conv_depthwise_tma._zeros9(BW, BC)
     start = split * rows_per_split
     end = tl.minimum(start + rows_per_split, rows)
     if FLAT:
@@ -396,15 +378,8 @@ def dw3_wgrad_kernel(
                     mask_k, IH, IW, SH, SW, PH, PW, DH, DW, xs_n, xs_h, xs_w, dys_n, dys_h, dys_w)
     # -- per-tap column sums into this slice's partial (or added atomically)
     slot = 0 if ATOMIC else split
-    _wstore(part_ptr, a00, slot, K, offs_k, mask_k, 0, ATOMIC)
-    _wstore(part_ptr, a01, slot, K, offs_k, mask_k, 1, ATOMIC)
-    _wstore(part_ptr, a02, slot, K, offs_k, mask_k, 2, ATOMIC)
-    _wstore(part_ptr, a10, slot, K, offs_k, mask_k, 3, ATOMIC)
-    _wstore(part_ptr, a11, slot, K, offs_k, mask_k, 4, ATOMIC)
-    _wstore(part_ptr, a12, slot, K, offs_k, mask_k, 5, ATOMIC)
-    _wstore(part_ptr, a20, slot, K, offs_k, mask_k, 6, ATOMIC)
-    _wstore(part_ptr, a21, slot, K, offs_k, mask_k, 7, ATOMIC)
-    _wstore(part_ptr, a22, slot, K, offs_k, mask_k, 8, ATOMIC)
+    conv_depthwise_tma._wsum9(part_ptr, a00, a01, a02, a10, a11, a12, a20, a21, a22, slot, K, offs_k, mask_k,
+                              ATOMIC)
 
 
 def wgrad3_applies(problem) -> bool:

@@ -77,6 +77,43 @@ def _row_s2(x_desc, n, i, phase, q0, c0, C, BW: tl.constexpr, BC: tl.constexpr):
     return x0, x1, x2
 
 
+@triton.jit
+def _strip_program(C, OH, BH, n_rows, n_cols, BC: tl.constexpr):
+    """The forward kernels' program: (column strip, image, channel block c0, its channels
+    and their mask, first output row, row end) from grid (N x row strips x column strips,
+    channel blocks)."""
+    pid = tl.program_id(0)
+    col_blk = pid % n_cols
+    t = pid // n_cols
+    row_blk = t % n_rows
+    n = t // n_rows
+    c0 = tl.program_id(1) * BC
+    offs_k = c0 + tl.arange(0, BC)
+    mask_k = offs_k < C
+    oh0 = row_blk * BH
+    oh_end = tl.minimum(oh0 + BH, OH)
+    return col_blk, n, c0, offs_k, mask_k, oh0, oh_end
+
+
+@triton.jit
+def _weights9(w_ptr, offs_k, mask_k, ws_k, ws_h, ws_w, FLIP: tl.constexpr):
+    """The nine weights of channels offs_k (of the flipped filter when FLIP), float32 [1, BC]."""
+    w_col = offs_k * ws_k
+    w00, w01, w02 = _taps3(w_ptr, w_col, mask_k, 0, ws_h, ws_w, FLIP)
+    w10, w11, w12 = _taps3(w_ptr, w_col, mask_k, 1, ws_h, ws_w, FLIP)
+    w20, w21, w22 = _taps3(w_ptr, w_col, mask_k, 2, ws_h, ws_w, FLIP)
+    return w00, w01, w02, w10, w11, w12, w20, w21, w22
+
+
+@triton.jit
+def _out_cols(n, ow, ys_n, ys_w, zs_n, zs_w, INT64: tl.constexpr):
+    """Element offsets of output pixels (n, row 0, columns ow) in y and z (int64 when INT64)."""
+    n_off = n
+    if INT64:
+        n_off = n.to(tl.int64)
+    return n_off * ys_n + ow * ys_w, n_off * zs_n + ow * zs_w
+
+
 @triton.jit(do_not_specialize=['C', 'OH', 'OW', 'PH', 'PW', 'BH', 'n_rows', 'n_cols'])
 def dw3_tma_fwd_kernel(
         # epilogue pointers: output, bias, residual z; the filter (C, 1, 3, 3) at any strides
@@ -97,30 +134,14 @@ def dw3_tma_fwd_kernel(
     """y[n, c, o, q] = sum_{a,b} x[n, c, S*o - PH + a, S*q - PW + b] * w[c, a, b] for one
     strip of BH rows x BW columns x BC channels (S = 1, or 2 with STRIDE2)."""
     # -- map the program to (image, row strip, column strip) and a channel block
-    pid = tl.program_id(0)
-    col_blk = pid % n_cols
-    t = pid // n_cols
-    row_blk = t % n_rows
-    n = t // n_rows
-    c0 = tl.program_id(1) * BC
-    offs_k = c0 + tl.arange(0, BC)
-    mask_k = offs_k < C
+    col_blk, n, c0, offs_k, mask_k, oh0, oh_end = _strip_program(C, OH, BH, n_rows, n_cols, BC)
     q0 = col_blk * BW
     ow = q0 + tl.arange(0, BW)
     mask_w = ow < OW
-    oh0 = row_blk * BH
-    oh_end = tl.minimum(oh0 + BH, OH)
 
     # -- the nine weights, float32 [1, BC]; the output pointers' parts
-    w_col = offs_k * ws_k
-    w00, w01, w02 = _taps3(w_ptr, w_col, mask_k, 0, ws_h, ws_w, FLIP)
-    w10, w11, w12 = _taps3(w_ptr, w_col, mask_k, 1, ws_h, ws_w, FLIP)
-    w20, w21, w22 = _taps3(w_ptr, w_col, mask_k, 2, ws_h, ws_w, FLIP)
-    n_off = n
-    if INT64:
-        n_off = n.to(tl.int64)
-    y_cols = n_off * ys_n + ow * ys_w
-    z_cols = n_off * zs_n + ow * zs_w
+    w00, w01, w02, w10, w11, w12, w20, w21, w22 = _weights9(w_ptr, offs_k, mask_k, ws_k, ws_h, ws_w, FLIP)
+    y_cols, z_cols = _out_cols(n, ow, ys_n, ys_w, zs_n, zs_w, INT64)
 
     if STRIDE2:
         # -- output row o = rows (o - 1, phase 1) x filter row 0 (carried), (o, 0) x row 1,
@@ -191,31 +212,15 @@ def dw3_tma_pairs_kernel(
     times (three shifted boxes)."""
     BWH: tl.constexpr = BW // 2
     # -- map the program to (image, row strip, column strip) and a channel block
-    pid = tl.program_id(0)
-    col_blk = pid % n_cols
-    t = pid // n_cols
-    row_blk = t % n_rows
-    n = t // n_rows
-    c0 = tl.program_id(1) * BC
-    offs_k = c0 + tl.arange(0, BC)
-    mask_k = offs_k < C
+    col_blk, n, c0, offs_k, mask_k, oh0, oh_end = _strip_program(C, OH, BH, n_rows, n_cols, BC)
     j0 = col_blk * BWH
     ow_e = 2 * (j0 + tl.arange(0, BWH))
     mask_e = ow_e < OW
     mask_o = ow_e + 1 < OW
-    oh0 = row_blk * BH
-    oh_end = tl.minimum(oh0 + BH, OH)
 
-    # -- the nine weights, float32 [1, BC]; the output pointers' parts
-    w_col = offs_k * ws_k
-    w00, w01, w02 = _taps3(w_ptr, w_col, mask_k, 0, ws_h, ws_w, FLIP)
-    w10, w11, w12 = _taps3(w_ptr, w_col, mask_k, 1, ws_h, ws_w, FLIP)
-    w20, w21, w22 = _taps3(w_ptr, w_col, mask_k, 2, ws_h, ws_w, FLIP)
-    n_off = n
-    if INT64:
-        n_off = n.to(tl.int64)
-    y_e = n_off * ys_n + ow_e * ys_w
-    z_e = n_off * zs_n + ow_e * zs_w
+    # -- the nine weights, float32 [1, BC]; the output pointers' parts (even columns)
+    w00, w01, w02, w10, w11, w12, w20, w21, w22 = _weights9(w_ptr, offs_k, mask_k, ws_k, ws_h, ws_w, FLIP)
+    y_e, z_e = _out_cols(n, ow_e, ys_n, ys_w, zs_n, zs_w, INT64)
 
     # -- walk input rows as dw3_tma_fwd_kernel, even and odd output columns apart
     done_e = tl.zeros((BWH, BC), dtype=tl.float32)
@@ -255,6 +260,43 @@ def _wsum(part_ptr, acc, slot, K, offs_k, mask_k, tap, ATOMIC: tl.constexpr):
 
 
 @triton.jit
+def _wsum9(part_ptr, a00, a01, a02, a10, a11, a12, a20, a21, a22, slot, K, offs_k, mask_k, ATOMIC: tl.constexpr):
+    """The nine accumulators' column sums into partial slot ``slot`` (ATOMIC: added)."""
+    _wsum(part_ptr, a00, slot, K, offs_k, mask_k, 0, ATOMIC)
+    _wsum(part_ptr, a01, slot, K, offs_k, mask_k, 1, ATOMIC)
+    _wsum(part_ptr, a02, slot, K, offs_k, mask_k, 2, ATOMIC)
+    _wsum(part_ptr, a10, slot, K, offs_k, mask_k, 3, ATOMIC)
+    _wsum(part_ptr, a11, slot, K, offs_k, mask_k, 4, ATOMIC)
+    _wsum(part_ptr, a12, slot, K, offs_k, mask_k, 5, ATOMIC)
+    _wsum(part_ptr, a20, slot, K, offs_k, mask_k, 6, ATOMIC)
+    _wsum(part_ptr, a21, slot, K, offs_k, mask_k, 7, ATOMIC)
+    _wsum(part_ptr, a22, slot, K, offs_k, mask_k, 8, ATOMIC)
+
+
+@triton.jit
+def _zeros9(BW: tl.constexpr, BC: tl.constexpr):
+    """Nine float32 [BW, BC] accumulators, one per tap."""
+    z = tl.zeros((BW, BC), dtype=tl.float32)
+    return z, z, z, z, z, z, z, z, z
+
+
+@triton.jit
+def _wgrad_program(K, OH, BH, n_rows, BC: tl.constexpr):
+    """The filter-gradient kernels' program: (channel block c0, its channels and their
+    mask, column strip, unit = image x row strips + row strip, image, first dy row, row
+    end) from grid (channel blocks, column strips, N x row strips)."""
+    c0 = tl.program_id(0) * BC
+    offs_k = c0 + tl.arange(0, BC)
+    mask_k = offs_k < K
+    col_blk = tl.program_id(1)
+    unit = tl.program_id(2)
+    n = unit // n_rows
+    o0 = (unit - n * n_rows) * BH
+    o_end = tl.minimum(o0 + BH, OH)
+    return c0, offs_k, mask_k, col_blk, unit, n, o0, o_end
+
+
+@triton.jit
 def _wrow(a00, a01, a02, a10, a11, a12, a20, a21, a22, g0, g1, g2, x_desc, n, i, col, c0,
           BW: tl.constexpr, BC: tl.constexpr):
     """The nine accumulators plus x row i (three shifted boxes) times the dy rows that meet
@@ -279,14 +321,7 @@ def dw3_tma_wgrad_kernel(
     dy[n, k, o, q] * x[n, k, o - PH + a, q - PW + b], stride 1; slot = (image, row strip)
     x column strips + column strip (ATOMIC: all added into slot 0)."""
     # -- map the program to a channel block, column strip and (image, row strip)
-    c0 = tl.program_id(0) * BC
-    offs_k = c0 + tl.arange(0, BC)
-    mask_k = offs_k < K
-    col_blk = tl.program_id(1)
-    unit = tl.program_id(2)
-    n = unit // n_rows
-    o0 = (unit - n * n_rows) * BH
-    o_end = tl.minimum(o0 + BH, OH)
+    c0, offs_k, mask_k, col_blk, unit, n, o0, o_end = _wgrad_program(K, OH, BH, n_rows, BC)
     q0 = col_blk * BW
     col = q0 - PW
 
@@ -296,15 +331,7 @@ def dw3_tma_wgrad_kernel(
     # carrying a loaded row into the next iteration keeps the pipeliner from making the
     # loads async. ROWS3: three x rows an iteration, so the five dy rows they meet are
     # loaded once for three rows (dy crosses L2 5/3 times instead of 3)
-    a00 = tl.zeros((BW, BC), dtype=tl.float32)
-    a01 = tl.zeros((BW, BC), dtype=tl.float32)
-    a02 = tl.zeros((BW, BC), dtype=tl.float32)
-    a10 = tl.zeros((BW, BC), dtype=tl.float32)
-    a11 = tl.zeros((BW, BC), dtype=tl.float32)
-    a12 = tl.zeros((BW, BC), dtype=tl.float32)
-    a20 = tl.zeros((BW, BC), dtype=tl.float32)
-    a21 = tl.zeros((BW, BC), dtype=tl.float32)
-    a22 = tl.zeros((BW, BC), dtype=tl.float32)
+    a00, a01, a02, a10, a11, a12, a20, a21, a22 = _zeros9(BW, BC)
     if ROWS3:
         # -- three x rows an iteration with the five dy rows they meet (dy read 5/3 times)
         i_end = o_end - PH + 2
@@ -336,15 +363,7 @@ def dw3_tma_wgrad_kernel(
     slot = 0
     if not ATOMIC:
         slot = unit * tl.num_programs(1) + col_blk
-    _wsum(part_ptr, a00, slot, K, offs_k, mask_k, 0, ATOMIC)
-    _wsum(part_ptr, a01, slot, K, offs_k, mask_k, 1, ATOMIC)
-    _wsum(part_ptr, a02, slot, K, offs_k, mask_k, 2, ATOMIC)
-    _wsum(part_ptr, a10, slot, K, offs_k, mask_k, 3, ATOMIC)
-    _wsum(part_ptr, a11, slot, K, offs_k, mask_k, 4, ATOMIC)
-    _wsum(part_ptr, a12, slot, K, offs_k, mask_k, 5, ATOMIC)
-    _wsum(part_ptr, a20, slot, K, offs_k, mask_k, 6, ATOMIC)
-    _wsum(part_ptr, a21, slot, K, offs_k, mask_k, 7, ATOMIC)
-    _wsum(part_ptr, a22, slot, K, offs_k, mask_k, 8, ATOMIC)
+    _wsum9(part_ptr, a00, a01, a02, a10, a11, a12, a20, a21, a22, slot, K, offs_k, mask_k, ATOMIC)
 
 
 @triton.jit
@@ -381,26 +400,11 @@ def dw3_tma_wgrad_pairs_kernel(
     views (dw3_tma_pairs_kernel's): x crosses L2 twice instead of three times, dy 5/3 times."""
     BWH: tl.constexpr = BW // 2
     # -- map the program to a channel block, column strip and (image, row strip)
-    c0 = tl.program_id(0) * BC
-    offs_k = c0 + tl.arange(0, BC)
-    mask_k = offs_k < K
-    col_blk = tl.program_id(1)
-    unit = tl.program_id(2)
-    n = unit // n_rows
-    o0 = (unit - n * n_rows) * BH
-    o_end = tl.minimum(o0 + BH, OH)
+    c0, offs_k, mask_k, col_blk, unit, n, o0, o_end = _wgrad_program(K, OH, BH, n_rows, BC)
     j0 = col_blk * BWH
 
     # -- three x rows an iteration with the five dy rows they meet (as dw3_tma_wgrad_kernel)
-    a00 = tl.zeros((BWH, BC), dtype=tl.float32)
-    a01 = tl.zeros((BWH, BC), dtype=tl.float32)
-    a02 = tl.zeros((BWH, BC), dtype=tl.float32)
-    a10 = tl.zeros((BWH, BC), dtype=tl.float32)
-    a11 = tl.zeros((BWH, BC), dtype=tl.float32)
-    a12 = tl.zeros((BWH, BC), dtype=tl.float32)
-    a20 = tl.zeros((BWH, BC), dtype=tl.float32)
-    a21 = tl.zeros((BWH, BC), dtype=tl.float32)
-    a22 = tl.zeros((BWH, BC), dtype=tl.float32)
+    a00, a01, a02, a10, a11, a12, a20, a21, a22 = _zeros9(BWH, BC)
     i_end = o_end - PH + 2
     for i in tl.range(o0 - PH, i_end, 3, num_stages=STAGES):
         j = i + PH - 2
@@ -423,15 +427,7 @@ def dw3_tma_wgrad_pairs_kernel(
     slot = 0
     if not ATOMIC:
         slot = unit * tl.num_programs(1) + col_blk
-    _wsum(part_ptr, a00, slot, K, offs_k, mask_k, 0, ATOMIC)
-    _wsum(part_ptr, a01, slot, K, offs_k, mask_k, 1, ATOMIC)
-    _wsum(part_ptr, a02, slot, K, offs_k, mask_k, 2, ATOMIC)
-    _wsum(part_ptr, a10, slot, K, offs_k, mask_k, 3, ATOMIC)
-    _wsum(part_ptr, a11, slot, K, offs_k, mask_k, 4, ATOMIC)
-    _wsum(part_ptr, a12, slot, K, offs_k, mask_k, 5, ATOMIC)
-    _wsum(part_ptr, a20, slot, K, offs_k, mask_k, 6, ATOMIC)
-    _wsum(part_ptr, a21, slot, K, offs_k, mask_k, 7, ATOMIC)
-    _wsum(part_ptr, a22, slot, K, offs_k, mask_k, 8, ATOMIC)
+    _wsum9(part_ptr, a00, a01, a02, a10, a11, a12, a20, a21, a22, slot, K, offs_k, mask_k, ATOMIC)
 
 
 # -- host side ---------------------------------------------------------------------
