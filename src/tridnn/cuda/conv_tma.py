@@ -328,6 +328,44 @@ def conv_tma_phases_kernel(
 
 
 @triton.jit
+def wgrad_boxes(dy_desc, x_desc, first, last, tiles_h, tiles_w, k0, c0, ah, bh, aw, bw, C,
+                BH: tl.constexpr, BW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                PREC: tl.constexpr, NB: tl.constexpr):
+    """sum over pixel boxes first..last-1 (NB images x BH x BW, image-major) of dy^T x:
+    one dy box and one x box (at the tap's origin ah, bh, aw, bw) a step, on the tensor
+    cores. Boxes past the image or past N load as zeros. Shared by wgrad_tma_kernel and
+    conv_wgrad_tma.wgrad_sched_kernel."""
+    BLOCK_P: tl.constexpr = NB * BH * BW
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for t in range(first, last):
+        tw = t % tiles_w
+        th = (t // tiles_w) % tiles_h
+        n = (t // (tiles_w * tiles_h)) * NB
+        a = dy_desc.load([n, th * BH, 0, tw * BW, k0]).reshape(BLOCK_P, BLOCK_M)
+        b = x_desc.load([n, th * BH + ah, bh, tw * BW + aw, bw * C + c0]).reshape(BLOCK_P, BLOCK_N)
+        acc = tl.dot(a.T, b, acc, input_precision=PREC)
+    return acc
+
+
+@triton.jit
+def blend_tile(acc, dw_ptr, rows, cols, tap, K, C_DW, ws_k, ws_c, ws_h, ws_w, KH, KW, alpha, beta,
+               FLIP: tl.constexpr, BETA_ZERO: tl.constexpr):
+    """dw[rows, cols, tap] = alpha * acc + beta * dw, clipped to K x C_DW; loop tap
+    (kh, kw) is filter tap (KH-1-kh, KW-1-kw) in CONVOLUTION mode (FLIP)."""
+    kh = tap // KW
+    kw = tap - kh * KW
+    if FLIP:
+        kh = KH - 1 - kh
+        kw = KW - 1 - kw
+    ptrs = dw_ptr + (rows.to(tl.int64) * ws_k + kh * ws_h + kw * ws_w)[:, None] + cols[None, :] * ws_c
+    mask = (rows < K)[:, None] & (cols < C_DW)[None, :]
+    v = acc * alpha
+    if not BETA_ZERO:
+        v += beta * tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(ptrs, v.to(dw_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def wgrad_tma_kernel(
         part_ptr,  # float32 partial sums [SLICES, K, T, C]
         dw_ptr,    # DIRECT (one slice): the filter gradient itself, at strides ws_*
@@ -344,7 +382,6 @@ def wgrad_tma_kernel(
     images, e.g. 7x7: more real pixels per MMA; images past N load as zeros). DIRECT (a
     single slice): dw = alpha * sum + beta * dw is stored at once, with no float32
     partials and no finish pass (the tap flipped in CONVOLUTION mode, as wgrad_finish)."""
-    BLOCK_P: tl.constexpr = NB * BH * BW
     # -- map the program to (output-channel block, input-channel block, tap, slice)
     pid = tl.program_id(0)
     tap = tl.program_id(1)
@@ -359,30 +396,15 @@ def wgrad_tma_kernel(
     last = tl.minimum(first + tiles_per_slice, tl.cdiv(N, NB) * tiles_h * tiles_w)
 
     # -- reduction over the slice's pixel tiles (dy rows past the edge load as zeros)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for t in range(first, last):
-        tw = t % tiles_w
-        th = (t // tiles_w) % tiles_h
-        n = (t // (tiles_w * tiles_h)) * NB
-        a = dy_desc.load([n, th * BH, 0, tw * BW, k0]).reshape(BLOCK_P, BLOCK_M)
-        b = x_desc.load([n, th * BH + ah, bh, tw * BW + aw, bw * C + c0]).reshape(BLOCK_P, BLOCK_N)
-        acc = tl.dot(a.T, b, acc, input_precision=PREC)
+    acc = wgrad_boxes(dy_desc, x_desc, first, last, tiles_h, tiles_w, k0, c0, ah, bh, aw, bw, C,
+                      BH, BW, BLOCK_M, BLOCK_N, PREC, NB)
 
     # -- store the partial, or (DIRECT) the blended gradient
     rows = k0 + tl.arange(0, BLOCK_M)
     cols = c0 + tl.arange(0, BLOCK_N)
     if DIRECT:
-        kh = tap // KW
-        kw = tap - kh * KW
-        if FLIP:
-            kh = KH - 1 - kh
-            kw = KW - 1 - kw
-        ptrs = dw_ptr + (rows.to(tl.int64) * ws_k + kh * ws_h + kw * ws_w)[:, None] + cols[None, :] * ws_c
-        mask = (rows < K)[:, None] & (cols < C_DW)[None, :]
-        v = acc * alpha
-        if not BETA_ZERO:
-            v += beta * tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
-        tl.store(ptrs, v.to(dw_ptr.dtype.element_ty), mask=mask)
+        blend_tile(acc, dw_ptr, rows, cols, tap, K, C_DW, ws_k, ws_c, ws_h, ws_w, KH, KW, alpha, beta,
+                   FLIP, BETA_ZERO)
     else:
         offs = ((s * K + rows).to(tl.int64) * T + tap)[:, None] * C + cols[None, :]
         tl.store(part_ptr + offs, acc, mask=(rows < K)[:, None] & (cols < C)[None, :])

@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from .common import cdiv, launch
-from .conv_tma import Plan, descriptor, tap_origin
+from .conv_tma import Plan, blend_tile, descriptor, tap_origin, wgrad_boxes
 from .geometry import geometry, input_precision, strides5
 
 
@@ -55,7 +55,6 @@ def wgrad_sched_kernel(
         PREC: tl.constexpr, NB: tl.constexpr, FLIP: tl.constexpr, BETA_ZERO: tl.constexpr):
     """dw[k, tap, c] = sum over pixels of dy[p, k] * x[p + tap, c] for one output tile
     (a whole one, blended into dw) or one pixel slice of a split tile (a float32 partial)."""
-    BLOCK_P: tl.constexpr = NB * BH * BW
     # -- map the program to (tile, pixel boxes): tiles are (tap, k block, c block)
     pid = tl.program_id(0)
     tiles_h = tl.cdiv(OH, BH)
@@ -74,14 +73,8 @@ def wgrad_sched_kernel(
     _, _, ah, bh, aw, bw = tap_origin(tap, NTW, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W, SH, SW, OFF_H, OFF_W)
 
     # -- reduction over the pixel boxes (dy past the image or past N loads as zeros)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for t in range(first, last):
-        tw = t % tiles_w
-        th = (t // tiles_w) % tiles_h
-        n = (t // (tiles_w * tiles_h)) * NB
-        a = dy_desc.load([n, th * BH, 0, tw * BW, k0]).reshape(BLOCK_P, BLOCK_M)
-        b = x_desc.load([n, th * BH + ah, bh, tw * BW + aw, bw * C + c0]).reshape(BLOCK_P, BLOCK_N)
-        acc = tl.dot(a.T, b, acc, input_precision=PREC)
+    acc = wgrad_boxes(dy_desc, x_desc, first, last, tiles_h, tiles_w, k0, c0, ah, bh, aw, bw, C,
+                      BH, BW, BLOCK_M, BLOCK_N, PREC, NB)
 
     # -- store: a whole tile blends into dw (tap flipped in CONVOLUTION mode), a slice
     #    writes its partial
@@ -94,24 +87,6 @@ def wgrad_sched_kernel(
         slot = (q % SLICES) * (T * num_m * num_n - DIRECT) + (tile - DIRECT)
         offs = slot.to(tl.int64) * (BLOCK_M * BLOCK_N) + (i * BLOCK_N)[:, None] + j[None, :]
         tl.store(part_ptr + offs, acc)
-
-
-@triton.jit
-def blend_tile(acc, dw_ptr, rows, cols, tap, K, C_DW, ws_k, ws_c, ws_h, ws_w, KH, KW, alpha, beta,
-               FLIP: tl.constexpr, BETA_ZERO: tl.constexpr):
-    """dw[rows, cols, tap] = alpha * acc + beta * dw, clipped to K x C_DW; loop tap
-    (kh, kw) is filter tap (KH-1-kh, KW-1-kw) in CONVOLUTION mode (FLIP)."""
-    kh = tap // KW
-    kw = tap - kh * KW
-    if FLIP:
-        kh = KH - 1 - kh
-        kw = KW - 1 - kw
-    ptrs = dw_ptr + (rows.to(tl.int64) * ws_k + kh * ws_h + kw * ws_w)[:, None] + cols[None, :] * ws_c
-    mask = (rows < K)[:, None] & (cols < C_DW)[None, :]
-    v = acc * alpha
-    if not BETA_ZERO:
-        v += beta * tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
-    tl.store(ptrs, v.to(dw_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit(do_not_specialize=["K", "C", "C_DW", "DIRECT", "R", "SLICES", "KH", "KW"])
