@@ -1143,6 +1143,26 @@ def _cl_route(acc, arg, g, tap):
 
 
 @triton.jit
+def _cl_fused_tile(C, D, TILES_H, TILES_W, STEPS, A0, A1, xsn, xsd, gsn, gsd, dsn, dsd, BIG: tl.constexpr,
+                   EVEN_C: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
+    """A fused backward program's tile, the same in both designs (_cl_fused_backward sizes
+    the grid for it): (its column pairs j or groups m [BLOCK_W], channels, channel mask,
+    the x, dy and dx offsets of its (n, d), its run of output rows [a0, a1))."""
+    n, d, h_blk, w_blk, c = _cl_tile_ids(C, D, TILES_H, TILES_W, BLOCK_C, BIG)
+    w = w_blk * BLOCK_W + tl.arange(0, BLOCK_W)
+    if EVEN_C:
+        c_mask = tl.full([BLOCK_C], 1, tl.int1)
+    else:
+        c_mask = c < C
+    x_base = n * xsn + d * xsd
+    g_base = n * gsn + d * gsd
+    d_base = n * dsn + d * dsd
+    a0 = A0 + h_blk * STEPS
+    a1 = tl.minimum(a0 + STEPS, A1)
+    return w, c, c_mask, x_base, g_base, d_base, a0, a1
+
+
+@triton.jit
 def _pool_cl_max_backward_kernel(x_ptr, dy_ptr, dx_ptr, C, D, IH, IW, OH, OW, TILES_H, TILES_J, STEPS, A0, A1,
                                  # strides of N, D, H, W (the channel stride is 1): x, dy, dx
                                  xsn, xsd, xsh, xsw, gsn, gsd, gsh, gsw, dsn, dsd, dsh, dsw, alpha, beta,
@@ -1158,14 +1178,8 @@ def _pool_cl_max_backward_kernel(x_ptr, dy_ptr, dx_ptr, C, D, IH, IW, OH, OW, TI
     j + t at kw = p + PW - SW * t. Sums run over (output row, output column) ascending,
     the order of the two-pass gather, so dx is the same bit for bit."""
     # map the program to its tile and run of output rows [a0, a1)
-    n, d, h_blk, j_blk, c = _cl_tile_ids(C, D, TILES_H, TILES_J, BLOCK_C, BIG)
-    j = j_blk * BLOCK_J + tl.arange(0, BLOCK_J)
-    c_mask = c < C
-    x_base = n * xsn + d * xsd
-    g_base = n * gsn + d * gsd
-    d_base = n * dsn + d * dsd
-    a0 = A0 + h_blk * STEPS
-    a1 = tl.minimum(a0 + STEPS, A1)
+    j, c, c_mask, x_base, g_base, d_base, a0, a1 = _cl_fused_tile(C, D, TILES_H, TILES_J, STEPS, A0, A1, xsn, xsd,
+                                                                  gsn, gsd, dsn, dsd, BIG, False, BLOCK_J, BLOCK_C)
     CARRY: tl.constexpr = KH == SH + 1
     TWO: tl.constexpr = T_HI > T_LO
     # output row a0 - 1: its taps and dy (and, carried, its last input row's folds)
@@ -1329,17 +1343,8 @@ def _pool_cl_max_backward_phases_kernel(x_ptr, dy_ptr, dx_ptr, C, D, IH, IW, OH,
     sums run over (output row, output column) ascending, the two-pass order, so dx is the
     same bit for bit. Needs KH <= 2 SH."""
     # map the program to its tile and run of output rows [a0, a1)
-    n, d, h_blk, m_blk, c = _cl_tile_ids(C, D, TILES_H, TILES_M, BLOCK_C, BIG)
-    m = m_blk * BLOCK_M + tl.arange(0, BLOCK_M)
-    if EVEN_C:
-        c_mask = tl.full([BLOCK_C], 1, tl.int1)
-    else:
-        c_mask = c < C
-    x_base = n * xsn + d * xsd
-    g_base = n * gsn + d * gsd
-    d_base = n * dsn + d * dsd
-    a0 = A0 + h_blk * STEPS
-    a1 = tl.minimum(a0 + STEPS, A1)
+    m, c, c_mask, x_base, g_base, d_base, a0, a1 = _cl_fused_tile(C, D, TILES_H, TILES_M, STEPS, A0, A1, xsn, xsd,
+                                                                  gsn, gsd, dsn, dsd, BIG, EVEN_C, BLOCK_M, BLOCK_C)
     CARRY: tl.constexpr = KH == SH + 1
     zero = tl.zeros([BLOCK_M, BLOCK_C], COMPUTE)
     top = ()
