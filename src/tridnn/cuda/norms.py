@@ -25,8 +25,8 @@ import triton
 import triton.language as tl
 
 from ..errors import BadParamError
-from .layer_utils import (NCSStaging, blend_args, channels_last, check_dtypes, compute_dtype, ncs_dims,
-                          ncs_strides, needs_int64)
+from .layer_utils import (NCSStaging, blend_args, blend_store, channels_last, check_dtypes, compute_dtype,
+                          ncs_dims, ncs_strides, needs_int64)
 
 MAX_TILE = 8192
 # rows of more than 1024 elements that fit one tile (layer/RMS norm forward): each
@@ -131,16 +131,28 @@ def _row_norm_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_pt
         y = (x - mean[:, None]) * inv[:, None] * w[None, :]
         if HAS_BIAS:
             y += tl.load(bias_ptr + k, mask=k_mask, other=0.0).to(COMPUTE)[None, :]
-        y = y.to(COMPUTE) * alpha
         y_off = r[:, None] * ysr + k[None, :] * ysk
-        if HAS_BETA:
-            y += tl.load(y_ptr + y_off, mask=mask, other=0.0).to(COMPUTE) * beta
-        tl.store(y_ptr + y_off, y.to(y_ptr.dtype.element_ty), mask=mask)
+        blend_store(y_ptr, y_off, mask, y.to(COMPUTE), alpha, beta, HAS_BETA)
 
 
 @triton.jit
 def _add_pair(a0, a1, b0, b1):
     return a0 + b0, a1 + b1
+
+
+@triton.jit
+def _row_moments(x, mask, K, eps, RMS: tl.constexpr):
+    """(mean, inv) of a row of K values held in registers (lanes off ``mask`` hold zeros),
+    two passes: the mean, then the squared deviations from it (RMS: mean 0, mean of x^2)."""
+    if RMS:
+        mean = 0.0
+        var = tl.sum(x * x, axis=0) / K
+    else:
+        mean = tl.sum(x, axis=0) / K
+        d = tl.where(mask, x - mean, 0.0)
+        var = tl.sum(d * d, axis=0) / K
+    inv = 1.0 / tl.sqrt(var + eps)
+    return mean, inv
 
 
 @triton.jit
@@ -167,21 +179,16 @@ def _row_norm_rows_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_ptr, 
         mask = k_mask & row_ok
         x = tl.load(x_ptr + r * xsr + k * xsk, mask=mask, other=0.0).to(COMPUTE)
         # statistics
-        if RMS:
-            mean = 0.0
-            var = tl.sum(x * x, axis=0) / K
-        elif ONE_PASS:
+        if ONE_PASS and not RMS:
             shift = tl.load(x_ptr + r * xsr, mask=row_ok, other=0.0).to(COMPUTE)
             d = tl.where(mask, x - shift, 0.0)
             s1, s2 = tl.reduce((d, d * d), 0, _add_pair)
             m_shift = s1 / K
             var = tl.maximum(s2 / K - m_shift * m_shift, 0.0)
             mean = shift + m_shift
+            inv = 1.0 / tl.sqrt(var + eps)
         else:
-            mean = tl.sum(x, axis=0) / K
-            d = tl.where(mask, x - mean, 0.0)
-            var = tl.sum(d * d, axis=0) / K
-        inv = 1.0 / tl.sqrt(var + eps)
+            mean, inv = _row_moments(x, mask, K, eps, RMS)
         if SAVE:
             if not RMS:
                 tl.store(mean_ptr + r, mean.to(mean_ptr.dtype.element_ty), mask=row_ok)
@@ -190,11 +197,8 @@ def _row_norm_rows_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_ptr, 
         y = (x - mean) * inv * w
         if HAS_BIAS:
             y += b
-        y = y.to(COMPUTE) * alpha
         y_off = r * ysr + k * ysk
-        if HAS_BETA:
-            y += tl.load(y_ptr + y_off, mask=mask, other=0.0).to(COMPUTE) * beta
-        tl.store(y_ptr + y_off, y.to(y_ptr.dtype.element_ty), mask=mask)
+        blend_store(y_ptr, y_off, mask, y.to(COMPUTE), alpha, beta, HAS_BETA)
 
 
 @triton.jit
@@ -224,14 +228,7 @@ def _row_norm_ahead_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_ptr,
         x = x_next.to(COMPUTE)
         x_next = tl.load(x_ptr + (r + 1) * xsr + k * xsk, mask=k_mask & (r + 1 < last), other=0.0)
         # statistics: two passes over the row in registers
-        if RMS:
-            mean = 0.0
-            var = tl.sum(x * x, axis=0) / K
-        else:
-            mean = tl.sum(x, axis=0) / K
-            d = tl.where(k_mask, x - mean, 0.0)
-            var = tl.sum(d * d, axis=0) / K
-        inv = 1.0 / tl.sqrt(var + eps)
+        mean, inv = _row_moments(x, k_mask, K, eps, RMS)
         if SAVE:
             if not RMS:
                 tl.store(mean_ptr + r, mean.to(mean_ptr.dtype.element_ty))
@@ -244,11 +241,8 @@ def _row_norm_ahead_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_ptr,
             if not HOLD_PARAMS:
                 b = tl.load(bias_ptr + k, mask=k_mask, other=0.0, eviction_policy="evict_last").to(COMPUTE)
             y += b
-        y = y.to(COMPUTE) * alpha
         y_off = r * ysr + k * ysk
-        if HAS_BETA:
-            y += tl.load(y_ptr + y_off, mask=k_mask, other=0.0).to(COMPUTE) * beta
-        tl.store(y_ptr + y_off, y.to(y_ptr.dtype.element_ty), mask=k_mask)
+        blend_store(y_ptr, y_off, k_mask, y.to(COMPUTE), alpha, beta, HAS_BETA)
 
 
 @triton.jit
@@ -331,14 +325,7 @@ def _row_norm_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_pt
                 mean, inv = _row_stats(x_ptr, mean_ptr, inv_ptr, row, xsr, xsk, K, eps, RMS, True, COMPUTE,
                                        BLOCK_K)
             else:
-                if RMS:
-                    mean = 0.0
-                    var = tl.sum(x * x, axis=0) / K
-                else:
-                    mean = tl.sum(x, axis=0) / K
-                    d = tl.where(k_mask, x - mean, 0.0)
-                    var = tl.sum(d * d, axis=0) / K
-                inv = 1.0 / tl.sqrt(var + eps)
+                mean, inv = _row_moments(x, k_mask, K, eps, RMS)
             xhat = tl.where(k_mask, (x - mean) * inv, 0.0)
             g = dy * w
             if PAIR and not RMS:
@@ -352,11 +339,8 @@ def _row_norm_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_pt
                     dx = inv * (g - tl.sum(g, axis=0) / K - xhat * mean_gx)
             dscale_acc += dy * xhat
             dbias_acc += dy
-            dx = dx.to(COMPUTE) * alpha
             d_off = row * dsr + k_all * dsk
-            if HAS_BETA:
-                dx += tl.load(dx_ptr + d_off, mask=k_mask, other=0.0).to(COMPUTE) * beta
-            tl.store(dx_ptr + d_off, dx.to(dx_ptr.dtype.element_ty), mask=k_mask)
+            blend_store(dx_ptr, d_off, k_mask, dx.to(COMPUTE), alpha, beta, HAS_BETA)
         tl.store(part_row + k_all, dscale_acc, mask=k_mask)
         tl.store(part_row + K + k_all, dbias_acc, mask=k_mask)
     else:
@@ -392,11 +376,9 @@ def _row_norm_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_pt
                 dy = tl.load(dy_ptr + row * gsr + k * gsk, mask=k_mask, other=0.0).to(COMPUTE)
                 w = tl.load(scale_ptr + k, mask=k_mask, other=0.0).to(COMPUTE)
                 xhat = (x - mean) * inv
-                dx = (inv * (dy * w - mean_g - xhat * mean_gx)).to(COMPUTE) * alpha
+                dx = inv * (dy * w - mean_g - xhat * mean_gx)
                 d_off = row * dsr + k * dsk
-                if HAS_BETA:
-                    dx += tl.load(dx_ptr + d_off, mask=k_mask, other=0.0).to(COMPUTE) * beta
-                tl.store(dx_ptr + d_off, dx.to(dx_ptr.dtype.element_ty), mask=k_mask)
+                blend_store(dx_ptr, d_off, k_mask, dx.to(COMPUTE), alpha, beta, HAS_BETA)
 
 
 @triton.jit
@@ -707,11 +689,8 @@ def _group_norm_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_
         s = s0 + tl.arange(0, BLOCK_S)
         mask = (s[:, None] < S) & c_mask[None, :]
         x = tl.load(x_ptr + _group_offsets(n, s, c, xsn, xss, xsc), mask=mask, other=0.0).to(COMPUTE)
-        y = (x * a[None, :] + off[None, :]).to(COMPUTE) * alpha
         y_off = _group_offsets(n, s, c, ysn, yss, ysc)
-        if HAS_BETA:
-            y += tl.load(y_ptr + y_off, mask=mask, other=0.0).to(COMPUTE) * beta
-        tl.store(y_ptr + y_off, y.to(y_ptr.dtype.element_ty), mask=mask)
+        blend_store(y_ptr, y_off, mask, (x * a[None, :] + off[None, :]).to(COMPUTE), alpha, beta, HAS_BETA)
 
 
 @triton.jit
@@ -764,11 +743,9 @@ def _group_norm_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_
         x = tl.load(x_ptr + _group_offsets(n, s, c, xsn, xss, xsc), mask=mask, other=0.0).to(COMPUTE)
         dy = tl.load(dy_ptr + _group_offsets(n, s, c, gsn, gss, gsc), mask=mask, other=0.0).to(COMPUTE)
         xhat = (x - mean) * inv
-        dx = (inv * (dy * w[None, :] - mean_g - xhat * mean_gx)).to(COMPUTE) * alpha
+        dx = inv * (dy * w[None, :] - mean_g - xhat * mean_gx)
         d_off = _group_offsets(n, s, c, dsn, dss, dsc)
-        if HAS_BETA:
-            dx += tl.load(dx_ptr + d_off, mask=mask, other=0.0).to(COMPUTE) * beta
-        tl.store(dx_ptr + d_off, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        blend_store(dx_ptr, d_off, mask, dx.to(COMPUTE), alpha, beta, HAS_BETA)
 
 
 # split design: statistics over [BLOCK_S, BLOCK_C] tiles of each sample's split runs
