@@ -463,6 +463,7 @@ def test_row_norms_several_rows_per_program(one_pass, dtype, rng, monkeypatch):
     """Rows of 1024 < K <= MAX_TILE take the kernel that loops over ROWS_PER_PROGRAM rows
     (3 here, so the last program has one row of 7); statistics both ways, with blending."""
     calls = []
+    monkeypatch.setattr(norms, "ROW_FORWARD", "rows")  # (layer norm's default is the ahead kernel)
     monkeypatch.setattr(norms, "ROWS_PER_PROGRAM", 3)
     monkeypatch.setattr(norms, "ONE_PASS_STATS", one_pass)
     monkeypatch.setattr(norms, "_row_norm_rows_kernel", _Recorder(norms._row_norm_rows_kernel, "rows", calls))
@@ -608,8 +609,11 @@ TILE_KERNELS = {"split": "_dropout_split_kernel", "join": "_dropout_join_kernel"
 @pytest.mark.parametrize("layout,kernel", [("NCHW", "_dropout_flat_kernel"), ("NHWC", "_dropout_split_kernel"),
                                            ("strided", "_dropout_split_kernel")])
 def test_dropout_takes_the_grouped_kernels(layout, kernel, rng, monkeypatch):
-    """Aligned offsets and W % 4 == 0 must not fall back to one Philox call per element."""
+    """Aligned offsets and W % 4 == 0 must not fall back to one Philox call per element.
+    (NCHW through the groups4 flat kernel here; vec8, the default, draws the same mask:
+    test_cuda_norms_dropout_fast.)"""
     calls = []
+    monkeypatch.setattr(dropout, "FLAT_KERNEL", "groups4")
     monkeypatch.setattr(dropout, "NHWC_DRAW", "split")
     for name in ("_dropout_flat_kernel", *TILE_KERNELS.values(), "_dropout_element_kernel"):
         real = getattr(dropout, name)
@@ -645,8 +649,10 @@ def test_dropout_tile_designs_draw_the_nchw_mask(draw, layout, aligned, merge_w,
     tiles along W, the inner dim and the outer dims, with ragged edges (W = 20 is 5
     groups of 4 in tiles of 2, H x W merged 15 groups; 5 channels in tiles of 4).
     ``aligned`` False hands a reserve whose first byte is not 4-byte aligned (the split
-    design then stores bytes). ``merge_w``: dropout.MERGE_W."""
+    design then stores bytes). ``merge_w``: dropout.MERGE_W. The NCHW side takes the
+    groups4 flat kernel (vec8, the default, draws the same mask: test_cuda_norms_dropout_fast)."""
     calls = []
+    monkeypatch.setattr(dropout, "FLAT_KERNEL", "groups4")
     if draw == "split-keep-from-word":  # the split kernel with SPLIT_KEEP_FROM_WORD
         draw = "split"
         monkeypatch.setattr(dropout, "SPLIT_KEEP_FROM_WORD", True)
