@@ -5,9 +5,10 @@
 padding as zeros, in x's dtype. Rows are padded with zeros to R_PAD, a multiple of 32
 columns, so every row starts 64-byte aligned and the matmul's loads of col need no
 mask along r and vectorize (a first layer has R = 7 * 7 * 3 = 147: unpadded, each row
-starts anywhere and every load is split into 2-byte pieces). ``gemm_kernel`` then multiplies it by the filter
-seen as a [taps x Cg, Kg] matrix per group (read at the filter's own strides, the
-CONVOLUTION flip folded into the tap index) and ends in the fused epilogue. The
+starts anywhere and every load is split into 2-byte pieces). ``gemm_kernel`` then
+multiplies it by the filter seen as a [taps x Cg, Kg] matrix per group (read at the
+filter's own strides, the CONVOLUTION flip folded into the tap index) and ends in the
+fused epilogue. The
 explicit matrix costs a write and a read of taps x the input, which implicit GEMM
 avoids; in exchange the matmul streams plain rows with no gather or bounds checks.
 """
@@ -184,7 +185,11 @@ class GemmForward(TritonConvAlgorithm):
         else:
             base = GPU_CONFIGS_32 if problem.dtype.itemsize == 4 else GPU_CONFIGS_16
             r_pad = padded_row(geometry(problem))
-            cands = [c if r_pad % c["BLOCK_K"] == 0 else dict(c, BLOCK_K=ROW_ALIGN) for c in base]
+            cands = []
+            for c in base:  # BLOCK_K must divide R_PAD; a narrowed config may repeat another
+                c = c if r_pad % c["BLOCK_K"] == 0 else dict(c, BLOCK_K=ROW_ALIGN)
+                if c not in cands:
+                    cands.append(c)
         key = (problem.key(), spec is not None and spec.act_code, "fwd-gemm")
         cfg = self.tuner.pick(key, cands, lambda c, out: launch_gemm(problem, col, w, out, 1.0, 0.0, spec, c),
                               y, y.device)

@@ -81,15 +81,16 @@ BIAS_BLOCK = 1024  # elements a program (128 threads x one 16-byte vector for bf
 CONTIGUOUS_ROWS_KERNEL = "ahead"
 RUNS_ROWS = 8
 RUNS_BLOCK = 2048
-# "ahead" (issue 5; the same ops as "runs", rows of 1024 < R <= 8 * CONTIGUOUS_ROWS_BLOCK_R
+# "ahead" (issue 5; the same ops as "runs", rows of 1024 < R <= 8 * AHEAD_BLOCK_R
 # along a contiguous axis, any row starts): _reduce_ahead_kernel, one resident wave of
 # programs (AHEAD_PROGRAMS_PER_SM an SM) each a run of rows, a whole row loaded as a
-# [steps, CONTIGUOUS_ROWS_BLOCK_R] tile and the next row's load issued before this row is
+# [steps, AHEAD_BLOCK_R] tile and the next row's load issued before this row is
 # reduced. "rows" runs 16384 short programs for 64x256x56x56 (4 steps each, all loads
 # issued at once, then a block reduction): the SM's programs start and finish together, so
 # the memory pipe idles at every handover; the ahead programs keep a row each in flight
-# throughout. The steps fold in "rows"' order (step 0 first, then the 1024 lanes), so the
-# sums are those of "rows" where the compiler keeps that lane layout (checked by the sweep).
+# throughout. The steps fold in "rows"' order (step 0 first, then the lanes), so with the
+# same step size the sums are those of "rows" where the compiler keeps that lane layout
+# (checked by the sweep).
 AHEAD_PROGRAMS_PER_SM = 8
 AHEAD_BLOCK_R = 2048  # elements a step of the ahead kernel (rows of R <= 8 steps)
 RUNS_OPS = (RED_ADD, RED_MUL, RED_AVG, RED_NORM1, RED_NORM2, RED_MUL_NO_ZEROS)
