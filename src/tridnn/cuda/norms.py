@@ -382,17 +382,25 @@ def _row_norm_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_pt
 
 
 @triton.jit
+def _sum_down_rows(part_ptr, rows, row_stride, c, c_mask, COMPUTE: tl.constexpr, BLOCK_ROWS: tl.constexpr,
+                   BLOCK_K: tl.constexpr):
+    """sum over rows of part[row * row_stride + c] for the columns c: [BLOCK_ROWS, BLOCK_K]
+    tiles down the rows, the rows of a tile folded at the end (in COMPUTE)."""
+    acc = tl.zeros([BLOCK_ROWS, BLOCK_K], COMPUTE)
+    for r0 in range(0, rows, BLOCK_ROWS):
+        r = r0 + tl.arange(0, BLOCK_ROWS)
+        mask = (r[:, None] < rows) & c_mask[None, :]
+        acc += tl.load(part_ptr + r[:, None] * row_stride + c[None, :], mask=mask, other=0.0)
+    return tl.sum(acc, axis=0)
+
+
+@triton.jit
 def _column_sum_kernel(part_ptr, out_ptr, rows, K, row_stride, out_stride,
                        COMPUTE: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
     """out[k] = sum over rows of part[row * row_stride + k] (partials and sum in COMPUTE)."""
     k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
     k_mask = k < K
-    acc = tl.zeros([BLOCK_ROWS, BLOCK_K], COMPUTE)
-    for r0 in range(0, rows, BLOCK_ROWS):
-        r = r0 + tl.arange(0, BLOCK_ROWS)
-        mask = (r[:, None] < rows) & k_mask[None, :]
-        acc += tl.load(part_ptr + r[:, None] * row_stride + k[None, :], mask=mask, other=0.0)
-    total = tl.sum(acc, axis=0)
+    total = _sum_down_rows(part_ptr, rows, row_stride, k, k_mask, COMPUTE, BLOCK_ROWS, BLOCK_K)
     tl.store(out_ptr + k * out_stride, total.to(out_ptr.dtype.element_ty), mask=k_mask)
 
 
@@ -401,18 +409,11 @@ def _param_sums_kernel(part_ptr, ds_ptr, db_ptr, rows, K, COLS, ds_stride, db_st
                        COMPUTE: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
     """dscale[k] and dbias[k] from the partial rows part[row, 0:K] and part[row, K:2K]
     (row length 2K) in one launch: column c of the first COLS columns (K: dscale only,
-    2K: both) sums down the rows in [BLOCK_ROWS, BLOCK_K] tiles, the rows of a tile
-    folded at the end (partials and sums in COMPUTE)."""
-    # map the program to BLOCK_K of the partial columns
+    2K: both) sums down the rows (partials and sums in COMPUTE)."""
+    # map the program to BLOCK_K of the partial columns, and sum them down the rows
     c = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
     c_mask = c < COLS
-    # loop down the rows
-    acc = tl.zeros([BLOCK_ROWS, BLOCK_K], COMPUTE)
-    for r0 in range(0, rows, BLOCK_ROWS):
-        r = r0 + tl.arange(0, BLOCK_ROWS)
-        mask = (r[:, None] < rows) & c_mask[None, :]
-        acc += tl.load(part_ptr + r[:, None] * (2 * K) + c[None, :], mask=mask, other=0.0)
-    total = tl.sum(acc, axis=0)
+    total = _sum_down_rows(part_ptr, rows, 2 * K, c, c_mask, COMPUTE, BLOCK_ROWS, BLOCK_K)
     # columns below K are dscale's, the rest dbias's
     is_ds = c < K
     tl.store(ds_ptr + c * ds_stride, total.to(ds_ptr.dtype.element_ty), mask=c_mask & is_ds)
