@@ -4,6 +4,8 @@ Run on the CPU through Triton's interpreter (Handle(device="cpu", backend="trito
 on tiny shapes, against the float64 references; outputs are NaN-poisoned so an
 unwritten element fails, and beta == 0 must not read them.
 """
+import sys
+
 import numpy as np
 import pytest
 
@@ -300,18 +302,13 @@ def test_fused_forward_rejects_overlapping_bias_or_partial_z():
 def test_float32_math_types_pick_the_dot_precision():
     """DEFAULT float32 runs three tf32 products (float32-level error on tensor cores),
     TENSOR_OP plain tf32, FMA strict IEEE on CUDA cores; half types ignore the choice."""
-    from tridnn.algorithms.problem import ConvProblem
     from tridnn.cuda.geometry import input_precision
     want = {tridnn.MathType.DEFAULT: "tf32x3", tridnn.MathType.TENSOR_OP: "tf32",
             tridnn.MathType.TENSOR_OP_ALLOW_CONVERSION: "tf32", tridnn.MathType.FMA: "ieee"}
     dt = {"float32": tridnn.DataType.FLOAT, "float16": tridnn.DataType.HALF, "bfloat16": tridnn.DataType.BFLOAT16}
     for dtype in ("float32", "float16", "bfloat16"):
-        x = tridnn.TensorDescriptor.packed((2, 4, 5, 5), dt[dtype], tridnn.TensorFormat.NHWC)
-        w = tridnn.FilterDescriptor((4, 4, 3, 3), dt[dtype], tridnn.TensorFormat.NHWC)
         for math_type, prec in want.items():
-            cd = T.conv(T.P(4, 4, (5, 5), 3, 1, 1), math=math_type)
-            y = tridnn.TensorDescriptor.packed(cd.output_dims(x, w), dt[dtype], tridnn.TensorFormat.NHWC)
-            got = input_precision(ConvProblem("fwd", x, w, y, cd))
+            got = input_precision(_problem_of(T.P(4, 4, (5, 5), 3, 1, 1), dt[dtype], math_type))
             assert got == (prec if dtype == "float32" else "ieee"), (dtype, math_type, got)
 
 
@@ -329,7 +326,7 @@ def test_float32_math_types_reach_the_kernel_and_match_the_reference(math_type, 
             seen.append(consts["PREC"])
         return real(kernel, grid, args, consts, *rest, **kw)
     monkeypatch.setattr(common, "launch", spy)
-    for mod in list(__import__("sys").modules.values()):
+    for mod in list(sys.modules.values()):
         if getattr(mod, "__name__", "").startswith("tridnn.cuda.") and getattr(mod, "launch", None) is real:
             monkeypatch.setattr(mod, "launch", spy)
     p = T.P(16, 16, (4, 5), 3, 1, 1)
@@ -356,11 +353,11 @@ def test_gemm_forward_rows_of_several_pixel_runs(case, layout, rng):
     assert conv_gemm.padded_row(conv_gemm.geometry(_problem_of(case))) % conv_gemm.ROW_ALIGN == 0
 
 
-def _problem_of(p):
+def _problem_of(p, dtype=tridnn.DataType.FLOAT, math_type=tridnn.MathType.DEFAULT):
+    """The forward ConvProblem of a T.P case, batch 2, NHWC."""
     from tridnn.algorithms.problem import ConvProblem
-    x = tridnn.TensorDescriptor.packed((1, p["C"], *p["spatial"]), tridnn.DataType.FLOAT, tridnn.TensorFormat.NHWC)
-    w = tridnn.FilterDescriptor((p["K"], p["C"] // p["groups"], *p["kernel"]), tridnn.DataType.FLOAT,
-                                tridnn.TensorFormat.NHWC)
-    cd = T.conv(p)
-    y = tridnn.TensorDescriptor.packed(cd.output_dims(x, w), tridnn.DataType.FLOAT, tridnn.TensorFormat.NHWC)
+    x = tridnn.TensorDescriptor.packed((2, p["C"], *p["spatial"]), dtype, tridnn.TensorFormat.NHWC)
+    w = tridnn.FilterDescriptor((p["K"], p["C"] // p["groups"], *p["kernel"]), dtype, tridnn.TensorFormat.NHWC)
+    cd = T.conv(p, math=math_type)
+    y = tridnn.TensorDescriptor.packed(cd.output_dims(x, w), dtype, tridnn.TensorFormat.NHWC)
     return ConvProblem("fwd", x, w, y, cd)
