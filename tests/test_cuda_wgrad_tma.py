@@ -259,3 +259,11 @@ def test_no_tile_config_offers_the_rejected_combination():
     assert not any(rejected(c["num_warps"], c["num_stages"], c["BLOCK_M"], c["BLOCK_N"])
                    for c in conv_tma.WGRAD_TILE + conv_tma.WGRAD_SMALL)
     assert not any(c["num_warps"] == 8 for c in conv_tma.PHASE_EXTRA)
+
+
+def test_small_forward_configs_leave_out_the_rejected_box():
+    """Two 8x8 images x 128 columns at 8 warps / 3 stages disagreed with the reference
+    config on res5_ds forward in two H200 runs (Triton 3.6): SMALL_CONFIGS does not offer it."""
+    from tridnn.cuda import conv_tma
+    shapes = {(c.get("NB", 1), c["BLOCK_N"], c["num_warps"], c["num_stages"]) for c in conv_tma.SMALL_CONFIGS}
+    assert (2, 128, 8, 3) not in shapes and (2, 128, 4, 4) in shapes
