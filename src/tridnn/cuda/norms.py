@@ -623,6 +623,19 @@ GROUP_NORM_SPLIT = {"forward": "always", "backward": "channels_last"}  # per dir
 SPLITS_PER_SAMPLE = None  # None: as many as one resident wave of GN_PROGRAMS_PER_SM per SM allows
 GN_PROGRAMS_PER_SM = 2
 GN_TILE = 4096
+# the resident design (issue 5; kernels below): one program holds a whole group (or GPP
+# adjacent channels-last groups) in registers, so x (backward: x and dy) is read once.
+# GROUP_NORM_RESIDENT per direction (or one value for both): "channels_first" (not for
+# channels-last views), "always" or "never" (GROUP_NORM_SPLIT then picks). It is taken
+# when the held tile (positions and channels padded to powers of two, at the data's
+# element size; backward x and dy) is at most GN_RESIDENT_BYTES, else the designs above
+# serve. Warps: GN_RESIDENT_PER_THREAD elements a thread, at most GN_RESIDENT_WARPS.
+GROUP_NORM_RESIDENT = {"forward": "channels_first", "backward": "channels_first"}
+GN_RESIDENT_BYTES = {"forward": 65536, "backward": 131072}
+GN_RESIDENT_GPP = 2
+GN_RESIDENT_WARPS = 16
+GN_RESIDENT_PER_THREAD = 64
+GN_RESIDENT_NARROW = True
 
 
 @triton.jit
@@ -893,6 +906,145 @@ def _gn_apply_kernel(x_ptr, dy_ptr, out_ptr, coef_ptr, C, S, SB, SPS, per, split
     tl.store(out_ptr + o_off, out.to(out_ptr.dtype.element_ty), mask=mask, eviction_policy="evict_first")
 
 
+# resident design (issue 5): a program holds its whole group(s) in registers, so x (and dy)
+# are read from DRAM once: statistics are two passes over the registers (exact, like the
+# reference), then y (dx) is written from the same registers. The tile is
+# [BLOCK_S, GPP, BLOCK_C]: all positions of GPP adjacent groups of one sample (GPP = 1
+# for NCHW: one contiguous run; channels-last: GPP groups' channels are adjacent in each
+# pixel, so 2 groups of 8 bf16 channels fill a 32-byte sector).
+@triton.jit
+def _resident_tile(n, pid_g, G, CG, S, sn, ss, sc, BIG: tl.constexpr, EXACT: tl.constexpr, GPP: tl.constexpr,
+                   BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Offsets [BLOCK_S, GPP, BLOCK_C] of block pid_g's groups in sample n, their mask,
+    the groups [GPP] and channels [GPP, BLOCK_C] (EXACT: CG == BLOCK_C, the channel
+    mask is a constant, so channels-last loads stay vectorized)."""
+    g = pid_g * GPP + tl.arange(0, GPP)
+    ci = tl.arange(0, BLOCK_C)
+    if EXACT:
+        c = g[:, None] * BLOCK_C + ci[None, :]
+        c_mask = (g[:, None] < G) & (ci[None, :] < BLOCK_C)
+    else:
+        c = g[:, None] * CG + ci[None, :]
+        c_mask = (g[:, None] < G) & (ci[None, :] < CG)
+    s = tl.arange(0, BLOCK_S)
+    if BIG:
+        n = n.to(tl.int64)
+        s = s.to(tl.int64)
+        c = c.to(tl.int64)
+    offs = n * sn + s[:, None, None] * ss + c[None, :, :] * sc
+    mask = (s[:, None, None] < S) & c_mask[None, :, :]
+    return offs, mask, g, c, c_mask
+
+
+@triton.jit
+def _widen(v, COMPUTE: tl.constexpr, WAY: tl.constexpr):
+    """v in COMPUTE. Held bfloat16 tiles (v.dtype bf16, WAY 1 or 2) are widened at each
+    use by a different exact instruction sequence (bits << 16, or the 16 bits packed over
+    a zero half), so neither LLVM nor ptxas merges the uses into one float32 copy that
+    would stay live: the registers hold the 2-byte values (half the registers)."""
+    if WAY == 1:
+        return tl.inline_asm_elementwise("{ .reg .b32 t; cvt.u32.u16 t, $1; shl.b32 $0, t, 16; }", "=r,h", [v],
+                                         dtype=tl.float32, is_pure=True, pack=1).to(COMPUTE)
+    elif WAY == 2:
+        return tl.inline_asm_elementwise("{ .reg .b16 z; mov.b16 z, 0; mov.b32 $0, {z, $1}; }", "=r,h", [v],
+                                         dtype=tl.float32, is_pure=True, pack=1).to(COMPUTE)
+    elif WAY == 3:
+        return tl.inline_asm_elementwise("{ .reg .b32 t; cvt.u32.u16 t, $1; prmt.b32 $0, t, 0, 0x1044; }", "=r,h",
+                                         [v], dtype=tl.float32, is_pure=True, pack=1).to(COMPUTE)
+    else:
+        return v.to(COMPUTE)
+
+
+@triton.jit
+def _resident_stats(x, mask, count, eps, COMPUTE: tl.constexpr, NARROW: tl.constexpr):
+    """Per-group mean and 1/std [GPP] of the held tile x: two passes over the registers
+    (the mean, then the squared deviations from it), widened WAY 0 and 1."""
+    mean = tl.sum(tl.sum(_widen(x, COMPUTE, 0), axis=2), axis=0) / count
+    d = tl.where(mask, _widen(x, COMPUTE, 1 if NARROW else 0) - mean[None, :, None], 0.0)
+    var = tl.sum(tl.sum(d * d, axis=2), axis=0) / count
+    return mean, 1.0 / tl.sqrt(var + eps)
+
+
+@triton.jit
+def _gn_resident_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_ptr,  # tensors
+                                G, CG, S,  # groups, channels a group, positions
+                                xsn, xsc, xss, ysn, ysc, yss,  # (N, C, S) strides
+                                eps: tl.float64, alpha: tl.float64, beta: tl.float64,
+                                HAS_BIAS: tl.constexpr, SAVE: tl.constexpr, HAS_BETA: tl.constexpr,
+                                BIG: tl.constexpr, COMPUTE: tl.constexpr, NARROW: tl.constexpr, EXACT: tl.constexpr,
+                                GPP: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
+    """GPP groups of one sample a program: one load of the groups, their statistics from
+    registers, y = x * a + b stored from the same registers (NARROW: bfloat16 held as
+    loaded, widened per use)."""
+    eps, alpha, beta = tl.full([], eps, COMPUTE), tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
+    # map the program to (sample, block of groups)
+    pid = tl.program_id(0)
+    blocks = tl.cdiv(G, GPP)
+    n = pid // blocks
+    pid_g = pid % blocks
+    offs, mask, g, c, c_mask = _resident_tile(n, pid_g, G, CG, S, xsn, xss, xsc, BIG, EXACT, GPP, BLOCK_S, BLOCK_C)
+    # the one read of x; everything below works on registers
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    mean, inv = _resident_stats(x, mask, CG * S, eps, COMPUTE, NARROW)
+    g_mask = g < G
+    if SAVE:
+        tl.store(mean_ptr + n * G + g, mean.to(mean_ptr.dtype.element_ty), mask=g_mask)
+        tl.store(inv_ptr + n * G + g, inv.to(inv_ptr.dtype.element_ty), mask=g_mask)
+    w = tl.load(scale_ptr + c, mask=c_mask, other=0.0).to(COMPUTE)
+    a = w * inv[:, None]
+    off = -mean[:, None] * a
+    if HAS_BIAS:
+        off += tl.load(bias_ptr + c, mask=c_mask, other=0.0).to(COMPUTE)
+    y = _widen(x, COMPUTE, 2 if NARROW else 0) * a[None, :, :] + off[None, :, :]
+    y_offs, _, _, _, _ = _resident_tile(n, pid_g, G, CG, S, ysn, yss, ysc, BIG, EXACT, GPP, BLOCK_S, BLOCK_C)
+    blend_store(y_ptr, y_offs, mask, y, alpha, beta, HAS_BETA)
+
+
+@triton.jit
+def _gn_resident_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_ptr, part_ptr,  # tensors
+                                 G, CG, S, C,  # groups, channels a group, positions, channels
+                                 xsn, xsc, xss, gsn, gsc, gss, dsn, dsc, dss,  # (N, C, S) strides
+                                 eps: tl.float64, alpha: tl.float64, beta: tl.float64,
+                                 HAS_STATS: tl.constexpr, HAS_BETA: tl.constexpr, BIG: tl.constexpr,
+                                 COMPUTE: tl.constexpr, NARROW: tl.constexpr, EXACT: tl.constexpr,
+                                 GPP: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
+    """dx for GPP groups of one sample, x and dy held in registers (each read once); the
+    per-channel sum(dy x_hat) and sum(dy) of this sample into part[n, 2, C]."""
+    eps, alpha, beta = tl.full([], eps, COMPUTE), tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
+    pid = tl.program_id(0)
+    blocks = tl.cdiv(G, GPP)
+    n = pid // blocks
+    pid_g = pid % blocks
+    offs, mask, g, c, c_mask = _resident_tile(n, pid_g, G, CG, S, xsn, xss, xsc, BIG, EXACT, GPP, BLOCK_S, BLOCK_C)
+    g_offs, _, _, _, _ = _resident_tile(n, pid_g, G, CG, S, gsn, gss, gsc, BIG, EXACT, GPP, BLOCK_S, BLOCK_C)
+    # both loads issued before any arithmetic: the one read of x and dy
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    dy = tl.load(dy_ptr + g_offs, mask=mask, other=0.0)
+    count = CG * S
+    g_mask = g < G
+    if HAS_STATS:
+        mean = tl.load(mean_ptr + n * G + g, mask=g_mask, other=0.0).to(COMPUTE)
+        inv = tl.load(inv_ptr + n * G + g, mask=g_mask, other=0.0).to(COMPUTE)
+    else:
+        mean, inv = _resident_stats(x, mask, count, eps, COMPUTE, NARROW)
+    # per-channel sums (x widened one way), then dx (another way; dy likewise)
+    xhat = tl.where(mask, (_widen(x, COMPUTE, (0 if HAS_STATS else 2) if NARROW else 0) - mean[None, :, None]) * inv[None, :, None], 0.0)
+    dyf = _widen(dy, COMPUTE, 0)
+    ch_dy = tl.sum(dyf, axis=0)  # [GPP, BLOCK_C]
+    ch_dyx = tl.sum(dyf * xhat, axis=0)
+    if BIG:
+        n = n.to(tl.int64)
+    tl.store(part_ptr + n * 2 * C + c, ch_dyx, mask=c_mask)
+    tl.store(part_ptr + n * 2 * C + C + c, ch_dy, mask=c_mask)
+    w = tl.load(scale_ptr + c, mask=c_mask, other=0.0).to(COMPUTE)
+    mean_g = tl.sum(ch_dy * w, axis=1) / count  # [GPP]
+    mean_gx = tl.sum(ch_dyx * w, axis=1) / count
+    xhat = (_widen(x, COMPUTE, (1 if HAS_STATS else 3) if NARROW else 0) - mean[None, :, None]) * inv[None, :, None]
+    dyw = _widen(dy, COMPUTE, 1 if NARROW else 0) * w[None, :, :]
+    dx = inv[None, :, None] * (dyw - mean_g[None, :, None] - xhat * mean_gx[None, :, None])
+    d_offs, _, _, _, _ = _resident_tile(n, pid_g, G, CG, S, dsn, dss, dsc, BIG, EXACT, GPP, BLOCK_S, BLOCK_C)
+    blend_store(dx_ptr, d_offs, mask, dx, alpha, beta, HAS_BETA)
+
 def _group_setup(x, groups):
     groups = int(groups)
     C = x.shape[1]
@@ -1005,6 +1157,57 @@ def _split_stats_only(xv, ones, mean_f, inv_f, G, CG, eps, plan, big):
                                   BLOCK_SPS=triton.next_power_of_2(plan.sps), BLOCK_CG=triton.next_power_of_2(CG))
 
 
+def _resident_plan(xv, CG, G, direction):
+    """(GPP, BLOCK_S, BLOCK_C, warps) of the resident design, or None when it is switched
+    off for this layout or the held tile would exceed GN_RESIDENT_BYTES."""
+    rule = GROUP_NORM_RESIDENT if isinstance(GROUP_NORM_RESIDENT, str) else GROUP_NORM_RESIDENT[direction]
+    if rule not in ("channels_first", "always", "never"):
+        raise ValueError(f"norms.GROUP_NORM_RESIDENT must be 'channels_first', 'always' or 'never', got {rule!r}")
+    last = channels_last(xv)
+    if rule == "never" or (rule == "channels_first" and last):
+        return None
+    _, _, S = ncs_dims(xv)
+    block_c = triton.next_power_of_2(CG)
+    gpp = 1
+    if last:  # adjacent groups until a pixel's piece fills a 32-byte sector
+        while gpp < GN_RESIDENT_GPP and gpp * block_c * xv.element_size() < 32 and gpp < G:
+            gpp *= 2
+    block_s = triton.next_power_of_2(S)
+    elems = block_s * gpp * block_c
+    held = elems * xv.element_size() * (2 if direction == "backward" else 1)
+    if held > GN_RESIDENT_BYTES[direction]:
+        return None
+    warps = max(4, min(GN_RESIDENT_WARPS, elems // (32 * GN_RESIDENT_PER_THREAD)))
+    return gpp, block_s, block_c, warps
+
+
+def _narrow(xv):
+    """bfloat16 tiles are held as loaded and widened per use (_widen)."""
+    return xv.dtype == torch.bfloat16 and GN_RESIDENT_NARROW
+
+
+def _resident_forward(xv, yv, scale, bias, mean_f, inv_f, G, CG, eps, alpha, beta, has_beta, big, plan):
+    gpp, block_s, block_c, warps = plan
+    N, C, S = ncs_dims(xv)
+    save = mean_f is not None
+    _gn_resident_forward_kernel[(N * triton.cdiv(G, gpp),)](
+        xv, yv, scale, bias if bias is not None else scale, mean_f if save else xv, inv_f if save else xv, G, CG, S,
+        *ncs_strides(xv), *ncs_strides(yv), float(eps), alpha, beta, HAS_BIAS=bias is not None, SAVE=save, HAS_BETA=has_beta, BIG=big,
+        COMPUTE=compute_dtype(xv), NARROW=_narrow(xv), EXACT=block_c == CG, GPP=gpp, BLOCK_S=block_s, BLOCK_C=block_c,
+        num_warps=warps)
+
+
+def _resident_backward(xv, gv, dv, scale, mean_f, inv_f, part, G, CG, eps, alpha, beta, has_beta, big, plan):
+    gpp, block_s, block_c, warps = plan
+    N, C, S = ncs_dims(xv)
+    has_stats = mean_f is not None
+    _gn_resident_backward_kernel[(N * triton.cdiv(G, gpp),)](
+        xv, gv, dv, scale, mean_f if has_stats else xv, inv_f if has_stats else xv, part, G, CG, S, C,
+        *ncs_strides(xv), *ncs_strides(gv), *ncs_strides(dv), float(eps), alpha, beta, HAS_STATS=has_stats,
+        HAS_BETA=has_beta, BIG=big, COMPUTE=compute_dtype(xv), NARROW=_narrow(xv), EXACT=block_c == CG, GPP=gpp, BLOCK_S=block_s,
+        BLOCK_C=block_c, num_warps=warps)
+
+
 def group_norm_forward(x, y, scale, bias, mean, inv_std, groups, epsilon, alpha=1.0, beta=0.0) -> None:
     """y = alpha * (normalized over each (n, group) * scale[c] + bias[c]) + beta * y;
     saves mean and inv_std of shape (N, groups) when given."""
@@ -1021,7 +1224,11 @@ def group_norm_forward(x, y, scale, bias, mean, inv_std, groups, epsilon, alpha=
     mean_f = _flat(mean, staging, True) if save else None
     inv_f = _flat(inv_std, staging, True) if save else None
     big = needs_int64(xv, yv)
-    if _use_split(xv, "forward"):
+    plan = _resident_plan(xv, CG, G, "forward")
+    if plan is not None:
+        _resident_forward(xv, yv, _flat(scale), _flat(bias), mean_f, inv_f, G, CG, epsilon, alpha, beta, has_beta,
+                          big, plan)
+    elif _use_split(xv, "forward"):
         _split_forward(xv, yv, _flat(scale), _flat(bias), mean_f, inv_f, G, CG, epsilon, alpha, beta, has_beta,
                        x, big)
     else:
@@ -1049,7 +1256,12 @@ def group_norm_backward(x, dy, dx, scale, dscale, dbias, mean, inv_std, groups, 
     has_stats = mean is not None and inv_std is not None
     part = torch.empty(N * 2 * C, dtype=_workspace_dtype(x), device=x.device)
     big = needs_int64(xv, gv, dv)
-    if _use_split(xv, "backward"):
+    plan = _resident_plan(xv, CG, G, "backward")
+    if plan is not None:
+        _resident_backward(xv, gv, dv, _flat(scale), _flat(mean) if has_stats else None,
+                           _flat(inv_std) if has_stats else None, part, G, CG, epsilon, alpha, beta, has_beta, big,
+                           plan)
+    elif _use_split(xv, "backward"):
         _split_backward(xv, gv, dv, _flat(scale), _flat(mean) if has_stats else None,
                         _flat(inv_std) if has_stats else None, G, CG, epsilon, alpha, beta, has_beta, x, big, part)
     else:
