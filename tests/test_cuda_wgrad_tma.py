@@ -256,6 +256,9 @@ def test_no_tile_config_offers_the_rejected_combination():
     from tridnn.cuda import conv_tma, conv_wgrad_tma
     rejected = lambda warps, stages, bm, bn: warps == 8 and stages == 4 and bm * bn >= 128 * 128
     assert not any(rejected(w, s, bm, bn) for _, bm, bn, w, s in conv_wgrad_tma.TILES + conv_wgrad_tma.NARROW_TILES)
+    # 64-pixel boxes at 8 warps and 128 x 128 were rejected with 3 stages too (14:05 UTC)
+    assert not any(px == 64 and w == 8 and bm * bn >= 128 * 128
+                   for px, bm, bn, w, _ in conv_wgrad_tma.TILES + conv_wgrad_tma.NARROW_TILES)
     assert not any(rejected(c["num_warps"], c["num_stages"], c["BLOCK_M"], c["BLOCK_N"])
                    for c in conv_tma.WGRAD_TILE + conv_tma.WGRAD_SMALL)
     assert not any(c["num_warps"] == 8 for c in conv_tma.PHASE_EXTRA)

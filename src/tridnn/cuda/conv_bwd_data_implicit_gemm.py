@@ -24,6 +24,7 @@ from ..types import ConvBwdDataAlgo
 from ..workspace import Buffer
 from . import conv_depthwise_backward as depthwise
 from . import conv_tma
+from . import conv_tma_streamk as streamk
 from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, problem_key, split_rows
 from .conv_implicit_gemm import gemm_estimate
 from .epilogue import store_tile
@@ -172,11 +173,12 @@ class ImplicitGemmBackwardData(TritonConvAlgorithm):
         return gemm_estimate(problem, efficiency=0.9)
 
     def buffers(self, problem):
-        """None, except for few input channels (C = 3): a zero-padded copy of the filter
-        that the TMA kernel can read (see conv_tma.padded_channels)."""
+        """For few input channels (C = 3): a zero-padded copy of the filter that the TMA
+        kernel can read (see conv_tma.padded_channels); at stride 1 where stream-K may be
+        offered (conv_tma_streamk.workspace_buffers): its float32 partial pieces."""
         pad = conv_tma.padded_channels(problem)
         if not pad:
-            return []
+            return streamk.workspace_buffers(problem, "bwd_data")
         geo = geometry(problem)
         return [Buffer("w_pad", (geo.k, geo.ker[1], geo.ker[2], pad), problem.dtype.numpy)]
 
@@ -193,11 +195,14 @@ class ImplicitGemmBackwardData(TritonConvAlgorithm):
         else:
             plan = conv_tma.backward_data_plan(problem, dy, w, dx)
         if plan is not None:  # channels-last: forward convolutions of dy by TMA boxes
-            cfg = self.tuner.pick((problem_key(problem), "bwd-data-tma", conv_tma.plan_kind(plan)),
-                                  lambda: conv_tma.candidates(plan, dx.device, problem),
-                                  lambda c, out: conv_tma.launch_conv(plan, problem, dy, w, out, 1.0, 0.0, c,
-                                                                      kmajor=True), dx, dx.device)
-            conv_tma.launch_conv(plan, problem, dy, w, dx, alpha, beta, cfg, kmajor=True)
+            # stride 1 (one plan) with the workspace's stream-K buffer: stream-K configs after the others
+            part = workspace.get("sk_part")
+            cands = lambda: streamk.with_streamk(conv_tma.candidates(plan, dx.device, problem), plan, dx.device,
+                                                 problem, part)
+            cfg = self.tuner.pick((problem_key(problem), "bwd-data-tma", conv_tma.plan_kind(plan), part is not None),
+                                  cands, lambda c, out: streamk.launch_any(plan, problem, dy, w, out, 1.0, 0.0, c, part,
+                                                                           kmajor=True), dx, dx.device)
+            streamk.launch_any(plan, problem, dy, w, dx, alpha, beta, cfg, part, kmajor=True)
             return
         if dx.device.type != "cuda":
             cands = [_cfg(16, 16, 16, 1, 1)]

@@ -30,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import conv_depthwise_tma, conv_direct
+from . import conv_depthwise_tma, conv_depthwise_wgrad, conv_direct
 from .common import Tuner, cdiv, launch, next_pow2, sm_count, split_rows
 from .epilogue import store_tile
 from .geometry import geometry, needs_int64, strides5
@@ -409,11 +409,13 @@ def wgrad3_candidates(problem, device, slices, atomic, cap):
     programs of 4 warps per SM (ALGO_0 asked for 4 x SMs programs in all), too few loads
     in flight; the others run 4, 8 or 16 programs per SM (ALGO_1: up to ``cap`` slices,
     the partial buffer's; 64 today), 8 elements per thread, and FLAT tiles (pixel runs
-    across rows: no masked columns at OW = 7, 14, 28 against BW = 16-32)."""
+    across rows: no masked columns at OW = 7, 14, 28 against BW = 16-32). Last, the row
+    walker of conv_depthwise_wgrad (KIND rows: multiplier 1, stride 1 or 2)."""
     first = dict(_wgrad3_config(problem, device, None if atomic else slices), slices=slices)
     if device.type != "cuda":
         return [first, dict(first, FLAT=True)]
-    return _pointer_wgrad3_candidates(problem, device, first, cap) + tma_wgrad_candidates(problem, device, cap)
+    return (_pointer_wgrad3_candidates(problem, device, first, cap) + tma_wgrad_candidates(problem, device, cap)
+            + conv_depthwise_wgrad.candidates(problem, device, cap))
 
 
 def tma_wgrad_candidates(problem, device, cap):
@@ -476,6 +478,8 @@ _wgrad_tuner = Tuner(tolerance=3e-3)  # slice counts (ALGO_0) change the summati
 def _launch_wgrad3(problem, x, dy, part, slices, atomic, cfg, cap=65535):
     """dw3_wgrad_kernel (or KIND tma: conv_depthwise_tma's, when the layouts allow it)
     into part; returns the slices used."""
+    if cfg.get("KIND") == "rows" and conv_depthwise_wgrad.applies(problem):  # the row walker (any layout)
+        return conv_depthwise_wgrad.launch_rows(problem, x, dy, part, atomic, cfg, cap)
     if cfg.get("KIND") == "tma":
         if conv_depthwise_tma.wgrad_layout_ok(problem, x, dy, cfg):
             return conv_depthwise_tma.launch_wgrad(problem, x, dy, part, atomic, cfg, cap)

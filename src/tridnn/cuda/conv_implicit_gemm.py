@@ -24,6 +24,7 @@ import triton.language as tl
 
 from ..types import ConvFwdAlgo
 from . import conv_tma
+from . import conv_tma_streamk as streamk
 from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, problem_key, sm_count, split_rows
 from .epilogue import launch_args, spec_of, store_tile
 from .geometry import geometry, input_precision, needs_int64, strides5
@@ -332,13 +333,17 @@ def gemm_estimate(problem, efficiency=1.0) -> float:
     return max(problem.flops / rate, moved / 3.5e12) / efficiency + 5e-6
 
 
-def run_tma_forward(tuner, plan, problem, x, w, y, alpha, beta, spec):
-    """Tune (first call) and launch conv_tma's forward kernel for a plan."""
-    key = (problem_key(problem), spec is not None and spec.act_code, "fwd-tma", conv_tma.plan_kind(plan))
-    cfg = tuner.pick(key, lambda: conv_tma.candidates(plan, y.device, problem),
-                     lambda c, out: conv_tma.launch_conv(plan, problem, x, w, out, 1.0, 0.0, c, spec=spec),
+def run_tma_forward(tuner, plan, problem, x, w, y, alpha, beta, spec, part=None):
+    """Tune (first call) and launch conv_tma's forward kernel for a plan. ``part``: the
+    workspace's stream-K partial buffer (conv_tma_streamk), when the algorithm declared
+    one: then stream-K configs are timed after conv_tma's."""
+    key = (problem_key(problem), spec is not None and spec.act_code, "fwd-tma", conv_tma.plan_kind(plan),
+           part is not None)
+    cfg = tuner.pick(key, lambda: streamk.with_streamk(conv_tma.candidates(plan, y.device, problem), plan, y.device,
+                                                       problem, part),
+                     lambda c, out: streamk.launch_any(plan, problem, x, w, out, 1.0, 0.0, c, part, spec=spec),
                      y, y.device)
-    conv_tma.launch_conv(plan, problem, x, w, y, alpha, beta, cfg, spec=spec)
+    streamk.launch_any(plan, problem, x, w, y, alpha, beta, cfg, part, spec=spec)
 
 
 class ImplicitGemmForward(TritonConvAlgorithm):
@@ -351,12 +356,17 @@ class ImplicitGemmForward(TritonConvAlgorithm):
     def estimate(self, problem):
         return gemm_estimate(problem)
 
+    def buffers(self, problem):
+        """None, except where stream-K may be offered (few tiles for the GPU: see
+        conv_tma_streamk.workspace_buffers): its float32 partial pieces."""
+        return streamk.workspace_buffers(problem, "fwd")
+
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
         spec = spec_of(epilogue)
         plan = conv_tma.forward_plan(problem, x, w, y, spec.z if spec is not None else None)
         if plan is not None:  # channels-last, stride 1 or 1x1: the input boxes come by TMA
-            run_tma_forward(self.tuner, plan, problem, x, w, y, alpha, beta, spec)
+            run_tma_forward(self.tuner, plan, problem, x, w, y, alpha, beta, spec, workspace.get("sk_part"))
             return
         cands = lambda: candidates(problem, geometry(problem), y.device, allow_split=False)
         key = (problem_key(problem), spec is not None and spec.act_code, "fwd-ig")

@@ -123,7 +123,9 @@ def wgrad_tiles_finish(part_ptr, dw_ptr, K, C, C_DW, DIRECT, R, SLICES, ws_k, ws
 # Not 8 warps with 4 stages at 128 x 128: on the H200 (2026-11-30 11:50 UTC, Triton 3.6)
 # every such config with 64-pixel boxes on the tile plans (res3/res4/res5 3x3) gave
 # results the tuner's cross-check rejected, as the same combination did in conv_tma.
-TILES = [(128, 128, 128, 8, 3), (64, 128, 128, 8, 3), (128, 64, 128, 4, 3)]
+# Nor 8 warps at 128 x 128 with 64-pixel boxes and 3 stages: rejected on every 3x3 and
+# 14x14 1x1 layer it was timed on at batch 64 and 256 (2026-11-30 14:05 UTC); 4 warps instead.
+TILES = [(128, 128, 128, 8, 3), (64, 128, 128, 4, 3), (128, 64, 128, 4, 3)]
 # 64 x 64 tiles for layers with 64 channels on a side (res2_3x3), where the 128-wide ones
 # are half padding: 96 or 64 KB of shared memory, so two or three programs an SM.
 NARROW_TILES = [(128, 64, 64, 4, 3), (64, 64, 64, 4, 4)]
