@@ -43,7 +43,8 @@ import pstats
 import statistics
 import time
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
+if __name__ == "__main__":  # run as the script: the interpreter (stubbed launches); imported: left alone
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import torch  # noqa: E402
 
