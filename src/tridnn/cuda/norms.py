@@ -909,15 +909,18 @@ def _gn_apply_kernel(x_ptr, dy_ptr, out_ptr, coef_ptr, C, S, SB, SPS, per, split
 # resident design (issue 5): a program holds its whole group(s) in registers, so x (and dy)
 # are read from DRAM once: statistics are two passes over the registers (exact, like the
 # reference), then y (dx) is written from the same registers. The tile is
-# [BLOCK_S, GPP, BLOCK_C]: all positions of GPP adjacent groups of one sample (GPP = 1
-# for NCHW: one contiguous run; channels-last: GPP groups' channels are adjacent in each
-# pixel, so 2 groups of 8 bf16 channels fill a 32-byte sector).
+# [GPP, BLOCK_C, Q, SW]: GPP adjacent groups of one sample, their channels, and the
+# positions s = q * SW + j. Channels-first (NCHW: a group is one contiguous run): GPP = 1
+# and SW a few warps wide, so Triton puts the warps along the channels and SW (each thread
+# holds one channel: one base address, one scale) and a thread's Q values in a register
+# row. Channels-last: SW = 1 and Q = the positions; GPP groups' channels are adjacent in
+# each pixel, so 2 groups of 8 bf16 channels fill a 32-byte sector.
 @triton.jit
-def _resident_tile(n, pid_g, G, CG, S, sn, ss, sc, BIG: tl.constexpr, EXACT: tl.constexpr, GPP: tl.constexpr,
-                   BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
-    """Offsets [BLOCK_S, GPP, BLOCK_C] of block pid_g's groups in sample n, their mask,
-    the groups [GPP] and channels [GPP, BLOCK_C] (EXACT: CG == BLOCK_C, the channel
-    mask is a constant, so channels-last loads stay vectorized)."""
+def _resident_tile(n, pid_g, G, CG, S, sn, sc, ss, BIG: tl.constexpr, EXACT: tl.constexpr, GPP: tl.constexpr,
+                   BLOCK_C: tl.constexpr, Q: tl.constexpr, SW: tl.constexpr):
+    """Offsets [GPP, BLOCK_C, Q, SW] of block pid_g's groups in sample n, their mask, the
+    groups [GPP] and channels [GPP, BLOCK_C] (EXACT: CG == BLOCK_C, the channel mask is
+    a constant, so channels-last loads stay vectorized)."""
     g = pid_g * GPP + tl.arange(0, GPP)
     ci = tl.arange(0, BLOCK_C)
     if EXACT:
@@ -926,22 +929,42 @@ def _resident_tile(n, pid_g, G, CG, S, sn, ss, sc, BIG: tl.constexpr, EXACT: tl.
     else:
         c = g[:, None] * CG + ci[None, :]
         c_mask = (g[:, None] < G) & (ci[None, :] < CG)
-    s = tl.arange(0, BLOCK_S)
+    s = tl.arange(0, Q)[:, None] * SW + tl.arange(0, SW)[None, :]
     if BIG:
         n = n.to(tl.int64)
         s = s.to(tl.int64)
         c = c.to(tl.int64)
-    offs = n * sn + s[:, None, None] * ss + c[None, :, :] * sc
-    mask = (s[:, None, None] < S) & c_mask[None, :, :]
+    offs = n * sn + c[:, :, None, None] * sc + s[None, None, :, :] * ss
+    mask = c_mask[:, :, None, None] & (s[None, None, :, :] < S)
     return offs, mask, g, c, c_mask
 
 
 @triton.jit
+def _channel_sums(t, CF: tl.constexpr):
+    """[GPP, BLOCK_C] sums over the positions, the in-thread axis first."""
+    if CF:
+        return tl.sum(tl.sum(t, axis=2), axis=2)
+    return tl.sum(tl.sum(t, axis=3), axis=2)
+
+
+@triton.jit
+def _at_groups(v):
+    """[GPP] -> broadcast over the tile."""
+    return v[:, None, None, None]
+
+
+@triton.jit
+def _at_channels(v):
+    """[GPP, BLOCK_C] -> broadcast over the tile."""
+    return v[:, :, None, None]
+
+
+@triton.jit
 def _widen(v, COMPUTE: tl.constexpr, WAY: tl.constexpr):
-    """v in COMPUTE. Held bfloat16 tiles (v.dtype bf16, WAY 1 or 2) are widened at each
-    use by a different exact instruction sequence (bits << 16, or the 16 bits packed over
-    a zero half), so neither LLVM nor ptxas merges the uses into one float32 copy that
-    would stay live: the registers hold the 2-byte values (half the registers)."""
+    """v in COMPUTE. Held bfloat16 tiles (v.dtype bf16, WAY 1 to 3) are widened at each
+    use by a different exact instruction sequence (bits << 16, the 16 bits packed over a
+    zero half, a byte permute), so neither LLVM nor ptxas merges the uses into one float32
+    copy that would stay live: the registers hold the 2-byte values (half the registers)."""
     if WAY == 1:
         return tl.inline_asm_elementwise("{ .reg .b32 t; cvt.u32.u16 t, $1; shl.b32 $0, t, 16; }", "=r,h", [v],
                                          dtype=tl.float32, is_pure=True, pack=1).to(COMPUTE)
@@ -956,12 +979,12 @@ def _widen(v, COMPUTE: tl.constexpr, WAY: tl.constexpr):
 
 
 @triton.jit
-def _resident_stats(x, mask, count, eps, COMPUTE: tl.constexpr, NARROW: tl.constexpr):
+def _resident_stats(x, mask, count, eps, COMPUTE: tl.constexpr, NARROW: tl.constexpr, CF: tl.constexpr):
     """Per-group mean and 1/std [GPP] of the held tile x: two passes over the registers
     (the mean, then the squared deviations from it), widened WAY 0 and 1."""
-    mean = tl.sum(tl.sum(_widen(x, COMPUTE, 0), axis=2), axis=0) / count
-    d = tl.where(mask, _widen(x, COMPUTE, 1 if NARROW else 0) - mean[None, :, None], 0.0)
-    var = tl.sum(tl.sum(d * d, axis=2), axis=0) / count
+    mean = tl.sum(_channel_sums(_widen(x, COMPUTE, 0), CF), axis=1) / count
+    d = tl.where(mask, _widen(x, COMPUTE, 1 if NARROW else 0) - _at_groups(mean), 0.0)
+    var = tl.sum(_channel_sums(d * d, CF), axis=1) / count
     return mean, 1.0 / tl.sqrt(var + eps)
 
 
@@ -972,7 +995,8 @@ def _gn_resident_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv
                                 eps: tl.float64, alpha: tl.float64, beta: tl.float64,
                                 HAS_BIAS: tl.constexpr, SAVE: tl.constexpr, HAS_BETA: tl.constexpr,
                                 BIG: tl.constexpr, COMPUTE: tl.constexpr, NARROW: tl.constexpr, EXACT: tl.constexpr,
-                                GPP: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
+                                CF: tl.constexpr, GPP: tl.constexpr, BLOCK_C: tl.constexpr, Q: tl.constexpr,
+                                SW: tl.constexpr):
     """GPP groups of one sample a program: one load of the groups, their statistics from
     registers, y = x * a + b stored from the same registers (NARROW: bfloat16 held as
     loaded, widened per use)."""
@@ -982,21 +1006,22 @@ def _gn_resident_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv
     blocks = tl.cdiv(G, GPP)
     n = pid // blocks
     pid_g = pid % blocks
-    offs, mask, g, c, c_mask = _resident_tile(n, pid_g, G, CG, S, xsn, xss, xsc, BIG, EXACT, GPP, BLOCK_S, BLOCK_C)
+    offs, mask, g, c, c_mask = _resident_tile(n, pid_g, G, CG, S, xsn, xsc, xss, BIG, EXACT, GPP, BLOCK_C, Q, SW)
     # the one read of x; everything below works on registers
     x = tl.load(x_ptr + offs, mask=mask, other=0.0)
-    mean, inv = _resident_stats(x, mask, CG * S, eps, COMPUTE, NARROW)
+    mean, inv = _resident_stats(x, mask, CG * S, eps, COMPUTE, NARROW, CF)
     g_mask = g < G
     if SAVE:
         tl.store(mean_ptr + n * G + g, mean.to(mean_ptr.dtype.element_ty), mask=g_mask)
         tl.store(inv_ptr + n * G + g, inv.to(inv_ptr.dtype.element_ty), mask=g_mask)
+    # y = x * a + b with per-channel a, b
     w = tl.load(scale_ptr + c, mask=c_mask, other=0.0).to(COMPUTE)
     a = w * inv[:, None]
-    off = -mean[:, None] * a
+    b = -mean[:, None] * a
     if HAS_BIAS:
-        off += tl.load(bias_ptr + c, mask=c_mask, other=0.0).to(COMPUTE)
-    y = _widen(x, COMPUTE, 2 if NARROW else 0) * a[None, :, :] + off[None, :, :]
-    y_offs, _, _, _, _ = _resident_tile(n, pid_g, G, CG, S, ysn, yss, ysc, BIG, EXACT, GPP, BLOCK_S, BLOCK_C)
+        b += tl.load(bias_ptr + c, mask=c_mask, other=0.0).to(COMPUTE)
+    y = _widen(x, COMPUTE, 2 if NARROW else 0) * _at_channels(a) + _at_channels(b)
+    y_offs, _, _, _, _ = _resident_tile(n, pid_g, G, CG, S, ysn, ysc, yss, BIG, EXACT, GPP, BLOCK_C, Q, SW)
     blend_store(y_ptr, y_offs, mask, y, alpha, beta, HAS_BETA)
 
 
@@ -1007,7 +1032,8 @@ def _gn_resident_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv
                                  eps: tl.float64, alpha: tl.float64, beta: tl.float64,
                                  HAS_STATS: tl.constexpr, HAS_BETA: tl.constexpr, BIG: tl.constexpr,
                                  COMPUTE: tl.constexpr, NARROW: tl.constexpr, EXACT: tl.constexpr,
-                                 GPP: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr):
+                                 CF: tl.constexpr, GPP: tl.constexpr, BLOCK_C: tl.constexpr, Q: tl.constexpr,
+                                 SW: tl.constexpr):
     """dx for GPP groups of one sample, x and dy held in registers (each read once); the
     per-channel sum(dy x_hat) and sum(dy) of this sample into part[n, 2, C]."""
     eps, alpha, beta = tl.full([], eps, COMPUTE), tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
@@ -1015,8 +1041,8 @@ def _gn_resident_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv
     blocks = tl.cdiv(G, GPP)
     n = pid // blocks
     pid_g = pid % blocks
-    offs, mask, g, c, c_mask = _resident_tile(n, pid_g, G, CG, S, xsn, xss, xsc, BIG, EXACT, GPP, BLOCK_S, BLOCK_C)
-    g_offs, _, _, _, _ = _resident_tile(n, pid_g, G, CG, S, gsn, gss, gsc, BIG, EXACT, GPP, BLOCK_S, BLOCK_C)
+    offs, mask, g, c, c_mask = _resident_tile(n, pid_g, G, CG, S, xsn, xsc, xss, BIG, EXACT, GPP, BLOCK_C, Q, SW)
+    g_offs, _, _, _, _ = _resident_tile(n, pid_g, G, CG, S, gsn, gsc, gss, BIG, EXACT, GPP, BLOCK_C, Q, SW)
     # both loads issued before any arithmetic: the one read of x and dy
     x = tl.load(x_ptr + offs, mask=mask, other=0.0)
     dy = tl.load(dy_ptr + g_offs, mask=mask, other=0.0)
@@ -1026,12 +1052,13 @@ def _gn_resident_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv
         mean = tl.load(mean_ptr + n * G + g, mask=g_mask, other=0.0).to(COMPUTE)
         inv = tl.load(inv_ptr + n * G + g, mask=g_mask, other=0.0).to(COMPUTE)
     else:
-        mean, inv = _resident_stats(x, mask, count, eps, COMPUTE, NARROW)
+        mean, inv = _resident_stats(x, mask, count, eps, COMPUTE, NARROW, CF)
     # per-channel sums (x widened one way), then dx (another way; dy likewise)
-    xhat = tl.where(mask, (_widen(x, COMPUTE, (0 if HAS_STATS else 2) if NARROW else 0) - mean[None, :, None]) * inv[None, :, None], 0.0)
+    xhat = tl.where(mask, (_widen(x, COMPUTE, (0 if HAS_STATS else 2) if NARROW else 0) - _at_groups(mean))
+                    * _at_groups(inv), 0.0)
     dyf = _widen(dy, COMPUTE, 0)
-    ch_dy = tl.sum(dyf, axis=0)  # [GPP, BLOCK_C]
-    ch_dyx = tl.sum(dyf * xhat, axis=0)
+    ch_dy = _channel_sums(dyf, CF)  # [GPP, BLOCK_C]
+    ch_dyx = _channel_sums(dyf * xhat, CF)
     if BIG:
         n = n.to(tl.int64)
     tl.store(part_ptr + n * 2 * C + c, ch_dyx, mask=c_mask)
@@ -1039,11 +1066,12 @@ def _gn_resident_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv
     w = tl.load(scale_ptr + c, mask=c_mask, other=0.0).to(COMPUTE)
     mean_g = tl.sum(ch_dy * w, axis=1) / count  # [GPP]
     mean_gx = tl.sum(ch_dyx * w, axis=1) / count
-    xhat = (_widen(x, COMPUTE, (1 if HAS_STATS else 3) if NARROW else 0) - mean[None, :, None]) * inv[None, :, None]
-    dyw = _widen(dy, COMPUTE, 1 if NARROW else 0) * w[None, :, :]
-    dx = inv[None, :, None] * (dyw - mean_g[None, :, None] - xhat * mean_gx[None, :, None])
-    d_offs, _, _, _, _ = _resident_tile(n, pid_g, G, CG, S, dsn, dss, dsc, BIG, EXACT, GPP, BLOCK_S, BLOCK_C)
+    xhat = (_widen(x, COMPUTE, (1 if HAS_STATS else 3) if NARROW else 0) - _at_groups(mean)) * _at_groups(inv)
+    dyw = _widen(dy, COMPUTE, 1 if NARROW else 0) * _at_channels(w)
+    dx = _at_groups(inv) * (dyw - _at_groups(mean_g) - xhat * _at_groups(mean_gx))
+    d_offs, _, _, _, _ = _resident_tile(n, pid_g, G, CG, S, dsn, dsc, dss, BIG, EXACT, GPP, BLOCK_C, Q, SW)
     blend_store(dx_ptr, d_offs, mask, dx, alpha, beta, HAS_BETA)
+
 
 def _group_setup(x, groups):
     groups = int(groups)
