@@ -627,14 +627,14 @@ GN_TILE = 4096
 # adjacent channels-last groups) in registers, so x (backward: x and dy) is read once.
 # GROUP_NORM_RESIDENT per direction (or one value for both): "channels_first" (not for
 # channels-last views), "always" or "never" (GROUP_NORM_SPLIT then picks). It is taken
-# when the held tile (positions and channels padded to powers of two, at the data's
-# element size; backward x and dy) is at most GN_RESIDENT_BYTES, else the designs above
-# serve. Warps: GN_RESIDENT_PER_THREAD elements a thread, at most GN_RESIDENT_WARPS.
+# when the held tile (positions and channels padded to powers of two; backward x and dy)
+# takes at most GN_RESIDENT_BYTES of registers: bfloat16 2 bytes an element when
+# GN_RESIDENT_NARROW (held as loaded, widened per use), others 4 (float64 8); else the
+# designs above serve. Warps: GN_RESIDENT_DATA_REGS held registers a thread (4 to 32 warps).
 GROUP_NORM_RESIDENT = {"forward": "channels_first", "backward": "channels_first"}
-GN_RESIDENT_BYTES = {"forward": 65536, "backward": 131072}
+GN_RESIDENT_BYTES = {"forward": 131072, "backward": 131072}
 GN_RESIDENT_GPP = 2
-GN_RESIDENT_WARPS = 16
-GN_RESIDENT_PER_THREAD = 64
+GN_RESIDENT_DATA_REGS = 32
 GN_RESIDENT_NARROW = True
 
 
@@ -918,8 +918,9 @@ def _gn_apply_kernel(x_ptr, dy_ptr, out_ptr, coef_ptr, C, S, SB, SPS, per, split
 @triton.jit
 def _resident_tile(n, pid_g, G, CG, S, sn, sc, ss, BIG: tl.constexpr, EXACT: tl.constexpr, GPP: tl.constexpr,
                    BLOCK_C: tl.constexpr, Q: tl.constexpr, SW: tl.constexpr):
-    """Offsets [GPP, BLOCK_C, Q, SW] of block pid_g's groups in sample n, their mask, the
-    groups [GPP] and channels [GPP, BLOCK_C] (EXACT: CG == BLOCK_C, the channel mask is
+    """Offsets of block pid_g's groups in sample n (a thread's part [GPP, BLOCK_C, 1, SW]
+    and the rows' [1, 1, Q, 1]: ptr + inner + outer spans the [GPP, BLOCK_C, Q, SW] tile),
+    its mask, the groups [GPP] and channels [GPP, BLOCK_C] (EXACT: CG == BLOCK_C, the channel mask is
     a constant, so channels-last loads stay vectorized)."""
     g = pid_g * GPP + tl.arange(0, GPP)
     ci = tl.arange(0, BLOCK_C)
@@ -929,14 +930,16 @@ def _resident_tile(n, pid_g, G, CG, S, sn, sc, ss, BIG: tl.constexpr, EXACT: tl.
     else:
         c = g[:, None] * CG + ci[None, :]
         c_mask = (g[:, None] < G) & (ci[None, :] < CG)
-    s = tl.arange(0, Q)[:, None] * SW + tl.arange(0, SW)[None, :]
+    q = (tl.arange(0, Q) * SW)[None, None, :, None]
+    j = tl.arange(0, SW)[None, None, None, :]
+    mask = c_mask[:, :, None, None] & (q + j < S)
     if BIG:
         n = n.to(tl.int64)
-        s = s.to(tl.int64)
+        q = q.to(tl.int64)
+        j = j.to(tl.int64)
         c = c.to(tl.int64)
-    offs = n * sn + c[:, :, None, None] * sc + s[None, None, :, :] * ss
-    mask = c_mask[:, :, None, None] & (s[None, None, :, :] < S)
-    return offs, mask, g, c, c_mask
+    # a thread's part, then the register rows' part (constant when ss is: immediate offsets)
+    return (n * sn + c[:, :, None, None] * sc + j * ss), q * ss, mask, g, c, c_mask
 
 
 @triton.jit
@@ -1006,9 +1009,10 @@ def _gn_resident_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv
     blocks = tl.cdiv(G, GPP)
     n = pid // blocks
     pid_g = pid % blocks
-    offs, mask, g, c, c_mask = _resident_tile(n, pid_g, G, CG, S, xsn, xsc, xss, BIG, EXACT, GPP, BLOCK_C, Q, SW)
+    inner, outer, mask, g, c, c_mask = _resident_tile(n, pid_g, G, CG, S, xsn, xsc, xss, BIG, EXACT, GPP, BLOCK_C,
+                                                      Q, SW)
     # the one read of x; everything below works on registers
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    x = tl.load(x_ptr + inner + outer, mask=mask, other=0.0)
     mean, inv = _resident_stats(x, mask, CG * S, eps, COMPUTE, NARROW, CF)
     g_mask = g < G
     if SAVE:
@@ -1021,8 +1025,8 @@ def _gn_resident_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv
     if HAS_BIAS:
         b += tl.load(bias_ptr + c, mask=c_mask, other=0.0).to(COMPUTE)
     y = _widen(x, COMPUTE, 2 if NARROW else 0) * _at_channels(a) + _at_channels(b)
-    y_offs, _, _, _, _ = _resident_tile(n, pid_g, G, CG, S, ysn, ysc, yss, BIG, EXACT, GPP, BLOCK_C, Q, SW)
-    blend_store(y_ptr, y_offs, mask, y, alpha, beta, HAS_BETA)
+    inner, outer, _, _, _, _ = _resident_tile(n, pid_g, G, CG, S, ysn, ysc, yss, BIG, EXACT, GPP, BLOCK_C, Q, SW)
+    blend_store(y_ptr + inner, outer, mask, y, alpha, beta, HAS_BETA)
 
 
 @triton.jit
@@ -1041,11 +1045,12 @@ def _gn_resident_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv
     blocks = tl.cdiv(G, GPP)
     n = pid // blocks
     pid_g = pid % blocks
-    offs, mask, g, c, c_mask = _resident_tile(n, pid_g, G, CG, S, xsn, xsc, xss, BIG, EXACT, GPP, BLOCK_C, Q, SW)
-    g_offs, _, _, _, _ = _resident_tile(n, pid_g, G, CG, S, gsn, gsc, gss, BIG, EXACT, GPP, BLOCK_C, Q, SW)
+    inner, outer, mask, g, c, c_mask = _resident_tile(n, pid_g, G, CG, S, xsn, xsc, xss, BIG, EXACT, GPP, BLOCK_C,
+                                                      Q, SW)
+    g_inner, g_outer, _, _, _, _ = _resident_tile(n, pid_g, G, CG, S, gsn, gsc, gss, BIG, EXACT, GPP, BLOCK_C, Q, SW)
     # both loads issued before any arithmetic: the one read of x and dy
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
-    dy = tl.load(dy_ptr + g_offs, mask=mask, other=0.0)
+    x = tl.load(x_ptr + inner + outer, mask=mask, other=0.0)
+    dy = tl.load(dy_ptr + g_inner + g_outer, mask=mask, other=0.0)
     count = CG * S
     g_mask = g < G
     if HAS_STATS:
@@ -1069,8 +1074,8 @@ def _gn_resident_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv
     xhat = (_widen(x, COMPUTE, (1 if HAS_STATS else 3) if NARROW else 0) - _at_groups(mean)) * _at_groups(inv)
     dyw = _widen(dy, COMPUTE, 1 if NARROW else 0) * _at_channels(w)
     dx = _at_groups(inv) * (dyw - _at_groups(mean_g) - xhat * _at_groups(mean_gx))
-    d_offs, _, _, _, _ = _resident_tile(n, pid_g, G, CG, S, dsn, dsc, dss, BIG, EXACT, GPP, BLOCK_C, Q, SW)
-    blend_store(dx_ptr, d_offs, mask, dx, alpha, beta, HAS_BETA)
+    inner, outer, _, _, _, _ = _resident_tile(n, pid_g, G, CG, S, dsn, dsc, dss, BIG, EXACT, GPP, BLOCK_C, Q, SW)
+    blend_store(dx_ptr + inner, outer, mask, dx, alpha, beta, HAS_BETA)
 
 
 def _group_setup(x, groups):
@@ -1185,9 +1190,15 @@ def _split_stats_only(xv, ones, mean_f, inv_f, G, CG, eps, plan, big):
                                   BLOCK_SPS=triton.next_power_of_2(plan.sps), BLOCK_CG=triton.next_power_of_2(CG))
 
 
+def _held_size(xv):
+    """Bytes a held element takes in registers: bfloat16 narrow 2, others as float32 or wider."""
+    return 2 if _narrow(xv) else max(4, xv.element_size())
+
+
 def _resident_plan(xv, CG, G, direction):
-    """(GPP, BLOCK_S, BLOCK_C, warps) of the resident design, or None when it is switched
-    off for this layout or the held tile would exceed GN_RESIDENT_BYTES."""
+    """The resident design's tile for this (N, C, S) view (a dict of the kernel's
+    constexprs and num_warps, with the grid's groups a program), or None when it is
+    switched off for this layout or the held tile would exceed GN_RESIDENT_BYTES."""
     rule = GROUP_NORM_RESIDENT if isinstance(GROUP_NORM_RESIDENT, str) else GROUP_NORM_RESIDENT[direction]
     if rule not in ("channels_first", "always", "never"):
         raise ValueError(f"norms.GROUP_NORM_RESIDENT must be 'channels_first', 'always' or 'never', got {rule!r}")
@@ -1195,18 +1206,26 @@ def _resident_plan(xv, CG, G, direction):
     if rule == "never" or (rule == "channels_first" and last):
         return None
     _, _, S = ncs_dims(xv)
-    block_c = triton.next_power_of_2(CG)
+    block_c, block_s = triton.next_power_of_2(CG), triton.next_power_of_2(S)
+    tensors = 2 if direction == "backward" else 1
     gpp = 1
     if last:  # adjacent groups until a pixel's piece fills a 32-byte sector
-        while gpp < GN_RESIDENT_GPP and gpp * block_c * xv.element_size() < 32 and gpp < G:
+        while gpp < min(GN_RESIDENT_GPP, G) and gpp * block_c * xv.element_size() < 32:
             gpp *= 2
-    block_s = triton.next_power_of_2(S)
-    elems = block_s * gpp * block_c
-    held = elems * xv.element_size() * (2 if direction == "backward" else 1)
+    while True:
+        held = tensors * gpp * block_c * block_s * _held_size(xv)
+        if held <= GN_RESIDENT_BYTES[direction] or gpp == 1:
+            break
+        gpp //= 2
     if held > GN_RESIDENT_BYTES[direction]:
         return None
-    warps = max(4, min(GN_RESIDENT_WARPS, elems // (32 * GN_RESIDENT_PER_THREAD)))
-    return gpp, block_s, block_c, warps
+    warps = max(4, min(32, held // (128 * GN_RESIDENT_DATA_REGS)))
+    if last:
+        q, sw = block_s, 1
+    else:  # a few warps wide along the positions, the rest along the channels
+        sw = min(block_s, 32 * max(1, 16 // xv.element_size()) * max(1, warps // block_c))
+        q = block_s // sw
+    return dict(CF=not last, GPP=gpp, BLOCK_C=block_c, Q=q, SW=sw, num_warps=warps)
 
 
 def _narrow(xv):
@@ -1215,25 +1234,23 @@ def _narrow(xv):
 
 
 def _resident_forward(xv, yv, scale, bias, mean_f, inv_f, G, CG, eps, alpha, beta, has_beta, big, plan):
-    gpp, block_s, block_c, warps = plan
     N, C, S = ncs_dims(xv)
     save = mean_f is not None
-    _gn_resident_forward_kernel[(N * triton.cdiv(G, gpp),)](
+    _gn_resident_forward_kernel[(N * triton.cdiv(G, plan["GPP"]),)](
         xv, yv, scale, bias if bias is not None else scale, mean_f if save else xv, inv_f if save else xv, G, CG, S,
-        *ncs_strides(xv), *ncs_strides(yv), float(eps), alpha, beta, HAS_BIAS=bias is not None, SAVE=save, HAS_BETA=has_beta, BIG=big,
-        COMPUTE=compute_dtype(xv), NARROW=_narrow(xv), EXACT=block_c == CG, GPP=gpp, BLOCK_S=block_s, BLOCK_C=block_c,
-        num_warps=warps)
+        *ncs_strides(xv), *ncs_strides(yv), float(eps), alpha, beta, HAS_BIAS=bias is not None, SAVE=save,
+        HAS_BETA=has_beta, BIG=big, COMPUTE=compute_dtype(xv), NARROW=_narrow(xv), EXACT=plan["BLOCK_C"] == CG,
+        **plan)
 
 
 def _resident_backward(xv, gv, dv, scale, mean_f, inv_f, part, G, CG, eps, alpha, beta, has_beta, big, plan):
-    gpp, block_s, block_c, warps = plan
     N, C, S = ncs_dims(xv)
     has_stats = mean_f is not None
-    _gn_resident_backward_kernel[(N * triton.cdiv(G, gpp),)](
+    _gn_resident_backward_kernel[(N * triton.cdiv(G, plan["GPP"]),)](
         xv, gv, dv, scale, mean_f if has_stats else xv, inv_f if has_stats else xv, part, G, CG, S, C,
         *ncs_strides(xv), *ncs_strides(gv), *ncs_strides(dv), float(eps), alpha, beta, HAS_STATS=has_stats,
-        HAS_BETA=has_beta, BIG=big, COMPUTE=compute_dtype(xv), NARROW=_narrow(xv), EXACT=block_c == CG, GPP=gpp, BLOCK_S=block_s,
-        BLOCK_C=block_c, num_warps=warps)
+        HAS_BETA=has_beta, BIG=big, COMPUTE=compute_dtype(xv), NARROW=_narrow(xv), EXACT=plan["BLOCK_C"] == CG,
+        **plan)
 
 
 def group_norm_forward(x, y, scale, bias, mean, inv_std, groups, epsilon, alpha=1.0, beta=0.0) -> None:
