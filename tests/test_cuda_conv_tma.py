@@ -190,7 +190,8 @@ def test_gpu_candidate_lists(monkeypatch):
     cands = conv_tma.candidates(plan, cuda, problem)
     assert not cands[0].get("FUSED") and any(c.get("FUSED") for c in cands)
     assert all(c["BH"] * c["BW"] == 64 for c in cands if c.get("FUSED"))
-    assert conv_tma.candidates(plan, cuda) == [c for c in cands if not c.get("FUSED")]
+    fitted = conv_tma.fitted_configs(plan[0], problem, 512)  # boxes fitted to 7x7 phases need the problem
+    assert conv_tma.candidates(plan, cuda) == [c for c in cands if not c.get("FUSED") and c not in fitted]
     problem, x, w, y = _resnet_problem("bwd_filter", 512, 7, 3, 1, 1)
     plan = conv_tma.backward_filter_plan(problem, x, y, w)
     cands = conv_tma.wgrad_candidates(plan, cuda, 2)
@@ -203,8 +204,33 @@ def test_gpu_candidate_lists(monkeypatch):
     problem, x, w, y = _resnet_problem("fwd", 512, 7, 3, 1, 1)
     cands = conv_tma.candidates(conv_tma.plan_forward(problem, x, w, y), cuda, problem)
     assert cands[0].get("NB", 1) == 1 and any(c.get("NB", 1) == 2 for c in cands)
-    problem, x, w, y = _resnet_problem("fwd", 256, 14, 3, 1, 1)  # 196 pixels: one image per box
-    assert all(c.get("NB", 1) == 1 for c in conv_tma.candidates(conv_tma.plan_forward(problem, x, w, y), cuda))
+    problem, x, w, y = _resnet_problem("fwd", 256, 14, 3, 1, 1)  # 196 pixels: no 8x8 boxes of 2 images
+    cands = conv_tma.candidates(conv_tma.plan_forward(problem, x, w, y), cuda, problem)
+    assert not any(c.get("NB", 1) == 2 for c in cands)
+
+
+@pytest.mark.parametrize("hw,box", [(28, (1, 4, 32)), (14, (4, 2, 16)), (7, (16, 1, 8)), (56, (2, 8, 8))])
+def test_forward_offers_boxes_fitted_to_the_image(hw, box, monkeypatch):
+    """16-bit tile plans get FITTED's 128-pixel boxes (87.5% real pixels on 28x28, 14x14
+    and 7x7, where 8 x 16 boxes hold 77%) after the lists' reference config, once each;
+    strict float32 and flat (1x1) plans get none."""
+    monkeypatch.setattr(conv_tma, "sm_count", lambda device: 132)
+    monkeypatch.setattr(conv_tma, "hardware_ok", lambda t: True)
+    cuda = types.SimpleNamespace(type="cuda")
+    problem, x, w, y = _resnet_problem("fwd", 256, hw, 3, 1, 1)
+    plan = conv_tma.plan_forward(problem, x, w, y)
+    cands = conv_tma.candidates(plan, cuda, problem)
+    shape = lambda c: (c.get("NB", 1), c["BH"], c["BW"])  # noqa: E731
+    fitted = [c for c in cands if shape(c) == box]
+    assert fitted and cands.index(fitted[0]) > 0
+    assert {(c["BLOCK_N"], c["num_warps"], c["num_stages"]) for c in fitted} == {(256, 8, 3), (128, 4, 4)}
+    keys = [tuple(sorted(c.items())) for c in cands]
+    assert len(keys) == len(set(keys))
+    real = plan.oh * plan.ow / (-(-plan.oh // box[1]) * box[1] * -(-plan.ow // box[2]) * box[2])
+    assert real >= 0.875
+    assert conv_tma.fitted_configs(plan, None, 256) == []
+    flat_problem, fx, fw, fy = _resnet_problem("fwd", 256, hw, 1, 1, 0)
+    assert conv_tma.fitted_configs(conv_tma.plan_forward(flat_problem, fx, fw, fy), flat_problem, 256) == []
 
 
 def test_strict_float32_gets_the_fma_lists(monkeypatch):
@@ -253,16 +279,18 @@ def test_wgrad_boxes_of_several_images(p, nb, rng, tma_calls, monkeypatch):
     assert conv_tma.pixel_tiles(seen[0], dict(BH=2, BW=8, NB=nb)) < conv_tma.pixel_tiles(seen[0], dict(BH=2, BW=8))
 
 
-@pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
-def test_conv_boxes_of_two_images(direction, rng, tma_calls, monkeypatch):
-    """conv_tma_kernel with NB = 2 images per output tile: odd batches (the last tile's
-    second image past N is neither read nor stored), edge tiles, padding, dilation,
-    alpha/beta into poisoned outputs, both modes in float16."""
+@pytest.mark.parametrize("direction,box", [("fwd", (2, 2, 8)), ("bwd_data", (2, 2, 8)), ("fwd", (4, 1, 4))])
+def test_conv_boxes_of_two_images(direction, box, rng, tma_calls, monkeypatch):
+    """conv_tma_kernel with NB = 2 (or 4, one-row boxes as FITTED gives 7x7 images)
+    images per output tile: odd batches (the last tile's images past N are neither read
+    nor stored), edge tiles, padding, dilation, alpha/beta into poisoned outputs, both
+    modes in float16."""
     monkeypatch.setattr(type(ALGO[direction]), "tuner", common.Tuner())
     every = conv_tma.candidates
+    nb, bh, bw = box
 
     def two_images(plan, device, problem=None):
-        cfg = dict(conv_tma.INTERPRETER_TILE, NB=2)
+        cfg = dict(conv_tma.INTERPRETER_TILE, NB=nb, BH=bh, BW=bw)
         if isinstance(plan, tuple) or plan.n == 1 and plan.oh == 1:
             return every(plan, device, problem)
         return [cfg]

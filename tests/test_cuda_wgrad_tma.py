@@ -129,16 +129,16 @@ def _plan(n, oh, ow, k, c, taps=9):
 def test_boxes_fit_small_images():
     """7x7: 16 images x 1 row x 8 columns (87.5% real rows, an 8x8 box 77%); 14x14: 16
     columns, 2 rows, 4 images; a flat plan: one row of pixels."""
-    assert conv_wgrad_tma.box_for(_plan(64, 7, 7, 512, 512), 128) == (16, 1, 8)
-    assert conv_wgrad_tma.box_for(_plan(64, 14, 14, 256, 256), 128) == (4, 2, 16)
-    assert conv_wgrad_tma.box_for(_plan(64, 7, 7, 512, 512), 64) == (8, 1, 8)
-    assert conv_wgrad_tma.box_for(_plan(1, 1, 3136, 512, 2048, 1), 128) == (1, 1, 128)
-    assert conv_wgrad_tma.box_for(_plan(1, 5, 7, 16, 16), 16) == (1, 2, 8)  # never more images than the batch
+    assert conv_tma.box_for(_plan(64, 7, 7, 512, 512), 128) == (16, 1, 8)
+    assert conv_tma.box_for(_plan(64, 14, 14, 256, 256), 128) == (4, 2, 16)
+    assert conv_tma.box_for(_plan(64, 7, 7, 512, 512), 64) == (8, 1, 8)
+    assert conv_tma.box_for(_plan(1, 1, 3136, 512, 2048, 1), 128) == (1, 1, 128)
+    assert conv_tma.box_for(_plan(1, 5, 7, 16, 16), 16) == (1, 2, 8)  # never more images than the batch
     # any width: exact covers where the sides allow
-    assert conv_wgrad_tma.box_for(_plan(64, 14, 14, 256, 256), 128, 1) == (32, 2, 2)
-    assert conv_wgrad_tma.box_for(_plan(64, 28, 28, 128, 128), 128, 1) == (8, 4, 4)
-    assert conv_wgrad_tma.box_for(_plan(64, 7, 7, 512, 512), 64, 1) == (64, 1, 1)
-    assert conv_wgrad_tma.box_for(_plan(64, 7, 7, 512, 512), 128, 1) == (16, 1, 8)  # 128 images: past the batch
+    assert conv_tma.box_for(_plan(64, 14, 14, 256, 256), 128, 1) == (32, 2, 2)
+    assert conv_tma.box_for(_plan(64, 28, 28, 128, 128), 128, 1) == (8, 4, 4)
+    assert conv_tma.box_for(_plan(64, 7, 7, 512, 512), 64, 1) == (64, 1, 1)
+    assert conv_tma.box_for(_plan(64, 7, 7, 512, 512), 128, 1) == (16, 1, 8)  # 128 images: past the batch
 
 
 def test_schedules_fill_waves():

@@ -783,6 +783,53 @@ PERSISTENT_SMALL = [_persistent(dict(_cfg(8, 8, 256, 64, 8, 3), NB=2)),
                     _persistent(dict(_cfg(8, 8, 128, 64, 4, 4), NB=2))]
 
 
+# Boxes fitted to the image (16-bit MMA data on tile plans): an 8 x 16 or 16 x 16 box on
+# 28x28, 14x14 or 7x7 outputs holds 77% real pixels (the rest is MMA work on TMA's zero
+# fill); box_for finds NB x BH x BW = 128 boxes with 87.5%: 28x28 -> 4 x 32, 14x14 -> 4
+# images x 2 x 16, 7x7 -> 16 images x 1 x 8, 56x56 -> 2 images x 8 x 8 (all real).
+# (pixels, BLOCK_N, warps, stages): the two 128-pixel shapes of TILE_CONFIGS that the
+# H200 runs have never rejected; offered after the lists above, the tuner weighs them.
+FITTED = [(128, 256, 8, 3), (128, 128, 4, 4)]
+BOX_WIDTHS = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+def box_for(plan: Plan, pixels: int, min_width: int = 8):
+    """(NB, BH, BW) with NB * BH * BW = pixels that wastes the fewest MMA rows on this
+    plan's images, BW at least ``min_width``; ties go to the wider box, then to fewer
+    images. min_width 8: 7x7 -> 16 x 1 x 8, 14x14 -> 4 x 2 x 16 (87.5% real rows);
+    min_width 1 finds exact covers where the sides allow: 14x14 -> 32 images x 2 x 2,
+    28x28 -> 8 x 4 x 4, 7x7 at 64 pixels -> 64 x 1 x 1 (one pixel of 64 images).
+    Flat plans (one row of dense pixels) take 1 x 1 x pixels."""
+    if plan.n == 1 and plan.oh == 1:
+        return 1, 1, pixels
+    best = None
+    for bw in BOX_WIDTHS:
+        for bh in (1, 2, 4, 8, 16, 32):
+            if bw < min_width or bw * bh > pixels or pixels % (bw * bh):
+                continue
+            nb = pixels // (bw * bh)
+            if nb > 1 and nb >= 2 * plan.n:  # more images than the batch holds
+                continue
+            covered = cdiv(plan.n, nb) * nb * cdiv(plan.oh, bh) * bh * cdiv(plan.ow, bw) * bw
+            key = (covered, -bw, nb)
+            if best is None or key < best[0]:
+                best = (key, (nb, bh, bw))
+    return best[1]
+
+
+def fitted_configs(plan, problem, out_cap: int) -> list:
+    """FITTED's boxes for this plan's images (tile plans of 16-bit MMA data; boxes of
+    several images only where every pixel is written, FILL = (1, 1))."""
+    if problem is None or problem.dtype.itemsize != 2 or plan.c_out <= 16 or (plan.n == 1 and plan.oh == 1):
+        return []
+    out = []
+    for pixels, bn, warps, stages in FITTED:
+        nb, bh, bw = box_for(plan, pixels)
+        if bn <= out_cap and (nb == 1 or plan.fill == (1, 1)):
+            out.append(dict(_cfg(bh, bw, bn, 64, warps, stages), NB=nb))
+    return out
+
+
 def persistent_ok(plan, problem) -> bool:
     """Whether the persistent kernel is offered: one plan (not FILL: its tiles also write
     skipped pixels), 16-bit data with MMA math."""
@@ -834,6 +881,10 @@ def candidates(plan, device, problem=None) -> list:
         fits = fits + [c for c in SMALL_CONFIGS if c["BLOCK_N"] <= out_cap]
     if strict_float32(problem):  # the narrow and small-image boxes too take the short K step
         fits = [dict(c, BK_CAP=min(c["BK_CAP"], 32)) for c in fits]
+    elif fits and plan.c_out > 16:
+        seen = [(c.get("NB", 1), c["BH"], c["BW"], c["BLOCK_N"], c["num_warps"], c["num_stages"]) for c in fits]
+        fits = fits + [c for c in fitted_configs(plan, problem, out_cap)
+                       if (c["NB"], c["BH"], c["BW"], c["BLOCK_N"], c["num_warps"], c["num_stages"]) not in seen]
     if fits and persistent_ok(plan, problem):
         extra = PERSISTENT_FLAT if flat else PERSISTENT_TILE
         if not flat and plan.oh * plan.ow <= SMALL_OUTPUT and plan.n > 1:

@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from .common import cdiv, launch
-from .conv_tma import Plan, blend_tile, descriptor, tap_origin, wgrad_boxes
+from .conv_tma import Plan, blend_tile, box_for, descriptor, tap_origin, wgrad_boxes
 from .geometry import geometry, input_precision, strides5
 
 
@@ -129,31 +129,6 @@ TILES = [(128, 128, 128, 8, 3), (64, 128, 128, 4, 3), (128, 64, 128, 4, 3)]
 # 64 x 64 tiles for layers with 64 channels on a side (res2_3x3), where the 128-wide ones
 # are half padding: 96 or 64 KB of shared memory, so two or three programs an SM.
 NARROW_TILES = [(128, 64, 64, 4, 3), (64, 64, 64, 4, 4)]
-BOX_WIDTHS = (1, 2, 4, 8, 16, 32, 64, 128)
-
-
-def box_for(plan: Plan, pixels: int, min_width: int = 8):
-    """(NB, BH, BW) with NB * BH * BW = pixels that wastes the fewest MMA rows on this
-    plan's images, BW at least ``min_width``; ties go to the wider box, then to fewer
-    images. min_width 8: 7x7 -> 16 x 1 x 8, 14x14 -> 4 x 2 x 16 (87.5% real rows);
-    min_width 1 finds exact covers where the sides allow: 14x14 -> 32 images x 2 x 2,
-    28x28 -> 8 x 4 x 4, 7x7 at 64 pixels -> 64 x 1 x 1 (one pixel of 64 images).
-    Flat plans (one row of dense pixels) take 1 x 1 x pixels."""
-    if plan.n == 1 and plan.oh == 1:
-        return 1, 1, pixels
-    best = None
-    for bw in BOX_WIDTHS:
-        for bh in (1, 2, 4, 8, 16, 32):
-            if bw < min_width or bw * bh > pixels or pixels % (bw * bh):
-                continue
-            nb = pixels // (bw * bh)
-            if nb > 1 and nb >= 2 * plan.n:  # more images than the batch holds
-                continue
-            covered = cdiv(plan.n, nb) * nb * cdiv(plan.oh, bh) * bh * cdiv(plan.ow, bw) * bw
-            key = (covered, -bw, nb)
-            if best is None or key < best[0]:
-                best = (key, (nb, bh, bw))
-    return best[1]
 
 
 def boxes_of(plan: Plan, nb: int, bh: int, bw: int) -> int:
