@@ -224,6 +224,8 @@ def test_forward_offers_boxes_fitted_to_the_image(hw, box, monkeypatch):
     fitted = [c for c in cands if shape(c) == box]
     assert fitted and cands.index(fitted[0]) > 0
     assert {(c["BLOCK_N"], c["num_warps"], c["num_stages"]) for c in fitted} == {(256, 8, 3), (128, 4, 4)}
+    big = conv_tma.box_for(plan, 256)
+    assert [c for c in cands if shape(c) == big and c["BLOCK_N"] == 128 and c["num_warps"] == 8]
     keys = [tuple(sorted(c.items())) for c in cands]
     assert len(keys) == len(set(keys))
     real = plan.oh * plan.ow / (-(-plan.oh // box[1]) * box[1] * -(-plan.ow // box[2]) * box[2])

@@ -1,7 +1,9 @@
-"""The NCHW row kernels of pooling (pooling.NCHW_ROW_KERNELS) against the float64
-reference and, bit for bit for max, against the row kernels they replace. Tiny odd
-shapes under the interpreter, with small tiles (NCHW_GROUPS, NCHW_STEPS) so that planes,
-column groups and row runs all have ragged last blocks and the row carry restarts."""
+"""The NCHW row kernels of pooling against the float64 reference and, bit for bit for
+max, against the row kernels they replace, in each design: "rows" (NCHW_ROW_KERNELS, a
+runtime row loop), "block" (NCHW_BLOCK_ROWS, row blocks unrolled) and "lanes"
+(NCHW_LANE_KERNELS, a lane per (plane, row)). Tiny odd shapes under the interpreter,
+with small tiles so that planes, column groups, row runs and lanes all have ragged last
+blocks and the row carry restarts."""
 from __future__ import annotations
 
 import numpy as np
@@ -28,24 +30,41 @@ NCHW_IDS = ["3x3s2", "2x2s2", "3x3s1", "3x3s2p0", "4x4s2", "2x3s12", "1d", "3d"]
 ALL_MODES = frozenset({0, 1, 2, 3})
 
 
-def _small_tiles(monkeypatch):
+DESIGNS = ["rows", "block", "lanes"]
+OLDER = ("_pool_forward_kernel", "_pool_backward_kernel", "_pool_rows_forward_kernel", "_pool_rows_backward_kernel")
+# the kernels each design must not fall back to
+NOT_IN = {"rows": OLDER, "block": OLDER + ("_pool_nchw_forward_kernel", "_pool_nchw_backward_kernel"),
+          "lanes": OLDER + ("_pool_nchw_forward_kernel", "_pool_nchw_backward_kernel",
+                            "_pool_nchw_block_forward_kernel", "_pool_nchw_block_backward_kernel")}
+
+
+def _small_tiles(monkeypatch, design="rows"):
+    """One design on for every mode, with small tiles: 3-row blocks (ragged, the carry
+    restarting), lanes 2 or 4 a program."""
+    monkeypatch.setattr(pooling, "NCHW_ROW_KERNELS", ALL_MODES)
     monkeypatch.setattr(pooling, "NCHW_GROUPS", 4)
     monkeypatch.setattr(pooling, "NCHW_STEPS", 2)
+    monkeypatch.setattr(pooling, "NCHW_BLOCK_ROWS", 3 if design == "block" else 0)
+    monkeypatch.setattr(pooling, "NCHW_BLOCK_GROUPS", 4)
+    monkeypatch.setattr(pooling, "NCHW_LANE_KERNELS", ALL_MODES if design == "lanes" else frozenset())
+    monkeypatch.setattr(pooling, "NCHW_LANE_TILE", 8)
 
 
-@pytest.fixture
-def nchw(monkeypatch):
-    """The NCHW row kernels on, with small tiles; the older kernels raise, so a case that
-    silently fell back would fail."""
-    monkeypatch.setattr(pooling, "NCHW_ROW_KERNELS", ALL_MODES)
-    _small_tiles(monkeypatch)
-
+def _refuse(monkeypatch, design):
     class Refuse:
         def __getitem__(self, grid):
-            raise AssertionError("an older kernel ran instead of the NCHW row kernel")
-    for name in ("_pool_forward_kernel", "_pool_backward_kernel", "_pool_rows_forward_kernel",
-                 "_pool_rows_backward_kernel"):
+            raise AssertionError(f"another kernel ran instead of the NCHW {design} kernel")
+    for name in NOT_IN[design]:
         monkeypatch.setattr(pooling, name, Refuse())
+
+
+@pytest.fixture(params=DESIGNS)
+def nchw(request, monkeypatch):
+    """Each NCHW design on, with small tiles; the kernels it replaces raise, so a case
+    that silently fell back would fail."""
+    _small_tiles(monkeypatch, request.param)
+    _refuse(monkeypatch, request.param)
+    return request.param
 
 
 def _ints(shape, rng):
@@ -54,16 +73,24 @@ def _ints(shape, rng):
 
 
 @pytest.mark.parametrize("case", NCHW_CASES, ids=NCHW_IDS)
-@pytest.mark.parametrize("mode", [0, 1, 2, 3], ids=["MAX", "AVG_INCL", "AVG_EXCL", "MAX_DET"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["f32", "f16"])
-def test_nchw_pooling_matches_reference(case, mode, dtype, rng, nchw):
-    """Forward into a poisoned y, backward with fresh dy into a poisoned dx."""
+@pytest.mark.parametrize("mode", [0, 1, 2], ids=["MAX", "AVG_INCL", "AVG_EXCL"])
+def test_nchw_pooling_matches_reference(case, mode, rng, nchw):
+    """Forward into a poisoned y, backward with fresh dy into a poisoned dx (float32; the
+    kernels are dtype-agnostic, float16 and MAX_DETERMINISTIC below)."""
     shape, window, padding, stride = case
-    x = make(shape, "NCHW", dtype, values=_ints(shape, rng))
-    check_pooling(x, mode, window, padding, stride, "NCHW", rng, dtype)
+    x = make(shape, "NCHW", values=_ints(shape, rng))
+    check_pooling(x, mode, window, padding, stride, "NCHW", rng)
 
 
-@pytest.mark.parametrize("case", NCHW_CASES[:6], ids=NCHW_IDS[:6])
+@pytest.mark.parametrize("mode", [0, 2, 3], ids=["MAX", "AVG_EXCL", "MAX_DET"])
+def test_nchw_pooling_float16(mode, rng, nchw):
+    """float16 in and out (float32 inside), the ResNet window and an unpadded one."""
+    for shape, window, padding, stride in (NCHW_CASES[0], NCHW_CASES[3]):
+        x = make(shape, "NCHW", torch.float16, values=_ints(shape, rng))
+        check_pooling(x, mode, window, padding, stride, "NCHW", rng, torch.float16)
+
+
+@pytest.mark.parametrize("case", [NCHW_CASES[i] for i in (0, 2, 4, 5)], ids=[NCHW_IDS[i] for i in (0, 2, 4, 5)])
 @pytest.mark.parametrize("mode", [0, 2], ids=["MAX", "AVG_EXCL"])
 def test_nchw_pooling_blend(case, mode, rng, nchw):
     """alpha and beta: y = 2 pool(x) - y, dx = 0.5 pool'(dy) + 2 dx."""
@@ -82,21 +109,24 @@ def _run(x, dy, mode, window, padding, stride, propagate):
 
 @pytest.mark.parametrize("case", NCHW_CASES[:6], ids=NCHW_IDS[:6])
 @pytest.mark.parametrize("propagate", [False, True])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["f32", "f16"])
-def test_nchw_first_maximum_bit_exact(case, propagate, dtype, rng, monkeypatch):
+@pytest.mark.parametrize("design", DESIGNS)
+def test_nchw_first_maximum_bit_exact(case, propagate, design, rng, monkeypatch):
     """Max pooling with many ties, -inf and NaN, and dy of random floats (the order of the
     sums over overlapping windows shows): y and dx equal the older row kernels' bit for bit,
-    and the float64 reference where it is well defined (see test_pooling_cl._special)."""
+    and the float64 reference where it is well defined (see test_pooling_cl._special);
+    float16 on the ResNet window."""
     shape, window, padding, stride = case
+    dtype = torch.float16 if case == NCHW_CASES[0] else torch.float32
     for anywhere in (True, False):
         values = _special(shape, rng, anywhere)
         x = make(shape, "NCHW", dtype, values=values)
         oshape = ref_pool.pooling_forward(values[:1, :1], 0, window, padding, stride).shape[2:]
         dy = make(shape[:2] + oshape, "NCHW", dtype, rng=rng)
         monkeypatch.setattr(pooling, "NCHW_ROW_KERNELS", frozenset())
+        monkeypatch.setattr(pooling, "NCHW_BLOCK_ROWS", 0)
+        monkeypatch.setattr(pooling, "NCHW_LANE_KERNELS", frozenset())
         y_old, dx_old = _run(x, dy, 0, window, padding, stride, propagate)
-        monkeypatch.setattr(pooling, "NCHW_ROW_KERNELS", ALL_MODES)
-        _small_tiles(monkeypatch)
+        _small_tiles(monkeypatch, design)
         y_new, dx_new = _run(x, dy, 0, window, padding, stride, propagate)
         assert torch.equal(torch.isnan(y_new), torch.isnan(y_old))
         assert torch.equal(torch.nan_to_num(y_new), torch.nan_to_num(y_old))
@@ -114,11 +144,11 @@ def test_nchw_first_maximum_bit_exact(case, propagate, dtype, rng, monkeypatch):
                                   ((1, 2, 6, 11), (3, 3), (1, 1), (3, 3)),
                                   ((1, 2, 7, 11), (3, 3), (0, 0), (1, 1))], ids=["3d_window_d", "stride3", "3x3s1p0"])
 @pytest.mark.parametrize("mode", [0, 2], ids=["MAX", "AVG_EXCL"])
-def test_nchw_other_windows_take_older_kernels(case, mode, rng, monkeypatch):
+@pytest.mark.parametrize("design", DESIGNS)
+def test_nchw_other_windows_take_older_kernels(case, mode, design, rng, monkeypatch):
     """Windows outside the NCHW row kernels (along D, stride 3, two columns right of the
-    group) still run, through the older kernels, with the switch on."""
-    monkeypatch.setattr(pooling, "NCHW_ROW_KERNELS", ALL_MODES)
-    _small_tiles(monkeypatch)
+    group) still run, through the older kernels, with each design on."""
+    _small_tiles(monkeypatch, design)
     shape, window, padding, stride = case
     x = make(shape, "NCHW", values=_ints(shape, rng))
     y_ref = ref_pool.pooling_forward(f64(x), mode, window, padding, stride)
@@ -139,3 +169,23 @@ def test_default_modes_take_the_kernels_measured_faster(rng):
     geo = pooling._Geometry(x, torch.empty((1, 2, 4, 10)), (3, 3), (1, 1), (2, 2), False)
     assert pooling._use_nchw(geo, 0) and pooling._use_nchw(geo, 3)
     assert not pooling._use_nchw(geo, 1) and not pooling._use_nchw(geo, 2)
+    assert pooling.NCHW_BLOCK_ROWS == 0 and not pooling.NCHW_LANE_KERNELS  # issue 5 candidates, off
+
+
+@pytest.mark.parametrize("design", ["block", "lanes"])
+def test_nchw_strided_views_and_planes(design, rng, monkeypatch):
+    """A sliced (non-contiguous) x and dx with a stride no vector factor divides, and more
+    planes than one program's lanes or planes: against float64, max and average."""
+    _small_tiles(monkeypatch, design)
+    _refuse(monkeypatch, design)
+    full = make((3, 5, 9, 22), "NCHW", values=_ints((3, 5, 9, 22), rng))
+    x = full[:, 1:, 1:, 1:20]
+    for mode in (0, 1):
+        y_ref = ref_pool.pooling_forward(f64(x), mode, (3, 3), (1, 1), (2, 2))
+        y = poisoned(y_ref.shape, "NCHW")
+        pooling.pooling_forward(x, y, mode, (3, 3), (1, 1), (2, 2), False, 1.0, 0.0)
+        check(y, y_ref, torch.float32, "y")
+        dy = make(y_ref.shape, "NCHW", rng=rng)
+        dx = poisoned((3, 5, 9, 22), "NCHW")[:, 1:, 1:, 1:20]
+        pooling.pooling_backward(y, dy, x, dx, mode, (3, 3), (1, 1), (2, 2), False, 1.0, 0.0)
+        check(dx, ref_pool.pooling_backward(f64(x), f64(dy), mode, (3, 3), (1, 1), (2, 2)), torch.float32, "dx")

@@ -415,7 +415,7 @@ def wgrad3_candidates(problem, device, slices, atomic, cap):
     if device.type != "cuda":
         return [first, dict(first, FLAT=True)]
     return (_pointer_wgrad3_candidates(problem, device, first, cap) + tma_wgrad_candidates(problem, device, cap)
-            + conv_depthwise_wgrad.candidates(problem, device, cap))
+            + conv_depthwise_wgrad.candidates(problem, device, cap, sm_count(device)))
 
 
 def tma_wgrad_candidates(problem, device, cap):

@@ -1129,14 +1129,41 @@ def _pool_nchw_lane_forward_kernel(x_ptr, y_ptr, arg_ptr, LANES, C, D, IH, OH, I
     iw_tap0 = ow * SW - PW
     x_row0 = n * xsn + c * xsc + d * xsd + (oh * SH - PH) * xsh  # the window's first input row
     if STORE_ARG:
-        # the taps: each row folded across its KW taps (value and first tap), then down
-        acc = tl.full([BLOCK_L, BLOCK_G, O], float("-inf"), COMPUTE)
-        arg = tl.full([BLOCK_L, BLOCK_G, O], -1, tl.int32)
+        # the first-maximum taps: the window's maximum M (rows combined down, then across),
+        # then the first tap (row-major) equal to M, or, propagating, the first NaN; found
+        # walking the taps last to first (the rows' loads repeat the first pass's and are
+        # merged with them). Masked taps read NaN, which neither holds M nor changes it
+        # (maxNum); propagating they read -inf and are masked explicitly.
+        AFILL: tl.constexpr = float("-inf") if PROPAGATE_NAN else float("nan")
         for kh in tl.static_range(KH):
             ih = oh * SH - PH + kh
-            h, harg = _nchw_row_fold(x_ptr, (x_row0 + kh * xsh) * VX, l_ok & (ih >= 0) & (ih < IH), g, iw_tap0, IW,
-                                     KW, SW, PW, MODE, PROPAGATE_NAN, False, ARG_EQ, COMPUTE, BLOCK_L, BLOCK_G)
-            acc, arg = _cl_fold_rows(acc, arg, h, harg, kh, KW, MODE, PROPAGATE_NAN, False, 0)
+            v, lo, hi = _nchw_row_load(x_ptr, (x_row0 + kh * xsh) * VX, l_ok & (ih >= 0) & (ih < IH), g, IW, KW, SW,
+                                       PW, AFILL, COMPUTE, BLOCK_L, BLOCK_G)
+            if kh == 0:
+                cv, clo, chi = v, lo, hi
+            else:
+                cv = _max_num(cv, v, PROPAGATE_NAN, INTERP)
+                clo = _max_num(clo, lo, PROPAGATE_NAN, INTERP)
+                chi = _max_num(chi, hi, PROPAGATE_NAN, INTERP)
+        acc = _nchw_tap(cv, clo, chi, 0, PW, SW, O, BLOCK_L, BLOCK_G)
+        for kw in tl.static_range(1, KW):
+            acc = _max_num(acc, _nchw_tap(cv, clo, chi, kw, PW, SW, O, BLOCK_L, BLOCK_G), PROPAGATE_NAN, INTERP)
+        arg = tl.full([BLOCK_L, BLOCK_G, O], -1, tl.int32)
+        for kk in tl.static_range(KH):
+            kh = KH - 1 - kk
+            ih = oh * SH - PH + kh
+            row_ok = l_ok & (ih >= 0) & (ih < IH)
+            v, lo, hi = _nchw_row_load(x_ptr, (x_row0 + kh * xsh) * VX, row_ok, g, IW, KW, SW, PW, AFILL, COMPUTE,
+                                       BLOCK_L, BLOCK_G)
+            for jj in tl.static_range(KW):
+                kw = KW - 1 - jj
+                tap = _nchw_tap(v, lo, hi, kw, PW, SW, O, BLOCK_L, BLOCK_G)
+                if PROPAGATE_NAN:
+                    iw = iw_tap0 + kw
+                    hit = ((tap == acc) | (tap != tap)) & (row_ok[:, None, None] & ((iw >= 0) & (iw < IW))[None, :, :])
+                else:
+                    hit = tap == acc
+                arg = tl.where(hit, kh * KW + kw, arg)
     else:
         # a value alone: the window's rows combined down first (max in x's type, packed
         # for 16-bit types; sums in COMPUTE), then the KW taps across in COMPUTE (column
