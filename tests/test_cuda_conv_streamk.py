@@ -68,6 +68,7 @@ def sk(monkeypatch):
 
 
 def _ran(sk, programs, finish=True):
+    """The stream-K kernel ran with ``programs`` programs, the finish pass iff ``finish``."""
     names = [name for name, _, _ in sk.launches]
     assert "conv_tma_streamk_kernel" in names, sk.launches
     assert all(g == (programs,) for name, g, _ in sk.launches if name == "conv_tma_streamk_kernel"), sk.launches
@@ -77,7 +78,7 @@ def _ran(sk, programs, finish=True):
 # programs, DP waves; with BOXES at batch 2 (6 tiles x 9 iterations = 54):
 #   4: ranges of 13-14, a tile whole in a program and tiles split over 2 programs;
 #   16: ranges of 3-4, every tile split over 3-4 programs (some whole ranges inside one tile);
-#   2: 27 = 3 whole tiles each (no split: the finish pass finds nothing to do);
+#   2: 27 = 3 whole tiles each (no split: no finish pass);
 #   4 + DP 1: 4 tiles data-parallel, 2 tiles' 18 iterations streamed over 4 programs
 SPLITS = [(4, 0), (16, 0), (2, 0), (4, 1)]
 
@@ -89,23 +90,41 @@ def test_streamk_boxes_match_the_reference(direction, programs, dp, rng, sk):
     output, float16 with alpha/beta blending a nonzero prior output."""
     sk(PROGRAMS=programs, DP=dp)
     assert run_case(direction, ALGO[direction], BOXES, "float32", "NHWC", rng) is None
-    _ran(sk, programs)
+    _ran(sk, programs, finish=programs != 2)
     sk(PROGRAMS=programs, DP=dp)
     assert run_case(direction, ALGO[direction], BOXES, "float16", "NHWC", rng, alpha=2.0, beta=0.5) is None
-    _ran(sk, programs)
+    _ran(sk, programs, finish=programs != 2)
 
 
-@pytest.mark.parametrize("programs,dp", [(5, 0), (7, 0), (5, 1)])
+@pytest.mark.parametrize("programs,dp", [(5, 0), (7, 0), (5, 1), (7, 1)])
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
 def test_streamk_flat_gemm_matches_the_reference(direction, programs, dp, rng, sk):
-    """1x1 flat plans (a plain GEMM over the pixels), 3 iterations per tile: programs
-    covering several tiles, split tiles; a partial last row tile (50 pixels)."""
+    """1x1 flat plans (a plain GEMM over the pixels), 2-6 iterations per tile: programs
+    covering several tiles, split tiles; a partial last row tile (50 pixels). (7, DP 1):
+    the one or few streamed tiles have fewer iterations than there are programs, so
+    some ranges are empty."""
     tiles, ipt = _tiles_iters(FLAT, 2, direction)
     assert (tiles - dp * programs) * ipt % programs  # the ranges do not all fall on tile boundaries
     for dtype, alpha, beta in (("float32", 1.0, 0.0), ("float16", 0.5, 1.0)):
         sk(PROGRAMS=programs, DP=dp)
         assert run_case(direction, ALGO[direction], FLAT, dtype, "NHWC", rng, alpha=alpha, beta=beta) is None
         _ran(sk, programs)
+
+
+def test_streamk_all_tiles_data_parallel(rng, sk):
+    """DP = 1 with more programs than tiles: every tile data-parallel, one program each
+    (the grid shrinks to the tiles), no stream-K part and no finish pass."""
+    tiles, _ = _tiles_iters(FLAT, 2, "fwd")
+    sk(PROGRAMS=16, DP=1)
+    assert run_case("fwd", ALGO["fwd"], FLAT, "float32", "NHWC", rng) is None
+    _ran(sk, tiles, finish=False)
+
+
+def test_split_tiles_counts_tiles_over_several_ranges():
+    assert streamk.split_tiles(6, 9, 2) == 0      # 27 = 3 whole tiles a program
+    assert streamk.split_tiles(6, 9, 4) == 2      # ranges start at 0, 13, 27, 40: inside tiles 1 and 4
+    assert streamk.split_tiles(6, 9, 16) == 6
+    assert streamk.split_tiles(100, 72, 132) == 100
 
 
 def test_streamk_other_geometries(rng, sk):
@@ -152,11 +171,12 @@ def _fused(p, rng, residual, dtype="float32", n=3):
 @pytest.mark.parametrize("p", [FLAT, BOXES], ids=["flat", "boxes"])
 @pytest.mark.parametrize("residual", [False, True])
 def test_streamk_fused_epilogue(p, residual, rng, sk):
-    """Bias + relu (+ residual z) in both the whole-tile epilogue and the finish pass."""
-    sk(PROGRAMS=5)
+    """Bias + relu (+ residual z) in both the whole-tile epilogue and the finish pass
+    (7 programs: 60 or 162 iterations, ranges ending inside tiles)."""
+    sk(PROGRAMS=7)
     got, ref = _fused(p, rng, residual)
     np.testing.assert_allclose(got, ref, rtol=2e-5, atol=2e-5)
-    _ran(sk, 5)
+    _ran(sk, 7)
 
 
 def test_streamk_is_deterministic(rng, sk):

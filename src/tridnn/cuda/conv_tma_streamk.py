@@ -383,7 +383,7 @@ class _Recipe:
         assert (programs + 1) * max(tiles * ipt, 1) < 2 ** 31, "range_start's product must fit in int32"
         self.programs, self.dp_tiles = programs, dp_tiles
         finish_n = min(bn, 64) if out.device.type == "cuda" else bn
-        self.finish_grid = (tiles - dp_tiles, bn // finish_n)
+        self.finish_grid = (tiles - dp_tiles, bn // finish_n) if split_tiles(tiles - dp_tiles, ipt, programs) else None
         common = dict(BH=bh, BW=bw, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z,
                       BETA_ZERO=beta_zero, INT64=needs_int64(out, z), NB=nb, NUM_PROGRAMS=programs)
         self.consts = dict(common, W_KMAJOR=kmajor, PREC=input_precision(problem))
@@ -393,6 +393,14 @@ class _Recipe:
         self.middle = (plan.n, plan.oh, plan.ow, plan.c_red, plan.c_out, *plan.taps.args, *plan.taps.filter_args,
                        *tail)
         self.fmiddle = (plan.n, plan.oh, plan.ow, plan.c_red, plan.c_out, plan.taps.taps, *tail)
+
+
+def split_tiles(tiles, ipt, programs) -> int:
+    """How many of ``tiles`` stream-K tiles of ``ipt`` iterations more than one of
+    ``programs`` ranges covers (range_owner on the host)."""
+    total = tiles * ipt
+    owner = lambda g: ((g + 1) * programs - 1) // total
+    return sum(owner(t * ipt) != owner(t * ipt + ipt - 1) for t in range(tiles))
 
 
 _recipes = IdentityMemo()
@@ -415,7 +423,7 @@ def launch_streamk(plan, problem, inp, w, out, alpha, beta, cfg, part, kmajor=Fa
     args = (out, bias, z, part, conv_tma.descriptor_of(inp, recipe.x_view), conv_tma.descriptor_of(w, recipe.w_view),
             *recipe.middle, *scalars)
     launch(conv_tma_streamk_kernel, (recipe.programs,), args, recipe.consts, recipe.options, (recipe, 4))
-    if recipe.finish_grid[0] > 0:
+    if recipe.finish_grid is not None:
         launch(streamk_finish_kernel, recipe.finish_grid, (out, bias, z, part, *recipe.fmiddle, *scalars),
                recipe.fconsts, dict(num_warps=4 if out.device.type == "cuda" else 1), (recipe, 4))
 
