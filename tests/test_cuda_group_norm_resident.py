@@ -134,3 +134,14 @@ def test_bad_switch(rng, monkeypatch):
     x = make((1, 2, 2, 2), "NCHW", rng=rng)
     with pytest.raises(ValueError, match="GROUP_NORM_RESIDENT"):
         norms.group_norm_forward(x, x.clone(), torch.ones(2), torch.zeros(2), None, None, 1, EPS)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_resident_int64_offsets(layout, rng, monkeypatch):
+    """The BIG path (64-bit offsets, taken for tensors past 2**31 elements) on a tiny
+    problem: needs_int64 answers True."""
+    monkeypatch.setattr(norms, "GROUP_NORM_RESIDENT", "always")
+    monkeypatch.setattr(norms, "needs_int64", lambda *tensors: True)
+    calls = _spy(monkeypatch)
+    _run((2, 6, 3, 5), 3, layout, torch.float32, rng, alpha=1.5, beta=-0.5, saved=False)
+    assert calls == ["resident fwd", "resident bwd"]

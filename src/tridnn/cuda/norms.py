@@ -946,8 +946,31 @@ def _resident_tile(n, pid_g, G, CG, S, sn, sc, ss, BIG: tl.constexpr, EXACT: tl.
 def _channel_sums(t, CF: tl.constexpr):
     """[GPP, BLOCK_C] sums over the positions, the in-thread axis first."""
     if CF:
-        return tl.sum(tl.sum(t, axis=2), axis=2)
-    return tl.sum(tl.sum(t, axis=3), axis=2)
+        t2 = tl.sum(t, axis=2)
+    else:
+        t2 = tl.sum(t, axis=3)
+    return tl.sum(t2, axis=2)
+
+
+@triton.jit
+def _channel_sum_pair(a, b, CF: tl.constexpr):
+    """_channel_sums of two tiles in one reduction (one round of barriers, not two)."""
+    if CF:
+        a2, b2 = tl.reduce((a, b), 2, _add_pair)
+    else:
+        a2, b2 = tl.reduce((a, b), 3, _add_pair)
+    return tl.reduce((a2, b2), 2, _add_pair)
+
+
+@triton.jit
+def _group_sums(t, CF: tl.constexpr, GPP: tl.constexpr):
+    """[GPP] sums over each group's channels and positions (one group: one flat reduction,
+    a single round of barriers)."""
+    if GPP == 1:
+        total = tl.zeros([GPP], t.dtype) + tl.sum(t)
+    else:
+        total = tl.sum(_channel_sums(t, CF), axis=1)
+    return total
 
 
 @triton.jit
@@ -982,12 +1005,13 @@ def _widen(v, COMPUTE: tl.constexpr, WAY: tl.constexpr):
 
 
 @triton.jit
-def _resident_stats(x, mask, count, eps, COMPUTE: tl.constexpr, NARROW: tl.constexpr, CF: tl.constexpr):
+def _resident_stats(x, mask, count, eps, COMPUTE: tl.constexpr, NARROW: tl.constexpr, CF: tl.constexpr,
+                    GPP: tl.constexpr):
     """Per-group mean and 1/std [GPP] of the held tile x: two passes over the registers
     (the mean, then the squared deviations from it), widened WAY 0 and 1."""
-    mean = tl.sum(_channel_sums(_widen(x, COMPUTE, 0), CF), axis=1) / count
+    mean = _group_sums(_widen(x, COMPUTE, 0), CF, GPP) / count
     d = tl.where(mask, _widen(x, COMPUTE, 1 if NARROW else 0) - _at_groups(mean), 0.0)
-    var = tl.sum(_channel_sums(d * d, CF), axis=1) / count
+    var = _group_sums(d * d, CF, GPP) / count
     return mean, 1.0 / tl.sqrt(var + eps)
 
 
@@ -1013,7 +1037,7 @@ def _gn_resident_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv
                                                       Q, SW)
     # the one read of x; everything below works on registers
     x = tl.load(x_ptr + inner + outer, mask=mask, other=0.0)
-    mean, inv = _resident_stats(x, mask, CG * S, eps, COMPUTE, NARROW, CF)
+    mean, inv = _resident_stats(x, mask, CG * S, eps, COMPUTE, NARROW, CF, GPP)
     g_mask = g < G
     if SAVE:
         tl.store(mean_ptr + n * G + g, mean.to(mean_ptr.dtype.element_ty), mask=g_mask)
@@ -1057,20 +1081,20 @@ def _gn_resident_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv
         mean = tl.load(mean_ptr + n * G + g, mask=g_mask, other=0.0).to(COMPUTE)
         inv = tl.load(inv_ptr + n * G + g, mask=g_mask, other=0.0).to(COMPUTE)
     else:
-        mean, inv = _resident_stats(x, mask, count, eps, COMPUTE, NARROW, CF)
+        mean, inv = _resident_stats(x, mask, count, eps, COMPUTE, NARROW, CF, GPP)
     # per-channel sums (x widened one way), then dx (another way; dy likewise)
     xhat = tl.where(mask, (_widen(x, COMPUTE, (0 if HAS_STATS else 2) if NARROW else 0) - _at_groups(mean))
                     * _at_groups(inv), 0.0)
     dyf = _widen(dy, COMPUTE, 0)
-    ch_dy = _channel_sums(dyf, CF)  # [GPP, BLOCK_C]
-    ch_dyx = _channel_sums(dyf * xhat, CF)
+    ch_dy, ch_dyx = _channel_sum_pair(dyf, dyf * xhat, CF)  # [GPP, BLOCK_C]
     if BIG:
         n = n.to(tl.int64)
     tl.store(part_ptr + n * 2 * C + c, ch_dyx, mask=c_mask)
     tl.store(part_ptr + n * 2 * C + C + c, ch_dy, mask=c_mask)
     w = tl.load(scale_ptr + c, mask=c_mask, other=0.0).to(COMPUTE)
-    mean_g = tl.sum(ch_dy * w, axis=1) / count  # [GPP]
-    mean_gx = tl.sum(ch_dyx * w, axis=1) / count
+    mean_g, mean_gx = tl.reduce((ch_dy * w, ch_dyx * w), 1, _add_pair)  # [GPP]
+    mean_g = mean_g / count
+    mean_gx = mean_gx / count
     xhat = (_widen(x, COMPUTE, (1 if HAS_STATS else 3) if NARROW else 0) - _at_groups(mean)) * _at_groups(inv)
     dyw = _widen(dy, COMPUTE, 1 if NARROW else 0) * _at_channels(w)
     dx = _at_groups(inv) * (dyw - _at_groups(mean_g) - xhat * _at_groups(mean_gx))
