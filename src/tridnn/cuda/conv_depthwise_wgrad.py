@@ -1,0 +1,312 @@
+"""Depthwise 3x3 backward filter as a streaming row walk with loads one row ahead.
+
+dw[c, a, b] = sum over (n, o, q) of dy[n, o, q, c] * x[n, o * S - PH + a, q * S - PW + b, c]
+is a reduction that should run at memory speed: each byte of x and dy read once from
+DRAM, nine float32 FMAs per dy element. The older kernels (conv_depthwise_backward's
+``dw3_wgrad_kernel``: nine masked x loads per dy tile; conv_depthwise_tma's walkers: six
+1 KB boxes through shared memory per x row) ran at 0.9-1.4 TB/s on the H200: few
+bytes in flight per SM, and per element more load, mask and address instructions than
+FMAs.
+
+``dw3_wgrad_rows_kernel``: a program owns (channel block of BC, column strip of BW
+output columns, IMGS images x a strip of BH output rows) and walks down the rows with a
+[BW, BC] tile (channels contiguous: 16-byte vector loads along C in NHWC). Per step it
+loads only the new rows, each once (plus two column-shifted reloads of the x row, L1
+hits), and keeps what the next steps need in registers:
+
+- stride 1: one x row i (three column shifts) and the dy row i + PH a step. x row i
+  meets dy rows i + PH - a at filter row a: the two older dy rows ride along, converted
+  to float32, so dy crosses L1 once and x three times (shifts), not nine.
+- stride 2: dy row o and x rows 2o - PH + 1, 2o - PH + 2 a step; x row 2o - PH (filter
+  row 0) is the previous step's last row, carried.
+
+The next step's rows are loaded (raw, in the data type: half the registers of float32)
+before this step's FMAs, so one row of every operand is in flight while the FMAs run;
+column offsets and masks are loop invariant (a row step adds a scalar). Nine float32
+[BW, BC] accumulators are summed over the tile's pixels once, at the end, into the
+program's partial slot [slot, K, 9] (conv_bwd_filter_implicit_gemm's ``wgrad_finish``
+adds the slots in a fixed order: deterministic; ATOMIC (ALGO_0) adds into slot 0).
+
+Any strides (a channel stride of 1 gets Triton's specialization: vector loads); one
+filter per channel (multiplier 1), 3x3, stride 1 or 2 in both directions, no dilation.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .common import cdiv, launch, next_pow2, sm_count
+from .conv_depthwise_tma import _wsum9, _zeros9
+from .geometry import geometry, needs_int64, strides5
+
+
+# -- kernel ------------------------------------------------------------------------
+@triton.jit
+def _tile(ptr, row, row_ok, cols, cols_ok, chan, mask_k):
+    """A raw [BW, BC] tile: the pixels at scalar offset ``row`` plus ``cols`` (masked by
+    the scalar ``row_ok`` and ``cols_ok``), channels at ``chan``."""
+    return tl.load(ptr + row + cols[:, None] + chan[None, :], mask=(cols_ok & row_ok)[:, None] & mask_k[None, :],
+                   other=0.0)
+
+
+@triton.jit
+def _xrow(x_ptr, row, row_ok, c0, c1, c2, k0, k1, k2, chan, mask_k):
+    """One x row at the three column shifts of the filter (raw tiles)."""
+    return (_tile(x_ptr, row, row_ok, c0, k0, chan, mask_k), _tile(x_ptr, row, row_ok, c1, k1, chan, mask_k),
+            _tile(x_ptr, row, row_ok, c2, k2, chan, mask_k))
+
+
+@triton.jit
+def _step1(x_ptr, dy_ptr, xb, db, j, i_end, IH, PH, o_end, xs_h, dys_h, c0, c1, c2, k0, k1, k2, cd, mask_q, chan_x,
+           chan_d, mask_k):
+    """Stride 1, step j's raw tiles: x row j at the three shifts, dy row j + PH (filter row
+    0); rows past the strip's last step or the image are masked off (no traffic)."""
+    r0, r1, r2 = _xrow(x_ptr, xb + j * xs_h, (j >= 0) & (j < IH) & (j < i_end), c0, c1, c2, k0, k1, k2, chan_x,
+                       mask_k)
+    rd = _tile(dy_ptr, db + (j + PH) * dys_h, j + PH < o_end, cd, mask_q, chan_d, mask_k)
+    return r0, r1, r2, rd
+
+
+@triton.jit
+def _step2(x_ptr, dy_ptr, xb, db, p, IH, PH, o_end, xs_h, dys_h, c0, c1, c2, k0, k1, k2, cd, mask_q, chan_x,
+           chan_d, mask_k):
+    """Stride 2, step p's raw tiles: x rows 2p - PH + 1, 2p - PH + 2 (filter rows 1, 2) at
+    the three shifts, dy row p; nothing past the strip's rows."""
+    live = p < o_end
+    i = p * 2 - PH
+    m0, m1, m2 = _xrow(x_ptr, xb + (i + 1) * xs_h, live & (i + 1 >= 0) & (i + 1 < IH), c0, c1, c2, k0, k1, k2,
+                       chan_x, mask_k)
+    b0, b1, b2 = _xrow(x_ptr, xb + (i + 2) * xs_h, live & (i + 2 >= 0) & (i + 2 < IH), c0, c1, c2, k0, k1, k2,
+                       chan_x, mask_k)
+    rd = _tile(dy_ptr, db + p * dys_h, live, cd, mask_q, chan_d, mask_k)
+    return m0, m1, m2, b0, b1, b2, rd
+
+
+@triton.jit(do_not_specialize=['N', 'IH', 'IW', 'OH', 'OW', 'PH', 'PW', 'BH', 'n_rows', 'IMGS'])
+def dw3_wgrad_rows_kernel(
+        x_ptr, dy_ptr, part_ptr,
+        # sizes: images, channels, H x W of x and dy, padding
+        N, K, IH, IW, OH, OW, PH, PW,
+        # rows per strip, row strips per image, images per program
+        BH, n_rows, IMGS,
+        # element strides (n, c, h, w) of x and dy
+        xs_n, xs_c, xs_h, xs_w, dys_n, dys_k, dys_h, dys_w,
+        S: tl.constexpr, BW: tl.constexpr, BC: tl.constexpr, AHEAD: tl.constexpr, UNROLL: tl.constexpr,
+        ATOMIC: tl.constexpr, INT64: tl.constexpr):
+    """part[slot, k, 3a + b] = sum over the program's dy pixels (n, o, q) of
+    dy[n, o, q, k] * x[n, o * S - PH + a, q * S - PW + b, k]; slot = unit x column strips +
+    column strip, unit = image group x row strips + row strip (ATOMIC: added into slot 0).
+    AHEAD: steps loaded ahead of the one computed (1 or 2); UNROLL: the row loop's unroll
+    factor (the carried tiles then rotate by renaming instead of moves)."""
+    # -- map the program to a channel block, a column strip and (image group, row strip)
+    offs_k = tl.program_id(0) * BC + tl.arange(0, BC)
+    mask_k = offs_k < K
+    col_blk = tl.program_id(1)
+    unit = tl.program_id(2)
+    group = unit // n_rows
+    o0 = (unit - group * n_rows) * BH
+    o_end = tl.minimum(o0 + BH, OH)
+    n0 = group * IMGS
+    n_end = tl.minimum(n0 + IMGS, N)
+
+    # -- loop-invariant column offsets and masks: dy columns q, x columns q * S - PW + b
+    q = col_blk * BW + tl.arange(0, BW)
+    mask_q = q < OW
+    iw = q * S - PW
+    c0 = iw * xs_w
+    c1 = c0 + xs_w
+    c2 = c1 + xs_w
+    k0 = mask_q & (iw >= 0) & (iw < IW)
+    k1 = mask_q & (iw + 1 >= 0) & (iw + 1 < IW)
+    k2 = mask_q & (iw + 2 >= 0) & (iw + 2 < IW)
+    cd = q * dys_w
+    chan_x = offs_k * xs_c
+    chan_d = offs_k * dys_k
+
+    a00, a01, a02, a10, a11, a12, a20, a21, a22 = _zeros9(BW, BC)
+    for n in range(n0, n_end):
+        nn = n
+        if INT64:
+            nn = nn.to(tl.int64)
+        xb = nn * xs_n
+        db = nn * dys_n
+        if S == 1:
+            # -- x rows i = o - PH + a of the strip's dy rows o; a step: x row i (three
+            # shifts) and dy row i + PH (filter row 0); dy rows i + PH - 1, i + PH - 2
+            # (filter rows 1, 2) are the previous steps', carried in float32
+            i0 = o0 - PH
+            i_end = o_end - PH + 2
+            r0, r1, r2, rd = _step1(x_ptr, dy_ptr, xb, db, i0, i_end, IH, PH, o_end, xs_h, dys_h, c0, c1, c2,
+                                    k0, k1, k2, cd, mask_q, chan_x, chan_d, mask_k)
+            if AHEAD == 2:
+                n0r, n1r, n2r, ndr = _step1(x_ptr, dy_ptr, xb, db, i0 + 1, i_end, IH, PH, o_end, xs_h, dys_h,
+                                            c0, c1, c2, k0, k1, k2, cd, mask_q, chan_x, chan_d, mask_k)
+            g1 = tl.zeros((BW, BC), dtype=tl.float32)
+            g2 = tl.zeros((BW, BC), dtype=tl.float32)
+            for i in tl.range(i0, i_end, loop_unroll_factor=UNROLL):
+                x0 = r0.to(tl.float32)
+                x1 = r1.to(tl.float32)
+                x2 = r2.to(tl.float32)
+                g0 = rd.to(tl.float32)
+                # the rows AHEAD steps on, in flight during this step's FMAs
+                if AHEAD == 2:
+                    r0, r1, r2, rd = n0r, n1r, n2r, ndr
+                    n0r, n1r, n2r, ndr = _step1(x_ptr, dy_ptr, xb, db, i + 2, i_end, IH, PH, o_end, xs_h, dys_h,
+                                                c0, c1, c2, k0, k1, k2, cd, mask_q, chan_x, chan_d, mask_k)
+                else:
+                    r0, r1, r2, rd = _step1(x_ptr, dy_ptr, xb, db, i + 1, i_end, IH, PH, o_end, xs_h, dys_h,
+                                            c0, c1, c2, k0, k1, k2, cd, mask_q, chan_x, chan_d, mask_k)
+                a00 += g0 * x0
+                a01 += g0 * x1
+                a02 += g0 * x2
+                a10 += g1 * x0
+                a11 += g1 * x1
+                a12 += g1 * x2
+                a20 += g2 * x0
+                a21 += g2 * x1
+                a22 += g2 * x2
+                g2 = g1
+                g1 = g0
+        else:
+            # -- stride 2: dy row o meets x rows 2o - PH + a; a step loads dy row o and x rows
+            # 2o - PH + 1, 2o - PH + 2; the last is the next step's filter row 0 (carried)
+            i0 = o0 * 2 - PH
+            y0, y1, y2 = _xrow(x_ptr, xb + i0 * xs_h, (i0 >= 0) & (i0 < IH), c0, c1, c2, k0, k1, k2, chan_x, mask_k)
+            t0 = y0.to(tl.float32)
+            t1 = y1.to(tl.float32)
+            t2 = y2.to(tl.float32)
+            m0, m1, m2, b0, b1, b2, rd = _step2(x_ptr, dy_ptr, xb, db, o0, IH, PH, o_end, xs_h, dys_h, c0, c1, c2,
+                                                k0, k1, k2, cd, mask_q, chan_x, chan_d, mask_k)
+            if AHEAD == 2:
+                nm0, nm1, nm2, nb0, nb1, nb2, nd = _step2(x_ptr, dy_ptr, xb, db, o0 + 1, IH, PH, o_end, xs_h, dys_h,
+                                                          c0, c1, c2, k0, k1, k2, cd, mask_q, chan_x, chan_d, mask_k)
+            for o in tl.range(o0, o_end, loop_unroll_factor=UNROLL):
+                g = rd.to(tl.float32)
+                u0 = m0.to(tl.float32)
+                u1 = m1.to(tl.float32)
+                u2 = m2.to(tl.float32)
+                v0 = b0.to(tl.float32)
+                v1 = b1.to(tl.float32)
+                v2 = b2.to(tl.float32)
+                # the rows AHEAD steps on, in flight during this step's FMAs
+                if AHEAD == 2:
+                    m0, m1, m2, b0, b1, b2, rd = nm0, nm1, nm2, nb0, nb1, nb2, nd
+                    nm0, nm1, nm2, nb0, nb1, nb2, nd = _step2(x_ptr, dy_ptr, xb, db, o + 2, IH, PH, o_end, xs_h,
+                                                              dys_h, c0, c1, c2, k0, k1, k2, cd, mask_q, chan_x,
+                                                              chan_d, mask_k)
+                else:
+                    m0, m1, m2, b0, b1, b2, rd = _step2(x_ptr, dy_ptr, xb, db, o + 1, IH, PH, o_end, xs_h, dys_h,
+                                                        c0, c1, c2, k0, k1, k2, cd, mask_q, chan_x, chan_d, mask_k)
+                a00 += g * t0
+                a01 += g * t1
+                a02 += g * t2
+                a10 += g * u0
+                a11 += g * u1
+                a12 += g * u2
+                a20 += g * v0
+                a21 += g * v1
+                a22 += g * v2
+                t0 = v0
+                t1 = v1
+                t2 = v2
+
+    # -- the nine accumulators summed over the tile's pixels into this program's slot
+    slot = 0
+    if not ATOMIC:
+        slot = unit * tl.num_programs(1) + col_blk
+    _wsum9(part_ptr, a00, a01, a02, a10, a11, a12, a20, a21, a22, slot, K, offs_k, mask_k, ATOMIC)
+
+
+# -- host side ---------------------------------------------------------------------
+def applies(problem) -> bool:
+    """2-D (or 1-row) depthwise 3x3, multiplier 1, equal strides 1 or 2, no dilation."""
+    geo = geometry(problem)
+    return (geo.cg == 1 and geo.k == geo.c and geo.ker == (1, 3, 3) and geo.inp[0] == 1 and geo.out[0] == 1
+            and geo.stride[0] == 1 and geo.stride[1] == geo.stride[2] and geo.stride[1] in (1, 2)
+            and geo.dil == (1, 1, 1) and problem.nd <= 2)
+
+
+def plan(problem, cfg, cap, sms):
+    """(BW, BH, n_rows, IMGS, groups, n_cols, slots) for cfg: full-height strips of IMGS
+    images while the programs cover cfg["PER_SM"] x SMs, else shorter row strips; strips
+    (then image groups) grown until the slots fit the partial buffer's ``cap``."""
+    geo = geometry(problem)
+    n, oh, ow = geo.n, geo.out[1], geo.out[2]
+    bw = min(cfg["BW"], next_pow2(ow))
+    n_cols = cdiv(ow, bw)
+    cblocks = cdiv(geo.k, cfg["BC"])
+    want = cfg["PER_SM"] * sms
+    base = cblocks * n_cols * n
+    imgs, bh = 1, oh
+    if base >= want:
+        imgs = max(1, min(n, base // want))
+    else:
+        bh = max(min(oh, cfg.get("MIN_BH", 4)), cdiv(oh, cdiv(want, base)))
+    while True:
+        n_rows, groups = cdiv(oh, bh), cdiv(n, imgs)
+        slots = groups * n_rows * n_cols
+        if slots <= cap or (bh >= oh and imgs >= n):
+            break
+        if bh < oh:
+            bh = min(oh, 2 * bh)
+        else:
+            imgs = min(n, 2 * imgs)
+    if slots > cap:
+        return None
+    return bw, bh, n_rows, imgs, groups, n_cols, slots
+
+
+# (BC, elements a thread, warps, programs per SM, AHEAD, UNROLL); sm_90 bf16 registers
+# (compile probe, no spills): stride 1 [126, 178, 126, 126, 203, 96], stride 2 [128, 125,
+# 128, 128, 125]
+GPU_CONFIGS = {
+    1: ((32, 4, 4, 4, 2, 3), (32, 8, 4, 2, 1, 3), (64, 4, 4, 4, 2, 3), (16, 4, 4, 4, 2, 3), (64, 8, 4, 2, 1, 1),
+        (32, 4, 4, 4, 1, 1)),
+    2: ((32, 4, 4, 4, 2, 1), (32, 4, 4, 4, 1, 1), (64, 4, 4, 4, 2, 1), (16, 4, 4, 4, 2, 1), (64, 4, 8, 2, 1, 1)),
+}
+
+
+def configs(device, k, stride=1):
+    """Launch configs: BW = elements a thread x 32 x warps / BC (BW is cut to the
+    output width at launch). Under the interpreter, two tiny ones."""
+    if device.type != "cuda":
+        return [dict(KIND="rows", BW=4, BC=4, num_warps=1, PER_SM=4, AHEAD=1, UNROLL=1),
+                dict(KIND="rows", BW=8, BC=8, num_warps=1, PER_SM=2, MIN_BH=2, AHEAD=2, UNROLL=2)]
+    out = []
+    for bc, ept, warps, per_sm, ahead, unroll in GPU_CONFIGS[stride]:
+        if bc <= max(16, next_pow2(k)):
+            out.append(dict(KIND="rows", BW=max(1, ept * 32 * warps // bc), BC=bc, num_warps=warps, PER_SM=per_sm,
+                            AHEAD=ahead, UNROLL=unroll))
+    return out
+
+
+def candidates(problem, device, cap, sms=None):
+    """configs() whose slots fit ``cap``, each with its slot count ("slices") and the SM
+    count it was planned for ("SMS", which the launch plans with again)."""
+    if not applies(problem):
+        return []
+    if sms is None:
+        sms = sm_count(device) if device.type == "cuda" else 4
+    out = []
+    for cfg in configs(device, problem.k, geometry(problem).stride[1]):
+        fit = plan(problem, cfg, cap, sms)
+        if fit is not None:
+            out.append(dict(cfg, slices=fit[-1], SMS=sms))
+    return out
+
+
+def launch_rows(problem, x, dy, part, atomic, cfg, cap):
+    """dw3_wgrad_rows_kernel into part [slots, K, 9, 1] (ATOMIC: added into slot 0,
+    zeroed by the caller); returns the slots used."""
+    geo = geometry(problem)
+    nd = problem.nd
+    sms = cfg.get("SMS") or (sm_count(x.device) if x.device.type == "cuda" else 4)
+    bw, bh, n_rows, imgs, groups, n_cols, slots = plan(problem, cfg, 65535 if atomic else cap, sms)
+    xs, ds = strides5(x, nd), strides5(dy, nd)
+    launch(dw3_wgrad_rows_kernel, (cdiv(geo.k, cfg["BC"]), n_cols, groups * n_rows), (
+        x, dy, part, geo.n, geo.k, geo.inp[1], geo.inp[2], geo.out[1], geo.out[2], geo.pad[1], geo.pad[2],
+        bh, n_rows, imgs, xs[0], xs[1], xs[3], xs[4], ds[0], ds[1], ds[3], ds[4]),
+        dict(S=geo.stride[1], BW=bw, BC=cfg["BC"], AHEAD=cfg.get("AHEAD", 1), UNROLL=cfg.get("UNROLL", 1),
+             ATOMIC=atomic, INT64=needs_int64(x, dy)),
+        dict(num_warps=cfg["num_warps"]))
+    return 1 if atomic else slots

@@ -1,0 +1,184 @@
+"""conv_depthwise_wgrad's row walker (depthwise 3x3 backward filter) against the float64 reference.
+
+Under the interpreter (tiny shapes; interpreter tiles are 4-8 wide, so H, W and C cross
+tile tails): the kernel's partial slots summed in float64 against
+reference.conv_backward_filter for stride 1 and 2, paddings 0/1/2, odd sizes, NHWC, NCHW
+and a strided view, float32 and float16, slots capped (taller strips, image groups),
+ATOMIC and the 64-bit index path; then through the public API (ALGO_0 and ALGO_1, the
+walker as the tuner's only candidate: alpha/beta, a NaN-poisoned dw); every GPU config
+of the candidate list once; determinism (bitwise equal reruns).
+"""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+import tridnn  # noqa: E402
+from tridnn import reference  # noqa: E402
+from tridnn.algorithms import registry  # noqa: E402
+from tridnn.algorithms.problem import ConvProblem  # noqa: E402
+from tridnn.types import TensorFormat  # noqa: E402
+
+import test_cuda_conv as T  # noqa: E402  (run_case: one algorithm through the public API vs the reference)
+from tridnn.cuda import conv_depthwise_backward as D  # noqa: E402
+from tridnn.cuda import conv_depthwise_wgrad as W  # noqa: E402
+from tridnn.cuda.common import Tuner  # noqa: E402
+
+CPU = torch.device("cpu")
+GPU = torch.device("cuda")  # the GPU candidate list, also run under the interpreter
+FILTER = [registry.by_enum("conv", "bwd_filter", "triton", tridnn.ConvBwdFilterAlgo[a]) for a in ("ALGO_0", "ALGO_1")]
+
+# (C, (H, W), stride, pad): tails in every direction, pads 0-2, stride 2 with odd and even sizes
+CASES = [(5, (7, 6), 1, 1), (6, (9, 7), 2, 1), (3, (5, 9), 1, 2), (6, (8, 7), 2, 0), (5, (6, 5), 1, 0),
+         (4, (10, 11), 2, 2)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _interpreter():
+    tridnn.Handle(device="cpu", backend="triton")  # patches the interpreter (layer_utils)
+
+
+def _problem(c, hw, stride, pad, n=2, dilation=1, k=None):
+    p = T.P(c, k or c, hw, 3, stride, pad, dilation, c)
+    x_desc = tridnn.TensorDescriptor.packed((n, c, *hw), "float32", TensorFormat.NCHW)
+    w_desc = tridnn.FilterDescriptor((k or c, 1, 3, 3))
+    return ConvProblem.forward(x_desc, w_desc, T.conv(p))
+
+
+def _operands(rng, c, hw, stride, pad, n, dtype, layout):
+    oh, ow = ((s + 2 * pad - 3) // stride + 1 for s in hw)
+    x = rng.standard_normal((n, c, *hw))
+    dy = rng.standard_normal((n, c, oh, ow))
+    if dtype == torch.float16:  # the reference sees the rounded values
+        x, dy = x.astype(np.float16).astype(np.float64), dy.astype(np.float16).astype(np.float64)
+    ref = reference.conv_backward_filter(x, dy, (c, 1, 3, 3), stride, pad, None, 1, c)
+
+    def put(a):
+        t = torch.as_tensor(a, dtype=dtype)
+        if layout == "NHWC":
+            return t.contiguous(memory_format=torch.channels_last)
+        if layout == "strided":  # every other channel of a channels-last tensor twice as wide
+            wide = torch.zeros((a.shape[0], 2 * a.shape[1], *a.shape[2:]), dtype=dtype)
+            wide = wide.contiguous(memory_format=torch.channels_last)
+            wide[:, ::2] = t
+            return wide[:, ::2]
+        return t.contiguous()
+    return put(x), put(dy), ref
+
+
+def _partials(problem, x, dy, cfg, cap=65535, atomic=False):
+    """The walker's slots [slots, K, 9] (NaN-poisoned before, ATOMIC: zeroed), summed in float64."""
+    c = problem.k
+    fit = W.plan(problem, cfg, 65535 if atomic else cap, cfg.get("SMS", 4))
+    part = torch.zeros((1, c, 9)) if atomic else torch.full((fit[-1], c, 9), float("nan"))
+    used = W.launch_rows(problem, x, dy, part, atomic, cfg, cap)
+    assert used == (1 if atomic else fit[-1]) and used <= cap
+    return part[:used].double().sum(0).reshape(c, 1, 3, 3).numpy(), part
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("layout,dtype", [("NHWC", torch.float32), ("NCHW", torch.float16),
+                                          ("strided", torch.float32)], ids=["nhwc32", "nchw16", "strided32"])
+def test_walker_vs_reference(case, layout, dtype, rng):
+    c, hw, stride, pad = case
+    problem = _problem(c, hw, stride, pad)
+    assert W.applies(problem)
+    x, dy, ref = _operands(rng, c, hw, stride, pad, 2, dtype, layout)
+    tol = 1e-5 if dtype == torch.float32 else 2e-3  # float16 operands: float32 accumulation of exact products
+    for cfg in W.configs(CPU, c):
+        got, _ = _partials(problem, x, dy, cfg)
+        np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * np.abs(ref).max(), err_msg=str(cfg))
+
+
+@pytest.mark.parametrize("case", CASES[:2], ids=str)
+def test_caps_atomic_int64(case, rng, monkeypatch):
+    """Slots capped at 2 and 3 (taller strips, then image groups), ATOMIC into one slot,
+    and the 64-bit offsets (forced: the tensors would not fit a test)."""
+    c, hw, stride, pad = case
+    problem = _problem(c, hw, stride, pad, n=3)
+    x, dy, ref = _operands(rng, c, hw, stride, pad, 3, torch.float32, "NHWC")
+    cfg = W.configs(CPU, c)[0]
+    for cap in (2, 3):
+        got, _ = _partials(problem, x, dy, cfg, cap=cap)
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    got, _ = _partials(problem, x, dy, cfg, atomic=True)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    monkeypatch.setattr(W, "needs_int64", lambda *t: True)
+    got, _ = _partials(problem, x, dy, cfg)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+
+
+def test_plan_and_applies():
+    """plan() keeps the slots within the cap (None when even one strip per image column
+    cannot fit) and covers every row and image; applies() declines what the walker cannot do."""
+    problem = _problem(8, (40, 12), 1, 1, n=4)
+    cfg = dict(BW=16, BC=8, num_warps=4, PER_SM=4)
+    for cap in (1, 2, 5, 16, 65535):
+        bw, bh, n_rows, imgs, groups, n_cols, slots = W.plan(problem, cfg, cap, 132)
+        assert slots <= cap and slots == groups * n_rows * n_cols
+        assert n_rows * bh >= 40 and (n_rows - 1) * bh < 40 and groups * imgs >= 4 and n_cols * bw >= 12
+    assert W.plan(problem, dict(cfg, BW=4), 1, 132) is None  # 3 column strips cannot share one slot
+    assert not W.applies(_problem(8, (9, 9), 1, 2, dilation=2))
+    assert not W.applies(_problem(8, (9, 9), 3, 1))
+    assert not W.applies(_problem(4, (9, 9), 1, 1, k=8))  # multiplier 2
+
+
+def _gpu_configs():
+    return W.candidates(_problem(64, (8, 8), 1, 1, n=2), GPU, 4096, 132) + \
+        W.candidates(_problem(64, (8, 8), 2, 1, n=2), GPU, 4096, 132)
+
+
+@pytest.mark.parametrize("algo", FILTER, ids=lambda a: a.name)
+def test_public_api(algo, rng, monkeypatch):
+    """The walker as the only candidate of the depthwise filter tuner: dw poisoned
+    (beta 0) and alpha/beta blended, float32 NHWC and float16 NCHW, stride 1 and 2,
+    an asymmetric padding; the kernel really ran."""
+    calls = []
+    real = W.launch_rows
+    monkeypatch.setattr(W, "launch_rows", lambda *a: calls.append(a[-2]) or real(*a))
+    for cfg in W.configs(CPU, 8):
+        monkeypatch.setattr(D, "wgrad3_candidates", lambda *a: [dict(cfg, slices=1)])
+        monkeypatch.setattr(D, "_wgrad_tuner", Tuner(tolerance=3e-3))
+        for p in (T.P(5, 5, (7, 6), 3, 1, 1, 1, 5), T.P(6, 6, (9, 7), 3, 2, 1, 1, 6)):
+            assert T.run_case("bwd_filter", algo, p, "float32", "NHWC", rng, n=2, as_torch=True) is None
+            assert T.run_case("bwd_filter", algo, p, "float16", "NCHW", rng, n=2, alpha=2.0, beta=0.5,
+                              as_torch=True) is None
+        p = T.P(6, 6, (8, 7), 3, 2, 1, 1, 6)
+        assert T.run_case("bwd_filter", algo, p, "float32", "NHWC", rng, n=1, as_torch=True, pad_post=0) is None
+    assert len(calls) == 2 * 5
+
+
+def test_gpu_configs_and_determinism(rng):
+    """Each GPU config of the candidate list (AHEAD 1/2, unrolled loops, 4 and 8 elements a
+    thread) on tiny problems (tiles mostly masked), against the reference; a rerun is
+    bitwise equal (fixed slots, fixed order)."""
+    cfgs = _gpu_configs()
+    assert len(cfgs) >= 4 and all(c["KIND"] == "rows" for c in cfgs)
+    seen = set()
+    for cfg in cfgs:
+        key = tuple(sorted((k, v) for k, v in cfg.items() if k != "slices"))
+        if key in seen:
+            continue
+        seen.add(key)
+        for c, hw, stride, pad in ((5, (6, 7), 1, 1), (6, (7, 6), 2, 1)):
+            problem = _problem(c, hw, stride, pad)
+            x, dy, ref = _operands(rng, c, hw, stride, pad, 2, torch.float32, "NHWC")
+            got, part = _partials(problem, x, dy, cfg)
+            np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max(), err_msg=str(cfg))
+            _, again = _partials(problem, x, dy, cfg)
+            assert torch.equal(part, again)
+
+
+def test_candidates_follow_the_existing_first():
+    """On the GPU list the walker's configs come after the existing kernels' (the first
+    stays the tuner's reference); they appear only where the walker applies."""
+    import unittest.mock as um
+    with um.patch.object(D, "sm_count", lambda device: 132):
+        problem = _problem(64, (8, 8), 1, 1)
+        cands = D.wgrad3_candidates(problem, GPU, 64, False, 4096)
+        kinds = [c.get("KIND") for c in cands]
+        assert kinds[0] is None and "rows" in kinds and kinds.index("rows") > 0
+        assert all(k == "rows" for k in kinds[kinds.index("rows"):])
+        dil = _problem(64, (9, 9), 1, 2, dilation=2)
+        assert "rows" not in [c.get("KIND") for c in D.wgrad3_candidates(dil, GPU, 64, False, 4096)]
