@@ -88,6 +88,9 @@ def label(cfg):
     return f"sk:{box}x{cfg['BLOCK_N']} w{cfg['num_warps']}s{cfg['num_stages']} x{cfg['SK']} dp{cfg['DP']}"
 
 
+DEADLINE = float("inf")  # time.time() after which no variant starts (--budget-s + 12 s)
+
+
 def run_layer(handle, direction, p, n, dev, dry, timer):
     dtype = "float32" if dry else "bfloat16"
     cd, xd, wd, yd, x, w, dy = bgc.make(p, n, dtype, tridnn.MathType.DEFAULT, dev)
@@ -98,6 +101,9 @@ def run_layer(handle, direction, p, n, dev, dry, timer):
     rows = []
 
     def record(variant, fn, out, **extra):
+        if time.time() > DEADLINE:
+            rows.append(dict(layer=p["name"], direction=direction, variant=variant, error="skipped: budget", **extra))
+            return
         try:
             fn()
             if dev.type == "cuda":
@@ -146,12 +152,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="")
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--budget-s", type=float, default=85)
+    ap.add_argument("--budget-s", type=float, default=80, help="no layer starts after this (no variant after +12 s)")
+    ap.add_argument("--layers", default="", help="comma-separated direction:layer (default: all of LAYERS)")
     ap.add_argument("--dry-run", action="store_true", help="CPU interpreter, tiny shapes, float32")
     ap.add_argument("--sk", choices=("offered", "dp0", "all"), default="dp0",
                     help="stream-K configs to time: the offered ones, plus DP 0 of the rest, or all")
     args = ap.parse_args()
-    global ALL_SK
+    global ALL_SK, DEADLINE
     ALL_SK = dict(offered=None, dp0=False, all=True)[args.sk]
     dry = args.dry_run
     if dry:
@@ -167,8 +174,11 @@ def main():
         n = args.batch
     layers = {p["name"]: p for p in shapes.RESNET50}
     start = time.time()
+    if not dry:
+        DEADLINE = start + args.budget_s + 12
     rows = []
-    for direction, name in LAYERS:
+    todo = [tuple(item.split(":")) for item in args.layers.split(",")] if args.layers else LAYERS
+    for direction, name in todo:
         if time.time() - start > args.budget_s and not dry:
             print(f"# budget spent: skipping {direction} {name}", flush=True)
             continue

@@ -205,20 +205,21 @@ def _problem(p, direction, dtype="bfloat16", n=64, math=tridnn.MathType.DEFAULT)
 
 
 def test_workspace_only_where_streamk_is_offered():
-    """bfloat16 batch 64: res4_1x1r (196 tiles of 128 x 128, 1.5 waves) and res5_1x1r
-    (100 tiles) declare 2 pieces of 128 x 128 floats per program of 132; res5_3x3 (64
-    tiles of two 8x8 images x 256 columns), forward and backward data, 2 of 128 x 256.
-    None for res5_1x1c (400 tiles, 3 waves), res4_3x3 backward data (256 tiles of 8 x 16
-    x 128: 97% of two waves), float32, a tiny layer, NCHW and stride-2 backward data."""
-    piece = 2 * 132 * 128 * 128 * 4
-    for name in ("res4_1x1r", "res5_1x1r"):
+    """bfloat16 batch 64: two pieces of the largest offered tile per program of 132.
+    128 x 256 float32 pieces for res4_1x1r (98 tiles of 128 x 256, 196 of 128 x 128),
+    res5_1x1r, res5_1x1c (200 tiles of 128 x 256 where 128 x 128 makes 400: 3 waves) and
+    res5_3x3 forward and backward data (64 tiles of two 8x8 images x 256 columns). None
+    for res5_ds (256 of its biggest tiles: 97% of two waves), res4_3x3 backward data (256
+    tiles of 8 x 16 x 128), float32, a tiny layer, NCHW and stride-2 backward data."""
+    piece = 2 * 132 * 128 * 256 * 4
+    for name in ("res4_1x1r", "res5_1x1r", "res5_1x1c"):
         size = ALGO["fwd"].workspace_size(_problem(_layer(name), "fwd"))
         assert piece <= size <= piece + 256, (name, size)
     for direction in ("fwd", "bwd_data"):
         size = ALGO[direction].workspace_size(_problem(_layer("res5_3x3"), direction))
-        assert 2 * piece <= size <= 2 * piece + 256, (direction, size)
+        assert piece <= size <= piece + 256, (direction, size)
+    assert ALGO["fwd"].workspace_size(_problem(_layer("res5_ds"), "fwd")) == 0
     assert ALGO["bwd_data"].workspace_size(_problem(_layer("res4_3x3"), "bwd_data")) == 0
-    assert ALGO["fwd"].workspace_size(_problem(_layer("res5_1x1c"), "fwd")) == 0
     assert ALGO["fwd"].workspace_size(_problem(_layer("res4_1x1r"), "fwd", "float32")) == 0
     assert ALGO["fwd"].workspace_size(_problem(_layer("res4_1x1r"), "fwd", n=2)) == 0  # 0.2 GFLOP
     assert ALGO["bwd_data"].workspace_size(_problem(_layer("res5_3x3s2"), "bwd_data")) == 0
@@ -232,7 +233,7 @@ def test_workspace_only_where_streamk_is_offered():
 def test_gpu_offers_streamk_after_the_others(monkeypatch):
     """On a 132-SM GPU: res4_1x1r's flat plan gets stream-K configs after conv_tma's
     (whose first stays first), with a DP = 1 twin where tiles outnumber programs;
-    res5_1x1c (3 waves) and a missing partial buffer get none."""
+    res4_ds (1024 tiles of 8 x 16 x 128: 8 waves) and a missing partial buffer get none."""
     monkeypatch.setattr(streamk, "sm_count", lambda device: 132)
     cuda = torch.device("cuda")
     problem = _problem(_layer("res4_1x1r"), "fwd")
@@ -249,10 +250,10 @@ def test_gpu_offers_streamk_after_the_others(monkeypatch):
     assert extra and all(c["SK"] for c in extra)
     assert any(c["DP"] == 1 for c in extra) and any(c["DP"] == 0 for c in extra)
     assert streamk.with_streamk(base, plan, cuda, problem, None) == base
-    problem_c = _problem(_layer("res5_1x1c"), "fwd")
-    x = torch.empty(64, 512, 7, 7, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
-    w = torch.empty(2048, 512, 1, 1, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
-    y = torch.empty(64, 2048, 7, 7, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    problem_c = _problem(_layer("res4_ds"), "fwd")
+    x = torch.empty(64, 512, 28, 28, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    w = torch.empty(1024, 512, 1, 1, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    y = torch.empty(64, 1024, 14, 14, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
     assert streamk.candidates(conv_tma.plan_forward(problem_c, x, w, y), cuda, problem_c, part) == []
 
 

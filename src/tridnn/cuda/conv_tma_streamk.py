@@ -219,9 +219,12 @@ def _sk(cfg, per_sm=1, **extra):
 
 _cfg = conv_tma._cfg
 # 128 x 128 tiles one program per SM (operands 128 KB in 4 stages, 96 KB in 3), 64 x 128
-# and 8 x 8 x 128 two per SM. Not 8 warps with 4 stages on 128-row boxes (miscompiled in
+# and 8 x 8 x 128 two per SM (96 and 88 KB). Not 8 warps with 4 stages on 128-row boxes (miscompiled in
 # conv_tma's lists, Triton 3.6).
-SK_FLAT = [_sk(_cfg(1, 128, 128, 64, 8, 3)), _sk(_cfg(1, 128, 128, 64, 4, 4)), _sk(_cfg(1, 64, 128, 64, 4, 4), 2)]
+SK_FLAT = [_sk(_cfg(1, 128, 128, 64, 8, 3)), _sk(_cfg(1, 128, 128, 64, 4, 4)), _sk(_cfg(1, 64, 128, 64, 4, 4), 2),
+           # 128 x 256 (operands 144 KB in 3 stages): 1x1 layers with many output channels
+           # (res5_1x1c, 2048: 200 tiles instead of 400 at batch 64, 1.5 waves)
+           _sk(_cfg(1, 128, 256, 64, 8, 3))]
 SK_TILE = [_sk(_cfg(8, 16, 128, 64, 4, 4)), _sk(_cfg(8, 8, 128, 64, 4, 4), 2)]
 # 7x7 outputs: two images a box (98 of 128 rows real, whatever the split); 256 columns
 # halve the tiles (64 for 512 channels at batch 64: half a wave without stream-K)
