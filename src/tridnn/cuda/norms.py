@@ -1005,6 +1005,14 @@ def _widen(v, COMPUTE: tl.constexpr, WAY: tl.constexpr):
 
 
 @triton.jit
+def _resident_store(ptr, offsets, mask, value, beta, HAS_BETA: tl.constexpr):
+    """ptr[offsets] = value + beta * ptr[offsets] (alpha is already in value)."""
+    if HAS_BETA:
+        value += tl.load(ptr + offsets, mask=mask, other=0.0).to(value.dtype) * beta
+    tl.store(ptr + offsets, value.to(ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _resident_stats(x, mask, count, eps, COMPUTE: tl.constexpr, NARROW: tl.constexpr, CF: tl.constexpr,
                     GPP: tl.constexpr):
     """Per-group mean and 1/std [GPP] of the held tile x: two passes over the registers
@@ -1042,15 +1050,15 @@ def _gn_resident_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv
     if SAVE:
         tl.store(mean_ptr + n * G + g, mean.to(mean_ptr.dtype.element_ty), mask=g_mask)
         tl.store(inv_ptr + n * G + g, inv.to(inv_ptr.dtype.element_ty), mask=g_mask)
-    # y = x * a + b with per-channel a, b
+    # y = alpha (x a + b) + beta y with per-channel a, b (alpha folded into them)
     w = tl.load(scale_ptr + c, mask=c_mask, other=0.0).to(COMPUTE)
     a = w * inv[:, None]
     b = -mean[:, None] * a
     if HAS_BIAS:
         b += tl.load(bias_ptr + c, mask=c_mask, other=0.0).to(COMPUTE)
-    y = _widen(x, COMPUTE, 2 if NARROW else 0) * _at_channels(a) + _at_channels(b)
+    y = _widen(x, COMPUTE, 2 if NARROW else 0) * _at_channels(a * alpha) + _at_channels(b * alpha)
     inner, outer, _, _, _, _ = _resident_tile(n, pid_g, G, CG, S, ysn, ysc, yss, BIG, EXACT, GPP, BLOCK_C, Q, SW)
-    blend_store(y_ptr + inner, outer, mask, y, alpha, beta, HAS_BETA)
+    _resident_store(y_ptr + inner, outer, mask, y, beta, HAS_BETA)
 
 
 @triton.jit
@@ -1082,24 +1090,25 @@ def _gn_resident_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv
         inv = tl.load(inv_ptr + n * G + g, mask=g_mask, other=0.0).to(COMPUTE)
     else:
         mean, inv = _resident_stats(x, mask, count, eps, COMPUTE, NARROW, CF, GPP)
-    # per-channel sums (x widened one way), then dx (another way; dy likewise)
-    xhat = tl.where(mask, (_widen(x, COMPUTE, (0 if HAS_STATS else 2) if NARROW else 0) - _at_groups(mean))
-                    * _at_groups(inv), 0.0)
+    # per-channel sum(dy) and sum(dy (x - mean)) (x widened one way; padding has dy = 0), then
+    # dx = alpha inv (dy w - mean(dy w) - x_hat mean(dy w x_hat)) from x and dy widened another way
     dyf = _widen(dy, COMPUTE, 0)
-    ch_dy, ch_dyx = _channel_sum_pair(dyf, dyf * xhat, CF)  # [GPP, BLOCK_C]
+    xc = _widen(x, COMPUTE, (0 if HAS_STATS else 2) if NARROW else 0) - _at_groups(mean)
+    ch_dy, ch_dyx = _channel_sum_pair(dyf, dyf * xc, CF)  # [GPP, BLOCK_C]
+    ch_dyx = ch_dyx * inv[:, None]
     if BIG:
         n = n.to(tl.int64)
     tl.store(part_ptr + n * 2 * C + c, ch_dyx, mask=c_mask)
     tl.store(part_ptr + n * 2 * C + C + c, ch_dy, mask=c_mask)
     w = tl.load(scale_ptr + c, mask=c_mask, other=0.0).to(COMPUTE)
     mean_g, mean_gx = tl.reduce((ch_dy * w, ch_dyx * w), 1, _add_pair)  # [GPP]
-    mean_g = mean_g / count
-    mean_gx = mean_gx / count
-    xhat = (_widen(x, COMPUTE, (1 if HAS_STATS else 3) if NARROW else 0) - _at_groups(mean)) * _at_groups(inv)
-    dyw = _widen(dy, COMPUTE, 1 if NARROW else 0) * _at_channels(w)
-    dx = _at_groups(inv) * (dyw - _at_groups(mean_g) - xhat * _at_groups(mean_gx))
+    p = (alpha * inv)[:, None] * w  # dx = p dy + q (x - mean) + r
+    q = -alpha * inv * inv * mean_gx / count
+    r = -alpha * inv * mean_g / count
+    xc = _widen(x, COMPUTE, (1 if HAS_STATS else 3) if NARROW else 0) - _at_groups(mean)
+    dx = _widen(dy, COMPUTE, 1 if NARROW else 0) * _at_channels(p) + (xc * _at_groups(q) + _at_groups(r))
     inner, outer, _, _, _, _ = _resident_tile(n, pid_g, G, CG, S, dsn, dsc, dss, BIG, EXACT, GPP, BLOCK_C, Q, SW)
-    blend_store(dx_ptr + inner, outer, mask, dx, alpha, beta, HAS_BETA)
+    _resident_store(dx_ptr + inner, outer, mask, dx, beta, HAS_BETA)
 
 
 def _group_setup(x, groups):
