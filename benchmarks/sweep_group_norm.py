@@ -42,27 +42,34 @@ GROUPS, EPS = 32, 1e-5
 OLD = [("GROUP_NORM_RESIDENT", "never")]  # the defaults before the resident design
 RES = [("GROUP_NORM_RESIDENT", "always")]
 # (label, [(norms switch, value), ...]) per direction and layout; the first row is the default.
-# sm_90 at 64x256x56x56 bf16 (compile probe): NCHW forward 16 warps 64 registers (2 programs
-# an SM), 8 warps 127 (2 an SM), 32 warps 63 (1 an SM); backward 32 warps 64 (1 an SM), 16
-# warps 110 (1 an SM); NHWC forward 2 groups 32 warps 64 + 34 spill instructions, 1 group 16
-# warps 128; NHWC backward 1 group 32 warps 64.
+# sm_90 at 64x256x56x56 bf16 (compile probe; registers, programs an SM, instructions):
+# NCHW forward 16 warps 64 (2, 872), 8 warps 115 (2, 1600), 32 warps 59 (1, 552), float32
+# hold 32 warps 51 (1, 456); backward 32 warps 63 (1, 712), 16 warps 128 (1, 1192);
+# NHWC (pixel stride compiled in) forward 2 groups 16 warps 122 (1), 2 groups 32 warps 64
+# + 18 spill instructions (1), 1 group 8 warps 124 (2), 1 group 16 warps 90 (1); backward
+# 1 group 32 warps 64 (1), 16 warps 128 (1). No spills but where said.
+DR64 = [("GN_RESIDENT_DATA_REGS", 64)]
 VARIANTS = {
     ("fwd", "NCHW"): [("default (resident 16w)", []),
-                      ("resident 8 warps", RES + [("GN_RESIDENT_DATA_REGS", 64)]),
+                      ("resident 8 warps", RES + DR64),
                       ("resident 32 warps", RES + [("GN_RESIDENT_DATA_REGS", 16)]),
                       ("resident f32 hold 32w", RES + [("GN_RESIDENT_NARROW", False)]),
                       ("old default (split)", OLD),
                       ("fused", OLD + [("GROUP_NORM_SPLIT", "never")])],
     ("bwd", "NCHW"): [("default (resident 32w)", []),
-                      ("resident 16 warps", RES + [("GN_RESIDENT_DATA_REGS", 64)]),
+                      ("resident 16 warps", RES + DR64),
                       ("old default (fused)", OLD),
                       ("split", OLD + [("GROUP_NORM_SPLIT", "always")])],
     ("fwd", "NHWC"): [("default (split)", []),
+                      ("resident 2 groups 16w", RES + DR64),
                       ("resident 2 groups 32w", RES),
+                      ("resident 1 group 8w", RES + DR64 + [("GN_RESIDENT_GPP", 1)]),
                       ("resident 1 group 16w", RES + [("GN_RESIDENT_GPP", 1)]),
+                      ("resident 2g 16w stride arg", RES + DR64 + [("GN_RESIDENT_PIX", False)]),
                       ("fused", [("GROUP_NORM_SPLIT", "never")])],
     ("bwd", "NHWC"): [("default (split)", []),
                       ("resident 1 group 32w", RES),
+                      ("resident 1 group 16w", RES + DR64),
                       ("fused", [("GROUP_NORM_SPLIT", "never")])],
 }
 MORE_VARIANTS = {  # the other shapes (--more): the default, the old default, resident and torch

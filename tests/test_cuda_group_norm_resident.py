@@ -145,3 +145,18 @@ def test_resident_int64_offsets(layout, rng, monkeypatch):
     calls = _spy(monkeypatch)
     _run((2, 6, 3, 5), 3, layout, torch.float32, rng, alpha=1.5, beta=-0.5, saved=False)
     assert calls == ["resident fwd", "resident bwd"]
+
+
+def test_resident_channels_last_stride_as_argument(rng, monkeypatch):
+    """GN_RESIDENT_PIX off: the channels-last pixel stride stays a kernel argument; and
+    tensors of different pixel strides (NHWC x, channel-padded dy and dx) never compile one in."""
+    monkeypatch.setattr(norms, "GROUP_NORM_RESIDENT", "always")
+    monkeypatch.setattr(norms, "GN_RESIDENT_PIX", False)
+    calls = _spy(monkeypatch)
+    _run((2, 6, 3, 5), 3, "NHWC", torch.float32, rng, alpha=2.0, beta=0.5)
+    assert calls == ["resident fwd", "resident bwd"]
+    monkeypatch.setattr(norms, "GN_RESIDENT_PIX", True)
+    x = make((2, 6, 3, 5), "NHWC", rng=rng)
+    padded = make((2, 6, 3, 5), "strided", rng=rng)
+    plan = norms._resident_plan(x, 2, 3, "backward")
+    assert norms._pixel_stride(plan, x, x) == 6 and norms._pixel_stride(plan, x, padded) == 0

@@ -636,6 +636,7 @@ GN_RESIDENT_BYTES = {"forward": 131072, "backward": 131072}
 GN_RESIDENT_GPP = 2
 GN_RESIDENT_DATA_REGS = 32
 GN_RESIDENT_NARROW = True
+GN_RESIDENT_PIX = True  # channels-last: the pixel stride compiled in (one kernel per stride)
 
 
 @triton.jit
@@ -917,7 +918,7 @@ def _gn_apply_kernel(x_ptr, dy_ptr, out_ptr, coef_ptr, C, S, SB, SPS, per, split
 # each pixel, so 2 groups of 8 bf16 channels fill a 32-byte sector.
 @triton.jit
 def _resident_tile(n, pid_g, G, CG, S, sn, sc, ss, BIG: tl.constexpr, EXACT: tl.constexpr, GPP: tl.constexpr,
-                   BLOCK_C: tl.constexpr, Q: tl.constexpr, SW: tl.constexpr):
+                   BLOCK_C: tl.constexpr, Q: tl.constexpr, SW: tl.constexpr, PIX: tl.constexpr):
     """Offsets of block pid_g's groups in sample n (a thread's part [GPP, BLOCK_C, 1, SW]
     and the rows' [1, 1, Q, 1]: ptr + inner + outer spans the [GPP, BLOCK_C, Q, SW] tile),
     its mask, the groups [GPP] and channels [GPP, BLOCK_C] (EXACT: CG == BLOCK_C, the channel mask is
@@ -938,8 +939,13 @@ def _resident_tile(n, pid_g, G, CG, S, sn, sc, ss, BIG: tl.constexpr, EXACT: tl.
         q = q.to(tl.int64)
         j = j.to(tl.int64)
         c = c.to(tl.int64)
-    # a thread's part, then the register rows' part (constant when ss is: immediate offsets)
-    return (n * sn + c[:, :, None, None] * sc + j * ss), q * ss, mask, g, c, c_mask
+    # a thread's part, then the register rows' part (constant when ss is: immediate offsets;
+    # PIX, when not 0, is ss known on the host: channels-last tensors' pixel stride)
+    if PIX != 0:
+        outer = q * PIX
+    else:
+        outer = q * ss
+    return (n * sn + c[:, :, None, None] * sc + j * ss), outer, mask, g, c, c_mask
 
 
 @triton.jit
@@ -1031,7 +1037,7 @@ def _gn_resident_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv
                                 HAS_BIAS: tl.constexpr, SAVE: tl.constexpr, HAS_BETA: tl.constexpr,
                                 BIG: tl.constexpr, COMPUTE: tl.constexpr, NARROW: tl.constexpr, EXACT: tl.constexpr,
                                 CF: tl.constexpr, GPP: tl.constexpr, BLOCK_C: tl.constexpr, Q: tl.constexpr,
-                                SW: tl.constexpr):
+                                SW: tl.constexpr, PIX: tl.constexpr):
     """GPP groups of one sample a program: one load of the groups, their statistics from
     registers, y = x * a + b stored from the same registers (NARROW: bfloat16 held as
     loaded, widened per use)."""
@@ -1042,7 +1048,7 @@ def _gn_resident_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv
     n = pid // blocks
     pid_g = pid % blocks
     inner, outer, mask, g, c, c_mask = _resident_tile(n, pid_g, G, CG, S, xsn, xsc, xss, BIG, EXACT, GPP, BLOCK_C,
-                                                      Q, SW)
+                                                      Q, SW, PIX)
     # the one read of x; everything below works on registers
     x = tl.load(x_ptr + inner + outer, mask=mask, other=0.0)
     mean, inv = _resident_stats(x, mask, CG * S, eps, COMPUTE, NARROW, CF, GPP)
@@ -1057,7 +1063,8 @@ def _gn_resident_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv
     if HAS_BIAS:
         b += tl.load(bias_ptr + c, mask=c_mask, other=0.0).to(COMPUTE)
     y = _widen(x, COMPUTE, 2 if NARROW else 0) * _at_channels(a * alpha) + _at_channels(b * alpha)
-    inner, outer, _, _, _, _ = _resident_tile(n, pid_g, G, CG, S, ysn, ysc, yss, BIG, EXACT, GPP, BLOCK_C, Q, SW)
+    inner, outer, _, _, _, _ = _resident_tile(n, pid_g, G, CG, S, ysn, ysc, yss, BIG, EXACT, GPP, BLOCK_C, Q, SW,
+                                              PIX)
     _resident_store(y_ptr + inner, outer, mask, y, beta, HAS_BETA)
 
 
@@ -1069,7 +1076,7 @@ def _gn_resident_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv
                                  HAS_STATS: tl.constexpr, HAS_BETA: tl.constexpr, BIG: tl.constexpr,
                                  COMPUTE: tl.constexpr, NARROW: tl.constexpr, EXACT: tl.constexpr,
                                  CF: tl.constexpr, GPP: tl.constexpr, BLOCK_C: tl.constexpr, Q: tl.constexpr,
-                                 SW: tl.constexpr):
+                                 SW: tl.constexpr, PIX: tl.constexpr):
     """dx for GPP groups of one sample, x and dy held in registers (each read once); the
     per-channel sum(dy x_hat) and sum(dy) of this sample into part[n, 2, C]."""
     eps, alpha, beta = tl.full([], eps, COMPUTE), tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
@@ -1078,8 +1085,9 @@ def _gn_resident_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv
     n = pid // blocks
     pid_g = pid % blocks
     inner, outer, mask, g, c, c_mask = _resident_tile(n, pid_g, G, CG, S, xsn, xsc, xss, BIG, EXACT, GPP, BLOCK_C,
-                                                      Q, SW)
-    g_inner, g_outer, _, _, _, _ = _resident_tile(n, pid_g, G, CG, S, gsn, gsc, gss, BIG, EXACT, GPP, BLOCK_C, Q, SW)
+                                                      Q, SW, PIX)
+    g_inner, g_outer, _, _, _, _ = _resident_tile(n, pid_g, G, CG, S, gsn, gsc, gss, BIG, EXACT, GPP, BLOCK_C, Q,
+                                                  SW, PIX)
     # both loads issued before any arithmetic: the one read of x and dy
     x = tl.load(x_ptr + inner + outer, mask=mask, other=0.0)
     dy = tl.load(dy_ptr + g_inner + g_outer, mask=mask, other=0.0)
@@ -1107,7 +1115,8 @@ def _gn_resident_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv
     r = -alpha * inv * mean_g / count
     xc = _widen(x, COMPUTE, (1 if HAS_STATS else 3) if NARROW else 0) - _at_groups(mean)
     dx = _widen(dy, COMPUTE, 1 if NARROW else 0) * _at_channels(p) + (xc * _at_groups(q) + _at_groups(r))
-    inner, outer, _, _, _, _ = _resident_tile(n, pid_g, G, CG, S, dsn, dsc, dss, BIG, EXACT, GPP, BLOCK_C, Q, SW)
+    inner, outer, _, _, _, _ = _resident_tile(n, pid_g, G, CG, S, dsn, dsc, dss, BIG, EXACT, GPP, BLOCK_C, Q, SW,
+                                              PIX)
     _resident_store(dx_ptr + inner, outer, mask, dx, beta, HAS_BETA)
 
 
@@ -1261,6 +1270,15 @@ def _resident_plan(xv, CG, G, direction):
     return dict(CF=not last, GPP=gpp, BLOCK_C=block_c, Q=q, SW=sw, num_warps=warps)
 
 
+def _pixel_stride(plan, *tensors):
+    """PIX: the channels-last pixel stride as a constant (immediate offsets for a thread's
+    rows; one compile per stride) when GN_RESIDENT_PIX and all tensors share it, else 0."""
+    if plan["CF"] or not GN_RESIDENT_PIX:
+        return 0
+    strides = {ncs_strides(t)[2] for t in tensors}
+    return strides.pop() if len(strides) == 1 else 0
+
+
 def _narrow(xv):
     """bfloat16 tiles are held as loaded and widened per use (_widen)."""
     return xv.dtype == torch.bfloat16 and GN_RESIDENT_NARROW
@@ -1273,7 +1291,7 @@ def _resident_forward(xv, yv, scale, bias, mean_f, inv_f, G, CG, eps, alpha, bet
         xv, yv, scale, bias if bias is not None else scale, mean_f if save else xv, inv_f if save else xv, G, CG, S,
         *ncs_strides(xv), *ncs_strides(yv), float(eps), alpha, beta, HAS_BIAS=bias is not None, SAVE=save,
         HAS_BETA=has_beta, BIG=big, COMPUTE=compute_dtype(xv), NARROW=_narrow(xv), EXACT=plan["BLOCK_C"] == CG,
-        **plan)
+        PIX=_pixel_stride(plan, xv, yv), **plan)
 
 
 def _resident_backward(xv, gv, dv, scale, mean_f, inv_f, part, G, CG, eps, alpha, beta, has_beta, big, plan):
@@ -1283,7 +1301,7 @@ def _resident_backward(xv, gv, dv, scale, mean_f, inv_f, part, G, CG, eps, alpha
         xv, gv, dv, scale, mean_f if has_stats else xv, inv_f if has_stats else xv, part, G, CG, S, C,
         *ncs_strides(xv), *ncs_strides(gv), *ncs_strides(dv), float(eps), alpha, beta, HAS_STATS=has_stats,
         HAS_BETA=has_beta, BIG=big, COMPUTE=compute_dtype(xv), NARROW=_narrow(xv), EXACT=plan["BLOCK_C"] == CG,
-        **plan)
+        PIX=_pixel_stride(plan, xv, gv, dv), **plan)
 
 
 def group_norm_forward(x, y, scale, bias, mean, inv_std, groups, epsilon, alpha=1.0, beta=0.0) -> None:
