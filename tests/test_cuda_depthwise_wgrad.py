@@ -182,3 +182,40 @@ def test_candidates_follow_the_existing_first():
         assert all(k == "rows" for k in kinds[kinds.index("rows"):])
         dil = _problem(64, (9, 9), 1, 2, dilation=2)
         assert "rows" not in [c.get("KIND") for c in D.wgrad3_candidates(dil, GPU, 64, False, 4096)]
+
+
+def test_prefetch_shares_cover_the_row_segment():
+    """The L2 prefetch (GPU only: inline PTX) splits a row segment of packed NHWC pixels
+    [lo, hi) x K channels between the channel-block programs: the shares are 16-byte
+    multiples, disjoint, in order and cover exactly the segment (nothing outside the tensor)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def shares(out_ptr, lo, hi, K, ESZ: tl.constexpr):
+        off, nbytes = W._share(lo, hi, K, ESZ)
+        tl.store(out_ptr + 2 * tl.program_id(0), off)
+        tl.store(out_ptr + 2 * tl.program_id(0) + 1, nbytes)
+
+    for lo, hi, k, esz, blocks in ((0, 7, 144, 2, 9), (3, 20, 32, 2, 1), (0, 1, 960, 2, 15), (5, 5, 64, 2, 2),
+                                   (0, 9, 8, 4, 3), (1, 4, 16, 2, 7)):
+        out = torch.zeros(2 * blocks, dtype=torch.int64)
+        shares[(blocks,)](out, lo, hi, k, ESZ=esz)
+        pos = 0
+        for b in range(blocks):
+            off, nbytes = int(out[2 * b]) * esz, int(out[2 * b + 1])
+            assert nbytes % 16 == 0 and nbytes >= 0
+            if nbytes:
+                assert off == pos, (lo, hi, k, b)
+                pos += nbytes
+        assert pos == max(hi - lo, 0) * k * esz
+
+
+def test_gpu_list_prefetches():
+    """The GPU list offers configs with and without the L2 prefetch (PF), for both strides;
+    off the GPU the prefetch never runs (prefetch_ok)."""
+    for stride in (1, 2):
+        pfs = {c["PF"] for c in W.configs(GPU, 144, stride)}
+        assert 0 in pfs and max(pfs) > 0
+    x = torch.zeros((1, 16, 4, 4)).contiguous(memory_format=torch.channels_last)
+    assert not W.prefetch_ok(x, x, 16, 2)

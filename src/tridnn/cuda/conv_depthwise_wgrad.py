@@ -57,6 +57,27 @@ def _xrow(x_ptr, row, row_ok, c0, c1, c2, k0, k1, k2, chan, mask_k):
 
 
 @triton.jit
+def _prefetch_l2(ptr, nbytes, ok):
+    """Thread 0 of the program asks the TMA unit to bring ``nbytes`` (a multiple of 16,
+    16-byte aligned) at ``ptr`` into L2 when ``ok``: no registers held, no wait."""
+    return tl.inline_asm_elementwise(
+        "{ .reg .pred p, q; .reg .u32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0; "
+        "setp.ne.and.u32 q, $3, 0, p; @q cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+        "=r,l,r,r", [ptr, nbytes, ok.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _share(lo, hi, K, ESZ: tl.constexpr):
+    """This channel block's share of the pixels [lo, hi) x all K channels of one row (a
+    contiguous run in packed NHWC): (element offset from pixel lo, bytes); the channel
+    blocks' programs split the run in 16-byte units."""
+    units = (tl.maximum(hi - lo, 0) * K * ESZ) // 16
+    share = tl.cdiv(units, tl.num_programs(0))
+    first = tl.program_id(0) * share
+    return first * (16 // ESZ), tl.maximum(tl.minimum(share, units - first), 0) * 16
+
+
+@triton.jit
 def _step1(x_ptr, dy_ptr, xb, db, j, i_end, IH, PH, o_end, xs_h, dys_h, c0, c1, c2, k0, k1, k2, cd, mask_q, chan_x,
            chan_d, mask_k):
     """Stride 1, step j's raw tiles: x row j at the three shifts, dy row j + PH (filter row
@@ -92,12 +113,15 @@ def dw3_wgrad_rows_kernel(
         # element strides (n, c, h, w) of x and dy
         xs_n, xs_c, xs_h, xs_w, dys_n, dys_k, dys_h, dys_w,
         S: tl.constexpr, BW: tl.constexpr, BC: tl.constexpr, AHEAD: tl.constexpr, UNROLL: tl.constexpr,
-        ATOMIC: tl.constexpr, INT64: tl.constexpr):
+        PF: tl.constexpr, ATOMIC: tl.constexpr, INT64: tl.constexpr):
     """part[slot, k, 3a + b] = sum over the program's dy pixels (n, o, q) of
     dy[n, o, q, k] * x[n, o * S - PH + a, q * S - PW + b, k]; slot = unit x column strips +
     column strip, unit = image group x row strips + row strip (ATOMIC: added into slot 0).
     AHEAD: steps loaded ahead of the one computed (1 or 2); UNROLL: the row loop's unroll
-    factor (the carried tiles then rotate by renaming instead of moves)."""
+    factor (the carried tiles then rotate by renaming instead of moves). PF > 0 (packed
+    NHWC only, GPU only): each step also asks for the rows PF steps on to be brought into
+    L2 (bulk prefetch of the strip's row segments, split between the channel blocks), so
+    the register loads wait on L2, not DRAM."""
     # -- map the program to a channel block, a column strip and (image group, row strip)
     offs_k = tl.program_id(0) * BC + tl.arange(0, BC)
     mask_k = offs_k < K
@@ -122,6 +146,16 @@ def dw3_wgrad_rows_kernel(
     cd = q * dys_w
     chan_x = offs_k * xs_c
     chan_d = offs_k * dys_k
+    if PF > 0:
+        # -- the strip's row segments (x columns it reads, dy columns it owns), all channels
+        ESZ: tl.constexpr = x_ptr.dtype.element_ty.primitive_bitwidth // 8
+        q_lo = col_blk * BW
+        q_hi = tl.minimum(q_lo + BW, OW)
+        x_lo = tl.maximum(q_lo * S - PW, 0)
+        x_off, x_bytes = _share(x_lo, tl.minimum((q_hi - 1) * S - PW + 3, IW), K, ESZ)
+        x_off += x_lo * xs_w
+        d_off, d_bytes = _share(q_lo, q_hi, K, ESZ)
+        d_off += q_lo * dys_w
 
     a00, a01, a02, a10, a11, a12, a20, a21, a22 = _zeros9(BW, BC)
     for n in range(n0, n_end):
@@ -156,6 +190,10 @@ def dw3_wgrad_rows_kernel(
                 else:
                     r0, r1, r2, rd = _step1(x_ptr, dy_ptr, xb, db, i + 1, i_end, IH, PH, o_end, xs_h, dys_h,
                                             c0, c1, c2, k0, k1, k2, cd, mask_q, chan_x, chan_d, mask_k)
+                if PF > 0:  # step i + PF's rows into L2
+                    f = i + PF
+                    _prefetch_l2(x_ptr + xb + f * xs_h + x_off, x_bytes, (f < i_end) & (f >= 0) & (f < IH))
+                    _prefetch_l2(dy_ptr + db + (f + PH) * dys_h + d_off, d_bytes, f + PH < o_end)
                 a00 += g0 * x0
                 a01 += g0 * x1
                 a02 += g0 * x2
@@ -197,6 +235,12 @@ def dw3_wgrad_rows_kernel(
                 else:
                     m0, m1, m2, b0, b1, b2, rd = _step2(x_ptr, dy_ptr, xb, db, o + 1, IH, PH, o_end, xs_h, dys_h,
                                                         c0, c1, c2, k0, k1, k2, cd, mask_q, chan_x, chan_d, mask_k)
+                if PF > 0:  # step o + PF's rows into L2
+                    f = o + PF
+                    fi = f * 2 - PH
+                    _prefetch_l2(x_ptr + xb + (fi + 1) * xs_h + x_off, x_bytes, (f < o_end) & (fi + 1 >= 0) & (fi + 1 < IH))
+                    _prefetch_l2(x_ptr + xb + (fi + 2) * xs_h + x_off, x_bytes, (f < o_end) & (fi + 2 < IH))
+                    _prefetch_l2(dy_ptr + db + f * dys_h + d_off, d_bytes, f < o_end)
                 a00 += g * t0
                 a01 += g * t1
                 a02 += g * t2
@@ -256,27 +300,38 @@ def plan(problem, cfg, cap, sms):
     return bw, bh, n_rows, imgs, groups, n_cols, slots
 
 
-# (BC, elements a thread, warps, programs per SM, AHEAD, UNROLL); sm_90 bf16 registers
-# (compile probe, no spills): stride 1 [126, 178, 126, 126, 203, 96], stride 2 [128, 125,
-# 128, 128, 125]
+# (BC, elements a thread, warps, programs per SM, AHEAD, UNROLL, PF); the comments give
+# sm_90 bf16 registers at BW x BC (compile probe, no spills) and SASS instructions a step
+# per element (9 of them FFMA, 4 bf16 -> float32 conversions)
 GPU_CONFIGS = {
-    1: ((32, 4, 4, 4, 2, 3), (32, 8, 4, 2, 1, 3), (64, 4, 4, 4, 2, 3), (16, 4, 4, 4, 2, 3), (64, 8, 4, 2, 1, 1),
-        (32, 4, 4, 4, 1, 1)),
-    2: ((32, 4, 4, 4, 2, 1), (32, 4, 4, 4, 1, 1), (64, 4, 4, 4, 2, 1), (16, 4, 4, 4, 2, 1), (64, 4, 8, 2, 1, 1)),
+    1: ((32, 4, 4, 4, 2, 3, 0),   # 126 regs, 23.5
+        (32, 8, 4, 2, 1, 3, 0),   # 178, 20.0
+        (32, 4, 4, 4, 1, 3, 4),   # 123, 29.9 (with the L2 prefetch)
+        (32, 8, 4, 2, 1, 3, 4),   # 190, 23.8
+        (32, 4, 4, 8, 1, 3, 4),
+        (64, 4, 4, 4, 1, 3, 4),
+        (16, 4, 4, 4, 1, 3, 4),
+        (64, 8, 4, 2, 1, 1, 0)),
+    2: ((32, 4, 4, 4, 2, 1, 0),   # 128, 41 a dy element (which meets 4 x elements)
+        (32, 4, 4, 4, 1, 1, 0),   # 125, 36.5
+        (32, 4, 4, 4, 1, 1, 2),   # 127, 47.5
+        (64, 4, 4, 4, 1, 1, 2),
+        (16, 4, 4, 4, 1, 1, 2),
+        (64, 4, 8, 2, 1, 1, 2)),
 }
 
 
 def configs(device, k, stride=1):
     """Launch configs: BW = elements a thread x 32 x warps / BC (BW is cut to the
-    output width at launch). Under the interpreter, two tiny ones."""
+    output width at launch). Under the interpreter, two tiny ones (PF is GPU only)."""
     if device.type != "cuda":
-        return [dict(KIND="rows", BW=4, BC=4, num_warps=1, PER_SM=4, AHEAD=1, UNROLL=1),
-                dict(KIND="rows", BW=8, BC=8, num_warps=1, PER_SM=2, MIN_BH=2, AHEAD=2, UNROLL=2)]
+        return [dict(KIND="rows", BW=4, BC=4, num_warps=1, PER_SM=4, AHEAD=1, UNROLL=1, PF=0),
+                dict(KIND="rows", BW=8, BC=8, num_warps=1, PER_SM=2, MIN_BH=2, AHEAD=2, UNROLL=2, PF=0)]
     out = []
-    for bc, ept, warps, per_sm, ahead, unroll in GPU_CONFIGS[stride]:
+    for bc, ept, warps, per_sm, ahead, unroll, pf in GPU_CONFIGS[stride]:
         if bc <= max(16, next_pow2(k)):
             out.append(dict(KIND="rows", BW=max(1, ept * 32 * warps // bc), BC=bc, num_warps=warps, PER_SM=per_sm,
-                            AHEAD=ahead, UNROLL=unroll))
+                            AHEAD=ahead, UNROLL=unroll, PF=pf))
     return out
 
 
@@ -295,6 +350,19 @@ def candidates(problem, device, cap, sms=None):
     return out
 
 
+def prefetch_ok(x, dy, k, nd) -> bool:
+    """The L2 prefetch's case (PF): on the GPU, x and dy packed NHWC pixels (channel stride
+    1, pixel stride C: a row segment is one contiguous run), 16-byte aligned rows."""
+    if x.device.type != "cuda":
+        return False  # (inline PTX: not under the interpreter)
+    for t in (x, dy):
+        s = strides5(t, nd)
+        if s[1] != 1 or s[4] != k or (k * t.element_size()) % 16 or t.data_ptr() % 16 \
+                or (s[0] * t.element_size()) % 16 or (s[3] * t.element_size()) % 16:
+            return False
+    return True
+
+
 def launch_rows(problem, x, dy, part, atomic, cfg, cap):
     """dw3_wgrad_rows_kernel into part [slots, K, 9, 1] (ATOMIC: added into slot 0,
     zeroed by the caller); returns the slots used."""
@@ -303,10 +371,11 @@ def launch_rows(problem, x, dy, part, atomic, cfg, cap):
     sms = cfg.get("SMS") or (sm_count(x.device) if x.device.type == "cuda" else 4)
     bw, bh, n_rows, imgs, groups, n_cols, slots = plan(problem, cfg, 65535 if atomic else cap, sms)
     xs, ds = strides5(x, nd), strides5(dy, nd)
+    pf = cfg.get("PF", 0) if prefetch_ok(x, dy, geo.k, nd) else 0
     launch(dw3_wgrad_rows_kernel, (cdiv(geo.k, cfg["BC"]), n_cols, groups * n_rows), (
         x, dy, part, geo.n, geo.k, geo.inp[1], geo.inp[2], geo.out[1], geo.out[2], geo.pad[1], geo.pad[2],
         bh, n_rows, imgs, xs[0], xs[1], xs[3], xs[4], ds[0], ds[1], ds[3], ds[4]),
         dict(S=geo.stride[1], BW=bw, BC=cfg["BC"], AHEAD=cfg.get("AHEAD", 1), UNROLL=cfg.get("UNROLL", 1),
-             ATOMIC=atomic, INT64=needs_int64(x, dy)),
+             PF=pf, ATOMIC=atomic, INT64=needs_int64(x, dy)),
         dict(num_warps=cfg["num_warps"]))
     return 1 if atomic else slots
