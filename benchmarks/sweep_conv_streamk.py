@@ -7,9 +7,12 @@ Per layer (bfloat16 NHWC, batch 64; forward, and backward data of the stride-1 3
   cudnn        torch F.conv2d / convolution_backward, channels_last, cudnn.benchmark
   tridnn       conv_tma's configs as the tuner picks them today (no stream-K)
   tridnn+sk    the algorithm with its workspace: the tuner weighs stream-K too
-  sk:<cfg>     each stream-K config (DP 0, and DP 1 where tiles outnumber programs),
+  sk:<cfg>     each stream-K config with its DP waves (conv_tma_streamk.dp_options),
                also where ``offered`` is False (the rule would not offer it: the data
-               to check the rule against)
+               to check the rule against); --sk all adds DP 0 everywhere
+A cold Triton cache compiles ~60 kernels (conv_tma's tuner lists and the stream-K
+configs): the layers where stream-K is offered come first, and --budget-s cuts the
+tail (rerun the rest with --layers fwd:res4_ds,...).
 Every variant's output is checked against torch's first (max relative error, and the
 relative L2 error that the tuner's cross-check uses). Times: medians of CUDA-graph
 replays (bench_gpu_conv.bench). The table comes last; --out writes JSON.
@@ -72,14 +75,17 @@ def sk_configs(plan, problem, dev, part, dry):
             continue
         if cfg.get("NB", 1) > 1 and (flat or single.oh * single.ow > conv_tma.SMALL_OUTPUT):
             continue
-        for dp in (0, 1):
+        programs = min(streamk.sm_count(dev) * cfg["SK"], part.numel() // (2 * streamk._piece(cfg)))
+        tiles = streamk._tiles(*streamk._shape(single), cfg)
+        dps = streamk.dp_options(tiles, programs)
+        for dp in sorted(set(dps + [0])):
             c = dict(cfg, DP=dp)
-            if c in offered or (dp == 0 and ALL_SK is not None) or ALL_SK:
+            if c in offered or (dp == dps[0] and ALL_SK is not None) or ALL_SK:
                 out.append((c, c in offered))
     return out
 
 
-ALL_SK = False  # --sk all: every config with DP 0 and 1; none: offered ones only; default: + DP 0 of the rest
+ALL_SK = False  # --sk all: every config, DP 0 too; offered: offered ones only; rest: + the first DP option of the rest
 
 
 def label(cfg):
@@ -155,11 +161,11 @@ def main():
     ap.add_argument("--budget-s", type=float, default=80, help="no layer starts after this (no variant after +12 s)")
     ap.add_argument("--layers", default="", help="comma-separated direction:layer (default: all of LAYERS)")
     ap.add_argument("--dry-run", action="store_true", help="CPU interpreter, tiny shapes, float32")
-    ap.add_argument("--sk", choices=("offered", "dp0", "all"), default="dp0",
-                    help="stream-K configs to time: the offered ones, plus DP 0 of the rest, or all")
+    ap.add_argument("--sk", choices=("offered", "rest", "all"), default="rest",
+                    help="stream-K configs to time: the offered ones; also the rest (their first DP option); all DP options")
     args = ap.parse_args()
     global ALL_SK, DEADLINE
-    ALL_SK = dict(offered=None, dp0=False, all=True)[args.sk]
+    ALL_SK = dict(offered=None, rest=False, all=True)[args.sk]
     dry = args.dry_run
     if dry:
         dev = torch.device("cpu")

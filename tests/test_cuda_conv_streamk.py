@@ -129,12 +129,17 @@ def test_split_tiles_counts_tiles_over_several_ranges():
 
 def test_streamk_other_geometries(rng, sk):
     """Dilation 2 with two column tiles, the stride-2 phase view, the strided 1x1 view
-    (forward); CONVOLUTION mode reverses the taps; batch 3."""
+    (forward), and backward data of the dilated 3x3; CONVOLUTION mode reverses the
+    taps; batch 3."""
     for p in (P(16, 32, (6, 9), 3, 1, 2, 2), P(16, 16, (6, 8), 3, 2, 1), P(32, 16, (7, 5), 1, 2)):
         sk(PROGRAMS=5)
         assert run_case("fwd", ALGO["fwd"], p, "float32", "NHWC", rng, n=3,
                         mode=tridnn.ConvMode.CONVOLUTION) is None
         _ran(sk, 5)
+    sk(PROGRAMS=5)  # backward data of the dilated 3x3: the transposed taps, flipped filter
+    assert run_case("bwd_data", ALGO["bwd_data"], P(16, 32, (6, 9), 3, 1, 2, 2), "float32", "NHWC", rng, n=3,
+                    mode=tridnn.ConvMode.CONVOLUTION) is None
+    _ran(sk, 5)
 
 
 def _fused(p, rng, residual, dtype="float32", n=3):
@@ -258,10 +263,17 @@ def test_gpu_offers_streamk_after_the_others(monkeypatch):
 
 
 def test_worth_it_rule():
-    """Under two waves, last wave under 90% full, at least MIN_ITERS iterations."""
+    """Under four waves, last wave under 90% full, at least MIN_ITERS iterations."""
     assert streamk.worth_it(100, 72, 132)       # one wave, 76% full
     assert streamk.worth_it(196, 16, 132)       # 1.5 waves, 74%
+    assert streamk.worth_it(400, 8, 132)        # 3.03 waves: 4 waves for 3 of work
     assert not streamk.worth_it(128, 72, 132)   # 97% full
     assert not streamk.worth_it(264, 72, 132)   # two full waves
-    assert not streamk.worth_it(400, 8, 132)    # three waves
+    assert not streamk.worth_it(600, 8, 132)    # 4.5 waves
     assert not streamk.worth_it(100, 4, 132)    # too short to split
+
+
+def test_dp_options():
+    assert streamk.dp_options(100, 132) == [0]
+    assert streamk.dp_options(196, 132) == [0, 1]
+    assert streamk.dp_options(400, 132) == [2]   # 264 tiles data-parallel, 136 streamed

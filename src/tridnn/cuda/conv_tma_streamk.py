@@ -32,11 +32,18 @@ Determinism: piece (program p, slot) holds p's part of a tile, slot 0 for the fi
 tile of p's range and 1 for its last; the finish kernel sums a tile's pieces in
 program order, so a config gives bitwise-reproducible results.
 
-Where it is offered (``offered``): single plans of 16-bit data with tensor-core math
-(forward, and backward data at stride 1), when the config's tile count is under two
-waves of programs, the last wave is less than 90% full, each tile has at least
+Where it is offered (``candidates``): single plans of 16-bit data with tensor-core math
+(forward, and backward data at stride 1), for each config whose tile count is under
+MAX_WAVES = 4 waves of programs with the last wave less than FILL_BELOW = 90% full
+(worth_it: the time lost is the empty part of the last wave), each tile has at least
 MIN_ITERS iterations to split, and the layer has at least MIN_FLOPS of work (below
-that the second launch costs more than the ragged wave). The partial buffer
+that the second launch costs more than the ragged wave). Under two waves the configs
+stream all tiles (DP 0) or one wave's worth (DP 1); from two waves on, all but the last
+one to two waves run data-parallel (dp_options). On ResNet-50 at batch 64 (bf16, 132
+SMs) that is res4_1x1r, res5_1x1r, res5_1x1c, res5_1x1a (1x1 flat GEMMs of 50 to 400
+tiles) and the 7x7 3x3 layers (res5_3x3 forward and backward data, res5_3x3s2: 64 tiles
+of two 8x8 images x 256 columns). The 7x7 and 14x14 layers' other loss, boxes of 8x8
+or 8x16 pixels holding 49 or 98 real ones (77%), is not stream-K's to fix. The partial buffer
 (``workspace_buffers``) is declared only for such problems. ``FORCE`` (tests): a config
 to put first for every single plan, so the interpreter, which takes the first
 candidate, runs this path.
@@ -59,6 +66,7 @@ FORCE = None        # tests: a config (with SK) offered first for every single p
 MIN_ITERS = 8       # a tile's (tap, channel block) iterations below which nothing is split
 MIN_FLOPS = 1e9     # layers below this (a few us) are not worth a second launch
 FILL_BELOW = 0.9    # offered when the tiles' last wave is less full than this
+MAX_WAVES = 4       # ... and there are fewer waves than this (beyond, the tail matters less)
 WORKSPACE_SMS = 132  # the workspace is sized before the device is known: an H200's SMs
 
 
@@ -245,12 +253,21 @@ def _tiles(n, oh, ow, c_out, cfg) -> int:
 
 
 def worth_it(tiles, iters, programs) -> bool:
-    """Stream-K pays where the tiles under-fill their last wave: fewer than two waves of
-    programs, the last one under FILL_BELOW full, and tiles long enough to split."""
-    if tiles == 0 or iters < MIN_ITERS or tiles >= 2 * programs:
+    """Stream-K pays where the tiles under-fill their last wave: fewer than MAX_WAVES
+    waves of programs, the last one under FILL_BELOW full, and tiles long enough to split."""
+    if tiles == 0 or iters < MIN_ITERS or tiles >= MAX_WAVES * programs:
         return False
     waves = cdiv(tiles, programs)
     return tiles / (waves * programs) < FILL_BELOW
+
+
+def dp_options(tiles, programs) -> list:
+    """DP waves to offer: within one wave all tiles streamed (0); between one and two
+    waves also the hybrid with one whole wave data-parallel (1); beyond, the hybrid that
+    streams the last one to two waves' worth (waves - 2), so every program still gets
+    a tile or more of streamed work and few tiles are cut into tiny pieces."""
+    waves = cdiv(tiles, programs)
+    return [0] if waves <= 1 else [0, 1] if waves == 2 else [waves - 2]
 
 
 def _shape(plan):
@@ -262,9 +279,8 @@ def _iters(plan, cfg, itemsize) -> int:
 
 
 def candidates(plan, device, problem, part) -> list:
-    """Stream-K configs for a plan (appended after conv_tma's by the callers), each with
-    DP = 0 (all tiles streamed) and, when there are more tiles than programs, DP = 1
-    (one wave data-parallel, the rest streamed); none without a partial buffer ``part``."""
+    """Stream-K configs for a plan (appended after conv_tma's by the callers) where
+    worth_it, with the DP waves of dp_options; none without a partial buffer ``part``."""
     single = _single(plan)
     if single is None or part is None or single.fill != (1, 1) or single.out_offset != 0 or single.c_out <= 16:
         return []
@@ -285,9 +301,7 @@ def candidates(plan, device, problem, part) -> list:
         tiles = _tiles(*_shape(single), cfg)
         if not worth_it(tiles, _iters(single, cfg, 2), programs):
             continue
-        out.append(cfg)
-        if tiles > programs:
-            out.append(dict(cfg, DP=1))
+        out += [dict(cfg, DP=dp) for dp in dp_options(tiles, programs)]
     return out
 
 
