@@ -63,7 +63,7 @@ def _prefetch_l2(ptr, nbytes, ok):
     return tl.inline_asm_elementwise(
         "{ .reg .pred p, q; .reg .u32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0; "
         "setp.ne.and.u32 q, $3, 0, p; @q cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
-        "=r,l,r,r", [ptr, nbytes, ok.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
+        "=r,l,r,r", [ptr, nbytes, (ok & (nbytes > 0)).to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -238,8 +238,10 @@ def dw3_wgrad_rows_kernel(
                 if PF > 0:  # step o + PF's rows into L2
                     f = o + PF
                     fi = f * 2 - PH
-                    _prefetch_l2(x_ptr + xb + (fi + 1) * xs_h + x_off, x_bytes, (f < o_end) & (fi + 1 >= 0) & (fi + 1 < IH))
-                    _prefetch_l2(x_ptr + xb + (fi + 2) * xs_h + x_off, x_bytes, (f < o_end) & (fi + 2 < IH))
+                    _prefetch_l2(x_ptr + xb + (fi + 1) * xs_h + x_off, x_bytes,
+                                 (f < o_end) & (fi + 1 >= 0) & (fi + 1 < IH))
+                    _prefetch_l2(x_ptr + xb + (fi + 2) * xs_h + x_off, x_bytes,
+                                 (f < o_end) & (fi + 2 >= 0) & (fi + 2 < IH))
                     _prefetch_l2(dy_ptr + db + f * dys_h + d_off, d_bytes, f < o_end)
                 a00 += g * t0
                 a01 += g * t1
@@ -300,24 +302,27 @@ def plan(problem, cfg, cap, sms):
     return bw, bh, n_rows, imgs, groups, n_cols, slots
 
 
-# (BC, elements a thread, warps, programs per SM, AHEAD, UNROLL, PF); the comments give
-# sm_90 bf16 registers at BW x BC (compile probe, no spills) and SASS instructions a step
-# per element (9 of them FFMA, 4 bf16 -> float32 conversions)
+# (BC, elements a thread, warps, programs per SM, AHEAD, UNROLL, PF). sm_90 bf16 (compile
+# probe, no spills): registers, and SASS instructions a step per dy element (9 of them
+# FFMA; stride 1: 4 bf16 -> float32 conversions, stride 2: 7). Registers bound the
+# elements resident per SM: 8 a thread in 2-warp programs keeps 2560 (5 programs at
+# ~188 registers), 4 a thread in 4-warp programs 2048 (4 at ~126), with less per-step
+# overhead an element; PF (L2 prefetch) costs ~3.5 instructions a step per element.
 GPU_CONFIGS = {
-    1: ((32, 4, 4, 4, 2, 3, 0),   # 126 regs, 23.5
-        (32, 8, 4, 2, 1, 3, 0),   # 178, 20.0
-        (32, 4, 4, 4, 1, 3, 4),   # 123, 29.9 (with the L2 prefetch)
-        (32, 8, 4, 2, 1, 3, 4),   # 190, 23.8
-        (32, 4, 4, 8, 1, 3, 4),
-        (64, 4, 4, 4, 1, 3, 4),
-        (16, 4, 4, 4, 1, 3, 4),
-        (64, 8, 4, 2, 1, 1, 0)),
-    2: ((32, 4, 4, 4, 2, 1, 0),   # 128, 41 a dy element (which meets 4 x elements)
-        (32, 4, 4, 4, 1, 1, 0),   # 125, 36.5
-        (32, 4, 4, 4, 1, 1, 2),   # 127, 47.5
-        (64, 4, 4, 4, 1, 1, 2),
-        (16, 4, 4, 4, 1, 1, 2),
-        (64, 4, 8, 2, 1, 1, 2)),
+    1: ((32, 4, 4, 4, 2, 3, 0),    # 126 regs, 23.5 / element
+        (32, 8, 2, 5, 1, 3, 4),    # 188, 23.8
+        (32, 8, 2, 5, 1, 3, 0),    # 178, 20.0
+        (32, 8, 2, 10, 1, 3, 4),
+        (64, 8, 2, 5, 1, 3, 4),    # 188
+        (16, 8, 2, 5, 1, 3, 4),    # 189
+        (32, 4, 4, 4, 1, 3, 4),    # 125, 29.9
+        (32, 8, 4, 2, 1, 3, 4)),   # 188
+    2: ((32, 4, 4, 4, 2, 1, 0),    # 128, 41
+        (32, 8, 2, 5, 1, 1, 2),    # 190, 35.6
+        (32, 8, 2, 4, 1, 1, 0),    # 239
+        (64, 8, 2, 5, 1, 1, 2),
+        (16, 8, 2, 5, 1, 1, 2),
+        (32, 4, 4, 4, 1, 1, 2)),   # 128, 47.5
 }
 
 
