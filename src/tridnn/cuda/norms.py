@@ -637,6 +637,10 @@ GN_RESIDENT_GPP = 2
 GN_RESIDENT_DATA_REGS = 32
 GN_RESIDENT_NARROW = True
 GN_RESIDENT_PIX = True  # channels-last: the pixel stride compiled in (one kernel per stride)
+# contiguous (channels-first) groups: each program prefetches into L2 the group of the program
+# this many resident programs an SM ahead (PTX prefetch.global.L2; 0: off), so DRAM stays
+# busy while a program reduces and computes (the backward runs one program an SM)
+GN_RESIDENT_PREFETCH = 0
 
 
 @triton.jit
@@ -1011,6 +1015,24 @@ def _widen(v, COMPUTE: tl.constexpr, WAY: tl.constexpr):
 
 
 @triton.jit
+def _prefetch_group(ptr, pid, ahead, programs, blocks, sn, sc, CG, S, BIG: tl.constexpr, LINES: tl.constexpr,
+                    LINE: tl.constexpr):
+    """L2 prefetch (PTX prefetch.global.L2, no registers held) of the group of program
+    pid + ahead (one contiguous run of CG * S elements: channels-first, GPP = 1), so its
+    DRAM reads overlap this program's arithmetic and the later program finds it in L2."""
+    nxt = pid + ahead
+    if nxt < programs:
+        n = nxt // blocks
+        if BIG:
+            n = n.to(tl.int64)
+        k = tl.arange(0, LINES) * LINE
+        start = n * sn + (nxt % blocks) * CG * sc
+        tl.inline_asm_elementwise("{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.u32 $0, 0; }",
+                                  "=r,l,r", [ptr + start + k, (k < CG * S).to(tl.int32)], dtype=tl.int32,
+                                  is_pure=False, pack=1)
+
+
+@triton.jit
 def _resident_store(ptr, offsets, mask, value, beta, HAS_BETA: tl.constexpr):
     """ptr[offsets] = value + beta * ptr[offsets] (alpha is already in value)."""
     if HAS_BETA:
@@ -1037,7 +1059,8 @@ def _gn_resident_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv
                                 HAS_BIAS: tl.constexpr, SAVE: tl.constexpr, HAS_BETA: tl.constexpr,
                                 BIG: tl.constexpr, COMPUTE: tl.constexpr, NARROW: tl.constexpr, EXACT: tl.constexpr,
                                 CF: tl.constexpr, GPP: tl.constexpr, BLOCK_C: tl.constexpr, Q: tl.constexpr,
-                                SW: tl.constexpr, PIX: tl.constexpr):
+                                SW: tl.constexpr, PIX: tl.constexpr, ahead=0, LINES: tl.constexpr = 0,
+                                LINE: tl.constexpr = 64):
     """GPP groups of one sample a program: one load of the groups, their statistics from
     registers, y = x * a + b stored from the same registers (NARROW: bfloat16 held as
     loaded, widened per use)."""
@@ -1049,6 +1072,8 @@ def _gn_resident_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv
     pid_g = pid % blocks
     inner, outer, mask, g, c, c_mask = _resident_tile(n, pid_g, G, CG, S, xsn, xsc, xss, BIG, EXACT, GPP, BLOCK_C,
                                                       Q, SW, PIX)
+    if LINES > 0:  # (before the load: the prefetch's addresses are dead before x is live)
+        _prefetch_group(x_ptr, pid, ahead, tl.num_programs(0), blocks, xsn, xsc, CG, S, BIG, LINES, LINE)
     # the one read of x; everything below works on registers
     x = tl.load(x_ptr + inner + outer, mask=mask, other=0.0)
     mean, inv = _resident_stats(x, mask, CG * S, eps, COMPUTE, NARROW, CF, GPP)
@@ -1076,7 +1101,8 @@ def _gn_resident_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv
                                  HAS_STATS: tl.constexpr, HAS_BETA: tl.constexpr, BIG: tl.constexpr,
                                  COMPUTE: tl.constexpr, NARROW: tl.constexpr, EXACT: tl.constexpr,
                                  CF: tl.constexpr, GPP: tl.constexpr, BLOCK_C: tl.constexpr, Q: tl.constexpr,
-                                 SW: tl.constexpr, PIX: tl.constexpr):
+                                 SW: tl.constexpr, PIX: tl.constexpr, ahead=0, LINES: tl.constexpr = 0,
+                                 LINE: tl.constexpr = 64):
     """dx for GPP groups of one sample, x and dy held in registers (each read once); the
     per-channel sum(dy x_hat) and sum(dy) of this sample into part[n, 2, C]."""
     eps, alpha, beta = tl.full([], eps, COMPUTE), tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
@@ -1091,6 +1117,9 @@ def _gn_resident_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv
     # both loads issued before any arithmetic: the one read of x and dy
     x = tl.load(x_ptr + inner + outer, mask=mask, other=0.0)
     dy = tl.load(dy_ptr + g_inner + g_outer, mask=mask, other=0.0)
+    if LINES > 0:
+        _prefetch_group(x_ptr, pid, ahead, tl.num_programs(0), blocks, xsn, xsc, CG, S, BIG, LINES, LINE)
+        _prefetch_group(dy_ptr, pid, ahead, tl.num_programs(0), blocks, gsn, gsc, CG, S, BIG, LINES, LINE)
     count = CG * S
     g_mask = g < G
     if HAS_STATS:
@@ -1279,6 +1308,22 @@ def _pixel_stride(plan, *tensors):
     return strides.pop() if len(strides) == 1 else 0
 
 
+def _prefetch_args(plan, CG, *tensors):
+    """(ahead, LINES, LINE) of GN_RESIDENT_PREFETCH: on the GPU, for channels-first groups
+    that are one contiguous run in every input, prefetch the group of the program one
+    resident wave ahead (GN_RESIDENT_PREFETCH programs an SM) into L2; else off."""
+    t = tensors[0]
+    if not GN_RESIDENT_PREFETCH or t.device.type != "cuda" or not plan["CF"]:
+        return {}
+    _, _, S = ncs_dims(t)
+    if any(ncs_strides(u)[2] != 1 or ncs_strides(u)[1] != S for u in tensors):
+        return {}
+    line = 128 // t.element_size()
+    sms = torch.cuda.get_device_properties(t.device).multi_processor_count
+    return dict(ahead=sms * int(GN_RESIDENT_PREFETCH), LINES=triton.next_power_of_2(triton.cdiv(CG * S, line)),
+                LINE=line)
+
+
 def _narrow(xv):
     """bfloat16 tiles are held as loaded and widened per use (_widen)."""
     return xv.dtype == torch.bfloat16 and GN_RESIDENT_NARROW
@@ -1291,7 +1336,7 @@ def _resident_forward(xv, yv, scale, bias, mean_f, inv_f, G, CG, eps, alpha, bet
         xv, yv, scale, bias if bias is not None else scale, mean_f if save else xv, inv_f if save else xv, G, CG, S,
         *ncs_strides(xv), *ncs_strides(yv), float(eps), alpha, beta, HAS_BIAS=bias is not None, SAVE=save,
         HAS_BETA=has_beta, BIG=big, COMPUTE=compute_dtype(xv), NARROW=_narrow(xv), EXACT=plan["BLOCK_C"] == CG,
-        PIX=_pixel_stride(plan, xv, yv), **plan)
+        PIX=_pixel_stride(plan, xv, yv), **_prefetch_args(plan, CG, xv), **plan)
 
 
 def _resident_backward(xv, gv, dv, scale, mean_f, inv_f, part, G, CG, eps, alpha, beta, has_beta, big, plan):
@@ -1301,7 +1346,7 @@ def _resident_backward(xv, gv, dv, scale, mean_f, inv_f, part, G, CG, eps, alpha
         xv, gv, dv, scale, mean_f if has_stats else xv, inv_f if has_stats else xv, part, G, CG, S, C,
         *ncs_strides(xv), *ncs_strides(gv), *ncs_strides(dv), float(eps), alpha, beta, HAS_STATS=has_stats,
         HAS_BETA=has_beta, BIG=big, COMPUTE=compute_dtype(xv), NARROW=_narrow(xv), EXACT=plan["BLOCK_C"] == CG,
-        PIX=_pixel_stride(plan, xv, gv, dv), **plan)
+        PIX=_pixel_stride(plan, xv, gv, dv), **_prefetch_args(plan, CG, xv, gv), **plan)
 
 
 def group_norm_forward(x, y, scale, bias, mean, inv_std, groups, epsilon, alpha=1.0, beta=0.0) -> None:
