@@ -1,7 +1,13 @@
-"""Issue 5 pooling sweep: every pooling layer of ResNet (max and average 3x3/2 pad 1
-forward and backward, adaptive average to 1x1 forward and backward) on 64x256x56x56
-bfloat16, NCHW and NHWC, each design and tile setting of cuda/pooling.py (module
-switches flipped for the call) against PyTorch, in one process on one H200 (< 90 s).
+"""Issue 5 pooling sweep: the pooling layers of ResNet (max and average 3x3/2 pad 1
+forward and backward, adaptive average to 1x1) on 64x256x56x56 bfloat16, NCHW and NHWC,
+the default design of cuda/pooling.py against its issue 5 candidates (module switches
+flipped for the call) and against PyTorch, in one process on one H200 (< 90 s).
+
+The NCHW candidates (session 6): NCHW_LANE_KERNELS (a lane per (plane, output row):
+every load of a program before its one store; rows combined down before the taps across;
+lane x group tiles of 256/512/1024) and NCHW_BLOCK_ROWS (the NCHW row kernels' tiles with
+4 or 7 rows unrolled, row blocks adjacent in a 1-D grid). Max backward runs the taps pass
+(a forward) and the gather, so a variant switches both.
 
 TB/s counts minimal bytes: forward x read and y written once; max backward dy and x
 read and dx written once (y is not read: the taps are recomputed from x; note that
@@ -10,8 +16,10 @@ A copy of x is timed first: ``%copy`` is each row's share of that bandwidth (iss
 asks for >= 85%). Every variant's result is compared with PyTorch's (``err``: max
 |tridnn - torch| / max(1, max |torch|)) before it is timed. Times are CUDA-graph
 replays timed with triton.testing.do_bench (median), the timers of bench_gpu_layers.
+Compilation runs first in parallel processes (--jobs; they fill Triton's disk cache),
+so the timed process loads every kernel from the cache.
 
-    PYTHONPATH=src python benchmarks/sweep_pooling.py [--out DIR] [--only SUBSTRING] [--more]
+    PYTHONPATH=src python benchmarks/sweep_pooling.py [--out DIR] [--only SUBSTRING] [--more] [--jobs N]
     PYTHONPATH=src python benchmarks/sweep_pooling.py --dry-run   # CPU, interpreter, tiny shapes
 """
 from __future__ import annotations
@@ -19,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -37,61 +46,58 @@ MAX, AVG = 0, 1
 WIN, PAD, STRIDE = (3, 3), (1, 1), (2, 2)
 
 # (label, [(pooling switch, value), ...]) per layer and layout; the first row is the default.
-# VARIANTS fit the 90 s budget (30 rows, ~2 s of compiling each); --more adds MORE (tile settings of lower odds).
+# VARIANTS fit the 90 s budget; --more adds MORE (designs measured slower before, other tiles).
 PHASES, SHIFT = [("CL_FUSED_MAX_BWD", "phases")], [("CL_FUSED_MAX_BWD", "shift")]
 GAP = [("GLOBAL_AVG_KERNEL", True)]
 NCHW_ALL = [("NCHW_ROW_KERNELS", frozenset({0, 1, 2, 3}))]
+
+
+def lanes(modes, tile, warps=4):
+    """The NCHW lane kernels for modes, tile lanes x 8-column groups (56 columns: 8 groups)."""
+    return [("NCHW_LANE_KERNELS", frozenset(modes)), ("NCHW_LANE_TILE", tile), ("NCHW_LANE_WARPS", warps)]
+
+
+def block(rows, groups=128, warps=4):
+    return [("NCHW_BLOCK_ROWS", rows), ("NCHW_BLOCK_GROUPS", groups), ("NCHW_BLOCK_WARPS", warps)]
+
+
+# sm_90 SASS, bf16 3x3/2 (warp instructions x 32 per output element forward, per dx element
+# backward): default max fwd 46.5 (runtime row loop), lanes 64x8 37.1 / 128x8 33.7; max taps
+# pass 91.4 -> lanes 74.3; max gather 15.3 -> lanes 16.3; avg fwd 102.9 (row kernels) ->
+# lanes 42.9; avg bwd 33.7 -> lanes 16.6 (32x8) / 8.7 (64x8); block kernels 46.7-53 fwd.
+NCHW_MAX = [("lanes 64x8 4w", lanes({0, 3}, 512)), ("lanes 32x8 4w", lanes({0, 3}, 256)),
+            ("lanes 128x8 8w", lanes({0, 3}, 1024, 8)), ("block 4 rows", block(4)), ("block 7 rows", block(7))]
+NCHW_AVG = [("nchw rows", NCHW_ALL), ("lanes 64x8 4w", lanes({1, 2}, 512)), ("lanes 32x8 4w", lanes({1, 2}, 256)),
+            ("lanes 128x8 8w", lanes({1, 2}, 1024, 8)), ("block 4 rows", block(4)), ("block 7 rows", block(7))]
 VARIANTS = {
-    # channels-last row kernels: 4 output rows a program make 1792 programs, 3.4 waves of
-    # 4 an SM (54 registers); 7 rows 1024 (5 an SM, 48 registers), 14 rows 512 (one wave)
-    ("max fwd", "NHWC"): [("default", []), ("cl 7 rows", [("CL_ROWS", 7)]), ("cl 14 rows", [("CL_ROWS", 14)])],
-    ("max bwd", "NHWC"): [("default (taps + gather)", []), ("cl 14 rows (taps + gather)", [("CL_ROWS", 14)]),
-                          ("fused phases 2x16x64 mr128", PHASES),
-                          ("fused phases 4x8x64 8w", PHASES + [("CL_FUSED_PHASES", 4), ("CL_FUSED_BLOCK_M", 8),
-                                                               ("CL_FUSED_MAXNREG", None)]),
-                          ("fused phases 7x4x64 4w", PHASES + [("CL_FUSED_PHASES", 7), ("CL_FUSED_BLOCK_M", 4),
-                                                               ("CL_FUSED_WARPS", 4), ("CL_FUSED_MAXNREG", None)]),
-                          ("fused shift 32x64 mr128", SHIFT)],
-    ("avg fwd", "NHWC"): [("default", []), ("cl 7 rows", [("CL_ROWS", 7)]), ("cl 14 rows", [("CL_ROWS", 14)])],
-    ("avg bwd", "NHWC"): [("default", []), ("cl 14 rows", [("CL_ROWS", 14)])],
-    ("adaptive avg 1x1 fwd", "NHWC"): [("default (tensor_ops)", []), ("gap 32ch x 256", GAP),
-                                       ("gap 64ch x 128", GAP + [("GLOBAL_AVG_NHWC", (64, 128, 8))])],
-    ("adaptive avg 1x1 bwd", "NHWC"): [("default", [])],
-    ("max fwd", "NCHW"): [("default", []), ("nchw 256 groups 8 warps", [("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)])],
-    ("max bwd", "NCHW"): [("default", []), ("nchw 256 groups 8 warps", [("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)])],
-    ("avg fwd", "NCHW"): [("default (row kernels)", []), ("nchw rows", NCHW_ALL)],
-    ("avg bwd", "NCHW"): [("default (row kernels)", []), ("nchw rows", NCHW_ALL)],
-    ("adaptive avg 1x1 fwd", "NCHW"): [("default (tensor_ops)", []), ("gap 4 planes x 1024", GAP),
-                                       ("gap 8 planes x 512", GAP + [("GLOBAL_AVG_NCHW", (8, 512, 4))])],
-    ("adaptive avg 1x1 bwd", "NCHW"): [("default", [])],
+    ("max fwd", "NHWC"): [("default", [])],
+    ("max bwd", "NHWC"): [("default (taps + gather)", [])],
+    ("avg fwd", "NHWC"): [("default", [])],
+    ("avg bwd", "NHWC"): [("default", [])],
+    ("adaptive avg 1x1 fwd", "NHWC"): [("default (tensor_ops)", []), ("gap 32ch x 256", GAP)],
+    ("max fwd", "NCHW"): [("default (nchw rows)", [])] + NCHW_MAX,
+    ("max bwd", "NCHW"): [("default (nchw rows)", [])] + NCHW_MAX,
+    ("avg fwd", "NCHW"): [("default (row kernels)", [])] + NCHW_AVG,
+    ("avg bwd", "NCHW"): [("default (row kernels)", [])] + NCHW_AVG,
+    ("adaptive avg 1x1 fwd", "NCHW"): [("default (tensor_ops)", []), ("gap 4 planes x 1024", GAP)],
 }
 MORE = {
-    ("max fwd", "NHWC"): [("cl 2 rows", [("CL_ROWS", 2)]), ("cl 4 warps", [("CL_WARPS", 4)]),
-                          ("cl 16 cols 4 warps", [("CL_BLOCK_W", 16), ("CL_WARPS", 4)]),
+    ("max fwd", "NHWC"): [("cl 7 rows", [("CL_ROWS", 7)]), ("cl 14 rows", [("CL_ROWS", 14)]),
                           ("cl packed max", [("CL_PACKED_MAX", True)])],
-    ("max bwd", "NHWC"): [("cl 7 rows (taps + gather)", [("CL_ROWS", 7)]),
-                          ("fused phases 2x16x64 8w", PHASES + [("CL_FUSED_MAXNREG", None)]),
-                          ("fused phases 4x8x64 mr128", PHASES + [("CL_FUSED_PHASES", 4), ("CL_FUSED_BLOCK_M", 8)]),
-                          ("fused phases 14 steps", PHASES + [("CL_FUSED_STEPS", 14)]),
-                          ("fused phases 4 steps", PHASES + [("CL_FUSED_STEPS", 4)]),
-                          ("fused phases 2x16x32 4w", PHASES + [("CL_FUSED_BLOCK_C", 32), ("CL_FUSED_WARPS", 4)]),
-                          ("fused phases 2x16x64 mr96", PHASES + [("CL_FUSED_MAXNREG", 96)]),
-                          ("fused shift 32x64 8w", SHIFT + [("CL_FUSED_MAXNREG", None)]),
-                          ("fused shift 16x64 4w", SHIFT + [("CL_FUSED_BLOCK_J", 16), ("CL_FUSED_WARPS", 4),
-                                                            ("CL_FUSED_MAXNREG", None)])],
-    ("avg fwd", "NHWC"): [("cl 2 rows", [("CL_ROWS", 2)]), ("cl 4 warps", [("CL_WARPS", 4)])],
-    ("avg bwd", "NHWC"): [("cl 2 rows", [("CL_ROWS", 2)]), ("cl 8 rows", [("CL_ROWS", 8)]),
-                          ("cl 4 warps", [("CL_WARPS", 4)])],
-    ("adaptive avg 1x1 fwd", "NHWC"): [("gap 16ch x 256 4 warps", GAP + [("GLOBAL_AVG_NHWC", (16, 256, 4))]),
-                                       ("gap 32ch x 128 4 warps", GAP + [("GLOBAL_AVG_NHWC", (32, 128, 4))]),
-                                       ("gap 64ch x 64 4 warps", GAP + [("GLOBAL_AVG_NHWC", (64, 64, 4))])],
-    ("max fwd", "NCHW"): [("nchw 64 groups", [("NCHW_GROUPS", 64)]), ("nchw 8 steps", [("NCHW_STEPS", 8)])],
-    ("max bwd", "NCHW"): [("nchw 64 groups", [("NCHW_GROUPS", 64)]), ("nchw 8 steps", [("NCHW_STEPS", 8)])],
-    ("avg fwd", "NCHW"): [("row tile 2048", [("ROW_TILE", 2048)])],
-    ("avg bwd", "NCHW"): [("row tile 2048", [("ROW_TILE", 2048)])],
-    ("adaptive avg 1x1 fwd", "NCHW"): [("gap 1 plane x 4096 8 warps", GAP + [("GLOBAL_AVG_NCHW", (1, 4096, 8))]),
-                                       ("gap 2 planes x 2048 8 warps", GAP + [("GLOBAL_AVG_NCHW", (2, 2048, 8))]),
-                                       ("gap 4 planes x 512", GAP + [("GLOBAL_AVG_NCHW", (4, 512, 4))])],
+    ("max bwd", "NHWC"): [("cl 14 rows (taps + gather)", [("CL_ROWS", 14)]),
+                          ("fused phases 2x16x64 mr128", PHASES), ("fused shift 32x64 mr128", SHIFT)],
+    ("avg fwd", "NHWC"): [("cl 7 rows", [("CL_ROWS", 7)]), ("cl 14 rows", [("CL_ROWS", 14)])],
+    ("avg bwd", "NHWC"): [("cl 14 rows", [("CL_ROWS", 14)])],
+    ("adaptive avg 1x1 fwd", "NHWC"): [("gap 64ch x 128", GAP + [("GLOBAL_AVG_NHWC", (64, 128, 8))])],
+    ("adaptive avg 1x1 bwd", "NHWC"): [("default", [])],
+    ("max fwd", "NCHW"): [("nchw 256 groups 8 warps", [("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)]),
+                          ("block 14 rows", block(14)), ("block 4 rows 1w", block(4, 32, 1))],
+    ("max bwd", "NCHW"): [("nchw 256 groups 8 warps", [("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)]),
+                          ("block 14 rows", block(14))],
+    ("avg fwd", "NCHW"): [("block 14 rows", block(14)), ("lanes 256x8 8w", lanes({1, 2}, 2048, 8))],
+    ("avg bwd", "NCHW"): [("block 14 rows", block(14)), ("lanes 256x8 8w", lanes({1, 2}, 2048, 8))],
+    ("adaptive avg 1x1 fwd", "NCHW"): [("gap 8 planes x 512", GAP + [("GLOBAL_AVG_NCHW", (8, 512, 4))])],
+    ("adaptive avg 1x1 bwd", "NCHW"): [("default", [])],
 }
 
 
@@ -131,22 +137,76 @@ def problems(layout):
          lambda: torch.ops.aten._adaptive_avg_pool2d_backward(ady, x), n(ady, dx), dx)]
 
 
+def selected(args):
+    """[(layout, layer, label, settings)] in run order."""
+    out = []
+    for layout in ("NHWC", "NCHW"):
+        for layer in LAYERS:
+            variants = VARIANTS.get((layer, layout), []) + (MORE.get((layer, layout), []) if args.more else [])
+            out += [(layout, layer, lab, st) for lab, st in variants if args.only in f"{layer} {layout} {lab}"]
+    return out
+
+
+LAYERS = ("max fwd", "max bwd", "avg fwd", "avg bwd", "adaptive avg 1x1 fwd", "adaptive avg 1x1 bwd")
+
+
+def warm(args, rows):
+    """Compile every selected variant in --jobs parallel processes (each runs its share
+    once, untimed), so that this process finds the kernels in Triton's disk cache."""
+    if args.jobs <= 1 or not rows:
+        return
+    t0 = time.time()
+    cmd = [sys.executable, os.path.abspath(__file__), "--compile-only", "--only", args.only]
+    cmd += (["--more"] if args.more else []) + (["--dry-run"] if DRY_RUN else [])
+    jobs = min(args.jobs, len(rows))
+    procs = [subprocess.Popen(cmd + ["--shard", f"{i}/{jobs}"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for i in range(jobs)]
+    for p in procs:
+        out, _ = p.communicate()
+        if p.returncode != 0:  # the timed run reports the variant's error itself
+            print(f"  (compile worker failed, rc {p.returncode}: {out.strip().splitlines()[-1:]})", flush=True)
+    print(f"compiled {len(rows)} variants in {jobs} processes: {time.time() - t0:.0f} s", flush=True)
+
+
+def compile_only(args):
+    """One shard of the warm-up: run each of its variants once."""
+    i, n = (int(v) for v in args.shard.split("/"))
+    rows = selected(args)[i::n]
+    calls = {}
+    for layout in sorted({r[0] for r in rows}):
+        calls[layout] = {layer: tri for layer, tri, *_ in problems(layout)}
+    for layout, layer, label, settings in rows:
+        try:
+            bgl.switched_all(pooling, settings, calls[layout][layer])()
+        except Exception as exc:  # noqa: BLE001 - reported by the timed run
+            print(f"{layer} {layout} {label}: {type(exc).__name__}", flush=True)
+    if not DRY_RUN:
+        torch.cuda.synchronize()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dry-run", action="store_true", help="CPU interpreter, tiny shapes: only checks it runs")
     ap.add_argument("--out", help="directory for sweep_pooling.json")
     ap.add_argument("--only", default="", help="rows whose 'layer layout variant' contains this")
-    ap.add_argument("--more", action="store_true", help="also the MORE tile settings (past the 90 s budget)")
+    ap.add_argument("--more", action="store_true", help="also the MORE variants (past the 90 s budget)")
+    ap.add_argument("--jobs", type=int, default=2 if DRY_RUN else 12, help="parallel compile processes (1: none)")
+    ap.add_argument("--compile-only", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--shard", default="0/1", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.compile_only:
+        compile_only(args)
+        return
     timer = bgl.wall_time if DRY_RUN else bgl.graph_time
     t_start = time.time()
+    chosen = selected(args)
+    warm(args, chosen)
     copy = float("nan") if DRY_RUN else bgl.copy_bandwidth()
     print(f"copy {copy:.3f} TB/s (85%: {0.85 * copy:.3f}); {bgl.SPATIAL} {bgl.DT} on {bgl.DEVICE}", flush=True)
     rows = []
     for layout in ("NHWC", "NCHW"):
         for layer, tri, ref, moved, res in problems(layout):
-            variants = VARIANTS[(layer, layout)] + (MORE.get((layer, layout), []) if args.more else [])
-            variants = [(lab, s) for lab, s in variants if args.only in f"{layer} {layout} {lab}"]
+            variants = [(lab, st) for lo, la, lab, st in chosen if lo == layout and la == layer]
             if not variants:
                 continue
             ref_time, ref_check = ref if isinstance(ref, tuple) else (ref, ref)
@@ -180,13 +240,14 @@ def main():
     # the table, last
     print(f"\ncopy {copy:.3f} TB/s, 85% line {0.85 * copy:.3f} TB/s; minimal bytes; torch on the same tensors")
     print(f"{'layer':22s} {'layout':6s} {'variant':28s} {'us':>8s} {'TB/s':>6s} {'%copy':>6s} "
-          f"{'torch us':>9s} {'torch TB/s':>10s} {'err':>9s}")
+          f"{'torch us':>9s} {'torch TB/s':>10s} {'/torch':>6s} {'err':>9s}")
     for r in rows:
         if "error" in r:
             print(f"{r['layer']:22s} {r['layout']:6s} {r['variant']:28s} FAILED {r['error']}")
             continue
         print(f"{r['layer']:22s} {r['layout']:6s} {r['variant']:28s} {r['ms'] * 1e3:8.1f} {r['tbs']:6.3f} "
-              f"{100 * r['copy_share']:5.1f}% {r['torch_ms'] * 1e3:9.1f} {r['torch_tbs']:10.3f} {r['err']:9.2e}")
+              f"{100 * r['copy_share']:5.1f}% {r['torch_ms'] * 1e3:9.1f} {r['torch_tbs']:10.3f} "
+              f"{r['ms'] / r['torch_ms']:6.2f} {r['err']:9.2e}")
     print(f"({time.time() - t_start:.0f} s)")
     if args.out:
         os.makedirs(args.out, exist_ok=True)
