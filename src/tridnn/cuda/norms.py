@@ -1312,12 +1312,12 @@ def _prefetch_args(plan, CG, *tensors):
     """(ahead, LINES, LINE) of GN_RESIDENT_PREFETCH: on the GPU, for channels-first groups
     that are one contiguous run in every input, prefetch the group of the program one
     resident wave ahead (GN_RESIDENT_PREFETCH programs an SM) into L2; else off."""
-    t = tensors[0]
+    t, off = tensors[0], dict(ahead=0, LINES=0, LINE=64)
     if not GN_RESIDENT_PREFETCH or t.device.type != "cuda" or not plan["CF"]:
-        return {}
+        return off
     _, _, S = ncs_dims(t)
     if any(ncs_strides(u)[2] != 1 or ncs_strides(u)[1] != S for u in tensors):
-        return {}
+        return off
     line = 128 // t.element_size()
     sms = torch.cuda.get_device_properties(t.device).multi_processor_count
     return dict(ahead=sms * int(GN_RESIDENT_PREFETCH), LINES=triton.next_power_of_2(triton.cdiv(CG * S, line)),
