@@ -160,3 +160,21 @@ def test_resident_channels_last_stride_as_argument(rng, monkeypatch):
     padded = make((2, 6, 3, 5), "strided", rng=rng)
     plan = norms._resident_plan(x, 2, 3, "backward")
     assert norms._pixel_stride(plan, x, x) == 6 and norms._pixel_stride(plan, x, padded) == 0
+
+
+@pytest.mark.parametrize("sums", ["joint", "separate"])
+def test_parameter_gradient_sums(sums, rng, monkeypatch):
+    """dscale and dbias from the per-sample partials: one joint launch or one per gradient;
+    also each alone (the other None)."""
+    monkeypatch.setattr(norms, "PARAM_SUMS", sums)
+    shape, groups = (3, 8, 5, 7), 2
+    _run(shape, groups, "NCHW", torch.float32, rng)
+    x, dy = make(shape, "NCHW", rng=rng), make(shape, "NCHW", rng=rng)
+    scale = torch.as_tensor(rng.standard_normal(8), dtype=torch.float32, device=DEVICE)
+    _, ds_ref, db_ref = ref_norm.group_norm_backward(f64(x), f64(dy), f64(scale), groups, EPS)
+    for want_ds in (True, False):
+        out = torch.full((8,), float("nan"), device=DEVICE)
+        dx = poisoned(shape, "NCHW")
+        norms.group_norm_backward(x, dy, dx, scale, out if want_ds else None, None if want_ds else out, None, None,
+                                  groups, epsilon=EPS)
+        check(out, ds_ref if want_ds else db_ref, torch.float32, "dscale" if want_ds else "dbias")

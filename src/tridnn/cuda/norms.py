@@ -1412,8 +1412,11 @@ def group_norm_backward(x, dy, dx, scale, dscale, dbias, mean, inv_std, groups, 
             G, CG, S, C, *ncs_strides(xv), *ncs_strides(gv), *ncs_strides(dv), float(epsilon), alpha, beta,
             HAS_STATS=has_stats, HAS_BETA=has_beta, BIG=big, COMPUTE=compute_dtype(x), EXACT=block_c == CG,
             BLOCK_S=block_s, BLOCK_C=block_c, num_warps=warps)
-    if dscale is not None:
-        _column_sum(part, N, C, 2 * C, _flat(dscale, staging, True))
-    if dbias is not None:
-        _column_sum(part[C:], N, C, 2 * C, _flat(dbias, staging, True))
+    if PARAM_SUMS == "joint":  # both parameter gradients in one launch (as the row norms)
+        _param_sums(part, N, C, _flat(dscale, staging, True), _flat(dbias, staging, True))
+    else:
+        if dscale is not None:
+            _column_sum(part, N, C, 2 * C, _flat(dscale, staging, True))
+        if dbias is not None:
+            _column_sum(part[C:], N, C, 2 * C, _flat(dbias, staging, True))
     staging.finish()
