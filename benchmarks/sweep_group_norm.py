@@ -63,6 +63,7 @@ VARIANTS = {
                       ("resident 16 warps", RES + DR64),
                       ("resident L2 prefetch 1/SM", RES + [("GN_RESIDENT_PREFETCH", 1)]),
                       ("resident L2 prefetch 2/SM", RES + [("GN_RESIDENT_PREFETCH", 2)]),
+                      ("default, separate dscale/dbias sums", [("PARAM_SUMS", "separate")]),
                       ("old default (fused)", OLD),
                       ("split", OLD + [("GROUP_NORM_SPLIT", "always")])],
     ("fwd", "NHWC"): [("default (split)", []),

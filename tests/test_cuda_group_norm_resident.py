@@ -178,3 +178,29 @@ def test_parameter_gradient_sums(sums, rng, monkeypatch):
         norms.group_norm_backward(x, dy, dx, scale, out if want_ds else None, None if want_ds else out, None, None,
                                   groups, epsilon=EPS)
         check(out, ds_ref if want_ds else db_ref, torch.float32, "dscale" if want_ds else "dbias")
+
+
+@pytest.mark.parametrize("x_layout", ["NCHW", "NHWC"])
+def test_resident_mixed_layouts(x_layout, rng, monkeypatch):
+    """x in one layout, y / dy / dx in others (each tensor's own strides; the tile follows x)."""
+    monkeypatch.setattr(norms, "GROUP_NORM_RESIDENT", "always")
+    calls = _spy(monkeypatch)
+    shape, groups = (2, 6, 3, 5), 3
+    other = "NHWC" if x_layout == "NCHW" else "NCHW"
+    x = make(shape, x_layout, rng=rng, scale=2.0)
+    scale = torch.as_tensor(rng.standard_normal(6), dtype=torch.float32, device=DEVICE)
+    bias = torch.as_tensor(rng.standard_normal(6), dtype=torch.float32, device=DEVICE)
+    y = poisoned(shape, other)
+    mean = torch.full((2, groups), float("nan"), device=DEVICE)
+    inv = torch.full((2, groups), float("nan"), device=DEVICE)
+    norms.group_norm_forward(x, y, scale, bias, mean, inv, groups, EPS)
+    y_ref, mean_ref, inv_ref = ref_norm.group_norm(f64(x), f64(scale), f64(bias), groups, EPS)
+    check(y, y_ref, torch.float32, "y", scale=2.0)
+    check(inv, inv_ref, torch.float32, "inv_std")
+    dy, dx = make(shape, "strided", rng=rng), poisoned(shape, other)
+    dscale = torch.full((6,), float("nan"), device=DEVICE)
+    norms.group_norm_backward(x, dy, dx, scale, dscale, None, mean, inv, groups, epsilon=EPS)
+    dx_ref, ds_ref, _ = ref_norm.group_norm_backward(f64(x), f64(dy), f64(scale), groups, EPS)
+    check(dx, dx_ref, torch.float32, "dx", scale=3.0)
+    check(dscale, ds_ref, torch.float32, "dscale")
+    assert calls == ["resident fwd", "resident bwd"]

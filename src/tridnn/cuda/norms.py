@@ -603,7 +603,13 @@ def rms_norm_backward(x, dy, dx, scale, dscale, inv_rms, norm_ndim, alpha=1.0, b
 
 
 # -- group norm ------------------------------------------------------------------------------
-# Two designs, chosen per direction and layout (GROUP_NORM_SPLIT):
+# Three designs, chosen per direction and layout (GROUP_NORM_RESIDENT, then GROUP_NORM_SPLIT):
+# - resident (issue 5, below the split kernels): one program holds its whole group in
+#   registers, so x (backward x and dy) is read from DRAM once and every load of a program
+#   is in flight at once; statistics are two passes over the registers. The NCHW default
+#   (64x256x56x56 bf16: a group of 8 x 3136 values is a 64 KB tile padded, 16 warps, 64
+#   registers, 2 programs an SM; the backward's x and dy 32 warps, 63 registers, 1 an SM).
+#   Groups over GN_RESIDENT_BYTES fall back to the two below.
 # - fused: one program per (n, group) reads its group twice (statistics, then normalize);
 #   the second read is of data the same program just read, so it comes from the L2. Good
 #   when a group is one contiguous run (NCHW: 8 planes of 3136 values = 50 KB).
@@ -614,10 +620,12 @@ def rms_norm_backward(x, dy, dx, scale, dscale, inv_rms, norm_ndim, alpha=1.0, b
 #   (n, group) combines them (float64) into the group's mean and 1/std and per-(n, c)
 #   coefficients, and an elementwise kernel applies them, walking the tiles in the order
 #   the statistics kernel left them in the L2 (newest first).
-# Measured on the H200 (64x256x56x56 bf16, 32 groups; docs/performance.md): the split
-# forward is faster in both layouts (NCHW 1.94 against 1.60 TB/s: the fused forward runs
-# 2048 programs that each wait for their group's statistics before writing), the fused
-# backward wins for NCHW (2.07 against 1.76 TB/s), the split backward for NHWC.
+# Measured on the H200 (64x256x56x56 bf16, 32 groups; docs/performance.md) before the
+# resident design: the split forward is faster in both layouts (NCHW 1.94 against 1.60
+# TB/s: the fused forward runs 2048 programs that each wait for their group's statistics
+# before writing), the fused backward wins for NCHW (2.07 against 1.76 TB/s), the split
+# backward for NHWC. The resident design is not measured yet (benchmarks/sweep_group_norm.py
+# times all three); GROUP_NORM_RESIDENT = "never" returns to the choice above.
 GROUP_NORM_SPLIT = {"forward": "always", "backward": "channels_last"}  # per direction (or one value
 # for both): "channels_last", "always" or "never"
 SPLITS_PER_SAMPLE = None  # None: as many as one resident wave of GN_PROGRAMS_PER_SM per SM allows
