@@ -5,7 +5,11 @@ reference, under the interpreter with small blocks so that every block is ragged
   must equal the two-pass backward bit for bit (ties, -inf, NaN with and without
   propagation, both first-maximum rules), and the float64 reference;
 - GLOBAL_AVG_KERNEL: global average pooling by pooling's own reduction kernel, both
-  layouts and a strided view, against float64 and with alpha/beta."""
+  layouts and a strided view, against float64 and with alpha/beta.
+
+Blocks are as large as still leaves every one ragged (the interpreter's time grows with
+the number of programs), MAX_DETERMINISTIC (the same kernel as MAX) and float64 (the
+same code as float32) are tried on one case each."""
 from __future__ import annotations
 
 import numpy as np
@@ -17,8 +21,8 @@ pytest.importorskip("triton")
 from tridnn.cuda import pooling, tensor_ops  # noqa: E402
 from tridnn.reference import pooling as ref_pool  # noqa: E402
 
-from test_cuda_layers import check, check_pooling, check_pooling_blend, f64, make, poisoned  # noqa: E402
-from test_pooling_cl import _ints, _run, _special  # noqa: E402
+from test_cuda_layers import check, check_pooling_blend, f64, make, poisoned  # noqa: E402
+from test_pooling_cl import _ints, _special  # noqa: E402
 
 # windows the fused kernel takes (KH <= 2 SH, at most two covering output columns):
 # 3x3/2 pad 1 (ResNet, carried row), 2x2/2, 1-D, 3-D without a window along D, 2x3 at
@@ -38,8 +42,8 @@ def _small_fused(monkeypatch, design):
     monkeypatch.setattr(pooling, "CL_FUSED_STEPS", 2)
     monkeypatch.setattr(pooling, "CL_FUSED_PHASES", 3 if design == "phases" else 4)
     monkeypatch.setattr(pooling, "CL_FUSED_BLOCK_M", 2)
-    monkeypatch.setattr(pooling, "CL_FUSED_BLOCK_J", 2)
-    monkeypatch.setattr(pooling, "CL_FUSED_BLOCK_C", 2)
+    monkeypatch.setattr(pooling, "CL_FUSED_BLOCK_J", 4)
+    monkeypatch.setattr(pooling, "CL_FUSED_BLOCK_C", 4)  # C is 2, 3 or 5
     monkeypatch.setattr(pooling, "CL_FUSED_WARPS", 4)
 
 
@@ -63,12 +67,23 @@ def _backward(x, dy, window, padding, stride, propagate, mode=0):
     return dx
 
 
+def _check_backward(x, mode, window, padding, stride, rng):
+    """The backward alone (the forward is not the kernel under test) into a poisoned dx,
+    against the float64 reference."""
+    oshape = ref_pool.pooling_forward(f64(x)[:1, :1], 0, window, padding, stride).shape[2:]
+    dy = make(tuple(x.shape[:2]) + oshape, "NHWC", rng=rng)
+    dx = poisoned(tuple(x.shape), "NHWC")
+    pooling.pooling_backward(dy, dy, x, dx, mode, window, padding, stride, False, 1.0, 0.0)
+    check(dx, ref_pool.pooling_backward(f64(x), f64(dy), mode, window, padding, stride), torch.float32, "dx")
+
+
 @pytest.mark.parametrize("case", FUSED_CASES, ids=FUSED_IDS)
-@pytest.mark.parametrize("mode", [0, 3], ids=["MAX", "MAX_DET"])
-def test_fused_max_backward_matches_reference(case, mode, rng, fused):
+def test_fused_max_backward_matches_reference(case, rng, fused):
     shape, window, padding, stride = case
     x = make(shape, "NHWC", values=_ints(shape, rng))
-    check_pooling(x, mode, window, padding, stride, "NHWC", rng)
+    _check_backward(x, 0, window, padding, stride, rng)
+    if case == FUSED_CASES[1]:
+        _check_backward(x, 3, window, padding, stride, rng)  # MAX_DETERMINISTIC
 
 
 @pytest.mark.parametrize("case", [((2, 3, 7, 9), (3, 4), (1, 1), (2, 2)), ((1, 2, 7, 13), (2, 3), (1, 1), (2, 2))],
@@ -82,7 +97,7 @@ def test_fused_phases_three_column_covers(case, rng, monkeypatch):
     geo = pooling._Geometry(x, torch.empty(ref_pool.pooling_forward(f64(x)[:1, :1], 0, window, padding, stride).shape),
                             window, padding, stride, False)
     assert pooling._use_cl_fused(geo, 0, geo.x5, geo.x5, geo.x5)
-    check_pooling(x, 0, window, padding, stride, "NHWC", rng)
+    _check_backward(x, 0, window, padding, stride, rng)
 
 
 @pytest.mark.parametrize("case", FUSED_CASES[:4], ids=FUSED_IDS[:4])
@@ -95,16 +110,33 @@ def test_fused_max_backward_blend(case, rng, fused):
 FUSED_4D = [(c, i) for c, i in zip(FUSED_CASES, FUSED_IDS) if len(c[0]) == 4]  # _special writes 4-D values
 
 
-# phases on every 4-D window; shift (the design the sweep is less likely to pick) on
-# 3x3/2 and 2x2/2; the running tap rule on 3x3/2
-BIT_EXACT = ([("phases", c, True) for c, _ in FUSED_4D] + [("shift", c, True) for c, _ in FUSED_4D[:2]]
-             + [("phases", FUSED_4D[0][0], False)])
-BIT_EXACT_IDS = ([f"phases-{i}" for _, i in FUSED_4D] + [f"shift-{i}" for _, i in FUSED_4D[:2]]
-                 + [f"phases-{FUSED_4D[0][1]}-running_rule"])
+# phases on every 4-D window, shift on 3x3/2 and 2x2/2, the running tap rule on 3x3/2;
+# both NaN rules on 3x3/2 in each design, one rule (alternating) on the other windows
+# (the NaN rule's code does not depend on the window). 3x3/2 on one sample of 3 channels.
+def _bit_exact_cases():
+    cases, ids = [], []
+    for k, (case, name) in enumerate(FUSED_4D):
+        if k == 0:
+            case = ((1,) + case[0][1:],) + case[1:]
+        for design in ("phases", "shift") if k < 2 else ("phases",):
+            for propagate in (False, True) if k == 0 else (bool(k % 2),):
+                cases.append((design, case, True, propagate))
+                ids.append(f"{design}-{name}-{'propagate' if propagate else 'ignore'}")
+    cases.append(("phases", cases[0][1], False, True))
+    ids.append(f"phases-{FUSED_4D[0][1]}-running_rule-propagate")
+    return cases, ids
 
 
-@pytest.mark.parametrize("design, case, arg_eq", BIT_EXACT, ids=BIT_EXACT_IDS)
-@pytest.mark.parametrize("propagate", [False, True])
+BIT_EXACT, BIT_EXACT_IDS = _bit_exact_cases()
+
+
+def _backward_only(x, dy, window, padding, stride, propagate):
+    dx = torch.full(x.shape, 7.0, dtype=x.dtype).contiguous(memory_format=torch.channels_last)
+    pooling.pooling_backward(dy, dy, x, dx, 0, window, padding, stride, propagate, 1.0, 0.0)
+    return dx
+
+
+@pytest.mark.parametrize("design, case, arg_eq, propagate", BIT_EXACT, ids=BIT_EXACT_IDS)
 def test_fused_max_backward_bit_exact(design, case, arg_eq, propagate, rng, monkeypatch):
     """Ties, -inf and NaN anywhere: the fused dx equals the two-pass dx bit for bit
     (same first-maximum taps, same summation order), with small blocks on both sides;
@@ -113,16 +145,16 @@ def test_fused_max_backward_bit_exact(design, case, arg_eq, propagate, rng, monk
     monkeypatch.setattr(pooling, "CL_ARG_EQ", arg_eq)
     monkeypatch.setattr(pooling, "CL_ROWS", 2)
     monkeypatch.setattr(pooling, "CL_BLOCK_W", 4)
-    monkeypatch.setattr(pooling, "CL_BLOCK_C", 2)
+    monkeypatch.setattr(pooling, "CL_BLOCK_C", 4)
     for anywhere in (True, False):
         values = _special(shape, rng, anywhere)
         x = make(shape, "NHWC", values=values)
         oshape = ref_pool.pooling_forward(values[:1, :1], 0, window, padding, stride).shape[2:]
         dy = make(shape[:2] + oshape, "NHWC", values=rng.normal(size=shape[:2] + oshape))
         monkeypatch.setattr(pooling, "CL_FUSED_MAX_BWD", False)
-        _, dx_old = _run(x, dy, window, padding, stride, propagate)
+        dx_old = _backward_only(x, dy, window, padding, stride, propagate)
         _small_fused(monkeypatch, design)
-        _, dx_new = _run(x, dy, window, padding, stride, propagate)
+        dx_new = _backward_only(x, dy, window, padding, stride, propagate)
         assert torch.equal(dx_new, dx_old)
         if not anywhere:
             dx_ref = ref_pool.pooling_backward(values, f64(dy), 0, window, padding, stride, propagate_nan=propagate)
@@ -159,14 +191,15 @@ def gap(monkeypatch):
     monkeypatch.setattr(tensor_ops, "reduce_tensor", refuse)
 
 
-@pytest.mark.parametrize("shape", [(2, 5, 7, 9), (3, 3, 37), (1, 6, 3, 4, 5), (2, 3, 1, 1)],
-                         ids=["2d", "1d", "3d", "1x1"])
-@pytest.mark.parametrize("layout", ["NCHW", "NHWC", "strided"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+GAP_SHAPES = [(2, 5, 7, 9), (3, 3, 37), (1, 6, 3, 4, 5), (2, 3, 1, 1)]
+GAP_CASES = ([(s, lay, torch.float32) for s in GAP_SHAPES for lay in ("NCHW", "NHWC", "strided")
+              if lay != "NHWC" or len(s) == 4] + [(GAP_SHAPES[0], "NCHW", torch.float64)])
+GAP_IDS = [f"{['2d', '1d', '3d', '1x1'][GAP_SHAPES.index(s)]}-{lay}-{str(dt)[6:]}" for s, lay, dt in GAP_CASES]
+
+
+@pytest.mark.parametrize("shape, layout, dtype", GAP_CASES, ids=GAP_IDS)
 def test_global_average(shape, layout, dtype, rng, gap):
     """adaptive average to 1x1 and plain average with the whole plane as window."""
-    if layout == "NHWC" and len(shape) != 4:
-        layout = "NCHW"
     x = make(shape, layout, dtype, rng=rng)
     nd = len(shape) - 2
     want = f64(x).mean(axis=tuple(range(2, 2 + nd)), keepdims=True)
