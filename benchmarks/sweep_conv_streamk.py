@@ -91,7 +91,8 @@ ALL_SK = False  # --sk all: every config, DP 0 too; offered: offered ones only; 
 def label(cfg):
     nb = cfg.get("NB", 1)
     box = f"{nb}x{cfg['BH']}x{cfg['BW']}" if nb > 1 else f"{cfg['BH']}x{cfg['BW']}"
-    return f"sk:{box}x{cfg['BLOCK_N']} w{cfg['num_warps']}s{cfg['num_stages']} x{cfg['SK']} dp{cfg['DP']}"
+    kind = "nested" if cfg.get("NESTED") else f"loop{cfg.get('END_PARTS', 1)}"
+    return f"sk:{box}x{cfg['BLOCK_N']} w{cfg['num_warps']}s{cfg['num_stages']} x{cfg['SK']} dp{cfg['DP']} {kind}"
 
 
 DEADLINE = float("inf")  # time.time() after which no variant starts (--budget-s + 12 s)
@@ -200,13 +201,13 @@ def main():
         with open(os.path.join(args.out, "sweep_conv_streamk.json"), "w") as f:
             json.dump(meta, f, indent=1)
     cudnn = {(r["layer"], r["direction"]): r["us"] for r in rows if r["variant"] == "cudnn" and "us" in r}
-    print(f"\n{'layer':12s} {'dir':8s} {'variant':38s} {'us':>8s} {'TFLOP/s':>8s} {'/cuDNN':>7s} {'max rel':>9s} offered")
+    print(f"\n{'layer':12s} {'dir':8s} {'variant':44s} {'us':>8s} {'TFLOP/s':>8s} {'/cuDNN':>7s} {'max rel':>9s} offered")
     for r in rows:
         if "us" not in r:
-            print(f"{r['layer']:12s} {r['direction']:8s} {r['variant']:38s} ERROR {r['error'][:80]}")
+            print(f"{r['layer']:12s} {r['direction']:8s} {r['variant']:44s} ERROR {r['error'][:80]}")
             continue
         ratio = r["us"] / cudnn.get((r["layer"], r["direction"]), float("nan"))
-        print(f"{r['layer']:12s} {r['direction']:8s} {r['variant']:38s} {r['us']:8.1f} {r['tflops']:8.1f} "
+        print(f"{r['layer']:12s} {r['direction']:8s} {r['variant']:44s} {r['us']:8.1f} {r['tflops']:8.1f} "
               f"{ratio:7.2f} {r['max_rel_err']:9.1e} {r.get('offered', '')}")
     print(f"# {time.time() - start:.0f} s")
     return 0

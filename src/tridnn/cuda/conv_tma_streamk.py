@@ -110,6 +110,76 @@ def epilogue_tile(acc, n, oh0, ow0, k0, N, OH, OW, C_OUT, y_ptr, bias_ptr, z_ptr
 
 
 @triton.jit
+def end_slice(acc, whole, piece_ptr, col0, n, oh0, ow0, k0, N, OH, OW, C_OUT, y_ptr, bias_ptr, z_ptr,
+              y_off, ys_n, ys_k, ys_h, ys_w, zs_n, zs_k, zs_h, zs_w, bias_stride,
+              alpha, beta, alpha2, coef, swish_beta,
+              BH: tl.constexpr, BW: tl.constexpr, PIECE_N: tl.constexpr, SLICE_N: tl.constexpr,
+              NB: tl.constexpr, ACT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr,
+              BETA_ZERO: tl.constexpr, INT64: tl.constexpr):
+    """Columns col0 .. col0 + SLICE_N of a tile's end: the epilogue (whole) or the
+    float32 piece (rows of PIECE_N floats at piece_ptr)."""
+    BLOCK_M: tl.constexpr = NB * BH * BW
+    if whole:
+        epilogue_tile(acc, n, oh0, ow0, k0 + col0, N, OH, OW, C_OUT, y_ptr, bias_ptr, z_ptr, y_off, ys_n, ys_k, ys_h,
+                      ys_w, zs_n, zs_k, zs_h, zs_w, bias_stride, alpha, beta, alpha2, coef, swish_beta,
+                      BH, BW, SLICE_N, NB, ACT, HAS_BIAS, HAS_Z, BETA_ZERO, INT64)
+    else:
+        offs = tl.arange(0, BLOCK_M)[:, None] * PIECE_N + (col0 + tl.arange(0, SLICE_N))[None, :]
+        tl.store(piece_ptr + offs, acc)
+
+
+@triton.jit
+def end_half(acc, whole, piece_ptr, col0, n, oh0, ow0, k0, N, OH, OW, C_OUT, y_ptr, bias_ptr, z_ptr,
+             y_off, ys_n, ys_k, ys_h, ys_w, zs_n, zs_k, zs_h, zs_w, bias_stride,
+             alpha, beta, alpha2, coef, swish_beta,
+             BH: tl.constexpr, BW: tl.constexpr, PIECE_N: tl.constexpr, HALF_N: tl.constexpr, NB: tl.constexpr,
+             ACT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr, BETA_ZERO: tl.constexpr,
+             INT64: tl.constexpr, QUARTERS: tl.constexpr):
+    """end_slice of a half tile (columns col0 ..), itself in two quarters if QUARTERS."""
+    BLOCK_M: tl.constexpr = NB * BH * BW
+    if QUARTERS:
+        Q: tl.constexpr = HALF_N // 2
+        a, b = acc.reshape(BLOCK_M, 2, Q).permute(0, 2, 1).split()
+        end_slice(a, whole, piece_ptr, col0, n, oh0, ow0, k0, N, OH, OW, C_OUT, y_ptr, bias_ptr, z_ptr, y_off, ys_n,
+                  ys_k, ys_h, ys_w, zs_n, zs_k, zs_h, zs_w, bias_stride, alpha, beta, alpha2, coef, swish_beta,
+                  BH, BW, PIECE_N, Q, NB, ACT, HAS_BIAS, HAS_Z, BETA_ZERO, INT64)
+        end_slice(b, whole, piece_ptr, col0 + Q, n, oh0, ow0, k0, N, OH, OW, C_OUT, y_ptr, bias_ptr, z_ptr, y_off,
+                  ys_n, ys_k, ys_h, ys_w, zs_n, zs_k, zs_h, zs_w, bias_stride, alpha, beta, alpha2, coef, swish_beta,
+                  BH, BW, PIECE_N, Q, NB, ACT, HAS_BIAS, HAS_Z, BETA_ZERO, INT64)
+    else:
+        end_slice(acc, whole, piece_ptr, col0, n, oh0, ow0, k0, N, OH, OW, C_OUT, y_ptr, bias_ptr, z_ptr, y_off,
+                  ys_n, ys_k, ys_h, ys_w, zs_n, zs_k, zs_h, zs_w, bias_stride, alpha, beta, alpha2, coef, swish_beta,
+                  BH, BW, PIECE_N, HALF_N, NB, ACT, HAS_BIAS, HAS_Z, BETA_ZERO, INT64)
+
+
+@triton.jit
+def end_tile(acc, whole, piece_ptr, n, oh0, ow0, k0, N, OH, OW, C_OUT, y_ptr, bias_ptr, z_ptr,
+             y_off, ys_n, ys_k, ys_h, ys_w, zs_n, zs_k, zs_h, zs_w, bias_stride,
+             alpha, beta, alpha2, coef, swish_beta,
+             BH: tl.constexpr, BW: tl.constexpr, BLOCK_N: tl.constexpr, NB: tl.constexpr,
+             ACT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr, BETA_ZERO: tl.constexpr,
+             INT64: tl.constexpr, END_PARTS: tl.constexpr):
+    """A tile's end inside the one-loop kernel, in END_PARTS (1, 2 or 4) column slices:
+    the layout conversion a store needs stages one slice in shared memory, and inside
+    the loop that scratch adds to the pipeline's buffers instead of reusing them (64 KB
+    for a whole 128 x 128 float32 piece). More slices: less shared memory, more
+    registers (the 2-per-SM configs need the quarters to fit two programs)."""
+    if END_PARTS == 1:
+        end_slice(acc, whole, piece_ptr, 0, n, oh0, ow0, k0, N, OH, OW, C_OUT, y_ptr, bias_ptr, z_ptr, y_off, ys_n,
+                  ys_k, ys_h, ys_w, zs_n, zs_k, zs_h, zs_w, bias_stride, alpha, beta, alpha2, coef, swish_beta,
+                  BH, BW, BLOCK_N, BLOCK_N, NB, ACT, HAS_BIAS, HAS_Z, BETA_ZERO, INT64)
+    else:
+        H: tl.constexpr = BLOCK_N // 2
+        left, right = acc.reshape(NB * BH * BW, 2, H).permute(0, 2, 1).split()
+        end_half(left, whole, piece_ptr, 0, n, oh0, ow0, k0, N, OH, OW, C_OUT, y_ptr, bias_ptr, z_ptr, y_off, ys_n,
+                 ys_k, ys_h, ys_w, zs_n, zs_k, zs_h, zs_w, bias_stride, alpha, beta, alpha2, coef, swish_beta,
+                 BH, BW, BLOCK_N, H, NB, ACT, HAS_BIAS, HAS_Z, BETA_ZERO, INT64, END_PARTS == 4)
+        end_half(right, whole, piece_ptr, H, n, oh0, ow0, k0, N, OH, OW, C_OUT, y_ptr, bias_ptr, z_ptr, y_off, ys_n,
+                 ys_k, ys_h, ys_w, zs_n, zs_k, zs_h, zs_w, bias_stride, alpha, beta, alpha2, coef, swish_beta,
+                 BH, BW, BLOCK_N, H, NB, ACT, HAS_BIAS, HAS_Z, BETA_ZERO, INT64, END_PARTS == 4)
+
+
+@triton.jit
 def range_start(p, SK_ITERS, NUM_PROGRAMS: tl.constexpr):
     """First stream-K iteration of program p: floor(p * SK_ITERS / NUM_PROGRAMS) (the
     host keeps NUM_PROGRAMS * SK_ITERS under 2^31)."""
@@ -185,6 +255,70 @@ def conv_tma_streamk_kernel(
 
 
 @triton.jit
+def conv_tma_streamk_loop_kernel(
+        # as conv_tma_streamk_kernel
+        y_ptr, bias_ptr, z_ptr, part_ptr,
+        x_desc, w_desc,
+        N, OH, OW, C_RED, C_OUT, NTW, T, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W, SH, SW, OFF_H, OFF_W,
+        W_TAP0, W_STEP_H, W_STEP_W,
+        y_off, ys_n, ys_k, ys_h, ys_w, zs_n, zs_k, zs_h, zs_w, bias_stride,
+        alpha, beta, alpha2, coef, swish_beta,
+        DP_TILES,
+        BH: tl.constexpr, BW: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+        GROUP_M: tl.constexpr, W_KMAJOR: tl.constexpr, PREC: tl.constexpr,
+        ACT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr, BETA_ZERO: tl.constexpr,
+        INT64: tl.constexpr, NB: tl.constexpr, NUM_PROGRAMS: tl.constexpr, END_PARTS: tl.constexpr):
+    """conv_tma_streamk_kernel's work (same tiles, ranges and pieces) in ONE loop over
+    the program's iterations, its data-parallel tiles' first, then its stream-K range:
+    a tile ends inside the loop body (epilogue or piece store, then a fresh
+    accumulator), so the software pipeline keeps the next tile's loads in flight
+    across it instead of draining and refilling at every tile and piece."""
+    BLOCK_M: tl.constexpr = NB * BH * BW
+    pid = tl.program_id(0)
+    num_tiles = tl.cdiv(N, NB) * tl.cdiv(OH, BH) * tl.cdiv(OW, BW) * tl.cdiv(C_OUT, BLOCK_N)
+    n_cblk = C_RED // BLOCK_K
+    ipt = T * n_cblk
+    dp_iters = tl.cdiv(tl.maximum(DP_TILES - pid, 0), NUM_PROGRAMS) * ipt
+    sk_iters = (num_tiles - DP_TILES) * ipt
+    start = range_start(pid, sk_iters, NUM_PROGRAMS)
+    end = range_start(pid + 1, sk_iters, NUM_PROGRAMS)
+    first = start // ipt
+    last = dp_iters + end - start - 1
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for i in range(0, last + 1):
+        # -- map the step to (tile, iteration): data-parallel tiles, then the range
+        in_dp = i < dp_iters
+        j = i // ipt
+        g = tl.maximum(start + i - dp_iters, 0)
+        t = g // ipt
+        tile = tl.where(in_dp, pid + j * NUM_PROGRAMS, DP_TILES + t)
+        it = tl.where(in_dp, i - j * ipt, g - t * ipt)
+        whole = in_dp | (t * ipt >= start)
+        n, oh0, ow0, k0 = tile_origin(tile, N, OH, OW, C_OUT, BH, BW, BLOCK_N, GROUP_M, NB)
+        # -- one (tap, channel block) step
+        tap = it // n_cblk
+        c0 = (it - tap * n_cblk) * BLOCK_K
+        th, tw, ah, bh, aw, bw = tap_origin(tap, NTW, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W, SH, SW, OFF_H, OFF_W)
+        a = x_desc.load([n, oh0 + ah, bh, ow0 + aw, bw * C_RED + c0]).reshape(BLOCK_M, BLOCK_K)
+        w_tap = W_TAP0 + th * W_STEP_H + tw * W_STEP_W
+        if W_KMAJOR:
+            b = w_desc.load([c0, w_tap, k0]).reshape(BLOCK_K, BLOCK_N)
+            acc = tl.dot(a, b, acc, input_precision=PREC)
+        else:
+            b = w_desc.load([k0, w_tap, c0]).reshape(BLOCK_N, BLOCK_K)
+            acc = tl.dot(a, b.T, acc, input_precision=PREC)
+        # -- the tile's (or the range's) last step: store and start afresh
+        if (it == ipt - 1) | (i == last):
+            # the epilogue, or a piece: slot 0 if it is the range's first tile, else 1 (its last)
+            slot = tl.where(t == first, 0, 1)
+            end_tile(acc, whole & (it == ipt - 1), part_ptr + (pid * 2 + slot) * (BLOCK_M * BLOCK_N), n, oh0, ow0,
+                     k0, N, OH, OW, C_OUT, y_ptr, bias_ptr, z_ptr, y_off, ys_n, ys_k, ys_h, ys_w, zs_n, zs_k, zs_h,
+                     zs_w, bias_stride, alpha, beta, alpha2, coef, swish_beta, BH, BW, BLOCK_N, NB, ACT, HAS_BIAS,
+                     HAS_Z, BETA_ZERO, INT64, END_PARTS)
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+
+
+@triton.jit
 def streamk_finish_kernel(
         y_ptr, bias_ptr, z_ptr, part_ptr,
         N, OH, OW, C_RED, C_OUT, T,
@@ -196,8 +330,8 @@ def streamk_finish_kernel(
         BETA_ZERO: tl.constexpr, INT64: tl.constexpr, NB: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
         FINISH_N: tl.constexpr):
     """One program per (stream-K tile, FINISH_N-column slice): a tile split over programs
-    p_lo..p_hi is the sum of their pieces in that order (deterministic), then the
-    epilogue; a tile that one program covered whole was stored by it (nothing to do).
+    p_lo..p_hi is the sum of their pieces in that order (deterministic; programs with
+    an empty range add nothing), then the epilogue; a tile that one program covered whole was stored by it (nothing to do).
     Column slices keep the float32 sum and the epilogue's operands in registers."""
     BLOCK_M: tl.constexpr = NB * BH * BW
     t = tl.program_id(0)
@@ -211,8 +345,11 @@ def streamk_finish_kernel(
         offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + (j * FINISH_N + tl.arange(0, FINISH_N))[None, :]
         acc = tl.zeros((BLOCK_M, FINISH_N), dtype=tl.float32)
         for p in range(p_lo, p_hi + 1):
-            slot = tl.where(range_start(p, sk_iters, NUM_PROGRAMS) // ipt == t, 0, 1)
-            acc += tl.load(part_ptr + (p * 2 + slot) * (BLOCK_M * BLOCK_N) + offs)
+            p_start = range_start(p, sk_iters, NUM_PROGRAMS)
+            slot = tl.where(p_start // ipt == t, 0, 1)
+            # an empty range (more programs than streamed iterations) left no piece
+            nonempty = range_start(p + 1, sk_iters, NUM_PROGRAMS) > p_start
+            acc += tl.load(part_ptr + (p * 2 + slot) * (BLOCK_M * BLOCK_N) + offs, mask=nonempty, other=0.0)
         n, oh0, ow0, k0 = tile_origin(DP_TILES + t, N, OH, OW, C_OUT, BH, BW, BLOCK_N, GROUP_M, NB)
         epilogue_tile(acc, n, oh0, ow0, k0 + j * FINISH_N, N, OH, OW, C_OUT, y_ptr, bias_ptr, z_ptr, y_off, ys_n,
                       ys_k, ys_h, ys_w, zs_n, zs_k, zs_h, zs_w, bias_stride, alpha, beta, alpha2, coef, swish_beta,
@@ -226,19 +363,27 @@ def _sk(cfg, per_sm=1, **extra):
 
 
 _cfg = conv_tma._cfg
-# 128 x 128 tiles one program per SM (operands 128 KB in 4 stages, 96 KB in 3), 64 x 128
-# and 8 x 8 x 128 two per SM (96 and 88 KB). Not 8 warps with 4 stages on 128-row boxes (miscompiled in
-# conv_tma's lists, Triton 3.6).
-SK_FLAT = [_sk(_cfg(1, 128, 128, 64, 8, 3)), _sk(_cfg(1, 128, 128, 64, 4, 4)), _sk(_cfg(1, 64, 128, 64, 4, 4), 2),
-           # 128 x 256 (operands 144 KB in 3 stages): 1x1 layers with many output channels
-           # (res5_1x1c, 2048: 200 tiles instead of 400 at batch 64, 1.5 waves)
-           _sk(_cfg(1, 128, 256, 64, 8, 3))]
-SK_TILE = [_sk(_cfg(8, 16, 128, 64, 4, 4)), _sk(_cfg(8, 8, 128, 64, 4, 4), 2)]
+# One program per SM for 128-row tiles, two for 64 rows (8x8 boxes, 64 x 128). The
+# one-loop kernel (default) ends tiles inside its pipelined loop, in END_PARTS column
+# slices; sm_90 bf16 (registers, shared memory, spills without bias/z; tools in the
+# helper report): 128 x 128 8 warps 3 stages in halves 162 regs, 131 KB; 128 x 256 8
+# warps in halves 255 regs, 213 KB; 64 x 128 and 8x8 x 128 two per SM in quarters 175 and
+# 163 regs, 106 and 98 KB (halves would take 115 KB: not two per SM). The 4-warp
+# 128-row configs spill a little in the one-loop kernel (48-96 bytes), so they take the
+# loop-per-tile kernel (NESTED: 215-246 regs, 115-131 KB, no spills). Not 8 warps with 4
+# stages on 128-row boxes (miscompiled in conv_tma's lists, Triton 3.6).
+SK_FLAT = [_sk(_cfg(1, 128, 128, 64, 8, 3), END_PARTS=2), _sk(_cfg(1, 128, 128, 64, 4, 4), NESTED=True),
+           _sk(_cfg(1, 64, 128, 64, 4, 4), 2, END_PARTS=4),
+           # 128 x 256: 1x1 layers with many output channels (res5_1x1c, 2048: 200 tiles
+           # instead of 400 at batch 64, 1.5 waves)
+           _sk(_cfg(1, 128, 256, 64, 8, 3), END_PARTS=2)]
+SK_TILE = [_sk(_cfg(8, 16, 128, 64, 4, 4), NESTED=True), _sk(_cfg(8, 8, 128, 64, 4, 4), 2, END_PARTS=4)]
 # 7x7 outputs: two images a box (98 of 128 rows real, whatever the split); 256 columns
 # halve the tiles (64 for 512 channels at batch 64: half a wave without stream-K)
-SK_SMALL = [_sk(dict(_cfg(8, 8, 128, 64, 4, 4), NB=2)), _sk(dict(_cfg(8, 8, 256, 64, 8, 3), NB=2))]
-INTERPRETER_SK_FLAT = _sk(conv_tma.INTERPRETER_FLAT)
-INTERPRETER_SK_TILE = _sk(conv_tma.INTERPRETER_TILE)
+SK_SMALL = [_sk(dict(_cfg(8, 8, 128, 64, 4, 4), NB=2), NESTED=True),
+            _sk(dict(_cfg(8, 8, 256, 64, 8, 3), NB=2), END_PARTS=2)]
+INTERPRETER_SK_FLAT = _sk(conv_tma.INTERPRETER_FLAT, END_PARTS=4)
+INTERPRETER_SK_TILE = _sk(conv_tma.INTERPRETER_TILE, END_PARTS=4)
 
 
 def _single(plan):
@@ -404,6 +549,8 @@ class _Recipe:
         common = dict(BH=bh, BW=bw, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z,
                       BETA_ZERO=beta_zero, INT64=needs_int64(out, z), NB=nb, NUM_PROGRAMS=programs)
         self.consts = dict(common, W_KMAJOR=kmajor, PREC=input_precision(problem))
+        if not cfg.get("NESTED"):
+            self.consts["END_PARTS"] = cfg.get("END_PARTS", 1)
         self.fconsts = dict(common, FINISH_N=finish_n)
         self.options = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
         tail = (plan.out_offset, *plan.out_strides, *plan.z_strides)
@@ -439,7 +586,8 @@ def launch_streamk(plan, problem, inp, w, out, alpha, beta, cfg, part, kmajor=Fa
     scalars = (bias_stride, float(alpha), float(beta), alpha2, coef, swish_beta, recipe.dp_tiles)
     args = (out, bias, z, part, conv_tma.descriptor_of(inp, recipe.x_view), conv_tma.descriptor_of(w, recipe.w_view),
             *recipe.middle, *scalars)
-    launch(conv_tma_streamk_kernel, (recipe.programs,), args, recipe.consts, recipe.options, (recipe, 4))
+    kernel = conv_tma_streamk_kernel if cfg.get("NESTED") else conv_tma_streamk_loop_kernel
+    launch(kernel, (recipe.programs,), args, recipe.consts, recipe.options, (recipe, 4))
     if recipe.finish_grid is not None:
         launch(streamk_finish_kernel, recipe.finish_grid, (out, bias, z, part, *recipe.fmiddle, *scalars),
                recipe.fconsts, dict(num_warps=4 if out.device.type == "cuda" else 1), (recipe, 4))
