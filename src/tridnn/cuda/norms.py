@@ -607,7 +607,7 @@ def rms_norm_backward(x, dy, dx, scale, dscale, inv_rms, norm_ndim, alpha=1.0, b
 # - resident (issue 5, below the split kernels): one program holds its whole group in
 #   registers, so x (backward x and dy) is read from DRAM once and every load of a program
 #   is in flight at once; statistics are two passes over the registers. The NCHW default
-#   (64x256x56x56 bf16: a group of 8 x 3136 values is a 64 KB tile padded, 16 warps, 64
+#   (64x256x56x56 bf16: a group of 8 x 3136 values is a 64 KB tile padded, 8 warps, 115
 #   registers, 2 programs an SM; the backward's x and dy 32 warps, 63 registers, 1 an SM).
 #   Groups over GN_RESIDENT_BYTES fall back to the two below.
 # - fused: one program per (n, group) reads its group twice (statistics, then normalize);
@@ -624,8 +624,9 @@ def rms_norm_backward(x, dy, dx, scale, dscale, inv_rms, norm_ndim, alpha=1.0, b
 # resident design: the split forward is faster in both layouts (NCHW 1.94 against 1.60
 # TB/s: the fused forward runs 2048 programs that each wait for their group's statistics
 # before writing), the fused backward wins for NCHW (2.07 against 1.76 TB/s), the split
-# backward for NHWC. The resident design is not measured yet (benchmarks/sweep_group_norm.py
-# times all three); GROUP_NORM_RESIDENT = "never" returns to the choice above.
+# backward for NHWC. The resident design (benchmarks/sweep_group_norm.py, 14:31 UTC, NCHW):
+# forward 1.95 -> 3.28 TB/s, backward 2.08 -> 2.57; GROUP_NORM_RESIDENT = "never" returns
+# to the choice above.
 GROUP_NORM_SPLIT = {"forward": "always", "backward": "channels_last"}  # per direction (or one value
 # for both): "channels_last", "always" or "never"
 SPLITS_PER_SAMPLE = None  # None: as many as one resident wave of GN_PROGRAMS_PER_SM per SM allows
@@ -642,7 +643,9 @@ GN_TILE = 4096
 GROUP_NORM_RESIDENT = {"forward": "channels_first", "backward": "channels_first"}
 GN_RESIDENT_BYTES = {"forward": 131072, "backward": 131072}
 GN_RESIDENT_GPP = 2
-GN_RESIDENT_DATA_REGS = 32
+# H200 (sweep_group_norm, 64x256x56x56 bf16 NCHW, 14:31 UTC): forward 16 warps (32 data
+# registers) 3.17 TB/s, 8 warps (64) 3.28; backward 32 warps 2.57
+GN_RESIDENT_DATA_REGS = {"forward": 64, "backward": 32}  # per direction or one value
 GN_RESIDENT_NARROW = True
 GN_RESIDENT_PIX = True  # channels-last: the pixel stride compiled in (one kernel per stride)
 # contiguous (channels-first) groups: each program prefetches into L2 the group of the program
@@ -1298,7 +1301,8 @@ def _resident_plan(xv, CG, G, direction):
         gpp //= 2
     if held > GN_RESIDENT_BYTES[direction]:
         return None
-    warps = max(4, min(32, held // (128 * GN_RESIDENT_DATA_REGS)))
+    regs = GN_RESIDENT_DATA_REGS if isinstance(GN_RESIDENT_DATA_REGS, int) else GN_RESIDENT_DATA_REGS[direction]
+    warps = max(4, min(32, held // (128 * regs)))
     if last:
         q, sw = block_s, 1
     else:  # a few warps wide along the positions, the rest along the channels
