@@ -204,3 +204,20 @@ def test_resident_mixed_layouts(x_layout, rng, monkeypatch):
     check(dx, dx_ref, torch.float32, "dx", scale=3.0)
     check(dscale, ds_ref, torch.float32, "dscale")
     assert calls == ["resident fwd", "resident bwd"]
+
+
+def test_resident_plan_warps_and_in_place(rng, monkeypatch):
+    """Warps from GN_RESIDENT_DATA_REGS (a power of two, 4 to 32; per direction or one
+    value); y may be x itself (a program holds its group before it writes)."""
+    x = make((2, 256, 56, 56), "NCHW", torch.bfloat16, values=np.zeros((2, 256, 56, 56)))
+    assert norms._resident_plan(x, 8, 32, "forward")["num_warps"] == (8 if norms._narrow(x) else 16)
+    monkeypatch.setattr(norms, "GN_RESIDENT_DATA_REGS", 48)
+    assert norms._resident_plan(x, 8, 32, "backward")["num_warps"] in (16, 32)
+    monkeypatch.setattr(norms, "GROUP_NORM_RESIDENT", "always")
+    shape, groups = (2, 8, 5, 7), 2
+    x = make(shape, "NCHW", rng=rng, scale=2.0)
+    scale = torch.as_tensor(rng.standard_normal(8), dtype=torch.float32, device=DEVICE)
+    y_ref, _, _ = ref_norm.group_norm(f64(x), f64(scale), np.zeros(8), groups, EPS)
+    old = f64(x)
+    norms.group_norm_forward(x, x, scale, None, None, None, groups, EPS, 1.0, 0.5)
+    check(x, y_ref + 0.5 * old, torch.float32, "y in place", scale=2.0)

@@ -1302,7 +1302,7 @@ def _resident_plan(xv, CG, G, direction):
     if held > GN_RESIDENT_BYTES[direction]:
         return None
     regs = GN_RESIDENT_DATA_REGS if isinstance(GN_RESIDENT_DATA_REGS, int) else GN_RESIDENT_DATA_REGS[direction]
-    warps = max(4, min(32, held // (128 * regs)))
+    warps = max(4, min(32, triton.next_power_of_2(max(1, held // (128 * int(regs))))))
     if last:
         q, sw = block_s, 1
     else:  # a few warps wide along the positions, the rest along the channels
