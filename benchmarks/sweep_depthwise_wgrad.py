@@ -97,7 +97,8 @@ def err(got, ref):
 
 
 def label(c):
-    return f"rows BW{c['BW']} BC{c['BC']} w{c['num_warps']} ps{c['PER_SM']} A{c['AHEAD']} U{c['UNROLL']} PF{c['PF']}"
+    return (f"rows BW{c['BW']} BC{c['BC']} w{c['num_warps']} W{c['WAVES']} A{c['AHEAD']} U{c['UNROLL']} "
+            f"PF{c['PF']}")
 
 
 def prepare(handle, name, n, dtype, dev, dry):

@@ -9,9 +9,11 @@ bytes in flight per SM, and per element more load, mask and address instructions
 FMAs.
 
 ``dw3_wgrad_rows_kernel``: a program owns (channel block of BC, column strip of BW
-output columns, IMGS images x a strip of BH output rows) and walks down the rows with a
-[BW, BC] tile (channels contiguous: 16-byte vector loads along C in NHWC). Per step it
-loads only the new rows, each once (plus two column-shifted reloads of the x row, L1
+output columns, a slice of the N x OH output rows, images one after another) and walks
+down the rows with a [BW, BC] tile (channels contiguous: 16-byte vector loads along C in
+NHWC). The slices are equal and there are as many programs as fit on the GPU at once
+(PER_SM a SM): one wave, no tail. Per step it loads only the new rows, each once (plus
+two column-shifted reloads of the x row, L1
 hits), and keeps what the next steps need in registers:
 
 - stride 1: one x row i (three column shifts) and the dy row i + PH a step. x row i
@@ -103,35 +105,32 @@ def _step2(x_ptr, dy_ptr, xb, db, p, IH, PH, o_end, xs_h, dys_h, c0, c1, c2, k0,
     return m0, m1, m2, b0, b1, b2, rd
 
 
-@triton.jit(do_not_specialize=['N', 'IH', 'IW', 'OH', 'OW', 'PH', 'PW', 'BH', 'n_rows', 'IMGS'])
+@triton.jit(do_not_specialize=['N', 'IH', 'IW', 'OH', 'OW', 'PH', 'PW', 'RPS'])
 def dw3_wgrad_rows_kernel(
         x_ptr, dy_ptr, part_ptr,
         # sizes: images, channels, H x W of x and dy, padding
         N, K, IH, IW, OH, OW, PH, PW,
-        # rows per strip, row strips per image, images per program
-        BH, n_rows, IMGS,
+        # dy rows per slice (of the N x OH rows, images one after another)
+        RPS,
         # element strides (n, c, h, w) of x and dy
         xs_n, xs_c, xs_h, xs_w, dys_n, dys_k, dys_h, dys_w,
         S: tl.constexpr, BW: tl.constexpr, BC: tl.constexpr, AHEAD: tl.constexpr, UNROLL: tl.constexpr,
         PF: tl.constexpr, ATOMIC: tl.constexpr, INT64: tl.constexpr):
     """part[slot, k, 3a + b] = sum over the program's dy pixels (n, o, q) of
-    dy[n, o, q, k] * x[n, o * S - PH + a, q * S - PW + b, k]; slot = unit x column strips +
-    column strip, unit = image group x row strips + row strip (ATOMIC: added into slot 0).
+    dy[n, o, q, k] * x[n, o * S - PH + a, q * S - PW + b, k]; slot = slice x column strips +
+    column strip, a slice = RPS consecutive rows n * OH + o (ATOMIC: added into slot 0).
     AHEAD: steps loaded ahead of the one computed (1 or 2); UNROLL: the row loop's unroll
     factor (the carried tiles then rotate by renaming instead of moves). PF > 0 (packed
     NHWC only, GPU only): each step also asks for the rows PF steps on to be brought into
     L2 (bulk prefetch of the strip's row segments, split between the channel blocks), so
     the register loads wait on L2, not DRAM."""
-    # -- map the program to a channel block, a column strip and (image group, row strip)
+    # -- map the program to a channel block, a column strip and a slice of rows
     offs_k = tl.program_id(0) * BC + tl.arange(0, BC)
     mask_k = offs_k < K
     col_blk = tl.program_id(1)
     unit = tl.program_id(2)
-    group = unit // n_rows
-    o0 = (unit - group * n_rows) * BH
-    o_end = tl.minimum(o0 + BH, OH)
-    n0 = group * IMGS
-    n_end = tl.minimum(n0 + IMGS, N)
+    row0 = unit * RPS
+    row1 = tl.minimum(row0 + RPS, N * OH)
 
     # -- loop-invariant column offsets and masks: dy columns q, x columns q * S - PW + b
     q = col_blk * BW + tl.arange(0, BW)
@@ -158,7 +157,11 @@ def dw3_wgrad_rows_kernel(
         d_off += q_lo * dys_w
 
     a00, a01, a02, a10, a11, a12, a20, a21, a22 = _zeros9(BW, BC)
-    for n in range(n0, n_end):
+    # -- the slice's rows image by image: rows o0 .. o_end of image n (a walk restarts
+    # at each image: its first rows load the rows above the strip, masked at the edge)
+    for n in range(row0 // OH, (row1 - 1) // OH + 1):
+        o0 = tl.maximum(row0 - n * OH, 0)
+        o_end = tl.minimum(row1 - n * OH, OH)
         nn = n
         if INT64:
             nn = nn.to(tl.int64)
@@ -272,57 +275,47 @@ def applies(problem) -> bool:
             and geo.dil == (1, 1, 1) and problem.nd <= 2)
 
 
-def plan(problem, cfg, cap, sms):
-    """(BW, BH, n_rows, IMGS, groups, n_cols, slots) for cfg: full-height strips of IMGS
-    images while the programs cover cfg["PER_SM"] x SMs, else shorter row strips; strips
-    (then image groups) grown until the slots fit the partial buffer's ``cap``."""
+def plan(problem, cfg, cap, sms, per_sm=None):
+    """(BW, rows per slice, slices, column strips, slots) for cfg: the N x OH dy rows cut
+    into equal slices so that channel blocks x column strips x slices fill ``per_sm``
+    (default cfg["PER_SM"]) x SMs programs (one wave of equal programs: no tail), capped
+    by the partial buffer's ``cap`` slots; None if not even one slice per column strip fits."""
     geo = geometry(problem)
-    n, oh, ow = geo.n, geo.out[1], geo.out[2]
+    rows, ow = geo.n * geo.out[1], geo.out[2]
     bw = min(cfg["BW"], next_pow2(ow))
     n_cols = cdiv(ow, bw)
-    cblocks = cdiv(geo.k, cfg["BC"])
-    want = cfg["PER_SM"] * sms
-    base = cblocks * n_cols * n
-    imgs, bh = 1, oh
-    if base >= want:
-        imgs = max(1, min(n, base // want))
-    else:
-        bh = max(min(oh, cfg.get("MIN_BH", 4)), cdiv(oh, cdiv(want, base)))
-    while True:
-        n_rows, groups = cdiv(oh, bh), cdiv(n, imgs)
-        slots = groups * n_rows * n_cols
-        if slots <= cap or (bh >= oh and imgs >= n):
-            break
-        if bh < oh:
-            bh = min(oh, 2 * bh)
-        else:
-            imgs = min(n, 2 * imgs)
-    if slots > cap:
+    if n_cols > cap:
         return None
-    return bw, bh, n_rows, imgs, groups, n_cols, slots
+    per_slice = cdiv(geo.k, cfg["BC"]) * n_cols
+    slices = max(1, min(rows, (per_sm or cfg["PER_SM"]) * sms // per_slice, cap // n_cols))
+    rps = cdiv(rows, slices)
+    slices = cdiv(rows, rps)
+    return bw, rps, slices, n_cols, slices * n_cols
 
 
-# (BC, elements a thread, warps, programs per SM, AHEAD, UNROLL, PF). sm_90 bf16 (compile
-# probe, no spills): registers, and SASS instructions a step per dy element (9 of them
-# FFMA; stride 1: 4 bf16 -> float32 conversions, stride 2: 7). Registers bound the
-# elements resident per SM: 8 a thread in 2-warp programs keeps 2560 (5 programs at
-# ~188 registers), 4 a thread in 4-warp programs 2048 (4 at ~126), with less per-step
-# overhead an element; PF (L2 prefetch) costs ~3.5 instructions a step per element.
+# (BC, elements a thread, warps, programs per SM (the estimate the tuner's candidate
+# list and the interpreter plan with; the GPU launch counts the compiled kernel's), WAVES,
+# AHEAD, UNROLL, PF). sm_90 bf16 (compile probe, no spills): registers, and SASS
+# instructions a step per dy element (9 of them FFMA; stride 1: 4 bf16 -> float32
+# conversions, stride 2: 7). Registers bound the elements resident per SM: 8 a thread
+# in 2-warp programs keeps 2560 (5 programs at <= 192 registers), 4 a thread in 4-warp
+# programs 2048 (4 at <= 128), with more per-step overhead an element; the L2 prefetch
+# (PF) costs ~3.5 instructions a step per element.
 GPU_CONFIGS = {
-    1: ((32, 4, 4, 4, 2, 3, 0),    # 126 regs, 23.5 / element
-        (32, 8, 2, 5, 1, 3, 4),    # 188, 23.8
-        (32, 8, 2, 5, 1, 3, 0),    # 178, 20.0
-        (32, 8, 2, 10, 1, 3, 4),
-        (64, 8, 2, 5, 1, 3, 4),    # 188
-        (16, 8, 2, 5, 1, 3, 4),    # 189
-        (32, 4, 4, 4, 1, 3, 4),    # 125, 29.9
-        (32, 8, 4, 2, 1, 3, 4)),   # 188
-    2: ((32, 4, 4, 4, 2, 1, 0),    # 128, 41
-        (32, 8, 2, 5, 1, 1, 2),    # 190, 35.6
-        (32, 8, 2, 4, 1, 1, 0),    # 239
-        (64, 8, 2, 5, 1, 1, 2),
-        (16, 8, 2, 5, 1, 1, 2),
-        (32, 4, 4, 4, 1, 1, 2)),   # 128, 47.5
+    1: ((32, 4, 4, 4, 1, 2, 3, 0),    # 158 regs, 23.5 / element
+        (32, 8, 2, 5, 1, 1, 3, 4),    # 190, 23.8
+        (32, 8, 2, 4, 1, 1, 3, 0),    # 215, 20.0
+        (32, 8, 2, 5, 2, 1, 3, 4),    # two waves
+        (32, 8, 2, 5, 1, 2, 1, 4),    # 181, 29.4 (two steps of loads in flight)
+        (64, 8, 2, 5, 1, 1, 3, 4),    # 190
+        (16, 8, 2, 5, 1, 1, 3, 4),    # 189
+        (32, 4, 4, 4, 1, 1, 3, 4)),   # 104, 29.9
+    2: ((32, 4, 4, 4, 1, 2, 1, 0),    # 124, 41
+        (32, 8, 2, 5, 1, 1, 1, 2),    # 168, 35.6
+        (32, 8, 2, 5, 1, 1, 1, 0),    # 168
+        (64, 8, 2, 5, 1, 1, 1, 2),    # 168
+        (16, 8, 2, 5, 1, 1, 1, 2),    # 168
+        (32, 4, 4, 4, 1, 1, 1, 2)),   # 123, 47.5
 }
 
 
@@ -330,13 +323,13 @@ def configs(device, k, stride=1):
     """Launch configs: BW = elements a thread x 32 x warps / BC (BW is cut to the
     output width at launch). Under the interpreter, two tiny ones (PF is GPU only)."""
     if device.type != "cuda":
-        return [dict(KIND="rows", BW=4, BC=4, num_warps=1, PER_SM=4, AHEAD=1, UNROLL=1, PF=0),
-                dict(KIND="rows", BW=8, BC=8, num_warps=1, PER_SM=2, MIN_BH=2, AHEAD=2, UNROLL=2, PF=0)]
+        return [dict(KIND="rows", BW=4, BC=4, num_warps=1, PER_SM=4, WAVES=1, AHEAD=1, UNROLL=1, PF=0),
+                dict(KIND="rows", BW=8, BC=8, num_warps=1, PER_SM=2, WAVES=1, AHEAD=2, UNROLL=2, PF=0)]
     out = []
-    for bc, ept, warps, per_sm, ahead, unroll, pf in GPU_CONFIGS[stride]:
+    for bc, ept, warps, per_sm, waves, ahead, unroll, pf in GPU_CONFIGS[stride]:
         if bc <= max(16, next_pow2(k)):
             out.append(dict(KIND="rows", BW=max(1, ept * 32 * warps // bc), BC=bc, num_warps=warps, PER_SM=per_sm,
-                            AHEAD=ahead, UNROLL=unroll, PF=pf))
+                            WAVES=waves, AHEAD=ahead, UNROLL=unroll, PF=pf))
     return out
 
 
@@ -368,19 +361,51 @@ def prefetch_ok(x, dy, k, nd) -> bool:
     return True
 
 
+_REGS: dict = {}  # (device, dtypes, constexprs, warps) -> registers a thread of the compiled kernel
+
+
+def resident(args, consts, warps, device):
+    """Programs of the compiled kernel that fit on one SM at once (its registers, 256 a
+    warp at a time, of 64 K; at most 64 warps and 32 programs), or None if the count is
+    unavailable."""
+    key = (device.index, args[0].dtype, args[1].dtype, tuple(consts.items()), warps)
+    regs = _REGS.get(key)
+    if regs is None:
+        try:
+            compiled = dw3_wgrad_rows_kernel.warmup(*args, grid=(1,), **consts, num_warps=warps)
+            compiled._init_handles()
+            regs = int(compiled.n_regs)
+        except Exception:  # an older Triton without the fields: keep the config's estimate
+            regs = 0
+        _REGS[key] = regs
+    if not regs:
+        return None
+    per_warp = cdiv(regs * 32, 256) * 256
+    return max(1, min(65536 // (per_warp * warps), 64 // warps, 32))
+
+
 def launch_rows(problem, x, dy, part, atomic, cfg, cap):
     """dw3_wgrad_rows_kernel into part [slots, K, 9, 1] (ATOMIC: added into slot 0,
-    zeroed by the caller); returns the slots used."""
+    zeroed by the caller); returns the slots used. On the GPU the programs are planned
+    for the compiled kernel's real residency (registers) x cfg["WAVES"], not the config's
+    estimate: a grid one program past a wave would run a second, almost empty one."""
     geo = geometry(problem)
     nd = problem.nd
+    cap = 65535 if atomic else cap
     sms = cfg.get("SMS") or (sm_count(x.device) if x.device.type == "cuda" else 4)
-    bw, bh, n_rows, imgs, groups, n_cols, slots = plan(problem, cfg, 65535 if atomic else cap, sms)
     xs, ds = strides5(x, nd), strides5(dy, nd)
     pf = cfg.get("PF", 0) if prefetch_ok(x, dy, geo.k, nd) else 0
-    launch(dw3_wgrad_rows_kernel, (cdiv(geo.k, cfg["BC"]), n_cols, groups * n_rows), (
-        x, dy, part, geo.n, geo.k, geo.inp[1], geo.inp[2], geo.out[1], geo.out[2], geo.pad[1], geo.pad[2],
-        bh, n_rows, imgs, xs[0], xs[1], xs[3], xs[4], ds[0], ds[1], ds[3], ds[4]),
-        dict(S=geo.stride[1], BW=bw, BC=cfg["BC"], AHEAD=cfg.get("AHEAD", 1), UNROLL=cfg.get("UNROLL", 1),
-             PF=pf, ATOMIC=atomic, INT64=needs_int64(x, dy)),
-        dict(num_warps=cfg["num_warps"]))
+    consts = dict(S=geo.stride[1], BW=plan(problem, cfg, cap, sms)[0], BC=cfg["BC"], AHEAD=cfg.get("AHEAD", 1),
+                  UNROLL=cfg.get("UNROLL", 1), PF=pf, ATOMIC=atomic, INT64=needs_int64(x, dy))
+
+    def args(rps):
+        return (x, dy, part, geo.n, geo.k, geo.inp[1], geo.inp[2], geo.out[1], geo.out[2], geo.pad[1], geo.pad[2],
+                rps, xs[0], xs[1], xs[3], xs[4], ds[0], ds[1], ds[3], ds[4])
+    per_sm = None
+    if x.device.type == "cuda":
+        fit = resident(args(1), consts, cfg["num_warps"], x.device)
+        per_sm = fit * cfg.get("WAVES", 1) if fit else None
+    _, rps, slices, n_cols, slots = plan(problem, cfg, cap, sms, per_sm)
+    launch(dw3_wgrad_rows_kernel, (cdiv(geo.k, cfg["BC"]), n_cols, slices), args(rps), consts,
+           dict(num_warps=cfg["num_warps"]))
     return 1 if atomic else slots
