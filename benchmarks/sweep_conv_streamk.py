@@ -201,6 +201,7 @@ def main():
         with open(os.path.join(args.out, "sweep_conv_streamk.json"), "w") as f:
             json.dump(meta, f, indent=1)
     cudnn = {(r["layer"], r["direction"]): r["us"] for r in rows if r["variant"] == "cudnn" and "us" in r}
+    print(f"# {time.time() - start:.0f} s; ratio = us / cuDNN's us; offered: the tuner would weigh this config")
     print(f"\n{'layer':12s} {'dir':8s} {'variant':44s} {'us':>8s} {'TFLOP/s':>8s} {'/cuDNN':>7s} {'max rel':>9s} offered")
     for r in rows:
         if "us" not in r:
@@ -209,7 +210,6 @@ def main():
         ratio = r["us"] / cudnn.get((r["layer"], r["direction"]), float("nan"))
         print(f"{r['layer']:12s} {r['direction']:8s} {r['variant']:44s} {r['us']:8.1f} {r['tflops']:8.1f} "
               f"{ratio:7.2f} {r['max_rel_err']:9.1e} {r.get('offered', '')}")
-    print(f"# {time.time() - start:.0f} s")
     return 0
 
 
