@@ -1,4 +1,4 @@
-"""Depthwise 3x3 backward filter as a streaming row walk with loads one row ahead.
+"""Depthwise 3x3 backward filter as a streaming row walk, loads issued ahead of the FMAs.
 
 dw[c, a, b] = sum over (n, o, q) of dy[n, o, q, c] * x[n, o * S - PH + a, q * S - PW + b, c]
 is a reduction that should run at memory speed: each byte of x and dy read once from
@@ -12,9 +12,9 @@ FMAs.
 output columns, a slice of the N x OH output rows, images one after another) and walks
 down the rows with a [BW, BC] tile (channels contiguous: 16-byte vector loads along C in
 NHWC). The slices are equal and there are as many programs as fit on the GPU at once
-(PER_SM a SM): one wave, no tail. Per step it loads only the new rows, each once (plus
-two column-shifted reloads of the x row, L1
-hits), and keeps what the next steps need in registers:
+(counted from the compiled kernel's registers): one wave, no tail. Per step it loads
+only the new rows, each once (plus two column-shifted reloads of the x row, L1 hits),
+and keeps what the next steps need in registers:
 
 - stride 1: one x row i (three column shifts) and the dy row i + PH a step. x row i
   meets dy rows i + PH - a at filter row a: the two older dy rows ride along, converted
@@ -22,8 +22,9 @@ hits), and keeps what the next steps need in registers:
 - stride 2: dy row o and x rows 2o - PH + 1, 2o - PH + 2 a step; x row 2o - PH (filter
   row 0) is the previous step's last row, carried.
 
-The next step's rows are loaded (raw, in the data type: half the registers of float32)
-before this step's FMAs, so one row of every operand is in flight while the FMAs run;
+The next step's rows (AHEAD: the next two steps') are loaded (raw, in the data type:
+half the registers of float32) before this step's FMAs, so they are in flight while the
+FMAs run, and (PF) rows further on are bulk-prefetched into L2 without registers;
 column offsets and masks are loop invariant (a row step adds a scalar). Nine float32
 [BW, BC] accumulators are summed over the tile's pixels once, at the end, into the
 program's partial slot [slot, K, 9] (conv_bwd_filter_implicit_gemm's ``wgrad_finish``
