@@ -3,7 +3,7 @@ against today's tuner choice and cuDNN, on the 10 MobileNetV2 depthwise layers (
 NHWC, batch 64).
 
     PYTHONPATH=src python3 benchmarks/sweep_depthwise_wgrad.py --out results/dw_wgrad [--jobs 12]
-        [--layers dw32_112,dw144_56] [--budget-s 70]
+        [--layers dw32_112,dw144_56] [--budget-s 75]
     PYTHONPATH=src python3 benchmarks/sweep_depthwise_wgrad.py --dry-run   # CPU, interpreter
 
 Per layer: cuDNN (aten.convolution_backward, weight only: torch's autograd path of
@@ -20,7 +20,9 @@ Compiling ~100 kernels one after another takes minutes, so --jobs worker process
 first launch every (layer, candidate slice) once (tuner timing stubbed): Triton's disk
 cache fills in parallel and the measuring pass loads them. --dry-run: Triton's
 interpreter on the CPU, float32, batch 1, 8 channels, spatial sizes / 8 (even, >= 6),
-one call per variant, no timing.
+one call per variant, no timing. Before the GPU run a child process launches one
+L2-prefetch config (inline PTX) and checks it: if it fails, every config runs without the
+prefetch (TRIDNN_DW_WGRAD_PF=0, which also turns it off in tridnn itself).
 """
 from __future__ import annotations
 
@@ -38,10 +40,12 @@ def parse(argv=None):
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--layers", default="all")
     ap.add_argument("--jobs", type=int, default=12, help="compile workers (0: compile in the measuring pass)")
-    ap.add_argument("--budget-s", type=float, default=70.0,
+    ap.add_argument("--budget-s", type=float, default=75.0,
                     help="start no new layer this many seconds into the run")
     ap.add_argument("--rep", type=int, default=10, help="ms of CUDA-graph replays per timing")
     ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("--probe-prefetch", action="store_true",
+                    help="(internal) launch one L2-prefetch config, check it, exit 0 if it works")
     return ap.parse_args(argv)
 
 
@@ -238,8 +242,34 @@ def table(rows):
     return "\n".join(lines)
 
 
+def probe_prefetch():
+    """Child process: one PF config on dw960_7 (bf16 NHWC, batch 8), synchronized and
+    checked, so a faulting prefetch cannot take down the measuring process."""
+    handle = tridnn.Handle(device="cuda", find_cache=None)
+    _, x, dy, _, _, dw, variants = prepare(handle, "dw960_7", 8, "bfloat16", "cuda", False)
+    ref = reference(layer("dw960_7", False), x, dy)
+    runs = [fn for lab, fn in variants if not lab.endswith("PF0")]
+    runs[0]()
+    torch.cuda.synchronize()
+    e = err(dw, ref)
+    print(f"prefetch probe: err {e:.1e}", flush=True)
+    sys.exit(0 if e < 2e-2 else 1)
+
+
 def main():
+    if ARGS.probe_prefetch:
+        probe_prefetch()
     dry = ARGS.dry_run
+    if not dry and os.environ.get("TRIDNN_DW_WGRAD_PF") != "0":
+        import subprocess
+        try:
+            child = subprocess.run([sys.executable, os.path.abspath(__file__), "--probe-prefetch"], timeout=120)
+            ok = child.returncode == 0
+        except subprocess.TimeoutExpired:
+            ok = False
+        if not ok:  # the workers inherit it
+            os.environ["TRIDNN_DW_WGRAD_PF"] = "0"
+            print("the L2 prefetch (PF) failed its probe: configs run without it (TRIDNN_DW_WGRAD_PF=0)", flush=True)
     dev = "cpu" if dry else "cuda"
     dtype = "float32" if dry else "bfloat16"
     n = 1 if dry else ARGS.batch

@@ -35,6 +35,8 @@ filter per channel (multiplier 1), 3x3, stride 1 or 2 in both directions, no dil
 """
 from __future__ import annotations
 
+import os
+
 import triton
 import triton.language as tl
 
@@ -351,8 +353,9 @@ def candidates(problem, device, cap, sms=None):
 
 def prefetch_ok(x, dy, k, nd) -> bool:
     """The L2 prefetch's case (PF): on the GPU, x and dy packed NHWC pixels (channel stride
-    1, pixel stride C: a row segment is one contiguous run), 16-byte aligned rows."""
-    if x.device.type != "cuda":
+    1, pixel stride C: a row segment is one contiguous run), 16-byte aligned rows; not
+    with TRIDNN_DW_WGRAD_PF=0 in the environment (its configs then run without it)."""
+    if x.device.type != "cuda" or os.environ.get("TRIDNN_DW_WGRAD_PF") == "0":
         return False  # (inline PTX: not under the interpreter)
     for t in (x, dy):
         s = strides5(t, nd)
