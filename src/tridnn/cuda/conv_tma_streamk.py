@@ -32,7 +32,9 @@ Determinism: piece (program p, slot) holds p's part of a tile, slot 0 for the fi
 tile of p's range and 1 for its last; the finish kernel sums a tile's pieces in
 program order, so a config gives bitwise-reproducible results.
 
-Where it is offered (``candidates``): single plans of 16-bit data with tensor-core math
+Off by default (OFFERED = False): on the H200 these kernels ran at about half the rate of
+conv_tma's data-parallel ones (2026-11-30 14:31 UTC; docs/performance.md), so the
+wave they fill does not pay for it. Where it is offered with OFFERED (``candidates``): single plans of 16-bit data with tensor-core math
 (forward, and backward data at stride 1), for each config whose tile count is under
 MAX_WAVES = 4 waves of programs with the last wave less than FILL_BELOW = 90% full
 (worth_it: the time lost is the empty part of the last wave), each tile has at least
@@ -63,6 +65,11 @@ from .geometry import geometry, input_precision, needs_int64
 from .memo import IdentityMemo
 
 FORCE = None        # tests: a config (with SK) offered first for every single plan
+# Not offered by default: on the H200 (2026-11-30 14:31 UTC, benchmarks/sweep_conv_streamk.py)
+# every stream-K config ran at about half the rate of conv_tma's data-parallel kernels
+# (res4_1x1r 23-30 us against 14.3, res5_3x3 43-80 against 44.4), so offering it only cost
+# tuning time and a 33 MB workspace. OFFERED = True puts the configs back after conv_tma's.
+OFFERED = False
 MIN_ITERS = 8       # a tile's (tap, channel block) iterations below which nothing is split
 MIN_FLOPS = 1e9     # layers below this (a few us) are not worth a second launch
 FILL_BELOW = 0.9    # offered when the tiles' last wave is less full than this
@@ -380,8 +387,9 @@ SK_FLAT = [_sk(_cfg(1, 128, 128, 64, 8, 3), END_PARTS=2), _sk(_cfg(1, 128, 128, 
 SK_TILE = [_sk(_cfg(8, 16, 128, 64, 4, 4), NESTED=True), _sk(_cfg(8, 8, 128, 64, 4, 4), 2, END_PARTS=4)]
 # 7x7 outputs: two images a box (98 of 128 rows real, whatever the split); 256 columns
 # halve the tiles (64 for 512 channels at batch 64: half a wave without stream-K)
-SK_SMALL = [_sk(dict(_cfg(8, 8, 128, 64, 4, 4), NB=2), NESTED=True),
-            _sk(dict(_cfg(8, 8, 256, 64, 8, 3), NB=2), END_PARTS=2)]
+# (Not two images x 8x8 x 256 at 8 warps: on the H200 it gave wrong results, max relative
+# error 6.6e-2 forward and 3.4e-1 backward data on res5_3x3, 14:31 UTC, Triton 3.6.)
+SK_SMALL = [_sk(dict(_cfg(8, 8, 128, 64, 4, 4), NB=2), NESTED=True)]
 INTERPRETER_SK_FLAT = _sk(conv_tma.INTERPRETER_FLAT, END_PARTS=4)
 INTERPRETER_SK_TILE = _sk(conv_tma.INTERPRETER_TILE, END_PARTS=4)
 
@@ -427,7 +435,8 @@ def candidates(plan, device, problem, part) -> list:
     """Stream-K configs for a plan (appended after conv_tma's by the callers) where
     worth_it, with the DP waves of dp_options; none without a partial buffer ``part``."""
     single = _single(plan)
-    if single is None or part is None or single.fill != (1, 1) or single.out_offset != 0 or single.c_out <= 16:
+    if not OFFERED or single is None or part is None or single.fill != (1, 1) or single.out_offset != 0 \
+            or single.c_out <= 16:
         return []
     if device.type != "cuda" or problem is None:
         return []
@@ -507,7 +516,7 @@ def workspace_buffers(problem, direction) -> list:
     flat, n, oh, ow, c_red, c_out, taps = shape
     if FORCE is not None:  # tests: the interpreter's small tiles, a few programs
         return [Buffer("sk_part", (2 * max(8, FORCE.get("PROGRAMS", 8)) * _piece(forced_cfg(flat)),), np.float32)]
-    if problem.dtype.itemsize != 2 or conv_tma.strict_float32(problem) or problem.flops < MIN_FLOPS:
+    if not OFFERED or problem.dtype.itemsize != 2 or conv_tma.strict_float32(problem) or problem.flops < MIN_FLOPS:
         return []
     if c_out <= 16:
         return []
