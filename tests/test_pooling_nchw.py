@@ -21,7 +21,7 @@ from test_pooling_cl import _special  # noqa: E402
 # (shape, window, padding, stride): 3x3/2 pad 1 (ResNet; odd H and W, two column groups),
 # 2x2/2, 3x3/1 pad 1 (shifts both ways, three covering rows), 3x3/2 unpadded (the tap right
 # of the group), 4x4/2 pad 1, 2x3 at strides (1, 2), 1-D, 3-D without a window along D
-NCHW_CASES = [((2, 3, 7, 19), (3, 3), (1, 1), (2, 2)), ((1, 3, 6, 13), (2, 2), (0, 0), (2, 2)),
+NCHW_CASES = [((1, 5, 7, 19), (3, 3), (1, 1), (2, 2)), ((1, 3, 6, 13), (2, 2), (0, 0), (2, 2)),
               ((2, 2, 5, 11), (3, 3), (1, 1), (1, 1)), ((1, 2, 7, 17), (3, 3), (0, 0), (2, 2)),
               ((1, 2, 6, 20), (4, 4), (1, 1), (2, 2)), ((1, 3, 5, 9), (2, 3), (0, 1), (1, 2)),
               ((2, 3, 21), (3,), (1,), (2,)), ((1, 2, 3, 5, 9), (1, 3, 3), (0, 1, 1), (1, 2, 2))]
@@ -39,15 +39,16 @@ NOT_IN = {"rows": OLDER, "block": OLDER + ("_pool_nchw_forward_kernel", "_pool_n
 
 
 def _small_tiles(monkeypatch, design="rows"):
-    """One design on for every mode, with small tiles: 3-row blocks (ragged, the carry
-    restarting), lanes 2 or 4 a program."""
+    """One design on for every mode, with small tiles: 8 (plane, group) pairs (2 planes of
+    up to 4 groups), 3-row blocks (ragged, the carry restarting), 32 (lane, group) pairs
+    (8 lanes of up to 4 groups)."""
     monkeypatch.setattr(pooling, "NCHW_ROW_KERNELS", ALL_MODES)
-    monkeypatch.setattr(pooling, "NCHW_GROUPS", 4)
+    monkeypatch.setattr(pooling, "NCHW_GROUPS", 8)
     monkeypatch.setattr(pooling, "NCHW_STEPS", 2)
     monkeypatch.setattr(pooling, "NCHW_BLOCK_ROWS", 3 if design == "block" else 0)
-    monkeypatch.setattr(pooling, "NCHW_BLOCK_GROUPS", 4)
+    monkeypatch.setattr(pooling, "NCHW_BLOCK_GROUPS", 8)
     monkeypatch.setattr(pooling, "NCHW_LANE_KERNELS", ALL_MODES if design == "lanes" else frozenset())
-    monkeypatch.setattr(pooling, "NCHW_LANE_TILE", 8)
+    monkeypatch.setattr(pooling, "NCHW_LANE_TILE", 32)
 
 
 def _refuse(monkeypatch, design):
@@ -72,8 +73,14 @@ def _ints(shape, rng):
     return rng.integers(-3, 4, size=shape).astype(np.float64)
 
 
-@pytest.mark.parametrize("case", NCHW_CASES, ids=NCHW_IDS)
-@pytest.mark.parametrize("mode", [0, 1, 2], ids=["MAX", "AVG_INCL", "AVG_EXCL"])
+MODE_IDS = ["MAX", "AVG_INCL", "AVG_EXCL", "MAX_DET"]
+# every window in MAX and AVG_EXCL; AVG_INCL (the same kernels, another divisor) on two
+# (and on 3x3/2 in float16)
+MATCHES = [(c, m) for c in NCHW_CASES for m in (0, 2)] + [(NCHW_CASES[i], 1) for i in (4, 7)]
+MATCHES_IDS = [f"{MODE_IDS[m]}-{NCHW_IDS[NCHW_CASES.index(c)]}" for c, m in MATCHES]
+
+
+@pytest.mark.parametrize("case, mode", MATCHES, ids=MATCHES_IDS)
 def test_nchw_pooling_matches_reference(case, mode, rng, nchw):
     """Forward into a poisoned y, backward with fresh dy into a poisoned dx (float32; the
     kernels are dtype-agnostic, float16 and MAX_DETERMINISTIC below)."""
@@ -82,15 +89,15 @@ def test_nchw_pooling_matches_reference(case, mode, rng, nchw):
     check_pooling(x, mode, window, padding, stride, "NCHW", rng)
 
 
-@pytest.mark.parametrize("mode", [0, 2, 3], ids=["MAX", "AVG_EXCL", "MAX_DET"])
-def test_nchw_pooling_float16(mode, rng, nchw):
-    """float16 in and out (float32 inside), the ResNet window and an unpadded one."""
-    for shape, window, padding, stride in (NCHW_CASES[0], NCHW_CASES[3]):
+def test_nchw_pooling_float16(rng, nchw):
+    """float16 in and out (float32 inside) on the ResNet window: MAX_DETERMINISTIC and
+    AVG_INCL; an unpadded window in AVG_EXCL."""
+    for (shape, window, padding, stride), mode in ((NCHW_CASES[0], 3), (NCHW_CASES[0], 1), (NCHW_CASES[3], 2)):
         x = make(shape, "NCHW", torch.float16, values=_ints(shape, rng))
         check_pooling(x, mode, window, padding, stride, "NCHW", rng, torch.float16)
 
 
-@pytest.mark.parametrize("case", [NCHW_CASES[i] for i in (0, 2, 4, 5)], ids=[NCHW_IDS[i] for i in (0, 2, 4, 5)])
+@pytest.mark.parametrize("case", [NCHW_CASES[i] for i in (0, 5)], ids=[NCHW_IDS[i] for i in (0, 5)])
 @pytest.mark.parametrize("mode", [0, 2], ids=["MAX", "AVG_EXCL"])
 def test_nchw_pooling_blend(case, mode, rng, nchw):
     """alpha and beta: y = 2 pool(x) - y, dx = 0.5 pool'(dy) + 2 dx."""
@@ -107,9 +114,14 @@ def _run(x, dy, mode, window, padding, stride, propagate):
     return y, dx
 
 
-@pytest.mark.parametrize("case", NCHW_CASES[:6], ids=NCHW_IDS[:6])
-@pytest.mark.parametrize("propagate", [False, True])
-@pytest.mark.parametrize("design", DESIGNS)
+# every design with both NaN rules on 3x3/2; on each other window one design and one
+# NaN rule, taken in turn
+BIT_EXACT = ([(NCHW_CASES[0], p, d) for d in DESIGNS for p in (False, True)]
+             + [(NCHW_CASES[i], i % 2 == 0, DESIGNS[i % 3]) for i in range(1, 6)])
+BIT_EXACT_IDS = [f"{d}-{NCHW_IDS[NCHW_CASES.index(c)]}-{'propagate' if p else 'ignore'}" for c, p, d in BIT_EXACT]
+
+
+@pytest.mark.parametrize("case, propagate, design", BIT_EXACT, ids=BIT_EXACT_IDS)
 def test_nchw_first_maximum_bit_exact(case, propagate, design, rng, monkeypatch):
     """Max pooling with many ties, -inf and NaN, and dy of random floats (the order of the
     sums over overlapping windows shows): y and dx equal the older row kernels' bit for bit,
@@ -144,15 +156,16 @@ def test_nchw_first_maximum_bit_exact(case, propagate, design, rng, monkeypatch)
                                   ((1, 2, 6, 11), (3, 3), (1, 1), (3, 3)),
                                   ((1, 2, 7, 11), (3, 3), (0, 0), (1, 1))], ids=["3d_window_d", "stride3", "3x3s1p0"])
 @pytest.mark.parametrize("mode", [0, 2], ids=["MAX", "AVG_EXCL"])
-@pytest.mark.parametrize("design", DESIGNS)
-def test_nchw_other_windows_take_older_kernels(case, mode, design, rng, monkeypatch):
+def test_nchw_other_windows_take_older_kernels(case, mode, rng, monkeypatch):
     """Windows outside the NCHW row kernels (along D, stride 3, two columns right of the
-    group) still run, through the older kernels, with each design on."""
-    _small_tiles(monkeypatch, design)
+    group) are refused by every design and still run, through the older kernels."""
     shape, window, padding, stride = case
     x = make(shape, "NCHW", values=_ints(shape, rng))
     y_ref = ref_pool.pooling_forward(f64(x), mode, window, padding, stride)
-    assert not pooling._use_nchw(pooling._Geometry(x, torch.empty(y_ref.shape), window, padding, stride, False), mode)
+    for design in DESIGNS:
+        _small_tiles(monkeypatch, design)
+        geo = pooling._Geometry(x, torch.empty(y_ref.shape), window, padding, stride, False)
+        assert not pooling._use_nchw(geo, mode)
     y = poisoned(y_ref.shape, "NCHW")
     pooling.pooling_forward(x, y, mode, window, padding, stride, False, 1.0, 0.0)
     check(y, y_ref, torch.float32, "y")

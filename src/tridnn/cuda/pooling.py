@@ -82,7 +82,7 @@ NCHW_BLOCK_WARPS = 4
 # or (plane, row step) pair (backward), lanes in memory order and one store at the end
 # (all loads in flight before it); the modes that take them (before the block kernels)
 NCHW_LANE_KERNELS = frozenset()
-NCHW_LANE_TILE = 128  # (lane, 8-column group) pairs a program
+NCHW_LANE_TILE = 512  # (lane, 8-column group) pairs a program (56 columns: 64 lanes x 8 groups, 4 a thread)
 NCHW_LANE_WARPS = 4
 # issue 5 candidates (off until measured on the H200: benchmarks/sweep_pooling.py)
 # channels-last max backward in one pass (x, dy read once, dx written once) instead of
