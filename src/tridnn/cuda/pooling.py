@@ -1115,8 +1115,8 @@ def _pool_nchw_lane_forward_kernel(x_ptr, y_ptr, arg_ptr, LANES, C, D, IH, OH, I
                                    VA: tl.constexpr, VIW: tl.constexpr, VOW: tl.constexpr, MODE: tl.constexpr,
                                    PROPAGATE_NAN: tl.constexpr, STORE_ARG: tl.constexpr, STORE_Y: tl.constexpr,
                                    HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
-                                   ARG_EQ: tl.constexpr, INTERP: tl.constexpr, BLOCK_L: tl.constexpr,
-                                   BLOCK_G: tl.constexpr):
+                                   ARG_EQ: tl.constexpr, INTERP: tl.constexpr, ONE_ALPHA: tl.constexpr,
+                                   BLOCK_L: tl.constexpr, BLOCK_G: tl.constexpr):
     """y over [BLOCK_L (plane, output row) lanes, BLOCK_G * 8 // SW output columns]: the
     KH input rows of each lane folded horizontally (_nchw_row_fold), then down."""
     O: tl.constexpr = 8 // SW
@@ -1207,7 +1207,8 @@ def _pool_nchw_lane_forward_kernel(x_ptr, y_ptr, arg_ptr, LANES, C, D, IH, OH, I
         else:
             out = acc
         y_off = ((n * ysn + c * ysc + d * ysd + oh * ysh) * VY)[:, None, None] + ow[None, :, :]
-        out = out * alpha
+        if not ONE_ALPHA:
+            out = out * alpha
         if HAS_BETA:
             out += tl.load(y_ptr + y_off, mask=out_mask, other=0.0).to(COMPUTE) * beta
         tl.store(y_ptr + y_off, out.to(y_ptr.dtype.element_ty), mask=out_mask)
@@ -1261,6 +1262,21 @@ def _lane_dy_row(dy_ptr, arg_ptr, g_row, a_row, row_ok, g, oh, IH, IW, OW, KH: t
 
 
 @triton.jit
+def _lane_dx_store(dx_ptr, acc0, acc1, d_row, row_ok, g, IW, alpha, beta, SW: tl.constexpr, HAS_BETA: tl.constexpr,
+                   COMPUTE: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_G: tl.constexpr):
+    """_nchw_dx_store, alpha None meaning 1."""
+    col = g[:, None] * 8 + tl.arange(0, 8)[None, :]
+    mask = row_ok[:, None, None] & (col < IW)[None, :, :]
+    off = d_row[:, None, None] + col[None, :, :]
+    out = _interleave(acc0, acc1, SW, BLOCK_L, BLOCK_G)
+    if alpha is not None:
+        out = out * alpha
+    if HAS_BETA:
+        out += tl.load(dx_ptr + off, mask=mask, other=0.0).to(COMPUTE) * beta
+    tl.store(dx_ptr + off, out.to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _pool_nchw_lane_backward_kernel(dy_ptr, arg_ptr, dx_ptr, LANES, C, D, IH, OH, IWv, OWv, TILES_G, STEPS,
                                     # plane and row strides in units of VG (dy), VA (arg), VD (dx); W strides are 1
                                     gsn, gsc, gsd, gsh, asn, asc, asd, ash, dsn, dsc, dsd, dsh, alpha, beta,
@@ -1269,7 +1285,7 @@ def _pool_nchw_lane_backward_kernel(dy_ptr, arg_ptr, dx_ptr, LANES, C, D, IH, OH
                                     T_LO: tl.constexpr, T_HI: tl.constexpr, VG: tl.constexpr, VA: tl.constexpr,
                                     VD: tl.constexpr, VIW: tl.constexpr, VOW: tl.constexpr, MODE: tl.constexpr,
                                     HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
-                                    BLOCK_L: tl.constexpr, BLOCK_G: tl.constexpr):
+                                    ONE_ALPHA: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_G: tl.constexpr):
     """dx over [BLOCK_L (plane, row step) lanes, BLOCK_G * 8 input columns]: step k holds
     input rows SH * k + r (r < SH <= 2), covered by output rows k + q at the tap
     kh = r + PH - SH * q (see _pool_nchw_backward_kernel); each dx element written once."""
@@ -1298,13 +1314,15 @@ def _pool_nchw_lane_backward_kernel(dy_ptr, arg_ptr, dx_ptr, LANES, C, D, IH, OH
         if SH == 2 and 1 + PH - SH * q >= 0 and 1 + PH - SH * q < KH:
             acc10, acc11 = _nchw_spread(acc10, acc11, gv, lo, hi, av, a_lo, a_hi, 1 + PH - SH * q, KW, SW, PW,
                                         T_LO, T_HI, MODE, BLOCK_L, BLOCK_G)
-    # blend and store the step's input rows
+    # blend and store the step's input rows (alpha == 1 compiled away: one multiply an element)
     ih = k * SH
     d_row = (n * dsn + c * dsc + d * dsd + ih * dsh) * VD
-    _nchw_dx_store(dx_ptr, acc00, acc01, d_row, l_ok & (ih < IH), g, IW, alpha, beta, SW, HAS_BETA, COMPUTE,
+    if ONE_ALPHA:
+        alpha = None
+    _lane_dx_store(dx_ptr, acc00, acc01, d_row, l_ok & (ih < IH), g, IW, alpha, beta, SW, HAS_BETA, COMPUTE,
                    BLOCK_L, BLOCK_G)
     if SH == 2:
-        _nchw_dx_store(dx_ptr, acc10, acc11, d_row + dsh * VD, l_ok & (ih + 1 < IH), g, IW, alpha, beta, SW,
+        _lane_dx_store(dx_ptr, acc10, acc11, d_row + dsh * VD, l_ok & (ih + 1 < IH), g, IW, alpha, beta, SW,
                        HAS_BETA, COMPUTE, BLOCK_L, BLOCK_G)
 
 
@@ -2139,7 +2157,7 @@ def _nchw_forward(x5, y5, arg5, geo, alpha, beta, flags, store_y, has_arg):
             x5, y5, arg5, planes * OH, geo.C, D, IH, OH, IW // _pow2_factor(IW), OW // _pow2_factor(OW),
             triton.cdiv(groups, block_g), *xs, *ys, *as_, alpha, beta, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH, PW=PW,
             VX=vx, VY=vy, VA=va, VIW=_pow2_factor(IW), VOW=_pow2_factor(OW), **flags, ARG_EQ=NCHW_ARG_EQ,
-            INTERP=os.environ.get("TRITON_INTERPRET") == "1", BLOCK_L=block_l, BLOCK_G=block_g, num_warps=NCHW_LANE_WARPS)
+            INTERP=os.environ.get("TRITON_INTERPRET") == "1", ONE_ALPHA=alpha == 1.0, BLOCK_L=block_l, BLOCK_G=block_g, num_warps=NCHW_LANE_WARPS)
         return
     if _use_nchw_block(flags["MODE"]):
         block_p, block_g, rows, row_blocks = _nchw_block_tiles(planes, groups, OH)
@@ -2178,7 +2196,8 @@ def _nchw_backward(dy5, arg5, dx5, geo, alpha, beta, flags):
             dy5, arg5, dx5, planes * steps, geo.C, D, IH, OH, IW // _pow2_factor(IW), OW // _pow2_factor(OW),
             triton.cdiv(groups, block_g), steps, *gs, *as_, *ds, alpha, beta, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH,
             PW=PW, Q_LO=min(qs), Q_HI=max(qs), T_LO=t_lo, T_HI=t_hi, VG=vg, VA=va, VD=vd, VIW=_pow2_factor(IW),
-            VOW=_pow2_factor(OW), **flags, BLOCK_L=block_l, BLOCK_G=block_g, num_warps=NCHW_LANE_WARPS)
+            VOW=_pow2_factor(OW), **flags, ONE_ALPHA=alpha == 1.0, BLOCK_L=block_l, BLOCK_G=block_g,
+            num_warps=NCHW_LANE_WARPS)
         return
     if _use_nchw_block(flags["MODE"]):
         block_p, block_g, rows, row_blocks = _nchw_block_tiles(planes, groups, triton.cdiv(IH, SH))
