@@ -274,3 +274,108 @@ def test_dropout_split_load_first(layout, thread_elements, rng, monkeypatch):
     dropout.dropout_backward(dy, dx, reserve, 0.4)
     check(dx, np.where(want_mask == 1, f64(dy) / 0.6, 0.0), torch.float32, "dx")
     assert calls[:2] == ["split", "split"]
+
+
+# -- dropout: the dense NHWC octets kernel -----------------------------------------------------
+OCTET_CASES = [((2, 24, 3, 4), 0), ((3, 16, 2, 6), 2**40 + 4), ((1, 8, 4, 5), 2**64 - 8)]
+
+
+@pytest.mark.parametrize("shape,offset", OCTET_CASES, ids=["ragged-octets", "odd-first-block", "wraps"])
+@pytest.mark.parametrize("aligned", [True, False], ids=["int32-words", "byte-stores"])
+def test_dropout_octets_draws_the_same_mask(shape, offset, aligned, rng, monkeypatch):
+    """NHWC_DENSE_KERNEL "octets" on dense NHWC float16 (programs of 2 octets x 4 groups:
+    ragged octet and group blocks): the mask bit for bit as the NumPy backend and the
+    split kernel, y against float64, in place too (x is y), for a reserve whose start is
+    4-byte aligned (int32 word stores) or not (byte stores); dx through the backward."""
+    calls = []
+    monkeypatch.setattr(dropout, "OCTETS_BLOCK_O", 2)
+    monkeypatch.setattr(dropout, "OCTETS_ROWS", 8)
+    for name in ("_dropout_octets_kernel", "_dropout_split_kernel"):
+        monkeypatch.setattr(dropout, name, _Recorder(getattr(dropout, name), name, calls))
+    monkeypatch.setattr(dropout, "NHWC_DRAW", {"forward": "split", "backward": "reload"})
+    dt = torch.float16
+    x = make(shape, "NHWC", dt, rng=rng)
+    seed = 2**40 + 12345
+    numel = x.numel()
+    want = cpu_dropout.dropout_mask(shape, 0.3, seed, offset)
+    masks, passes = {}, []
+    for kernel in (None, "octets"):  # None: split (W % 4 == 0) or the per-element kernel
+        monkeypatch.setattr(dropout, "NHWC_DENSE_KERNEL", kernel)
+        buf = torch.full((numel + 4,), 9, dtype=torch.uint8, device=DEVICE)
+        reserve = buf[:numel] if aligned else buf[1:numel + 1]
+        y = poisoned(shape, "NHWC", dt)
+        dropout.dropout_forward(x, y, reserve, 0.3, seed, offset)
+        mask = reserve.cpu().numpy().reshape(shape)
+        np.testing.assert_array_equal(mask, want)
+        check(y, np.where(mask == 1, f64(x) / 0.7, 0.0), dt, "y")
+        inplace = x.clone()
+        dropout.dropout_forward(inplace, inplace, reserve, 0.3, seed, offset)
+        check(inplace, np.where(mask == 1, f64(x) / 0.7, 0.0), dt, "y in place")
+        dy = make(shape, "NHWC", dt, rng=rng)
+        dx = poisoned(shape, "NHWC", dt)
+        dropout.dropout_backward(dy, dx, reserve, 0.3)
+        check(dx, np.where(mask == 1, f64(dy) / 0.7, 0.0), dt, "dx")
+        masks[kernel] = mask
+        passes.append(calls[:])
+        calls.clear()
+    assert "_dropout_octets_kernel" not in passes[0] and passes[1] == ["_dropout_octets_kernel"] * 2
+    np.testing.assert_array_equal(masks["octets"], masks[None])
+
+
+@pytest.mark.parametrize("p", [0.0, 0.9, 1.0 - 2.0**-40])
+def test_dropout_octets_keep_test_at_the_thresholds(p, rng, monkeypatch):
+    """The octets kernel's keep test at the extreme thresholds (0: keep all; 2**31: keep
+    none), NaN and inf zeroed where dropped and kept as they are (scaled) elsewhere."""
+    monkeypatch.setattr(dropout, "NHWC_DENSE_KERNEL", "octets")
+    monkeypatch.setattr(dropout, "_dropout_split_kernel", None)  # must not be reached
+    shape = (2, 8, 2, 2)
+    values = rng.standard_normal(shape)
+    values[0, :4, 0, 0] = [np.nan, np.inf, -np.inf, np.nan]
+    x = make(shape, "NHWC", torch.float16, values=values)
+    y = poisoned(shape, "NHWC", torch.float16)
+    reserve = torch.empty(shape, dtype=torch.uint8, device=DEVICE)
+    dropout.dropout_forward(x, y, reserve, p, 77, 8)
+    mask = cpu_dropout.dropout_mask(shape, p, 77, 8)
+    np.testing.assert_array_equal(reserve.cpu().numpy(), mask)
+    want = np.where(mask == 1, f64(x) / (1.0 - p), 0.0)
+    got = f64(y)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(got[np.isinf(want)], want[np.isinf(want)])
+    fin = np.isfinite(want)
+    check(got[fin], want[fin], torch.float16, "y")
+    if p == 0.0:
+        assert mask.all()
+    if p > 0.99:
+        assert not mask.any()
+
+
+def test_dropout_octets_leaves_other_cases_to_their_kernels(rng, monkeypatch):
+    """Only dense NHWC 16-bit data with C % 8 == 0, H * W % 4 == 0 and an offset that is
+    a multiple of 4 takes the octets kernel (forward only); the rest keeps its kernel and
+    the same mask."""
+    calls = []
+    monkeypatch.setattr(dropout, "NHWC_DENSE_KERNEL", "octets")
+    monkeypatch.setattr(dropout, "NHWC_DRAW", {"forward": "split", "backward": "reload"})
+    for name in ("_dropout_octets_kernel", "_dropout_split_kernel", "_dropout_element_kernel",
+                 "_dropout_vec8_kernel", "_dropout_tile_kernel"):
+        monkeypatch.setattr(dropout, name, _Recorder(getattr(dropout, name), name, calls))
+    cases = [((2, 8, 2, 4), "NHWC", torch.float16, 0, "_dropout_octets_kernel"),
+             ((2, 8, 2, 4), "NHWC", torch.float32, 0, "_dropout_split_kernel"),      # float32
+             ((2, 12, 2, 4), "NHWC", torch.float16, 0, "_dropout_split_kernel"),     # C % 8
+             ((2, 8, 2, 4), "strided", torch.float16, 0, "_dropout_split_kernel"),   # not dense
+             ((2, 8, 2, 4), "NCHW", torch.float16, 0, "_dropout_vec8_kernel"),
+             ((2, 8, 2, 4), "NHWC", torch.float16, 6, "_dropout_element_kernel")]   # offset % 4
+    for shape, layout, dt, offset, kernel in cases:
+        calls.clear()
+        x = make(shape, layout, dt, rng=rng)
+        reserve = torch.empty(shape, dtype=torch.uint8, device=DEVICE)
+        y = poisoned(shape, layout, dt)
+        dropout.dropout_forward(x, y, reserve, 0.5, 3, offset)
+        mask = cpu_dropout.dropout_mask(shape, 0.5, 3, offset)
+        np.testing.assert_array_equal(reserve.cpu().numpy(), mask)
+        check(y, np.where(mask == 1, f64(x) * 2.0, 0.0), dt, "y")
+        dropout.dropout_backward(x, y, reserve, 0.5)
+        assert calls[0] == kernel and "_dropout_octets_kernel" not in calls[1:], (shape, layout, dt, offset, calls)
+    monkeypatch.setattr(dropout, "NHWC_DENSE_KERNEL", "cl")
+    with pytest.raises(ValueError, match="NHWC_DENSE_KERNEL"):
+        dropout.dropout_forward(x, y, reserve, 0.5, 3, 0)

@@ -88,6 +88,29 @@ VEC8_WARPS = 4
 # thread still gets its loads sunk by ptxas (711 of 1144, 40 -> 48 registers), at 16 a
 # thread (SPLIT_THREAD_ELEMENTS) they go early (184 of 696). The same mask and values.
 LOAD_FIRST = True  # H200 11:40 UTC: vec8 3.33 -> 3.71 TB/s; NHWC split 2.99 -> 2.98 (no change)
+# Dense channels-last forward (issue 5, session 6): "octets" runs _dropout_octets_kernel
+# for src and dst both dense NHWC (4-D, C a multiple of 8, H * W a multiple of 4, offset
+# a multiple of 4); None keeps the NHWC_DRAW tile kernel (split). Why the split kernel
+# runs at 2.99 TB/s against vec8's 3.70 in NCHW: compiled for sm_90 it executes 37.5 SASS
+# instructions an element (vec8: 28.5), and both kernels sit at ~2.6 warp instructions a
+# cycle an SM (vec8 3.70 TB/s x 28.5 ~ split 2.99 x 37.5: issue bound). Its Philox rounds run
+# on a [groups, channels] tile in Triton's default one-value-a-thread layout, so the keep
+# bits cross to the data's 16-byte-vector layout and the mask words to the store's layout
+# through shared memory (7 barriers, shuffles); its index math is general (three outer
+# strides, int64 rows). The octets kernel gives each thread whole rows (one pixel group x 8
+# channels: four 16-byte vectors, one per pixel of the group) and runs the 8 Philox calls
+# of a row on 1-D [rows] tensors, whose layout is the data tile's row layout: no layout
+# change at all, the 8 mask words stored straight from the registers. Lanes take 8 octets
+# (128 bytes of a pixel) x 4 groups, so a warp's data access is 4 whole 128-byte lines and
+# its mask store 8 runs of 16 bytes. Same mask bits (the word of (n, c, group) is
+# (n * C + c) * H * W / 4 + group), the same values. sm_90, bf16, 4096 elements a program
+# (4 warps): 32.5 SASS instructions an element (split 37.5), 56 registers, no shared memory,
+# the four 16-byte loads issued at instructions 63-139 of 1040 (split: 807 of 1200).
+NHWC_DENSE_KERNEL = "octets"  # predicted 3.3-3.45 TB/s NHWC bf16 forward (split: 2.99)
+OCTETS_BLOCK_O = 32    # octets (8 channels) a program: C = 256 in one program
+OCTETS_ROWS = 128      # rows (group x octet) a program: 4096 elements; warps = rows / 32 (max 8)
+# the octets kernel's data loads: "first" (before the Philox rounds) or "after"
+OCTETS_LOADS = "first"
 
 
 @triton.jit
@@ -182,6 +205,111 @@ def _dropout_vec8_kernel(src_ptr, dst_ptr, mask_ptr, numel, seed, first_block, t
         tl.store(dst_ptr + i, out.to(dst_ptr.dtype.element_ty), mask=in_range)
     else:
         _apply(src_ptr, dst_ptr, i, i, keep, in_range, scale, COMPUTE)
+
+
+@triton.jit
+def _octet_row_words(seed, word, threshold):
+    """The mask word (4 keep bytes, little-endian: byte k keeps pixel phase k) of the
+    Philox call at counter word (int64), and its four keep bits."""
+    r0, r1, r2, r3 = _draws(seed, word & 0x3FFFFFFFFFFFFFFF)
+    k0 = _fold2(r0, threshold)
+    k1 = _fold2(r1, threshold)
+    k2 = _fold2(r2, threshold)
+    k3 = _fold2(r3, threshold)
+    bits = k0.to(tl.int32) | (k1.to(tl.int32) << 8) | (k2.to(tl.int32) << 16) | (k3.to(tl.int32) << 24)
+    return bits, k0, k1, k2, k3
+
+
+@triton.jit
+def _pick8(j, v0, v1, v2, v3, v4, v5, v6, v7):
+    """[rows, 8] tile whose column j is v_j (a per-register choice: the selects fold away)."""
+    return tl.where(j == 0, v0[:, None], tl.where(j == 1, v1[:, None], tl.where(j == 2, v2[:, None], tl.where(
+        j == 3, v3[:, None], tl.where(j == 4, v4[:, None], tl.where(j == 5, v5[:, None], tl.where(
+            j == 6, v6[:, None], v7[:, None])))))))
+
+
+@triton.jit
+def _octets_phase(src_ptr, dst_ptr, off, m, keep, scale, COMPUTE: tl.constexpr, x):
+    out = tl.where(keep, x.to(COMPUTE) * scale, 0.0)  # dropped elements are exactly zero, even for inf/NaN
+    tl.store(dst_ptr + off, out.to(dst_ptr.dtype.element_ty), mask=m)
+
+
+@triton.jit
+def _dropout_octets_kernel(src_ptr, dst_ptr, mask_ptr, C, HW4, groups, OCT, seed, first_block, threshold, scale,
+                           COMPUTE: tl.constexpr, BIG: tl.constexpr, PACKED: tl.constexpr,
+                           BLOCK_O: tl.constexpr, BLOCK_Q: tl.constexpr, LOADS_FIRST: tl.constexpr):
+    """Forward of dense NHWC data (pixel p, channel c at p * C + c; C % 8 == 0, H * W %
+    4 == 0). Row (q, o) is pixel group q (pixels 4q..4q+3, one image) x octet o (channels
+    8o..8o+7): a thread holds one row, as four 16-byte vectors (pixel phase k: [rows, 8]
+    tile k). Philox call (q, 8o + j) - counter first_block + (n * C + c) * HW4 + q % HW4,
+    n = q // HW4: the NCHW mask's - keeps phase k of channel 8o + j by its word k; its
+    keep bytes are one mask word. A program takes BLOCK_Q groups x BLOCK_O octets; within
+    it lanes run over 8 octets, then 4 groups, then the rest (octets, then groups)."""
+    # map the program to (group block, octet block), octet blocks fastest
+    pid = tl.program_id(0)
+    if BIG:
+        pid = pid.to(tl.int64)
+    tiles_o = tl.cdiv(OCT, BLOCK_O)
+    q_blk = pid // tiles_o
+    o_blk = pid % tiles_o
+    # the program's rows: lanes over O_LO octets x Q_LO groups, then the rest
+    O_LO: tl.constexpr = 8 if BLOCK_O >= 8 else BLOCK_O
+    Q_LO: tl.constexpr = (32 // O_LO) if BLOCK_Q >= 32 // O_LO else BLOCK_Q
+    O_HI: tl.constexpr = BLOCK_O // O_LO
+    rho = tl.arange(0, BLOCK_O * BLOCK_Q)
+    o = o_blk * BLOCK_O + (rho // (O_LO * Q_LO)) % O_HI * O_LO + rho % O_LO
+    q = q_blk * BLOCK_Q + (rho // (O_LO * Q_LO * O_HI)) * Q_LO + (rho // O_LO) % Q_LO
+    row_ok = (q < groups) & (o < OCT)
+    j = tl.arange(0, 8)[None, :]
+    m = row_ok[:, None]
+    # the data: phase k of row (q, o) at (4q + k) * C + 8o + j
+    off = (q * 4 * C + o * 8)[:, None] + j
+    if LOADS_FIRST:  # all four loads before any store (src and dst may be one tensor)
+        x0 = tl.load(src_ptr + off, mask=m, other=0.0)
+        x1 = tl.load(src_ptr + off + C, mask=m, other=0.0)
+        x2 = tl.load(src_ptr + off + 2 * C, mask=m, other=0.0)
+        x3 = tl.load(src_ptr + off + 3 * C, mask=m, other=0.0)
+    # the mask word of (q, 8o + j): (n * C + 8o + j) * HW4 + q % HW4
+    n = q // HW4
+    w_row = (n * C + o * 8) * HW4 + (q - n * HW4)
+    base = first_block + w_row.to(tl.int64)
+    b0, k00, k01, k02, k03 = _octet_row_words(seed, base, threshold)
+    b1, k10, k11, k12, k13 = _octet_row_words(seed, base + HW4, threshold)
+    b2, k20, k21, k22, k23 = _octet_row_words(seed, base + 2 * HW4, threshold)
+    b3, k30, k31, k32, k33 = _octet_row_words(seed, base + 3 * HW4, threshold)
+    b4, k40, k41, k42, k43 = _octet_row_words(seed, base + 4 * HW4, threshold)
+    b5, k50, k51, k52, k53 = _octet_row_words(seed, base + 5 * HW4, threshold)
+    b6, k60, k61, k62, k63 = _octet_row_words(seed, base + 6 * HW4, threshold)
+    b7, k70, k71, k72, k73 = _octet_row_words(seed, base + 7 * HW4, threshold)
+    if PACKED:  # mask_ptr is the reserve seen as int32: one word a call
+        tl.store(mask_ptr + w_row, b0, mask=row_ok)
+        tl.store(mask_ptr + w_row + HW4, b1, mask=row_ok)
+        tl.store(mask_ptr + w_row + 2 * HW4, b2, mask=row_ok)
+        tl.store(mask_ptr + w_row + 3 * HW4, b3, mask=row_ok)
+        tl.store(mask_ptr + w_row + 4 * HW4, b4, mask=row_ok)
+        tl.store(mask_ptr + w_row + 5 * HW4, b5, mask=row_ok)
+        tl.store(mask_ptr + w_row + 6 * HW4, b6, mask=row_ok)
+        tl.store(mask_ptr + w_row + 7 * HW4, b7, mask=row_ok)
+    else:  # byte k of word w at 4w + k
+        words = _pick8(j, b0, b1, b2, b3, b4, b5, b6, b7)
+        m_off = (w_row * 4)[:, None] + j * (4 * HW4)
+        tl.store(mask_ptr + m_off, (words & 0xFF).to(tl.uint8), mask=m)
+        tl.store(mask_ptr + m_off + 1, ((words >> 8) & 0xFF).to(tl.uint8), mask=m)
+        tl.store(mask_ptr + m_off + 2, ((words >> 16) & 0xFF).to(tl.uint8), mask=m)
+        tl.store(mask_ptr + m_off + 3, ((words >> 24) & 0xFF).to(tl.uint8), mask=m)
+    if not LOADS_FIRST:
+        x0 = tl.load(src_ptr + off, mask=m, other=0.0)
+        x1 = tl.load(src_ptr + off + C, mask=m, other=0.0)
+        x2 = tl.load(src_ptr + off + 2 * C, mask=m, other=0.0)
+        x3 = tl.load(src_ptr + off + 3 * C, mask=m, other=0.0)
+    # the data, phase by phase: column j keeps by call j's word k
+    _octets_phase(src_ptr, dst_ptr, off, m, _pick8(j, k00, k10, k20, k30, k40, k50, k60, k70), scale, COMPUTE, x0)
+    _octets_phase(src_ptr, dst_ptr, off + C, m, _pick8(j, k01, k11, k21, k31, k41, k51, k61, k71), scale, COMPUTE,
+                  x1)
+    _octets_phase(src_ptr, dst_ptr, off + 2 * C, m, _pick8(j, k02, k12, k22, k32, k42, k52, k62, k72), scale,
+                  COMPUTE, x2)
+    _octets_phase(src_ptr, dst_ptr, off + 3 * C, m, _pick8(j, k03, k13, k23, k33, k43, k53, k63, k73), scale,
+                  COMPUTE, x3)
 
 
 @triton.jit
@@ -448,6 +576,11 @@ def _launch(src, dst, reserve, probability, seed, offset, forward):
             src, dst, mask, numel, rng["seed"], first_block, rng["threshold"], rng["scale"], **common,
             BLOCK_G=block_g, num_warps=NUM_WARPS)
         return
+    if NHWC_DENSE_KERNEL not in (None, "octets"):
+        raise ValueError(f"dropout.NHWC_DENSE_KERNEL must be None or 'octets', got {NHWC_DENSE_KERNEL!r}")
+    if NHWC_DENSE_KERNEL == "octets" and forward and offset % 4 == 0 and _octets_dense(src, dst):
+        _octets_launch(src, dst, mask, first_block, rng, common)
+        return
     plan = _tile_plan(src, dst) if grouped else None
     if plan is not None:
         _tile_launch(src, dst, mask, plan, first_block, rng, common)
@@ -482,6 +615,36 @@ def _tile_launch(src, dst, mask, plan, first_block, rng, common):
             num_warps=NUM_WARPS if 4 * block_g * block_i <= 1024 else 8)
     else:
         raise ValueError(f"dropout.NHWC_DRAW must name 'split', 'join' or 'reload', got {draw!r}")
+
+
+def _octets_dense(src, dst):
+    """True when src and dst are both dense channels-last 4-D tensors of 16-bit floats
+    with C % 8 == 0 and H * W % 4 == 0 (the octets kernel's case: a row of 8 channels is
+    one 16-byte vector; float32 rows would span two threads, each drawing all 8 calls)."""
+    if src.dim() != 4 or src.shape[1] % 8 or (src.shape[2] * src.shape[3]) % 4:
+        return False
+    if src.element_size() != 2 or dst.element_size() != 2:
+        return False
+    return all(t.is_contiguous(memory_format=torch.channels_last) for t in (src, dst))
+
+
+def _octets_launch(src, dst, mask, first_block, rng, common):
+    """_dropout_octets_kernel over (group blocks, octet blocks)."""
+    N, C, H, W = src.shape
+    hw4 = H * W // 4
+    groups, octets = N * hw4, C // 8
+    block_o = min(int(OCTETS_BLOCK_O), triton.next_power_of_2(octets))
+    block_q = max(1, min(int(OCTETS_ROWS) // block_o, triton.next_power_of_2(groups)))
+    tiles = triton.cdiv(groups, block_q) * triton.cdiv(octets, block_o)
+    if OCTETS_LOADS not in ("first", "after"):
+        raise ValueError(f"dropout.OCTETS_LOADS must be 'first' or 'after', got {OCTETS_LOADS!r}")
+    packed = mask.data_ptr() % 4 == 0
+    big = _needs_int64(src, dst, mask) or src.numel() + 4 * block_q * C > 2 ** 31 - 1
+    _dropout_octets_kernel[(tiles,)](
+        src, dst, mask.view(torch.int32) if packed else mask, C, hw4, groups, octets, rng["seed"], first_block,
+        rng["threshold"], rng["scale"], COMPUTE=common["COMPUTE"], BIG=big, PACKED=packed,
+        BLOCK_O=block_o, BLOCK_Q=block_q, LOADS_FIRST=OCTETS_LOADS == "first",
+        num_warps=max(1, min(8, block_o * block_q // 32)))
 
 
 def _element_launch(src, dst, mask, numel, offset, rng, common):
