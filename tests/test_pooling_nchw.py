@@ -175,14 +175,21 @@ def test_nchw_other_windows_take_older_kernels(case, mode, rng, monkeypatch):
     check(dx, ref_pool.pooling_backward(f64(x), f64(dy), mode, window, padding, stride), torch.float32, "dx")
 
 
-def test_default_modes_take_the_kernels_measured_faster(rng):
-    """By default (the H200 measurement in pooling.py) max pooling takes the NCHW row
-    kernels and average pooling the older row kernels, for the same 3x3/2 window."""
+def test_default_modes_take_the_lane_kernels(rng, monkeypatch):
+    """By default every mode takes the NCHW lane kernels for the 3x3/2 window (the block
+    kernels are off); with the lanes off, max takes the NCHW row kernels and average the
+    older row kernels (the H200 measurement in pooling.py)."""
     x = make((1, 2, 7, 19), "NCHW", values=_ints((1, 2, 7, 19), rng))
     geo = pooling._Geometry(x, torch.empty((1, 2, 4, 10)), (3, 3), (1, 1), (2, 2), False)
+    assert all(pooling._use_nchw(geo, m) for m in ALL_MODES) and pooling.NCHW_LANE_KERNELS == ALL_MODES
+    assert pooling.NCHW_BLOCK_ROWS == 0
+    _refuse(monkeypatch, "lanes")
+    y = poisoned((1, 2, 4, 10), "NCHW")
+    pooling.pooling_forward(x, y, 0, (3, 3), (1, 1), (2, 2), False, 1.0, 0.0)
+    check(y, ref_pool.pooling_forward(f64(x), 0, (3, 3), (1, 1), (2, 2)), torch.float32, "y")
+    monkeypatch.setattr(pooling, "NCHW_LANE_KERNELS", frozenset())
     assert pooling._use_nchw(geo, 0) and pooling._use_nchw(geo, 3)
     assert not pooling._use_nchw(geo, 1) and not pooling._use_nchw(geo, 2)
-    assert pooling.NCHW_BLOCK_ROWS == 0 and not pooling.NCHW_LANE_KERNELS  # issue 5 candidates, off
 
 
 @pytest.mark.parametrize("design", ["block", "lanes"])

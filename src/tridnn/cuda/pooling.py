@@ -21,6 +21,14 @@ one is used (a runtime tap loop keeps one load in flight per warp):
   windows share at KH == SH + 1; backward writes each dx row once, its column phases
   (SW * j + a) as separate channel-run tiles. Per output byte they issue 1.5-4x fewer
   instructions than the gather kernels (sm_90 SASS, 3x3/2 bf16).
+- NCHW lane kernels (NCHW_LANE_KERNELS, every mode by default since session 6), W
+  contiguous, no window along D: a lane is one (plane, output row) pair forward, one
+  (plane, row step) pair backward, over 8-column groups (one 16-byte vector a group);
+  a program's loads all come before its one store, so they are all in flight at once;
+  forward combines the window's rows down, then takes the taps across once; the taps
+  of max are (window maximum, then the first tap equal to it). Other NCHW designs stay
+  selectable: the NCHW row kernels (NCHW_ROW_KERNELS, a runtime row loop) and their
+  unrolled block form (NCHW_BLOCK_ROWS).
 
 - issue 5 candidates, off by default (benchmarks/sweep_pooling.py measures them):
   CL_FUSED_MAX_BWD, the channels-last max backward in one pass that recomputes each
@@ -71,17 +79,22 @@ NCHW_WARPS = 4
 NCHW_ARG_EQ = True  # True: first-maximum taps as (row maximum, then the first tap equal to it)
 # issue 5: NCHW block kernels, the NCHW row kernels' tiles with ROWS output rows (forward)
 # or row steps (backward) unrolled a program and the row blocks of a plane tile adjacent
-# in the grid (loads of the whole block in flight at once; neighbouring programs read
-# neighbouring rows). 0: off; R > 0: R rows a block, for the modes in NCHW_BLOCK_MODES
-# (these take the NCHW tiles even when not in NCHW_ROW_KERNELS)
+# in the grid (neighbouring programs read neighbouring rows; in the sm_90 SASS each row's
+# store still precedes the next rows' loads, so about two rows of loads are in flight).
+# 0: off; R > 0: R rows a block, for the modes in NCHW_BLOCK_MODES (these take the NCHW
+# tiles even when not in NCHW_ROW_KERNELS; the lane kernels come first)
 NCHW_BLOCK_ROWS = 0
 NCHW_BLOCK_MODES = frozenset({MAX, AVG_INCLUDE, AVG_EXCLUDE, MAX_DETERMINISTIC})
 NCHW_BLOCK_GROUPS = 128  # (plane, 8-column group) pairs a program
 NCHW_BLOCK_WARPS = 4
 # issue 5: NCHW lane kernels, a lane of the tile one (plane, output row) pair (forward)
 # or (plane, row step) pair (backward), lanes in memory order and one store at the end
-# (all loads in flight before it); the modes that take them (before the block kernels)
-NCHW_LANE_KERNELS = frozenset()
+# (all loads in flight before it); the modes that take them (before the block kernels).
+# Default for every mode from sm_90 SASS, not yet timed (benchmarks/sweep_pooling.py):
+# warp instructions x 32 per element, bf16 3x3/2, against the designs they replace: max
+# forward 36.0 (NCHW rows 46.5, one row of loads in flight), avg forward 41.7 (row kernels
+# 102.9), max taps pass 74.3 (91.4) and gather 15.7 (15.3), avg backward 7.6 (33.7).
+NCHW_LANE_KERNELS = frozenset({MAX, AVG_INCLUDE, AVG_EXCLUDE, MAX_DETERMINISTIC})
 NCHW_LANE_TILE = 512  # (lane, 8-column group) pairs a program (56 columns: 64 lanes x 8 groups, 4 a thread)
 NCHW_LANE_WARPS = 4
 # issue 5 candidates (off until measured on the H200: benchmarks/sweep_pooling.py)
