@@ -3,11 +3,13 @@ forward and backward, adaptive average to 1x1) on 64x256x56x56 bfloat16, NCHW an
 the default design of cuda/pooling.py against its issue 5 candidates (module switches
 flipped for the call) and against PyTorch, in one process on one H200 (< 90 s).
 
-The NCHW candidates (session 6): NCHW_LANE_KERNELS (a lane per (plane, output row):
+NCHW (session 6): the default is now NCHW_LANE_KERNELS (a lane per (plane, output row):
 every load of a program before its one store; rows combined down before the taps across;
-lane x group tiles of 256/512/1024) and NCHW_BLOCK_ROWS (the NCHW row kernels' tiles with
-4 or 7 rows unrolled, row blocks adjacent in a 1-D grid). Max backward runs the taps pass
-(a forward) and the gather, so a variant switches both.
+64 lanes x 8 groups), set from sm_90 instruction counts before any timing; the rows
+"previous default" are the designs it replaced (NCHW rows for max, row kernels for
+average), so one run decides. Also other lane tiles and NCHW_BLOCK_ROWS (the NCHW row
+kernels' tiles with 4 or 7 rows unrolled, row blocks adjacent in a 1-D grid). Max
+backward runs the taps pass (a forward) and the gather, so a variant switches both.
 
 TB/s counts minimal bytes: forward x read and y written once; max backward dy and x
 read and dx written once (y is not read: the taps are recomputed from x; note that
@@ -57,28 +59,34 @@ def lanes(modes, tile, warps=4):
     return [("NCHW_LANE_KERNELS", frozenset(modes)), ("NCHW_LANE_TILE", tile), ("NCHW_LANE_WARPS", warps)]
 
 
+NO_LANES = [("NCHW_LANE_KERNELS", frozenset())]
+
+
 def block(rows, groups=128, warps=4):
-    return [("NCHW_BLOCK_ROWS", rows), ("NCHW_BLOCK_GROUPS", groups), ("NCHW_BLOCK_WARPS", warps)]
+    return NO_LANES + [("NCHW_BLOCK_ROWS", rows), ("NCHW_BLOCK_GROUPS", groups), ("NCHW_BLOCK_WARPS", warps)]
 
 
 # sm_90 SASS, bf16 3x3/2 (warp instructions x 32 per output element forward, per dx element
-# backward): default max fwd 46.5 (runtime row loop), lanes 64x8 37.1 / 128x8 33.7; max taps
-# pass 91.4 -> lanes 74.3; max gather 15.3 -> lanes 16.3; avg fwd 102.9 (row kernels) ->
-# lanes 42.9; avg bwd 33.7 -> lanes 16.6 (32x8) / 8.7 (64x8); block kernels 46.7-53 fwd.
-NCHW_MAX = [("lanes 64x8 4w", lanes({0, 3}, 512)), ("lanes 32x8 4w", lanes({0, 3}, 256)),
+# backward): max fwd NCHW rows 46.5 (runtime row loop), lanes 64x8 36.0 / 128x8 32.9; max
+# taps pass 91.4 -> lanes 74.3; max gather 15.3 -> lanes 15.7; avg fwd 102.9 (row kernels)
+# -> lanes 41.7; avg bwd 33.7 -> lanes 7.6 (64x8); block kernels 46.7-53 fwd.
+# The lane kernels at 64 x 8 are the default since session 6 (not yet timed); the rows
+# marked "previous default" are the designs they replaced.
+NCHW_MAX = [("nchw rows (previous default)", NO_LANES), ("lanes 32x8 4w", lanes({0, 3}, 256)),
             ("lanes 128x8 8w", lanes({0, 3}, 1024, 8)), ("block 4 rows", block(4)), ("block 7 rows", block(7))]
-NCHW_AVG = [("nchw rows", NCHW_ALL), ("lanes 64x8 4w", lanes({1, 2}, 512)), ("lanes 32x8 4w", lanes({1, 2}, 256)),
-            ("lanes 128x8 8w", lanes({1, 2}, 1024, 8)), ("block 4 rows", block(4)), ("block 7 rows", block(7))]
+NCHW_AVG = [("row kernels (previous default)", NO_LANES), ("nchw rows", NO_LANES + NCHW_ALL),
+            ("lanes 32x8 4w", lanes({1, 2}, 256)), ("lanes 128x8 8w", lanes({1, 2}, 1024, 8)),
+            ("block 4 rows", block(4)), ("block 7 rows", block(7))]
 VARIANTS = {
     ("max fwd", "NHWC"): [("default", [])],
     ("max bwd", "NHWC"): [("default (taps + gather)", [])],
     ("avg fwd", "NHWC"): [("default", [])],
     ("avg bwd", "NHWC"): [("default", [])],
     ("adaptive avg 1x1 fwd", "NHWC"): [("default (tensor_ops)", []), ("gap 32ch x 256", GAP)],
-    ("max fwd", "NCHW"): [("default (nchw rows)", [])] + NCHW_MAX,
-    ("max bwd", "NCHW"): [("default (nchw rows)", [])] + NCHW_MAX,
-    ("avg fwd", "NCHW"): [("default (row kernels)", [])] + NCHW_AVG,
-    ("avg bwd", "NCHW"): [("default (row kernels)", [])] + NCHW_AVG,
+    ("max fwd", "NCHW"): [("default (lanes 64x8)", [])] + NCHW_MAX,
+    ("max bwd", "NCHW"): [("default (lanes 64x8)", [])] + NCHW_MAX,
+    ("avg fwd", "NCHW"): [("default (lanes 64x8)", [])] + NCHW_AVG,
+    ("avg bwd", "NCHW"): [("default (lanes 64x8)", [])] + NCHW_AVG,
     ("adaptive avg 1x1 fwd", "NCHW"): [("default (tensor_ops)", []), ("gap 4 planes x 1024", GAP)],
 }
 MORE = {
@@ -90,9 +98,9 @@ MORE = {
     ("avg bwd", "NHWC"): [("cl 14 rows", [("CL_ROWS", 14)])],
     ("adaptive avg 1x1 fwd", "NHWC"): [("gap 64ch x 128", GAP + [("GLOBAL_AVG_NHWC", (64, 128, 8))])],
     ("adaptive avg 1x1 bwd", "NHWC"): [("default", [])],
-    ("max fwd", "NCHW"): [("nchw 256 groups 8 warps", [("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)]),
+    ("max fwd", "NCHW"): [("nchw 256 groups 8 warps", NO_LANES + [("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)]),
                           ("block 14 rows", block(14)), ("block 4 rows 1w", block(4, 32, 1))],
-    ("max bwd", "NCHW"): [("nchw 256 groups 8 warps", [("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)]),
+    ("max bwd", "NCHW"): [("nchw 256 groups 8 warps", NO_LANES + [("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)]),
                           ("block 14 rows", block(14))],
     ("avg fwd", "NCHW"): [("block 14 rows", block(14)), ("lanes 256x8 8w", lanes({1, 2}, 2048, 8))],
     ("avg bwd", "NCHW"): [("block 14 rows", block(14)), ("lanes 256x8 8w", lanes({1, 2}, 2048, 8))],
@@ -227,25 +235,25 @@ def main():
                     row["ms"] = timer(fn, label)
                 except Exception as exc:  # noqa: BLE001 - a broken variant is reported, not fatal
                     row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                    print(f"{layer:22s} {layout} {label:28s} FAILED {row['error']}", flush=True)
+                    print(f"{layer:22s} {layout} {label:30s} FAILED {row['error']}", flush=True)
                     rows.append(row)
                     continue
                 row["tbs"] = moved / row["ms"] / 1e9
                 row["copy_share"] = row["tbs"] / copy
                 row["torch_ms"] = ref_ms
                 row["torch_tbs"] = moved / ref_ms / 1e9
-                print(f"{layer:22s} {layout} {label:28s} {row['ms'] * 1e3:8.1f} us {row['tbs']:6.3f} TB/s "
+                print(f"{layer:22s} {layout} {label:30s} {row['ms'] * 1e3:8.1f} us {row['tbs']:6.3f} TB/s "
                       f"err {row['err']:.2e}  ({time.time() - t_start:.0f} s)", flush=True)
                 rows.append(row)
     # the table, last
     print(f"\ncopy {copy:.3f} TB/s, 85% line {0.85 * copy:.3f} TB/s; minimal bytes; torch on the same tensors")
-    print(f"{'layer':22s} {'layout':6s} {'variant':28s} {'us':>8s} {'TB/s':>6s} {'%copy':>6s} "
+    print(f"{'layer':22s} {'layout':6s} {'variant':30s} {'us':>8s} {'TB/s':>6s} {'%copy':>6s} "
           f"{'torch us':>9s} {'torch TB/s':>10s} {'/torch':>6s} {'err':>9s}")
     for r in rows:
         if "error" in r:
-            print(f"{r['layer']:22s} {r['layout']:6s} {r['variant']:28s} FAILED {r['error']}")
+            print(f"{r['layer']:22s} {r['layout']:6s} {r['variant']:30s} FAILED {r['error']}")
             continue
-        print(f"{r['layer']:22s} {r['layout']:6s} {r['variant']:28s} {r['ms'] * 1e3:8.1f} {r['tbs']:6.3f} "
+        print(f"{r['layer']:22s} {r['layout']:6s} {r['variant']:30s} {r['ms'] * 1e3:8.1f} {r['tbs']:6.3f} "
               f"{100 * r['copy_share']:5.1f}% {r['torch_ms'] * 1e3:9.1f} {r['torch_tbs']:10.3f} "
               f"{r['ms'] / r['torch_ms']:6.2f} {r['err']:9.2e}")
     print(f"({time.time() - t_start:.0f} s)")
