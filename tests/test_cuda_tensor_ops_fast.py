@@ -226,3 +226,59 @@ def test_reduce_nhwc_wide_channel_tiles(op, combine, rng, monkeypatch):
     old = f64(c)
     tensor_ops.reduce_tensor(a, c, None, None, op, 2.0, 0.5, False)
     check(c, 2.0 * REDUCE_REF[op](f64(a), (2, 3)) + 0.5 * old, torch.float32, "c")
+
+
+# -- issue 5, session 6: two rows in flight, the split's rounding ---------------------------
+@pytest.mark.parametrize("op", [0, 1, 5, 7], ids=[OP_IDS[o] for o in (0, 1, 5, 7)])
+@pytest.mark.parametrize("per_sm", [1, 3], ids=["runs-of-4-and-3", "runs-of-2-and-1"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_reduce_ahead_depth2(op, per_sm, dtype, rng, monkeypatch):
+    """AHEAD_DEPTH 2 (the next two rows in flight) with alpha and beta on 15 rows of 1056
+    (a channel slice: rows not back to back) in runs of 4 (last 3) or 2 (last 1), and with
+    AHEAD_WARPS 2: against float64 and bit for bit the depth-1 sums (the same fold)."""
+    calls = []
+    monkeypatch.setattr(tensor_ops, "CONTIGUOUS_ROWS_KERNEL", "ahead")
+    monkeypatch.setattr(tensor_ops, "AHEAD_BLOCK_R", 256)
+    monkeypatch.setattr(tensor_ops, "AHEAD_PROGRAMS_PER_SM", per_sm)  # 4 "SMs" off the GPU
+    monkeypatch.setattr(tensor_ops, "_reduce_ahead_kernel", _Recorder(tensor_ops._reduce_ahead_kernel, "ahead", calls))
+    a = make((3, 7, 32, 33), "NCHW", dtype, values=_values((3, 7, 32, 33), op, rng))[:, 1:6]
+    prior = make((3, 5, 1, 1), "NCHW", dtype, rng=rng)
+    want = 2.0 * REDUCE_REF[op](f64(a), (2, 3)) + 0.5 * f64(prior)
+    got = []
+    for depth, warps in ((1, None), (2, None), (2, 2)):
+        monkeypatch.setattr(tensor_ops, "AHEAD_DEPTH", depth)
+        monkeypatch.setattr(tensor_ops, "AHEAD_WARPS", warps)
+        c = prior.clone()
+        tensor_ops.reduce_tensor(a, c, None, None, op, 2.0, 0.5, False)
+        check(c, want, dtype, "c", scale=10.0 if dtype == torch.float16 and op in (0, 7) else 1.0)
+        got.append(f64(c))
+    assert calls == ["ahead"] * 3
+    np.testing.assert_array_equal(got[1], got[0])
+    if DEVICE == "cpu":  # the interpreter's fold does not depend on the warps
+        np.testing.assert_array_equal(got[2], got[0])
+    monkeypatch.setattr(tensor_ops, "AHEAD_DEPTH", 3)
+    with pytest.raises(ValueError, match="AHEAD_DEPTH"):
+        tensor_ops.reduce_tensor(a, prior.clone(), None, None, op, 1.0, 0.0, False)
+
+
+def test_split_parts_rounding(monkeypatch):
+    """SPLIT_ROUND: parts = ceil or floor of (SMs x SPLIT_PROGRAMS_PER_SM) / row blocks,
+    at least 1, at most the steps of a row; no split when the row blocks fill half of it."""
+    from types import SimpleNamespace
+    from tridnn.cuda import common
+    monkeypatch.setattr(common, "sm_count", lambda device: 132)
+    monkeypatch.setattr(tensor_ops, "REDUCE_SPLIT", None)
+    monkeypatch.setattr(tensor_ops, "SPLIT_PROGRAMS_PER_SM", 4)
+    a = SimpleNamespace(device=SimpleNamespace(type="cuda"))
+    parts = lambda K, R: tensor_ops._split_parts(a, 0, K, R, 64, 128, True)  # noqa: E731
+    expect = {"up": {16384: 3, 64 * 64: 9, 64 * 300: 1, 64 * 32: 2}, "down": {16384: 2, 64 * 64: 8, 64 * 300: 1,
+                                                                                 64 * 32: 2}}
+    for rounding, table in expect.items():
+        monkeypatch.setattr(tensor_ops, "SPLIT_ROUND", rounding)
+        for K, n in table.items():
+            assert parts(K, 3136 if K != 64 * 32 else 200) == n, (rounding, K)  # R = 200: 2 steps at most
+    assert tensor_ops._split_parts(a, 2, 16384, 3136, 64, 128, True) == 1  # MIN: no split
+    monkeypatch.setattr(tensor_ops, "SPLIT_ROUND", "nearest")
+    with pytest.raises(ValueError, match="SPLIT_ROUND"):
+        parts(16384, 3136)
+

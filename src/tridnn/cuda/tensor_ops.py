@@ -93,6 +93,22 @@ RUNS_BLOCK = 2048
 # (checked by the sweep).
 AHEAD_PROGRAMS_PER_SM = 8
 AHEAD_BLOCK_R = 2048  # elements a step of the ahead kernel (rows of R <= 8 steps)
+# Issue 5, session 6. AHEAD_DEPTH: rows the ahead kernel keeps in flight a program (1: the
+# next row; 2: the next two, twice the bytes in flight an SM: 8 programs x 2 rows of 6.3 KB
+# for NCHW 64x256x56x56 bf16, where one row each is ~50 KB an SM, about what 3.3 TB/s
+# needs at ~2 us loaded DRAM latency; sm_90 4 warps x [2, 2048]: 40 registers at depth 1,
+# 56 at 2). AHEAD_WARPS: the ahead kernel's warps (None: 4 up to 4096-element rows, else 8).
+AHEAD_DEPTH = 1
+AHEAD_WARPS = None
+# How the split picks its parts from SPLIT_PROGRAMS_PER_SM: "up" (parts = ceil(SMs x per
+# SM / row blocks)) or "down" (floor: never more programs than SMs x per SM, so that the
+# programs run as one wave when per SM is what fits). NHWC 64x256x56x56 bf16 (256 row
+# blocks of 64 channels, sm_90 8 warps, 62 registers: 4 programs an SM, 528 slots): "up"
+# takes 3 parts, 768 programs, 1.45 waves; "down" 2 parts, 512 programs, one wave. Measured
+# (sweep_layers_c1, H200 11:40 UTC): one wave without the split (256 programs, ~2 an SM)
+# 2.70 TB/s against the 1.45 waves' 2.51; "down" keeps one wave at ~4 an SM: predicted
+# 2.8-3.0 TB/s for the NHWC sum over H, W and global average pooling.
+SPLIT_ROUND = "down"
 RUNS_OPS = (RED_ADD, RED_MUL, RED_AVG, RED_NORM1, RED_NORM2, RED_MUL_NO_ZEROS)
 _COUNTERS: dict = {}
 SPLIT_OPS = (RED_ADD, RED_MUL, RED_AVG, RED_NORM1, RED_NORM2, RED_MUL_NO_ZEROS)  # partials combine exactly so
@@ -500,7 +516,7 @@ def _reduce_runs_kernel(a_ptr, c_ptr, K, R, sc_k,  # K rows of R elements, row k
 @triton.jit
 def _reduce_ahead_kernel(a_ptr, c_ptr, K, K2, R, rows_per_program, sa_k1, sa_k2, sc_k, alpha, beta,
                          OP: tl.constexpr, HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
-                         STEPS: tl.constexpr, BLOCK_R: tl.constexpr):
+                         STEPS: tl.constexpr, BLOCK_R: tl.constexpr, DEPTH: tl.constexpr = 1):
     """Sum-like reductions (the "runs" ops) of rows contiguous along the row, R <= STEPS *
     BLOCK_R: a run of rows_per_program rows a program, each row one [STEPS, BLOCK_R] tile
     (position s * BLOCK_R + j), the next row's load issued before this one is folded.
@@ -518,12 +534,21 @@ def _reduce_ahead_kernel(a_ptr, c_ptr, K, K2, R, rows_per_program, sa_k1, sa_k2,
         fill = 0.0
     a_next = tl.load(a_ptr + (first // K2) * sa_k1 + (first % K2) * sa_k2 + r, mask=r_mask & (first < last),
                      other=fill)
+    if DEPTH == 2:  # the row after it too (two rows in flight)
+        second = first + 1
+        a_next2 = tl.load(a_ptr + (second // K2) * sa_k1 + (second % K2) * sa_k2 + r,
+                          mask=r_mask & (second < last), other=fill)
     for k in range(first, last):
-        # this row from the registers; the next one's load is issued before the fold
+        # this row from the registers; the load DEPTH rows on is issued before the fold
         a = a_next.to(COMPUTE)
-        nxt = k + 1
-        a_next = tl.load(a_ptr + (nxt // K2) * sa_k1 + (nxt % K2) * sa_k2 + r, mask=r_mask & (nxt < last),
-                         other=fill)
+        nxt = k + DEPTH
+        if DEPTH == 2:
+            a_next = a_next2
+            a_next2 = tl.load(a_ptr + (nxt // K2) * sa_k1 + (nxt % K2) * sa_k2 + r, mask=r_mask & (nxt < last),
+                              other=fill)
+        else:
+            a_next = tl.load(a_ptr + (nxt // K2) * sa_k1 + (nxt % K2) * sa_k2 + r, mask=r_mask & (nxt < last),
+                             other=fill)
         a = _map_value(a, OP)
         value = _finish(_fold(_fold(a, 0, OP), 0, OP), R, OP)
         blend_store(c_ptr, k * sc_k, k < last, value, alpha, beta, HAS_BETA)
@@ -595,7 +620,10 @@ def _split_parts(a, op, K, R, block_k, block_r, strided) -> int:
     want = sm_count(a.device) * SPLIT_PROGRAMS_PER_SM
     if programs * 2 > want:
         return 1
-    return max(1, min(triton.cdiv(want, programs), max_parts))
+    if SPLIT_ROUND not in ("up", "down"):
+        raise ValueError(f"tensor_ops.SPLIT_ROUND must be 'up' or 'down', got {SPLIT_ROUND!r}")
+    parts = triton.cdiv(want, programs) if SPLIT_ROUND == "up" else want // programs
+    return max(1, min(parts, max_parts))
 
 
 def reduce_tensor(a, c, indices, workspace, op: int, alpha=1.0, beta=0.0, propagate_nan=False) -> None:
@@ -655,6 +683,8 @@ def reduce_tensor(a, c, indices, workspace, op: int, alpha=1.0, beta=0.0, propag
         raise ValueError(f"tensor_ops.CONTIGUOUS_ROWS_KERNEL must be 'rows', 'runs' or 'ahead', "
                          f"got {CONTIGUOUS_ROWS_KERNEL!r}")
     steps = triton.cdiv(R, AHEAD_BLOCK_R)
+    if AHEAD_DEPTH not in (1, 2):
+        raise ValueError(f"tensor_ops.AHEAD_DEPTH must be 1 or 2, got {AHEAD_DEPTH!r}")
     if (CONTIGUOUS_ROWS_KERNEL == "ahead" and op in RUNS_OPS and sa_r == 1 and R > 1024 and steps <= 8
             and not (sa_k2 == 1 and K2 > 1)):
         from .common import sm_count
@@ -664,7 +694,8 @@ def reduce_tensor(a, c, indices, workspace, op: int, alpha=1.0, beta=0.0, propag
         _reduce_ahead_kernel[(triton.cdiv(K, per),)](
             a2, c1, K, K2, R, per, sa_k1, sa_k2, c1.stride(0), float(alpha), beta, OP=op, HAS_BETA=has_beta,
             BIG=needs_int64(a2, c1), COMPUTE=compute_dtype(a), STEPS=block_steps, BLOCK_R=AHEAD_BLOCK_R,
-            num_warps=4 if block_steps * AHEAD_BLOCK_R <= 4096 else 8)
+            DEPTH=int(AHEAD_DEPTH),
+            num_warps=int(AHEAD_WARPS) if AHEAD_WARPS else (4 if block_steps * AHEAD_BLOCK_R <= 4096 else 8))
         if staged:
             c_kept.copy_(c1.view(c_kept.shape))
         return
