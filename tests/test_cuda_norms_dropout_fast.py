@@ -379,3 +379,21 @@ def test_dropout_octets_leaves_other_cases_to_their_kernels(rng, monkeypatch):
     monkeypatch.setattr(dropout, "NHWC_DENSE_KERNEL", "cl")
     with pytest.raises(ValueError, match="NHWC_DENSE_KERNEL"):
         dropout.dropout_forward(x, y, reserve, 0.5, 3, 0)
+
+
+def test_dropout_octets_keep_from_words(rng, monkeypatch):
+    """OCTETS_KEEP_FROM_WORDS (keep bits read back out of the mask words through inline
+    PTX: GPU only; off the GPU the switch is ignored): the NumPy mask and y, dx against
+    float64, programs of 2 octets x 4 groups."""
+    monkeypatch.setattr(dropout, "NHWC_DENSE_KERNEL", "octets")
+    monkeypatch.setattr(dropout, "OCTETS_KEEP_FROM_WORDS", True)
+    monkeypatch.setattr(dropout, "OCTETS_BLOCK_O", 2)
+    monkeypatch.setattr(dropout, "OCTETS_ROWS", 8)
+    shape, seed, offset = (2, 24, 3, 4), 99, 2**40 + 4
+    x = make(shape, "NHWC", torch.float16, rng=rng)
+    y = poisoned(shape, "NHWC", torch.float16)
+    reserve = torch.empty(shape, dtype=torch.uint8, device=DEVICE)
+    dropout.dropout_forward(x, y, reserve, 0.25, seed, offset)
+    mask = cpu_dropout.dropout_mask(shape, 0.25, seed, offset)
+    np.testing.assert_array_equal(reserve.cpu().numpy(), mask)
+    check(y, np.where(mask == 1, f64(x) / 0.75, 0.0), torch.float16, "y")

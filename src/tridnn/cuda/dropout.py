@@ -111,6 +111,12 @@ OCTETS_BLOCK_O = 32    # octets (8 channels) a program: C = 256 in one program
 OCTETS_ROWS = 128      # rows (group x octet) a program: 4096 elements; warps = rows / 32 (max 8)
 # the octets kernel's data loads: "first" (before the Philox rounds) or "after"
 OCTETS_LOADS = "first"
+# the octets kernel's keep bits for the data: False holds the 32 keep predicates of a row
+# from the fold to the selects (sm_90: 30 P2R packing them, 56 registers, 32.5 instructions
+# an element); True reads them back out of the 8 mask words (through an opaque move, so the
+# compiler cannot fold them back into the predicates): 31.8 an element, 48 registers, but
+# ptxas then issues the loads after the draws (598 of 1016). Needs the GPU (inline PTX).
+OCTETS_KEEP_FROM_WORDS = False
 
 
 @triton.jit
@@ -221,6 +227,13 @@ def _octet_row_words(seed, word, threshold):
 
 
 @triton.jit
+def _opaque(v):
+    """v through a register move the compiler cannot see through (so that bits read back
+    out of a word are not folded back into the predicates the word was built from)."""
+    return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [v], dtype=tl.int32, is_pure=True, pack=1)
+
+
+@triton.jit
 def _pick8(j, v0, v1, v2, v3, v4, v5, v6, v7):
     """[rows, 8] tile whose column j is v_j (a per-register choice: the selects fold away)."""
     return tl.where(j == 0, v0[:, None], tl.where(j == 1, v1[:, None], tl.where(j == 2, v2[:, None], tl.where(
@@ -237,7 +250,8 @@ def _octets_phase(src_ptr, dst_ptr, off, m, keep, scale, COMPUTE: tl.constexpr, 
 @triton.jit
 def _dropout_octets_kernel(src_ptr, dst_ptr, mask_ptr, C, HW4, groups, OCT, seed, first_block, threshold, scale,
                            COMPUTE: tl.constexpr, BIG: tl.constexpr, PACKED: tl.constexpr,
-                           BLOCK_O: tl.constexpr, BLOCK_Q: tl.constexpr, LOADS_FIRST: tl.constexpr):
+                           BLOCK_O: tl.constexpr, BLOCK_Q: tl.constexpr, LOADS_FIRST: tl.constexpr,
+                           KEEP_FROM_WORDS: tl.constexpr = False):
     """Forward of dense NHWC data (pixel p, channel c at p * C + c; C % 8 == 0, H * W %
     4 == 0). Row (q, o) is pixel group q (pixels 4q..4q+3, one image) x octet o (channels
     8o..8o+7): a thread holds one row, as four 16-byte vectors (pixel phase k: [rows, 8]
@@ -303,6 +317,17 @@ def _dropout_octets_kernel(src_ptr, dst_ptr, mask_ptr, C, HW4, groups, OCT, seed
         x2 = tl.load(src_ptr + off + 2 * C, mask=m, other=0.0)
         x3 = tl.load(src_ptr + off + 3 * C, mask=m, other=0.0)
     # the data, phase by phase: column j keeps by call j's word k
+    if KEEP_FROM_WORDS:  # read back out of the 8 words (see OCTETS_KEEP_FROM_WORDS)
+        b0, b1, b2, b3 = _opaque(b0), _opaque(b1), _opaque(b2), _opaque(b3)
+        b4, b5, b6, b7 = _opaque(b4), _opaque(b5), _opaque(b6), _opaque(b7)
+        k00, k10, k20, k30 = (b0 & 1) != 0, (b1 & 1) != 0, (b2 & 1) != 0, (b3 & 1) != 0
+        k40, k50, k60, k70 = (b4 & 1) != 0, (b5 & 1) != 0, (b6 & 1) != 0, (b7 & 1) != 0
+        k01, k11, k21, k31 = (b0 & 0x100) != 0, (b1 & 0x100) != 0, (b2 & 0x100) != 0, (b3 & 0x100) != 0
+        k41, k51, k61, k71 = (b4 & 0x100) != 0, (b5 & 0x100) != 0, (b6 & 0x100) != 0, (b7 & 0x100) != 0
+        k02, k12, k22, k32 = (b0 & 0x10000) != 0, (b1 & 0x10000) != 0, (b2 & 0x10000) != 0, (b3 & 0x10000) != 0
+        k42, k52, k62, k72 = (b4 & 0x10000) != 0, (b5 & 0x10000) != 0, (b6 & 0x10000) != 0, (b7 & 0x10000) != 0
+        k03, k13, k23, k33 = (b0 & 0x1000000) != 0, (b1 & 0x1000000) != 0, (b2 & 0x1000000) != 0, (b3 & 0x1000000) != 0
+        k43, k53, k63, k73 = (b4 & 0x1000000) != 0, (b5 & 0x1000000) != 0, (b6 & 0x1000000) != 0, (b7 & 0x1000000) != 0
     _octets_phase(src_ptr, dst_ptr, off, m, _pick8(j, k00, k10, k20, k30, k40, k50, k60, k70), scale, COMPUTE, x0)
     _octets_phase(src_ptr, dst_ptr, off + C, m, _pick8(j, k01, k11, k21, k31, k41, k51, k61, k71), scale, COMPUTE,
                   x1)
@@ -644,6 +669,7 @@ def _octets_launch(src, dst, mask, first_block, rng, common):
         src, dst, mask.view(torch.int32) if packed else mask, C, hw4, groups, octets, rng["seed"], first_block,
         rng["threshold"], rng["scale"], COMPUTE=common["COMPUTE"], BIG=big, PACKED=packed,
         BLOCK_O=block_o, BLOCK_Q=block_q, LOADS_FIRST=OCTETS_LOADS == "first",
+        KEEP_FROM_WORDS=bool(OCTETS_KEEP_FROM_WORDS) and src.is_cuda,
         num_warps=max(1, min(8, block_o * block_q // 32)))
 
 
