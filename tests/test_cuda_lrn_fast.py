@@ -126,3 +126,16 @@ def test_fast_matches_older_kernel_forward(rng, monkeypatch):
         lrn.lrn_cross_channel_forward(x, y, 5, 1e-2, 0.75, 2.0)
         outs.append(f64(y))
     np.testing.assert_allclose(outs[0], outs[1], rtol=4e-7, atol=0)
+
+
+@pytest.mark.parametrize("tile", [8192, 64], ids=["one-position-tile", "ragged-position-tiles"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["float32", "float16"])
+def test_fast_nhwc_forward_tiles(tile, dtype, rng, monkeypatch):
+    """LANES_FORWARD_TILE (the NHWC forward's elements a program, default 8192): 24
+    channels (3 groups in a tile of 4), 35 positions in one tile of 64 (8192) or 18 tiles
+    of 2 (64, the last ragged); blended forward and backward against float64."""
+    monkeypatch.setattr(lrn, "LANES_FORWARD_TILE", tile)
+    monkeypatch.setattr(lrn, "LANES_TILE", None)
+    seen = _spy(monkeypatch)
+    run((2, 24, 5, 7), "NHWC", dtype, 5, rng, alpha=-1.5, beta=0.25)
+    assert seen == ["_lrn_lanes_kernel"] * 3, seen

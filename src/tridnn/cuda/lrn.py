@@ -62,7 +62,14 @@ BWD_READS_Y = False  # fast backward: read y (True) or recompute it from x (Fals
 NCHW_WARPS = None  # fast NCHW: warps per program (None: fewest idle lanes for S)
 NCHW_CHUNK_C = None  # fast NCHW: channels per program (None: 32 forward, 64 backward)
 NCHW_PREFETCH = None  # fast NCHW: planes loaded ahead and steps unrolled (None: n, at most 8)
-LANES_TILE = None  # fast NHWC: elements per program (None: 2048 forward, 1024 backward)
+LANES_TILE = None  # fast NHWC: elements per program (None: LANES_FORWARD_TILE forward, 1024 backward)
+# fast NHWC forward's elements a program when LANES_TILE is None (issue 5, session 6). The
+# lanes forward is issue bound: sm_90 bf16, n = 5, 256 channels, SASS instructions an
+# element: 2048 (8 warps, 8 elements a thread) 33.0, 4096 (16 a thread) 26.0, 8192 (32 a
+# thread, 60 registers) 22.2 - a thread's fixed work (program and position indices, halo
+# loads, masks) spread over more elements. At the ~2.6 warp instructions a cycle an SM the
+# dropout kernels run at, 33.0 predicts 2.6 TB/s (measured 2.66) and 22.2 over 3.3.
+LANES_FORWARD_TILE = 8192  # was 2048 (H200: 2.66 TB/s); predicted >= 3.3
 APPROX_LOG2 = True  # fast kernels, float32 compute on a GPU: log2 from the MUFU (_pow_neg_fast)
 GROUP = 8  # fast NHWC: channels per thread group (one 16-byte vector of 16-bit data)
 LANES_MAX_GROUPS = 64  # fast NHWC: groups per program at most (512 channels)
@@ -515,7 +522,7 @@ def _launch_fast(xv, yv, gv, ov, lrn_n, lrn_alpha, lrn_beta, lrn_k, alpha, beta,
                   COMPUTE=compute, APPROX_LOG2=APPROX_LOG2 and compute == tl.float32 and not _INTERPRET)
     before, after = (lrn_n - 1) // 2, lrn_n // 2
     if channels_last(xv) and C > 1:
-        tile = LANES_TILE or (1024 if backward else 2048)
+        tile = LANES_TILE or (1024 if backward else LANES_FORWARD_TILE)
         block_g = min(triton.next_power_of_2(triton.cdiv(C, GROUP)), LANES_MAX_GROUPS)
         block_s = max(1, min(triton.next_power_of_2(S), tile // (block_g * GROUP)))
         halo_x = (lrn_n - 1, lrn_n - 1) if backward else (before, after)
