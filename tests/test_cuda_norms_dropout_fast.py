@@ -281,8 +281,9 @@ OCTET_CASES = [((2, 24, 3, 4), 0), ((3, 16, 2, 6), 2**40 + 4), ((1, 8, 4, 5), 2*
 
 
 @pytest.mark.parametrize("shape,offset", OCTET_CASES, ids=["ragged-octets", "odd-first-block", "wraps"])
-@pytest.mark.parametrize("aligned", [True, False], ids=["int32-words", "byte-stores"])
-def test_dropout_octets_draws_the_same_mask(shape, offset, aligned, rng, monkeypatch):
+@pytest.mark.parametrize("aligned,warps", [(True, None), (False, None), (True, 1)],
+                         ids=["int32-words", "byte-stores", "int32-words-1-warp"])
+def test_dropout_octets_draws_the_same_mask(shape, offset, aligned, warps, rng, monkeypatch):
     """NHWC_DENSE_KERNEL "octets" on dense NHWC float16 (programs of 2 octets x 4 groups:
     ragged octet and group blocks): the mask bit for bit as the NumPy backend and the
     split kernel, y against float64, in place too (x is y), for a reserve whose start is
@@ -290,6 +291,7 @@ def test_dropout_octets_draws_the_same_mask(shape, offset, aligned, rng, monkeyp
     calls = []
     monkeypatch.setattr(dropout, "OCTETS_BLOCK_O", 2)
     monkeypatch.setattr(dropout, "OCTETS_ROWS", 8)
+    monkeypatch.setattr(dropout, "OCTETS_WARPS", warps)
     for name in ("_dropout_octets_kernel", "_dropout_split_kernel"):
         monkeypatch.setattr(dropout, name, _Recorder(getattr(dropout, name), name, calls))
     monkeypatch.setattr(dropout, "NHWC_DRAW", {"forward": "split", "backward": "reload"})

@@ -109,6 +109,9 @@ LOAD_FIRST = True  # H200 11:40 UTC: vec8 3.33 -> 3.71 TB/s; NHWC split 2.99 -> 
 NHWC_DENSE_KERNEL = "octets"  # predicted 3.3-3.45 TB/s NHWC bf16 forward (split: 2.99)
 OCTETS_BLOCK_O = 32    # octets (8 channels) a program: C = 256 in one program
 OCTETS_ROWS = 128      # rows (group x octet) a program: 4096 elements; warps = rows / 32 (max 8)
+# the octets kernel's warps (None: one row a thread, rows / 32, at most 8). sm_90 bf16,
+# 256 rows at 4 warps (two rows a thread): 30.9 instructions an element, 122 registers
+OCTETS_WARPS = None
 # the octets kernel's data loads: "first" (before the Philox rounds) or "after"
 OCTETS_LOADS = "first"
 # the octets kernel's keep bits for the data: False holds the 32 keep predicates of a row
@@ -670,7 +673,7 @@ def _octets_launch(src, dst, mask, first_block, rng, common):
         rng["threshold"], rng["scale"], COMPUTE=common["COMPUTE"], BIG=big, PACKED=packed,
         BLOCK_O=block_o, BLOCK_Q=block_q, LOADS_FIRST=OCTETS_LOADS == "first",
         KEEP_FROM_WORDS=bool(OCTETS_KEEP_FROM_WORDS) and src.is_cuda,
-        num_warps=max(1, min(8, block_o * block_q // 32)))
+        num_warps=int(OCTETS_WARPS) if OCTETS_WARPS else max(1, min(8, block_o * block_q // 32)))
 
 
 def _element_launch(src, dst, mask, numel, offset, rng, common):
