@@ -228,19 +228,17 @@ def spatial_cases(layout):
                 continue  # no gather row for the average forward (as before)
             cases.append(Case(f"{name} [gather]", switched(pooling, "ROW_KERNELS", False, fn), ref, moved,
                               lambda want=want, res=res: (res, want())))
-        # the NCHW row kernels (pooling.NCHW_ROW_KERNELS) and their tile settings
-        on = ("NCHW_ROW_KERNELS", frozenset({0, 1, 2, 3}))  # every mode (default: max only)
-        variants = (("nchw rows", [on]), ("nchw rows 8 steps", [on, ("NCHW_STEPS", 8)]),
-                    ("row kernels", [("NCHW_ROW_KERNELS", frozenset())]),
-                    ("nchw rows 4 steps", [on, ("NCHW_STEPS", 4)]),
-                    ("nchw rows 256x8 warps", [on, ("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)]),
-                    ("nchw running rule", [on, ("NCHW_ARG_EQ", False)]))
+        # the designs before the NCHW lane kernels (pooling.NCHW_LANE_KERNELS, the default
+        # for every mode since session 6): the NCHW row kernels and the older row kernels
+        lanes_off = ("NCHW_LANE_KERNELS", frozenset())
+        on = ("NCHW_ROW_KERNELS", frozenset({0, 1, 2, 3}))  # every mode
+        variants = (("nchw rows", [lanes_off, on]), ("nchw rows 8 steps", [lanes_off, on, ("NCHW_STEPS", 8)]),
+                    ("row kernels", [lanes_off, ("NCHW_ROW_KERNELS", frozenset())]),
+                    ("nchw running rule", [lanes_off, on, ("NCHW_ARG_EQ", False)]))
         for name, fn, ref, moved, want, res in pool_ops:
             for label, settings in variants:
                 if label == "nchw running rule" and not name.startswith("maxpool3x3s2 bwd"):
                     continue  # NCHW_ARG_EQ changes only the taps pass of max backward
-                if label == "row kernels" and not name.startswith("maxpool"):
-                    continue  # average takes the row kernels by default
                 cases.append(Case(f"{name} [{label}]", switched_all(pooling, settings, fn), ref, moved,
                                   lambda want=want, res=res: (res, want())))
     else:  # channels-last: the gather kernels (the design before CL_KERNELS) and the row kernels' settings
