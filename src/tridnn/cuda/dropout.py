@@ -252,7 +252,7 @@ def _octets_phase(src_ptr, dst_ptr, off, m, keep, scale, COMPUTE: tl.constexpr, 
 
 @triton.jit
 def _dropout_octets_kernel(src_ptr, dst_ptr, mask_ptr, C, HW4, groups, OCT, seed, first_block, threshold, scale,
-                           COMPUTE: tl.constexpr, BIG: tl.constexpr, PACKED: tl.constexpr,
+                           COMPUTE: tl.constexpr, BIG: tl.constexpr,
                            BLOCK_O: tl.constexpr, BLOCK_Q: tl.constexpr, LOADS_FIRST: tl.constexpr,
                            KEEP_FROM_WORDS: tl.constexpr = False):
     """Forward of dense NHWC data (pixel p, channel c at p * C + c; C % 8 == 0, H * W %
@@ -260,8 +260,9 @@ def _dropout_octets_kernel(src_ptr, dst_ptr, mask_ptr, C, HW4, groups, OCT, seed
     8o..8o+7): a thread holds one row, as four 16-byte vectors (pixel phase k: [rows, 8]
     tile k). Philox call (q, 8o + j) - counter first_block + (n * C + c) * HW4 + q % HW4,
     n = q // HW4: the NCHW mask's - keeps phase k of channel 8o + j by its word k; its
-    keep bytes are one mask word. A program takes BLOCK_Q groups x BLOCK_O octets; within
-    it lanes run over 8 octets, then 4 groups, then the rest (octets, then groups)."""
+    keep bytes are one int32 mask word (the reserve 4-byte aligned). A program takes
+    BLOCK_Q groups x BLOCK_O octets; within it lanes run over 8 octets, then 4 groups,
+    then the rest (octets, then groups)."""
     # map the program to (group block, octet block), octet blocks fastest
     pid = tl.program_id(0)
     if BIG:
@@ -298,22 +299,15 @@ def _dropout_octets_kernel(src_ptr, dst_ptr, mask_ptr, C, HW4, groups, OCT, seed
     b5, k50, k51, k52, k53 = _octet_row_words(seed, base + 5 * HW4, threshold)
     b6, k60, k61, k62, k63 = _octet_row_words(seed, base + 6 * HW4, threshold)
     b7, k70, k71, k72, k73 = _octet_row_words(seed, base + 7 * HW4, threshold)
-    if PACKED:  # mask_ptr is the reserve seen as int32: one word a call
-        tl.store(mask_ptr + w_row, b0, mask=row_ok)
-        tl.store(mask_ptr + w_row + HW4, b1, mask=row_ok)
-        tl.store(mask_ptr + w_row + 2 * HW4, b2, mask=row_ok)
-        tl.store(mask_ptr + w_row + 3 * HW4, b3, mask=row_ok)
-        tl.store(mask_ptr + w_row + 4 * HW4, b4, mask=row_ok)
-        tl.store(mask_ptr + w_row + 5 * HW4, b5, mask=row_ok)
-        tl.store(mask_ptr + w_row + 6 * HW4, b6, mask=row_ok)
-        tl.store(mask_ptr + w_row + 7 * HW4, b7, mask=row_ok)
-    else:  # byte k of word w at 4w + k
-        words = _pick8(j, b0, b1, b2, b3, b4, b5, b6, b7)
-        m_off = (w_row * 4)[:, None] + j * (4 * HW4)
-        tl.store(mask_ptr + m_off, (words & 0xFF).to(tl.uint8), mask=m)
-        tl.store(mask_ptr + m_off + 1, ((words >> 8) & 0xFF).to(tl.uint8), mask=m)
-        tl.store(mask_ptr + m_off + 2, ((words >> 16) & 0xFF).to(tl.uint8), mask=m)
-        tl.store(mask_ptr + m_off + 3, ((words >> 24) & 0xFF).to(tl.uint8), mask=m)
+    # the mask words (mask_ptr: the reserve seen as int32), one a call
+    tl.store(mask_ptr + w_row, b0, mask=row_ok)
+    tl.store(mask_ptr + w_row + HW4, b1, mask=row_ok)
+    tl.store(mask_ptr + w_row + 2 * HW4, b2, mask=row_ok)
+    tl.store(mask_ptr + w_row + 3 * HW4, b3, mask=row_ok)
+    tl.store(mask_ptr + w_row + 4 * HW4, b4, mask=row_ok)
+    tl.store(mask_ptr + w_row + 5 * HW4, b5, mask=row_ok)
+    tl.store(mask_ptr + w_row + 6 * HW4, b6, mask=row_ok)
+    tl.store(mask_ptr + w_row + 7 * HW4, b7, mask=row_ok)
     if not LOADS_FIRST:
         x0 = tl.load(src_ptr + off, mask=m, other=0.0)
         x1 = tl.load(src_ptr + off + C, mask=m, other=0.0)
@@ -606,7 +600,7 @@ def _launch(src, dst, reserve, probability, seed, offset, forward):
         return
     if NHWC_DENSE_KERNEL not in (None, "octets"):
         raise ValueError(f"dropout.NHWC_DENSE_KERNEL must be None or 'octets', got {NHWC_DENSE_KERNEL!r}")
-    if NHWC_DENSE_KERNEL == "octets" and forward and offset % 4 == 0 and _octets_dense(src, dst):
+    if NHWC_DENSE_KERNEL == "octets" and forward and offset % 4 == 0 and _octets_dense(src, dst, mask):
         _octets_launch(src, dst, mask, first_block, rng, common)
         return
     plan = _tile_plan(src, dst) if grouped else None
@@ -645,11 +639,12 @@ def _tile_launch(src, dst, mask, plan, first_block, rng, common):
         raise ValueError(f"dropout.NHWC_DRAW must name 'split', 'join' or 'reload', got {draw!r}")
 
 
-def _octets_dense(src, dst):
+def _octets_dense(src, dst, mask):
     """True when src and dst are both dense channels-last 4-D tensors of 16-bit floats
-    with C % 8 == 0 and H * W % 4 == 0 (the octets kernel's case: a row of 8 channels is
-    one 16-byte vector; float32 rows would span two threads, each drawing all 8 calls)."""
-    if src.dim() != 4 or src.shape[1] % 8 or (src.shape[2] * src.shape[3]) % 4:
+    with C % 8 == 0 and H * W % 4 == 0 and the mask 4-byte aligned (the octets kernel's
+    case: a row of 8 channels is one 16-byte vector, float32 rows would span two threads,
+    each drawing all 8 calls; byte stores of the words cost a layout change, 239 registers)."""
+    if src.dim() != 4 or src.shape[1] % 8 or (src.shape[2] * src.shape[3]) % 4 or mask.data_ptr() % 4:
         return False
     if src.element_size() != 2 or dst.element_size() != 2:
         return False
@@ -666,11 +661,10 @@ def _octets_launch(src, dst, mask, first_block, rng, common):
     tiles = triton.cdiv(groups, block_q) * triton.cdiv(octets, block_o)
     if OCTETS_LOADS not in ("first", "after"):
         raise ValueError(f"dropout.OCTETS_LOADS must be 'first' or 'after', got {OCTETS_LOADS!r}")
-    packed = mask.data_ptr() % 4 == 0
     big = _needs_int64(src, dst, mask) or src.numel() + 4 * block_q * C > 2 ** 31 - 1
     _dropout_octets_kernel[(tiles,)](
-        src, dst, mask.view(torch.int32) if packed else mask, C, hw4, groups, octets, rng["seed"], first_block,
-        rng["threshold"], rng["scale"], COMPUTE=common["COMPUTE"], BIG=big, PACKED=packed,
+        src, dst, mask.view(torch.int32), C, hw4, groups, octets, rng["seed"], first_block,
+        rng["threshold"], rng["scale"], COMPUTE=common["COMPUTE"], BIG=big,
         BLOCK_O=block_o, BLOCK_Q=block_q, LOADS_FIRST=OCTETS_LOADS == "first",
         KEEP_FROM_WORDS=bool(OCTETS_KEEP_FROM_WORDS) and src.is_cuda,
         num_warps=int(OCTETS_WARPS) if OCTETS_WARPS else max(1, min(8, block_o * block_q // 32)))
