@@ -48,6 +48,7 @@ def _small_tiles(monkeypatch, design="rows"):
     monkeypatch.setattr(pooling, "NCHW_BLOCK_ROWS", 3 if design == "block" else 0)
     monkeypatch.setattr(pooling, "NCHW_BLOCK_GROUPS", 8)
     monkeypatch.setattr(pooling, "NCHW_LANE_KERNELS", ALL_MODES if design == "lanes" else frozenset())
+    monkeypatch.setattr(pooling, "NCHW_LANE_BACKWARD", ALL_MODES if design == "lanes" else frozenset())
     monkeypatch.setattr(pooling, "NCHW_LANE_TILE", 32)
 
 
@@ -176,12 +177,15 @@ def test_nchw_other_windows_take_older_kernels(case, mode, rng, monkeypatch):
 
 
 def test_default_modes_take_the_lane_kernels(rng, monkeypatch):
-    """By default every mode takes the NCHW lane kernels for the 3x3/2 window (the block
-    kernels are off); with the lanes off, max takes the NCHW row kernels and average the
-    older row kernels (the H200 measurement in pooling.py)."""
+    """By default every mode's forward takes the NCHW lane kernels for the 3x3/2 window
+    (the block kernels are off), and max's backward; average's backward keeps the older
+    row kernels (lanes measured 2.5x slower there on the H200); with the lanes off, max
+    takes the NCHW row kernels and average the older row kernels."""
     x = make((1, 2, 7, 19), "NCHW", values=_ints((1, 2, 7, 19), rng))
     geo = pooling._Geometry(x, torch.empty((1, 2, 4, 10)), (3, 3), (1, 1), (2, 2), False)
     assert all(pooling._use_nchw(geo, m) for m in ALL_MODES) and pooling.NCHW_LANE_KERNELS == ALL_MODES
+    assert pooling._lanes(0, backward=True) and pooling._lanes(3, backward=True)
+    assert not pooling._use_nchw(geo, 1, backward=True) and not pooling._use_nchw(geo, 2, backward=True)
     assert pooling.NCHW_BLOCK_ROWS == 0
     _refuse(monkeypatch, "lanes")
     y = poisoned((1, 2, 4, 10), "NCHW")

@@ -21,7 +21,7 @@ one is used (a runtime tap loop keeps one load in flight per warp):
   windows share at KH == SH + 1; backward writes each dx row once, its column phases
   (SW * j + a) as separate channel-run tiles. Per output byte they issue 1.5-4x fewer
   instructions than the gather kernels (sm_90 SASS, 3x3/2 bf16).
-- NCHW lane kernels (NCHW_LANE_KERNELS, every mode by default since session 6), W
+- NCHW lane kernels (NCHW_LANE_KERNELS, every mode forward and max backward by default since session 6), W
   contiguous, no window along D: a lane is one (plane, output row) pair forward, one
   (plane, row step) pair backward, over 8-column groups (one 16-byte vector a group);
   a program's loads all come before its one store, so they are all in flight at once;
@@ -95,6 +95,12 @@ NCHW_BLOCK_WARPS = 4
 # forward 36.0 (NCHW rows 46.5, one row of loads in flight), avg forward 41.7 (row kernels
 # 102.9), max taps pass 74.3 (91.4) and gather 15.7 (15.3), avg backward 7.6 (33.7).
 NCHW_LANE_KERNELS = frozenset({MAX, AVG_INCLUDE, AVG_EXCLUDE, MAX_DETERMINISTIC})
+# ... and of those, the modes whose backward takes them. Measured on the H200 (2026-11-30
+# 15:15 UTC, sweep_pooling.py, 64x256x56x56 bf16 NCHW, TB/s on minimal bytes): max
+# forward 1.72 -> 2.46, average forward 2.05 -> 2.38, max backward 1.35 -> 1.39; average
+# backward 2.16 -> 0.87 (lanes 64 x 8; 0.94-1.02 with other tiles), so average backward
+# keeps the row kernels.
+NCHW_LANE_BACKWARD = frozenset({MAX, MAX_DETERMINISTIC})
 NCHW_LANE_TILE = 512  # (lane, 8-column group) pairs a program (56 columns: 64 lanes x 8 groups, 4 a thread)
 NCHW_LANE_WARPS = 4
 # issue 5 candidates (off until measured on the H200: benchmarks/sweep_pooling.py)
@@ -2108,14 +2114,19 @@ def _nchw_shifts(geo):
     return min(ts), max(ts)
 
 
-def _use_nchw(geo, mode):
-    """The NCHW row kernels (on top of _use_rows) for the modes in NCHW_ROW_KERNELS: no
-    window along D, H and W strides 1 or 2, each tap at most one column beyond the
-    8-column group (PW <= 1, KW - 1 - PW <= SW)."""
+def _lanes(mode, backward) -> bool:
+    """Whether the NCHW lane kernels serve this mode and direction."""
+    return int(mode) in NCHW_LANE_KERNELS and (not backward or int(mode) in NCHW_LANE_BACKWARD)
+
+
+def _use_nchw(geo, mode, backward=False):
+    """The NCHW row kernels (on top of _use_rows) for the modes in NCHW_ROW_KERNELS (or
+    the lane kernels', _lanes): no window along D, H and W strides 1 or 2, each tap at
+    most one column beyond the 8-column group (PW <= 1, KW - 1 - PW <= SW)."""
     _, KH, KW = geo.window
     _, SH, SW = geo.stride
     _, PH, PW = geo.padding
-    if int(mode) not in NCHW_ROW_KERNELS and int(mode) not in NCHW_LANE_KERNELS and not _use_nchw_block(mode):
+    if int(mode) not in NCHW_ROW_KERNELS and not _lanes(mode, backward) and not _use_nchw_block(mode):
         return False
     if geo.window[0] != 1 or geo.stride[0] != 1 or geo.padding[0] != 0:
         return False
@@ -2202,7 +2213,7 @@ def _nchw_backward(dy5, arg5, dx5, geo, alpha, beta, flags):
     vd, ds = _row_strides(dx5)
     planes = geo.N * geo.C * D
     groups = triton.cdiv(IW, 8)
-    if flags["MODE"] in NCHW_LANE_KERNELS:
+    if _lanes(flags["MODE"], backward=True):
         steps = triton.cdiv(IH, SH)
         block_l, block_g, programs = _nchw_lane_tiles(planes * steps, groups)
         _pool_nchw_lane_backward_kernel[(programs,)](
@@ -2351,7 +2362,7 @@ def _backward(x, dy, dx, mode, geo, propagate_nan, alpha, beta):
         _cl_backward(dy5, arg5, dx5, geo, alpha, beta, flags)
         return
     if _use_rows(geo, dx5, dy5, arg5):
-        if _use_nchw(geo, mode):
+        if _use_nchw(geo, mode, backward=True):
             _nchw_backward(dy5, arg5, dx5, geo, alpha, beta, flags)
             return
         (ID, IH, IW), (OD, OH, OW) = geo.ins, geo.outs
