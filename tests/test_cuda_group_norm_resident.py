@@ -96,13 +96,14 @@ def test_resident_float64(rng, monkeypatch):
 
 
 def test_default_choice_and_fallback(rng, monkeypatch):
-    """The default takes the resident design for NCHW and not for NHWC; a group whose held
-    tile is over GN_RESIDENT_BYTES goes to the fused / split designs (same results)."""
+    """The default takes the resident design for NCHW, and for NHWC forward only (the
+    H200's measurements in norms.py); a group whose held tile is over GN_RESIDENT_BYTES
+    goes to the fused / split designs (same results)."""
     calls = _spy(monkeypatch)
     shape, groups = (2, 8, 5, 7), 2  # a held tile: 4 channels x 64 positions
     _run(shape, groups, "NCHW", torch.float32, rng)
     _run(shape, groups, "NHWC", torch.float32, rng)
-    assert calls == ["resident fwd", "resident bwd", "split stats", "split stats"]
+    assert calls == ["resident fwd", "resident bwd", "resident fwd", "split stats"]
     calls.clear()
     monkeypatch.setattr(norms, "GN_RESIDENT_BYTES", {"forward": 4 * 64 * 4, "backward": 4 * 64 * 4})
     _run(shape, groups, "NCHW", torch.float32, rng)  # forward fits, backward (x and dy) does not
@@ -210,7 +211,8 @@ def test_resident_plan_warps_and_in_place(rng, monkeypatch):
     """Warps from GN_RESIDENT_DATA_REGS (a power of two, 4 to 32; per direction or one
     value); y may be x itself (a program holds its group before it writes)."""
     x = make((2, 256, 56, 56), "NCHW", torch.bfloat16, values=np.zeros((2, 256, 56, 56)))
-    assert norms._resident_plan(x, 8, 32, "forward")["num_warps"] == (8 if norms._narrow(x) else 16)
+    monkeypatch.setattr(norms, "_narrow", lambda xv: xv.dtype == torch.bfloat16)  # as on a GPU
+    assert norms._resident_plan(x, 8, 32, "forward")["num_warps"] == 8
     monkeypatch.setattr(norms, "GN_RESIDENT_DATA_REGS", 48)
     assert norms._resident_plan(x, 8, 32, "backward")["num_warps"] in (16, 32)
     monkeypatch.setattr(norms, "GROUP_NORM_RESIDENT", "always")

@@ -640,7 +640,11 @@ GN_TILE = 4096
 # takes at most GN_RESIDENT_BYTES of registers: bfloat16 2 bytes an element when
 # GN_RESIDENT_NARROW (held as loaded, widened per use), others 4 (float64 8); else the
 # designs above serve. Warps: GN_RESIDENT_DATA_REGS held registers a thread (4 to 32 warps).
-GROUP_NORM_RESIDENT = {"forward": "channels_first", "backward": "channels_first"}
+# H200 (sweep_group_norm, 64x256x56x56 bf16, TB/s on minimal bytes, 15:15 UTC): NCHW
+# forward 3.26 (split 1.94), backward 3.02 (fused 2.38); NHWC forward 2 groups a program
+# 2.30 (split 1.86): resident for every layout forward; NHWC backward 1.47-1.51 (split
+# 1.95): channels-first only backward.
+GROUP_NORM_RESIDENT = {"forward": "always", "backward": "channels_first"}
 GN_RESIDENT_BYTES = {"forward": 131072, "backward": 131072}
 GN_RESIDENT_GPP = 2
 # H200 (sweep_group_norm, 64x256x56x56 bf16 NCHW, 14:31 UTC): forward 16 warps (32 data
@@ -1337,8 +1341,9 @@ def _prefetch_args(plan, CG, *tensors):
 
 
 def _narrow(xv):
-    """bfloat16 tiles are held as loaded and widened per use (_widen)."""
-    return xv.dtype == torch.bfloat16 and GN_RESIDENT_NARROW
+    """bfloat16 tiles are held as loaded and widened per use (_widen: inline PTX, so on
+    a GPU only; the interpreter holds them as float32)."""
+    return xv.dtype == torch.bfloat16 and GN_RESIDENT_NARROW and xv.device.type == "cuda"
 
 
 def _resident_forward(xv, yv, scale, bias, mean_f, inv_f, G, CG, eps, alpha, beta, has_beta, big, plan):
