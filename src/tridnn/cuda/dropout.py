@@ -106,8 +106,11 @@ LOAD_FIRST = True  # H200 11:40 UTC: vec8 3.33 -> 3.71 TB/s; NHWC split 2.99 -> 
 # (n * C + c) * H * W / 4 + group), the same values. sm_90, bf16, 4096 elements a program
 # (4 warps): 32.5 SASS instructions an element (split 37.5), 56 registers, no shared memory,
 # the four 16-byte loads issued at instructions 63-139 of 1040 (split: 807 of 1200).
-NHWC_DENSE_KERNEL = "octets"  # predicted 3.3-3.45 TB/s NHWC bf16 forward (split: 2.99)
-OCTETS_BLOCK_O = 32    # octets (8 channels) a program: C = 256 in one program
+# Measured on the H200 (2026-11-30 15:15 UTC, sweep_layers_b2.py, 64x256x56x56 bf16 NHWC
+# forward, copy 3.75 TB/s): split 3.01 TB/s, octets 32 octets x 128 rows 2.99, 8 octets
+# (64 channels) x 128 rows 3.21, 256 rows 3.16, loads after the draws 2.89.
+NHWC_DENSE_KERNEL = "octets"
+OCTETS_BLOCK_O = 8     # octets (8 channels) a program: 64 channels, 16 pixel groups at 128 rows
 OCTETS_ROWS = 128      # rows (group x octet) a program: 4096 elements; warps = rows / 32 (max 8)
 # the octets kernel's warps (None: one row a thread, rows / 32, at most 8). sm_90 bf16,
 # 256 rows at 4 warps (two rows a thread): 30.9 instructions an element, 122 registers

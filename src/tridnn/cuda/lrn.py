@@ -69,7 +69,10 @@ LANES_TILE = None  # fast NHWC: elements per program (None: LANES_FORWARD_TILE f
 # thread, 60 registers) 22.2 - a thread's fixed work (program and position indices, halo
 # loads, masks) spread over more elements. At the ~2.6 warp instructions a cycle an SM the
 # dropout kernels run at, 33.0 predicts 2.6 TB/s (measured 2.66) and 22.2 over 3.3.
-LANES_FORWARD_TILE = 8192  # was 2048 (H200: 2.66 TB/s); predicted >= 3.3
+# Measured on the H200 (2026-11-30 15:15 UTC, sweep_layers_b2.py, 64x256x56x56 bf16 NHWC):
+# 2048 2.66 TB/s, 4096 2.31, 8192 1.56: fewer instructions, but fewer programs and loads in
+# flight; 2048 stays.
+LANES_FORWARD_TILE = 2048
 APPROX_LOG2 = True  # fast kernels, float32 compute on a GPU: log2 from the MUFU (_pow_neg_fast)
 GROUP = 8  # fast NHWC: channels per thread group (one 16-byte vector of 16-bit data)
 LANES_MAX_GROUPS = 64  # fast NHWC: groups per program at most (512 channels)
