@@ -106,7 +106,7 @@ LOAD_FIRST = True  # H200 11:40 UTC: vec8 3.33 -> 3.71 TB/s; NHWC split 2.99 -> 
 # (n * C + c) * H * W / 4 + group), the same values. sm_90, bf16, 4096 elements a program
 # (4 warps): 32.5 SASS instructions an element (split 37.5), 56 registers, no shared memory,
 # the four 16-byte loads issued at instructions 63-139 of 1040 (split: 807 of 1200).
-# Measured on the H200 (2026-11-30 15:15 UTC, sweep_layers_b2.py, 64x256x56x56 bf16 NHWC
+# Measured on the H200 (2026-11-30 15:10 UTC, sweep_layers_b2.py, 64x256x56x56 bf16 NHWC
 # forward, copy 3.75 TB/s): split 3.01 TB/s, octets 32 octets x 128 rows 2.99, 8 octets
 # (64 channels) x 128 rows 3.21, 256 rows 3.16, loads after the draws 2.89.
 NHWC_DENSE_KERNEL = "octets"

@@ -69,7 +69,7 @@ LANES_TILE = None  # fast NHWC: elements per program (None: LANES_FORWARD_TILE f
 # thread, 60 registers) 22.2 - a thread's fixed work (program and position indices, halo
 # loads, masks) spread over more elements. At the ~2.6 warp instructions a cycle an SM the
 # dropout kernels run at, 33.0 predicts 2.6 TB/s (measured 2.66) and 22.2 over 3.3.
-# Measured on the H200 (2026-11-30 15:15 UTC, sweep_layers_b2.py, 64x256x56x56 bf16 NHWC):
+# Measured on the H200 (2026-11-30 15:10 UTC, sweep_layers_b2.py, 64x256x56x56 bf16 NHWC):
 # 2048 2.66 TB/s, 4096 2.31, 8192 1.56: fewer instructions, but fewer programs and loads in
 # flight; 2048 stays.
 LANES_FORWARD_TILE = 2048

@@ -640,7 +640,7 @@ GN_TILE = 4096
 # takes at most GN_RESIDENT_BYTES of registers: bfloat16 2 bytes an element when
 # GN_RESIDENT_NARROW (held as loaded, widened per use), others 4 (float64 8); else the
 # designs above serve. Warps: GN_RESIDENT_DATA_REGS held registers a thread (4 to 32 warps).
-# H200 (sweep_group_norm, 64x256x56x56 bf16, TB/s on minimal bytes, 15:15 UTC): NCHW
+# H200 (sweep_group_norm, 64x256x56x56 bf16, TB/s on minimal bytes, 15:10 UTC): NCHW
 # forward 3.26 (split 1.94), backward 3.02 (fused 2.38); NHWC forward 2 groups a program
 # 2.30 (split 1.86): resident for every layout forward; NHWC backward 1.47-1.51 (split
 # 1.95): channels-first only backward.

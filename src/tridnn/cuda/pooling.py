@@ -96,7 +96,7 @@ NCHW_BLOCK_WARPS = 4
 # 102.9), max taps pass 74.3 (91.4) and gather 15.7 (15.3), avg backward 7.6 (33.7).
 NCHW_LANE_KERNELS = frozenset({MAX, AVG_INCLUDE, AVG_EXCLUDE, MAX_DETERMINISTIC})
 # ... and of those, the modes whose backward takes them. Measured on the H200 (2026-11-30
-# 15:15 UTC, sweep_pooling.py, 64x256x56x56 bf16 NCHW, TB/s on minimal bytes): max
+# 15:10 UTC, sweep_pooling.py, 64x256x56x56 bf16 NCHW, TB/s on minimal bytes): max
 # forward 1.72 -> 2.46, average forward 2.05 -> 2.38, max backward 1.35 -> 1.39; average
 # backward 2.16 -> 0.87 (lanes 64 x 8; 0.94-1.02 with other tiles), so average backward
 # keeps the row kernels.
