@@ -73,7 +73,7 @@ def profile_top(fn, calls: int, top: int, sort="tottime") -> str:
     return s.getvalue()
 
 
-def layer_rows(rows, dev, calls):
+def layer_rows(rows, dev, calls, profile=()):
     """The nn layers of a bfloat16 channels_last training step, forward + backward."""
     import sys
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -92,6 +92,11 @@ def layer_rows(rows, dev, calls):
     for name, (ours, theirs) in pairs.items():
         rows[f"layer {name} fwd+bwd"] = per_call_us(lambda: ours(x).backward(g), calls // 4)
         rows[f"layer {name} fwd+bwd, torch"] = per_call_us(lambda: theirs(x).backward(g), calls // 4)
+        if name in profile:
+            print(f"=== cProfile layer {name} fwd+bwd (cumulative)\n"
+                  + profile_top(lambda: ours(x).backward(g), calls // 4, 40, "cumulative"))
+            print(f"=== cProfile layer {name} fwd+bwd (tottime)\n"
+                  + profile_top(lambda: ours(x).backward(g), calls // 4, 25))
 
 
 def main():
@@ -99,8 +104,17 @@ def main():
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--top", type=int, default=28)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--profile-layers", default="",
+                    help="comma-separated nn-layer rows to cProfile (bn, conv, relu, block)")
+    ap.add_argument("--layers-only", action="store_true", help="only the nn-layer rows")
     args = ap.parse_args()
     dev = torch.device("cuda")
+    if args.layers_only:
+        rows = {}
+        layer_rows(rows, dev, args.calls, [p for p in args.profile_layers.split(",") if p])
+        for name, us in rows.items():
+            print(f"  {name:32s} {us:8.1f}")
+        return
     cl = torch.channels_last
     n, c, k, hw = 1, 64, 64, 8
     x = torch.randn(n, c, hw, hw, device=dev, dtype=torch.bfloat16).contiguous(memory_format=cl)
@@ -158,7 +172,7 @@ def main():
     rows["bn-torch"] = per_call_us(lambda: torch.nn.functional.batch_norm(ag, rmean, rvar, gamma, beta_, True),
                                    args.calls)
 
-    layer_rows(rows, dev, args.calls)
+    layer_rows(rows, dev, args.calls, [p for p in args.profile_layers.split(",") if p])
 
     # GPU time of the conv kernel itself, so a row is not mistaken for host time
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
