@@ -7,8 +7,8 @@ NCHW (session 6): the default is now NCHW_LANE_KERNELS (a lane per (plane, outpu
 every load of a program before its one store; rows combined down before the taps across;
 64 lanes x 8 groups), set from sm_90 instruction counts before any timing; the rows
 "previous default" are the designs it replaced (NCHW rows for max, row kernels for
-average), so one run decides. Also other lane tiles and NCHW_BLOCK_ROWS (the NCHW row
-kernels' tiles with 4 or 7 rows unrolled, row blocks adjacent in a 1-D grid). Max
+average), so one run decides. Also other lane tiles. (The NCHW block kernels, 4 or 7
+rows unrolled, measured slower on 2026-11-30 15:08-15:12 UTC and were removed.) Max
 backward runs the taps pass (a forward) and the gather, so a variant switches both.
 
 TB/s counts minimal bytes: forward x read and y written once; max backward dy and x
@@ -62,21 +62,16 @@ def lanes(modes, tile, warps=4):
 NO_LANES = [("NCHW_LANE_KERNELS", frozenset())]
 
 
-def block(rows, groups=128, warps=4):
-    return NO_LANES + [("NCHW_BLOCK_ROWS", rows), ("NCHW_BLOCK_GROUPS", groups), ("NCHW_BLOCK_WARPS", warps)]
-
-
 # sm_90 SASS, bf16 3x3/2 (warp instructions x 32 per output element forward, per dx element
 # backward): max fwd NCHW rows 46.5 (runtime row loop), lanes 64x8 36.0 / 128x8 32.9; max
 # taps pass 91.4 -> lanes 74.3; max gather 15.3 -> lanes 15.7; avg fwd 102.9 (row kernels)
-# -> lanes 41.7; avg bwd 33.7 -> lanes 7.6 (64x8); block kernels 46.7-53 fwd.
+# -> lanes 41.7; avg bwd 33.7 -> lanes 7.6 (64x8).
 # The lane kernels at 64 x 8 are the default since session 6 (not yet timed); the rows
 # marked "previous default" are the designs they replaced.
 NCHW_MAX = [("nchw rows (previous default)", NO_LANES), ("lanes 32x8 4w", lanes({0, 3}, 256)),
-            ("lanes 128x8 8w", lanes({0, 3}, 1024, 8)), ("block 4 rows", block(4)), ("block 7 rows", block(7))]
+            ("lanes 128x8 8w", lanes({0, 3}, 1024, 8))]
 NCHW_AVG = [("row kernels (previous default)", NO_LANES), ("nchw rows", NO_LANES + NCHW_ALL),
-            ("lanes 32x8 4w", lanes({1, 2}, 256)), ("lanes 128x8 8w", lanes({1, 2}, 1024, 8)),
-            ("block 4 rows", block(4)), ("block 7 rows", block(7))]
+            ("lanes 32x8 4w", lanes({1, 2}, 256)), ("lanes 128x8 8w", lanes({1, 2}, 1024, 8))]
 VARIANTS = {
     ("max fwd", "NHWC"): [("default", [])],
     ("max bwd", "NHWC"): [("default (taps + gather)", [])],
@@ -98,12 +93,10 @@ MORE = {
     ("avg bwd", "NHWC"): [("cl 14 rows", [("CL_ROWS", 14)])],
     ("adaptive avg 1x1 fwd", "NHWC"): [("gap 64ch x 128", GAP + [("GLOBAL_AVG_NHWC", (64, 128, 8))])],
     ("adaptive avg 1x1 bwd", "NHWC"): [("default", [])],
-    ("max fwd", "NCHW"): [("nchw 256 groups 8 warps", NO_LANES + [("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)]),
-                          ("block 14 rows", block(14)), ("block 4 rows 1w", block(4, 32, 1))],
-    ("max bwd", "NCHW"): [("nchw 256 groups 8 warps", NO_LANES + [("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)]),
-                          ("block 14 rows", block(14))],
-    ("avg fwd", "NCHW"): [("block 14 rows", block(14)), ("lanes 256x8 8w", lanes({1, 2}, 2048, 8))],
-    ("avg bwd", "NCHW"): [("block 14 rows", block(14)), ("lanes 256x8 8w", lanes({1, 2}, 2048, 8))],
+    ("max fwd", "NCHW"): [("nchw 256 groups 8 warps", NO_LANES + [("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)])],
+    ("max bwd", "NCHW"): [("nchw 256 groups 8 warps", NO_LANES + [("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)])],
+    ("avg fwd", "NCHW"): [("lanes 256x8 8w", lanes({1, 2}, 2048, 8))],
+    ("avg bwd", "NCHW"): [("lanes 256x8 8w", lanes({1, 2}, 2048, 8))],
     ("adaptive avg 1x1 fwd", "NCHW"): [("gap 8 planes x 512", GAP + [("GLOBAL_AVG_NCHW", (8, 512, 4))])],
     ("adaptive avg 1x1 bwd", "NCHW"): [("default", [])],
 }

@@ -26,9 +26,8 @@ one is used (a runtime tap loop keeps one load in flight per warp):
   (plane, row step) pair backward, over 8-column groups (one 16-byte vector a group);
   a program's loads all come before its one store, so they are all in flight at once;
   forward combines the window's rows down, then takes the taps across once; the taps
-  of max are (window maximum, then the first tap equal to it). Other NCHW designs stay
-  selectable: the NCHW row kernels (NCHW_ROW_KERNELS, a runtime row loop) and their
-  unrolled block form (NCHW_BLOCK_ROWS).
+  of max are (window maximum, then the first tap equal to it). The NCHW row kernels
+  (NCHW_ROW_KERNELS, a runtime row loop) stay selectable.
 
 - issue 5 candidates, off by default (benchmarks/sweep_pooling.py measures them):
   CL_FUSED_MAX_BWD, the channels-last max backward in one pass that recomputes each
@@ -77,19 +76,9 @@ NCHW_STEPS = 1 << 20  # output rows (forward) or row steps (backward) per progra
                       # plane (walking whole planes measured 1.74 TB/s max forward against 1.55 at 8 steps)
 NCHW_WARPS = 4
 NCHW_ARG_EQ = True  # True: first-maximum taps as (row maximum, then the first tap equal to it)
-# issue 5: NCHW block kernels, the NCHW row kernels' tiles with ROWS output rows (forward)
-# or row steps (backward) unrolled a program and the row blocks of a plane tile adjacent
-# in the grid (neighbouring programs read neighbouring rows; in the sm_90 SASS each row's
-# store still precedes the next rows' loads, so about two rows of loads are in flight).
-# 0: off; R > 0: R rows a block, for the modes in NCHW_BLOCK_MODES (these take the NCHW
-# tiles even when not in NCHW_ROW_KERNELS; the lane kernels come first)
-NCHW_BLOCK_ROWS = 0
-NCHW_BLOCK_MODES = frozenset({MAX, AVG_INCLUDE, AVG_EXCLUDE, MAX_DETERMINISTIC})
-NCHW_BLOCK_GROUPS = 128  # (plane, 8-column group) pairs a program
-NCHW_BLOCK_WARPS = 4
 # issue 5: NCHW lane kernels, a lane of the tile one (plane, output row) pair (forward)
 # or (plane, row step) pair (backward), lanes in memory order and one store at the end
-# (all loads in flight before it); the modes that take them (before the block kernels).
+# (all loads in flight before it); the modes that take them.
 # Default for every mode from sm_90 SASS, not yet timed (benchmarks/sweep_pooling.py):
 # warp instructions x 32 per element, bf16 3x3/2, against the designs they replace: max
 # forward 36.0 (NCHW rows 46.5, one row of loads in flight), avg forward 41.7 (row kernels
@@ -908,165 +897,7 @@ def _pool_nchw_backward_kernel(dy_ptr, arg_ptr, dx_ptr, PLANES, C, D, IH, OH, IW
                            beta, SW, HAS_BETA, COMPUTE, BLOCK_P, BLOCK_G)
 
 
-# -- NCHW block kernels (NCHW_BLOCK_ROWS > 0): the NCHW row kernels' tiles, but a program
-# owns ROWS output rows (forward) or row steps (backward) unrolled, so that every input
-# row of the block is loaded before the first is used (the runtime row loop keeps one
-# row step of loads in flight per warp), and a 1-D grid walks the row blocks of a plane
-# tile fastest, so that programs running together read neighbouring rows of the same
-# planes (one contiguous run of memory) rather than the same row of distant planes.
-@triton.jit
-def _nchw_block_ids(ROW_BLOCKS, TILES_G, BLOCK_P: tl.constexpr, PLANES, C, D, BIG: tl.constexpr):
-    """(row block, column-group block, n, c, d, planes in range) of this program."""
-    pid = tl.program_id(0)
-    rb = pid % ROW_BLOCKS
-    rest = pid // ROW_BLOCKS
-    p = (rest // TILES_G) * BLOCK_P + tl.arange(0, BLOCK_P)
-    d = p % D
-    nc = p // D
-    n = nc // C
-    if BIG:
-        n = n.to(tl.int64)
-    return rb, rest % TILES_G, n, nc % C, d, p < PLANES
-
-
-@triton.jit
-def _pool_nchw_block_forward_kernel(x_ptr, y_ptr, arg_ptr, PLANES, C, D, IH, OH, IWv, OWv, TILES_G, ROW_BLOCKS,
-                                    # plane and row strides in units of VX (x), VY (y), VA (arg); W strides are 1
-                                    xsn, xsc, xsd, xsh, ysn, ysc, ysd, ysh, asn, asc, asd, ash, alpha, beta,
-                                    KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
-                                    PH: tl.constexpr, PW: tl.constexpr, VX: tl.constexpr, VY: tl.constexpr,
-                                    VA: tl.constexpr, VIW: tl.constexpr, VOW: tl.constexpr, MODE: tl.constexpr,
-                                    PROPAGATE_NAN: tl.constexpr, STORE_ARG: tl.constexpr, STORE_Y: tl.constexpr,
-                                    HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
-                                    ARG_EQ: tl.constexpr, ROWS: tl.constexpr, BLOCK_P: tl.constexpr,
-                                    BLOCK_G: tl.constexpr):
-    """y over [BLOCK_P planes, ROWS output rows, BLOCK_G * 8 // SW output columns], the
-    rows unrolled: each input row's taps fold once per output row holding it, the row two
-    windows share (KH == SH + 1) carried in registers inside the block."""
-    O: tl.constexpr = 8 // SW
-    CARRY: tl.constexpr = KH == SH + 1
-    MAX_ONLY: tl.constexpr = (MODE == 0 or MODE == 3) and not STORE_ARG
-    # map the program to a row block, column groups and planes
-    rb, pid_g, n, c, d, p_ok = _nchw_block_ids(ROW_BLOCKS, TILES_G, BLOCK_P, PLANES, C, D, BIG)
-    g = pid_g * BLOCK_G + tl.arange(0, BLOCK_G)
-    IW = IWv * VIW
-    OW = OWv * VOW
-    ow = g[:, None] * O + tl.arange(0, O)[None, :]
-    iw_tap0 = ow * SW - PW
-    x_plane = n * xsn + c * xsc + d * xsd
-    y_plane = n * ysn + c * ysc + d * ysd
-    a_plane = n * asn + c * asc + d * asd
-    if MODE == 2:
-        cols = _clipped(iw_tap0, KW, IW)
-    carried = tl.zeros([BLOCK_P, BLOCK_G, O], COMPUTE)  # placeholders until the first row is carried
-    carried_arg = tl.full([BLOCK_P, BLOCK_G, O], -1, tl.int32)
-    # the block's output rows, unrolled, each folding its KH input rows
-    for r in tl.static_range(ROWS):
-        oh = rb * ROWS + r
-        o_ok = p_ok & (oh < OH)
-        if MAX_ONLY:
-            acc = tl.full([BLOCK_P, BLOCK_G, O], float("-inf"), x_ptr.dtype.element_ty)
-        elif MODE == 0 or MODE == 3:
-            acc = tl.full([BLOCK_P, BLOCK_G, O], float("-inf"), COMPUTE)
-        else:
-            acc = tl.zeros([BLOCK_P, BLOCK_G, O], COMPUTE)
-        arg = tl.full([BLOCK_P, BLOCK_G, O], -1, tl.int32)
-        for kh in tl.static_range(KH):
-            if CARRY and kh == 0 and r > 0:
-                h = carried
-                harg = carried_arg
-            else:
-                ih = oh * SH - PH + kh
-                h, harg = _nchw_row_fold(x_ptr, (x_plane + ih * xsh) * VX, o_ok & (ih >= 0) & (ih < IH), g, iw_tap0,
-                                         IW, KW, SW, PW, MODE, PROPAGATE_NAN, MAX_ONLY, ARG_EQ, COMPUTE, BLOCK_P,
-                                         BLOCK_G)
-            acc, arg = _cl_fold_rows(acc, arg, h, harg, kh, KW, MODE, PROPAGATE_NAN, MAX_ONLY, 0)
-            if CARRY and kh == KH - 1:
-                carried = h
-                carried_arg = harg
-        # store the taps and/or y
-        out_mask = o_ok[:, None, None] & (ow < OW)[None, :, :]
-        if STORE_ARG:
-            a_off = ((a_plane + oh * ash) * VA)[:, None, None] + ow[None, :, :]
-            tl.store(arg_ptr + a_off, arg.to(arg_ptr.dtype.element_ty), mask=out_mask)
-        if STORE_Y:
-            if MODE == 1:
-                out = acc.to(COMPUTE) / (KH * KW)
-            elif MODE == 2:
-                rows = _clipped(oh * SH - PH, KH, IH)
-                out = acc / tl.maximum(rows * cols, 1).to(COMPUTE)[None, :, :]  # 1: masked-off lanes
-            else:
-                out = acc.to(COMPUTE)
-            y_off = ((y_plane + oh * ysh) * VY)[:, None, None] + ow[None, :, :]
-            out = out * alpha
-            if HAS_BETA:
-                out += tl.load(y_ptr + y_off, mask=out_mask, other=0.0).to(COMPUTE) * beta
-            tl.store(y_ptr + y_off, out.to(y_ptr.dtype.element_ty), mask=out_mask)
-
-
-@triton.jit
-def _pool_nchw_block_backward_kernel(dy_ptr, arg_ptr, dx_ptr, PLANES, C, D, IH, OH, IWv, OWv, TILES_G, ROW_BLOCKS,
-                                     # plane and row strides in units of VG (dy), VA (arg), VD (dx); W strides are 1
-                                     gsn, gsc, gsd, gsh, asn, asc, asd, ash, dsn, dsc, dsd, dsh, alpha, beta,
-                                     KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
-                                     PH: tl.constexpr, PW: tl.constexpr, Q_LO: tl.constexpr, Q_HI: tl.constexpr,
-                                     T_LO: tl.constexpr, T_HI: tl.constexpr, VG: tl.constexpr, VA: tl.constexpr,
-                                     VD: tl.constexpr, VIW: tl.constexpr, VOW: tl.constexpr, MODE: tl.constexpr,
-                                     HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
-                                     ROWS: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr):
-    """dx over [BLOCK_P planes, SH * ROWS input rows, BLOCK_G * 8 input columns], the
-    steps unrolled (see _pool_nchw_backward_kernel for a step): each dx element written
-    once, the dy row two steps share (3x3/2) carried inside the block."""
-    O: tl.constexpr = 8 // SW
-    CARRY: tl.constexpr = Q_HI == Q_LO + 1
-    # map the program to a row block, column groups and planes
-    rb, pid_g, n, c, d, p_ok = _nchw_block_ids(ROW_BLOCKS, TILES_G, BLOCK_P, PLANES, C, D, BIG)
-    g = pid_g * BLOCK_G + tl.arange(0, BLOCK_G)
-    IW = IWv * VIW
-    OW = OWv * VOW
-    g_plane = n * gsn + c * gsc + d * gsd
-    a_plane = n * asn + c * asc + d * asd
-    d_plane = n * dsn + c * dsc + d * dsd
-    c_g = tl.zeros([BLOCK_P, BLOCK_G, O], COMPUTE)  # placeholders until the first dy row is carried
-    c_lo = tl.zeros([BLOCK_P, BLOCK_G], COMPUTE)
-    c_hi = c_lo
-    c_a = tl.zeros([BLOCK_P, BLOCK_G, O], tl.int32)
-    c_alo = tl.zeros([BLOCK_P, BLOCK_G], tl.int32)
-    c_ahi = c_alo
-    # the block's steps, unrolled
-    for s in tl.static_range(ROWS):
-        k = rb * ROWS + s
-        acc00 = tl.zeros([BLOCK_P, BLOCK_G, O], COMPUTE)  # input row SH * k, phases 0 and 1
-        acc01 = tl.zeros([BLOCK_P, BLOCK_G, O], COMPUTE)
-        acc10 = tl.zeros([BLOCK_P, BLOCK_G, O], COMPUTE)  # input row SH * k + 1
-        acc11 = tl.zeros([BLOCK_P, BLOCK_G, O], COMPUTE)
-        # the covering output rows, ascending
-        for q in tl.static_range(Q_LO, Q_HI + 1):
-            oh = k + q
-            if CARRY and q == Q_LO and s > 0:
-                gv, lo, hi, av, a_lo, a_hi = c_g, c_lo, c_hi, c_a, c_alo, c_ahi
-            else:
-                ok = p_ok & (oh >= 0) & (oh < OH) & (k * SH < IH)
-                gv, lo, hi, av, a_lo, a_hi = _nchw_dy_row(
-                    dy_ptr, arg_ptr, (g_plane + oh * gsh) * VG, (a_plane + oh * ash) * VA, ok, g, oh, IH, IW, OW,
-                    KH, KW, SH, SW, PH, PW, T_LO, T_HI, MODE, COMPUTE, BLOCK_P, BLOCK_G)
-            if PH - SH * q >= 0 and PH - SH * q < KH:
-                acc00, acc01 = _nchw_spread(acc00, acc01, gv, lo, hi, av, a_lo, a_hi, PH - SH * q, KW, SW, PW,
-                                            T_LO, T_HI, MODE, BLOCK_P, BLOCK_G)
-            if SH == 2 and 1 + PH - SH * q >= 0 and 1 + PH - SH * q < KH:
-                acc10, acc11 = _nchw_spread(acc10, acc11, gv, lo, hi, av, a_lo, a_hi, 1 + PH - SH * q, KW, SW, PW,
-                                            T_LO, T_HI, MODE, BLOCK_P, BLOCK_G)
-            if CARRY and q == Q_HI:
-                c_g, c_lo, c_hi, c_a, c_alo, c_ahi = gv, lo, hi, av, a_lo, a_hi
-        # blend and store the step's input rows
-        ih = k * SH
-        _nchw_dx_store(dx_ptr, acc00, acc01, (d_plane + ih * dsh) * VD, p_ok & (ih < IH), g, IW, alpha, beta, SW,
-                       HAS_BETA, COMPUTE, BLOCK_P, BLOCK_G)
-        if SH == 2:
-            _nchw_dx_store(dx_ptr, acc10, acc11, (d_plane + (ih + 1) * dsh) * VD, p_ok & (ih + 1 < IH), g, IW, alpha,
-                           beta, SW, HAS_BETA, COMPUTE, BLOCK_P, BLOCK_G)
-
-
+# NCHW block kernels removed, mostly slower (H200 11-30, TB/s max/avg: fwd 1.89/1.91 vs 2.46/2.38, bwd 1.52/1.44 vs 1.39/2.16)
 # -- NCHW lane kernels (NCHW_LANE_KERNELS): the NCHW row kernels' column groups, but a lane
 # of the tile is one (plane, output row) pair (forward) or (plane, row step) pair
 # (backward), lanes in memory order, so a program reads one contiguous run of rows and
@@ -2126,7 +1957,7 @@ def _use_nchw(geo, mode, backward=False):
     _, KH, KW = geo.window
     _, SH, SW = geo.stride
     _, PH, PW = geo.padding
-    if int(mode) not in NCHW_ROW_KERNELS and not _lanes(mode, backward) and not _use_nchw_block(mode):
+    if int(mode) not in NCHW_ROW_KERNELS and not _lanes(mode, backward):
         return False
     if geo.window[0] != 1 or geo.stride[0] != 1 or geo.padding[0] != 0:
         return False
@@ -2136,24 +1967,11 @@ def _use_nchw(geo, mode, backward=False):
     return t_lo >= -1 and t_hi <= 1
 
 
-def _use_nchw_block(mode):
-    """The NCHW block kernels instead of the NCHW row kernels (where _use_nchw holds)."""
-    return NCHW_BLOCK_ROWS > 0 and int(mode) in NCHW_BLOCK_MODES
-
-
 def _nchw_lane_tiles(lanes, groups):
     """(BLOCK_L, BLOCK_G, programs) of the NCHW lane kernels."""
     block_g = min(triton.next_power_of_2(groups), NCHW_LANE_TILE)
     block_l = max(1, min(triton.next_power_of_2(lanes), NCHW_LANE_TILE // block_g))
     return block_l, block_g, triton.cdiv(lanes, block_l) * triton.cdiv(groups, block_g)
-
-
-def _nchw_block_tiles(planes, groups, steps_total):
-    """(BLOCK_P, BLOCK_G, rows a block, row blocks) of the NCHW block kernels."""
-    block_g = min(triton.next_power_of_2(groups), NCHW_BLOCK_GROUPS)
-    block_p = max(1, min(triton.next_power_of_2(planes), NCHW_BLOCK_GROUPS // block_g))
-    rows = max(1, min(int(NCHW_BLOCK_ROWS), steps_total))
-    return block_p, block_g, rows, triton.cdiv(steps_total, rows)
 
 
 def _nchw_tiles(planes, groups, steps_total):
@@ -2182,15 +2000,6 @@ def _nchw_forward(x5, y5, arg5, geo, alpha, beta, flags, store_y, has_arg):
             triton.cdiv(groups, block_g), *xs, *ys, *as_, alpha, beta, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH, PW=PW,
             VX=vx, VY=vy, VA=va, VIW=_pow2_factor(IW), VOW=_pow2_factor(OW), **flags, ARG_EQ=NCHW_ARG_EQ,
             INTERP=os.environ.get("TRITON_INTERPRET") == "1", ONE_ALPHA=alpha == 1.0, BLOCK_L=block_l, BLOCK_G=block_g, num_warps=NCHW_LANE_WARPS)
-        return
-    if _use_nchw_block(flags["MODE"]):
-        block_p, block_g, rows, row_blocks = _nchw_block_tiles(planes, groups, OH)
-        tiles_g = triton.cdiv(groups, block_g)
-        _pool_nchw_block_forward_kernel[(row_blocks * tiles_g * triton.cdiv(planes, block_p),)](
-            x5, y5, arg5, planes, geo.C, D, IH, OH, IW // _pow2_factor(IW), OW // _pow2_factor(OW), tiles_g,
-            row_blocks, *xs, *ys, *as_, alpha, beta, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH, PW=PW,
-            VX=vx, VY=vy, VA=va, VIW=_pow2_factor(IW), VOW=_pow2_factor(OW), **flags, ARG_EQ=NCHW_ARG_EQ,
-            ROWS=rows, BLOCK_P=block_p, BLOCK_G=block_g, num_warps=NCHW_BLOCK_WARPS)
         return
     block_p, block_g, steps, row_blocks = _nchw_tiles(planes, groups, OH)
     tiles_g = triton.cdiv(groups, block_g)
@@ -2222,15 +2031,6 @@ def _nchw_backward(dy5, arg5, dx5, geo, alpha, beta, flags):
             PW=PW, Q_LO=min(qs), Q_HI=max(qs), T_LO=t_lo, T_HI=t_hi, VG=vg, VA=va, VD=vd, VIW=_pow2_factor(IW),
             VOW=_pow2_factor(OW), **flags, ONE_ALPHA=alpha == 1.0, BLOCK_L=block_l, BLOCK_G=block_g,
             num_warps=NCHW_LANE_WARPS)
-        return
-    if _use_nchw_block(flags["MODE"]):
-        block_p, block_g, rows, row_blocks = _nchw_block_tiles(planes, groups, triton.cdiv(IH, SH))
-        tiles_g = triton.cdiv(groups, block_g)
-        _pool_nchw_block_backward_kernel[(row_blocks * tiles_g * triton.cdiv(planes, block_p),)](
-            dy5, arg5, dx5, planes, geo.C, D, IH, OH, IW // _pow2_factor(IW), OW // _pow2_factor(OW), tiles_g,
-            row_blocks, *gs, *as_, *ds, alpha, beta, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH, PW=PW, Q_LO=min(qs),
-            Q_HI=max(qs), T_LO=t_lo, T_HI=t_hi, VG=vg, VA=va, VD=vd, VIW=_pow2_factor(IW), VOW=_pow2_factor(OW),
-            **flags, ROWS=rows, BLOCK_P=block_p, BLOCK_G=block_g, num_warps=NCHW_BLOCK_WARPS)
         return
     block_p, block_g, steps, row_blocks = _nchw_tiles(planes, groups, triton.cdiv(IH, SH))
     tiles_g = triton.cdiv(groups, block_g)
