@@ -968,6 +968,20 @@ def _resident_tile(n, pid_g, G, CG, S, sn, sc, ss, BIG: tl.constexpr, EXACT: tl.
 
 
 @triton.jit
+def _resident_program(G, CG, S, sn, sc, ss, BIG: tl.constexpr, EXACT: tl.constexpr, GPP: tl.constexpr,
+                      BLOCK_C: tl.constexpr, Q: tl.constexpr, SW: tl.constexpr, PIX: tl.constexpr):
+    """Map the program to (sample n, block pid_g of GPP groups): (program id, blocks a
+    sample, n, pid_g) and the block's _resident_tile in the view of strides (sn, sc, ss)."""
+    pid = tl.program_id(0)
+    blocks = tl.cdiv(G, GPP)
+    n = pid // blocks
+    pid_g = pid % blocks
+    inner, outer, mask, g, c, c_mask = _resident_tile(n, pid_g, G, CG, S, sn, sc, ss, BIG, EXACT, GPP, BLOCK_C, Q,
+                                                      SW, PIX)
+    return pid, blocks, n, pid_g, inner, outer, mask, g, c, c_mask
+
+
+@triton.jit
 def _channel_sums(t, CF: tl.constexpr):
     """[GPP, BLOCK_C] sums over the positions, the in-thread axis first."""
     if CF:
@@ -1080,13 +1094,9 @@ def _gn_resident_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv
     registers, y = x * a + b stored from the same registers (NARROW: bfloat16 held as
     loaded, widened per use)."""
     eps, alpha, beta = tl.full([], eps, COMPUTE), tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
-    # map the program to (sample, block of groups)
-    pid = tl.program_id(0)
-    blocks = tl.cdiv(G, GPP)
-    n = pid // blocks
-    pid_g = pid % blocks
-    inner, outer, mask, g, c, c_mask = _resident_tile(n, pid_g, G, CG, S, xsn, xsc, xss, BIG, EXACT, GPP, BLOCK_C,
-                                                      Q, SW, PIX)
+    # map the program to (sample, block of groups) and its x tile
+    pid, blocks, n, pid_g, inner, outer, mask, g, c, c_mask = _resident_program(G, CG, S, xsn, xsc, xss, BIG, EXACT,
+                                                                                GPP, BLOCK_C, Q, SW, PIX)
     if LINES > 0:  # (before the load: the prefetch's addresses are dead before x is live)
         _prefetch_group(x_ptr, pid, ahead, tl.num_programs(0), blocks, xsn, xsc, CG, S, BIG, LINES, LINE)
     # the one read of x; everything below works on registers
@@ -1121,12 +1131,9 @@ def _gn_resident_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv
     """dx for GPP groups of one sample, x and dy held in registers (each read once); the
     per-channel sum(dy x_hat) and sum(dy) of this sample into part[n, 2, C]."""
     eps, alpha, beta = tl.full([], eps, COMPUTE), tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
-    pid = tl.program_id(0)
-    blocks = tl.cdiv(G, GPP)
-    n = pid // blocks
-    pid_g = pid % blocks
-    inner, outer, mask, g, c, c_mask = _resident_tile(n, pid_g, G, CG, S, xsn, xsc, xss, BIG, EXACT, GPP, BLOCK_C,
-                                                      Q, SW, PIX)
+    # map the program to (sample, block of groups) and its x and dy tiles
+    pid, blocks, n, pid_g, inner, outer, mask, g, c, c_mask = _resident_program(G, CG, S, xsn, xsc, xss, BIG, EXACT,
+                                                                                GPP, BLOCK_C, Q, SW, PIX)
     g_inner, g_outer, _, _, _, _ = _resident_tile(n, pid_g, G, CG, S, gsn, gsc, gss, BIG, EXACT, GPP, BLOCK_C, Q,
                                                   SW, PIX)
     # both loads issued before any arithmetic: the one read of x and dy
