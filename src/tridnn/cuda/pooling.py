@@ -822,11 +822,14 @@ def _nchw_spread(acc0, acc1, gv, lo, hi, av, a_lo, a_hi, KH_TAP: tl.constexpr, K
 @triton.jit
 def _nchw_dx_store(dx_ptr, acc0, acc1, d_row, row_ok, g, IW, alpha, beta, SW: tl.constexpr, HAS_BETA: tl.constexpr,
                    COMPUTE: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr):
-    """Interleave the phases of one dx row, blend, and store its groups (one vector each)."""
+    """Interleave the phases of one dx row, blend (alpha None meaning 1), and store its
+    groups (one vector each); the NCHW row and lane kernels' (BLOCK_P: planes or lanes)."""
     col = g[:, None] * 8 + tl.arange(0, 8)[None, :]
     mask = row_ok[:, None, None] & (col < IW)[None, :, :]
     off = d_row[:, None, None] + col[None, :, :]
-    out = _interleave(acc0, acc1, SW, BLOCK_P, BLOCK_G) * alpha
+    out = _interleave(acc0, acc1, SW, BLOCK_P, BLOCK_G)
+    if alpha is not None:
+        out = out * alpha
     if HAS_BETA:
         out += tl.load(dx_ptr + off, mask=mask, other=0.0).to(COMPUTE) * beta
     tl.store(dx_ptr + off, out.to(dx_ptr.dtype.element_ty), mask=mask)
@@ -1112,21 +1115,6 @@ def _lane_dy_row(dy_ptr, arg_ptr, g_row, a_row, row_ok, g, oh, IH, IW, OW, KH: t
 
 
 @triton.jit
-def _lane_dx_store(dx_ptr, acc0, acc1, d_row, row_ok, g, IW, alpha, beta, SW: tl.constexpr, HAS_BETA: tl.constexpr,
-                   COMPUTE: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_G: tl.constexpr):
-    """_nchw_dx_store, alpha None meaning 1."""
-    col = g[:, None] * 8 + tl.arange(0, 8)[None, :]
-    mask = row_ok[:, None, None] & (col < IW)[None, :, :]
-    off = d_row[:, None, None] + col[None, :, :]
-    out = _interleave(acc0, acc1, SW, BLOCK_L, BLOCK_G)
-    if alpha is not None:
-        out = out * alpha
-    if HAS_BETA:
-        out += tl.load(dx_ptr + off, mask=mask, other=0.0).to(COMPUTE) * beta
-    tl.store(dx_ptr + off, out.to(dx_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
 def _pool_nchw_lane_backward_kernel(dy_ptr, arg_ptr, dx_ptr, LANES, C, D, IH, OH, IWv, OWv, TILES_G, STEPS,
                                     # plane and row strides in units of VG (dy), VA (arg), VD (dx); W strides are 1
                                     gsn, gsc, gsd, gsh, asn, asc, asd, ash, dsn, dsc, dsd, dsh, alpha, beta,
@@ -1169,10 +1157,10 @@ def _pool_nchw_lane_backward_kernel(dy_ptr, arg_ptr, dx_ptr, LANES, C, D, IH, OH
     d_row = (n * dsn + c * dsc + d * dsd + ih * dsh) * VD
     if ONE_ALPHA:
         alpha = None
-    _lane_dx_store(dx_ptr, acc00, acc01, d_row, l_ok & (ih < IH), g, IW, alpha, beta, SW, HAS_BETA, COMPUTE,
+    _nchw_dx_store(dx_ptr, acc00, acc01, d_row, l_ok & (ih < IH), g, IW, alpha, beta, SW, HAS_BETA, COMPUTE,
                    BLOCK_L, BLOCK_G)
     if SH == 2:
-        _lane_dx_store(dx_ptr, acc10, acc11, d_row + dsh * VD, l_ok & (ih + 1 < IH), g, IW, alpha, beta, SW,
+        _nchw_dx_store(dx_ptr, acc10, acc11, d_row + dsh * VD, l_ok & (ih + 1 < IH), g, IW, alpha, beta, SW,
                        HAS_BETA, COMPUTE, BLOCK_L, BLOCK_G)
 
 
