@@ -108,6 +108,14 @@ def _step2(x_ptr, dy_ptr, xb, db, p, IH, PH, o_end, xs_h, dys_h, c0, c1, c2, k0,
     return m0, m1, m2, b0, b1, b2, rd
 
 
+@triton.jit
+def _fma9(a00, a01, a02, a10, a11, a12, a20, a21, a22, g0, g1, g2, x00, x01, x02, x10, x11, x12, x20, x21, x22):
+    """A step's nine FMAs, a[r][b] += g_r * x[r][b] (filter row r, column shift b): stride 1
+    passes three dy rows and one x row three times, stride 2 one dy row and three x rows."""
+    return (a00 + g0 * x00, a01 + g0 * x01, a02 + g0 * x02, a10 + g1 * x10, a11 + g1 * x11, a12 + g1 * x12,
+            a20 + g2 * x20, a21 + g2 * x21, a22 + g2 * x22)
+
+
 @triton.jit(do_not_specialize=['N', 'IH', 'IW', 'OH', 'OW', 'PH', 'PW', 'RPS'])
 def dw3_wgrad_rows_kernel(
         x_ptr, dy_ptr, part_ptr,
@@ -200,15 +208,8 @@ def dw3_wgrad_rows_kernel(
                     f = i + PF
                     _prefetch_l2(x_ptr + xb + f * xs_h + x_off, x_bytes, (f < i_end) & (f >= 0) & (f < IH))
                     _prefetch_l2(dy_ptr + db + (f + PH) * dys_h + d_off, d_bytes, f + PH < o_end)
-                a00 += g0 * x0
-                a01 += g0 * x1
-                a02 += g0 * x2
-                a10 += g1 * x0
-                a11 += g1 * x1
-                a12 += g1 * x2
-                a20 += g2 * x0
-                a21 += g2 * x1
-                a22 += g2 * x2
+                a00, a01, a02, a10, a11, a12, a20, a21, a22 = _fma9(a00, a01, a02, a10, a11, a12, a20, a21, a22,
+                                                                    g0, g1, g2, x0, x1, x2, x0, x1, x2, x0, x1, x2)
                 g2 = g1
                 g1 = g0
         else:
@@ -249,15 +250,8 @@ def dw3_wgrad_rows_kernel(
                     _prefetch_l2(x_ptr + xb + (fi + 2) * xs_h + x_off, x_bytes,
                                  (f < o_end) & (fi + 2 >= 0) & (fi + 2 < IH))
                     _prefetch_l2(dy_ptr + db + f * dys_h + d_off, d_bytes, f < o_end)
-                a00 += g * t0
-                a01 += g * t1
-                a02 += g * t2
-                a10 += g * u0
-                a11 += g * u1
-                a12 += g * u2
-                a20 += g * v0
-                a21 += g * v1
-                a22 += g * v2
+                a00, a01, a02, a10, a11, a12, a20, a21, a22 = _fma9(a00, a01, a02, a10, a11, a12, a20, a21, a22,
+                                                                    g, g, g, t0, t1, t2, u0, u1, u2, v0, v1, v2)
                 t0 = v0
                 t1 = v1
                 t2 = v2
