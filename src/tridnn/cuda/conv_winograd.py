@@ -28,7 +28,7 @@ import triton.language as tl
 from ..types import ConvFwdAlgo
 from .common import TritonConvAlgorithm, Tuner, grouped_tile, launch, split_rows
 from .epilogue import launch_args, spec_of, store_tile
-from .geometry import geometry, input_precision, needs_int64, strides5
+from .geometry import geometry, input_precision, needs_int64
 
 TILE = 2  # outputs per tile side: F(2x2, 3x3)
 
