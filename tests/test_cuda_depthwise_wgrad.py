@@ -181,6 +181,19 @@ def test_candidates_follow_the_existing_first():
         assert "rows" not in [c.get("KIND") for c in D.wgrad3_candidates(dil, GPU, 64, False, 4096)]
 
 
+def test_walker_offered_where_it_measured_faster():
+    """The GPU list offers the walker for stride 1 with at least 64 channels only (the
+    H200's sweep in D.walker_pays): not for stride 2, not for 32 channels; the walker
+    itself applies to all three."""
+    import unittest.mock as um
+    with um.patch.object(D, "sm_count", lambda device: 132):
+        for c, stride, offered in ((64, 1, True), (144, 1, True), (144, 2, False), (32, 1, False)):
+            problem = _problem(c, (12, 12), stride, 1)
+            assert W.applies(problem)
+            kinds = [cf.get("KIND") for cf in D.wgrad3_candidates(problem, GPU, 64, False, 4096)]
+            assert ("rows" in kinds) == offered, (c, stride)
+
+
 def test_prefetch_shares_cover_the_row_segment():
     """The L2 prefetch (GPU only: inline PTX) splits a row segment of packed NHWC pixels
     [lo, hi) x K channels between the channel-block programs: the shares are 16-byte

@@ -414,8 +414,26 @@ def wgrad3_candidates(problem, device, slices, atomic, cap):
     first = dict(_wgrad3_config(problem, device, None if atomic else slices), slices=slices)
     if device.type != "cuda":
         return [first, dict(first, FLAT=True)]
+    walkers = conv_depthwise_wgrad.candidates(problem, device, cap, sm_count(device)) if walker_pays(problem) else []
     return (_pointer_wgrad3_candidates(problem, device, first, cap) + tma_wgrad_candidates(problem, device, cap)
-            + conv_depthwise_wgrad.candidates(problem, device, cap, sm_count(device)))
+            + walkers)
+
+
+WALKER_MIN_CHANNELS = 64
+
+
+def walker_pays(problem) -> bool:
+    """Whether the row walker's configs join the tuner's list: stride 1 with at least
+    WALKER_MIN_CHANNELS channels. On the H200 (2026-11-30 15:08-15:12 UTC,
+    benchmarks/sweep_depthwise_wgrad.py, MobileNetV2 bf16 batch 64) the tuner with them
+    took faster configs on the stride-1 layers of 144-576 channels (dw144_56 133.4 -> 86.8
+    us, dw192_28 103.5 -> 44.3, dw576_14 37.1 -> 27.3; 384 and 960 channels within 3%), but
+    slower ones on stride 2 (dw96_112s2 110.7 -> 142.9, dw144_56s2 49.9 -> 68.6) and on
+    32 channels (dw32_112 121.7 -> 139.7): its timing (do_bench, L2 flushed) and the
+    CUDA-graph timing disagree there. Geomean over the 10 layers: 1.75 (without) -> 1.50
+    (with, by this rule) -> 1.61 (everywhere)."""
+    geo = geometry(problem)
+    return all(s == 1 for s in geo.stride[1:]) and geo.c >= WALKER_MIN_CHANNELS
 
 
 def tma_wgrad_candidates(problem, device, cap):
