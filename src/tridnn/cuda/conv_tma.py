@@ -70,9 +70,21 @@ def conv_tile(x_desc, w_desc, n, oh0, ow0, k0, C_RED, NTW, T, ROW0_H, ROWSTEP_H,
     """The float32 accumulator of one output tile (box origin n, oh0, ow0; columns k0 + ...):
     the sum over T loop taps and C_RED channels, one TMA box of input and one of filter
     per (tap, channel block)."""
+    return conv_tile_range(x_desc, w_desc, n, oh0, ow0, k0, C_RED, NTW, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W,
+                           SH, SW, OFF_H, OFF_W, W_TAP0, W_STEP_H, W_STEP_W, 0, T * (C_RED // BLOCK_K),
+                           BLOCK_M, BLOCK_N, BLOCK_K, W_KMAJOR, PREC)
+
+
+@triton.jit
+def conv_tile_range(x_desc, w_desc, n, oh0, ow0, k0, C_RED, NTW, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W,
+                    SH, SW, OFF_H, OFF_W, W_TAP0, W_STEP_H, W_STEP_W, it_lo, it_hi, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, W_KMAJOR: tl.constexpr, PREC: tl.constexpr):
+    """conv_tile over iterations it_lo..it_hi-1 of the tile's (tap, channel block) loop
+    only: the float32 partial sum of that stretch of the reduction (conv_tma_streamk
+    splits a tile's loop between programs)."""
     n_cblk = C_RED // BLOCK_K
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for it in range(0, T * n_cblk):
+    for it in range(it_lo, it_hi):
         tap = it // n_cblk
         c0 = (it - tap * n_cblk) * BLOCK_K
         th, tw, ah, bh, aw, bw = tap_origin(tap, NTW, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W, SH, SW, OFF_H, OFF_W)

@@ -59,7 +59,7 @@ import triton.language as tl
 from ..workspace import Buffer
 from . import conv_tma
 from .common import cdiv, launch, sm_count
-from .conv_tma import tap_origin, tile_origin, tile_pixels
+from .conv_tma import conv_tile_range, tap_origin, tile_origin, tile_pixels
 from .epilogue import launch_args, store_tile
 from .geometry import geometry, input_precision, needs_int64
 from .memo import IdentityMemo
@@ -75,29 +75,6 @@ MIN_FLOPS = 1e9     # layers below this (a few us) are not worth a second launch
 FILL_BELOW = 0.9    # offered when the tiles' last wave is less full than this
 MAX_WAVES = 4       # ... and there are fewer waves than this (beyond, the tail matters less)
 WORKSPACE_SMS = 132  # the workspace is sized before the device is known: an H200's SMs
-
-
-@triton.jit
-def conv_tile_range(x_desc, w_desc, n, oh0, ow0, k0, C_RED, NTW, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W,
-                    SH, SW, OFF_H, OFF_W, W_TAP0, W_STEP_H, W_STEP_W, it_lo, it_hi, BLOCK_M: tl.constexpr,
-                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, W_KMAJOR: tl.constexpr, PREC: tl.constexpr):
-    """conv_tma.conv_tile over iterations it_lo..it_hi-1 of the tile's (tap, channel
-    block) loop only: the float32 partial sum of that stretch of the reduction."""
-    n_cblk = C_RED // BLOCK_K
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for it in range(it_lo, it_hi):
-        tap = it // n_cblk
-        c0 = (it - tap * n_cblk) * BLOCK_K
-        th, tw, ah, bh, aw, bw = tap_origin(tap, NTW, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W, SH, SW, OFF_H, OFF_W)
-        a = x_desc.load([n, oh0 + ah, bh, ow0 + aw, bw * C_RED + c0]).reshape(BLOCK_M, BLOCK_K)
-        w_tap = W_TAP0 + th * W_STEP_H + tw * W_STEP_W
-        if W_KMAJOR:
-            b = w_desc.load([c0, w_tap, k0]).reshape(BLOCK_K, BLOCK_N)
-            acc = tl.dot(a, b, acc, input_precision=PREC)
-        else:
-            b = w_desc.load([k0, w_tap, c0]).reshape(BLOCK_N, BLOCK_K)
-            acc = tl.dot(a, b.T, acc, input_precision=PREC)
-    return acc
 
 
 @triton.jit
