@@ -546,6 +546,21 @@ def rel_err(got, want) -> float:
     return ((got - want).abs().max() / max(1.0, want.abs().max().item())).item()
 
 
+def snapshot(outputs):
+    return [t.detach().clone() for t in outputs]
+
+
+def diff(got, want):
+    """The sweeps' check: largest normalized difference over the outputs (uint8 masks: bytes that differ)."""
+    worst = 0.0
+    for a, b in zip(got, want):
+        if a.dtype == torch.uint8:
+            worst = max(worst, float((a != b).sum().item()))
+        else:
+            worst = max(worst, rel_err(a, b))
+    return worst
+
+
 def run_case(layout, case):
     t0 = time.time()
     timer_g, timer_e = (wall_time, wall_time) if DRY_RUN else (graph_time, eager_time)

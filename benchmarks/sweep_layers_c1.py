@@ -34,7 +34,7 @@ import torch.nn.functional as F  # noqa: E402
 import triton  # noqa: E402
 
 import tridnn  # noqa: E402
-from bench_gpu_layers import graph_time, nbytes, rel_err, row_tensors, switched_all, wall_time  # noqa: E402
+from bench_gpu_layers import diff, graph_time, nbytes, row_tensors, snapshot, switched_all, wall_time  # noqa: E402
 from tridnn.cuda import dropout, norms, tensor_ops  # noqa: E402
 
 if DRY_RUN:
@@ -186,21 +186,6 @@ def copy_bandwidth(timer):
     src = torch.randn(SPATIAL, device=DEVICE).to(DT)
     ms = timer(lambda: src.clone())
     return 2 * nbytes(src) / ms / 1e9
-
-
-def snapshot(outputs):
-    return [t.detach().clone() for t in outputs]
-
-
-def diff(got, want):
-    """Largest normalized difference over the outputs (uint8 masks: bytes that differ)."""
-    worst = 0.0
-    for a, b in zip(got, want):
-        if a.dtype == torch.uint8:
-            worst = max(worst, float((a != b).sum().item()))
-        else:
-            worst = max(worst, rel_err(a, b))
-    return worst
 
 
 def main():
