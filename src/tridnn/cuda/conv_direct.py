@@ -349,19 +349,23 @@ def fwd_dw3_candidates(device, k):
     layers (dw144_56: 96.8 vs 100.1 us); then, on the GPU, the TMA row walker's (KIND
     "tma", conv_depthwise_tma: rows in flight by asynchronous copies; run where the
     layout allows it, else the first row config stands in). The GPU decides per layer."""
-    from . import conv_depthwise_tma
+    from . import conv_depthwise_strip, conv_depthwise_tma
     rows = [dict(c, KIND="rows") for c in rows3_configs(device, k)]
     tma = conv_depthwise_tma.fwd_configs(device, k) if device.type == "cuda" else []
-    return rows + depthwise_taps_candidates(device, k) + tma
+    strip = [dict(c, KIND="strip") for c in conv_depthwise_strip.configs(device, k)]
+    return rows + depthwise_taps_candidates(device, k) + tma + strip
 
 
 def dw2d_candidates(device, problem):
     """depthwise_taps_candidates, then (GPU, 3x3 stride 2 padding 1) the TMA row walker's
-    phase-view configs (KIND "tma")."""
-    from . import conv_depthwise_tma
+    phase-view configs (KIND "tma"), then (3x3 stride 2) conv_depthwise_strip's
+    prefetching row walker (KIND "strip")."""
+    from . import conv_depthwise_strip, conv_depthwise_tma
     out = depthwise_taps_candidates(device, problem.k)
     if device.type == "cuda" and conv_depthwise_tma.s2_applies(problem):
         out += conv_depthwise_tma.fwd_configs(device, problem.k, stride=2)
+    if conv_depthwise_strip.applies(problem) and geometry(problem).stride[1:] == (2, 2):
+        out += [dict(c, KIND="strip") for c in conv_depthwise_strip.configs(device, problem.k, stride=2)]
     return out
 
 
@@ -466,6 +470,7 @@ class DirectForward(TritonConvAlgorithm):
         return max(moved / 3.0e12, compute) + 4e-6
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
+        from . import conv_depthwise_strip
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
         spec = spec_of(epilogue)
         if rows3_applies(problem):
@@ -476,6 +481,8 @@ class DirectForward(TritonConvAlgorithm):
             def run(c, out, a=1.0, b=0.0):
                 if c["KIND"] == "rows":
                     launch_rows3(x, w, out, geo, pad, a, b, spec, c, flip, nd)
+                elif c["KIND"] == "strip":
+                    conv_depthwise_strip.launch_strip(x, w, out, geo, a, b, spec, c, flip, nd)
                 elif c["KIND"] == "tma":
                     first = rows3_configs(y.device, problem.k)[0]
                     launch_tma_or(x, w, out, nd, (1, 1), pad, a, b, spec, c, flip,
@@ -495,6 +502,8 @@ class DirectForward(TritonConvAlgorithm):
             def run2(c, out, a=1.0, b=0.0):
                 if c["KIND"] == "taps2d":
                     launch_taps2d(x, w, out, geo, a, b, spec, c, flip, nd)
+                elif c["KIND"] == "strip":
+                    conv_depthwise_strip.launch_strip(x, w, out, geo, a, b, spec, c, flip, nd)
                 elif c["KIND"] == "tma":
                     first = _configs(y.device, problem.k)[0]
                     launch_tma_or(x, w, out, nd, (2, 2), geo.pad[1:], a, b, spec, c, flip,

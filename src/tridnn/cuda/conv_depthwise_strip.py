@@ -1,0 +1,266 @@
+"""Depthwise 3x3 forward (stride 1 or 2) that keeps DRAM busy with L2 prefetches.
+
+Why: the row walkers (conv_direct's ``dw3_rows_kernel``, conv_depthwise_tma) are
+bound by memory-level parallelism, not by instructions. A thread holds the nine
+float32 weights of its 8 channels (72 registers) and three rolling accumulators, so
+sm_90 fits 2-4 programs of 128 threads per SM, and each has one 16-byte load per
+thread of new data outstanding: ~6-12 KB in flight per SM where DRAM latency needs
+~40 KB (Little: 3.3 TB/s x ~1.5 us / 132 SMs). Registers cannot buffer more, and
+the TMA walker's shared-memory stages are one or two rows per program.
+
+What: the same walk (a program owns image n, a strip of BH output rows, BW output
+columns and BC channels; the input rows arrive in order, each loaded once as three
+column-shifted [BW, BC] tiles whose overlap hits L1; fp32 rolling accumulators; the
+finished output row goes through the fused epilogue ``store_tile``), plus a
+``prefetch.global.L2`` of the input row L2_AHEAD steps ahead: one instruction per
+64-byte chunk of the tile's input row (columns x channels), no register, no
+scoreboard. The L2_AHEAD rows of every program are in flight at once, so the DRAM
+queue stays full, and the register loads hit L2 (~0.5 us, covered by REG_AHEAD = 1:
+the next row's loads are issued before this row's multiply-adds).
+
+Stride 2 walks the output rows: output row o takes input rows 2o - PH (carried from
+the previous step as its product with filter row 0), 2o - PH + 1 and 2o - PH + 2, so
+each input row is loaded once; columns 2q - PW + b for b = 0, 1, 2 (b = 0 and 2 of
+neighbouring outputs overlap in L1).
+
+Under the interpreter the prefetch is an ordinary masked load (PF_ASM = False): the
+interpreter has no inline PTX, and the results do not depend on it either way.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .common import cdiv, launch, next_pow2
+from .conv_direct import _row3, _taps3
+from .epilogue import launch_args, store_tile
+from .geometry import geometry, needs_int64, strides5
+
+
+# -- kernel ------------------------------------------------------------------------
+@triton.jit
+def _pf_row(x_ptr, row_off, row_ok, pf_off, pf_ok, PF_ASM: tl.constexpr):
+    """Prefetch one input row of the tile (chunk offsets pf_off) into L2."""
+    ptr = x_ptr + row_off + pf_off
+    ok = pf_ok & row_ok
+    if PF_ASM:
+        ptr = tl.where(ok, ptr, x_ptr)  # masked chunks prefetch x's first line: harmless
+        tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [ptr],
+                                  dtype=tl.int32, is_pure=False, pack=1)
+    else:
+        tl.load(ptr, mask=ok)
+
+
+@triton.jit
+def _fma3(acc, x0, x1, x2, w0, w1, w2):
+    return acc + x0 * w0 + x1 * w1 + x2 * w2
+
+
+@triton.jit(do_not_specialize=['IH', 'IW', 'OH', 'OW', 'PH', 'PW', 'n_rows', 'n_cols'])
+def dw3_strip_kernel(
+        x_ptr, w_ptr, y_ptr, bias_ptr, z_ptr,
+        # sizes: output channels, output channels per input channel, input / output H x W,
+        # padding, row strips and column blocks per image
+        K, Kg, IH, IW, OH, OW, PH, PW, n_rows, n_cols,
+        # element strides (n, c, h, w) of x, (k, h, w) of w, (n, k, h, w) of y and z
+        xs_n, xs_c, xs_h, xs_w,
+        ws_k, ws_h, ws_w,
+        ys_n, ys_k, ys_h, ys_w,
+        zs_n, zs_k, zs_h, zs_w, bias_stride,
+        alpha, beta, alpha2, coef, swish_beta,
+        # tile, stride, rows ahead (registers, L2), the prefetch's chunk grid
+        BH: tl.constexpr, BW: tl.constexpr, BC: tl.constexpr, STRIDE: tl.constexpr,
+        REG_AHEAD: tl.constexpr, L2_AHEAD: tl.constexpr, PF_ASM: tl.constexpr,
+        PF_N: tl.constexpr, PF_SPAN: tl.constexpr, PF_CH: tl.constexpr, PF_E: tl.constexpr,
+        FLIP: tl.constexpr, ACT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr,
+        BETA_ZERO: tl.constexpr, INT64: tl.constexpr):
+    """y[n, k, o, q] = sum_{a,b} x[n, k // Kg, S o - PH + a, S q - PW + b] w[k, a, b]."""
+    # -- map the program to (image, row strip, column block) and a channel block
+    pid = tl.program_id(0)
+    col_blk = pid % n_cols
+    t = pid // n_cols
+    row_blk = t % n_rows
+    n = t // n_rows
+    if INT64:
+        n = n.to(tl.int64)
+    k0 = tl.program_id(1) * BC
+    offs_k = k0 + tl.arange(0, BC)
+    mask_k = offs_k < K
+    ow = col_blk * BW + tl.arange(0, BW)
+    mask_w = ow < OW
+    oh0 = row_blk * BH
+    oh_end = tl.minimum(oh0 + BH, OH)
+
+    # -- pointers: the three column shifts of an input row, the channels, the weights
+    iw = ow * STRIDE - PW
+    ok0 = mask_w & (iw >= 0) & (iw < IW)
+    ok1 = mask_w & (iw >= -1) & (iw + 1 < IW)
+    ok2 = mask_w & (iw >= -2) & (iw + 2 < IW)
+    col0 = iw * xs_w
+    col1 = col0 + xs_w
+    col2 = col1 + xs_w
+    chan = (offs_k // Kg) * xs_c
+    x_img = n * xs_n
+    w_col = offs_k * ws_k
+    w00, w01, w02 = _taps3(w_ptr, w_col, mask_k, 0, ws_h, ws_w, FLIP)
+    w10, w11, w12 = _taps3(w_ptr, w_col, mask_k, 1, ws_h, ws_w, FLIP)
+    w20, w21, w22 = _taps3(w_ptr, w_col, mask_k, 2, ws_h, ws_w, FLIP)
+    y_cols = ow * ys_w
+    z_cols = ow * zs_w
+
+    # -- the L2 prefetch's chunks: PF_SPAN input columns x PF_CH chunk starts of PF_E
+    # channels (the last one at the block's last channel, so a block that straddles a
+    # line is covered), flattened over PF_N >= PF_SPAN * PF_CH lanes
+    pf = tl.arange(0, PF_N)
+    pf_col = pf // PF_CH
+    ci0 = k0 // Kg
+    n_ci = (tl.minimum(k0 + BC, K) - 1) // Kg - ci0 + 1
+    pf_ci = ci0 + tl.minimum((pf % PF_CH) * PF_E, n_ci - 1)
+    pf_iw = col_blk * BW * STRIDE - PW + pf_col
+    pf_ok = (pf < PF_SPAN * PF_CH) & (pf_iw >= 0) & (pf_iw < IW)
+    pf_off = x_img + pf_iw * xs_w + pf_ci * xs_c
+
+    if STRIDE == 1:
+        # input row i is filter row 2 of output row i + PH - 2 (finished with it), row 1
+        # of i + PH - 1 and row 0 of i + PH (started with it)
+        i_first = oh0 - PH
+        i_end = oh_end - PH + 2
+        if L2_AHEAD > 0:
+            for j in range(i_first, tl.minimum(i_first + L2_AHEAD, i_end)):
+                _pf_row(x_ptr, j * xs_h, (j >= 0) & (j < IH), pf_off, pf_ok, PF_ASM)
+        if REG_AHEAD:
+            a0, a1, a2 = _row3(x_ptr, x_img + i_first * xs_h, (i_first >= 0) & (i_first < IH), col0, col1,
+                               col2, ok0, ok1, ok2, chan, mask_k)
+        acc_done = tl.zeros((BW, BC), dtype=tl.float32)
+        acc_mid = tl.zeros((BW, BC), dtype=tl.float32)
+        for i in range(i_first, i_end):
+            if L2_AHEAD > 0:
+                j = i + L2_AHEAD
+                _pf_row(x_ptr, j * xs_h, (j >= 0) & (j < IH) & (j < i_end), pf_off, pf_ok, PF_ASM)
+            if REG_AHEAD:
+                x0, x1, x2 = a0, a1, a2
+                j = i + 1
+                a0, a1, a2 = _row3(x_ptr, x_img + j * xs_h, (j >= 0) & (j < IH) & (j < i_end), col0, col1, col2,
+                                   ok0, ok1, ok2, chan, mask_k)
+            else:
+                x0, x1, x2 = _row3(x_ptr, x_img + i * xs_h, (i >= 0) & (i < IH), col0, col1, col2, ok0, ok1,
+                                   ok2, chan, mask_k)
+            x0 = x0.to(tl.float32)
+            x1 = x1.to(tl.float32)
+            x2 = x2.to(tl.float32)
+            acc_done = _fma3(acc_done, x0, x1, x2, w20, w21, w22)
+            acc_mid = _fma3(acc_mid, x0, x1, x2, w10, w11, w12)
+            acc_new = x0 * w00 + x1 * w01 + x2 * w02
+            o = i + PH - 2
+            if o >= oh0:
+                store_tile(acc_done, n * ys_n + o * ys_h + y_cols, n * zs_n + o * zs_h + z_cols, offs_k, mask_w,
+                           mask_k, y_ptr, ys_k, z_ptr, zs_k, bias_ptr, bias_stride, alpha, beta, alpha2, coef,
+                           swish_beta, ACT, HAS_BIAS, HAS_Z, BETA_ZERO)
+            acc_done = acc_mid
+            acc_mid = acc_new
+    else:
+        # output row o takes input rows 2o - PH (carried: its product with filter row 0),
+        # 2o - PH + 1 and 2o - PH + 2 (filter rows 1 and 2; the latter is carried on)
+        r_first = 2 * oh0 - PH
+        r_end = 2 * oh_end - PH + 1  # one past the last input row the strip reads
+        if L2_AHEAD > 0:
+            for j in range(r_first, tl.minimum(r_first + 2 * L2_AHEAD + 1, r_end)):
+                _pf_row(x_ptr, j * xs_h, (j >= 0) & (j < IH), pf_off, pf_ok, PF_ASM)
+        x0, x1, x2 = _row3(x_ptr, x_img + r_first * xs_h, (r_first >= 0) & (r_first < IH), col0, col1, col2,
+                           ok0, ok1, ok2, chan, mask_k)
+        carry = x0.to(tl.float32) * w00 + x1.to(tl.float32) * w01 + x2.to(tl.float32) * w02
+        if REG_AHEAD:
+            j = r_first + 1
+            a0, a1, a2 = _row3(x_ptr, x_img + j * xs_h, (j >= 0) & (j < IH), col0, col1, col2, ok0, ok1, ok2,
+                               chan, mask_k)
+            j = r_first + 2
+            b0, b1, b2 = _row3(x_ptr, x_img + j * xs_h, (j >= 0) & (j < IH), col0, col1, col2, ok0, ok1, ok2,
+                               chan, mask_k)
+        for o in range(oh0, oh_end):
+            r1 = 2 * o - PH + 1
+            r2 = r1 + 1
+            if L2_AHEAD > 0:
+                j = r2 + 2 * L2_AHEAD - 1
+                _pf_row(x_ptr, j * xs_h, (j >= 0) & (j < IH) & (j < r_end), pf_off, pf_ok, PF_ASM)
+                _pf_row(x_ptr, (j + 1) * xs_h, (j + 1 >= 0) & (j + 1 < IH) & (j + 1 < r_end), pf_off, pf_ok,
+                        PF_ASM)
+            if REG_AHEAD:
+                x0, x1, x2 = a0, a1, a2
+                u0, u1, u2 = b0, b1, b2
+                j = r2 + 1
+                ok_next = o + 1 < oh_end
+                a0, a1, a2 = _row3(x_ptr, x_img + j * xs_h, (j >= 0) & (j < IH) & ok_next, col0, col1, col2,
+                                   ok0, ok1, ok2, chan, mask_k)
+                b0, b1, b2 = _row3(x_ptr, x_img + (j + 1) * xs_h, (j + 1 >= 0) & (j + 1 < IH) & ok_next, col0,
+                                   col1, col2, ok0, ok1, ok2, chan, mask_k)
+            else:
+                x0, x1, x2 = _row3(x_ptr, x_img + r1 * xs_h, (r1 >= 0) & (r1 < IH), col0, col1, col2, ok0, ok1,
+                                   ok2, chan, mask_k)
+                u0, u1, u2 = _row3(x_ptr, x_img + r2 * xs_h, (r2 >= 0) & (r2 < IH), col0, col1, col2, ok0, ok1,
+                                   ok2, chan, mask_k)
+            acc = _fma3(carry, x0.to(tl.float32), x1.to(tl.float32), x2.to(tl.float32), w10, w11, w12)
+            u0 = u0.to(tl.float32)
+            u1 = u1.to(tl.float32)
+            u2 = u2.to(tl.float32)
+            acc = _fma3(acc, u0, u1, u2, w20, w21, w22)
+            carry = u0 * w00 + u1 * w01 + u2 * w02
+            store_tile(acc, n * ys_n + o * ys_h + y_cols, n * zs_n + o * zs_h + z_cols, offs_k, mask_w,
+                       mask_k, y_ptr, ys_k, z_ptr, zs_k, bias_ptr, bias_stride, alpha, beta, alpha2, coef,
+                       swish_beta, ACT, HAS_BIAS, HAS_Z, BETA_ZERO)
+
+
+# -- host side -----------------------------------------------------------------------
+def applies(problem) -> bool:
+    """2-D (or 1-row) depthwise 3x3 (any multiplier), stride 1 or 2 in both axes, no dilation."""
+    geo = geometry(problem)
+    return (geo.cg == 1 and geo.ker == (1, 3, 3) and geo.stride[1:] in ((1, 1), (2, 2)) and geo.dil == (1, 1, 1)
+            and geo.inp[0] == 1 and geo.out[0] == 1)
+
+
+def configs(device, k, stride=1):
+    """(BH, BW, BC, warps, REG_AHEAD, L2_AHEAD) candidates (KIND "strip"), offered after the
+    existing ones. 8 elements per thread (16-byte bf16 vectors) at BW x BC = 1024 on 4
+    warps, 4 elements (8-byte vectors, half the weight registers) at 512; L2_AHEAD rows
+    of prefetch (steps of two rows at stride 2)."""
+    if device.type != "cuda":
+        return [dict(BH=4, BW=4, BC=4, num_warps=1, REG_AHEAD=1, L2_AHEAD=2)]
+    if stride == 1:
+        table = ((16, 16, 64, 4, 1, 4), (16, 32, 32, 4, 1, 4), (8, 16, 64, 4, 1, 3), (16, 8, 128, 4, 1, 4),
+                 (32, 16, 64, 4, 1, 6), (16, 16, 64, 4, 0, 4), (16, 32, 64, 8, 1, 4), (16, 8, 64, 4, 1, 4),
+                 (16, 16, 32, 4, 1, 4), (28, 16, 64, 4, 1, 8))
+    else:
+        table = ((8, 16, 64, 4, 1, 2), (8, 8, 64, 4, 1, 2), (8, 16, 32, 4, 1, 2), (4, 16, 64, 4, 1, 2),
+                 (8, 8, 128, 4, 1, 2), (8, 16, 64, 4, 0, 3), (14, 8, 64, 4, 1, 3))
+    out = []
+    for bh, bw, bc, warps, reg, l2 in table:
+        if bc <= max(16, next_pow2(k)):
+            out.append(dict(BH=bh, BW=bw, BC=bc, num_warps=warps, REG_AHEAD=reg, L2_AHEAD=l2))
+    return out
+
+
+def launch_strip(x, w, y, geo, alpha, beta, spec, cfg, flip, nd):
+    """dw3_strip_kernel over x (N, C, [1,] H, W) into y (forward, any layout; the L2
+    prefetch only where channels are contiguous)."""
+    bias, bias_stride, z, zs, alpha2, coef, swish_beta, act, has_bias, has_z = launch_args(spec, y, nd)
+    xs, ws, ys = strides5(x, nd), strides5(w, nd), strides5(y, nd)
+    k, kg = y.shape[1], y.shape[1] // x.shape[1]
+    stride = geo.stride[2]
+    ih, iw = x.shape[-2] if nd >= 2 else 1, x.shape[-1]
+    oh, ow = y.shape[-2] if nd >= 2 else 1, y.shape[-1]
+    bh, bw, bc = cfg["BH"], cfg["BW"], cfg["BC"]
+    n_rows, n_cols = cdiv(oh, bh), cdiv(ow, bw)
+    grid = (y.shape[0] * n_rows * n_cols, cdiv(k, bc))
+    # prefetch chunks of 64 bytes: the tile's input columns x (chunks + the last channel)
+    l2 = cfg.get("L2_AHEAD", 0) if xs[1] == 1 else 0
+    e = max(1, 64 // x.element_size())
+    span = (bw - 1) * stride + 3
+    ch = cdiv(cdiv(bc, kg), e) + 1
+    head = (k, kg, ih, iw, oh, ow, geo.pad[1], geo.pad[2], n_rows, n_cols,
+            xs[0], xs[1], xs[3], xs[4], ws[0], ws[3], ws[4], ys[0], ys[1], ys[3], ys[4],
+            zs[0], zs[1], zs[3], zs[4], bias_stride)
+    consts = dict(BH=bh, BW=bw, BC=bc, STRIDE=stride, REG_AHEAD=bool(cfg.get("REG_AHEAD", 1)), L2_AHEAD=l2,
+                  PF_ASM=x.device.type == "cuda", PF_N=next_pow2(span * ch), PF_SPAN=span, PF_CH=ch, PF_E=e,
+                  FLIP=flip, ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z, BETA_ZERO=beta == 0,
+                  INT64=needs_int64(x, y, z))
+    launch(dw3_strip_kernel, grid, (x, w, y, bias, z) + head + (float(alpha), float(beta), alpha2, coef, swish_beta),
+           consts, dict(num_warps=cfg["num_warps"]))
