@@ -1,6 +1,4 @@
 """Stream-K for conv_tma's GEMMs (tridnn.cuda.conv_tma_streamk) under the interpreter.
-Both stream-K kernels: the one-loop kernel (the default; its tile ends in 4 column
-slices under the interpreter, 1 and 2 in some cases) and the loop-per-tile one (NESTED).
 
 ``conv_tma_streamk.FORCE`` puts a stream-K config first, so the interpreter (which takes
 the first candidate) runs it through the public API; PROGRAMS fixes the program count
@@ -60,7 +58,7 @@ def sk(monkeypatch):
     monkeypatch.setattr(streamk, "launch", recorded)
 
     def use(**cfg):
-        use.kernel = "conv_tma_streamk_kernel" if cfg.get("NESTED") else "conv_tma_streamk_loop_kernel"
+        use.kernel = "conv_tma_streamk_kernel"
         monkeypatch.setattr(streamk, "FORCE", dict(cfg))
         for algo in ALGO.values():
             monkeypatch.setattr(type(algo), "tuner", common.Tuner())
@@ -88,23 +86,20 @@ SPLITS = [(4, 0), (16, 0), (2, 0), (4, 1)]
 
 @pytest.mark.parametrize("programs,dp", SPLITS)
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
-@pytest.mark.parametrize("kernel", [dict(), dict(NESTED=True)], ids=["loop", "nested"])
-def test_streamk_boxes_match_the_reference(direction, programs, dp, kernel, rng, sk):
+def test_streamk_boxes_match_the_reference(direction, programs, dp, rng, sk):
     """3x3 tile plans (forward, and backward data at stride 1): float32 into a poisoned
-    output, float16 with alpha/beta blending a nonzero prior output; both kernels (one
-    loop over the program's iterations, and a loop per tile)."""
-    sk(PROGRAMS=programs, DP=dp, **kernel)
+    output, float16 with alpha/beta blending a nonzero prior output."""
+    sk(PROGRAMS=programs, DP=dp)
     assert run_case(direction, ALGO[direction], BOXES, "float32", "NHWC", rng) is None
     _ran(sk, programs, finish=programs != 2)
-    sk(PROGRAMS=programs, DP=dp, **kernel)
+    sk(PROGRAMS=programs, DP=dp)
     assert run_case(direction, ALGO[direction], BOXES, "float16", "NHWC", rng, alpha=2.0, beta=0.5) is None
     _ran(sk, programs, finish=programs != 2)
 
 
 @pytest.mark.parametrize("programs,dp", [(5, 0), (7, 0), (5, 1), (7, 1)])
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
-@pytest.mark.parametrize("kernel", [dict(), dict(NESTED=True)], ids=["loop", "nested"])
-def test_streamk_flat_gemm_matches_the_reference(direction, programs, dp, kernel, rng, sk):
+def test_streamk_flat_gemm_matches_the_reference(direction, programs, dp, rng, sk):
     """1x1 flat plans (a plain GEMM over the pixels), 2-6 iterations per tile: programs
     covering several tiles, split tiles; a partial last row tile (50 pixels). (7, DP 1):
     the one or few streamed tiles have fewer iterations than there are programs, so
@@ -112,19 +107,9 @@ def test_streamk_flat_gemm_matches_the_reference(direction, programs, dp, kernel
     tiles, ipt = _tiles_iters(FLAT, 2, direction)
     assert (tiles - dp * programs) * ipt % programs  # the ranges do not all fall on tile boundaries
     for dtype, alpha, beta in (("float32", 1.0, 0.0), ("float16", 0.5, 1.0)):
-        sk(PROGRAMS=programs, DP=dp, **kernel)
+        sk(PROGRAMS=programs, DP=dp)
         assert run_case(direction, ALGO[direction], FLAT, dtype, "NHWC", rng, alpha=alpha, beta=beta) is None
         _ran(sk, programs)
-
-
-@pytest.mark.parametrize("parts", [1, 2])
-def test_streamk_tile_ends_in_fewer_slices(parts, rng, sk):
-    """The one-loop kernel's tile end (epilogue and pieces) whole or in column halves
-    (the interpreter default is quarters)."""
-    for p in (FLAT, BOXES):
-        sk(PROGRAMS=5, END_PARTS=parts)
-        assert run_case("fwd", ALGO["fwd"], p, "float32", "NHWC", rng, alpha=0.5, beta=1.0) is None
-        _ran(sk, 5)
 
 
 def test_streamk_all_tiles_data_parallel(rng, sk):
@@ -204,13 +189,12 @@ def test_streamk_is_deterministic(rng, sk):
     """A config gives bitwise-equal results run after run (the finish pass sums a tile's
     pieces in program order), and the split changes the float32 sum only by rounding."""
     outs = []
-    for programs, nested in ((16, False), (16, False), (7, False), (16, True)):
-        sk(PROGRAMS=programs, NESTED=nested)
+    for programs in (16, 16, 7):
+        sk(PROGRAMS=programs)
         outs.append(_fused(BOXES, np.random.default_rng(5), True)[0])
         _ran(sk, programs)
     assert np.array_equal(outs[0], outs[1])
     np.testing.assert_allclose(outs[2], outs[0], rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(outs[3], outs[0], rtol=1e-5, atol=1e-5)
 
 
 # -- where the GPU offers stream-K, and the workspace ---------------------------------
