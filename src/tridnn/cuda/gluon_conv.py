@@ -1,0 +1,342 @@
+"""Warp-specialized implicit-GEMM convolution written in Gluon (GPU-only experiment).
+
+Why: conv_tma.py's Triton kernels reach ~400-450 TFLOP/s on the H200 where cuDNN reaches
+517-610; the gap is code generation Triton does not do on Hopper (a producer warp that only
+issues TMA loads, consumer warpgroups that only issue async wgmma, the epilogue of one tile
+overlapping the loads of the next). Gluon (triton.experimental.gluon, Triton 3.6) lets a
+kernel spell those out: shared-memory rings, mbarriers, TMA copies, ``warpgroup_mma`` and
+``gl.warp_specialize``.
+
+The convolution (forward, channels-last, stride 1, any KH x KW, padding, dilation):
+an output tile is a box of NB images x BH rows x BW columns (BLOCK_M = NB*BH*BW pixels)
+times BLOCK_N output channels. Its reduction runs over (tap, channel block): for tap
+(kh, kw) the input rows it needs are the box of x shifted by (kh*dh - ph, kw*dw - pw), which
+one 4-D TMA load brings into shared memory, filling out-of-bounds elements (the padding)
+with zero. The filter tile is a box of the filter viewed as [K, KH*KW*C].
+
+Partitions (one program = one SM's worth of tiles, persistent over a strided tile list):
+- loader (1 warp, few registers): for every k-step waits for a free ring slot, issues the
+  x box and the filter box into it, the slot's "ready" barrier counts the bytes;
+- default partition (num_warps warps = 1 or 2 consumer warpgroups sharing the BLOCK_M rows):
+  waits for "ready", issues async wgmma with one MMA kept in flight, frees the slot of
+  the previous MMA, and after the tile writes the bfloat16 tile by TMA store (the store
+  of tile i drains while tile i+1 computes).
+
+Gluon kernels do not run under the Triton interpreter: tests are GPU-only, plus an
+offline sm_90 compile (``compile_sm90``) that runs on any machine with Triton 3.6.
+"""
+from __future__ import annotations
+
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+
+
+# --------------------------------------------------------------------------------------
+# Device code
+# --------------------------------------------------------------------------------------
+
+@gluon.jit
+def _tile_coords(t, TILES_H, TILES_W, N_BLOCKS, NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr,
+                 BLOCK_N: gl.constexpr):
+    """Tile t -> (first image, first output row, first output column, first output channel).
+    The channel block varies fastest, so programs running at once share their x boxes in L2."""
+    nb_k = t % N_BLOCKS
+    r = t // N_BLOCKS
+    tw = r % TILES_W
+    r = r // TILES_W
+    th = r % TILES_H
+    tn = r // TILES_H
+    return tn * NB, th * BH, tw * BW, nb_k * BLOCK_N
+
+
+@gluon.jit
+def _loader(x_desc, w_desc, a_bufs, b_bufs, ready, empty,
+            # geometry: channels, filter width, padding, dilation
+            C, KW, PAD_H, PAD_W, DIL_H, DIL_W,
+            # tile list
+            NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
+            NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_N: gl.constexpr,
+            BLOCK_K: gl.constexpr, STAGES: gl.constexpr):
+    """Producer (one warp): per k-step, wait for a free slot, then TMA the shifted x box and the
+    filter box into it. Empty barriers start in phase 0, so the first wait (parity 1) passes."""
+    nbytes: gl.constexpr = x_desc.block_type.nbytes + w_desc.block_type.nbytes
+    it = 0
+    for t in range(gl.program_id(0), NUM_TILES, gl.num_programs(0)):
+        n0, oh0, ow0, k0 = _tile_coords(t, TILES_H, TILES_W, N_BLOCKS, NB, BH, BW, BLOCK_N)
+        # Walk (kh, kw, c0) incrementally: no divisions on the issue path. The filter column
+        # of step kk is tap*C + c0 = kk*BLOCK_K.
+        ih = oh0 - PAD_H
+        iw0 = ow0 - PAD_W
+        iw = iw0
+        c0 = 0
+        kw = 0
+        for kk in range(K_STEPS):
+            s = it % STAGES
+            phase = (it // STAGES) & 1
+            mbarrier.wait(empty.index(s), phase ^ 1)
+            bar = ready.index(s)
+            mbarrier.expect(bar, nbytes)
+            tma.async_copy_global_to_shared(x_desc, [n0, ih, iw, c0], bar, a_bufs.index(s))
+            tma.async_copy_global_to_shared(w_desc, [k0, kk * BLOCK_K], bar, b_bufs.index(s))
+            it += 1
+            c0 += BLOCK_K
+            next_tap = c0 == C
+            c0 = gl.where(next_tap, 0, c0)
+            kw = gl.where(next_tap, kw + 1, kw)
+            iw = gl.where(next_tap, iw + DIL_W, iw)
+            next_row = kw == KW
+            kw = gl.where(next_row, 0, kw)
+            iw = gl.where(next_row, iw0, iw)
+            ih = gl.where(next_row, ih + DIL_H, ih)
+
+
+@gluon.jit
+def _consumer(y_desc, a_bufs, b_bufs, ready, empty, c_smem, alpha,
+              NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
+              NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_N: gl.constexpr,
+              BLOCK_K: gl.constexpr, STAGES: gl.constexpr, HAS_ALPHA: gl.constexpr, num_warps: gl.constexpr):
+    """Default partition (num_warps warps): async wgmma over the ring, one MMA in flight; the
+    slot of MMA i-1 is released once MMA i is issued and i-1 retired. Epilogue: bfloat16 tile
+    -> shared -> TMA store, which drains while the next tile's MMAs run."""
+    BLOCK_M: gl.constexpr = NB * BH * BW
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                         instr_shape=[16, BLOCK_N, 16])
+    c_tile = c_smem.reshape([BLOCK_M, BLOCK_N])
+    it = 0
+    for t in range(gl.program_id(0), NUM_TILES, gl.num_programs(0)):
+        n0, oh0, ow0, k0 = _tile_coords(t, TILES_H, TILES_W, N_BLOCKS, NB, BH, BW, BLOCK_N)
+        acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
+        for kk in range(K_STEPS):
+            s = it % STAGES
+            mbarrier.wait(ready.index(s), (it // STAGES) & 1)
+            a = a_bufs.index(s).reshape([BLOCK_M, BLOCK_K])
+            b = b_bufs.index(s).permute((1, 0))
+            acc = warpgroup_mma(a, b, acc, is_async=True)
+            acc, a, b = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a, b))
+            # MMA it-1 has retired: its slot may be refilled.
+            mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=kk > 0)
+            it += 1
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES))
+        if HAS_ALPHA:
+            acc = acc * alpha
+        # The previous tile's store must have read c_smem before it is overwritten.
+        tma.store_wait(pendings=0)
+        gl.thread_barrier()
+        c_tile.store(acc.to(y_desc.dtype))
+        fence_async_shared()
+        gl.thread_barrier()
+        tma.async_copy_shared_to_global(y_desc, [n0, oh0, ow0, k0], c_smem)
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def gluon_conv_fwd_kernel(
+    # TMA descriptors: x [N, H, W, C] box [NB, BH, BW, BLOCK_K]; filter [K, KH*KW*C] box
+    # [BLOCK_N, BLOCK_K]; y [N, OH, OW, K] box [NB, BH, BW, BLOCK_N]
+    x_desc, w_desc, y_desc,
+    alpha,
+    # geometry
+    C, KW, PAD_H, PAD_W, DIL_H, DIL_W,
+    # tile list: NUM_TILES = ceil(N/NB) * TILES_H * TILES_W * N_BLOCKS; K_STEPS = KH*KW*C/BLOCK_K
+    NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
+    NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+    STAGES: gl.constexpr, HAS_ALPHA: gl.constexpr, LOADER_REGS: gl.constexpr, num_warps: gl.constexpr,
+):
+    """Forward convolution, persistent and warp-specialized (see the module docstring)."""
+    # Shared memory: a ring of STAGES (x box, filter box) slots, one output tile, barriers.
+    a_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
+    b_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
+    c_smem = gl.allocate_shared_memory(y_desc.dtype, y_desc.block_type.shape, y_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    fence_async_shared()
+
+    gl.warp_specialize([
+        (_consumer, (y_desc, a_bufs, b_bufs, ready, empty, c_smem, alpha,
+                     NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
+                     NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, HAS_ALPHA, num_warps)),
+        (_loader, (x_desc, w_desc, a_bufs, b_bufs, ready, empty,
+                   C, KW, PAD_H, PAD_W, DIL_H, DIL_W,
+                   NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
+                   NB, BH, BW, BLOCK_N, BLOCK_K, STAGES)),
+    ], [1], [LOADER_REGS])
+
+
+# --------------------------------------------------------------------------------------
+# Host side
+# --------------------------------------------------------------------------------------
+
+def config(nb, bh, bw, bn, stages, warps, bk=64, per_sm=1):
+    """One tile shape: NB x BH x BW output pixels times BLOCK_N channels, a ring of STAGES slots,
+    num_warps consumer warps (4: one warpgroup, 8: two sharing the rows), per_sm programs
+    resident on an SM (registers are capped to allow it; the grid is per_sm x SMs)."""
+    return dict(NB=nb, BH=bh, BW=bw, BLOCK_N=bn, BLOCK_K=bk, STAGES=stages, num_warps=warps, PER_SM=per_sm)
+
+
+def name(cfg) -> str:
+    return (f"{cfg['NB']}x{cfg['BH']}x{cfg['BW']}x{cfg['BLOCK_N']} s{cfg['STAGES']} w{cfg['num_warps']}"
+            + (f" p{cfg['PER_SM']}" if cfg.get("PER_SM", 1) > 1 else ""))
+
+
+def shared_bytes(cfg, itemsize=2) -> int:
+    """Dynamic shared memory of a config: the ring plus the output tile (barriers aside)."""
+    bm = cfg["NB"] * cfg["BH"] * cfg["BW"]
+    return itemsize * (cfg["STAGES"] * (bm + cfg["BLOCK_N"]) * cfg["BLOCK_K"] + bm * cfg["BLOCK_N"])
+
+
+# Candidates for the H200 (227 KB of shared memory a program); BLOCK_M = 128 or 256.
+CONFIGS = [
+    config(1, 8, 16, 128, 4, 8), config(1, 8, 16, 256, 3, 8), config(1, 16, 16, 128, 3, 8),
+    config(1, 4, 32, 128, 4, 8), config(2, 8, 8, 128, 4, 8), config(2, 8, 8, 256, 3, 8),
+    config(1, 8, 16, 64, 4, 4, per_sm=2), config(2, 8, 8, 64, 4, 4, per_sm=2), config(1, 8, 16, 128, 4, 4),
+]
+
+
+def max_regs(num_warps: int, per_sm: int = 1) -> int:
+    """The register cap that lets per_sm programs (num_warps + one 4-warp group for the loader
+    each) fit the SM's 64K registers; setmaxnreg then moves the loader's surplus to the
+    consumers."""
+    threads = (num_warps + 4) * 32 * per_sm
+    return min(256, (65536 // threads) // 8 * 8)
+
+
+def _layout(block, dtype):
+    return gl.NVMMASharedLayout.get_default_for(block, dtype)
+
+
+def _gl_dtype(torch_dtype):
+    import torch
+    return {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}[torch_dtype]
+
+
+def filter_matrix(w):
+    """Filter [K, C, KH, KW] (any memory format) -> contiguous [K, KH*KW*C]: row k holds tap-major,
+    channel-minor weights, the order the loader walks."""
+    k, c, kh, kw = w.shape
+    return w.permute(0, 2, 3, 1).contiguous().view(k, kh * kw * c)
+
+
+def why_not(x, w, padding, dilation, stride=(1, 1), cfg=None) -> str | None:
+    """None when this kernel can compute the problem, else the reason."""
+    import torch
+    if stride != (1, 1):
+        return "stride must be 1"
+    if x.dtype not in (torch.bfloat16, torch.float16) or w.dtype != x.dtype:
+        return "bfloat16/float16 only"
+    n, c, h, wd = x.shape
+    if c % 64:
+        return "channels must be a multiple of 64"
+    if not x.permute(0, 2, 3, 1).is_contiguous():
+        return "x must be channels-last (NHWC) and dense"
+    k = w.shape[0]
+    if k % 8:
+        return "output channels must be a multiple of 8 (TMA row alignment)"
+    if w.shape[1] != c:
+        return "groups are not supported"
+    return None
+
+
+def out_size(h, wd, kh, kw, padding, dilation):
+    oh = h + 2 * padding[0] - dilation[0] * (kh - 1)
+    ow = wd + 2 * padding[1] - dilation[1] * (kw - 1)
+    return oh, ow
+
+
+def prepare(x, w, padding=(1, 1), dilation=(1, 1), cfg=None, y=None, alpha=1.0, w_mat=None, sms=None):
+    """Build descriptors and launch arguments once (for CUDA-graph timing, the launch is
+    ``launch(*prepare(...))``). Returns (grid, args, meta, y)."""
+    import torch
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    cfg = dict(cfg or CONFIGS[0])
+    reason = why_not(x, w, tuple(padding), tuple(dilation))
+    if reason:
+        raise ValueError(reason)
+    n, c, h, wd = x.shape
+    k, _, kh, kw = w.shape
+    oh, ow = out_size(h, wd, kh, kw, padding, dilation)
+    if y is None:
+        y = torch.empty((n, k, oh, ow), device=x.device, dtype=x.dtype, memory_format=torch.channels_last)
+    if w_mat is None:
+        w_mat = filter_matrix(w)
+    NB, BH, BW, BN, BK = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    dt = _gl_dtype(x.dtype)
+    x4 = x.permute(0, 2, 3, 1)  # [N, H, W, C] view, dense
+    y4 = y.permute(0, 2, 3, 1)
+    x_desc = TensorDescriptor(x4, list(x4.shape), list(x4.stride()), [NB, BH, BW, BK], _layout([NB, BH, BW, BK], dt))
+    w_desc = TensorDescriptor(w_mat, list(w_mat.shape), list(w_mat.stride()), [BN, BK], _layout([BN, BK], dt))
+    y_desc = TensorDescriptor(y4, list(y4.shape), list(y4.stride()), [NB, BH, BW, BN], _layout([NB, BH, BW, BN], dt))
+    tiles_h, tiles_w, n_blocks = triton.cdiv(oh, BH), triton.cdiv(ow, BW), triton.cdiv(k, BN)
+    num_tiles = triton.cdiv(n, NB) * tiles_h * tiles_w * n_blocks
+    k_steps = kh * kw * (c // BK)
+    if sms is None:
+        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    grid = (min(num_tiles, sms * cfg.get("PER_SM", 1)),)
+    loader_regs = cfg.get("LOADER_REGS", 40)
+    args = (x_desc, w_desc, y_desc, float(alpha), c, kw, padding[0], padding[1], dilation[0], dilation[1],
+            num_tiles, tiles_h, tiles_w, n_blocks, k_steps)
+    meta = dict(NB=NB, BH=BH, BW=BW, BLOCK_N=BN, BLOCK_K=BK, STAGES=cfg["STAGES"], HAS_ALPHA=alpha != 1.0,
+                LOADER_REGS=loader_regs, num_warps=cfg["num_warps"],
+                maxnreg=max_regs(cfg["num_warps"], cfg.get("PER_SM", 1)))
+    return grid, args, meta, y
+
+
+def launch(grid, args, meta, y=None):
+    gluon_conv_fwd_kernel[grid](*args, **meta)
+    return y
+
+
+def conv2d(x, w, padding=(1, 1), dilation=(1, 1), cfg=None, alpha=1.0):
+    """y = alpha * conv2d(x, w) for channels-last bf16/fp16 x (GPU only)."""
+    grid, args, meta, y = prepare(x, w, padding, dilation, cfg, alpha=alpha)
+    return launch(grid, args, meta, y)
+
+
+# --------------------------------------------------------------------------------------
+# Offline compile (no GPU needed)
+# --------------------------------------------------------------------------------------
+
+def _desc_sig(dtype_str, block, layout) -> str:
+    return f"tensordesc<{dtype_str}[{', '.join(map(str, block))}],{layout!r}>"
+
+
+def compile_sm90(cfg, has_alpha=False, loader_regs=40):
+    """Compile the kernel for sm_90 without a GPU; returns the CompiledKernel (asm: ptx, cubin)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    fn = gluon_conv_fwd_kernel
+    NB, BH, BW, BN, BK = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    dt = gl.bfloat16
+    sig = {
+        "x_desc": _desc_sig("bf16", [NB, BH, BW, BK], _layout([NB, BH, BW, BK], dt)),
+        "w_desc": _desc_sig("bf16", [BN, BK], _layout([BN, BK], dt)),
+        "y_desc": _desc_sig("bf16", [NB, BH, BW, BN], _layout([NB, BH, BW, BN], dt)),
+        "alpha": "fp32",
+    }
+    for a in ("C", "KW", "PAD_H", "PAD_W", "DIL_H", "DIL_W", "NUM_TILES", "TILES_H", "TILES_W", "N_BLOCKS",
+              "K_STEPS"):
+        sig[a] = "i32"
+    consts = dict(NB=NB, BH=BH, BW=BW, BLOCK_N=BN, BLOCK_K=BK, STAGES=cfg["STAGES"], HAS_ALPHA=has_alpha,
+                  LOADER_REGS=loader_regs, num_warps=cfg["num_warps"])
+    for k in consts:
+        sig[k] = "constexpr"
+    src = GluonASTSource(fn=fn, signature=sig,
+                         constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()})
+    opts = dict(num_warps=cfg["num_warps"], maxnreg=max_regs(cfg["num_warps"], cfg.get("PER_SM", 1)))
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+
+
+def flops(n, c, k, oh, ow, kh, kw) -> float:
+    return 2.0 * n * k * oh * ow * c * kh * kw
+
+
+__all__ = ["gluon_conv_fwd_kernel", "conv2d", "prepare", "launch", "compile_sm90", "CONFIGS", "config", "name",
+           "why_not", "filter_matrix", "shared_bytes", "flops"]

@@ -1,0 +1,123 @@
+"""The Gluon warp-specialized convolution (tridnn.cuda.gluon_conv).
+
+Gluon kernels do not run under the Triton interpreter, so:
+- CPU: every config compiles for sm_90 offline and its SASS has what the kernel is for
+  (wgmma, setmaxnreg register reallocation, TMA loads and store);
+- GPU (``TRIDNN_GPU_TESTS=1 pytest --gpu tests/test_gluon_conv.py``): results against a
+  float64 convolution of the same bfloat16 inputs.
+"""
+import os
+import re
+import subprocess
+import tempfile
+
+import numpy as np
+import pytest
+import torch
+
+gc = pytest.importorskip("tridnn.cuda.gluon_conv", reason="Triton without Gluon")
+
+
+def _cuobjdump():
+    import triton
+    path = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
+    return path if os.path.exists(path) else None
+
+
+def _sass(kernel) -> str:
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        return subprocess.run([_cuobjdump(), "--dump-sass", f.name], capture_output=True, text=True,
+                              check=True).stdout
+
+
+# -- CPU: offline sm_90 compile ---------------------------------------------------------
+@pytest.mark.parametrize("cfg", gc.CONFIGS, ids=gc.name)
+def test_compiles_for_sm90(cfg):
+    if _cuobjdump() is None:
+        pytest.skip("Triton's cuobjdump is not installed")
+    k = gc.compile_sm90(cfg, has_alpha=True)
+    assert k.metadata.shared >= gc.shared_bytes(cfg), "the ring and output tile live in shared memory"
+    assert k.metadata.shared * cfg["PER_SM"] <= 228 * 1024, "PER_SM programs fit one H200 SM"
+    sass = _sass(k)
+    bm = cfg["NB"] * cfg["BH"] * cfg["BW"]
+    wg = cfg["num_warps"] // 4
+    # one 64-row wgmma per 16 channels of BLOCK_K, per 64-row slice of a warpgroup's rows
+    per_step = (cfg["BLOCK_K"] // 16) * (bm // 64 // wg)
+    hgmma = re.findall(r"HGMMA\.64x(\d+)x16\.F32\.BF16", sass)
+    assert len(hgmma) == per_step, (len(hgmma), per_step)
+    assert all(int(n) == cfg["BLOCK_N"] for n in hgmma)
+    # registers fit PER_SM programs; where the cap binds, the loader gives registers back and
+    # the consumers take them (setmaxnreg)
+    cap = gc.max_regs(cfg["num_warps"], cfg["PER_SM"])
+    assert cap * (cfg["num_warps"] + 4) * 32 * cfg["PER_SM"] <= 65536
+    regs = [int(r, 16) for r in re.findall(r"USETMAXREG\.TRY_ALLOC\.CTAPOOL UP\d, (0x[0-9a-f]+)", sass)]
+    if cap < 256:
+        assert min(regs) <= 40 and max(regs) > cap, (regs, cap)
+    assert "UTMALDG.4D" in sass and "UTMALDG.2D" in sass and "UTMASTG.4D" in sass
+
+
+def test_configs_fit_shared_memory():
+    for cfg in gc.CONFIGS:
+        assert gc.shared_bytes(cfg) * cfg["PER_SM"] <= 227 * 1024, gc.name(cfg)
+
+
+def test_why_not():
+    x = torch.zeros(1, 64, 8, 8, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    w = torch.zeros(64, 64, 3, 3, dtype=torch.bfloat16)
+    assert gc.why_not(x, w, (1, 1), (1, 1)) is None
+    assert gc.why_not(x.contiguous(), w, (1, 1), (1, 1)) is not None  # NCHW
+    assert gc.why_not(x, w, (1, 1), (1, 1), stride=(2, 2)) is not None
+    assert gc.why_not(x[:, :32], w[:, :32], (1, 1), (1, 1)) is not None  # 32 channels
+
+
+def test_filter_matrix_order():
+    w = torch.arange(2 * 3 * 2 * 2, dtype=torch.float32).view(2, 3, 2, 2)
+    m = gc.filter_matrix(w)
+    assert m.shape == (2, 12)
+    for k in range(2):
+        for kh in range(2):
+            for kw in range(2):
+                for c in range(3):
+                    assert m[k, (kh * 2 + kw) * 3 + c] == w[k, c, kh, kw]
+
+
+# -- GPU: against float64 ----------------------------------------------------------------
+GPU_CASES = [  # (N, C, K, H, W, KH, KW, pad, dil)
+    (2, 64, 64, 56, 56, 3, 3, 1, 1),
+    (3, 128, 128, 28, 28, 3, 3, 1, 1),
+    (4, 256, 256, 14, 14, 3, 3, 1, 1),
+    (5, 512, 512, 7, 7, 3, 3, 1, 1),
+    (1, 64, 200, 13, 21, 3, 3, 1, 1),   # ragged everything, K not a multiple of BLOCK_N
+    (2, 128, 64, 17, 9, 5, 3, 2, 1),    # non-square filter, padding 2
+    (2, 64, 128, 20, 20, 3, 3, 2, 2),   # dilation 2
+    (2, 64, 64, 16, 16, 1, 1, 0, 1),    # 1x1
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", gc.CONFIGS, ids=gc.name)
+@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_gpu_against_float64(case, cfg):
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs a Hopper GPU")
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.fail("Gluon does not run under the interpreter: set TRIDNN_GPU_TESTS=1")
+    n, c, k, h, w_, kh, kw, pad, dil = case
+    g = torch.Generator().manual_seed(hash(case) % 2**31)
+    x = torch.randn(n, c, h, w_, generator=g).to(torch.bfloat16)
+    w = (torch.randn(k, c, kh, kw, generator=g) / np.sqrt(c * kh * kw)).to(torch.bfloat16)
+    ref = torch.nn.functional.conv2d(x.double(), w.double(), padding=pad, dilation=dil)
+    xd = x.cuda().to(memory_format=torch.channels_last)
+    for alpha in (1.0, 0.5):
+        y = gc.conv2d(xd, w.cuda(), (pad, pad), (dil, dil), cfg=cfg, alpha=alpha)
+        torch.cuda.synchronize()
+        got = y.double().cpu()
+        want = alpha * ref
+        assert got.shape == want.shape
+        err = ((got - want).abs().max() / want.abs().max()).item()
+        # bfloat16 output rounding (2^-8) on top of float32 accumulation
+        assert err < 1e-2, (gc.name(cfg), alpha, err)
+        # every output written (no NaN/garbage left from torch.empty in uncovered tiles)
+        assert torch.isfinite(got).all()
