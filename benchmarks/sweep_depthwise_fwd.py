@@ -89,8 +89,9 @@ def sync():
 
 
 def label(cfg):
+    pairs = f" pairs cvt{cfg.get('CVT', 0)}" if cfg.get("PAIRS") else ""
     return (f"strip {cfg['BH']}x{cfg['BW']}x{cfg['BC']} w{cfg['num_warps']} r{cfg['REG_AHEAD']} "
-            f"l{cfg['L2_AHEAD']}")
+            f"l{cfg['L2_AHEAD']}{pairs}")
 
 
 def run_layer(handle, p, n, dtype, dev, with_tuner):

@@ -28,6 +28,7 @@ interpreter has no inline PTX, and the results do not depend on it either way.
 """
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
@@ -39,16 +40,16 @@ from .geometry import geometry, needs_int64, strides5
 
 # -- kernel ------------------------------------------------------------------------
 @triton.jit
-def _pf_row(x_ptr, row_off, row_ok, pf_off, pf_ok, PF_ASM: tl.constexpr):
-    """Prefetch one input row of the tile (chunk offsets pf_off) into L2."""
-    ptr = x_ptr + row_off + pf_off
-    ok = pf_ok & row_ok
+def _pf_row(x_ptr, j, IH, xs_h, pf_off, PF_ASM: tl.constexpr):
+    """Prefetch input row j of the tile (chunk offsets pf_off, every one a valid address)
+    into L2; a row outside the image is clamped to the nearest one (a harmless extra
+    prefetch, and no per-lane select in the loop)."""
+    ptr = x_ptr + tl.minimum(tl.maximum(j, 0), IH - 1) * xs_h + pf_off
     if PF_ASM:
-        ptr = tl.where(ok, ptr, x_ptr)  # masked chunks prefetch x's first line: harmless
         tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [ptr],
                                   dtype=tl.int32, is_pure=False, pack=1)
     else:
-        tl.load(ptr, mask=ok)
+        tl.load(ptr)  # the interpreter: the same addresses, loaded (so they must be valid)
 
 
 @triton.jit
@@ -105,6 +106,11 @@ def dw3_strip_kernel(
     w00, w01, w02 = _taps3(w_ptr, w_col, mask_k, 0, ws_h, ws_w, FLIP)
     w10, w11, w12 = _taps3(w_ptr, w_col, mask_k, 1, ws_h, ws_w, FLIP)
     w20, w21, w22 = _taps3(w_ptr, w_col, mask_k, 2, ws_h, ws_w, FLIP)
+    # alpha scales the weights once, so the epilogue's per-element multiply (by a
+    # constant 1.0) folds away
+    w00, w01, w02 = w00 * alpha, w01 * alpha, w02 * alpha
+    w10, w11, w12 = w10 * alpha, w11 * alpha, w12 * alpha
+    w20, w21, w22 = w20 * alpha, w21 * alpha, w22 * alpha
     y_cols = ow * ys_w
     z_cols = ow * zs_w
 
@@ -118,7 +124,7 @@ def dw3_strip_kernel(
     pf_ci = ci0 + tl.minimum((pf % PF_CH) * PF_E, n_ci - 1)
     pf_iw = col_blk * BW * STRIDE - PW + pf_col
     pf_ok = (pf < PF_SPAN * PF_CH) & (pf_iw >= 0) & (pf_iw < IW)
-    pf_off = x_img + pf_iw * xs_w + pf_ci * xs_c
+    pf_off = tl.where(pf_ok, x_img + pf_iw * xs_w + pf_ci * xs_c, 0)  # masked lanes: x's first element
 
     if STRIDE == 1:
         # input row i is filter row 2 of output row i + PH - 2 (finished with it), row 1
@@ -127,7 +133,7 @@ def dw3_strip_kernel(
         i_end = oh_end - PH + 2
         if L2_AHEAD > 0:
             for j in range(i_first, tl.minimum(i_first + L2_AHEAD, i_end)):
-                _pf_row(x_ptr, j * xs_h, (j >= 0) & (j < IH), pf_off, pf_ok, PF_ASM)
+                _pf_row(x_ptr, j, IH, xs_h, pf_off, PF_ASM)
         if REG_AHEAD:
             a0, a1, a2 = _row3(x_ptr, x_img + i_first * xs_h, (i_first >= 0) & (i_first < IH), col0, col1,
                                col2, ok0, ok1, ok2, chan, mask_k)
@@ -136,7 +142,7 @@ def dw3_strip_kernel(
         for i in range(i_first, i_end):
             if L2_AHEAD > 0:
                 j = i + L2_AHEAD
-                _pf_row(x_ptr, j * xs_h, (j >= 0) & (j < IH) & (j < i_end), pf_off, pf_ok, PF_ASM)
+                _pf_row(x_ptr, j, IH, xs_h, pf_off, PF_ASM)
             if REG_AHEAD:
                 x0, x1, x2 = a0, a1, a2
                 j = i + 1
@@ -154,7 +160,7 @@ def dw3_strip_kernel(
             o = i + PH - 2
             if o >= oh0:
                 store_tile(acc_done, n * ys_n + o * ys_h + y_cols, n * zs_n + o * zs_h + z_cols, offs_k, mask_w,
-                           mask_k, y_ptr, ys_k, z_ptr, zs_k, bias_ptr, bias_stride, alpha, beta, alpha2, coef,
+                           mask_k, y_ptr, ys_k, z_ptr, zs_k, bias_ptr, bias_stride, 1.0, beta, alpha2, coef,
                            swish_beta, ACT, HAS_BIAS, HAS_Z, BETA_ZERO)
             acc_done = acc_mid
             acc_mid = acc_new
@@ -165,7 +171,7 @@ def dw3_strip_kernel(
         r_end = 2 * oh_end - PH + 1  # one past the last input row the strip reads
         if L2_AHEAD > 0:
             for j in range(r_first, tl.minimum(r_first + 2 * L2_AHEAD + 1, r_end)):
-                _pf_row(x_ptr, j * xs_h, (j >= 0) & (j < IH), pf_off, pf_ok, PF_ASM)
+                _pf_row(x_ptr, j, IH, xs_h, pf_off, PF_ASM)
         x0, x1, x2 = _row3(x_ptr, x_img + r_first * xs_h, (r_first >= 0) & (r_first < IH), col0, col1, col2,
                            ok0, ok1, ok2, chan, mask_k)
         carry = x0.to(tl.float32) * w00 + x1.to(tl.float32) * w01 + x2.to(tl.float32) * w02
@@ -181,9 +187,8 @@ def dw3_strip_kernel(
             r2 = r1 + 1
             if L2_AHEAD > 0:
                 j = r2 + 2 * L2_AHEAD - 1
-                _pf_row(x_ptr, j * xs_h, (j >= 0) & (j < IH) & (j < r_end), pf_off, pf_ok, PF_ASM)
-                _pf_row(x_ptr, (j + 1) * xs_h, (j + 1 >= 0) & (j + 1 < IH) & (j + 1 < r_end), pf_off, pf_ok,
-                        PF_ASM)
+                _pf_row(x_ptr, j, IH, xs_h, pf_off, PF_ASM)
+                _pf_row(x_ptr, j + 1, IH, xs_h, pf_off, PF_ASM)
             if REG_AHEAD:
                 x0, x1, x2 = a0, a1, a2
                 u0, u1, u2 = b0, b1, b2
@@ -205,8 +210,152 @@ def dw3_strip_kernel(
             acc = _fma3(acc, u0, u1, u2, w20, w21, w22)
             carry = u0 * w00 + u1 * w01 + u2 * w02
             store_tile(acc, n * ys_n + o * ys_h + y_cols, n * zs_n + o * zs_h + z_cols, offs_k, mask_w,
-                       mask_k, y_ptr, ys_k, z_ptr, zs_k, bias_ptr, bias_stride, alpha, beta, alpha2, coef,
+                       mask_k, y_ptr, ys_k, z_ptr, zs_k, bias_ptr, bias_stride, 1.0, beta, alpha2, coef,
                        swish_beta, ACT, HAS_BIAS, HAS_Z, BETA_ZERO)
+
+
+@triton.jit
+def _f32(x, CVT_ASM: tl.constexpr):
+    """x as float32; CVT_ASM (bfloat16 on the GPU): one shl / and per element instead of
+    Triton's prmt + shift for every odd element."""
+    if CVT_ASM:
+        return tl.inline_asm_elementwise("{ shl.b32 $0, $2, 16; and.b32 $1, $2, 0xffff0000; }", "=r,=r,r", [x],
+                                         dtype=tl.float32, is_pure=True, pack=2)
+    else:
+        return x.to(tl.float32)
+
+
+@triton.jit
+def _pair_row(x_ptr, row, row_ok, cl, ce, co, cr, ml, me, mo, mr):
+    """One input row at the four columns of a pair of outputs (left, even, odd, right)."""
+    base = x_ptr + row
+    xl = tl.load(base + cl, mask=ml & row_ok, other=0.0)
+    xe = tl.load(base + ce, mask=me & row_ok, other=0.0)
+    xo = tl.load(base + co, mask=mo & row_ok, other=0.0)
+    xr = tl.load(base + cr, mask=mr & row_ok, other=0.0)
+    return xl, xe, xo, xr
+
+
+@triton.jit(do_not_specialize=['IH', 'IW', 'OH', 'OW', 'PH', 'PW', 'n_rows', 'n_cols'])
+def dw3_pairs_kernel(
+        x_ptr, w_ptr, y_ptr, bias_ptr, z_ptr,
+        # sizes and strides as dw3_strip_kernel's
+        K, Kg, IH, IW, OH, OW, PH, PW, n_rows, n_cols,
+        xs_n, xs_c, xs_h, xs_w,
+        ws_k, ws_h, ws_w,
+        ys_n, ys_k, ys_h, ys_w,
+        zs_n, zs_k, zs_h, zs_w, bias_stride,
+        alpha, beta, alpha2, coef, swish_beta,
+        BH: tl.constexpr, BW: tl.constexpr, BC: tl.constexpr,
+        REG_AHEAD: tl.constexpr, L2_AHEAD: tl.constexpr, PF_ASM: tl.constexpr, CVT_ASM: tl.constexpr,
+        PF_N: tl.constexpr, PF_SPAN: tl.constexpr, PF_CH: tl.constexpr, PF_E: tl.constexpr,
+        FLIP: tl.constexpr, ACT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr,
+        BETA_ZERO: tl.constexpr, INT64: tl.constexpr):
+    """Stride 1 with the tile's rows being pairs of output columns (2g, 2g + 1): a pair
+    takes four input columns (left, even, odd, right) instead of six, so per output
+    element two loads and two conversions per input row, not three (the SASS count:
+    the conversions and address math, not the 9 FMAs, are most of the instructions).
+    BW output columns = BW / 2 pairs."""
+    BWH: tl.constexpr = BW // 2
+    # -- map the program to (image, row strip, column block) and a channel block
+    pid = tl.program_id(0)
+    col_blk = pid % n_cols
+    t = pid // n_cols
+    row_blk = t % n_rows
+    n = t // n_rows
+    if INT64:
+        n = n.to(tl.int64)
+    k0 = tl.program_id(1) * BC
+    offs_k = k0 + tl.arange(0, BC)
+    mask_k = offs_k < K
+    q0 = col_blk * BW + 2 * tl.arange(0, BWH)   # even output column of each pair
+    mask_e = q0 < OW
+    mask_o = q0 + 1 < OW
+    oh0 = row_blk * BH
+    oh_end = tl.minimum(oh0 + BH, OH)
+
+    # -- pointers: the four input columns of each pair, channels, weights
+    il = q0 - PW
+    chan = (offs_k // Kg) * xs_c
+    cl = (il * xs_w)[:, None] + chan[None, :]
+    ce = cl + xs_w
+    co = ce + xs_w
+    cr = co + xs_w
+    mk = mask_k[None, :]
+    ml = (mask_e & (il >= 0) & (il < IW))[:, None] & mk
+    me = (mask_e & (il + 1 >= 0) & (il + 1 < IW))[:, None] & mk
+    mo = ((mask_e & (il + 2 >= 0) & (il + 2 < IW)))[:, None] & mk
+    mr = (mask_o & (il + 3 >= 0) & (il + 3 < IW))[:, None] & mk
+    x_img = n * xs_n
+    w_col = offs_k * ws_k
+    w00, w01, w02 = _taps3(w_ptr, w_col, mask_k, 0, ws_h, ws_w, FLIP)
+    w10, w11, w12 = _taps3(w_ptr, w_col, mask_k, 1, ws_h, ws_w, FLIP)
+    w20, w21, w22 = _taps3(w_ptr, w_col, mask_k, 2, ws_h, ws_w, FLIP)
+    # alpha scales the weights once, so the epilogue's per-element multiply (by a
+    # constant 1.0) folds away
+    w00, w01, w02 = w00 * alpha, w01 * alpha, w02 * alpha
+    w10, w11, w12 = w10 * alpha, w11 * alpha, w12 * alpha
+    w20, w21, w22 = w20 * alpha, w21 * alpha, w22 * alpha
+    y_e = q0 * ys_w
+    z_e = q0 * zs_w
+
+    # -- the L2 prefetch's chunks (as dw3_strip_kernel)
+    pf = tl.arange(0, PF_N)
+    pf_col = pf // PF_CH
+    ci0 = k0 // Kg
+    n_ci = (tl.minimum(k0 + BC, K) - 1) // Kg - ci0 + 1
+    pf_ci = ci0 + tl.minimum((pf % PF_CH) * PF_E, n_ci - 1)
+    pf_iw = col_blk * BW - PW + pf_col
+    pf_ok = (pf < PF_SPAN * PF_CH) & (pf_iw >= 0) & (pf_iw < IW)
+    pf_off = tl.where(pf_ok, x_img + pf_iw * xs_w + pf_ci * xs_c, 0)  # masked lanes: x's first element
+
+    # -- walk the input rows (as dw3_strip_kernel, stride 1), two accumulators per stage
+    i_first = oh0 - PH
+    i_end = oh_end - PH + 2
+    if L2_AHEAD > 0:
+        for j in range(i_first, tl.minimum(i_first + L2_AHEAD, i_end)):
+            _pf_row(x_ptr, j, IH, xs_h, pf_off, PF_ASM)
+    if REG_AHEAD:
+        al, ae, ao, ar = _pair_row(x_ptr, x_img + i_first * xs_h, (i_first >= 0) & (i_first < IH), cl, ce, co, cr,
+                                   ml, me, mo, mr)
+    done_e = tl.zeros((BWH, BC), dtype=tl.float32)
+    done_o = tl.zeros((BWH, BC), dtype=tl.float32)
+    mid_e = tl.zeros((BWH, BC), dtype=tl.float32)
+    mid_o = tl.zeros((BWH, BC), dtype=tl.float32)
+    for i in range(i_first, i_end):
+        if L2_AHEAD > 0:
+            j = i + L2_AHEAD
+            _pf_row(x_ptr, j, IH, xs_h, pf_off, PF_ASM)
+        if REG_AHEAD:
+            xl, xe, xo, xr = al, ae, ao, ar
+            j = i + 1
+            al, ae, ao, ar = _pair_row(x_ptr, x_img + j * xs_h, (j >= 0) & (j < IH) & (j < i_end), cl, ce, co, cr,
+                                       ml, me, mo, mr)
+        else:
+            xl, xe, xo, xr = _pair_row(x_ptr, x_img + i * xs_h, (i >= 0) & (i < IH), cl, ce, co, cr, ml, me, mo, mr)
+        xl = _f32(xl, CVT_ASM)
+        xe = _f32(xe, CVT_ASM)
+        xo = _f32(xo, CVT_ASM)
+        xr = _f32(xr, CVT_ASM)
+        done_e = _fma3(done_e, xl, xe, xo, w20, w21, w22)
+        done_o = _fma3(done_o, xe, xo, xr, w20, w21, w22)
+        mid_e = _fma3(mid_e, xl, xe, xo, w10, w11, w12)
+        mid_o = _fma3(mid_o, xe, xo, xr, w10, w11, w12)
+        new_e = xl * w00 + xe * w01 + xo * w02
+        new_o = xe * w00 + xo * w01 + xr * w02
+        o = i + PH - 2
+        if o >= oh0:
+            ry = n * ys_n + o * ys_h
+            rz = n * zs_n + o * zs_h
+            store_tile(done_e, ry + y_e, rz + z_e, offs_k, mask_e, mask_k, y_ptr, ys_k, z_ptr, zs_k, bias_ptr,
+                       bias_stride, 1.0, beta, alpha2, coef, swish_beta, ACT, HAS_BIAS, HAS_Z, BETA_ZERO)
+            store_tile(done_o, ry + y_e + ys_w, rz + z_e + zs_w, offs_k, mask_o, mask_k, y_ptr, ys_k, z_ptr, zs_k,
+                       bias_ptr, bias_stride, 1.0, beta, alpha2, coef, swish_beta, ACT, HAS_BIAS, HAS_Z,
+                       BETA_ZERO)
+        done_e = mid_e
+        done_o = mid_o
+        mid_e = new_e
+        mid_o = new_o
 
 
 # -- host side -----------------------------------------------------------------------
@@ -223,18 +372,27 @@ def configs(device, k, stride=1):
     warps, 4 elements (8-byte vectors, half the weight registers) at 512; L2_AHEAD rows
     of prefetch (steps of two rows at stride 2)."""
     if device.type != "cuda":
-        return [dict(BH=4, BW=4, BC=4, num_warps=1, REG_AHEAD=1, L2_AHEAD=2)]
+        cpu = [dict(BH=4, BW=4, BC=4, num_warps=1, REG_AHEAD=1, L2_AHEAD=2)]
+        return cpu + ([dict(cpu[0], PAIRS=True, CVT=1)] if stride == 1 else [])
     if stride == 1:
         table = ((16, 16, 64, 4, 1, 4), (16, 32, 32, 4, 1, 4), (8, 16, 64, 4, 1, 3), (16, 8, 128, 4, 1, 4),
                  (32, 16, 64, 4, 1, 6), (16, 16, 64, 4, 0, 4), (16, 32, 64, 8, 1, 4), (16, 8, 64, 4, 1, 4),
                  (16, 16, 32, 4, 1, 4), (28, 16, 64, 4, 1, 8))
+        # dw3_pairs_kernel (PAIRS): BW / 2 pairs x BC; CVT: the one-instruction bf16 unpack
+        pairs = ((16, 32, 64, 4, 1, 4, 1), (16, 32, 64, 4, 1, 4, 0), (16, 16, 64, 4, 1, 4, 1),
+                 (16, 64, 32, 4, 1, 4, 1), (16, 16, 128, 4, 1, 4, 1), (8, 32, 64, 4, 1, 3, 1),
+                 (28, 32, 64, 4, 1, 8, 1), (16, 32, 64, 4, 0, 4, 1), (16, 32, 32, 4, 1, 4, 1))
     else:
         table = ((8, 16, 64, 4, 1, 2), (8, 8, 64, 4, 1, 2), (8, 16, 32, 4, 1, 2), (4, 16, 64, 4, 1, 2),
                  (8, 8, 128, 4, 1, 2), (8, 16, 64, 4, 0, 3), (14, 8, 64, 4, 1, 3))
+        pairs = ()
     out = []
     for bh, bw, bc, warps, reg, l2 in table:
         if bc <= max(16, next_pow2(k)):
             out.append(dict(BH=bh, BW=bw, BC=bc, num_warps=warps, REG_AHEAD=reg, L2_AHEAD=l2))
+    for bh, bw, bc, warps, reg, l2, cvt in pairs:
+        if bc <= max(16, next_pow2(k)):
+            out.append(dict(BH=bh, BW=bw, BC=bc, num_warps=warps, REG_AHEAD=reg, L2_AHEAD=l2, PAIRS=True, CVT=cvt))
     return out
 
 
@@ -258,9 +416,15 @@ def launch_strip(x, w, y, geo, alpha, beta, spec, cfg, flip, nd):
     head = (k, kg, ih, iw, oh, ow, geo.pad[1], geo.pad[2], n_rows, n_cols,
             xs[0], xs[1], xs[3], xs[4], ws[0], ws[3], ws[4], ys[0], ys[1], ys[3], ys[4],
             zs[0], zs[1], zs[3], zs[4], bias_stride)
+    on_gpu = x.device.type == "cuda"
     consts = dict(BH=bh, BW=bw, BC=bc, STRIDE=stride, REG_AHEAD=bool(cfg.get("REG_AHEAD", 1)), L2_AHEAD=l2,
-                  PF_ASM=x.device.type == "cuda", PF_N=next_pow2(span * ch), PF_SPAN=span, PF_CH=ch, PF_E=e,
+                  PF_ASM=on_gpu, PF_N=next_pow2(span * ch), PF_SPAN=span, PF_CH=ch, PF_E=e,
                   FLIP=flip, ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z, BETA_ZERO=beta == 0,
                   INT64=needs_int64(x, y, z))
-    launch(dw3_strip_kernel, grid, (x, w, y, bias, z) + head + (float(alpha), float(beta), alpha2, coef, swish_beta),
+    kernel = dw3_strip_kernel
+    if cfg.get("PAIRS") and stride == 1 and bw >= 2:
+        kernel = dw3_pairs_kernel
+        del consts["STRIDE"]
+        consts["CVT_ASM"] = bool(cfg.get("CVT")) and on_gpu and x.dtype == torch.bfloat16
+    launch(kernel, grid, (x, w, y, bias, z) + head + (float(alpha), float(beta), alpha2, coef, swish_beta),
            consts, dict(num_warps=cfg["num_warps"]))
