@@ -44,15 +44,17 @@ def test_compiles_for_sm90(cfg):
     bm = cfg["NB"] * cfg["BH"] * cfg["BW"]
     wg = cfg["num_warps"] // 4
     # one 64-row wgmma per 16 channels of BLOCK_K, per 64-row slice of a warpgroup's rows
-    per_step = (cfg["BLOCK_K"] // 16) * (bm // 64 // wg)
+    # (the ping-pong kernel has the main loop twice: one copy per consumer partition)
+    per_step = (cfg["BLOCK_K"] // 16) * (bm // 64 // wg) * (2 if cfg["PINGPONG"] else 1)
     hgmma = re.findall(r"HGMMA\.64x(\d+)x16\.F32\.BF16", sass)
     assert len(hgmma) == per_step, (len(hgmma), per_step)
     assert all(int(n) == cfg["BLOCK_N"] for n in hgmma)
     # registers fit PER_SM programs; where the cap binds, the loader gives registers back and
     # the consumers take them (setmaxnreg)
-    cap = gc.max_regs(cfg["num_warps"], cfg["PER_SM"])
-    assert cap * (cfg["num_warps"] + 4) * 32 * cfg["PER_SM"] <= 65536
-    regs = [int(r, 16) for r in re.findall(r"USETMAXREG\.TRY_ALLOC\.CTAPOOL UP\d, (0x[0-9a-f]+)", sass)]
+    cap, loader, second = gc._regs(cfg)
+    consumer_warps = cfg["num_warps"] * (2 if cfg["PINGPONG"] else 1)
+    assert cap * (consumer_warps + 4) * 32 * cfg["PER_SM"] <= 65536
+    regs = [int(r, 16) for r in re.findall(r"USETMAXREG\.\w+\.CTAPOOL (?:UP\d, )?(0x[0-9a-f]+)", sass)]
     if cap < 256:
         assert min(regs) <= 40 and max(regs) > cap, (regs, cap)
     assert "UTMALDG.4D" in sass and "UTMALDG.2D" in sass and "UTMASTG.4D" in sass

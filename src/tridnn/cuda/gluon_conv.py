@@ -94,21 +94,36 @@ def _loader(x_desc, w_desc, a_bufs, b_bufs, ready, empty,
 
 
 @gluon.jit
-def _consumer(y_desc, a_bufs, b_bufs, ready, empty, c_smem, alpha,
+def _consumer(y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, alpha,
               NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
               NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_N: gl.constexpr,
-              BLOCK_K: gl.constexpr, STAGES: gl.constexpr, HAS_ALPHA: gl.constexpr, num_warps: gl.constexpr):
-    """Default partition (num_warps warps): async wgmma over the ring, one MMA in flight; the
-    slot of MMA i-1 is released once MMA i is issued and i-1 retired. Epilogue: bfloat16 tile
-    -> shared -> TMA store, which drains while the next tile's MMAs run."""
+              BLOCK_K: gl.constexpr, STAGES: gl.constexpr, HAS_ALPHA: gl.constexpr,
+              PARTITION: gl.constexpr, CONSUMERS: gl.constexpr, WARPS: gl.constexpr):
+    """A consumer partition (WARPS warps): of this program's tiles it takes every CONSUMERS-th,
+    starting at PARTITION. Per k-step: wait for the slot, async wgmma, keep one MMA in flight,
+    free the slot of the MMA that retired. Epilogue: bfloat16 tile -> shared -> TMA store,
+    drained while the next tile computes.
+
+    With CONSUMERS = 2 (ping-pong) the loader fills the ring tile after tile, so the two
+    consumers' main loops take turns on the tensor cores and each one's epilogue overlaps
+    the other's main loop. A consumer starts tile j only after the other one has seen all
+    of tile j-1 arrive ("turns" barriers): a ring slot's "ready" barrier then has at most
+    one phase pending, so waiting on its parity cannot match a phase two laps old."""
     BLOCK_M: gl.constexpr = NB * BH * BW
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
                                                          instr_shape=[16, BLOCK_N, 16])
+    c_smem = c_bufs.index(PARTITION)
     c_tile = c_smem.reshape([BLOCK_M, BLOCK_N])
-    it = 0
-    for t in range(gl.program_id(0), NUM_TILES, gl.num_programs(0)):
-        n0, oh0, ow0, k0 = _tile_coords(t, TILES_H, TILES_W, N_BLOCKS, NB, BH, BW, BLOCK_N)
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    my_tiles = (NUM_TILES - pid + nprog - 1) // nprog
+    for j in range(PARTITION, my_tiles, CONSUMERS):
+        n0, oh0, ow0, k0 = _tile_coords(pid + j * nprog, TILES_H, TILES_W, N_BLOCKS, NB, BH, BW, BLOCK_N)
+        it = j * K_STEPS  # ring position of this tile's first k-step (the loader's order)
         acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
+        if CONSUMERS > 1:
+            # tile j-1 was the other consumer's ((j-1)//2)-th
+            mbarrier.wait(turns.index(1 - PARTITION), ((j - 1) // 2) & 1, pred=j > 0)
         for kk in range(K_STEPS):
             s = it % STAGES
             mbarrier.wait(ready.index(s), (it // STAGES) & 1)
@@ -119,11 +134,13 @@ def _consumer(y_desc, a_bufs, b_bufs, ready, empty, c_smem, alpha,
             # MMA it-1 has retired: its slot may be refilled.
             mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=kk > 0)
             it += 1
+        if CONSUMERS > 1:
+            mbarrier.arrive(turns.index(PARTITION))
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES))
         if HAS_ALPHA:
             acc = acc * alpha
-        # The previous tile's store must have read c_smem before it is overwritten.
+        # This partition's previous store must have read c_smem before it is overwritten.
         tma.store_wait(pendings=0)
         gl.thread_barrier()
         c_tile.store(acc.to(y_desc.dtype))
@@ -144,51 +161,74 @@ def gluon_conv_fwd_kernel(
     # tile list: NUM_TILES = ceil(N/NB) * TILES_H * TILES_W * N_BLOCKS; K_STEPS = KH*KW*C/BLOCK_K
     NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
     NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-    STAGES: gl.constexpr, HAS_ALPHA: gl.constexpr, LOADER_REGS: gl.constexpr, num_warps: gl.constexpr,
+    STAGES: gl.constexpr, HAS_ALPHA: gl.constexpr, PINGPONG: gl.constexpr, LOADER_REGS: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr,
 ):
-    """Forward convolution, persistent and warp-specialized (see the module docstring)."""
-    # Shared memory: a ring of STAGES (x box, filter box) slots, one output tile, barriers.
+    """Forward convolution, persistent and warp-specialized (see the module docstring).
+    PINGPONG: a second consumer partition of num_warps warps takes every other tile."""
+    CONSUMERS: gl.constexpr = 2 if PINGPONG else 1
+    # Shared memory: a ring of STAGES (x box, filter box) slots, an output tile per consumer.
     a_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
     b_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
-    c_smem = gl.allocate_shared_memory(y_desc.dtype, y_desc.block_type.shape, y_desc.layout)
+    c_bufs = gl.allocate_shared_memory(y_desc.dtype, [CONSUMERS] + y_desc.block_type.shape, y_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=1)
+    for i in gl.static_range(2):
+        mbarrier.init(turns.index(i), count=1)
     fence_async_shared()
 
-    gl.warp_specialize([
-        (_consumer, (y_desc, a_bufs, b_bufs, ready, empty, c_smem, alpha,
-                     NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
-                     NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, HAS_ALPHA, num_warps)),
-        (_loader, (x_desc, w_desc, a_bufs, b_bufs, ready, empty,
-                   C, KW, PAD_H, PAD_W, DIL_H, DIL_W,
-                   NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
-                   NB, BH, BW, BLOCK_N, BLOCK_K, STAGES)),
-    ], [1], [LOADER_REGS])
+    if PINGPONG:
+        gl.warp_specialize([
+            (_consumer, (y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, alpha,
+                         NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
+                         NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, HAS_ALPHA, 0, CONSUMERS, num_warps)),
+            (_loader, (x_desc, w_desc, a_bufs, b_bufs, ready, empty,
+                       C, KW, PAD_H, PAD_W, DIL_H, DIL_W,
+                       NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
+                       NB, BH, BW, BLOCK_N, BLOCK_K, STAGES)),
+            (_consumer, (y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, alpha,
+                         NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
+                         NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, HAS_ALPHA, 1, CONSUMERS, num_warps)),
+        ], [1, num_warps], [LOADER_REGS, CONSUMER_REGS])
+    else:
+        gl.warp_specialize([
+            (_consumer, (y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, alpha,
+                         NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
+                         NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, HAS_ALPHA, 0, CONSUMERS, num_warps)),
+            (_loader, (x_desc, w_desc, a_bufs, b_bufs, ready, empty,
+                       C, KW, PAD_H, PAD_W, DIL_H, DIL_W,
+                       NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
+                       NB, BH, BW, BLOCK_N, BLOCK_K, STAGES)),
+        ], [1], [LOADER_REGS])
 
 
 # --------------------------------------------------------------------------------------
 # Host side
 # --------------------------------------------------------------------------------------
 
-def config(nb, bh, bw, bn, stages, warps, bk=64, per_sm=1):
+def config(nb, bh, bw, bn, stages, warps, bk=64, per_sm=1, pingpong=False):
     """One tile shape: NB x BH x BW output pixels times BLOCK_N channels, a ring of STAGES slots,
     num_warps consumer warps (4: one warpgroup, 8: two sharing the rows), per_sm programs
-    resident on an SM (registers are capped to allow it; the grid is per_sm x SMs)."""
-    return dict(NB=nb, BH=bh, BW=bw, BLOCK_N=bn, BLOCK_K=bk, STAGES=stages, num_warps=warps, PER_SM=per_sm)
+    resident on an SM (registers are capped to allow it; the grid is per_sm x SMs); pingpong:
+    two consumer partitions of num_warps warps taking alternate tiles."""
+    return dict(NB=nb, BH=bh, BW=bw, BLOCK_N=bn, BLOCK_K=bk, STAGES=stages, num_warps=warps, PER_SM=per_sm,
+                PINGPONG=pingpong)
 
 
 def name(cfg) -> str:
     return (f"{cfg['NB']}x{cfg['BH']}x{cfg['BW']}x{cfg['BLOCK_N']} s{cfg['STAGES']} w{cfg['num_warps']}"
-            + (f" p{cfg['PER_SM']}" if cfg.get("PER_SM", 1) > 1 else ""))
+            + (f" p{cfg['PER_SM']}" if cfg.get("PER_SM", 1) > 1 else "") + (" pp" if cfg.get("PINGPONG") else ""))
 
 
 def shared_bytes(cfg, itemsize=2) -> int:
-    """Dynamic shared memory of a config: the ring plus the output tile (barriers aside)."""
+    """Dynamic shared memory of a config: the ring plus an output tile per consumer (barriers aside)."""
     bm = cfg["NB"] * cfg["BH"] * cfg["BW"]
-    return itemsize * (cfg["STAGES"] * (bm + cfg["BLOCK_N"]) * cfg["BLOCK_K"] + bm * cfg["BLOCK_N"])
+    consumers = 2 if cfg.get("PINGPONG") else 1
+    return itemsize * (cfg["STAGES"] * (bm + cfg["BLOCK_N"]) * cfg["BLOCK_K"] + consumers * bm * cfg["BLOCK_N"])
 
 
 # Candidates for the H200 (227 KB of shared memory a program); BLOCK_M = 128 or 256.
@@ -196,15 +236,26 @@ CONFIGS = [
     config(1, 8, 16, 128, 4, 8), config(1, 8, 16, 256, 3, 8), config(1, 16, 16, 128, 3, 8),
     config(1, 4, 32, 128, 4, 8), config(2, 8, 8, 128, 4, 8), config(2, 8, 8, 256, 3, 8),
     config(1, 8, 16, 64, 4, 4, per_sm=2), config(2, 8, 8, 64, 4, 4, per_sm=2), config(1, 8, 16, 128, 4, 4),
+    config(1, 8, 16, 128, 4, 4, pingpong=True), config(2, 8, 8, 128, 4, 4, pingpong=True),
+    config(1, 4, 32, 128, 4, 4, pingpong=True),
 ]
 
 
-def max_regs(num_warps: int, per_sm: int = 1) -> int:
-    """The register cap that lets per_sm programs (num_warps + one 4-warp group for the loader
-    each) fit the SM's 64K registers; setmaxnreg then moves the loader's surplus to the
-    consumers."""
-    threads = (num_warps + 4) * 32 * per_sm
+def max_regs(num_warps: int, per_sm: int = 1, pingpong: bool = False) -> int:
+    """The register cap that lets per_sm programs (num_warps consumer warps, twice with
+    pingpong, plus one 4-warp group for the loader) fit the SM's 64K registers; setmaxnreg
+    then moves the loader's surplus to the consumers."""
+    threads = (num_warps * (2 if pingpong else 1) + 4) * 32 * per_sm
     return min(256, (65536 // threads) // 8 * 8)
+
+
+def _regs(cfg):
+    """(maxnreg, loader registers, registers of the second consumer partition)."""
+    cap = max_regs(cfg["num_warps"], cfg.get("PER_SM", 1), cfg.get("PINGPONG", False))
+    loader = cfg.get("LOADER_REGS", 40)
+    # the second consumer takes an equal share of what the loader leaves (multiple of 8)
+    second = min(256, ((cap * 3 - loader) // 2) // 8 * 8) if cfg.get("PINGPONG") else 0
+    return cap, loader, second
 
 
 def _layout(block, dtype):
@@ -279,12 +330,12 @@ def prepare(x, w, padding=(1, 1), dilation=(1, 1), cfg=None, y=None, alpha=1.0, 
     if sms is None:
         sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     grid = (min(num_tiles, sms * cfg.get("PER_SM", 1)),)
-    loader_regs = cfg.get("LOADER_REGS", 40)
+    cap, loader_regs, consumer_regs = _regs(cfg)
     args = (x_desc, w_desc, y_desc, float(alpha), c, kw, padding[0], padding[1], dilation[0], dilation[1],
             num_tiles, tiles_h, tiles_w, n_blocks, k_steps)
     meta = dict(NB=NB, BH=BH, BW=BW, BLOCK_N=BN, BLOCK_K=BK, STAGES=cfg["STAGES"], HAS_ALPHA=alpha != 1.0,
-                LOADER_REGS=loader_regs, num_warps=cfg["num_warps"],
-                maxnreg=max_regs(cfg["num_warps"], cfg.get("PER_SM", 1)))
+                PINGPONG=bool(cfg.get("PINGPONG")), LOADER_REGS=loader_regs, CONSUMER_REGS=consumer_regs,
+                num_warps=cfg["num_warps"], maxnreg=cap)
     return grid, args, meta, y
 
 
@@ -307,7 +358,7 @@ def _desc_sig(dtype_str, block, layout) -> str:
     return f"tensordesc<{dtype_str}[{', '.join(map(str, block))}],{layout!r}>"
 
 
-def compile_sm90(cfg, has_alpha=False, loader_regs=40):
+def compile_sm90(cfg, has_alpha=False):
     """Compile the kernel for sm_90 without a GPU; returns the CompiledKernel (asm: ptx, cubin)."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -324,13 +375,15 @@ def compile_sm90(cfg, has_alpha=False, loader_regs=40):
     for a in ("C", "KW", "PAD_H", "PAD_W", "DIL_H", "DIL_W", "NUM_TILES", "TILES_H", "TILES_W", "N_BLOCKS",
               "K_STEPS"):
         sig[a] = "i32"
+    cap, loader_regs, consumer_regs = _regs(cfg)
     consts = dict(NB=NB, BH=BH, BW=BW, BLOCK_N=BN, BLOCK_K=BK, STAGES=cfg["STAGES"], HAS_ALPHA=has_alpha,
-                  LOADER_REGS=loader_regs, num_warps=cfg["num_warps"])
+                  PINGPONG=bool(cfg.get("PINGPONG")), LOADER_REGS=loader_regs, CONSUMER_REGS=consumer_regs,
+                  num_warps=cfg["num_warps"])
     for k in consts:
         sig[k] = "constexpr"
     src = GluonASTSource(fn=fn, signature=sig,
                          constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()})
-    opts = dict(num_warps=cfg["num_warps"], maxnreg=max_regs(cfg["num_warps"], cfg.get("PER_SM", 1)))
+    opts = dict(num_warps=cfg["num_warps"], maxnreg=cap)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
 
 
