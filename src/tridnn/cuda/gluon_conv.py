@@ -150,7 +150,13 @@ def _consumer(y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, alpha,
     tma.store_wait(pendings=0)
 
 
-@gluon.jit
+# Integer arguments are not specialized (value 1, multiples of 16): one compile per config
+# serves every layer; they only feed the tile and tap bookkeeping.
+_RUNTIME_INTS = ["C", "KW", "PAD_H", "PAD_W", "DIL_H", "DIL_W", "NUM_TILES", "TILES_H", "TILES_W", "N_BLOCKS",
+                 "K_STEPS"]
+
+
+@gluon.jit(do_not_specialize=_RUNTIME_INTS)
 def gluon_conv_fwd_kernel(
     # TMA descriptors: x [N, H, W, C] box [NB, BH, BW, BLOCK_K]; filter [K, KH*KW*C] box
     # [BLOCK_N, BLOCK_K]; y [N, OH, OW, K] box [NB, BH, BW, BLOCK_N]
@@ -372,8 +378,7 @@ def compile_sm90(cfg, has_alpha=False):
         "y_desc": _desc_sig("bf16", [NB, BH, BW, BN], _layout([NB, BH, BW, BN], dt)),
         "alpha": "fp32",
     }
-    for a in ("C", "KW", "PAD_H", "PAD_W", "DIL_H", "DIL_W", "NUM_TILES", "TILES_H", "TILES_W", "N_BLOCKS",
-              "K_STEPS"):
+    for a in _RUNTIME_INTS:
         sig[a] = "i32"
     cap, loader_regs, consumer_regs = _regs(cfg)
     consts = dict(NB=NB, BH=BH, BW=BW, BLOCK_N=BN, BLOCK_K=BK, STAGES=cfg["STAGES"], HAS_ALPHA=has_alpha,
