@@ -315,8 +315,13 @@ def dw3_pairs_kernel(
     if L2_AHEAD > 0:
         for j in range(i_first, tl.minimum(i_first + L2_AHEAD, i_end)):
             _pf_row(x_ptr, j, IH, xs_h, pf_off, PF_ASM)
-    if REG_AHEAD:
+    # REG_AHEAD rows (0-2) loaded before the multiply-adds of the row before them
+    if REG_AHEAD >= 1:
         al, ae, ao, ar = _pair_row(x_ptr, x_img + i_first * xs_h, (i_first >= 0) & (i_first < IH), cl, ce, co, cr,
+                                   ml, me, mo, mr)
+    if REG_AHEAD >= 2:
+        j = i_first + 1
+        bl, be, bo, br = _pair_row(x_ptr, x_img + j * xs_h, (j >= 0) & (j < IH) & (j < i_end), cl, ce, co, cr,
                                    ml, me, mo, mr)
     done_e = tl.zeros((BWH, BC), dtype=tl.float32)
     done_o = tl.zeros((BWH, BC), dtype=tl.float32)
@@ -326,10 +331,16 @@ def dw3_pairs_kernel(
         if L2_AHEAD > 0:
             j = i + L2_AHEAD
             _pf_row(x_ptr, j, IH, xs_h, pf_off, PF_ASM)
-        if REG_AHEAD:
+        if REG_AHEAD == 1:
             xl, xe, xo, xr = al, ae, ao, ar
             j = i + 1
             al, ae, ao, ar = _pair_row(x_ptr, x_img + j * xs_h, (j >= 0) & (j < IH) & (j < i_end), cl, ce, co, cr,
+                                       ml, me, mo, mr)
+        elif REG_AHEAD == 2:
+            xl, xe, xo, xr = al, ae, ao, ar
+            al, ae, ao, ar = bl, be, bo, br
+            j = i + 2
+            bl, be, bo, br = _pair_row(x_ptr, x_img + j * xs_h, (j >= 0) & (j < IH) & (j < i_end), cl, ce, co, cr,
                                        ml, me, mo, mr)
         else:
             xl, xe, xo, xr = _pair_row(x_ptr, x_img + i * xs_h, (i >= 0) & (i < IH), cl, ce, co, cr, ml, me, mo, mr)
@@ -375,16 +386,22 @@ def configs(device, k, stride=1):
         cpu = [dict(BH=4, BW=4, BC=4, num_warps=1, REG_AHEAD=1, L2_AHEAD=2)]
         return cpu + ([dict(cpu[0], PAIRS=True, CVT=1)] if stride == 1 else [])
     if stride == 1:
-        table = ((16, 16, 64, 4, 1, 4), (16, 32, 32, 4, 1, 4), (8, 16, 64, 4, 1, 3), (16, 8, 128, 4, 1, 4),
-                 (32, 16, 64, 4, 1, 6), (16, 16, 64, 4, 0, 4), (16, 32, 64, 8, 1, 4), (16, 8, 64, 4, 1, 4),
-                 (16, 16, 32, 4, 1, 4), (28, 16, 64, 4, 1, 8))
-        # dw3_pairs_kernel (PAIRS): BW / 2 pairs x BC; CVT: the one-instruction bf16 unpack
+        table = ((16, 16, 64, 4, 1, 4), (16, 8, 64, 4, 1, 4), (16, 32, 32, 4, 1, 4), (16, 16, 32, 4, 1, 4))
+        # dw3_pairs_kernel (PAIRS): BW / 2 pairs x BC; CVT: the one-instruction bf16 unpack.
+        # Pair-elements per thread 4 (8-byte vectors, ~120 registers) or 8 (16 bytes, ~200);
+        # BW 16 fits W = 112 and 14, 8 fits 7, BC 16 fits C = 144; BH 4-56 (short strips:
+        # enough programs for the 14 x 14 and 7 x 7 layers)
         pairs = ((16, 32, 64, 4, 1, 4, 1), (16, 32, 64, 4, 1, 4, 0), (16, 16, 64, 4, 1, 4, 1),
-                 (16, 64, 32, 4, 1, 4, 1), (16, 16, 128, 4, 1, 4, 1), (8, 32, 64, 4, 1, 3, 1),
-                 (28, 32, 64, 4, 1, 8, 1), (16, 32, 64, 4, 0, 4, 1), (16, 32, 32, 4, 1, 4, 1))
+                 (16, 16, 64, 4, 2, 4, 1), (16, 16, 64, 2, 1, 4, 1), (16, 64, 32, 4, 1, 4, 1),
+                 (16, 32, 32, 4, 1, 4, 1), (16, 32, 32, 2, 1, 4, 1), (16, 64, 16, 2, 1, 4, 1),
+                 (16, 32, 16, 2, 1, 4, 1), (8, 8, 64, 2, 1, 3, 1), (8, 8, 128, 4, 1, 3, 1),
+                 (28, 32, 64, 4, 1, 8, 1), (56, 16, 64, 4, 1, 8, 1), (16, 32, 64, 4, 0, 4, 1),
+                 (16, 16, 128, 4, 1, 4, 1), (8, 16, 64, 2, 1, 3, 1), (4, 16, 64, 2, 1, 2, 1),
+                 (4, 8, 64, 2, 1, 2, 1))
     else:
         table = ((8, 16, 64, 4, 1, 2), (8, 8, 64, 4, 1, 2), (8, 16, 32, 4, 1, 2), (4, 16, 64, 4, 1, 2),
-                 (8, 8, 128, 4, 1, 2), (8, 16, 64, 4, 0, 3), (14, 8, 64, 4, 1, 3))
+                 (8, 8, 128, 4, 1, 2), (8, 16, 64, 4, 0, 3), (14, 8, 64, 4, 1, 3), (8, 32, 32, 4, 1, 2),
+                 (8, 16, 16, 2, 1, 2), (4, 8, 64, 2, 1, 2))
         pairs = ()
     out = []
     for bh, bw, bc, warps, reg, l2 in table:
@@ -425,6 +442,7 @@ def launch_strip(x, w, y, geo, alpha, beta, spec, cfg, flip, nd):
     if cfg.get("PAIRS") and stride == 1 and bw >= 2:
         kernel = dw3_pairs_kernel
         del consts["STRIDE"]
+        consts["REG_AHEAD"] = int(cfg.get("REG_AHEAD", 1))
         consts["CVT_ASM"] = bool(cfg.get("CVT")) and on_gpu and x.dtype == torch.bfloat16
     launch(kernel, grid, (x, w, y, bias, z) + head + (float(alpha), float(beta), alpha2, coef, swish_beta),
            consts, dict(num_warps=cfg["num_warps"]))
