@@ -83,8 +83,11 @@ def useful(cfg, n, oh, ow) -> float:
 
 
 def applies(cfg, n, c, k, oh, ow) -> bool:
-    """Skip tiles mostly outside the layer (half the pixels or channels wasted)."""
-    return cfg["BLOCK_N"] <= max(k, 64) and useful(cfg, n, oh, ow) >= 0.5
+    """Skip tiles mostly outside the layer (half the pixels or channels wasted), and the
+    64-channel tiles where wider ones fit (they need ~1.5x the L2 bandwidth)."""
+    if cfg["BLOCK_N"] > max(k, 64) or (cfg["BLOCK_N"] < 128 and k >= 128):
+        return False
+    return c % cfg["BLOCK_K"] == 0 and useful(cfg, n, oh, ow) >= 0.5
 
 
 def make(n, c, k, h, w, kh, kw, dev, seed=0):

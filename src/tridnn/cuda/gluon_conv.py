@@ -227,6 +227,7 @@ def config(nb, bh, bw, bn, stages, warps, bk=64, per_sm=1, pingpong=False):
 
 def name(cfg) -> str:
     return (f"{cfg['NB']}x{cfg['BH']}x{cfg['BW']}x{cfg['BLOCK_N']} s{cfg['STAGES']} w{cfg['num_warps']}"
+            + (f" k{cfg['BLOCK_K']}" if cfg["BLOCK_K"] != 64 else "")
             + (f" p{cfg['PER_SM']}" if cfg.get("PER_SM", 1) > 1 else "") + (" pp" if cfg.get("PINGPONG") else ""))
 
 
@@ -237,13 +238,23 @@ def shared_bytes(cfg, itemsize=2) -> int:
     return itemsize * (cfg["STAGES"] * (bm + cfg["BLOCK_N"]) * cfg["BLOCK_K"] + consumers * bm * cfg["BLOCK_N"])
 
 
-# Candidates for the H200 (227 KB of shared memory a program); BLOCK_M = 128 or 256.
+# Candidates for the H200 (227 KB of shared memory a program). Per k-step a tile reads
+# (BLOCK_M + BLOCK_N) * BLOCK_K * 2 bytes from L2 for BLOCK_M * BLOCK_N * BLOCK_K MACs, so
+# 128 x 128 tiles need ~11 TB/s of L2 at the tensor cores' 700 TFLOP/s: the 256 x 128 and
+# 128 x 256 tiles (two consumer warpgroups) need ~8. Box shapes follow the layers' images:
+# 56x56: 8x16, 2x8x8; 28x28: 4x32 (7/8 of the box useful); 14x14 and 7x7: 8x8 boxes.
 CONFIGS = [
+    # cooperative: num_warps/4 warpgroups share the tile's rows
     config(1, 8, 16, 128, 4, 8), config(1, 8, 16, 256, 3, 8), config(1, 16, 16, 128, 3, 8),
     config(1, 4, 32, 128, 4, 8), config(2, 8, 8, 128, 4, 8), config(2, 8, 8, 256, 3, 8),
-    config(1, 8, 16, 64, 4, 4, per_sm=2), config(2, 8, 8, 64, 4, 4, per_sm=2), config(1, 8, 16, 128, 4, 4),
+    config(2, 4, 32, 128, 3, 8), config(4, 8, 8, 128, 3, 8), config(1, 8, 16, 128, 3, 8, bk=128),
+    # 64 output channels (res2): small tiles two programs an SM, or 256 pixels
+    config(1, 8, 16, 64, 4, 4, per_sm=2), config(2, 8, 8, 64, 4, 4, per_sm=2), config(4, 8, 8, 64, 4, 8),
+    config(1, 8, 16, 128, 4, 4),
+    # ping-pong: two one-warpgroup consumers on alternate tiles (epilogue hidden)
     config(1, 8, 16, 128, 4, 4, pingpong=True), config(2, 8, 8, 128, 4, 4, pingpong=True),
-    config(1, 4, 32, 128, 4, 4, pingpong=True),
+    config(1, 4, 32, 128, 4, 4, pingpong=True), config(1, 8, 8, 256, 4, 4, pingpong=True),
+    config(2, 8, 8, 64, 4, 4, pingpong=True),
 ]
 
 
