@@ -72,6 +72,9 @@ def test_why_not():
     assert gc.why_not(x.contiguous(), w, (1, 1), (1, 1)) is not None  # NCHW
     assert gc.why_not(x, w, (1, 1), (1, 1), stride=(2, 2)) is not None
     assert gc.why_not(x[:, :32], w[:, :32], (1, 1), (1, 1)) is not None  # 32 channels
+    k128 = next(cfg for cfg in gc.CONFIGS if cfg["BLOCK_K"] == 128)
+    with pytest.raises(ValueError, match="BLOCK_K"):
+        gc.prepare(x, w, cfg=k128, sms=132)  # 64 channels, 128 a k-step
 
 
 def test_filter_matrix_order():
@@ -98,6 +101,21 @@ GPU_CASES = [  # (N, C, K, H, W, KH, KW, pad, dil)
 ]
 
 
+_REFERENCES = {}
+
+
+def _problem(case):
+    """bfloat16 inputs and their float64 convolution, made once per case."""
+    if case not in _REFERENCES:
+        n, c, k, h, w_, kh, kw, pad, dil = case
+        g = torch.Generator().manual_seed(hash(case) % 2**31)
+        x = torch.randn(n, c, h, w_, generator=g).to(torch.bfloat16)
+        w = (torch.randn(k, c, kh, kw, generator=g) / np.sqrt(c * kh * kw)).to(torch.bfloat16)
+        ref = torch.nn.functional.conv2d(x.double(), w.double(), padding=pad, dilation=dil)
+        _REFERENCES[case] = (x, w, ref)
+    return _REFERENCES[case]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("cfg", gc.CONFIGS, ids=gc.name)
 @pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: "x".join(map(str, c)))
@@ -107,10 +125,9 @@ def test_gpu_against_float64(case, cfg):
     if os.environ.get("TRITON_INTERPRET") == "1":
         pytest.fail("Gluon does not run under the interpreter: set TRIDNN_GPU_TESTS=1")
     n, c, k, h, w_, kh, kw, pad, dil = case
-    g = torch.Generator().manual_seed(hash(case) % 2**31)
-    x = torch.randn(n, c, h, w_, generator=g).to(torch.bfloat16)
-    w = (torch.randn(k, c, kh, kw, generator=g) / np.sqrt(c * kh * kw)).to(torch.bfloat16)
-    ref = torch.nn.functional.conv2d(x.double(), w.double(), padding=pad, dilation=dil)
+    if c % cfg["BLOCK_K"]:
+        pytest.skip("channels not a multiple of this config's BLOCK_K")
+    x, w, ref = _problem(case)
     xd = x.cuda().to(memory_format=torch.channels_last)
     for alpha in (1.0, 0.5):
         y = gc.conv2d(xd, w.cuda(), (pad, pad), (dil, dil), cfg=cfg, alpha=alpha)

@@ -335,6 +335,8 @@ def prepare(x, w, padding=(1, 1), dilation=(1, 1), cfg=None, y=None, alpha=1.0, 
     if w_mat is None:
         w_mat = filter_matrix(w)
     NB, BH, BW, BN, BK = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    if c % BK:
+        raise ValueError(f"channels ({c}) must be a multiple of the config's BLOCK_K ({BK})")
     dt = _gl_dtype(x.dtype)
     x4 = x.permute(0, 2, 3, 1)  # [N, H, W, C] view, dense
     y4 = y.permute(0, 2, 3, 1)
