@@ -1,30 +1,33 @@
-"""Depthwise 3x3 forward (stride 1 or 2) that keeps DRAM busy with L2 prefetches.
+"""Depthwise 3x3 forward (stride 1 or 2): row walkers that keep DRAM busy with L2
+prefetches and spend fewer instructions per output element.
 
-Why: the row walkers (conv_direct's ``dw3_rows_kernel``, conv_depthwise_tma) are
-bound by memory-level parallelism, not by instructions. A thread holds the nine
-float32 weights of its 8 channels (72 registers) and three rolling accumulators, so
-sm_90 fits 2-4 programs of 128 threads per SM, and each has one 16-byte load per
-thread of new data outstanding: ~6-12 KB in flight per SM where DRAM latency needs
-~40 KB (Little: 3.3 TB/s x ~1.5 us / 132 SMs). Registers cannot buffer more, and
-the TMA walker's shared-memory stages are one or two rows per program.
+Why (sm_90 SASS of the older walkers, session 7): they are bound both by memory-level
+parallelism and by instruction issue. A thread holds the nine float32 weights of its
+channels and three rolling accumulators, so 2-5 programs of 128 threads fit an SM, each
+with one or two 16-byte loads of new data per thread outstanding: 5-12 KB of x in
+flight per SM where DRAM latency needs ~30-40 KB. And the loop costs 28-38 instructions
+per output element (dw3_rows_kernel; 43 for the TMA walker at 4 elements a thread)
+against 9 FMAs: at two instructions a cycle per SM that alone caps them at 1.4-2.3 TB/s.
 
-What: the same walk (a program owns image n, a strip of BH output rows, BW output
-columns and BC channels; the input rows arrive in order, each loaded once as three
-column-shifted [BW, BC] tiles whose overlap hits L1; fp32 rolling accumulators; the
-finished output row goes through the fused epilogue ``store_tile``), plus a
-``prefetch.global.L2`` of the input row L2_AHEAD steps ahead: one instruction per
-64-byte chunk of the tile's input row (columns x channels), no register, no
-scoreboard. The L2_AHEAD rows of every program are in flight at once, so the DRAM
-queue stays full, and the register loads hit L2 (~0.5 us, covered by REG_AHEAD = 1:
-the next row's loads are issued before this row's multiply-adds).
+What:
+- ``dw3_strip_kernel``: the same walk (a program owns image n, a strip of BH output rows,
+  BW output columns and BC channels; input rows arrive in order, each loaded once as
+  three column-shifted [BW, BC] tiles whose overlap hits L1; float32 rolling
+  accumulators; the finished row goes through the fused epilogue ``store_tile``), plus a
+  ``prefetch.global.L2`` of the input row L2_AHEAD steps ahead: one instruction per
+  64-byte chunk of the tile's row, no register, no scoreboard, so L2_AHEAD rows of every
+  program are in flight and the register loads (REG_AHEAD rows ahead) hit L2. Stride 2
+  walks the output rows: row o takes input rows 2o - PH (carried from the previous step
+  as its product with filter row 0), 2o - PH + 1 and 2o - PH + 2.
+- ``dw3_pairs_kernel`` (stride 1): the tile's rows are pairs of output columns, which take
+  four input columns instead of six (two loads and two conversions per output and input
+  row instead of three), optionally with a one-instruction bfloat16 unpack (CVT_ASM);
+  alpha is folded into the weights. 19 instructions per output element at 8 per thread.
 
-Stride 2 walks the output rows: output row o takes input rows 2o - PH (carried from
-the previous step as its product with filter row 0), 2o - PH + 1 and 2o - PH + 2, so
-each input row is loaded once; columns 2q - PW + b for b = 0, 1, 2 (b = 0 and 2 of
-neighbouring outputs overlap in L1).
-
-Under the interpreter the prefetch is an ordinary masked load (PF_ASM = False): the
-interpreter has no inline PTX, and the results do not depend on it either way.
+Both are offered to conv_direct's DIRECT tuner after the existing candidates (KIND
+"strip"); the tuner times them and checks each against its first candidate. Under the
+interpreter the prefetch is an ordinary load of the same (always valid) addresses and
+the unpack is ``.to(float32)``: the interpreter has no inline PTX.
 """
 from __future__ import annotations
 
