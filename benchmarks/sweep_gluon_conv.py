@@ -5,8 +5,10 @@
 
 ResNet-50 batch 64 3x3 layers, forward, bfloat16 NHWC (stride 1, padding 1):
   res2_3x3 64->64 56x56, res3_3x3 128->128 28x28, res4_3x3 256->256 14x14, res5_3x3 512->512 7x7
-(each 14.8 GFLOP). Rows:
+(each 14.8 GFLOP), and the same-size GEMMs gemm_res3 (M 50176, N 128, K 1152) and gemm_res4
+(M 12544, N 256, K 2304) as 1x1 convolutions over one row of M pixels. Rows:
   cudnn       torch F.conv2d, channels_last, cudnn.benchmark=True
+  cublas      (GEMM rows) torch.matmul of the same bfloat16 matrices
   <config>    gluon_conv with that tile (NB x BH x BW pixels x BLOCK_N channels), ring depth
               sN, consumer warps wN, pN programs an SM, pp = ping-pong consumers
 Every output is checked against cuDNN's first (max |diff| / max |cuDNN|; > 2e-2 is
@@ -35,14 +37,18 @@ import torch.nn.functional as F
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 
-LAYERS = {  # name: (N, C, K, H, W)
-    "res2_3x3": (64, 64, 64, 56, 56),
-    "res3_3x3": (64, 128, 128, 28, 28),
-    "res4_3x3": (64, 256, 256, 14, 14),
-    "res5_3x3": (64, 512, 512, 7, 7),
+LAYERS = {  # name: (N, C, K, H, W, filter size, padding)
+    "res2_3x3": (64, 64, 64, 56, 56, 3, 1),
+    "res3_3x3": (64, 128, 128, 28, 28, 3, 1),
+    "res4_3x3": (64, 256, 256, 14, 14, 3, 1),
+    "res5_3x3": (64, 512, 512, 7, 7, 3, 1),
+    # the GEMMs of the same size (res3, res4 as M x N x K), as 1x1 convolutions over one
+    # image row of M pixels: the kernel against cuBLAS (torch.matmul) without box waste
+    "gemm_res3": (1, 1152, 128, 1, 50176, 1, 0),
+    "gemm_res4": (1, 2304, 256, 1, 12544, 1, 0),
 }
-CANARY = [  # (N, C, K, H, W, KH, KW, pad, alpha): edges in every direction, K not a multiple of 128;
-    # alpha 1 and 0.5 compile both kernels the sweep and the tests use (Triton's disk cache)
+CANARY = [  # (N, C, K, H, W, KH, KW, pad, alpha): edges in every direction, K not a multiple of 128
+    # (the child's compiles land in Triton's disk cache, which the sweep then reads)
     (2, 64, 192, 11, 19, 3, 3, 1, 1.0),
     (3, 128, 64, 7, 7, 3, 3, 1, 0.5),
 ]
@@ -188,20 +194,27 @@ def main():
 
     rows = []
     for name in layers:
-        n, c, k, h, w = LAYERS[name]
-        oh, ow = h, w
-        flop = gc.flops(n, c, k, oh, ow, 3, 3)
-        x, wt = make(n, c, k, h, w, 3, 3, dev)
+        n, c, k, h, w, ks, pad = LAYERS[name]
+        oh, ow = h + 2 * pad - ks + 1, w + 2 * pad - ks + 1
+        flop = gc.flops(n, c, k, oh, ow, ks, ks)
+        x, wt = make(n, c, k, h, w, ks, ks, dev)
         w_mat = gc.filter_matrix(wt)
         ref = None
         if not a.dry_run:
-            fn = lambda: F.conv2d(x, wt, padding=1)  # noqa: E731
-            ref = fn()
+            if ks == 1 and n == 1 and h == 1:  # x is an [M, C] matrix: the reference is cuBLAS
+                who = "cublas"
+                a2, b2 = x.permute(0, 2, 3, 1).reshape(w, c), w_mat.t()
+                fn = lambda: torch.matmul(a2, b2)  # noqa: E731
+                ref = fn().t().reshape(1, k, 1, w)
+            else:
+                who = "cudnn"
+                fn = lambda: F.conv2d(x, wt, padding=pad)  # noqa: E731
+                ref = fn()
             us = bench(fn, a.rep)
-            rows.append(dict(layer=name, config="cudnn", us=us, tflops=flop / us * 1e-6, ratio=1.0, err=0.0,
+            rows.append(dict(layer=name, config=who, us=us, tflops=flop / us * 1e-6, ratio=1.0, err=0.0,
                              useful=1.0))
-            print(f"{name:9s} cudnn {us:8.1f} us {flop / us * 1e-6:6.0f} TFLOP/s", flush=True)
-        cudnn_us = rows[-1]["us"] if rows and rows[-1]["config"] == "cudnn" else None
+            print(f"{name:9s} {who} {us:8.1f} us {flop / us * 1e-6:6.0f} TFLOP/s", flush=True)
+        cudnn_us = rows[-1]["us"] if rows and rows[-1]["config"] in ("cudnn", "cublas") else None
         for i in indices:
             cfg = gc.CONFIGS[i]
             row = dict(layer=name, config=gc.name(cfg), us=None, tflops=None, ratio=None, err=None,
@@ -218,7 +231,7 @@ def main():
                 continue
             try:
                 y = torch.empty((n, k, oh, ow), device=dev, dtype=torch.bfloat16, memory_format=torch.channels_last)
-                grid, args, meta, y = gc.prepare(x, wt, (1, 1), (1, 1), cfg, y=y, w_mat=w_mat,
+                grid, args, meta, y = gc.prepare(x, wt, (pad, pad), (1, 1), cfg, y=y, w_mat=w_mat,
                                                  sms=SMS if a.dry_run else None)
                 if a.dry_run:
                     gc.gluon_conv_fwd_kernel.warmup(*args, grid=grid, **meta)

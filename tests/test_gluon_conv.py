@@ -37,7 +37,7 @@ def _sass(kernel) -> str:
 def test_compiles_for_sm90(cfg):
     if _cuobjdump() is None:
         pytest.skip("Triton's cuobjdump is not installed")
-    k = gc.compile_sm90(cfg, has_alpha=True)
+    k = gc.compile_sm90(cfg)
     assert k.metadata.shared >= gc.shared_bytes(cfg), "the ring and output tile live in shared memory"
     assert k.metadata.shared * cfg["PER_SM"] <= 228 * 1024, "PER_SM programs fit one H200 SM"
     sass = _sass(k)

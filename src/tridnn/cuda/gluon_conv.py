@@ -97,7 +97,7 @@ def _loader(x_desc, w_desc, a_bufs, b_bufs, ready, empty,
 def _consumer(y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, alpha,
               NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
               NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_N: gl.constexpr,
-              BLOCK_K: gl.constexpr, STAGES: gl.constexpr, HAS_ALPHA: gl.constexpr,
+              BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
               PARTITION: gl.constexpr, CONSUMERS: gl.constexpr, WARPS: gl.constexpr):
     """A consumer partition (WARPS warps): of this program's tiles it takes every CONSUMERS-th,
     starting at PARTITION. Per k-step: wait for the slot, async wgmma, keep one MMA in flight,
@@ -138,8 +138,7 @@ def _consumer(y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, alpha,
             mbarrier.arrive(turns.index(PARTITION))
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES))
-        if HAS_ALPHA:
-            acc = acc * alpha
+        acc = acc * alpha  # (one multiply a register: one compile serves every alpha)
         # This partition's previous store must have read c_smem before it is overwritten.
         tma.store_wait(pendings=0)
         gl.thread_barrier()
@@ -167,7 +166,7 @@ def gluon_conv_fwd_kernel(
     # tile list: NUM_TILES = ceil(N/NB) * TILES_H * TILES_W * N_BLOCKS; K_STEPS = KH*KW*C/BLOCK_K
     NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
     NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-    STAGES: gl.constexpr, HAS_ALPHA: gl.constexpr, PINGPONG: gl.constexpr, LOADER_REGS: gl.constexpr,
+    STAGES: gl.constexpr, PINGPONG: gl.constexpr, LOADER_REGS: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr,
 ):
     """Forward convolution, persistent and warp-specialized (see the module docstring).
@@ -191,20 +190,20 @@ def gluon_conv_fwd_kernel(
         gl.warp_specialize([
             (_consumer, (y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, alpha,
                          NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
-                         NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, HAS_ALPHA, 0, CONSUMERS, num_warps)),
+                         NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps)),
             (_loader, (x_desc, w_desc, a_bufs, b_bufs, ready, empty,
                        C, KW, PAD_H, PAD_W, DIL_H, DIL_W,
                        NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
                        NB, BH, BW, BLOCK_N, BLOCK_K, STAGES)),
             (_consumer, (y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, alpha,
                          NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
-                         NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, HAS_ALPHA, 1, CONSUMERS, num_warps)),
+                         NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 1, CONSUMERS, num_warps)),
         ], [1, num_warps], [LOADER_REGS, CONSUMER_REGS])
     else:
         gl.warp_specialize([
             (_consumer, (y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, alpha,
                          NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
-                         NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, HAS_ALPHA, 0, CONSUMERS, num_warps)),
+                         NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps)),
             (_loader, (x_desc, w_desc, a_bufs, b_bufs, ready, empty,
                        C, KW, PAD_H, PAD_W, DIL_H, DIL_W,
                        NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
@@ -255,6 +254,10 @@ CONFIGS = [
     config(1, 8, 16, 128, 4, 4, pingpong=True), config(2, 8, 8, 128, 4, 4, pingpong=True),
     config(1, 4, 32, 128, 4, 4, pingpong=True), config(1, 8, 8, 256, 4, 4, pingpong=True),
     config(2, 8, 8, 64, 4, 4, pingpong=True),
+    # flat boxes (one image row of pixels): 1x1 convolutions over x viewed as [1, 1, M, C],
+    # i.e. plain GEMMs, for comparison with cuBLAS
+    config(1, 1, 128, 128, 4, 8), config(1, 1, 256, 128, 3, 8), config(1, 1, 128, 256, 3, 8),
+    config(1, 1, 128, 128, 4, 4, pingpong=True), config(1, 1, 64, 256, 4, 4, pingpong=True),
 ]
 
 
@@ -352,7 +355,7 @@ def prepare(x, w, padding=(1, 1), dilation=(1, 1), cfg=None, y=None, alpha=1.0, 
     cap, loader_regs, consumer_regs = _regs(cfg)
     args = (x_desc, w_desc, y_desc, float(alpha), c, kw, padding[0], padding[1], dilation[0], dilation[1],
             num_tiles, tiles_h, tiles_w, n_blocks, k_steps)
-    meta = dict(NB=NB, BH=BH, BW=BW, BLOCK_N=BN, BLOCK_K=BK, STAGES=cfg["STAGES"], HAS_ALPHA=alpha != 1.0,
+    meta = dict(NB=NB, BH=BH, BW=BW, BLOCK_N=BN, BLOCK_K=BK, STAGES=cfg["STAGES"],
                 PINGPONG=bool(cfg.get("PINGPONG")), LOADER_REGS=loader_regs, CONSUMER_REGS=consumer_regs,
                 num_warps=cfg["num_warps"], maxnreg=cap)
     return grid, args, meta, y
@@ -377,7 +380,7 @@ def _desc_sig(dtype_str, block, layout) -> str:
     return f"tensordesc<{dtype_str}[{', '.join(map(str, block))}],{layout!r}>"
 
 
-def compile_sm90(cfg, has_alpha=False):
+def compile_sm90(cfg):
     """Compile the kernel for sm_90 without a GPU; returns the CompiledKernel (asm: ptx, cubin)."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -394,7 +397,7 @@ def compile_sm90(cfg, has_alpha=False):
     for a in _RUNTIME_INTS:
         sig[a] = "i32"
     cap, loader_regs, consumer_regs = _regs(cfg)
-    consts = dict(NB=NB, BH=BH, BW=BW, BLOCK_N=BN, BLOCK_K=BK, STAGES=cfg["STAGES"], HAS_ALPHA=has_alpha,
+    consts = dict(NB=NB, BH=BH, BW=BW, BLOCK_N=BN, BLOCK_K=BK, STAGES=cfg["STAGES"],
                   PINGPONG=bool(cfg.get("PINGPONG")), LOADER_REGS=loader_regs, CONSUMER_REGS=consumer_regs,
                   num_warps=cfg["num_warps"])
     for k in consts:
