@@ -13,7 +13,9 @@ ResNet-50 batch 64 3x3 layers, forward, bfloat16 NHWC (stride 1, padding 1):
               sN, consumer warps wN, pN programs an SM, pp = ping-pong consumers
 Every output is checked against cuDNN's first (max |diff| / max |cuDNN|; > 2e-2 is
 flagged BAD and not timed). Times: medians of CUDA-graph replays
-(triton.testing.do_bench_cudagraph). useful = output pixels / pixels the tiles cover.
+(triton.testing.do_bench_cudagraph). useful = output pixels / pixels the tiles cover;
+fill = tiles / (rounds x persistent programs), the wave quantization; /cudnn = time ratio
+(lower is better; cuBLAS for the GEMM rows). TFLOP/s count useful work only.
 
 A Gluon kernel that deadlocks would hang the process, so every config is first run once
 on small problems in a child process ("canary", 60 s limit); a config that hangs,
@@ -87,6 +89,16 @@ def useful(cfg, n, oh, ow) -> float:
     nb, bh, bw = cfg["NB"], cfg["BH"], cfg["BW"]
     covered = triton.cdiv(n, nb) * nb * triton.cdiv(oh, bh) * bh * triton.cdiv(ow, bw) * bw
     return n * oh * ow / covered
+
+
+def fill(cfg, n, k, oh, ow) -> float:
+    """Tiles / (rounds x programs): the share of the persistent programs' last round that
+    has work (wave quantization; a ping-pong program's two consumers share its tiles)."""
+    import triton
+    tiles = (triton.cdiv(n, cfg["NB"]) * triton.cdiv(oh, cfg["BH"]) * triton.cdiv(ow, cfg["BW"])
+             * triton.cdiv(k, cfg["BLOCK_N"]))
+    slots = SMS * cfg.get("PER_SM", 1)
+    return tiles / (triton.cdiv(tiles, slots) * slots)
 
 
 def applies(cfg, n, c, k, oh, ow) -> bool:
@@ -212,13 +224,14 @@ def main():
                 ref = fn()
             us = bench(fn, a.rep)
             rows.append(dict(layer=name, config=who, us=us, tflops=flop / us * 1e-6, ratio=1.0, err=0.0,
-                             useful=1.0))
+                             useful=1.0, fill=1.0))
             print(f"{name:9s} {who} {us:8.1f} us {flop / us * 1e-6:6.0f} TFLOP/s", flush=True)
         cudnn_us = rows[-1]["us"] if rows and rows[-1]["config"] in ("cudnn", "cublas") else None
         for i in indices:
             cfg = gc.CONFIGS[i]
             row = dict(layer=name, config=gc.name(cfg), us=None, tflops=None, ratio=None, err=None,
-                       useful=round(useful(cfg, n, oh, ow), 3), shared=gc.shared_bytes(cfg))
+                       useful=round(useful(cfg, n, oh, ow), 3), fill=round(fill(cfg, n, k, oh, ow), 3),
+                       shared=gc.shared_bytes(cfg))
             if not applies(cfg, n, c, k, oh, ow):
                 continue
             if status[i][0] != "ok":
@@ -252,13 +265,14 @@ def main():
                   f"x{row['ratio']:.2f} err {row['err']:.1e}" if row["us"] else row.get("note", "")), flush=True)
 
     print(f"\ntotal {time.time() - t0:.0f} s\n")
-    print(f"{'layer':9s} {'config':22s} {'us':>8s} {'TFLOP/s':>8s} {'/cudnn':>7s} {'err':>8s} {'useful':>6s} note")
+    print(f"{'layer':9s} {'config':22s} {'us':>8s} {'TFLOP/s':>8s} {'/cudnn':>7s} {'err':>8s} {'useful':>6s} "
+          f"{'fill':>5s} note")
     for r in rows:
         us = f"{r['us']:8.1f}" if r["us"] else f"{'-':>8s}"
         tf = f"{r['tflops']:8.0f}" if r["tflops"] else f"{'-':>8s}"
         ratio = f"{r['ratio']:7.2f}" if r["ratio"] else f"{'-':>7s}"
         err = f"{r['err']:8.1e}" if r["err"] is not None else f"{'-':>8s}"
-        print(f"{r['layer']:9s} {r['config']:22s} {us} {tf} {ratio} {err} {r['useful']:6.2f} {r.get('note', '')}")
+        print(f"{r['layer']:9s} {r['config']:22s} {us} {tf} {ratio} {err} {r['useful']:6.2f} {r['fill']:5.2f} {r.get('note', '')}")
     if a.out:
         os.makedirs(a.out, exist_ok=True)
         path = os.path.join(a.out, "gluon_conv.json")

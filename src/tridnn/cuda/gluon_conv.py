@@ -241,7 +241,8 @@ def shared_bytes(cfg, itemsize=2) -> int:
 # (BLOCK_M + BLOCK_N) * BLOCK_K * 2 bytes from L2 for BLOCK_M * BLOCK_N * BLOCK_K MACs, so
 # 128 x 128 tiles need ~11 TB/s of L2 at the tensor cores' 700 TFLOP/s: the 256 x 128 and
 # 128 x 256 tiles (two consumer warpgroups) need ~8. Box shapes follow the layers' images:
-# 56x56: 8x16, 2x8x8; 28x28: 4x32 (7/8 of the box useful); 14x14 and 7x7: 8x8 boxes.
+# 56x56: 8x16, 2x8x8; 28x28: 4x32 (7/8 of the box useful); 14x14: 8x8 (0.77) or 4 images x
+# 2 rows x 16 (0.875); 7x7: 2 images x 8x8 (0.77) or 16 images x 1 row x 8 (0.875).
 CONFIGS = [
     # cooperative: num_warps/4 warpgroups share the tile's rows
     config(1, 8, 16, 128, 4, 8), config(1, 8, 16, 256, 3, 8), config(1, 16, 16, 128, 3, 8),
@@ -254,6 +255,9 @@ CONFIGS = [
     config(1, 8, 16, 128, 4, 4, pingpong=True), config(2, 8, 8, 128, 4, 4, pingpong=True),
     config(1, 4, 32, 128, 4, 4, pingpong=True), config(1, 8, 8, 256, 4, 4, pingpong=True),
     config(2, 8, 8, 64, 4, 4, pingpong=True),
+    # many images, few rows: 14x14 and 7x7 with one column in eight wasted instead of 23%
+    config(4, 2, 16, 128, 4, 8), config(16, 1, 8, 128, 4, 8), config(4, 2, 16, 128, 4, 4, pingpong=True),
+    config(16, 1, 8, 128, 4, 4, pingpong=True),
     # flat boxes (one image row of pixels): 1x1 convolutions over x viewed as [1, 1, M, C],
     # i.e. plain GEMMs, for comparison with cuBLAS
     config(1, 1, 128, 128, 4, 8), config(1, 1, 256, 128, 3, 8), config(1, 1, 128, 256, 3, 8),
