@@ -118,7 +118,9 @@ def make(n, c, k, h, w, kh, kw, dev, seed=0):
 
 # -- canary (child process) ---------------------------------------------------------------
 def canary(indices, dry):
-    """Run each config once on the CANARY problems; print one line per config, flushed."""
+    """Run each config on the CANARY problems, on all SMs and on a grid of 3 programs (many
+    tiles each: the ring wraps across tiles, ping-pong consumers alternate); print one
+    line per config, flushed."""
     from tridnn.cuda import gluon_conv as gc
     dev = "cpu" if dry else "cuda"
     for i in indices:
@@ -129,14 +131,15 @@ def canary(indices, dry):
             if c % cfg["BLOCK_K"]:
                 continue
             x, wt = make(n, c, k, h, w, kh, kw, dev, seed=i)
-            grid, args, meta, y = gc.prepare(x, wt, (pad, pad), (1, 1), cfg, alpha=alpha, sms=SMS if dry else None)
-            if dry:
-                gc.gluon_conv_fwd_kernel.warmup(*args, grid=grid, **meta)
-                continue
-            gc.launch(grid, args, meta, y)
-            torch.cuda.synchronize()
-            want = alpha * F.conv2d(x.double(), wt.double(), padding=pad)
-            worst = max(worst, rel_err(y.double(), want))
+            want = None if dry else alpha * F.conv2d(x.double(), wt.double(), padding=pad)
+            for sms in (SMS if dry else None, 3):
+                grid, args, meta, y = gc.prepare(x, wt, (pad, pad), (1, 1), cfg, alpha=alpha, sms=sms)
+                if dry:
+                    gc.gluon_conv_fwd_kernel.warmup(*args, grid=grid, **meta)
+                    continue
+                gc.launch(grid, args, meta, y)
+                torch.cuda.synchronize()
+                worst = max(worst, rel_err(y.double(), want))
         print(f"CANARY {i} {'ok' if worst < 2e-2 else 'BAD'} {worst:.3e}", flush=True)
 
 

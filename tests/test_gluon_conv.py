@@ -98,6 +98,7 @@ GPU_CASES = [  # (N, C, K, H, W, KH, KW, pad, dil)
     (2, 128, 64, 17, 9, 5, 3, 2, 1),    # non-square filter, padding 2
     (2, 64, 128, 20, 20, 3, 3, 2, 2),   # dilation 2
     (2, 64, 64, 16, 16, 1, 1, 0, 1),    # 1x1
+    (1, 256, 136, 1, 1000, 1, 1, 0, 1),  # a GEMM: one row of 1000 pixels (the flat-box configs)
 ]
 
 
@@ -129,14 +130,16 @@ def test_gpu_against_float64(case, cfg):
         pytest.skip("channels not a multiple of this config's BLOCK_K")
     x, w, ref = _problem(case)
     xd = x.cuda().to(memory_format=torch.channels_last)
-    for alpha in (1.0, 0.5):
-        y = gc.conv2d(xd, w.cuda(), (pad, pad), (dil, dil), cfg=cfg, alpha=alpha)
+    # alpha; and a grid of 3 programs, so each one walks many tiles (the ring wraps across
+    # tiles, ping-pong consumers alternate, the output buffer is reused after a store)
+    for alpha, sms in ((1.0, None), (0.5, 3)):
+        y = gc.conv2d(xd, w.cuda(), (pad, pad), (dil, dil), cfg=cfg, alpha=alpha, sms=sms)
         torch.cuda.synchronize()
         got = y.double().cpu()
         want = alpha * ref
         assert got.shape == want.shape
         err = ((got - want).abs().max() / want.abs().max()).item()
         # bfloat16 output rounding (2^-8) on top of float32 accumulation
-        assert err < 1e-2, (gc.name(cfg), alpha, err)
+        assert err < 1e-2, (gc.name(cfg), alpha, sms, err)
         # every output written (no NaN/garbage left from torch.empty in uncovered tiles)
         assert torch.isfinite(got).all()

@@ -370,9 +370,10 @@ def launch(grid, args, meta, y=None):
     return y
 
 
-def conv2d(x, w, padding=(1, 1), dilation=(1, 1), cfg=None, alpha=1.0):
-    """y = alpha * conv2d(x, w) for channels-last bf16/fp16 x (GPU only)."""
-    grid, args, meta, y = prepare(x, w, padding, dilation, cfg, alpha=alpha)
+def conv2d(x, w, padding=(1, 1), dilation=(1, 1), cfg=None, alpha=1.0, sms=None):
+    """y = alpha * conv2d(x, w) for channels-last bf16/fp16 x (GPU only). sms: pretend the GPU
+    has that many SMs (tests: many tiles a program)."""
+    grid, args, meta, y = prepare(x, w, padding, dilation, cfg, alpha=alpha, sms=sms)
     return launch(grid, args, meta, y)
 
 
