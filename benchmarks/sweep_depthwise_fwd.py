@@ -1,7 +1,7 @@
 """MobileNetV2 depthwise forward: conv_depthwise_strip's configs against the DIRECT tuner and cuDNN.
 
     PYTHONPATH=src python3 benchmarks/sweep_depthwise_fwd.py --out results/dwf [--batch 64]
-        [--layers dw32_112,dw144_56] [--budget-s 90] [--no-tuner]
+        [--layers dw32_112,dw144_56] [--budget-s 90] [--passes strip,tuner]
     PYTHONPATH=src python3 benchmarks/sweep_depthwise_fwd.py --dry-run     # CPU, interpreter
 
 For every layer of shapes.MOBILENETV2_DW (bfloat16, NHWC / channels_last, forward):
@@ -62,8 +62,9 @@ def parse():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--layers", default="all", help="comma-separated names of shapes.MOBILENETV2_DW, or all")
     ap.add_argument("--budget-s", type=float, default=90.0, help="start no new layer after this many seconds")
-    ap.add_argument("--no-tuner", action="store_true", help="skip the two tuner variants (they compile and "
-                                                            "time every existing candidate)")
+    ap.add_argument("--passes", default="strip,tuner",
+                    help="strip: cuDNN and the strip configs; tuner: the two tuner variants (they compile and time "
+                         "every existing candidate); run them as separate calls if one does not fit the time")
     ap.add_argument("--dry-run", action="store_true", help="CPU interpreter, tiny shapes")
     return ap.parse_args()
 
@@ -92,13 +93,14 @@ def sync():
 
 def label(cfg):
     pairs = f" pairs cvt{cfg.get('CVT', 0)}" if cfg.get("PAIRS") else ""
+    pairs += f" persist{cfg['PERSIST']}" if cfg.get("PERSIST") else ""
     return (f"strip {cfg['BH']}x{cfg['BW']}x{cfg['BC']} w{cfg['num_warps']} r{cfg['REG_AHEAD']} "
             f"l{cfg['L2_AHEAD']}{pairs}")
 
 
 def run_layer(handle, p, n, dtype, dev, part, row=None):
-    """part "strip": cuDNN and every strip config (a new row); "tuner": the two tuner
-    variants, appended to ``row`` (cuDNN's time from the strip pass)."""
+    """part "strip": cuDNN and every strip config (a new row; "cudnn": cuDNN only);
+    "tuner": the two tuner variants, appended to ``row`` (cuDNN's time from pass 1)."""
     cd, xd, wd, yd, x, w, dy = B.make(p, n, dtype, tridnn.MathType.DEFAULT, dev)
     ref_fn = B.torch_conv("fwd", p, x, w, dy)
     ref = ref_fn()
@@ -147,6 +149,8 @@ def run_layer(handle, p, n, dtype, dev, part, row=None):
             if picks and "error" not in row["variants"][-1]:
                 row["variants"][-1]["picked"] = {k: v for k, v in picks[-1].items()}
         return row
+    if part == "cudnn":
+        return row
     problem = ConvProblem("fwd", xd, wd, yd, cd)
     geo = geometry(problem)
     stride = p["stride"][0]
@@ -158,14 +162,14 @@ def run_layer(handle, p, n, dtype, dev, part, row=None):
 
 
 def table(rows):
-    lines = [f"{'layer':12s} {'variant':34s} {'us':>9s} {'TB/s':>6s} {'ratio':>6s} {'max rel err':>11s}"]
+    lines = [f"{'layer':12s} {'variant':46s} {'us':>9s} {'TB/s':>6s} {'ratio':>6s} {'max rel err':>11s}"]
     for r in rows:
         for v in r["variants"]:
             if "us" in v:
-                lines.append(f"{r['layer']:12s} {v['variant']:34s} {v['us']:9.1f} {v['tbs']:6.2f} {v['ratio']:6.3f} "
+                lines.append(f"{r['layer']:12s} {v['variant']:46s} {v['us']:9.1f} {v['tbs']:6.2f} {v['ratio']:6.3f} "
                              f"{v['max_rel_err']:11.2e}")
             else:
-                lines.append(f"{r['layer']:12s} {v['variant']:34s} ERROR {v['error'][:80]}")
+                lines.append(f"{r['layer']:12s} {v['variant']:46s} ERROR {v['error'][:80]}")
     lines.append("best per layer (floor = minimal bytes at 4.27 TB/s):")
     best_ratios, tuner_ratios, new_ratios = [], [], []
     for r in rows:
@@ -180,7 +184,7 @@ def table(rows):
         if "tuner+strip" in tr:
             new_ratios.append(tr["tuner+strip"])
         pick = next((v.get("picked") for v in ok if v["variant"] == "tuner+strip"), None)
-        lines.append(f"  {r['layer']:12s} floor {r['floor_us']:7.1f} us  best {b['variant']:34s} {b['us']:8.1f} us "
+        lines.append(f"  {r['layer']:12s} floor {r['floor_us']:7.1f} us  best {b['variant']:46s} {b['us']:8.1f} us "
                      f"{b['tbs']:5.2f} TB/s ratio {b['ratio']:.3f}; tuner+strip picked {pick}")
     g = lambda v: math.exp(sum(map(math.log, v)) / len(v)) if v else float("nan")
     lines.append(f"geomean ratio to cuDNN over {len(best_ratios)} layers: best variant {g(best_ratios):.3f}, "
@@ -213,9 +217,9 @@ def main():
         if time.time() - start > args.budget_s:
             skipped.append(p["name"])
             continue
-        rows.append(run_layer(handle, scaled(p), n, dtype, dev, "strip"))
+        rows.append(run_layer(handle, scaled(p), n, dtype, dev, "strip" if "strip" in args.passes else "cudnn"))
         print(json.dumps(rows[-1]), flush=True)
-    if not args.no_tuner:
+    if "tuner" in args.passes:
         by_name = {r["layer"]: r for r in rows}
         for p in layers:
             if p["name"] not in by_name:

@@ -239,17 +239,48 @@ def _pair_row(x_ptr, row, row_ok, cl, ce, co, cr, ml, me, mo, mr):
     return xl, xe, xo, xr
 
 
-@triton.jit(do_not_specialize=['IH', 'IW', 'OH', 'OW', 'PH', 'PW', 'n_rows', 'n_cols'])
+@triton.jit
+def _tile_of(tile, N, n_rows, n_cols, INT64: tl.constexpr):
+    """(image, row strip, column block, channel block) of a flat tile index; the channel
+    block varies slowest, the column block fastest (the launch order of a 2-D grid)."""
+    col_blk = tile % n_cols
+    t = tile // n_cols
+    row_blk = t % n_rows
+    t = t // n_rows
+    n = t % N
+    if INT64:
+        n = n.to(tl.int64)
+    return n, row_blk, col_blk, t // N
+
+
+@triton.jit
+def _pf_offsets(x_img, iw0, k0, K, Kg, IW, xs_w, xs_c, BC: tl.constexpr, PF_N: tl.constexpr, PF_SPAN: tl.constexpr,
+                PF_CH: tl.constexpr, PF_E: tl.constexpr):
+    """The L2 prefetch's chunk offsets for a tile: PF_SPAN input columns from iw0 x PF_CH
+    chunk starts of PF_E channels (the last one at the block's last channel, so a block
+    that straddles a line is covered), flattened over PF_N lanes; masked lanes point at
+    x's first element."""
+    pf = tl.arange(0, PF_N)
+    pf_col = pf // PF_CH
+    ci0 = k0 // Kg
+    n_ci = (tl.minimum(k0 + BC, K) - 1) // Kg - ci0 + 1
+    pf_ci = ci0 + tl.minimum((pf % PF_CH) * PF_E, n_ci - 1)
+    pf_iw = iw0 + pf_col
+    pf_ok = (pf < PF_SPAN * PF_CH) & (pf_iw >= 0) & (pf_iw < IW)
+    return tl.where(pf_ok, x_img + pf_iw * xs_w + pf_ci * xs_c, 0)
+
+
+@triton.jit(do_not_specialize=['N', 'IH', 'IW', 'OH', 'OW', 'PH', 'PW', 'n_rows', 'n_cols'])
 def dw3_pairs_kernel(
         x_ptr, w_ptr, y_ptr, bias_ptr, z_ptr,
-        # sizes and strides as dw3_strip_kernel's
-        K, Kg, IH, IW, OH, OW, PH, PW, n_rows, n_cols,
+        # sizes (images, then as dw3_strip_kernel's) and strides
+        N, K, Kg, IH, IW, OH, OW, PH, PW, n_rows, n_cols,
         xs_n, xs_c, xs_h, xs_w,
         ws_k, ws_h, ws_w,
         ys_n, ys_k, ys_h, ys_w,
         zs_n, zs_k, zs_h, zs_w, bias_stride,
         alpha, beta, alpha2, coef, swish_beta,
-        BH: tl.constexpr, BW: tl.constexpr, BC: tl.constexpr,
+        BH: tl.constexpr, BW: tl.constexpr, BC: tl.constexpr, PERSIST: tl.constexpr,
         REG_AHEAD: tl.constexpr, L2_AHEAD: tl.constexpr, PF_ASM: tl.constexpr, CVT_ASM: tl.constexpr,
         PF_N: tl.constexpr, PF_SPAN: tl.constexpr, PF_CH: tl.constexpr, PF_E: tl.constexpr,
         FLIP: tl.constexpr, ACT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr,
@@ -258,118 +289,127 @@ def dw3_pairs_kernel(
     takes four input columns (left, even, odd, right) instead of six, so per output
     element two loads and two conversions per input row, not three (the SASS count:
     the conversions and address math, not the 9 FMAs, are most of the instructions).
-    BW output columns = BW / 2 pairs."""
+    BW output columns = BW / 2 pairs.
+
+    A program walks tiles pid, pid + programs, ...: one each when the grid has a program
+    per tile; PERSIST (a grid of a few programs per SM) also prefetches the next tile's
+    first rows during the current tile's last L2_AHEAD rows, so a new tile does not
+    start with a DRAM round trip."""
     BWH: tl.constexpr = BW // 2
-    # -- map the program to (image, row strip, column block) and a channel block
-    pid = tl.program_id(0)
-    col_blk = pid % n_cols
-    t = pid // n_cols
-    row_blk = t % n_rows
-    n = t // n_rows
-    if INT64:
-        n = n.to(tl.int64)
-    k0 = tl.program_id(1) * BC
-    offs_k = k0 + tl.arange(0, BC)
-    mask_k = offs_k < K
-    q0 = col_blk * BW + 2 * tl.arange(0, BWH)   # even output column of each pair
-    mask_e = q0 < OW
-    mask_o = q0 + 1 < OW
-    oh0 = row_blk * BH
-    oh_end = tl.minimum(oh0 + BH, OH)
+    n_tiles = N * n_rows * n_cols * tl.cdiv(K, BC)
+    step = tl.num_programs(0)
+    for tile in range(tl.program_id(0), n_tiles, step):
+        # -- map the tile to (image, row strip, column block, channel block)
+        n, row_blk, col_blk, kb = _tile_of(tile, N, n_rows, n_cols, INT64)
+        k0 = kb * BC
+        offs_k = k0 + tl.arange(0, BC)
+        mask_k = offs_k < K
+        q0 = col_blk * BW + 2 * tl.arange(0, BWH)   # even output column of each pair
+        mask_e = q0 < OW
+        mask_o = q0 + 1 < OW
+        oh0 = row_blk * BH
+        oh_end = tl.minimum(oh0 + BH, OH)
 
-    # -- pointers: the four input columns of each pair, channels, weights
-    il = q0 - PW
-    chan = (offs_k // Kg) * xs_c
-    cl = (il * xs_w)[:, None] + chan[None, :]
-    ce = cl + xs_w
-    co = ce + xs_w
-    cr = co + xs_w
-    mk = mask_k[None, :]
-    ml = (mask_e & (il >= 0) & (il < IW))[:, None] & mk
-    me = (mask_e & (il + 1 >= 0) & (il + 1 < IW))[:, None] & mk
-    mo = ((mask_e & (il + 2 >= 0) & (il + 2 < IW)))[:, None] & mk
-    mr = (mask_o & (il + 3 >= 0) & (il + 3 < IW))[:, None] & mk
-    x_img = n * xs_n
-    w_col = offs_k * ws_k
-    w00, w01, w02 = _taps3(w_ptr, w_col, mask_k, 0, ws_h, ws_w, FLIP)
-    w10, w11, w12 = _taps3(w_ptr, w_col, mask_k, 1, ws_h, ws_w, FLIP)
-    w20, w21, w22 = _taps3(w_ptr, w_col, mask_k, 2, ws_h, ws_w, FLIP)
-    # alpha scales the weights once, so the epilogue's per-element multiply (by a
-    # constant 1.0) folds away
-    w00, w01, w02 = w00 * alpha, w01 * alpha, w02 * alpha
-    w10, w11, w12 = w10 * alpha, w11 * alpha, w12 * alpha
-    w20, w21, w22 = w20 * alpha, w21 * alpha, w22 * alpha
-    y_e = q0 * ys_w
-    z_e = q0 * zs_w
+        # -- pointers: the four input columns of each pair, channels, weights
+        il = q0 - PW
+        chan = (offs_k // Kg) * xs_c
+        cl = (il * xs_w)[:, None] + chan[None, :]
+        ce = cl + xs_w
+        co = ce + xs_w
+        cr = co + xs_w
+        mk = mask_k[None, :]
+        ml = (mask_e & (il >= 0) & (il < IW))[:, None] & mk
+        me = (mask_e & (il + 1 >= 0) & (il + 1 < IW))[:, None] & mk
+        mo = ((mask_e & (il + 2 >= 0) & (il + 2 < IW)))[:, None] & mk
+        mr = (mask_o & (il + 3 >= 0) & (il + 3 < IW))[:, None] & mk
+        x_img = n * xs_n
+        w_col = offs_k * ws_k
+        w00, w01, w02 = _taps3(w_ptr, w_col, mask_k, 0, ws_h, ws_w, FLIP)
+        w10, w11, w12 = _taps3(w_ptr, w_col, mask_k, 1, ws_h, ws_w, FLIP)
+        w20, w21, w22 = _taps3(w_ptr, w_col, mask_k, 2, ws_h, ws_w, FLIP)
+        # alpha scales the weights once, so the epilogue's per-element multiply (by a
+        # constant 1.0) folds away
+        w00, w01, w02 = w00 * alpha, w01 * alpha, w02 * alpha
+        w10, w11, w12 = w10 * alpha, w11 * alpha, w12 * alpha
+        w20, w21, w22 = w20 * alpha, w21 * alpha, w22 * alpha
+        y_e = q0 * ys_w
+        z_e = q0 * zs_w
 
-    # -- the L2 prefetch's chunks (as dw3_strip_kernel)
-    pf = tl.arange(0, PF_N)
-    pf_col = pf // PF_CH
-    ci0 = k0 // Kg
-    n_ci = (tl.minimum(k0 + BC, K) - 1) // Kg - ci0 + 1
-    pf_ci = ci0 + tl.minimum((pf % PF_CH) * PF_E, n_ci - 1)
-    pf_iw = col_blk * BW - PW + pf_col
-    pf_ok = (pf < PF_SPAN * PF_CH) & (pf_iw >= 0) & (pf_iw < IW)
-    pf_off = tl.where(pf_ok, x_img + pf_iw * xs_w + pf_ci * xs_c, 0)  # masked lanes: x's first element
-
-    # -- walk the input rows (as dw3_strip_kernel, stride 1), two accumulators per stage
-    i_first = oh0 - PH
-    i_end = oh_end - PH + 2
-    if L2_AHEAD > 0:
-        for j in range(i_first, tl.minimum(i_first + L2_AHEAD, i_end)):
-            _pf_row(x_ptr, j, IH, xs_h, pf_off, PF_ASM)
-    # REG_AHEAD rows (0-2) loaded before the multiply-adds of the row before them
-    if REG_AHEAD >= 1:
-        al, ae, ao, ar = _pair_row(x_ptr, x_img + i_first * xs_h, (i_first >= 0) & (i_first < IH), cl, ce, co, cr,
-                                   ml, me, mo, mr)
-    if REG_AHEAD >= 2:
-        j = i_first + 1
-        bl, be, bo, br = _pair_row(x_ptr, x_img + j * xs_h, (j >= 0) & (j < IH) & (j < i_end), cl, ce, co, cr,
-                                   ml, me, mo, mr)
-    done_e = tl.zeros((BWH, BC), dtype=tl.float32)
-    done_o = tl.zeros((BWH, BC), dtype=tl.float32)
-    mid_e = tl.zeros((BWH, BC), dtype=tl.float32)
-    mid_o = tl.zeros((BWH, BC), dtype=tl.float32)
-    for i in range(i_first, i_end):
+        # -- the L2 prefetch: this tile's rows; (PERSIST) the next tile's first rows
+        i_first = oh0 - PH
+        i_end = oh_end - PH + 2
+        pf_off = _pf_offsets(x_img, col_blk * BW - PW, k0, K, Kg, IW, xs_w, xs_c, BC, PF_N, PF_SPAN, PF_CH, PF_E)
+        if PERSIST:
+            nxt = tl.minimum(tile + step, n_tiles - 1)
+            n2, row_blk2, col_blk2, kb2 = _tile_of(nxt, N, n_rows, n_cols, INT64)
+            pf_next = _pf_offsets(n2 * xs_n, col_blk2 * BW - PW, kb2 * BC, K, Kg, IW, xs_w, xs_c, BC, PF_N, PF_SPAN,
+                                  PF_CH, PF_E)
+            i_next = row_blk2 * BH - PH - i_end   # row j >= i_end of this walk is row j + i_next of the next
         if L2_AHEAD > 0:
-            j = i + L2_AHEAD
-            _pf_row(x_ptr, j, IH, xs_h, pf_off, PF_ASM)
-        if REG_AHEAD == 1:
-            xl, xe, xo, xr = al, ae, ao, ar
-            j = i + 1
-            al, ae, ao, ar = _pair_row(x_ptr, x_img + j * xs_h, (j >= 0) & (j < IH) & (j < i_end), cl, ce, co, cr,
-                                       ml, me, mo, mr)
-        elif REG_AHEAD == 2:
-            xl, xe, xo, xr = al, ae, ao, ar
-            al, ae, ao, ar = bl, be, bo, br
-            j = i + 2
+            if tile == tl.program_id(0):  # a later tile's were prefetched by the one before it
+                for j in range(i_first, tl.minimum(i_first + L2_AHEAD, i_end)):
+                    _pf_row(x_ptr, j, IH, xs_h, pf_off, PF_ASM)
+        # REG_AHEAD rows (0-2) loaded before the multiply-adds of the row before them
+        if REG_AHEAD >= 1:
+            al, ae, ao, ar = _pair_row(x_ptr, x_img + i_first * xs_h, (i_first >= 0) & (i_first < IH), cl, ce, co,
+                                       cr, ml, me, mo, mr)
+        if REG_AHEAD >= 2:
+            j = i_first + 1
             bl, be, bo, br = _pair_row(x_ptr, x_img + j * xs_h, (j >= 0) & (j < IH) & (j < i_end), cl, ce, co, cr,
                                        ml, me, mo, mr)
-        else:
-            xl, xe, xo, xr = _pair_row(x_ptr, x_img + i * xs_h, (i >= 0) & (i < IH), cl, ce, co, cr, ml, me, mo, mr)
-        xl = _f32(xl, CVT_ASM)
-        xe = _f32(xe, CVT_ASM)
-        xo = _f32(xo, CVT_ASM)
-        xr = _f32(xr, CVT_ASM)
-        done_e = _fma3(done_e, xl, xe, xo, w20, w21, w22)
-        done_o = _fma3(done_o, xe, xo, xr, w20, w21, w22)
-        mid_e = _fma3(mid_e, xl, xe, xo, w10, w11, w12)
-        mid_o = _fma3(mid_o, xe, xo, xr, w10, w11, w12)
-        new_e = xl * w00 + xe * w01 + xo * w02
-        new_o = xe * w00 + xo * w01 + xr * w02
-        o = i + PH - 2
-        if o >= oh0:
-            ry = n * ys_n + o * ys_h
-            rz = n * zs_n + o * zs_h
-            store_tile(done_e, ry + y_e, rz + z_e, offs_k, mask_e, mask_k, y_ptr, ys_k, z_ptr, zs_k, bias_ptr,
-                       bias_stride, 1.0, beta, alpha2, coef, swish_beta, ACT, HAS_BIAS, HAS_Z, BETA_ZERO)
-            store_tile(done_o, ry + y_e + ys_w, rz + z_e + zs_w, offs_k, mask_o, mask_k, y_ptr, ys_k, z_ptr, zs_k,
-                       bias_ptr, bias_stride, 1.0, beta, alpha2, coef, swish_beta, ACT, HAS_BIAS, HAS_Z,
-                       BETA_ZERO)
-        done_e = mid_e
-        done_o = mid_o
-        mid_e = new_e
-        mid_o = new_o
+
+        # -- walk the input rows (as dw3_strip_kernel, stride 1), two accumulators per stage
+        done_e = tl.zeros((BWH, BC), dtype=tl.float32)
+        done_o = tl.zeros((BWH, BC), dtype=tl.float32)
+        mid_e = tl.zeros((BWH, BC), dtype=tl.float32)
+        mid_o = tl.zeros((BWH, BC), dtype=tl.float32)
+        for i in range(i_first, i_end):
+            if L2_AHEAD > 0:
+                j = i + L2_AHEAD
+                if PERSIST:
+                    if j < i_end:
+                        _pf_row(x_ptr, j, IH, xs_h, pf_off, PF_ASM)
+                    else:
+                        _pf_row(x_ptr, j + i_next, IH, xs_h, pf_next, PF_ASM)
+                else:
+                    _pf_row(x_ptr, j, IH, xs_h, pf_off, PF_ASM)
+            if REG_AHEAD == 1:
+                xl, xe, xo, xr = al, ae, ao, ar
+                j = i + 1
+                al, ae, ao, ar = _pair_row(x_ptr, x_img + j * xs_h, (j >= 0) & (j < IH) & (j < i_end), cl, ce, co,
+                                           cr, ml, me, mo, mr)
+            elif REG_AHEAD == 2:
+                xl, xe, xo, xr = al, ae, ao, ar
+                al, ae, ao, ar = bl, be, bo, br
+                j = i + 2
+                bl, be, bo, br = _pair_row(x_ptr, x_img + j * xs_h, (j >= 0) & (j < IH) & (j < i_end), cl, ce, co,
+                                           cr, ml, me, mo, mr)
+            else:
+                xl, xe, xo, xr = _pair_row(x_ptr, x_img + i * xs_h, (i >= 0) & (i < IH), cl, ce, co, cr, ml, me, mo,
+                                           mr)
+            xl = _f32(xl, CVT_ASM)
+            xe = _f32(xe, CVT_ASM)
+            xo = _f32(xo, CVT_ASM)
+            xr = _f32(xr, CVT_ASM)
+            done_e = _fma3(done_e, xl, xe, xo, w20, w21, w22)
+            done_o = _fma3(done_o, xe, xo, xr, w20, w21, w22)
+            mid_e = _fma3(mid_e, xl, xe, xo, w10, w11, w12)
+            mid_o = _fma3(mid_o, xe, xo, xr, w10, w11, w12)
+            new_e = xl * w00 + xe * w01 + xo * w02
+            new_o = xe * w00 + xo * w01 + xr * w02
+            o = i + PH - 2
+            if o >= oh0:
+                ry = n * ys_n + o * ys_h
+                rz = n * zs_n + o * zs_h
+                store_tile(done_e, ry + y_e, rz + z_e, offs_k, mask_e, mask_k, y_ptr, ys_k, z_ptr, zs_k, bias_ptr,
+                           bias_stride, 1.0, beta, alpha2, coef, swish_beta, ACT, HAS_BIAS, HAS_Z, BETA_ZERO)
+                store_tile(done_o, ry + y_e + ys_w, rz + z_e + zs_w, offs_k, mask_o, mask_k, y_ptr, ys_k, z_ptr,
+                           zs_k, bias_ptr, bias_stride, 1.0, beta, alpha2, coef, swish_beta, ACT, HAS_BIAS, HAS_Z,
+                           BETA_ZERO)
+            done_e = mid_e
+            done_o = mid_o
+            mid_e = new_e
+            mid_o = new_o
 
 
 # -- host side -----------------------------------------------------------------------
@@ -387,25 +427,26 @@ def configs(device, k, stride=1):
     of prefetch (steps of two rows at stride 2)."""
     if device.type != "cuda":
         cpu = [dict(BH=4, BW=4, BC=4, num_warps=1, REG_AHEAD=1, L2_AHEAD=2)]
-        return cpu + ([dict(cpu[0], PAIRS=True, CVT=1)] if stride == 1 else [])
+        return cpu + ([dict(cpu[0], PAIRS=True, CVT=1), dict(cpu[0], PAIRS=True, CVT=1, PERSIST=3)]
+                      if stride == 1 else [])
     if stride == 1:
-        table = ((16, 16, 64, 4, 1, 4), (16, 8, 64, 4, 1, 4), (16, 32, 32, 4, 1, 4), (16, 16, 32, 4, 1, 4))
+        table = ((16, 16, 64, 4, 1, 4), (16, 32, 32, 4, 1, 4))
         # dw3_pairs_kernel (PAIRS): BW / 2 pairs x BC; CVT: the one-instruction bf16 unpack.
-        # Pair-elements per thread 4 (8-byte vectors, ~120 registers) or 8 (16 bytes, ~200);
-        # BW 16 fits W = 112 and 14, 8 fits 7, BC 16 fits C = 144; BH 4-56 (short strips:
-        # enough programs for the 14 x 14 and 7 x 7 layers)
-        pairs = ((16, 32, 64, 4, 1, 4, 1), (16, 32, 64, 4, 1, 4, 0), (16, 16, 64, 4, 1, 4, 1),
-                 (16, 16, 64, 4, 2, 4, 1), (16, 16, 64, 2, 1, 4, 1), (16, 64, 32, 4, 1, 4, 1),
-                 (16, 32, 32, 4, 1, 4, 1), (16, 32, 32, 2, 1, 4, 1), (16, 64, 16, 2, 1, 4, 1),
-                 (16, 32, 16, 2, 1, 4, 1), (8, 8, 64, 2, 1, 3, 1), (8, 8, 128, 4, 1, 3, 1),
-                 (28, 32, 64, 4, 1, 8, 1), (56, 16, 64, 4, 1, 8, 1), (16, 32, 64, 4, 0, 4, 1),
-                 (16, 16, 128, 4, 1, 4, 1), (8, 16, 64, 2, 1, 3, 1), (4, 16, 64, 2, 1, 2, 1),
-                 (4, 8, 64, 2, 1, 2, 1))
+        # Pair-elements per thread 8 (16-byte vectors, 224-236 registers: 2 programs of 4
+        # warps or 4 of 2 per SM) or 4 (8 bytes, ~128: 4 of 4); BW 16 fits W = 112 and
+        # 14, 8 fits 7, BC 16 fits C = 144; BH 4-28 (short strips: enough programs for
+        # the 14 x 14 and 7 x 7 layers); REG_AHEAD 2 and no CVT as hedges
+        pairs = ((16, 32, 64, 4, 1, 4, 1), (16, 32, 64, 4, 1, 4, 0), (16, 16, 64, 4, 2, 4, 1),
+                 (16, 16, 64, 2, 1, 4, 1), (16, 64, 32, 4, 1, 4, 1), (16, 32, 32, 2, 1, 4, 1),
+                 (16, 64, 16, 2, 1, 4, 1), (8, 8, 64, 2, 1, 3, 1), (28, 32, 64, 4, 1, 8, 1),
+                 (16, 32, 64, 4, 0, 4, 1), (8, 16, 64, 2, 1, 3, 1), (4, 16, 64, 2, 1, 2, 1),
+                 (16, 32, 32, 4, 2, 4, 1))
+        # persistent grids: PERSIST programs per SM, the occupancy sm_90 gives them
+        persist = ((16, 32, 64, 4, 1, 4, 1, 2), (16, 16, 64, 2, 1, 4, 1, 4), (16, 32, 32, 2, 1, 4, 1, 4))
     else:
-        table = ((8, 16, 64, 4, 1, 2), (8, 8, 64, 4, 1, 2), (8, 16, 32, 4, 1, 2), (4, 16, 64, 4, 1, 2),
-                 (8, 8, 128, 4, 1, 2), (8, 16, 64, 4, 0, 3), (14, 8, 64, 4, 1, 3), (8, 32, 32, 4, 1, 2),
-                 (8, 16, 16, 2, 1, 2), (4, 8, 64, 2, 1, 2))
-        pairs = ()
+        table = ((8, 16, 64, 4, 1, 2), (8, 8, 64, 4, 1, 2), (8, 32, 32, 4, 1, 2), (8, 16, 64, 4, 0, 3),
+                 (4, 8, 64, 2, 1, 2), (8, 16, 16, 2, 1, 2), (8, 16, 32, 4, 1, 2))
+        pairs = persist = ()
     out = []
     for bh, bw, bc, warps, reg, l2 in table:
         if bc <= max(16, next_pow2(k)):
@@ -413,6 +454,10 @@ def configs(device, k, stride=1):
     for bh, bw, bc, warps, reg, l2, cvt in pairs:
         if bc <= max(16, next_pow2(k)):
             out.append(dict(BH=bh, BW=bw, BC=bc, num_warps=warps, REG_AHEAD=reg, L2_AHEAD=l2, PAIRS=True, CVT=cvt))
+    for bh, bw, bc, warps, reg, l2, cvt, per_sm in persist:
+        if bc <= max(16, next_pow2(k)):
+            out.append(dict(BH=bh, BW=bw, BC=bc, num_warps=warps, REG_AHEAD=reg, L2_AHEAD=l2, PAIRS=True, CVT=cvt,
+                            PERSIST=per_sm))
     return out
 
 
@@ -441,11 +486,26 @@ def launch_strip(x, w, y, geo, alpha, beta, spec, cfg, flip, nd):
                   PF_ASM=on_gpu, PF_N=next_pow2(span * ch), PF_SPAN=span, PF_CH=ch, PF_E=e,
                   FLIP=flip, ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z, BETA_ZERO=beta == 0,
                   INT64=needs_int64(x, y, z))
-    kernel = dw3_strip_kernel
+    tail = (float(alpha), float(beta), alpha2, coef, swish_beta)
     if cfg.get("PAIRS") and stride == 1 and bw >= 2:
-        kernel = dw3_pairs_kernel
         del consts["STRIDE"]
         consts["REG_AHEAD"] = int(cfg.get("REG_AHEAD", 1))
         consts["CVT_ASM"] = bool(cfg.get("CVT")) and on_gpu and x.dtype == torch.bfloat16
-    launch(kernel, grid, (x, w, y, bias, z) + head + (float(alpha), float(beta), alpha2, coef, swish_beta),
-           consts, dict(num_warps=cfg["num_warps"]))
+        per_sm = cfg.get("PERSIST", 0)  # programs per SM of the persistent grid (0: a program a tile)
+        consts["PERSIST"] = bool(per_sm)
+        n_tiles = grid[0] * grid[1]
+        if per_sm:
+            n_tiles = min(n_tiles, per_sm * (_sm_count(x.device) if on_gpu else 1))
+        launch(dw3_pairs_kernel, (n_tiles,), (x, w, y, bias, z, y.shape[0]) + head + tail, consts,
+               dict(num_warps=cfg["num_warps"]))
+        return
+    launch(dw3_strip_kernel, grid, (x, w, y, bias, z) + head + tail, consts, dict(num_warps=cfg["num_warps"]))
+
+
+_SMS = {}
+
+
+def _sm_count(device):
+    if device.index not in _SMS:
+        _SMS[device.index] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _SMS[device.index]
