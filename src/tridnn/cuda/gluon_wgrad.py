@@ -1,0 +1,506 @@
+"""Backward-filter (wgrad) convolution in Gluon: warp-specialized, persistent, split over
+pixels with a deterministic reduction (GPU-only experiment, the sibling of gluon_conv.py).
+
+dw[k, kh, kw, c] = sum over pixels (n, oh, ow) of dy[n, oh, ow, k] * x[n, oh + kh*dh - ph,
+ow + kw*dw - pw, c] (stride 1, channels-last bfloat16/float16 dy and x, float32 sums).
+Per tap that is a GEMM with a huge reduction and a small output:
+dw_tap[K, C] = dy[P, K]^T @ x_shift(tap)[P, C], P = N*OH*OW (200k pixels for res2 at batch
+64) against a K x C output (128 x 128 per tap for res3). So:
+
+- output tiles are (tap, BLOCK_M output channels, BLOCK_N input channels); a "unit" is one
+  tile times one of SPLITS slices of the pixel boxes (PER boxes each), and persistent
+  programs walk the units (split-major: programs running at once reduce the same pixels,
+  so their dy and x boxes meet in L2);
+- per k-step (one pixel box of NB images x BH rows x BW columns = BLOCK_P pixels) the
+  loader warp TMA-loads the dy box [NB, BH, BW, BLOCK_M] and the x box shifted by the tap
+  [NB, BH, BW, BLOCK_N] (4-D descriptors over the NHWC tensors; out-of-bounds rows, columns
+  and images load as zeros, which is the padding and the ragged edge);
+- the consumer warpgroup(s) issue async wgmma with A = dy box^T: the [BLOCK_P, BLOCK_M]
+  shared buffer viewed through ``.permute((1, 0))`` is an MN-major A operand (wgmma's
+  transposed-A mode for 16-bit types, no data movement), B = the x box [BLOCK_P, BLOCK_N]
+  (MN-major as well);
+- the epilogue TMA-stores each unit's float32 tile into a workspace [SPLITS, K, T, C], and
+  ``wgrad_finish_kernel`` (plain Triton) sums the splits in order (deterministic: the
+  split is fixed by the config and the shape) and writes dw = alpha * sum + beta * dw.
+  With one split, beta = 0 and a channels-last dw, the kernel stores alpha * tile into dw
+  itself (no workspace, no finish).
+
+Gluon kernels do not run under the Triton interpreter: the kernel is tested on a Hopper
+GPU and compiled offline for sm_90 (``compile_sm90``); the finish kernel and the split
+arithmetic are plain Python/Triton and run on the CPU.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+
+from .gluon_conv import _desc_sig, _gl_dtype, _layout, max_regs
+
+
+# --------------------------------------------------------------------------------------
+# Device code
+# --------------------------------------------------------------------------------------
+
+@gluon.jit
+def _unit_coords(u, DIRECT, R, N_KB, N_CB, KW, PAD_H, PAD_W, DIL_H, DIL_W, BOXES, PER,
+                 BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Unit u -> (whole?, workspace slot, tap, first output channel k0, first input channel
+    c0, the tap's input offsets, first and last pixel box). Units 0..DIRECT-1 are the first
+    DIRECT tiles whole; unit DIRECT + q is slice q // R of split tile DIRECT + q % R (slice
+    major: programs running at once reduce the same pixels). Within the tiles the input
+    channel block varies fastest, then the output channel block, then the tap."""
+    whole = u < DIRECT
+    q = gl.maximum(u - DIRECT, 0)
+    split = q // R
+    tile = gl.where(whole, u, DIRECT + q % R)
+    cb = tile % N_CB
+    r = tile // N_CB
+    kb = r % N_KB
+    tap = r // N_KB
+    kh = tap // KW
+    kw = tap - kh * KW
+    first = gl.where(whole, 0, split * PER)
+    last = gl.where(whole, BOXES, gl.minimum(split * PER + PER, BOXES))
+    return whole, q, tap, kb * BLOCK_M, cb * BLOCK_N, kh * DIL_H - PAD_H, kw * DIL_W - PAD_W, first, last
+
+
+@gluon.jit
+def _loader(dy_desc, x_desc, a_bufs, b_bufs, ready, empty,
+            # geometry: filter width, padding, dilation
+            KW, PAD_H, PAD_W, DIL_H, DIL_W,
+            # units and pixel boxes
+            UNITS, DIRECT, R, N_KB, N_CB, TILES_H, TILES_W, BOXES, PER,
+            NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_M: gl.constexpr,
+            BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    """Producer (one warp): per pixel box, wait for a free slot, TMA the dy box and the
+    tap-shifted x box into it. Empty barriers start in phase 0: the first wait (parity 1)
+    passes."""
+    nbytes: gl.constexpr = dy_desc.block_type.nbytes + x_desc.block_type.nbytes
+    it = 0
+    for u in range(gl.program_id(0), UNITS, gl.num_programs(0)):
+        whole, q, tap, k0, c0, dh, dw, first, last = _unit_coords(
+            u, DIRECT, R, N_KB, N_CB, KW, PAD_H, PAD_W, DIL_H, DIL_W, BOXES, PER, BLOCK_M, BLOCK_N)
+        for b in range(first, last):
+            # box b: images (b // (TILES_H*TILES_W)) * NB.., rows and columns of one tile
+            tw = b % TILES_W
+            r = b // TILES_W
+            oh = (r % TILES_H) * BH
+            n = (r // TILES_H) * NB
+            ow = tw * BW
+            s = it % STAGES
+            mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
+            bar = ready.index(s)
+            mbarrier.expect(bar, nbytes)
+            tma.async_copy_global_to_shared(dy_desc, [n, oh, ow, k0], bar, a_bufs.index(s))
+            tma.async_copy_global_to_shared(x_desc, [n, oh + dh, ow + dw, c0], bar, b_bufs.index(s))
+            it += 1
+
+
+@gluon.jit
+def _consumer(dw_ptr, DW_K, DW_C, DW_H, DW_W, alpha, beta, ws_ptr,
+              a_bufs, b_bufs, ready, empty,
+              K, C, KW, PAD_H, PAD_W, DIL_H, DIL_W,
+              UNITS, DIRECT, R, N_KB, N_CB, BOXES, PER,
+              NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_M: gl.constexpr,
+              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, BETA_ZERO: gl.constexpr, WARPS: gl.constexpr):
+    """Consumer (WARPS warps, WARPS/4 warpgroups sharing the BLOCK_M rows): per box, wait for
+    the slot, async wgmma dy^T x with one MMA in flight, free the slot of the MMA that
+    retired. Epilogue from registers (no shared memory: a float32 128 x 128 tile would take
+    64 KB from the ring; the stores drain while the next unit's MMAs run): a whole tile
+    blends alpha * tile + beta * dw into dw (masked to K x C), a slice stores its float32
+    partial into its workspace slot [BLOCK_M, BLOCK_N]."""
+    BLOCK_P: gl.constexpr = NB * BH * BW
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
+                                                         instr_shape=[16, BLOCK_N, 16])
+    rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, acc_layout))
+    cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, acc_layout))
+    it = 0
+    for u in range(gl.program_id(0), UNITS, gl.num_programs(0)):
+        whole, q, tap, k0, c0, dh, dw, first, last = _unit_coords(
+            u, DIRECT, R, N_KB, N_CB, KW, PAD_H, PAD_W, DIL_H, DIL_W, BOXES, PER, BLOCK_M, BLOCK_N)
+        acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
+        for b in range(first, last):
+            s = it % STAGES
+            mbarrier.wait(ready.index(s), (it // STAGES) & 1)
+            a = a_bufs.index(s).reshape([BLOCK_P, BLOCK_M]).permute((1, 0))  # dy^T: MN-major A
+            bx = b_bufs.index(s).reshape([BLOCK_P, BLOCK_N])
+            acc = warpgroup_mma(a, bx, acc, is_async=True)
+            acc, a, bx = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a, bx))
+            # MMA it-1 has retired: its slot may be refilled.
+            mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=b > first)
+            it += 1
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=last > first)
+        if whole:
+            kh = tap // KW
+            kw = tap - kh * KW
+            kr = k0 + rows
+            cc = c0 + cols
+            ptrs = (dw_ptr + kh * DW_H + kw * DW_W + (kr.to(gl.int64) * DW_K)[:, None]
+                    + (cc * DW_C)[None, :])
+            mask = (kr < K)[:, None] & (cc < C)[None, :]
+            v = acc * alpha
+            if not BETA_ZERO:
+                v += beta * gl.load(ptrs, mask=mask, other=0.0).to(gl.float32)
+            gl.store(ptrs, v.to(dw_ptr.dtype.element_ty), mask=mask)
+        else:
+            part = (ws_ptr + q.to(gl.int64) * (BLOCK_M * BLOCK_N) + (rows * BLOCK_N)[:, None]
+                    + cols[None, :])
+            gl.store(part, acc)
+
+
+# Integer arguments are not specialized: one compile per config serves every layer.
+_RUNTIME_INTS = ["DW_K", "DW_C", "DW_H", "DW_W", "K", "C", "KW", "PAD_H", "PAD_W", "DIL_H", "DIL_W",
+                 "UNITS", "DIRECT", "R", "N_KB", "N_CB", "TILES_H", "TILES_W", "BOXES", "PER"]
+
+
+@gluon.jit(do_not_specialize=_RUNTIME_INTS)
+def gluon_wgrad_kernel(
+    # TMA descriptors: dy [N, OH, OW, K] box [NB, BH, BW, BLOCK_M]; x [N, H, W, C] box
+    # [NB, BH, BW, BLOCK_N]
+    dy_desc, x_desc,
+    # dw [K, C, KH, KW] at strides (k, c, kh, kw): whole tiles write alpha * tile + beta * dw
+    dw_ptr, DW_K, DW_C, DW_H, DW_W, alpha, beta,
+    # float32 partials of the split tiles [SPLITS, R, BLOCK_M, BLOCK_N]
+    ws_ptr,
+    # geometry: output and input channels, filter width, padding, dilation
+    K, C, KW, PAD_H, PAD_W, DIL_H, DIL_W,
+    # UNITS = DIRECT + R * SPLITS: the first DIRECT tiles (of KH*KW * N_KB * N_CB) whole, the
+    # last R in SLICES of PER pixel boxes; BOXES = ceil(N/NB) * TILES_H * TILES_W
+    UNITS, DIRECT, R, N_KB, N_CB, TILES_H, TILES_W, BOXES, PER,
+    NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr, BETA_ZERO: gl.constexpr, LOADER_REGS: gl.constexpr, num_warps: gl.constexpr,
+):
+    """Backward filter, persistent and warp-specialized (see the module docstring)."""
+    # Shared memory: a ring of STAGES (dy box, x box) slots and its barriers.
+    a_bufs = gl.allocate_shared_memory(dy_desc.dtype, [STAGES] + dy_desc.block_type.shape, dy_desc.layout)
+    b_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    fence_async_shared()
+
+    gl.warp_specialize([
+        (_consumer, (dw_ptr, DW_K, DW_C, DW_H, DW_W, alpha, beta, ws_ptr, a_bufs, b_bufs, ready, empty,
+                     K, C, KW, PAD_H, PAD_W, DIL_H, DIL_W, UNITS, DIRECT, R, N_KB, N_CB, BOXES, PER,
+                     NB, BH, BW, BLOCK_M, BLOCK_N, STAGES, BETA_ZERO, num_warps)),
+        (_loader, (dy_desc, x_desc, a_bufs, b_bufs, ready, empty,
+                   KW, PAD_H, PAD_W, DIL_H, DIL_W,
+                   UNITS, DIRECT, R, N_KB, N_CB, TILES_H, TILES_W, BOXES, PER,
+                   NB, BH, BW, BLOCK_M, BLOCK_N, STAGES)),
+    ], [1], [LOADER_REGS])
+
+
+@triton.jit(do_not_specialize=["DIRECT", "R", "SPLITS", "K", "C", "KW", "N_KB", "N_CB"])
+def wgrad_finish_kernel(
+    ws_ptr,   # float32 partials [SPLITS, R, BLOCK_M, BLOCK_N] of the split tiles
+    dw_ptr,   # the filter gradient [K, C, KH, KW] at strides ws_k, ws_c, ws_h, ws_w
+    DIRECT, R, SPLITS, K, C, KW, N_KB, N_CB,
+    ws_k, ws_c, ws_h, ws_w,
+    alpha, beta,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BETA_ZERO: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """For split tile DIRECT + r: dw = alpha * (slice 0 + slice 1 + ..., in that order)
+    + beta * dw, deterministic. One program per BLOCK elements of one tile."""
+    TILE: tl.constexpr = BLOCK_M * BLOCK_N
+    per_tile: tl.constexpr = TILE // BLOCK
+    pid = tl.program_id(0)
+    r = pid // per_tile
+    e = (pid % per_tile) * BLOCK + tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s in range(0, SPLITS):
+        acc += tl.load(ws_ptr + (s * R + r).to(tl.int64) * TILE + e)
+    tile = DIRECT + r
+    cb = tile % N_CB
+    t = tile // N_CB
+    kb = t % N_KB
+    tap = t // N_KB
+    kh = tap // KW
+    kw = tap - kh * KW
+    k = kb * BLOCK_M + e // BLOCK_N
+    c = cb * BLOCK_N + e % BLOCK_N
+    mask = (k < K) & (c < C)
+    ptrs = dw_ptr + k.to(tl.int64) * ws_k + c * ws_c + kh * ws_h + kw * ws_w
+    v = acc * alpha
+    if not BETA_ZERO:
+        v += beta * tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(ptrs, v.to(dw_ptr.dtype.element_ty), mask=mask)
+
+
+FINISH_BLOCK = 1024
+
+
+# --------------------------------------------------------------------------------------
+# Host side: configs and the split arithmetic (pure Python, CPU-testable)
+# --------------------------------------------------------------------------------------
+
+def config(nb, bh, bw, bm, bn, stages, warps, per_sm=1, splits=None):
+    """NB x BH x BW pixels a k-step, a BLOCK_M (output channels) x BLOCK_N (input channels)
+    tile, STAGES ring slots, num_warps consumer warps (num_warps/4 warpgroups sharing the
+    BLOCK_M rows), per_sm programs an SM; splits: fixed pixel splits (None: ``schedule``)."""
+    return dict(NB=nb, BH=bh, BW=bw, BLOCK_M=bm, BLOCK_N=bn, STAGES=stages, num_warps=warps, PER_SM=per_sm,
+                SPLITS=splits)
+
+
+def name(cfg) -> str:
+    return (f"{cfg['NB']}x{cfg['BH']}x{cfg['BW']} {cfg['BLOCK_M']}x{cfg['BLOCK_N']} s{cfg['STAGES']} "
+            f"w{cfg['num_warps']}" + (f" p{cfg['PER_SM']}" if cfg.get("PER_SM", 1) > 1 else "")
+            + (f" S{cfg['SPLITS']}" if cfg.get("SPLITS") else ""))
+
+
+def block_p(cfg) -> int:
+    return cfg["NB"] * cfg["BH"] * cfg["BW"]
+
+
+def shared_bytes(cfg, itemsize=2) -> int:
+    """Dynamic shared memory: the ring of (dy box, x box) slots (barriers aside; the output
+    tile goes from registers to global memory)."""
+    return itemsize * cfg["STAGES"] * block_p(cfg) * (cfg["BLOCK_M"] + cfg["BLOCK_N"])
+
+
+# Candidates for the H200 (227 KB of shared memory a program). A k-step of BLOCK_P pixels
+# reads (BLOCK_M + BLOCK_N) * BLOCK_P * 2 bytes for BLOCK_M * BLOCK_N * BLOCK_P MACs, as in
+# the forward kernel: 128 x 128 tiles need ~11 TB/s of L2 at full rate, 256 x 128 / 128 x 256
+# (two warpgroups) ~8, 64 x 64 (res2: 64 channels each way) ~22 (L2-bound).
+# Boxes follow the images: 56x56 8x16; 28x28 4x32 (7/8 useful) or 8x16; 14x14 4 images x
+# 2 rows x 16 (7/8); 7x7 16 images x 1 row x 8 (7/8) or 2 images x 8x8 (0.77).
+CONFIGS = [
+    # 128 x 128, two warpgroups of 64 rows, 128-pixel boxes (3 x 64 KB ring)
+    config(1, 8, 16, 128, 128, 3, 8), config(1, 4, 32, 128, 128, 3, 8), config(4, 2, 16, 128, 128, 3, 8),
+    config(16, 1, 8, 128, 128, 3, 8), config(2, 8, 8, 128, 128, 3, 8),
+    # 128 x 128, 64-pixel boxes and a deeper ring (56x56 in whole 8x8 boxes)
+    config(1, 8, 8, 128, 128, 6, 8),
+    # 128 x 128, one warpgroup (two 64-row wgmma per 16 pixels)
+    config(1, 8, 16, 128, 128, 3, 4),
+    # wider tiles (res4, res5): two warpgroups, 64-pixel boxes, 4 x 48 KB ring
+    config(1, 8, 8, 256, 128, 4, 8), config(1, 8, 8, 128, 256, 4, 8), config(4, 1, 16, 256, 128, 4, 8),
+    config(4, 1, 16, 128, 256, 4, 8), config(8, 1, 8, 256, 128, 4, 8), config(8, 1, 8, 128, 256, 4, 8),
+    # 64 output channels (res2): 64 x 64 tiles, two programs an SM, or 256-pixel boxes
+    config(1, 8, 16, 64, 64, 3, 4, per_sm=2), config(1, 8, 8, 64, 64, 6, 4, per_sm=2),
+    config(1, 16, 16, 64, 64, 3, 4),
+]
+
+
+def num_boxes(cfg, n, oh, ow) -> int:
+    return triton.cdiv(n, cfg["NB"]) * triton.cdiv(oh, cfg["BH"]) * triton.cdiv(ow, cfg["BW"])
+
+
+def num_tiles(cfg, k, c, taps) -> int:
+    return taps * triton.cdiv(k, cfg["BLOCK_M"]) * triton.cdiv(c, cfg["BLOCK_N"])
+
+
+# Cost model for the schedule (microseconds): a k-step runs at SM_RATE MAC/s (~80% of 702
+# TFLOP/s / 132 SMs, shared by PER_SM programs), a unit's epilogue and pipeline fill cost
+# ~UNIT_US, and the split tiles' float32 partials are written once and read once by the finish
+# kernel (mostly from L2: PARTIAL_BYTES_PER_US), after FINISH_US of launch gap.
+SM_RATE = 0.8 * 702e12 / 2 / 132
+UNIT_US = 1.5
+PARTIAL_BYTES_PER_US = 5.0e6
+FINISH_US = 3.0
+
+
+def step_us(cfg) -> float:
+    return block_p(cfg) * cfg["BLOCK_M"] * cfg["BLOCK_N"] / SM_RATE * 1e6 * cfg.get("PER_SM", 1)
+
+
+def schedule_cost(cfg, tiles, boxes, programs, direct, splits) -> float:
+    """Predicted microseconds of (DIRECT whole tiles, the rest in SPLITS slices). Units are
+    dealt round-robin: the whole tiles first (DIRECT is 0, all tiles, or whole waves), then
+    the slices."""
+    rest = tiles - direct
+    per = triton.cdiv(boxes, splits)
+    splits = triton.cdiv(boxes, per) if rest else 0
+    t = triton.cdiv(direct, programs) * (boxes * step_us(cfg) + UNIT_US)
+    if rest:
+        t += triton.cdiv(rest * splits, programs) * (per * step_us(cfg) + UNIT_US)
+        t += FINISH_US + (2 * splits + 1) * rest * cfg["BLOCK_M"] * cfg["BLOCK_N"] * 4 / PARTIAL_BYTES_PER_US
+    return t
+
+
+def schedule(cfg, tiles, boxes, programs, splits=None, direct=None):
+    """(DIRECT, SPLITS, PER): the first DIRECT tiles reduce all pixel boxes, the other
+    tiles - DIRECT are split into SPLITS slices of PER boxes (every slice has a box: SPLITS =
+    ceil(boxes / PER); SPLITS = 1 when no tile is split). Chosen by ``schedule_cost`` among
+    DIRECT in {0, whole waves, all tiles} unless fixed."""
+    if direct is None:
+        directs = sorted({0, tiles} | {m * programs for m in range(1, tiles // programs + 1)})
+    else:
+        directs = [max(0, min(int(direct), tiles))]
+    best = None
+    for d in directs:
+        if d == tiles:
+            options = [1]
+        elif splits is not None:
+            options = [max(1, min(int(splits), boxes))]
+        else:
+            options = range(1, min(boxes, 8 * programs) + 1)
+        for sp in options:
+            cost = schedule_cost(cfg, tiles, boxes, programs, d, sp)
+            if best is None or cost < best[0] - 1e-9:
+                best = (cost, d, sp)
+    _, d, sp = best
+    if d == tiles:
+        return d, 1, boxes
+    per = triton.cdiv(boxes, sp)
+    return d, triton.cdiv(boxes, per), per
+
+
+def why_not(x, dy, kernel_size, padding, dilation, stride=(1, 1)) -> str | None:
+    """None when this kernel can compute the problem, else the reason."""
+    import torch
+    if tuple(stride) != (1, 1):
+        return "stride must be 1"
+    if x.dtype not in (torch.bfloat16, torch.float16) or dy.dtype != x.dtype:
+        return "bfloat16/float16 only"
+    n, c, h, w = x.shape
+    k = dy.shape[1]
+    if dy.shape[0] != n:
+        return "batch mismatch"
+    oh = h + 2 * padding[0] - dilation[0] * (kernel_size[0] - 1)
+    ow = w + 2 * padding[1] - dilation[1] * (kernel_size[1] - 1)
+    if tuple(dy.shape[2:]) != (oh, ow):
+        return "dy has the wrong spatial size for stride 1"
+    if c % 8 or k % 8:
+        return "channels must be multiples of 8 (TMA row alignment)"
+    if not x.permute(0, 2, 3, 1).is_contiguous() or not dy.permute(0, 2, 3, 1).is_contiguous():
+        return "x and dy must be channels-last (NHWC) and dense"
+    return None
+
+
+class Plan:
+    """Everything one backward-filter call launches: the Gluon kernel's grid/args/meta, the
+    finish kernel's (None when no tile is split), the workspace and dw."""
+
+    def __init__(self, grid, args, meta, finish_grid, finish_args, finish_meta, ws, dw, direct, splits, per,
+                 units):
+        self.grid, self.args, self.meta = grid, args, meta
+        self.finish_grid, self.finish_args, self.finish_meta = finish_grid, finish_args, finish_meta
+        self.ws, self.dw = ws, dw
+        self.direct, self.splits, self.per, self.units = direct, splits, per, units
+
+
+def prepare(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, alpha=1.0, beta=0.0, dw=None,
+            sms=None, splits=None, direct=None, ws=None):
+    """Build descriptors, the workspace and launch arguments once (CUDA-graph timing launches
+    ``launch(plan)``). x [N, C, H, W], dy [N, K, OH, OW], both channels-last; dw [K, C, KH, KW]
+    of any float dtype and strides (default: x's dtype, channels-last). sms: pretend the GPU
+    has that many SMs (tests: many units a program); splits / direct fix the schedule."""
+    import torch
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    cfg = dict(cfg or CONFIGS[0])
+    kh, kw = kernel_size
+    padding, dilation = tuple(padding), tuple(dilation)
+    reason = why_not(x, dy, (kh, kw), padding, dilation)
+    if reason:
+        raise ValueError(reason)
+    n, c, h, w = x.shape
+    k, oh, ow = dy.shape[1], dy.shape[2], dy.shape[3]
+    taps = kh * kw
+    if dw is None:
+        if beta != 0:
+            raise ValueError("beta needs an existing dw")
+        dw = torch.empty((k, c, kh, kw), device=x.device, dtype=x.dtype, memory_format=torch.channels_last)
+    if tuple(dw.shape) != (k, c, kh, kw):
+        raise ValueError(f"dw must be {(k, c, kh, kw)}, got {tuple(dw.shape)}")
+    NB, BH, BW, BM, BN = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_M"], cfg["BLOCK_N"]
+    if BM < 16 * cfg["num_warps"]:
+        raise ValueError("BLOCK_M must give every consumer warp 16 rows")
+    if sms is None:
+        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    programs_max = sms * cfg.get("PER_SM", 1)
+    tiles = num_tiles(cfg, k, c, taps)
+    boxes = num_boxes(cfg, n, oh, ow)
+    if splits is None:
+        splits = cfg.get("SPLITS")
+    d, splits, per = schedule(cfg, tiles, boxes, programs_max, splits, direct)
+    rest = tiles - d
+    units = d + rest * splits
+    dt = _gl_dtype(x.dtype)
+    x4 = x.permute(0, 2, 3, 1)
+    dy4 = dy.permute(0, 2, 3, 1)
+    dy_desc = TensorDescriptor(dy4, list(dy4.shape), list(dy4.stride()), [NB, BH, BW, BM],
+                               _layout([NB, BH, BW, BM], dt))
+    x_desc = TensorDescriptor(x4, list(x4.shape), list(x4.stride()), [NB, BH, BW, BN],
+                              _layout([NB, BH, BW, BN], dt))
+    need = splits * rest * BM * BN
+    if rest == 0:
+        ws = torch.empty(1, device=x.device, dtype=torch.float32)  # not touched
+    elif ws is None or ws.numel() < need or ws.dtype != torch.float32:
+        ws = torch.empty(need, device=x.device, dtype=torch.float32)
+    grid = (min(units, programs_max),)
+    cap = max_regs(cfg["num_warps"], cfg.get("PER_SM", 1))
+    n_kb, n_cb = triton.cdiv(k, BM), triton.cdiv(c, BN)
+    args = (dy_desc, x_desc, dw, *dw.stride(), float(alpha), float(beta), ws,
+            k, c, kw, padding[0], padding[1], dilation[0], dilation[1],
+            units, d, max(rest, 1), n_kb, n_cb, triton.cdiv(oh, BH), triton.cdiv(ow, BW), boxes, per)
+    meta = dict(NB=NB, BH=BH, BW=BW, BLOCK_M=BM, BLOCK_N=BN, STAGES=cfg["STAGES"], BETA_ZERO=beta == 0,
+                LOADER_REGS=cfg.get("LOADER_REGS", 40), num_warps=cfg["num_warps"], maxnreg=cap)
+    if rest == 0:
+        fgrid = fargs = fmeta = None
+    else:
+        fgrid = (rest * (BM * BN // FINISH_BLOCK),)
+        fargs = (ws, dw, d, rest, splits, k, c, kw, n_kb, n_cb, *dw.stride(), float(alpha), float(beta))
+        fmeta = dict(BLOCK_M=BM, BLOCK_N=BN, BETA_ZERO=beta == 0, BLOCK=FINISH_BLOCK)
+    return Plan(grid, args, meta, fgrid, fargs, fmeta, ws, dw, d, splits, per, units)
+
+
+def launch(plan):
+    gluon_wgrad_kernel[plan.grid](*plan.args, **plan.meta)
+    if plan.finish_grid is not None:
+        wgrad_finish_kernel[plan.finish_grid](*plan.finish_args, **plan.finish_meta)
+    return plan.dw
+
+
+def conv2d_wgrad(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, alpha=1.0, beta=0.0, dw=None,
+                 sms=None, splits=None, direct=None):
+    """dw = alpha * conv2d_weight(x, dy) + beta * dw for channels-last bf16/fp16 x and dy
+    (stride 1; GPU only). Returns dw."""
+    return launch(prepare(x, dy, kernel_size, padding, dilation, cfg, alpha, beta, dw, sms=sms, splits=splits,
+                          direct=direct))
+
+
+# --------------------------------------------------------------------------------------
+# Offline compile (no GPU needed)
+# --------------------------------------------------------------------------------------
+
+def compile_sm90(cfg, out_dtype="bf16", beta_zero=True):
+    """Compile the kernel for sm_90 without a GPU; returns the CompiledKernel (asm: ptx, cubin).
+    out_dtype: dw's dtype, "bf16" or "fp32"."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    fn = gluon_wgrad_kernel
+    NB, BH, BW, BM, BN = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_M"], cfg["BLOCK_N"]
+    dt = gl.bfloat16
+    sig = {
+        "dy_desc": _desc_sig("bf16", [NB, BH, BW, BM], _layout([NB, BH, BW, BM], dt)),
+        "x_desc": _desc_sig("bf16", [NB, BH, BW, BN], _layout([NB, BH, BW, BN], dt)),
+        "dw_ptr": "*" + out_dtype, "alpha": "fp32", "beta": "fp32", "ws_ptr": "*fp32",
+    }
+    for a in _RUNTIME_INTS:
+        sig[a] = "i32"
+    consts = dict(NB=NB, BH=BH, BW=BW, BLOCK_M=BM, BLOCK_N=BN, STAGES=cfg["STAGES"], BETA_ZERO=beta_zero,
+                  LOADER_REGS=cfg.get("LOADER_REGS", 40), num_warps=cfg["num_warps"])
+    for key in consts:
+        sig[key] = "constexpr"
+    # keep the argument order of the kernel
+    sig = {a: sig[a] for a in fn.arg_names}
+    src = GluonASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(key),): v for key, v in consts.items()})
+    opts = dict(num_warps=cfg["num_warps"], maxnreg=max_regs(cfg["num_warps"], cfg.get("PER_SM", 1)))
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+
+
+def flops(n, c, k, oh, ow, kh, kw) -> float:
+    return 2.0 * n * k * oh * ow * c * kh * kw
+
+
+__all__ = ["gluon_wgrad_kernel", "wgrad_finish_kernel", "conv2d_wgrad", "prepare", "launch", "compile_sm90",
+           "CONFIGS", "config", "name", "why_not", "schedule", "schedule_cost", "shared_bytes", "flops", "Plan",
+           "num_boxes", "num_tiles"]
