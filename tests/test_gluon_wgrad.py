@@ -1,0 +1,348 @@
+"""The Gluon warp-specialized backward-filter convolution (tridnn.cuda.gluon_wgrad).
+
+Gluon kernels do not run under the Triton interpreter, so:
+- CPU: every config compiles for sm_90 offline and its SASS has what the kernel is for
+  (transposed-A wgmma, setmaxnreg, 4-D TMA loads, no spills); the schedule arithmetic
+  (whole tiles, split tiles, slices) partitions the work exactly; the unit walk, mirrored in
+  NumPy, reproduces the float64 weight gradient; the finish kernel (plain Triton, run by the
+  interpreter) sums the slices in order into dw;
+- GPU (``TRIDNN_GPU_TESTS=1 pytest --gpu tests/test_gluon_wgrad.py``): results against a
+  float64 weight gradient of the same bfloat16 inputs.
+"""
+import os
+import re
+import subprocess
+import tempfile
+
+import numpy as np
+import pytest
+import torch
+
+gw = pytest.importorskip("tridnn.cuda.gluon_wgrad", reason="Triton without Gluon")
+
+
+def _cuobjdump():
+    import triton
+    path = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
+    return path if os.path.exists(path) else None
+
+
+def _sass(kernel) -> str:
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        return subprocess.run([_cuobjdump(), "--dump-sass", f.name], capture_output=True, text=True,
+                              check=True).stdout
+
+
+# -- CPU: offline sm_90 compile ---------------------------------------------------------
+@pytest.mark.parametrize("cfg", gw.CONFIGS, ids=gw.name)
+def test_compiles_for_sm90(cfg):
+    if _cuobjdump() is None:
+        pytest.skip("Triton's cuobjdump is not installed")
+    k = gw.compile_sm90(cfg)
+    assert k.metadata.shared >= gw.shared_bytes(cfg), "the ring lives in shared memory"
+    assert k.metadata.shared * cfg["PER_SM"] <= 228 * 1024, "PER_SM programs fit one H200 SM"
+    sass = _sass(k)
+    wg = cfg["num_warps"] // 4
+    # per k-step: one 64-row wgmma per 16 pixels, per 64-row slice of a warpgroup's rows
+    per_step = (gw.block_p(cfg) // 16) * (cfg["BLOCK_M"] // 64 // wg)
+    hgmma = re.findall(r"HGMMA\.64x(\d+)x16\.F32\.BF16 \S+, gdesc\[\w+\]\.(\S+),", sass)
+    assert len(hgmma) == per_step, (len(hgmma), per_step)
+    assert all(int(n) == cfg["BLOCK_N"] for n, _ in hgmma)
+    # A is dy^T (a permuted shared buffer): the MN-major ("transposed") A mode, B too
+    assert all(mode == "tnspA.tnspB" for _, mode in hgmma), hgmma
+    cap = gw.max_regs(cfg["num_warps"], cfg["PER_SM"])
+    assert cap * (cfg["num_warps"] + 4) * 32 * cfg["PER_SM"] <= 65536
+    regs = [int(r, 16) for r in re.findall(r"USETMAXREG\.\w+\.CTAPOOL (?:UP\d, )?(0x[0-9a-f]+)", sass)]
+    if cap < 256:
+        assert min(regs) <= 40 and max(regs) > cap, (regs, cap)
+    assert "UTMALDG.4D" in sass
+    assert not re.search(r"\b(STL|LDL)\b", sass), "register spills"
+
+
+@pytest.mark.parametrize("out_dtype,beta_zero", [("fp32", True), ("bf16", False)])
+def test_compiles_dw_variants(out_dtype, beta_zero):
+    """A float32 dw, and the blend with beta (loads dw in the whole-tile epilogue)."""
+    if _cuobjdump() is None:
+        pytest.skip("Triton's cuobjdump is not installed")
+    k = gw.compile_sm90(gw.CONFIGS[0], out_dtype=out_dtype, beta_zero=beta_zero)
+    sass = _sass(k)
+    assert "HGMMA.64x128x16.F32.BF16" in sass
+    assert bool(re.search(r"\bLDG\.E", sass)) == (not beta_zero), "dw is read only when beta != 0"
+
+
+def test_configs_fit_shared_memory():
+    for cfg in gw.CONFIGS:
+        assert gw.shared_bytes(cfg) * cfg["PER_SM"] <= 227 * 1024, gw.name(cfg)
+        assert cfg["BLOCK_M"] >= 16 * cfg["num_warps"] and cfg["BLOCK_M"] % 64 == 0
+        assert (cfg["BLOCK_M"] * cfg["BLOCK_N"]) % gw.FINISH_BLOCK == 0
+
+
+# -- CPU: the schedule ----------------------------------------------------------------------
+def _slices(tiles, boxes, direct, splits, per):
+    """{tile: sorted list of (first, last) pixel-box ranges} of a schedule, from the
+    kernel's unit -> (tile, boxes) map (_unit_coords)."""
+    rest = tiles - direct
+    units = direct + rest * splits
+    got = {}
+    for u in range(units):
+        if u < direct:
+            t, first, last = u, 0, boxes
+        else:
+            q = u - direct
+            t, first, last = direct + q % rest, (q // rest) * per, min((q // rest) * per + per, boxes)
+        got.setdefault(t, []).append((first, last))
+    return got
+
+
+@pytest.mark.parametrize("tiles,boxes,programs", [
+    (9, 512, 132), (144, 28, 132), (36, 112, 132), (72, 56, 132), (9, 1568, 264), (1, 1, 3), (300, 5, 7),
+    (132, 40, 132), (270, 40, 132),
+])
+def test_schedule_partitions_the_work(tiles, boxes, programs):
+    cfg = gw.CONFIGS[0]
+    direct, splits, per = gw.schedule(cfg, tiles, boxes, programs)
+    assert 0 <= direct <= tiles
+    assert direct in (0, tiles) or direct % programs == 0, "whole tiles come in whole waves"
+    assert (splits == 1) == (direct == tiles)
+    if direct < tiles:
+        assert (splits - 1) * per < boxes <= splits * per, "every slice has a box"
+    got = _slices(tiles, boxes, direct, splits, per)
+    assert sorted(got) == list(range(tiles))
+    for t, ranges in got.items():
+        ranges.sort()
+        assert ranges[0][0] == 0 and ranges[-1][1] == boxes
+        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:])), "slices tile the boxes"
+        assert all(last > first for first, last in ranges)
+    # the choice is the model's best among the options it enumerates
+    best = gw.schedule_cost(cfg, tiles, boxes, programs, direct, splits)
+    for d in {0, tiles} | {m * programs for m in range(1, tiles // programs + 1)}:
+        for s in ([1] if d == tiles else range(1, min(boxes, 8 * programs) + 1)):
+            assert best <= gw.schedule_cost(cfg, tiles, boxes, programs, d, s) + 1e-9
+
+
+def test_schedule_fixed_and_modelled():
+    cfg = gw.CONFIGS[0]
+    assert gw.schedule(cfg, 10, 100, 132, splits=7, direct=0) == (0, 7, 15)
+    assert gw.schedule(cfg, 10, 100, 132, splits=30, direct=0) == (0, 25, 4)  # 100 boxes = 25 x 4
+    assert gw.schedule(cfg, 10, 100, 132, splits=1, direct=10) == (10, 1, 100)
+    assert gw.schedule(cfg, 10, 3, 132, splits=50, direct=0) == (0, 3, 1)
+    # 144 tiles on 132 SMs (res5 at 128 x 128): one wave whole, the 12 left split
+    d, s, per = gw.schedule(cfg, 144, 28, 132)
+    assert d == 132 and s > 1
+    # few tiles and many boxes (res3): everything split, about a wave of slices or more
+    d, s, per = gw.schedule(cfg, 9, 512, 132)
+    assert d == 0 and 9 * s >= 0.9 * 132
+
+
+# -- CPU: the unit walk in NumPy against float64 -------------------------------------------
+def _walk(x, dy, kh, kw, pad, dil, cfg, direct, splits, per):
+    """The kernel's work in NumPy (float64): per unit the loader's boxes (zero outside the
+    tensors, as TMA fills them), dy_box^T @ x_box, then whole tiles into dw and slices into
+    the workspace, and the finish sum. x [N, H, W, C], dy [N, OH, OW, K] (NHWC)."""
+    n, h, w, c = x.shape
+    _, oh, ow, k = dy.shape
+    NB, BH, BW, BM, BN = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_M"], cfg["BLOCK_N"]
+    th, tw = -(-oh // BH), -(-ow // BW)
+    boxes = -(-n // NB) * th * tw
+    n_kb, n_cb = -(-k // BM), -(-c // BN)
+    tiles = kh * kw * n_kb * n_cb
+    rest = tiles - direct
+    dw = np.zeros((k, kh, kw, c))
+    ws = np.zeros((max(rest, 1) * splits, BM, BN))
+
+    def box(t, n0, r0, c0, ch0, nch):  # a TMA box of t (zero fill outside)
+        out = np.zeros((NB, BH, BW, nch))
+        for i in range(NB):
+            for j in range(BH):
+                for m in range(BW):
+                    a, b, d = n0 + i, r0 + j, c0 + m
+                    if 0 <= a < t.shape[0] and 0 <= b < t.shape[1] and 0 <= d < t.shape[2]:
+                        v = t[a, b, d, ch0:ch0 + nch]
+                        out[i, j, m, :v.shape[0]] = v
+        return out.reshape(-1, nch)
+
+    for u in range(direct + rest * splits):
+        whole = u < direct
+        q = max(u - direct, 0)
+        split = q // max(rest, 1)
+        tile = u if whole else direct + q % rest
+        cb, r = tile % n_cb, tile // n_cb
+        kb, tap = r % n_kb, r // n_kb
+        fh, fw = tap // kw, tap % kw
+        first = 0 if whole else split * per
+        last = boxes if whole else min(split * per + per, boxes)
+        acc = np.zeros((BM, BN))
+        for b in range(first, last):
+            bw_, rr = b % tw, b // tw
+            oh0, n0 = (rr % th) * BH, (rr // th) * NB
+            a = box(dy, n0, oh0, bw_ * BW, kb * BM, BM)
+            xb = box(x, n0, oh0 + fh * dil - pad, bw_ * BW + fw * dil - pad, cb * BN, BN)
+            acc += a.T @ xb
+        if whole:
+            kk, cc = min(BM, k - kb * BM), min(BN, c - cb * BN)
+            dw[kb * BM:kb * BM + kk, fh, fw, cb * BN:cb * BN + cc] = acc[:kk, :cc]
+        else:
+            ws[q] = acc
+    for r in range(rest):  # finish: slices in order
+        tile = direct + r
+        cb, t2 = tile % n_cb, tile // n_cb
+        kb, tap = t2 % n_kb, t2 // n_kb
+        acc = sum(ws[s * rest + r] for s in range(splits))
+        kk, cc = min(BM, k - kb * BM), min(BN, c - cb * BN)
+        dw[kb * BM:kb * BM + kk, tap // kw, tap % kw, cb * BN:cb * BN + cc] = acc[:kk, :cc]
+    return dw
+
+
+@pytest.mark.parametrize("case", [
+    # (N, C, K, H, W, KH, KW, pad, dil, cfg index, forced (direct, splits) or None, programs)
+    (2, 6, 5, 7, 7, 3, 3, 1, 1, 0, None, 3),
+    (3, 5, 7, 5, 6, 5, 3, 2, 1, 2, (0, 3), 4),
+    (2, 4, 6, 6, 9, 3, 3, 0, 2, 3, (4, 2), 4),
+    (5, 3, 4, 3, 3, 1, 1, 0, 1, 4, (0, 2), 2),
+], ids=str)
+def test_unit_walk_matches_float64(case, rng):
+    """The index arithmetic (boxes, tap offsets, padding by zero fill, whole/split units, the
+    workspace slots, the finish order) reproduces the weight gradient. Small boxes stand in
+    for the configs' (same walk, tiny shapes)."""
+    n, c, k, h, w, kh, kw, pad, dil, ci, forced, programs = case
+    cfg = dict(gw.CONFIGS[ci])
+    cfg.update(NB=min(cfg["NB"], 2), BH=min(cfg["BH"], 2), BW=min(cfg["BW"], 4), BLOCK_M=4, BLOCK_N=4)
+    oh, ow = h + 2 * pad - dil * (kh - 1), w + 2 * pad - dil * (kw - 1)
+    x = rng.standard_normal((n, h, w, c))
+    dy = rng.standard_normal((n, oh, ow, k))
+    tiles = gw.num_tiles(cfg, k, c, kh * kw)
+    boxes = gw.num_boxes(cfg, n, oh, ow)
+    if forced:
+        direct, splits, per = gw.schedule(cfg, tiles, boxes, programs, splits=forced[1], direct=forced[0])
+    else:
+        direct, splits, per = gw.schedule(cfg, tiles, boxes, programs)
+    got = _walk(x, dy, kh, kw, pad, dil, cfg, direct, splits, per)
+    want = torch.nn.grad.conv2d_weight(torch.from_numpy(x).permute(0, 3, 1, 2), (k, c, kh, kw),
+                                       torch.from_numpy(dy).permute(0, 3, 1, 2), padding=pad, dilation=dil)
+    np.testing.assert_allclose(got, want.permute(0, 2, 3, 1).numpy(), rtol=1e-10, atol=1e-10)
+
+
+# -- CPU: the finish kernel (Triton interpreter) ---------------------------------------------
+@pytest.mark.parametrize("beta", [0.0, 0.75])
+def test_finish_kernel_sums_slices_in_order(beta, rng):
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("CPU test (interpreter)")
+    import importlib
+    import triton
+    importlib.import_module("tridnn.cuda.layer_utils")  # lets the interpreter loop to a runtime bound
+    BM = BN = 64
+    k, c, kh, kw = 100, 70, 2, 3             # ragged: 2 x 2 channel blocks, 6 taps
+    n_kb, n_cb = triton.cdiv(k, BM), triton.cdiv(c, BN)
+    tiles = kh * kw * n_kb * n_cb          # 24
+    direct, splits = 10, 3
+    rest = tiles - direct
+    ws = rng.standard_normal((splits, rest, BM, BN)).astype(np.float32)
+    dw0 = rng.standard_normal((k, c, kh, kw)).astype(np.float32)
+    dw = torch.from_numpy(dw0.copy())
+    alpha = 1.5
+    gw.wgrad_finish_kernel[(rest * (BM * BN // 1024),)](
+        torch.from_numpy(ws), dw, direct, rest, splits, k, c, kw, n_kb, n_cb, *dw.stride(), alpha, beta,
+        BLOCK_M=BM, BLOCK_N=BN, BETA_ZERO=beta == 0, BLOCK=1024)
+    want = dw0.astype(np.float64).copy()
+    for r in range(rest):
+        tile = direct + r
+        cb, t = tile % n_cb, tile // n_cb
+        kb, tap = t % n_kb, t // n_kb
+        s = ws[:, r].astype(np.float64).sum(axis=0)
+        kk, cc = min(BM, k - kb * BM), min(BN, c - cb * BN)
+        blk = want[kb * BM:kb * BM + kk, cb * BN:cb * BN + cc, tap // kw, tap % kw]
+        want[kb * BM:kb * BM + kk, cb * BN:cb * BN + cc, tap // kw, tap % kw] = alpha * s[:kk, :cc] + beta * blk
+    np.testing.assert_allclose(dw.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_why_not():
+    x = torch.zeros(2, 64, 8, 8, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    dy = torch.zeros(2, 32, 8, 8, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    assert gw.why_not(x, dy, (3, 3), (1, 1), (1, 1)) is None
+    assert gw.why_not(x.contiguous(), dy, (3, 3), (1, 1), (1, 1)) is not None  # NCHW x
+    assert gw.why_not(x, dy, (3, 3), (1, 1), (1, 1), stride=(2, 2)) is not None
+    assert gw.why_not(x, dy, (3, 3), (0, 0), (1, 1)) is not None  # dy would be 6x6
+    assert gw.why_not(x.float(), dy.float(), (3, 3), (1, 1), (1, 1)) is not None
+
+
+# -- GPU: against float64 ----------------------------------------------------------------
+GPU_CASES = [  # (N, C, K, H, W, KH, KW, pad, dil)
+    (2, 64, 64, 56, 56, 3, 3, 1, 1),
+    (3, 128, 128, 28, 28, 3, 3, 1, 1),
+    (4, 256, 256, 14, 14, 3, 3, 1, 1),
+    (5, 128, 64, 7, 7, 3, 3, 1, 1),     # 7x7 maps, K < BLOCK_M
+    (2, 64, 128, 13, 11, 5, 3, 2, 1),   # 5x3 filter, padding 2, ragged image
+    (3, 128, 64, 9, 10, 3, 3, 0, 1),    # padding 0
+    (2, 64, 200, 12, 12, 3, 3, 2, 2),   # dilation 2, K not a multiple of BLOCK_M
+    (2, 72, 64, 16, 16, 1, 1, 0, 1),    # 1x1, C not a multiple of BLOCK_N
+]
+
+_REFERENCES = {}
+
+
+def _problem(case):
+    """bfloat16 x and dy and their float64 weight gradient, made once per case."""
+    if case not in _REFERENCES:
+        n, c, k, h, w_, kh, kw, pad, dil = case
+        oh, ow = h + 2 * pad - dil * (kh - 1), w_ + 2 * pad - dil * (kw - 1)
+        g = torch.Generator().manual_seed(hash(case) % 2**31)
+        x = torch.randn(n, c, h, w_, generator=g).to(torch.bfloat16)
+        dy = torch.randn(n, k, oh, ow, generator=g).to(torch.bfloat16)
+        ref = torch.nn.grad.conv2d_weight(x.double(), (k, c, kh, kw), dy.double(), padding=pad, dilation=dil)
+        _REFERENCES[case] = (x, dy, ref)
+    return _REFERENCES[case]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", gw.CONFIGS, ids=gw.name)
+@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_gpu_against_float64(case, cfg):
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs a Hopper GPU")
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.fail("Gluon does not run under the interpreter: set TRIDNN_GPU_TESTS=1")
+    n, c, k, h, w_, kh, kw, pad, dil = case
+    x, dy, ref = _problem(case)
+    xd = x.cuda().to(memory_format=torch.channels_last)
+    dyd = dy.cuda().to(memory_format=torch.channels_last)
+    scale = ref.abs().max()
+    # schedules: the model's; all tiles split in 3 slices; whole + split tiles on a grid of
+    # 3 programs (many units a program: the ring wraps across units); alpha and beta into a
+    # float32 NCHW dw (the strided blend)
+    dw0 = torch.randn(k, c, kh, kw, dtype=torch.float32, generator=torch.Generator().manual_seed(1))
+    runs = [
+        dict(alpha=1.0, beta=0.0, dw=None, sms=None, splits=None, direct=None),
+        dict(alpha=1.0, beta=0.0, dw=None, sms=None, splits=3, direct=0),
+        dict(alpha=0.5, beta=0.0, dw=None, sms=3, splits=2, direct=3),
+        dict(alpha=2.0, beta=0.5, dw=dw0.clone().cuda(), sms=3, splits=None, direct=None),
+        dict(alpha=2.0, beta=0.5, dw=dw0.clone().cuda(), sms=None, splits=4, direct=0),
+    ]
+    for run in runs:
+        got = gw.conv2d_wgrad(xd, dyd, (kh, kw), (pad, pad), (dil, dil), cfg=cfg, alpha=run["alpha"],
+                              beta=run["beta"], dw=run["dw"], sms=run["sms"], splits=run["splits"],
+                              direct=run["direct"])
+        torch.cuda.synchronize()
+        got = got.double().cpu()
+        want = run["alpha"] * ref + run["beta"] * dw0.double()
+        assert got.shape == want.shape
+        err = ((got - want).abs().max() / (abs(run["alpha"]) * scale)).item()
+        # bfloat16 dw rounding (2^-8) on top of float32 sums
+        tol = 1e-2 if run["dw"] is None else 1e-4
+        assert err < tol, (gw.name(cfg), run, err)
+        assert torch.isfinite(got).all()
+
+
+@pytest.mark.gpu
+def test_gpu_deterministic():
+    """The same call twice gives bit-identical dw (fixed split, in-order finish)."""
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs a Hopper GPU")
+    x, dy, _ = _problem(GPU_CASES[1])
+    xd = x.cuda().to(memory_format=torch.channels_last)
+    dyd = dy.cuda().to(memory_format=torch.channels_last)
+    dw32 = torch.empty(128, 128, 3, 3, device="cuda")
+    a = gw.conv2d_wgrad(xd, dyd, (3, 3), (1, 1), (1, 1), dw=dw32.clone(), splits=7, direct=0).clone()
+    b = gw.conv2d_wgrad(xd, dyd, (3, 3), (1, 1), (1, 1), dw=dw32.clone(), splits=7, direct=0)
+    assert torch.equal(a, b)
