@@ -43,16 +43,17 @@ from .geometry import geometry, needs_int64, strides5
 
 # -- kernel ------------------------------------------------------------------------
 @triton.jit
-def _pf_row(x_ptr, j, IH, xs_h, pf_off, PF_ASM: tl.constexpr):
-    """Prefetch input row j of the tile (chunk offsets pf_off, every one a valid address)
-    into L2; a row outside the image is clamped to the nearest one (a harmless extra
-    prefetch, and no per-lane select in the loop)."""
+def _pf_row(x_ptr, j, IH, xs_h, pf_off, pf_on, PF_ASM: tl.constexpr):
+    """Prefetch input row j of the tile (chunk offsets pf_off where pf_on != 0) into L2; a
+    row outside the image is clamped to the nearest one (a harmless extra prefetch). Lanes
+    off issue nothing: pointing them all at one valid line made that L2 line a hot spot
+    (the 7 x 7 and 14 x 14 layers ran at 0.3-1 TB/s)."""
     ptr = x_ptr + tl.minimum(tl.maximum(j, 0), IH - 1) * xs_h + pf_off
     if PF_ASM:
-        tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [ptr],
-                                  dtype=tl.int32, is_pure=False, pack=1)
+        tl.inline_asm_elementwise("{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.u32 $0, 0; }",
+                                  "=r,l,r", [ptr, pf_on], dtype=tl.int32, is_pure=False, pack=1)
     else:
-        tl.load(ptr)  # the interpreter: the same addresses, loaded (so they must be valid)
+        tl.load(ptr, mask=pf_on != 0)  # the interpreter: the same addresses, loaded (so they must be valid)
 
 
 @triton.jit
@@ -127,7 +128,8 @@ def dw3_strip_kernel(
     pf_ci = ci0 + tl.minimum((pf % PF_CH) * PF_E, n_ci - 1)
     pf_iw = col_blk * BW * STRIDE - PW + pf_col
     pf_ok = (pf < PF_SPAN * PF_CH) & (pf_iw >= 0) & (pf_iw < IW)
-    pf_off = tl.where(pf_ok, x_img + pf_iw * xs_w + pf_ci * xs_c, 0)  # masked lanes: x's first element
+    pf_off = tl.where(pf_ok, x_img + pf_iw * xs_w + pf_ci * xs_c, 0)
+    pf_on = pf_ok.to(tl.int32)
 
     if STRIDE == 1:
         # input row i is filter row 2 of output row i + PH - 2 (finished with it), row 1
@@ -136,7 +138,7 @@ def dw3_strip_kernel(
         i_end = oh_end - PH + 2
         if L2_AHEAD > 0:
             for j in range(i_first, tl.minimum(i_first + L2_AHEAD, i_end)):
-                _pf_row(x_ptr, j, IH, xs_h, pf_off, PF_ASM)
+                _pf_row(x_ptr, j, IH, xs_h, pf_off, pf_on, PF_ASM)
         if REG_AHEAD:
             a0, a1, a2 = _row3(x_ptr, x_img + i_first * xs_h, (i_first >= 0) & (i_first < IH), col0, col1,
                                col2, ok0, ok1, ok2, chan, mask_k)
@@ -145,7 +147,7 @@ def dw3_strip_kernel(
         for i in range(i_first, i_end):
             if L2_AHEAD > 0:
                 j = i + L2_AHEAD
-                _pf_row(x_ptr, j, IH, xs_h, pf_off, PF_ASM)
+                _pf_row(x_ptr, j, IH, xs_h, pf_off, pf_on, PF_ASM)
             if REG_AHEAD:
                 x0, x1, x2 = a0, a1, a2
                 j = i + 1
@@ -174,7 +176,7 @@ def dw3_strip_kernel(
         r_end = 2 * oh_end - PH + 1  # one past the last input row the strip reads
         if L2_AHEAD > 0:
             for j in range(r_first, tl.minimum(r_first + 2 * L2_AHEAD + 1, r_end)):
-                _pf_row(x_ptr, j, IH, xs_h, pf_off, PF_ASM)
+                _pf_row(x_ptr, j, IH, xs_h, pf_off, pf_on, PF_ASM)
         x0, x1, x2 = _row3(x_ptr, x_img + r_first * xs_h, (r_first >= 0) & (r_first < IH), col0, col1, col2,
                            ok0, ok1, ok2, chan, mask_k)
         carry = x0.to(tl.float32) * w00 + x1.to(tl.float32) * w01 + x2.to(tl.float32) * w02
@@ -190,8 +192,8 @@ def dw3_strip_kernel(
             r2 = r1 + 1
             if L2_AHEAD > 0:
                 j = r2 + 2 * L2_AHEAD - 1
-                _pf_row(x_ptr, j, IH, xs_h, pf_off, PF_ASM)
-                _pf_row(x_ptr, j + 1, IH, xs_h, pf_off, PF_ASM)
+                _pf_row(x_ptr, j, IH, xs_h, pf_off, pf_on, PF_ASM)
+                _pf_row(x_ptr, j + 1, IH, xs_h, pf_off, pf_on, PF_ASM)
             if REG_AHEAD:
                 x0, x1, x2 = a0, a1, a2
                 u0, u1, u2 = b0, b1, b2
@@ -240,17 +242,15 @@ def _pair_row(x_ptr, row, row_ok, cl, ce, co, cr, ml, me, mo, mr):
 
 
 @triton.jit
-def _tile_of(tile, N, n_rows, n_cols, INT64: tl.constexpr):
-    """(image, row strip, column block, channel block) of a flat tile index; the channel
-    block varies slowest, the column block fastest (the launch order of a 2-D grid)."""
-    col_blk = tile % n_cols
-    t = tile // n_cols
+def _tile_of(sp, N, n_rows, n_cols, INT64: tl.constexpr):
+    """(image, row strip, column block) of a flat spatial tile index (column block fastest)."""
+    col_blk = sp % n_cols
+    t = sp // n_cols
     row_blk = t % n_rows
-    t = t // n_rows
-    n = t % N
+    n = t // n_rows
     if INT64:
         n = n.to(tl.int64)
-    return n, row_blk, col_blk, t // N
+    return n, row_blk, col_blk
 
 
 @triton.jit
@@ -258,8 +258,8 @@ def _pf_offsets(x_img, iw0, k0, K, Kg, IW, xs_w, xs_c, BC: tl.constexpr, PF_N: t
                 PF_CH: tl.constexpr, PF_E: tl.constexpr):
     """The L2 prefetch's chunk offsets for a tile: PF_SPAN input columns from iw0 x PF_CH
     chunk starts of PF_E channels (the last one at the block's last channel, so a block
-    that straddles a line is covered), flattened over PF_N lanes; masked lanes point at
-    x's first element."""
+    that straddles a line is covered), flattened over PF_N lanes; and which lanes are on
+    (int32)."""
     pf = tl.arange(0, PF_N)
     pf_col = pf // PF_CH
     ci0 = k0 // Kg
@@ -267,7 +267,7 @@ def _pf_offsets(x_img, iw0, k0, K, Kg, IW, xs_w, xs_c, BC: tl.constexpr, PF_N: t
     pf_ci = ci0 + tl.minimum((pf % PF_CH) * PF_E, n_ci - 1)
     pf_iw = iw0 + pf_col
     pf_ok = (pf < PF_SPAN * PF_CH) & (pf_iw >= 0) & (pf_iw < IW)
-    return tl.where(pf_ok, x_img + pf_iw * xs_w + pf_ci * xs_c, 0)
+    return tl.where(pf_ok, x_img + pf_iw * xs_w + pf_ci * xs_c, 0), pf_ok.to(tl.int32)
 
 
 @triton.jit(do_not_specialize=['N', 'IH', 'IW', 'OH', 'OW', 'PH', 'PW', 'n_rows', 'n_cols'])
@@ -291,64 +291,76 @@ def dw3_pairs_kernel(
     the conversions and address math, not the 9 FMAs, are most of the instructions).
     BW output columns = BW / 2 pairs.
 
-    A program walks tiles pid, pid + programs, ...: one each when the grid has a program
-    per tile; PERSIST (a grid of a few programs per SM) also prefetches the next tile's
-    first rows during the current tile's last L2_AHEAD rows, so a new tile does not
-    start with a DRAM round trip."""
+    A program walks spatial tiles of one channel block: one tile when the grid has a
+    program per tile (the channel block varies slowest, as in a 2-D grid); PERSIST (a
+    grid of a few programs per SM, a multiple of the channel blocks) keeps the block's
+    weights in registers over its tiles (72 scattered 2-byte loads a thread per program
+    otherwise) and prefetches the next tile's first rows during the current tile's last
+    L2_AHEAD rows, so a new tile does not start with a DRAM round trip."""
     BWH: tl.constexpr = BW // 2
-    n_tiles = N * n_rows * n_cols * tl.cdiv(K, BC)
-    step = tl.num_programs(0)
-    for tile in range(tl.program_id(0), n_tiles, step):
-        # -- map the tile to (image, row strip, column block, channel block)
-        n, row_blk, col_blk, kb = _tile_of(tile, N, n_rows, n_cols, INT64)
-        k0 = kb * BC
-        offs_k = k0 + tl.arange(0, BC)
-        mask_k = offs_k < K
+    n_sp = N * n_rows * n_cols
+    pid = tl.program_id(0)
+    if PERSIST:
+        n_kb = tl.cdiv(K, BC)
+        kb = pid % n_kb
+        sp_first = pid // n_kb
+        sp_step = tl.num_programs(0) // n_kb
+    else:
+        kb = pid // n_sp
+        sp_first = pid % n_sp
+        sp_step = n_sp
+    # -- the channel block and its weights
+    k0 = kb * BC
+    offs_k = k0 + tl.arange(0, BC)
+    mask_k = offs_k < K
+    chan = (offs_k // Kg) * xs_c
+    mk = mask_k[None, :]
+    w_col = offs_k * ws_k
+    w00, w01, w02 = _taps3(w_ptr, w_col, mask_k, 0, ws_h, ws_w, FLIP)
+    w10, w11, w12 = _taps3(w_ptr, w_col, mask_k, 1, ws_h, ws_w, FLIP)
+    w20, w21, w22 = _taps3(w_ptr, w_col, mask_k, 2, ws_h, ws_w, FLIP)
+    # alpha scales the weights once, so the epilogue's per-element multiply (by a
+    # constant 1.0) folds away
+    w00, w01, w02 = w00 * alpha, w01 * alpha, w02 * alpha
+    w10, w11, w12 = w10 * alpha, w11 * alpha, w12 * alpha
+    w20, w21, w22 = w20 * alpha, w21 * alpha, w22 * alpha
+    for sp in range(sp_first, n_sp, sp_step):
+        # -- map the tile to (image, row strip, column block)
+        n, row_blk, col_blk = _tile_of(sp, N, n_rows, n_cols, INT64)
         q0 = col_blk * BW + 2 * tl.arange(0, BWH)   # even output column of each pair
         mask_e = q0 < OW
         mask_o = q0 + 1 < OW
         oh0 = row_blk * BH
         oh_end = tl.minimum(oh0 + BH, OH)
 
-        # -- pointers: the four input columns of each pair, channels, weights
+        # -- pointers: the four input columns of each pair
         il = q0 - PW
-        chan = (offs_k // Kg) * xs_c
         cl = (il * xs_w)[:, None] + chan[None, :]
         ce = cl + xs_w
         co = ce + xs_w
         cr = co + xs_w
-        mk = mask_k[None, :]
         ml = (mask_e & (il >= 0) & (il < IW))[:, None] & mk
         me = (mask_e & (il + 1 >= 0) & (il + 1 < IW))[:, None] & mk
         mo = ((mask_e & (il + 2 >= 0) & (il + 2 < IW)))[:, None] & mk
         mr = (mask_o & (il + 3 >= 0) & (il + 3 < IW))[:, None] & mk
         x_img = n * xs_n
-        w_col = offs_k * ws_k
-        w00, w01, w02 = _taps3(w_ptr, w_col, mask_k, 0, ws_h, ws_w, FLIP)
-        w10, w11, w12 = _taps3(w_ptr, w_col, mask_k, 1, ws_h, ws_w, FLIP)
-        w20, w21, w22 = _taps3(w_ptr, w_col, mask_k, 2, ws_h, ws_w, FLIP)
-        # alpha scales the weights once, so the epilogue's per-element multiply (by a
-        # constant 1.0) folds away
-        w00, w01, w02 = w00 * alpha, w01 * alpha, w02 * alpha
-        w10, w11, w12 = w10 * alpha, w11 * alpha, w12 * alpha
-        w20, w21, w22 = w20 * alpha, w21 * alpha, w22 * alpha
         y_e = q0 * ys_w
         z_e = q0 * zs_w
 
         # -- the L2 prefetch: this tile's rows; (PERSIST) the next tile's first rows
         i_first = oh0 - PH
         i_end = oh_end - PH + 2
-        pf_off = _pf_offsets(x_img, col_blk * BW - PW, k0, K, Kg, IW, xs_w, xs_c, BC, PF_N, PF_SPAN, PF_CH, PF_E)
+        pf_off, pf_on = _pf_offsets(x_img, col_blk * BW - PW, k0, K, Kg, IW, xs_w, xs_c, BC, PF_N, PF_SPAN, PF_CH,
+                                    PF_E)
         if PERSIST:
-            nxt = tl.minimum(tile + step, n_tiles - 1)
-            n2, row_blk2, col_blk2, kb2 = _tile_of(nxt, N, n_rows, n_cols, INT64)
-            pf_next = _pf_offsets(n2 * xs_n, col_blk2 * BW - PW, kb2 * BC, K, Kg, IW, xs_w, xs_c, BC, PF_N, PF_SPAN,
-                                  PF_CH, PF_E)
+            n2, row_blk2, col_blk2 = _tile_of(tl.minimum(sp + sp_step, n_sp - 1), N, n_rows, n_cols, INT64)
+            pf_next, on_next = _pf_offsets(n2 * xs_n, col_blk2 * BW - PW, k0, K, Kg, IW, xs_w, xs_c, BC, PF_N,
+                                           PF_SPAN, PF_CH, PF_E)
             i_next = row_blk2 * BH - PH - i_end   # row j >= i_end of this walk is row j + i_next of the next
         if L2_AHEAD > 0:
-            if tile == tl.program_id(0):  # a later tile's were prefetched by the one before it
+            if sp == sp_first:  # a later tile's were prefetched by the one before it
                 for j in range(i_first, tl.minimum(i_first + L2_AHEAD, i_end)):
-                    _pf_row(x_ptr, j, IH, xs_h, pf_off, PF_ASM)
+                    _pf_row(x_ptr, j, IH, xs_h, pf_off, pf_on, PF_ASM)
         # REG_AHEAD rows (0-2) loaded before the multiply-adds of the row before them
         if REG_AHEAD >= 1:
             al, ae, ao, ar = _pair_row(x_ptr, x_img + i_first * xs_h, (i_first >= 0) & (i_first < IH), cl, ce, co,
@@ -368,11 +380,11 @@ def dw3_pairs_kernel(
                 j = i + L2_AHEAD
                 if PERSIST:
                     if j < i_end:
-                        _pf_row(x_ptr, j, IH, xs_h, pf_off, PF_ASM)
+                        _pf_row(x_ptr, j, IH, xs_h, pf_off, pf_on, PF_ASM)
                     else:
-                        _pf_row(x_ptr, j + i_next, IH, xs_h, pf_next, PF_ASM)
+                        _pf_row(x_ptr, j + i_next, IH, xs_h, pf_next, on_next, PF_ASM)
                 else:
-                    _pf_row(x_ptr, j, IH, xs_h, pf_off, PF_ASM)
+                    _pf_row(x_ptr, j, IH, xs_h, pf_off, pf_on, PF_ASM)
             if REG_AHEAD == 1:
                 xl, xe, xo, xr = al, ae, ao, ar
                 j = i + 1
@@ -442,7 +454,8 @@ def configs(device, k, stride=1):
                  (16, 32, 64, 4, 0, 4, 1), (8, 16, 64, 2, 1, 3, 1), (4, 16, 64, 2, 1, 2, 1),
                  (16, 32, 32, 4, 2, 4, 1))
         # persistent grids: PERSIST programs per SM, the occupancy sm_90 gives them
-        persist = ((16, 32, 64, 4, 1, 4, 1, 2), (16, 16, 64, 2, 1, 4, 1, 4), (16, 32, 32, 2, 1, 4, 1, 4))
+        persist = ((16, 32, 64, 4, 1, 4, 1, 2), (16, 16, 64, 2, 1, 4, 1, 4), (16, 32, 32, 2, 1, 4, 1, 4),
+                   (8, 16, 64, 2, 1, 3, 1, 4), (8, 8, 64, 2, 1, 3, 1, 7))
     else:
         table = ((8, 16, 64, 4, 1, 2), (8, 8, 64, 4, 1, 2), (8, 32, 32, 4, 1, 2), (8, 16, 64, 4, 0, 3),
                  (4, 8, 64, 2, 1, 2), (8, 16, 16, 2, 1, 2), (8, 16, 32, 4, 1, 2))
@@ -493,10 +506,11 @@ def launch_strip(x, w, y, geo, alpha, beta, spec, cfg, flip, nd):
         consts["CVT_ASM"] = bool(cfg.get("CVT")) and on_gpu and x.dtype == torch.bfloat16
         per_sm = cfg.get("PERSIST", 0)  # programs per SM of the persistent grid (0: a program a tile)
         consts["PERSIST"] = bool(per_sm)
-        n_tiles = grid[0] * grid[1]
-        if per_sm:
-            n_tiles = min(n_tiles, per_sm * (_sm_count(x.device) if on_gpu else 1))
-        launch(dw3_pairs_kernel, (n_tiles,), (x, w, y, bias, z, y.shape[0]) + head + tail, consts,
+        n_sp, n_kb = grid
+        programs = n_sp * n_kb
+        if per_sm:  # whole channel blocks' worth: each program keeps one block
+            programs = n_kb * min(n_sp, max(1, per_sm * (_sm_count(x.device) if on_gpu else 1) // n_kb))
+        launch(dw3_pairs_kernel, (programs,), (x, w, y, bias, z, y.shape[0]) + head + tail, consts,
                dict(num_warps=cfg["num_warps"]))
         return
     launch(dw3_strip_kernel, grid, (x, w, y, bias, z) + head + tail, consts, dict(num_warps=cfg["num_warps"]))
