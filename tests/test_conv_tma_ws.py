@@ -231,3 +231,68 @@ def test_no_ws_configs_where_they_do_not_apply(monkeypatch):
     t = [torch.empty(d.dims).contiguous(memory_format=torch.channels_last) for d in (xd, wd, xd)]
     plan32 = conv_tma.plan_forward(p32, *t)
     assert not any(c.get("WARP_SPEC") for c in conv_tma.candidates(plan32, types.SimpleNamespace(type="cuda"), p32))
+
+
+# -- backward filter: wgrad_boxes' warp-specialized loop ---------------------------------
+@pytest.fixture
+def forced_wgrad(monkeypatch):
+    """Forces one backward-filter config (state.cfg) and records wgrad_tma_kernel's
+    constexprs."""
+    launches = []
+    real_launch = conv_tma.launch
+    state = types.SimpleNamespace(cfg={}, launches=launches)
+
+    def recorded(kernel, grid, args, consts, options, static=None):
+        launches.append((kernel, dict(consts)))
+        return real_launch(kernel, grid, args, consts, options, static)
+    monkeypatch.setattr(type(ALGO["bwd_filter"]), "tuner", common.Tuner())
+    monkeypatch.setattr(conv_tma, "wgrad_candidates", lambda plan, device, itemsize=2: [dict(state.cfg)])
+    monkeypatch.setattr(conv_tma, "launch", recorded)
+    return state
+
+
+@pytest.mark.parametrize("p", [P(16, 32, (5, 5), 1), P(32, 16, (7, 5), 1, 2), P(16, 16, (5, 7), 3, 1, 1)],
+                         ids=lambda p: p["name"])
+@pytest.mark.parametrize("slices", [1, 3])
+def test_wgrad_ws_loop_matches_the_reference(p, slices, rng, forced_wgrad, monkeypatch):
+    """WARP_SPEC on 1 x BW boxes: the flat GEMM, the strided 1x1 view and a 3x3 plan (one
+    row per box); one slice (dw written directly, DIRECT) or partials summed by
+    wgrad_finish; float32 sums and float16 blended with alpha / beta."""
+    monkeypatch.setattr(conv_tma, "slices_for", lambda plan, cfg, sms, cap: slices)
+    forced_wgrad.cfg = dict(BH=1, BW=8, BLOCK_M=16, BLOCK_N=16, num_warps=1, num_stages=1, WARP_SPEC=True)
+    for n in (1, 3):
+        assert run_case("bwd_filter", ALGO["bwd_filter"], p, "float32", "NHWC", rng, n=n) is None
+    assert run_case("bwd_filter", ALGO["bwd_filter"], p, "float16", "NHWC", rng, n=3, alpha=2.0, beta=0.5) is None
+    runs = [c for k, c in forced_wgrad.launches if k is conv_tma.wgrad_tma_kernel]
+    assert runs and all(c["WARP_SPEC"] is True for c in runs)
+    assert any(c["DIRECT"] for c in runs) == (slices == 1)
+
+
+def test_wgrad_ws_refuses_spatial_boxes(rng, forced_wgrad):
+    forced_wgrad.cfg = dict(BH=2, BW=8, BLOCK_M=16, BLOCK_N=16, num_warps=1, num_stages=1, WARP_SPEC=True)
+    with pytest.raises(ValueError, match="races"):
+        run_case("bwd_filter", ALGO["bwd_filter"], P(16, 16, (5, 7), 3, 1, 1), "float32", "NHWC", rng, n=3)
+
+
+@pytest.mark.parametrize("layer", [(64, 56, 1, 1, 0), (256, 56, 1, 1, 0), (1024, 14, 1, 1, 0), (128, 28, 3, 1, 1),
+                                   (512, 7, 3, 1, 1)], ids=str)
+def test_gpu_wgrad_lists_offer_ws_configs_last(layer, monkeypatch):
+    """On an H200 the flat backward-filter plans of 16-bit data with >= 128 output-gradient
+    channels get WGRAD_WS_FLAT after the other configs (each with its WAVES variants),
+    fitted to the channels; spatial plans and float32 get none."""
+    monkeypatch.setattr(conv_tma, "sm_count", lambda device: 132)
+    cuda = types.SimpleNamespace(type="cuda")
+    problem, x, w, y = _resnet_problem("bwd_filter", *layer)
+    plan = conv_tma.plan_backward_filter(problem, x, y, w)
+    cands = conv_tma.wgrad_candidates(plan, cuda, 2)
+    ws = [i for i, c in enumerate(cands) if c.get("WARP_SPEC")]
+    assert ws == list(range(len(cands) - len(ws), len(cands)))
+    flat = plan.n == 1 and plan.oh == 1
+    assert flat == (layer[2] == 1)
+    assert bool(ws) == (flat and plan.c_red >= 128)  # the consumers split BLOCK_M >= 128
+    for c in (cands[i] for i in ws):
+        assert conv_tma.ws_safe(c) and c["num_warps"] == 4 and c["BLOCK_M"] <= max(64, plan.c_red)
+        assert (c["BLOCK_N"] == 64) <= (plan.c_out <= 64)
+    assert not any(c.get("WARP_SPEC") for c in conv_tma.wgrad_candidates(plan, cuda, 4))
+    monkeypatch.setattr(conv_tma, "WGRAD_WS_FLAT", [])
+    assert conv_tma.wgrad_candidates(plan, cuda, 2) == cands[:len(cands) - len(ws)]

@@ -392,14 +392,16 @@ def conv_tma_phases_kernel(
 @triton.jit
 def wgrad_boxes(dy_desc, x_desc, first, last, tiles_h, tiles_w, k0, c0, ah, bh, aw, bw, C,
                 BH: tl.constexpr, BW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                PREC: tl.constexpr, NB: tl.constexpr):
+                PREC: tl.constexpr, NB: tl.constexpr, WARP_SPEC: tl.constexpr = False):
     """sum over pixel boxes first..last-1 (NB images x BH x BW, image-major) of dy^T x:
     one dy box and one x box (at the tap's origin ah, bh, aw, bw) a step, on the tensor
     cores. Boxes past the image or past N load as zeros. Shared by wgrad_tma_kernel and
-    conv_wgrad_tma.wgrad_sched_kernel."""
+    conv_wgrad_tma.wgrad_sched_kernel. WARP_SPEC: Triton's warp specialization of the
+    loop (as conv_tile_range: one producer and two consumer warpgroups splitting
+    BLOCK_M >= 128; 1 x BW boxes of one image only, the others race)."""
     BLOCK_P: tl.constexpr = NB * BH * BW
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for t in range(first, last):
+    for t in tl.range(first, last, warp_specialize=WARP_SPEC):
         tw = t % tiles_w
         th = (t // tiles_w) % tiles_h
         n = (t // (tiles_w * tiles_h)) * NB
@@ -438,7 +440,7 @@ def wgrad_tma_kernel(
         ws_k, ws_c, ws_h, ws_w, KH, KW, C_DW, alpha, beta,
         BH: tl.constexpr, BW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         PREC: tl.constexpr, NB: tl.constexpr, DIRECT: tl.constexpr, FLIP: tl.constexpr,
-        BETA_ZERO: tl.constexpr):
+        BETA_ZERO: tl.constexpr, WARP_SPEC: tl.constexpr = False):
     """part[s, k, tap, c] = sum over the slice's pixel tiles of dy[p, k] * x[p + tap, c].
     A pixel tile is an NB x BH x BW box: NB > 1 stacks the same box of NB images (small
     images, e.g. 7x7: more real pixels per MMA; images past N load as zeros). DIRECT (a
@@ -459,7 +461,7 @@ def wgrad_tma_kernel(
 
     # -- reduction over the slice's pixel tiles (dy rows past the edge load as zeros)
     acc = wgrad_boxes(dy_desc, x_desc, first, last, tiles_h, tiles_w, k0, c0, ah, bh, aw, bw, C,
-                      BH, BW, BLOCK_M, BLOCK_N, PREC, NB)
+                      BH, BW, BLOCK_M, BLOCK_N, PREC, NB, WARP_SPEC)
 
     # -- store the partial, or (DIRECT) the blended gradient
     rows = k0 + tl.arange(0, BLOCK_M)
@@ -1021,6 +1023,17 @@ def partials_outweigh_data(plan: Plan, cfg, sms: int, itemsize: int) -> bool:
     return partials > plan.n * plan.oh * plan.ow * (plan.c_red + plan.c_out) * itemsize
 
 
+# Warp-specialized backward filter loops (wgrad_boxes WARP_SPEC; 1 x BW boxes of one image,
+# flat plans only, 16-bit data): 4 warps = one consumer warpgroup, 12 warps in all, the two
+# consumers splitting BLOCK_M. Shared as compiled for sm_90 (partials / DIRECT): 1 x 128 x
+# 128 x 64 4 stages 224 / 194 KB, 1 x 64 x 128 x 128 192 / 130 KB, 1 x 64 x 256 x 128
+# 3 stages 208 / 148 KB, 1 x 64 x 128 x 64 128 / 98 KB. After every other config.
+WGRAD_WS_FLAT = [dict(BH=1, BW=128, BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=4, WARP_SPEC=True),
+                 dict(BH=1, BW=64, BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=4, WARP_SPEC=True),
+                 dict(BH=1, BW=64, BLOCK_M=256, BLOCK_N=128, num_warps=4, num_stages=3, WARP_SPEC=True),
+                 dict(BH=1, BW=64, BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=4, WARP_SPEC=True)]
+
+
 def wgrad_candidates(plan: Plan, device, itemsize=2) -> list:
     flat = plan.n == 1 and plan.oh == 1
     if device.type != "cuda":
@@ -1030,6 +1043,9 @@ def wgrad_candidates(plan: Plan, device, itemsize=2) -> list:
     if not flat and plan.oh * plan.ow <= SMALL_IMAGE and plan.n > 1:
         base = base + WGRAD_SMALL
     fits = [c for c in base if c["BLOCK_M"] <= max(64, plan.c_red) and c["BLOCK_N"] <= max(64, plan.c_out)]
+    if fits and flat and itemsize == 2:
+        fits = fits + [c for c in WGRAD_WS_FLAT if c["BLOCK_M"] <= max(64, plan.c_red)
+                       and c["BLOCK_N"] <= max(64, plan.c_out) and (c["BLOCK_N"] > 64 or plan.c_out <= 64)]
     # the pixel split aims at one or two waves of programs: fewer slices mean fewer partials
     # to write and sum, more mean a fuller GPU; which wins depends on the problem
     sms = sm_count(device)
@@ -1312,6 +1328,10 @@ def launch_wgrad_partials(plan: Plan, problem, x, dy, part, cfg, slices, dw=None
     direct = dw is not None and slices == 1
     consts = dict(BH=bh, BW=bw, BLOCK_M=bm, BLOCK_N=bn, PREC=input_precision(problem), NB=nb, DIRECT=direct,
                   FLIP=problem.mode == 0, BETA_ZERO=beta == 0)
+    if cfg.get("WARP_SPEC"):
+        if not ws_safe(cfg):
+            raise ValueError(f"WARP_SPEC on a box of {nb} x {bh} rows races under Triton 3.6 (conv_tile_range)")
+        consts["WARP_SPEC"] = True
     options = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if direct:
         ws = strides5(dw, 2)
