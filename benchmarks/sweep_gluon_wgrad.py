@@ -13,7 +13,8 @@ ResNet-50 batch 64 3x3 layers, backward filter, bfloat16 NHWC (stride 1, padding
               (ALGO_1's tuner picks among conv_tma / conv_wgrad_tma configs on its first call;
               timed after all gluon rows, so a slow tuner cannot starve them; --no-tridnn)
   <config> [dD sS]   gluon_wgrad with that config (NB x BH x BW pixel box, BLOCK_M x BLOCK_N
-              tile, ring sN, consumer warps wN, pN programs an SM) and schedule: the first D
+              tile per tap, "x4*64": 4 taps side by side in one tile (N = 256), ring sN,
+              consumer warps wN, pN programs an SM) and schedule: the first D
               tiles whole, the others in S pixel slices (S=1: no split, no finish kernel).
               Schedules per config: the cost model's (gluon_wgrad.schedule), half and twice
               its slices, and all tiles split (D=0) when the model keeps tiles whole.
@@ -244,7 +245,7 @@ def main():
     ap.add_argument("--configs", default="", help="comma-separated indices into gluon_wgrad.CONFIGS (default all)")
     ap.add_argument("--model-only", action="store_true", help="time only the cost model's schedule per config")
     ap.add_argument("--no-tridnn", action="store_true", help="skip tridnn's current algorithm (its tuner)")
-    ap.add_argument("--rep", type=int, default=25, help="milliseconds of graph replays per timing")
+    ap.add_argument("--rep", type=int, default=15, help="milliseconds of graph replays per timing")
     ap.add_argument("--budget-s", type=float, default=85.0, help="stop starting new gluon timings after this")
     ap.add_argument("--tridnn-budget-s", type=float, default=105.0, help="stop starting tridnn rows after this")
     ap.add_argument("--canary-s", type=float, default=75.0, help="time limit of one canary child")

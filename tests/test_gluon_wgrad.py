@@ -49,7 +49,7 @@ def test_compiles_for_sm90(cfg):
     per_step = (gw.block_p(cfg) // 16) * (cfg["BLOCK_M"] // 64 // wg)
     hgmma = re.findall(r"HGMMA\.64x(\d+)x16\.F32\.BF16 \S+, gdesc\[\w+\]\.(\S+),", sass)
     assert len(hgmma) == per_step, (len(hgmma), per_step)
-    assert all(int(n) == cfg["BLOCK_N"] for n, _ in hgmma)
+    assert all(int(n) == cfg["TAPS_N"] * cfg["BLOCK_N"] for n, _ in hgmma), "N: the tile's taps side by side"
     # A is dy^T (a permuted shared buffer): the MN-major ("transposed") A mode, B too
     assert all(mode == "tnspA.tnspB" for _, mode in hgmma), hgmma
     cap = gw.max_regs(cfg["num_warps"], cfg["PER_SM"])
@@ -58,6 +58,8 @@ def test_compiles_for_sm90(cfg):
     if cap < 256:
         assert min(regs) <= 40 and max(regs) > cap, (regs, cap)
     assert "UTMALDG.4D" in sass
+    # a k-step's TMA loads: the dy box and TAPS_N x boxes, one message per 64 channels
+    assert len(re.findall(r"UTMALDG\.4D", sass)) == (cfg["BLOCK_M"] + cfg["TAPS_N"] * cfg["BLOCK_N"]) // 64
     assert not re.search(r"\b(STL|LDL)\b", sass), "register spills"
 
 
@@ -76,7 +78,8 @@ def test_configs_fit_shared_memory():
     for cfg in gw.CONFIGS:
         assert gw.shared_bytes(cfg) * cfg["PER_SM"] <= 227 * 1024, gw.name(cfg)
         assert cfg["BLOCK_M"] >= 16 * cfg["num_warps"] and cfg["BLOCK_M"] % 64 == 0
-        assert (cfg["BLOCK_M"] * cfg["BLOCK_N"]) % gw.FINISH_BLOCK == 0
+        assert (cfg["BLOCK_M"] * gw.tile_n(cfg)) % gw.FINISH_BLOCK == 0
+        assert cfg["TAPS_N"] in (1, 2, 4) and (cfg["TAPS_N"] == 1 or cfg["BLOCK_N"] % 64 == 0)
 
 
 # -- CPU: the schedule ----------------------------------------------------------------------
@@ -139,18 +142,21 @@ def test_schedule_fixed_and_modelled():
 # -- CPU: the unit walk in NumPy against float64 -------------------------------------------
 def _walk(x, dy, kh, kw, pad, dil, cfg, direct, splits, per):
     """The kernel's work in NumPy (float64): per unit the loader's boxes (zero outside the
-    tensors, as TMA fills them), dy_box^T @ x_box, then whole tiles into dw and slices into
-    the workspace, and the finish sum. x [N, H, W, C], dy [N, OH, OW, K] (NHWC)."""
+    tensors, as TMA fills them; taps past the last reload the last), dy_box^T @ [x boxes of
+    the tile's taps side by side], then whole tiles into dw and slices into the workspace,
+    and the finish sum. x [N, H, W, C], dy [N, OH, OW, K] (NHWC)."""
     n, h, w, c = x.shape
     _, oh, ow, k = dy.shape
-    NB, BH, BW, BM, BN = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_M"], cfg["BLOCK_N"]
+    NB, BH, BW, BM, BN, TAPS = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["TAPS_N"]
+    T = kh * kw
     th, tw = -(-oh // BH), -(-ow // BW)
     boxes = -(-n // NB) * th * tw
     n_kb, n_cb = -(-k // BM), -(-c // BN)
-    tiles = kh * kw * n_kb * n_cb
+    tiles = -(-T // TAPS) * n_kb * n_cb
+    assert tiles == gw.num_tiles(cfg, k, c, T)
     rest = tiles - direct
     dw = np.zeros((k, kh, kw, c))
-    ws = np.zeros((max(rest, 1) * splits, BM, BN))
+    ws = np.zeros((max(rest, 1) * splits, BM, TAPS * BN))
 
     def box(t, n0, r0, c0, ch0, nch):  # a TMA box of t (zero fill outside)
         out = np.zeros((NB, BH, BW, nch))
@@ -163,35 +169,43 @@ def _walk(x, dy, kh, kw, pad, dil, cfg, direct, splits, per):
                         out[i, j, m, :v.shape[0]] = v
         return out.reshape(-1, nch)
 
+    def coords(tile):
+        cb, r = tile % n_cb, tile // n_cb
+        return cb, r % n_kb, (r // n_kb) * TAPS  # c block, k block, first tap
+
+    def store(acc, tile):  # the whole-tile epilogue / the finish kernel: masked to K x C x T
+        cb, kb, t0 = coords(tile)
+        for col in range(TAPS * BN):
+            t, cc = t0 + col // BN, cb * BN + col % BN
+            if t < T and cc < c:
+                kk = min(BM, k - kb * BM)
+                dw[kb * BM:kb * BM + kk, t // kw, t % kw, cc] = acc[:kk, col]
+
     for u in range(direct + rest * splits):
         whole = u < direct
         q = max(u - direct, 0)
         split = q // max(rest, 1)
         tile = u if whole else direct + q % rest
-        cb, r = tile % n_cb, tile // n_cb
-        kb, tap = r % n_kb, r // n_kb
-        fh, fw = tap // kw, tap % kw
+        cb, kb, t0 = coords(tile)
         first = 0 if whole else split * per
         last = boxes if whole else min(split * per + per, boxes)
-        acc = np.zeros((BM, BN))
+        acc = np.zeros((BM, TAPS * BN))
         for b in range(first, last):
             bw_, rr = b % tw, b // tw
             oh0, n0 = (rr % th) * BH, (rr // th) * NB
             a = box(dy, n0, oh0, bw_ * BW, kb * BM, BM)
-            xb = box(x, n0, oh0 + fh * dil - pad, bw_ * BW + fw * dil - pad, cb * BN, BN)
-            acc += a.T @ xb
+            xs = []
+            for j in range(TAPS):
+                t = min(t0 + j, T - 1)
+                fh, fw = t // kw, t % kw
+                xs.append(box(x, n0, oh0 + fh * dil - pad, bw_ * BW + fw * dil - pad, cb * BN, BN))
+            acc += a.T @ np.concatenate(xs, axis=1)
         if whole:
-            kk, cc = min(BM, k - kb * BM), min(BN, c - cb * BN)
-            dw[kb * BM:kb * BM + kk, fh, fw, cb * BN:cb * BN + cc] = acc[:kk, :cc]
+            store(acc, tile)
         else:
             ws[q] = acc
     for r in range(rest):  # finish: slices in order
-        tile = direct + r
-        cb, t2 = tile % n_cb, tile // n_cb
-        kb, tap = t2 % n_kb, t2 // n_kb
-        acc = sum(ws[s * rest + r] for s in range(splits))
-        kk, cc = min(BM, k - kb * BM), min(BN, c - cb * BN)
-        dw[kb * BM:kb * BM + kk, tap // kw, tap % kw, cb * BN:cb * BN + cc] = acc[:kk, :cc]
+        store(sum(ws[s * rest + r] for s in range(splits)), direct + r)
     return dw
 
 
@@ -201,6 +215,10 @@ def _walk(x, dy, kh, kw, pad, dil, cfg, direct, splits, per):
     (3, 5, 7, 5, 6, 5, 3, 2, 1, 2, (0, 3), 4),
     (2, 4, 6, 6, 9, 3, 3, 0, 2, 3, (4, 2), 4),
     (5, 3, 4, 3, 3, 1, 1, 0, 1, 4, (0, 2), 2),
+    # several taps a tile (the TAPS_N configs): 9 taps in groups of 4 and 2, 15 in groups of 4
+    (2, 6, 5, 7, 7, 3, 3, 1, 1, 16, None, 3),
+    (2, 5, 6, 6, 5, 3, 3, 1, 1, 17, (1, 2), 2),
+    (2, 3, 4, 8, 7, 5, 3, 2, 1, 16, (0, 3), 4),
 ], ids=str)
 def test_unit_walk_matches_float64(case, rng):
     """The index arithmetic (boxes, tap offsets, padding by zero fill, whole/split units, the
@@ -209,6 +227,7 @@ def test_unit_walk_matches_float64(case, rng):
     n, c, k, h, w, kh, kw, pad, dil, ci, forced, programs = case
     cfg = dict(gw.CONFIGS[ci])
     cfg.update(NB=min(cfg["NB"], 2), BH=min(cfg["BH"], 2), BW=min(cfg["BW"], 4), BLOCK_M=4, BLOCK_N=4)
+    assert ci < 16 or cfg["TAPS_N"] > 1
     oh, ow = h + 2 * pad - dil * (kh - 1), w + 2 * pad - dil * (kw - 1)
     x = rng.standard_normal((n, h, w, c))
     dy = rng.standard_normal((n, oh, ow, k))
@@ -225,8 +244,8 @@ def test_unit_walk_matches_float64(case, rng):
 
 
 # -- CPU: the finish kernel (Triton interpreter) ---------------------------------------------
-@pytest.mark.parametrize("beta", [0.0, 0.75])
-def test_finish_kernel_sums_slices_in_order(beta, rng):
+@pytest.mark.parametrize("beta,taps", [(0.0, 1), (0.75, 1), (0.5, 4)])
+def test_finish_kernel_sums_slices_in_order(beta, taps, rng):
     if os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("CPU test (interpreter)")
     import importlib
@@ -234,27 +253,34 @@ def test_finish_kernel_sums_slices_in_order(beta, rng):
     importlib.import_module("tridnn.cuda.layer_utils")  # lets the interpreter loop to a runtime bound
     BM = BN = 64
     k, c, kh, kw = 100, 70, 2, 3             # ragged: 2 x 2 channel blocks, 6 taps
+    T = kh * kw
     n_kb, n_cb = triton.cdiv(k, BM), triton.cdiv(c, BN)
-    tiles = kh * kw * n_kb * n_cb          # 24
-    direct, splits = 10, 3
+    tiles = triton.cdiv(T, taps) * n_kb * n_cb   # 24 (taps 1) or 8 (taps 4: 8 tap slots, 2 unused)
+    direct, splits = tiles // 3, 3
     rest = tiles - direct
-    ws = rng.standard_normal((splits, rest, BM, BN)).astype(np.float32)
+    TN = taps * BN
+    ws = rng.standard_normal((splits, rest, BM, TN)).astype(np.float32)
     dw0 = rng.standard_normal((k, c, kh, kw)).astype(np.float32)
     dw = torch.from_numpy(dw0.copy())
     alpha = 1.5
-    gw.wgrad_finish_kernel[(rest * (BM * BN // 1024),)](
-        torch.from_numpy(ws), dw, direct, rest, splits, k, c, kw, n_kb, n_cb, *dw.stride(), alpha, beta,
-        BLOCK_M=BM, BLOCK_N=BN, BETA_ZERO=beta == 0, BLOCK=1024)
+    gw.wgrad_finish_kernel[(rest * (BM * TN // 1024),)](
+        torch.from_numpy(ws), dw, direct, rest, splits, k, c, T, kw, n_kb, n_cb, *dw.stride(), alpha, beta,
+        BLOCK_M=BM, BLOCK_N=BN, TAPS_N=taps, BETA_ZERO=beta == 0, BLOCK=1024)
     want = dw0.astype(np.float64).copy()
     for r in range(rest):
         tile = direct + r
         cb, t = tile % n_cb, tile // n_cb
-        kb, tap = t % n_kb, t // n_kb
+        kb, t0 = t % n_kb, (t // n_kb) * taps
         s = ws[:, r].astype(np.float64).sum(axis=0)
-        kk, cc = min(BM, k - kb * BM), min(BN, c - cb * BN)
-        blk = want[kb * BM:kb * BM + kk, cb * BN:cb * BN + cc, tap // kw, tap % kw]
-        want[kb * BM:kb * BM + kk, cb * BN:cb * BN + cc, tap // kw, tap % kw] = alpha * s[:kk, :cc] + beta * blk
+        for col in range(TN):
+            tap, cc = t0 + col // BN, cb * BN + col % BN
+            if tap < T and cc < c:
+                kk = min(BM, k - kb * BM)
+                blk = want[kb * BM:kb * BM + kk, cc, tap // kw, tap % kw]
+                want[kb * BM:kb * BM + kk, cc, tap // kw, tap % kw] = alpha * s[:kk, col] + beta * blk
     np.testing.assert_allclose(dw.numpy(), want, rtol=1e-5, atol=1e-5)
+    # the whole tiles' part of dw is untouched
+    assert direct == 0 or np.array_equal(dw.numpy()[:BM, :BN, 0, 0], dw0[:BM, :BN, 0, 0])
 
 
 def test_why_not():

@@ -7,23 +7,28 @@ Per tap that is a GEMM with a huge reduction and a small output:
 dw_tap[K, C] = dy[P, K]^T @ x_shift(tap)[P, C], P = N*OH*OW (200k pixels for res2 at batch
 64) against a K x C output (128 x 128 per tap for res3). So:
 
-- output tiles are (tap, BLOCK_M output channels, BLOCK_N input channels); a "unit" is one
-  tile times one of SPLITS slices of the pixel boxes (PER boxes each), and persistent
-  programs walk the units (split-major: programs running at once reduce the same pixels,
-  so their dy and x boxes meet in L2);
+- output tiles are (TAPS_N consecutive taps, BLOCK_M output channels, BLOCK_N input
+  channels; with TAPS_N > 1 the taps' x boxes sit side by side in the slot, so the MMA's N
+  is TAPS_N * BLOCK_N and the dy box is loaded once for all of them: 64-channel layers get
+  N = 256 instead of 64-wide tiles that wgmma and L2 cannot feed);
+- schedule (``schedule``, a cost model): the first DIRECT tiles (none, all, or whole waves
+  of programs) reduce all pixel boxes and write dw themselves; the other tiles are split
+  into SPLITS slices of PER pixel boxes. Persistent programs walk the units (whole tiles,
+  then slices, slice-major: programs running at once reduce the same pixels, so their dy
+  and x boxes meet in L2);
 - per k-step (one pixel box of NB images x BH rows x BW columns = BLOCK_P pixels) the
-  loader warp TMA-loads the dy box [NB, BH, BW, BLOCK_M] and the x box shifted by the tap
-  [NB, BH, BW, BLOCK_N] (4-D descriptors over the NHWC tensors; out-of-bounds rows, columns
-  and images load as zeros, which is the padding and the ragged edge);
+  loader warp TMA-loads the dy box [NB, BH, BW, BLOCK_M] and the x box(es) shifted by the
+  tap(s) [NB, BH, BW, BLOCK_N] (4-D descriptors over the NHWC tensors; out-of-bounds rows,
+  columns and images load as zeros, which is the padding and the ragged edge);
 - the consumer warpgroup(s) issue async wgmma with A = dy box^T: the [BLOCK_P, BLOCK_M]
-  shared buffer viewed through ``.permute((1, 0))`` is an MN-major A operand (wgmma's
-  transposed-A mode for 16-bit types, no data movement), B = the x box [BLOCK_P, BLOCK_N]
-  (MN-major as well);
-- the epilogue TMA-stores each unit's float32 tile into a workspace [SPLITS, K, T, C], and
-  ``wgrad_finish_kernel`` (plain Triton) sums the splits in order (deterministic: the
-  split is fixed by the config and the shape) and writes dw = alpha * sum + beta * dw.
-  With one split, beta = 0 and a channels-last dw, the kernel stores alpha * tile into dw
-  itself (no workspace, no finish).
+  shared buffer viewed through ``.permute((1, 0))`` is an MN-major A operand (SASS:
+  ``HGMMA ... gdesc[..].tnspA.tnspB``, wgmma's transposed modes for 16-bit types, no data
+  movement), B = the x box(es) [BLOCK_P, TAPS_N * BLOCK_N] (MN-major as well);
+- epilogue from registers (no shared memory for the tile): a whole tile writes alpha *
+  tile + beta * dw into dw (any strides and float dtype), a slice writes its float32
+  partial into the workspace [SPLITS, R, BLOCK_M, TAPS_N * BLOCK_N]; ``wgrad_finish_kernel``
+  (plain Triton) sums the slices in order (deterministic: the schedule is fixed by the
+  config and the shape) and blends them into dw.
 
 Gluon kernels do not run under the Triton interpreter: the kernel is tested on a Hopper
 GPU and compiled offline for sm_90 (``compile_sm90``); the finish kernel and the split
@@ -46,13 +51,14 @@ from .gluon_conv import _desc_sig, _gl_dtype, _layout, max_regs
 # --------------------------------------------------------------------------------------
 
 @gluon.jit
-def _unit_coords(u, DIRECT, R, N_KB, N_CB, KW, PAD_H, PAD_W, DIL_H, DIL_W, BOXES, PER,
-                 BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
-    """Unit u -> (whole?, workspace slot, tap, first output channel k0, first input channel
-    c0, the tap's input offsets, first and last pixel box). Units 0..DIRECT-1 are the first
-    DIRECT tiles whole; unit DIRECT + q is slice q // R of split tile DIRECT + q % R (slice
-    major: programs running at once reduce the same pixels). Within the tiles the input
-    channel block varies fastest, then the output channel block, then the tap."""
+def _unit_coords(u, DIRECT, R, N_KB, N_CB, BOXES, PER,
+                 BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, TAPS_N: gl.constexpr):
+    """Unit u -> (whole?, workspace slot, first tap t0, first output channel k0, first input
+    channel c0, first and last pixel box). Units 0..DIRECT-1 are the first DIRECT tiles
+    whole; unit DIRECT + q is slice q // R of split tile DIRECT + q % R (slice major:
+    programs running at once reduce the same pixels). A tile is (TAPS_N taps t0.. in
+    (kh, kw) order, output channel block, input channel block), the input channel block
+    fastest."""
     whole = u < DIRECT
     q = gl.maximum(u - DIRECT, 0)
     split = q // R
@@ -60,30 +66,31 @@ def _unit_coords(u, DIRECT, R, N_KB, N_CB, KW, PAD_H, PAD_W, DIL_H, DIL_W, BOXES
     cb = tile % N_CB
     r = tile // N_CB
     kb = r % N_KB
-    tap = r // N_KB
-    kh = tap // KW
-    kw = tap - kh * KW
+    tg = r // N_KB
     first = gl.where(whole, 0, split * PER)
     last = gl.where(whole, BOXES, gl.minimum(split * PER + PER, BOXES))
-    return whole, q, tap, kb * BLOCK_M, cb * BLOCK_N, kh * DIL_H - PAD_H, kw * DIL_W - PAD_W, first, last
+    return whole, q, tg * TAPS_N, kb * BLOCK_M, cb * BLOCK_N, first, last
 
 
 @gluon.jit
 def _loader(dy_desc, x_desc, a_bufs, b_bufs, ready, empty,
-            # geometry: filter width, padding, dilation
-            KW, PAD_H, PAD_W, DIL_H, DIL_W,
+            # geometry: taps (KH*KW), filter width, padding, dilation
+            T, KW, PAD_H, PAD_W, DIL_H, DIL_W,
             # units and pixel boxes
             UNITS, DIRECT, R, N_KB, N_CB, TILES_H, TILES_W, BOXES, PER,
             NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_M: gl.constexpr,
-            BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    """Producer (one warp): per pixel box, wait for a free slot, TMA the dy box and the
-    tap-shifted x box into it. Empty barriers start in phase 0: the first wait (parity 1)
+            BLOCK_N: gl.constexpr, TAPS_N: gl.constexpr, STAGES: gl.constexpr):
+    """Producer (one warp): per pixel box, wait for a free slot, TMA the dy box and the x box
+    shifted by each of the tile's TAPS_N taps (side by side along the slot's channel
+    dimension) into it. Taps past the last (the final tap group of a filter whose tap count
+    TAPS_N does not divide) reload the last tap: the byte count stays fixed and their
+    columns are never stored. Empty barriers start in phase 0: the first wait (parity 1)
     passes."""
-    nbytes: gl.constexpr = dy_desc.block_type.nbytes + x_desc.block_type.nbytes
+    nbytes: gl.constexpr = dy_desc.block_type.nbytes + TAPS_N * x_desc.block_type.nbytes
     it = 0
     for u in range(gl.program_id(0), UNITS, gl.num_programs(0)):
-        whole, q, tap, k0, c0, dh, dw, first, last = _unit_coords(
-            u, DIRECT, R, N_KB, N_CB, KW, PAD_H, PAD_W, DIL_H, DIL_W, BOXES, PER, BLOCK_M, BLOCK_N)
+        whole, q, t0, k0, c0, first, last = _unit_coords(u, DIRECT, R, N_KB, N_CB, BOXES, PER,
+                                                         BLOCK_M, BLOCK_N, TAPS_N)
         for b in range(first, last):
             # box b: images (b // (TILES_H*TILES_W)) * NB.., rows and columns of one tile
             tw = b % TILES_W
@@ -96,38 +103,49 @@ def _loader(dy_desc, x_desc, a_bufs, b_bufs, ready, empty,
             bar = ready.index(s)
             mbarrier.expect(bar, nbytes)
             tma.async_copy_global_to_shared(dy_desc, [n, oh, ow, k0], bar, a_bufs.index(s))
-            tma.async_copy_global_to_shared(x_desc, [n, oh + dh, ow + dw, c0], bar, b_bufs.index(s))
+            for j in gl.static_range(TAPS_N):
+                t = gl.minimum(t0 + j, T - 1)
+                kh = t // KW
+                kw = t - kh * KW
+                dst = b_bufs.index(s)
+                if TAPS_N > 1:
+                    dst = dst.slice(j * BLOCK_N, BLOCK_N, dim=3)
+                tma.async_copy_global_to_shared(
+                    x_desc, [n, oh + kh * DIL_H - PAD_H, ow + kw * DIL_W - PAD_W, c0], bar, dst)
             it += 1
 
 
 @gluon.jit
 def _consumer(dw_ptr, DW_K, DW_C, DW_H, DW_W, alpha, beta, ws_ptr,
               a_bufs, b_bufs, ready, empty,
-              K, C, KW, PAD_H, PAD_W, DIL_H, DIL_W,
+              K, C, T, KW,
               UNITS, DIRECT, R, N_KB, N_CB, BOXES, PER,
               NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_M: gl.constexpr,
-              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, BETA_ZERO: gl.constexpr, WARPS: gl.constexpr):
+              BLOCK_N: gl.constexpr, TAPS_N: gl.constexpr, STAGES: gl.constexpr, BETA_ZERO: gl.constexpr,
+              WARPS: gl.constexpr):
     """Consumer (WARPS warps, WARPS/4 warpgroups sharing the BLOCK_M rows): per box, wait for
-    the slot, async wgmma dy^T x with one MMA in flight, free the slot of the MMA that
-    retired. Epilogue from registers (no shared memory: a float32 128 x 128 tile would take
-    64 KB from the ring; the stores drain while the next unit's MMAs run): a whole tile
-    blends alpha * tile + beta * dw into dw (masked to K x C), a slice stores its float32
-    partial into its workspace slot [BLOCK_M, BLOCK_N]."""
+    the slot, async wgmma dy^T x with one MMA in flight (N = TAPS_N * BLOCK_N: the tile's
+    filter columns side by side), free the slot of the MMA that retired. Epilogue from
+    registers (no shared memory: a float32 128 x 128 tile would take 64 KB from the ring;
+    the stores drain while the next unit's MMAs run): a whole tile blends alpha * tile +
+    beta * dw into dw (masked to K x C), a slice stores its float32 partial into its
+    workspace slot [BLOCK_M, TAPS_N * BLOCK_N]."""
     BLOCK_P: gl.constexpr = NB * BH * BW
+    TN: gl.constexpr = TAPS_N * BLOCK_N
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
-                                                         instr_shape=[16, BLOCK_N, 16])
+                                                         instr_shape=[16, TN, 16])
     rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, acc_layout))
-    cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, acc_layout))
+    cols = gl.arange(0, TN, layout=gl.SliceLayout(0, acc_layout))
     it = 0
     for u in range(gl.program_id(0), UNITS, gl.num_programs(0)):
-        whole, q, tap, k0, c0, dh, dw, first, last = _unit_coords(
-            u, DIRECT, R, N_KB, N_CB, KW, PAD_H, PAD_W, DIL_H, DIL_W, BOXES, PER, BLOCK_M, BLOCK_N)
-        acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
+        whole, q, t0, k0, c0, first, last = _unit_coords(u, DIRECT, R, N_KB, N_CB, BOXES, PER,
+                                                         BLOCK_M, BLOCK_N, TAPS_N)
+        acc = gl.zeros([BLOCK_M, TN], gl.float32, acc_layout)
         for b in range(first, last):
             s = it % STAGES
             mbarrier.wait(ready.index(s), (it // STAGES) & 1)
             a = a_bufs.index(s).reshape([BLOCK_P, BLOCK_M]).permute((1, 0))  # dy^T: MN-major A
-            bx = b_bufs.index(s).reshape([BLOCK_P, BLOCK_N])
+            bx = b_bufs.index(s).reshape([BLOCK_P, TN])
             acc = warpgroup_mma(a, bx, acc, is_async=True)
             acc, a, bx = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a, bx))
             # MMA it-1 has retired: its slot may be refilled.
@@ -136,25 +154,24 @@ def _consumer(dw_ptr, DW_K, DW_C, DW_H, DW_W, alpha, beta, ws_ptr,
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=last > first)
         if whole:
-            kh = tap // KW
-            kw = tap - kh * KW
             kr = k0 + rows
-            cc = c0 + cols
-            ptrs = (dw_ptr + kh * DW_H + kw * DW_W + (kr.to(gl.int64) * DW_K)[:, None]
-                    + (cc * DW_C)[None, :])
-            mask = (kr < K)[:, None] & (cc < C)[None, :]
+            cc = c0 + cols % BLOCK_N
+            t = t0 + cols // BLOCK_N
+            kh = t // KW
+            kw = t - kh * KW
+            ptrs = (dw_ptr + (kr.to(gl.int64) * DW_K)[:, None] + (cc * DW_C + kh * DW_H + kw * DW_W)[None, :])
+            mask = (kr < K)[:, None] & ((cc < C) & (t < T))[None, :]
             v = acc * alpha
             if not BETA_ZERO:
                 v += beta * gl.load(ptrs, mask=mask, other=0.0).to(gl.float32)
             gl.store(ptrs, v.to(dw_ptr.dtype.element_ty), mask=mask)
         else:
-            part = (ws_ptr + q.to(gl.int64) * (BLOCK_M * BLOCK_N) + (rows * BLOCK_N)[:, None]
-                    + cols[None, :])
+            part = ws_ptr + q.to(gl.int64) * (BLOCK_M * TN) + (rows * TN)[:, None] + cols[None, :]
             gl.store(part, acc)
 
 
 # Integer arguments are not specialized: one compile per config serves every layer.
-_RUNTIME_INTS = ["DW_K", "DW_C", "DW_H", "DW_W", "K", "C", "KW", "PAD_H", "PAD_W", "DIL_H", "DIL_W",
+_RUNTIME_INTS = ["DW_K", "DW_C", "DW_H", "DW_W", "K", "C", "T", "KW", "PAD_H", "PAD_W", "DIL_H", "DIL_W",
                  "UNITS", "DIRECT", "R", "N_KB", "N_CB", "TILES_H", "TILES_W", "BOXES", "PER"]
 
 
@@ -167,18 +184,25 @@ def gluon_wgrad_kernel(
     dw_ptr, DW_K, DW_C, DW_H, DW_W, alpha, beta,
     # float32 partials of the split tiles [SPLITS, R, BLOCK_M, BLOCK_N]
     ws_ptr,
-    # geometry: output and input channels, filter width, padding, dilation
-    K, C, KW, PAD_H, PAD_W, DIL_H, DIL_W,
-    # UNITS = DIRECT + R * SPLITS: the first DIRECT tiles (of KH*KW * N_KB * N_CB) whole, the
+    # geometry: output and input channels, taps (KH*KW), filter width, padding, dilation
+    K, C, T, KW, PAD_H, PAD_W, DIL_H, DIL_W,
+    # UNITS = DIRECT + R * SPLITS: the first DIRECT tiles (of ceil(T/TAPS_N) * N_KB * N_CB) whole, the
     # last R in SLICES of PER pixel boxes; BOXES = ceil(N/NB) * TILES_H * TILES_W
     UNITS, DIRECT, R, N_KB, N_CB, TILES_H, TILES_W, BOXES, PER,
     NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-    STAGES: gl.constexpr, BETA_ZERO: gl.constexpr, LOADER_REGS: gl.constexpr, num_warps: gl.constexpr,
+    TAPS_N: gl.constexpr, STAGES: gl.constexpr, BETA_ZERO: gl.constexpr, LOADER_REGS: gl.constexpr,
+    num_warps: gl.constexpr,
 ):
     """Backward filter, persistent and warp-specialized (see the module docstring)."""
-    # Shared memory: a ring of STAGES (dy box, x box) slots and its barriers.
+    # Shared memory: a ring of STAGES (dy box, TAPS_N x boxes side by side) slots and its
+    # barriers. (With TAPS_N > 1 the slot's channel dimension holds whole 128-byte swizzle
+    # columns per x box, so each box lands in its own columns and the slot reads as one
+    # [pixels, TAPS_N * BLOCK_N] operand.)
     a_bufs = gl.allocate_shared_memory(dy_desc.dtype, [STAGES] + dy_desc.block_type.shape, dy_desc.layout)
-    b_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
+    xb: gl.constexpr = x_desc.block_type.shape
+    b_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([xb[0], xb[1], xb[2], TAPS_N * xb[3]],
+                                                                  x_desc.dtype)
+    b_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES, xb[0], xb[1], xb[2], TAPS_N * xb[3]], b_layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
@@ -188,27 +212,29 @@ def gluon_wgrad_kernel(
 
     gl.warp_specialize([
         (_consumer, (dw_ptr, DW_K, DW_C, DW_H, DW_W, alpha, beta, ws_ptr, a_bufs, b_bufs, ready, empty,
-                     K, C, KW, PAD_H, PAD_W, DIL_H, DIL_W, UNITS, DIRECT, R, N_KB, N_CB, BOXES, PER,
-                     NB, BH, BW, BLOCK_M, BLOCK_N, STAGES, BETA_ZERO, num_warps)),
+                     K, C, T, KW, UNITS, DIRECT, R, N_KB, N_CB, BOXES, PER,
+                     NB, BH, BW, BLOCK_M, BLOCK_N, TAPS_N, STAGES, BETA_ZERO, num_warps)),
         (_loader, (dy_desc, x_desc, a_bufs, b_bufs, ready, empty,
-                   KW, PAD_H, PAD_W, DIL_H, DIL_W,
+                   T, KW, PAD_H, PAD_W, DIL_H, DIL_W,
                    UNITS, DIRECT, R, N_KB, N_CB, TILES_H, TILES_W, BOXES, PER,
-                   NB, BH, BW, BLOCK_M, BLOCK_N, STAGES)),
+                   NB, BH, BW, BLOCK_M, BLOCK_N, TAPS_N, STAGES)),
     ], [1], [LOADER_REGS])
 
 
-@triton.jit(do_not_specialize=["DIRECT", "R", "SPLITS", "K", "C", "KW", "N_KB", "N_CB"])
+@triton.jit(do_not_specialize=["DIRECT", "R", "SPLITS", "K", "C", "T", "KW", "N_KB", "N_CB"])
 def wgrad_finish_kernel(
-    ws_ptr,   # float32 partials [SPLITS, R, BLOCK_M, BLOCK_N] of the split tiles
+    ws_ptr,   # float32 partials [SPLITS, R, BLOCK_M, TAPS_N * BLOCK_N] of the split tiles
     dw_ptr,   # the filter gradient [K, C, KH, KW] at strides ws_k, ws_c, ws_h, ws_w
-    DIRECT, R, SPLITS, K, C, KW, N_KB, N_CB,
+    DIRECT, R, SPLITS, K, C, T, KW, N_KB, N_CB,
     ws_k, ws_c, ws_h, ws_w,
     alpha, beta,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BETA_ZERO: tl.constexpr, BLOCK: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TAPS_N: tl.constexpr, BETA_ZERO: tl.constexpr,
+    BLOCK: tl.constexpr,
 ):
     """For split tile DIRECT + r: dw = alpha * (slice 0 + slice 1 + ..., in that order)
     + beta * dw, deterministic. One program per BLOCK elements of one tile."""
-    TILE: tl.constexpr = BLOCK_M * BLOCK_N
+    TN: tl.constexpr = TAPS_N * BLOCK_N
+    TILE: tl.constexpr = BLOCK_M * TN
     per_tile: tl.constexpr = TILE // BLOCK
     pid = tl.program_id(0)
     r = pid // per_tile
@@ -216,16 +242,19 @@ def wgrad_finish_kernel(
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
     for s in range(0, SPLITS):
         acc += tl.load(ws_ptr + (s * R + r).to(tl.int64) * TILE + e)
+    # the tile's coordinates, as gluon_wgrad's _unit_coords
     tile = DIRECT + r
     cb = tile % N_CB
     t = tile // N_CB
     kb = t % N_KB
-    tap = t // N_KB
+    tg = t // N_KB
+    col = e % TN
+    k = kb * BLOCK_M + e // TN
+    c = cb * BLOCK_N + col % BLOCK_N
+    tap = tg * TAPS_N + col // BLOCK_N
     kh = tap // KW
     kw = tap - kh * KW
-    k = kb * BLOCK_M + e // BLOCK_N
-    c = cb * BLOCK_N + e % BLOCK_N
-    mask = (k < K) & (c < C)
+    mask = (k < K) & (c < C) & (tap < T)
     ptrs = dw_ptr + k.to(tl.int64) * ws_k + c * ws_c + kh * ws_h + kw * ws_w
     v = acc * alpha
     if not BETA_ZERO:
@@ -240,16 +269,20 @@ FINISH_BLOCK = 1024
 # Host side: configs and the split arithmetic (pure Python, CPU-testable)
 # --------------------------------------------------------------------------------------
 
-def config(nb, bh, bw, bm, bn, stages, warps, per_sm=1, splits=None):
+def config(nb, bh, bw, bm, bn, stages, warps, per_sm=1, taps=1, splits=None):
     """NB x BH x BW pixels a k-step, a BLOCK_M (output channels) x BLOCK_N (input channels)
-    tile, STAGES ring slots, num_warps consumer warps (num_warps/4 warpgroups sharing the
-    BLOCK_M rows), per_sm programs an SM; splits: fixed pixel splits (None: ``schedule``)."""
+    tile per filter tap, taps (TAPS_N, a power of 2) consecutive filter taps side by side in
+    one tile (the dy box is loaded once for all of them; the MMA's N is TAPS_N * BLOCK_N),
+    STAGES ring slots,
+    num_warps consumer warps (num_warps/4 warpgroups sharing the BLOCK_M rows), per_sm
+    programs an SM; splits: fixed pixel splits (None: ``schedule``)."""
     return dict(NB=nb, BH=bh, BW=bw, BLOCK_M=bm, BLOCK_N=bn, STAGES=stages, num_warps=warps, PER_SM=per_sm,
-                SPLITS=splits)
+                TAPS_N=taps, SPLITS=splits)
 
 
 def name(cfg) -> str:
-    return (f"{cfg['NB']}x{cfg['BH']}x{cfg['BW']} {cfg['BLOCK_M']}x{cfg['BLOCK_N']} s{cfg['STAGES']} "
+    return (f"{cfg['NB']}x{cfg['BH']}x{cfg['BW']} {cfg['BLOCK_M']}x"
+            + (f"{cfg['TAPS_N']}*" if cfg.get("TAPS_N", 1) > 1 else "") + f"{cfg['BLOCK_N']} s{cfg['STAGES']} "
             f"w{cfg['num_warps']}" + (f" p{cfg['PER_SM']}" if cfg.get("PER_SM", 1) > 1 else "")
             + (f" S{cfg['SPLITS']}" if cfg.get("SPLITS") else ""))
 
@@ -261,7 +294,7 @@ def block_p(cfg) -> int:
 def shared_bytes(cfg, itemsize=2) -> int:
     """Dynamic shared memory: the ring of (dy box, x box) slots (barriers aside; the output
     tile goes from registers to global memory)."""
-    return itemsize * cfg["STAGES"] * block_p(cfg) * (cfg["BLOCK_M"] + cfg["BLOCK_N"])
+    return itemsize * cfg["STAGES"] * block_p(cfg) * (cfg["BLOCK_M"] + cfg.get("TAPS_N", 1) * cfg["BLOCK_N"])
 
 
 # Candidates for the H200 (227 KB of shared memory a program). A k-step of BLOCK_P pixels
@@ -284,6 +317,14 @@ CONFIGS = [
     # 64 output channels (res2): 64 x 64 tiles, two programs an SM, or 256-pixel boxes
     config(1, 8, 16, 64, 64, 3, 4, per_sm=2), config(1, 8, 8, 64, 64, 6, 4, per_sm=2),
     config(1, 16, 16, 64, 64, 3, 4),
+    # several taps a tile, side by side along N (res2: 64 x 4*64 instead of 64 x 64 tiles):
+    # the dy box is loaded once for all of them and N = 256 keeps wgmma off the shared-memory
+    # limit; 9 taps in groups of 4 compute 12 (3 wasted), groups of 2 compute 10
+    config(1, 8, 8, 64, 64, 5, 4, taps=4), config(1, 8, 16, 64, 64, 4, 4, taps=2),
+    config(1, 8, 8, 64, 64, 4, 4, per_sm=2, taps=2),
+    # res3: 128 x 2*128 (N = 256, two warpgroups), a quarter less operand traffic per MAC
+    # than 128 x 128 for 10/9 of the MACs
+    config(1, 8, 8, 128, 128, 4, 8, taps=2), config(1, 4, 16, 128, 128, 4, 8, taps=2),
 ]
 
 
@@ -292,7 +333,13 @@ def num_boxes(cfg, n, oh, ow) -> int:
 
 
 def num_tiles(cfg, k, c, taps) -> int:
-    return taps * triton.cdiv(k, cfg["BLOCK_M"]) * triton.cdiv(c, cfg["BLOCK_N"])
+    """Output tiles: (group of TAPS_N taps, output channel block, input channel block)."""
+    return triton.cdiv(taps, cfg.get("TAPS_N", 1)) * triton.cdiv(k, cfg["BLOCK_M"]) * triton.cdiv(c, cfg["BLOCK_N"])
+
+
+def tile_n(cfg) -> int:
+    """The MMA's N: the tile's taps side by side."""
+    return cfg.get("TAPS_N", 1) * cfg["BLOCK_N"]
 
 
 # Cost model for the schedule (microseconds): a k-step runs at SM_RATE MAC/s (~80% of 702
@@ -306,7 +353,7 @@ FINISH_US = 3.0
 
 
 def step_us(cfg) -> float:
-    return block_p(cfg) * cfg["BLOCK_M"] * cfg["BLOCK_N"] / SM_RATE * 1e6 * cfg.get("PER_SM", 1)
+    return block_p(cfg) * cfg["BLOCK_M"] * tile_n(cfg) / SM_RATE * 1e6 * cfg.get("PER_SM", 1)
 
 
 def schedule_cost(cfg, tiles, boxes, programs, direct, splits) -> float:
@@ -319,7 +366,7 @@ def schedule_cost(cfg, tiles, boxes, programs, direct, splits) -> float:
     t = triton.cdiv(direct, programs) * (boxes * step_us(cfg) + UNIT_US)
     if rest:
         t += triton.cdiv(rest * splits, programs) * (per * step_us(cfg) + UNIT_US)
-        t += FINISH_US + (2 * splits + 1) * rest * cfg["BLOCK_M"] * cfg["BLOCK_N"] * 4 / PARTIAL_BYTES_PER_US
+        t += FINISH_US + (2 * splits + 1) * rest * cfg["BLOCK_M"] * tile_n(cfg) * 4 / PARTIAL_BYTES_PER_US
     return t
 
 
@@ -410,8 +457,11 @@ def prepare(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, alpha
     if tuple(dw.shape) != (k, c, kh, kw):
         raise ValueError(f"dw must be {(k, c, kh, kw)}, got {tuple(dw.shape)}")
     NB, BH, BW, BM, BN = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_M"], cfg["BLOCK_N"]
+    TAPS_N = cfg.get("TAPS_N", 1)
     if BM < 16 * cfg["num_warps"]:
         raise ValueError("BLOCK_M must give every consumer warp 16 rows")
+    if TAPS_N > 1 and BN % 64:
+        raise ValueError("TAPS_N > 1 needs BLOCK_N a multiple of 64 (whole swizzle columns a tap)")
     if sms is None:
         sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     programs_max = sms * cfg.get("PER_SM", 1)
@@ -429,7 +479,7 @@ def prepare(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, alpha
                                _layout([NB, BH, BW, BM], dt))
     x_desc = TensorDescriptor(x4, list(x4.shape), list(x4.stride()), [NB, BH, BW, BN],
                               _layout([NB, BH, BW, BN], dt))
-    need = splits * rest * BM * BN
+    need = splits * rest * BM * BN * TAPS_N
     if rest == 0:
         ws = torch.empty(1, device=x.device, dtype=torch.float32)  # not touched
     elif ws is None or ws.numel() < need or ws.dtype != torch.float32:
@@ -438,16 +488,17 @@ def prepare(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, alpha
     cap = max_regs(cfg["num_warps"], cfg.get("PER_SM", 1))
     n_kb, n_cb = triton.cdiv(k, BM), triton.cdiv(c, BN)
     args = (dy_desc, x_desc, dw, *dw.stride(), float(alpha), float(beta), ws,
-            k, c, kw, padding[0], padding[1], dilation[0], dilation[1],
+            k, c, taps, kw, padding[0], padding[1], dilation[0], dilation[1],
             units, d, max(rest, 1), n_kb, n_cb, triton.cdiv(oh, BH), triton.cdiv(ow, BW), boxes, per)
-    meta = dict(NB=NB, BH=BH, BW=BW, BLOCK_M=BM, BLOCK_N=BN, STAGES=cfg["STAGES"], BETA_ZERO=beta == 0,
+    meta = dict(NB=NB, BH=BH, BW=BW, BLOCK_M=BM, BLOCK_N=BN, TAPS_N=TAPS_N, STAGES=cfg["STAGES"],
+                BETA_ZERO=beta == 0,
                 LOADER_REGS=cfg.get("LOADER_REGS", 40), num_warps=cfg["num_warps"], maxnreg=cap)
     if rest == 0:
         fgrid = fargs = fmeta = None
     else:
-        fgrid = (rest * (BM * BN // FINISH_BLOCK),)
-        fargs = (ws, dw, d, rest, splits, k, c, kw, n_kb, n_cb, *dw.stride(), float(alpha), float(beta))
-        fmeta = dict(BLOCK_M=BM, BLOCK_N=BN, BETA_ZERO=beta == 0, BLOCK=FINISH_BLOCK)
+        fgrid = (rest * (BM * BN * TAPS_N // FINISH_BLOCK),)
+        fargs = (ws, dw, d, rest, splits, k, c, taps, kw, n_kb, n_cb, *dw.stride(), float(alpha), float(beta))
+        fmeta = dict(BLOCK_M=BM, BLOCK_N=BN, TAPS_N=TAPS_N, BETA_ZERO=beta == 0, BLOCK=FINISH_BLOCK)
     return Plan(grid, args, meta, fgrid, fargs, fmeta, ws, dw, d, splits, per, units)
 
 
@@ -486,7 +537,8 @@ def compile_sm90(cfg, out_dtype="bf16", beta_zero=True):
     }
     for a in _RUNTIME_INTS:
         sig[a] = "i32"
-    consts = dict(NB=NB, BH=BH, BW=BW, BLOCK_M=BM, BLOCK_N=BN, STAGES=cfg["STAGES"], BETA_ZERO=beta_zero,
+    consts = dict(NB=NB, BH=BH, BW=BW, BLOCK_M=BM, BLOCK_N=BN, TAPS_N=cfg.get("TAPS_N", 1), STAGES=cfg["STAGES"],
+                  BETA_ZERO=beta_zero,
                   LOADER_REGS=cfg.get("LOADER_REGS", 40), num_warps=cfg["num_warps"])
     for key in consts:
         sig[key] = "constexpr"
