@@ -1,0 +1,501 @@
+"""Per-channel sums over an NHWC tensor streamed by TMA, in Gluon (GPU-only experiment).
+
+Why: the plain Triton reductions over N*H*W in NHWC (tensor_ops' reduce over H*W, the
+statistics pass of batchnorm.py, group norm) stop at 2.1-2.5 TB/s on the H200 where a copy
+reaches 3.8. An SM needs ~40-64 KB of loads outstanding to cover DRAM latency at its share
+of the bandwidth (~25 B/ns); tl.load tiles keep far less in flight, and every element
+costs address and predicate instructions. A TMA load moves a whole [BLOCK_P, BLOCK_C] box
+(16-32 KB) into shared memory with one instruction from one thread, so a ring of STAGES
+boxes keeps 64-192 KB in flight at almost no instruction cost; the warps then only read
+shared memory (one 16-byte load a thread per row slice) and add.
+
+The data: x [N, C, H, W] channels-last is viewed as [SEGS, L, CC] (TMA descriptor, box
+[1, BLOCK_P, BLOCK_C]): SEGS = N and L = H*W for sums per image (reduce over H*W, global
+average pooling), SEGS = 1 and L = N*H*W for batch-norm statistics. A row must be a
+multiple of 16 bytes for TMA, so G consecutive pixels form one row of CC = G*C columns
+(column j is channel j % C; C = 3 bf16: G = 8, 24 columns); the finish folds them.
+
+The walk: a segment's rows are cut into boxes of BLOCK_P rows, B = cdiv(L, BLOCK_P) a
+segment; a unit is (segment, column block, split) and covers PER consecutive boxes of
+that segment (the last split fewer). The persistent programs take units pid, pid + grid,
+...; rows past the segment's end come back from TMA as zeros (so plain sums need no mask;
+shifted squares mask the last box of a segment). Per unit a program writes its partial
+sums part[seg, split, q, column] (q = 0: sum of x - shift, q = 1: sum of (x - shift)^2),
+float32; ``_finish_kernel`` (plain Triton) adds them in split order in float64:
+deterministic, no atomics. shift[column] = x's first row (the first G pixels), as
+batchnorm.py's _stats_kernel does, so |mean| >> std keeps its digits.
+
+Two ways to keep the ring full (WARP_SPEC):
+- 0: one partition; before reading box i it issues the load of box i + STAGES - 1 into the
+  slot box i - 1 used (a thread barrier first: every warp is done with it);
+- 1: gl.warp_specialize: a 1-warp loader partition issues loads as slots free up (empty
+  barriers), the default partition only waits, reads and adds.
+
+Gluon kernels do not run under the Triton interpreter: the tests compile every config
+for sm_90 offline (``compile_sm90``) and check the host arithmetic and the finish kernel
+on the CPU against a NumPy mirror of the walk; results against float64 need a Hopper GPU.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+
+# --------------------------------------------------------------------------------------
+# Device code: the streaming reduction
+# --------------------------------------------------------------------------------------
+
+
+@gluon.jit
+def _unit(u, SPLITS, CBN, PER, B):
+    """Unit u -> (segment, column block, split, first box, boxes)."""
+    seg = u // (CBN * SPLITS)
+    r = u % (CBN * SPLITS)
+    cb = r // SPLITS
+    sp = r % SPLITS
+    j0 = sp * PER
+    return seg, cb, sp, j0, gl.minimum(PER, B - j0)
+
+
+@gluon.jit
+def _add(a, b):
+    return a + b
+
+
+@gluon.jit
+def _column_sums(acc):
+    """Sum over the rows (gl.reduce with a Gluon combine: gl.sum's combine is a plain Triton
+    function, which the offline compile cannot call when TRITON_INTERPRET is set)."""
+    return gl.reduce(acc, 0, _add)
+
+
+@gluon.jit
+def _issue(x_desc, bufs, ready, q, seg, row0, col0, STAGES: gl.constexpr):
+    """TMA load number q of this program (box at [seg, row0, col0]) into ring slot q % STAGES."""
+    s = q % STAGES
+    bar = ready.index(s)
+    mbarrier.expect(bar, x_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(x_desc, [seg, row0, col0], bar, bufs.index(s))
+
+
+@gluon.jit
+def _accumulate(tile, acc, acc2, shift, limit, BLOCK_P: gl.constexpr, R: gl.constexpr, layout: gl.constexpr,
+                SQUARES: gl.constexpr, MASKED: gl.constexpr):
+    """Add a [BLOCK_P, BLOCK_C] shared-memory box into the [R, BLOCK_C] float32 accumulators,
+    R rows at a time (one 16-byte load a thread). SQUARES: acc += x - shift, acc2 += (x - shift)^2,
+    rows >= limit masked when MASKED (TMA's zero fill would add -shift there); else acc += x."""
+    for r0 in gl.static_range(0, BLOCK_P, R):
+        v = tile.slice(r0, R, dim=0).load(layout).to(gl.float32)
+        if SQUARES:
+            d = v - gl.expand_dims(shift, 0)
+            if MASKED:
+                rows = r0 + gl.arange(0, R, layout=gl.SliceLayout(1, layout))
+                d = gl.where(gl.expand_dims(rows < limit, 1), d, 0.0)
+            acc = acc + d
+            acc2 = acc2 + d * d
+        else:
+            acc = acc + v
+    return acc, acc2
+
+
+@gluon.jit
+def _consume_unit(x_desc, x_ptr, part_ptr, bufs, ready, empty, it, u, nprog, lq, lu, lk, L, CC, B, PER, SPLITS, CBN,
+                  UNITS, BLOCK_P: gl.constexpr, BLOCK_C: gl.constexpr, STAGES: gl.constexpr, R: gl.constexpr,
+                  layout: gl.constexpr, SQUARES: gl.constexpr, WARP_SPEC: gl.constexpr):
+    """Reduce unit u (ring position ``it`` onwards) and store its partial sums. Without
+    WARP_SPEC this partition also issues the loads: (lq, lu, lk) = the next load's number,
+    unit and box within the unit; returned advanced."""
+    seg, cb, sp, j0, nb = _unit(u, SPLITS, CBN, PER, B)
+    cols = cb * BLOCK_C + gl.arange(0, BLOCK_C, layout=gl.SliceLayout(0, layout))
+    cmask = cols < CC
+    if SQUARES:
+        shift = gl.load(x_ptr + cols, mask=cmask, other=0.0).to(gl.float32)
+    else:
+        shift = gl.zeros([BLOCK_C], gl.float32, gl.SliceLayout(0, layout))
+    acc = gl.zeros([R, BLOCK_C], gl.float32, layout)
+    acc2 = gl.zeros([R, BLOCK_C], gl.float32, layout)
+    for k in range(nb):
+        if not WARP_SPEC:
+            # every warp is done with the slot box it-1 used: refill it with load it+STAGES-1
+            gl.thread_barrier()
+            if lu < UNITS:
+                lseg, lcb, lsp, lj0, lnb = _unit(lu, SPLITS, CBN, PER, B)
+                _issue(x_desc, bufs, ready, lq, lseg, (lj0 + lk) * BLOCK_P, lcb * BLOCK_C, STAGES)
+                lq += 1
+                lk += 1
+                if lk == lnb:
+                    lk = 0
+                    lu += nprog
+        s = it % STAGES
+        mbarrier.wait(ready.index(s), (it // STAGES) & 1)
+        tile = bufs.index(s).reshape([BLOCK_P, BLOCK_C])
+        row0 = (j0 + k) * BLOCK_P
+        if SQUARES:
+            if row0 + BLOCK_P > L:  # the segment's last box: mask the zero-filled rows
+                acc, acc2 = _accumulate(tile, acc, acc2, shift, L - row0, BLOCK_P, R, layout, SQUARES, True)
+            else:
+                acc, acc2 = _accumulate(tile, acc, acc2, shift, L - row0, BLOCK_P, R, layout, SQUARES, False)
+        else:
+            acc, acc2 = _accumulate(tile, acc, acc2, shift, L - row0, BLOCK_P, R, layout, SQUARES, False)
+        if WARP_SPEC:
+            gl.thread_barrier()  # every warp has read the slot
+            mbarrier.arrive(empty.index(s))
+        it += 1
+    NACC: gl.constexpr = 2 if SQUARES else 1
+    base = part_ptr + ((seg * SPLITS + sp) * NACC) * CC
+    gl.store(base + cols, _column_sums(acc), mask=cmask)
+    if SQUARES:
+        gl.store(base + CC + cols, _column_sums(acc2), mask=cmask)
+    return it, lq, lu, lk
+
+
+@gluon.jit
+def _consumer(x_desc, x_ptr, part_ptr, bufs, ready, empty, L, CC, B, PER, SPLITS, CBN, UNITS,
+              BLOCK_P: gl.constexpr, BLOCK_C: gl.constexpr, STAGES: gl.constexpr, VEC: gl.constexpr,
+              TPC: gl.constexpr, WARPS: gl.constexpr, SQUARES: gl.constexpr, WARP_SPEC: gl.constexpr):
+    """The reading partition (WARPS warps): units pid, pid + grid, ...; without WARP_SPEC it
+    first issues STAGES - 1 loads, then one more before each box it reads."""
+    layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // TPC, TPC], [WARPS, 1], [1, 0])
+    R: gl.constexpr = (32 // TPC) * WARPS
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    lq = 0
+    lu = pid
+    lk = 0
+    if not WARP_SPEC:
+        for _ in gl.static_range(STAGES - 1):
+            if lu < UNITS:
+                lseg, lcb, lsp, lj0, lnb = _unit(lu, SPLITS, CBN, PER, B)
+                _issue(x_desc, bufs, ready, lq, lseg, (lj0 + lk) * BLOCK_P, lcb * BLOCK_C, STAGES)
+                lq += 1
+                lk += 1
+                if lk == lnb:
+                    lk = 0
+                    lu += nprog
+    it = 0
+    for u in range(pid, UNITS, nprog):
+        it, lq, lu, lk = _consume_unit(x_desc, x_ptr, part_ptr, bufs, ready, empty, it, u, nprog, lq, lu, lk,
+                                       L, CC, B, PER, SPLITS, CBN, UNITS, BLOCK_P, BLOCK_C, STAGES, R, layout,
+                                       SQUARES, WARP_SPEC)
+
+
+@gluon.jit
+def _loader(x_desc, bufs, ready, empty, B, PER, SPLITS, CBN, UNITS,
+            BLOCK_P: gl.constexpr, BLOCK_C: gl.constexpr, STAGES: gl.constexpr):
+    """Producer (one warp, WARP_SPEC): per box wait for a free slot and TMA the box into it.
+    Empty barriers start in phase 0, so the first lap's waits (parity 1) pass."""
+    it = 0
+    for u in range(gl.program_id(0), UNITS, gl.num_programs(0)):
+        seg, cb, sp, j0, nb = _unit(u, SPLITS, CBN, PER, B)
+        for k in range(nb):
+            s = it % STAGES
+            mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
+            _issue(x_desc, bufs, ready, it, seg, (j0 + k) * BLOCK_P, cb * BLOCK_C, STAGES)
+            it += 1
+
+
+_RUNTIME_INTS = ["L", "CC", "B", "PER", "SPLITS", "CBN", "UNITS"]
+
+
+@gluon.jit(do_not_specialize=_RUNTIME_INTS)
+def stream_sums_kernel(
+    # x viewed as [SEGS, L, CC] (TMA descriptor, box [1, BLOCK_P, BLOCK_C]) and its first row
+    # (the shifts); partial sums [SEGS, SPLITS, 1 or 2, CC] float32
+    x_desc, x_ptr, part_ptr,
+    # rows a segment, columns, boxes a segment, boxes a unit, splits a segment, column blocks, units
+    L, CC, B, PER, SPLITS, CBN, UNITS,
+    BLOCK_P: gl.constexpr, BLOCK_C: gl.constexpr, STAGES: gl.constexpr,
+    VEC: gl.constexpr, TPC: gl.constexpr,       # register layout: VEC columns a thread, TPC threads along columns
+    SQUARES: gl.constexpr, WARP_SPEC: gl.constexpr, LOADER_REGS: gl.constexpr, num_warps: gl.constexpr,
+):
+    """Partial per-column sums (SQUARES: and shifted sums of squares) of this program's units."""
+    bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    fence_async_shared()
+    if WARP_SPEC:
+        gl.warp_specialize([
+            (_consumer, (x_desc, x_ptr, part_ptr, bufs, ready, empty, L, CC, B, PER, SPLITS, CBN, UNITS,
+                         BLOCK_P, BLOCK_C, STAGES, VEC, TPC, num_warps, SQUARES, WARP_SPEC)),
+            (_loader, (x_desc, bufs, ready, empty, B, PER, SPLITS, CBN, UNITS, BLOCK_P, BLOCK_C, STAGES)),
+        ], [1], [LOADER_REGS])
+    else:
+        _consumer(x_desc, x_ptr, part_ptr, bufs, ready, empty, L, CC, B, PER, SPLITS, CBN, UNITS,
+                  BLOCK_P, BLOCK_C, STAGES, VEC, TPC, num_warps, SQUARES, WARP_SPEC)
+
+
+# --------------------------------------------------------------------------------------
+# The finish (plain Triton: also runs under the interpreter)
+# --------------------------------------------------------------------------------------
+
+@triton.jit
+def _finish_kernel(part_ptr, x_ptr, out_ptr, out2_ptr, C, CC, G, SPLITS, rows,
+                   SQUARES: tl.constexpr, BLOCK: tl.constexpr):
+    """Per (segment, channel): add the splits' partials in split order, in float64, and fold the
+    G columns of each channel. Sums: out[seg, c] = sum of x. SQUARES: out = mean, out2 = biased
+    variance (each column: mean_j = shift_j + S1/rows, M2_j = S2 - S1^2/rows; columns combined
+    exactly: M2 = sum M2_j + rows * sum (mean_j - mean)^2)."""
+    seg = tl.program_id(0)
+    c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    m = c < C
+    NACC: tl.constexpr = 2 if SQUARES else 1
+    total = tl.zeros([BLOCK], tl.float64)
+    mean = tl.zeros([BLOCK], tl.float64)
+    m2 = tl.zeros([BLOCK], tl.float64)
+    for gi in range(G):
+        col = gi * C + c
+        s1 = tl.zeros([BLOCK], tl.float64)
+        s2 = tl.zeros([BLOCK], tl.float64)
+        for sp in range(SPLITS):
+            base = part_ptr + (seg * SPLITS + sp) * NACC * CC
+            s1 += tl.load(base + col, mask=m, other=0.0).to(tl.float64)
+            if SQUARES:
+                s2 += tl.load(base + CC + col, mask=m, other=0.0).to(tl.float64)
+        if SQUARES:
+            shift = tl.load(x_ptr + col, mask=m, other=0.0).to(tl.float64)
+            mj = shift + s1 / rows
+            # Chan's update: (mean, m2) of gi columns so far with column gi (equal counts)
+            delta = mj - mean
+            mean += delta / (gi + 1)
+            m2 += (s2 - s1 * s1 / rows) + delta * delta * rows * gi / (gi + 1)
+        else:
+            total += s1
+    if SQUARES:
+        tl.store(out_ptr + seg * C + c, mean.to(out_ptr.dtype.element_ty), mask=m)
+        tl.store(out2_ptr + seg * C + c, (tl.maximum(m2, 0.0) / (rows * G)).to(out2_ptr.dtype.element_ty), mask=m)
+    else:
+        tl.store(out_ptr + seg * C + c, total.to(out_ptr.dtype.element_ty), mask=m)
+
+
+FINISH_BLOCK = 128
+
+# --------------------------------------------------------------------------------------
+# Host side
+# --------------------------------------------------------------------------------------
+
+
+def config(bp, bc, stages, warps, warp_spec=False, per_sm=1):
+    """A box of BLOCK_P rows x BLOCK_C columns, a ring of STAGES boxes, num_warps reading warps,
+    warp_spec: a separate 1-warp loader partition; per_sm programs an SM."""
+    return dict(BLOCK_P=bp, BLOCK_C=bc, STAGES=stages, num_warps=warps, WARP_SPEC=bool(warp_spec), PER_SM=per_sm)
+
+
+def name(cfg) -> str:
+    return (f"{cfg['BLOCK_P']}x{cfg['BLOCK_C']} s{cfg['STAGES']} w{cfg['num_warps']}"
+            + (" ws" if cfg["WARP_SPEC"] else "") + (f" p{cfg['PER_SM']}" if cfg["PER_SM"] > 1 else ""))
+
+
+# Box bytes (bf16) x ring depth = bytes a program keeps in flight (an SM needs ~40-64 KB):
+# 64x256 = 32 KB, 128x128 = 32 KB, 128x256 = 64 KB, 32x256 = 16 KB.
+CONFIGS = [
+    config(64, 256, 4, 8), config(64, 256, 6, 8), config(64, 256, 4, 8, warp_spec=True),
+    config(64, 256, 6, 8, warp_spec=True), config(128, 256, 3, 8), config(128, 256, 3, 8, warp_spec=True),
+    config(32, 256, 6, 4, per_sm=2), config(32, 256, 4, 4, warp_spec=True, per_sm=2),
+    config(128, 128, 4, 8), config(128, 128, 6, 4, warp_spec=True), config(64, 256, 3, 4, per_sm=2),
+]
+
+
+def max_regs(cfg) -> int:
+    """The register cap that lets PER_SM programs fit the SM's 64K registers (a loader partition
+    takes a 4-warp group's worth); 0 = no cap."""
+    threads = (cfg["num_warps"] + (4 if cfg["WARP_SPEC"] else 0)) * 32 * cfg["PER_SM"]
+    cap = min(255, (65536 // threads) // 8 * 8)
+    return 0 if cap >= 255 and not cfg["WARP_SPEC"] else cap
+
+
+def box_bytes(cfg, itemsize=2) -> int:
+    return cfg["BLOCK_P"] * cfg["BLOCK_C"] * itemsize
+
+
+def shared_bytes(cfg, itemsize=2) -> int:
+    """The ring (barriers aside)."""
+    return cfg["STAGES"] * box_bytes(cfg, itemsize)
+
+
+def group(c: int, itemsize: int) -> int:
+    """Pixels a TMA row: the fewest G with G*C*itemsize a multiple of 16 bytes."""
+    g = 1
+    while (g * c * itemsize) % 16:
+        g *= 2
+    return g
+
+
+def _gl_dtype(torch_dtype):
+    import torch
+    return {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}[torch_dtype]
+
+
+def _layout(block, dtype):
+    """Unswizzled: the warps read whole 16-byte runs along a row, conflict-free without a swizzle."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=dtype.primitive_bitwidth, rank=len(block))
+
+
+def _dense_nhwc(x) -> bool:
+    n, c, h, w = x.shape
+    return x.stride(1) == 1 and x.stride(3) == c and x.stride(2) == w * c and (n == 1 or x.stride(0) == h * w * c)
+
+
+def why_not(x, per_image: bool) -> str | None:
+    """None when the kernel can reduce x (dense NHWC, 16/32-bit float, rows of G pixels fit)."""
+    import torch
+    if x.dim() != 4 or not _dense_nhwc(x):
+        return "x must be a dense channels-last [N, C, H, W] tensor"
+    if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        return "bfloat16/float16/float32 only"
+    if x.data_ptr() % 16:
+        return "x must be 16-byte aligned"
+    n, c, h, w = x.shape
+    g = group(c, x.element_size())
+    seg_len = h * w if per_image else n * h * w
+    if seg_len % g:
+        return f"{seg_len} pixels a segment is not a multiple of {g} (pixels a 16-byte row)"
+    return None
+
+
+def choose_splits(segs, cbn, boxes, programs):
+    """Splits a segment minimizing the slowest program's work: rounds x (boxes a unit + 1), the
+    1 for a unit's ending (cross-warp sums, the partials' store and their read in the finish)."""
+    best = None
+    for s in range(1, boxes + 1):
+        per = triton.cdiv(boxes, s)
+        s = triton.cdiv(boxes, per)  # no empty splits
+        cost = triton.cdiv(segs * cbn * s, programs) * (per + 1)
+        if best is None or cost < best[0]:
+            best = (cost, s, per)
+    return best[1], best[2]
+
+
+def plan(shape, itemsize, per_image, cfg, sms=132):
+    """The launch geometry of x [N, C, H, W] (pure arithmetic: tests check it on the CPU)."""
+    n, c, h, w = shape
+    g = group(c, itemsize)
+    segs, seg_len = (n, h * w) if per_image else (1, n * h * w)
+    rows = seg_len // g
+    cc = g * c
+    vec = 16 // itemsize
+    bc = max(vec, min(cfg["BLOCK_C"] * 2 // itemsize, triton.next_power_of_2(cc)))  # box bytes as configured
+    bp = min(256, cfg["BLOCK_P"] * cfg["BLOCK_C"] * 2 // itemsize // bc)
+    tpc = min(32, bc // vec)
+    rr = (32 // tpc) * cfg["num_warps"]
+    bp = max(bp, rr)
+    cbn = triton.cdiv(cc, bc)
+    boxes = triton.cdiv(rows, bp)
+    programs = sms * cfg["PER_SM"]
+    splits, per = choose_splits(segs, cbn, boxes, programs)
+    units = segs * cbn * splits
+    return dict(G=g, SEGS=segs, L=rows, CC=cc, BLOCK_P=bp, BLOCK_C=bc, VEC=vec, TPC=tpc, R=rr, CBN=cbn, B=boxes,
+                SPLITS=splits, PER=per, UNITS=units, grid=min(units, programs))
+
+
+_descriptors: dict = {}
+
+
+def descriptor(x, shape, strides, block):
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from .gluon_conv import _Address
+    layout = _layout(list(block), _gl_dtype(x.dtype))
+    if x.device.type != "cuda":
+        return TensorDescriptor(x, list(shape), list(strides), list(block), layout)
+    key = (x.data_ptr(), x.dtype, tuple(shape), tuple(strides), tuple(block))
+    d = _descriptors.get(key)
+    if d is None:
+        if len(_descriptors) > 1024:
+            _descriptors.clear()
+        d = _descriptors[key] = TensorDescriptor(_Address(x.data_ptr(), x.dtype), list(shape), list(strides),
+                                                 list(block), layout)
+    return d
+
+
+def _sm_count(device) -> int:
+    import torch
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
+
+
+def prepare(x, per_image=False, squares=False, cfg=None, sms=None, out=None, out2=None):
+    """Descriptors, buffers and launch arguments for ``launch``. per_image: sums over H*W per
+    image (out [N, C], x's dtype unless given); else over N*H*W (out [C]; squares: out = mean,
+    out2 = biased variance, float32). Returns a dict (for CUDA-graph timing)."""
+    import torch
+    reason = why_not(x, per_image)
+    if reason:
+        raise ValueError(reason)
+    cfg = dict(cfg or CONFIGS[0])
+    if sms is None:
+        sms = _sm_count(x.device)
+    n, c, h, w = x.shape
+    p = plan(x.shape, x.element_size(), per_image, cfg, sms)
+    segs, rows, cc = p["SEGS"], p["L"], p["CC"]
+    x_desc = descriptor(x, (segs, rows, cc), (rows * cc, cc, 1), (1, p["BLOCK_P"], p["BLOCK_C"]))
+    nacc = 2 if squares else 1
+    part = torch.empty((segs, p["SPLITS"], nacc, cc), device=x.device, dtype=torch.float32)
+    if out is None:
+        out = torch.empty((segs, c), device=x.device, dtype=torch.float32 if squares else x.dtype)
+    if squares and out2 is None:
+        out2 = torch.empty((segs, c), device=x.device, dtype=torch.float32)
+    args = (x_desc, x, part, rows, cc, p["B"], p["PER"], p["SPLITS"], p["CBN"], p["UNITS"])
+    meta = dict(BLOCK_P=p["BLOCK_P"], BLOCK_C=p["BLOCK_C"], STAGES=cfg["STAGES"], VEC=p["VEC"], TPC=p["TPC"],
+                SQUARES=bool(squares), WARP_SPEC=cfg["WARP_SPEC"], LOADER_REGS=40, num_warps=cfg["num_warps"])
+    if max_regs(cfg):
+        meta["maxnreg"] = max_regs(cfg)
+    fin_args = (part, x, out, out2 if squares else out, c, cc, p["G"], p["SPLITS"], rows)
+    fin_meta = dict(SQUARES=bool(squares), BLOCK=FINISH_BLOCK)
+    return dict(plan=p, grid=(p["grid"],), args=args, meta=meta, part=part, out=out, out2=out2,
+                fin_grid=(segs, triton.cdiv(c, FINISH_BLOCK)), fin_args=fin_args, fin_meta=fin_meta)
+
+
+def launch(pp, finish=True):
+    """Run a ``prepare`` result: the streaming kernel, then (finish) the finish kernel."""
+    stream_sums_kernel[pp["grid"]](*pp["args"], **pp["meta"])
+    if finish:
+        _finish_kernel[pp["fin_grid"]](*pp["fin_args"], **pp["fin_meta"])
+    return pp["out"], pp["out2"]
+
+
+def sum_hw(x, cfg=None, sms=None):
+    """[N, C] sums over H*W of a dense NHWC x (GPU, Hopper)."""
+    return launch(prepare(x, per_image=True, cfg=cfg, sms=sms))[0]
+
+
+def batch_stats(x, cfg=None, sms=None):
+    """(mean [C], biased variance [C]) over N*H*W of a dense NHWC x, float32 (GPU, Hopper)."""
+    mean, var = launch(prepare(x, squares=True, cfg=cfg, sms=sms))
+    return mean[0], var[0]
+
+
+# --------------------------------------------------------------------------------------
+# Offline compile (no GPU needed)
+# --------------------------------------------------------------------------------------
+
+def compile_sm90(cfg, squares=False, dtype="bf16", channels=256):
+    """Compile for sm_90 without a GPU (x of ``channels`` channels, bf16/fp16/fp32); returns the
+    CompiledKernel (asm: ptx, cubin)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    itemsize = {"bf16": 2, "fp16": 2, "fp32": 4}[dtype]
+    gdt = {"bf16": gl.bfloat16, "fp16": gl.float16, "fp32": gl.float32}[dtype]
+    p = plan((64, channels, 56, 56), itemsize, not squares, cfg)
+    block = [1, p["BLOCK_P"], p["BLOCK_C"]]
+    fn = stream_sums_kernel
+    sig = {"x_desc": f"tensordesc<{dtype}[{', '.join(map(str, block))}],{_layout(block, gdt)!r}>",
+           "x_ptr": f"*{dtype}", "part_ptr": "*fp32"}
+    for a in _RUNTIME_INTS:
+        sig[a] = "i32"
+    consts = dict(BLOCK_P=p["BLOCK_P"], BLOCK_C=p["BLOCK_C"], STAGES=cfg["STAGES"], VEC=p["VEC"], TPC=p["TPC"],
+                  SQUARES=bool(squares), WARP_SPEC=cfg["WARP_SPEC"], LOADER_REGS=40, num_warps=cfg["num_warps"])
+    for k in consts:
+        sig[k] = "constexpr"
+    src = GluonASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()},
+                         attrs={(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k in ("x_ptr", "part_ptr")})
+    opts = dict(num_warps=cfg["num_warps"])
+    if max_regs(cfg):
+        opts["maxnreg"] = max_regs(cfg)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+
+
+__all__ = ["stream_sums_kernel", "CONFIGS", "config", "name", "plan", "prepare", "launch", "sum_hw", "batch_stats",
+           "compile_sm90", "why_not", "group", "shared_bytes", "box_bytes"]
