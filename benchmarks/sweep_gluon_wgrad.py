@@ -6,7 +6,8 @@ and tridnn's current choice.
 
 ResNet-50 batch 64 3x3 layers, backward filter, bfloat16 NHWC (stride 1, padding 1):
   res2_3x3 64->64 56x56, res3_3x3 128->128 28x28, res4_3x3 256->256 14x14, res5_3x3 512->512 7x7
-(each 14.8 GFLOP). Rows:
+(each 14.8 GFLOP); on request (--layers) the stride-2 ones res3_3x3s2 (56x56 -> 28x28),
+res4_3x3s2, res5_3x3s2. Rows:
   cudnn       torch.ops.aten.convolution_backward with output_mask (False, True, False):
               cuDNN's weight-gradient kernel alone (channels_last, cudnn.benchmark=True)
   tridnn      tridnn.convolution_backward_filter with the algorithm get() ranks first
@@ -45,16 +46,22 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 
-LAYERS = {  # name: (N, C, K, H, W, filter size, padding)
-    "res2_3x3": (64, 64, 64, 56, 56, 3, 1),
-    "res3_3x3": (64, 128, 128, 28, 28, 3, 1),
-    "res4_3x3": (64, 256, 256, 14, 14, 3, 1),
-    "res5_3x3": (64, 512, 512, 7, 7, 3, 1),
+LAYERS = {  # name: (N, C, K, H, W, filter size, padding, stride)
+    "res2_3x3": (64, 64, 64, 56, 56, 3, 1, 1),
+    "res3_3x3": (64, 128, 128, 28, 28, 3, 1, 1),
+    "res4_3x3": (64, 256, 256, 14, 14, 3, 1, 1),
+    "res5_3x3": (64, 512, 512, 7, 7, 3, 1, 1),
+    # stride 2 (not in the default run: --layers res3_3x3s2,...)
+    "res3_3x3s2": (64, 128, 128, 56, 56, 3, 1, 2),
+    "res4_3x3s2": (64, 256, 256, 28, 28, 3, 1, 2),
+    "res5_3x3s2": (64, 512, 512, 14, 14, 3, 1, 2),
 }
-CANARY = [  # (N, C, K, H, W, KH, KW, pad, alpha, beta, schedule (direct, splits) or None, sms)
-    (2, 64, 192, 11, 19, 3, 3, 1, 1.0, 0.0, None, None),
-    (3, 128, 64, 7, 7, 3, 3, 1, 0.5, 0.0, (0, 3), None),
-    (2, 64, 128, 9, 13, 5, 3, 2, 1.0, 0.5, (3, 2), 3),
+DEFAULT_LAYERS = "res2_3x3,res3_3x3,res4_3x3,res5_3x3"
+CANARY = [  # (N, C, K, H, W, KH, KW, pad, alpha, beta, schedule (direct, splits) or None, sms, stride)
+    (2, 64, 192, 11, 19, 3, 3, 1, 1.0, 0.0, None, None, 1),
+    (3, 128, 64, 7, 7, 3, 3, 1, 0.5, 0.0, (0, 3), None, 1),
+    (2, 64, 128, 9, 13, 5, 3, 2, 1.0, 0.5, (3, 2), 3, 1),
+    (2, 128, 128, 14, 10, 3, 3, 1, 1.0, 0.0, None, None, 2),
 ]
 SMS = 132
 
@@ -117,9 +124,13 @@ def applies(cfg, c, k, n, oh, ow) -> bool:
     return useful(cfg, n, oh, ow) >= 0.5
 
 
-def make(n, c, k, h, w, kh, kw, pad, dev, seed=0):
+def out_size(h, w, kh, kw, pad, stride):
+    return (h + 2 * pad - kh) // stride + 1, (w + 2 * pad - kw) // stride + 1
+
+
+def make(n, c, k, h, w, kh, kw, pad, dev, seed=0, stride=1):
     g = torch.Generator().manual_seed(seed)
-    oh, ow = h + 2 * pad - kh + 1, w + 2 * pad - kw + 1
+    oh, ow = out_size(h, w, kh, kw, pad, stride)
     x = torch.randn(n, c, h, w, generator=g).to(torch.bfloat16)
     dy = torch.randn(n, k, oh, ow, generator=g).to(torch.bfloat16)
     cl = torch.channels_last
@@ -155,17 +166,18 @@ def canary(indices, dry):
     for i in indices:
         cfg = gw.CONFIGS[i]
         worst = 0.0
-        for n, c, k, h, w, kh, kw, pad, alpha, beta, sched, sms in CANARY:
-            x, dy = make(n, c, k, h, w, kh, kw, pad, dev, seed=i)
+        for n, c, k, h, w, kh, kw, pad, alpha, beta, sched, sms, st in CANARY:
+            x, dy = make(n, c, k, h, w, kh, kw, pad, dev, seed=i, stride=st)
             dw0 = torch.randn(k, c, kh, kw, generator=torch.Generator().manual_seed(7)).to(dev)
             want = None
             if not dry:
-                want = alpha * torch.nn.grad.conv2d_weight(x.double(), (k, c, kh, kw), dy.double(), padding=pad)
+                want = alpha * torch.nn.grad.conv2d_weight(x.double(), (k, c, kh, kw), dy.double(), padding=pad,
+                                                           stride=st)
                 want = want + beta * dw0.double()
             d, s = sched if sched else (None, None)
             plan = gw.prepare(x, dy, (kh, kw), (pad, pad), (1, 1), cfg, alpha=alpha, beta=beta,
                               dw=dw0.clone() if beta else None, sms=sms or (SMS if dry else None),
-                              splits=s, direct=d)
+                              splits=s, direct=d, stride=(st, st))
             if dry:
                 gw.gluon_wgrad_kernel.warmup(*plan.args, grid=plan.grid, **plan.meta)
                 continue
@@ -205,15 +217,15 @@ def run_canaries(indices, dry, limit_s):
 
 
 # -- reference rows ---------------------------------------------------------------------
-def cudnn_fn(x, dy, k, ks, pad):
+def cudnn_fn(x, dy, k, ks, pad, st):
     """cuDNN's weight gradient alone (output_mask False, True, False)."""
     w = torch.empty(k, x.shape[1], ks, ks, device=x.device, dtype=x.dtype).contiguous(
         memory_format=torch.channels_last)
-    return lambda: torch.ops.aten.convolution_backward(dy, x, w, None, [1, 1], [pad, pad], [1, 1], False, [0, 0],
-                                                       1, [False, True, False])[1]
+    return lambda: torch.ops.aten.convolution_backward(dy, x, w, None, [st, st], [pad, pad], [1, 1], False,
+                                                       [0, 0], 1, [False, True, False])[1]
 
 
-def tridnn_fn(x, dy, k, ks, pad):
+def tridnn_fn(x, dy, k, ks, pad, st):
     """tridnn.convolution_backward_filter with get()'s first-ranked algorithm; (fn, dw, name)."""
     import tridnn
     from tridnn.algorithms import registry, selection
@@ -222,7 +234,7 @@ def tridnn_fn(x, dy, k, ks, pad):
 
     handle = tridnn.Handle("cuda", find_cache=None)
     n, c, h, w = x.shape
-    cd = tridnn.ConvolutionDescriptor(padding=(pad, pad), stride=(1, 1), dilation=(1, 1), groups=1, nd=2,
+    cd = tridnn.ConvolutionDescriptor(padding=(pad, pad), stride=(st, st), dilation=(1, 1), groups=1, nd=2,
                                       math_type=tridnn.MathType.DEFAULT)
     xd = tridnn.TensorDescriptor.packed((n, c, h, w), "bfloat16", TensorFormat.NHWC)
     wd = tridnn.FilterDescriptor((k, c, ks, ks), "bfloat16", TensorFormat.NHWC)
@@ -241,7 +253,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", help="directory for gluon_wgrad.json")
     ap.add_argument("--dry-run", action="store_true", help="CPU: build and compile for sm_90 only")
-    ap.add_argument("--layers", default=",".join(LAYERS), help="comma-separated subset of " + ",".join(LAYERS))
+    ap.add_argument("--layers", default=DEFAULT_LAYERS, help="comma-separated subset of " + ",".join(LAYERS))
     ap.add_argument("--configs", default="", help="comma-separated indices into gluon_wgrad.CONFIGS (default all)")
     ap.add_argument("--model-only", action="store_true", help="time only the cost model's schedule per config")
     ap.add_argument("--no-tridnn", action="store_true", help="skip tridnn's current algorithm (its tuner)")
@@ -279,13 +291,13 @@ def main():
     rows = []
     refs = {}
     for name in layers:
-        n, c, k, h, w, ks, pad = LAYERS[name]
-        oh, ow = h + 2 * pad - ks + 1, w + 2 * pad - ks + 1
+        n, c, k, h, w, ks, pad, st = LAYERS[name]
+        oh, ow = out_size(h, w, ks, ks, pad, st)
         flop = gw.flops(n, c, k, oh, ow, ks, ks)
-        x, dy = make(n, c, k, h, w, ks, ks, pad, dev)
+        x, dy = make(n, c, k, h, w, ks, ks, pad, dev, stride=st)
         ref = cudnn_us = None
         if not a.dry_run:
-            fn = cudnn_fn(x, dy, k, ks, pad)
+            fn = cudnn_fn(x, dy, k, ks, pad, st)
             ref = fn().float()
             cudnn_us = bench(fn, a.rep)
             rows.append(dict(layer=name, config="cudnn", us=cudnn_us, tflops=flop / cudnn_us * 1e-6, ratio=1.0,
@@ -316,7 +328,7 @@ def main():
                     continue
                 try:
                     plan = gw.prepare(x, dy, (ks, ks), (pad, pad), (1, 1), cfg, dw=dw, splits=s, direct=d, ws=ws,
-                                      sms=SMS if a.dry_run else None)
+                                      sms=SMS if a.dry_run else None, stride=(st, st))
                     ws = plan.ws if plan.ws.numel() > 1 else ws
                     row["fill"] = round(fill(plan, boxes, plan.grid[0]), 3)
                     row["model_us"] = round(gw.schedule_cost(cfg, gw.num_tiles(cfg, k, c, ks * ks), boxes,
@@ -345,11 +357,11 @@ def main():
 
     # tridnn's current algorithm last: its tuner's first call compiles and times candidates
     for name in ([] if a.dry_run or a.no_tridnn else layers):
-        n, c, k, h, w, ks, pad = LAYERS[name]
-        oh, ow = h + 2 * pad - ks + 1, w + 2 * pad - ks + 1
+        n, c, k, h, w, ks, pad, st = LAYERS[name]
+        oh, ow = out_size(h, w, ks, ks, pad, st)
         flop = gw.flops(n, c, k, oh, ow, ks, ks)
         ref, cudnn_us = refs[name]
-        x, dy = make(n, c, k, h, w, ks, ks, pad, dev)
+        x, dy = make(n, c, k, h, w, ks, ks, pad, dev, stride=st)  # the same data (seed 0) as cuDNN's
         row = dict(layer=name, config="tridnn", us=None, tflops=None, ratio=None, vs_tridnn=None, err=None,
                    useful=1.0, fill=1.0)
         if time.time() - t0 > a.tridnn_budget_s:
@@ -357,7 +369,7 @@ def main():
             rows.insert(next(j for j, r in enumerate(rows) if r["layer"] == name) + 1, row)
             continue
         try:
-            fn, dwt, algo = tridnn_fn(x, dy, k, ks, pad)
+            fn, dwt, algo = tridnn_fn(x, dy, k, ks, pad, st)
             fn()
             torch.cuda.synchronize()
             row.update(config=f"tridnn {algo}", err=rel_err(dwt, ref))

@@ -57,9 +57,10 @@ def test_compiles_for_sm90(cfg):
     regs = [int(r, 16) for r in re.findall(r"USETMAXREG\.\w+\.CTAPOOL (?:UP\d, )?(0x[0-9a-f]+)", sass)]
     if cap < 256:
         assert min(regs) <= 40 and max(regs) > cap, (regs, cap)
-    assert "UTMALDG.4D" in sass
-    # a k-step's TMA loads: the dy box and TAPS_N x boxes, one message per 64 channels
-    assert len(re.findall(r"UTMALDG\.4D", sass)) == (cfg["BLOCK_M"] + cfg["TAPS_N"] * cfg["BLOCK_N"]) // 64
+    # a k-step's TMA loads, one message per 64 channels: the dy box (4-D) and TAPS_N x boxes
+    # (5-D: x's stride-phase view)
+    assert len(re.findall(r"UTMALDG\.4D", sass)) == cfg["BLOCK_M"] // 64
+    assert len(re.findall(r"UTMALDG\.5D", sass)) == cfg["TAPS_N"] * cfg["BLOCK_N"] // 64
     assert not re.search(r"\b(STL|LDL)\b", sass), "register spills"
 
 
@@ -140,7 +141,7 @@ def test_schedule_fixed_and_modelled():
 
 
 # -- CPU: the unit walk in NumPy against float64 -------------------------------------------
-def _walk(x, dy, kh, kw, pad, dil, cfg, direct, splits, per):
+def _walk(x, dy, kh, kw, pad, dil, cfg, direct, splits, per, stride=1):
     """The kernel's work in NumPy (float64): per unit the loader's boxes (zero outside the
     tensors, as TMA fills them; taps past the last reload the last), dy_box^T @ [x boxes of
     the tile's taps side by side], then whole tiles into dw and slices into the workspace,
@@ -158,7 +159,7 @@ def _walk(x, dy, kh, kw, pad, dil, cfg, direct, splits, per):
     dw = np.zeros((k, kh, kw, c))
     ws = np.zeros((max(rest, 1) * splits, BM, TAPS * BN))
 
-    def box(t, n0, r0, c0, ch0, nch):  # a TMA box of t (zero fill outside)
+    def box(t, n0, r0, c0, ch0, nch):  # a 4-D TMA box of t (zero fill outside)
         out = np.zeros((NB, BH, BW, nch))
         for i in range(NB):
             for j in range(BH):
@@ -168,6 +169,22 @@ def _walk(x, dy, kh, kw, pad, dil, cfg, direct, splits, per):
                         v = t[a, b, d, ch0:ch0 + nch]
                         out[i, j, m, :v.shape[0]] = v
         return out.reshape(-1, nch)
+
+    x5 = x.reshape(n, h // stride, stride, w // stride, stride * c)  # the stride-phase view
+
+    def box5(n0, r0, ph, c0, ch0, nch):  # a 5-D TMA box [NB, BH, 1, BW, nch] of x5 (zero fill)
+        out = np.zeros((NB, BH, BW, nch))
+        for i in range(NB):
+            for j in range(BH):
+                for m in range(BW):
+                    a, b, d = n0 + i, r0 + j, c0 + m
+                    if 0 <= a < n and 0 <= b < x5.shape[1] and 0 <= d < x5.shape[3] and 0 <= ch0 < x5.shape[4]:
+                        v = x5[a, b, ph, d, ch0:ch0 + nch]  # may run into the next phase's channels
+                        out[i, j, m, :v.shape[0]] = v
+        return out.reshape(-1, nch)
+
+    def floor_div(a, s):  # the loader's floor division of a possibly negative offset
+        return -((s - 1 - a) // s) if a < 0 else a // s
 
     def coords(tile):
         cb, r = tile % n_cb, tile // n_cb
@@ -198,7 +215,10 @@ def _walk(x, dy, kh, kw, pad, dil, cfg, direct, splits, per):
             for j in range(TAPS):
                 t = min(t0 + j, T - 1)
                 fh, fw = t // kw, t % kw
-                xs.append(box(x, n0, oh0 + fh * dil - pad, bw_ * BW + fw * dil - pad, cb * BN, BN))
+                a_h, a_w = fh * dil - pad, fw * dil - pad
+                q_h, q_w = floor_div(a_h, stride), floor_div(a_w, stride)
+                xs.append(box5(n0, oh0 + q_h, a_h - q_h * stride, bw_ * BW + q_w,
+                               (a_w - q_w * stride) * c + cb * BN, BN))
             acc += a.T @ np.concatenate(xs, axis=1)
         if whole:
             store(acc, tile)
@@ -219,16 +239,21 @@ def _walk(x, dy, kh, kw, pad, dil, cfg, direct, splits, per):
     (2, 6, 5, 7, 7, 3, 3, 1, 1, 16, None, 3),
     (2, 5, 6, 6, 5, 3, 3, 1, 1, 17, (1, 2), 2),
     (2, 3, 4, 8, 7, 5, 3, 2, 1, 16, (0, 3), 4),
+    # stride 2 (tuple: stride last)
+    (2, 5, 6, 8, 10, 3, 3, 1, 1, 0, None, 3, 2),
+    (3, 4, 5, 6, 6, 1, 1, 0, 1, 17, (0, 2), 2, 2),
+    (2, 6, 4, 10, 6, 5, 3, 2, 2, 2, (1, 2), 3, 2),    # dilation 2, padding 2: offsets down to -2
 ], ids=str)
 def test_unit_walk_matches_float64(case, rng):
     """The index arithmetic (boxes, tap offsets, padding by zero fill, whole/split units, the
     workspace slots, the finish order) reproduces the weight gradient. Small boxes stand in
     for the configs' (same walk, tiny shapes)."""
-    n, c, k, h, w, kh, kw, pad, dil, ci, forced, programs = case
+    n, c, k, h, w, kh, kw, pad, dil, ci, forced, programs, stride = case + (1,) * (13 - len(case))
     cfg = dict(gw.CONFIGS[ci])
     cfg.update(NB=min(cfg["NB"], 2), BH=min(cfg["BH"], 2), BW=min(cfg["BW"], 4), BLOCK_M=4, BLOCK_N=4)
     assert ci < 16 or cfg["TAPS_N"] > 1
-    oh, ow = h + 2 * pad - dil * (kh - 1), w + 2 * pad - dil * (kw - 1)
+    oh = (h + 2 * pad - dil * (kh - 1) - 1) // stride + 1
+    ow = (w + 2 * pad - dil * (kw - 1) - 1) // stride + 1
     x = rng.standard_normal((n, h, w, c))
     dy = rng.standard_normal((n, oh, ow, k))
     tiles = gw.num_tiles(cfg, k, c, kh * kw)
@@ -237,9 +262,10 @@ def test_unit_walk_matches_float64(case, rng):
         direct, splits, per = gw.schedule(cfg, tiles, boxes, programs, splits=forced[1], direct=forced[0])
     else:
         direct, splits, per = gw.schedule(cfg, tiles, boxes, programs)
-    got = _walk(x, dy, kh, kw, pad, dil, cfg, direct, splits, per)
+    got = _walk(x, dy, kh, kw, pad, dil, cfg, direct, splits, per, stride)
     want = torch.nn.grad.conv2d_weight(torch.from_numpy(x).permute(0, 3, 1, 2), (k, c, kh, kw),
-                                       torch.from_numpy(dy).permute(0, 3, 1, 2), padding=pad, dilation=dil)
+                                       torch.from_numpy(dy).permute(0, 3, 1, 2), padding=pad, dilation=dil,
+                                       stride=stride)
     np.testing.assert_allclose(got, want.permute(0, 2, 3, 1).numpy(), rtol=1e-10, atol=1e-10)
 
 
@@ -288,13 +314,18 @@ def test_why_not():
     dy = torch.zeros(2, 32, 8, 8, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
     assert gw.why_not(x, dy, (3, 3), (1, 1), (1, 1)) is None
     assert gw.why_not(x.contiguous(), dy, (3, 3), (1, 1), (1, 1)) is not None  # NCHW x
-    assert gw.why_not(x, dy, (3, 3), (1, 1), (1, 1), stride=(2, 2)) is not None
+    assert gw.why_not(x, dy, (3, 3), (1, 1), (1, 1), stride=(2, 2)) is not None  # dy would be 4x4
+    dy4 = torch.zeros(2, 32, 4, 4, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    assert gw.why_not(x, dy4, (3, 3), (1, 1), (1, 1), stride=(2, 2)) is None
+    x9 = torch.zeros(2, 64, 9, 9, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    dy5 = torch.zeros(2, 32, 5, 5, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    assert gw.why_not(x9, dy5, (3, 3), (1, 1), (1, 1), stride=(2, 2)) is not None  # odd image
     assert gw.why_not(x, dy, (3, 3), (0, 0), (1, 1)) is not None  # dy would be 6x6
     assert gw.why_not(x.float(), dy.float(), (3, 3), (1, 1), (1, 1)) is not None
 
 
 # -- GPU: against float64 ----------------------------------------------------------------
-GPU_CASES = [  # (N, C, K, H, W, KH, KW, pad, dil)
+GPU_CASES = [  # (N, C, K, H, W, KH, KW, pad, dil[, stride])
     (2, 64, 64, 56, 56, 3, 3, 1, 1),
     (3, 128, 128, 28, 28, 3, 3, 1, 1),
     (4, 256, 256, 14, 14, 3, 3, 1, 1),
@@ -303,6 +334,9 @@ GPU_CASES = [  # (N, C, K, H, W, KH, KW, pad, dil)
     (3, 128, 64, 9, 10, 3, 3, 0, 1),    # padding 0
     (2, 64, 200, 12, 12, 3, 3, 2, 2),   # dilation 2, K not a multiple of BLOCK_M
     (2, 72, 64, 16, 16, 1, 1, 0, 1),    # 1x1, C not a multiple of BLOCK_N
+    (2, 64, 128, 14, 14, 3, 3, 1, 1, 2),   # stride 2 (x through its stride-phase view)
+    (3, 128, 64, 16, 10, 3, 3, 1, 1, 2),
+    (2, 72, 128, 8, 8, 1, 1, 0, 1, 2),     # 1x1 stride 2 (downsample), C not a multiple of 64
 ]
 
 _REFERENCES = {}
@@ -311,12 +345,14 @@ _REFERENCES = {}
 def _problem(case):
     """bfloat16 x and dy and their float64 weight gradient, made once per case."""
     if case not in _REFERENCES:
-        n, c, k, h, w_, kh, kw, pad, dil = case
-        oh, ow = h + 2 * pad - dil * (kh - 1), w_ + 2 * pad - dil * (kw - 1)
+        n, c, k, h, w_, kh, kw, pad, dil, st = case + (1,) * (10 - len(case))
+        oh = (h + 2 * pad - dil * (kh - 1) - 1) // st + 1
+        ow = (w_ + 2 * pad - dil * (kw - 1) - 1) // st + 1
         g = torch.Generator().manual_seed(hash(case) % 2**31)
         x = torch.randn(n, c, h, w_, generator=g).to(torch.bfloat16)
         dy = torch.randn(n, k, oh, ow, generator=g).to(torch.bfloat16)
-        ref = torch.nn.grad.conv2d_weight(x.double(), (k, c, kh, kw), dy.double(), padding=pad, dilation=dil)
+        ref = torch.nn.grad.conv2d_weight(x.double(), (k, c, kh, kw), dy.double(), padding=pad, dilation=dil,
+                                          stride=st)
         _REFERENCES[case] = (x, dy, ref)
     return _REFERENCES[case]
 
@@ -329,7 +365,7 @@ def test_gpu_against_float64(case, cfg):
         pytest.skip("needs a Hopper GPU")
     if os.environ.get("TRITON_INTERPRET") == "1":
         pytest.fail("Gluon does not run under the interpreter: set TRIDNN_GPU_TESTS=1")
-    n, c, k, h, w_, kh, kw, pad, dil = case
+    n, c, k, h, w_, kh, kw, pad, dil, st = case + (1,) * (10 - len(case))
     x, dy, ref = _problem(case)
     xd = x.cuda().to(memory_format=torch.channels_last)
     dyd = dy.cuda().to(memory_format=torch.channels_last)
@@ -348,7 +384,7 @@ def test_gpu_against_float64(case, cfg):
     for run in runs:
         got = gw.conv2d_wgrad(xd, dyd, (kh, kw), (pad, pad), (dil, dil), cfg=cfg, alpha=run["alpha"],
                               beta=run["beta"], dw=run["dw"], sms=run["sms"], splits=run["splits"],
-                              direct=run["direct"])
+                              direct=run["direct"], stride=(st, st))
         torch.cuda.synchronize()
         got = got.double().cpu()
         want = run["alpha"] * ref + run["beta"] * dw0.double()

@@ -1,8 +1,9 @@
 """Backward-filter (wgrad) convolution in Gluon: warp-specialized, persistent, split over
 pixels with a deterministic reduction (GPU-only experiment, the sibling of gluon_conv.py).
 
-dw[k, kh, kw, c] = sum over pixels (n, oh, ow) of dy[n, oh, ow, k] * x[n, oh + kh*dh - ph,
-ow + kw*dw - pw, c] (stride 1, channels-last bfloat16/float16 dy and x, float32 sums).
+dw[k, kh, kw, c] = sum over pixels (n, oh, ow) of dy[n, oh, ow, k] * x[n, oh*sh + kh*dh - ph,
+ow*sw + kw*dw - pw, c] (channels-last bfloat16/float16 dy and x, float32 sums; a stride
+needs the image size a multiple of it: x is read through its stride-phase view).
 Per tap that is a GEMM with a huge reduction and a small output:
 dw_tap[K, C] = dy[P, K]^T @ x_shift(tap)[P, C], P = N*OH*OW (200k pixels for res2 at batch
 64) against a K x C output (128 x 128 per tap for res3). So:
@@ -74,15 +75,17 @@ def _unit_coords(u, DIRECT, R, N_KB, N_CB, BOXES, PER,
 
 @gluon.jit
 def _loader(dy_desc, x_desc, a_bufs, b_bufs, ready, empty,
-            # geometry: taps (KH*KW), filter width, padding, dilation
-            T, KW, PAD_H, PAD_W, DIL_H, DIL_W,
+            # geometry: input channels, taps (KH*KW), filter width, padding, dilation, stride
+            C, T, KW, PAD_H, PAD_W, DIL_H, DIL_W, SH, SW,
             # units and pixel boxes
             UNITS, DIRECT, R, N_KB, N_CB, TILES_H, TILES_W, BOXES, PER,
             NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_M: gl.constexpr,
             BLOCK_N: gl.constexpr, TAPS_N: gl.constexpr, STAGES: gl.constexpr):
     """Producer (one warp): per pixel box, wait for a free slot, TMA the dy box and the x box
     shifted by each of the tile's TAPS_N taps (side by side along the slot's channel
-    dimension) into it. Taps past the last (the final tap group of a filter whose tap count
+    dimension) into it. x is seen through its stride-phase view [N, H/SH, SH, W/SW, SW*C]:
+    input row SH*oh + a (a = kh*DIL_H - PAD_H) is row oh + floor(a/SH) of phase a mod SH,
+    so a box of output pixels maps to one box of the view (stride 1: phases of size 1). Taps past the last (the final tap group of a filter whose tap count
     TAPS_N does not divide) reload the last tap: the byte count stays fixed and their
     columns are never stored. Empty barriers start in phase 0: the first wait (parity 1)
     passes."""
@@ -107,11 +110,16 @@ def _loader(dy_desc, x_desc, a_bufs, b_bufs, ready, empty,
                 t = gl.minimum(t0 + j, T - 1)
                 kh = t // KW
                 kw = t - kh * KW
+                a_h = kh * DIL_H - PAD_H
+                a_w = kw * DIL_W - PAD_W
+                # floor division (a may be negative: the padding)
+                q_h = gl.where(a_h < 0, -((SH - 1 - a_h) // SH), a_h // SH)
+                q_w = gl.where(a_w < 0, -((SW - 1 - a_w) // SW), a_w // SW)
                 dst = b_bufs.index(s)
                 if TAPS_N > 1:
-                    dst = dst.slice(j * BLOCK_N, BLOCK_N, dim=3)
+                    dst = dst.slice(j * BLOCK_N, BLOCK_N, dim=4)
                 tma.async_copy_global_to_shared(
-                    x_desc, [n, oh + kh * DIL_H - PAD_H, ow + kw * DIL_W - PAD_W, c0], bar, dst)
+                    x_desc, [n, oh + q_h, a_h - q_h * SH, ow + q_w, (a_w - q_w * SW) * C + c0], bar, dst)
             it += 1
 
 
@@ -171,21 +179,21 @@ def _consumer(dw_ptr, DW_K, DW_C, DW_H, DW_W, alpha, beta, ws_ptr,
 
 
 # Integer arguments are not specialized: one compile per config serves every layer.
-_RUNTIME_INTS = ["DW_K", "DW_C", "DW_H", "DW_W", "K", "C", "T", "KW", "PAD_H", "PAD_W", "DIL_H", "DIL_W",
+_RUNTIME_INTS = ["DW_K", "DW_C", "DW_H", "DW_W", "K", "C", "T", "KW", "PAD_H", "PAD_W", "DIL_H", "DIL_W", "SH", "SW",
                  "UNITS", "DIRECT", "R", "N_KB", "N_CB", "TILES_H", "TILES_W", "BOXES", "PER"]
 
 
 @gluon.jit(do_not_specialize=_RUNTIME_INTS)
 def gluon_wgrad_kernel(
-    # TMA descriptors: dy [N, OH, OW, K] box [NB, BH, BW, BLOCK_M]; x [N, H, W, C] box
-    # [NB, BH, BW, BLOCK_N]
+    # TMA descriptors: dy [N, OH, OW, K] box [NB, BH, BW, BLOCK_M]; x's stride-phase view
+    # [N, H/SH, SH, W/SW, SW*C] box [NB, BH, 1, BW, BLOCK_N]
     dy_desc, x_desc,
     # dw [K, C, KH, KW] at strides (k, c, kh, kw): whole tiles write alpha * tile + beta * dw
     dw_ptr, DW_K, DW_C, DW_H, DW_W, alpha, beta,
     # float32 partials of the split tiles [SPLITS, R, BLOCK_M, BLOCK_N]
     ws_ptr,
-    # geometry: output and input channels, taps (KH*KW), filter width, padding, dilation
-    K, C, T, KW, PAD_H, PAD_W, DIL_H, DIL_W,
+    # geometry: output and input channels, taps (KH*KW), filter width, padding, dilation, stride
+    K, C, T, KW, PAD_H, PAD_W, DIL_H, DIL_W, SH, SW,
     # UNITS = DIRECT + R * SPLITS: the first DIRECT tiles (of ceil(T/TAPS_N) * N_KB * N_CB) whole, the
     # last R in SLICES of PER pixel boxes; BOXES = ceil(N/NB) * TILES_H * TILES_W
     UNITS, DIRECT, R, N_KB, N_CB, TILES_H, TILES_W, BOXES, PER,
@@ -200,9 +208,10 @@ def gluon_wgrad_kernel(
     # [pixels, TAPS_N * BLOCK_N] operand.)
     a_bufs = gl.allocate_shared_memory(dy_desc.dtype, [STAGES] + dy_desc.block_type.shape, dy_desc.layout)
     xb: gl.constexpr = x_desc.block_type.shape
-    b_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([xb[0], xb[1], xb[2], TAPS_N * xb[3]],
-                                                                  x_desc.dtype)
-    b_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES, xb[0], xb[1], xb[2], TAPS_N * xb[3]], b_layout)
+    b_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for(
+        [xb[0], xb[1], xb[2], xb[3], TAPS_N * xb[4]], x_desc.dtype)
+    b_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES, xb[0], xb[1], xb[2], xb[3], TAPS_N * xb[4]],
+                                       b_layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
@@ -215,7 +224,7 @@ def gluon_wgrad_kernel(
                      K, C, T, KW, UNITS, DIRECT, R, N_KB, N_CB, BOXES, PER,
                      NB, BH, BW, BLOCK_M, BLOCK_N, TAPS_N, STAGES, BETA_ZERO, num_warps)),
         (_loader, (dy_desc, x_desc, a_bufs, b_bufs, ready, empty,
-                   T, KW, PAD_H, PAD_W, DIL_H, DIL_W,
+                   C, T, KW, PAD_H, PAD_W, DIL_H, DIL_W, SH, SW,
                    UNITS, DIRECT, R, N_KB, N_CB, TILES_H, TILES_W, BOXES, PER,
                    NB, BH, BW, BLOCK_M, BLOCK_N, TAPS_N, STAGES)),
     ], [1], [LOADER_REGS])
@@ -276,8 +285,9 @@ def config(nb, bh, bw, bm, bn, stages, warps, per_sm=1, taps=1, splits=None):
     STAGES ring slots,
     num_warps consumer warps (num_warps/4 warpgroups sharing the BLOCK_M rows), per_sm
     programs an SM; splits: fixed pixel splits (None: ``schedule``)."""
+    # the loader warp's registers (setmaxnreg): the per-tap offsets of several taps need more
     return dict(NB=nb, BH=bh, BW=bw, BLOCK_M=bm, BLOCK_N=bn, STAGES=stages, num_warps=warps, PER_SM=per_sm,
-                TAPS_N=taps, SPLITS=splits)
+                TAPS_N=taps, SPLITS=splits, LOADER_REGS=40 if taps == 1 else 56)
 
 
 def name(cfg) -> str:
@@ -401,18 +411,19 @@ def schedule(cfg, tiles, boxes, programs, splits=None, direct=None):
 def why_not(x, dy, kernel_size, padding, dilation, stride=(1, 1)) -> str | None:
     """None when this kernel can compute the problem, else the reason."""
     import torch
-    if tuple(stride) != (1, 1):
-        return "stride must be 1"
+    sh, sw = stride
+    if sh < 1 or sw < 1 or x.shape[2] % sh or x.shape[3] % sw:
+        return "the image size must be a multiple of the stride (x's stride-phase view)"
     if x.dtype not in (torch.bfloat16, torch.float16) or dy.dtype != x.dtype:
         return "bfloat16/float16 only"
     n, c, h, w = x.shape
     k = dy.shape[1]
     if dy.shape[0] != n:
         return "batch mismatch"
-    oh = h + 2 * padding[0] - dilation[0] * (kernel_size[0] - 1)
-    ow = w + 2 * padding[1] - dilation[1] * (kernel_size[1] - 1)
+    oh = (h + 2 * padding[0] - dilation[0] * (kernel_size[0] - 1) - 1) // sh + 1
+    ow = (w + 2 * padding[1] - dilation[1] * (kernel_size[1] - 1) - 1) // sw + 1
     if tuple(dy.shape[2:]) != (oh, ow):
-        return "dy has the wrong spatial size for stride 1"
+        return "dy has the wrong spatial size"
     if c % 8 or k % 8:
         return "channels must be multiples of 8 (TMA row alignment)"
     if not x.permute(0, 2, 3, 1).is_contiguous() or not dy.permute(0, 2, 3, 1).is_contiguous():
@@ -433,7 +444,7 @@ class Plan:
 
 
 def prepare(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, alpha=1.0, beta=0.0, dw=None,
-            sms=None, splits=None, direct=None, ws=None):
+            sms=None, splits=None, direct=None, ws=None, stride=(1, 1)):
     """Build descriptors, the workspace and launch arguments once (CUDA-graph timing launches
     ``launch(plan)``). x [N, C, H, W], dy [N, K, OH, OW], both channels-last; dw [K, C, KH, KW]
     of any float dtype and strides (default: x's dtype, channels-last). sms: pretend the GPU
@@ -443,8 +454,8 @@ def prepare(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, alpha
 
     cfg = dict(cfg or CONFIGS[0])
     kh, kw = kernel_size
-    padding, dilation = tuple(padding), tuple(dilation)
-    reason = why_not(x, dy, (kh, kw), padding, dilation)
+    padding, dilation, stride = tuple(padding), tuple(dilation), tuple(stride)
+    reason = why_not(x, dy, (kh, kw), padding, dilation, stride)
     if reason:
         raise ValueError(reason)
     n, c, h, w = x.shape
@@ -473,12 +484,13 @@ def prepare(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, alpha
     rest = tiles - d
     units = d + rest * splits
     dt = _gl_dtype(x.dtype)
-    x4 = x.permute(0, 2, 3, 1)
+    sh, sw = stride
+    x5 = x.permute(0, 2, 3, 1).reshape(n, h // sh, sh, w // sw, sw * c)  # the stride-phase view
     dy4 = dy.permute(0, 2, 3, 1)
     dy_desc = TensorDescriptor(dy4, list(dy4.shape), list(dy4.stride()), [NB, BH, BW, BM],
                                _layout([NB, BH, BW, BM], dt))
-    x_desc = TensorDescriptor(x4, list(x4.shape), list(x4.stride()), [NB, BH, BW, BN],
-                              _layout([NB, BH, BW, BN], dt))
+    x_desc = TensorDescriptor(x5, list(x5.shape), list(x5.stride()), [NB, BH, 1, BW, BN],
+                              _layout([NB, BH, 1, BW, BN], dt))
     need = splits * rest * BM * BN * TAPS_N
     if rest == 0:
         ws = torch.empty(1, device=x.device, dtype=torch.float32)  # not touched
@@ -488,7 +500,7 @@ def prepare(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, alpha
     cap = max_regs(cfg["num_warps"], cfg.get("PER_SM", 1))
     n_kb, n_cb = triton.cdiv(k, BM), triton.cdiv(c, BN)
     args = (dy_desc, x_desc, dw, *dw.stride(), float(alpha), float(beta), ws,
-            k, c, taps, kw, padding[0], padding[1], dilation[0], dilation[1],
+            k, c, taps, kw, padding[0], padding[1], dilation[0], dilation[1], sh, sw,
             units, d, max(rest, 1), n_kb, n_cb, triton.cdiv(oh, BH), triton.cdiv(ow, BW), boxes, per)
     meta = dict(NB=NB, BH=BH, BW=BW, BLOCK_M=BM, BLOCK_N=BN, TAPS_N=TAPS_N, STAGES=cfg["STAGES"],
                 BETA_ZERO=beta == 0,
@@ -510,11 +522,11 @@ def launch(plan):
 
 
 def conv2d_wgrad(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, alpha=1.0, beta=0.0, dw=None,
-                 sms=None, splits=None, direct=None):
+                 sms=None, splits=None, direct=None, stride=(1, 1)):
     """dw = alpha * conv2d_weight(x, dy) + beta * dw for channels-last bf16/fp16 x and dy
-    (stride 1; GPU only). Returns dw."""
+    (GPU only; a stride needs the image size a multiple of it). Returns dw."""
     return launch(prepare(x, dy, kernel_size, padding, dilation, cfg, alpha, beta, dw, sms=sms, splits=splits,
-                          direct=direct))
+                          direct=direct, stride=stride))
 
 
 # --------------------------------------------------------------------------------------
@@ -532,7 +544,7 @@ def compile_sm90(cfg, out_dtype="bf16", beta_zero=True):
     dt = gl.bfloat16
     sig = {
         "dy_desc": _desc_sig("bf16", [NB, BH, BW, BM], _layout([NB, BH, BW, BM], dt)),
-        "x_desc": _desc_sig("bf16", [NB, BH, BW, BN], _layout([NB, BH, BW, BN], dt)),
+        "x_desc": _desc_sig("bf16", [NB, BH, 1, BW, BN], _layout([NB, BH, 1, BW, BN], dt)),
         "dw_ptr": "*" + out_dtype, "alpha": "fp32", "beta": "fp32", "ws_ptr": "*fp32",
     }
     for a in _RUNTIME_INTS:
