@@ -19,7 +19,10 @@ import pytest
 import torch
 
 gs = pytest.importorskip("tridnn.cuda.gluon_stream", reason="Triton without Gluon")
-import tridnn.cuda.layer_utils  # noqa: E402,F401  (lets the interpreter loop over runtime bounds)
+from tridnn.cuda.layer_utils import _let_interpreter_loop_over_runtime_bounds  # noqa: E402
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    _let_interpreter_loop_over_runtime_bounds()  # the finish kernel loops over runtime bounds
 
 
 def _cuobjdump():
@@ -91,6 +94,46 @@ def test_compiles_other_dtypes_and_widths(dtype, channels):
         p = gs.plan((64, channels, 56, 56), itemsize, not squares, cfg)
         assert gs.box_bytes(dict(cfg, BLOCK_P=p["BLOCK_P"], BLOCK_C=p["BLOCK_C"]), itemsize) <= 64 * 1024
         assert k.metadata.shared * cfg["PER_SM"] <= 227 * 1024
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
+@pytest.mark.parametrize("cfg", gs.CONFIGS, ids=gs.name)
+def test_apply_compiles_for_sm90(cfg, reverse):
+    if _cuobjdump() is None:
+        pytest.skip("Triton's cuobjdump is not installed")
+    saved = os.environ.pop("TRITON_INTERPRET", None)
+    try:
+        k = gs.compile_apply_sm90(cfg, relu=True, reverse=reverse)
+    finally:
+        if saved is not None:
+            os.environ["TRITON_INTERPRET"] = saved
+    rings = gs.apply_rings(cfg, gs.box_bytes(cfg))
+    assert rings is not None and k is not None, "every config has room for the apply pass"
+    assert k.metadata.shared >= (rings[0] + rings[1]) * gs.box_bytes(cfg)
+    assert (k.metadata.shared + 1024) * cfg["PER_SM"] <= 228 * 1024
+    sass = _sass(k)
+    assert "UTMALDG.3D" in sass and "UTMASTG.3D" in sass and "STL" not in sass
+    per_box = cfg["BLOCK_P"] * cfg["BLOCK_C"] * 2 // (16 * cfg["num_warps"] * 32)
+    assert len(re.findall(r"LDS\.128", sass)) == per_box and len(re.findall(r"STS\.128", sass)) == per_box
+
+
+def test_apply_walk_covers_every_box_once():
+    """The apply pass's order (units from a program's last, boxes from a unit's last) is a
+    permutation of the statistics pass's boxes, program by program."""
+    for cfg in gs.CONFIGS:
+        for shape in SHAPES:
+            p = gs.plan(shape, 2, False, cfg, sms=7)
+            units = _units(p)
+            for pid in range(p["grid"]):
+                mine = list(range(pid, p["UNITS"], p["grid"]))
+                fwd = [(units[u][0], units[u][1], units[u][3] + k) for u in mine for k in range(units[u][4])]
+                my_units = (p["UNITS"] - pid + p["grid"] - 1) // p["grid"]
+                rev = []
+                for o in range(my_units):
+                    u = pid + (my_units - 1 - o) * p["grid"]
+                    seg, cb, sp, j0, nb = units[u]
+                    rev += [(seg, cb, j0 + nb - 1 - k) for k in range(nb)]
+                assert rev == fwd[::-1]
 
 
 def test_configs_fit_shared_memory():
@@ -208,14 +251,22 @@ def test_mirror_and_finish_against_float64(shape, cfg):
         part = _mirror_partials(xn, p, squares)
         out = torch.empty((p["SEGS"], c), dtype=torch.float64)
         out2 = torch.empty((p["SEGS"], c), dtype=torch.float64)
+        scale = torch.linspace(0.5, 2.0, c)
+        bias = torch.linspace(-1.0, 1.0, c)
+        coef = torch.full((2, c), float("nan"))
         _finish_kernel[(p["SEGS"], triton.cdiv(c, FINISH_BLOCK))](
-            part, flat, out, out2, c, p["CC"], p["G"], p["SPLITS"], p["L"], SQUARES=squares, BLOCK=FINISH_BLOCK)
+            part, flat, out, out2, c, p["CC"], p["G"], p["SPLITS"], p["L"], scale, bias, coef, 1e-5,
+            SQUARES=squares, COEF=squares, BLOCK=FINISH_BLOCK)
         ref = xn.reshape(p["SEGS"], -1, c)
         if squares:
             np.testing.assert_allclose(out.numpy()[0], ref[0].mean(0), rtol=1e-6)
             var = ref[0].var(0)
             # float32 partials of (x - shift): error relative to the spread, not the mean
             np.testing.assert_allclose(out2.numpy()[0], var, rtol=1e-3, atol=1e-3 * var.max())
+            a = scale.double().numpy() / np.sqrt(var + 1e-5)
+            np.testing.assert_allclose(coef[0].numpy(), a, rtol=2e-3)
+            np.testing.assert_allclose(coef[1].numpy(), bias.double().numpy() - ref[0].mean(0) * a,
+                                       rtol=2e-3, atol=2e-3 * np.abs(ref[0].mean(0) * a).max())
         else:
             np.testing.assert_allclose(out.numpy(), ref.sum(1), rtol=1e-6)
 
@@ -262,3 +313,34 @@ def test_gpu_against_float64(shape, dtype, cfg):
             assert ((var.double().cpu() - wv).abs() / wv).max() < 1e-3, (shape, dtype, sms)
             ran += 1
     assert ran > 0, "every GPU shape runs at least one variant"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", gs.CONFIGS, ids=gs.name)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("shape", [(2, 64, 17, 19), (4, 256, 28, 28), (2, 200, 9, 11), (1, 2048, 7, 8)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_gpu_batch_norm_against_float64(shape, dtype, cfg):
+    _gpu()
+    n, c, h, w = shape
+    g = torch.Generator().manual_seed(c + h)
+    x = (50.0 + 2.0 * torch.randn(n, c, h, w, generator=g)).to(dtype)
+    scale, bias = torch.rand(c, generator=g) + 0.5, torch.randn(c, generator=g)
+    x64 = x.double()
+    mean, var = x64.mean((0, 2, 3)), x64.var((0, 2, 3), unbiased=False)
+    for relu in (False, True):
+        want = (x64 - mean.view(1, c, 1, 1)) / torch.sqrt(var.view(1, c, 1, 1) + 1e-5) * scale.double().view(
+            1, c, 1, 1) + bias.double().view(1, c, 1, 1)
+        if relu:
+            want = want.clamp_min(0)
+        for reverse, sms in ((False, None), (True, None), (True, 3)):
+            xd = x.cuda().to(memory_format=torch.channels_last)
+            y, m, v = gs.batch_norm_train(xd, scale.cuda(), bias.cuda(), 1e-5, cfg=cfg, relu=relu, reverse=reverse,
+                                          sms=sms)
+            torch.cuda.synchronize()
+            assert (m.double().cpu() - mean).abs().max() < 1e-5 * mean.abs().max()
+            assert ((v.double().cpu() - var).abs() / var).max() < 1e-3
+            err = (y.double().cpu() - want).abs().max().item()
+            tol = 3e-2 if dtype == torch.bfloat16 else 1e-4  # bf16 output rounding of values ~3
+            assert err < tol, (relu, reverse, sms, err)
+            assert torch.isfinite(y).all()

@@ -235,11 +235,13 @@ def stream_sums_kernel(
 
 @triton.jit
 def _finish_kernel(part_ptr, x_ptr, out_ptr, out2_ptr, C, CC, G, SPLITS, rows,
-                   SQUARES: tl.constexpr, BLOCK: tl.constexpr):
+                   scale_ptr, bias_ptr, coef_ptr, eps,
+                   SQUARES: tl.constexpr, COEF: tl.constexpr, BLOCK: tl.constexpr):
     """Per (segment, channel): add the splits' partials in split order, in float64, and fold the
     G columns of each channel. Sums: out[seg, c] = sum of x. SQUARES: out = mean, out2 = biased
     variance (each column: mean_j = shift_j + S1/rows, M2_j = S2 - S1^2/rows; columns combined
-    exactly: M2 = sum M2_j + rows * sum (mean_j - mean)^2)."""
+    exactly: M2 = sum M2_j + rows * sum (mean_j - mean)^2); COEF (batch norm, one segment):
+    coef[0, c] = scale / sqrt(var + eps), coef[1, c] = bias - mean * coef[0, c] (float32)."""
     seg = tl.program_id(0)
     c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     m = c < C
@@ -267,12 +269,153 @@ def _finish_kernel(part_ptr, x_ptr, out_ptr, out2_ptr, C, CC, G, SPLITS, rows,
             total += s1
     if SQUARES:
         tl.store(out_ptr + seg * C + c, mean.to(out_ptr.dtype.element_ty), mask=m)
-        tl.store(out2_ptr + seg * C + c, (tl.maximum(m2, 0.0) / (rows * G)).to(out2_ptr.dtype.element_ty), mask=m)
+        var = tl.maximum(m2, 0.0) / (rows * G)
+        tl.store(out2_ptr + seg * C + c, var.to(out2_ptr.dtype.element_ty), mask=m)
+        if COEF:
+            a = tl.load(scale_ptr + c, mask=m, other=0.0).to(tl.float64) / tl.sqrt(var + eps)
+            b = tl.load(bias_ptr + c, mask=m, other=0.0).to(tl.float64) - mean * a
+            tl.store(coef_ptr + c, a.to(tl.float32), mask=m)
+            tl.store(coef_ptr + C + c, b.to(tl.float32), mask=m)
     else:
         tl.store(out_ptr + seg * C + c, total.to(out_ptr.dtype.element_ty), mask=m)
 
 
 FINISH_BLOCK = 128
+
+
+# --------------------------------------------------------------------------------------
+# Device code: the batch-norm apply pass, y = act(a[c] * x + b[c]), TMA in and TMA out
+# --------------------------------------------------------------------------------------
+
+@gluon.jit
+def _walk(pid, nprog, ordinal, my_units, REVERSE: gl.constexpr):
+    """This program's ordinal-th unit (REVERSE: from its last unit back)."""
+    k = my_units - 1 - ordinal if REVERSE else ordinal
+    return pid + k * nprog
+
+
+@gluon.jit
+def _box_of(j0, nb, k, REVERSE: gl.constexpr):
+    return j0 + (nb - 1 - k if REVERSE else k)
+
+
+@gluon.jit
+def _apply_consumer(x_desc, y_desc, coef_ptr, bufs, ready, empty, obufs, C, CC, B, PER, SPLITS, CBN, UNITS,
+                    BLOCK_P: gl.constexpr, BLOCK_C: gl.constexpr, STAGES: gl.constexpr, OSTAGES: gl.constexpr,
+                    VEC: gl.constexpr, TPC: gl.constexpr, WARPS: gl.constexpr, RELU: gl.constexpr,
+                    REVERSE: gl.constexpr, WARP_SPEC: gl.constexpr):
+    """Per box: wait for x, y = act(a * x + b) R rows at a time into an output slot, TMA-store
+    it (the store drains while the next boxes compute; a slot is rewritten once the store
+    OSTAGES boxes back has read it). Without WARP_SPEC this partition also issues the loads,
+    STAGES - 1 ahead, in the same order (lo, lk: the next load's unit ordinal and box)."""
+    layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // TPC, TPC], [WARPS, 1], [1, 0])
+    R: gl.constexpr = (32 // TPC) * WARPS
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    my_units = (UNITS - pid + nprog - 1) // nprog
+    lq = 0
+    lo = 0
+    lk = 0
+    if not WARP_SPEC:
+        for _ in gl.static_range(STAGES - 1):
+            if lo < my_units:
+                lseg, lcb, lsp, lj0, lnb = _unit(_walk(pid, nprog, lo, my_units, REVERSE), SPLITS, CBN, PER, B)
+                _issue(x_desc, bufs, ready, lq, lseg, _box_of(lj0, lnb, lk, REVERSE) * BLOCK_P, lcb * BLOCK_C,
+                       STAGES)
+                lq += 1
+                lk += 1
+                if lk == lnb:
+                    lk = 0
+                    lo += 1
+    it = 0
+    for o in range(my_units):
+        seg, cb, sp, j0, nb = _unit(_walk(pid, nprog, o, my_units, REVERSE), SPLITS, CBN, PER, B)
+        cols = cb * BLOCK_C + gl.arange(0, BLOCK_C, layout=gl.SliceLayout(0, layout))
+        ch = cols % C
+        a = gl.expand_dims(gl.load(coef_ptr + ch), 0)
+        b = gl.expand_dims(gl.load(coef_ptr + C + ch), 0)
+        for k in range(nb):
+            if not WARP_SPEC:
+                gl.thread_barrier()
+                if lo < my_units:
+                    lseg, lcb, lsp, lj0, lnb = _unit(_walk(pid, nprog, lo, my_units, REVERSE), SPLITS, CBN, PER, B)
+                    _issue(x_desc, bufs, ready, lq, lseg, _box_of(lj0, lnb, lk, REVERSE) * BLOCK_P,
+                           lcb * BLOCK_C, STAGES)
+                    lq += 1
+                    lk += 1
+                    if lk == lnb:
+                        lk = 0
+                        lo += 1
+            s = it % STAGES
+            mbarrier.wait(ready.index(s), (it // STAGES) & 1)
+            tile = bufs.index(s).reshape([BLOCK_P, BLOCK_C])
+            oslot = obufs.index(it % OSTAGES)
+            out = oslot.reshape([BLOCK_P, BLOCK_C])
+            tma.store_wait(pendings=OSTAGES - 1)  # the store that last used this slot has read it
+            gl.thread_barrier()
+            for r0 in gl.static_range(0, BLOCK_P, R):
+                v = tile.slice(r0, R, dim=0).load(layout).to(gl.float32) * a + b
+                if RELU:
+                    v = gl.maximum(v, 0.0)
+                out.slice(r0, R, dim=0).store(v.to(y_desc.dtype))
+            fence_async_shared()
+            gl.thread_barrier()  # every warp has read the x slot and written the output slot
+            if WARP_SPEC:
+                mbarrier.arrive(empty.index(s))
+            tma.async_copy_shared_to_global(y_desc, [seg, _box_of(j0, nb, k, REVERSE) * BLOCK_P, cb * BLOCK_C],
+                                            oslot)
+            it += 1
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _apply_loader(x_desc, bufs, ready, empty, B, PER, SPLITS, CBN, UNITS,
+                  BLOCK_P: gl.constexpr, BLOCK_C: gl.constexpr, STAGES: gl.constexpr, REVERSE: gl.constexpr):
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    my_units = (UNITS - pid + nprog - 1) // nprog
+    it = 0
+    for o in range(my_units):
+        seg, cb, sp, j0, nb = _unit(_walk(pid, nprog, o, my_units, REVERSE), SPLITS, CBN, PER, B)
+        for k in range(nb):
+            s = it % STAGES
+            mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
+            _issue(x_desc, bufs, ready, it, seg, _box_of(j0, nb, k, REVERSE) * BLOCK_P, cb * BLOCK_C, STAGES)
+            it += 1
+
+
+@gluon.jit(do_not_specialize=["C"] + _RUNTIME_INTS[1:])
+def stream_apply_kernel(
+    # x and y viewed as [SEGS, L, CC] (TMA descriptors, box [1, BLOCK_P, BLOCK_C]); coef [2, C]
+    # float32 (a, then b)
+    x_desc, y_desc, coef_ptr,
+    C, CC, B, PER, SPLITS, CBN, UNITS,
+    BLOCK_P: gl.constexpr, BLOCK_C: gl.constexpr, STAGES: gl.constexpr, OSTAGES: gl.constexpr,
+    VEC: gl.constexpr, TPC: gl.constexpr, RELU: gl.constexpr, REVERSE: gl.constexpr,
+    WARP_SPEC: gl.constexpr, LOADER_REGS: gl.constexpr, num_warps: gl.constexpr,
+):
+    """y = act(a[c] * x + b[c]) over the same units as the statistics (REVERSE: every program
+    walks its boxes from the last, so it first reads what the statistics pass read last,
+    which the L2 may still hold)."""
+    bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
+    obufs = gl.allocate_shared_memory(y_desc.dtype, [OSTAGES] + y_desc.block_type.shape, y_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    fence_async_shared()
+    if WARP_SPEC:
+        gl.warp_specialize([
+            (_apply_consumer, (x_desc, y_desc, coef_ptr, bufs, ready, empty, obufs, C, CC, B, PER, SPLITS, CBN,
+                               UNITS, BLOCK_P, BLOCK_C, STAGES, OSTAGES, VEC, TPC, num_warps, RELU, REVERSE,
+                               WARP_SPEC)),
+            (_apply_loader, (x_desc, bufs, ready, empty, B, PER, SPLITS, CBN, UNITS, BLOCK_P, BLOCK_C, STAGES,
+                             REVERSE)),
+        ], [1], [LOADER_REGS])
+    else:
+        _apply_consumer(x_desc, y_desc, coef_ptr, bufs, ready, empty, obufs, C, CC, B, PER, SPLITS, CBN, UNITS,
+                        BLOCK_P, BLOCK_C, STAGES, OSTAGES, VEC, TPC, num_warps, RELU, REVERSE, WARP_SPEC)
 
 # --------------------------------------------------------------------------------------
 # Host side
@@ -416,10 +559,12 @@ def _sm_count(device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
 
 
-def prepare(x, per_image=False, squares=False, cfg=None, sms=None, out=None, out2=None):
+def prepare(x, per_image=False, squares=False, cfg=None, sms=None, out=None, out2=None, scale=None, bias=None,
+            eps=1e-5):
     """Descriptors, buffers and launch arguments for ``launch``. per_image: sums over H*W per
-    image (out [N, C], x's dtype unless given); else over N*H*W (out [C]; squares: out = mean,
-    out2 = biased variance, float32). Returns a dict (for CUDA-graph timing)."""
+    image (out [N, C], x's dtype unless given); else over N*H*W (out [1, C]; squares: out =
+    mean, out2 = biased variance, float32; with scale and bias also coef [2, C] float32, the
+    batch-norm multiplier and offset). Returns a dict (for CUDA-graph timing)."""
     import torch
     reason = why_not(x, per_image)
     if reason:
@@ -437,14 +582,17 @@ def prepare(x, per_image=False, squares=False, cfg=None, sms=None, out=None, out
         out = torch.empty((segs, c), device=x.device, dtype=torch.float32 if squares else x.dtype)
     if squares and out2 is None:
         out2 = torch.empty((segs, c), device=x.device, dtype=torch.float32)
+    coef_mode = squares and scale is not None
+    coef = torch.empty((2, c), device=x.device, dtype=torch.float32) if coef_mode else None
     args = (x_desc, x, part, rows, cc, p["B"], p["PER"], p["SPLITS"], p["CBN"], p["UNITS"])
     meta = dict(BLOCK_P=p["BLOCK_P"], BLOCK_C=p["BLOCK_C"], STAGES=cfg["STAGES"], VEC=p["VEC"], TPC=p["TPC"],
                 SQUARES=bool(squares), WARP_SPEC=cfg["WARP_SPEC"], LOADER_REGS=40, num_warps=cfg["num_warps"])
     if max_regs(cfg):
         meta["maxnreg"] = max_regs(cfg)
-    fin_args = (part, x, out, out2 if squares else out, c, cc, p["G"], p["SPLITS"], rows)
-    fin_meta = dict(SQUARES=bool(squares), BLOCK=FINISH_BLOCK)
-    return dict(plan=p, grid=(p["grid"],), args=args, meta=meta, part=part, out=out, out2=out2,
+    fin_args = (part, x, out, out2 if squares else out, c, cc, p["G"], p["SPLITS"], rows,
+                scale if coef_mode else out, bias if coef_mode else out, coef if coef_mode else out, float(eps))
+    fin_meta = dict(SQUARES=bool(squares), COEF=bool(coef_mode), BLOCK=FINISH_BLOCK)
+    return dict(plan=p, cfg=cfg, grid=(p["grid"],), args=args, meta=meta, part=part, out=out, out2=out2, coef=coef,
                 fin_grid=(segs, triton.cdiv(c, FINISH_BLOCK)), fin_args=fin_args, fin_meta=fin_meta)
 
 
@@ -467,35 +615,126 @@ def batch_stats(x, cfg=None, sms=None):
     return mean[0], var[0]
 
 
+# -- the apply pass ------------------------------------------------------------------------
+
+SHARED_LIMIT = 227 * 1024
+
+
+def apply_rings(cfg, box: int):
+    """(input ring depth, output slots) of the apply pass for a box of ``box`` bytes: up to the
+    config's STAGES and two output slots within the shared memory of PER_SM programs; None
+    when not even two input slots and one output slot fit."""
+    budget = SHARED_LIMIT // cfg["PER_SM"] - 1024
+    for ostages in (2, 1):
+        stages = min(cfg["STAGES"], budget // box - ostages)
+        if stages >= 2:
+            return stages, ostages
+    return None
+
+
+def prepare_apply(x, y, coef, stats_plan, cfg, relu=False, reverse=False):
+    """Launch arguments of y = act(coef[0] * x + coef[1]) over the units of ``stats_plan``
+    (a one-segment plan from ``prepare``; reverse: each program walks its boxes backwards)."""
+    p = stats_plan
+    rings = apply_rings(cfg, p["BLOCK_P"] * p["BLOCK_C"] * x.element_size())
+    if rings is None:
+        raise ValueError(f"{name(cfg)}: no room for the apply pass's rings")
+    if y.shape != x.shape or y.dtype != x.dtype or not _dense_nhwc(y) or y.data_ptr() % 16:
+        raise ValueError("y must be a dense channels-last tensor like x, 16-byte aligned")
+    segs, rows, cc = p["SEGS"], p["L"], p["CC"]
+    block = (1, p["BLOCK_P"], p["BLOCK_C"])
+    x_desc = descriptor(x, (segs, rows, cc), (rows * cc, cc, 1), block)
+    y_desc = descriptor(y, (segs, rows, cc), (rows * cc, cc, 1), block)
+    args = (x_desc, y_desc, coef, x.shape[1], cc, p["B"], p["PER"], p["SPLITS"], p["CBN"], p["UNITS"])
+    meta = dict(BLOCK_P=p["BLOCK_P"], BLOCK_C=p["BLOCK_C"], STAGES=rings[0], OSTAGES=rings[1], VEC=p["VEC"],
+                TPC=p["TPC"], RELU=bool(relu), REVERSE=bool(reverse), WARP_SPEC=cfg["WARP_SPEC"], LOADER_REGS=40,
+                num_warps=cfg["num_warps"])
+    if max_regs(cfg):
+        meta["maxnreg"] = max_regs(cfg)
+    return dict(grid=(p["grid"],), args=args, meta=meta, y=y)
+
+
+def launch_apply(pa):
+    stream_apply_kernel[pa["grid"]](*pa["args"], **pa["meta"])
+    return pa["y"]
+
+
+def prepare_batch_norm(x, scale, bias, eps=1e-5, cfg=None, y=None, relu=False, reverse=True, sms=None):
+    """Batch-norm training forward as three launches: statistics (stream), finish (mean,
+    variance, coefficients), apply (stream; reverse: L2 order). Returns (stats, apply) dicts."""
+    import torch
+    ps = prepare(x, squares=True, cfg=cfg, sms=sms, scale=scale, bias=bias, eps=eps)
+    if y is None:
+        y = torch.empty_like(x, memory_format=torch.channels_last)
+    pa = prepare_apply(x, y, ps["coef"], ps["plan"], ps["cfg"], relu=relu, reverse=reverse)
+    return ps, pa
+
+
+def launch_batch_norm(ps, pa):
+    launch(ps)
+    launch_apply(pa)
+    return pa["y"], ps["out"][0], ps["out2"][0]
+
+
+def batch_norm_train(x, scale, bias, eps=1e-5, cfg=None, relu=False, reverse=True, sms=None):
+    """(y, mean, biased variance) of batch normalization with batch statistics (GPU, Hopper)."""
+    return launch_batch_norm(*prepare_batch_norm(x, scale, bias, eps, cfg, relu=relu, reverse=reverse, sms=sms))
+
+
 # --------------------------------------------------------------------------------------
 # Offline compile (no GPU needed)
 # --------------------------------------------------------------------------------------
 
-def compile_sm90(cfg, squares=False, dtype="bf16", channels=256):
-    """Compile for sm_90 without a GPU (x of ``channels`` channels, bf16/fp16/fp32); returns the
-    CompiledKernel (asm: ptx, cubin)."""
+_ITEMSIZE = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+def _sig_block(dtype, block):
+    gdt = {"bf16": gl.bfloat16, "fp16": gl.float16, "fp32": gl.float32}[dtype]
+    return f"tensordesc<{dtype}[{', '.join(map(str, block))}],{_layout(block, gdt)!r}>"
+
+
+def _compile(fn, sig, consts, cfg, pointers):
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
-    itemsize = {"bf16": 2, "fp16": 2, "fp32": 4}[dtype]
-    gdt = {"bf16": gl.bfloat16, "fp16": gl.float16, "fp32": gl.float32}[dtype]
-    p = plan((64, channels, 56, 56), itemsize, not squares, cfg)
-    block = [1, p["BLOCK_P"], p["BLOCK_C"]]
-    fn = stream_sums_kernel
-    sig = {"x_desc": f"tensordesc<{dtype}[{', '.join(map(str, block))}],{_layout(block, gdt)!r}>",
-           "x_ptr": f"*{dtype}", "part_ptr": "*fp32"}
-    for a in _RUNTIME_INTS:
-        sig[a] = "i32"
-    consts = dict(BLOCK_P=p["BLOCK_P"], BLOCK_C=p["BLOCK_C"], STAGES=cfg["STAGES"], VEC=p["VEC"], TPC=p["TPC"],
-                  SQUARES=bool(squares), WARP_SPEC=cfg["WARP_SPEC"], LOADER_REGS=40, num_warps=cfg["num_warps"])
+    sig = dict(sig)
     for k in consts:
         sig[k] = "constexpr"
     src = GluonASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()},
-                         attrs={(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k in ("x_ptr", "part_ptr")})
+                         attrs={(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k in pointers})
     opts = dict(num_warps=cfg["num_warps"])
     if max_regs(cfg):
         opts["maxnreg"] = max_regs(cfg)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
 
 
-__all__ = ["stream_sums_kernel", "CONFIGS", "config", "name", "plan", "prepare", "launch", "sum_hw", "batch_stats",
-           "compile_sm90", "why_not", "group", "shared_bytes", "box_bytes"]
+def compile_sm90(cfg, squares=False, dtype="bf16", channels=256):
+    """Compile the statistics kernel for sm_90 without a GPU (x 64 x channels x 56 x 56 in
+    bf16/fp16/fp32; squares: batch statistics, else sums per image); returns the
+    CompiledKernel (asm: ptx, cubin)."""
+    p = plan((64, channels, 56, 56), _ITEMSIZE[dtype], not squares, cfg)
+    sig = {"x_desc": _sig_block(dtype, [1, p["BLOCK_P"], p["BLOCK_C"]]), "x_ptr": f"*{dtype}", "part_ptr": "*fp32"}
+    sig.update({a: "i32" for a in _RUNTIME_INTS})
+    consts = dict(BLOCK_P=p["BLOCK_P"], BLOCK_C=p["BLOCK_C"], STAGES=cfg["STAGES"], VEC=p["VEC"], TPC=p["TPC"],
+                  SQUARES=bool(squares), WARP_SPEC=cfg["WARP_SPEC"], LOADER_REGS=40, num_warps=cfg["num_warps"])
+    return _compile(stream_sums_kernel, sig, consts, cfg, ("x_ptr", "part_ptr"))
+
+
+def compile_apply_sm90(cfg, dtype="bf16", channels=256, relu=False, reverse=True):
+    """Compile the apply kernel for sm_90 (None when its rings do not fit the config)."""
+    p = plan((64, channels, 56, 56), _ITEMSIZE[dtype], False, cfg)
+    rings = apply_rings(cfg, p["BLOCK_P"] * p["BLOCK_C"] * _ITEMSIZE[dtype])
+    if rings is None:
+        return None
+    block = [1, p["BLOCK_P"], p["BLOCK_C"]]
+    sig = {"x_desc": _sig_block(dtype, block), "y_desc": _sig_block(dtype, block), "coef_ptr": "*fp32"}
+    sig.update({a: "i32" for a in ["C"] + _RUNTIME_INTS[1:]})
+    consts = dict(BLOCK_P=p["BLOCK_P"], BLOCK_C=p["BLOCK_C"], STAGES=rings[0], OSTAGES=rings[1], VEC=p["VEC"],
+                  TPC=p["TPC"], RELU=bool(relu), REVERSE=bool(reverse), WARP_SPEC=cfg["WARP_SPEC"], LOADER_REGS=40,
+                  num_warps=cfg["num_warps"])
+    return _compile(stream_apply_kernel, sig, consts, cfg, ("coef_ptr",))
+
+
+__all__ = ["stream_sums_kernel", "stream_apply_kernel", "CONFIGS", "config", "name", "plan", "prepare", "launch",
+           "sum_hw", "batch_stats", "prepare_apply", "launch_apply", "prepare_batch_norm", "launch_batch_norm",
+           "batch_norm_train", "compile_sm90", "compile_apply_sm90", "why_not", "group", "shared_bytes", "box_bytes",
+           "apply_rings"]
