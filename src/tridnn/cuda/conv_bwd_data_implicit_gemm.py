@@ -31,6 +31,11 @@ from .epilogue import store_tile
 from .geometry import geometry, input_precision, needs_int64, strides5
 from .memo import IdentityMemo
 
+try:  # Gluon (Triton >= 3.5): the warp-specialized kernel, offered as extra tuner candidates
+    from . import gluon_conv
+except ImportError:  # pragma: no cover - a Triton without Gluon
+    gluon_conv = None
+
 
 NONE = tl.constexpr(1 << 30)
 
@@ -161,6 +166,27 @@ def _recipe(problem, dy, w, dx, beta, cfg):
     return grid, scalars, consts, options, static
 
 
+def tma_candidates(plan, problem, dy, w, dx, part=None, device=None) -> list:
+    """The TMA path's tuner list: conv_tma's configs (reference first), stream-K's where
+    offered, then on Hopper the Gluon kernel's (GLUON) at stride 1. device: dx's (tests:
+    another)."""
+    device = device or dx.device
+    out = streamk.with_streamk(conv_tma.candidates(plan, device, problem), plan, device, problem, part)
+    if gluon_conv is not None:
+        out = out + gluon_conv.backward_data_candidates(problem, dy, w, dx, device)
+    return out
+
+
+def launch_tma(plan, problem, dy, w, dx, alpha, beta, cfg, part=None):
+    """A TMA candidate's launch: GLUON configs by gluon_conv (conv_tma's first config where
+    these tensors do not qualify), the rest by conv_tma_streamk.launch_any."""
+    if cfg.get("GLUON"):
+        if gluon_conv.launch_backward_data(problem, dy, w, dx, alpha, beta, cfg):
+            return
+        cfg = conv_tma.candidates(plan, dx.device, problem)[0]
+    streamk.launch_any(plan, problem, dy, w, dx, alpha, beta, cfg, part, kmajor=True)
+
+
 class ImplicitGemmBackwardData(TritonConvAlgorithm):
     direction = "bwd_data"
     enum = ConvBwdDataAlgo.ALGO_1
@@ -175,7 +201,8 @@ class ImplicitGemmBackwardData(TritonConvAlgorithm):
     def buffers(self, problem):
         """For few input channels (C = 3): a zero-padded copy of the filter that the TMA
         kernel can read (see conv_tma.padded_channels); at stride 1 where stream-K may be
-        offered (conv_tma_streamk.workspace_buffers): its float32 partial pieces."""
+        offered (conv_tma_streamk.workspace_buffers): its float32 partial pieces. (The Gluon
+        candidates' turned filter is a temporary: gluon_conv.launch_backward_data.)"""
         pad = conv_tma.padded_channels(problem)
         if not pad:
             return streamk.workspace_buffers(problem, "bwd_data")
@@ -195,14 +222,14 @@ class ImplicitGemmBackwardData(TritonConvAlgorithm):
         else:
             plan = conv_tma.backward_data_plan(problem, dy, w, dx)
         if plan is not None:  # channels-last: forward convolutions of dy by TMA boxes
-            # stride 1 (one plan) with the workspace's stream-K buffer: stream-K configs after the others
+            # stride 1 (one plan) with the workspace's stream-K buffer: stream-K configs after the others;
+            # on Hopper, at stride 1, the Gluon kernel's last
             part = workspace.get("sk_part")
-            cands = lambda: streamk.with_streamk(conv_tma.candidates(plan, dx.device, problem), plan, dx.device,
-                                                 problem, part)
-            cfg = self.tuner.pick((problem_key(problem), "bwd-data-tma", conv_tma.plan_kind(plan), part is not None),
-                                  cands, lambda c, out: streamk.launch_any(plan, problem, dy, w, out, 1.0, 0.0, c, part,
-                                                                           kmajor=True), dx, dx.device)
-            streamk.launch_any(plan, problem, dy, w, dx, alpha, beta, cfg, part, kmajor=True)
+            key = (problem_key(problem), "bwd-data-tma", conv_tma.plan_kind(plan), part is not None)
+            cfg = self.tuner.pick(key, lambda: tma_candidates(plan, problem, dy, w, dx, part),
+                                  lambda c, out: launch_tma(plan, problem, dy, w, out, 1.0, 0.0, c, part),
+                                  dx, dx.device)
+            launch_tma(plan, problem, dy, w, dx, alpha, beta, cfg, part)
             return
         if dx.device.type != "cuda":
             cands = [_cfg(16, 16, 16, 1, 1)]

@@ -30,6 +30,11 @@ from .epilogue import launch_args, spec_of, store_tile
 from .geometry import geometry, input_precision, needs_int64, strides5
 from .memo import IdentityMemo
 
+try:  # Gluon (Triton >= 3.5): the warp-specialized kernel, offered as extra tuner candidates
+    from . import gluon_conv
+except ImportError:  # pragma: no cover - a Triton without Gluon
+    gluon_conv = None
+
 FLAT_BELOW = 16  # input channels per group under which the (tap, channel) loop is flattened
 
 
@@ -333,17 +338,38 @@ def gemm_estimate(problem, efficiency=1.0) -> float:
     return max(problem.flops / rate, moved / 3.5e12) / efficiency + 5e-6
 
 
+def tma_forward_candidates(plan, problem, x, w, y, spec, part=None, device=None) -> list:
+    """The forward TMA path's tuner list: conv_tma's configs (the conservative reference
+    first), stream-K's where offered, then on Hopper the Gluon kernel's (GLUON: see
+    gluon_conv.forward_candidates) for the problems it takes. device: y's (tests: another)."""
+    device = device or y.device
+    out = streamk.with_streamk(conv_tma.candidates(plan, device, problem), plan, device, problem, part)
+    if gluon_conv is not None:
+        out = out + gluon_conv.forward_candidates(problem, x, w, y, spec, device)
+    return out
+
+
+def launch_tma_forward(plan, problem, x, w, y, alpha, beta, cfg, part=None, spec=None):
+    """A forward TMA candidate's launch: a GLUON config by gluon_conv (or, where these
+    tensors do not qualify, conv_tma's first config: the tuner's pick is shared by every
+    layout of a problem), stream-K and conv_tma configs by conv_tma_streamk.launch_any."""
+    if cfg.get("GLUON"):
+        if gluon_conv.launch_forward(problem, x, w, y, alpha, beta, cfg, spec):
+            return
+        cfg = conv_tma.candidates(plan, y.device, problem)[0]
+    streamk.launch_any(plan, problem, x, w, y, alpha, beta, cfg, part, spec=spec)
+
+
 def run_tma_forward(tuner, plan, problem, x, w, y, alpha, beta, spec, part=None):
-    """Tune (first call) and launch conv_tma's forward kernel for a plan. ``part``: the
+    """Tune (first call) and launch the forward TMA path for a plan. ``part``: the
     workspace's stream-K partial buffer (conv_tma_streamk), when the algorithm declared
-    one: then stream-K configs are timed after conv_tma's."""
+    one: then stream-K configs are timed after conv_tma's; Gluon's come last."""
     key = (problem_key(problem), spec is not None and spec.act_code, "fwd-tma", conv_tma.plan_kind(plan),
            part is not None)
-    cfg = tuner.pick(key, lambda: streamk.with_streamk(conv_tma.candidates(plan, y.device, problem), plan, y.device,
-                                                       problem, part),
-                     lambda c, out: streamk.launch_any(plan, problem, x, w, out, 1.0, 0.0, c, part, spec=spec),
+    cfg = tuner.pick(key, lambda: tma_forward_candidates(plan, problem, x, w, y, spec, part),
+                     lambda c, out: launch_tma_forward(plan, problem, x, w, out, 1.0, 0.0, c, part, spec),
                      y, y.device)
-    streamk.launch_any(plan, problem, x, w, y, alpha, beta, cfg, part, spec=spec)
+    launch_tma_forward(plan, problem, x, w, y, alpha, beta, cfg, part, spec)
 
 
 class ImplicitGemmForward(TritonConvAlgorithm):

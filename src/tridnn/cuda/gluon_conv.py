@@ -22,8 +22,19 @@ Partitions (one program = one SM's worth of tiles, persistent over a strided til
   the previous MMA, and after the tile writes the bfloat16 tile by TMA store (the store
   of tile i drains while tile i+1 computes).
 
+In tridnn: IMPLICIT_GEMM forward (conv_implicit_gemm.run_tma_forward) and ALGO_1 backward
+data at stride 1 (conv_bwd_data_implicit_gemm) append a few of these configs (``picks``:
+GLUON=True) after conv_tma's candidates on a Hopper GPU, for 2-D, groups-1, stride-1,
+16-bit channels-last problems with channels multiples of 64; the tuner times them with the
+others and cross-checks each against conv_tma's reference config, so one is used only
+where it is faster and agrees. Backward data runs this same kernel over dy with the filter
+turned 180 degrees (K and C swapped; a temporary copy per call). beta != 0 takes the
+HAS_BETA variant (the old output read by TMA and blended in float32). Fused epilogues
+(bias, activation, residual) stay with conv_tma.
+
 Gluon kernels do not run under the Triton interpreter: tests are GPU-only, plus an
-offline sm_90 compile (``compile_sm90``) that runs on any machine with Triton 3.6.
+offline sm_90 compile (``compile_sm90``) that runs on any machine with Triton 3.6 (in a
+process where the interpreter has not run: it leaves triton.language patched).
 """
 from __future__ import annotations
 
@@ -94,11 +105,11 @@ def _loader(x_desc, w_desc, a_bufs, b_bufs, ready, empty,
 
 
 @gluon.jit
-def _consumer(y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, alpha,
+def _consumer(y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, beta,
               NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
               NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_N: gl.constexpr,
               BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
-              PARTITION: gl.constexpr, CONSUMERS: gl.constexpr, WARPS: gl.constexpr):
+              PARTITION: gl.constexpr, CONSUMERS: gl.constexpr, WARPS: gl.constexpr, HAS_BETA: gl.constexpr):
     """A consumer partition (WARPS warps): of this program's tiles it takes every CONSUMERS-th,
     starting at PARTITION. Per k-step: wait for the slot, async wgmma, keep one MMA in flight,
     free the slot of the MMA that retired. Epilogue: bfloat16 tile -> shared -> TMA store,
@@ -108,7 +119,11 @@ def _consumer(y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, alpha,
     consumers' main loops take turns on the tensor cores and each one's epilogue overlaps
     the other's main loop. A consumer starts tile j only after the other one has seen all
     of tile j-1 arrive ("turns" barriers): a ring slot's "ready" barrier then has at most
-    one phase pending, so waiting on its parity cannot match a phase two laps old."""
+    one phase pending, so waiting on its parity cannot match a phase two laps old.
+
+    HAS_BETA: y = alpha * acc + beta * y. The old y tile comes by TMA into this partition's
+    output buffer while the main loop runs (issued once the previous store has read the
+    buffer), and is blended in float32 before the store overwrites it."""
     BLOCK_M: gl.constexpr = NB * BH * BW
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
                                                          instr_shape=[16, BLOCK_N, 16])
@@ -120,6 +135,11 @@ def _consumer(y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, alpha,
     for j in range(PARTITION, my_tiles, CONSUMERS):
         n0, oh0, ow0, k0 = _tile_coords(pid + j * nprog, TILES_H, TILES_W, N_BLOCKS, NB, BH, BW, BLOCK_N)
         it = j * K_STEPS  # ring position of this tile's first k-step (the loader's order)
+        if HAS_BETA:
+            tma.store_wait(pendings=0)
+            gl.thread_barrier()
+            mbarrier.expect(ybar.index(PARTITION), y_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(y_desc, [n0, oh0, ow0, k0], ybar.index(PARTITION), c_smem)
         acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
         if CONSUMERS > 1:
             # tile j-1 was the other consumer's ((j-1)//2)-th
@@ -139,9 +159,16 @@ def _consumer(y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, alpha,
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES))
         acc = acc * alpha  # (one multiply a register: one compile serves every alpha)
-        # This partition's previous store must have read c_smem before it is overwritten.
-        tma.store_wait(pendings=0)
-        gl.thread_barrier()
+        if HAS_BETA:
+            # the old tile (this partition's (j // CONSUMERS)-th load) replaces the buffer's
+            # previous contents; every thread reads its part before any overwrites it
+            mbarrier.wait(ybar.index(PARTITION), (j // CONSUMERS) & 1)
+            acc = acc + beta * c_tile.load(acc_layout).to(gl.float32)
+            gl.thread_barrier()
+        else:
+            # This partition's previous store must have read c_smem before it is overwritten.
+            tma.store_wait(pendings=0)
+            gl.thread_barrier()
         c_tile.store(acc.to(y_desc.dtype))
         fence_async_shared()
         gl.thread_barrier()
@@ -160,17 +187,18 @@ def gluon_conv_fwd_kernel(
     # TMA descriptors: x [N, H, W, C] box [NB, BH, BW, BLOCK_K]; filter [K, KH*KW*C] box
     # [BLOCK_N, BLOCK_K]; y [N, OH, OW, K] box [NB, BH, BW, BLOCK_N]
     x_desc, w_desc, y_desc,
-    alpha,
+    alpha, beta,
     # geometry
     C, KW, PAD_H, PAD_W, DIL_H, DIL_W,
     # tile list: NUM_TILES = ceil(N/NB) * TILES_H * TILES_W * N_BLOCKS; K_STEPS = KH*KW*C/BLOCK_K
     NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
     NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
     STAGES: gl.constexpr, PINGPONG: gl.constexpr, LOADER_REGS: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr, HAS_BETA: gl.constexpr = False,
 ):
     """Forward convolution, persistent and warp-specialized (see the module docstring).
-    PINGPONG: a second consumer partition of num_warps warps takes every other tile."""
+    PINGPONG: a second consumer partition of num_warps warps takes every other tile.
+    HAS_BETA: y = alpha * conv + beta * y (the old y read by TMA); else y = alpha * conv."""
     CONSUMERS: gl.constexpr = 2 if PINGPONG else 1
     # Shared memory: a ring of STAGES (x box, filter box) slots, an output tile per consumer.
     a_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
@@ -179,31 +207,33 @@ def gluon_conv_fwd_kernel(
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    ybar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # old y tile arrived
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=1)
     for i in gl.static_range(2):
         mbarrier.init(turns.index(i), count=1)
+        mbarrier.init(ybar.index(i), count=1)
     fence_async_shared()
 
     if PINGPONG:
         gl.warp_specialize([
-            (_consumer, (y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, alpha,
+            (_consumer, (y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, beta,
                          NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
-                         NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps)),
+                         NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps, HAS_BETA)),
             (_loader, (x_desc, w_desc, a_bufs, b_bufs, ready, empty,
                        C, KW, PAD_H, PAD_W, DIL_H, DIL_W,
                        NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
                        NB, BH, BW, BLOCK_N, BLOCK_K, STAGES)),
-            (_consumer, (y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, alpha,
+            (_consumer, (y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, beta,
                          NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
-                         NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 1, CONSUMERS, num_warps)),
+                         NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 1, CONSUMERS, num_warps, HAS_BETA)),
         ], [1, num_warps], [LOADER_REGS, CONSUMER_REGS])
     else:
         gl.warp_specialize([
-            (_consumer, (y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, alpha,
+            (_consumer, (y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, beta,
                          NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
-                         NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps)),
+                         NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps, HAS_BETA)),
             (_loader, (x_desc, w_desc, a_bufs, b_bufs, ready, empty,
                        C, KW, PAD_H, PAD_W, DIL_H, DIL_W,
                        NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
@@ -301,15 +331,15 @@ def filter_matrix(w):
 def why_not(x, w, padding, dilation, stride=(1, 1), cfg=None) -> str | None:
     """None when this kernel can compute the problem, else the reason."""
     import torch
-    if stride != (1, 1):
+    if tuple(stride) != (1, 1):
         return "stride must be 1"
     if x.dtype not in (torch.bfloat16, torch.float16) or w.dtype != x.dtype:
         return "bfloat16/float16 only"
     n, c, h, wd = x.shape
     if c % 64:
         return "channels must be a multiple of 64"
-    if not x.permute(0, 2, 3, 1).is_contiguous():
-        return "x must be channels-last (NHWC) and dense"
+    if not _channels_last_ok(x):
+        return "x must be channels-last with 16-byte aligned strides"
     k = w.shape[0]
     if k % 8:
         return "output channels must be a multiple of 8 (TMA row alignment)"
@@ -318,51 +348,139 @@ def why_not(x, w, padding, dilation, stride=(1, 1), cfg=None) -> str | None:
     return None
 
 
+def _channels_last_ok(t) -> bool:
+    """A 4-D NCHW-indexed view TMA can read or write as [N, H, W, C]: channels contiguous,
+    the other strides and the base 16-byte aligned."""
+    if t.dim() != 4 or (t.stride(1) != 1 and t.shape[1] > 1) or t.data_ptr() % 16:
+        return False
+    return all(s * t.element_size() % 16 == 0 for s in (t.stride(0), t.stride(2), t.stride(3)))
+
+
+def _dense(t) -> bool:
+    """All pixels at one stride of C elements: [N, H, W, C] is a flat [N*H*W, C] matrix."""
+    n, c, h, w = t.shape
+    return t.stride(3) == c and (h == 1 or t.stride(2) == w * c) and (n == 1 or t.stride(0) == h * w * c)
+
+
 def out_size(h, wd, kh, kw, padding, dilation):
     oh = h + 2 * padding[0] - dilation[0] * (kh - 1)
     ow = wd + 2 * padding[1] - dilation[1] * (kw - 1)
     return oh, ow
 
 
-def prepare(x, w, padding=(1, 1), dilation=(1, 1), cfg=None, y=None, alpha=1.0, w_mat=None, sms=None):
-    """Build descriptors and launch arguments once (for CUDA-graph timing, the launch is
-    ``launch(*prepare(...))``). Returns (grid, args, meta, y)."""
-    import torch
+class _Address:
+    """A descriptor's base without the tensor (what TensorDescriptor and the launcher read:
+    the address and the dtype), so cached descriptors do not keep memory alive."""
+    __slots__ = ("ptr", "dtype")
+
+    def __init__(self, ptr, dtype):
+        self.ptr, self.dtype = ptr, dtype
+
+    def data_ptr(self):
+        return self.ptr
+
+
+_descriptors: dict = {}
+_layouts: dict = {}
+
+
+def descriptor(t, shape, strides, block):
+    """A Gluon TMA descriptor of t's memory viewed as shape/strides with box ``block``; on the
+    GPU made once per address, dtype, view and box (a descriptor encodes nothing else)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    shape, strides, block = tuple(shape), tuple(strides), tuple(block)
+    lkey = (block, t.dtype)
+    layout = _layouts.get(lkey)
+    if layout is None:
+        layout = _layouts[lkey] = _layout(list(block), _gl_dtype(t.dtype))
+    if t.device.type != "cuda":  # offline compiles and dry runs: the tensor itself
+        return TensorDescriptor(t, list(shape), list(strides), list(block), layout)
+    key = (t.data_ptr(), t.dtype, shape, strides, block)
+    d = _descriptors.get(key)
+    if d is None:
+        if len(_descriptors) > 4096:
+            _descriptors.clear()
+        d = _descriptors[key] = TensorDescriptor(_Address(t.data_ptr(), t.dtype), list(shape), list(strides),
+                                                 list(block), layout)
+    return d
+
+
+def _nhwc(t):
+    """([N, H, W, C], strides) of a channels-last NCHW-indexed view."""
+    n, c, h, w = t.shape
+    return (n, h, w, c), (t.stride(0), t.stride(2), t.stride(3), 1)
+
+
+def flat_ok(x, y, kh, kw, padding) -> bool:
+    """A 1x1 filter without padding over dense x and y: the convolution is the plain GEMM of
+    [N*H*W, C] by [C, K]; x and y are then viewed as one image row of N*H*W pixels."""
+    return (kh, kw) == (1, 1) and tuple(padding) == (0, 0) and _dense(x) and _dense(y)
+
+
+def prepare(x, w, padding=(1, 1), dilation=(1, 1), cfg=None, y=None, alpha=1.0, w_mat=None, sms=None,
+            beta=0.0, kernel=None):
+    """Build descriptors and launch arguments (for CUDA-graph timing, the launch is
+    ``launch(*prepare(...))``). Returns (grid, args, meta, y).
+
+    x: [N, C, H, W] channels-last; w: the filter [K, C, KH, KW] (read through ``w_mat``, its
+    [K, KH*KW*C] matrix, when given: any 2-D view with unit column stride, e.g. a KRSC
+    filter's own memory); padding: the top/left padding (the output's size is y's when y is
+    given, so bottom/right padding may differ); beta != 0 reads y (y = alpha*conv + beta*y).
+    kernel: (KH, KW) when w is None. A flat config (one row, one image a box) over a 1x1
+    problem views the pixels as one row (flat_ok)."""
+    import torch
 
     cfg = dict(cfg or CONFIGS[0])
-    reason = why_not(x, w, tuple(padding), tuple(dilation))
-    if reason:
-        raise ValueError(reason)
+    kh, kw = kernel if w is None else w.shape[2:]
     n, c, h, wd = x.shape
-    k, _, kh, kw = w.shape
-    oh, ow = out_size(h, wd, kh, kw, padding, dilation)
+    k = w_mat.shape[0] if w_mat is not None else w.shape[0]
+    if w is not None:
+        reason = why_not(x, w, tuple(padding), tuple(dilation))
+        if reason:
+            raise ValueError(reason)
     if y is None:
+        oh, ow = out_size(h, wd, kh, kw, padding, dilation)
         y = torch.empty((n, k, oh, ow), device=x.device, dtype=x.dtype, memory_format=torch.channels_last)
+    elif not _channels_last_ok(y):
+        raise ValueError("y must be channels-last with 16-byte aligned strides")
     if w_mat is None:
         w_mat = filter_matrix(w)
     NB, BH, BW, BN, BK = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     if c % BK:
         raise ValueError(f"channels ({c}) must be a multiple of the config's BLOCK_K ({BK})")
-    dt = _gl_dtype(x.dtype)
-    x4 = x.permute(0, 2, 3, 1)  # [N, H, W, C] view, dense
-    y4 = y.permute(0, 2, 3, 1)
-    x_desc = TensorDescriptor(x4, list(x4.shape), list(x4.stride()), [NB, BH, BW, BK], _layout([NB, BH, BW, BK], dt))
-    w_desc = TensorDescriptor(w_mat, list(w_mat.shape), list(w_mat.stride()), [BN, BK], _layout([BN, BK], dt))
-    y_desc = TensorDescriptor(y4, list(y4.shape), list(y4.stride()), [NB, BH, BW, BN], _layout([NB, BH, BW, BN], dt))
+    if tuple(w_mat.shape) != (k, kh * kw * c) or w_mat.stride(1) != 1:
+        raise ValueError("the filter matrix must be [K, KH*KW*C] with unit column stride")
+    (xn, xh, xw, _), xs = _nhwc(x)
+    (_, oh, ow, _), ys = _nhwc(y)
+    if NB == 1 and BH == 1 and flat_ok(x, y, kh, kw, padding):
+        m = n * h * wd
+        xshape, xs, yshape, ys = (1, 1, m, c), (m * c, m * c, c, 1), (1, 1, m, k), (m * k, m * k, k, 1)
+        n, oh, ow = 1, 1, m
+    else:
+        xshape, yshape = (xn, xh, xw, c), (n, oh, ow, k)
+    x_desc = descriptor(x, xshape, xs, [NB, BH, BW, BK])
+    w_desc = descriptor(w_mat, w_mat.shape, w_mat.stride(), [BN, BK])
+    y_desc = descriptor(y, yshape, ys, [NB, BH, BW, BN])
     tiles_h, tiles_w, n_blocks = triton.cdiv(oh, BH), triton.cdiv(ow, BW), triton.cdiv(k, BN)
     num_tiles = triton.cdiv(n, NB) * tiles_h * tiles_w * n_blocks
     k_steps = kh * kw * (c // BK)
     if sms is None:
-        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-    grid = (min(num_tiles, sms * cfg.get("PER_SM", 1)),)
+        sms = _sm_count(x.device)
+    grid = (max(1, min(num_tiles, sms * cfg.get("PER_SM", 1))),)
     cap, loader_regs, consumer_regs = _regs(cfg)
-    args = (x_desc, w_desc, y_desc, float(alpha), c, kw, padding[0], padding[1], dilation[0], dilation[1],
-            num_tiles, tiles_h, tiles_w, n_blocks, k_steps)
+    args = (x_desc, w_desc, y_desc, float(alpha), float(beta), c, kw, padding[0], padding[1], dilation[0],
+            dilation[1], num_tiles, tiles_h, tiles_w, n_blocks, k_steps)
     meta = dict(NB=NB, BH=BH, BW=BW, BLOCK_N=BN, BLOCK_K=BK, STAGES=cfg["STAGES"],
                 PINGPONG=bool(cfg.get("PINGPONG")), LOADER_REGS=loader_regs, CONSUMER_REGS=consumer_regs,
-                num_warps=cfg["num_warps"], maxnreg=cap)
+                num_warps=cfg["num_warps"], HAS_BETA=beta != 0, maxnreg=cap)
     return grid, args, meta, y
+
+
+def _sm_count(device) -> int:
+    import torch
+    if device.type != "cuda":
+        return 132
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def launch(grid, args, meta, y=None):
@@ -370,11 +488,193 @@ def launch(grid, args, meta, y=None):
     return y
 
 
-def conv2d(x, w, padding=(1, 1), dilation=(1, 1), cfg=None, alpha=1.0, sms=None):
-    """y = alpha * conv2d(x, w) for channels-last bf16/fp16 x (GPU only). sms: pretend the GPU
-    has that many SMs (tests: many tiles a program)."""
-    grid, args, meta, y = prepare(x, w, padding, dilation, cfg, alpha=alpha, sms=sms)
+def conv2d(x, w, padding=(1, 1), dilation=(1, 1), cfg=None, alpha=1.0, sms=None, y=None, beta=0.0):
+    """y = alpha * conv2d(x, w) + beta * y for channels-last bf16/fp16 x (GPU only). sms:
+    pretend the GPU has that many SMs (tests: many tiles a program)."""
+    grid, args, meta, y = prepare(x, w, padding, dilation, cfg, y=y, alpha=alpha, sms=sms, beta=beta)
     return launch(grid, args, meta, y)
+
+
+# --------------------------------------------------------------------------------------
+# tridnn's algorithms: tuner candidates for IMPLICIT_GEMM forward and ALGO_1 backward data
+# --------------------------------------------------------------------------------------
+
+# Per problem at most four configs (each costs a compile and a timing on the tuner's first
+# call), chosen from the H200 sweep of 2026-11-30 (ResNet-50 batch 64, bfloat16,
+# CUDA-graph medians; cuDNN in brackets):
+#   res2_3x3 (56x56, K 64):   4x8x8x64 s4 w8 37.2 us, 2x8x8x64 s4 w4 p2 38.7 [41.1]
+#   res3_3x3 (28x28, K 128):  16x1x8x128 s4 w4 pp 28.4, 4x2x16x128 pp 28.5, 2x4x32x128 s3 w8 28.5 [29.6]
+#   res4_3x3 (14x14, K 256):  4x2x16x128 pp 27.4, 2x8x8x256 s3 w8 27.5, 1x8x16x256 s3 w8 27.6 [27.7]
+#   res5_3x3 (7x7, K 512):    16x1x8x128 pp 26.6, 16x1x8x128 w8 27.1, 2x8x8x128 pp 28.1 [28.3]
+#   1x1 as a GEMM (flat rows): 1x1x128x128 pp / w8 37.6 (M 50176, N 128, K 1152) [cuBLAS 36.4];
+#                              1x1x128x256 s3 w8 32.5 (M 12544, N 256, K 2304) [26.4]
+PICKS_NARROW = [config(4, 8, 8, 64, 4, 8), config(2, 8, 8, 64, 4, 4, per_sm=2),
+                config(1, 8, 16, 64, 4, 4, per_sm=2)]                      # 64 output channels or fewer
+PICKS_LARGE = [config(16, 1, 8, 128, 4, 4, pingpong=True), config(4, 2, 16, 128, 4, 4, pingpong=True),
+               config(2, 4, 32, 128, 3, 8), config(1, 4, 32, 128, 4, 4, pingpong=True)]  # output width >= 28
+PICKS_MEDIUM = [config(4, 2, 16, 128, 4, 4, pingpong=True), config(2, 8, 8, 256, 3, 8),
+                config(16, 1, 8, 128, 4, 4, pingpong=True), config(1, 8, 16, 256, 3, 8)]  # 14 <= width < 28
+PICKS_SMALL = [config(16, 1, 8, 128, 4, 4, pingpong=True), config(16, 1, 8, 128, 4, 8),
+               config(2, 8, 8, 128, 4, 4, pingpong=True)]                   # width < 14
+PICKS_FLAT = [config(1, 1, 128, 128, 4, 4, pingpong=True), config(1, 1, 128, 128, 4, 8),
+              config(1, 1, 128, 256, 3, 8)]                                 # 1x1, no padding: a GEMM
+
+
+def picks(out_w: int, k_out: int, flat: bool) -> list:
+    """The configs offered for an output of width out_w with k_out channels (flat: a 1x1
+    problem viewed as one row of pixels), each marked GLUON=True for the launchers."""
+    if flat:
+        base = PICKS_FLAT
+    elif k_out <= 64:
+        base = PICKS_NARROW
+    else:
+        base = PICKS_LARGE if out_w >= 28 else PICKS_MEDIUM if out_w >= 14 else PICKS_SMALL
+    cap = max(64, triton.next_power_of_2(k_out))
+    return [dict(c, GLUON=True) for c in base if c["BLOCK_N"] <= cap]
+
+
+def _hopper(device) -> bool:
+    """warpgroup_mma and these TMA ops are sm_90 only (tests patch this to build lists)."""
+    import torch
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
+
+
+def _half(*tensors) -> bool:
+    import torch
+    return all(t.dtype in (torch.bfloat16, torch.float16) and t.dtype == tensors[0].dtype for t in tensors)
+
+
+def _geo2(problem):
+    from .geometry import geometry
+    geo = geometry(problem)
+    return geo, geo.ker[1:], geo.pad[1:], geo.dil[1:], geo.stride[1:]
+
+
+def forward_why_not(problem, x, w, y, spec=None) -> str | None:
+    """None when the tridnn forward problem can run here: 2-D, groups 1, stride 1, 16-bit
+    data, input channels a multiple of 64, output channels of 8, x and y channels-last
+    with 16-byte aligned strides, no fused epilogue; the filter may be in any layout."""
+    if problem.nd != 2 or problem.groups != 1:
+        return "2-D problems with groups 1 only"
+    geo, _, _, _, stride = _geo2(problem)
+    if tuple(stride) != (1, 1):
+        return "stride 1 only"
+    if spec is not None:
+        return "no fused epilogue"
+    if not _half(x, w, y):
+        return "bfloat16/float16 only"
+    if geo.c % 64 or geo.k % 8:
+        return "input channels a multiple of 64, output channels of 8"
+    if not (_channels_last_ok(x) and _channels_last_ok(y)):
+        return "x and y channels-last with 16-byte aligned strides"
+    if not (x.numel() and w.numel() and y.numel()):
+        return "empty tensors (a TMA descriptor needs every dimension positive)"
+    return None
+
+
+def forward_candidates(problem, x, w, y, spec, device) -> list:
+    """Gluon configs to time after conv_tma's for a forward problem (none off Hopper)."""
+    if not _hopper(device) or forward_why_not(problem, x, w, y, spec) is not None:
+        return []
+    _, (kh, kw), pad, _, _ = _geo2(problem)
+    return picks(y.shape[3], y.shape[1], flat_ok(x, y, kh, kw, pad))
+
+
+def _krsc_matrix(w):
+    """The [K, KH*KW*C] matrix of a filter [K, C, KH, KW] whose memory is KRSC with dense taps
+    (a view of it), else None."""
+    import torch
+    k, c, kh, kw = w.shape
+    if (c > 1 and w.stride(1) != 1) or (kw > 1 and w.stride(3) != c) or (kh > 1 and w.stride(2) != kw * c):
+        return None
+    if w.data_ptr() % 16 or (k > 1 and w.stride(0) * w.element_size() % 16):
+        return None
+    return torch.as_strided(w, (k, kh * kw * c), (w.stride(0), 1))
+
+
+def _forward_matrix(problem, w):
+    """The filter matrix the loader walks: a view of a KRSC filter in cross-correlation mode,
+    else a copy (CONVOLUTION mode reverses the taps)."""
+    import torch
+    flip = problem.mode == 0
+    m = None if flip else _krsc_matrix(w)
+    if m is None:
+        k, c, kh, kw = w.shape
+        t = torch.empty((k, kh, kw, c), dtype=w.dtype, device=w.device)
+        src = w.permute(0, 2, 3, 1)
+        t.copy_(src.flip((1, 2)) if flip else src)
+        m = t.view(k, kh * kw * c)
+    return m
+
+
+def launch_forward(problem, x, w, y, alpha, beta, cfg, spec=None, sms=None) -> bool:
+    """y = alpha * conv(x, w) + beta * y through this kernel with a GLUON config; False
+    (nothing launched) when the tensors do not qualify (the tuner's choice is shared by
+    every layout of a problem: the caller then runs its reference config)."""
+    if forward_why_not(problem, x, w, y, spec) is not None:
+        return False
+    _, (kh, kw), pad, dil, _ = _geo2(problem)
+    grid, args, meta, _ = prepare(x, None, pad, dil, cfg, y=y, alpha=alpha, w_mat=_forward_matrix(problem, w),
+                                  sms=sms, beta=beta, kernel=(kh, kw))
+    launch(grid, args, meta)
+    return True
+
+
+# Backward data at stride 1 is the forward convolution of dy by the filter turned 180
+# degrees with K and C swapped: dx[i] = sum over taps t of dy[i + p - t*d] w[t] =
+# sum over t' = T-1-t of dy[i - ((T-1)*d - p) + t'*d] w[T-1-t'], i.e. padding (T-1)*d - p.
+# The turned filter [C, KH*KW*K] is a temporary copy made each call (C*KH*KW*K elements:
+# 4.7 MB for ResNet-50's largest 3x3, a few microseconds of copy).
+
+def backward_data_why_not(problem, dy, w, dx) -> str | None:
+    if problem.nd != 2 or problem.groups != 1:
+        return "2-D problems with groups 1 only"
+    geo, _, _, _, stride = _geo2(problem)
+    if tuple(stride) != (1, 1):
+        return "stride 1 only"
+    if not _half(dy, w, dx):
+        return "bfloat16/float16 only"
+    if geo.k % 64 or geo.c % 8:
+        return "output channels (dy's) a multiple of 64, input channels of 8"
+    if not (_channels_last_ok(dy) and _channels_last_ok(dx)):
+        return "dy and dx channels-last with 16-byte aligned strides"
+    if not (dy.numel() and w.numel() and dx.numel()):
+        return "empty tensors (a TMA descriptor needs every dimension positive)"
+    return None
+
+
+def backward_data_candidates(problem, dy, w, dx, device) -> list:
+    """Gluon configs to time after conv_tma's for a backward-data problem (none off Hopper)."""
+    if not _hopper(device) or backward_data_why_not(problem, dy, w, dx) is not None:
+        return []
+    _, (kh, kw), pad, dil, _ = _geo2(problem)
+    bpad = ((kh - 1) * dil[0] - pad[0], (kw - 1) * dil[1] - pad[1])
+    return picks(dx.shape[3], dx.shape[1], flat_ok(dy, dx, kh, kw, bpad))
+
+
+def turned_filter(problem, w):
+    """The [C, KH*KW*K] matrix m[c, (kh, kw, k)] = w[k, c, KH-1-kh, KW-1-kw] (cross-correlation;
+    CONVOLUTION mode's forward already reverses the taps, so there they keep their order)."""
+    import torch
+    k, c, kh, kw = w.shape
+    t = torch.empty((c, kh, kw, k), dtype=w.dtype, device=w.device)
+    src = w.permute(1, 2, 3, 0)
+    t.copy_(src if problem.mode == 0 else src.flip((1, 2)))
+    return t.view(c, kh * kw * k)
+
+
+def launch_backward_data(problem, dy, w, dx, alpha, beta, cfg, sms=None) -> bool:
+    """dx = alpha * conv_transpose(dy, w) + beta * dx (stride 1) with a GLUON config; False
+    (nothing launched) where the tensors do not qualify."""
+    if backward_data_why_not(problem, dy, w, dx) is not None:
+        return False
+    _, (kh, kw), pad, dil, _ = _geo2(problem)
+    bpad = ((kh - 1) * dil[0] - pad[0], (kw - 1) * dil[1] - pad[1])
+    m = turned_filter(problem, w)
+    grid, args, meta, _ = prepare(dy, None, bpad, dil, cfg, y=dx, alpha=alpha, w_mat=m, sms=sms, beta=beta,
+                                  kernel=(kh, kw))
+    launch(grid, args, meta)
+    return True
 
 
 # --------------------------------------------------------------------------------------
@@ -385,8 +685,9 @@ def _desc_sig(dtype_str, block, layout) -> str:
     return f"tensordesc<{dtype_str}[{', '.join(map(str, block))}],{layout!r}>"
 
 
-def compile_sm90(cfg):
-    """Compile the kernel for sm_90 without a GPU; returns the CompiledKernel (asm: ptx, cubin)."""
+def compile_sm90(cfg, has_beta=False):
+    """Compile the kernel for sm_90 without a GPU; returns the CompiledKernel (asm: ptx, cubin).
+    has_beta: the variant that blends the old output (beta != 0)."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
@@ -398,13 +699,14 @@ def compile_sm90(cfg):
         "w_desc": _desc_sig("bf16", [BN, BK], _layout([BN, BK], dt)),
         "y_desc": _desc_sig("bf16", [NB, BH, BW, BN], _layout([NB, BH, BW, BN], dt)),
         "alpha": "fp32",
+        "beta": "fp32",
     }
     for a in _RUNTIME_INTS:
         sig[a] = "i32"
     cap, loader_regs, consumer_regs = _regs(cfg)
     consts = dict(NB=NB, BH=BH, BW=BW, BLOCK_N=BN, BLOCK_K=BK, STAGES=cfg["STAGES"],
                   PINGPONG=bool(cfg.get("PINGPONG")), LOADER_REGS=loader_regs, CONSUMER_REGS=consumer_regs,
-                  num_warps=cfg["num_warps"])
+                  num_warps=cfg["num_warps"], HAS_BETA=bool(has_beta))
     for k in consts:
         sig[k] = "constexpr"
     src = GluonASTSource(fn=fn, signature=sig,

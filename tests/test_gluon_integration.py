@@ -1,0 +1,336 @@
+"""The Gluon convolution (tridnn.cuda.gluon_conv) as tuner candidates of IMPLICIT_GEMM
+forward and ALGO_1 backward data.
+
+CPU: which problems get Gluon configs (the lists are built on the host with a stand-in
+Hopper device), that they come after conv_tma's reference config, the host-side filter
+transforms (CONVOLUTION mode's reversed taps; backward data as a forward convolution of dy
+by the turned filter) against float64 convolutions, the fallback when a Gluon pick meets
+tensors it cannot take, and the sm_90 compile of every offered config with and without
+the beta blend.
+GPU (``TRIDNN_GPU_TESTS=1 pytest --gpu tests/test_gluon_integration.py``): each offered
+config forced through the public API against the float64 reference: alpha/beta, both
+modes, odd shapes, outputs poisoned with NaN.
+"""
+import collections
+import os
+import re
+import types
+
+import pytest
+
+torch = pytest.importorskip("torch")
+gc = pytest.importorskip("tridnn.cuda.gluon_conv", reason="Triton without Gluon")
+
+import tridnn  # noqa: E402
+from tridnn.algorithms import registry  # noqa: E402
+from tridnn.algorithms.problem import ConvProblem  # noqa: E402
+from tridnn.cuda import common, conv_tma  # noqa: E402
+from tridnn.cuda import conv_bwd_data_implicit_gemm as bwd  # noqa: E402
+from tridnn.cuda import conv_implicit_gemm as fwd  # noqa: E402
+
+from test_cuda_conv import P, run_case  # noqa: E402
+
+ALGO = {"fwd": registry.by_enum("conv", "fwd", "triton", tridnn.ConvFwdAlgo.IMPLICIT_GEMM),
+        "bwd_data": registry.by_enum("conv", "bwd_data", "triton", tridnn.ConvBwdDataAlgo.ALGO_1)}
+CUDA = types.SimpleNamespace(type="cuda", index=0)
+ALL_PICKS = list({gc.name(c): c for c in gc.PICKS_NARROW + gc.PICKS_LARGE + gc.PICKS_MEDIUM + gc.PICKS_SMALL
+                  + gc.PICKS_FLAT}.values())
+
+
+def _problem(direction, c, k, hw, kernel, stride=1, pad=0, n=4, dtype="float16", layout="NHWC", groups=1,
+             dilation=1, mode=tridnn.ConvMode.CROSS_CORRELATION, nd=2):
+    """A ConvProblem and CPU tensors (x, w, y) of its shapes in ``layout``."""
+    cd = tridnn.ConvolutionDescriptor(padding=(pad,) * nd, stride=(stride,) * nd, dilation=(dilation,) * nd,
+                                      groups=groups, mode=mode, nd=nd)
+    fmt = tridnn.TensorFormat.NHWC if layout == "NHWC" else tridnn.TensorFormat.NCHW
+    xd = tridnn.TensorDescriptor.packed((n, c) + (hw,) * nd, dtype, fmt)
+    wd = tridnn.FilterDescriptor((k, c // groups) + (kernel,) * nd, dtype, fmt)
+    yd = xd.with_dims(cd.output_dims(xd, wd))
+    tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[dtype]
+    mf = (torch.channels_last if nd == 2 else torch.channels_last_3d) if layout == "NHWC" else torch.contiguous_format
+    t = [torch.empty(d.dims, dtype=tdt).contiguous(memory_format=mf) for d in (xd, wd, yd)]
+    return ConvProblem(direction, xd, wd, yd, cd), *t
+
+
+@pytest.fixture
+def hopper(monkeypatch):
+    """Build the GPU lists on the host: a stand-in Hopper with 132 SMs."""
+    monkeypatch.setattr(gc, "_hopper", lambda device: device.type == "cuda")
+    monkeypatch.setattr(conv_tma, "sm_count", lambda device: 132)
+    monkeypatch.setattr(conv_tma, "hardware_ok", lambda t: True)
+
+
+# -- CPU: the candidate lists ------------------------------------------------------------
+@pytest.mark.parametrize("c,hw,kernel,pad,want", [
+    (64, 56, 3, 1, gc.PICKS_NARROW),     # res2_3x3
+    (128, 28, 3, 1, gc.PICKS_LARGE),     # res3_3x3
+    (256, 14, 3, 1, gc.PICKS_MEDIUM),    # res4_3x3
+    (512, 7, 3, 1, gc.PICKS_SMALL),      # res5_3x3
+    (256, 14, 1, 0, gc.PICKS_FLAT),      # 1x1: one row of pixels, a GEMM
+    (128, 28, 1, 0, gc.PICKS_FLAT[:2]),  # 1x1 into 128 channels: no 256-wide tile
+])
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
+def test_offered_where_the_kernel_applies(direction, c, hw, kernel, pad, want, hopper):
+    problem, x, w, y = _problem(direction, c, c, hw, kernel, pad=pad, n=64)
+    if direction == "fwd":
+        got = gc.forward_candidates(problem, x, w, y, None, CUDA)
+    else:
+        got = gc.backward_data_candidates(problem, y, w, x, CUDA)
+    assert [gc.name(g) for g in got] == [gc.name(g) for g in want]
+    assert all(g["GLUON"] for g in got) and 1 <= len(got) <= 5
+    assert all(g["BLOCK_N"] <= max(64, c) and c % g["BLOCK_K"] == 0 for g in got)
+
+
+@pytest.mark.parametrize("why,kwargs", [
+    ("stride 2", dict(stride=2)),
+    ("float32", dict(dtype="float32")),
+    ("NCHW tensors", dict(layout="NCHW")),
+    ("groups", dict(groups=2)),
+    ("32 channels", dict(c=32, k=64)),
+    ("output channels not of 8", dict(k=68)),
+    ("3-D", dict(nd=3, hw=6)),
+])
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
+def test_not_offered_elsewhere(direction, why, kwargs, hopper):
+    args = dict(c=64, k=64, hw=14, kernel=3, pad=1)
+    args.update(kwargs)
+    if direction == "bwd_data" and why == "32 channels":  # backward data reduces over K: make K 32
+        args.update(c=64, k=32)
+    if direction == "bwd_data" and why == "output channels not of 8":
+        args.update(c=68, k=64)
+    problem, x, w, y = _problem(direction, args.pop("c"), args.pop("k"), args.pop("hw"), args.pop("kernel"),
+                                **args)
+    if direction == "fwd":
+        assert gc.forward_candidates(problem, x, w, y, None, CUDA) == [], why
+    else:
+        assert gc.backward_data_candidates(problem, y, w, x, CUDA) == [], why
+
+
+def test_not_offered_with_an_epilogue_off_hopper_or_under_the_interpreter(hopper, monkeypatch):
+    problem, x, w, y = _problem("fwd", 128, 128, 28, 3, pad=1)
+    assert gc.forward_candidates(problem, x, w, y, None, CUDA)
+    assert gc.forward_candidates(problem, x, w, y, object(), CUDA) == []  # a fused epilogue
+    assert gc.forward_candidates(problem, x, w, y, None, torch.device("cpu")) == []
+    monkeypatch.setattr(gc, "_hopper", lambda device: False)  # e.g. a Blackwell GPU: no wgmma
+    assert gc.forward_candidates(problem, x, w, y, None, CUDA) == []
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
+def test_gluon_configs_come_after_conv_tmas(direction, hopper):
+    """The tuner cross-checks every candidate against the first: conv_tma's stays first and
+    Gluon's come last, so they win only where faster and agreeing."""
+    problem, x, w, y = _problem(direction, 256, 256, 14, 3, pad=1, n=64)
+    if direction == "fwd":
+        plan = conv_tma.plan_forward(problem, x, w, y)
+        cands = fwd.tma_forward_candidates(plan, problem, x, w, y, None, device=CUDA)
+        base = conv_tma.candidates(plan, CUDA, problem)
+    else:
+        plan = conv_tma.plan_backward_data(problem, y, w, x)
+        cands = bwd.tma_candidates(plan, problem, y, w, x, device=CUDA)
+        base = conv_tma.candidates(plan, CUDA, problem)
+    gl = [i for i, c in enumerate(cands) if c.get("GLUON")]
+    assert gl == list(range(len(base), len(cands))) and len(gl) == len(gc.PICKS_MEDIUM)
+    assert cands[:len(base)] == base
+    # under the interpreter (CPU tensors): no Gluon config
+    cpu = (fwd.tma_forward_candidates(plan, problem, x, w, y, None) if direction == "fwd"
+           else bwd.tma_candidates(plan, problem, y, w, x))
+    assert not any(c.get("GLUON") for c in cpu)
+
+
+def test_picks_are_swept_configs():
+    """Every offered config is one the sweep times (benchmarks/sweep_gluon_conv.py)."""
+    names = {gc.name(c) for c in gc.CONFIGS}
+    assert all(gc.name(c) in names for c in ALL_PICKS)
+
+
+# -- CPU: the host-side filter transforms against float64 ---------------------------------
+@pytest.mark.parametrize("mode", [tridnn.ConvMode.CROSS_CORRELATION, tridnn.ConvMode.CONVOLUTION])
+def test_forward_matrix(mode):
+    """The matrix the loader walks (tap-major, channel-minor rows): a view of a KRSC filter in
+    cross-correlation mode, a reversed copy in CONVOLUTION mode; convolving with it as a
+    cross-correlation gives the mode's result."""
+    problem, x, w, y = _problem("fwd", 8, 4, 6, 3, pad=1, mode=mode)
+    wv = torch.randn(4, 8, 3, 3, dtype=torch.float64).contiguous(memory_format=torch.channels_last)
+    m = gc._forward_matrix(problem, wv)
+    assert (m.data_ptr() == wv.data_ptr()) == (mode == tridnn.ConvMode.CROSS_CORRELATION)
+    taps = m.view(4, 3, 3, 8).permute(0, 3, 1, 2)
+    xv = torch.randn(2, 8, 6, 6, dtype=torch.float64)
+    want = torch.nn.functional.conv2d(xv, wv.flip((2, 3)) if mode == tridnn.ConvMode.CONVOLUTION else wv,
+                                      padding=1)
+    torch.testing.assert_close(torch.nn.functional.conv2d(xv, taps, padding=1), want, rtol=1e-12, atol=1e-12)
+    # a KCRS filter is copied (its taps are not channel-minor)
+    assert gc._forward_matrix(problem, wv.contiguous()).data_ptr() != wv.data_ptr()
+    torch.testing.assert_close(gc._forward_matrix(problem, wv.contiguous()), m)
+
+
+def _crop_conv(dy, taps, pad, dil, out_hw):
+    """conv2d with per-side paddings that may be negative (crop), output cropped to out_hw."""
+    ph, pw = pad
+    dy = torch.nn.functional.pad(dy, (max(pw, 0), max(pw, 0) + 64, max(ph, 0), max(ph, 0) + 64))
+    dy = dy[:, :, max(-ph, 0):, max(-pw, 0):]
+    out = torch.nn.functional.conv2d(dy, taps, dilation=dil)
+    return out[:, :, :out_hw[0], :out_hw[1]]
+
+
+@pytest.mark.parametrize("kernel,pad,dil", [((3, 3), (1, 1), (1, 1)), ((5, 3), (2, 0), (1, 2)),
+                                            ((1, 1), (0, 0), (1, 1)), ((3, 3), (3, 1), (1, 1)),
+                                            ((1, 1), (1, 0), (1, 1))])
+@pytest.mark.parametrize("mode", [tridnn.ConvMode.CROSS_CORRELATION, tridnn.ConvMode.CONVOLUTION])
+def test_backward_data_is_a_forward_convolution_of_dy(kernel, pad, dil, mode):
+    """dx = conv(dy, turned filter) with padding (KH-1)*dh - ph (negative: dy read from row
+    -padding on), against torch's float64 gradient of the mode's forward convolution."""
+    k, c, (kh, kw) = 4, 8, kernel
+    cd = tridnn.ConvolutionDescriptor(padding=pad, dilation=dil, mode=mode)
+    xd = tridnn.TensorDescriptor.packed((2, c, 9, 10), "float16", tridnn.TensorFormat.NHWC)
+    wd = tridnn.FilterDescriptor((k, c, kh, kw), "float16", tridnn.TensorFormat.NHWC)
+    yd = xd.with_dims(cd.output_dims(xd, wd))
+    problem = ConvProblem("bwd_data", xd, wd, yd, cd)
+    w = torch.randn(k, c, kh, kw, dtype=torch.float64)
+    dy = torch.randn(*yd.dims, dtype=torch.float64)
+    wf = w.flip((2, 3)) if mode == tridnn.ConvMode.CONVOLUTION else w
+    want = torch.nn.grad.conv2d_input(xd.dims, wf, dy, padding=pad, dilation=dil)
+    m = gc.turned_filter(problem, w)
+    assert m.shape == (c, kh * kw * k)
+    taps = m.view(c, kh, kw, k).permute(0, 3, 1, 2)
+    bpad = ((kh - 1) * dil[0] - pad[0], (kw - 1) * dil[1] - pad[1])
+    got = _crop_conv(dy, taps, bpad, dil, xd.dims[2:])
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+# -- CPU: a Gluon pick meeting tensors it cannot take runs conv_tma's reference ------------
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
+def test_a_gluon_pick_falls_back_to_the_reference_config(direction, rng, monkeypatch):
+    """The tuner's pick is shared by every layout of a problem: a GLUON config launched on
+    tensors the kernel cannot take (here float32 under the interpreter) runs conv_tma's
+    first config instead, with the caller's alpha and beta."""
+    ran = collections.Counter()
+    real = conv_tma.launch_conv
+
+    def counted(plan, *a, **k):
+        ran["conv_tma"] += not isinstance(plan, tuple)  # (a tuple of phase plans recurses per plan)
+        return real(plan, *a, **k)
+    monkeypatch.setattr(conv_tma, "launch_conv", counted)
+    monkeypatch.setattr(type(ALGO[direction]), "tuner", common.Tuner())
+    pick = [dict(gc.PICKS_LARGE[0], GLUON=True)]
+    if direction == "fwd":
+        monkeypatch.setattr(fwd, "tma_forward_candidates", lambda *a, **k: pick)
+    else:
+        monkeypatch.setattr(bwd, "tma_candidates", lambda *a, **k: pick)
+    p = P(16, 16, (5, 7), 3, 1, 1)
+    assert run_case(direction, ALGO[direction], p, "float32", "NHWC", rng) is None
+    assert run_case(direction, ALGO[direction], p, "float16", "NHWC", rng, alpha=2.0, beta=0.5) is None
+    assert ran["conv_tma"] == 2
+
+
+# -- CPU: offline sm_90 compiles of every offered variant -----------------------------------
+@pytest.fixture(scope="module")
+def compiled():
+    """Facts of every offered config's sm_90 SASS, beta off and on (compiled in a child
+    process: see test_gluon_conv.compile_in_child)."""
+    from test_gluon_conv import compile_in_child
+    out = compile_in_child([(gc.name(c), b) for c in ALL_PICKS for b in (False, True)])
+    return {k: dict(shared=v["shared"], tmald4=v["sass"].count("UTMALDG.4D"),
+                    tmast4=v["sass"].count("UTMASTG.4D"), spills=len(re.findall(r"\b(STL|LDL)\b", v["sass"])))
+            for k, v in out.items()}
+
+
+@pytest.mark.parametrize("has_beta", [False, True], ids=["beta0", "beta"])
+@pytest.mark.parametrize("cfg", ALL_PICKS, ids=gc.name)
+def test_offered_configs_compile_for_sm90(cfg, has_beta, compiled):
+    """beta != 0 adds one TMA load of the old output tile per consumer partition, blended
+    in registers: no spills (no local memory), still within one SM's shared memory."""
+    facts = compiled[gc.name(cfg) + ("|beta" if has_beta else "")]
+    assert facts["shared"] >= gc.shared_bytes(cfg)
+    assert facts["shared"] * cfg["PER_SM"] <= 228 * 1024
+    consumers = 2 if cfg["PINGPONG"] else 1
+    # the loader's x box, plus (beta) each consumer's old output tile
+    assert facts["tmald4"] == 1 + (consumers if has_beta else 0), facts
+    assert facts["tmast4"] >= 1
+    assert facts["spills"] == 0, "register spills"
+
+
+# -- GPU: every offered config through the public API --------------------------------------
+GPU_CASES = [  # (channel counts that both directions take: multiples of 64)
+    P(64, 64, (7, 7), 3, 1, 1),             # 7x7 images: boxes past the edge, many images a box
+    P(64, 128, (14, 14), 3, 1, 1),          # 14x14
+    P(128, 64, (9, 11), (5, 3), 1, (2, 1)),  # 5x3 filter, unequal padding
+    P(64, 64, (10, 12), 3, 1, 2, 2),        # dilation 2
+    P(64, 192, (6, 5), 1),                  # 1x1: the flat GEMM view; 192 = 1.5 column tiles of 128
+    P(128, 128, (5, 6), 3, 1, 0),           # no padding
+    P(64, 64, (6, 7), 1, 1, 1),             # 1x1 with padding (box views; backward data: padding -1)
+]
+
+
+@pytest.fixture
+def forced(monkeypatch):
+    """Runs the config put in ``state.cfg`` as the only candidate (a one-config list is taken
+    without timing); counts Gluon launches."""
+    state = types.SimpleNamespace(cfg=None, launches=0)
+    real = gc.launch
+
+    def counted(*a, **k):
+        state.launches += 1
+        return real(*a, **k)
+    monkeypatch.setattr(gc, "launch", counted)
+    for algo in ALGO.values():
+        monkeypatch.setattr(type(algo), "tuner", common.Tuner())
+    monkeypatch.setattr(fwd, "tma_forward_candidates", lambda *a, **k: [state.cfg])
+    monkeypatch.setattr(bwd, "tma_candidates", lambda *a, **k: [state.cfg])
+    return state
+
+
+def _gpu():
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("needs a Hopper GPU")
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.fail("Gluon does not run under the interpreter: set TRIDNN_GPU_TESTS=1")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", ALL_PICKS, ids=gc.name)
+@pytest.mark.parametrize("p", GPU_CASES, ids=lambda p: p["name"])
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
+def test_gpu_forced_config_against_float64(direction, p, cfg, rng, forced):
+    """float16 into a NaN-poisoned output (every element written), bfloat16 blended with
+    alpha = 2, beta = 0.5 (the HAS_BETA variant), both modes; batches of 3."""
+    _gpu()
+    forced.cfg = dict(cfg, GLUON=True)
+    for dtype, mode, alpha, beta in (("float16", tridnn.ConvMode.CROSS_CORRELATION, 1.0, 0.0),
+                                     ("bfloat16", tridnn.ConvMode.CONVOLUTION, 2.0, 0.5),
+                                     ("float16", tridnn.ConvMode.CROSS_CORRELATION, 0.5, 1.0)):
+        before = forced.launches
+        assert run_case(direction, ALGO[direction], p, dtype, "NHWC", rng, n=3, device="cuda", mode=mode,
+                        alpha=alpha, beta=beta) is None
+        assert forced.launches == before + 1, "the Gluon kernel ran"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
+def test_gpu_asymmetric_padding(direction, rng, forced):
+    """pad_post != pad: the output's extent is the output tensor's."""
+    _gpu()
+    forced.cfg = dict(gc.PICKS_SMALL[0], GLUON=True)
+    p = P(64, 64, (7, 8), 3, 1, 1)
+    assert run_case(direction, ALGO[direction], p, "float16", "NHWC", rng, n=3, device="cuda",
+                    pad_post=(0, 2)) is None
+    assert forced.launches == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
+def test_gpu_tuner_with_gluon_candidates(direction, rng, monkeypatch):
+    """The real tuner over conv_tma's, stream-K's and Gluon's candidates: whichever wins, the
+    result matches float64 (and no candidate disagreed with the reference)."""
+    _gpu()
+    import warnings
+    monkeypatch.setattr(type(ALGO[direction]), "tuner", common.Tuner())
+    p = P(128, 128, (28, 28), 3, 1, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert run_case(direction, ALGO[direction], p, "bfloat16", "NHWC", rng, n=8, device="cuda") is None
+        assert run_case(direction, ALGO[direction], p, "bfloat16", "NHWC", rng, n=8, device="cuda", alpha=2.0,
+                        beta=0.5) is None
+    best = list(type(ALGO[direction]).tuner._best.values())
+    assert best, "the tuner picked a config"
+    print(direction, "picked", best)
+
