@@ -17,6 +17,19 @@ flagged BAD and not timed). Times: medians of CUDA-graph replays
 fill = tiles / (rounds x persistent programs), the wave quantization; /cudnn = time ratio
 (lower is better; cuBLAS for the GEMM rows). TFLOP/s count useful work only.
 
+--directions fwd,bwd_data adds backward-data rows: dx = conv(dy, the filter turned 180
+degrees with K and C swapped), padding KH-1-p (gluon_conv.launch_backward_data's
+formulation), against cuDNN's dgrad (aten.convolution_backward); the turned filter is
+made once outside the timing, and a "turn" row times that copy (tridnn makes it per call).
+
+--api: tridnn's public API instead (IMPLICIT_GEMM forward, ALGO_1 backward data), where the
+tuner times conv_tma's candidates then the Gluon picks (gluon_conv.picks) and keeps the
+fastest that agrees with conv_tma's reference. Per layer and direction: each candidate's
+tuner time (conv_tma's best three, every Gluon pick), the pick, and the public call's
+CUDA-graph time against cuDNN. The first call compiles every candidate (tens of seconds
+a layer on a cold Triton cache): run a few layers at a time, e.g.
+  PYTHONPATH=src python benchmarks/sweep_gluon_conv.py --api --layers res3_3x3,res5_3x3 --out results/
+
 A Gluon kernel that deadlocks would hang the process, so every config is first run once
 on small problems in a child process ("canary", 60 s limit); a config that hangs,
 crashes or disagrees there is reported and left out of the timed sweep.
@@ -32,9 +45,13 @@ import os
 import subprocess
 import sys
 import time
+import types
 
 import torch
 import torch.nn.functional as F
+
+if "--api" in sys.argv and "--dry-run" in sys.argv:  # the API's plumbing under Triton's interpreter
+    os.environ["TRITON_INTERPRET"] = "1"
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
@@ -172,6 +189,121 @@ def run_canaries(indices, dry, limit_s=60.0):
     return status
 
 
+# -- --api: the public API with the tuner -------------------------------------------------
+def _cfg_name(cfg) -> str:
+    from tridnn.cuda import gluon_conv as gc
+    if cfg.get("GLUON"):
+        return "gluon " + gc.name(cfg)
+    flags = "".join(f" {k}{'' if v is True else v}" for k, v in cfg.items()
+                    if k in ("PERSISTENT", "WARP_SPEC", "SK", "DP", "FUSED", "EPI_SPLIT") and v)
+    return (f"tma {cfg.get('NB', 1)}x{cfg['BH']}x{cfg['BW']}x{cfg['BLOCK_N']} w{cfg['num_warps']} "
+            f"s{cfg['num_stages']}{flags}")
+
+
+def api_sweep(a, directions, t0):
+    """Each layer and direction through tridnn's public API on a fresh tuner that records
+    every candidate's timing (see the module docstring)."""
+    import warnings
+
+    import triton
+    import tridnn
+    from tridnn.algorithms import registry
+    from tridnn.algorithms.problem import ConvProblem
+    from tridnn.cuda import common
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import bench_gpu_conv as bg
+
+    dev = "cpu" if a.dry_run else "cuda"
+    dtype = "float16" if a.dry_run else "bfloat16"  # (the interpreter has no bfloat16)
+    handle = tridnn.Handle(device="cpu", backend="triton", find_cache=None) if a.dry_run else \
+        tridnn.Handle(device="cuda", find_cache=None)
+    algos = {"fwd": registry.by_enum("conv", "fwd", "triton", tridnn.ConvFwdAlgo.IMPLICIT_GEMM),
+             "bwd_data": registry.by_enum("conv", "bwd_data", "triton", tridnn.ConvBwdDataAlgo.ALGO_1)}
+    log = []
+    current = [None]
+    real_bench = common.triton.testing.do_bench
+
+    def recording(fn, *args, **kw):
+        ms = real_bench(fn, *args, **kw)
+        log.append((current[0], ms))
+        return ms
+
+    class Recording(common.Tuner):
+        def pick(self, key, candidates, launch, out, device, scratch_ok=False):
+            def tagged(cfg, o):
+                current[0] = cfg
+                return launch(cfg, o)
+            return super().pick(key, candidates, tagged, out, device, scratch_ok)
+
+    common.triton.testing.do_bench = recording
+    rows = []
+    layers = [nm for nm in a.layers.split(",") if nm]
+    for name, direction in [(nm, d) for nm in layers for d in directions]:
+        if time.time() - t0 > a.budget_s:
+            print(f"{name} {direction}: budget spent", flush=True)
+            continue
+        n, c, k, h, w, ks, pad = LAYERS[name]
+        if a.dry_run:  # the plumbing only, on a tiny problem under the interpreter
+            n, c, k, h, w = 2, 64, 64, min(h, 6), min(w, 6)
+        p = dict(C=c, K=k, spatial=(h, w), kernel=(ks, ks), stride=(1, 1), pad=(pad, pad), dilation=(1, 1),
+                 groups=1)
+        cd, xd, wd, yd, x, wt, dy = bg.make(p, n, dtype, tridnn.MathType.DEFAULT, dev)
+        algo = algos[direction]
+        problem = ConvProblem(direction, xd, wd, yd, cd)
+        need = algo.workspace_size(problem)
+        ws = torch.empty(need, dtype=torch.uint8, device=dev) if need else None
+        out = torch.empty_like(x if direction == "bwd_data" else dy)
+        call = bg.tridnn_call(handle, direction, algo, cd, xd, wd, yd, x, wt, dy, out, ws)
+        type(algo).tuner = Recording()
+        del log[:]
+        t1 = time.time()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            call()
+        tune_s = time.time() - t1
+        dropped = [str(m.message)[:120] for m in caught if "disagrees" in str(m.message)]
+        best = list(type(algo).tuner._best.values())
+        pick = _cfg_name(best[0]) if best else "?"
+        row = dict(layer=name, direction=direction, pick=pick, tune_s=round(tune_s, 1), dropped=dropped,
+                   candidates=[(_cfg_name(cfg), ms * 1e3) for cfg, ms in log])
+        if not a.dry_run:
+            torch.cuda.synchronize()
+            ref = bg.torch_conv(direction, p, x, wt, dy)
+            row["err"] = bg.rel_err(out, ref())
+            row["cudnn_us"] = bg.bench(ref) * 1e6
+            row["api_us"] = bg.bench(call) * 1e6
+            row["api_eager_us"] = triton.testing.do_bench(call, warmup=5, rep=30, return_mode="median") * 1e3
+        rows.append(row)
+        tma = sorted((c for c in row["candidates"] if c[0].startswith("tma")), key=lambda c: c[1])[:3]
+        glu = [c for c in row["candidates"] if c[0].startswith("gluon")]
+        print(f"{name} {direction}: pick {pick} (tuning {tune_s:.0f} s)"
+              + (f"; api {row['api_us']:.1f} us (eager {row['api_eager_us']:.1f}), cuDNN {row['cudnn_us']:.1f}, "
+                 f"err {row['err']:.1e}" if "api_us" in row else ""), flush=True)
+        for cname, us in tma + glu:
+            print(f"    {cname:40s} {us:8.1f} us (tuner)", flush=True)
+        for d in dropped:
+            print(f"    DROPPED: {d}", flush=True)
+    common.triton.testing.do_bench = real_bench
+
+    print(f"\ntotal {time.time() - t0:.0f} s\n")
+    print(f"{'layer':10s} {'dir':8s} {'cuDNN':>7s} {'api':>7s} {'eager':>7s} {'/cudnn':>6s} {'best tma':>8s} "
+          f"{'best gl':>8s} {'err':>8s} pick")
+    for r in rows:
+        tma = min((us for cn, us in r["candidates"] if cn.startswith("tma")), default=float("nan"))
+        glu = min((us for cn, us in r["candidates"] if cn.startswith("gluon")), default=float("nan"))
+        f = lambda key: f"{r[key]:7.1f}" if key in r else f"{'-':>7s}"  # noqa: E731
+        ratio = f"{r['api_us'] / r['cudnn_us']:6.2f}" if "api_us" in r else f"{'-':>6s}"
+        err = f"{r['err']:8.1e}" if "err" in r else f"{'-':>8s}"
+        print(f"{r['layer']:10s} {r['direction']:8s} {f('cudnn_us')} {f('api_us')} {f('api_eager_us')} {ratio} "
+              f"{tma:8.1f} {glu:8.1f} {err} {r['pick']}")
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+        path = os.path.join(a.out, "gluon_api.json")
+        with open(path, "w") as fh:
+            json.dump(dict(dry_run=a.dry_run, rows=rows, seconds=time.time() - t0), fh, indent=1)
+        print(f"wrote {path}")
+
+
 # -- the sweep ----------------------------------------------------------------------------
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -182,9 +314,11 @@ def main():
     ap.add_argument("--rep", type=int, default=40, help="milliseconds of graph replays per timing")
     ap.add_argument("--budget-s", type=float, default=140.0, help="stop starting new configs after this")
     ap.add_argument("--no-canary", action="store_true", help="skip the child-process trial runs")
+    ap.add_argument("--directions", default="fwd", help="fwd and/or bwd_data (comma-separated)")
+    ap.add_argument("--api", action="store_true", help="time tridnn's public API with its tuner instead")
     ap.add_argument("--canary", help=argparse.SUPPRESS)
     a = ap.parse_args()
-    if a.dry_run:
+    if a.dry_run and not a.api:
         offline_driver()
     if a.canary is not None:
         canary([int(i) for i in a.canary.split(",") if i], a.dry_run)
@@ -192,6 +326,12 @@ def main():
 
     from tridnn.cuda import gluon_conv as gc
     t0 = time.time()
+    directions = [d for d in a.directions.split(",") if d]
+    if any(d not in ("fwd", "bwd_data") for d in directions):
+        ap.error("--directions takes fwd and bwd_data")
+    if a.api:
+        api_sweep(a, directions, t0)
+        return
     indices = [int(i) for i in a.configs.split(",") if i] or list(range(len(gc.CONFIGS)))
     layers = [name for name in a.layers.split(",") if name]
     for name in layers:
@@ -208,14 +348,35 @@ def main():
         f"{gc.name(gc.CONFIGS[i])}={status[i][0]}" for i in indices), flush=True)
 
     rows = []
-    for name in layers:
+    for name, direction in [(nm, d) for nm in layers for d in directions]:
         n, c, k, h, w, ks, pad = LAYERS[name]
         oh, ow = h + 2 * pad - ks + 1, w + 2 * pad - ks + 1
         flop = gc.flops(n, c, k, oh, ow, ks, ks)
         x, wt = make(n, c, k, h, w, ks, ks, dev)
         w_mat = gc.filter_matrix(wt)
         ref = None
-        if not a.dry_run:
+        bwd = direction == "bwd_data"
+        if bwd:  # dx [n, c, h, w] = conv(dy [n, k, oh, ow], turned filter [c, ks*ks*k]), padding ks-1-pad
+            dy = make(n, k, c, oh, ow, ks, ks, dev, seed=1)[0]
+            problem = types.SimpleNamespace(mode=1)  # cross-correlation: the taps are turned
+            t_mat = gc.turned_filter(problem, wt)
+            name_d = name + "_dgrad"
+        else:
+            name_d = name
+        if not a.dry_run and bwd:
+            who = "cudnn"
+            fn = lambda: torch.ops.aten.convolution_backward(  # noqa: E731
+                dy, x, wt, None, [1, 1], [pad, pad], [1, 1], False, [0, 0], 1, [True, False, False])[0]
+            ref = fn()
+            us = bench(fn, a.rep)
+            rows.append(dict(layer=name_d, config=who, us=us, tflops=flop / us * 1e-6, ratio=1.0, err=0.0,
+                             useful=1.0, fill=1.0))
+            print(f"{name_d:9s} {who} {us:8.1f} us {flop / us * 1e-6:6.0f} TFLOP/s", flush=True)
+            turn_us = bench(lambda: gc.turned_filter(problem, wt), a.rep)
+            rows.append(dict(layer=name_d, config="turn", us=turn_us, tflops=None, ratio=None, err=None,
+                             useful=1.0, fill=1.0, note="the turned filter's copy (per tridnn call)"))
+            print(f"{name_d:9s} turn {turn_us:8.1f} us", flush=True)
+        elif not a.dry_run:
             if ks == 1 and n == 1 and h == 1:  # x is an [M, C] matrix: the reference is cuBLAS
                 who = "cublas"
                 a2, b2 = x.permute(0, 2, 3, 1).reshape(w, c), w_mat.t()
@@ -229,13 +390,16 @@ def main():
             rows.append(dict(layer=name, config=who, us=us, tflops=flop / us * 1e-6, ratio=1.0, err=0.0,
                              useful=1.0, fill=1.0))
             print(f"{name:9s} {who} {us:8.1f} us {flop / us * 1e-6:6.0f} TFLOP/s", flush=True)
-        cudnn_us = rows[-1]["us"] if rows and rows[-1]["config"] in ("cudnn", "cublas") else None
+        refs = [r for r in rows if r["layer"] == name_d and r["config"] in ("cudnn", "cublas")]
+        cudnn_us = refs[-1]["us"] if refs else None
+        # backward data: the output is dx (h x w, c channels), the reduction dy's k channels
+        o_n, o_h, o_w, o_k, red = (n, h, w, c, k) if bwd else (n, oh, ow, k, c)
         for i in indices:
             cfg = gc.CONFIGS[i]
-            row = dict(layer=name, config=gc.name(cfg), us=None, tflops=None, ratio=None, err=None,
-                       useful=round(useful(cfg, n, oh, ow), 3), fill=round(fill(cfg, n, k, oh, ow), 3),
+            row = dict(layer=name_d, config=gc.name(cfg), us=None, tflops=None, ratio=None, err=None,
+                       useful=round(useful(cfg, o_n, o_h, o_w), 3), fill=round(fill(cfg, o_n, o_k, o_h, o_w), 3),
                        shared=gc.shared_bytes(cfg))
-            if not applies(cfg, n, c, k, oh, ow):
+            if not applies(cfg, o_n, red, o_k, o_h, o_w):
                 continue
             if status[i][0] != "ok":
                 row["note"] = "canary " + status[i][0]
@@ -246,9 +410,15 @@ def main():
                 rows.append(row)
                 continue
             try:
-                y = torch.empty((n, k, oh, ow), device=dev, dtype=torch.bfloat16, memory_format=torch.channels_last)
-                grid, args, meta, y = gc.prepare(x, wt, (pad, pad), (1, 1), cfg, y=y, w_mat=w_mat,
-                                                 sms=SMS if a.dry_run else None)
+                y = torch.empty((o_n, o_k, o_h, o_w), device=dev, dtype=torch.bfloat16,
+                                memory_format=torch.channels_last)
+                if bwd:
+                    bp = ks - 1 - pad
+                    grid, args, meta, y = gc.prepare(dy, None, (bp, bp), (1, 1), cfg, y=y, w_mat=t_mat,
+                                                     sms=SMS if a.dry_run else None, kernel=(ks, ks))
+                else:
+                    grid, args, meta, y = gc.prepare(x, wt, (pad, pad), (1, 1), cfg, y=y, w_mat=w_mat,
+                                                     sms=SMS if a.dry_run else None)
                 if a.dry_run:
                     gc.gluon_conv_fwd_kernel.warmup(*args, grid=grid, **meta)
                     row["note"] = "dry"
@@ -264,18 +434,18 @@ def main():
             except Exception as e:  # report and go on: one config must not end the sweep
                 row["note"] = f"{type(e).__name__}: {str(e).splitlines()[0][:80] if str(e) else ''}"
             rows.append(row)
-            print(f"{name:9s} {row['config']:22s} " + (f"{row['us']:8.1f} us {row['tflops']:6.0f} TFLOP/s "
+            print(f"{name_d:9s} {row['config']:22s} " + (f"{row['us']:8.1f} us {row['tflops']:6.0f} TFLOP/s "
                   f"x{row['ratio']:.2f} err {row['err']:.1e}" if row["us"] else row.get("note", "")), flush=True)
 
     print(f"\ntotal {time.time() - t0:.0f} s\n")
-    print(f"{'layer':9s} {'config':22s} {'us':>8s} {'TFLOP/s':>8s} {'/cudnn':>7s} {'err':>8s} {'useful':>6s} "
+    print(f"{'layer':15s} {'config':22s} {'us':>8s} {'TFLOP/s':>8s} {'/cudnn':>7s} {'err':>8s} {'useful':>6s} "
           f"{'fill':>5s} note")
     for r in rows:
         us = f"{r['us']:8.1f}" if r["us"] else f"{'-':>8s}"
         tf = f"{r['tflops']:8.0f}" if r["tflops"] else f"{'-':>8s}"
         ratio = f"{r['ratio']:7.2f}" if r["ratio"] else f"{'-':>7s}"
         err = f"{r['err']:8.1e}" if r["err"] is not None else f"{'-':>8s}"
-        print(f"{r['layer']:9s} {r['config']:22s} {us} {tf} {ratio} {err} {r['useful']:6.2f} {r['fill']:5.2f} {r.get('note', '')}")
+        print(f"{r['layer']:15s} {r['config']:22s} {us} {tf} {ratio} {err} {r['useful']:6.2f} {r['fill']:5.2f} {r.get('note', '')}")
     if a.out:
         os.makedirs(a.out, exist_ok=True)
         path = os.path.join(a.out, "gluon_conv.json")
