@@ -334,3 +334,19 @@ def test_gpu_tuner_with_gluon_candidates(direction, rng, monkeypatch):
     assert best, "the tuner picked a config"
     print(direction, "picked", best)
 
+
+
+def test_fast_launch_passes_the_constexprs_in_signature_order():
+    """launch's direct path appends the constexpr values after the runtime arguments: the
+    kernel's constexpr parameters must be exactly its last ones, and prepare's meta must
+    name each of them."""
+    params = gc.gluon_conv_fwd_kernel.params
+    flags = [p.is_constexpr for p in params]
+    first = flags.index(True)
+    assert all(flags[first:]) and not any(flags[:first])
+    x = torch.zeros(1, 64, 5, 5, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    w = torch.zeros(64, 64, 3, 3, dtype=torch.bfloat16)
+    grid, args, meta, _ = gc.prepare(x, w, cfg=gc.PICKS_SMALL[0], sms=132, beta=0.5)
+    tail = gc.constexpr_tail(meta)
+    assert len(args) == first and len(args) + len(tail) == len(params)
+    assert tail == tuple(meta[p.name] for p in params[first:]) and meta["HAS_BETA"] is True

@@ -38,6 +38,8 @@ process where the interpreter has not run: it leaves triton.language patched).
 """
 from __future__ import annotations
 
+import os
+
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -483,8 +485,50 @@ def _sm_count(device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+# The JIT's per-call binding (signature, specialization, cache key, a tensor map encoded
+# per descriptor) costs tens of microseconds of host time, as much as a ResNet layer's
+# kernel. The compiled kernel depends only on the dtype and the constexprs here (the ints
+# are not specialized, descriptors are typed by their box and layout), so after the first
+# launch through the JIT, later ones call its launcher directly, as common.launch does for
+# Triton kernels, with the encoded tensor maps cached per (cached) descriptor.
+# TRIDNN_GLUON_JIT_LAUNCH=1: every launch through the JIT.
+FAST_LAUNCH = os.environ.get("TRIDNN_GLUON_JIT_LAUNCH", "0") != "1"
+_compiled: dict = {}
+
+
+def constexpr_tail(meta) -> tuple:
+    """The kernel's constexpr values in signature order (they follow the runtime arguments)."""
+    names = gluon_conv_fwd_kernel.arg_names
+    return tuple(meta[n] for n in names[names.index("NB"):])
+
+
 def launch(grid, args, meta, y=None):
-    gluon_conv_fwd_kernel[grid](*args, **meta)
+    """gluon_conv_fwd_kernel[grid](*args, **meta); on the GPU, after the first launch of a
+    (device, dtype, constexprs), straight through the compiled kernel's launcher."""
+    base = args[0].base
+    on_gpu = not hasattr(base, "device") or base.device.type == "cuda"  # an _Address lives on the GPU
+    if not (FAST_LAUNCH and on_gpu):
+        gluon_conv_fwd_kernel[grid](*args, **meta)
+        return y
+    import torch
+    from .common import TensorMapLauncher, _raw_stream
+    index = torch.cuda.current_device()
+    key = (index, base.dtype, tuple(meta.items()))
+    entry = _compiled.get(key)
+    if entry is None:
+        compiled = gluon_conv_fwd_kernel[grid](*args, **meta)
+        tail = constexpr_tail(meta)
+        assert len(args) + len(tail) == len(gluon_conv_fwd_kernel.arg_names)
+        _compiled[key] = (compiled, tail, TensorMapLauncher.of(compiled.run))
+        return y
+    compiled, tail, maps = entry
+    values = (*args, *tail)
+    g = (grid[0], 1, 1)
+    if maps is not None:
+        maps.launch(g, _raw_stream(index), compiled, values)
+    else:
+        compiled.run(g[0], g[1], g[2], _raw_stream(index), compiled.function, compiled.packed_metadata, None, None,
+                     None, *values)
     return y
 
 
