@@ -21,8 +21,8 @@ that segment (the last split fewer). The persistent programs take units pid, pid
 ...; rows past the segment's end come back from TMA as zeros (so plain sums need no mask;
 shifted squares mask the last box of a segment). Per unit a program writes its partial
 sums part[seg, split, q, column] (q = 0: sum of x - shift, q = 1: sum of (x - shift)^2),
-float32; ``_finish_kernel`` (plain Triton) adds them in split order in float64:
-deterministic, no atomics. shift[column] = x's first row (the first G pixels), as
+float32; ``_finish_kernel`` (plain Triton) adds them in float64 in a fixed order (tiles of
+splits, then a fixed tree): deterministic, no atomics. shift[column] = x's first row (the first G pixels), as
 batchnorm.py's _stats_kernel does, so |mean| >> std keeps its digits.
 
 Two ways to keep the ring full (WARP_SPEC):
@@ -101,12 +101,31 @@ def _accumulate(tile, acc, acc2, shift, limit, BLOCK_P: gl.constexpr, R: gl.cons
 
 
 @gluon.jit
-def _consume_unit(x_desc, x_ptr, part_ptr, bufs, ready, empty, it, u, nprog, lq, lu, lk, L, CC, B, PER, SPLITS, CBN,
-                  UNITS, BLOCK_P: gl.constexpr, BLOCK_C: gl.constexpr, STAGES: gl.constexpr, R: gl.constexpr,
-                  layout: gl.constexpr, SQUARES: gl.constexpr, WARP_SPEC: gl.constexpr):
+def _issue_next(x_desc, bufs, ready, lq, lu, lseg, lrow, lcol, lnb, nprog, SPLITS, CBN, PER, B, UNITS,
+                BLOCK_P: gl.constexpr, BLOCK_C: gl.constexpr, STAGES: gl.constexpr):
+    """Single partition: issue the next load (if any) and advance (lq, lu, lseg, lrow, lcol, lnb):
+    load number, unit, its segment, the next box's first row and column, boxes left in the unit."""
+    if lu < UNITS:
+        _issue(x_desc, bufs, ready, lq, lseg, lrow, lcol, STAGES)
+        lq += 1
+        lrow += BLOCK_P
+        lnb -= 1
+        if lnb == 0:
+            lu += nprog
+            lseg, lcb, lsp, lj0, lnb = _unit(lu, SPLITS, CBN, PER, B)
+            lrow = lj0 * BLOCK_P
+            lcol = lcb * BLOCK_C
+    return lq, lu, lseg, lrow, lcol, lnb
+
+
+@gluon.jit
+def _consume_unit(x_desc, x_ptr, part_ptr, bufs, ready, empty, it, u, nprog, lq, lu, lseg, lrow, lcol, lnb,
+                  L, CC, B, PER, SPLITS, CBN, UNITS, BLOCK_P: gl.constexpr, BLOCK_C: gl.constexpr,
+                  STAGES: gl.constexpr, R: gl.constexpr, layout: gl.constexpr, SQUARES: gl.constexpr,
+                  WARP_SPEC: gl.constexpr):
     """Reduce unit u (ring position ``it`` onwards) and store its partial sums. Without
-    WARP_SPEC this partition also issues the loads: (lq, lu, lk) = the next load's number,
-    unit and box within the unit; returned advanced."""
+    WARP_SPEC this partition also issues the loads, STAGES - 1 boxes ahead (the state of
+    ``_issue_next``, returned advanced)."""
     seg, cb, sp, j0, nb = _unit(u, SPLITS, CBN, PER, B)
     cols = cb * BLOCK_C + gl.arange(0, BLOCK_C, layout=gl.SliceLayout(0, layout))
     cmask = cols < CC
@@ -120,14 +139,8 @@ def _consume_unit(x_desc, x_ptr, part_ptr, bufs, ready, empty, it, u, nprog, lq,
         if not WARP_SPEC:
             # every warp is done with the slot box it-1 used: refill it with load it+STAGES-1
             gl.thread_barrier()
-            if lu < UNITS:
-                lseg, lcb, lsp, lj0, lnb = _unit(lu, SPLITS, CBN, PER, B)
-                _issue(x_desc, bufs, ready, lq, lseg, (lj0 + lk) * BLOCK_P, lcb * BLOCK_C, STAGES)
-                lq += 1
-                lk += 1
-                if lk == lnb:
-                    lk = 0
-                    lu += nprog
+            lq, lu, lseg, lrow, lcol, lnb = _issue_next(x_desc, bufs, ready, lq, lu, lseg, lrow, lcol, lnb, nprog,
+                                                       SPLITS, CBN, PER, B, UNITS, BLOCK_P, BLOCK_C, STAGES)
         s = it % STAGES
         mbarrier.wait(ready.index(s), (it // STAGES) & 1)
         tile = bufs.index(s).reshape([BLOCK_P, BLOCK_C])
@@ -148,7 +161,7 @@ def _consume_unit(x_desc, x_ptr, part_ptr, bufs, ready, empty, it, u, nprog, lq,
     gl.store(base + cols, _column_sums(acc), mask=cmask)
     if SQUARES:
         gl.store(base + CC + cols, _column_sums(acc2), mask=cmask)
-    return it, lq, lu, lk
+    return it, lq, lu, lseg, lrow, lcol, lnb
 
 
 @gluon.jit
@@ -161,24 +174,21 @@ def _consumer(x_desc, x_ptr, part_ptr, bufs, ready, empty, L, CC, B, PER, SPLITS
     R: gl.constexpr = (32 // TPC) * WARPS
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
+    # the next load: number lq, unit lu (decoded once a unit: segment, column, row, boxes left)
     lq = 0
     lu = pid
-    lk = 0
+    lseg, lcb, lsp, lj0, lnb = _unit(lu, SPLITS, CBN, PER, B)
+    lrow = lj0 * BLOCK_P
+    lcol = lcb * BLOCK_C
     if not WARP_SPEC:
         for _ in gl.static_range(STAGES - 1):
-            if lu < UNITS:
-                lseg, lcb, lsp, lj0, lnb = _unit(lu, SPLITS, CBN, PER, B)
-                _issue(x_desc, bufs, ready, lq, lseg, (lj0 + lk) * BLOCK_P, lcb * BLOCK_C, STAGES)
-                lq += 1
-                lk += 1
-                if lk == lnb:
-                    lk = 0
-                    lu += nprog
+            lq, lu, lseg, lrow, lcol, lnb = _issue_next(x_desc, bufs, ready, lq, lu, lseg, lrow, lcol, lnb, nprog,
+                                                       SPLITS, CBN, PER, B, UNITS, BLOCK_P, BLOCK_C, STAGES)
     it = 0
     for u in range(pid, UNITS, nprog):
-        it, lq, lu, lk = _consume_unit(x_desc, x_ptr, part_ptr, bufs, ready, empty, it, u, nprog, lq, lu, lk,
-                                       L, CC, B, PER, SPLITS, CBN, UNITS, BLOCK_P, BLOCK_C, STAGES, R, layout,
-                                       SQUARES, WARP_SPEC)
+        it, lq, lu, lseg, lrow, lcol, lnb = _consume_unit(
+            x_desc, x_ptr, part_ptr, bufs, ready, empty, it, u, nprog, lq, lu, lseg, lrow, lcol, lnb,
+            L, CC, B, PER, SPLITS, CBN, UNITS, BLOCK_P, BLOCK_C, STAGES, R, layout, SQUARES, WARP_SPEC)
 
 
 @gluon.jit
@@ -236,7 +246,7 @@ def stream_sums_kernel(
 @triton.jit
 def _finish_kernel(part_ptr, x_ptr, out_ptr, out2_ptr, C, CC, G, SPLITS, rows,
                    scale_ptr, bias_ptr, coef_ptr, eps,
-                   SQUARES: tl.constexpr, COEF: tl.constexpr, BLOCK: tl.constexpr):
+                   SQUARES: tl.constexpr, COEF: tl.constexpr, BLOCK: tl.constexpr, BLOCK_S: tl.constexpr):
     """Per (segment, channel): add the splits' partials in split order, in float64, and fold the
     G columns of each channel. Sums: out[seg, c] = sum of x. SQUARES: out = mean, out2 = biased
     variance (each column: mean_j = shift_j + S1/rows, M2_j = S2 - S1^2/rows; columns combined
@@ -251,13 +261,16 @@ def _finish_kernel(part_ptr, x_ptr, out_ptr, out2_ptr, C, CC, G, SPLITS, rows,
     m2 = tl.zeros([BLOCK], tl.float64)
     for gi in range(G):
         col = gi * C + c
+        # [BLOCK_S splits, BLOCK channels] tiles: the loads of a tile are all in flight at once
         s1 = tl.zeros([BLOCK], tl.float64)
         s2 = tl.zeros([BLOCK], tl.float64)
-        for sp in range(SPLITS):
-            base = part_ptr + (seg * SPLITS + sp) * NACC * CC
-            s1 += tl.load(base + col, mask=m, other=0.0).to(tl.float64)
+        for sp0 in range(0, SPLITS, BLOCK_S):
+            sp = sp0 + tl.arange(0, BLOCK_S)
+            tm = (sp < SPLITS)[:, None] & m[None, :]
+            offs = ((seg * SPLITS + sp) * NACC * CC)[:, None] + col[None, :]
+            s1 += tl.sum(tl.load(part_ptr + offs, mask=tm, other=0.0).to(tl.float64), axis=0)
             if SQUARES:
-                s2 += tl.load(base + CC + col, mask=m, other=0.0).to(tl.float64)
+                s2 += tl.sum(tl.load(part_ptr + offs + CC, mask=tm, other=0.0).to(tl.float64), axis=0)
         if SQUARES:
             shift = tl.load(x_ptr + col, mask=m, other=0.0).to(tl.float64)
             mj = shift + s1 / rows
@@ -280,7 +293,8 @@ def _finish_kernel(part_ptr, x_ptr, out_ptr, out2_ptr, C, CC, G, SPLITS, rows,
         tl.store(out_ptr + seg * C + c, total.to(out_ptr.dtype.element_ty), mask=m)
 
 
-FINISH_BLOCK = 128
+FINISH_BLOCK = 32     # channels a finish program
+FINISH_SPLITS = 64    # splits a finish step
 
 
 # --------------------------------------------------------------------------------------
@@ -300,6 +314,31 @@ def _box_of(j0, nb, k, REVERSE: gl.constexpr):
 
 
 @gluon.jit
+def _unit_start(pid, nprog, o, my_units, SPLITS, CBN, PER, B, BLOCK_P: gl.constexpr, BLOCK_C: gl.constexpr,
+                REVERSE: gl.constexpr):
+    """The o-th unit of this program's walk: (segment, first box's row, column, boxes)."""
+    seg, cb, sp, j0, nb = _unit(_walk(pid, nprog, o, my_units, REVERSE), SPLITS, CBN, PER, B)
+    return seg, _box_of(j0, nb, 0, REVERSE) * BLOCK_P, cb * BLOCK_C, nb
+
+
+@gluon.jit
+def _apply_issue_next(x_desc, bufs, ready, lq, lo, lseg, lrow, lcol, lnb, pid, nprog, my_units, SPLITS, CBN, PER, B,
+                      BLOCK_P: gl.constexpr, BLOCK_C: gl.constexpr, STAGES: gl.constexpr, REVERSE: gl.constexpr):
+    """Single partition: issue the next load of the walk (if any) and advance its state (load
+    number, unit ordinal, segment, row, column, boxes left in the unit)."""
+    if lo < my_units:
+        _issue(x_desc, bufs, ready, lq, lseg, lrow, lcol, STAGES)
+        lq += 1
+        lrow += -BLOCK_P if REVERSE else BLOCK_P
+        lnb -= 1
+        if lnb == 0:
+            lo += 1
+            lseg, lrow, lcol, lnb = _unit_start(pid, nprog, lo, my_units, SPLITS, CBN, PER, B, BLOCK_P, BLOCK_C,
+                                                REVERSE)
+    return lq, lo, lseg, lrow, lcol, lnb
+
+
+@gluon.jit
 def _apply_consumer(x_desc, y_desc, coef_ptr, bufs, ready, empty, obufs, C, CC, B, PER, SPLITS, CBN, UNITS,
                     BLOCK_P: gl.constexpr, BLOCK_C: gl.constexpr, STAGES: gl.constexpr, OSTAGES: gl.constexpr,
                     VEC: gl.constexpr, TPC: gl.constexpr, WARPS: gl.constexpr, RELU: gl.constexpr,
@@ -307,7 +346,7 @@ def _apply_consumer(x_desc, y_desc, coef_ptr, bufs, ready, empty, obufs, C, CC, 
     """Per box: wait for x, y = act(a * x + b) R rows at a time into an output slot, TMA-store
     it (the store drains while the next boxes compute; a slot is rewritten once the store
     OSTAGES boxes back has read it). Without WARP_SPEC this partition also issues the loads,
-    STAGES - 1 ahead, in the same order (lo, lk: the next load's unit ordinal and box)."""
+    STAGES - 1 ahead, in the same order (the state of ``_apply_issue_next``)."""
     layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // TPC, TPC], [WARPS, 1], [1, 0])
     R: gl.constexpr = (32 // TPC) * WARPS
     pid = gl.program_id(0)
@@ -315,18 +354,12 @@ def _apply_consumer(x_desc, y_desc, coef_ptr, bufs, ready, empty, obufs, C, CC, 
     my_units = (UNITS - pid + nprog - 1) // nprog
     lq = 0
     lo = 0
-    lk = 0
+    lseg, lrow, lcol, lnb = _unit_start(pid, nprog, 0, my_units, SPLITS, CBN, PER, B, BLOCK_P, BLOCK_C, REVERSE)
     if not WARP_SPEC:
         for _ in gl.static_range(STAGES - 1):
-            if lo < my_units:
-                lseg, lcb, lsp, lj0, lnb = _unit(_walk(pid, nprog, lo, my_units, REVERSE), SPLITS, CBN, PER, B)
-                _issue(x_desc, bufs, ready, lq, lseg, _box_of(lj0, lnb, lk, REVERSE) * BLOCK_P, lcb * BLOCK_C,
-                       STAGES)
-                lq += 1
-                lk += 1
-                if lk == lnb:
-                    lk = 0
-                    lo += 1
+            lq, lo, lseg, lrow, lcol, lnb = _apply_issue_next(x_desc, bufs, ready, lq, lo, lseg, lrow, lcol, lnb, pid,
+                                                              nprog, my_units, SPLITS, CBN, PER, B, BLOCK_P, BLOCK_C,
+                                                              STAGES, REVERSE)
     it = 0
     for o in range(my_units):
         seg, cb, sp, j0, nb = _unit(_walk(pid, nprog, o, my_units, REVERSE), SPLITS, CBN, PER, B)
@@ -336,16 +369,10 @@ def _apply_consumer(x_desc, y_desc, coef_ptr, bufs, ready, empty, obufs, C, CC, 
         b = gl.expand_dims(gl.load(coef_ptr + C + ch), 0)
         for k in range(nb):
             if not WARP_SPEC:
-                gl.thread_barrier()
-                if lo < my_units:
-                    lseg, lcb, lsp, lj0, lnb = _unit(_walk(pid, nprog, lo, my_units, REVERSE), SPLITS, CBN, PER, B)
-                    _issue(x_desc, bufs, ready, lq, lseg, _box_of(lj0, lnb, lk, REVERSE) * BLOCK_P,
-                           lcb * BLOCK_C, STAGES)
-                    lq += 1
-                    lk += 1
-                    if lk == lnb:
-                        lk = 0
-                        lo += 1
+                gl.thread_barrier()  # every warp is done with the x slot box it-1 used
+                lq, lo, lseg, lrow, lcol, lnb = _apply_issue_next(x_desc, bufs, ready, lq, lo, lseg, lrow, lcol, lnb,
+                                                                  pid, nprog, my_units, SPLITS, CBN, PER, B, BLOCK_P,
+                                                                  BLOCK_C, STAGES, REVERSE)
             s = it % STAGES
             mbarrier.wait(ready.index(s), (it // STAGES) & 1)
             tile = bufs.index(s).reshape([BLOCK_P, BLOCK_C])
@@ -591,7 +618,7 @@ def prepare(x, per_image=False, squares=False, cfg=None, sms=None, out=None, out
         meta["maxnreg"] = max_regs(cfg)
     fin_args = (part, x, out, out2 if squares else out, c, cc, p["G"], p["SPLITS"], rows,
                 scale if coef_mode else out, bias if coef_mode else out, coef if coef_mode else out, float(eps))
-    fin_meta = dict(SQUARES=bool(squares), COEF=bool(coef_mode), BLOCK=FINISH_BLOCK)
+    fin_meta = dict(SQUARES=bool(squares), COEF=bool(coef_mode), BLOCK=FINISH_BLOCK, BLOCK_S=FINISH_SPLITS)
     return dict(plan=p, cfg=cfg, grid=(p["grid"],), args=args, meta=meta, part=part, out=out, out2=out2, coef=coef,
                 fin_grid=(segs, triton.cdiv(c, FINISH_BLOCK)), fin_args=fin_args, fin_meta=fin_meta)
 
