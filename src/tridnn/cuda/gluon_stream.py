@@ -22,8 +22,15 @@ that segment (the last split fewer). The persistent programs take units pid, pid
 shifted squares mask the last box of a segment). Per unit a program writes its partial
 sums part[seg, split, q, column] (q = 0: sum of x - shift, q = 1: sum of (x - shift)^2),
 float32; ``_finish_kernel`` (plain Triton) adds them in float64 in a fixed order (tiles of
-splits, then a fixed tree): deterministic, no atomics. shift[column] = x's first row (the first G pixels), as
-batchnorm.py's _stats_kernel does, so |mean| >> std keeps its digits.
+splits, then a fixed tree): deterministic, no atomics. shift[column] = x's first row (the
+first G pixels), as batchnorm.py's _stats_kernel does, so |mean| >> std keeps its digits.
+For batch norm the finish also writes a = scale / sqrt(var + eps), b = bias - mean * a.
+
+The apply pass (``stream_apply_kernel``, y = act(a[c] * x + b[c])) streams x in the same
+way and writes y through two shared-memory output slots by TMA store. It walks the
+statistics pass's units; with REVERSE each program starts from its last box, so it first
+reads what the statistics pass read last, which the 50 MB L2 may still hold (x itself is
+102.8 MB for 64x256x56x56 bf16, so at most about half of the second read can hit).
 
 Two ways to keep the ring full (WARP_SPEC):
 - 0: one partition; before reading box i it issues the load of box i + STAGES - 1 into the
