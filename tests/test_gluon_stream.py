@@ -190,6 +190,12 @@ def test_choose_splits_balances():
     assert (s, per) == (2, 25)
 
 
+def test_finish_tile():
+    assert gs.finish_tile(131) == (256, 16)
+    assert gs.finish_tile(2) == (2, 128)
+    assert gs.finish_tile(1000) == (256, 16)  # more splits than a tile: the finish loops
+
+
 def test_why_not():
     x = torch.zeros(2, 3, 4, 5, dtype=torch.float16).to(memory_format=torch.channels_last)
     assert gs.why_not(x, per_image=True) is not None  # 20 pixels, 8 pixels a 16-byte row

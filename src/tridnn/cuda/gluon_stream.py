@@ -300,8 +300,15 @@ def _finish_kernel(part_ptr, x_ptr, out_ptr, out2_ptr, C, CC, G, SPLITS, rows,
         tl.store(out_ptr + seg * C + c, total.to(out_ptr.dtype.element_ty), mask=m)
 
 
-FINISH_BLOCK = 32     # channels a finish program
-FINISH_SPLITS = 64    # splits a finish step
+FINISH_BLOCK = 32     # channels a finish program (tests)
+
+
+def finish_tile(splits: int):
+    """(splits a finish step, channels a finish program): all splits in one [<= 256, ...] tile of
+    ~4096 elements, so the finish is one round of loads (131 splits for batch statistics of
+    64x256x56x56: [256, 16], 16 programs; 2 splits an image for sums per image: [2, 128])."""
+    bs = min(256, triton.next_power_of_2(max(1, splits)))
+    return bs, max(16, min(128, 4096 // bs))
 
 
 # --------------------------------------------------------------------------------------
@@ -625,9 +632,10 @@ def prepare(x, per_image=False, squares=False, cfg=None, sms=None, out=None, out
         meta["maxnreg"] = max_regs(cfg)
     fin_args = (part, x, out, out2 if squares else out, c, cc, p["G"], p["SPLITS"], rows,
                 scale if coef_mode else out, bias if coef_mode else out, coef if coef_mode else out, float(eps))
-    fin_meta = dict(SQUARES=bool(squares), COEF=bool(coef_mode), BLOCK=FINISH_BLOCK, BLOCK_S=FINISH_SPLITS)
+    fin_s, fin_c = finish_tile(p["SPLITS"])
+    fin_meta = dict(SQUARES=bool(squares), COEF=bool(coef_mode), BLOCK=fin_c, BLOCK_S=fin_s)
     return dict(plan=p, cfg=cfg, grid=(p["grid"],), args=args, meta=meta, part=part, out=out, out2=out2, coef=coef,
-                fin_grid=(segs, triton.cdiv(c, FINISH_BLOCK)), fin_args=fin_args, fin_meta=fin_meta)
+                fin_grid=(segs, triton.cdiv(c, fin_c)), fin_args=fin_args, fin_meta=fin_meta)
 
 
 def launch(pp, finish=True):
