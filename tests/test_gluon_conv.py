@@ -37,19 +37,26 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 from tridnn.cuda import gluon_conv as gc
 from test_gluon_conv import _sass
+from test_gluon_conv import variant_key
 by_name = {gc.name(c): c for c in gc.CONFIGS}
 out = {}
-for name, beta in json.loads(sys.argv[2]):
-    k = gc.compile_sm90(by_name[name], beta)
-    out[name + ("|beta" if beta else "")] = dict(shared=k.metadata.shared, sass=_sass(k))
+for name, kwargs in json.loads(sys.argv[2]):
+    k = gc.compile_sm90(by_name[name], **kwargs)
+    out[variant_key(name, kwargs)] = dict(shared=k.metadata.shared, sass=_sass(k))
 print(json.dumps(out))
 """
 
 
+def variant_key(name, kwargs) -> str:
+    """'name' or 'name|k=v,...' for compile_sm90's keyword arguments."""
+    return name + ("|" + ",".join(f"{k}={v}" for k, v in sorted(kwargs.items())) if kwargs else "")
+
+
 def compile_in_child(variants) -> dict:
-    """{name or name|beta: {shared, sass}} of (config name, has_beta) variants compiled for
-    sm_90 in a child process. Not in this one: Triton's interpreter, which the other CPU
-    tests run, leaves triton.language patched, and Gluon's compiler builds on it."""
+    """{variant_key: {shared, sass}} of (config name, compile_sm90 keyword arguments)
+    variants compiled for sm_90 in a child process. Not in this one: Triton's interpreter,
+    which the other CPU tests run, leaves triton.language patched, and Gluon's compiler
+    builds on it."""
     import json
     import sys
     if _cuobjdump() is None:
@@ -65,7 +72,7 @@ def compile_in_child(variants) -> dict:
 
 @pytest.fixture(scope="module")
 def sm90():
-    return compile_in_child([(gc.name(c), False) for c in gc.CONFIGS])
+    return compile_in_child([(gc.name(c), {}) for c in gc.CONFIGS])
 
 
 # -- CPU: offline sm_90 compile ---------------------------------------------------------
@@ -188,3 +195,16 @@ def test_gpu_against_float64(case, cfg):
         want = alpha * ref + beta * old.double()
         err = ((y.double().cpu() - want).abs().max() / want.abs().max()).item()
         assert err < 1e-2, (gc.name(cfg), alpha, beta, sms, err)
+    # the fused epilogue: relu(alpha * conv + alpha2 * z + bias), z and bias by TMA and
+    # pointer, 3 programs (the z barrier's phases) and the full grid
+    g = torch.Generator().manual_seed(8)
+    z = torch.randn(ref.shape, generator=g).to(torch.bfloat16)
+    bias = torch.randn(ref.shape[1], generator=g)
+    want = torch.relu(0.5 * ref + 0.25 * z.double() + bias.double()[None, :, None, None])
+    for sms in (3, None):
+        zd = z.cuda().to(memory_format=torch.channels_last)
+        y = gc.conv2d(xd, w.cuda(), (pad, pad), (dil, dil), cfg=cfg, alpha=0.5, sms=sms,
+                      epilogue=(bias.cuda(), zd, 0.25, 1, 0.0, 1.0))
+        torch.cuda.synchronize()
+        err = ((y.double().cpu() - want).abs().max() / want.abs().max()).item()
+        assert err < 1e-2, (gc.name(cfg), "relu+bias+z", sms, err)

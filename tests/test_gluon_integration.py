@@ -6,16 +6,18 @@ Hopper device), that they come after conv_tma's reference config, the host-side 
 transforms (CONVOLUTION mode's reversed taps; backward data as a forward convolution of dy
 by the turned filter) against float64 convolutions, the fallback when a Gluon pick meets
 tensors it cannot take, and the sm_90 compile of every offered config with and without
-the beta blend.
+the beta blend and the fused epilogue (bias, activation, residual). Lists and transforms
+for convolution_bias_activation_forward's epilogue too (piecewise-linear activations).
 GPU (``TRIDNN_GPU_TESTS=1 pytest --gpu tests/test_gluon_integration.py``): each offered
 config forced through the public API against the float64 reference: alpha/beta, both
-modes, odd shapes, outputs poisoned with NaN.
+modes, odd shapes, outputs poisoned with NaN, convolution_bias_activation_forward.
 """
 import collections
 import os
 import re
 import types
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -27,6 +29,8 @@ from tridnn.algorithms.problem import ConvProblem  # noqa: E402
 from tridnn.cuda import common, conv_tma  # noqa: E402
 from tridnn.cuda import conv_bwd_data_implicit_gemm as bwd  # noqa: E402
 from tridnn.cuda import conv_implicit_gemm as fwd  # noqa: E402
+from tridnn.cuda.epilogue import EpilogueSpec  # noqa: E402
+from tridnn.descriptors.activation import ActivationMode  # noqa: E402
 
 from test_cuda_conv import P, run_case  # noqa: E402
 
@@ -109,10 +113,41 @@ def test_not_offered_elsewhere(direction, why, kwargs, hopper):
 def test_not_offered_with_an_epilogue_off_hopper_or_under_the_interpreter(hopper, monkeypatch):
     problem, x, w, y = _problem("fwd", 128, 128, 28, 3, pad=1)
     assert gc.forward_candidates(problem, x, w, y, None, CUDA)
-    assert gc.forward_candidates(problem, x, w, y, object(), CUDA) == []  # a fused epilogue
+    sigmoid = EpilogueSpec(activation=ActivationMode.SIGMOID)
+    assert gc.forward_candidates(problem, x, w, y, sigmoid, CUDA) == []  # left to conv_tma
     assert gc.forward_candidates(problem, x, w, y, None, torch.device("cpu")) == []
     monkeypatch.setattr(gc, "_hopper", lambda device: False)  # e.g. a Blackwell GPU: no wgmma
     assert gc.forward_candidates(problem, x, w, y, None, CUDA) == []
+
+
+def test_fused_epilogues_offered(hopper):
+    """convolution_bias_activation_forward's epilogue runs in the kernel for the piecewise-
+    linear activations, a bias of K values and a channels-last residual of y's dtype."""
+    M = ActivationMode
+    problem, x, w, y = _problem("fwd", 128, 128, 28, 3, pad=1)
+    bias, z = torch.zeros(128), torch.empty_like(y)
+    want = [gc.name(c) for c in gc.PICKS_LARGE]
+    for spec in (EpilogueSpec(activation=M.RELU, bias=bias),
+                 EpilogueSpec(activation=M.CLIPPED_RELU, coef=6.0, bias=bias.half(), z=z, alpha2=0.5),
+                 EpilogueSpec(activation=M.LEAKY_RELU, coef=0.1, z=y),
+                 EpilogueSpec(activation=M.IDENTITY, bias=bias.reshape(1, 128, 1, 1))):
+        assert [gc.name(c) for c in gc.forward_candidates(problem, x, w, y, spec, CUDA)] == want, spec
+    for spec in (EpilogueSpec(activation=M.TANH, bias=bias),           # smooth: spills, conv_tma's
+                 EpilogueSpec(activation=M.RELU, z=z.float()),         # z of another dtype
+                 EpilogueSpec(activation=M.RELU, z=z.contiguous()),    # z NCHW
+                 EpilogueSpec(activation=M.RELU, bias=torch.zeros(64)),  # bias of the wrong size
+                 EpilogueSpec(activation=M.RELU, bias=np.zeros(128, np.float32))):  # not a tensor
+        assert gc.forward_candidates(problem, x, w, y, spec, CUDA) == [], spec
+
+
+def test_fused_args():
+    """The kernel's bias is K contiguous values: a strided one is copied."""
+    bias = torch.arange(256.0)[::2]
+    b, z, alpha2, act, coef, swish = gc.fused_args(EpilogueSpec(activation=ActivationMode.RELU, bias=bias,
+                                                                alpha2=0.5, coef=2.0))
+    assert b.is_contiguous() and torch.equal(b, bias) and z is None
+    assert (alpha2, act, coef) == (0.5, int(ActivationMode.RELU), 2.0)
+    assert gc.fused_args(None) is None
 
 
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
@@ -223,30 +258,39 @@ def test_a_gluon_pick_falls_back_to_the_reference_config(direction, rng, monkeyp
 
 
 # -- CPU: offline sm_90 compiles of every offered variant -----------------------------------
+VARIANTS = {  # compile_sm90 keyword arguments -> extra tiles each consumer reads per output tile
+    "plain": ({}, 0),
+    "beta": (dict(has_beta=True), 1),
+    "relu+bias+z": (dict(act=1, has_bias=True, has_z=True), 1),
+    "clipped+bias16": (dict(act=3, has_bias=True, bias_dtype="bf16"), 0),
+}
+
+
 @pytest.fixture(scope="module")
 def compiled():
-    """Facts of every offered config's sm_90 SASS, beta off and on (compiled in a child
-    process: see test_gluon_conv.compile_in_child)."""
-    from test_gluon_conv import compile_in_child
-    out = compile_in_child([(gc.name(c), b) for c in ALL_PICKS for b in (False, True)])
-    return {k: dict(shared=v["shared"], tmald4=v["sass"].count("UTMALDG.4D"),
-                    tmast4=v["sass"].count("UTMASTG.4D"), spills=len(re.findall(r"\b(STL|LDL)\b", v["sass"])))
-            for k, v in out.items()}
+    """Facts of every offered config's sm_90 SASS in every offered variant (compiled in a
+    child process: see test_gluon_conv.compile_in_child)."""
+    from test_gluon_conv import compile_in_child, variant_key
+    out = compile_in_child([(gc.name(c), kw) for c in ALL_PICKS for kw, _ in VARIANTS.values()])
+    return {(name, v): out[variant_key(name, kw)] for name in (gc.name(c) for c in ALL_PICKS)
+            for v, (kw, _) in VARIANTS.items()}
 
 
-@pytest.mark.parametrize("has_beta", [False, True], ids=["beta0", "beta"])
+@pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("cfg", ALL_PICKS, ids=gc.name)
-def test_offered_configs_compile_for_sm90(cfg, has_beta, compiled):
-    """beta != 0 adds one TMA load of the old output tile per consumer partition, blended
-    in registers: no spills (no local memory), still within one SM's shared memory."""
-    facts = compiled[gc.name(cfg) + ("|beta" if has_beta else "")]
+def test_offered_configs_compile_for_sm90(cfg, variant, compiled):
+    """beta != 0 adds one TMA load of the old output tile per consumer partition, a residual
+    z another; bias and the activation are register work: no spills (no local memory),
+    still within one SM's shared memory. (beta and z together are not offered: spills.)"""
+    facts = compiled[(gc.name(cfg), variant)]
+    sass = facts["sass"]
     assert facts["shared"] >= gc.shared_bytes(cfg)
     assert facts["shared"] * cfg["PER_SM"] <= 228 * 1024
     consumers = 2 if cfg["PINGPONG"] else 1
-    # the loader's x box, plus (beta) each consumer's old output tile
-    assert facts["tmald4"] == 1 + (consumers if has_beta else 0), facts
-    assert facts["tmast4"] >= 1
-    assert facts["spills"] == 0, "register spills"
+    # the loader's x box, plus each consumer's old output tile or residual tile
+    assert sass.count("UTMALDG.4D") == 1 + consumers * VARIANTS[variant][1], sass.count("UTMALDG.4D")
+    assert "UTMASTG.4D" in sass
+    assert not re.search(r"\b(STL|LDL)\b", sass), "register spills"
 
 
 # -- GPU: every offered config through the public API --------------------------------------
@@ -292,12 +336,14 @@ def _gpu():
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
 def test_gpu_forced_config_against_float64(direction, p, cfg, rng, forced):
     """float16 into a NaN-poisoned output (every element written), bfloat16 blended with
-    alpha = 2, beta = 0.5 (the HAS_BETA variant), both modes; batches of 3."""
+    alpha = 2, beta = 0.5 (the HAS_BETA variant), both modes; batches of 3. Each variant
+    twice: the second launch goes straight through the compiled kernel's launcher."""
     _gpu()
     forced.cfg = dict(cfg, GLUON=True)
-    for dtype, mode, alpha, beta in (("float16", tridnn.ConvMode.CROSS_CORRELATION, 1.0, 0.0),
-                                     ("bfloat16", tridnn.ConvMode.CONVOLUTION, 2.0, 0.5),
-                                     ("float16", tridnn.ConvMode.CROSS_CORRELATION, 0.5, 1.0)):
+    variants = (("float16", tridnn.ConvMode.CROSS_CORRELATION, 1.0, 0.0),
+                ("bfloat16", tridnn.ConvMode.CONVOLUTION, 2.0, 0.5),
+                ("float16", tridnn.ConvMode.CROSS_CORRELATION, 0.5, 1.0))
+    for dtype, mode, alpha, beta in variants + variants:
         before = forced.launches
         assert run_case(direction, ALGO[direction], p, dtype, "NHWC", rng, n=3, device="cuda", mode=mode,
                         alpha=alpha, beta=beta) is None
@@ -350,3 +396,58 @@ def test_fast_launch_passes_the_constexprs_in_signature_order():
     tail = gc.constexpr_tail(meta)
     assert len(args) == first and len(args) + len(tail) == len(params)
     assert tail == tuple(meta[p.name] for p in params[first:]) and meta["HAS_BETA"] is True
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", [gc.PICKS_LARGE[0], gc.PICKS_MEDIUM[1], gc.PICKS_NARROW[0], gc.PICKS_SMALL[1],
+                                 gc.PICKS_FLAT[0]], ids=gc.name)
+@pytest.mark.parametrize("case", ["relu_bias_z", "clipped_bias", "leaky_z_in_place", "identity_bias"])
+def test_gpu_conv_bias_activation(cfg, case, forced):
+    """convolution_bias_activation_forward with the Gluon config forced: y = act(alpha1 *
+    conv + alpha2 * z + bias) against float64, y poisoned with NaN unless z is y."""
+    _gpu()
+    import torch.nn.functional as F
+    from tridnn.descriptors.activation import ActivationDescriptor
+    M = ActivationMode
+    mode, coef, use_z, in_place = {"relu_bias_z": (M.RELU, 0.0, True, False),
+                                   "clipped_bias": (M.CLIPPED_RELU, 0.75, False, False),
+                                   "leaky_z_in_place": (M.LEAKY_RELU, 0.1, True, True),
+                                   "identity_bias": (M.IDENTITY, 0.0, False, False)}[case]
+    forced.cfg = dict(cfg, GLUON=True)
+    g = torch.Generator().manual_seed(11)
+    handle = tridnn.Handle(device="cuda", find_cache=None)
+    algo = tridnn.ConvFwdAlgo.IMPLICIT_GEMM
+    cl = torch.channels_last
+    for p, n in ((P(64, 128, (9, 10), 3, 1, 1), 3), (P(128, 64, (6, 7), 1), 2)):
+        c, k = p["C"], p["K"]
+        cd = tridnn.ConvolutionDescriptor(padding=p["pad"], stride=p["stride"], dilation=p["dilation"])
+        xd = tridnn.TensorDescriptor.packed((n, c, *p["spatial"]), "bfloat16", tridnn.TensorFormat.NHWC)
+        wd = tridnn.FilterDescriptor((k, c, *p["kernel"]), "bfloat16", tridnn.TensorFormat.NHWC)
+        yd = xd.with_dims(cd.output_dims(xd, wd))
+        bd = tridnn.TensorDescriptor.packed((1, k, 1, 1), "bfloat16")
+        x = torch.randn(xd.dims, generator=g).bfloat16()
+        w = (torch.randn(wd.dims, generator=g) / (c * p["kernel"][0] * p["kernel"][1]) ** 0.5).bfloat16()
+        z = torch.randn(yd.dims, generator=g).bfloat16()
+        bias = torch.randn(1, k, 1, 1, generator=g).bfloat16()
+        alpha1, alpha2 = 1.5, (0.5 if use_z else 0.0)
+        v = alpha1 * F.conv2d(x.double(), w.double(), padding=p["pad"]) + bias.double()
+        if use_z:
+            v = v + alpha2 * z.double()
+        want = {M.RELU: v.clamp_min(0), M.CLIPPED_RELU: v.clamp(0, coef),
+                M.LEAKY_RELU: torch.where(v > 0, v, coef * v), M.IDENTITY: v}[mode]
+        xg, wg, bg = (t.cuda().contiguous(memory_format=cl) for t in (x, w, bias))
+        zg = z.cuda().contiguous(memory_format=cl)
+        y = zg if in_place else torch.full(yd.dims, float("nan"), dtype=torch.bfloat16, device="cuda").contiguous(
+            memory_format=cl)
+        size = tridnn.get_convolution_forward_workspace_size(handle, xd, wd, cd, yd, algo)
+        ws = torch.empty(size, dtype=torch.uint8, device="cuda") if size else None
+        before = forced.launches
+        tridnn.convolution_bias_activation_forward(handle, alpha1, xd, xg, wd, wg, cd, algo, ws, alpha2, yd,
+                                                   y if in_place else zg, bd, bg,
+                                                   ActivationDescriptor(mode, coef=coef), yd, y)
+        torch.cuda.synchronize()
+        assert forced.launches == before + 1, "the Gluon kernel ran"
+        got = y.double().cpu()
+        assert torch.isfinite(got).all()
+        err = ((got - want).abs().max() / want.abs().max()).item()
+        assert err < 1e-2, (case, gc.name(cfg), p["name"], err)

@@ -29,8 +29,9 @@ GLUON=True) after conv_tma's candidates on a Hopper GPU, for 2-D, groups-1, stri
 others and cross-checks each against conv_tma's reference config, so one is used only
 where it is faster and agrees. Backward data runs this same kernel over dy with the filter
 turned 180 degrees (K and C swapped; a temporary copy per call). beta != 0 takes the
-HAS_BETA variant (the old output read by TMA and blended in float32). Fused epilogues
-(bias, activation, residual) stay with conv_tma.
+HAS_BETA variant (the old output read by TMA and blended in float32). The fused epilogue
+of convolution_bias_activation_forward runs here too (residual z by TMA, bias, the
+piecewise-linear activations: FUSED_ACTS); other activations stay with conv_tma.
 
 Gluon kernels do not run under the Triton interpreter: tests are GPU-only, plus an
 offline sm_90 compile (``compile_sm90``) that runs on any machine with Triton 3.6 (in a
@@ -107,11 +108,48 @@ def _loader(x_desc, w_desc, a_bufs, b_bufs, ready, empty,
 
 
 @gluon.jit
+def _sigmoid(v):
+    return 1.0 / (1.0 + gl.exp(-v))
+
+
+@gluon.jit
+def _activate(v, ACT: gl.constexpr, coef, swish_beta):
+    """act(v) in float32 for the ActivationMode numbered ACT (-1: none), as epilogue.activate."""
+    if ACT == 0:      # SIGMOID
+        v = _sigmoid(v)
+    elif ACT == 1:    # RELU
+        v = gl.where(v > 0, v, 0.0)
+    elif ACT == 2:    # TANH = 2 sigmoid(2v) - 1
+        v = 2.0 * _sigmoid(2.0 * v) - 1.0
+    elif ACT == 3:    # CLIPPED_RELU
+        v = gl.minimum(gl.where(v > 0, v, 0.0), coef)
+    elif ACT == 4:    # ELU
+        v = gl.where(v > 0, v, coef * (gl.exp(gl.minimum(v, 0.0)) - 1.0))
+    elif ACT == 6:    # SWISH
+        v = v * _sigmoid(swish_beta * v)
+    elif ACT == 100:  # LEAKY_RELU
+        v = gl.where(v > 0, v, coef * v)
+    elif ACT == 101:  # GELU (erf)
+        v = 0.5 * v * (1.0 + gl.erf(v * 0.7071067811865476))
+    elif ACT == 102:  # GELU_TANH
+        u = 0.7978845608028654 * (v + 0.044715 * v * v * v)
+        v = 0.5 * v * (1.0 + (2.0 * _sigmoid(2.0 * u) - 1.0))
+    elif ACT == 103:  # SOFTPLUS: log(1 + exp(coef v)) / coef, stable
+        u = coef * v
+        v = (gl.maximum(u, 0.0) + gl.log(1.0 + gl.exp(-gl.abs(u)))) / coef
+    elif ACT == 104:  # HARD_SWISH
+        v = v * gl.minimum(gl.maximum(v + 3.0, 0.0), 6.0) / 6.0
+    return v
+
+
+@gluon.jit
 def _consumer(y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, beta,
+              z_desc, bias_ptr, alpha2, coef, swish_beta, C_OUT,
               NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
               NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_N: gl.constexpr,
               BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
-              PARTITION: gl.constexpr, CONSUMERS: gl.constexpr, WARPS: gl.constexpr, HAS_BETA: gl.constexpr):
+              PARTITION: gl.constexpr, CONSUMERS: gl.constexpr, WARPS: gl.constexpr, HAS_BETA: gl.constexpr,
+              ACT: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_Z: gl.constexpr):
     """A consumer partition (WARPS warps): of this program's tiles it takes every CONSUMERS-th,
     starting at PARTITION. Per k-step: wait for the slot, async wgmma, keep one MMA in flight,
     free the slot of the MMA that retired. Epilogue: bfloat16 tile -> shared -> TMA store,
@@ -125,10 +163,13 @@ def _consumer(y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, 
 
     HAS_BETA: y = alpha * acc + beta * y. The old y tile comes by TMA into this partition's
     output buffer while the main loop runs (issued once the previous store has read the
-    buffer), and is blended in float32 before the store overwrites it."""
+    buffer), and is blended in float32 before the store overwrites it. The fused epilogue
+    (epilogue.store_tile's order): + alpha2 * z (HAS_Z: z's tile by TMA through the same
+    buffer, after the old y when both), + bias[k] (HAS_BIAS), then the activation ACT."""
     BLOCK_M: gl.constexpr = NB * BH * BW
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
                                                          instr_shape=[16, BLOCK_N, 16])
+    LOADS: gl.constexpr = (1 if HAS_BETA else 0) + (1 if HAS_Z else 0)  # tiles read per output tile
     c_smem = c_bufs.index(PARTITION)
     c_tile = c_smem.reshape([BLOCK_M, BLOCK_N])
     pid = gl.program_id(0)
@@ -137,11 +178,15 @@ def _consumer(y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, 
     for j in range(PARTITION, my_tiles, CONSUMERS):
         n0, oh0, ow0, k0 = _tile_coords(pid + j * nprog, TILES_H, TILES_W, N_BLOCKS, NB, BH, BW, BLOCK_N)
         it = j * K_STEPS  # ring position of this tile's first k-step (the loader's order)
-        if HAS_BETA:
+        t_local = j // CONSUMERS  # this partition's tile count
+        if LOADS > 0:  # the first tile to read (old y, else z) comes while the main loop runs
             tma.store_wait(pendings=0)
             gl.thread_barrier()
             mbarrier.expect(ybar.index(PARTITION), y_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(y_desc, [n0, oh0, ow0, k0], ybar.index(PARTITION), c_smem)
+            if HAS_BETA:
+                tma.async_copy_global_to_shared(y_desc, [n0, oh0, ow0, k0], ybar.index(PARTITION), c_smem)
+            else:
+                tma.async_copy_global_to_shared(z_desc, [n0, oh0, ow0, k0], ybar.index(PARTITION), c_smem)
         acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
         if CONSUMERS > 1:
             # tile j-1 was the other consumer's ((j-1)//2)-th
@@ -162,15 +207,29 @@ def _consumer(y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, 
         mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES))
         acc = acc * alpha  # (one multiply a register: one compile serves every alpha)
         if HAS_BETA:
-            # the old tile (this partition's (j // CONSUMERS)-th load) replaces the buffer's
+            # the old tile (this partition's (t_local * LOADS)-th load) replaces the buffer's
             # previous contents; every thread reads its part before any overwrites it
-            mbarrier.wait(ybar.index(PARTITION), (j // CONSUMERS) & 1)
+            mbarrier.wait(ybar.index(PARTITION), (t_local * LOADS) & 1)
             acc = acc + beta * c_tile.load(acc_layout).to(gl.float32)
             gl.thread_barrier()
-        else:
+            if HAS_Z:  # then z through the same buffer
+                fence_async_shared()
+                mbarrier.expect(ybar.index(PARTITION), z_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(z_desc, [n0, oh0, ow0, k0], ybar.index(PARTITION), c_smem)
+        if HAS_Z:
+            mbarrier.wait(ybar.index(PARTITION), (t_local * LOADS + LOADS - 1) & 1)
+            acc = acc + alpha2 * c_tile.load(acc_layout).to(gl.float32)
+            gl.thread_barrier()
+        if LOADS == 0:
             # This partition's previous store must have read c_smem before it is overwritten.
             tma.store_wait(pendings=0)
             gl.thread_barrier()
+        if HAS_BIAS:
+            cols = k0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, acc_layout))
+            b = gl.load(bias_ptr + cols, mask=cols < C_OUT, other=0.0)
+            acc = acc + gl.expand_dims(b.to(gl.float32), 0)
+        if ACT >= 0:
+            acc = _activate(acc, ACT, coef, swish_beta)
         c_tile.store(acc.to(y_desc.dtype))
         fence_async_shared()
         gl.thread_barrier()
@@ -180,16 +239,19 @@ def _consumer(y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, 
 
 # Integer arguments are not specialized (value 1, multiples of 16): one compile per config
 # serves every layer; they only feed the tile and tap bookkeeping.
-_RUNTIME_INTS = ["C", "KW", "PAD_H", "PAD_W", "DIL_H", "DIL_W", "NUM_TILES", "TILES_H", "TILES_W", "N_BLOCKS",
+_RUNTIME_INTS = ["C_OUT", "C", "KW", "PAD_H", "PAD_W", "DIL_H", "DIL_W", "NUM_TILES", "TILES_H", "TILES_W", "N_BLOCKS",
                  "K_STEPS"]
 
 
-@gluon.jit(do_not_specialize=_RUNTIME_INTS)
+@gluon.jit(do_not_specialize=_RUNTIME_INTS + ["bias_ptr"])
 def gluon_conv_fwd_kernel(
     # TMA descriptors: x [N, H, W, C] box [NB, BH, BW, BLOCK_K]; filter [K, KH*KW*C] box
     # [BLOCK_N, BLOCK_K]; y [N, OH, OW, K] box [NB, BH, BW, BLOCK_N]
     x_desc, w_desc, y_desc,
     alpha, beta,
+    # fused epilogue: residual z (a descriptor like y's; y's own when absent), bias (C_OUT
+    # contiguous values; any pointer when absent), their scalars
+    z_desc, bias_ptr, alpha2, coef, swish_beta, C_OUT,
     # geometry
     C, KW, PAD_H, PAD_W, DIL_H, DIL_W,
     # tile list: NUM_TILES = ceil(N/NB) * TILES_H * TILES_W * N_BLOCKS; K_STEPS = KH*KW*C/BLOCK_K
@@ -197,10 +259,12 @@ def gluon_conv_fwd_kernel(
     NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
     STAGES: gl.constexpr, PINGPONG: gl.constexpr, LOADER_REGS: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr, HAS_BETA: gl.constexpr = False,
+    ACT: gl.constexpr = -1, HAS_BIAS: gl.constexpr = False, HAS_Z: gl.constexpr = False,
 ):
     """Forward convolution, persistent and warp-specialized (see the module docstring).
     PINGPONG: a second consumer partition of num_warps warps takes every other tile.
-    HAS_BETA: y = alpha * conv + beta * y (the old y read by TMA); else y = alpha * conv."""
+    HAS_BETA: y = alpha * conv + beta * y (the old y read by TMA); else y = alpha * conv.
+    Then + alpha2 * z (HAS_Z), + bias (HAS_BIAS), activation ACT (-1: none)."""
     CONSUMERS: gl.constexpr = 2 if PINGPONG else 1
     # Shared memory: a ring of STAGES (x box, filter box) slots, an output tile per consumer.
     a_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
@@ -221,21 +285,27 @@ def gluon_conv_fwd_kernel(
     if PINGPONG:
         gl.warp_specialize([
             (_consumer, (y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, beta,
+                         z_desc, bias_ptr, alpha2, coef, swish_beta, C_OUT,
                          NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
-                         NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps, HAS_BETA)),
+                         NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps, HAS_BETA,
+                         ACT, HAS_BIAS, HAS_Z)),
             (_loader, (x_desc, w_desc, a_bufs, b_bufs, ready, empty,
                        C, KW, PAD_H, PAD_W, DIL_H, DIL_W,
                        NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
                        NB, BH, BW, BLOCK_N, BLOCK_K, STAGES)),
             (_consumer, (y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, beta,
+                         z_desc, bias_ptr, alpha2, coef, swish_beta, C_OUT,
                          NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
-                         NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 1, CONSUMERS, num_warps, HAS_BETA)),
+                         NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 1, CONSUMERS, num_warps, HAS_BETA,
+                         ACT, HAS_BIAS, HAS_Z)),
         ], [1, num_warps], [LOADER_REGS, CONSUMER_REGS])
     else:
         gl.warp_specialize([
             (_consumer, (y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, beta,
+                         z_desc, bias_ptr, alpha2, coef, swish_beta, C_OUT,
                          NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
-                         NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps, HAS_BETA)),
+                         NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps, HAS_BETA,
+                         ACT, HAS_BIAS, HAS_Z)),
             (_loader, (x_desc, w_desc, a_bufs, b_bufs, ready, empty,
                        C, KW, PAD_H, PAD_W, DIL_H, DIL_W,
                        NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
@@ -420,7 +490,7 @@ def flat_ok(x, y, kh, kw, padding) -> bool:
 
 
 def prepare(x, w, padding=(1, 1), dilation=(1, 1), cfg=None, y=None, alpha=1.0, w_mat=None, sms=None,
-            beta=0.0, kernel=None):
+            beta=0.0, kernel=None, epilogue=None):
     """Build descriptors and launch arguments (for CUDA-graph timing, the launch is
     ``launch(*prepare(...))``). Returns (grid, args, meta, y).
 
@@ -429,7 +499,8 @@ def prepare(x, w, padding=(1, 1), dilation=(1, 1), cfg=None, y=None, alpha=1.0, 
     filter's own memory); padding: the top/left padding (the output's size is y's when y is
     given, so bottom/right padding may differ); beta != 0 reads y (y = alpha*conv + beta*y).
     kernel: (KH, KW) when w is None. A flat config (one row, one image a box) over a 1x1
-    problem views the pixels as one row (flat_ok)."""
+    problem views the pixels as one row (flat_ok). epilogue: a fused_args tuple (bias, z,
+    alpha2, act, coef, swish_beta) or None."""
     import torch
 
     cfg = dict(cfg or CONFIGS[0])
@@ -454,15 +525,24 @@ def prepare(x, w, padding=(1, 1), dilation=(1, 1), cfg=None, y=None, alpha=1.0, 
         raise ValueError("the filter matrix must be [K, KH*KW*C] with unit column stride")
     (xn, xh, xw, _), xs = _nhwc(x)
     (_, oh, ow, _), ys = _nhwc(y)
-    if NB == 1 and BH == 1 and flat_ok(x, y, kh, kw, padding):
+    bias, z, alpha2, act, coef, swish_beta = epilogue or (None, None, 1.0, -1, 0.0, 1.0)
+    if z is not None and (not _channels_last_ok(z) or tuple(z.shape) != tuple(y.shape)):
+        raise ValueError("z must have y's shape, channels-last with 16-byte aligned strides")
+    if bias is not None and (bias.numel() != k or bias.stride(-1) != 1 or bias.dim() != 1):
+        raise ValueError("bias must be K contiguous values")
+    zs = _nhwc(z)[1] if z is not None else None
+    if NB == 1 and BH == 1 and flat_ok(x, y, kh, kw, padding) and (z is None or _dense(z)):
         m = n * h * wd
         xshape, xs, yshape, ys = (1, 1, m, c), (m * c, m * c, c, 1), (1, 1, m, k), (m * k, m * k, k, 1)
+        zs = ys
         n, oh, ow = 1, 1, m
     else:
         xshape, yshape = (xn, xh, xw, c), (n, oh, ow, k)
     x_desc = descriptor(x, xshape, xs, [NB, BH, BW, BK])
     w_desc = descriptor(w_mat, w_mat.shape, w_mat.stride(), [BN, BK])
     y_desc = descriptor(y, yshape, ys, [NB, BH, BW, BN])
+    z_desc = y_desc if z is None else descriptor(z, yshape, zs, [NB, BH, BW, BN])
+    bias_arg = y if bias is None else bias  # (any pointer when absent: never read)
     tiles_h, tiles_w, n_blocks = triton.cdiv(oh, BH), triton.cdiv(ow, BW), triton.cdiv(k, BN)
     num_tiles = triton.cdiv(n, NB) * tiles_h * tiles_w * n_blocks
     k_steps = kh * kw * (c // BK)
@@ -470,11 +550,13 @@ def prepare(x, w, padding=(1, 1), dilation=(1, 1), cfg=None, y=None, alpha=1.0, 
         sms = _sm_count(x.device)
     grid = (max(1, min(num_tiles, sms * cfg.get("PER_SM", 1))),)
     cap, loader_regs, consumer_regs = _regs(cfg)
-    args = (x_desc, w_desc, y_desc, float(alpha), float(beta), c, kw, padding[0], padding[1], dilation[0],
-            dilation[1], num_tiles, tiles_h, tiles_w, n_blocks, k_steps)
+    args = (x_desc, w_desc, y_desc, float(alpha), float(beta), z_desc, bias_arg, float(alpha2), float(coef),
+            float(swish_beta), k, c, kw, padding[0], padding[1], dilation[0], dilation[1], num_tiles, tiles_h,
+            tiles_w, n_blocks, k_steps)
     meta = dict(NB=NB, BH=BH, BW=BW, BLOCK_N=BN, BLOCK_K=BK, STAGES=cfg["STAGES"],
                 PINGPONG=bool(cfg.get("PINGPONG")), LOADER_REGS=loader_regs, CONSUMER_REGS=consumer_regs,
-                num_warps=cfg["num_warps"], HAS_BETA=beta != 0, maxnreg=cap)
+                num_warps=cfg["num_warps"], HAS_BETA=beta != 0, ACT=int(act), HAS_BIAS=bias is not None,
+                HAS_Z=z is not None, maxnreg=cap)
     return grid, args, meta, y
 
 
@@ -513,7 +595,7 @@ def launch(grid, args, meta, y=None):
     import torch
     from .common import TensorMapLauncher, _raw_stream
     index = torch.cuda.current_device()
-    key = (index, base.dtype, tuple(meta.items()))
+    key = (index, base.dtype, args[6].dtype, tuple(meta.items()))  # (args[6]: the bias pointer)
     entry = _compiled.get(key)
     if entry is None:
         compiled = gluon_conv_fwd_kernel[grid](*args, **meta)
@@ -532,10 +614,12 @@ def launch(grid, args, meta, y=None):
     return y
 
 
-def conv2d(x, w, padding=(1, 1), dilation=(1, 1), cfg=None, alpha=1.0, sms=None, y=None, beta=0.0):
-    """y = alpha * conv2d(x, w) + beta * y for channels-last bf16/fp16 x (GPU only). sms:
-    pretend the GPU has that many SMs (tests: many tiles a program)."""
-    grid, args, meta, y = prepare(x, w, padding, dilation, cfg, y=y, alpha=alpha, sms=sms, beta=beta)
+def conv2d(x, w, padding=(1, 1), dilation=(1, 1), cfg=None, alpha=1.0, sms=None, y=None, beta=0.0, epilogue=None):
+    """y = act(alpha * conv2d(x, w) + beta * y + alpha2 * z + bias) for channels-last bf16/fp16 x
+    (GPU only; epilogue: prepare's (bias, z, alpha2, act, coef, swish_beta)). sms: pretend
+    the GPU has that many SMs (tests: many tiles a program)."""
+    grid, args, meta, y = prepare(x, w, padding, dilation, cfg, y=y, alpha=alpha, sms=sms, beta=beta,
+                                  epilogue=epilogue)
     return launch(grid, args, meta, y)
 
 
@@ -597,16 +681,19 @@ def _geo2(problem):
 def forward_why_not(problem, x, w, y, spec=None) -> str | None:
     """None when the tridnn forward problem can run here: 2-D, groups 1, stride 1, 16-bit
     data, input channels a multiple of 64, output channels of 8, x and y channels-last
-    with 16-byte aligned strides, no fused epilogue; the filter may be in any layout."""
+    with 16-byte aligned strides, a fused epilogue this kernel takes (epilogue_why_not);
+    the filter may be in any layout."""
     if problem.nd != 2 or problem.groups != 1:
         return "2-D problems with groups 1 only"
     geo, _, _, _, stride = _geo2(problem)
     if tuple(stride) != (1, 1):
         return "stride 1 only"
-    if spec is not None:
-        return "no fused epilogue"
     if not _half(x, w, y):
         return "bfloat16/float16 only"
+    if spec is not None:
+        reason = epilogue_why_not(spec, y)
+        if reason:
+            return reason
     if geo.c % 64 or geo.k % 8:
         return "input channels a multiple of 64, output channels of 8"
     if not (_channels_last_ok(x) and _channels_last_ok(y)):
@@ -616,12 +703,50 @@ def forward_why_not(problem, x, w, y, spec=None) -> str | None:
     return None
 
 
+# Activations fused here (epilogue.ActivationMode numbers; -1: none): the piecewise-linear
+# ones. The others (sigmoid, tanh, elu, swish, gelu, softplus, hard swish) compile too but
+# spill registers in the wider tiles' epilogues (sm_90 SASS): conv_tma keeps them.
+FUSED_ACTS = (-1, 1, 3, 100)  # none, RELU, CLIPPED_RELU, LEAKY_RELU
+
+
+def epilogue_why_not(spec, y) -> str | None:
+    """None when the fused epilogue ``spec`` (epilogue.EpilogueSpec) runs in this kernel:
+    an activation of FUSED_ACTS, a bias of K values (float16, bfloat16 or float32), a
+    residual z of y's shape and dtype, channels-last with 16-byte aligned strides."""
+    import torch
+    if not all(t is None or isinstance(t, torch.Tensor) for t in (spec.bias, spec.z)):
+        return "bias and z as torch tensors"
+    if spec.act_code not in FUSED_ACTS:
+        return f"activation {spec.activation} is left to conv_tma"
+    if spec.bias is not None and (spec.bias.numel() != y.shape[1] or spec.bias.dtype not in (
+            torch.float16, torch.bfloat16, torch.float32) or spec.bias.device != y.device):
+        return "bias: K float16/bfloat16/float32 values on y's device"
+    z = spec.z
+    if z is not None and (tuple(z.shape) != tuple(y.shape) or z.dtype != y.dtype or not _channels_last_ok(z)
+                          or z.device != y.device):
+        return "z: y's shape and dtype, channels-last with 16-byte aligned strides"
+    return None
+
+
+def fused_args(spec):
+    """prepare's epilogue tuple (bias, z, alpha2, act, coef, swish_beta) of a spec (None: none)."""
+    if spec is None:
+        return None
+    bias = None
+    if spec.bias is not None:
+        bias = spec.bias.reshape(-1)
+        if bias.stride(0) != 1:
+            bias = bias.contiguous()
+    return (bias, spec.z, float(spec.alpha2), spec.act_code, float(spec.coef), float(spec.swish_beta))
+
+
 def forward_candidates(problem, x, w, y, spec, device) -> list:
     """Gluon configs to time after conv_tma's for a forward problem (none off Hopper)."""
     if not _hopper(device) or forward_why_not(problem, x, w, y, spec) is not None:
         return []
     _, (kh, kw), pad, _, _ = _geo2(problem)
-    return picks(y.shape[3], y.shape[1], flat_ok(x, y, kh, kw, pad))
+    z = spec.z if spec is not None else None
+    return picks(y.shape[3], y.shape[1], flat_ok(x, y, kh, kw, pad) and (z is None or _dense(z)))
 
 
 def _krsc_matrix(w):
@@ -657,9 +782,14 @@ def launch_forward(problem, x, w, y, alpha, beta, cfg, spec=None, sms=None) -> b
     every layout of a problem: the caller then runs its reference config)."""
     if forward_why_not(problem, x, w, y, spec) is not None:
         return False
+    if beta != 0 and spec is not None and spec.z is not None:
+        return False  # old y and z both read: the wide tiles' epilogue spills (sm_90 SASS)
+    if spec is not None:
+        from .epilogue import launch_args
+        launch_args(spec, y, 2)  # the API's overlap checks (z may be y itself), as conv_tma's launches
     _, (kh, kw), pad, dil, _ = _geo2(problem)
     grid, args, meta, _ = prepare(x, None, pad, dil, cfg, y=y, alpha=alpha, w_mat=_forward_matrix(problem, w),
-                                  sms=sms, beta=beta, kernel=(kh, kw))
+                                  sms=sms, beta=beta, kernel=(kh, kw), epilogue=fused_args(spec))
     launch(grid, args, meta)
     return True
 
@@ -729,30 +859,31 @@ def _desc_sig(dtype_str, block, layout) -> str:
     return f"tensordesc<{dtype_str}[{', '.join(map(str, block))}],{layout!r}>"
 
 
-def compile_sm90(cfg, has_beta=False):
+def compile_sm90(cfg, has_beta=False, act=-1, has_bias=False, has_z=False, bias_dtype="fp32"):
     """Compile the kernel for sm_90 without a GPU; returns the CompiledKernel (asm: ptx, cubin).
-    has_beta: the variant that blends the old output (beta != 0)."""
+    has_beta: the variant that blends the old output (beta != 0); act, has_bias, has_z:
+    the fused epilogue's (bias_dtype: the bias pointer's element type)."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
     fn = gluon_conv_fwd_kernel
     NB, BH, BW, BN, BK = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     dt = gl.bfloat16
-    sig = {
+    y_sig = _desc_sig("bf16", [NB, BH, BW, BN], _layout([NB, BH, BW, BN], dt))
+    types_ = {
         "x_desc": _desc_sig("bf16", [NB, BH, BW, BK], _layout([NB, BH, BW, BK], dt)),
         "w_desc": _desc_sig("bf16", [BN, BK], _layout([BN, BK], dt)),
-        "y_desc": _desc_sig("bf16", [NB, BH, BW, BN], _layout([NB, BH, BW, BN], dt)),
-        "alpha": "fp32",
-        "beta": "fp32",
+        "y_desc": y_sig, "z_desc": y_sig, "bias_ptr": "*" + bias_dtype,
+        "alpha": "fp32", "beta": "fp32", "alpha2": "fp32", "coef": "fp32", "swish_beta": "fp32",
     }
-    for a in _RUNTIME_INTS:
-        sig[a] = "i32"
     cap, loader_regs, consumer_regs = _regs(cfg)
     consts = dict(NB=NB, BH=BH, BW=BW, BLOCK_N=BN, BLOCK_K=BK, STAGES=cfg["STAGES"],
                   PINGPONG=bool(cfg.get("PINGPONG")), LOADER_REGS=loader_regs, CONSUMER_REGS=consumer_regs,
-                  num_warps=cfg["num_warps"], HAS_BETA=bool(has_beta))
-    for k in consts:
-        sig[k] = "constexpr"
+                  num_warps=cfg["num_warps"], HAS_BETA=bool(has_beta), ACT=int(act), HAS_BIAS=bool(has_bias),
+                  HAS_Z=bool(has_z))
+    sig = {}
+    for a in fn.arg_names:  # in the kernel's order
+        sig[a] = "constexpr" if a in consts else types_.get(a, "i32")
     src = GluonASTSource(fn=fn, signature=sig,
                          constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()})
     opts = dict(num_warps=cfg["num_warps"], maxnreg=cap)
