@@ -22,7 +22,10 @@ same partials and the same finish.
 ALGO_1's tuner also times conv_wgrad_tma's configs after its own (the first config stays
 the reference every other is checked against): on the TMA path, boxes fitted to small
 images with whole tiles written straight into dw where they fill waves (SCHED); for at
-most 4 input channels (conv1), the window-row GEMM over a padded copy of x (ROWS).
+most 4 input channels (conv1), the window-row GEMM over a padded copy of x (ROWS). On a
+Hopper GPU the Gluon warp-specialized kernel's picks (gluon_wgrad.picks, GLUON) come last,
+for 2-D 16-bit dense channels-last problems; their split partials live in the same "part"
+workspace buffer (the schedule is restricted to fit it, see gluon_wgrad.schedule).
 """
 from __future__ import annotations
 
@@ -30,13 +33,19 @@ import numpy as np
 import triton
 import triton.language as tl
 
-from ..types import ConvBwdFilterAlgo
+from ..types import ConvBwdFilterAlgo, MathType
 from . import conv_depthwise_backward as depthwise
 from . import conv_tma, conv_wgrad_tma
 from ..workspace import Buffer
 from .common import TritonConvAlgorithm, Tuner, launch, problem_key, sm_count, split_rows
 from .conv_implicit_gemm import FLAT_BELOW, gemm_estimate
 from .geometry import geometry, input_precision, needs_int64, strides5
+
+try:  # Gluon (Triton >= 3.5): the warp-specialized kernel, offered as extra tuner candidates
+    from . import gluon_wgrad
+    from .gluon_conv import _hopper
+except ImportError:  # pragma: no cover - a Triton without Gluon
+    gluon_wgrad = None
 
 MAX_PARTIAL_BYTES = 256 << 20
 DEPTHWISE_MAX_SLICES = 4096
@@ -191,6 +200,70 @@ def slices_for(geo, cfg, sms, cap) -> int:
     return max(1, min(want, most, cap))
 
 
+def _aligned(t) -> bool:
+    """TMA: a 16-byte aligned base (the strides: channels a multiple of 8, gluon_wgrad.why_not)."""
+    return t.data_ptr() % 16 == 0
+
+
+def gluon_why_not(problem, x, dy, dw) -> str | None:
+    """None when gluon_wgrad computes this backward-filter problem with these tensors: 2-D,
+    groups 1, float16/bfloat16 x and dy (not FMA math) with float32 sums, channels multiples
+    of 8, x and dy dense channels-last and 16-byte aligned, a stride the image size is a
+    multiple of (x's stride-phase view), dw of any float dtype and strides (its finish and
+    whole tiles write through them)."""
+    import torch
+    if gluon_wgrad is None:
+        return "a Triton without Gluon"
+    if problem.nd != 2 or problem.groups != 1:
+        return "2-D problems with groups 1 only"
+    if problem.dtype.itemsize != 2 or problem.math_type == MathType.FMA or problem.accumulator != np.float32:
+        return "16-bit data with tensor-op math and float32 sums"
+    if dw.dtype not in (torch.float16, torch.bfloat16, torch.float32) or not (x.numel() and dy.numel()
+                                                                               and dw.numel()):
+        return "a float dw and no empty tensors"
+    if not (_aligned(x) and _aligned(dy)):
+        return "x and dy 16-byte aligned"
+    geo = geometry(problem)
+    return gluon_wgrad.why_not(x, dy, geo.ker[1:], geo.pad[1:], geo.dil[1:], geo.stride[1:])
+
+
+def gluon_candidates(problem, x, dy, dw, device) -> list:
+    """Gluon configs to time after the TMA path's (none off Hopper or under the interpreter)."""
+    if gluon_wgrad is None or not _hopper(device) or gluon_why_not(problem, x, dy, dw) is not None:
+        return []
+    geo = geometry(problem)
+    return gluon_wgrad.picks(geo.k, geo.c, geo.out[2], geo.taps)
+
+
+def launch_gluon(problem, x, dy, dw, part, alpha, beta, cfg, sms=None) -> bool:
+    """dw = alpha * wgrad(x, dy) + beta * dw by gluon_wgrad with a GLUON config, its split
+    partials in ``part`` (the schedule fits it); False (nothing launched) when the tensors do
+    not qualify (the tuner's pick is shared by every layout of a problem: the caller then
+    runs its reference config)."""
+    if not (x.is_cuda and dy.is_cuda and dw.is_cuda and part.is_cuda):
+        return False  # (Gluon does not run under the interpreter)
+    if gluon_why_not(problem, x, dy, dw) is not None:
+        return False
+    geo = geometry(problem)
+    ws = part.reshape(-1)
+    plan = gluon_wgrad.prepare(x, dy, geo.ker[1:], geo.pad[1:], geo.dil[1:], cfg, alpha, beta, dw, sms=sms,
+                               ws=ws, max_partials=ws.numel(), stride=geo.stride[1:], flip=problem.mode == 0)
+    gluon_wgrad.launch(plan)
+    return True
+
+
+def tma_candidates(plan, problem, x, x_tma, dy, dw, part, sms, rows=(), device=None) -> list:
+    """The TMA path's tuner list: conv_tma's configs first (the first is the tuner's
+    reference), then conv_wgrad_tma's, the window-row ones (``rows``), then on Hopper the
+    Gluon kernel's (not on a zero-padded copy of x). device: dw's (tests: another)."""
+    device = device or dw.device
+    out = (conv_tma.wgrad_candidates(plan, device, x_tma.element_size())
+           + conv_wgrad_tma.candidates(plan, device, part.numel(), sms, x_tma.element_size()) + list(rows))
+    if x_tma is x:
+        out = out + gluon_candidates(problem, x, dy, dw, device)
+    return out
+
+
 class _WgradBase(TritonConvAlgorithm):
     direction = "bwd_filter"
     atomic = False
@@ -293,6 +366,10 @@ class _WgradBase(TritonConvAlgorithm):
         if plan is not None:  # channels-last, stride 1 or 1x1: dy and x tiles by TMA boxes
 
             def run_tma(c, out, a=1.0, b=0.0):
+                if c.get("GLUON"):
+                    if launch_gluon(problem, x, dy, out, part, a, b, c):
+                        return
+                    c = conv_tma.wgrad_candidates(plan, dw.device, x_tma.element_size())[0]
                 if c.get("ROWS"):
                     conv_wgrad_tma.launch_rows(problem, x, dy, out, workspace["x_rows"], part, c, a, b)
                     return
@@ -305,11 +382,10 @@ class _WgradBase(TritonConvAlgorithm):
                                                         conv_tma.slices_for(plan, c, sms, cap), out, a, b)
                 if slices:  # else one slice wrote dw directly
                     self._finish(problem, part, out, slices, a, b, plan.c_out)
-            # conv_tma's configs first (the first is the tuner's reference), then conv_wgrad_tma's
+            # conv_tma's configs first (the first is the tuner's reference), then conv_wgrad_tma's,
+            # Gluon's last
             cfg = self.tuner.pick((problem_key(problem), "wgrad-tma", conv_tma.plan_kind(plan)),
-                                  lambda: conv_tma.wgrad_candidates(plan, dw.device, x_tma.element_size())
-                                  + conv_wgrad_tma.candidates(plan, dw.device, part.numel(), sms,
-                                                              x_tma.element_size()) + rows(),
+                                  lambda: tma_candidates(plan, problem, x, x_tma, dy, dw, part, sms, rows()),
                                   run_tma, dw, dw.device)
             run_tma(cfg, dw, alpha, beta)
             return

@@ -338,6 +338,40 @@ CONFIGS = [
 ]
 
 
+# Picks offered to tridnn's tuner (conv_bwd_filter_implicit_gemm: after the TMA path's own
+# configs), by output width and channel counts, each with the cost model's schedule.
+# Measured on the H200 (2026-11-30 17:50 UTC, benchmarks/sweep_gluon_wgrad.py, ResNet-50
+# batch 64 bf16 NHWC, us; [cuDNN / tridnn ALGO_1 before]):
+#   res2_3x3 (56x56, 64 -> 64):   1x8x16 64x64 s3 w4 p2 44.5, 1x8x8 64x2*64 s4 w4 p2 46.0,
+#                                 1x8x16 64x2*64 s4 w4 49.1 [45.8 / 65.3]
+#   res3_3x3 (28x28, 128):        1x4x32 31.6, 4x2x16 31.9, 16x1x8 32.3 (128x128 s3 w8) [37.2 / 38.4]
+#   res4_3x3 (14x14, 256):        4x2x16 128x128 34.0-35.1, 16x1x8 128x128 34.4, 1x8x8 128x256 s4 34.6,
+#                                 4x1x16 128x256 s4 34.7 [33.2 / 37.3]
+#   res5_3x3 (7x7, 512):          16x1x8 128x128 s3 w8 39.9, 2x8x8 128x128 s3 w8 43.1,
+#                                 8x1x8 128x256 s4 w8 45.3 [29.7 / 50.2]
+WGRAD_PICKS_NARROW = [config(1, 8, 16, 64, 64, 3, 4, per_sm=2), config(1, 8, 8, 64, 64, 4, 4, per_sm=2, taps=2),
+                      config(1, 8, 16, 64, 64, 4, 4, taps=2)]                  # K or C <= 64
+WGRAD_PICKS_LARGE = [config(1, 4, 32, 128, 128, 3, 8), config(4, 2, 16, 128, 128, 3, 8),
+                     config(16, 1, 8, 128, 128, 3, 8), config(1, 8, 16, 128, 128, 3, 8)]  # width >= 28
+WGRAD_PICKS_MEDIUM = [config(4, 2, 16, 128, 128, 3, 8), config(16, 1, 8, 128, 128, 3, 8),
+                      config(1, 8, 8, 128, 256, 4, 8), config(4, 1, 16, 128, 256, 4, 8)]  # 14 <= width < 28
+WGRAD_PICKS_SMALL = [config(16, 1, 8, 128, 128, 3, 8), config(2, 8, 8, 128, 128, 3, 8),
+                     config(8, 1, 8, 128, 256, 4, 8)]                           # width < 14
+
+
+def picks(k: int, c: int, out_w: int, taps: int = 9) -> list:
+    """The configs offered for dw [k, c, ...] of ``taps`` filter taps from outputs of width
+    out_w, each marked GLUON=True for the launcher; no tile wider than the next power of 2
+    of its channels, no more taps a tile than the filter has."""
+    if k <= 64 or c <= 64:
+        base = WGRAD_PICKS_NARROW
+    else:
+        base = WGRAD_PICKS_LARGE if out_w >= 28 else WGRAD_PICKS_MEDIUM if out_w >= 14 else WGRAD_PICKS_SMALL
+    cap_m, cap_n = max(64, triton.next_power_of_2(k)), max(64, triton.next_power_of_2(c))
+    return [dict(cfg, GLUON=True) for cfg in base
+            if cfg["BLOCK_M"] <= cap_m and cfg["BLOCK_N"] <= cap_n and cfg["TAPS_N"] <= taps]
+
+
 def num_boxes(cfg, n, oh, ow) -> int:
     return triton.cdiv(n, cfg["NB"]) * triton.cdiv(oh, cfg["BH"]) * triton.cdiv(ow, cfg["BW"])
 
@@ -380,11 +414,22 @@ def schedule_cost(cfg, tiles, boxes, programs, direct, splits) -> float:
     return t
 
 
-def schedule(cfg, tiles, boxes, programs, splits=None, direct=None):
+def partial_floats(cfg, tiles, boxes, direct, splits) -> int:
+    """float32 workspace elements of a schedule: one [BLOCK_M, TAPS_N * BLOCK_N] partial per
+    slice of each split tile (none when every tile is whole)."""
+    if direct >= tiles:
+        return 0
+    per = triton.cdiv(boxes, max(1, splits))
+    return triton.cdiv(boxes, per) * (tiles - direct) * cfg["BLOCK_M"] * tile_n(cfg)
+
+
+def schedule(cfg, tiles, boxes, programs, splits=None, direct=None, max_partials=None):
     """(DIRECT, SPLITS, PER): the first DIRECT tiles reduce all pixel boxes, the other
     tiles - DIRECT are split into SPLITS slices of PER boxes (every slice has a box: SPLITS =
     ceil(boxes / PER); SPLITS = 1 when no tile is split). Chosen by ``schedule_cost`` among
-    DIRECT in {0, whole waves, all tiles} unless fixed."""
+    DIRECT in {0, whole waves, all tiles} unless fixed. max_partials: the float32 workspace
+    elements available (a caller's fixed buffer): schedules needing more are skipped (all
+    tiles whole needs none, so one always remains)."""
     if direct is None:
         directs = sorted({0, tiles} | {m * programs for m in range(1, tiles // programs + 1)})
     else:
@@ -398,9 +443,13 @@ def schedule(cfg, tiles, boxes, programs, splits=None, direct=None):
         else:
             options = range(1, min(boxes, 8 * programs) + 1)
         for sp in options:
+            if max_partials is not None and partial_floats(cfg, tiles, boxes, d, sp) > max_partials:
+                continue
             cost = schedule_cost(cfg, tiles, boxes, programs, d, sp)
             if best is None or cost < best[0] - 1e-9:
                 best = (cost, d, sp)
+    if best is None:  # every fixed split overflows max_partials: all tiles whole
+        return tiles, 1, boxes
     _, d, sp = best
     if d == tiles:
         return d, 1, boxes
@@ -444,11 +493,15 @@ class Plan:
 
 
 def prepare(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, alpha=1.0, beta=0.0, dw=None,
-            sms=None, splits=None, direct=None, ws=None, stride=(1, 1)):
+            sms=None, splits=None, direct=None, ws=None, stride=(1, 1), max_partials=None, flip=False):
     """Build descriptors, the workspace and launch arguments once (CUDA-graph timing launches
     ``launch(plan)``). x [N, C, H, W], dy [N, K, OH, OW], both channels-last; dw [K, C, KH, KW]
     of any float dtype and strides (default: x's dtype, channels-last). sms: pretend the GPU
-    has that many SMs (tests: many units a program); splits / direct fix the schedule."""
+    has that many SMs (tests: many units a program); splits / direct fix the schedule.
+    ws: a float32 buffer used when large enough; max_partials: restrict the schedule to that
+    many partial floats (pass ws.numel() to always use ws: tridnn's workspace). flip: write
+    tap (kh, kw) at (KH-1-kh, KW-1-kw) (CONVOLUTION mode): dw is addressed from its last tap
+    with negated tap strides."""
     import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -480,7 +533,7 @@ def prepare(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, alpha
     boxes = num_boxes(cfg, n, oh, ow)
     if splits is None:
         splits = cfg.get("SPLITS")
-    d, splits, per = schedule(cfg, tiles, boxes, programs_max, splits, direct)
+    d, splits, per = schedule(cfg, tiles, boxes, programs_max, splits, direct, max_partials)
     rest = tiles - d
     units = d + rest * splits
     dt = _gl_dtype(x.dtype)
@@ -496,10 +549,14 @@ def prepare(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, alpha
         ws = torch.empty(1, device=x.device, dtype=torch.float32)  # not touched
     elif ws is None or ws.numel() < need or ws.dtype != torch.float32:
         ws = torch.empty(need, device=x.device, dtype=torch.float32)
+    dw_arg, dw_strides = dw, tuple(dw.stride())
+    if flip:  # the base at tap (KH-1, KW-1), walking the taps backwards
+        dw_arg = dw[:, :, kh - 1:, kw - 1:]
+        dw_strides = (dw_strides[0], dw_strides[1], -dw_strides[2], -dw_strides[3])
     grid = (min(units, programs_max),)
     cap = max_regs(cfg["num_warps"], cfg.get("PER_SM", 1))
     n_kb, n_cb = triton.cdiv(k, BM), triton.cdiv(c, BN)
-    args = (dy_desc, x_desc, dw, *dw.stride(), float(alpha), float(beta), ws,
+    args = (dy_desc, x_desc, dw_arg, *dw_strides, float(alpha), float(beta), ws,
             k, c, taps, kw, padding[0], padding[1], dilation[0], dilation[1], sh, sw,
             units, d, max(rest, 1), n_kb, n_cb, triton.cdiv(oh, BH), triton.cdiv(ow, BW), boxes, per)
     meta = dict(NB=NB, BH=BH, BW=BW, BLOCK_M=BM, BLOCK_N=BN, TAPS_N=TAPS_N, STAGES=cfg["STAGES"],
@@ -509,7 +566,7 @@ def prepare(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, alpha
         fgrid = fargs = fmeta = None
     else:
         fgrid = (rest * (BM * BN * TAPS_N // FINISH_BLOCK),)
-        fargs = (ws, dw, d, rest, splits, k, c, taps, kw, n_kb, n_cb, *dw.stride(), float(alpha), float(beta))
+        fargs = (ws, dw_arg, d, rest, splits, k, c, taps, kw, n_kb, n_cb, *dw_strides, float(alpha), float(beta))
         fmeta = dict(BLOCK_M=BM, BLOCK_N=BN, TAPS_N=TAPS_N, BETA_ZERO=beta == 0, BLOCK=FINISH_BLOCK)
     return Plan(grid, args, meta, fgrid, fargs, fmeta, ws, dw, d, splits, per, units)
 
@@ -567,4 +624,4 @@ def flops(n, c, k, oh, ow, kh, kw) -> float:
 
 __all__ = ["gluon_wgrad_kernel", "wgrad_finish_kernel", "conv2d_wgrad", "prepare", "launch", "compile_sm90",
            "CONFIGS", "config", "name", "why_not", "schedule", "schedule_cost", "shared_bytes", "flops", "Plan",
-           "num_boxes", "num_tiles"]
+           "num_boxes", "num_tiles", "picks", "partial_floats"]
