@@ -260,6 +260,29 @@ def test_a_gluon_pick_falls_back_to_the_reference_config(rng, monkeypatch):
     assert ran["gluon_refused"] == 2 and ran["conv_tma"] == 2
 
 
+def test_a_failing_gluon_launch_warns_and_falls_back(monkeypatch):
+    """A host-side failure of the experimental Gluon launch (compile, descriptor) warns and
+    reports nothing launched (the caller runs its reference); out of resources (the tuner
+    skips that config) and CUDA errors propagate."""
+    def failing(exc):
+        def launch(*a, **k):
+            raise exc
+        return launch
+    cfg = dict(gw.WGRAD_PICKS_SMALL[0], GLUON=True)
+    monkeypatch.setattr(bwf, "launch_gluon", failing(ValueError("bad descriptor")))
+    with pytest.warns(RuntimeWarning, match="bad descriptor"):
+        assert bwf._try_gluon(None, None, None, None, None, 1.0, 0.0, cfg) is False
+
+    class OutOfResources(Exception):
+        pass
+    for exc in (OutOfResources("shared memory"), RuntimeError("CUDA error: an illegal memory access")):
+        monkeypatch.setattr(bwf, "launch_gluon", failing(exc))
+        with pytest.raises(type(exc)):
+            bwf._try_gluon(None, None, None, None, None, 1.0, 0.0, cfg)
+    monkeypatch.setattr(bwf, "launch_gluon", lambda *a, **k: True)
+    assert bwf._try_gluon(None, None, None, None, None, 1.0, 0.0, cfg) is True
+
+
 # -- GPU: every offered config through the public API --------------------------------------
 GPU_CASES = [
     P(64, 64, (7, 7), 3, 1, 1),              # 7x7 images: boxes past the edge, many images a box
@@ -280,8 +303,9 @@ def forced(monkeypatch):
     real = gw.launch
 
     def counted(*a, **k):
-        state.launches += 1
-        return real(*a, **k)
+        out = real(*a, **k)
+        state.launches += 1  # (after the launch: a failing one falls back with a warning)
+        return out
     monkeypatch.setattr(gw, "launch", counted)
     monkeypatch.setattr(type(ALGO), "tuner", common.Tuner(tolerance=3e-3))
     monkeypatch.setattr(bwf, "tma_candidates", lambda *a, **k: [state.cfg])

@@ -29,6 +29,8 @@ workspace buffer (the schedule is restricted to fit it, see gluon_wgrad.schedule
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import triton
 import triton.language as tl
@@ -252,6 +254,22 @@ def launch_gluon(problem, x, dy, dw, part, alpha, beta, cfg, sms=None) -> bool:
     return True
 
 
+def _try_gluon(problem, x, dy, dw, part, alpha, beta, cfg) -> bool:
+    """launch_gluon, where a host-side failure (a compile or descriptor error: the Gluon API
+    is experimental) warns and returns False, so the caller runs its reference config. Out
+    of resources (the tuner skips such a config), out of memory and CUDA errors propagate."""
+    try:
+        return launch_gluon(problem, x, dy, dw, part, alpha, beta, cfg)
+    except Exception as exc:
+        text = str(exc)
+        if ("OutOfResources" in type(exc).__name__ or "resources" in text.lower()
+                or "out of memory" in text.lower() or "CUDA" in text):
+            raise
+        warnings.warn(f"tridnn: the Gluon backward-filter config {gluon_wgrad.name(cfg)} failed "
+                      f"({type(exc).__name__}: {exc}); running the reference config", RuntimeWarning, stacklevel=2)
+        return False
+
+
 def tma_candidates(plan, problem, x, x_tma, dy, dw, part, sms, rows=(), device=None) -> list:
     """The TMA path's tuner list: conv_tma's configs first (the first is the tuner's
     reference), then conv_wgrad_tma's, the window-row ones (``rows``), then on Hopper the
@@ -367,7 +385,7 @@ class _WgradBase(TritonConvAlgorithm):
 
             def run_tma(c, out, a=1.0, b=0.0):
                 if c.get("GLUON"):
-                    if launch_gluon(problem, x, dy, out, part, a, b, c):
+                    if _try_gluon(problem, x, dy, out, part, a, b, c):
                         return
                     c = conv_tma.wgrad_candidates(plan, dw.device, x_tma.element_size())[0]
                 if c.get("ROWS"):
