@@ -289,7 +289,7 @@ GPU_CASES = [
     P(128, 64, (14, 14), 3, 1, 1),           # 14x14
     P(64, 128, (9, 11), (5, 3), 1, (2, 1)),  # 5x3 filter, unequal padding, ragged image
     P(128, 128, (6, 5), 3, 1, 0),            # no padding
-    P(72, 200, (10, 12), 3, 1, 2, 2),        # dilation 2; channels not multiples of 64
+    P(80, 200, (10, 12), 3, 1, 2, 2),        # dilation 2; channels not multiples of 64
     P(64, 192, (6, 5), 1),                   # 1x1
     P(64, 128, (14, 14), 1, 2),              # 1x1 stride 2 (x's stride-phase view)
 ]
