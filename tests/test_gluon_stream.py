@@ -267,7 +267,7 @@ def test_mirror_and_finish_against_float64(shape, cfg):
         bias = torch.linspace(-1.0, 1.0, c, device=dev)
         coef = torch.full((2, c), float("nan"), device=dev)
         _finish_kernel[(p["SEGS"], triton.cdiv(c, FINISH_BLOCK))](
-            part, flat.to(dev), out, out2, c, p["CC"], p["G"], p["SPLITS"], p["L"], scale, bias, coef, 1e-5,
+            part, flat.to(dev), out, out2, c, p["CC"], p["G"], p["SPLITS"], p["L"], scale, bias, coef, 1e-5, 1.0, 0.0,
             SQUARES=squares, COEF=squares, BLOCK=FINISH_BLOCK, BLOCK_S=4)  # 4: several split tiles
         out, out2, coef, scale, bias = out.cpu(), out2.cpu(), coef.cpu(), scale.cpu(), bias.cpu()
         ref = xn.reshape(p["SEGS"], -1, c)

@@ -36,6 +36,8 @@ alpha and beta) are float64 kernel arguments, so float64 data sees them unrounde
 kernels that compute in float32 convert them once."""
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -54,6 +56,15 @@ L2_REUSE = False             # True: the apply pass first re-reads what the stat
 L2_KEEP_BYTES = 24 << 20     # how much of each reduced tensor the stats pass asks the L2 to keep
 BLOCK_SPLITS = 128           # splits combined per finalize step
 FINALIZE_BLOCK_C = 16        # channels per finalize program
+# Training forward on a Hopper GPU, dense channels-last bf16/fp16 with C * 2 bytes a multiple
+# of 16, modes SPATIAL / SPATIAL_PERSISTENT: the partial sums come from gluon_stream's TMA
+# streaming kernel (same [splits, 2, C] layout, same shift: x's first pixel), combined by this
+# module's _finalize_kernel (running averages, saved statistics, coefficients, all as before);
+# NORM / NORM_ACTIVATION with alpha 1, beta 0 and y dense channels-last also apply through
+# gluon_stream's TMA apply pass in the "L2" order (H200 17:52 UTC, 64x256x56x56 bf16: the
+# whole forward 2.31 TB/s on minimal bytes against 2.14); the z (add) variant and alpha/beta
+# keep _apply_kernel. TRIDNN_GLUON_STREAM=0 (or GLUON_STREAM = False): the Triton kernels only.
+GLUON_STREAM = os.environ.get("TRIDNN_GLUON_STREAM", "1") != "0"
 
 
 @triton.jit
@@ -540,6 +551,24 @@ def _finalize_grid(C):
     return (cdiv(C, FINALIZE_BLOCK_C),)
 
 
+def gluon_stats_route(x, mode) -> bool:
+    """Whether the training forward takes its partial sums from gluon_stream (see GLUON_STREAM)."""
+    from . import tensor_ops
+    if not GLUON_STREAM or int(mode) == PER_ACTIVATION or x.dim() != 4 or not tensor_ops.gluon_device_ok(x.device):
+        return False
+    from . import gluon_stream
+    return gluon_stream.bn_stats_why_not(x) is None
+
+
+def gluon_apply_route(x, y, bn_ops, alpha, beta) -> bool:
+    """Whether (after gluon_stats_route) y is written by gluon_stream's apply pass: no z, no
+    blending, y dense channels-last like x (an activation is relu, as _apply_kernel's)."""
+    if int(bn_ops) not in (NORM, NORM_ACTIVATION) or float(alpha) != 1.0 or float(beta) != 0.0:
+        return False
+    from . import gluon_stream
+    return gluon_stream.bn_apply_why_not(x, y) is None
+
+
 def batch_norm_forward_training(x, z, y, scale, bias, running_mean, running_var, saved_mean, saved_inv_var,
                                 mode, exp_avg_factor, epsilon, bn_ops, alpha=1.0, beta=0.0) -> None:
     """y = alpha * bn(x) + beta * y with batch statistics (see the module docstring)."""
@@ -552,12 +581,19 @@ def batch_norm_forward_training(x, z, y, scale, bias, running_mean, running_var,
                   {"scale": (scale, False, False), "bias": (bias, False, False),
                    "rmean": (running_mean, True, True), "rvar": (running_var, True, True),
                    "smean": (saved_mean, True, False), "sinv": (saved_inv_var, True, False)})
-    (tiles_c, splits), per = lay.stats_grid(x)
     dev, acc = x.device, _workspace_dtype(x)
-    part = torch.empty(splits * 2 * lay.C, dtype=acc, device=dev)
-    shift = torch.empty(lay.C, dtype=acc, device=dev)
     coef = torch.empty(2 * lay.C, dtype=acc, device=dev)
-    _launch_stats(lay, x, part, shift, (tiles_c, splits), per, lay.keep_items(splits, 1) if L2_REUSE else 0)
+    gluon = gluon_stats_route(lay.views["x"], mode)
+    if gluon:  # partials [1, splits, 2, C] float32; the shift is x's first pixel (read by the finalize)
+        from . import gluon_stream
+        xv = lay.views["x"]
+        pp = gluon_stream.bn_partials(xv)
+        part, shift, splits = pp["part"], xv, pp["plan"]["SPLITS"]
+    else:
+        (tiles_c, splits), per = lay.stats_grid(x)
+        part = torch.empty(splits * 2 * lay.C, dtype=acc, device=dev)
+        shift = torch.empty(lay.C, dtype=acc, device=dev)
+        _launch_stats(lay, x, part, shift, (tiles_c, splits), per, lay.keep_items(splits, 1) if L2_REUSE else 0)
     p = lay.params
     has_running = p["rmean"] is not None and p["rvar"] is not None
     has_saved = p["smean"] is not None and p["sinv"] is not None
@@ -568,7 +604,12 @@ def batch_norm_forward_training(x, z, y, scale, bias, running_mean, running_var,
         lay.C, splits, float(count), float(exp_avg_factor), float(epsilon),
         HAS_RUNNING=has_running, HAS_SAVED=has_saved, BLOCK_SPLITS=BLOCK_SPLITS, BLOCK_C=FINALIZE_BLOCK_C,
         num_warps=8)
-    _launch_apply(lay, coef, alpha, beta, bn_ops, x, splits, per, L2_REUSE)
+    if gluon and gluon_apply_route(lay.views["x"], lay.views["y"], bn_ops, alpha, beta):
+        gluon_stream.bn_apply(lay.views["x"], lay.views["y"], coef, pp, relu=int(bn_ops) == NORM_ACTIVATION)
+    elif gluon:  # z or blending: the Triton apply pass in memory order
+        _launch_apply(lay, coef, alpha, beta, bn_ops, x, 1, lay.N * lay.SB, False)
+    else:
+        _launch_apply(lay, coef, alpha, beta, bn_ops, x, splits, per, L2_REUSE)
     lay.staging.finish()
 
 
@@ -731,8 +772,8 @@ def training_plan(x, y, scale, bias, running_mean, running_var, saved_mean, save
               "rmean": (running_mean, True, True), "rvar": (running_var, True, True),
               "smean": (saved_mean, True, False), "sinv": (saved_inv_var, True, False)}
     lay = _bound_layout(x, mode, data, params)
-    if lay is None or saved_mean is None or saved_inv_var is None:
-        return None
+    if lay is None or saved_mean is None or saved_inv_var is None or gluon_stats_route(x, mode):
+        return None  # (gluon_stats_route: the launcher's Gluon path)
     l2 = L2_REUSE
     (tiles_c, splits), per = lay.stats_grid(x)
     dev, acc, C = x.device, _workspace_dtype(x), lay.C

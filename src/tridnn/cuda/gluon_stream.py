@@ -252,13 +252,16 @@ def stream_sums_kernel(
 
 @triton.jit
 def _finish_kernel(part_ptr, x_ptr, out_ptr, out2_ptr, C, CC, G, SPLITS, rows,
-                   scale_ptr, bias_ptr, coef_ptr, eps,
-                   SQUARES: tl.constexpr, COEF: tl.constexpr, BLOCK: tl.constexpr, BLOCK_S: tl.constexpr):
+                   scale_ptr, bias_ptr, coef_ptr, eps, alpha: tl.float64, beta: tl.float64,
+                   SQUARES: tl.constexpr, COEF: tl.constexpr, BLOCK: tl.constexpr, BLOCK_S: tl.constexpr,
+                   MEAN: tl.constexpr = False, HAS_BETA: tl.constexpr = False):
     """Per (segment, channel): add the splits' partials in split order, in float64, and fold the
     G columns of each channel. Sums: out[seg, c] = sum of x. SQUARES: out = mean, out2 = biased
     variance (each column: mean_j = shift_j + S1/rows, M2_j = S2 - S1^2/rows; columns combined
     exactly: M2 = sum M2_j + rows * sum (mean_j - mean)^2); COEF (batch norm, one segment):
-    coef[0, c] = scale / sqrt(var + eps), coef[1, c] = bias - mean * coef[0, c] (float32)."""
+    coef[0, c] = scale / sqrt(var + eps), coef[1, c] = bias - mean * coef[0, c] (float32).
+    Sums are blended as cuDNN's reductions do: out = alpha * sum (MEAN: / (rows * G), the
+    pixels a segment) + beta * out (read only with HAS_BETA), in float64."""
     seg = tl.program_id(0)
     c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     m = c < C
@@ -297,6 +300,11 @@ def _finish_kernel(part_ptr, x_ptr, out_ptr, out2_ptr, C, CC, G, SPLITS, rows,
             tl.store(coef_ptr + c, a.to(tl.float32), mask=m)
             tl.store(coef_ptr + C + c, b.to(tl.float32), mask=m)
     else:
+        if MEAN:
+            total = total / (rows * G)
+        total = total * alpha
+        if HAS_BETA:
+            total += beta * tl.load(out_ptr + seg * C + c, mask=m, other=0.0).to(tl.float64)
         tl.store(out_ptr + seg * C + c, total.to(out_ptr.dtype.element_ty), mask=m)
 
 
@@ -601,11 +609,12 @@ def _sm_count(device) -> int:
 
 
 def prepare(x, per_image=False, squares=False, cfg=None, sms=None, out=None, out2=None, scale=None, bias=None,
-            eps=1e-5):
+            eps=1e-5, alpha=1.0, beta=0.0, mean=False):
     """Descriptors, buffers and launch arguments for ``launch``. per_image: sums over H*W per
     image (out [N, C], x's dtype unless given); else over N*H*W (out [1, C]; squares: out =
     mean, out2 = biased variance, float32; with scale and bias also coef [2, C] float32, the
-    batch-norm multiplier and offset). Returns a dict (for CUDA-graph timing)."""
+    batch-norm multiplier and offset). Sums only: out = alpha * sum (mean: the average) +
+    beta * out (beta 0: out is not read). Returns a dict (for CUDA-graph timing)."""
     import torch
     reason = why_not(x, per_image)
     if reason:
@@ -631,9 +640,11 @@ def prepare(x, per_image=False, squares=False, cfg=None, sms=None, out=None, out
     if max_regs(cfg):
         meta["maxnreg"] = max_regs(cfg)
     fin_args = (part, x, out, out2 if squares else out, c, cc, p["G"], p["SPLITS"], rows,
-                scale if coef_mode else out, bias if coef_mode else out, coef if coef_mode else out, float(eps))
+                scale if coef_mode else out, bias if coef_mode else out, coef if coef_mode else out, float(eps),
+                float(alpha), float(beta))
     fin_s, fin_c = finish_tile(p["SPLITS"])
-    fin_meta = dict(SQUARES=bool(squares), COEF=bool(coef_mode), BLOCK=fin_c, BLOCK_S=fin_s)
+    fin_meta = dict(SQUARES=bool(squares), COEF=bool(coef_mode), BLOCK=fin_c, BLOCK_S=fin_s,
+                    MEAN=bool(mean) and not squares, HAS_BETA=float(beta) != 0.0 and not squares)
     return dict(plan=p, cfg=cfg, grid=(p["grid"],), args=args, meta=meta, part=part, out=out, out2=out2, coef=coef,
                 fin_grid=(segs, triton.cdiv(c, fin_c)), fin_args=fin_args, fin_meta=fin_meta)
 
@@ -655,6 +666,81 @@ def batch_stats(x, cfg=None, sms=None):
     """(mean [C], biased variance [C]) over N*H*W of a dense NHWC x, float32 (GPU, Hopper)."""
     mean, var = launch(prepare(x, squares=True, cfg=cfg, sms=sms))
     return mean[0], var[0]
+
+
+# -- routing: what tensor_ops.reduce_tensor (and pooling through it) and batchnorm.py hand
+# to these kernels on Hopper GPUs (the callers check the device and their switches) --------
+
+# 128x128 s6 w4 ws: the best config of the H200 sweep of 17:52 UTC (64x256x56x56 bf16) for
+# sums per image with their finish (3.67 TB/s; the Triton reduction 2.49) and for batch norm
+# in the "L2" order (2.31; batchnorm.py 2.14)
+ROUTE_CONFIG = config(128, 128, 6, 4, warp_spec=True)
+_INT32 = 2 ** 31
+
+
+def sum_hw_why_not(a, c) -> str | None:
+    """None when c [N, C, 1, 1] = sums (or means) over H*W of a [N, C, H, W] can run here:
+    a dense channels-last (``why_not``), c of a's dtype viewable as a dense [N, C]."""
+    if a.dim() != 4 or c.dim() != 4:
+        return "4-D tensors only"
+    n, ch, h, w = a.shape
+    if tuple(c.shape) != (n, ch, 1, 1) or h * w <= 1:
+        return "c must be [N, C, 1, 1] of a [N, C, H, W] with H*W > 1"
+    if c.dtype != a.dtype or c.device != a.device:
+        return "c must have a's dtype and device"
+    if (n > 1 and c.stride(0) != ch) or (ch > 1 and c.stride(1) != 1):
+        return "c must be a dense [N, C]"
+    if a.numel() >= _INT32:
+        return "2^31 elements or more"
+    return why_not(a, per_image=True)
+
+
+def sum_hw_into(a, c, alpha=1.0, beta=0.0, mean=False, cfg=None):
+    """c = alpha * (sum or mean over H*W of a) + beta * c for ``sum_hw_why_not``'s cases: the
+    streaming kernel, then the finish (float64 adds, the blend, one rounding to c's dtype)."""
+    n, ch = a.shape[:2]
+    out = c.as_strided((n, ch), (ch, 1))
+    launch(prepare(a, per_image=True, cfg=cfg or ROUTE_CONFIG, out=out, alpha=alpha, beta=beta, mean=mean))
+
+
+def bn_stats_why_not(x) -> str | None:
+    """None when batchnorm.py can take its partial sums from ``bn_partials``: dense
+    channels-last bfloat16/float16 with C * 2 bytes a multiple of 16 (one pixel a TMA row,
+    so the partials have batchnorm's [splits, 2, C] layout and its shift, x's first pixel)."""
+    import torch
+    if x.dtype not in (torch.bfloat16, torch.float16):
+        return "bfloat16/float16 only"
+    reason = why_not(x, per_image=False)
+    if reason:
+        return reason
+    if group(x.shape[1], x.element_size()) != 1:
+        return "C * 2 bytes must be a multiple of 16"
+    if x.numel() >= _INT32:
+        return "2^31 elements or more"
+    return None
+
+
+def bn_partials(x, cfg=None):
+    """The statistics kernel alone over N*H*W: returns the ``prepare`` dict; its "part" is
+    [1, SPLITS, 2, C] float32 (sum of x - shift, sum of (x - shift)^2 per split, shift = x's
+    first pixel), for batchnorm.py's own finalize."""
+    pp = prepare(x, squares=True, cfg=cfg or ROUTE_CONFIG)
+    launch(pp, finish=False)
+    return pp
+
+
+def bn_apply_why_not(x, y) -> str | None:
+    """None when ``bn_apply`` can write y (dense channels-last like x, 16-byte aligned)."""
+    if y.shape != x.shape or y.dtype != x.dtype or y.device != x.device or not _dense_nhwc(y) or y.data_ptr() % 16:
+        return "y must be a dense channels-last tensor like x, 16-byte aligned"
+    return None
+
+
+def bn_apply(x, y, coef, pp, relu=False):
+    """y = act(coef[c] * x + coef[C + c]) (coef: 2 * C float32) over the units of ``bn_partials``'s
+    plan, each program from its last box (the "L2" order)."""
+    launch_apply(prepare_apply(x, y, coef, pp["plan"], pp["cfg"], relu=relu, reverse=True))
+    return y
 
 
 # -- the apply pass ------------------------------------------------------------------------
@@ -779,4 +865,5 @@ def compile_apply_sm90(cfg, dtype="bf16", channels=256, relu=False, reverse=True
 __all__ = ["stream_sums_kernel", "stream_apply_kernel", "CONFIGS", "config", "name", "plan", "prepare", "launch",
            "sum_hw", "batch_stats", "prepare_apply", "launch_apply", "prepare_batch_norm", "launch_batch_norm",
            "batch_norm_train", "compile_sm90", "compile_apply_sm90", "why_not", "group", "shared_bytes", "box_bytes",
-           "apply_rings"]
+           "apply_rings", "ROUTE_CONFIG", "sum_hw_why_not", "sum_hw_into", "bn_stats_why_not", "bn_partials",
+           "bn_apply_why_not", "bn_apply"]

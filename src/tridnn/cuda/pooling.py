@@ -2075,7 +2075,10 @@ def _global_as_reduction(x, y, mode, geo, propagate_nan, alpha, beta):
         return False
     if tuple(geo.window[-x.dim() + 2:]) != tuple(x.shape[2:]) and math.prod(geo.window) != math.prod(geo.ins):
         return False
-    if GLOBAL_AVG_KERNEL and int(mode) in (AVG_INCLUDE, AVG_EXCLUDE) and _global_avg(x, y, geo, alpha, beta):
+    average = int(mode) in (AVG_INCLUDE, AVG_EXCLUDE)
+    # (Hopper, dense channels-last: reduce_tensor's Gluon TMA stream, before GLOBAL_AVG_KERNEL)
+    if (GLOBAL_AVG_KERNEL and average and not tensor_ops.gluon_route(x, y, tensor_ops.RED_AVG)
+            and _global_avg(x, y, geo, alpha, beta)):
         return True
     op = tensor_ops.RED_MAX if int(mode) in (MAX, MAX_DETERMINISTIC) else tensor_ops.RED_AVG
     tensor_ops.reduce_tensor(x, y, None, None, op, alpha, beta, propagate_nan)

@@ -12,6 +12,8 @@ resident wave of programs each a run of rows loaded one row ahead); STRIDED_ROWS
 sets NHWC's channel tile."""
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -113,6 +115,30 @@ SPLIT_ROUND = "down"
 RUNS_OPS = (RED_ADD, RED_MUL, RED_AVG, RED_NORM1, RED_NORM2, RED_MUL_NO_ZEROS)
 _COUNTERS: dict = {}
 SPLIT_OPS = (RED_ADD, RED_MUL, RED_AVG, RED_NORM1, RED_NORM2, RED_MUL_NO_ZEROS)  # partials combine exactly so
+# Sums and averages over H, W of a dense channels-last 4-D tensor (bf16/fp16/fp32) on a Hopper
+# GPU: gluon_stream's TMA streaming kernel and its finish (H200 17:52 UTC, 64x256x56x56 bf16:
+# 3.67 TB/s against this module's 2.49), so global and adaptive-to-1x1 average pooling too.
+# TRIDNN_GLUON_STREAM=0 (or GLUON_STREAM = False) keeps everything on the Triton kernels.
+GLUON_STREAM = os.environ.get("TRIDNN_GLUON_STREAM", "1") != "0"
+GLUON_STREAM_DTYPES = (torch.bfloat16, torch.float16, torch.float32)  # the dtypes routed
+
+
+def gluon_device_ok(device) -> bool:
+    """Gluon's TMA kernels run on sm_90 only, never in the interpreter (tests patch this to
+    check the routing on the CPU)."""
+    if device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
+        return False
+    return torch.cuda.get_device_capability(device)[0] == 9
+
+
+def gluon_route(a, c, op) -> bool:
+    """Whether reduce_tensor hands c = reduce(a) to gluon_stream.sum_hw_into: ADD or AVG over
+    exactly H and W of a dense channels-last [N, C, H, W] (gluon_stream.sum_hw_why_not)."""
+    if (not GLUON_STREAM or int(op) not in (RED_ADD, RED_AVG) or a.dtype not in GLUON_STREAM_DTYPES
+            or not gluon_device_ok(a.device)):
+        return False
+    from . import gluon_stream
+    return gluon_stream.sum_hw_why_not(a, c) is None
 
 
 @triton.jit
@@ -649,6 +675,10 @@ def reduce_tensor(a, c, indices, workspace, op: int, alpha=1.0, beta=0.0, propag
         if op not in INDEXED_REDUCTIONS:
             indices = None  # as the NumPy backend: only MIN, MAX and AMAX write indices
     if c.numel() == 0:
+        return
+    if gluon_route(a, c, op):
+        from . import gluon_stream
+        gluon_stream.sum_hw_into(a, c, float(alpha), float(beta), mean=op == RED_AVG)
         return
     reduced = [ax for ax in range(a.dim()) if c.shape[ax] == 1 and a.shape[ax] != 1]
     kept = [ax for ax in range(a.dim()) if ax not in reduced]
