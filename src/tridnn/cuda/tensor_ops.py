@@ -123,12 +123,18 @@ GLUON_STREAM = os.environ.get("TRIDNN_GLUON_STREAM", "1") != "0"
 GLUON_STREAM_DTYPES = (torch.bfloat16, torch.float16, torch.float32)  # the dtypes routed
 
 
+_HOPPER: dict = {}
+
+
 def gluon_device_ok(device) -> bool:
     """Gluon's TMA kernels run on sm_90 only, never in the interpreter (tests patch this to
     check the routing on the CPU)."""
     if device.type != "cuda" or os.environ.get("TRITON_INTERPRET") == "1":
         return False
-    return torch.cuda.get_device_capability(device)[0] == 9
+    ok = _HOPPER.get(device)
+    if ok is None:
+        ok = _HOPPER[device] = torch.cuda.get_device_capability(device)[0] == 9
+    return ok
 
 
 def gluon_route(a, c, op) -> bool:
