@@ -184,6 +184,95 @@ def test_interpreter_reductions_do_not_route(monkeypatch):
     np.testing.assert_allclose(c.double().numpy(), x.double().mean((2, 3), keepdim=True).numpy(), rtol=1e-6)
 
 
+# -- CPU (interpreter): the routed paths end to end, the Gluon kernels stood in for -------------
+class _StandInStream:
+    """stream_sums_kernel's contract in torch: part[seg, split, 0, col] = sum over the split's
+    rows of x - shift (shift = the first row with SQUARES, else 0), part[..., 1, col] = sum of
+    squares; rows of split s: [s * PER * BLOCK_P, (s + 1) * PER * BLOCK_P) within L."""
+    calls = 0
+
+    def __getitem__(self, grid):
+        def run(x_desc, x, part, L, CC, B, PER, SPLITS, CBN, UNITS, **meta):
+            type(self).calls += 1
+            v = x.permute(0, 2, 3, 1).reshape(part.shape[0], L, CC).double()
+            shift = v[0, 0] if meta["SQUARES"] else 0.0
+            step = PER * meta["BLOCK_P"]
+            for sp in range(SPLITS):
+                d = v[:, sp * step:min((sp + 1) * step, L)] - shift
+                part[:, sp, 0] = d.sum(1).float()
+                if meta["SQUARES"]:
+                    part[:, sp, 1] = (d * d).sum(1).float()
+        return run
+
+
+class _StandInApply:
+    """stream_apply_kernel's contract in torch: y = act(coef[c] * x + coef[C + c])."""
+    calls = 0
+
+    def __getitem__(self, grid):
+        def run(x_desc, y_desc, coef, C, *ints, **meta):
+            type(self).calls += 1
+            a, b = coef[:C].view(1, C, 1, 1), coef[C:2 * C].view(1, C, 1, 1)
+            v = x_desc.base.float() * a + b
+            y_desc.base.copy_(v.clamp_min(0) if meta["RELU"] else v)
+        return run
+
+
+@pytest.fixture
+def stand_ins(hopper, monkeypatch):
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("interpreter only (on a GPU the real kernels run: the gpu tests)")
+    from tridnn.cuda.layer_utils import _let_interpreter_loop_over_runtime_bounds
+    _let_interpreter_loop_over_runtime_bounds()  # the finish kernels loop over runtime bounds
+    _StandInStream.calls = _StandInApply.calls = 0
+    monkeypatch.setattr(gs, "stream_sums_kernel", _StandInStream())
+    monkeypatch.setattr(gs, "stream_apply_kernel", _StandInApply())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=lambda d: _DT[d])
+@pytest.mark.parametrize("shape", [(2, 3, 4, 8), (3, 40, 5, 7)], ids=lambda s: "x".join(map(str, s)))
+def test_routed_reduce_and_pooling_end_to_end(shape, dtype, stand_ins):
+    """tridnn.reduce_tensor / pooling_forward / adaptive_pooling_forward on the routed path
+    (the streaming kernel stood in for, the real finish): alpha, beta, mean, against float64."""
+    n, c, hh, ww = shape
+    gen = torch.Generator().manual_seed(c)
+    x = (0.5 + torch.randn(shape, generator=gen)).to(dtype).contiguous(memory_format=CL)
+    h = tridnn.Handle(device="cpu", backend="triton", find_cache=None)
+    xd = tridnn.TensorDescriptor.packed(shape, _DT[dtype], tridnn.TensorFormat.NHWC)
+    cd = tridnn.TensorDescriptor.packed((n, c, 1, 1), _DT[dtype])
+    x64 = x.double()
+    calls = 0
+    for op, alpha, beta in (("add", 1.0, 0.0), ("avg", 1.0, 0.0), ("add", 0.5, 2.0), ("avg", -1.5, 0.25)):
+        prior = torch.randn(n, c, 1, 1, generator=gen).to(dtype)
+        out = prior.clone() if beta else torch.full((n, c, 1, 1), float("nan"), dtype=dtype)
+        _reduce(h, op, alpha, xd, x, beta, cd, out)
+        r = x64.sum((2, 3), keepdim=True) / (hh * ww if op == "avg" else 1)
+        _close(out, alpha * r + beta * prior.double(), dtype, (op, alpha, beta))
+        calls += 1
+        assert _StandInStream.calls == calls, "routed"
+    for how in ("global", "adaptive"):
+        prior = torch.randn(n, c, 1, 1, generator=gen).to(dtype)
+        out = prior.clone()
+        if how == "global":
+            pool = PoolingDescriptor(PoolingMode.AVERAGE_COUNT_INCLUDE_PADDING, (hh, ww), 0, (hh, ww))
+            tridnn.pooling_forward(h, pool, 2.0, xd, x, -0.5, cd, out)
+        else:
+            tridnn.adaptive_pooling_forward(h, 1, 2.0, xd, x, -0.5, cd, out)
+        _close(out, 2.0 * x64.mean((2, 3), keepdim=True) - 0.5 * prior.double(), dtype, how)
+        calls += 1
+        assert _StandInStream.calls == calls, ("routed", how)
+
+
+@pytest.mark.parametrize("case", ["norm", "relu", "add_relu", "alpha_beta"])
+def test_routed_batch_norm_end_to_end(case, stand_ins):
+    """batch_norm_forward_training_ex on the routed path (partials and apply stood in for,
+    batchnorm.py's real finalize on them, x's first pixel as the shift): y, running and saved
+    statistics against float64."""
+    _check_batch_norm((3, 16, 5, 7), case, torch.float16, "cpu")
+    assert _StandInStream.calls == 1
+    assert _StandInApply.calls == int(case in ("norm", "relu"))
+
+
 # -- GPU: through the public API against float64 ---------------------------------------------
 def _gpu():
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
@@ -265,13 +354,9 @@ def test_gpu_reduce_and_pooling(shape, dtype, monkeypatch):
 BN_SHAPES = [(64, 256, 56, 56), (2, 200, 9, 11), (4, 64, 17, 19), (2, 3, 13, 16)]
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=lambda d: _DT[d])
-@pytest.mark.parametrize("case", ["norm", "relu", "add_relu", "alpha_beta"])
-@pytest.mark.parametrize("shape", BN_SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_gpu_batch_norm_training(shape, case, dtype, monkeypatch):
-    _gpu()
-    spy = _Spy(monkeypatch, "bn_partials", "bn_apply")
+def _check_batch_norm(shape, case, dtype, device):
+    """batch_norm_forward_training_ex (SPATIAL) through the public API against float64: y
+    (NaN-poisoned unless beta), running mean/variance, saved mean/inverse std."""
     n, c, hh, ww = shape
     gen = torch.Generator().manual_seed(c + hh)
     x = (30.0 + 2.0 * torch.randn(shape, generator=gen)).to(dtype)  # |mean| >> std: the shift matters
@@ -279,30 +364,34 @@ def test_gpu_batch_norm_training(shape, case, dtype, monkeypatch):
     ops = {"norm": BatchNormOps.NORM, "relu": BatchNormOps.NORM_ACTIVATION,
            "add_relu": BatchNormOps.NORM_ADD_ACTIVATION, "alpha_beta": BatchNormOps.NORM}[case]
     alpha, beta = (0.5, 1.5) if case == "alpha_beta" else (1.0, 0.0)
-    h = tridnn.Handle(device="cuda", find_cache=None)
+    if device == "cuda":
+        h = tridnn.Handle(device="cuda", find_cache=None)
+    else:
+        h = tridnn.Handle(device="cpu", backend="triton", find_cache=None)
     xd = tridnn.TensorDescriptor.packed(shape, _DT[dtype], tridnn.TensorFormat.NHWC)
     bn = tridnn.derive_bn_tensor_descriptor(xd, BatchNormMode.SPATIAL)
     scale = torch.rand(bn.dims, generator=gen) + 0.5
     bias = torch.randn(bn.dims, generator=gen)
     rm0, rv0 = torch.randn(bn.dims, generator=gen), torch.rand(bn.dims, generator=gen) + 0.5
     prior = torch.randn(shape, generator=gen).to(dtype)
-    cl = lambda t: t.cuda().contiguous(memory_format=CL)  # noqa: E731
+    cl = lambda t: t.clone().to(device).contiguous(memory_format=CL)  # noqa: E731  (copies, also on the CPU)
     xg, zg = cl(x), cl(z)
-    y = cl(prior) if beta else torch.full(shape, float("nan"), dtype=dtype, device="cuda").contiguous(memory_format=CL)
-    rm, rv = rm0.cuda(), rv0.cuda()
-    sm, si = (torch.full(bn.dims, float("nan"), device="cuda") for _ in range(2))
+    y = cl(prior) if beta else cl(torch.full(shape, float("nan"), dtype=dtype))
+    rm, rv = rm0.clone().to(device), rv0.clone().to(device)
+    sm, si = (torch.full(bn.dims, float("nan"), device=device) for _ in range(2))
     eps, factor = 1e-5, 0.1
     act = ActivationDescriptor(ActivationMode.RELU) if ops != BatchNormOps.NORM else None
-    tridnn.batch_norm_forward_training_ex(h, BatchNormMode.SPATIAL, ops, alpha, beta, xd, xg,
-                                          xd if ops == BatchNormOps.NORM_ADD_ACTIVATION else None,
-                                          zg if ops == BatchNormOps.NORM_ADD_ACTIVATION else None, xd, y, bn,
-                                          scale.cuda(), bias.cuda(), factor, rm, rv, eps, sm, si, act)
-    torch.cuda.synchronize()
+    add = ops == BatchNormOps.NORM_ADD_ACTIVATION
+    tridnn.batch_norm_forward_training_ex(h, BatchNormMode.SPATIAL, ops, alpha, beta, xd, xg, xd if add else None,
+                                          zg if add else None, xd, y, bn, scale.to(device), bias.to(device), factor,
+                                          rm, rv, eps, sm, si, act)
+    if device == "cuda":
+        torch.cuda.synchronize()
     x64 = x.double()
     mean = x64.mean((0, 2, 3), keepdim=True)
     var = x64.var((0, 2, 3), unbiased=False, keepdim=True)
     want = (x64 - mean) / torch.sqrt(var + eps) * scale.double() + bias.double()
-    if ops == BatchNormOps.NORM_ADD_ACTIVATION:
+    if add:
         want = want + z.double()
     if ops != BatchNormOps.NORM:
         want = want.clamp_min(0)
@@ -315,6 +404,16 @@ def test_gpu_batch_norm_training(shape, case, dtype, monkeypatch):
                           rtol=1e-6, atol=1e-6)
     assert torch.allclose(rv.double().cpu(), (1 - factor) * rv0.double() + factor * var.view(bn.dims) * m / (m - 1),
                           rtol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=lambda d: _DT[d])
+@pytest.mark.parametrize("case", ["norm", "relu", "add_relu", "alpha_beta"])
+@pytest.mark.parametrize("shape", BN_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gpu_batch_norm_training(shape, case, dtype, monkeypatch):
+    _gpu()
+    spy = _Spy(monkeypatch, "bn_partials", "bn_apply")
+    _check_batch_norm(shape, case, dtype, "cuda")
     routed = shape[1] != 3  # C = 3: 8 pixels a TMA row, batchnorm.py's own kernels
     assert spy.calls["bn_partials"] == int(routed), spy.calls
     assert spy.calls["bn_apply"] == int(routed and case in ("norm", "relu")), spy.calls
