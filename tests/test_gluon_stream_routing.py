@@ -176,12 +176,13 @@ def test_interpreter_reductions_do_not_route(monkeypatch):
     monkeypatch.setattr(gs, "sum_hw_into", boom)
     monkeypatch.setattr(gs, "bn_partials", boom)
     h = tridnn.Handle(device="cpu", backend="triton", find_cache=None)
-    x = torch.randn(2, 8, 3, 4).contiguous(memory_format=CL)
+    x = torch.randn(2, 8, 3, 4, generator=torch.Generator().manual_seed(5)).contiguous(memory_format=CL)
     xd = tridnn.TensorDescriptor.packed((2, 8, 3, 4), "float32", tridnn.TensorFormat.NHWC)
     cd = tridnn.TensorDescriptor.packed((2, 8, 1, 1), "float32")
     c = torch.full((2, 8, 1, 1), float("nan"))
     _reduce(h, "avg", 1.0, xd, x, 0.0, cd, c)
-    np.testing.assert_allclose(c.double().numpy(), x.double().mean((2, 3), keepdim=True).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(c.double().numpy(), x.double().mean((2, 3), keepdim=True).numpy(), rtol=1e-6,
+                               atol=1e-6)  # (float32 sums of 12 values of ~1)
 
 
 # -- CPU (interpreter): the routed paths end to end, the Gluon kernels stood in for -------------
