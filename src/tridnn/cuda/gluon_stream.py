@@ -38,6 +38,12 @@ Two ways to keep the ring full (WARP_SPEC):
 - 1: gl.warp_specialize: a 1-warp loader partition issues loads as slots free up (empty
   barriers), the default partition only waits, reads and adds.
 
+Where it runs (Hopper GPUs, ROUTE_CONFIG; TRIDNN_GLUON_STREAM=0 turns it off): tensor_ops'
+reduce_tensor ADD/AVG over H, W of dense channels-last tensors (global and adaptive-to-1x1
+average pooling through it; ``sum_hw_into``, the finish blends alpha/beta) and batchnorm.py's
+training forward (``bn_partials`` feed its own finalize; ``bn_apply`` for NORM / relu without
+z or blending). tests/test_gluon_stream_routing.py checks the routing.
+
 Gluon kernels do not run under the Triton interpreter: the tests compile every config
 for sm_90 offline (``compile_sm90``) and check the host arithmetic and the finish kernel
 on the CPU against a NumPy mirror of the walk; results against float64 need a Hopper GPU.
