@@ -188,7 +188,8 @@ def test_gpu_lists_offer_ws_configs_last(direction, layer, monkeypatch):
     the conservative reference, and the list without them is what it was), only on flat
     plans (1x1 stride 1; not the 3x3 layers' spatial boxes), in both kernels, all with
     4 warps, one-row boxes, >= 128 rows for WARP_SPEC 1 and >= 128 columns for WARP_SPEC 2,
-    64-column tiles only for outputs of <= 64 channels."""
+    64-column tiles only for outputs of <= 64 channels (when offered: WS_OFFERED)."""
+    monkeypatch.setattr(conv_tma, "WS_OFFERED", True)
     monkeypatch.setattr(conv_tma, "sm_count", lambda device: 132)
     monkeypatch.setattr(conv_tma, "hardware_ok", lambda t: True)
     plan, cands = _gpu_cands(direction, *layer)
@@ -212,7 +213,8 @@ def test_gpu_lists_offer_ws_configs_last(direction, layer, monkeypatch):
 
 def test_no_ws_configs_where_they_do_not_apply(monkeypatch):
     """Not for spatial plans (3x3), strided backward data (one launch per phase, FILL),
-    float32 data (strict FMA or tf32), nor the interpreter."""
+    float32 data (strict FMA or tf32), nor the interpreter (when offered: WS_OFFERED)."""
+    monkeypatch.setattr(conv_tma, "WS_OFFERED", True)
     monkeypatch.setattr(conv_tma, "sm_count", lambda device: 132)
     monkeypatch.setattr(conv_tma, "hardware_ok", lambda t: True)
     for direction, layer in (("bwd_data", (256, 28, 1, 2, 0)), ("bwd_data", (128, 28, 3, 2, 1)),
@@ -279,7 +281,8 @@ def test_wgrad_ws_refuses_spatial_boxes(rng, forced_wgrad):
 def test_gpu_wgrad_lists_offer_ws_configs_last(layer, monkeypatch):
     """On an H200 the flat backward-filter plans of 16-bit data with >= 128 output-gradient
     channels get WGRAD_WS_FLAT after the other configs (each with its WAVES variants),
-    fitted to the channels; spatial plans and float32 get none."""
+    fitted to the channels; spatial plans and float32 get none (when offered: WS_OFFERED)."""
+    monkeypatch.setattr(conv_tma, "WS_OFFERED", True)
     monkeypatch.setattr(conv_tma, "sm_count", lambda device: 132)
     cuda = types.SimpleNamespace(type="cuda")
     problem, x, w, y = _resnet_problem("bwd_filter", *layer)
@@ -296,3 +299,20 @@ def test_gpu_wgrad_lists_offer_ws_configs_last(layer, monkeypatch):
     assert not any(c.get("WARP_SPEC") for c in conv_tma.wgrad_candidates(plan, cuda, 4))
     monkeypatch.setattr(conv_tma, "WGRAD_WS_FLAT", [])
     assert conv_tma.wgrad_candidates(plan, cuda, 2) == cands[:len(cands) - len(ws)]
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data", "bwd_filter"])
+def test_ws_configs_not_offered_by_default(direction, monkeypatch):
+    """Off unless TRIDNN_CONV_WS=1: a WARP_SPEC config hung the H200 when replayed
+    (2026-11-30, res2_1x1r forward), so no default list may contain one."""
+    assert conv_tma.WS_OFFERED is False
+    monkeypatch.setattr(conv_tma, "sm_count", lambda device: 132)
+    monkeypatch.setattr(conv_tma, "hardware_ok", lambda t: True)
+    cuda = types.SimpleNamespace(type="cuda")
+    layer = (256, 56, 1, 1, 0)  # a flat plan: where they would be offered
+    if direction == "bwd_filter":
+        problem, x, w, y = _resnet_problem("bwd_filter", *layer)
+        cands = conv_tma.wgrad_candidates(conv_tma.plan_backward_filter(problem, x, y, w), cuda, 2)
+    else:
+        _, cands = _gpu_cands(direction, *layer)
+    assert cands and not any(c.get("WARP_SPEC") for c in cands)

@@ -527,7 +527,7 @@ def test_tuner_never_picks_a_config_that_disagrees(monkeypatch):
     def fake_bench(fn, **kwargs):
         fn()
         return timings[current[0]]
-    monkeypatch.setattr(common.triton.testing, "do_bench", fake_bench)
+    monkeypatch.setattr(common, "gpu_time_ms", fake_bench)
     truth = torch.arange(32, dtype=torch.float32)
     current = [None]
 
@@ -556,7 +556,7 @@ def test_tuner_times_workspace_outputs_in_place_and_checks_a_sample(monkeypatch)
     def fake_bench(fn, **kwargs):
         fn()
         return timings[current[0]]
-    monkeypatch.setattr(common.triton.testing, "do_bench", fake_bench)
+    monkeypatch.setattr(common, "gpu_time_ms", fake_bench)
     truth = torch.arange(64, dtype=torch.float32)
 
     def launch(cfg, out):
@@ -587,7 +587,7 @@ def test_tune_first_takes_the_first_candidate_without_timing(monkeypatch):
 
     def no_timing(*a, **k):
         raise AssertionError("TRIDNN_TUNE=first must not time candidates")
-    monkeypatch.setattr(common.triton.testing, "do_bench", no_timing)
+    monkeypatch.setattr(common, "gpu_time_ms", no_timing)
     out = torch.zeros(4)
     pick = common.Tuner().pick("k", [dict(name="a"), dict(name="b")], lambda c, o: None, out,
                                types.SimpleNamespace(type="cuda"))
