@@ -28,7 +28,7 @@ for step in "$@"; do
         echo "dw rc=$?"; grep -E "^  dw|geomean" "$R/dwf.log" | cut -c1-140 ;;
     fwd|dgrad|wgrad_suite)
         sec=$([ $step = fwd ] && echo rn50-fwd || ([ $step = dgrad ] && echo rn50-bwd_data || echo rn50-bwd_filter))
-        timeout 190 python3 benchmarks/bench_gpu_conv.py --out "$R/$step" --sections $sec --algos get --budget-s 170 > "$R/$step.log" 2>&1
+        timeout ${SUITE_S:-190} python3 benchmarks/bench_gpu_conv.py --out "$R/$step" --sections $sec --algos get --budget-s $(( ${SUITE_S:-190} - 22 )) > "$R/$step.log" 2>&1
         echo "$step rc=$?"; grep -hE "^\| (rn50|section)|skipped|geomean" "$R/$step.log" | cut -c1-140 ;;
   esac
 done
