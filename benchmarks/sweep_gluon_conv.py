@@ -40,9 +40,7 @@ for CUDA), then prints the table with empty timings and writes the JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import time
 import types
@@ -55,6 +53,9 @@ if "--api" in sys.argv and "--dry-run" in sys.argv:  # the API's plumbing under 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
+
+import gluon_sweep_common as gsc  # noqa: E402  (benchmarks/, the script's own folder)
+from gluon_sweep_common import bench, offline_driver, useful  # noqa: E402
 
 LAYERS = {  # name: (N, C, K, H, W, filter size, padding)
     "res2_3x3": (64, 64, 64, 56, 56, 3, 1),
@@ -74,38 +75,8 @@ CANARY = [  # (N, C, K, H, W, KH, KW, pad, alpha): edges in every direction, K n
 SMS = 132
 
 
-def offline_driver():
-    """--dry-run: let the JIT bind and compile for sm_90 without CUDA."""
-    from triton.backends.compiler import GPUTarget
-    from triton.runtime.driver import driver
-
-    class Offline:
-        def get_current_device(self):
-            return 0
-
-        def get_current_stream(self, device=None):
-            return 0
-
-        def get_current_target(self):
-            return GPUTarget("cuda", 90, 32)
-
-    driver.set_active(Offline())
-
-
 def rel_err(got, want) -> float:
     return ((got.float() - want.float()).abs().max() / want.float().abs().max().clamp_min(1e-30)).item()
-
-
-def bench(fn, rep):
-    import triton
-    return triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median") * 1e3  # microseconds
-
-
-def useful(cfg, n, oh, ow) -> float:
-    import triton
-    nb, bh, bw = cfg["NB"], cfg["BH"], cfg["BW"]
-    covered = triton.cdiv(n, nb) * nb * triton.cdiv(oh, bh) * bh * triton.cdiv(ow, bw) * bw
-    return n * oh * ow / covered
 
 
 def fill(cfg, n, k, oh, ow) -> float:
@@ -157,36 +128,7 @@ def canary(indices, dry):
                 gc.launch(grid, args, meta, y)
                 torch.cuda.synchronize()
                 worst = max(worst, rel_err(y.double(), want))
-        print(f"CANARY {i} {'ok' if worst < 2e-2 else 'BAD'} {worst:.3e}", flush=True)
-
-
-def run_canaries(indices, dry, limit_s=60.0):
-    """{config index: (status, error)}; status ok / BAD / hang / crash."""
-    status = {}
-    todo = list(indices)
-    while todo:
-        cmd = [sys.executable, os.path.abspath(__file__), "--canary", ",".join(map(str, todo))]
-        if dry:
-            cmd.append("--dry-run")
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            out, err = proc.communicate(timeout=limit_s)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-            timed_out = True
-        for line in out.splitlines():
-            if line.startswith("CANARY "):
-                _, i, st, e = line.split()
-                status[int(i)] = (st, float(e))
-        todo = [i for i in todo if i not in status]
-        if todo:  # the first unreported config hung or crashed the child
-            bad = todo.pop(0)
-            status[bad] = ("hang" if timed_out else "crash", float("nan"))
-            tail = (err or "").strip().splitlines()[-3:]
-            print(f"canary: config {bad} {status[bad][0]}: {' | '.join(tail)}", flush=True)
-    return status
+        gsc.report_canary(i, worst)
 
 
 # -- --api: the public API with the tuner -------------------------------------------------
@@ -296,12 +238,7 @@ def api_sweep(a, directions, t0):
         err = f"{r['err']:8.1e}" if "err" in r else f"{'-':>8s}"
         print(f"{r['layer']:10s} {r['direction']:8s} {f('cudnn_us')} {f('api_us')} {f('api_eager_us')} {ratio} "
               f"{tma:8.1f} {glu:8.1f} {err} {r['pick']}")
-    if a.out:
-        os.makedirs(a.out, exist_ok=True)
-        path = os.path.join(a.out, "gluon_api.json")
-        with open(path, "w") as fh:
-            json.dump(dict(dry_run=a.dry_run, rows=rows, seconds=time.time() - t0), fh, indent=1)
-        print(f"wrote {path}")
+    gsc.write_json(a.out, "gluon_api.json", dict(dry_run=a.dry_run, rows=rows, seconds=time.time() - t0))
 
 
 # -- the sweep ----------------------------------------------------------------------------
@@ -343,7 +280,7 @@ def main():
         print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  cudnn "
               f"{torch.backends.cudnn.version()}", flush=True)
 
-    status = {i: ("ok", 0.0) for i in indices} if a.no_canary else run_canaries(indices, a.dry_run)
+    status = {i: ("ok", 0.0) for i in indices} if a.no_canary else gsc.run_canaries(__file__, indices, a.dry_run)
     print(f"canaries ({time.time() - t0:.0f} s): " + ", ".join(
         f"{gc.name(gc.CONFIGS[i])}={status[i][0]}" for i in indices), flush=True)
 
@@ -432,7 +369,7 @@ def main():
                         us = bench(lambda: gc.launch(grid, args, meta, y), a.rep)
                         row.update(us=us, tflops=flop / us * 1e-6, ratio=us / cudnn_us)
             except Exception as e:  # report and go on: one config must not end the sweep
-                row["note"] = f"{type(e).__name__}: {str(e).splitlines()[0][:80] if str(e) else ''}"
+                row["note"] = gsc.error_note(e)
             rows.append(row)
             print(f"{name_d:9s} {row['config']:22s} " + (f"{row['us']:8.1f} us {row['tflops']:6.0f} TFLOP/s "
                   f"x{row['ratio']:.2f} err {row['err']:.1e}" if row["us"] else row.get("note", "")), flush=True)
@@ -446,13 +383,9 @@ def main():
         ratio = f"{r['ratio']:7.2f}" if r["ratio"] else f"{'-':>7s}"
         err = f"{r['err']:8.1e}" if r["err"] is not None else f"{'-':>8s}"
         print(f"{r['layer']:15s} {r['config']:22s} {us} {tf} {ratio} {err} {r['useful']:6.2f} {r['fill']:5.2f} {r.get('note', '')}")
-    if a.out:
-        os.makedirs(a.out, exist_ok=True)
-        path = os.path.join(a.out, "gluon_conv.json")
-        with open(path, "w") as f:
-            json.dump(dict(dry_run=a.dry_run, canaries={gc.name(gc.CONFIGS[i]): status[i][0] for i in indices},
-                           rows=rows, seconds=time.time() - t0), f, indent=1)
-        print(f"wrote {path}")
+    gsc.write_json(a.out, "gluon_conv.json", dict(
+        dry_run=a.dry_run, canaries={gc.name(gc.CONFIGS[i]): status[i][0] for i in indices}, rows=rows,
+        seconds=time.time() - t0))
 
 
 if __name__ == "__main__":

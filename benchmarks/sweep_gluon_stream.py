@@ -29,9 +29,7 @@ the kernels' own JIT binding (an offline driver stands in for CUDA), prints the 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import time
 
@@ -41,30 +39,15 @@ import torch.nn.functional as F
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 
+import gluon_sweep_common as gsc  # noqa: E402  (benchmarks/, the script's own folder)
+from gluon_sweep_common import offline_driver  # noqa: E402
+
 SHAPE = (64, 256, 56, 56)
 # ragged boxes (221 pixels an image, 495 in all) and columns (200 of a 256-wide box); the
 # boxes of the timed problem, so the canaries' compiles serve the sweep (the other widths
 # and dtypes: tests/test_gluon_stream.py --gpu)
 CANARY = [(3, 256, 13, 17), (5, 200, 9, 11)]
 SMS = 132
-
-
-def offline_driver():
-    """--dry-run: let the JIT bind and compile for sm_90 without CUDA."""
-    from triton.backends.compiler import GPUTarget
-    from triton.runtime.driver import driver
-
-    class Offline:
-        def get_current_device(self):
-            return 0
-
-        def get_current_stream(self, device=None):
-            return 0
-
-        def get_current_target(self):
-            return GPUTarget("cuda", 90, 32)
-
-    driver.set_active(Offline())
 
 
 def rel_err(got, want) -> float:
@@ -142,58 +125,18 @@ def canary(indices, dry):
                         y, m, v = gs.launch_batch_norm(ps, pa)
                         torch.cuda.synchronize()
                         worst = max(worst, bn_err(y, m, v, ref))
-        print(f"CANARY {i} {'ok' if worst < 2e-2 else 'BAD'} {worst:.3e}", flush=True)
-
-
-def _canary_group(todo, dry, limit_s):
-    cmd = [sys.executable, os.path.abspath(__file__), "--canary", ",".join(map(str, todo))]
-    if dry:
-        cmd.append("--dry-run")
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), time.time() + limit_s
-
-
-def run_canaries(indices, dry, jobs=4, limit_s=60.0):
-    """{config index: (status, error)}; status ok / BAD / hang / crash. Configs are spread over
-    ``jobs`` children (their compiles run in parallel); a child that hangs or dies is
-    restarted without the first config it did not report."""
-    status = {}
-    groups = [list(indices[j::jobs]) for j in range(jobs) if indices[j::jobs]]
-    while groups:
-        procs = [(g, *_canary_group(g, dry, limit_s)) for g in groups]
-        groups = []
-        for todo, proc, deadline in procs:
-            try:
-                out, err = proc.communicate(timeout=max(1.0, deadline - time.time()))
-                timed_out = False
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                out, err = proc.communicate()
-                timed_out = True
-            for line in out.splitlines():
-                if line.startswith("CANARY "):
-                    _, i, st, e = line.split()
-                    status[int(i)] = (st, float(e))
-            todo = [i for i in todo if i not in status]
-            if todo:  # the first unreported config hung or crashed the child
-                bad = todo.pop(0)
-                status[bad] = ("hang" if timed_out else "crash", float("nan"))
-                tail = (err or "").strip().splitlines()[-3:]
-                print(f"canary: config {bad} {status[bad][0]}: {' | '.join(tail)}", flush=True)
-                if todo:
-                    groups.append(todo)
-    return status
+        gsc.report_canary(i, worst)
 
 
 # -- timing -------------------------------------------------------------------------------
 def bench(fns, rep):
     """Median microseconds of fns[0], fns[1], ... called in turn (CUDA-graph replays)."""
-    import triton
     state = [0]
 
     def call():
         fns[state[0] % len(fns)]()
         state[0] += 1
-    return triton.testing.do_bench_cudagraph(call, rep=rep, return_mode="median") * 1e3
+    return gsc.bench(call, rep)
 
 
 def main():
@@ -222,7 +165,7 @@ def main():
     dev = "cpu" if dry else "cuda"
     if not dry:
         print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}", flush=True)
-    status = {i: ("ok", 0.0) for i in indices} if a.no_canary else run_canaries(indices, dry, a.jobs)
+    status = {i: ("ok", 0.0) for i in indices} if a.no_canary else gsc.run_canaries(__file__, indices, dry, jobs=a.jobs)
     print(f"canaries ({time.time() - t0:.0f} s): " + ", ".join(
         f"{gs.name(gs.CONFIGS[i])}={status[i][0]}" for i in indices), flush=True)
 
@@ -252,7 +195,7 @@ def main():
                     us = bench(fns, a.rep)
                     r.update(us=us, tbs=minimal / us * 1e-6, moved_tbs=moved / us * 1e-6)
             except Exception as e:  # noqa: BLE001 - report and go on
-                r["note"] = f"{type(e).__name__}: {str(e).splitlines()[0][:80] if str(e) else ''}"
+                r["note"] = gsc.error_note(e)
         rows.append(r)
         print(f"{variant:16s} {config:20s} " + (f"{r['us']:8.1f} us {r['tbs']:5.2f} TB/s (moved {r['moved_tbs']:5.2f})"
               + (f" err {r['err']:.1e}" if r["err"] is not None else "") if r["us"] else r["note"]), flush=True)
@@ -341,14 +284,9 @@ def main():
         mv = f"{r['moved_tbs']:6.2f}" if r["moved_tbs"] else f"{'-':>6s}"
         err = f"{r['err']:8.1e}" if r["err"] is not None else f"{'-':>8s}"
         print(f"{r['variant']:16s} {r['config']:24s} {us} {tb} {mv} {err} {r.get('note', '')}")
-    if a.out:
-        os.makedirs(a.out, exist_ok=True)
-        path = os.path.join(a.out, "gluon_stream.json")
-        with open(path, "w") as f:
-            json.dump(dict(dry_run=dry, shape=shape, rotate=k,
-                           canaries={gs.name(gs.CONFIGS[i]): status[i][0] for i in indices},
-                           rows=rows, seconds=time.time() - t0), f, indent=1)
-        print(f"wrote {path}")
+    gsc.write_json(a.out, "gluon_stream.json", dict(
+        dry_run=dry, shape=shape, rotate=k, canaries={gs.name(gs.CONFIGS[i]): status[i][0] for i in indices},
+        rows=rows, seconds=time.time() - t0))
 
 
 if __name__ == "__main__":

@@ -35,9 +35,7 @@ driver stands in for CUDA), then prints the table with empty timings and writes 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import time
 
@@ -45,6 +43,9 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
+
+import gluon_sweep_common as gsc  # noqa: E402  (benchmarks/, the script's own folder)
+from gluon_sweep_common import bench, offline_driver, useful  # noqa: E402
 
 LAYERS = {  # name: (N, C, K, H, W, filter size, padding, stride)
     "res2_3x3": (64, 64, 64, 56, 56, 3, 1, 1),
@@ -66,38 +67,8 @@ CANARY = [  # (N, C, K, H, W, KH, KW, pad, alpha, beta, schedule (direct, splits
 SMS = 132
 
 
-def offline_driver():
-    """--dry-run: let the JIT bind and compile for sm_90 without CUDA."""
-    from triton.backends.compiler import GPUTarget
-    from triton.runtime.driver import driver
-
-    class Offline:
-        def get_current_device(self):
-            return 0
-
-        def get_current_stream(self, device=None):
-            return 0
-
-        def get_current_target(self):
-            return GPUTarget("cuda", 90, 32)
-
-    driver.set_active(Offline())
-
-
 def rel_err(got, want) -> float:
     return ((got.double() - want.double()).abs().max() / want.double().abs().max().clamp_min(1e-30)).item()
-
-
-def bench(fn, rep):
-    import triton
-    return triton.testing.do_bench_cudagraph(fn, rep=rep, return_mode="median") * 1e3  # microseconds
-
-
-def useful(cfg, n, oh, ow) -> float:
-    import triton
-    nb, bh, bw = cfg["NB"], cfg["BH"], cfg["BW"]
-    covered = triton.cdiv(n, nb) * nb * triton.cdiv(oh, bh) * bh * triton.cdiv(ow, bw) * bw
-    return n * oh * ow / covered
 
 
 def fill(plan, boxes, programs) -> float:
@@ -184,36 +155,7 @@ def canary(indices, dry):
             got = gw.launch(plan)
             torch.cuda.synchronize()
             worst = max(worst, rel_err(got, want))
-        print(f"CANARY {i} {'ok' if worst < 2e-2 else 'BAD'} {worst:.3e}", flush=True)
-
-
-def run_canaries(indices, dry, limit_s):
-    """{config index: (status, error)}; status ok / BAD / hang / crash."""
-    status = {}
-    todo = list(indices)
-    while todo:
-        cmd = [sys.executable, os.path.abspath(__file__), "--canary", ",".join(map(str, todo))]
-        if dry:
-            cmd.append("--dry-run")
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            out, err = proc.communicate(timeout=limit_s)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-            timed_out = True
-        for line in out.splitlines():
-            if line.startswith("CANARY "):
-                _, i, st, e = line.split()
-                status[int(i)] = (st, float(e))
-        todo = [i for i in todo if i not in status]
-        if todo:  # the first unreported config hung or crashed the child
-            bad = todo.pop(0)
-            status[bad] = ("hang" if timed_out else "crash", float("nan"))
-            tail = (err or "").strip().splitlines()[-3:]
-            print(f"canary: config {bad} {status[bad][0]}: {' | '.join(tail)}", flush=True)
-    return status
+        gsc.report_canary(i, worst)
 
 
 # -- reference rows ---------------------------------------------------------------------
@@ -284,7 +226,7 @@ def main():
               f"{torch.backends.cudnn.version()}", flush=True)
 
     status = ({i: ("ok", 0.0) for i in indices} if a.no_canary
-              else run_canaries(indices, a.dry_run, a.canary_s))
+              else gsc.run_canaries(__file__, indices, a.dry_run, a.canary_s))
     print(f"canaries ({time.time() - t0:.0f} s): " + ", ".join(
         f"{i}:{gw.name(gw.CONFIGS[i])}={status[i][0]}" for i in indices), flush=True)
 
@@ -349,7 +291,7 @@ def main():
                             us = bench(lambda: gw.launch(plan), a.rep)
                             row.update(us=us, tflops=flop / us * 1e-6, ratio=us / cudnn_us)
                 except Exception as e:  # report and go on: one config must not end the sweep
-                    row["note"] = f"{type(e).__name__}: {str(e).splitlines()[0][:80] if str(e) else ''}"
+                    row["note"] = gsc.error_note(e)
                 rows.append(row)
                 print(f"{name:9s} {row['config']:42s} " + (
                     f"{row['us']:8.1f} us {row['tflops']:6.0f} TFLOP/s x{row['ratio']:.2f} err {row['err']:.1e} "
@@ -397,13 +339,9 @@ def main():
         mu = f"{r['model_us']:6.1f}" if r.get("model_us") is not None else f"{'-':>6s}"
         print(f"{r['layer']:9s} {r['config']:42s} {us} {tf} {ratio} {vt} {err} {r['useful']:6.2f} {fl} {mu} "
               f"{r.get('note', '')}")
-    if a.out:
-        os.makedirs(a.out, exist_ok=True)
-        path = os.path.join(a.out, "gluon_wgrad.json")
-        with open(path, "w") as f:
-            json.dump(dict(dry_run=a.dry_run, canaries={gw.name(gw.CONFIGS[i]): status[i][0] for i in indices},
-                           rows=rows, seconds=time.time() - t0), f, indent=1)
-        print(f"wrote {path}")
+    gsc.write_json(a.out, "gluon_wgrad.json", dict(
+        dry_run=a.dry_run, canaries={gw.name(gw.CONFIGS[i]): status[i][0] for i in indices}, rows=rows,
+        seconds=time.time() - t0))
 
 
 if __name__ == "__main__":
