@@ -1,4 +1,4 @@
-"""Warp-specialized implicit-GEMM convolution written in Gluon (GPU-only experiment).
+"""Warp-specialized implicit-GEMM convolution written in Gluon (Hopper only; tuner candidates).
 
 Why: conv_tma.py's Triton kernels reach ~400-450 TFLOP/s on the H200 where cuDNN reaches
 517-610; the gap is code generation Triton does not do on Hopper (a producer warp that only
@@ -33,9 +33,13 @@ HAS_BETA variant (the old output read by TMA and blended in float32). The fused 
 of convolution_bias_activation_forward runs here too (residual z by TMA, bias, the
 piecewise-linear activations: FUSED_ACTS); other activations stay with conv_tma.
 
-Gluon kernels do not run under the Triton interpreter: tests are GPU-only, plus an
-offline sm_90 compile (``compile_sm90``) that runs on any machine with Triton 3.6 (in a
-process where the interpreter has not run: it leaves triton.language patched).
+Gluon kernels do not run under the Triton interpreter. On the CPU, tests/test_gluon_conv.py
+and tests/test_gluon_integration.py compile every config and every offered variant for
+sm_90 offline (``compile_sm90``: any machine with Triton 3.6, in a process where the
+interpreter has not run, which leaves triton.language patched) and check the candidate
+lists, the filter transforms and the fallbacks; with ``--gpu`` on a Hopper GPU they check
+results against float64 (direct launches, and every offered config forced through the API).
+Host helpers shared with gluon_wgrad and gluon_stream live in gluon_common.py.
 """
 from __future__ import annotations
 
@@ -46,6 +50,10 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+
+from .epilogue import activate
+from .gluon_common import compile_sm90 as _compile_sm90, descriptor, max_regs
+from .gluon_common import desc_sig as _desc_sig, sm_count as _sm_count
 
 
 # --------------------------------------------------------------------------------------
@@ -105,41 +113,6 @@ def _loader(x_desc, w_desc, a_bufs, b_bufs, ready, empty,
             kw = gl.where(next_row, 0, kw)
             iw = gl.where(next_row, iw0, iw)
             ih = gl.where(next_row, ih + DIL_H, ih)
-
-
-@gluon.jit
-def _sigmoid(v):
-    return 1.0 / (1.0 + gl.exp(-v))
-
-
-@gluon.jit
-def _activate(v, ACT: gl.constexpr, coef, swish_beta):
-    """act(v) in float32 for the ActivationMode numbered ACT (-1: none), as epilogue.activate."""
-    if ACT == 0:      # SIGMOID
-        v = _sigmoid(v)
-    elif ACT == 1:    # RELU
-        v = gl.where(v > 0, v, 0.0)
-    elif ACT == 2:    # TANH = 2 sigmoid(2v) - 1
-        v = 2.0 * _sigmoid(2.0 * v) - 1.0
-    elif ACT == 3:    # CLIPPED_RELU
-        v = gl.minimum(gl.where(v > 0, v, 0.0), coef)
-    elif ACT == 4:    # ELU
-        v = gl.where(v > 0, v, coef * (gl.exp(gl.minimum(v, 0.0)) - 1.0))
-    elif ACT == 6:    # SWISH
-        v = v * _sigmoid(swish_beta * v)
-    elif ACT == 100:  # LEAKY_RELU
-        v = gl.where(v > 0, v, coef * v)
-    elif ACT == 101:  # GELU (erf)
-        v = 0.5 * v * (1.0 + gl.erf(v * 0.7071067811865476))
-    elif ACT == 102:  # GELU_TANH
-        u = 0.7978845608028654 * (v + 0.044715 * v * v * v)
-        v = 0.5 * v * (1.0 + (2.0 * _sigmoid(2.0 * u) - 1.0))
-    elif ACT == 103:  # SOFTPLUS: log(1 + exp(coef v)) / coef, stable
-        u = coef * v
-        v = (gl.maximum(u, 0.0) + gl.log(1.0 + gl.exp(-gl.abs(u)))) / coef
-    elif ACT == 104:  # HARD_SWISH
-        v = v * gl.minimum(gl.maximum(v + 3.0, 0.0), 6.0) / 6.0
-    return v
 
 
 @gluon.jit
@@ -229,7 +202,7 @@ def _consumer(y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, 
             b = gl.load(bias_ptr + cols, mask=cols < C_OUT, other=0.0)
             acc = acc + gl.expand_dims(b.to(gl.float32), 0)
         if ACT >= 0:
-            acc = _activate(acc, ACT, coef, swish_beta)
+            acc = activate(acc, ACT, coef, swish_beta)  # epilogue.py's (Gluon calls @triton.jit helpers)
         c_tile.store(acc.to(y_desc.dtype))
         fence_async_shared()
         gl.thread_barrier()
@@ -367,14 +340,6 @@ CONFIGS = [
 ]
 
 
-def max_regs(num_warps: int, per_sm: int = 1, pingpong: bool = False) -> int:
-    """The register cap that lets per_sm programs (num_warps consumer warps, twice with
-    pingpong, plus one 4-warp group for the loader) fit the SM's 64K registers; setmaxnreg
-    then moves the loader's surplus to the consumers."""
-    threads = (num_warps * (2 if pingpong else 1) + 4) * 32 * per_sm
-    return min(256, (65536 // threads) // 8 * 8)
-
-
 def _regs(cfg):
     """(maxnreg, loader registers, registers of the second consumer partition)."""
     cap = max_regs(cfg["num_warps"], cfg.get("PER_SM", 1), cfg.get("PINGPONG", False))
@@ -382,15 +347,6 @@ def _regs(cfg):
     # the second consumer takes an equal share of what the loader leaves (multiple of 8)
     second = min(256, ((cap * 3 - loader) // 2) // 8 * 8) if cfg.get("PINGPONG") else 0
     return cap, loader, second
-
-
-def _layout(block, dtype):
-    return gl.NVMMASharedLayout.get_default_for(block, dtype)
-
-
-def _gl_dtype(torch_dtype):
-    import torch
-    return {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}[torch_dtype]
 
 
 def filter_matrix(w):
@@ -438,43 +394,6 @@ def out_size(h, wd, kh, kw, padding, dilation):
     oh = h + 2 * padding[0] - dilation[0] * (kh - 1)
     ow = wd + 2 * padding[1] - dilation[1] * (kw - 1)
     return oh, ow
-
-
-class _Address:
-    """A descriptor's base without the tensor (what TensorDescriptor and the launcher read:
-    the address and the dtype), so cached descriptors do not keep memory alive."""
-    __slots__ = ("ptr", "dtype")
-
-    def __init__(self, ptr, dtype):
-        self.ptr, self.dtype = ptr, dtype
-
-    def data_ptr(self):
-        return self.ptr
-
-
-_descriptors: dict = {}
-_layouts: dict = {}
-
-
-def descriptor(t, shape, strides, block):
-    """A Gluon TMA descriptor of t's memory viewed as shape/strides with box ``block``; on the
-    GPU made once per address, dtype, view and box (a descriptor encodes nothing else)."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-    shape, strides, block = tuple(shape), tuple(strides), tuple(block)
-    lkey = (block, t.dtype)
-    layout = _layouts.get(lkey)
-    if layout is None:
-        layout = _layouts[lkey] = _layout(list(block), _gl_dtype(t.dtype))
-    if t.device.type != "cuda":  # offline compiles and dry runs: the tensor itself
-        return TensorDescriptor(t, list(shape), list(strides), list(block), layout)
-    key = (t.data_ptr(), t.dtype, shape, strides, block)
-    d = _descriptors.get(key)
-    if d is None:
-        if len(_descriptors) > 4096:
-            _descriptors.clear()
-        d = _descriptors[key] = TensorDescriptor(_Address(t.data_ptr(), t.dtype), list(shape), list(strides),
-                                                 list(block), layout)
-    return d
 
 
 def _nhwc(t):
@@ -558,13 +477,6 @@ def prepare(x, w, padding=(1, 1), dilation=(1, 1), cfg=None, y=None, alpha=1.0, 
                 num_warps=cfg["num_warps"], HAS_BETA=beta != 0, ACT=int(act), HAS_BIAS=bias is not None,
                 HAS_Z=z is not None, maxnreg=cap)
     return grid, args, meta, y
-
-
-def _sm_count(device) -> int:
-    import torch
-    if device.type != "cuda":
-        return 132
-    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 # The JIT's per-call binding (signature, specialization, cache key, a tensor map encoded
@@ -855,24 +767,14 @@ def launch_backward_data(problem, dy, w, dx, alpha, beta, cfg, sms=None) -> bool
 # Offline compile (no GPU needed)
 # --------------------------------------------------------------------------------------
 
-def _desc_sig(dtype_str, block, layout) -> str:
-    return f"tensordesc<{dtype_str}[{', '.join(map(str, block))}],{layout!r}>"
-
-
 def compile_sm90(cfg, has_beta=False, act=-1, has_bias=False, has_z=False, bias_dtype="fp32"):
     """Compile the kernel for sm_90 without a GPU; returns the CompiledKernel (asm: ptx, cubin).
     has_beta: the variant that blends the old output (beta != 0); act, has_bias, has_z:
     the fused epilogue's (bias_dtype: the bias pointer's element type)."""
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-
-    fn = gluon_conv_fwd_kernel
     NB, BH, BW, BN, BK = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-    dt = gl.bfloat16
-    y_sig = _desc_sig("bf16", [NB, BH, BW, BN], _layout([NB, BH, BW, BN], dt))
+    y_sig = _desc_sig("bf16", [NB, BH, BW, BN])
     types_ = {
-        "x_desc": _desc_sig("bf16", [NB, BH, BW, BK], _layout([NB, BH, BW, BK], dt)),
-        "w_desc": _desc_sig("bf16", [BN, BK], _layout([BN, BK], dt)),
+        "x_desc": _desc_sig("bf16", [NB, BH, BW, BK]), "w_desc": _desc_sig("bf16", [BN, BK]),
         "y_desc": y_sig, "z_desc": y_sig, "bias_ptr": "*" + bias_dtype,
         "alpha": "fp32", "beta": "fp32", "alpha2": "fp32", "coef": "fp32", "swish_beta": "fp32",
     }
@@ -881,13 +783,7 @@ def compile_sm90(cfg, has_beta=False, act=-1, has_bias=False, has_z=False, bias_
                   PINGPONG=bool(cfg.get("PINGPONG")), LOADER_REGS=loader_regs, CONSUMER_REGS=consumer_regs,
                   num_warps=cfg["num_warps"], HAS_BETA=bool(has_beta), ACT=int(act), HAS_BIAS=bool(has_bias),
                   HAS_Z=bool(has_z))
-    sig = {}
-    for a in fn.arg_names:  # in the kernel's order
-        sig[a] = "constexpr" if a in consts else types_.get(a, "i32")
-    src = GluonASTSource(fn=fn, signature=sig,
-                         constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()})
-    opts = dict(num_warps=cfg["num_warps"], maxnreg=cap)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+    return _compile_sm90(gluon_conv_fwd_kernel, types_, consts, cfg["num_warps"], maxnreg=cap)
 
 
 def flops(n, c, k, oh, ow, kh, kw) -> float:

@@ -1,4 +1,4 @@
-"""Per-channel sums over an NHWC tensor streamed by TMA, in Gluon (GPU-only experiment).
+"""Per-channel sums over an NHWC tensor streamed by TMA, in Gluon (Hopper only).
 
 Why: the plain Triton reductions over N*H*W in NHWC (tensor_ops' reduce over H*W, the
 statistics pass of batchnorm.py, group norm) stop at 2.1-2.5 TB/s on the H200 where a copy
@@ -55,6 +55,9 @@ import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+
+from .gluon_common import compile_sm90 as _compile_sm90, desc_sig, descriptor as _descriptor
+from .gluon_common import sm_count as _sm_count
 
 # --------------------------------------------------------------------------------------
 # Device code: the streaming reduction
@@ -523,11 +526,6 @@ def group(c: int, itemsize: int) -> int:
     return g
 
 
-def _gl_dtype(torch_dtype):
-    import torch
-    return {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}[torch_dtype]
-
-
 def _layout(block, dtype):
     """Unswizzled: the warps read whole 16-byte runs along a row, conflict-free without a swizzle."""
     return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=dtype.primitive_bitwidth, rank=len(block))
@@ -605,28 +603,9 @@ def _plan(shape, itemsize, per_image, cfg, sms):
                 SPLITS=splits, PER=per, UNITS=units, grid=min(units, programs))
 
 
-_descriptors: dict = {}
-
-
 def descriptor(x, shape, strides, block):
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-    from .gluon_conv import _Address
-    layout = _layout(list(block), _gl_dtype(x.dtype))
-    if x.device.type != "cuda":
-        return TensorDescriptor(x, list(shape), list(strides), list(block), layout)
-    key = (x.data_ptr(), x.dtype, tuple(shape), tuple(strides), tuple(block))
-    d = _descriptors.get(key)
-    if d is None:
-        if len(_descriptors) > 1024:
-            _descriptors.clear()
-        d = _descriptors[key] = TensorDescriptor(_Address(x.data_ptr(), x.dtype), list(shape), list(strides),
-                                                 list(block), layout)
-    return d
-
-
-def _sm_count(device) -> int:
-    import torch
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
+    """gluon_common.descriptor in this module's unswizzled layout."""
+    return _descriptor(x, shape, strides, block, _layout)
 
 
 def prepare(x, per_image=False, squares=False, cfg=None, sms=None, out=None, out2=None, scale=None, bias=None,
@@ -837,23 +816,8 @@ def batch_norm_train(x, scale, bias, eps=1e-5, cfg=None, relu=False, reverse=Tru
 _ITEMSIZE = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 
-def _sig_block(dtype, block):
-    gdt = {"bf16": gl.bfloat16, "fp16": gl.float16, "fp32": gl.float32}[dtype]
-    return f"tensordesc<{dtype}[{', '.join(map(str, block))}],{_layout(block, gdt)!r}>"
-
-
 def _compile(fn, sig, consts, cfg, pointers):
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-    sig = dict(sig)
-    for k in consts:
-        sig[k] = "constexpr"
-    src = GluonASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()},
-                         attrs={(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k in pointers})
-    opts = dict(num_warps=cfg["num_warps"])
-    if max_regs(cfg):
-        opts["maxnreg"] = max_regs(cfg)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+    return _compile_sm90(fn, sig, consts, cfg["num_warps"], maxnreg=max_regs(cfg) or None, pointers=pointers)
 
 
 def compile_sm90(cfg, squares=False, dtype="bf16", channels=256):
@@ -861,7 +825,8 @@ def compile_sm90(cfg, squares=False, dtype="bf16", channels=256):
     bf16/fp16/fp32; squares: batch statistics, else sums per image); returns the
     CompiledKernel (asm: ptx, cubin)."""
     p = plan((64, channels, 56, 56), _ITEMSIZE[dtype], not squares, cfg)
-    sig = {"x_desc": _sig_block(dtype, [1, p["BLOCK_P"], p["BLOCK_C"]]), "x_ptr": f"*{dtype}", "part_ptr": "*fp32"}
+    sig = {"x_desc": desc_sig(dtype, [1, p["BLOCK_P"], p["BLOCK_C"]], _layout), "x_ptr": f"*{dtype}",
+           "part_ptr": "*fp32"}
     sig.update({a: "i32" for a in _RUNTIME_INTS})
     consts = dict(BLOCK_P=p["BLOCK_P"], BLOCK_C=p["BLOCK_C"], STAGES=cfg["STAGES"], VEC=p["VEC"], TPC=p["TPC"],
                   SQUARES=bool(squares), WARP_SPEC=cfg["WARP_SPEC"], LOADER_REGS=40, num_warps=cfg["num_warps"])
@@ -875,7 +840,7 @@ def compile_apply_sm90(cfg, dtype="bf16", channels=256, relu=False, reverse=True
     if rings is None:
         return None
     block = [1, p["BLOCK_P"], p["BLOCK_C"]]
-    sig = {"x_desc": _sig_block(dtype, block), "y_desc": _sig_block(dtype, block), "coef_ptr": "*fp32"}
+    sig = {"x_desc": desc_sig(dtype, block, _layout), "y_desc": desc_sig(dtype, block, _layout), "coef_ptr": "*fp32"}
     sig.update({a: "i32" for a in ["C"] + _RUNTIME_INTS[1:]})
     consts = dict(BLOCK_P=p["BLOCK_P"], BLOCK_C=p["BLOCK_C"], STAGES=rings[0], OSTAGES=rings[1], VEC=p["VEC"],
                   TPC=p["TPC"], RELU=bool(relu), REVERSE=bool(reverse), WARP_SPEC=cfg["WARP_SPEC"], LOADER_REGS=40,

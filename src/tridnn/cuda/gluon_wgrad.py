@@ -1,5 +1,8 @@
 """Backward-filter (wgrad) convolution in Gluon: warp-specialized, persistent, split over
-pixels with a deterministic reduction (GPU-only experiment, the sibling of gluon_conv.py).
+pixels with a deterministic reduction (Hopper only, the sibling of gluon_conv.py). ALGO_1
+backward filter (conv_bwd_filter_implicit_gemm) offers its ``picks`` (GLUON=True) last among
+its tuner candidates on a Hopper GPU, for 2-D groups-1 16-bit dense channels-last problems;
+the tuner times them with the others, each checked against ALGO_1's reference config.
 
 dw[k, kh, kw, c] = sum over pixels (n, oh, ow) of dy[n, oh, ow, k] * x[n, oh*sh + kh*dh - ph,
 ow*sw + kw*dw - pw, c] (channels-last bfloat16/float16 dy and x, float32 sums; a stride
@@ -31,9 +34,11 @@ dw_tap[K, C] = dy[P, K]^T @ x_shift(tap)[P, C], P = N*OH*OW (200k pixels for res
   (plain Triton) sums the slices in order (deterministic: the schedule is fixed by the
   config and the shape) and blends them into dw.
 
-Gluon kernels do not run under the Triton interpreter: the kernel is tested on a Hopper
-GPU and compiled offline for sm_90 (``compile_sm90``); the finish kernel and the split
-arithmetic are plain Python/Triton and run on the CPU.
+Gluon kernels do not run under the Triton interpreter: tests/test_gluon_wgrad.py compiles
+every config offline for sm_90 (``compile_sm90``) and runs the finish kernel and the split
+arithmetic (plain Python/Triton) on the CPU; tests/test_gluon_wgrad_integration.py checks
+the candidate lists, the workspace fit and the fallbacks; with ``--gpu`` on a Hopper GPU
+both check results against float64.
 """
 from __future__ import annotations
 
@@ -44,7 +49,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
-from .gluon_conv import _desc_sig, _gl_dtype, _layout, max_regs
+from .gluon_common import compile_sm90 as _compile_sm90, desc_sig, gl_dtype, layout, max_regs
 
 
 # --------------------------------------------------------------------------------------
@@ -536,14 +541,14 @@ def prepare(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, alpha
     d, splits, per = schedule(cfg, tiles, boxes, programs_max, splits, direct, max_partials)
     rest = tiles - d
     units = d + rest * splits
-    dt = _gl_dtype(x.dtype)
+    dt = gl_dtype(x.dtype)
     sh, sw = stride
     x5 = x.permute(0, 2, 3, 1).reshape(n, h // sh, sh, w // sw, sw * c)  # the stride-phase view
     dy4 = dy.permute(0, 2, 3, 1)
     dy_desc = TensorDescriptor(dy4, list(dy4.shape), list(dy4.stride()), [NB, BH, BW, BM],
-                               _layout([NB, BH, BW, BM], dt))
+                               layout([NB, BH, BW, BM], dt))
     x_desc = TensorDescriptor(x5, list(x5.shape), list(x5.stride()), [NB, BH, 1, BW, BN],
-                              _layout([NB, BH, 1, BW, BN], dt))
+                              layout([NB, BH, 1, BW, BN], dt))
     need = splits * rest * BM * BN * TAPS_N
     if rest == 0:
         ws = torch.empty(1, device=x.device, dtype=torch.float32)  # not touched
@@ -593,29 +598,14 @@ def conv2d_wgrad(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, 
 def compile_sm90(cfg, out_dtype="bf16", beta_zero=True):
     """Compile the kernel for sm_90 without a GPU; returns the CompiledKernel (asm: ptx, cubin).
     out_dtype: dw's dtype, "bf16" or "fp32"."""
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-
-    fn = gluon_wgrad_kernel
     NB, BH, BW, BM, BN = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_M"], cfg["BLOCK_N"]
-    dt = gl.bfloat16
-    sig = {
-        "dy_desc": _desc_sig("bf16", [NB, BH, BW, BM], _layout([NB, BH, BW, BM], dt)),
-        "x_desc": _desc_sig("bf16", [NB, BH, 1, BW, BN], _layout([NB, BH, 1, BW, BN], dt)),
-        "dw_ptr": "*" + out_dtype, "alpha": "fp32", "beta": "fp32", "ws_ptr": "*fp32",
-    }
-    for a in _RUNTIME_INTS:
-        sig[a] = "i32"
+    types_ = {"dy_desc": desc_sig("bf16", [NB, BH, BW, BM]), "x_desc": desc_sig("bf16", [NB, BH, 1, BW, BN]),
+              "dw_ptr": "*" + out_dtype, "alpha": "fp32", "beta": "fp32", "ws_ptr": "*fp32"}
     consts = dict(NB=NB, BH=BH, BW=BW, BLOCK_M=BM, BLOCK_N=BN, TAPS_N=cfg.get("TAPS_N", 1), STAGES=cfg["STAGES"],
                   BETA_ZERO=beta_zero,
                   LOADER_REGS=cfg.get("LOADER_REGS", 40), num_warps=cfg["num_warps"])
-    for key in consts:
-        sig[key] = "constexpr"
-    # keep the argument order of the kernel
-    sig = {a: sig[a] for a in fn.arg_names}
-    src = GluonASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(key),): v for key, v in consts.items()})
-    opts = dict(num_warps=cfg["num_warps"], maxnreg=max_regs(cfg["num_warps"], cfg.get("PER_SM", 1)))
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+    return _compile_sm90(gluon_wgrad_kernel, types_, consts, cfg["num_warps"],
+                         maxnreg=max_regs(cfg["num_warps"], cfg.get("PER_SM", 1)))
 
 
 def flops(n, c, k, oh, ow, kh, kw) -> float:

@@ -1,0 +1,94 @@
+"""Host helpers shared by the Gluon kernels (gluon_conv, gluon_wgrad, gluon_stream).
+
+Why one module: the three kernels build TMA descriptors the same way (an NVMMA shared
+layout per box, cached per address so a launch does not re-encode them), spell the same
+descriptor types for their offline sm_90 compiles and cap registers by the same rule.
+Nothing here is device code.
+"""
+from __future__ import annotations
+
+import triton
+from triton.experimental.gluon import language as gl
+
+from .conv_tma import _Address as Address  # a descriptor's base without the tensor (shared with conv_tma)
+
+
+def layout(block, dtype):
+    """The NVMMA shared layout TMA boxes ``block`` of ``dtype`` (a gl dtype) land in."""
+    return gl.NVMMASharedLayout.get_default_for(block, dtype)
+
+
+def gl_dtype(torch_dtype):
+    import torch
+    return {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float32: gl.float32}[torch_dtype]
+
+
+_GL_OF_STR = {"bf16": gl.bfloat16, "fp16": gl.float16, "fp32": gl.float32}
+
+
+def desc_sig(dtype_str, block, make_layout=layout) -> str:
+    """The signature type of a TMA descriptor argument with box ``block`` of ``dtype_str``
+    ("bf16", "fp16", "fp32") in the layout ``make_layout(block, gl dtype)``, for offline compiles."""
+    return f"tensordesc<{dtype_str}[{', '.join(map(str, block))}],{make_layout(list(block), _GL_OF_STR[dtype_str])!r}>"
+
+
+_descriptors: dict = {}
+_layouts: dict = {}
+
+
+def descriptor(t, shape, strides, block, make_layout=layout):
+    """A Gluon TMA descriptor of t's memory viewed as shape/strides with box ``block`` in the
+    shared layout ``make_layout(block, gl dtype)``; on the GPU made once per address, dtype,
+    view, box and layout (a descriptor encodes nothing else)."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    shape, strides, block = tuple(shape), tuple(strides), tuple(block)
+    lkey = (block, t.dtype, make_layout)
+    lay = _layouts.get(lkey)
+    if lay is None:
+        lay = _layouts[lkey] = make_layout(list(block), gl_dtype(t.dtype))
+    if t.device.type != "cuda":  # offline compiles and dry runs: the tensor itself
+        return TensorDescriptor(t, list(shape), list(strides), list(block), lay)
+    key = (t.data_ptr(), t.dtype, shape, strides, block, make_layout)
+    d = _descriptors.get(key)
+    if d is None:
+        if len(_descriptors) > 4096:
+            _descriptors.clear()
+        d = _descriptors[key] = TensorDescriptor(Address(t.data_ptr(), t.dtype), list(shape), list(strides),
+                                                 list(block), lay)
+    return d
+
+
+def sm_count(device) -> int:
+    """SMs of a CUDA device; 132 (an H200) elsewhere, for plans built on the CPU."""
+    import torch
+    if device.type != "cuda":
+        return 132
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def max_regs(num_warps: int, per_sm: int = 1, pingpong: bool = False) -> int:
+    """The register cap that lets per_sm programs (num_warps consumer warps, twice with
+    pingpong, plus one 4-warp group for the loader) fit the SM's 64K registers; setmaxnreg
+    then moves the loader's surplus to the consumers."""
+    threads = (num_warps * (2 if pingpong else 1) + 4) * 32 * per_sm
+    return min(256, (65536 // threads) // 8 * 8)
+
+
+def compile_sm90(fn, types, consts, num_warps, maxnreg=None, pointers=()):
+    """Compile the Gluon kernel ``fn`` for sm_90 without a GPU; returns the CompiledKernel.
+    types: argument name -> type (arguments not named are i32); consts: constexpr values;
+    maxnreg: the register cap (None: none); pointers: arguments Triton would see as multiples
+    of 16."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    sig = {a: "constexpr" if a in consts else types.get(a, "i32") for a in fn.arg_names}  # in the kernel's order
+    extra = {}
+    if pointers:
+        extra["attrs"] = {(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k in pointers}
+    src = GluonASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()},
+                         **extra)
+    opts = dict(num_warps=num_warps)
+    if maxnreg is not None:
+        opts["maxnreg"] = maxnreg
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
