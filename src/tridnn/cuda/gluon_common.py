@@ -1,14 +1,17 @@
-"""Host helpers shared by the Gluon kernels (gluon_conv, gluon_wgrad, gluon_stream).
+"""Helpers shared by the Gluon kernels (gluon_conv, gluon_wgrad, gluon_stream).
 
 Why one module: the three kernels build TMA descriptors the same way (an NVMMA shared
 layout per box, cached per address so a launch does not re-encode them), spell the same
 descriptor types for their offline sm_90 compiles and cap registers by the same rule.
-Nothing here is device code.
+The one device helper, ``ring_barriers``, sets up the ready/empty barrier pairs of their
+shared-memory rings.
 """
 from __future__ import annotations
 
 import triton
+from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from .conv_tma import _Address as Address  # a descriptor's base without the tensor (shared with conv_tma)
 
@@ -92,3 +95,16 @@ def compile_sm90(fn, types, consts, num_warps, maxnreg=None, pointers=()):
     if maxnreg is not None:
         opts["maxnreg"] = maxnreg
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+
+
+@gluon.jit
+def ring_barriers(STAGES: gl.constexpr):
+    """(ready, empty): one mbarrier pair per slot of a ring of STAGES shared-memory slots
+    (ready: the slot's TMA load has landed; empty: its readers are done), initialized with
+    count 1. The caller fences (fence_async_shared) once its own barriers are set up too."""
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    return ready, empty

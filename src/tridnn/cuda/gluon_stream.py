@@ -58,6 +58,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from .gluon_common import compile_sm90 as _compile_sm90, desc_sig, descriptor as _descriptor
 from .gluon_common import sm_count as _sm_count
+from .gluon_common import ring_barriers
 
 # --------------------------------------------------------------------------------------
 # Device code: the streaming reduction
@@ -238,11 +239,7 @@ def stream_sums_kernel(
 ):
     """Partial per-column sums (SQUARES: and shifted sums of squares) of this program's units."""
     bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)
+    ready, empty = ring_barriers(STAGES)
     fence_async_shared()
     if WARP_SPEC:
         gl.warp_specialize([
@@ -457,11 +454,7 @@ def stream_apply_kernel(
     which the L2 may still hold)."""
     bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
     obufs = gl.allocate_shared_memory(y_desc.dtype, [OSTAGES] + y_desc.block_type.shape, y_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)
+    ready, empty = ring_barriers(STAGES)
     fence_async_shared()
     if WARP_SPEC:
         gl.warp_specialize([
