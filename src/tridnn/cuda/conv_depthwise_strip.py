@@ -61,6 +61,17 @@ def _fma3(acc, x0, x1, x2, w0, w1, w2):
     return acc + x0 * w0 + x1 * w1 + x2 * w2
 
 
+@triton.jit
+def _filter_scaled(w_ptr, w_col, mask_k, ws_h, ws_w, alpha, FLIP: tl.constexpr):
+    """The nine weights (row-major, float32 [1, BC] each) times alpha: alpha scales the
+    weights once, so the epilogue's per-element multiply (by a constant 1.0) folds away."""
+    w00, w01, w02 = _taps3(w_ptr, w_col, mask_k, 0, ws_h, ws_w, FLIP)
+    w10, w11, w12 = _taps3(w_ptr, w_col, mask_k, 1, ws_h, ws_w, FLIP)
+    w20, w21, w22 = _taps3(w_ptr, w_col, mask_k, 2, ws_h, ws_w, FLIP)
+    return (w00 * alpha, w01 * alpha, w02 * alpha, w10 * alpha, w11 * alpha, w12 * alpha,
+            w20 * alpha, w21 * alpha, w22 * alpha)
+
+
 @triton.jit(do_not_specialize=['IH', 'IW', 'OH', 'OW', 'PH', 'PW', 'n_rows', 'n_cols'])
 def dw3_strip_kernel(
         x_ptr, w_ptr, y_ptr, bias_ptr, z_ptr,
@@ -107,14 +118,7 @@ def dw3_strip_kernel(
     chan = (offs_k // Kg) * xs_c
     x_img = n * xs_n
     w_col = offs_k * ws_k
-    w00, w01, w02 = _taps3(w_ptr, w_col, mask_k, 0, ws_h, ws_w, FLIP)
-    w10, w11, w12 = _taps3(w_ptr, w_col, mask_k, 1, ws_h, ws_w, FLIP)
-    w20, w21, w22 = _taps3(w_ptr, w_col, mask_k, 2, ws_h, ws_w, FLIP)
-    # alpha scales the weights once, so the epilogue's per-element multiply (by a
-    # constant 1.0) folds away
-    w00, w01, w02 = w00 * alpha, w01 * alpha, w02 * alpha
-    w10, w11, w12 = w10 * alpha, w11 * alpha, w12 * alpha
-    w20, w21, w22 = w20 * alpha, w21 * alpha, w22 * alpha
+    w00, w01, w02, w10, w11, w12, w20, w21, w22 = _filter_scaled(w_ptr, w_col, mask_k, ws_h, ws_w, alpha, FLIP)
     y_cols = ow * ys_w
     z_cols = ow * zs_w
 
@@ -316,14 +320,7 @@ def dw3_pairs_kernel(
     chan = (offs_k // Kg) * xs_c
     mk = mask_k[None, :]
     w_col = offs_k * ws_k
-    w00, w01, w02 = _taps3(w_ptr, w_col, mask_k, 0, ws_h, ws_w, FLIP)
-    w10, w11, w12 = _taps3(w_ptr, w_col, mask_k, 1, ws_h, ws_w, FLIP)
-    w20, w21, w22 = _taps3(w_ptr, w_col, mask_k, 2, ws_h, ws_w, FLIP)
-    # alpha scales the weights once, so the epilogue's per-element multiply (by a
-    # constant 1.0) folds away
-    w00, w01, w02 = w00 * alpha, w01 * alpha, w02 * alpha
-    w10, w11, w12 = w10 * alpha, w11 * alpha, w12 * alpha
-    w20, w21, w22 = w20 * alpha, w21 * alpha, w22 * alpha
+    w00, w01, w02, w10, w11, w12, w20, w21, w22 = _filter_scaled(w_ptr, w_col, mask_k, ws_h, ws_w, alpha, FLIP)
     for sp in range(sp_first, n_sp, sp_step):
         # -- map the tile to (image, row strip, column block)
         n, row_blk, col_blk = _tile_of(sp, N, n_rows, n_cols, INT64)
