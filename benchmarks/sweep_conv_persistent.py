@@ -129,30 +129,54 @@ def run_case(case, tol, deadline, rep):
     return row
 
 
-def main():
+def parse_args(layers, budget_s):
+    """The command line this sweep and sweep_conv_ws share (``layers``: the default
+    --layers; ``budget_s``: the default budget on the GPU)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="")
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--layers", default=",".join(LAYERS))
+    ap.add_argument("--layers", default=",".join(layers))
     ap.add_argument("--directions", default="fwd,bwd_data")
-    ap.add_argument("--budget-s", type=float, default=None, help="seconds (default 85 on the GPU, none dry)")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help=f"seconds (default {budget_s:g} on the GPU, none dry)")
     ap.add_argument("--rep", type=int, default=10, help="milliseconds of replays per timing (do_bench's rep)")
     ap.add_argument("--tol", type=float, default=1e-2, help="relative L2 error vs cuDNN that fails a config")
     ap.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU through Triton's interpreter")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def setup(args, dry_layers, budget_s):
+    """(start, deadline, dev, dtype, batch, layers). --dry-run: the CPU interpreter on
+    ``dry_layers`` in float32, batch 3, and base.bench times one call; otherwise the GPU,
+    bfloat16, --batch and --layers from shapes.RESNET50."""
     start = time.time()
-    deadline = start + (args.budget_s or (float("inf") if args.dry_run else 85.0))
+    deadline = start + (args.budget_s or (float("inf") if args.dry_run else budget_s))
     if args.dry_run:
         dev, dtype, batch = torch.device("cpu"), "float32", 3
         tridnn.Handle(device="cpu", backend="triton")  # patches the interpreter (layer_utils)
         torch.cuda.synchronize = lambda *a: None
         base.bench = lambda fn, rep=30: (lambda t0: (fn(), time.perf_counter() - t0)[1])(time.perf_counter())
-        layers = DRY_LAYERS
+        layers = dry_layers
     else:
         dev, dtype, batch = torch.device("cuda"), "bfloat16", args.batch
         torch.backends.cudnn.benchmark = True
         by_name = {p["name"]: p for p in shapes.RESNET50}
         layers = [by_name[n] for n in args.layers.split(",")]
+    return start, deadline, dev, dtype, batch, layers
+
+
+def write_json(args, filename, dev, batch, dtype, rows, start):
+    """The rows to args.out/filename (when --out is given)."""
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, filename), "w") as f:
+            json.dump(dict(device=torch.cuda.get_device_name() if dev.type == "cuda" else "cpu (interpreter)",
+                           batch=batch, dtype=dtype, rows=rows, wall_s=time.time() - start), f, indent=1)
+
+
+def main():
+    args = parse_args(LAYERS, 85.0)
+    start, deadline, dev, dtype, batch, layers = setup(args, DRY_LAYERS, 85.0)
     cases = [Case(p, d, batch, dtype, dev, args.dry_run) for p in layers for d in args.directions.split(",")]
     compile_s = precompile(cases, args.dry_run)
     print(f"# {sum(len(c.configs) for c in cases)} configs over {len(cases)} cases; compiled in {compile_s:.1f} s",
@@ -169,11 +193,7 @@ def main():
                 v.get("error", f"err {v.get('rel_err', float('nan')):.1e}")
             flag = "" if v.get("ok") else "  BAD"
             print(f"  {row['layer']:10s} {row['direction']:8s} {name:45s} {shown}{flag}", flush=True)
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "sweep_conv_persistent.json"), "w") as f:
-            json.dump(dict(device=torch.cuda.get_device_name() if dev.type == "cuda" else "cpu (interpreter)",
-                           batch=batch, dtype=dtype, rows=rows, wall_s=time.time() - start), f, indent=1)
+    write_json(args, "sweep_conv_persistent.json", dev, batch, dtype, rows, start)
     print(f"\n# {dtype}, batch {batch}, wall {time.time() - start:.0f} s; us = CUDA-graph median; "
           f"err = max relative L2 vs cuDNN over the timed configs")
     print("| layer | dir | plan | best existing us (TF/s) | best persistent us (TF/s) | cuDNN us | pers/exist "

@@ -24,8 +24,6 @@ The last table: layer, direction, role, config, us, TFLOP/s, time / cuDNN, relat
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import time
@@ -36,7 +34,6 @@ sys.path.insert(0, os.path.dirname(__file__))
 import bench_gpu_conv as base  # noqa: E402
 import sweep_conv_persistent as sp  # noqa: E402
 
-import tridnn  # noqa: E402
 from tridnn import shapes  # noqa: E402
 from tridnn.cuda import common, conv_tma  # noqa: E402
 
@@ -168,29 +165,8 @@ def run_case(case, tol, deadline, rep):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="")
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--layers", default=",".join(LAYERS))
-    ap.add_argument("--directions", default="fwd,bwd_data")
-    ap.add_argument("--budget-s", type=float, default=None, help="seconds (default 140 on the GPU, none dry)")
-    ap.add_argument("--rep", type=int, default=10, help="milliseconds of replays per timing (do_bench's rep)")
-    ap.add_argument("--tol", type=float, default=1e-2, help="relative L2 error vs cuDNN that fails a config")
-    ap.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU through Triton's interpreter")
-    args = ap.parse_args()
-    start = time.time()
-    deadline = start + (args.budget_s or (float("inf") if args.dry_run else 140.0))
-    if args.dry_run:
-        dev, dtype, batch = torch.device("cpu"), "float32", 3
-        tridnn.Handle(device="cpu", backend="triton")  # patches the interpreter (layer_utils)
-        torch.cuda.synchronize = lambda *a: None
-        base.bench = lambda fn, rep=30: (lambda t0: (fn(), time.perf_counter() - t0)[1])(time.perf_counter())
-        layers = DRY_LAYERS
-    else:
-        dev, dtype, batch = torch.device("cuda"), "bfloat16", args.batch
-        torch.backends.cudnn.benchmark = True
-        by_name = {p["name"]: p for p in shapes.RESNET50}
-        layers = [by_name[n] for n in args.layers.split(",")]
+    args = sp.parse_args(LAYERS, 140.0)
+    start, deadline, dev, dtype, batch, layers = sp.setup(args, DRY_LAYERS, 140.0)
     cases = []
     for p in layers:
         for d in args.directions.split(","):
@@ -209,11 +185,7 @@ def main():
             print(f"# budget spent; skipping {case.p['name']} {case.direction}", flush=True)
             continue
         rows.append(run_case(case, args.tol, deadline, args.rep))
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "sweep_conv_ws.json"), "w") as f:
-            json.dump(dict(device=torch.cuda.get_device_name() if dev.type == "cuda" else "cpu (interpreter)",
-                           batch=batch, dtype=dtype, rows=rows, wall_s=time.time() - start), f, indent=1)
+    sp.write_json(args, "sweep_conv_ws.json", dev, batch, dtype, rows, start)
     print(f"\n# {dtype}, batch {batch}, wall {time.time() - start:.0f} s; us = CUDA-graph median; "
           f"err = relative L2 vs cuDNN; ratio = time / cuDNN (lower is better)")
     print("| layer | dir | role | config | us | TFLOP/s | ratio | err |")
