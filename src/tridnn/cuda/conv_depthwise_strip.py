@@ -92,13 +92,7 @@ def dw3_strip_kernel(
         BETA_ZERO: tl.constexpr, INT64: tl.constexpr):
     """y[n, k, o, q] = sum_{a,b} x[n, k // Kg, S o - PH + a, S q - PW + b] w[k, a, b]."""
     # -- map the program to (image, row strip, column block) and a channel block
-    pid = tl.program_id(0)
-    col_blk = pid % n_cols
-    t = pid // n_cols
-    row_blk = t % n_rows
-    n = t // n_rows
-    if INT64:
-        n = n.to(tl.int64)
+    n, row_blk, col_blk = _tile_of(tl.program_id(0), n_rows, n_cols, INT64)
     k0 = tl.program_id(1) * BC
     offs_k = k0 + tl.arange(0, BC)
     mask_k = offs_k < K
@@ -246,7 +240,7 @@ def _pair_row(x_ptr, row, row_ok, cl, ce, co, cr, ml, me, mo, mr):
 
 
 @triton.jit
-def _tile_of(sp, N, n_rows, n_cols, INT64: tl.constexpr):
+def _tile_of(sp, n_rows, n_cols, INT64: tl.constexpr):
     """(image, row strip, column block) of a flat spatial tile index (column block fastest)."""
     col_blk = sp % n_cols
     t = sp // n_cols
@@ -323,7 +317,7 @@ def dw3_pairs_kernel(
     w00, w01, w02, w10, w11, w12, w20, w21, w22 = _filter_scaled(w_ptr, w_col, mask_k, ws_h, ws_w, alpha, FLIP)
     for sp in range(sp_first, n_sp, sp_step):
         # -- map the tile to (image, row strip, column block)
-        n, row_blk, col_blk = _tile_of(sp, N, n_rows, n_cols, INT64)
+        n, row_blk, col_blk = _tile_of(sp, n_rows, n_cols, INT64)
         q0 = col_blk * BW + 2 * tl.arange(0, BWH)   # even output column of each pair
         mask_e = q0 < OW
         mask_o = q0 + 1 < OW
@@ -350,7 +344,7 @@ def dw3_pairs_kernel(
         pf_off, pf_on = _pf_offsets(x_img, col_blk * BW - PW, k0, K, Kg, IW, xs_w, xs_c, BC, PF_N, PF_SPAN, PF_CH,
                                     PF_E)
         if PERSIST:
-            n2, row_blk2, col_blk2 = _tile_of(tl.minimum(sp + sp_step, n_sp - 1), N, n_rows, n_cols, INT64)
+            n2, row_blk2, col_blk2 = _tile_of(tl.minimum(sp + sp_step, n_sp - 1), n_rows, n_cols, INT64)
             pf_next, on_next = _pf_offsets(n2 * xs_n, col_blk2 * BW - PW, k0, K, Kg, IW, xs_w, xs_c, BC, PF_N,
                                            PF_SPAN, PF_CH, PF_E)
             i_next = row_blk2 * BH - PH - i_end   # row j >= i_end of this walk is row j + i_next of the next
