@@ -9,34 +9,21 @@ Gluon kernels do not run under the Triton interpreter, so:
 import os
 import re
 import subprocess
-import tempfile
 
 import numpy as np
 import pytest
 import torch
 
+from gluon_helpers import need_cuobjdump, need_hopper
+
 gc = pytest.importorskip("tridnn.cuda.gluon_conv", reason="Triton without Gluon")
-
-
-def _cuobjdump():
-    import triton
-    path = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
-    return path if os.path.exists(path) else None
-
-
-def _sass(kernel) -> str:
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(kernel.asm["cubin"])
-        f.flush()
-        return subprocess.run([_cuobjdump(), "--dump-sass", f.name], capture_output=True, text=True,
-                              check=True).stdout
 
 
 _CHILD = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
 from tridnn.cuda import gluon_conv as gc
-from test_gluon_conv import _sass
+from gluon_helpers import sass as _sass
 from test_gluon_conv import variant_key
 by_name = {gc.name(c): c for c in gc.CONFIGS}
 out = {}
@@ -59,8 +46,7 @@ def compile_in_child(variants) -> dict:
     builds on it."""
     import json
     import sys
-    if _cuobjdump() is None:
-        pytest.skip("Triton's cuobjdump is not installed")
+    need_cuobjdump()
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     here = os.path.dirname(os.path.abspath(__file__))
     env["PYTHONPATH"] = os.path.join(os.path.dirname(here), "src") + os.pathsep + env.get("PYTHONPATH", "")
@@ -162,10 +148,7 @@ def _problem(case):
 @pytest.mark.parametrize("cfg", gc.CONFIGS, ids=gc.name)
 @pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: "x".join(map(str, c)))
 def test_gpu_against_float64(case, cfg):
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
-        pytest.skip("needs a Hopper GPU")
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        pytest.fail("Gluon does not run under the interpreter: set TRIDNN_GPU_TESTS=1")
+    need_hopper()
     n, c, k, h, w_, kh, kw, pad, dil = case
     if c % cfg["BLOCK_K"]:
         pytest.skip("channels not a multiple of this config's BLOCK_K")

@@ -13,7 +13,6 @@ config forced through the public API against the float64 reference: alpha/beta, 
 modes, odd shapes, outputs poisoned with NaN, convolution_bias_activation_forward.
 """
 import collections
-import os
 import re
 import types
 
@@ -32,6 +31,7 @@ from tridnn.cuda import conv_implicit_gemm as fwd  # noqa: E402
 from tridnn.cuda.epilogue import EpilogueSpec  # noqa: E402
 from tridnn.descriptors.activation import ActivationMode  # noqa: E402
 
+from gluon_helpers import need_hopper  # noqa: E402
 from test_cuda_conv import P, run_case  # noqa: E402
 
 ALGO = {"fwd": registry.by_enum("conv", "fwd", "triton", tridnn.ConvFwdAlgo.IMPLICIT_GEMM),
@@ -323,13 +323,6 @@ def forced(monkeypatch):
     return state
 
 
-def _gpu():
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
-        pytest.skip("needs a Hopper GPU")
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        pytest.fail("Gluon does not run under the interpreter: set TRIDNN_GPU_TESTS=1")
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("cfg", ALL_PICKS, ids=gc.name)
 @pytest.mark.parametrize("p", GPU_CASES, ids=lambda p: p["name"])
@@ -338,7 +331,7 @@ def test_gpu_forced_config_against_float64(direction, p, cfg, rng, forced):
     """float16 into a NaN-poisoned output (every element written), bfloat16 blended with
     alpha = 2, beta = 0.5 (the HAS_BETA variant) in CONVOLUTION mode; batches of 3. The
     float16 case again: that launch goes straight through the compiled kernel's launcher."""
-    _gpu()
+    need_hopper()
     forced.cfg = dict(cfg, GLUON=True)
     plain = ("float16", tridnn.ConvMode.CROSS_CORRELATION, 1.0, 0.0)
     for dtype, mode, alpha, beta in (plain, ("bfloat16", tridnn.ConvMode.CONVOLUTION, 2.0, 0.5), plain):
@@ -352,7 +345,7 @@ def test_gpu_forced_config_against_float64(direction, p, cfg, rng, forced):
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
 def test_gpu_asymmetric_padding(direction, rng, forced):
     """pad_post != pad: the output's extent is the output tensor's."""
-    _gpu()
+    need_hopper()
     forced.cfg = dict(gc.PICKS_SMALL[0], GLUON=True)
     p = P(64, 64, (7, 8), 3, 1, 1)
     assert run_case(direction, ALGO[direction], p, "float16", "NHWC", rng, n=3, device="cuda",
@@ -365,7 +358,7 @@ def test_gpu_asymmetric_padding(direction, rng, forced):
 def test_gpu_tuner_with_gluon_candidates(direction, rng, monkeypatch):
     """The real tuner over conv_tma's, stream-K's and Gluon's candidates: whichever wins, the
     result matches float64 (and no candidate disagreed with the reference)."""
-    _gpu()
+    need_hopper()
     import warnings
     monkeypatch.setattr(type(ALGO[direction]), "tuner", common.Tuner())
     p = P(128, 128, (28, 28), 3, 1, 1)
@@ -403,7 +396,7 @@ def test_fast_launch_passes_the_constexprs_in_signature_order():
 def test_gpu_conv_bias_activation(cfg, case, forced):
     """convolution_bias_activation_forward with the Gluon config forced: y = act(alpha1 *
     conv + alpha2 * z + bias) against float64, y poisoned with NaN unless z is y."""
-    _gpu()
+    need_hopper()
     import torch.nn.functional as F
     from tridnn.descriptors.activation import ActivationDescriptor
     M = ActivationMode

@@ -11,12 +11,12 @@ Gluon kernels do not run under the Triton interpreter, so:
 """
 import os
 import re
-import subprocess
-import tempfile
 
 import numpy as np
 import pytest
 import torch
+
+from gluon_helpers import need_cuobjdump, need_hopper, not_interpreted, registers as _registers, sass as _sass
 
 gs = pytest.importorskip("tridnn.cuda.gluon_stream", reason="Triton without Gluon")
 from tridnn.cuda.layer_utils import _let_interpreter_loop_over_runtime_bounds  # noqa: E402
@@ -25,38 +25,10 @@ if os.environ.get("TRITON_INTERPRET") == "1":
     _let_interpreter_loop_over_runtime_bounds()  # the finish kernel loops over runtime bounds
 
 
-def _cuobjdump():
-    import triton
-    path = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
-    return path if os.path.exists(path) else None
-
-
-def _sass(kernel) -> str:
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(kernel.asm["cubin"])
-        f.flush()
-        return subprocess.run([_cuobjdump(), "--dump-sass", f.name], capture_output=True, text=True,
-                              check=True).stdout
-
-
-def _registers(kernel) -> int:
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(kernel.asm["cubin"])
-        f.flush()
-        out = subprocess.run([_cuobjdump(), "--dump-resource-usage", f.name], capture_output=True, text=True,
-                             check=True).stdout
-    return int(re.search(r"REG:(\d+)", out).group(1))
-
-
 def _compile(cfg, squares, dtype="bf16", channels=256):
-    if _cuobjdump() is None:
-        pytest.skip("Triton's cuobjdump is not installed")
-    saved = os.environ.pop("TRITON_INTERPRET", None)  # the offline compile is not interpreted
-    try:
+    need_cuobjdump()
+    with not_interpreted():
         return gs.compile_sm90(cfg, squares=squares, dtype=dtype, channels=channels)
-    finally:
-        if saved is not None:
-            os.environ["TRITON_INTERPRET"] = saved
 
 
 # -- CPU: offline sm_90 compile ---------------------------------------------------------
@@ -99,14 +71,9 @@ def test_compiles_other_dtypes_and_widths(dtype, channels):
 @pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
 @pytest.mark.parametrize("cfg", gs.CONFIGS, ids=gs.name)
 def test_apply_compiles_for_sm90(cfg, reverse):
-    if _cuobjdump() is None:
-        pytest.skip("Triton's cuobjdump is not installed")
-    saved = os.environ.pop("TRITON_INTERPRET", None)
-    try:
+    need_cuobjdump()
+    with not_interpreted():
         k = gs.compile_apply_sm90(cfg, relu=True, reverse=reverse)
-    finally:
-        if saved is not None:
-            os.environ["TRITON_INTERPRET"] = saved
     rings = gs.apply_rings(cfg, gs.box_bytes(cfg))
     assert rings is not None and k is not None, "every config has room for the apply pass"
     assert k.metadata.shared >= (rings[0] + rings[1]) * gs.box_bytes(cfg)
@@ -290,13 +257,6 @@ GPU_SHAPES = [  # (N, C, H, W): P not a multiple of the box, narrow and wide cha
 ]
 
 
-def _gpu():
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
-        pytest.skip("needs a Hopper GPU")
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        pytest.fail("Gluon does not run under the interpreter: set TRIDNN_GPU_TESTS=1")
-
-
 # Every config in bfloat16 on every shape; float16 and float32 (other boxes: 128 float32
 # columns, the C = 3 rows of 4 or 8 pixels) with one single-partition and one
 # warp-specialized config, so a --gpu run stays within a few minutes of compiles.
@@ -308,7 +268,7 @@ GPU_RUNS = ([(i, torch.bfloat16) for i in range(len(gs.CONFIGS))]
 @pytest.mark.parametrize("run", GPU_RUNS, ids=lambda r: f"{gs.name(gs.CONFIGS[r[0]])}-{r[1]}")
 @pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_gpu_against_float64(shape, run):
-    _gpu()
+    need_hopper()
     cfg, dtype = gs.CONFIGS[run[0]], run[1]
     n, c, h, w = shape
     g = torch.Generator().manual_seed(n * 1000 + c)
@@ -345,7 +305,7 @@ def test_gpu_against_float64(shape, run):
 @pytest.mark.parametrize("shape", [(2, 64, 17, 19), (4, 256, 28, 28), (2, 200, 9, 11), (1, 2048, 7, 8)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_gpu_batch_norm_against_float64(shape, run):
-    _gpu()
+    need_hopper()
     cfg, dtype = gs.CONFIGS[run[0]], run[1]
     n, c, h, w = shape
     g = torch.Generator().manual_seed(c + h)

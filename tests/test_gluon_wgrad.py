@@ -11,35 +11,20 @@ Gluon kernels do not run under the Triton interpreter, so:
 """
 import os
 import re
-import subprocess
-import tempfile
 
 import numpy as np
 import pytest
 import torch
 
+from gluon_helpers import need_cuobjdump, need_hopper, sass as _sass
+
 gw = pytest.importorskip("tridnn.cuda.gluon_wgrad", reason="Triton without Gluon")
-
-
-def _cuobjdump():
-    import triton
-    path = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
-    return path if os.path.exists(path) else None
-
-
-def _sass(kernel) -> str:
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(kernel.asm["cubin"])
-        f.flush()
-        return subprocess.run([_cuobjdump(), "--dump-sass", f.name], capture_output=True, text=True,
-                              check=True).stdout
 
 
 # -- CPU: offline sm_90 compile ---------------------------------------------------------
 @pytest.mark.parametrize("cfg", gw.CONFIGS, ids=gw.name)
 def test_compiles_for_sm90(cfg):
-    if _cuobjdump() is None:
-        pytest.skip("Triton's cuobjdump is not installed")
+    need_cuobjdump()
     k = gw.compile_sm90(cfg)
     assert k.metadata.shared >= gw.shared_bytes(cfg), "the ring lives in shared memory"
     assert k.metadata.shared * cfg["PER_SM"] <= 228 * 1024, "PER_SM programs fit one H200 SM"
@@ -67,8 +52,7 @@ def test_compiles_for_sm90(cfg):
 @pytest.mark.parametrize("out_dtype,beta_zero", [("fp32", True), ("bf16", False)])
 def test_compiles_dw_variants(out_dtype, beta_zero):
     """A float32 dw, and the blend with beta (loads dw in the whole-tile epilogue)."""
-    if _cuobjdump() is None:
-        pytest.skip("Triton's cuobjdump is not installed")
+    need_cuobjdump()
     k = gw.compile_sm90(gw.CONFIGS[0], out_dtype=out_dtype, beta_zero=beta_zero)
     sass = _sass(k)
     assert "HGMMA.64x128x16.F32.BF16" in sass
@@ -361,10 +345,7 @@ def _problem(case):
 @pytest.mark.parametrize("cfg", gw.CONFIGS, ids=gw.name)
 @pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: "x".join(map(str, c)))
 def test_gpu_against_float64(case, cfg):
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
-        pytest.skip("needs a Hopper GPU")
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        pytest.fail("Gluon does not run under the interpreter: set TRIDNN_GPU_TESTS=1")
+    need_hopper()
     n, c, k, h, w_, kh, kw, pad, dil, st = case + (1,) * (10 - len(case))
     x, dy, ref = _problem(case)
     xd = x.cuda().to(memory_format=torch.channels_last)

@@ -11,7 +11,6 @@ offered config forced through the public API against the float64 reference: alph
 both modes, odd shapes; the real tuner over every candidate.
 """
 import collections
-import os
 import types
 
 import numpy as np
@@ -26,6 +25,7 @@ from tridnn.algorithms.problem import ConvProblem  # noqa: E402
 from tridnn.cuda import common, conv_tma, conv_wgrad_tma  # noqa: E402
 from tridnn.cuda import conv_bwd_filter_implicit_gemm as bwf  # noqa: E402
 
+from gluon_helpers import need_hopper  # noqa: E402
 from test_cuda_conv import P, run_case  # noqa: E402
 
 ALGO = registry.by_enum("conv", "bwd_filter", "triton", tridnn.ConvBwdFilterAlgo.ALGO_1)
@@ -312,20 +312,13 @@ def forced(monkeypatch):
     return state
 
 
-def _gpu():
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:
-        pytest.skip("needs a Hopper GPU")
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        pytest.fail("Gluon does not run under the interpreter: set TRIDNN_GPU_TESTS=1")
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("cfg", ALL_PICKS, ids=gw.name)
 @pytest.mark.parametrize("p", GPU_CASES, ids=lambda p: p["name"])
 def test_gpu_forced_config_against_float64(p, cfg, rng, forced):
     """float16 into a NaN-poisoned dw (every element written), bfloat16 blended with alpha = 2,
     beta = 0.5 in CONVOLUTION mode (reversed taps); batches of 3."""
-    _gpu()
+    need_hopper()
     forced.cfg = dict(cfg, GLUON=True)
     for dtype, mode, alpha, beta in (("float16", tridnn.ConvMode.CROSS_CORRELATION, 1.0, 0.0),
                                      ("bfloat16", tridnn.ConvMode.CONVOLUTION, 2.0, 0.5)):
@@ -339,7 +332,7 @@ def test_gpu_forced_config_against_float64(p, cfg, rng, forced):
 def test_gpu_odd_image_at_stride_2_falls_back(rng, forced):
     """A 1x1 stride-2 problem on a 7x7 image has no stride-phase view: conv_tma's reference
     runs and the result is still right."""
-    _gpu()
+    need_hopper()
     forced.cfg = dict(gw.WGRAD_PICKS_SMALL[0], GLUON=True)
     assert run_case("bwd_filter", ALGO, P(64, 128, (7, 7), 1, 2), "float16", "NHWC", rng, n=3,
                     device="cuda") is None
@@ -351,7 +344,7 @@ def test_gpu_odd_image_at_stride_2_falls_back(rng, forced):
 def test_gpu_tuner_with_gluon_candidates(c, hw, rng, monkeypatch):
     """The real tuner over the TMA path's and Gluon's candidates: whichever wins, the result
     matches float64 (and no candidate disagreed with the reference)."""
-    _gpu()
+    need_hopper()
     import warnings
     monkeypatch.setattr(type(ALGO), "tuner", common.Tuner(tolerance=3e-3))
     p = P(c, c, (hw, hw), 3, 1, 1)
