@@ -94,14 +94,16 @@ def test_rows_forward_epilogue(rng):
     _epilogue_case(rng, 6)
 
 
-def _epilogue_case(rng, c):
+def _epilogue_case(rng, c, stride=1, spatial=(5, 7)):
+    """DIRECT forward of a 3x3 depthwise layer (c channels, batch 2, padding 1) with bias,
+    residual z, ReLU, alpha 2 and beta 0.5 against float64 (test_cuda_depthwise_strip too)."""
     from tridnn.api.convolution import execute
     from tridnn.cuda.epilogue import EpilogueSpec
     from tridnn.descriptors.activation import ActivationMode
-    p = T.P(c, c, (5, 7), 3, 1, 1, 1, c)
+    p = T.P(c, c, spatial, 3, stride, 1, 1, c)
     cd = T.conv(p)
     handle = T._handle(DEVICE)
-    x_vals = testing.fill((2, c, 5, 7), "float32", rng)
+    x_vals = testing.fill((2, c) + tuple(spatial), "float32", rng)
     w_vals = testing.fill((c, 1, 3, 3), "float32", rng)
     x_desc, x = testing.make_tensor(x_vals.shape, "float32", "NHWC", rng, x_vals)
     w_desc, w = testing.make_filter(w_vals.shape, "float32", "NHWC", w_vals)
@@ -119,7 +121,7 @@ def _epilogue_case(rng, c):
              (("x", x_desc), ("w", w_desc.as_tensor()), ("y", y_desc))}
     execute(handle, problem, DIRECT, views, handle.workspace(DIRECT.workspace_size(problem)), 2.0, 0.25,
             epilogue=spec)
-    v = (2.0 * reference.conv_forward(x_vals, w_vals, 1, 1, None, 1, c) + 0.25 * prior.astype(np.float64)
+    v = (2.0 * reference.conv_forward(x_vals, w_vals, stride, 1, None, 1, c) + 0.25 * prior.astype(np.float64)
          + 0.5 * z_vals.astype(np.float64) + bias.astype(np.float64)[None, :, None, None])
     got = T._to_numpy(tensors["y"], "float32").astype(np.float64)
     np.testing.assert_allclose(got, np.maximum(v, 0), rtol=2e-5, atol=2e-5)

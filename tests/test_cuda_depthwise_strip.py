@@ -13,18 +13,17 @@ the inline PTX); otherwise on the CPU through the interpreter (a masked load ins
 """
 import os
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 import tridnn  # noqa: E402
-from tridnn import reference, testing  # noqa: E402
 from tridnn.algorithms import registry  # noqa: E402
 from tridnn.algorithms.problem import ConvProblem  # noqa: E402
 
 import test_cuda_conv as T  # noqa: E402  (run_case: one algorithm through the public API vs the reference)
+from test_cuda_depthwise import _epilogue_case  # noqa: E402  (the fused-epilogue case against float64)
 from tridnn.cuda import conv_depthwise_strip as S  # noqa: E402
 from tridnn.cuda import conv_direct  # noqa: E402
 from tridnn.cuda.common import Tuner  # noqa: E402
@@ -92,37 +91,8 @@ def test_strip_config(where, stride, cfg, rng, monkeypatch):
 @pytest.mark.parametrize("stride", [1, 2])
 def test_strip_epilogue(stride, rng, monkeypatch):
     """Bias, residual z, ReLU and alpha/beta fused into the strip kernel's stores."""
-    from tridnn.api.convolution import execute
-    from tridnn.cuda.epilogue import EpilogueSpec
-    from tridnn.descriptors.activation import ActivationMode
     calls = _only(monkeypatch, S.configs(torch.device("cpu"), 8)[0])
-    c = 6
-    p = T.P(c, c, (7, 9), 3, stride, 1, 1, c)
-    cd = T.conv(p)
-    handle = T._handle(DEVICE)
-    x_vals = testing.fill((2, c, 7, 9), "float32", rng)
-    w_vals = testing.fill((c, 1, 3, 3), "float32", rng)
-    x_desc, x = testing.make_tensor(x_vals.shape, "float32", "NHWC", rng, x_vals)
-    w_desc, w = testing.make_filter(w_vals.shape, "float32", "NHWC", w_vals)
-    y_desc, y = testing.make_tensor(cd.output_dims(x_desc, w_desc), "float32", "NHWC", rng)
-    z_vals = testing.fill(y_desc.dims, "float32", rng)
-    z_desc, z = testing.make_tensor(y_desc.dims, "float32", "NCHW", rng, z_vals)
-    bias = rng.standard_normal(c).astype(np.float32)
-    prior = testing.fill(y_desc.dims, "float32", rng)
-    y[...] = prior
-    spec = EpilogueSpec(activation=ActivationMode.RELU, coef=0.0,
-                        bias=torch.from_numpy(bias).reshape(1, c, 1, 1).to(DEVICE), z=T._to_torch(z, DEVICE),
-                        alpha2=0.5)
-    problem = ConvProblem("fwd", x_desc, w_desc, y_desc, cd)
-    tensors = {k: T._to_torch(v, DEVICE) for k, v in (("x", x), ("w", w), ("y", y))}
-    views = {k: handle.backend.view(tensors[k], d, k, k == "y") for k, d in
-             (("x", x_desc), ("w", w_desc.as_tensor()), ("y", y_desc))}
-    execute(handle, problem, DIRECT, views, handle.workspace(DIRECT.workspace_size(problem)), 2.0, 0.25,
-            epilogue=spec)
-    v = (2.0 * reference.conv_forward(x_vals, w_vals, stride, 1, None, 1, c) + 0.25 * prior.astype(np.float64)
-         + 0.5 * z_vals.astype(np.float64) + bias.astype(np.float64)[None, :, None, None])
-    got = T._to_numpy(tensors["y"], "float32").astype(np.float64)
-    np.testing.assert_allclose(got, np.maximum(v, 0), rtol=2e-5, atol=2e-5)
+    _epilogue_case(rng, 6, stride, (7, 9))
     assert len(calls) == 1
 
 
