@@ -21,7 +21,7 @@ import tridnn  # noqa: E402
 from tridnn.cuda import common, conv_tma  # noqa: E402
 
 from test_cuda_conv import P, run_case  # noqa: E402
-from test_cuda_conv_tma import ALGO, _resnet_problem  # noqa: E402
+from test_cuda_conv_tma import ALGO, _resnet_problem, force_config  # noqa: E402
 
 
 @pytest.fixture
@@ -30,27 +30,14 @@ def forced_ws(monkeypatch):
     conv_tma launch of fwd / bwd_data; records the launches' kernel, constexprs and
     filter descriptor box."""
     launches = []
-    real_launch = conv_tma.launch
     state = types.SimpleNamespace(cfg={}, launches=launches)
 
-    def recorded(kernel, grid, args, consts, options, static=None):
+    def record(kernel, grid, args, consts):
         w_desc = args[4] if kernel is conv_tma.conv_tma_persistent_kernel or kernel is conv_tma.conv_tma_kernel \
             else None
         launches.append((kernel, dict(consts), tuple(w_desc.block_shape) if w_desc is not None else None,
                          tuple(w_desc.strides) if w_desc is not None else None))
-        return real_launch(kernel, grid, args, consts, options, static)
-
-    def forced(plan, device, problem=None):
-        single = plan[0] if isinstance(plan, tuple) and len(plan) == 1 else plan
-        assert not isinstance(single, tuple) and single.fill == (1, 1), "single plans without FILL only"
-        flat = single.n == 1 and single.oh == 1
-        return [dict(conv_tma.INTERPRETER_FLAT if flat else conv_tma.INTERPRETER_TILE, **state.cfg)]
-    for algo in ALGO.values():
-        monkeypatch.setattr(type(algo), "tuner", common.Tuner())
-    monkeypatch.setattr(conv_tma, "candidates", forced)
-    monkeypatch.setattr(conv_tma, "launch", recorded)
-    monkeypatch.setattr(conv_tma, "sm_count", lambda device: 2)
-    return state
+    return force_config(monkeypatch, state, record)
 
 
 def _ws_runs(state, mode, persistent):

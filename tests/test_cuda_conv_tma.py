@@ -309,31 +309,42 @@ def test_conv_boxes_of_two_images(direction, box, rng, tma_calls, monkeypatch):
 
 
 # -- the persistent kernel: programs loop over tiles, TMA store or pointer epilogue ------
-@pytest.fixture
-def persistent(monkeypatch):
-    """Forces conv_tma_persistent_kernel (the GPU offers it after the other configs) with
-    two programs, so every program loops over several tiles. Yields the recorded
-    launches' (kernel name, constexprs); FILL and per-phase plans keep their configs."""
-    launches = []
+def force_config(monkeypatch, state, record, **extra):
+    """Every conv_tma launch of fwd / bwd_data runs the interpreter's tile (flat: FLAT) config
+    with ``extra`` and ``state.cfg`` on top, picked by a fresh tuner, on 2 SMs (so persistent
+    programs loop over several tiles); ``record(kernel, grid, args, consts)`` sees each launch.
+    Single plans without FILL only. (test_conv_tma_ws forces its WARP_SPEC configs this way.)"""
     real_launch = conv_tma.launch
 
     def recorded(kernel, grid, args, consts, options, static=None):
-        launches.append((kernel.fn.__name__ if hasattr(kernel, "fn") else kernel.__name__, dict(consts), grid))
+        record(kernel, grid, args, consts)
         return real_launch(kernel, grid, args, consts, options, static)
-    state = types.SimpleNamespace(cfg={}, launches=launches)
 
     def forced(plan, device, problem=None):
         single = plan[0] if isinstance(plan, tuple) and len(plan) == 1 else plan
         if isinstance(single, tuple) or single.fill != (1, 1):
-            raise AssertionError("the persistent tests run single plans without FILL")
+            raise AssertionError("forced configs run single plans without FILL only")
         flat = single.n == 1 and single.oh == 1
-        return [dict(conv_tma.INTERPRETER_FLAT if flat else conv_tma.INTERPRETER_TILE, PERSISTENT=1, **state.cfg)]
+        return [dict(conv_tma.INTERPRETER_FLAT if flat else conv_tma.INTERPRETER_TILE, **extra, **state.cfg)]
     for algo in ALGO.values():
         monkeypatch.setattr(type(algo), "tuner", common.Tuner())
     monkeypatch.setattr(conv_tma, "candidates", forced)
     monkeypatch.setattr(conv_tma, "launch", recorded)
     monkeypatch.setattr(conv_tma, "sm_count", lambda device: 2)
     return state
+
+
+@pytest.fixture
+def persistent(monkeypatch):
+    """Forces conv_tma_persistent_kernel (the GPU offers it after the other configs) with
+    two programs, so every program loops over several tiles. Yields the recorded
+    launches' (kernel name, constexprs, grid)."""
+    launches = []
+    state = types.SimpleNamespace(cfg={}, launches=launches)
+
+    def record(kernel, grid, args, consts):
+        launches.append((kernel.fn.__name__ if hasattr(kernel, "fn") else kernel.__name__, dict(consts), grid))
+    return force_config(monkeypatch, state, record, PERSISTENT=1)
 
 
 def _persistent_runs(state, store):
