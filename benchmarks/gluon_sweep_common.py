@@ -108,3 +108,26 @@ def write_json(out, filename, record):
     with open(path, "w") as f:
         json.dump(record, f, indent=1)
     print(f"wrote {path}")
+
+
+def select(ap, a, n_configs, known_layers):
+    """(config indices, layer names) from --configs (default: all n_configs) and --layers,
+    each layer checked against known_layers."""
+    indices = [int(i) for i in a.configs.split(",") if i] or list(range(n_configs))
+    layers = [name for name in a.layers.split(",") if name]
+    for name in layers:
+        if name not in known_layers:
+            ap.error(f"unknown layer {name}")
+    return indices, layers
+
+
+def cudnn_setup(dry):
+    """The device the sweep runs on; on the GPU, cudnn.benchmark on and a line naming
+    the device and versions."""
+    import torch
+    if dry:
+        return "cpu"
+    torch.backends.cudnn.benchmark = True
+    print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  cudnn "
+          f"{torch.backends.cudnn.version()}", flush=True)
+    return "cuda"

@@ -174,6 +174,14 @@ def write_json(args, filename, dev, batch, dtype, rows, start):
                            batch=batch, dtype=dtype, rows=rows, wall_s=time.time() - start), f, indent=1)
 
 
+def exit_status(rows, args):
+    """Lists the failed configs; a dry run with any fails (exit status 1)."""
+    failed = [(r["layer"], r["direction"], b) for r in rows for b in r["bad"]]
+    if failed:
+        print("# failed configs:", failed)
+    return 1 if args.dry_run and failed else 0
+
+
 def main():
     args = parse_args(LAYERS, 85.0)
     start, deadline, dev, dtype, batch, layers = setup(args, DRY_LAYERS, 85.0)
@@ -211,10 +219,7 @@ def main():
         if e := r.get("existing"):
             print(f"# {r['layer']} {r['direction']}: existing {e['config']}"
                   + (f"; persistent {r['persistent']['config']}" if r.get("persistent") else ""))
-    failed = [(r["layer"], r["direction"], b) for r in rows for b in r["bad"]]
-    if failed:
-        print("# failed configs:", failed)
-    return 1 if args.dry_run and failed else 0
+    return exit_status(rows, args)
 
 
 if __name__ == "__main__":

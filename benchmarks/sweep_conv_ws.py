@@ -209,10 +209,7 @@ def main():
         q = lambda a, b: f"{a / b:.2f}" if a and b else "n/a"
         print(f"| {r['layer']} | {r['direction']} | {r['cudnn_us']:.1f} | {f(t)} | {f(tw)} | {f(ws)} | {f(twin)} | "
               f"{q(ws, twin)} | {q(ws, r['cudnn_us'])} |")
-    failed = [(r["layer"], r["direction"], b) for r in rows for b in r["bad"]]
-    if failed:
-        print("# failed configs:", failed)
-    return 1 if args.dry_run and failed else 0
+    return sp.exit_status(rows, args)
 
 
 if __name__ == "__main__":

@@ -269,16 +269,8 @@ def main():
     if a.api:
         api_sweep(a, directions, t0)
         return
-    indices = [int(i) for i in a.configs.split(",") if i] or list(range(len(gc.CONFIGS)))
-    layers = [name for name in a.layers.split(",") if name]
-    for name in layers:
-        if name not in LAYERS:
-            ap.error(f"unknown layer {name}")
-    dev = "cpu" if a.dry_run else "cuda"
-    if not a.dry_run:
-        torch.backends.cudnn.benchmark = True
-        print(f"device: {torch.cuda.get_device_name()}  torch {torch.__version__}  cudnn "
-              f"{torch.backends.cudnn.version()}", flush=True)
+    indices, layers = gsc.select(ap, a, len(gc.CONFIGS), LAYERS)
+    dev = gsc.cudnn_setup(a.dry_run)
 
     status = {i: ("ok", 0.0) for i in indices} if a.no_canary else gsc.run_canaries(__file__, indices, a.dry_run)
     print(f"canaries ({time.time() - t0:.0f} s): " + ", ".join(
