@@ -46,30 +46,21 @@ if ARGS.device == "cpu":
 import torch  # noqa: E402
 
 import tridnn  # noqa: E402
-from tridnn import shapes  # noqa: E402
 from tridnn.algorithms import registry  # noqa: E402
 from tridnn.algorithms.problem import ConvProblem  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_gpu_conv as B  # noqa: E402  (make, torch_conv, tridnn_call, rel_err, bench: the same harness)
+import depthwise_bench_common as common  # noqa: E402
 PEAK_TBS = 4.27  # H200 copy ceiling measured for this project (TB/s)
 
 
 def bench(fn):
-    if ARGS.device == "cpu":
-        fn()
-        t0 = time.perf_counter()
-        fn()
-        return time.perf_counter() - t0
-    return B.bench(fn)
+    return common.timed(fn, ARGS.device == "cpu")
 
 
 def scaled(p):
-    """The layer itself on the GPU; for the CPU dry run spatial sizes / 16 (at least 5), channels / 32."""
-    if ARGS.device == "cuda":
-        return p
-    c = max(4, p["C"] // 32)
-    return dict(p, spatial=tuple(max(5, s // 16) for s in p["spatial"]), C=c, K=c, groups=c)
+    return common.scaled(p, ARGS.device != "cuda")
 
 
 def min_bytes(direction, x, w, dy):
@@ -171,13 +162,7 @@ def main():
         handle = tridnn.Handle(device="cuda", find_cache=None)
     else:
         handle = tridnn.Handle(device="cpu", backend="triton", find_cache=None)
-    layers = shapes.MOBILENETV2_DW
-    if ARGS.layers != "all":
-        want = ARGS.layers.split(",")
-        unknown = set(want) - {p["name"] for p in layers}
-        if unknown:
-            raise SystemExit(f"unknown layers {sorted(unknown)}; known: {[p['name'] for p in layers]}")
-        layers = [p for p in layers if p["name"] in want]
+    layers = common.select_layers(ARGS.layers)
     directions = ARGS.directions.split(",")
     start = time.time()
     rows, skipped = [], []
@@ -189,11 +174,7 @@ def main():
             row = run_layer(handle, d, scaled(p), n, dtype, dev)
             rows.append(row)
             print(json.dumps(row), flush=True)
-    os.makedirs(ARGS.out, exist_ok=True)
-    info = dict(device=torch.cuda.get_device_name() if dev == "cuda" else "cpu (interpreter dry run)",
-                torch=torch.__version__, batch=n, dtype=dtype, skipped=skipped, seconds=time.time() - start)
-    with open(os.path.join(ARGS.out, "depthwise.json"), "w") as f:
-        json.dump(dict(info=info, rows=rows), f, indent=1)
+    common.write_json(ARGS.out, "depthwise.json", dev, n, dtype, skipped, start, rows)
     print()
     print(table(rows))
     if skipped:

@@ -42,8 +42,8 @@ import torch  # noqa: E402
 
 import bench_gpu_conv as B  # noqa: E402  (make, torch_conv, tridnn_call, bench: the GPU harness)
 import bench_gpu_layers as L  # noqa: E402  (rel_err: max |diff| / max |ref|)
+import depthwise_bench_common as common  # noqa: E402
 import tridnn  # noqa: E402
-from tridnn import shapes  # noqa: E402
 from tridnn.algorithms import registry  # noqa: E402
 from tridnn.algorithms.problem import ConvProblem  # noqa: E402
 from tridnn.cuda import conv_depthwise_strip as S  # noqa: E402
@@ -70,20 +70,11 @@ def parse():
 
 
 def scaled(p):
-    """The layer itself on the GPU; in the dry run spatial sizes / 16 (at least 5), channels / 32."""
-    if not DRY_RUN:
-        return p
-    c = max(4, p["C"] // 32)
-    return dict(p, spatial=tuple(max(5, s // 16) for s in p["spatial"]), C=c, K=c, groups=c)
+    return common.scaled(p, DRY_RUN)
 
 
 def timed(fn):
-    if DRY_RUN:
-        fn()
-        t0 = time.perf_counter()
-        fn()
-        return time.perf_counter() - t0
-    return B.bench(fn)
+    return common.timed(fn, DRY_RUN)
 
 
 def sync():
@@ -202,13 +193,7 @@ def main():
     else:
         torch.backends.cudnn.benchmark = True
         handle = tridnn.Handle(device="cuda", find_cache=None)
-    layers = shapes.MOBILENETV2_DW
-    if args.layers != "all":
-        want = args.layers.split(",")
-        unknown = set(want) - {p["name"] for p in layers}
-        if unknown:
-            raise SystemExit(f"unknown layers {sorted(unknown)}; known: {[p['name'] for p in layers]}")
-        layers = [p for p in layers if p["name"] in want]
+    layers = common.select_layers(args.layers)
     start = time.time()
     rows, skipped = [], []
     # pass 1: cuDNN and the strip configs (~35 kernels to compile); pass 2: the tuners
@@ -229,11 +214,7 @@ def main():
                 continue
             run_layer(handle, scaled(p), n, dtype, dev, "tuner", by_name[p["name"]])
             print(json.dumps(by_name[p["name"]]["variants"][-2:]), flush=True)
-    os.makedirs(args.out, exist_ok=True)
-    info = dict(device=torch.cuda.get_device_name() if dev == "cuda" else "cpu (interpreter dry run)",
-                torch=torch.__version__, batch=n, dtype=dtype, skipped=skipped, seconds=time.time() - start)
-    with open(os.path.join(args.out, "sweep_depthwise_fwd.json"), "w") as f:
-        json.dump(dict(info=info, rows=rows), f, indent=1)
+    info = common.write_json(args.out, "sweep_depthwise_fwd.json", dev, n, dtype, skipped, start, rows)
     print()
     if skipped:
         print(f"skipped past --budget-s: {', '.join(skipped)}")
