@@ -174,6 +174,21 @@ def write_json(args, filename, dev, batch, dtype, rows, start):
                            batch=batch, dtype=dtype, rows=rows, wall_s=time.time() - start), f, indent=1)
 
 
+def compile_and_run(cases, run, args, deadline):
+    """Compiles every case's configs at once (precompile), then rows = run(case) for each
+    case until the deadline passes."""
+    compile_s = precompile(cases, args.dry_run)
+    print(f"# {sum(len(c.configs) for c in cases)} configs over {len(cases)} cases; compiled in {compile_s:.1f} s",
+          flush=True)
+    rows = []
+    for case in cases:
+        if time.time() > deadline:
+            print(f"# budget spent; skipping {case.p['name']} {case.direction}", flush=True)
+            continue
+        rows.append(run(case))
+    return rows
+
+
 def exit_status(rows, args):
     """Lists the failed configs; a dry run with any fails (exit status 1)."""
     failed = [(r["layer"], r["direction"], b) for r in rows for b in r["bad"]]
@@ -186,21 +201,16 @@ def main():
     args = parse_args(LAYERS, 85.0)
     start, deadline, dev, dtype, batch, layers = setup(args, DRY_LAYERS, 85.0)
     cases = [Case(p, d, batch, dtype, dev, args.dry_run) for p in layers for d in args.directions.split(",")]
-    compile_s = precompile(cases, args.dry_run)
-    print(f"# {sum(len(c.configs) for c in cases)} configs over {len(cases)} cases; compiled in {compile_s:.1f} s",
-          flush=True)
-    rows = []
-    for case in cases:
-        if time.time() > deadline:
-            print(f"# budget spent; skipping {case.p['name']} {case.direction}", flush=True)
-            continue
+
+    def run(case):
         row = run_case(case, args.tol, deadline, args.rep)
-        rows.append(row)
         for name, v in row["configs"].items():
             shown = f"{v['us']:8.1f} us {v['tflops']:6.1f} TF/s err {v['rel_err']:.1e}" if "us" in v else \
                 v.get("error", f"err {v.get('rel_err', float('nan')):.1e}")
             flag = "" if v.get("ok") else "  BAD"
             print(f"  {row['layer']:10s} {row['direction']:8s} {name:45s} {shown}{flag}", flush=True)
+        return row
+    rows = compile_and_run(cases, run, args, deadline)
     write_json(args, "sweep_conv_persistent.json", dev, batch, dtype, rows, start)
     print(f"\n# {dtype}, batch {batch}, wall {time.time() - start:.0f} s; us = CUDA-graph median; "
           f"err = max relative L2 vs cuDNN over the timed configs")

@@ -176,15 +176,7 @@ def main():
                 continue
             case.dev = dev
             cases.append(case_configs(case, args.dry_run))
-    compile_s = sp.precompile(cases, args.dry_run)
-    print(f"# {sum(len(c.configs) for c in cases)} configs over {len(cases)} cases; compiled in {compile_s:.1f} s",
-          flush=True)
-    rows = []
-    for case in cases:
-        if time.time() > deadline:
-            print(f"# budget spent; skipping {case.p['name']} {case.direction}", flush=True)
-            continue
-        rows.append(run_case(case, args.tol, deadline, args.rep))
+    rows = sp.compile_and_run(cases, lambda case: run_case(case, args.tol, deadline, args.rep), args, deadline)
     sp.write_json(args, "sweep_conv_ws.json", dev, batch, dtype, rows, start)
     print(f"\n# {dtype}, batch {batch}, wall {time.time() - start:.0f} s; us = CUDA-graph median; "
           f"err = relative L2 vs cuDNN; ratio = time / cuDNN (lower is better)")
