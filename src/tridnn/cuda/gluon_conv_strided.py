@@ -1,0 +1,331 @@
+"""Strided forward convolution in Gluon: gluon_conv's kernel with a phase-view loader (Hopper only).
+
+Why: gluon_conv handles stride 1 only, and ResNet-50's stride-2 layers (res3/4/5 3x3 s2, the
+1x1 s2 downsamples) are the worst forward layers left to conv_tma (1.2-1.7x cuDNN). This
+module is an experiment delivered for measurement; nothing offers it to the tuner yet.
+
+How (conv_tma's "phase view"): NHWC x is viewed as the 5-D tensor [N, H/sh, sh, W/sw, sw*C]
+(H, W multiples of the stride), so input pixel (sh*i + b, sw*j + a) of image n sits at
+[n, i, b, j, a*C + c]. Output pixel (oh, ow) reads, for tap (kh, kw), input row
+sh*oh + kh*dh - ph = sh*(oh + ah) + bh with (ah, bh) = divmod(kh*dh - ph, sh) (floor), and
+likewise for columns: the box of a whole output tile is then one 5-D TMA box
+[NB, BH, 1, BW, BLOCK_K] at origin [n0, oh0 + ah, bh, ow0 + aw, bw*C + c0]; TMA zero-fills
+coordinates out of range (negative ones too), which gives the padding.
+
+Only the loader differs from gluon_conv: it walks (ah, bh, aw, bw*C) per tap incrementally
+from host-computed starts and steps (no divisions on the issue path). The consumer
+partitions, the epilogue, the tile order, the register split and the host helpers are
+gluon_conv's, imported; the consumer reshapes the 5-D box [NB, BH, 1, BW, BLOCK_K] to its
+[BLOCK_M, BLOCK_K] operand exactly as it does gluon_conv's 4-D one.
+"""
+from __future__ import annotations
+
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+
+from .gluon_common import compile_sm90 as _compile_sm90, descriptor
+from .gluon_common import desc_sig as _desc_sig, sm_count as _sm_count
+from .gluon_conv import (PICKS_LARGE, PICKS_MEDIUM, PICKS_SMALL, _channels_last_ok, _consumer, _nhwc, _regs,
+                         _tile_coords, config, filter_matrix, name, shared_bytes)
+
+
+# --------------------------------------------------------------------------------------
+# Device code: the loader (the consumers are gluon_conv's)
+# --------------------------------------------------------------------------------------
+
+@gluon.jit
+def _loader_strided(x_desc, w_desc, a_bufs, b_bufs, ready, empty,
+                    # channels, filter width
+                    C, KW,
+                    # tap walk: first tap's (row shift, row phase, column shift, column phase * C);
+                    # per-tap steps (dilation divmod stride; the column phase step times C);
+                    # wrap limits (row stride, column stride * C)
+                    AH0, BH0, AW0, CB0, DAH, DBH, DAW, DCB, SH, SWC,
+                    # tile list
+                    NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
+                    NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_N: gl.constexpr,
+                    BLOCK_K: gl.constexpr, STAGES: gl.constexpr):
+    """Producer (one warp): per k-step, wait for a free slot, TMA the phase-view x box of
+    the tap and the filter box into it. A phase steps by DBH (DCB) per tap and wraps once
+    past the stride into a shift of one more row (column): DBH < SH, DCB < SWC."""
+    nbytes: gl.constexpr = x_desc.block_type.nbytes + w_desc.block_type.nbytes
+    it = 0
+    for t in range(gl.program_id(0), NUM_TILES, gl.num_programs(0)):
+        n0, oh0, ow0, k0 = _tile_coords(t, TILES_H, TILES_W, N_BLOCKS, NB, BH, BW, BLOCK_N)
+        ih = oh0 + AH0
+        ph = BH0
+        iw0 = ow0 + AW0
+        iw = iw0
+        cb = CB0
+        c0 = 0
+        kw = 0
+        for kk in range(K_STEPS):
+            s = it % STAGES
+            phase = (it // STAGES) & 1
+            mbarrier.wait(empty.index(s), phase ^ 1)
+            bar = ready.index(s)
+            mbarrier.expect(bar, nbytes)
+            tma.async_copy_global_to_shared(x_desc, [n0, ih, ph, iw, cb + c0], bar, a_bufs.index(s))
+            tma.async_copy_global_to_shared(w_desc, [k0, kk * BLOCK_K], bar, b_bufs.index(s))
+            it += 1
+            # next channel block; after the last, the next tap of the row
+            c0 += BLOCK_K
+            next_tap = c0 == C
+            c0 = gl.where(next_tap, 0, c0)
+            kw = gl.where(next_tap, kw + 1, kw)
+            cb = gl.where(next_tap, cb + DCB, cb)
+            iw = gl.where(next_tap, iw + DAW, iw)
+            wrap_w = cb >= SWC
+            cb = gl.where(wrap_w, cb - SWC, cb)
+            iw = gl.where(wrap_w, iw + 1, iw)
+            # after the row's last tap, the first tap of the next filter row
+            next_row = kw == KW
+            kw = gl.where(next_row, 0, kw)
+            iw = gl.where(next_row, iw0, iw)
+            cb = gl.where(next_row, CB0, cb)
+            ph = gl.where(next_row, ph + DBH, ph)
+            ih = gl.where(next_row, ih + DAH, ih)
+            wrap_h = ph >= SH
+            ph = gl.where(wrap_h, ph - SH, ph)
+            ih = gl.where(wrap_h, ih + 1, ih)
+
+
+_RUNTIME_INTS = ["C_OUT", "C", "KW", "AH0", "BH0", "AW0", "CB0", "DAH", "DBH", "DAW", "DCB", "SH", "SWC",
+                 "NUM_TILES", "TILES_H", "TILES_W", "N_BLOCKS", "K_STEPS"]
+
+
+@gluon.jit(do_not_specialize=_RUNTIME_INTS + ["bias_ptr"])
+def gluon_conv_strided_kernel(
+    # TMA descriptors: x's phase view [N, H/sh, sh, W/sw, sw*C] box [NB, BH, 1, BW, BLOCK_K];
+    # filter [K, KH*KW*C] box [BLOCK_N, BLOCK_K]; y [N, OH, OW, K] box [NB, BH, BW, BLOCK_N]
+    x_desc, w_desc, y_desc,
+    alpha, beta,
+    # fused epilogue (gluon_conv's): residual z, bias, their scalars
+    z_desc, bias_ptr, alpha2, coef, swish_beta, C_OUT,
+    # geometry and the tap walk (_loader_strided)
+    C, KW, AH0, BH0, AW0, CB0, DAH, DBH, DAW, DCB, SH, SWC,
+    # tile list
+    NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
+    NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+    STAGES: gl.constexpr, PINGPONG: gl.constexpr, LOADER_REGS: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr, HAS_BETA: gl.constexpr = False,
+    ACT: gl.constexpr = -1, HAS_BIAS: gl.constexpr = False, HAS_Z: gl.constexpr = False,
+):
+    """gluon_conv_fwd_kernel with the phase-view loader (see the module docstring)."""
+    CONSUMERS: gl.constexpr = 2 if PINGPONG else 1
+    a_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
+    b_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
+    c_bufs = gl.allocate_shared_memory(y_desc.dtype, [CONSUMERS] + y_desc.block_type.shape, y_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    ybar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    for i in gl.static_range(2):
+        mbarrier.init(turns.index(i), count=1)
+        mbarrier.init(ybar.index(i), count=1)
+    fence_async_shared()
+
+    if PINGPONG:
+        gl.warp_specialize([
+            (_consumer, (y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, beta,
+                         z_desc, bias_ptr, alpha2, coef, swish_beta, C_OUT,
+                         NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
+                         NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps, HAS_BETA,
+                         ACT, HAS_BIAS, HAS_Z)),
+            (_loader_strided, (x_desc, w_desc, a_bufs, b_bufs, ready, empty,
+                               C, KW, AH0, BH0, AW0, CB0, DAH, DBH, DAW, DCB, SH, SWC,
+                               NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
+                               NB, BH, BW, BLOCK_N, BLOCK_K, STAGES)),
+            (_consumer, (y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, beta,
+                         z_desc, bias_ptr, alpha2, coef, swish_beta, C_OUT,
+                         NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
+                         NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 1, CONSUMERS, num_warps, HAS_BETA,
+                         ACT, HAS_BIAS, HAS_Z)),
+        ], [1, num_warps], [LOADER_REGS, CONSUMER_REGS])
+    else:
+        gl.warp_specialize([
+            (_consumer, (y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, beta,
+                         z_desc, bias_ptr, alpha2, coef, swish_beta, C_OUT,
+                         NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
+                         NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps, HAS_BETA,
+                         ACT, HAS_BIAS, HAS_Z)),
+            (_loader_strided, (x_desc, w_desc, a_bufs, b_bufs, ready, empty,
+                               C, KW, AH0, BH0, AW0, CB0, DAH, DBH, DAW, DCB, SH, SWC,
+                               NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
+                               NB, BH, BW, BLOCK_N, BLOCK_K, STAGES)),
+        ], [1], [LOADER_REGS])
+
+
+# --------------------------------------------------------------------------------------
+# Host side
+# --------------------------------------------------------------------------------------
+
+# gluon_conv's picks by output width (the same box shapes): res3 3x3 s2 and res3_ds (28x28
+# out), res4 (14x14), res5 (7x7); K >= 128 everywhere there.
+PICKS = {"large": PICKS_LARGE, "medium": PICKS_MEDIUM, "small": PICKS_SMALL}
+CONFIGS = []
+for _p in (PICKS_LARGE, PICKS_MEDIUM, PICKS_SMALL):
+    for _c in _p:
+        if name(_c) not in map(name, CONFIGS):
+            CONFIGS.append(_c)
+
+
+def picks(out_w: int, k_out: int) -> list:
+    """The configs to try for an output of width out_w with k_out channels (gluon_conv.picks'
+    non-flat choice; no BLOCK_N wider than the channels need)."""
+    base = PICKS_LARGE if out_w >= 28 else PICKS_MEDIUM if out_w >= 14 else PICKS_SMALL
+    cap = max(64, triton.next_power_of_2(k_out))
+    return [c for c in base if c["BLOCK_N"] <= cap]
+
+
+def why_not(x, w, padding, dilation, stride) -> str | None:
+    """None when this kernel can compute the problem, else the reason."""
+    import torch
+    if x.dtype not in (torch.bfloat16, torch.float16) or w.dtype != x.dtype:
+        return "bfloat16/float16 only"
+    if len(stride) != 2 or min(stride) < 1:
+        return "2-D strides >= 1"
+    n, c, h, wd = x.shape
+    if h % stride[0] or wd % stride[1]:
+        return "H and W must be multiples of the stride (the phase view)"
+    if c % 64:
+        return "channels must be a multiple of 64"
+    if not _channels_last_ok(x) or (stride[1] > 1 and wd > 1 and x.stride(3) != c):
+        return "x must be channels-last with 16-byte aligned strides and dense pixels within a row"
+    if w.shape[0] % 8:
+        return "output channels must be a multiple of 8 (TMA row alignment)"
+    if w.shape[1] != c:
+        return "groups are not supported"
+    return None
+
+
+def phase_view(x, stride):
+    """(shape, strides) of channels-last x [N, C, H, W] viewed as [N, H/sh, sh, W/sw, sw*C]."""
+    (n, h, wd, c), (s0, sh_, sw_, _) = _nhwc(x)
+    sh, sw = stride
+    return (n, h // sh, sh, wd // sw, sw * c), (s0, sh * sh_, sh_, sw * sw_, 1)
+
+
+def out_size(h, wd, kh, kw, padding, dilation, stride):
+    oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    ow = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    return oh, ow
+
+
+def walk_args(c, padding, dilation, stride):
+    """The loader's tap walk (AH0, BH0, AW0, CB0, DAH, DBH, DAW, DCB, SH, SWC)."""
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    ah0, bh0 = divmod(-ph, sh)
+    aw0, bw0 = divmod(-pw, sw)
+    dah, dbh = divmod(dh, sh)
+    daw, dbw = divmod(dw, sw)
+    return ah0, bh0, aw0, bw0 * c, dah, dbh, daw, dbw * c, sh, sw * c
+
+
+def walk_taps(c, kh, kw, padding, dilation, stride):
+    """[(ah, bh, aw, bw*C)] per tap in the loader's (kh, kw) order, by the loader's own
+    incremental arithmetic (a per-tap mirror of _loader_strided's channel-block walk)."""
+    ah0, bh0, aw0, cb0, dah, dbh, daw, dcb, sh, swc = walk_args(c, padding, dilation, stride)
+    out, ih, ph = [], ah0, bh0
+    for _ in range(kh):
+        iw, cb = aw0, cb0
+        for _ in range(kw):
+            out.append((ih, ph, iw, cb))
+            cb, iw = cb + dcb, iw + daw
+            if cb >= swc:
+                cb, iw = cb - swc, iw + 1
+        ph, ih = ph + dbh, ih + dah
+        if ph >= sh:
+            ph, ih = ph - sh, ih + 1
+    return out
+
+
+def prepare(x, w, stride=(2, 2), padding=(1, 1), dilation=(1, 1), cfg=None, y=None, alpha=1.0, sms=None,
+            beta=0.0, epilogue=None):
+    """Descriptors and launch arguments: (grid, args, meta, y), as gluon_conv.prepare (x
+    channels-last [N, C, H, W]; w [K, C, KH, KW]; epilogue: gluon_conv.fused_args' tuple)."""
+    import torch
+    cfg = dict(cfg or CONFIGS[0])
+    stride, padding, dilation = tuple(stride), tuple(padding), tuple(dilation)
+    reason = why_not(x, w, padding, dilation, stride)
+    if reason:
+        raise ValueError(reason)
+    n, c, h, wd = x.shape
+    k, _, kh, kw = w.shape
+    if y is None:
+        oh, ow = out_size(h, wd, kh, kw, padding, dilation, stride)
+        y = torch.empty((n, k, oh, ow), device=x.device, dtype=x.dtype, memory_format=torch.channels_last)
+    elif not _channels_last_ok(y):
+        raise ValueError("y must be channels-last with 16-byte aligned strides")
+    NB, BH, BW, BN, BK = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    if c % BK:
+        raise ValueError(f"channels ({c}) must be a multiple of the config's BLOCK_K ({BK})")
+    w_mat = filter_matrix(w)
+    bias, z, alpha2, act, coef, swish_beta = epilogue or (None, None, 1.0, -1, 0.0, 1.0)
+    if z is not None and (not _channels_last_ok(z) or tuple(z.shape) != tuple(y.shape)):
+        raise ValueError("z must have y's shape, channels-last with 16-byte aligned strides")
+    xshape, xs = phase_view(x, stride)
+    yshape, ys = _nhwc(y)
+    x_desc = descriptor(x, xshape, xs, [NB, BH, 1, BW, BK])
+    w_desc = descriptor(w_mat, w_mat.shape, w_mat.stride(), [BN, BK])
+    y_desc = descriptor(y, yshape, ys, [NB, BH, BW, BN])
+    z_desc = y_desc if z is None else descriptor(z, yshape, _nhwc(z)[1], [NB, BH, BW, BN])
+    bias_arg = y if bias is None else bias
+    _, oh, ow, _ = yshape
+    tiles_h, tiles_w, n_blocks = triton.cdiv(oh, BH), triton.cdiv(ow, BW), triton.cdiv(k, BN)
+    num_tiles = triton.cdiv(n, NB) * tiles_h * tiles_w * n_blocks
+    k_steps = kh * kw * (c // BK)
+    if sms is None:
+        sms = _sm_count(x.device)
+    grid = (max(1, min(num_tiles, sms * cfg.get("PER_SM", 1))),)
+    cap, loader_regs, consumer_regs = _regs(cfg)
+    args = (x_desc, w_desc, y_desc, float(alpha), float(beta), z_desc, bias_arg, float(alpha2), float(coef),
+            float(swish_beta), k, c, kw, *walk_args(c, padding, dilation, stride), num_tiles, tiles_h, tiles_w,
+            n_blocks, k_steps)
+    meta = dict(NB=NB, BH=BH, BW=BW, BLOCK_N=BN, BLOCK_K=BK, STAGES=cfg["STAGES"],
+                PINGPONG=bool(cfg.get("PINGPONG")), LOADER_REGS=loader_regs, CONSUMER_REGS=consumer_regs,
+                num_warps=cfg["num_warps"], HAS_BETA=beta != 0, ACT=int(act), HAS_BIAS=bias is not None,
+                HAS_Z=z is not None, maxnreg=cap)
+    return grid, args, meta, y
+
+
+def launch(grid, args, meta, y=None):
+    """gluon_conv_strided_kernel[grid](*args, **meta) through the JIT (an experiment: the
+    direct-launcher fast path of gluon_conv.launch is left for when it is offered)."""
+    gluon_conv_strided_kernel[grid](*args, **meta)
+    return y
+
+
+def conv2d(x, w, stride=(2, 2), padding=(1, 1), dilation=(1, 1), cfg=None, alpha=1.0, sms=None, y=None, beta=0.0,
+           epilogue=None):
+    """y = alpha * conv2d(x, w, stride) (+ beta * y, gluon_conv's fused epilogue) for
+    channels-last bf16/fp16 x on a Hopper GPU. sms: pretend the GPU has that many SMs."""
+    grid, args, meta, y = prepare(x, w, stride, padding, dilation, cfg, y=y, alpha=alpha, sms=sms, beta=beta,
+                                  epilogue=epilogue)
+    return launch(grid, args, meta, y)
+
+
+def compile_sm90(cfg, has_beta=False, act=-1, has_bias=False, has_z=False, bias_dtype="fp32"):
+    """Compile the kernel for sm_90 without a GPU; returns the CompiledKernel."""
+    NB, BH, BW, BN, BK = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    y_sig = _desc_sig("bf16", [NB, BH, BW, BN])
+    types_ = {
+        "x_desc": _desc_sig("bf16", [NB, BH, 1, BW, BK]), "w_desc": _desc_sig("bf16", [BN, BK]),
+        "y_desc": y_sig, "z_desc": y_sig, "bias_ptr": "*" + bias_dtype,
+        "alpha": "fp32", "beta": "fp32", "alpha2": "fp32", "coef": "fp32", "swish_beta": "fp32",
+    }
+    cap, loader_regs, consumer_regs = _regs(cfg)
+    consts = dict(NB=NB, BH=BH, BW=BW, BLOCK_N=BN, BLOCK_K=BK, STAGES=cfg["STAGES"],
+                  PINGPONG=bool(cfg.get("PINGPONG")), LOADER_REGS=loader_regs, CONSUMER_REGS=consumer_regs,
+                  num_warps=cfg["num_warps"], HAS_BETA=bool(has_beta), ACT=int(act), HAS_BIAS=bool(has_bias),
+                  HAS_Z=bool(has_z))
+    return _compile_sm90(gluon_conv_strided_kernel, types_, consts, cfg["num_warps"], maxnreg=cap)
+
+
+__all__ = ["gluon_conv_strided_kernel", "conv2d", "prepare", "launch", "compile_sm90", "CONFIGS", "PICKS", "picks",
+           "why_not", "phase_view", "walk_args", "walk_taps", "out_size", "config", "name", "shared_bytes"]
