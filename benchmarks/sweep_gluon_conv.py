@@ -33,6 +33,11 @@ a layer on a cold Triton cache): run a few layers at a time, e.g.
 A Gluon kernel that deadlocks would hang the process, so every config is first run once
 on small problems in a child process ("canary", 60 s limit); a config that hangs,
 crashes or disagrees there is reported and left out of the timed sweep.
+--strided: gluon_conv_strided (the phase-view loader, not yet offered to the tuner) on the
+stride-2 layers instead: res3/4/5_3x3s2 (3x3, padding 1, inputs 56/28/14) and the 1x1
+downsamples res3/4/5_ds against cuDNN, e.g.
+  PYTHONPATH=src python benchmarks/sweep_gluon_conv.py --strided --out results/
+
 --dry-run (CPU): builds every layer's descriptors and launch arguments, and compiles
 every config for sm_90 through the kernel's own JIT binding (an offline driver stands in
 for CUDA), then prints the table with empty timings and writes the JSON.
@@ -67,6 +72,22 @@ LAYERS = {  # name: (N, C, K, H, W, filter size, padding)
     "gemm_res3": (1, 1152, 128, 1, 50176, 1, 0),
     "gemm_res4": (1, 2304, 256, 1, 12544, 1, 0),
 }
+STRIDED_LAYERS = {  # --strided, stride 2: name: (N, C, K, H, W, filter size, padding) of the input
+    "res3_3x3s2": (64, 128, 128, 56, 56, 3, 1),
+    "res4_3x3s2": (64, 256, 256, 28, 28, 3, 1),
+    "res5_3x3s2": (64, 512, 512, 14, 14, 3, 1),
+    "res3_ds": (64, 256, 512, 56, 56, 1, 0),
+    "res4_ds": (64, 512, 1024, 28, 28, 1, 0),
+    "res5_ds": (64, 1024, 2048, 14, 14, 1, 0),
+}
+STRIDED_CANARY = [  # as CANARY, stride 2 (H and W even)
+    (2, 64, 192, 12, 18, 3, 3, 1, 1.0),
+    (3, 128, 64, 14, 14, 1, 1, 0, 0.5),
+]
+# --strided reaches the canary children (gluon_sweep_common starts them without it) by the environment
+STRIDED = "--strided" in sys.argv or os.environ.get("TRIDNN_SWEEP_STRIDED") == "1"
+if STRIDED:
+    os.environ["TRIDNN_SWEEP_STRIDED"] = "1"
 CANARY = [  # (N, C, K, H, W, KH, KW, pad, alpha): edges in every direction, K not a multiple of 128
     # (the child's compiles land in Triton's disk cache, which the sweep then reads)
     (2, 64, 192, 11, 19, 3, 3, 1, 1.0),
@@ -104,26 +125,43 @@ def make(n, c, k, h, w, kh, kw, dev, seed=0):
     return x.to(dev).contiguous(memory_format=torch.channels_last), wt.to(dev).contiguous(memory_format=torch.channels_last)
 
 
+def kernel_module():
+    """(module, its kernel, stride): gluon_conv at stride 1, or gluon_conv_strided (--strided) at 2."""
+    if STRIDED:
+        from tridnn.cuda import gluon_conv_strided as gs
+        return gs, gs.gluon_conv_strided_kernel, 2
+    from tridnn.cuda import gluon_conv as gc
+    return gc, gc.gluon_conv_fwd_kernel, 1
+
+
+def prepare_fwd(x, wt, pad, cfg, **kw):
+    """The forward launch arguments of kernel_module's module (grid, args, meta, y)."""
+    gc, _, st = kernel_module()
+    if STRIDED:
+        return gc.prepare(x, wt, (st, st), (pad, pad), (1, 1), cfg, **kw)
+    return gc.prepare(x, wt, (pad, pad), (1, 1), cfg, **kw)
+
+
 # -- canary (child process) ---------------------------------------------------------------
 def canary(indices, dry):
     """Run each config on the CANARY problems, on all SMs and on a grid of 3 programs (many
     tiles each: the ring wraps across tiles, ping-pong consumers alternate); print one
     line per config, flushed."""
-    from tridnn.cuda import gluon_conv as gc
+    gc, kernel, st = kernel_module()
     dev = "cpu" if dry else "cuda"
     for i in indices:
         cfg = gc.CONFIGS[i]
         worst = 0.0
-        for case in CANARY:
+        for case in STRIDED_CANARY if STRIDED else CANARY:
             n, c, k, h, w, kh, kw, pad, alpha = case
             if c % cfg["BLOCK_K"]:
                 continue
             x, wt = make(n, c, k, h, w, kh, kw, dev, seed=i)
-            want = None if dry else alpha * F.conv2d(x.double(), wt.double(), padding=pad)
+            want = None if dry else alpha * F.conv2d(x.double(), wt.double(), padding=pad, stride=st)
             for sms in (SMS if dry else None, 3):
-                grid, args, meta, y = gc.prepare(x, wt, (pad, pad), (1, 1), cfg, alpha=alpha, sms=sms)
+                grid, args, meta, y = prepare_fwd(x, wt, pad, cfg, alpha=alpha, sms=sms)
                 if dry:
-                    gc.gluon_conv_fwd_kernel.warmup(*args, grid=grid, **meta)
+                    kernel.warmup(*args, grid=grid, **meta)
                     continue
                 gc.launch(grid, args, meta, y)
                 torch.cuda.synchronize()
@@ -246,22 +284,29 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", help="directory for gluon_conv.json")
     ap.add_argument("--dry-run", action="store_true", help="CPU: build and compile for sm_90 only")
-    ap.add_argument("--layers", default=",".join(LAYERS), help="comma-separated subset of " + ",".join(LAYERS))
+    ap.add_argument("--layers", default=None, help="comma-separated subset of " + ",".join(LAYERS)
+                    + " (--strided: " + ",".join(STRIDED_LAYERS) + ")")
     ap.add_argument("--configs", default="", help="comma-separated indices into gluon_conv.CONFIGS (default all)")
     ap.add_argument("--rep", type=int, default=40, help="milliseconds of graph replays per timing")
     ap.add_argument("--budget-s", type=float, default=140.0, help="stop starting new configs after this")
     ap.add_argument("--no-canary", action="store_true", help="skip the child-process trial runs")
     ap.add_argument("--directions", default="fwd", help="fwd and/or bwd_data (comma-separated)")
     ap.add_argument("--api", action="store_true", help="time tridnn's public API with its tuner instead")
+    ap.add_argument("--strided", action="store_true", help="gluon_conv_strided on the stride-2 layers")
     ap.add_argument("--canary", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    layer_table = STRIDED_LAYERS if STRIDED else LAYERS
+    if a.layers is None:
+        a.layers = ",".join(layer_table)
+    if STRIDED and (a.api or a.directions != "fwd"):
+        ap.error("--strided times the forward kernel directly (no --api, no bwd_data)")
     if a.dry_run and not a.api:
         offline_driver()
     if a.canary is not None:
         canary([int(i) for i in a.canary.split(",") if i], a.dry_run)
         return
 
-    from tridnn.cuda import gluon_conv as gc
+    gc, kernel, st = kernel_module()
     t0 = time.time()
     directions = [d for d in a.directions.split(",") if d]
     if any(d not in ("fwd", "bwd_data") for d in directions):
@@ -269,7 +314,7 @@ def main():
     if a.api:
         api_sweep(a, directions, t0)
         return
-    indices, layers = gsc.select(ap, a, len(gc.CONFIGS), LAYERS)
+    indices, layers = gsc.select(ap, a, len(gc.CONFIGS), layer_table)
     dev = gsc.cudnn_setup(a.dry_run)
 
     status = {i: ("ok", 0.0) for i in indices} if a.no_canary else gsc.run_canaries(__file__, indices, a.dry_run)
@@ -278,8 +323,8 @@ def main():
 
     rows = []
     for name, direction in [(nm, d) for nm in layers for d in directions]:
-        n, c, k, h, w, ks, pad = LAYERS[name]
-        oh, ow = h + 2 * pad - ks + 1, w + 2 * pad - ks + 1
+        n, c, k, h, w, ks, pad = layer_table[name]
+        oh, ow = (h + 2 * pad - ks) // st + 1, (w + 2 * pad - ks) // st + 1
         flop = gc.flops(n, c, k, oh, ow, ks, ks)
         x, wt = make(n, c, k, h, w, ks, ks, dev)
         w_mat = gc.filter_matrix(wt)
@@ -313,7 +358,7 @@ def main():
                 ref = fn().t().reshape(1, k, 1, w)
             else:
                 who = "cudnn"
-                fn = lambda: F.conv2d(x, wt, padding=pad)  # noqa: E731
+                fn = lambda: F.conv2d(x, wt, padding=pad, stride=st)  # noqa: E731
                 ref = fn()
             us = bench(fn, a.rep)
             rows.append(dict(layer=name, config=who, us=us, tflops=flop / us * 1e-6, ratio=1.0, err=0.0,
@@ -346,10 +391,11 @@ def main():
                     grid, args, meta, y = gc.prepare(dy, None, (bp, bp), (1, 1), cfg, y=y, w_mat=t_mat,
                                                      sms=SMS if a.dry_run else None, kernel=(ks, ks))
                 else:
-                    grid, args, meta, y = gc.prepare(x, wt, (pad, pad), (1, 1), cfg, y=y, w_mat=w_mat,
-                                                     sms=SMS if a.dry_run else None)
+                    extra = {} if STRIDED else dict(w_mat=w_mat)
+                    grid, args, meta, y = prepare_fwd(x, wt, pad, cfg, y=y, sms=SMS if a.dry_run else None,
+                                                      **extra)
                 if a.dry_run:
-                    gc.gluon_conv_fwd_kernel.warmup(*args, grid=grid, **meta)
+                    kernel.warmup(*args, grid=grid, **meta)
                     row["note"] = "dry"
                 else:
                     gc.launch(grid, args, meta, y)

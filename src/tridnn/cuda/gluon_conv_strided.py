@@ -28,7 +28,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from .gluon_common import compile_sm90 as _compile_sm90, descriptor
 from .gluon_common import desc_sig as _desc_sig, sm_count as _sm_count
 from .gluon_conv import (PICKS_LARGE, PICKS_MEDIUM, PICKS_SMALL, _channels_last_ok, _consumer, _nhwc, _regs,
-                         _tile_coords, config, filter_matrix, name, shared_bytes)
+                         _tile_coords, config, filter_matrix, flops, name, shared_bytes)
 
 
 # --------------------------------------------------------------------------------------
@@ -328,4 +328,5 @@ def compile_sm90(cfg, has_beta=False, act=-1, has_bias=False, has_z=False, bias_
 
 
 __all__ = ["gluon_conv_strided_kernel", "conv2d", "prepare", "launch", "compile_sm90", "CONFIGS", "PICKS", "picks",
-           "why_not", "phase_view", "walk_args", "walk_taps", "out_size", "config", "name", "shared_bytes"]
+           "why_not", "phase_view", "walk_args", "walk_taps", "out_size", "config", "name", "shared_bytes", "flops",
+           "filter_matrix"]
