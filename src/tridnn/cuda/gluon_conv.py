@@ -210,6 +210,28 @@ def _consumer(y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, 
     tma.store_wait(pendings=0)
 
 
+@gluon.jit
+def shared_state(x_desc, w_desc, y_desc, STAGES: gl.constexpr, CONSUMERS: gl.constexpr):
+    """The forward kernels' shared memory (this module's and gluon_conv_strided's): a ring of
+    STAGES (x box, filter box) slots with their ready/empty barriers, an output tile per
+    consumer, the ping-pong turns and the old-y-tile-arrived barriers; initialized and fenced."""
+    a_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
+    b_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
+    c_bufs = gl.allocate_shared_memory(y_desc.dtype, [CONSUMERS] + y_desc.block_type.shape, y_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    ybar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # old y tile arrived
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    for i in gl.static_range(2):
+        mbarrier.init(turns.index(i), count=1)
+        mbarrier.init(ybar.index(i), count=1)
+    fence_async_shared()
+    return a_bufs, b_bufs, c_bufs, ready, empty, turns, ybar
+
+
 # Integer arguments are not specialized (value 1, multiples of 16): one compile per config
 # serves every layer; they only feed the tile and tap bookkeeping.
 _RUNTIME_INTS = ["C_OUT", "C", "KW", "PAD_H", "PAD_W", "DIL_H", "DIL_W", "NUM_TILES", "TILES_H", "TILES_W", "N_BLOCKS",
@@ -239,21 +261,7 @@ def gluon_conv_fwd_kernel(
     HAS_BETA: y = alpha * conv + beta * y (the old y read by TMA); else y = alpha * conv.
     Then + alpha2 * z (HAS_Z), + bias (HAS_BIAS), activation ACT (-1: none)."""
     CONSUMERS: gl.constexpr = 2 if PINGPONG else 1
-    # Shared memory: a ring of STAGES (x box, filter box) slots, an output tile per consumer.
-    a_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
-    b_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
-    c_bufs = gl.allocate_shared_memory(y_desc.dtype, [CONSUMERS] + y_desc.block_type.shape, y_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    ybar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # old y tile arrived
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)
-    for i in gl.static_range(2):
-        mbarrier.init(turns.index(i), count=1)
-        mbarrier.init(ybar.index(i), count=1)
-    fence_async_shared()
+    a_bufs, b_bufs, c_bufs, ready, empty, turns, ybar = shared_state(x_desc, w_desc, y_desc, STAGES, CONSUMERS)
 
     if PINGPONG:
         gl.warp_specialize([

@@ -23,12 +23,12 @@ from __future__ import annotations
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from .gluon_common import compile_sm90 as _compile_sm90, descriptor
 from .gluon_common import desc_sig as _desc_sig, sm_count as _sm_count
 from .gluon_conv import (PICKS_LARGE, PICKS_MEDIUM, PICKS_SMALL, _channels_last_ok, _consumer, _nhwc, _regs,
-                         _tile_coords, config, filter_matrix, flops, name, shared_bytes)
+                         _tile_coords, config, filter_matrix, flops, name, shared_bytes, shared_state)
 
 
 # --------------------------------------------------------------------------------------
@@ -115,20 +115,7 @@ def gluon_conv_strided_kernel(
 ):
     """gluon_conv_fwd_kernel with the phase-view loader (see the module docstring)."""
     CONSUMERS: gl.constexpr = 2 if PINGPONG else 1
-    a_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
-    b_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
-    c_bufs = gl.allocate_shared_memory(y_desc.dtype, [CONSUMERS] + y_desc.block_type.shape, y_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    ybar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)
-    for i in gl.static_range(2):
-        mbarrier.init(turns.index(i), count=1)
-        mbarrier.init(ybar.index(i), count=1)
-    fence_async_shared()
+    a_bufs, b_bufs, c_bufs, ready, empty, turns, ybar = shared_state(x_desc, w_desc, y_desc, STAGES, CONSUMERS)
 
     if PINGPONG:
         gl.warp_specialize([
