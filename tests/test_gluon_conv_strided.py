@@ -64,7 +64,7 @@ def test_compiles_for_sm90(cfg, sm90):
     per_step = (cfg["BLOCK_K"] // 16) * (bm // 64 // (cfg["num_warps"] // 4)) * (2 if cfg["PINGPONG"] else 1)
     hgmma = re.findall(r"HGMMA\.64x(\d+)x16\.F32\.BF16", code)
     assert len(hgmma) == per_step and all(int(n) == cfg["BLOCK_N"] for n in hgmma), (len(hgmma), per_step)
-    cap = gs._regs(cfg)[0]
+    cap = gs.constexprs(cfg)[1]  # maxnreg
     assert regs <= cap
     moves = [int(r, 16) for r in re.findall(r"USETMAXREG\.\w+\.CTAPOOL (?:UP\d, )?(0x[0-9a-f]+)", code)]
     if cap < 256:  # the loader gives registers back, the consumers take them
@@ -76,7 +76,7 @@ def test_compiles_for_sm90(cfg, sm90):
 def test_compiles_beta_and_fused_epilogue(sm90):
     cfg = gs.CONFIGS[0]
     shared, regs, code = sm90[gs.name(cfg) + repr(sorted(FUSED.items()))]
-    assert "UTMALDG.5D" in code and regs <= gs._regs(cfg)[0]
+    assert "UTMALDG.5D" in code and regs <= gs.constexprs(cfg)[1]
     assert not re.search(r"\b(STL|LDL)\b", code), "register spills"
 
 

@@ -452,11 +452,7 @@ def prepare(x, w, padding=(1, 1), dilation=(1, 1), cfg=None, y=None, alpha=1.0, 
         raise ValueError("the filter matrix must be [K, KH*KW*C] with unit column stride")
     (xn, xh, xw, _), xs = _nhwc(x)
     (_, oh, ow, _), ys = _nhwc(y)
-    bias, z, alpha2, act, coef, swish_beta = epilogue or (None, None, 1.0, -1, 0.0, 1.0)
-    if z is not None and (not _channels_last_ok(z) or tuple(z.shape) != tuple(y.shape)):
-        raise ValueError("z must have y's shape, channels-last with 16-byte aligned strides")
-    if bias is not None and (bias.numel() != k or bias.stride(-1) != 1 or bias.dim() != 1):
-        raise ValueError("bias must be K contiguous values")
+    bias, z, alpha2, act, coef, swish_beta = checked_epilogue(epilogue, y, k)
     zs = _nhwc(z)[1] if z is not None else None
     if NB == 1 and BH == 1 and flat_ok(x, y, kh, kw, padding) and (z is None or _dense(z)):
         m = n * h * wd
@@ -470,21 +466,42 @@ def prepare(x, w, padding=(1, 1), dilation=(1, 1), cfg=None, y=None, alpha=1.0, 
     y_desc = descriptor(y, yshape, ys, [NB, BH, BW, BN])
     z_desc = y_desc if z is None else descriptor(z, yshape, zs, [NB, BH, BW, BN])
     bias_arg = y if bias is None else bias  # (any pointer when absent: never read)
-    tiles_h, tiles_w, n_blocks = triton.cdiv(oh, BH), triton.cdiv(ow, BW), triton.cdiv(k, BN)
-    num_tiles = triton.cdiv(n, NB) * tiles_h * tiles_w * n_blocks
-    k_steps = kh * kw * (c // BK)
-    if sms is None:
-        sms = _sm_count(x.device)
-    grid = (max(1, min(num_tiles, sms * cfg.get("PER_SM", 1))),)
-    cap, loader_regs, consumer_regs = _regs(cfg)
+    grid, tiles = tile_grid(cfg, n, oh, ow, k, kh * kw * (c // BK), x.device, sms)
     args = (x_desc, w_desc, y_desc, float(alpha), float(beta), z_desc, bias_arg, float(alpha2), float(coef),
-            float(swish_beta), k, c, kw, padding[0], padding[1], dilation[0], dilation[1], num_tiles, tiles_h,
-            tiles_w, n_blocks, k_steps)
-    meta = dict(NB=NB, BH=BH, BW=BW, BLOCK_N=BN, BLOCK_K=BK, STAGES=cfg["STAGES"],
-                PINGPONG=bool(cfg.get("PINGPONG")), LOADER_REGS=loader_regs, CONSUMER_REGS=consumer_regs,
-                num_warps=cfg["num_warps"], HAS_BETA=beta != 0, ACT=int(act), HAS_BIAS=bias is not None,
-                HAS_Z=z is not None, maxnreg=cap)
-    return grid, args, meta, y
+            float(swish_beta), k, c, kw, padding[0], padding[1], dilation[0], dilation[1], *tiles)
+    consts, cap = constexprs(cfg, beta != 0, act, bias is not None, z is not None)
+    return grid, args, dict(consts, maxnreg=cap), y
+
+
+def checked_epilogue(epilogue, y, k) -> tuple:
+    """(bias, z, alpha2, act, coef, swish_beta) of a fused_args tuple (None: no epilogue),
+    z and bias checked against the output y of k channels."""
+    bias, z, alpha2, act, coef, swish_beta = epilogue or (None, None, 1.0, -1, 0.0, 1.0)
+    if z is not None and (not _channels_last_ok(z) or tuple(z.shape) != tuple(y.shape)):
+        raise ValueError("z must have y's shape, channels-last with 16-byte aligned strides")
+    if bias is not None and (bias.numel() != k or bias.stride(-1) != 1 or bias.dim() != 1):
+        raise ValueError("bias must be K contiguous values")
+    return bias, z, alpha2, act, coef, swish_beta
+
+
+def tile_grid(cfg, n, oh, ow, k, k_steps, device, sms=None) -> tuple:
+    """(grid, (NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS)): the persistent grid (PER_SM
+    programs an SM, no more than the tiles) over the output's tile list."""
+    tiles_h, tiles_w, n_blocks = triton.cdiv(oh, cfg["BH"]), triton.cdiv(ow, cfg["BW"]), triton.cdiv(k, cfg["BLOCK_N"])
+    num_tiles = triton.cdiv(n, cfg["NB"]) * tiles_h * tiles_w * n_blocks
+    if sms is None:
+        sms = _sm_count(device)
+    grid = (max(1, min(num_tiles, sms * cfg.get("PER_SM", 1))),)
+    return grid, (num_tiles, tiles_h, tiles_w, n_blocks, k_steps)
+
+
+def constexprs(cfg, has_beta=False, act=-1, has_bias=False, has_z=False) -> tuple:
+    """(the kernel's constexprs, the register cap maxnreg) of a config and epilogue variant."""
+    cap, loader_regs, consumer_regs = _regs(cfg)
+    return dict(NB=cfg["NB"], BH=cfg["BH"], BW=cfg["BW"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
+                STAGES=cfg["STAGES"], PINGPONG=bool(cfg.get("PINGPONG")), LOADER_REGS=loader_regs,
+                CONSUMER_REGS=consumer_regs, num_warps=cfg["num_warps"], HAS_BETA=bool(has_beta), ACT=int(act),
+                HAS_BIAS=bool(has_bias), HAS_Z=bool(has_z)), cap
 
 
 # The JIT's per-call binding (signature, specialization, cache key, a tensor map encoded
@@ -786,11 +803,7 @@ def compile_sm90(cfg, has_beta=False, act=-1, has_bias=False, has_z=False, bias_
         "y_desc": y_sig, "z_desc": y_sig, "bias_ptr": "*" + bias_dtype,
         "alpha": "fp32", "beta": "fp32", "alpha2": "fp32", "coef": "fp32", "swish_beta": "fp32",
     }
-    cap, loader_regs, consumer_regs = _regs(cfg)
-    consts = dict(NB=NB, BH=BH, BW=BW, BLOCK_N=BN, BLOCK_K=BK, STAGES=cfg["STAGES"],
-                  PINGPONG=bool(cfg.get("PINGPONG")), LOADER_REGS=loader_regs, CONSUMER_REGS=consumer_regs,
-                  num_warps=cfg["num_warps"], HAS_BETA=bool(has_beta), ACT=int(act), HAS_BIAS=bool(has_bias),
-                  HAS_Z=bool(has_z))
+    consts, cap = constexprs(cfg, has_beta, act, has_bias, has_z)
     return _compile_sm90(gluon_conv_fwd_kernel, types_, consts, cfg["num_warps"], maxnreg=cap)
 
 

@@ -26,9 +26,10 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from .gluon_common import compile_sm90 as _compile_sm90, descriptor
-from .gluon_common import desc_sig as _desc_sig, sm_count as _sm_count
-from .gluon_conv import (PICKS_LARGE, PICKS_MEDIUM, PICKS_SMALL, _channels_last_ok, _consumer, _nhwc, _regs,
-                         _tile_coords, config, filter_matrix, flops, name, shared_bytes, shared_state)
+from .gluon_common import desc_sig as _desc_sig
+from .gluon_conv import (PICKS_LARGE, PICKS_MEDIUM, PICKS_SMALL, _channels_last_ok, _consumer, _nhwc,
+                         _tile_coords, checked_epilogue, config, constexprs, filter_matrix, flops, name,
+                         shared_bytes, shared_state, tile_grid)
 
 
 # --------------------------------------------------------------------------------------
@@ -253,9 +254,7 @@ def prepare(x, w, stride=(2, 2), padding=(1, 1), dilation=(1, 1), cfg=None, y=No
     if c % BK:
         raise ValueError(f"channels ({c}) must be a multiple of the config's BLOCK_K ({BK})")
     w_mat = filter_matrix(w)
-    bias, z, alpha2, act, coef, swish_beta = epilogue or (None, None, 1.0, -1, 0.0, 1.0)
-    if z is not None and (not _channels_last_ok(z) or tuple(z.shape) != tuple(y.shape)):
-        raise ValueError("z must have y's shape, channels-last with 16-byte aligned strides")
+    bias, z, alpha2, act, coef, swish_beta = checked_epilogue(epilogue, y, k)
     xshape, xs = phase_view(x, stride)
     yshape, ys = _nhwc(y)
     x_desc = descriptor(x, xshape, xs, [NB, BH, 1, BW, BK])
@@ -264,21 +263,11 @@ def prepare(x, w, stride=(2, 2), padding=(1, 1), dilation=(1, 1), cfg=None, y=No
     z_desc = y_desc if z is None else descriptor(z, yshape, _nhwc(z)[1], [NB, BH, BW, BN])
     bias_arg = y if bias is None else bias
     _, oh, ow, _ = yshape
-    tiles_h, tiles_w, n_blocks = triton.cdiv(oh, BH), triton.cdiv(ow, BW), triton.cdiv(k, BN)
-    num_tiles = triton.cdiv(n, NB) * tiles_h * tiles_w * n_blocks
-    k_steps = kh * kw * (c // BK)
-    if sms is None:
-        sms = _sm_count(x.device)
-    grid = (max(1, min(num_tiles, sms * cfg.get("PER_SM", 1))),)
-    cap, loader_regs, consumer_regs = _regs(cfg)
+    grid, tiles = tile_grid(cfg, n, oh, ow, k, kh * kw * (c // BK), x.device, sms)
     args = (x_desc, w_desc, y_desc, float(alpha), float(beta), z_desc, bias_arg, float(alpha2), float(coef),
-            float(swish_beta), k, c, kw, *walk_args(c, padding, dilation, stride), num_tiles, tiles_h, tiles_w,
-            n_blocks, k_steps)
-    meta = dict(NB=NB, BH=BH, BW=BW, BLOCK_N=BN, BLOCK_K=BK, STAGES=cfg["STAGES"],
-                PINGPONG=bool(cfg.get("PINGPONG")), LOADER_REGS=loader_regs, CONSUMER_REGS=consumer_regs,
-                num_warps=cfg["num_warps"], HAS_BETA=beta != 0, ACT=int(act), HAS_BIAS=bias is not None,
-                HAS_Z=z is not None, maxnreg=cap)
-    return grid, args, meta, y
+            float(swish_beta), k, c, kw, *walk_args(c, padding, dilation, stride), *tiles)
+    consts, cap = constexprs(cfg, beta != 0, act, bias is not None, z is not None)
+    return grid, args, dict(consts, maxnreg=cap), y
 
 
 def launch(grid, args, meta, y=None):
@@ -306,11 +295,7 @@ def compile_sm90(cfg, has_beta=False, act=-1, has_bias=False, has_z=False, bias_
         "y_desc": y_sig, "z_desc": y_sig, "bias_ptr": "*" + bias_dtype,
         "alpha": "fp32", "beta": "fp32", "alpha2": "fp32", "coef": "fp32", "swish_beta": "fp32",
     }
-    cap, loader_regs, consumer_regs = _regs(cfg)
-    consts = dict(NB=NB, BH=BH, BW=BW, BLOCK_N=BN, BLOCK_K=BK, STAGES=cfg["STAGES"],
-                  PINGPONG=bool(cfg.get("PINGPONG")), LOADER_REGS=loader_regs, CONSUMER_REGS=consumer_regs,
-                  num_warps=cfg["num_warps"], HAS_BETA=bool(has_beta), ACT=int(act), HAS_BIAS=bool(has_bias),
-                  HAS_Z=bool(has_z))
+    consts, cap = constexprs(cfg, has_beta, act, has_bias, has_z)
     return _compile_sm90(gluon_conv_strided_kernel, types_, consts, cfg["num_warps"], maxnreg=cap)
 
 
