@@ -442,3 +442,18 @@ def test_gpu_conv_bias_activation(cfg, case, forced):
         assert torch.isfinite(got).all()
         err = ((got - want).abs().max() / want.abs().max()).item()
         assert err < 1e-2, (case, gc.name(cfg), p["name"], err)
+
+
+def test_checked_epilogue_refuses_bad_z_and_bias():
+    """prepare's epilogue checks (both Gluon forward kernels): z must be y's shape and
+    channels-last, bias K contiguous values; the error names what is wrong."""
+    y = torch.empty(2, 16, 4, 4).contiguous(memory_format=torch.channels_last)
+    ok = torch.empty(16)
+    assert gc.checked_epilogue(None, y, 16) == (None, None, 1.0, -1, 0.0, 1.0)
+    assert gc.checked_epilogue((ok, y, 0.5, 1, 0.0, 1.0), y, 16)[:2] == (ok, y)
+    for z, bias, match in ((torch.empty(2, 16, 4, 5).contiguous(memory_format=torch.channels_last), None, "z must"),
+                           (torch.empty(2, 16, 4, 4), None, "z must"),  # NCHW
+                           (None, torch.empty(32)[::2], "bias must"),
+                           (None, torch.empty(8), "bias must")):
+        with pytest.raises(ValueError, match=match):
+            gc.checked_epilogue((bias, z, 1.0, 1, 0.0, 1.0), y, 16)
