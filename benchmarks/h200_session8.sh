@@ -1,0 +1,62 @@
+#!/bin/bash
+# Session 8's GPU rounds: named steps run in two lanes, one a GPU (nvidia-h200-x2), or in one
+# lane on a single GPU. Usage (device tool, from a snapshot of HEAD):
+#   git archive HEAD -o build/base.tar   # here; carry build/base.tar
+#   mkdir -p /tmp/base && tar xf build/base.tar -C /tmp/base && bash /tmp/base/benchmarks/h200_session8.sh \
+#       "strided_tests strided wgrad_suite" "layers dw_tests dw fused_fp32"
+# Steps:
+#   strided_tests  Gluon stride-s forward GPU tests (tests/test_gluon_conv_strided.py)
+#   strided        sweep_gluon_conv --strided: res3/4/5_3x3s2 and _ds against cuDNN
+#   gluon_tests    Gluon stride-1 conv kernel + integration GPU tests
+#   api            sweep_gluon_conv --api (forward and backward data through the public API)
+#   wgrad_tests    Gluon backward-filter GPU tests (kernel + integration)
+#   stream_tests   Gluon streaming reductions GPU tests (kernel + routing)
+#   layers         bench_gpu_layers.py (every layer kernel against PyTorch)
+#   dw_tests       depthwise strip kernel GPU tests
+#   dw             sweep_depthwise_fwd --passes strip
+#   fwd / dgrad / wgrad_suite   ResNet-50 batch-64 suites, get's choice (SUITE_S seconds, default 190)
+#   b256_fwd / b256_dgrad / b256_wgrad   the same at batch 256
+#   fused_fp32     the fused, fp32-tf32, fp32-strict and fp32-default sections
+#   dws            the MobileNetV2 depthwise suites (dw-fwd, dw-bwd_data, dw-bwd_filter)
+set -u
+cd /tmp/base
+export PYTHONPATH=/tmp/base/src PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/triton-cache
+gpu_tests() { TRIDNN_GPU_TESTS=1 timeout "$1" python3 -m pytest -q -x -p no:cacheprovider --gpu -m gpu "${@:3}" > "$R/$2.log" 2>&1; echo "$2 rc=$?"; tail -3 "$R/$2.log" | cut -c1-200; }
+suite() {  # suite NAME SECONDS SECTIONS [extra args]
+    timeout "$2" python3 benchmarks/bench_gpu_conv.py --out "$R/$1" --sections "$3" --algos get --budget-s $(( $2 - 22 )) "${@:4}" > "$R/$1.log" 2>&1
+    echo "$1 rc=$?"; grep -hE "^\| (rn50|dw|fp32|fused|section)|skipped|geomean" "$R/$1.log" | cut -c1-140
+}
+step() {
+  case $1 in
+    strided_tests) gpu_tests 120 strided_tests tests/test_gluon_conv_strided.py ;;
+    strided) timeout 170 python3 benchmarks/sweep_gluon_conv.py --strided --budget-s 140 --out "$R/strided" > "$R/strided.log" 2>&1
+             echo "strided rc=$?"; tail -45 "$R/strided.log" | cut -c1-140 ;;
+    gluon_tests) gpu_tests 110 gluon_tests tests/test_gluon_conv.py tests/test_gluon_integration.py ;;
+    api) timeout 150 python3 benchmarks/sweep_gluon_conv.py --api --directions fwd,bwd_data --budget-s 120 --out "$R/api" > "$R/api.log" 2>&1
+         echo "api rc=$?"; tail -40 "$R/api.log" | cut -c1-140 ;;
+    wgrad_tests) gpu_tests 100 wgrad_tests tests/test_gluon_wgrad.py tests/test_gluon_wgrad_integration.py ;;
+    stream_tests) gpu_tests 80 stream_tests tests/test_gluon_stream.py tests/test_gluon_stream_routing.py ;;
+    layers) timeout 150 python3 benchmarks/bench_gpu_layers.py --out "$R/layers.json" --budget-s 120 > "$R/layers.log" 2>&1
+            echo "layers rc=$?"; sed -n '/ copy /,$p' "$R/layers.log" | grep -v "\[" | cut -c1-110 ;;
+    dw_tests) gpu_tests 90 dw_tests tests/test_cuda_depthwise_strip.py ;;
+    dw) timeout 100 python3 benchmarks/sweep_depthwise_fwd.py --budget-s 70 --passes strip --out "$R/dwf" > "$R/dwf.log" 2>&1
+        echo "dw rc=$?"; grep -E "^  dw|geomean" "$R/dwf.log" | cut -c1-140 ;;
+    fwd) suite fwd "${SUITE_S:-190}" rn50-fwd ;;
+    dgrad) suite dgrad "${SUITE_S:-190}" rn50-bwd_data ;;
+    wgrad_suite) suite wgrad_suite "${SUITE_S:-190}" rn50-bwd_filter ;;
+    b256_fwd) suite b256_fwd "${SUITE_S:-190}" rn50-fwd --batch 256 ;;
+    b256_dgrad) suite b256_dgrad "${SUITE_S:-190}" rn50-bwd_data --batch 256 ;;
+    b256_wgrad) suite b256_wgrad "${SUITE_S:-190}" rn50-bwd_filter --batch 256 ;;
+    fused_fp32) suite fused_fp32 "${SUITE_S:-190}" fused,fp32-tf32,fp32-strict,fp32-default ;;
+    dws) suite dws "${SUITE_S:-190}" dw-fwd,dw-bwd_data,dw-bwd_filter ;;
+    *) echo "unknown step $1" ;;
+  esac
+}
+lane() {  # lane GPU "steps": its output goes to its own log, printed after both lanes end
+    export CUDA_VISIBLE_DEVICES=$1 R="$OUT/r$1"
+    mkdir -p "$R"
+    for s in $2; do step "$s"; done > "$R/lane.txt" 2>&1
+}
+if [ $# -ge 2 ]; then lane 0 "$1" & lane 1 "$2" & wait; else lane 0 "$1"; fi
+for f in "$OUT"/r*/lane.txt; do echo "=== $f"; cat "$f"; done
+cd "$OUT" && tar czf /tmp/all.tgz r* && rm -rf "$OUT"/r* && mv /tmp/all.tgz "$OUT/all.tgz"
