@@ -6,6 +6,7 @@
 #       "strided_tests strided wgrad_suite" "layers dw_tests dw fused_fp32"
 # Steps:
 #   strided_tests  Gluon stride-s forward GPU tests (tests/test_gluon_conv_strided.py)
+#   strided_api    the strided configs forced through IMPLICIT_GEMM forward (test_gluon_integration)
 #   strided        sweep_gluon_conv --strided: res3/4/5_3x3s2 and _ds against cuDNN
 #   gluon_tests    Gluon stride-1 conv kernel + integration GPU tests
 #   api            sweep_gluon_conv --api (forward and backward data through the public API)
@@ -17,11 +18,13 @@
 #   fwd / dgrad / wgrad_suite   ResNet-50 batch-64 suites, get's choice (SUITE_S seconds, default 190)
 #   b256_fwd / b256_dgrad / b256_wgrad   the same at batch 256
 #   fused_fp32     the fused, fp32-tf32, fp32-strict and fp32-default sections
+#   fp32           the fp32-tf32, fp32-strict and fp32-default sections
+#   diag           diag_gluon_route.py (does NHWC global average pooling reach gluon_stream)
 #   dws            the MobileNetV2 depthwise suites (dw-fwd, dw-bwd_data, dw-bwd_filter)
 set -u
 cd /tmp/base
 export PYTHONPATH=/tmp/base/src PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/triton-cache
-gpu_tests() { TRIDNN_GPU_TESTS=1 timeout "$1" python3 -m pytest -q -x -p no:cacheprovider --gpu -m gpu "${@:3}" > "$R/$2.log" 2>&1; echo "$2 rc=$?"; tail -3 "$R/$2.log" | cut -c1-200; }
+gpu_tests() { TRIDNN_GPU_TESTS=1 timeout "$1" python3 -m pytest -q -x -p no:cacheprovider --gpu ${MARK--m gpu} "${@:3}" > "$R/$2.log" 2>&1; echo "$2 rc=$?"; tail -3 "$R/$2.log" | cut -c1-200; }
 suite() {  # suite NAME SECONDS SECTIONS [extra args]
     timeout "$2" python3 benchmarks/bench_gpu_conv.py --out "$R/$1" --sections "$3" --algos get --budget-s $(( $2 - 22 )) "${@:4}" > "$R/$1.log" 2>&1
     echo "$1 rc=$?"; grep -hE "^\| (rn50|dw|fp32|fused|section)|skipped|geomean" "$R/$1.log" | cut -c1-140
@@ -38,7 +41,8 @@ step() {
     stream_tests) gpu_tests 80 stream_tests tests/test_gluon_stream.py tests/test_gluon_stream_routing.py ;;
     layers) timeout 150 python3 benchmarks/bench_gpu_layers.py --out "$R/layers.json" --budget-s 120 > "$R/layers.log" 2>&1
             echo "layers rc=$?"; sed -n '/ copy /,$p' "$R/layers.log" | grep -v "\[" | cut -c1-110 ;;
-    dw_tests) gpu_tests 90 dw_tests tests/test_cuda_depthwise_strip.py ;;
+    dw_tests) MARK= gpu_tests 90 dw_tests tests/test_cuda_depthwise_strip.py ;;  # (TRIDNN_GPU_TESTS moves them to the GPU)
+    strided_api) gpu_tests 150 strided_api tests/test_gluon_integration.py -k "strided or tuner_with" ;;
     dw) timeout 100 python3 benchmarks/sweep_depthwise_fwd.py --budget-s 70 --passes strip --out "$R/dwf" > "$R/dwf.log" 2>&1
         echo "dw rc=$?"; grep -E "^  dw|geomean" "$R/dwf.log" | cut -c1-140 ;;
     fwd) suite fwd "${SUITE_S:-190}" rn50-fwd ;;
@@ -48,6 +52,8 @@ step() {
     b256_dgrad) suite b256_dgrad "${SUITE_S:-190}" rn50-bwd_data --batch 256 ;;
     b256_wgrad) suite b256_wgrad "${SUITE_S:-190}" rn50-bwd_filter --batch 256 ;;
     fused_fp32) suite fused_fp32 "${SUITE_S:-190}" fused,fp32-tf32,fp32-strict,fp32-default ;;
+    fp32) suite fp32 "${SUITE_S:-190}" fp32-tf32,fp32-strict,fp32-default ;;
+    diag) timeout 60 python3 benchmarks/diag_gluon_route.py > "$R/diag.log" 2>&1; echo "diag rc=$?"; cat "$R/diag.log" | cut -c1-160 ;;
     dws) suite dws "${SUITE_S:-190}" dw-fwd,dw-bwd_data,dw-bwd_filter ;;
     *) echo "unknown step $1" ;;
   esac

@@ -86,7 +86,7 @@ def test_offered_where_the_kernel_applies(direction, c, hw, kernel, pad, want, h
 
 
 @pytest.mark.parametrize("why,kwargs", [
-    ("stride 2", dict(stride=2)),
+    ("stride 2 over an odd size", dict(stride=2, hw=15)),  # (even sizes: gluon_conv_strided's, below)
     ("float32", dict(dtype="float32")),
     ("NCHW tensors", dict(layout="NCHW")),
     ("groups", dict(groups=2)),
@@ -108,6 +108,24 @@ def test_not_offered_elsewhere(direction, why, kwargs, hopper):
         assert gc.forward_candidates(problem, x, w, y, None, CUDA) == [], why
     else:
         assert gc.backward_data_candidates(problem, y, w, x, CUDA) == [], why
+
+
+@pytest.mark.parametrize("c,k,hw,kernel,pad,out_w", [
+    (128, 128, 56, 3, 1, 28),   # res3_3x3s2
+    (256, 256, 28, 3, 1, 14),   # res4_3x3s2
+    (512, 512, 14, 3, 1, 7),    # res5_3x3s2
+    (512, 1024, 28, 1, 0, 14),  # res4_ds (1x1 stride 2)
+])
+def test_strided_forward_offered(c, k, hw, kernel, pad, out_w, hopper):
+    """Stride 2 forward: gluon_conv_strided's picks (the stride-2 sweep's configs); backward
+    data at stride 2 gets none (a transposed convolution: conv_tma's phase plans)."""
+    gs = pytest.importorskip("tridnn.cuda.gluon_conv_strided")
+    problem, x, w, y = _problem("fwd", c, k, hw, kernel, stride=2, pad=pad, n=64)
+    got = gc.forward_candidates(problem, x, w, y, None, CUDA)
+    assert [gc.name(g) for g in got] == [gs.name(g) for g in gs.picks(out_w, k)] and got
+    assert all(g["GLUON"] for g in got)
+    problem, x, w, y = _problem("bwd_data", c, k, hw, kernel, stride=2, pad=pad, n=64)
+    assert gc.backward_data_candidates(problem, y, w, x, CUDA) == []
 
 
 def test_not_offered_with_an_epilogue_off_hopper_or_under_the_interpreter(hopper, monkeypatch):
@@ -341,6 +359,32 @@ def test_gpu_forced_config_against_float64(direction, p, cfg, rng, forced):
         assert forced.launches == before + 1, "the Gluon kernel ran"
 
 
+STRIDED_GPU_CASES = [
+    P(64, 128, (14, 14), 3, 2, 1),          # 3x3 stride 2 (res3/4/5_3x3s2's form)
+    P(128, 64, (12, 10), 1, 2, 0),          # 1x1 stride 2 (the downsamples)
+    P(64, 64, (16, 12), 3, 2, 1, 2),        # dilation 2
+    P(64, 72, (18, 9), 3, 3, 1),            # stride 3; 72 output channels: a partial column tile
+    P(64, 64, (8, 10), (5, 3), 2, (2, 1)),  # 5x3 filter, unequal padding
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", pytest.importorskip("tridnn.cuda.gluon_conv_strided").CONFIGS, ids=gc.name)
+@pytest.mark.parametrize("p", STRIDED_GPU_CASES, ids=lambda p: p["name"])
+def test_gpu_forced_strided_config_against_float64(p, cfg, rng, forced):
+    """IMPLICIT_GEMM forward at stride > 1 with each gluon_conv_strided config forced, as
+    test_gpu_forced_config_against_float64 (NaN-poisoned float16; bfloat16 CONVOLUTION
+    mode with alpha 2, beta 0.5; float16 again through the direct launcher)."""
+    need_hopper()
+    forced.cfg = dict(cfg, GLUON=True)
+    plain = ("float16", tridnn.ConvMode.CROSS_CORRELATION, 1.0, 0.0)
+    for dtype, mode, alpha, beta in (plain, ("bfloat16", tridnn.ConvMode.CONVOLUTION, 2.0, 0.5), plain):
+        before = forced.launches
+        assert run_case("fwd", ALGO["fwd"], p, dtype, "NHWC", rng, n=3, device="cuda", mode=mode,
+                        alpha=alpha, beta=beta) is None
+        assert forced.launches == before + 1, "the Gluon kernel ran"
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
 def test_gpu_asymmetric_padding(direction, rng, forced):
@@ -387,6 +431,23 @@ def test_fast_launch_passes_the_constexprs_in_signature_order():
     tail = gc.constexpr_tail(meta)
     assert len(args) == first and len(args) + len(tail) == len(params)
     assert tail == tuple(meta[p.name] for p in params[first:]) and meta["HAS_BETA"] is True
+
+
+def test_strided_fast_launch_passes_the_constexprs_in_signature_order():
+    """The same for gluon_conv_strided's kernel, which launches through gluon_conv.launch."""
+    gs = pytest.importorskip("tridnn.cuda.gluon_conv_strided")
+    params = gs.gluon_conv_strided_kernel.params
+    flags = [p.is_constexpr for p in params]
+    first = flags.index(True)
+    assert all(flags[first:]) and not any(flags[:first])
+    x = torch.zeros(1, 64, 6, 6, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    w = torch.zeros(64, 64, 3, 3, dtype=torch.bfloat16)
+    grid, args, meta, _ = gs.prepare(x, w, cfg=gs.CONFIGS[0], sms=132, beta=0.5)
+    tail = gc.constexpr_tail(meta, gs.gluon_conv_strided_kernel)
+    assert len(args) == first and len(args) + len(tail) == len(params)
+    assert tail == tuple(meta[p.name] for p in params[first:]) and meta["HAS_BETA"] is True
+    with pytest.raises(ValueError, match="filter matrix"):
+        gs.prepare(x, w, cfg=gs.CONFIGS[0], sms=132, w_mat=torch.zeros(64, 64, dtype=torch.bfloat16))
 
 
 @pytest.mark.gpu

@@ -515,29 +515,32 @@ FAST_LAUNCH = os.environ.get("TRIDNN_GLUON_JIT_LAUNCH", "0") != "1"
 _compiled: dict = {}
 
 
-def constexpr_tail(meta) -> tuple:
+def constexpr_tail(meta, kernel=None) -> tuple:
     """The kernel's constexpr values in signature order (they follow the runtime arguments)."""
-    names = gluon_conv_fwd_kernel.arg_names
+    names = (kernel or gluon_conv_fwd_kernel).arg_names
     return tuple(meta[n] for n in names[names.index("NB"):])
 
 
-def launch(grid, args, meta, y=None):
-    """gluon_conv_fwd_kernel[grid](*args, **meta); on the GPU, after the first launch of a
-    (device, dtype, constexprs), straight through the compiled kernel's launcher."""
+def launch(grid, args, meta, y=None, kernel=None):
+    """kernel[grid](*args, **meta) (kernel: gluon_conv_fwd_kernel, or gluon_conv_strided's,
+    which takes the same descriptors, epilogue and constexprs); on the GPU, after the first
+    launch of a (kernel, device, dtype, constexprs), straight through the compiled kernel's
+    launcher."""
+    kernel = kernel or gluon_conv_fwd_kernel
     base = args[0].base
     on_gpu = not hasattr(base, "device") or base.device.type == "cuda"  # an _Address lives on the GPU
     if not (FAST_LAUNCH and on_gpu):
-        gluon_conv_fwd_kernel[grid](*args, **meta)
+        kernel[grid](*args, **meta)
         return y
     import torch
     from .common import TensorMapLauncher, _raw_stream
     index = torch.cuda.current_device()
-    key = (index, base.dtype, args[6].dtype, tuple(meta.items()))  # (args[6]: the bias pointer)
+    key = (kernel.fn.__name__, index, base.dtype, args[6].dtype, tuple(meta.items()))  # (args[6]: the bias pointer)
     entry = _compiled.get(key)
     if entry is None:
-        compiled = gluon_conv_fwd_kernel[grid](*args, **meta)
-        tail = constexpr_tail(meta)
-        assert len(args) + len(tail) == len(gluon_conv_fwd_kernel.arg_names)
+        compiled = kernel[grid](*args, **meta)
+        tail = constexpr_tail(meta, kernel)
+        assert len(args) + len(tail) == len(kernel.arg_names)
         _compiled[key] = (compiled, tail, TensorMapLauncher.of(compiled.run))
         return y
     compiled, tail, maps = entry
@@ -616,15 +619,19 @@ def _geo2(problem):
 
 
 def forward_why_not(problem, x, w, y, spec=None) -> str | None:
-    """None when the tridnn forward problem can run here: 2-D, groups 1, stride 1, 16-bit
-    data, input channels a multiple of 64, output channels of 8, x and y channels-last
-    with 16-byte aligned strides, a fused epilogue this kernel takes (epilogue_why_not);
-    the filter may be in any layout."""
+    """None when the tridnn forward problem can run here: 2-D, groups 1, 16-bit data, input
+    channels a multiple of 64, output channels of 8, x and y channels-last with 16-byte
+    aligned strides, a fused epilogue this kernel takes (epilogue_why_not); the filter may
+    be in any layout. Stride s > 1: gluon_conv_strided's kernel (H and W multiples of s,
+    x's pixels dense within a row: its phase view)."""
     if problem.nd != 2 or problem.groups != 1:
         return "2-D problems with groups 1 only"
-    geo, _, _, _, stride = _geo2(problem)
+    geo, _, pad, dil, stride = _geo2(problem)
     if tuple(stride) != (1, 1):
-        return "stride 1 only"
+        from . import gluon_conv_strided
+        reason = gluon_conv_strided.why_not(x, w, pad, dil, stride)
+        if reason:
+            return reason
     if not _half(x, w, y):
         return "bfloat16/float16 only"
     if spec is not None:
@@ -681,7 +688,10 @@ def forward_candidates(problem, x, w, y, spec, device) -> list:
     """Gluon configs to time after conv_tma's for a forward problem (none off Hopper)."""
     if not _hopper(device) or forward_why_not(problem, x, w, y, spec) is not None:
         return []
-    _, (kh, kw), pad, _, _ = _geo2(problem)
+    _, (kh, kw), pad, _, stride = _geo2(problem)
+    if tuple(stride) != (1, 1):
+        from . import gluon_conv_strided
+        return [dict(c, GLUON=True) for c in gluon_conv_strided.picks(y.shape[3], y.shape[1])]
     z = spec.z if spec is not None else None
     return picks(y.shape[3], y.shape[1], flat_ok(x, y, kh, kw, pad) and (z is None or _dense(z)))
 
@@ -724,7 +734,13 @@ def launch_forward(problem, x, w, y, alpha, beta, cfg, spec=None, sms=None) -> b
     if spec is not None:
         from .epilogue import launch_args
         launch_args(spec, y, 2)  # the API's overlap checks (z may be y itself), as conv_tma's launches
-    _, (kh, kw), pad, dil, _ = _geo2(problem)
+    _, (kh, kw), pad, dil, stride = _geo2(problem)
+    if tuple(stride) != (1, 1):
+        from . import gluon_conv_strided as strided
+        grid, args, meta, _ = strided.prepare(x, w, stride, pad, dil, cfg, y=y, alpha=alpha, sms=sms, beta=beta,
+                                              epilogue=fused_args(spec), w_mat=_forward_matrix(problem, w))
+        launch(grid, args, meta, kernel=strided.gluon_conv_strided_kernel)
+        return True
     grid, args, meta, _ = prepare(x, None, pad, dil, cfg, y=y, alpha=alpha, w_mat=_forward_matrix(problem, w),
                                   sms=sms, beta=beta, kernel=(kh, kw), epilogue=fused_args(spec))
     launch(grid, args, meta)

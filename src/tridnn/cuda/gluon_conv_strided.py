@@ -1,8 +1,9 @@
 """Strided forward convolution in Gluon: gluon_conv's kernel with a phase-view loader (Hopper only).
 
 Why: gluon_conv handles stride 1 only, and ResNet-50's stride-2 layers (res3/4/5 3x3 s2, the
-1x1 s2 downsamples) are the worst forward layers left to conv_tma (1.2-1.7x cuDNN). This
-module is an experiment delivered for measurement; nothing offers it to the tuner yet.
+1x1 s2 downsamples) were the worst forward layers left to conv_tma (1.2-1.7x cuDNN). Here
+(H200, 2026-11-30, sweep_gluon_conv --strided) they run at 0.89-1.04 of cuDNN; gluon_conv's
+forward_candidates offers these picks to IMPLICIT_GEMM's tuner for stride > 1.
 
 How (conv_tma's "phase view"): NHWC x is viewed as the 5-D tensor [N, H/sh, sh, W/sw, sw*C]
 (H, W multiples of the stride), so input pixel (sh*i + b, sw*j + a) of image n sits at
@@ -27,6 +28,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from .gluon_common import compile_sm90 as _compile_sm90, descriptor
 from .gluon_common import desc_sig as _desc_sig
+from . import gluon_conv
 from .gluon_conv import (PICKS_LARGE, PICKS_MEDIUM, PICKS_SMALL, _channels_last_ok, _consumer, _nhwc,
                          _tile_coords, checked_epilogue, config, constexprs, filter_matrix, flops, name,
                          shared_bytes, shared_state, tile_grid)
@@ -234,9 +236,10 @@ def walk_taps(c, kh, kw, padding, dilation, stride):
 
 
 def prepare(x, w, stride=(2, 2), padding=(1, 1), dilation=(1, 1), cfg=None, y=None, alpha=1.0, sms=None,
-            beta=0.0, epilogue=None):
+            beta=0.0, epilogue=None, w_mat=None):
     """Descriptors and launch arguments: (grid, args, meta, y), as gluon_conv.prepare (x
-    channels-last [N, C, H, W]; w [K, C, KH, KW]; epilogue: gluon_conv.fused_args' tuple)."""
+    channels-last [N, C, H, W]; w [K, C, KH, KW], read through w_mat, its [K, KH*KW*C]
+    matrix, when given; epilogue: gluon_conv.fused_args' tuple)."""
     import torch
     cfg = dict(cfg or CONFIGS[0])
     stride, padding, dilation = tuple(stride), tuple(padding), tuple(dilation)
@@ -253,7 +256,10 @@ def prepare(x, w, stride=(2, 2), padding=(1, 1), dilation=(1, 1), cfg=None, y=No
     NB, BH, BW, BN, BK = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     if c % BK:
         raise ValueError(f"channels ({c}) must be a multiple of the config's BLOCK_K ({BK})")
-    w_mat = filter_matrix(w)
+    if w_mat is None:
+        w_mat = filter_matrix(w)
+    if tuple(w_mat.shape) != (k, kh * kw * c) or w_mat.stride(1) != 1:
+        raise ValueError("the filter matrix must be [K, KH*KW*C] with unit column stride")
     bias, z, alpha2, act, coef, swish_beta = checked_epilogue(epilogue, y, k)
     xshape, xs = phase_view(x, stride)
     yshape, ys = _nhwc(y)
@@ -271,10 +277,9 @@ def prepare(x, w, stride=(2, 2), padding=(1, 1), dilation=(1, 1), cfg=None, y=No
 
 
 def launch(grid, args, meta, y=None):
-    """gluon_conv_strided_kernel[grid](*args, **meta) through the JIT (an experiment: the
-    direct-launcher fast path of gluon_conv.launch is left for when it is offered)."""
-    gluon_conv_strided_kernel[grid](*args, **meta)
-    return y
+    """gluon_conv_strided_kernel[grid](*args, **meta), through gluon_conv.launch's direct
+    launcher after the first call."""
+    return gluon_conv.launch(grid, args, meta, y, kernel=gluon_conv_strided_kernel)
 
 
 def conv2d(x, w, stride=(2, 2), padding=(1, 1), dilation=(1, 1), cfg=None, alpha=1.0, sms=None, y=None, beta=0.0,
