@@ -750,8 +750,9 @@ def launch_forward(problem, x, w, y, alpha, beta, cfg, spec=None, sms=None) -> b
 # Backward data at stride 1 is the forward convolution of dy by the filter turned 180
 # degrees with K and C swapped: dx[i] = sum over taps t of dy[i + p - t*d] w[t] =
 # sum over t' = T-1-t of dy[i - ((T-1)*d - p) + t'*d] w[T-1-t'], i.e. padding (T-1)*d - p.
-# The turned filter [C, KH*KW*K] is a temporary copy made each call (C*KH*KW*K elements:
-# 4.7 MB for ResNet-50's largest 3x3, a few microseconds of copy).
+# The turned filter [C, KH*KW*K] is a temporary copy made each call by filter_turn's kernel
+# (C*KH*KW*K elements: 4.7 MB for ResNet-50's largest 3x3; torch's strided copy of the
+# permuted view cost about as much as the convolution there).
 
 def backward_data_why_not(problem, dy, w, dx) -> str | None:
     if problem.nd != 2 or problem.groups != 1:
@@ -781,13 +782,10 @@ def backward_data_candidates(problem, dy, w, dx, device) -> list:
 
 def turned_filter(problem, w):
     """The [C, KH*KW*K] matrix m[c, (kh, kw, k)] = w[k, c, KH-1-kh, KW-1-kw] (cross-correlation;
-    CONVOLUTION mode's forward already reverses the taps, so there they keep their order)."""
-    import torch
-    k, c, kh, kw = w.shape
-    t = torch.empty((c, kh, kw, k), dtype=w.dtype, device=w.device)
-    src = w.permute(1, 2, 3, 0)
-    t.copy_(src if problem.mode == 0 else src.flip((1, 2)))
-    return t.view(c, kh * kw * k)
+    CONVOLUTION mode's forward already reverses the taps, so there they keep their order),
+    made by filter_turn's copy kernel."""
+    from .filter_turn import turned_filter as turn
+    return turn(w, flip=problem.mode != 0)
 
 
 def launch_backward_data(problem, dy, w, dx, alpha, beta, cfg, sms=None) -> bool:

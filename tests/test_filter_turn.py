@@ -1,0 +1,43 @@
+"""filter_turn.turned_filter (the Gluon backward data's turned filter) against torch's
+permute / flip of the same filter: both turns, channel tails past the 64-wide tiles, KCRS,
+KRSC and strided-slice filters, 1x1 and 5x3 taps, an empty filter. Under the interpreter
+on the CPU (tests/conftest.py), on the GPU with TRIDNN_GPU_TESTS=1."""
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from tridnn.cuda.filter_turn import turned_filter  # noqa: E402
+
+DEVICE = "cuda" if os.environ.get("TRIDNN_GPU_TESTS") == "1" else "cpu"
+
+
+def _want(w, flip):
+    k, c, kh, kw = w.shape
+    src = w.permute(1, 2, 3, 0)
+    return (src.flip((1, 2)) if flip else src).reshape(c, kh * kw * k)
+
+
+@pytest.mark.parametrize("shape", [(70, 67, 3, 3), (8, 130, 1, 1), (65, 16, 5, 3)])
+@pytest.mark.parametrize("layout", ["KCRS", "KRSC", "slice"])
+@pytest.mark.parametrize("flip", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_turned_filter_matches_torch(shape, layout, flip, dtype):
+    g = torch.Generator().manual_seed(sum(shape))
+    w = torch.randn(shape, generator=g).to(dtype).to(DEVICE)
+    if layout == "KRSC":
+        w = w.contiguous(memory_format=torch.channels_last)
+    elif layout == "slice":  # every other output channel of a wider filter: no dense view
+        w = torch.randn((2 * shape[0],) + shape[1:], generator=g).to(dtype).to(DEVICE)[::2]
+    before = w.clone()
+    m = turned_filter(w, flip)
+    assert m.shape == (shape[1], shape[0] * shape[2] * shape[3]) and m.is_contiguous() and m.dtype == dtype
+    assert torch.equal(m, _want(w, flip))
+    assert torch.equal(w, before)  # the filter is only read
+
+
+def test_empty_filter():
+    m = turned_filter(torch.empty(0, 4, 3, 3, device=DEVICE), True)
+    assert m.shape == (4, 0)
