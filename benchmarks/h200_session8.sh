@@ -6,6 +6,7 @@
 #       "strided_tests strided wgrad_suite" "layers dw_tests dw fused_fp32"
 # Steps:
 #   strided_tests  Gluon stride-s forward GPU tests (tests/test_gluon_conv_strided.py)
+#   strided_dgrad_tests  the Gluon phase backward data forced through ALGO_1 (test_gluon_integration)
 #   turn_tests     filter_turn's kernel on the GPU (tests/test_filter_turn.py)
 #   strided_api    the strided configs forced through IMPLICIT_GEMM forward (test_gluon_integration)
 #   strided        sweep_gluon_conv --strided: res3/4/5_3x3s2 and _ds against cuDNN
@@ -43,6 +44,7 @@ step() {
     layers) timeout 150 python3 benchmarks/bench_gpu_layers.py --out "$R/layers.json" --budget-s 120 > "$R/layers.log" 2>&1
             echo "layers rc=$?"; sed -n '/ copy /,$p' "$R/layers.log" | grep -v "\[" | cut -c1-110 ;;
     dw_tests) MARK= gpu_tests 90 dw_tests tests/test_cuda_depthwise_strip.py ;;  # (TRIDNN_GPU_TESTS moves them to the GPU)
+    strided_dgrad_tests) gpu_tests 150 strided_dgrad_tests tests/test_gluon_integration.py -k "strided_backward or tuner_with" ;;
     turn_tests) MARK= gpu_tests 60 turn_tests tests/test_filter_turn.py ;;
     strided_api) gpu_tests 150 strided_api tests/test_gluon_integration.py -k "strided or tuner_with" ;;
     dw) timeout 100 python3 benchmarks/sweep_depthwise_fwd.py --budget-s 70 --passes strip --out "$R/dwf" > "$R/dwf.log" 2>&1

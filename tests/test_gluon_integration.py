@@ -102,6 +102,8 @@ def test_not_offered_elsewhere(direction, why, kwargs, hopper):
         args.update(c=64, k=32)
     if direction == "bwd_data" and why == "output channels not of 8":
         args.update(c=68, k=64)
+    if direction == "bwd_data" and why.startswith("stride 2"):  # (odd sizes are fine there: phases)
+        args.update(kernel=1, pad=0)  # a filter narrower than the stride: phases without taps
     problem, x, w, y = _problem(direction, args.pop("c"), args.pop("k"), args.pop("hw"), args.pop("kernel"),
                                 **args)
     if direction == "fwd":
@@ -118,14 +120,17 @@ def test_not_offered_elsewhere(direction, why, kwargs, hopper):
 ])
 def test_strided_forward_offered(c, k, hw, kernel, pad, out_w, hopper):
     """Stride 2 forward: gluon_conv_strided's picks (the stride-2 sweep's configs); backward
-    data at stride 2 gets none (a transposed convolution: conv_tma's phase plans)."""
+    data at stride 2: the phase kernels' picks by the phases' width for the 3x3 filters,
+    none for the 1x1 (a filter narrower than the stride leaves phases without taps)."""
     gs = pytest.importorskip("tridnn.cuda.gluon_conv_strided")
     problem, x, w, y = _problem("fwd", c, k, hw, kernel, stride=2, pad=pad, n=64)
     got = gc.forward_candidates(problem, x, w, y, None, CUDA)
     assert [gc.name(g) for g in got] == [gs.name(g) for g in gs.picks(out_w, k)] and got
     assert all(g["GLUON"] for g in got)
     problem, x, w, y = _problem("bwd_data", c, k, hw, kernel, stride=2, pad=pad, n=64)
-    assert gc.backward_data_candidates(problem, y, w, x, CUDA) == []
+    got = gc.backward_data_candidates(problem, y, w, x, CUDA)
+    want = gc.picks(out_w, c, False) if kernel == 3 else []
+    assert [gc.name(g) for g in got] == [gc.name(g) for g in want]
 
 
 def test_not_offered_with_an_epilogue_off_hopper_or_under_the_interpreter(hopper, monkeypatch):
@@ -247,6 +252,39 @@ def test_backward_data_is_a_forward_convolution_of_dy(kernel, pad, dil, mode):
     taps = m.view(c, kh, kw, k).permute(0, 3, 1, 2)
     bpad = ((kh - 1) * dil[0] - pad[0], (kw - 1) * dil[1] - pad[1])
     got = _crop_conv(dy, taps, bpad, dil, xd.dims[2:])
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("kernel,stride,pad,hw", [
+    ((3, 3), (2, 2), (1, 1), (8, 8)), ((3, 3), (2, 2), (1, 1), (9, 7)), ((3, 3), (2, 2), (0, 0), (9, 10)),
+    ((5, 3), (2, 2), (2, 1), (11, 8)), ((3, 3), (3, 3), (1, 1), (10, 9)), ((2, 2), (2, 2), (0, 0), (8, 6)),
+    ((4, 4), (2, 2), (1, 1), (8, 8)), ((3, 2), (2, 1), (1, 0), (7, 6)),
+])
+@pytest.mark.parametrize("mode", [tridnn.ConvMode.CROSS_CORRELATION, tridnn.ConvMode.CONVOLUTION])
+def test_strided_backward_data_is_one_convolution_per_phase(kernel, stride, pad, hw, mode):
+    """Stride s backward data as gluon_conv runs it: per phase (a, b), dx[:, :, a::sh, b::sw] =
+    conv(dy, the phase's column block of the phase-ordered turned filter, padding P), against
+    torch's float64 gradient of the mode's forward convolution; every dx element once."""
+    from tridnn.cuda.dgrad_phases import phases
+    from tridnn.cuda.filter_turn import turned_filter
+    k, c, (kh, kw) = 4, 8, kernel
+    cd = tridnn.ConvolutionDescriptor(padding=pad, stride=stride, mode=mode)
+    xd = tridnn.TensorDescriptor.packed((2, c) + hw, "float16", tridnn.TensorFormat.NHWC)
+    wd = tridnn.FilterDescriptor((k, c, kh, kw), "float16", tridnn.TensorFormat.NHWC)
+    yd = xd.with_dims(cd.output_dims(xd, wd))
+    w = torch.randn(k, c, kh, kw, dtype=torch.float64)
+    dy = torch.randn(*yd.dims, dtype=torch.float64)
+    wf = w.flip((2, 3)) if mode == tridnn.ConvMode.CONVOLUTION else w
+    want = torch.nn.grad.conv2d_input(xd.dims, wf, dy, stride=stride, padding=pad)
+    parts, order = phases(kernel, stride, pad, convolution=mode == tridnn.ConvMode.CONVOLUTION)
+    assert len(parts) == stride[0] * stride[1] and sum(p.taps[0] * p.taps[1] for p in parts) == kh * kw
+    m = turned_filter(w, order=order)
+    got = torch.full(want.shape, float("nan"), dtype=torch.float64)
+    for part in parts:
+        (a, b), (th, tw) = part.offset, part.taps
+        taps = m[:, part.column * k:(part.column + th * tw) * k].reshape(c, th, tw, k).permute(0, 3, 1, 2)
+        view = got[:, :, a::stride[0], b::stride[1]]
+        view.copy_(_crop_conv(dy, taps, part.padding, (1, 1), view.shape[2:]))
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
@@ -383,6 +421,35 @@ def test_gpu_forced_strided_config_against_float64(p, cfg, rng, forced):
         assert run_case("fwd", ALGO["fwd"], p, dtype, "NHWC", rng, n=3, device="cuda", mode=mode,
                         alpha=alpha, beta=beta) is None
         assert forced.launches == before + 1, "the Gluon kernel ran"
+
+
+STRIDED_DGRAD_GPU_CASES = [
+    P(64, 128, (14, 14), 3, 2, 1),          # 3x3 stride 2 (res3/4/5_3x3s2's form)
+    P(128, 64, (13, 11), 3, 2, 1),          # odd sizes: phases of unequal extents
+    P(64, 64, (9, 10), (5, 3), 2, (2, 1)),  # 5x3 filter, unequal padding
+    P(72, 64, (12, 9), 3, 3, 1),            # stride 3; 72 input channels: a partial column tile
+    P(64, 64, (8, 6), 2, 2, 0),             # 2x2 stride 2: one tap a phase
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", ALL_PICKS, ids=gc.name)
+@pytest.mark.parametrize("p", STRIDED_DGRAD_GPU_CASES, ids=lambda p: p["name"])
+def test_gpu_forced_strided_backward_data_against_float64(p, cfg, rng, forced):
+    """ALGO_1 backward data at stride > 1 with each Gluon config forced: one launch per phase
+    of dx (NaN-poisoned float16; bfloat16 CONVOLUTION mode, alpha 2, beta 0.5), against the
+    float64 reference."""
+    need_hopper()
+    if cfg["NB"] == 1 and cfg["BH"] == 1:
+        pytest.skip("flat configs are offered for 1x1 stride-1 problems only")
+    forced.cfg = dict(cfg, GLUON=True)
+    s = p["stride"]
+    plain = ("float16", tridnn.ConvMode.CROSS_CORRELATION, 1.0, 0.0)
+    for dtype, mode, alpha, beta in (plain, ("bfloat16", tridnn.ConvMode.CONVOLUTION, 2.0, 0.5)):
+        before = forced.launches
+        assert run_case("bwd_data", ALGO["bwd_data"], p, dtype, "NHWC", rng, n=3, device="cuda", mode=mode,
+                        alpha=alpha, beta=beta) is None
+        assert forced.launches == before + s[0] * s[1], "one Gluon launch a phase"
 
 
 @pytest.mark.gpu

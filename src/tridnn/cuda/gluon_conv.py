@@ -754,12 +754,16 @@ def launch_forward(problem, x, w, y, alpha, beta, cfg, spec=None, sms=None) -> b
 # (C*KH*KW*K elements: 4.7 MB for ResNet-50's largest 3x3; torch's strided copy of the
 # permuted view cost about as much as the convolution there).
 
+# Stride s > 1 (dilation 1, a filter at least s taps wide): one such convolution per output
+# phase of dx, through a strided view of dx (dgrad_phases), from one turned filter whose
+# column blocks are the phases' sub-filters.
+
 def backward_data_why_not(problem, dy, w, dx) -> str | None:
     if problem.nd != 2 or problem.groups != 1:
         return "2-D problems with groups 1 only"
-    geo, _, _, _, stride = _geo2(problem)
-    if tuple(stride) != (1, 1):
-        return "stride 1 only"
+    geo, (kh, kw), _, dil, stride = _geo2(problem)
+    if tuple(stride) != (1, 1) and (tuple(dil) != (1, 1) or kh < stride[0] or kw < stride[1]):
+        return "stride > 1 needs dilation 1 and a filter at least as wide as the stride (every phase has taps)"
     if not _half(dy, w, dx):
         return "bfloat16/float16 only"
     if geo.k % 64 or geo.c % 8:
@@ -775,7 +779,9 @@ def backward_data_candidates(problem, dy, w, dx, device) -> list:
     """Gluon configs to time after conv_tma's for a backward-data problem (none off Hopper)."""
     if not _hopper(device) or backward_data_why_not(problem, dy, w, dx) is not None:
         return []
-    _, (kh, kw), pad, dil, _ = _geo2(problem)
+    _, (kh, kw), pad, dil, stride = _geo2(problem)
+    if tuple(stride) != (1, 1):  # the phases' outputs are strided views: no flat GEMM view
+        return picks(triton.cdiv(dx.shape[3], stride[1]), dx.shape[1], False)
     bpad = ((kh - 1) * dil[0] - pad[0], (kw - 1) * dil[1] - pad[1])
     return picks(dx.shape[3], dx.shape[1], flat_ok(dy, dx, kh, kw, bpad))
 
@@ -789,17 +795,39 @@ def turned_filter(problem, w):
 
 
 def launch_backward_data(problem, dy, w, dx, alpha, beta, cfg, sms=None) -> bool:
-    """dx = alpha * conv_transpose(dy, w) + beta * dx (stride 1) with a GLUON config; False
-    (nothing launched) where the tensors do not qualify."""
+    """dx = alpha * conv_transpose(dy, w) + beta * dx with a GLUON config; False (nothing
+    launched) where the tensors do not qualify."""
     if backward_data_why_not(problem, dy, w, dx) is not None:
         return False
-    _, (kh, kw), pad, dil, _ = _geo2(problem)
+    _, (kh, kw), pad, dil, stride = _geo2(problem)
+    if tuple(stride) != (1, 1):
+        _launch_phases(problem, dy, w, dx, alpha, beta, cfg, sms, (kh, kw), pad, stride)
+        return True
     bpad = ((kh - 1) * dil[0] - pad[0], (kw - 1) * dil[1] - pad[1])
     m = turned_filter(problem, w)
     grid, args, meta, _ = prepare(dy, None, bpad, dil, cfg, y=dx, alpha=alpha, w_mat=m, sms=sms, beta=beta,
                                   kernel=(kh, kw))
     launch(grid, args, meta)
     return True
+
+
+def _launch_phases(problem, dy, w, dx, alpha, beta, cfg, sms, kernel, pad, stride):
+    """Strided backward data: each phase of dx (dgrad_phases) as a stride-1 convolution of dy
+    by its column block of the phase-ordered turned filter, into its strided view of dx."""
+    from .dgrad_phases import phases
+    from .filter_turn import turned_filter as turn
+    parts, order = phases(kernel, stride, pad, convolution=problem.mode == 0)
+    m = turn(w, order=order)
+    k = w.shape[0]
+    for part in parts:
+        (a, b), (th, tw) = part.offset, part.taps
+        view = dx[:, :, a::stride[0], b::stride[1]]
+        if not view.numel():  # (an image smaller than the stride: no pixel of this phase)
+            continue
+        w_mat = m[:, part.column * k:(part.column + th * tw) * k]
+        grid, args, meta, _ = prepare(dy, None, part.padding, (1, 1), cfg, y=view, alpha=alpha, w_mat=w_mat,
+                                      sms=sms, beta=beta, kernel=(th, tw))
+        launch(grid, args, meta)
 
 
 # --------------------------------------------------------------------------------------
