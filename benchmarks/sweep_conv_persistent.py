@@ -130,8 +130,8 @@ def run_case(case, tol, deadline, rep):
 
 
 def parse_args(layers, budget_s):
-    """The command line this sweep and sweep_conv_ws share (``layers``: the default
-    --layers; ``budget_s``: the default budget on the GPU)."""
+    """The command line (``layers``: the default --layers; ``budget_s``: the default
+    budget on the GPU)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="")
     ap.add_argument("--batch", type=int, default=64)

@@ -313,7 +313,7 @@ def force_config(monkeypatch, state, record, **extra):
     """Every conv_tma launch of fwd / bwd_data runs the interpreter's tile (flat: FLAT) config
     with ``extra`` and ``state.cfg`` on top, picked by a fresh tuner, on 2 SMs (so persistent
     programs loop over several tiles); ``record(kernel, grid, args, consts)`` sees each launch.
-    Single plans without FILL only. (test_conv_tma_ws forces its WARP_SPEC configs this way.)"""
+    Single plans without FILL only."""
     real_launch = conv_tma.launch
 
     def recorded(kernel, grid, args, consts, options, static=None):
@@ -451,8 +451,7 @@ def test_gpu_lists_offer_persistent_configs_after_the_reference(monkeypatch):
         problem, x, w, y = _resnet_problem(direction, c, hw, kernel, stride, pad)
         plan = (conv_tma.plan_forward(problem, x, w, y) if direction == "fwd"
                 else conv_tma.plan_backward_data(problem, y, w, x))
-        # (the warp-specialized configs come after all of these: tests/test_conv_tma_ws.py)
-        cands = [cfg for cfg in conv_tma.candidates(plan, cuda, problem) if not cfg.get("WARP_SPEC")]
+        cands = conv_tma.candidates(plan, cuda, problem)
         pers = [i for i, cfg in enumerate(cands) if cfg.get("PERSISTENT")]
         assert bool(pers) == want, (direction, c, hw, kernel, stride)
         assert not cands[0].get("PERSISTENT")

@@ -24,7 +24,6 @@ from ..types import ConvBwdDataAlgo
 from ..workspace import Buffer
 from . import conv_depthwise_backward as depthwise
 from . import conv_tma
-from . import conv_tma_streamk as streamk
 from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, problem_key, split_rows
 from .conv_implicit_gemm import gemm_estimate
 from .epilogue import store_tile
@@ -166,25 +165,24 @@ def _recipe(problem, dy, w, dx, beta, cfg):
     return grid, scalars, consts, options, static
 
 
-def tma_candidates(plan, problem, dy, w, dx, part=None, device=None) -> list:
-    """The TMA path's tuner list: conv_tma's configs (reference first), stream-K's where
-    offered, then on Hopper the Gluon kernel's (GLUON) at stride 1. device: dx's (tests:
-    another)."""
+def tma_candidates(plan, problem, dy, w, dx, device=None) -> list:
+    """The TMA path's tuner list: conv_tma's configs (reference first), then on Hopper the
+    Gluon kernel's (GLUON) at stride 1. device: dx's (tests: another)."""
     device = device or dx.device
-    out = streamk.with_streamk(conv_tma.candidates(plan, device, problem), plan, device, problem, part)
+    out = conv_tma.candidates(plan, device, problem)
     if gluon_conv is not None:
         out = out + gluon_conv.backward_data_candidates(problem, dy, w, dx, device)
     return out
 
 
-def launch_tma(plan, problem, dy, w, dx, alpha, beta, cfg, part=None):
+def launch_tma(plan, problem, dy, w, dx, alpha, beta, cfg):
     """A TMA candidate's launch: GLUON configs by gluon_conv (conv_tma's first config where
-    these tensors do not qualify), the rest by conv_tma_streamk.launch_any."""
+    these tensors do not qualify), the rest by conv_tma.launch_conv (the filter read K-major)."""
     if cfg.get("GLUON"):
         if gluon_conv.launch_backward_data(problem, dy, w, dx, alpha, beta, cfg):
             return
         cfg = conv_tma.candidates(plan, dx.device, problem)[0]
-    streamk.launch_any(plan, problem, dy, w, dx, alpha, beta, cfg, part, kmajor=True)
+    conv_tma.launch_conv(plan, problem, dy, w, dx, alpha, beta, cfg, kmajor=True)
 
 
 class ImplicitGemmBackwardData(TritonConvAlgorithm):
@@ -199,13 +197,12 @@ class ImplicitGemmBackwardData(TritonConvAlgorithm):
         return gemm_estimate(problem, efficiency=0.9)
 
     def buffers(self, problem):
-        """For few input channels (C = 3): a zero-padded copy of the filter that the TMA
-        kernel can read (see conv_tma.padded_channels); at stride 1 where stream-K may be
-        offered (conv_tma_streamk.workspace_buffers): its float32 partial pieces. (The Gluon
-        candidates' turned filter is a temporary: gluon_conv.launch_backward_data.)"""
+        """None, except for few input channels (C = 3): a zero-padded copy of the filter
+        that the TMA kernel can read (see conv_tma.padded_channels). (The Gluon candidates'
+        turned filter is a temporary: gluon_conv.launch_backward_data.)"""
         pad = conv_tma.padded_channels(problem)
         if not pad:
-            return streamk.workspace_buffers(problem, "bwd_data")
+            return []
         geo = geometry(problem)
         return [Buffer("w_pad", (geo.k, geo.ker[1], geo.ker[2], pad), problem.dtype.numpy)]
 
@@ -222,14 +219,12 @@ class ImplicitGemmBackwardData(TritonConvAlgorithm):
         else:
             plan = conv_tma.backward_data_plan(problem, dy, w, dx)
         if plan is not None:  # channels-last: forward convolutions of dy by TMA boxes
-            # stride 1 (one plan) with the workspace's stream-K buffer: stream-K configs after the others;
-            # on Hopper, at stride 1, the Gluon kernel's last
-            part = workspace.get("sk_part")
-            key = (problem_key(problem), "bwd-data-tma", conv_tma.plan_kind(plan), part is not None)
-            cfg = self.tuner.pick(key, lambda: tma_candidates(plan, problem, dy, w, dx, part),
-                                  lambda c, out: launch_tma(plan, problem, dy, w, out, 1.0, 0.0, c, part),
+            # on Hopper, at stride 1, the Gluon kernel's configs after conv_tma's
+            key = (problem_key(problem), "bwd-data-tma", conv_tma.plan_kind(plan))
+            cfg = self.tuner.pick(key, lambda: tma_candidates(plan, problem, dy, w, dx),
+                                  lambda c, out: launch_tma(plan, problem, dy, w, out, 1.0, 0.0, c),
                                   dx, dx.device)
-            launch_tma(plan, problem, dy, w, dx, alpha, beta, cfg, part)
+            launch_tma(plan, problem, dy, w, dx, alpha, beta, cfg)
             return
         if dx.device.type != "cuda":
             cands = [_cfg(16, 16, 16, 1, 1)]

@@ -24,7 +24,6 @@ import triton.language as tl
 
 from ..types import ConvFwdAlgo
 from . import conv_tma
-from . import conv_tma_streamk as streamk
 from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, problem_key, sm_count, split_rows
 from .epilogue import launch_args, spec_of, store_tile
 from .geometry import geometry, input_precision, needs_int64, strides5
@@ -338,38 +337,36 @@ def gemm_estimate(problem, efficiency=1.0) -> float:
     return max(problem.flops / rate, moved / 3.5e12) / efficiency + 5e-6
 
 
-def tma_forward_candidates(plan, problem, x, w, y, spec, part=None, device=None) -> list:
+def tma_forward_candidates(plan, problem, x, w, y, spec, device=None) -> list:
     """The forward TMA path's tuner list: conv_tma's configs (the conservative reference
-    first), stream-K's where offered, then on Hopper the Gluon kernel's (GLUON: see
-    gluon_conv.forward_candidates) for the problems it takes. device: y's (tests: another)."""
+    first), then on Hopper the Gluon kernel's (GLUON: see gluon_conv.forward_candidates)
+    for the problems it takes. device: y's (tests: another)."""
     device = device or y.device
-    out = streamk.with_streamk(conv_tma.candidates(plan, device, problem), plan, device, problem, part)
+    out = conv_tma.candidates(plan, device, problem)
     if gluon_conv is not None:
         out = out + gluon_conv.forward_candidates(problem, x, w, y, spec, device)
     return out
 
 
-def launch_tma_forward(plan, problem, x, w, y, alpha, beta, cfg, part=None, spec=None):
+def launch_tma_forward(plan, problem, x, w, y, alpha, beta, cfg, spec=None):
     """A forward TMA candidate's launch: a GLUON config by gluon_conv (or, where these
     tensors do not qualify, conv_tma's first config: the tuner's pick is shared by every
-    layout of a problem), stream-K and conv_tma configs by conv_tma_streamk.launch_any."""
+    layout of a problem), the others by conv_tma.launch_conv."""
     if cfg.get("GLUON"):
         if gluon_conv.launch_forward(problem, x, w, y, alpha, beta, cfg, spec):
             return
         cfg = conv_tma.candidates(plan, y.device, problem)[0]
-    streamk.launch_any(plan, problem, x, w, y, alpha, beta, cfg, part, spec=spec)
+    conv_tma.launch_conv(plan, problem, x, w, y, alpha, beta, cfg, spec=spec)
 
 
-def run_tma_forward(tuner, plan, problem, x, w, y, alpha, beta, spec, part=None):
-    """Tune (first call) and launch the forward TMA path for a plan. ``part``: the
-    workspace's stream-K partial buffer (conv_tma_streamk), when the algorithm declared
-    one: then stream-K configs are timed after conv_tma's; Gluon's come last."""
-    key = (problem_key(problem), spec is not None and spec.act_code, "fwd-tma", conv_tma.plan_kind(plan),
-           part is not None)
-    cfg = tuner.pick(key, lambda: tma_forward_candidates(plan, problem, x, w, y, spec, part),
-                     lambda c, out: launch_tma_forward(plan, problem, x, w, out, 1.0, 0.0, c, part, spec),
+def run_tma_forward(tuner, plan, problem, x, w, y, alpha, beta, spec):
+    """Tune (first call) and launch the forward TMA path for a plan: conv_tma's configs,
+    then Gluon's."""
+    key = (problem_key(problem), spec is not None and spec.act_code, "fwd-tma", conv_tma.plan_kind(plan))
+    cfg = tuner.pick(key, lambda: tma_forward_candidates(plan, problem, x, w, y, spec),
+                     lambda c, out: launch_tma_forward(plan, problem, x, w, out, 1.0, 0.0, c, spec),
                      y, y.device)
-    launch_tma_forward(plan, problem, x, w, y, alpha, beta, cfg, part, spec)
+    launch_tma_forward(plan, problem, x, w, y, alpha, beta, cfg, spec)
 
 
 class ImplicitGemmForward(TritonConvAlgorithm):
@@ -382,17 +379,12 @@ class ImplicitGemmForward(TritonConvAlgorithm):
     def estimate(self, problem):
         return gemm_estimate(problem)
 
-    def buffers(self, problem):
-        """None, except where stream-K may be offered (few tiles for the GPU: see
-        conv_tma_streamk.workspace_buffers): its float32 partial pieces."""
-        return streamk.workspace_buffers(problem, "fwd")
-
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
         spec = spec_of(epilogue)
         plan = conv_tma.forward_plan(problem, x, w, y, spec.z if spec is not None else None)
         if plan is not None:  # channels-last, stride 1 or 1x1: the input boxes come by TMA
-            run_tma_forward(self.tuner, plan, problem, x, w, y, alpha, beta, spec, workspace.get("sk_part"))
+            run_tma_forward(self.tuner, plan, problem, x, w, y, alpha, beta, spec)
             return
         cands = lambda: candidates(problem, geometry(problem), y.device, allow_split=False)
         key = (problem_key(problem), spec is not None and spec.act_code, "fwd-ig")

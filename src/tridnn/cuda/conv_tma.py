@@ -37,8 +37,6 @@ pointer kernels).
 """
 from __future__ import annotations
 
-import os
-
 import math
 from dataclasses import dataclass
 
@@ -68,67 +66,13 @@ def tap_origin(tap, NTW, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W, SH, SW, OFF_H, OF
 @triton.jit
 def conv_tile(x_desc, w_desc, n, oh0, ow0, k0, C_RED, NTW, T, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W,
               SH, SW, OFF_H, OFF_W, W_TAP0, W_STEP_H, W_STEP_W, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              BLOCK_K: tl.constexpr, W_KMAJOR: tl.constexpr, PREC: tl.constexpr, WARP_SPEC: tl.constexpr = 0):
+              BLOCK_K: tl.constexpr, W_KMAJOR: tl.constexpr, PREC: tl.constexpr):
     """The float32 accumulator of one output tile (box origin n, oh0, ow0; columns k0 + ...):
     the sum over T loop taps and C_RED channels, one TMA box of input and one of filter
     per (tap, channel block)."""
-    return conv_tile_range(x_desc, w_desc, n, oh0, ow0, k0, C_RED, NTW, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W,
-                           SH, SW, OFF_H, OFF_W, W_TAP0, W_STEP_H, W_STEP_W, 0, T * (C_RED // BLOCK_K),
-                           BLOCK_M, BLOCK_N, BLOCK_K, W_KMAJOR, PREC, WARP_SPEC)
-
-
-@triton.jit
-def conv_tile_range(x_desc, w_desc, n, oh0, ow0, k0, C_RED, NTW, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W,
-                    SH, SW, OFF_H, OFF_W, W_TAP0, W_STEP_H, W_STEP_W, it_lo, it_hi, BLOCK_M: tl.constexpr,
-                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, W_KMAJOR: tl.constexpr, PREC: tl.constexpr,
-                    WARP_SPEC: tl.constexpr = 0):
-    """conv_tile over iterations it_lo..it_hi-1 of the tile's (tap, channel block) loop
-    only: the float32 partial sum of that stretch of the reduction (conv_tma_streamk
-    splits a tile's loop between programs).
-    WARP_SPEC > 0: Triton's warp specialization of the loop: one warpgroup issues the TMA
-    loads, two consumer warpgroups of num_warps (4) each run the MMAs on halves of the
-    tile (Triton 3.6's Hopper pass splits the dot's M dimension when M >= 128, else N when
-    N >= 256), with the filter viewed tap-major [taps, rows, cols]. Boxes whose reshape to
-    a matrix drops more than leading unit dims (a tile of BH > 1 rows or NB > 1 images)
-    are unsafe: the pass cannot split them along M, and it releases their buffer to the
-    producer right after the reshape view, before the MMA that reads it (it follows
-    transposes, not reshapes), so only 1 x BW boxes are offered. 1 = pixels x channels
-    (the pixels split: BLOCK_M >= 128); 2 = channels x pixels, the transposed product (the
-    output channels split: BLOCK_N >= 128), the accumulator transposed back after the
-    loop. 0 (default): the plain loop, compiled as before."""
     n_cblk = C_RED // BLOCK_K
-    if WARP_SPEC == 2:
-        acc_t = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-        for it in tl.range(it_lo, it_hi, warp_specialize=True):
-            tap = it // n_cblk
-            c0 = (it - tap * n_cblk) * BLOCK_K
-            th, tw, ah, bh, aw, bw = tap_origin(tap, NTW, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W, SH, SW, OFF_H, OFF_W)
-            a = x_desc.load([n, oh0 + ah, bh, ow0 + aw, bw * C_RED + c0]).reshape(BLOCK_M, BLOCK_K)
-            w_tap = W_TAP0 + th * W_STEP_H + tw * W_STEP_W
-            if W_KMAJOR:
-                b = w_desc.load([w_tap, c0, k0]).reshape(BLOCK_K, BLOCK_N)
-                acc_t = tl.dot(b.T, a.T, acc_t, input_precision=PREC)
-            else:
-                b = w_desc.load([w_tap, k0, c0]).reshape(BLOCK_N, BLOCK_K)
-                acc_t = tl.dot(b, a.T, acc_t, input_precision=PREC)
-        return acc_t.T
-    if WARP_SPEC == 1:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for it in tl.range(it_lo, it_hi, warp_specialize=True):
-            tap = it // n_cblk
-            c0 = (it - tap * n_cblk) * BLOCK_K
-            th, tw, ah, bh, aw, bw = tap_origin(tap, NTW, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W, SH, SW, OFF_H, OFF_W)
-            a = x_desc.load([n, oh0 + ah, bh, ow0 + aw, bw * C_RED + c0]).reshape(BLOCK_M, BLOCK_K)
-            w_tap = W_TAP0 + th * W_STEP_H + tw * W_STEP_W
-            if W_KMAJOR:
-                b = w_desc.load([w_tap, c0, k0]).reshape(BLOCK_K, BLOCK_N)
-                acc = tl.dot(a, b, acc, input_precision=PREC)
-            else:
-                b = w_desc.load([w_tap, k0, c0]).reshape(BLOCK_N, BLOCK_K)
-                acc = tl.dot(a, b.T, acc, input_precision=PREC)
-        return acc
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for it in range(it_lo, it_hi):
+    for it in range(0, T * n_cblk):
         tap = it // n_cblk
         c0 = (it - tap * n_cblk) * BLOCK_K
         th, tw, ah, bh, aw, bw = tap_origin(tap, NTW, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W, SH, SW, OFF_H, OFF_W)
@@ -197,24 +141,21 @@ def conv_tma_kernel(
         BH: tl.constexpr, BW: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
         GROUP_M: tl.constexpr, W_KMAJOR: tl.constexpr, PREC: tl.constexpr,
         ACT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr, BETA_ZERO: tl.constexpr,
-        INT64: tl.constexpr, FILL_SH: tl.constexpr, FILL_SW: tl.constexpr, NB: tl.constexpr,
-        WARP_SPEC: tl.constexpr = 0):
+        INT64: tl.constexpr, FILL_SH: tl.constexpr, FILL_SW: tl.constexpr, NB: tl.constexpr):
     """out[n, oh, ow, k] = sum over taps and C_RED channels of inp[box] * w; one
     NB*BH*BW x BLOCK_N output tile per program (NB > 1: the same box of NB images, for
     small images such as 7x7; images past N load as zeros and are not stored). W_KMAJOR: the filter is [C_RED, T, C_OUT]
     (backward data reads the forward filter that way), else [C_OUT, T, C_RED].
     FILL_SH x FILL_SW > 1 (backward data of a strided 1x1 filter): the output strides step
     over FILL_SH x FILL_SW pixels, and the tile also writes the skipped pixels, which get
-    no gradient (alpha * 0 + beta * dx). WARP_SPEC: see conv_tile_range (2 reads the
-    filter through a tap-major view)."""
+    no gradient (alpha * 0 + beta * dx)."""
     BLOCK_M: tl.constexpr = NB * BH * BW
     # -- map the program to an output tile (grouped order for L2 reuse of the filter)
     n, oh0, ow0, k0 = tile_origin(tl.program_id(0), N, OH, OW, C_OUT, BH, BW, BLOCK_N, GROUP_M, NB)
 
     # -- reduction over (tap, channel block): one TMA box of input, one of filter
     acc = conv_tile(x_desc, w_desc, n, oh0, ow0, k0, C_RED, NTW, T, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W,
-                    SH, SW, OFF_H, OFF_W, W_TAP0, W_STEP_H, W_STEP_W, BLOCK_M, BLOCK_N, BLOCK_K, W_KMAJOR, PREC,
-                    WARP_SPEC)
+                    SH, SW, OFF_H, OFF_W, W_TAP0, W_STEP_H, W_STEP_W, BLOCK_M, BLOCK_N, BLOCK_K, W_KMAJOR, PREC)
 
     # -- epilogue: rows are the tile's pixels, clipped at the image edge (and at N)
     n, oh, ow, mask_m = tile_pixels(n, oh0, ow0, N, OH, OW, BH, BW, NB, INT64)
@@ -254,8 +195,7 @@ def conv_tma_persistent_kernel(
         GROUP_M: tl.constexpr, W_KMAJOR: tl.constexpr, PREC: tl.constexpr,
         ACT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr, BETA_ZERO: tl.constexpr,
         INT64: tl.constexpr, NB: tl.constexpr,
-        NUM_PROGRAMS: tl.constexpr, TMA_STORE: tl.constexpr, EPI_SPLIT: tl.constexpr,
-        WARP_SPEC: tl.constexpr = 0):
+        NUM_PROGRAMS: tl.constexpr, TMA_STORE: tl.constexpr, EPI_SPLIT: tl.constexpr):
     """conv_tma_kernel's tiles, NUM_PROGRAMS programs each looping over every
     NUM_PROGRAMS-th tile. The tile loop is flattened with the (tap, channel block) loop
     into one software-pipelined loop, so the TMA loads of a program's next tile are in
@@ -263,21 +203,17 @@ def conv_tma_persistent_kernel(
     idle SMs waiting on a new launch's programs. TMA_STORE (no y or z to read: beta = 0,
     no residual): the tile leaves by TMA from shared memory (rows past the output are
     clipped by the descriptor), in EPI_SPLIT column slices to shrink the staging buffer;
-    otherwise the pointer epilogue store_tile. WARP_SPEC (conv_tile_range): the tile
-    loop stays a loop of tiles (not flattened) and Triton warp-specializes it: the
-    producer warpgroup's loads run ahead into the next tile while the two consumer
-    warpgroups store the current one (pointer epilogue only: the pass cannot split the
-    TMA store's 5-D reshape)."""
+    otherwise the pointer epilogue store_tile."""
     BLOCK_M: tl.constexpr = NB * BH * BW
     num_tiles = tl.cdiv(N, NB) * tl.cdiv(OH, BH) * tl.cdiv(OW, BW) * tl.cdiv(C_OUT, BLOCK_N)
-    for tile in tl.range(tl.program_id(0), num_tiles, NUM_PROGRAMS, flatten=WARP_SPEC == 0):
+    for tile in tl.range(tl.program_id(0), num_tiles, NUM_PROGRAMS, flatten=True):
         # -- map the loop step to an output tile (grouped order, as conv_tma_kernel)
         n, oh0, ow0, k0 = tile_origin(tile, N, OH, OW, C_OUT, BH, BW, BLOCK_N, GROUP_M, NB)
 
         # -- reduction over (tap, channel block): one TMA box of input, one of filter
         acc = conv_tile(x_desc, w_desc, n, oh0, ow0, k0, C_RED, NTW, T, ROW0_H, ROWSTEP_H, ROW0_W, ROWSTEP_W,
                         SH, SW, OFF_H, OFF_W, W_TAP0, W_STEP_H, W_STEP_W, BLOCK_M, BLOCK_N, BLOCK_K, W_KMAJOR,
-                        PREC, WARP_SPEC)
+                        PREC)
 
         # -- epilogue
         cols = k0 + tl.arange(0, BLOCK_N)
@@ -394,16 +330,14 @@ def conv_tma_phases_kernel(
 @triton.jit
 def wgrad_boxes(dy_desc, x_desc, first, last, tiles_h, tiles_w, k0, c0, ah, bh, aw, bw, C,
                 BH: tl.constexpr, BW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                PREC: tl.constexpr, NB: tl.constexpr, WARP_SPEC: tl.constexpr = False):
+                PREC: tl.constexpr, NB: tl.constexpr):
     """sum over pixel boxes first..last-1 (NB images x BH x BW, image-major) of dy^T x:
     one dy box and one x box (at the tap's origin ah, bh, aw, bw) a step, on the tensor
     cores. Boxes past the image or past N load as zeros. Shared by wgrad_tma_kernel and
-    conv_wgrad_tma.wgrad_sched_kernel. WARP_SPEC: Triton's warp specialization of the
-    loop (as conv_tile_range: one producer and two consumer warpgroups splitting
-    BLOCK_M >= 128; 1 x BW boxes of one image only, the others race)."""
+    conv_wgrad_tma.wgrad_sched_kernel."""
     BLOCK_P: tl.constexpr = NB * BH * BW
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for t in tl.range(first, last, warp_specialize=WARP_SPEC):
+    for t in range(first, last):
         tw = t % tiles_w
         th = (t // tiles_w) % tiles_h
         n = (t // (tiles_w * tiles_h)) * NB
@@ -442,7 +376,7 @@ def wgrad_tma_kernel(
         ws_k, ws_c, ws_h, ws_w, KH, KW, C_DW, alpha, beta,
         BH: tl.constexpr, BW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         PREC: tl.constexpr, NB: tl.constexpr, DIRECT: tl.constexpr, FLIP: tl.constexpr,
-        BETA_ZERO: tl.constexpr, WARP_SPEC: tl.constexpr = False):
+        BETA_ZERO: tl.constexpr):
     """part[s, k, tap, c] = sum over the slice's pixel tiles of dy[p, k] * x[p + tap, c].
     A pixel tile is an NB x BH x BW box: NB > 1 stacks the same box of NB images (small
     images, e.g. 7x7: more real pixels per MMA; images past N load as zeros). DIRECT (a
@@ -463,7 +397,7 @@ def wgrad_tma_kernel(
 
     # -- reduction over the slice's pixel tiles (dy rows past the edge load as zeros)
     acc = wgrad_boxes(dy_desc, x_desc, first, last, tiles_h, tiles_w, k0, c0, ah, bh, aw, bw, C,
-                      BH, BW, BLOCK_M, BLOCK_N, PREC, NB, WARP_SPEC)
+                      BH, BW, BLOCK_M, BLOCK_N, PREC, NB)
 
     # -- store the partial, or (DIRECT) the blended gradient
     rows = k0 + tl.arange(0, BLOCK_M)
@@ -849,59 +783,6 @@ PERSISTENT_SMALL = [_persistent(dict(_cfg(8, 8, 256, 64, 8, 3), NB=2)),
                     _persistent(dict(_cfg(8, 8, 128, 64, 4, 4), NB=2))]
 
 
-# Warp-specialized loops (WARP_SPEC, conv_tile_range), 16-bit MMA data. num_warps 4 is the
-# consumer warpgroup's size: Triton 3.6's Hopper pass makes one producer and two consumer
-# warpgroups (12 warps, 168 registers a thread, the consumers raised to 232 by setmaxnreg:
-# one program per SM); at num_warps 8 it silently leaves the loop alone. The consumers
-# split the tile's M dimension, which must be >= 128 (else both consumers compute the whole
-# tile: twice the MMAs). Only 1 x BW boxes of one image are safe (conv_tile_range): the
-# flat plans of 1x1 stride-1 layers. Shared memory as compiled for sm_90, bias-free
-# epilogue: 1 x 128 x 128 4 stages 144 KB, 1 x 128 x 256 176 KB, 1 x 256 x 128 160 KB,
-# 1 x 256 x 64 176 KB (+0-28 KB with a residual). Offered after every other config: the
-# tuner keeps one only when it is faster and agrees with the first config.
-def _ws(cfg, mode):
-    return dict(cfg, WARP_SPEC=mode)
-
-
-# Not offered by default: on the H200 (2026-11-30 18:10 UTC, ResNet-50 res2_1x1r forward
-# through the tuner) the WARP_SPEC 1 config 1 x 256 x 64 (4 warps, 4 stages) ran once and
-# then hung the GPU when replayed (Triton 3.6's Hopper warp specialization); the other
-# configs were never reached. TRIDNN_CONV_WS=1 offers them (for sweeps and a Triton
-# upgrade); tests force them through WS_OFFERED.
-WS_OFFERED = os.environ.get("TRIDNN_CONV_WS") == "1"
-
-
-WS_FLAT = [_ws(_cfg(1, 128, 128, 64, 4, 4), 1), _ws(_cfg(1, 128, 256, 64, 4, 3), 1),
-           _ws(_cfg(1, 256, 128, 64, 4, 3), 1), _ws(_cfg(1, 128, 256, 64, 4, 3), 2),
-           _ws(_cfg(1, 256, 64, 64, 4, 4), 1)]
-# the same tiles in conv_tma_persistent_kernel, one program per SM
-PERSISTENT_WS_FLAT = [_persistent(c) for c in WS_FLAT]
-# Spatial boxes (8 x 16 pixels and the like) compile with WARP_SPEC 2 and split cleanly,
-# but Triton 3.6 releases their input buffer before the MMA reads it (conv_tile_range): a
-# race. Never offered; benchmarks/sweep_conv_ws.py times them (WS_UNSAFE) to measure what
-# a warp-specialized 3x3 kernel could gain. Shared: 8 x 16 x 128 4 stages 130 KB,
-# 16 x 16 x 128 146 KB, 8 x 8 x 256 124 KB, 8 x 16 x 256 148 KB, 2 images x 8 x 8 x 128 130 KB.
-WS_SPATIAL_PROBE = [_ws(_cfg(8, 16, 128, 64, 4, 4), 2), _ws(_cfg(16, 16, 128, 64, 4, 3), 2),
-                    _ws(_cfg(8, 8, 256, 64, 4, 3), 2), _ws(_cfg(8, 16, 256, 64, 4, 3), 2),
-                    _ws(dict(_cfg(8, 8, 128, 64, 4, 4), NB=2), 2)]
-
-
-def ws_safe(cfg) -> bool:
-    """A WARP_SPEC config whose boxes Triton 3.6 specializes without a race: one image,
-    one row (see conv_tile_range); or one a benchmark marks WS_UNSAFE on purpose."""
-    return cfg.get("WS_UNSAFE", False) or (cfg["BH"] == 1 and cfg.get("NB", 1) == 1)
-
-
-def ws_configs(plan, problem, out_cap: int) -> list:
-    """The warp-specialized configs for this plan: flat plans (1x1 stride 1) of 16-bit MMA
-    data with more than 16 output channels, conv_tma_kernel's then the persistent
-    kernel's; 64-column tiles only for outputs of <= 64 channels."""
-    if not persistent_ok(plan, problem) or not (plan.n == 1 and plan.oh == 1):
-        return []
-    return [c for c in WS_FLAT + PERSISTENT_WS_FLAT
-            if c["BLOCK_N"] <= out_cap and (c["BLOCK_N"] > 64 or plan.c_out <= 64)]
-
-
 # Boxes fitted to the image (16-bit MMA data on tile plans): an 8 x 16 or 16 x 16 box on
 # 28x28, 14x14 or 7x7 outputs holds 77% real pixels (the rest is MMA work on TMA's zero
 # fill); box_for finds NB x BH x BW = 128 boxes with 87.5%: 28x28 -> 4 x 32, 14x14 -> 4
@@ -970,8 +851,8 @@ def candidates(plan, device, problem=None) -> list:
     after the others; tests force them under the interpreter."""
     if isinstance(plan, tuple):
         per_phase = candidates(plan[0], device, problem)
-        if len(plan) > 1:  # one launch per phase: neither the persistent kernel nor a warp-specialized loop
-            per_phase = [c for c in per_phase if not c.get("PERSISTENT") and not c.get("WARP_SPEC")]
+        if len(plan) > 1:  # one launch per phase: the persistent kernel is not offered
+            per_phase = [c for c in per_phase if not c.get("PERSISTENT")]
         if problem is None or not fused_phases_ok(plan, problem):
             return per_phase
         extra = [c for c in PHASE_EXTRA if c["BLOCK_N"] <= max(64, triton.next_power_of_2(plan[0].c_out))]
@@ -1010,8 +891,6 @@ def candidates(plan, device, problem=None) -> list:
             extra = extra + PERSISTENT_SMALL
         # 64-column tiles only where the output has few channels (they re-read the input)
         fits = fits + [c for c in extra if c["BLOCK_N"] <= out_cap and (c["BLOCK_N"] > 64 or plan.c_out <= 128)]
-    if fits:
-        fits = fits + (ws_configs(plan, problem, out_cap) if WS_OFFERED else [])
     return fits or base[:1]
 
 
@@ -1033,17 +912,6 @@ def partials_outweigh_data(plan: Plan, cfg, sms: int, itemsize: int) -> bool:
     return partials > plan.n * plan.oh * plan.ow * (plan.c_red + plan.c_out) * itemsize
 
 
-# Warp-specialized backward filter loops (wgrad_boxes WARP_SPEC; 1 x BW boxes of one image,
-# flat plans only, 16-bit data): 4 warps = one consumer warpgroup, 12 warps in all, the two
-# consumers splitting BLOCK_M. Shared as compiled for sm_90 (partials / DIRECT): 1 x 128 x
-# 128 x 64 4 stages 224 / 194 KB, 1 x 64 x 128 x 128 192 / 130 KB, 1 x 64 x 256 x 128
-# 3 stages 208 / 148 KB, 1 x 64 x 128 x 64 128 / 98 KB. After every other config.
-WGRAD_WS_FLAT = [dict(BH=1, BW=128, BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=4, WARP_SPEC=True),
-                 dict(BH=1, BW=64, BLOCK_M=128, BLOCK_N=128, num_warps=4, num_stages=4, WARP_SPEC=True),
-                 dict(BH=1, BW=64, BLOCK_M=256, BLOCK_N=128, num_warps=4, num_stages=3, WARP_SPEC=True),
-                 dict(BH=1, BW=64, BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=4, WARP_SPEC=True)]
-
-
 def wgrad_candidates(plan: Plan, device, itemsize=2) -> list:
     flat = plan.n == 1 and plan.oh == 1
     if device.type != "cuda":
@@ -1053,9 +921,6 @@ def wgrad_candidates(plan: Plan, device, itemsize=2) -> list:
     if not flat and plan.oh * plan.ow <= SMALL_IMAGE and plan.n > 1:
         base = base + WGRAD_SMALL
     fits = [c for c in base if c["BLOCK_M"] <= max(64, plan.c_red) and c["BLOCK_N"] <= max(64, plan.c_out)]
-    if fits and flat and itemsize == 2 and WS_OFFERED:
-        fits = fits + [c for c in WGRAD_WS_FLAT if c["BLOCK_M"] <= max(64, plan.c_red)
-                       and c["BLOCK_N"] <= max(64, plan.c_out) and (c["BLOCK_N"] > 64 or plan.c_out <= 64)]
     # the pixel split aims at one or two waves of programs: fewer slices mean fewer partials
     # to write and sum, more mean a fuller GPU; which wins depends on the problem
     sms = sm_count(device)
@@ -1155,22 +1020,12 @@ class _Recipe:
         self.x_view = (inp.dtype, tuple(plan.in_shape), tuple(plan.in_strides), (nb, bh, 1, bw, bk))
         ks, ts = _filter_view(w)
         r, s = w.shape[2], w.shape[3]
-        ws = cfg.get("WARP_SPEC", 0)
-        if ws and not ws_safe(cfg):
-            raise ValueError(f"WARP_SPEC on a box of {nb} x {bh} rows races under Triton 3.6 (conv_tile_range)")
-        if ws:  # tap-major [taps, rows, cols]: the box reshape only drops a leading unit dim
-            self.w_view = (w.dtype, (r * s, w.shape[0], w.shape[1]), (ts, ks, 1),
-                           (1, bk, bn) if kmajor else (1, bn, bk))
-        else:
-            self.w_view = (w.dtype, (w.shape[0], r * s, w.shape[1]), (ks, ts, 1),
-                           (bk, 1, bn) if kmajor else (bn, 1, bk))
+        self.w_view = (w.dtype, (w.shape[0], r * s, w.shape[1]), (ks, ts, 1), (bk, 1, bn) if kmajor else (bn, 1, bk))
         self.grid = (cdiv(plan.n, nb) * cdiv(plan.oh, bh) * cdiv(plan.ow, bw) * cdiv(plan.c_out, bn),)
         self.consts = dict(BH=bh, BW=bw, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, W_KMAJOR=kmajor,
                            PREC=input_precision(problem), ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z,
                            BETA_ZERO=beta_zero, INT64=needs_int64(out, z), FILL_SH=plan.fill[0], FILL_SW=plan.fill[1],
                            NB=nb)
-        if ws:
-            self.consts["WARP_SPEC"] = ws
         self.options = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
         self.middle = (plan.n, plan.oh, plan.ow, plan.c_red, plan.c_out, *plan.taps.args, *plan.taps.filter_args,
                        *plan.fill_hw, plan.out_offset, *plan.out_strides, *plan.z_strides)
@@ -1205,8 +1060,7 @@ class _PersistentRecipe(_Recipe):
         assert plan.fill == (1, 1), "FILL plans (strided 1x1 backward data) take conv_tma_kernel"
         split = cfg.get("EPI_SPLIT", 1)
         box = (cfg.get("NB", 1), cfg["BH"], 1, cfg["BW"], cfg["BLOCK_N"] // split)
-        # (a warp-specialized loop takes the pointer epilogue: see conv_tma_persistent_kernel)
-        self.y_view = store_view(plan, out, box) if beta_zero and not has_z and not cfg.get("WARP_SPEC") else None
+        self.y_view = store_view(plan, out, box) if beta_zero and not has_z else None
         programs = min(self.grid[0], sm_count(out.device) * cfg["PERSISTENT"])
         self.grid = (programs,)
         del self.consts["FILL_SH"], self.consts["FILL_SW"]
@@ -1338,10 +1192,6 @@ def launch_wgrad_partials(plan: Plan, problem, x, dy, part, cfg, slices, dw=None
     direct = dw is not None and slices == 1
     consts = dict(BH=bh, BW=bw, BLOCK_M=bm, BLOCK_N=bn, PREC=input_precision(problem), NB=nb, DIRECT=direct,
                   FLIP=problem.mode == 0, BETA_ZERO=beta == 0)
-    if cfg.get("WARP_SPEC"):
-        if not ws_safe(cfg):
-            raise ValueError(f"WARP_SPEC on a box of {nb} x {bh} rows races under Triton 3.6 (conv_tile_range)")
-        consts["WARP_SPEC"] = True
     options = dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if direct:
         ws = strides5(dw, 2)
