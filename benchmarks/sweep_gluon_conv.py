@@ -175,7 +175,7 @@ def _cfg_name(cfg) -> str:
     if cfg.get("GLUON"):
         return "gluon " + gc.name(cfg)
     flags = "".join(f" {k}{'' if v is True else v}" for k, v in cfg.items()
-                    if k in ("PERSISTENT", "WARP_SPEC", "SK", "DP", "FUSED", "EPI_SPLIT") and v)
+                    if k in ("PERSISTENT", "FUSED", "EPI_SPLIT") and v)
     return (f"tma {cfg.get('NB', 1)}x{cfg['BH']}x{cfg['BW']}x{cfg['BLOCK_N']} w{cfg['num_warps']} "
             f"s{cfg['num_stages']}{flags}")
 
