@@ -482,37 +482,29 @@ def test_gpu_tuner_with_gluon_candidates(direction, rng, monkeypatch):
 
 
 
-def test_fast_launch_passes_the_constexprs_in_signature_order():
+@pytest.mark.parametrize("which", ["stride 1", "strided"])
+def test_fast_launch_passes_the_constexprs_in_signature_order(which):
     """launch's direct path appends the constexpr values after the runtime arguments: the
     kernel's constexpr parameters must be exactly its last ones, and prepare's meta must
-    name each of them."""
-    params = gc.gluon_conv_fwd_kernel.params
-    flags = [p.is_constexpr for p in params]
-    first = flags.index(True)
-    assert all(flags[first:]) and not any(flags[:first])
-    x = torch.zeros(1, 64, 5, 5, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
-    w = torch.zeros(64, 64, 3, 3, dtype=torch.bfloat16)
-    grid, args, meta, _ = gc.prepare(x, w, cfg=gc.PICKS_SMALL[0], sms=132, beta=0.5)
-    tail = gc.constexpr_tail(meta)
-    assert len(args) == first and len(args) + len(tail) == len(params)
-    assert tail == tuple(meta[p.name] for p in params[first:]) and meta["HAS_BETA"] is True
-
-
-def test_strided_fast_launch_passes_the_constexprs_in_signature_order():
-    """The same for gluon_conv_strided's kernel, which launches through gluon_conv.launch."""
-    gs = pytest.importorskip("tridnn.cuda.gluon_conv_strided")
-    params = gs.gluon_conv_strided_kernel.params
-    flags = [p.is_constexpr for p in params]
-    first = flags.index(True)
-    assert all(flags[first:]) and not any(flags[:first])
+    name each of them (gluon_conv's kernel, and gluon_conv_strided's, which launches
+    through gluon_conv.launch)."""
     x = torch.zeros(1, 64, 6, 6, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
     w = torch.zeros(64, 64, 3, 3, dtype=torch.bfloat16)
-    grid, args, meta, _ = gs.prepare(x, w, cfg=gs.CONFIGS[0], sms=132, beta=0.5)
-    tail = gc.constexpr_tail(meta, gs.gluon_conv_strided_kernel)
+    if which == "stride 1":
+        kernel, prepare, cfg = gc.gluon_conv_fwd_kernel, gc.prepare, gc.PICKS_SMALL[0]
+    else:
+        gs = pytest.importorskip("tridnn.cuda.gluon_conv_strided")
+        kernel, prepare, cfg = gs.gluon_conv_strided_kernel, gs.prepare, gs.CONFIGS[0]
+    params = kernel.params
+    flags = [p.is_constexpr for p in params]
+    first = flags.index(True)
+    assert all(flags[first:]) and not any(flags[:first])
+    grid, args, meta, _ = prepare(x, w, cfg=cfg, sms=132, beta=0.5)
+    tail = gc.constexpr_tail(meta, kernel)
     assert len(args) == first and len(args) + len(tail) == len(params)
     assert tail == tuple(meta[p.name] for p in params[first:]) and meta["HAS_BETA"] is True
-    with pytest.raises(ValueError, match="filter matrix"):
-        gs.prepare(x, w, cfg=gs.CONFIGS[0], sms=132, w_mat=torch.zeros(64, 64, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="filter matrix"):  # a w_mat of the wrong shape
+        prepare(x, w, cfg=cfg, sms=132, w_mat=torch.zeros(64, 64, dtype=torch.bfloat16))
 
 
 @pytest.mark.gpu
