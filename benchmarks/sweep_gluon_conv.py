@@ -38,6 +38,13 @@ stride-2 layers instead: res3/4/5_3x3s2 (3x3, padding 1, inputs 56/28/14) and th
 downsamples res3/4/5_ds against cuDNN, e.g.
   PYTHONPATH=src python benchmarks/sweep_gluon_conv.py --strided --out results/
 
+--dtype float32: the TF32 configs (gluon_conv.TF32_CONFIGS, gluon_conv_strided's with
+--strided: float32 data, tf32 products) on float32 tensors against cuDNN and cuBLAS with
+tf32 allowed (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32), as
+tridnn offers them for TENSOR_OP math (--api: the layers under TENSOR_OP math), e.g.
+  PYTHONPATH=src python benchmarks/sweep_gluon_conv.py --dtype float32 --out results/
+  PYTHONPATH=src python benchmarks/sweep_gluon_conv.py --dtype float32 --strided --out results/
+
 --dry-run (CPU): builds every layer's descriptors and launch arguments, and compiles
 every config for sm_90 through the kernel's own JIT binding (an offline driver stands in
 for CUDA), then prints the table with empty timings and writes the JSON.
@@ -88,6 +95,22 @@ STRIDED_CANARY = [  # as CANARY, stride 2 (H and W even)
 STRIDED = "--strided" in sys.argv or os.environ.get("TRIDNN_SWEEP_STRIDED") == "1"
 if STRIDED:
     os.environ["TRIDNN_SWEEP_STRIDED"] = "1"
+
+
+def _argv_dtype() -> str:
+    """--dtype's value (bfloat16 or float32), passed on to the canary children by the environment."""
+    for i, arg in enumerate(sys.argv):
+        if arg == "--dtype" and i + 1 < len(sys.argv):
+            return sys.argv[i + 1]
+        if arg.startswith("--dtype="):
+            return arg.split("=", 1)[1]
+    return os.environ.get("TRIDNN_SWEEP_DTYPE", "bfloat16")
+
+
+DTYPE = _argv_dtype()
+os.environ["TRIDNN_SWEEP_DTYPE"] = DTYPE
+FP32 = DTYPE == "float32"
+TORCH_DTYPE = torch.float32 if FP32 else torch.bfloat16
 CANARY = [  # (N, C, K, H, W, KH, KW, pad, alpha): edges in every direction, K not a multiple of 128
     # (the child's compiles land in Triton's disk cache, which the sweep then reads)
     (2, 64, 192, 11, 19, 3, 3, 1, 1.0),
@@ -120,9 +143,14 @@ def applies(cfg, n, c, k, oh, ow) -> bool:
 
 def make(n, c, k, h, w, kh, kw, dev, seed=0):
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, c, h, w, generator=g).to(torch.bfloat16)
-    wt = (torch.randn(k, c, kh, kw, generator=g) / (c * kh * kw) ** 0.5).to(torch.bfloat16)
+    x = torch.randn(n, c, h, w, generator=g).to(TORCH_DTYPE)
+    wt = (torch.randn(k, c, kh, kw, generator=g) / (c * kh * kw) ** 0.5).to(TORCH_DTYPE)
     return x.to(dev).contiguous(memory_format=torch.channels_last), wt.to(dev).contiguous(memory_format=torch.channels_last)
+
+
+def configs(mod) -> list:
+    """The configs swept: the module's CONFIGS, or its TF32_CONFIGS under --dtype float32."""
+    return mod.TF32_CONFIGS if FP32 else mod.CONFIGS
 
 
 def kernel_module():
@@ -150,7 +178,7 @@ def canary(indices, dry):
     gc, kernel, st = kernel_module()
     dev = "cpu" if dry else "cuda"
     for i in indices:
-        cfg = gc.CONFIGS[i]
+        cfg = configs(gc)[i]
         worst = 0.0
         for case in STRIDED_CANARY if STRIDED else CANARY:
             n, c, k, h, w, kh, kw, pad, alpha = case
@@ -194,7 +222,8 @@ def api_sweep(a, directions, t0):
     import bench_gpu_conv as bg
 
     dev = "cpu" if a.dry_run else "cuda"
-    dtype = "float16" if a.dry_run else "bfloat16"  # (the interpreter has no bfloat16)
+    dtype = "float32" if FP32 else "float16" if a.dry_run else "bfloat16"  # (the interpreter has no bfloat16)
+    math = tridnn.MathType.TENSOR_OP if FP32 else tridnn.MathType.DEFAULT  # (tf32: what offers the TF32 configs)
     handle = tridnn.Handle(device="cpu", backend="triton", find_cache=None) if a.dry_run else \
         tridnn.Handle(device="cuda", find_cache=None)
     algos = {"fwd": registry.by_enum("conv", "fwd", "triton", tridnn.ConvFwdAlgo.IMPLICIT_GEMM),
@@ -227,7 +256,7 @@ def api_sweep(a, directions, t0):
             n, c, k, h, w = 2, 64, 64, min(h, 6), min(w, 6)
         p = dict(C=c, K=k, spatial=(h, w), kernel=(ks, ks), stride=(1, 1), pad=(pad, pad), dilation=(1, 1),
                  groups=1)
-        cd, xd, wd, yd, x, wt, dy = bg.make(p, n, dtype, tridnn.MathType.DEFAULT, dev)
+        cd, xd, wd, yd, x, wt, dy = bg.make(p, n, dtype, math, dev)
         algo = algos[direction]
         problem = ConvProblem(direction, xd, wd, yd, cd)
         need = algo.workspace_size(problem)
@@ -293,6 +322,8 @@ def main():
     ap.add_argument("--directions", default="fwd", help="fwd and/or bwd_data (comma-separated)")
     ap.add_argument("--api", action="store_true", help="time tridnn's public API with its tuner instead")
     ap.add_argument("--strided", action="store_true", help="gluon_conv_strided on the stride-2 layers")
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"],
+                    help="float32: the TF32 configs against cuDNN/cuBLAS with tf32 allowed")
     ap.add_argument("--canary", help=argparse.SUPPRESS)
     a = ap.parse_args()
     layer_table = STRIDED_LAYERS if STRIDED else LAYERS
@@ -314,12 +345,16 @@ def main():
     if a.api:
         api_sweep(a, directions, t0)
         return
-    indices, layers = gsc.select(ap, a, len(gc.CONFIGS), layer_table)
+    indices, layers = gsc.select(ap, a, len(configs(gc)), layer_table)
     dev = gsc.cudnn_setup(a.dry_run)
+    if FP32:  # the references in tf32, as the TF32 configs (TENSOR_OP math in tridnn)
+        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cuda.matmul.allow_tf32 = True
+        print("float32: tf32 configs; cuDNN and cuBLAS with allow_tf32", flush=True)
 
     status = {i: ("ok", 0.0) for i in indices} if a.no_canary else gsc.run_canaries(__file__, indices, a.dry_run)
     print(f"canaries ({time.time() - t0:.0f} s): " + ", ".join(
-        f"{gc.name(gc.CONFIGS[i])}={status[i][0]}" for i in indices), flush=True)
+        f"{gc.name(configs(gc)[i])}={status[i][0]}" for i in indices), flush=True)
 
     rows = []
     for name, direction in [(nm, d) for nm in layers for d in directions]:
@@ -333,7 +368,10 @@ def main():
         if bwd:  # dx [n, c, h, w] = conv(dy [n, k, oh, ow], turned filter [c, ks*ks*k]), padding ks-1-pad
             dy = make(n, k, c, oh, ow, ks, ks, dev, seed=1)[0]
             problem = types.SimpleNamespace(mode=1)  # cross-correlation: the taps are turned
-            t_mat = gc.turned_filter(problem, wt)
+            if a.dry_run:  # (filter_turn's Triton kernel cannot run on the offline driver: torch's copy)
+                t_mat = wt.flip((2, 3)).permute(1, 2, 3, 0).contiguous().view(c, ks * ks * k)
+            else:
+                t_mat = gc.turned_filter(problem, wt)
             name_d = name + "_dgrad"
         else:
             name_d = name
@@ -369,7 +407,7 @@ def main():
         # backward data: the output is dx (h x w, c channels), the reduction dy's k channels
         o_n, o_h, o_w, o_k, red = (n, h, w, c, k) if bwd else (n, oh, ow, k, c)
         for i in indices:
-            cfg = gc.CONFIGS[i]
+            cfg = configs(gc)[i]
             row = dict(layer=name_d, config=gc.name(cfg), us=None, tflops=None, ratio=None, err=None,
                        useful=round(useful(cfg, o_n, o_h, o_w), 3), fill=round(fill(cfg, o_n, o_k, o_h, o_w), 3),
                        shared=gc.shared_bytes(cfg))
@@ -384,7 +422,7 @@ def main():
                 rows.append(row)
                 continue
             try:
-                y = torch.empty((o_n, o_k, o_h, o_w), device=dev, dtype=torch.bfloat16,
+                y = torch.empty((o_n, o_k, o_h, o_w), device=dev, dtype=TORCH_DTYPE,
                                 memory_format=torch.channels_last)
                 if bwd:
                     bp = ks - 1 - pad
@@ -421,9 +459,9 @@ def main():
         ratio = f"{r['ratio']:7.2f}" if r["ratio"] else f"{'-':>7s}"
         err = f"{r['err']:8.1e}" if r["err"] is not None else f"{'-':>8s}"
         print(f"{r['layer']:15s} {r['config']:22s} {us} {tf} {ratio} {err} {r['useful']:6.2f} {r['fill']:5.2f} {r.get('note', '')}")
-    gsc.write_json(a.out, "gluon_conv.json", dict(
-        dry_run=a.dry_run, canaries={gc.name(gc.CONFIGS[i]): status[i][0] for i in indices}, rows=rows,
-        seconds=time.time() - t0))
+    gsc.write_json(a.out, "gluon_conv_fp32.json" if FP32 else "gluon_conv.json", dict(
+        dry_run=a.dry_run, dtype=DTYPE, canaries={gc.name(configs(gc)[i]): status[i][0] for i in indices},
+        rows=rows, seconds=time.time() - t0))
 
 
 if __name__ == "__main__":

@@ -99,6 +99,8 @@ def test_why_not():
     assert gc.why_not(x.contiguous(), w, (1, 1), (1, 1)) is not None  # NCHW
     assert gc.why_not(x, w, (1, 1), (1, 1), stride=(2, 2)) is not None
     assert gc.why_not(x[:, :32], w[:, :32], (1, 1), (1, 1)) is not None  # 32 channels
+    assert gc.why_not(x.float(), w.float(), (1, 1), (1, 1)) is None  # float32: the TF32 configs
+    assert gc.why_not(x.float(), w, (1, 1), (1, 1)) is not None  # mixed
     k128 = next(cfg for cfg in gc.CONFIGS if cfg["BLOCK_K"] == 128)
     with pytest.raises(ValueError, match="BLOCK_K"):
         gc.prepare(x, w, cfg=k128, sms=132)  # 64 channels, 128 a k-step

@@ -154,7 +154,13 @@ def test_why_not():
     assert gs.why_not(_x(1, 64, 9, 8), w, (1, 1), (1, 1), (2, 2)) is not None  # H odd
     assert gs.why_not(_x(1, 64, 9, 8), w, (1, 1), (1, 1), (3, 2)) is None      # 9 = 3 * 3
     assert gs.why_not(_x(1, 64, 8, 8).contiguous(), w, (1, 1), (1, 1), (2, 2)) is not None  # NCHW
-    assert gs.why_not(_x(1, 64, 8, 8, torch.float32), w.float(), (1, 1), (1, 1), (2, 2)) is not None
+    # float32 runs with the TF32 configs (gluon_conv.forward_why_not offers them only under
+    # TENSOR_OP math: tests/test_gluon_tf32.py); mixed dtypes and float64 do not
+    assert gs.why_not(_x(1, 64, 8, 8, torch.float32), w.float(), (1, 1), (1, 1), (2, 2)) is None
+    assert gs.why_not(_x(1, 64, 8, 8, torch.float32), w, (1, 1), (1, 1), (2, 2)) is not None
+    assert gs.why_not(_x(1, 64, 8, 8, torch.float64), w.double(), (1, 1), (1, 1), (2, 2)) is not None
+    with pytest.raises(ValueError, match="float32"):
+        gs.prepare(_x(1, 64, 8, 8), w, (2, 2), cfg=gs.TF32_CONFIGS[0], sms=132)
     with pytest.raises(ValueError, match="multiples of the stride"):
         gs.prepare(_x(1, 64, 7, 8), w, (2, 2), cfg=gs.CONFIGS[0], sms=132)
 

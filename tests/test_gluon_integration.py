@@ -87,7 +87,7 @@ def test_offered_where_the_kernel_applies(direction, c, hw, kernel, pad, want, h
 
 @pytest.mark.parametrize("why,kwargs", [
     ("stride 2 over an odd size", dict(stride=2, hw=15)),  # (even sizes: gluon_conv_strided's, below)
-    ("float32", dict(dtype="float32")),
+    ("float32 under DEFAULT math (3xTF32; TENSOR_OP's: test_gluon_tf32)", dict(dtype="float32")),
     ("NCHW tensors", dict(layout="NCHW")),
     ("groups", dict(groups=2)),
     ("32 channels", dict(c=32, k=64)),

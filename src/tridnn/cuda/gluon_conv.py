@@ -19,8 +19,8 @@ Partitions (one program = one SM's worth of tiles, persistent over a strided til
   x box and the filter box into it, the slot's "ready" barrier counts the bytes;
 - default partition (num_warps warps = 1 or 2 consumer warpgroups sharing the BLOCK_M rows):
   waits for "ready", issues async wgmma with one MMA kept in flight, frees the slot of
-  the previous MMA, and after the tile writes the bfloat16 tile by TMA store (the store
-  of tile i drains while tile i+1 computes).
+  the previous MMA, and after the tile writes the output tile (the data's dtype) by TMA
+  store (the store of tile i drains while tile i+1 computes).
 
 In tridnn: IMPLICIT_GEMM forward (conv_implicit_gemm.run_tma_forward) and ALGO_1 backward
 data at stride 1 (conv_bwd_data_implicit_gemm) append a few of these configs (``picks``:
@@ -32,6 +32,13 @@ turned 180 degrees (K and C swapped; a temporary copy per call). beta != 0 takes
 HAS_BETA variant (the old output read by TMA and blended in float32). The fused epilogue
 of convolution_bias_activation_forward runs here too (residual z by TMA, bias, the
 piecewise-linear activations: FUSED_ACTS); other activations stay with conv_tma.
+
+float32 (TF32 configs, tf32_config): under TENSOR_OP math only (geometry.input_precision
+"tf32"; never DEFAULT, which tridnn keeps float32-accurate with 3xTF32, nor FMA), the same
+kernels take float32 x, filter and y: wgmma reads the float32 operands from shared memory
+as tf32 (HGMMA.64xNx8.F32.TF32), BLOCK_K is 32 (a 128-byte row, the bytes of 64 bf16
+values), the accumulator and the output tile are float32, and the ring has as many stages
+as fit beside that larger output tile. TF32_OFFERED switches the offer off.
 
 Gluon kernels do not run under the Triton interpreter. On the CPU, tests/test_gluon_conv.py
 and tests/test_gluon_integration.py compile every config and every offered variant for
@@ -125,7 +132,7 @@ def _consumer(y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, 
               ACT: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_Z: gl.constexpr):
     """A consumer partition (WARPS warps): of this program's tiles it takes every CONSUMERS-th,
     starting at PARTITION. Per k-step: wait for the slot, async wgmma, keep one MMA in flight,
-    free the slot of the MMA that retired. Epilogue: bfloat16 tile -> shared -> TMA store,
+    free the slot of the MMA that retired. Epilogue: output tile (y's dtype) -> shared -> TMA store,
     drained while the next tile computes.
 
     With CONSUMERS = 2 (ping-pong) the loader fills the ring tile after tile, so the two
@@ -140,8 +147,10 @@ def _consumer(y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, 
     (epilogue.store_tile's order): + alpha2 * z (HAS_Z: z's tile by TMA through the same
     buffer, after the old y when both), + bias[k] (HAS_BIAS), then the activation ACT."""
     BLOCK_M: gl.constexpr = NB * BH * BW
+    # wgmma's k: 32 bytes of the operands (16 bf16/fp16 values; 8 float32 ones, run as tf32)
+    MMA_K: gl.constexpr = 256 // a_bufs.dtype.primitive_bitwidth
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
-                                                         instr_shape=[16, BLOCK_N, 16])
+                                                         instr_shape=[16, BLOCK_N, MMA_K])
     LOADS: gl.constexpr = (1 if HAS_BETA else 0) + (1 if HAS_Z else 0)  # tiles read per output tile
     c_smem = c_bufs.index(PARTITION)
     c_tile = c_smem.reshape([BLOCK_M, BLOCK_N])
@@ -169,7 +178,7 @@ def _consumer(y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, 
             mbarrier.wait(ready.index(s), (it // STAGES) & 1)
             a = a_bufs.index(s).reshape([BLOCK_M, BLOCK_K])
             b = b_bufs.index(s).permute((1, 0))
-            acc = warpgroup_mma(a, b, acc, is_async=True)
+            acc = warpgroup_mma(a, b, acc, is_async=True)  # (float32 operands: tf32, the default precision)
             acc, a, b = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a, b))
             # MMA it-1 has retired: its slot may be refilled.
             mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=kk > 0)
@@ -310,11 +319,14 @@ def config(nb, bh, bw, bn, stages, warps, bk=64, per_sm=1, pingpong=False):
 def name(cfg) -> str:
     return (f"{cfg['NB']}x{cfg['BH']}x{cfg['BW']}x{cfg['BLOCK_N']} s{cfg['STAGES']} w{cfg['num_warps']}"
             + (f" k{cfg['BLOCK_K']}" if cfg["BLOCK_K"] != 64 else "")
-            + (f" p{cfg['PER_SM']}" if cfg.get("PER_SM", 1) > 1 else "") + (" pp" if cfg.get("PINGPONG") else ""))
+            + (f" p{cfg['PER_SM']}" if cfg.get("PER_SM", 1) > 1 else "") + (" pp" if cfg.get("PINGPONG") else "")
+            + (" tf32" if cfg.get("TF32") else ""))
 
 
-def shared_bytes(cfg, itemsize=2) -> int:
-    """Dynamic shared memory of a config: the ring plus an output tile per consumer (barriers aside)."""
+def shared_bytes(cfg, itemsize=None) -> int:
+    """Dynamic shared memory of a config: the ring plus an output tile per consumer (barriers
+    aside); itemsize: the data's (default 4 for a TF32 config, else 2)."""
+    itemsize = itemsize or (4 if cfg.get("TF32") else 2)
     bm = cfg["NB"] * cfg["BH"] * cfg["BW"]
     consumers = 2 if cfg.get("PINGPONG") else 1
     return itemsize * (cfg["STAGES"] * (bm + cfg["BLOCK_N"]) * cfg["BLOCK_K"] + consumers * bm * cfg["BLOCK_N"])
@@ -369,8 +381,8 @@ def why_not(x, w, padding, dilation, stride=(1, 1), cfg=None) -> str | None:
     import torch
     if tuple(stride) != (1, 1):
         return "stride must be 1"
-    if x.dtype not in (torch.bfloat16, torch.float16) or w.dtype != x.dtype:
-        return "bfloat16/float16 only"
+    if x.dtype not in (torch.bfloat16, torch.float16, torch.float32) or w.dtype != x.dtype:
+        return "bfloat16/float16 (or float32 with a TF32 config) only"
     n, c, h, wd = x.shape
     if c % 64:
         return "channels must be a multiple of 64"
@@ -445,6 +457,7 @@ def prepare(x, w, padding=(1, 1), dilation=(1, 1), cfg=None, y=None, alpha=1.0, 
         raise ValueError("y must be channels-last with 16-byte aligned strides")
     if w_mat is None:
         w_mat = filter_matrix(w)
+    check_dtypes(cfg, x, w_mat, y)
     NB, BH, BW, BN, BK = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     if c % BK:
         raise ValueError(f"channels ({c}) must be a multiple of the config's BLOCK_K ({BK})")
@@ -471,6 +484,16 @@ def prepare(x, w, padding=(1, 1), dilation=(1, 1), cfg=None, y=None, alpha=1.0, 
             float(swish_beta), k, c, kw, padding[0], padding[1], dilation[0], dilation[1], *tiles)
     consts, cap = constexprs(cfg, beta != 0, act, bias is not None, z is not None)
     return grid, args, dict(consts, maxnreg=cap), y
+
+
+def check_dtypes(cfg, x, w_mat, y):
+    """prepare's element-type checks: x, the filter matrix and y of one dtype, the config's
+    (TF32 for float32, a 16-bit one for bfloat16/float16)."""
+    if not (x.dtype == w_mat.dtype == y.dtype):
+        raise ValueError("x, the filter and y must have one dtype")
+    if not config_fits(cfg, x):
+        raise ValueError(f"config {name(cfg)} is for {'float32' if cfg.get('TF32') else 'bfloat16/float16'} data, "
+                         f"not {x.dtype}")
 
 
 def checked_epilogue(epilogue, y, k) -> tuple:
@@ -556,7 +579,7 @@ def launch(grid, args, meta, y=None, kernel=None):
 
 def conv2d(x, w, padding=(1, 1), dilation=(1, 1), cfg=None, alpha=1.0, sms=None, y=None, beta=0.0, epilogue=None):
     """y = act(alpha * conv2d(x, w) + beta * y + alpha2 * z + bias) for channels-last bf16/fp16 x
-    (GPU only; epilogue: prepare's (bias, z, alpha2, act, coef, swish_beta)). sms: pretend
+    (float32 x with a TF32 config: tf32 products; GPU only; epilogue: prepare's (bias, z, alpha2, act, coef, swish_beta)). sms: pretend
     the GPU has that many SMs (tests: many tiles a program)."""
     grid, args, meta, y = prepare(x, w, padding, dilation, cfg, y=y, alpha=alpha, sms=sms, beta=beta,
                                   epilogue=epilogue)
@@ -592,9 +615,10 @@ PICKS_FLAT = [config(1, 1, 128, 128, 4, 4, pingpong=True), config(1, 1, 128, 128
               config(1, 1, 128, 256, 3, 8), config(1, 1, 64, 256, 4, 4, pingpong=True)]
 
 
-def picks(out_w: int, k_out: int, flat: bool) -> list:
+def picks(out_w: int, k_out: int, flat: bool, tf32: bool = False) -> list:
     """The configs offered for an output of width out_w with k_out channels (flat: a 1x1
-    problem viewed as one row of pixels), each marked GLUON=True for the launchers."""
+    problem viewed as one row of pixels), each marked GLUON=True for the launchers; tf32:
+    their float32 variants (tf32_config)."""
     if flat:
         base = PICKS_FLAT
     elif k_out <= 64:
@@ -602,7 +626,35 @@ def picks(out_w: int, k_out: int, flat: bool) -> list:
     else:
         base = PICKS_LARGE if out_w >= 28 else PICKS_MEDIUM if out_w >= 14 else PICKS_SMALL
     cap = max(64, triton.next_power_of_2(k_out))
-    return [dict(c, GLUON=True) for c in base if c["BLOCK_N"] <= cap]
+    return [dict(TF32_OF[name(c)] if tf32 else c, GLUON=True) for c in base if c["BLOCK_N"] <= cap]
+
+
+# float32 data under TENSOR_OP math (tridnn's input_precision "tf32", cuDNN's tf32): the same
+# kernels on float32 tensors; wgmma reads float32 operands from shared memory as tf32
+# (HGMMA.64xNx8.F32.TF32: 8 values of k an instruction) and accumulates in float32; the
+# output tile is float32. Never for DEFAULT math (tridnn's DEFAULT keeps float32 accuracy
+# with three tf32 products: plain tf32 there would lose precision silently) nor FMA.
+# TF32_OFFERED = False: float32 problems stay with conv_tma.
+TF32_OFFERED = True
+SMEM_PER_SM = 228 * 1024   # an H200 SM's shared memory; a program may use 227 KB of it
+SMEM_RESERVED = 1024       # the driver's share per program
+
+
+def tf32_config(cfg) -> dict:
+    """The float32 (tf32) variant of a 16-bit config: the same tile and warps, BLOCK_K 32
+    (a 128-byte row: the same bytes a ring slot, and the same MMA time a k-step, as 64
+    bf16 values), its stages cut to what fits next to the float32 output tile(s) in shared
+    memory (PER_SM programs an SM, 1 KB left for the barriers)."""
+    c = dict(cfg, BLOCK_K=32, TF32=True)
+    limit = min(SMEM_PER_SM // c.get("PER_SM", 1), 227 * 1024 + SMEM_RESERVED) - SMEM_RESERVED - 1024
+    while c["STAGES"] > 2 and shared_bytes(c) > limit:
+        c["STAGES"] -= 1
+    assert shared_bytes(c) <= limit, name(c)
+    return c
+
+
+TF32_OF = {name(c): tf32_config(c) for c in PICKS_NARROW + PICKS_LARGE + PICKS_MEDIUM + PICKS_SMALL + PICKS_FLAT}
+TF32_CONFIGS = list({name(c): c for c in TF32_OF.values()}.values())  # every offered float32 config, once
 
 
 def _hopper(device) -> bool:
@@ -616,6 +668,28 @@ def _half(*tensors) -> bool:
     return all(t.dtype in (torch.bfloat16, torch.float16) and t.dtype == tensors[0].dtype for t in tensors)
 
 
+def dtype_why_not(problem, *tensors) -> str | None:
+    """None when the tensors are all bfloat16 or all float16, or all float32 under TENSOR_OP
+    math (input_precision "tf32") with TF32_OFFERED; else the reason."""
+    import torch
+    if _half(*tensors):
+        return None
+    if not all(t.dtype == torch.float32 for t in tensors):
+        return "bfloat16/float16, or float32 under TENSOR_OP math, all tensors alike"
+    from .geometry import input_precision
+    if input_precision(problem) != "tf32":
+        return "float32 only under TENSOR_OP math (tf32): DEFAULT (3xTF32) and FMA stay float32-accurate"
+    if not TF32_OFFERED:
+        return "float32 (tf32) is switched off (TF32_OFFERED)"
+    return None
+
+
+def config_fits(cfg, t) -> bool:
+    """A TF32 config for float32 data, a 16-bit one for bfloat16/float16."""
+    import torch
+    return bool(cfg.get("TF32")) == (t.dtype == torch.float32)
+
+
 def _geo2(problem):
     from .geometry import geometry
     geo = geometry(problem)
@@ -623,8 +697,8 @@ def _geo2(problem):
 
 
 def forward_why_not(problem, x, w, y, spec=None) -> str | None:
-    """None when the tridnn forward problem can run here: 2-D, groups 1, 16-bit data, input
-    channels a multiple of 64, output channels of 8, x and y channels-last with 16-byte
+    """None when the tridnn forward problem can run here: 2-D, groups 1, 16-bit data (or
+    float32 under TENSOR_OP math: dtype_why_not), input channels a multiple of 64, output channels of 8, x and y channels-last with 16-byte
     aligned strides, a fused epilogue this kernel takes (epilogue_why_not); the filter may
     be in any layout. Stride s > 1: gluon_conv_strided's kernel (H and W multiples of s,
     x's pixels dense within a row: its phase view)."""
@@ -636,8 +710,9 @@ def forward_why_not(problem, x, w, y, spec=None) -> str | None:
         reason = gluon_conv_strided.why_not(x, w, pad, dil, stride)
         if reason:
             return reason
-    if not _half(x, w, y):
-        return "bfloat16/float16 only"
+    reason = dtype_why_not(problem, x, w, y)
+    if reason:
+        return reason
     if spec is not None:
         reason = epilogue_why_not(spec, y)
         if reason:
@@ -689,15 +764,18 @@ def fused_args(spec):
 
 
 def forward_candidates(problem, x, w, y, spec, device) -> list:
-    """Gluon configs to time after conv_tma's for a forward problem (none off Hopper)."""
+    """Gluon configs to time after conv_tma's for a forward problem (none off Hopper;
+    the TF32 variants for float32 under TENSOR_OP math)."""
+    import torch
     if not _hopper(device) or forward_why_not(problem, x, w, y, spec) is not None:
         return []
     _, (kh, kw), pad, _, stride = _geo2(problem)
+    tf32 = x.dtype == torch.float32
     if tuple(stride) != (1, 1):
         from . import gluon_conv_strided
-        return [dict(c, GLUON=True) for c in gluon_conv_strided.picks(y.shape[3], y.shape[1])]
+        return [dict(c, GLUON=True) for c in gluon_conv_strided.picks(y.shape[3], y.shape[1], tf32)]
     z = spec.z if spec is not None else None
-    return picks(y.shape[3], y.shape[1], flat_ok(x, y, kh, kw, pad) and (z is None or _dense(z)))
+    return picks(y.shape[3], y.shape[1], flat_ok(x, y, kh, kw, pad) and (z is None or _dense(z)), tf32)
 
 
 def _krsc_matrix(w):
@@ -731,7 +809,7 @@ def launch_forward(problem, x, w, y, alpha, beta, cfg, spec=None, sms=None) -> b
     """y = alpha * conv(x, w) + beta * y through this kernel with a GLUON config; False
     (nothing launched) when the tensors do not qualify (the tuner's choice is shared by
     every layout of a problem: the caller then runs its reference config)."""
-    if forward_why_not(problem, x, w, y, spec) is not None:
+    if forward_why_not(problem, x, w, y, spec) is not None or not config_fits(cfg, x):
         return False
     if beta != 0 and spec is not None and spec.z is not None:
         return False  # old y and z both read: the wide tiles' epilogue spills (sm_90 SASS)
@@ -768,8 +846,9 @@ def backward_data_why_not(problem, dy, w, dx) -> str | None:
     geo, (kh, kw), _, dil, stride = _geo2(problem)
     if tuple(stride) != (1, 1) and (tuple(dil) != (1, 1) or kh < stride[0] or kw < stride[1]):
         return "stride > 1 needs dilation 1 and a filter at least as wide as the stride (every phase has taps)"
-    if not _half(dy, w, dx):
-        return "bfloat16/float16 only"
+    reason = dtype_why_not(problem, dy, w, dx)
+    if reason:
+        return reason
     if geo.k % 64 or geo.c % 8:
         return "output channels (dy's) a multiple of 64, input channels of 8"
     if not (_channels_last_ok(dy) and _channels_last_ok(dx)):
@@ -780,14 +859,17 @@ def backward_data_why_not(problem, dy, w, dx) -> str | None:
 
 
 def backward_data_candidates(problem, dy, w, dx, device) -> list:
-    """Gluon configs to time after conv_tma's for a backward-data problem (none off Hopper)."""
+    """Gluon configs to time after conv_tma's for a backward-data problem (none off Hopper;
+    the TF32 variants for float32 under TENSOR_OP math)."""
+    import torch
     if not _hopper(device) or backward_data_why_not(problem, dy, w, dx) is not None:
         return []
     _, (kh, kw), pad, dil, stride = _geo2(problem)
+    tf32 = dy.dtype == torch.float32
     if tuple(stride) != (1, 1):  # the phases' outputs are strided views: no flat GEMM view
-        return picks(triton.cdiv(dx.shape[3], stride[1]), dx.shape[1], False)
+        return picks(triton.cdiv(dx.shape[3], stride[1]), dx.shape[1], False, tf32)
     bpad = ((kh - 1) * dil[0] - pad[0], (kw - 1) * dil[1] - pad[1])
-    return picks(dx.shape[3], dx.shape[1], flat_ok(dy, dx, kh, kw, bpad))
+    return picks(dx.shape[3], dx.shape[1], flat_ok(dy, dx, kh, kw, bpad), tf32)
 
 
 def turned_filter(problem, w):
@@ -801,7 +883,7 @@ def turned_filter(problem, w):
 def launch_backward_data(problem, dy, w, dx, alpha, beta, cfg, sms=None) -> bool:
     """dx = alpha * conv_transpose(dy, w) + beta * dx with a GLUON config; False (nothing
     launched) where the tensors do not qualify."""
-    if backward_data_why_not(problem, dy, w, dx) is not None:
+    if backward_data_why_not(problem, dy, w, dx) is not None or not config_fits(cfg, dy):
         return False
     _, (kh, kw), pad, dil, stride = _geo2(problem)
     if tuple(stride) != (1, 1):
@@ -841,11 +923,13 @@ def _launch_phases(problem, dy, w, dx, alpha, beta, cfg, sms, kernel, pad, strid
 def compile_sm90(cfg, has_beta=False, act=-1, has_bias=False, has_z=False, bias_dtype="fp32"):
     """Compile the kernel for sm_90 without a GPU; returns the CompiledKernel (asm: ptx, cubin).
     has_beta: the variant that blends the old output (beta != 0); act, has_bias, has_z:
-    the fused epilogue's (bias_dtype: the bias pointer's element type)."""
+    the fused epilogue's (bias_dtype: the bias pointer's element type). The data are
+    bfloat16, or float32 for a TF32 config."""
     NB, BH, BW, BN, BK = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-    y_sig = _desc_sig("bf16", [NB, BH, BW, BN])
+    dt = sig_dtype(cfg)
+    y_sig = _desc_sig(dt, [NB, BH, BW, BN])
     types_ = {
-        "x_desc": _desc_sig("bf16", [NB, BH, BW, BK]), "w_desc": _desc_sig("bf16", [BN, BK]),
+        "x_desc": _desc_sig(dt, [NB, BH, BW, BK]), "w_desc": _desc_sig(dt, [BN, BK]),
         "y_desc": y_sig, "z_desc": y_sig, "bias_ptr": "*" + bias_dtype,
         "alpha": "fp32", "beta": "fp32", "alpha2": "fp32", "coef": "fp32", "swish_beta": "fp32",
     }
@@ -858,4 +942,10 @@ def flops(n, c, k, oh, ow, kh, kw) -> float:
 
 
 __all__ = ["gluon_conv_fwd_kernel", "conv2d", "prepare", "launch", "compile_sm90", "CONFIGS", "config", "name",
-           "why_not", "filter_matrix", "shared_bytes", "flops"]
+           "why_not", "filter_matrix", "shared_bytes", "flops", "tf32_config", "TF32_CONFIGS", "TF32_OFFERED"]
+
+
+def sig_dtype(cfg) -> str:
+    """The element type of a config's descriptors in offline compiles (bfloat16 stands for
+    both 16-bit types)."""
+    return "fp32" if cfg.get("TF32") else "bf16"

@@ -17,7 +17,8 @@ Only the loader differs from gluon_conv: it walks (ah, bh, aw, bw*C) per tap inc
 from host-computed starts and steps (no divisions on the issue path). The consumer
 partitions, the epilogue, the tile order, the register split and the host helpers are
 gluon_conv's, imported; the consumer reshapes the 5-D box [NB, BH, 1, BW, BLOCK_K] to its
-[BLOCK_M, BLOCK_K] operand exactly as it does gluon_conv's 4-D one.
+[BLOCK_M, BLOCK_K] operand exactly as it does gluon_conv's 4-D one. float32 under TENSOR_OP
+math runs gluon_conv's TF32 variants of the same picks (TF32_CONFIGS; tf32 products).
 """
 from __future__ import annotations
 
@@ -29,9 +30,9 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 from .gluon_common import compile_sm90 as _compile_sm90, descriptor
 from .gluon_common import desc_sig as _desc_sig
 from . import gluon_conv
-from .gluon_conv import (PICKS_LARGE, PICKS_MEDIUM, PICKS_SMALL, _channels_last_ok, _consumer, _nhwc,
-                         _tile_coords, checked_epilogue, config, constexprs, filter_matrix, flops, name,
-                         shared_bytes, shared_state, tile_grid)
+from .gluon_conv import (PICKS_LARGE, PICKS_MEDIUM, PICKS_SMALL, TF32_OF, _channels_last_ok, _consumer, _nhwc,
+                         _tile_coords, check_dtypes, checked_epilogue, config, constexprs, filter_matrix, flops,
+                         name, shared_bytes, shared_state, sig_dtype, tile_grid)
 
 
 # --------------------------------------------------------------------------------------
@@ -165,19 +166,23 @@ for _p in (PICKS_LARGE, PICKS_MEDIUM, PICKS_SMALL):
             CONFIGS.append(_c)
 
 
-def picks(out_w: int, k_out: int) -> list:
+# float32 under TENSOR_OP math: gluon_conv's TF32 variants of the same picks (tf32_config)
+TF32_CONFIGS = [TF32_OF[name(c)] for c in CONFIGS]
+
+
+def picks(out_w: int, k_out: int, tf32: bool = False) -> list:
     """The configs to try for an output of width out_w with k_out channels (gluon_conv.picks'
-    non-flat choice; no BLOCK_N wider than the channels need)."""
+    non-flat choice; no BLOCK_N wider than the channels need); tf32: their float32 variants."""
     base = PICKS_LARGE if out_w >= 28 else PICKS_MEDIUM if out_w >= 14 else PICKS_SMALL
     cap = max(64, triton.next_power_of_2(k_out))
-    return [c for c in base if c["BLOCK_N"] <= cap]
+    return [TF32_OF[name(c)] if tf32 else c for c in base if c["BLOCK_N"] <= cap]
 
 
 def why_not(x, w, padding, dilation, stride) -> str | None:
     """None when this kernel can compute the problem, else the reason."""
     import torch
-    if x.dtype not in (torch.bfloat16, torch.float16) or w.dtype != x.dtype:
-        return "bfloat16/float16 only"
+    if x.dtype not in (torch.bfloat16, torch.float16, torch.float32) or w.dtype != x.dtype:
+        return "bfloat16/float16 (or float32 with a TF32 config) only"
     if len(stride) != 2 or min(stride) < 1:
         return "2-D strides >= 1"
     n, c, h, wd = x.shape
@@ -258,6 +263,7 @@ def prepare(x, w, stride=(2, 2), padding=(1, 1), dilation=(1, 1), cfg=None, y=No
         raise ValueError(f"channels ({c}) must be a multiple of the config's BLOCK_K ({BK})")
     if w_mat is None:
         w_mat = filter_matrix(w)
+    check_dtypes(cfg, x, w_mat, y)
     if tuple(w_mat.shape) != (k, kh * kw * c) or w_mat.stride(1) != 1:
         raise ValueError("the filter matrix must be [K, KH*KW*C] with unit column stride")
     bias, z, alpha2, act, coef, swish_beta = checked_epilogue(epilogue, y, k)
@@ -285,18 +291,20 @@ def launch(grid, args, meta, y=None):
 def conv2d(x, w, stride=(2, 2), padding=(1, 1), dilation=(1, 1), cfg=None, alpha=1.0, sms=None, y=None, beta=0.0,
            epilogue=None):
     """y = alpha * conv2d(x, w, stride) (+ beta * y, gluon_conv's fused epilogue) for
-    channels-last bf16/fp16 x on a Hopper GPU. sms: pretend the GPU has that many SMs."""
+    channels-last bf16/fp16 x (float32 with a TF32 config) on a Hopper GPU. sms: pretend the GPU has that many SMs."""
     grid, args, meta, y = prepare(x, w, stride, padding, dilation, cfg, y=y, alpha=alpha, sms=sms, beta=beta,
                                   epilogue=epilogue)
     return launch(grid, args, meta, y)
 
 
 def compile_sm90(cfg, has_beta=False, act=-1, has_bias=False, has_z=False, bias_dtype="fp32"):
-    """Compile the kernel for sm_90 without a GPU; returns the CompiledKernel."""
+    """Compile the kernel for sm_90 without a GPU; returns the CompiledKernel (bfloat16 data,
+    float32 for a TF32 config)."""
     NB, BH, BW, BN, BK = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-    y_sig = _desc_sig("bf16", [NB, BH, BW, BN])
+    dt = sig_dtype(cfg)
+    y_sig = _desc_sig(dt, [NB, BH, BW, BN])
     types_ = {
-        "x_desc": _desc_sig("bf16", [NB, BH, 1, BW, BK]), "w_desc": _desc_sig("bf16", [BN, BK]),
+        "x_desc": _desc_sig(dt, [NB, BH, 1, BW, BK]), "w_desc": _desc_sig(dt, [BN, BK]),
         "y_desc": y_sig, "z_desc": y_sig, "bias_ptr": "*" + bias_dtype,
         "alpha": "fp32", "beta": "fp32", "alpha2": "fp32", "coef": "fp32", "swish_beta": "fp32",
     }
@@ -304,6 +312,7 @@ def compile_sm90(cfg, has_beta=False, act=-1, has_bias=False, has_z=False, bias_
     return _compile_sm90(gluon_conv_strided_kernel, types_, consts, cfg["num_warps"], maxnreg=cap)
 
 
-__all__ = ["gluon_conv_strided_kernel", "conv2d", "prepare", "launch", "compile_sm90", "CONFIGS", "PICKS", "picks",
+__all__ = ["gluon_conv_strided_kernel", "conv2d", "prepare", "launch", "compile_sm90", "CONFIGS", "TF32_CONFIGS",
+           "PICKS", "picks",
            "why_not", "phase_view", "walk_args", "walk_taps", "out_size", "config", "name", "shared_bytes", "flops",
            "filter_matrix"]
