@@ -549,3 +549,40 @@ def test_gpu_tuner_with_tf32_candidates(direction, rng, monkeypatch):
     best = list(type(ALGO[direction]).tuner._best.values())
     assert best, "the tuner picked a config"
     print(direction, "picked", best)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
+def test_gpu_tf32_configs_agree_with_conv_tmas_reference(direction, stride):
+    """The tuner keeps a candidate only where it agrees with conv_tma's first config within
+    common.agrees' float32 tolerance (relative L2 5e-5), on random data here: both kernels
+    read float32 operands as tf32 the same way (wgmma from shared memory, no rounding; the
+    sm_90 PTX of a Triton tl.dot in tf32 over TMA loads has no cvt.rna.tf32), so only the
+    float32 summation order may differ. Each offered TF32 config is launched and compared."""
+    need_hopper()
+    problem, x, w, y = _problem(direction, 128, 128, 28, 3, stride=stride, pad=1, n=8)
+    g = torch.Generator().manual_seed(5)
+    x, w, y = (torch.randn(t.shape, generator=g).cuda().contiguous(memory_format=torch.channels_last)
+               for t in (x, w, y))
+    if direction == "fwd":
+        plan = conv_tma.plan_forward(problem, x, w, y)
+        cands = fwd.tma_forward_candidates(plan, problem, x, w, y, None)
+        run = lambda cfg, out: fwd.launch_tma_forward(plan, problem, x, w, out, 1.0, 0.0, cfg)  # noqa: E731
+        launch_gluon = lambda cfg, out: gc.launch_forward(problem, x, w, out, 1.0, 0.0, cfg)  # noqa: E731
+        out_like = y
+    else:
+        plan = conv_tma.plan_backward_data(problem, y, w, x)
+        cands = bwd.tma_candidates(plan, problem, y, w, x)
+        run = lambda cfg, out: bwd.launch_tma(plan, problem, y, w, out, 1.0, 0.0, cfg)  # noqa: E731
+        launch_gluon = lambda cfg, out: gc.launch_backward_data(problem, y, w, out, 1.0, 0.0, cfg)  # noqa: E731
+        out_like = x
+    gluon = [c for c in cands if c.get("GLUON")]
+    assert gluon and all(c["TF32"] for c in gluon) and not cands[0].get("GLUON")
+    ref = torch.empty_like(out_like)
+    run(cands[0], ref)
+    for cfg in gluon:
+        out = torch.full_like(out_like, float("nan"))
+        assert launch_gluon(cfg, out), gc.name(cfg)
+        torch.cuda.synchronize()
+        assert common.agrees(out, ref), (gc.name(cfg), ((out - ref).norm() / ref.norm()).item())
