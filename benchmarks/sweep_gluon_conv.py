@@ -218,8 +218,11 @@ def api_sweep(a, directions, t0):
     from tridnn.algorithms import registry
     from tridnn.algorithms.problem import ConvProblem
     from tridnn.cuda import common
+    from tridnn.cuda import gluon_conv as gc
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import bench_gpu_conv as bg
+
+    gc.TF32_OFFERED = True  # (off by default until measured: the sweep measures it)
 
     dev = "cpu" if a.dry_run else "cuda"
     dtype = "float32" if FP32 else "float16" if a.dry_run else "bfloat16"  # (the interpreter has no bfloat16)

@@ -65,6 +65,13 @@ def _problem(direction, c, k, hw, kernel, stride=1, pad=0, n=4, dtype="float32",
     return ConvProblem(direction, xd, wd, yd, cd), *t
 
 
+@pytest.fixture(autouse=True)
+def offered(monkeypatch):
+    """The offer is off by default until these configs have run on a GPU (TF32_OFFERED);
+    these tests check it switched on (test_switched_off_by_the_module_flag turns it off)."""
+    monkeypatch.setattr(gc, "TF32_OFFERED", True)
+
+
 @pytest.fixture
 def hopper(monkeypatch):
     """Build the GPU lists on the host: a stand-in Hopper with 132 SMs."""
