@@ -21,6 +21,9 @@
 #   b256_fwd / b256_dgrad / b256_wgrad   the same at batch 256
 #   fused_fp32     the fused, fp32-tf32, fp32-strict and fp32-default sections
 #   fp32           the fp32-tf32, fp32-strict and fp32-default sections
+#   tf32_tests     the Gluon tf32 (float32, TENSOR_OP) configs on the GPU (tests/test_gluon_tf32.py)
+#   tf32_sweep     sweep_gluon_conv --dtype float32 (stride 1, then --strided) against cuDNN tf32
+#   fp32_gluon     the fp32-tf32 suite with the Gluon tf32 configs offered (TRIDNN_GLUON_TF32=1)
 #   diag           diag_gluon_route.py (does NHWC global average pooling reach gluon_stream)
 #   dws            the MobileNetV2 depthwise suites (dw-fwd, dw-bwd_data, dw-bwd_filter)
 set -u
@@ -57,6 +60,12 @@ step() {
     b256_wgrad) suite b256_wgrad "${SUITE_S:-190}" rn50-bwd_filter --batch 256 ;;
     fused_fp32) suite fused_fp32 "${SUITE_S:-190}" fused,fp32-tf32,fp32-strict,fp32-default ;;
     fp32) suite fp32 "${SUITE_S:-190}" fp32-tf32,fp32-strict,fp32-default ;;
+    tf32_tests) gpu_tests 240 tf32_tests tests/test_gluon_tf32.py ;;
+    tf32_sweep) timeout 200 python3 benchmarks/sweep_gluon_conv.py --dtype float32 --budget-s 80 --out "$R/tf32" > "$R/tf32.log" 2>&1
+                echo "tf32 rc=$?"; tail -30 "$R/tf32.log" | cut -c1-140
+                timeout 120 python3 benchmarks/sweep_gluon_conv.py --dtype float32 --strided --budget-s 80 --out "$R/tf32s" > "$R/tf32s.log" 2>&1
+                echo "tf32 strided rc=$?"; tail -30 "$R/tf32s.log" | cut -c1-140 ;;
+    fp32_gluon) TRIDNN_GLUON_TF32=1 suite fp32_gluon "${SUITE_S:-190}" fp32-tf32 ;;
     diag) timeout 60 python3 benchmarks/diag_gluon_route.py > "$R/diag.log" 2>&1; echo "diag rc=$?"; cat "$R/diag.log" | cut -c1-160 ;;
     dws) suite dws "${SUITE_S:-190}" dw-fwd,dw-bwd_data,dw-bwd_filter ;;
     *) echo "unknown step $1" ;;

@@ -37,15 +37,4 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "slow" in item.keywords:
                 item.add_marker(skip)
-    # Gluon kernels compiled for sm_90 in this process (the offline compile tests of
-    # test_gluon_stream / test_gluon_wgrad) run first: once Triton's interpreter has run
-    # kernels that call other jit functions, it leaves parts of triton.language patched
-    # (interpreter.InterpretedFunction.__call__ patches without restoring), and Gluon's
-    # compiler, built on triton.language, then fails (73 of these tests in one process with
-    # an empty Triton cache). test_gluon_conv and the integration tests compile in a child.
-    first = [item for item in items if getattr(getattr(item, "module", None), "__name__", "").startswith("test_gluon_")
-             and "compiles" in getattr(item, "originalname", "")]
-    if first:
-        chosen = set(map(id, first))
-        items[:] = first + [item for item in items if id(item) not in chosen]
 

@@ -1,9 +1,11 @@
-"""What the Gluon kernel tests (test_gluon_conv, test_gluon_wgrad, test_gluon_stream) share:
-the offline sm_90 compile's SASS and resource usage through Triton's own cuobjdump, and the
-skip when that tool is not installed."""
+"""What the Gluon kernel tests (test_gluon_*) share: offline sm_90 compiles in a child
+process, their SASS and resource usage through Triton's own cuobjdump, and the skips when
+that tool or a Hopper GPU is missing."""
+import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 from contextlib import contextmanager
 
@@ -38,6 +40,41 @@ def sass(kernel) -> str:
 def registers(kernel) -> int:
     """Registers a thread of a compiled kernel."""
     return int(re.search(r"REG:(\d+)", _dump(kernel, "--dump-resource-usage")).group(1))
+
+
+_CHILD = r"""
+import importlib, json, sys
+sys.path.insert(0, sys.argv[1])
+from gluon_helpers import registers, sass
+out = []
+for module, function, cfg, kwargs in json.loads(sys.stdin.read()):
+    k = getattr(importlib.import_module(module), function)(cfg, **kwargs)
+    if k is None:
+        out.append(None)
+        continue
+    blocks = [d["block_size"] for d in (getattr(k.metadata, "tensordesc_meta", None) or [])]
+    out.append(dict(shared=k.metadata.shared, regs=registers(k), sass=sass(k), blocks=blocks))
+print(json.dumps(out))
+"""
+
+
+def compile_in_child(calls, timeout=1800) -> list:
+    """Facts {shared, regs, sass, blocks} (None where the function returned None) of each
+    (module, function, config, keyword arguments) call, e.g. ("tridnn.cuda.gluon_conv",
+    "compile_sm90", cfg, {"has_beta": True}), compiled for sm_90 in one child process.
+
+    Why a child: the other CPU tests run Triton's interpreter in this process, which leaves
+    parts of triton.language patched (interpreter.InterpretedFunction.__call__ does not
+    restore them after nested jit calls), and Gluon's compiler, built on triton.language,
+    then fails; the child starts without TRITON_INTERPRET."""
+    need_cuobjdump()
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    here = os.path.dirname(os.path.abspath(__file__))
+    env["PYTHONPATH"] = os.path.join(os.path.dirname(here), "src") + os.pathsep + env.get("PYTHONPATH", "")
+    res = subprocess.run([sys.executable, "-c", _CHILD, here], input=json.dumps([list(c) for c in calls]),
+                         capture_output=True, text=True, env=env, timeout=timeout)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 @contextmanager

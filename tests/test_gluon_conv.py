@@ -6,32 +6,16 @@ Gluon kernels do not run under the Triton interpreter, so:
 - GPU (``TRIDNN_GPU_TESTS=1 pytest --gpu tests/test_gluon_conv.py``): results against a
   float64 convolution of the same bfloat16 inputs.
 """
-import os
 import re
-import subprocess
 
 import numpy as np
 import pytest
 import torch
 
-from gluon_helpers import need_cuobjdump, need_hopper
+import gluon_helpers
+from gluon_helpers import need_hopper
 
 gc = pytest.importorskip("tridnn.cuda.gluon_conv", reason="Triton without Gluon")
-
-
-_CHILD = r"""
-import json, sys
-sys.path.insert(0, sys.argv[1])
-from tridnn.cuda import gluon_conv as gc
-from gluon_helpers import sass as _sass
-from test_gluon_conv import variant_key
-by_name = {gc.name(c): c for c in gc.CONFIGS}
-out = {}
-for name, kwargs in json.loads(sys.argv[2]):
-    k = gc.compile_sm90(by_name[name], **kwargs)
-    out[variant_key(name, kwargs)] = dict(shared=k.metadata.shared, sass=_sass(k))
-print(json.dumps(out))
-"""
 
 
 def variant_key(name, kwargs) -> str:
@@ -40,20 +24,12 @@ def variant_key(name, kwargs) -> str:
 
 
 def compile_in_child(variants) -> dict:
-    """{variant_key: {shared, sass}} of (config name, compile_sm90 keyword arguments)
-    variants compiled for sm_90 in a child process. Not in this one: Triton's interpreter,
-    which the other CPU tests run, leaves triton.language patched, and Gluon's compiler
-    builds on it."""
-    import json
-    import sys
-    need_cuobjdump()
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    here = os.path.dirname(os.path.abspath(__file__))
-    env["PYTHONPATH"] = os.path.join(os.path.dirname(here), "src") + os.pathsep + env.get("PYTHONPATH", "")
-    res = subprocess.run([sys.executable, "-c", _CHILD, here, json.dumps([list(v) for v in variants])],
-                         capture_output=True, text=True, env=env, timeout=900)
-    assert res.returncode == 0, res.stderr[-3000:]
-    return json.loads(res.stdout.strip().splitlines()[-1])
+    """{variant_key: {shared, regs, sass, blocks}} of (config name, compile_sm90 keyword
+    arguments) variants compiled for sm_90 (gluon_helpers.compile_in_child: in a child process)."""
+    by_name = {gc.name(c): c for c in gc.CONFIGS}
+    facts = gluon_helpers.compile_in_child([("tridnn.cuda.gluon_conv", "compile_sm90", by_name[name], kwargs)
+                                            for name, kwargs in variants])
+    return {variant_key(name, kwargs): f for (name, kwargs), f in zip(variants, facts)}
 
 
 @pytest.fixture(scope="module")

@@ -13,23 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from gluon_helpers import need_cuobjdump, need_hopper
+from gluon_helpers import compile_in_child, need_hopper
 
 gs = pytest.importorskip("tridnn.cuda.gluon_conv_strided", reason="Triton without Gluon")
 
-
-_CHILD = r"""
-import json, sys
-sys.path.insert(0, sys.argv[1])
-from tridnn.cuda import gluon_conv_strided as gs
-from gluon_helpers import registers, sass
-by_name = {gs.name(c): c for c in gs.CONFIGS}
-out = {}
-for name, kwargs in json.loads(sys.argv[2]):
-    k = gs.compile_sm90(by_name[name], **kwargs)
-    out[name + repr(sorted(kwargs.items()))] = [k.metadata.shared, registers(k), sass(k)]
-print(json.dumps(out))
-"""
 
 FUSED = dict(act=1, has_bias=True, has_z=True)  # what gluon_conv offers (not with beta: spills there too)
 
@@ -37,22 +24,11 @@ FUSED = dict(act=1, has_bias=True, has_z=True)  # what gluon_conv offers (not wi
 @pytest.fixture(scope="module")
 def sm90():
     """{config name + variant: (shared bytes, registers, SASS)} of the sm_90 compiles, made in a
-    child process: gluon_conv's consumer calls epilogue.activate, a @triton.jit function that
-    this process (TRITON_INTERPRET=1 at import, tests/conftest.py) holds as an interpreted one,
-    which Gluon's compiler refuses."""
-    import json
-    import os
-    import subprocess
-    import sys
-    need_cuobjdump()
-    variants = [(gs.name(c), {}) for c in gs.CONFIGS] + [(gs.name(gs.CONFIGS[0]), FUSED)]
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    here = os.path.dirname(os.path.abspath(__file__))
-    env["PYTHONPATH"] = os.path.join(os.path.dirname(here), "src") + os.pathsep + env.get("PYTHONPATH", "")
-    res = subprocess.run([sys.executable, "-c", _CHILD, here, json.dumps(variants)], capture_output=True, text=True,
-                         env=env, timeout=900)
-    assert res.returncode == 0, res.stderr[-3000:]
-    return json.loads(res.stdout.strip().splitlines()[-1])
+    child process (gluon_helpers.compile_in_child)."""
+    variants = [(c, {}) for c in gs.CONFIGS] + [(gs.CONFIGS[0], FUSED)]
+    facts = compile_in_child([("tridnn.cuda.gluon_conv_strided", "compile_sm90", c, kw) for c, kw in variants])
+    return {gs.name(c) + repr(sorted(kw.items())): (f["shared"], f["regs"], f["sass"])
+            for (c, kw), f in zip(variants, facts)}
 
 
 # -- CPU: offline sm_90 compile ---------------------------------------------------------

@@ -9,6 +9,7 @@ Gluon kernels do not run under the Triton interpreter, so:
 - GPU (``TRIDNN_GPU_TESTS=1 pytest --gpu tests/test_gluon_stream.py``): results against
   float64 sums, means and variances of the same data.
 """
+import json
 import os
 import re
 
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from gluon_helpers import need_cuobjdump, need_hopper, not_interpreted, registers as _registers, sass as _sass
+from gluon_helpers import compile_in_child, need_hopper
 
 gs = pytest.importorskip("tridnn.cuda.gluon_stream", reason="Triton without Gluon")
 from tridnn.cuda.layer_utils import _let_interpreter_loop_over_runtime_bounds  # noqa: E402
@@ -25,23 +26,41 @@ if os.environ.get("TRITON_INTERPRET") == "1":
     _let_interpreter_loop_over_runtime_bounds()  # the finish kernel loops over runtime bounds
 
 
-def _compile(cfg, squares, dtype="bf16", channels=256):
-    need_cuobjdump()
-    with not_interpreted():
-        return gs.compile_sm90(cfg, squares=squares, dtype=dtype, channels=channels)
+OTHER_DTYPES = [("fp16", 64), ("fp32", 256), ("bf16", 3), ("bf16", 200), ("bf16", 2048), ("fp32", 3)]
+_MOD = "tridnn.cuda.gluon_stream"
+
+
+def _stats_kwargs(squares, dtype="bf16", channels=256):
+    return dict(squares=squares, dtype=dtype, channels=channels)
+
+
+@pytest.fixture(scope="module")
+def sm90():
+    """{(function, config name, keyword arguments as JSON): facts (shared, regs, sass, blocks)}
+    of every variant's sm_90 compile, in one child process (gluon_helpers.compile_in_child)."""
+    calls = ([(_MOD, "compile_sm90", c, _stats_kwargs(sq)) for c in gs.CONFIGS for sq in (False, True)]
+             + [(_MOD, "compile_sm90", gs.CONFIGS[0], _stats_kwargs(sq, d, ch))
+                for d, ch in OTHER_DTYPES for sq in (False, True)]
+             + [(_MOD, "compile_apply_sm90", c, dict(relu=True, reverse=r)) for c in gs.CONFIGS for r in (False, True)])
+    facts = compile_in_child(calls)
+    return {_key(fn, c, kw): f for (_, fn, c, kw), f in zip(calls, facts)}
+
+
+def _key(function, cfg, kwargs):
+    return function, gs.name(cfg), json.dumps(kwargs, sort_keys=True)
 
 
 # -- CPU: offline sm_90 compile ---------------------------------------------------------
 @pytest.mark.parametrize("squares", [False, True], ids=["sum", "squares"])
 @pytest.mark.parametrize("cfg", gs.CONFIGS, ids=gs.name)
-def test_compiles_for_sm90(cfg, squares):
-    k = _compile(cfg, squares)
-    assert k.metadata.shared >= gs.shared_bytes(cfg), "the ring lives in shared memory"
-    assert (k.metadata.shared + 1024) * cfg["PER_SM"] <= 228 * 1024, "PER_SM programs fit one H200 SM"
+def test_compiles_for_sm90(cfg, squares, sm90):
+    k = sm90[_key("compile_sm90", cfg, _stats_kwargs(squares))]
+    assert k["shared"] >= gs.shared_bytes(cfg), "the ring lives in shared memory"
+    assert (k["shared"] + 1024) * cfg["PER_SM"] <= 228 * 1024, "PER_SM programs fit one H200 SM"
     warps = cfg["num_warps"] + (4 if cfg["WARP_SPEC"] else 0)
-    regs = _registers(k)
+    regs = k["regs"]
     assert regs * warps * 32 * cfg["PER_SM"] <= 65536, (regs, "registers for PER_SM programs")
-    sass = _sass(k)
+    sass = k["sass"]
     assert "UTMALDG.3D" in sass
     assert "STL" not in sass and "LDL" not in sass, "no local-memory spills"
     # each box is read in 16-byte pieces: BLOCK_P*BLOCK_C*2 / (16 * threads) LDS.128 a box,
@@ -51,34 +70,31 @@ def test_compiles_for_sm90(cfg, squares):
     lds = len(re.findall(r"LDS\.128", sass))
     assert lds == per_box * (2 if squares else 1), (lds, per_box)
     # one TMA load a box: the whole box in one message (no swizzle, <= 256 x 256)
-    assert k.metadata.tensordesc_meta[0]["block_size"] == [1, cfg["BLOCK_P"], cfg["BLOCK_C"]]
+    assert k["blocks"][0] == [1, cfg["BLOCK_P"], cfg["BLOCK_C"]]
 
 
-@pytest.mark.parametrize("dtype,channels", [("fp16", 64), ("fp32", 256), ("bf16", 3), ("bf16", 200),
-                                            ("bf16", 2048), ("fp32", 3)])
-def test_compiles_other_dtypes_and_widths(dtype, channels):
+@pytest.mark.parametrize("dtype,channels", OTHER_DTYPES)
+def test_compiles_other_dtypes_and_widths(dtype, channels, sm90):
     cfg = gs.CONFIGS[0]
     for squares in (False, True):
-        k = _compile(cfg, squares, dtype, channels)
-        sass = _sass(k)
+        k = sm90[_key("compile_sm90", cfg, _stats_kwargs(squares, dtype, channels))]
+        sass = k["sass"]
         assert "UTMALDG.3D" in sass and "LDS.128" in sass and "STL" not in sass
         itemsize = 4 if dtype == "fp32" else 2
         p = gs.plan((64, channels, 56, 56), itemsize, not squares, cfg)
         assert gs.box_bytes(dict(cfg, BLOCK_P=p["BLOCK_P"], BLOCK_C=p["BLOCK_C"]), itemsize) <= 64 * 1024
-        assert k.metadata.shared * cfg["PER_SM"] <= 227 * 1024
+        assert k["shared"] * cfg["PER_SM"] <= 227 * 1024
 
 
 @pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
 @pytest.mark.parametrize("cfg", gs.CONFIGS, ids=gs.name)
-def test_apply_compiles_for_sm90(cfg, reverse):
-    need_cuobjdump()
-    with not_interpreted():
-        k = gs.compile_apply_sm90(cfg, relu=True, reverse=reverse)
+def test_apply_compiles_for_sm90(cfg, reverse, sm90):
+    k = sm90[_key("compile_apply_sm90", cfg, dict(relu=True, reverse=reverse))]
     rings = gs.apply_rings(cfg, gs.box_bytes(cfg))
     assert rings is not None and k is not None, "every config has room for the apply pass"
-    assert k.metadata.shared >= (rings[0] + rings[1]) * gs.box_bytes(cfg)
-    assert (k.metadata.shared + 1024) * cfg["PER_SM"] <= 228 * 1024
-    sass = _sass(k)
+    assert k["shared"] >= (rings[0] + rings[1]) * gs.box_bytes(cfg)
+    assert (k["shared"] + 1024) * cfg["PER_SM"] <= 228 * 1024
+    sass = k["sass"]
     assert "UTMALDG.3D" in sass and "UTMASTG.3D" in sass and "STL" not in sass
     per_box = cfg["BLOCK_P"] * cfg["BLOCK_C"] * 2 // (16 * cfg["num_warps"] * 32)
     assert len(re.findall(r"LDS\.128", sass)) == per_box and len(re.findall(r"STS\.128", sass)) == per_box

@@ -16,11 +16,7 @@ directly against float64 (random data: tf32 tolerance) and forced through the pu
 under TENSOR_OP math (integer data: exact), and a TF32 pick under DEFAULT math falling
 back to conv_tma.
 """
-import json
-import os
 import re
-import subprocess
-import sys
 import types
 
 import numpy as np
@@ -39,7 +35,7 @@ from tridnn.cuda import conv_implicit_gemm as fwd  # noqa: E402
 from tridnn.cuda.epilogue import EpilogueSpec  # noqa: E402
 from tridnn.descriptors.activation import ActivationMode  # noqa: E402
 
-from gluon_helpers import need_cuobjdump, need_hopper  # noqa: E402
+from gluon_helpers import compile_in_child, need_hopper  # noqa: E402
 from test_cuda_conv import P, run_case  # noqa: E402
 
 M = tridnn.MathType
@@ -282,20 +278,6 @@ def test_strided_prepare_float32_arguments():
 
 
 # -- CPU: offline sm_90 compiles -------------------------------------------------------------
-_CHILD = r"""
-import json, sys
-sys.path.insert(0, sys.argv[1])
-from tridnn.cuda import gluon_conv as gc, gluon_conv_strided as gs
-from gluon_helpers import registers, sass
-mods = {"gc": gc, "gs": gs}
-by_name = {gc.name(c): c for c in gc.TF32_CONFIGS}
-out = {}
-for mod, name, kwargs in json.loads(sys.argv[2]):
-    k = mods[mod].compile_sm90(by_name[name], **kwargs)
-    out[mod + "|" + name + "|" + json.dumps(kwargs, sort_keys=True)] = [k.metadata.shared, registers(k), sass(k)]
-print(json.dumps(out))
-"""
-
 VARIANTS = {  # compile_sm90 keyword arguments -> tiles each consumer reads per output tile
     "plain": ({}, 0),
     "beta": (dict(has_beta=True), 1),
@@ -308,18 +290,10 @@ COMPILES = ([("gc", c, v) for c in gc.TF32_CONFIGS for v in VARIANTS]
 @pytest.fixture(scope="module")
 def sm90():
     """{(module, config name, variant): (shared bytes, registers, SASS)} of every TF32
-    config's sm_90 compile, in a child process (see test_gluon_conv.compile_in_child)."""
-    need_cuobjdump()
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    here = os.path.dirname(os.path.abspath(__file__))
-    env["PYTHONPATH"] = os.path.join(os.path.dirname(here), "src") + os.pathsep + env.get("PYTHONPATH", "")
-    todo = [(m, gc.name(c), VARIANTS[v][0]) for m, c, v in COMPILES]
-    res = subprocess.run([sys.executable, "-c", _CHILD, here, json.dumps(todo)], capture_output=True, text=True,
-                         env=env, timeout=1800)
-    assert res.returncode == 0, res.stderr[-3000:]
-    out = json.loads(res.stdout.strip().splitlines()[-1])
-    return {(m, gc.name(c), v): out[m + "|" + gc.name(c) + "|" + json.dumps(VARIANTS[v][0], sort_keys=True)]
-            for m, c, v in COMPILES}
+    config's sm_90 compile, in a child process (gluon_helpers.compile_in_child)."""
+    modules = {"gc": "tridnn.cuda.gluon_conv", "gs": "tridnn.cuda.gluon_conv_strided"}
+    facts = compile_in_child([(modules[m], "compile_sm90", c, VARIANTS[v][0]) for m, c, v in COMPILES])
+    return {(m, gc.name(c), v): (f["shared"], f["regs"], f["sass"]) for (m, c, v), f in zip(COMPILES, facts)}
 
 
 @pytest.mark.parametrize("mod,cfg,variant", COMPILES, ids=lambda v: v if isinstance(v, str) else gc.name(v))

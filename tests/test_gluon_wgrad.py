@@ -16,19 +16,31 @@ import numpy as np
 import pytest
 import torch
 
-from gluon_helpers import need_cuobjdump, need_hopper, sass as _sass
+from gluon_helpers import compile_in_child, need_hopper
 
 gw = pytest.importorskip("tridnn.cuda.gluon_wgrad", reason="Triton without Gluon")
 
 
 # -- CPU: offline sm_90 compile ---------------------------------------------------------
+DW_VARIANTS = [("fp32", True), ("bf16", False)]
+
+
+@pytest.fixture(scope="module")
+def sm90():
+    """{(config name, out_dtype, beta_zero): facts (shared, regs, sass)} of the sm_90 compiles
+    (every config, and the first one's dw variants), in one child process
+    (gluon_helpers.compile_in_child)."""
+    variants = [(c, {}) for c in gw.CONFIGS] + [(gw.CONFIGS[0], dict(out_dtype=o, beta_zero=b)) for o, b in DW_VARIANTS]
+    facts = compile_in_child([("tridnn.cuda.gluon_wgrad", "compile_sm90", c, kw) for c, kw in variants])
+    return {(gw.name(c), kw.get("out_dtype"), kw.get("beta_zero")): f for (c, kw), f in zip(variants, facts)}
+
+
 @pytest.mark.parametrize("cfg", gw.CONFIGS, ids=gw.name)
-def test_compiles_for_sm90(cfg):
-    need_cuobjdump()
-    k = gw.compile_sm90(cfg)
-    assert k.metadata.shared >= gw.shared_bytes(cfg), "the ring lives in shared memory"
-    assert k.metadata.shared * cfg["PER_SM"] <= 228 * 1024, "PER_SM programs fit one H200 SM"
-    sass = _sass(k)
+def test_compiles_for_sm90(cfg, sm90):
+    k = sm90[(gw.name(cfg), None, None)]
+    assert k["shared"] >= gw.shared_bytes(cfg), "the ring lives in shared memory"
+    assert k["shared"] * cfg["PER_SM"] <= 228 * 1024, "PER_SM programs fit one H200 SM"
+    sass = k["sass"]
     wg = cfg["num_warps"] // 4
     # per k-step: one 64-row wgmma per 16 pixels, per 64-row slice of a warpgroup's rows
     per_step = (gw.block_p(cfg) // 16) * (cfg["BLOCK_M"] // 64 // wg)
@@ -49,12 +61,10 @@ def test_compiles_for_sm90(cfg):
     assert not re.search(r"\b(STL|LDL)\b", sass), "register spills"
 
 
-@pytest.mark.parametrize("out_dtype,beta_zero", [("fp32", True), ("bf16", False)])
-def test_compiles_dw_variants(out_dtype, beta_zero):
+@pytest.mark.parametrize("out_dtype,beta_zero", DW_VARIANTS)
+def test_compiles_dw_variants(out_dtype, beta_zero, sm90):
     """A float32 dw, and the blend with beta (loads dw in the whole-tile epilogue)."""
-    need_cuobjdump()
-    k = gw.compile_sm90(gw.CONFIGS[0], out_dtype=out_dtype, beta_zero=beta_zero)
-    sass = _sass(k)
+    sass = sm90[(gw.name(gw.CONFIGS[0]), out_dtype, beta_zero)]["sass"]
     assert "HGMMA.64x128x16.F32.BF16" in sass
     assert bool(re.search(r"\bLDG\.E", sass)) == (not beta_zero), "dw is read only when beta != 0"
 
