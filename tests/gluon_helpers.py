@@ -96,3 +96,28 @@ def need_hopper():
         pytest.skip("needs a Hopper GPU")
     if os.environ.get("TRITON_INTERPRET") == "1":
         pytest.fail("Gluon does not run under the interpreter: set TRIDNN_GPU_TESTS=1")
+
+
+def force_one_config(monkeypatch):
+    """Make the config put in the returned ``state.cfg`` the only candidate of IMPLICIT_GEMM
+    forward and ALGO_1 backward data (a one-config list is taken without timing), on fresh
+    tuners; ``state.launches`` counts Gluon launches (gluon_conv.launch)."""
+    import types
+    import tridnn
+    from tridnn.algorithms import registry
+    from tridnn.cuda import common, gluon_conv
+    from tridnn.cuda import conv_bwd_data_implicit_gemm as bwd
+    from tridnn.cuda import conv_implicit_gemm as fwd
+    state = types.SimpleNamespace(cfg=None, launches=0)
+    real = gluon_conv.launch
+
+    def counted(*a, **k):
+        state.launches += 1
+        return real(*a, **k)
+    monkeypatch.setattr(gluon_conv, "launch", counted)
+    for algo in (registry.by_enum("conv", "fwd", "triton", tridnn.ConvFwdAlgo.IMPLICIT_GEMM),
+                 registry.by_enum("conv", "bwd_data", "triton", tridnn.ConvBwdDataAlgo.ALGO_1)):
+        monkeypatch.setattr(type(algo), "tuner", common.Tuner())
+    monkeypatch.setattr(fwd, "tma_forward_candidates", lambda *a, **k: [state.cfg])
+    monkeypatch.setattr(bwd, "tma_candidates", lambda *a, **k: [state.cfg])
+    return state

@@ -31,7 +31,7 @@ from tridnn.cuda import conv_implicit_gemm as fwd  # noqa: E402
 from tridnn.cuda.epilogue import EpilogueSpec  # noqa: E402
 from tridnn.descriptors.activation import ActivationMode  # noqa: E402
 
-from gluon_helpers import need_hopper  # noqa: E402
+from gluon_helpers import force_one_config, need_hopper  # noqa: E402
 from test_cuda_conv import P, run_case  # noqa: E402
 
 ALGO = {"fwd": registry.by_enum("conv", "fwd", "triton", tridnn.ConvFwdAlgo.IMPLICIT_GEMM),
@@ -363,20 +363,8 @@ GPU_CASES = [  # (channel counts that both directions take: multiples of 64)
 
 @pytest.fixture
 def forced(monkeypatch):
-    """Runs the config put in ``state.cfg`` as the only candidate (a one-config list is taken
-    without timing); counts Gluon launches."""
-    state = types.SimpleNamespace(cfg=None, launches=0)
-    real = gc.launch
-
-    def counted(*a, **k):
-        state.launches += 1
-        return real(*a, **k)
-    monkeypatch.setattr(gc, "launch", counted)
-    for algo in ALGO.values():
-        monkeypatch.setattr(type(algo), "tuner", common.Tuner())
-    monkeypatch.setattr(fwd, "tma_forward_candidates", lambda *a, **k: [state.cfg])
-    monkeypatch.setattr(bwd, "tma_candidates", lambda *a, **k: [state.cfg])
-    return state
+    """Runs the config put in ``state.cfg`` as the only candidate; counts Gluon launches."""
+    return force_one_config(monkeypatch)
 
 
 @pytest.mark.gpu

@@ -35,7 +35,7 @@ from tridnn.cuda import conv_implicit_gemm as fwd  # noqa: E402
 from tridnn.cuda.epilogue import EpilogueSpec  # noqa: E402
 from tridnn.descriptors.activation import ActivationMode  # noqa: E402
 
-from gluon_helpers import compile_in_child, need_hopper  # noqa: E402
+from gluon_helpers import compile_in_child, force_one_config, need_hopper  # noqa: E402
 from test_cuda_conv import P, run_case  # noqa: E402
 
 M = tridnn.MathType
@@ -443,19 +443,7 @@ STRIDED_DGRAD_API_CASES = [  # backward data through the phases (dy's channels a
 
 @pytest.fixture
 def forced(monkeypatch):
-    """The config in ``state.cfg`` as the only candidate; counts Gluon launches."""
-    state = types.SimpleNamespace(cfg=None, launches=0)
-    real = gc.launch
-
-    def counted(*a, **k):
-        state.launches += 1
-        return real(*a, **k)
-    monkeypatch.setattr(gc, "launch", counted)
-    for algo in ALGO.values():
-        monkeypatch.setattr(type(algo), "tuner", common.Tuner())
-    monkeypatch.setattr(fwd, "tma_forward_candidates", lambda *a, **k: [state.cfg])
-    monkeypatch.setattr(bwd, "tma_candidates", lambda *a, **k: [state.cfg])
-    return state
+    return force_one_config(monkeypatch)
 
 
 def _api(direction, p, rng, forced, launches, **kw):
