@@ -843,6 +843,8 @@ def launch_forward(problem, x, w, y, alpha, beta, cfg, spec=None, sms=None) -> b
 # Stride s > 1 (dilation 1, a filter at least s taps wide): one such convolution per output
 # phase of dx, through a strided view of dx (dgrad_phases), from one turned filter whose
 # column blocks are the phases' sub-filters.
+# gluon_dgrad_fused runs them all in one persistent launch where dx's phase view allows it
+# (FUSED_PHASES, TRIDNN_GLUON_FUSED_PHASES=1: off until it has run on a GPU).
 
 def backward_data_why_not(problem, dy, w, dx) -> str | None:
     if problem.nd != 2 or problem.groups != 1:
@@ -891,6 +893,11 @@ def launch_backward_data(problem, dy, w, dx, alpha, beta, cfg, sms=None) -> bool
         return False
     _, (kh, kw), pad, dil, stride = _geo2(problem)
     if tuple(stride) != (1, 1):
+        from . import gluon_dgrad_fused as fused
+        if fused.FUSED_PHASES and fused.why_not(dx, stride, cfg) is None:  # all phases in one launch
+            fused.launch(*fused.prepare(dy, w, dx, (kh, kw), stride, pad, problem.mode == 0, cfg, alpha=alpha,
+                                        beta=beta, sms=sms))
+            return True
         _launch_phases(problem, dy, w, dx, alpha, beta, cfg, sms, (kh, kw), pad, stride)
         return True
     bpad = ((kh - 1) * dil[0] - pad[0], (kw - 1) * dil[1] - pad[1])

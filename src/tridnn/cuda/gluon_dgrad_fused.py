@@ -1,0 +1,356 @@
+"""Strided backward data in ONE persistent Gluon launch over all output phases (Hopper only).
+
+Why: gluon_conv's strided backward data (dgrad_phases) launches its stride-1 kernel once per
+phase of dx (four launches for a 3x3 stride-2 layer). Each phase reduces over 1-4 taps only
+(K of 128-512 per tap), so the four short persistent launches each pay a prologue, an
+epilogue drain and a last-wave tail: on the H200 res3/4/5_3x3s2 ran at 1.15-1.19x cuDNN's
+time against a ~27 us memory floor (2026-11-30). Here one launch walks the tiles of every
+phase, the long (many-tap) phases first so that the short tiles fill the last wave.
+
+How: the tile list is the phases' tile lists one after another, in ``phase_table``'s order
+(decreasing tap count). Every phase has the same extent [H/sh, W/sw] (H and W are multiples
+of the stride here), so tile t is phase slot t // TILES_PER_PHASE and tile t % TILES_PER_PHASE
+of it (gluon_conv's _tile_coords). A small int32 table [slots, 8] gives each slot's
+(a, b, taps th and tw, dy padding P_h and P_w, first filter column, k-steps); loader and
+consumers read it per tile (a few cached scalar loads) and so count the same ring positions.
+The loader walks th*tw taps x K/BLOCK_K channel blocks of dy (gluon_conv's 4-D box, shifted
+by the tap minus the padding; TMA zero-fills the rows and columns outside dy) and the
+phase's column block of the phase-ordered turned filter (filter_turn, dgrad_phases). The
+epilogue stores (and with beta != 0 first loads) the tile through ONE 5-D TMA descriptor of
+dx's phase view [N, H/sh, sh, W/sw, sw*C] (gluon_conv_strided.phase_view) with box
+[NB, BH, 1, BW, BLOCK_N] at [n0, i0, a, j0, b*C + c0]. A box must not reach past a column
+phase's C channels into the next one's (TMA clips at sw*C only): C is a multiple of BLOCK_N.
+
+Elsewhere (H or W not a multiple of the stride, pixels not dense within a row, C not a
+multiple of BLOCK_N) gluon_conv keeps its launch per phase. The kernel's shared memory and
+register split are gluon_conv's (shared_state, constexprs); its consumer is this module's
+own (the per-tile k-step count and the 5-D store), so gluon_conv's kernels are unchanged.
+
+FUSED_PHASES (TRIDNN_GLUON_FUSED_PHASES=1) switches it on in gluon_conv.launch_backward_data:
+off until the kernel has run on a GPU (written and compiled offline in session 9).
+"""
+from __future__ import annotations
+
+import os
+
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+
+from .gluon_common import compile_sm90 as _compile_sm90, descriptor
+from .gluon_common import desc_sig as _desc_sig
+from .gluon_conv import _tile_coords, constexprs, shared_state, sig_dtype
+
+FUSED_PHASES = os.environ.get("TRIDNN_GLUON_FUSED_PHASES", "0") == "1"
+
+ROW = 8  # int32 values a table row: A, B, TH, TW, PH, PW, WCOL, KSTEPS
+A_, B_, TH_, TW_, PH_, PW_, WCOL_, KSTEPS_ = range(ROW)
+
+
+# --------------------------------------------------------------------------------------
+# Device code
+# --------------------------------------------------------------------------------------
+
+@gluon.jit
+def _slot_tile(t, TILES_PER_PHASE, SLOTS):
+    """Tile t of the concatenated list -> (its phase slot, clamped into the table; its tile
+    within the phase)."""
+    q = gl.minimum(t // TILES_PER_PHASE, SLOTS - 1)
+    return q, t - q * TILES_PER_PHASE
+
+
+@gluon.jit
+def _loader_phases(dy_desc, w_desc, a_bufs, b_bufs, ready, empty, table_ptr,
+                   # channels of dy (the reduction's), phases
+                   K_IN, SLOTS,
+                   # tile list
+                   NUM_TILES, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
+                   NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_N: gl.constexpr,
+                   BLOCK_K: gl.constexpr, STAGES: gl.constexpr):
+    """Producer (one warp): per tile, its phase's row of the table; per k-step, wait for a
+    free slot, then TMA the shifted dy box and the filter box into it (gluon_conv._loader's
+    incremental tap walk with the phase's taps, padding and filter columns)."""
+    nbytes: gl.constexpr = dy_desc.block_type.nbytes + w_desc.block_type.nbytes
+    it = 0
+    for t in range(gl.program_id(0), NUM_TILES, gl.num_programs(0)):
+        q, r = _slot_tile(t, TILES_PER_PHASE, SLOTS)
+        row = table_ptr + q * 8
+        tw_n = gl.load(row + 3)
+        pad_h = gl.load(row + 4)
+        pad_w = gl.load(row + 5)
+        wcol = gl.load(row + 6)
+        k_steps = gl.load(row + 7)
+        n0, i0, j0, c0_out = _tile_coords(r, TILES_H, TILES_W, N_BLOCKS, NB, BH, BW, BLOCK_N)
+        ih = i0 - pad_h
+        iw0 = j0 - pad_w
+        iw = iw0
+        c0 = 0
+        kw = 0
+        for kk in range(k_steps):
+            s = it % STAGES
+            phase = (it // STAGES) & 1
+            mbarrier.wait(empty.index(s), phase ^ 1)
+            bar = ready.index(s)
+            mbarrier.expect(bar, nbytes)
+            tma.async_copy_global_to_shared(dy_desc, [n0, ih, iw, c0], bar, a_bufs.index(s))
+            tma.async_copy_global_to_shared(w_desc, [c0_out, wcol + kk * BLOCK_K], bar, b_bufs.index(s))
+            it += 1
+            c0 += BLOCK_K
+            next_tap = c0 == K_IN
+            c0 = gl.where(next_tap, 0, c0)
+            kw = gl.where(next_tap, kw + 1, kw)
+            iw = gl.where(next_tap, iw + 1, iw)
+            next_row = kw == tw_n
+            kw = gl.where(next_row, 0, kw)
+            iw = gl.where(next_row, iw0, iw)
+            ih = gl.where(next_row, ih + 1, ih)
+
+
+@gluon.jit
+def _k_steps_of(t, table_ptr, NUM_TILES, TILES_PER_PHASE, SLOTS):
+    """The k-steps of tile t (0 past the list's end)."""
+    q, _ = _slot_tile(t, TILES_PER_PHASE, SLOTS)
+    return gl.where(t < NUM_TILES, gl.load(table_ptr + q * 8 + 7), 0)
+
+
+@gluon.jit
+def _consumer_phases(dx_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, beta, table_ptr,
+                     C_OUT, SLOTS,
+                     NUM_TILES, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
+                     NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_N: gl.constexpr,
+                     BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
+                     PARTITION: gl.constexpr, CONSUMERS: gl.constexpr, WARPS: gl.constexpr,
+                     HAS_BETA: gl.constexpr):
+    """A consumer partition: gluon_conv._consumer's main loop and beta blend (no fused
+    epilogue: backward data has none) with the tile's k-step count from the table (the ring
+    position ``it`` advances by every tile of this program, the other partition's too) and
+    the store through dx's 5-D phase view at [n0, i0, a, j0, b*C + c0]."""
+    BLOCK_M: gl.constexpr = NB * BH * BW
+    MMA_K: gl.constexpr = 256 // a_bufs.dtype.primitive_bitwidth
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
+                                                         instr_shape=[16, BLOCK_N, MMA_K])
+    c_smem = c_bufs.index(PARTITION)
+    c_tile = c_smem.reshape([BLOCK_M, BLOCK_N])
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    my_tiles = (NUM_TILES - pid + nprog - 1) // nprog
+    it = 0
+    if PARTITION == 1:  # tile 0 is the other partition's
+        it = _k_steps_of(pid, table_ptr, NUM_TILES, TILES_PER_PHASE, SLOTS)
+    for j in range(PARTITION, my_tiles, CONSUMERS):
+        t = pid + j * nprog
+        q, r = _slot_tile(t, TILES_PER_PHASE, SLOTS)
+        row = table_ptr + q * 8
+        k_steps = gl.load(row + 7)
+        pa = gl.load(row + 0)
+        pb = gl.load(row + 1)
+        n0, i0, j0, c0 = _tile_coords(r, TILES_H, TILES_W, N_BLOCKS, NB, BH, BW, BLOCK_N)
+        coords = [n0, i0, pa, j0, pb * C_OUT + c0]
+        t_local = j // CONSUMERS  # this partition's tile count
+        if HAS_BETA:  # the old dx tile comes while the main loop runs
+            tma.store_wait(pendings=0)
+            gl.thread_barrier()
+            mbarrier.expect(ybar.index(PARTITION), dx_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(dx_desc, coords, ybar.index(PARTITION), c_smem)
+        acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
+        if CONSUMERS > 1:
+            # tile j-1 was the other consumer's ((j-1)//2)-th
+            mbarrier.wait(turns.index(1 - PARTITION), ((j - 1) // 2) & 1, pred=j > 0)
+        for kk in range(k_steps):
+            s = it % STAGES
+            mbarrier.wait(ready.index(s), (it // STAGES) & 1)
+            a = a_bufs.index(s).reshape([BLOCK_M, BLOCK_K])
+            b = b_bufs.index(s).permute((1, 0))
+            acc = warpgroup_mma(a, b, acc, is_async=True)
+            acc, a, b = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a, b))
+            # MMA it-1 has retired: its slot may be refilled.
+            mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=kk > 0)
+            it += 1
+        if CONSUMERS > 1:
+            mbarrier.arrive(turns.index(PARTITION))
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES))
+        acc = acc * alpha
+        if HAS_BETA:
+            mbarrier.wait(ybar.index(PARTITION), t_local & 1)
+            acc = acc + beta * c_tile.load(acc_layout).to(gl.float32)
+            gl.thread_barrier()
+        else:
+            # this partition's previous store must have read c_smem before it is overwritten
+            tma.store_wait(pendings=0)
+            gl.thread_barrier()
+        c_tile.store(acc.to(dx_desc.dtype))
+        fence_async_shared()
+        gl.thread_barrier()
+        tma.async_copy_shared_to_global(dx_desc, coords, c_smem)
+        if CONSUMERS > 1:  # the other partition's next tile: its k-steps pass this one by
+            it += _k_steps_of(t + nprog, table_ptr, NUM_TILES, TILES_PER_PHASE, SLOTS)
+    tma.store_wait(pendings=0)
+
+
+_RUNTIME_INTS = ["K_IN", "C_OUT", "SLOTS", "NUM_TILES", "TILES_PER_PHASE", "TILES_H", "TILES_W", "N_BLOCKS"]
+
+
+@gluon.jit(do_not_specialize=_RUNTIME_INTS + ["table_ptr"])
+def gluon_dgrad_fused_kernel(
+    # TMA descriptors: dy [N, OH, OW, K] box [NB, BH, BW, BLOCK_K]; the phase-ordered turned
+    # filter [C, KH*KW*K] box [BLOCK_N, BLOCK_K]; dx's phase view [N, H/sh, sh, W/sw, sw*C]
+    # box [NB, BH, 1, BW, BLOCK_N]
+    dy_desc, w_desc, dx_desc,
+    alpha, beta,
+    # dy's channels (the reduction's); the phase table (int32 [SLOTS, 8]: phase_table's rows,
+    # in tile-list order); dx's channels; phases
+    K_IN, table_ptr, C_OUT, SLOTS,
+    # tile list: NUM_TILES = SLOTS * TILES_PER_PHASE; a phase's tiles: ceil(N/NB) * TILES_H * TILES_W * N_BLOCKS
+    NUM_TILES, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
+    NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+    STAGES: gl.constexpr, PINGPONG: gl.constexpr, LOADER_REGS: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr, HAS_BETA: gl.constexpr = False,
+):
+    """dx = alpha * conv_transpose(dy, w, stride) (+ beta * dx) over all phases of dx,
+    persistent and warp-specialized (see the module docstring)."""
+    CONSUMERS: gl.constexpr = 2 if PINGPONG else 1
+    a_bufs, b_bufs, c_bufs, ready, empty, turns, ybar = shared_state(dy_desc, w_desc, dx_desc, STAGES, CONSUMERS)
+
+    if PINGPONG:
+        gl.warp_specialize([
+            (_consumer_phases, (dx_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, beta, table_ptr,
+                                C_OUT, SLOTS, NUM_TILES, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
+                                NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps, HAS_BETA)),
+            (_loader_phases, (dy_desc, w_desc, a_bufs, b_bufs, ready, empty, table_ptr,
+                              K_IN, SLOTS, NUM_TILES, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
+                              NB, BH, BW, BLOCK_N, BLOCK_K, STAGES)),
+            (_consumer_phases, (dx_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, beta, table_ptr,
+                                C_OUT, SLOTS, NUM_TILES, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
+                                NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 1, CONSUMERS, num_warps, HAS_BETA)),
+        ], [1, num_warps], [LOADER_REGS, CONSUMER_REGS])
+    else:
+        gl.warp_specialize([
+            (_consumer_phases, (dx_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, beta, table_ptr,
+                                C_OUT, SLOTS, NUM_TILES, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
+                                NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps, HAS_BETA)),
+            (_loader_phases, (dy_desc, w_desc, a_bufs, b_bufs, ready, empty, table_ptr,
+                              K_IN, SLOTS, NUM_TILES, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
+                              NB, BH, BW, BLOCK_N, BLOCK_K, STAGES)),
+        ], [1], [LOADER_REGS])
+
+
+# --------------------------------------------------------------------------------------
+# Host side
+# --------------------------------------------------------------------------------------
+
+def phase_table(kernel, stride, padding, convolution: bool, k_in: int, block_k: int) -> tuple:
+    """(rows, order): one row (a, b, th, tw, P_h, P_w, first filter column, k-steps) per phase
+    of dgrad_phases.phases, the phases with the most taps first (ties in (a, b) order): the
+    tile list's order, so the short tiles fill the last wave; ``order``: filter_turn's tap
+    table of the turned filter whose column blocks the rows name (k_in: dy's channels)."""
+    from .dgrad_phases import phases
+    parts, order = phases(kernel, stride, padding, convolution)
+    parts = sorted(parts, key=lambda p: -p.taps[0] * p.taps[1])  # (sorted is stable)
+    rows = [(p.offset[0], p.offset[1], p.taps[0], p.taps[1], p.padding[0], p.padding[1], p.column * k_in,
+             p.taps[0] * p.taps[1] * (k_in // block_k)) for p in parts]
+    return rows, order
+
+
+def why_not(dx, stride, cfg) -> str | None:
+    """None when the fused launch can write dx (gluon_conv.backward_data_why_not holds):
+    H and W multiples of the stride, dx's pixels dense within a row (its 5-D phase view),
+    dx's channels a multiple of the config's BLOCK_N (a box stays in its column phase)."""
+    n, c, h, w = dx.shape
+    sh, sw = stride
+    if h % sh or w % sw:
+        return "H and W multiples of the stride (the phase view of dx)"
+    if sw > 1 and w > 1 and dx.stride(3) != c:
+        return "dx's pixels dense within a row (the phase view of dx)"
+    if c % cfg["BLOCK_N"]:
+        return "dx's channels a multiple of BLOCK_N (a box must not cross into the next column phase)"
+    return None
+
+
+def plan(dx_shape, k_in, kernel, stride, padding, convolution, cfg, sms=132) -> dict:
+    """The launch's host values, without tensors: the table rows, the filter order, the
+    tile list (SLOTS, NUM_TILES, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS) and the grid."""
+    n, c, h, w = dx_shape
+    rows, order = phase_table(kernel, stride, padding, convolution, k_in, cfg["BLOCK_K"])
+    tiles_h, tiles_w = triton.cdiv(h // stride[0], cfg["BH"]), triton.cdiv(w // stride[1], cfg["BW"])
+    n_blocks = triton.cdiv(c, cfg["BLOCK_N"])
+    per_phase = triton.cdiv(n, cfg["NB"]) * tiles_h * tiles_w * n_blocks
+    num_tiles = len(rows) * per_phase
+    grid = (max(1, min(num_tiles, sms * cfg.get("PER_SM", 1))),)
+    return dict(rows=rows, order=order, SLOTS=len(rows), NUM_TILES=num_tiles, TILES_PER_PHASE=per_phase,
+                TILES_H=tiles_h, TILES_W=tiles_w, N_BLOCKS=n_blocks, grid=grid)
+
+
+_TABLES: dict = {}  # (device, rows) -> the int32 table on that device
+
+
+def _table(rows, device):
+    import torch
+    key = (str(device), tuple(rows))
+    t = _TABLES.get(key)
+    if t is None:
+        t = _TABLES[key] = torch.tensor(rows, dtype=torch.int32, device=device).reshape(-1)
+    return t
+
+
+def kernel_constexprs(cfg, has_beta) -> tuple:
+    """(this kernel's constexprs, maxnreg): gluon_conv's for the config, without the fused
+    epilogue's (backward data has none)."""
+    consts, cap = constexprs(cfg, has_beta)
+    names = gluon_dgrad_fused_kernel.arg_names
+    return {k: v for k, v in consts.items() if k in names}, cap
+
+
+def prepare(dy, w, dx, kernel, stride, padding, convolution, cfg, alpha=1.0, beta=0.0, sms=None):
+    """(grid, args, meta) of dx = alpha * conv_transpose(dy, w) + beta * dx in one launch
+    (w [K, C, KH, KW]: turned here by filter_turn into the phase-ordered [C, KH*KW*K])."""
+    from .filter_turn import turned_filter
+    from .gluon_common import sm_count
+    from .gluon_conv import _nhwc, check_dtypes
+    from .gluon_conv_strided import phase_view
+    stride = tuple(stride)
+    reason = why_not(dx, stride, cfg)
+    if reason:
+        raise ValueError(reason)
+    k_in = dy.shape[1]
+    if k_in % cfg["BLOCK_K"]:
+        raise ValueError(f"dy's channels ({k_in}) must be a multiple of BLOCK_K ({cfg['BLOCK_K']})")
+    p = plan(tuple(dx.shape), k_in, tuple(kernel), stride, tuple(padding), convolution, cfg,
+             sm_count(dx.device) if sms is None else sms)
+    m = turned_filter(w, order=p["order"])
+    check_dtypes(cfg, dy, m, dx)
+    NB, BH, BW, BN, BK = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    dyshape, dys = _nhwc(dy)
+    dy_desc = descriptor(dy, dyshape, dys, [NB, BH, BW, BK])
+    w_desc = descriptor(m, m.shape, m.stride(), [BN, BK])
+    xshape, xs = phase_view(dx, stride)
+    dx_desc = descriptor(dx, xshape, xs, [NB, BH, 1, BW, BN])
+    args = (dy_desc, w_desc, dx_desc, float(alpha), float(beta), k_in, _table(p["rows"], dx.device), dx.shape[1],
+            p["SLOTS"], p["NUM_TILES"], p["TILES_PER_PHASE"], p["TILES_H"], p["TILES_W"], p["N_BLOCKS"])
+    consts, cap = kernel_constexprs(cfg, beta != 0)
+    return p["grid"], args, dict(consts, maxnreg=cap)
+
+
+def launch(grid, args, meta):
+    """The kernel through gluon_conv.launch (its direct launcher after the first call; tests
+    count Gluon launches there)."""
+    from . import gluon_conv
+    gluon_conv.launch(grid, args, meta, kernel=gluon_dgrad_fused_kernel)
+
+
+def compile_sm90(cfg, has_beta=False):
+    """Compile the kernel for sm_90 without a GPU; returns the CompiledKernel (bfloat16 data,
+    float32 for a TF32 config)."""
+    NB, BH, BW, BN, BK = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    dt = sig_dtype(cfg)
+    types_ = {"dy_desc": _desc_sig(dt, [NB, BH, BW, BK]), "w_desc": _desc_sig(dt, [BN, BK]),
+              "dx_desc": _desc_sig(dt, [NB, BH, 1, BW, BN]), "table_ptr": "*i32",
+              "alpha": "fp32", "beta": "fp32"}
+    consts, cap = kernel_constexprs(cfg, has_beta)
+    return _compile_sm90(gluon_dgrad_fused_kernel, types_, consts, cfg["num_warps"], maxnreg=cap)
+
+
+__all__ = ["gluon_dgrad_fused_kernel", "FUSED_PHASES", "phase_table", "why_not", "plan", "prepare", "launch",
+           "compile_sm90"]
