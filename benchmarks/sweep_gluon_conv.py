@@ -38,6 +38,14 @@ stride-2 layers instead: res3/4/5_3x3s2 (3x3, padding 1, inputs 56/28/14) and th
 downsamples res3/4/5_ds against cuDNN, e.g.
   PYTHONPATH=src python benchmarks/sweep_gluon_conv.py --strided --out results/
 
+--dgrad-phases: stride-2 backward data of res3/4/5_3x3s2 (dx 56/28/14, 3x3, padding 1) three
+ways, per Gluon config that gluon_conv offers the layer: cuDNN's dgrad
+(aten.convolution_backward), gluon_conv's launch per phase of dx ("phases4 <config>": the
+four stride-1 launches of _launch_phases) and gluon_dgrad_fused's one launch over all phases
+("fused <config>"; its canary runs first, in a child), the phase-ordered turned filter made
+once outside the timing (a "turn" row times that copy, which tridnn makes per call), e.g.
+  PYTHONPATH=src python benchmarks/sweep_gluon_conv.py --dgrad-phases --out results/
+
 --dtype float32: the TF32 configs (gluon_conv.TF32_CONFIGS, gluon_conv_strided's with
 --strided: float32 data, tf32 products) on float32 tensors against cuDNN and cuBLAS with
 tf32 allowed (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32), as
@@ -91,6 +99,16 @@ STRIDED_CANARY = [  # as CANARY, stride 2 (H and W even)
     (2, 64, 192, 12, 18, 3, 3, 1, 1.0),
     (3, 128, 64, 14, 14, 1, 1, 0, 0.5),
 ]
+DGRAD_LAYERS = {name: STRIDED_LAYERS[name] for name in ("res3_3x3s2", "res4_3x3s2", "res5_3x3s2")}
+DGRAD_CANARY = [  # --dgrad-phases: (N, C, K, H, W, filter size, padding, alpha, beta) of the forward's x;
+    # C (dx's channels) a multiple of every BLOCK_N; H, W even
+    (2, 256, 128, 12, 18, 3, 1, 1.0, 0.0),
+    (3, 256, 64, 14, 10, 3, 1, 0.5, 0.5),
+]
+# --dgrad-phases reaches the canary children by the environment too
+DGRAD_PHASES = "--dgrad-phases" in sys.argv or os.environ.get("TRIDNN_SWEEP_DGRAD_PHASES") == "1"
+if DGRAD_PHASES:
+    os.environ["TRIDNN_SWEEP_DGRAD_PHASES"] = "1"
 # --strided reaches the canary children (gluon_sweep_common starts them without it) by the environment
 STRIDED = "--strided" in sys.argv or os.environ.get("TRIDNN_SWEEP_STRIDED") == "1"
 if STRIDED:
@@ -149,7 +167,11 @@ def make(n, c, k, h, w, kh, kw, dev, seed=0):
 
 
 def configs(mod) -> list:
-    """The configs swept: the module's CONFIGS, or its TF32_CONFIGS under --dtype float32."""
+    """The configs swept: the module's CONFIGS, or its TF32_CONFIGS under --dtype float32;
+    --dgrad-phases: the configs gluon_conv offers strided backward data (its non-flat picks)."""
+    if DGRAD_PHASES:
+        base = list({mod.name(c): c for c in mod.PICKS_LARGE + mod.PICKS_MEDIUM + mod.PICKS_SMALL}.values())
+        return [mod.TF32_OF[mod.name(c)] for c in base] if FP32 else base
     return mod.TF32_CONFIGS if FP32 else mod.CONFIGS
 
 
@@ -168,6 +190,180 @@ def prepare_fwd(x, wt, pad, cfg, **kw):
     if STRIDED:
         return gc.prepare(x, wt, (st, st), (pad, pad), (1, 1), cfg, **kw)
     return gc.prepare(x, wt, (pad, pad), (1, 1), cfg, **kw)
+
+
+# -- --dgrad-phases: strided backward data, one launch per phase against one for all -------
+def turned_by_torch(wt, order):
+    """filter_turn.turned_filter(wt, order=order) by a torch copy (the dry run's offline
+    driver cannot run filter_turn's Triton kernel)."""
+    k, c, kh, kw = wt.shape
+    m = torch.empty((c, kh * kw, k), dtype=wt.dtype, device=wt.device)
+    m[:, list(order), :] = wt.permute(1, 2, 3, 0).reshape(c, kh * kw, k)
+    return m.view(c, kh * kw * k)
+
+
+def dgrad_launches(dy, wt, dx, ks, pad, cfg, alpha, beta, sms, dry, per_phase=True):
+    """(phases4, fused): launch-argument lists (kernel, grid, args, meta) of gluon_conv's
+    launch per phase (_launch_phases' formulation) and of gluon_dgrad_fused's one launch,
+    over one phase-ordered turned filter; fused is None where it does not apply."""
+    from tridnn.cuda import gluon_conv as gc
+    from tridnn.cuda import gluon_dgrad_fused as gf
+    from tridnn.cuda.dgrad_phases import phases
+    parts, order = phases((ks, ks), (2, 2), (pad, pad), convolution=False)
+    from tridnn.cuda.filter_turn import turned_filter
+    m = turned_by_torch(wt, order) if dry else turned_filter(wt, order=order)
+    k = wt.shape[0]
+    four = []
+    for part in parts if per_phase else ():
+        (a, b), (th, tw) = part.offset, part.taps
+        view = dx[:, :, a::2, b::2]
+        w_mat = m[:, part.column * k:(part.column + th * tw) * k]
+        grid, args, meta, _ = gc.prepare(dy, None, part.padding, (1, 1), cfg, y=view, alpha=alpha, w_mat=w_mat,
+                                         sms=sms, beta=beta, kernel=(th, tw))
+        four.append((gc.gluon_conv_fwd_kernel, grid, args, meta))
+    fused = None
+    if gf.why_not(dx, (2, 2), cfg) is None:
+        grid, args, meta = gf.prepare(dy, wt, dx, (ks, ks), (2, 2), (pad, pad), False, cfg, alpha=alpha, beta=beta,
+                                      sms=sms, m=m)
+        fused = [(gf.gluon_dgrad_fused_kernel, grid, args, meta)]
+    return four, fused
+
+
+def run_launches(launches):
+    from tridnn.cuda import gluon_conv as gc
+    for kernel, grid, args, meta in launches:
+        gc.launch(grid, args, meta, kernel=kernel)
+
+
+def dgrad_reference(dy, wt, h, w, pad):
+    """cuDNN's stride-2 dgrad of x [N, C, h, w] (aten.convolution_backward)."""
+    n, c = dy.shape[0], wt.shape[1]
+    x_like = torch.empty((n, c, h, w), device=dy.device, dtype=dy.dtype, memory_format=torch.channels_last)
+    return lambda: torch.ops.aten.convolution_backward(
+        dy, x_like, wt, None, [2, 2], [pad, pad], [1, 1], False, [0, 0], 1, [True, False, False])[0]
+
+
+def canary_dgrad(indices, dry):
+    """The fused launch of each config on DGRAD_CANARY (all SMs, and 3 programs: many tiles
+    each, the ring wrapping across tiles of different phases) against float64."""
+    from tridnn.cuda import gluon_conv as gc
+    for i in indices:
+        cfg = configs(gc)[i]
+        worst = 0.0
+        for n, c, k, h, w, ks, pad, alpha, beta in DGRAD_CANARY:
+            dev = "cpu" if dry else "cuda"
+            dy = make(n, k, c, (h + 2 * pad - ks) // 2 + 1, (w + 2 * pad - ks) // 2 + 1, ks, ks, dev, seed=i)[0]
+            wt = make(n, c, k, 1, 1, ks, ks, dev, seed=i + 1)[1]
+            prior = make(n, c, c, h, w, 1, 1, dev, seed=i + 2)[0]
+            want = None if dry else alpha * torch.nn.grad.conv2d_input(
+                (n, c, h, w), wt.double(), dy.double(), stride=2, padding=pad) + beta * prior.double()
+            for sms in (SMS if dry else None, 3):
+                dx = prior.clone() if beta else torch.full_like(prior, float("nan"))
+                _, fused = dgrad_launches(dy, wt, dx, ks, pad, cfg, alpha, beta, sms, dry, per_phase=False)
+                kernel, grid, args, meta = fused[0]
+                if dry:
+                    kernel.warmup(*args, grid=grid, **meta)
+                    continue
+                run_launches(fused)
+                torch.cuda.synchronize()
+                err = rel_err(dx.double(), want)
+                worst = max(worst, err if err == err else float("inf"))  # (NaN: an element not written)
+        gsc.report_canary(i, worst)
+
+
+def dgrad_phases_sweep(a, t0):
+    """--dgrad-phases (see the module docstring)."""
+    import triton
+    from tridnn.cuda import gluon_conv as gc
+    from tridnn.cuda.dgrad_phases import phases
+    from tridnn.cuda.filter_turn import turned_filter
+    all_cfgs = configs(gc)
+    indices = [int(i) for i in a.configs.split(",") if i] or list(range(len(all_cfgs)))
+    dev = gsc.cudnn_setup(a.dry_run)
+    if FP32:
+        torch.backends.cudnn.allow_tf32 = True
+        print("float32: tf32 configs; cuDNN with allow_tf32", flush=True)
+    status = {i: ("ok", 0.0) for i in indices} if a.no_canary else gsc.run_canaries(__file__, indices, a.dry_run)
+    print(f"canaries of the fused launch ({time.time() - t0:.0f} s): " + ", ".join(
+        f"{gc.name(all_cfgs[i])}={status[i][0]}" for i in indices), flush=True)
+    rows = []
+    for name in [nm for nm in a.layers.split(",") if nm]:
+        n, c, k, h, w, ks, pad = DGRAD_LAYERS[name]
+        oh, ow = (h + 2 * pad - ks) // 2 + 1, (w + 2 * pad - ks) // 2 + 1
+        flop = gc.flops(n, c, k, oh, ow, ks, ks)
+        x, wt = make(n, c, k, h, w, ks, ks, dev)
+        dy = make(n, k, c, oh, ow, ks, ks, dev, seed=1)[0]
+        name_d = name + "_dgrad"
+        ref = None
+        if not a.dry_run:
+            fn = dgrad_reference(dy, wt, h, w, pad)
+            ref = fn()
+            us = bench(fn, a.rep)
+            rows.append(dict(layer=name_d, config="cudnn", us=us, ratio=1.0, err=0.0))
+            order = phases((ks, ks), (2, 2), (pad, pad), convolution=False)[1]
+            turn_us = bench(lambda: turned_filter(wt, order=order), a.rep)
+            rows.append(dict(layer=name_d, config="turn", us=turn_us, ratio=None, err=None,
+                             note="the phase-ordered turned filter (per tridnn call)"))
+            print(f"{name_d} cudnn {us:.1f} us ({flop / us * 1e-6:.0f} TFLOP/s); turn {turn_us:.1f} us", flush=True)
+        cudnn_us = rows[-2]["us"] if not a.dry_run else None
+        offered = {gc.name(cfg) for cfg in gc.picks(triton.cdiv(w, 2), c, False, FP32)}
+        for i in indices:
+            cfg = all_cfgs[i]
+            if gc.name(cfg) not in offered:
+                continue
+            if time.time() - t0 > a.budget_s:
+                rows.append(dict(layer=name_d, config=gc.name(cfg), us=None, ratio=None, err=None, note="budget"))
+                continue
+            dx = torch.empty((n, c, h, w), device=dev, dtype=TORCH_DTYPE, memory_format=torch.channels_last)
+            try:
+                four, fused = dgrad_launches(dy, wt, dx, ks, pad, cfg, 1.0, 0.0, SMS if a.dry_run else None,
+                                             a.dry_run)
+            except Exception as e:
+                rows.append(dict(layer=name_d, config=gc.name(cfg), us=None, ratio=None, err=None,
+                                 note=gsc.error_note(e)))
+                continue
+            ways = [("phases4", four)]
+            if fused is None:
+                rows.append(dict(layer=name_d, config="fused " + gc.name(cfg), us=None, ratio=None, err=None,
+                                 note="not applicable"))
+            elif status[i][0] != "ok":
+                rows.append(dict(layer=name_d, config="fused " + gc.name(cfg), us=None, ratio=None, err=None,
+                                 note="canary " + status[i][0]))
+            else:
+                ways.append(("fused", fused))
+            for way, launches in ways:
+                row = dict(layer=name_d, config=f"{way} {gc.name(cfg)}", us=None, ratio=None, err=None,
+                           launches=len(launches))
+                try:
+                    if a.dry_run:
+                        for kernel, grid, args, meta in launches:
+                            kernel.warmup(*args, grid=grid, **meta)
+                        row["note"] = "dry"
+                    else:
+                        dx.fill_(float("nan"))
+                        run_launches(launches)
+                        torch.cuda.synchronize()
+                        row["err"] = rel_err(dx, ref)
+                        if not row["err"] <= 2e-2:
+                            row["note"] = "BAD"
+                        else:
+                            us = bench(lambda: run_launches(launches), a.rep)
+                            row.update(us=us, ratio=us / cudnn_us)
+                except Exception as e:
+                    row["note"] = gsc.error_note(e)
+                rows.append(row)
+                print(f"{name_d} {row['config']:30s} " + (f"{row['us']:8.1f} us x{row['ratio']:.2f} "
+                      f"err {row['err']:.1e}" if row["us"] else row.get("note", "")), flush=True)
+    print(f"\ntotal {time.time() - t0:.0f} s\n")
+    print(f"{'layer':18s} {'config':30s} {'us':>8s} {'/cudnn':>7s} {'err':>8s} note")
+    for r in rows:
+        us = f"{r['us']:8.1f}" if r["us"] else f"{'-':>8s}"
+        ratio = f"{r['ratio']:7.2f}" if r["ratio"] else f"{'-':>7s}"
+        err = f"{r['err']:8.1e}" if r["err"] is not None else f"{'-':>8s}"
+        print(f"{r['layer']:18s} {r['config']:30s} {us} {ratio} {err} {r.get('note', '')}")
+    gsc.write_json(a.out, "gluon_dgrad_phases_fp32.json" if FP32 else "gluon_dgrad_phases.json", dict(
+        dry_run=a.dry_run, dtype=DTYPE, canaries={gc.name(all_cfgs[i]): status[i][0] for i in indices},
+        rows=rows, seconds=time.time() - t0))
 
 
 # -- canary (child process) ---------------------------------------------------------------
@@ -327,17 +523,27 @@ def main():
     ap.add_argument("--strided", action="store_true", help="gluon_conv_strided on the stride-2 layers")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"],
                     help="float32: the TF32 configs against cuDNN/cuBLAS with tf32 allowed")
+    ap.add_argument("--dgrad-phases", action="store_true",
+                    help="stride-2 backward data: cuDNN, a launch per phase, gluon_dgrad_fused's one launch")
     ap.add_argument("--canary", help=argparse.SUPPRESS)
     a = ap.parse_args()
-    layer_table = STRIDED_LAYERS if STRIDED else LAYERS
+    layer_table = DGRAD_LAYERS if DGRAD_PHASES else STRIDED_LAYERS if STRIDED else LAYERS
     if a.layers is None:
         a.layers = ",".join(layer_table)
     if STRIDED and (a.api or a.directions != "fwd"):
         ap.error("--strided times the forward kernel directly (no --api, no bwd_data)")
     if a.dry_run and not a.api:
         offline_driver()
+    if DGRAD_PHASES and (STRIDED or a.api):
+        ap.error("--dgrad-phases times the kernels directly (no --strided, no --api)")
     if a.canary is not None:
-        canary([int(i) for i in a.canary.split(",") if i], a.dry_run)
+        (canary_dgrad if DGRAD_PHASES else canary)([int(i) for i in a.canary.split(",") if i], a.dry_run)
+        return
+    if DGRAD_PHASES:
+        for name in a.layers.split(","):
+            if name and name not in DGRAD_LAYERS:
+                ap.error(f"unknown layer {name}")
+        dgrad_phases_sweep(a, time.time())
         return
 
     gc, kernel, st = kernel_module()

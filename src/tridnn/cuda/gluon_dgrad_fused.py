@@ -303,9 +303,10 @@ def kernel_constexprs(cfg, has_beta) -> tuple:
     return {k: v for k, v in consts.items() if k in names}, cap
 
 
-def prepare(dy, w, dx, kernel, stride, padding, convolution, cfg, alpha=1.0, beta=0.0, sms=None):
+def prepare(dy, w, dx, kernel, stride, padding, convolution, cfg, alpha=1.0, beta=0.0, sms=None, m=None):
     """(grid, args, meta) of dx = alpha * conv_transpose(dy, w) + beta * dx in one launch
-    (w [K, C, KH, KW]: turned here by filter_turn into the phase-ordered [C, KH*KW*K])."""
+    (w [K, C, KH, KW]: turned here by filter_turn into the phase-ordered [C, KH*KW*K]; m:
+    that turned filter when the caller has it, plan's ``order``)."""
     from .filter_turn import turned_filter
     from .gluon_common import sm_count
     from .gluon_conv import _nhwc, check_dtypes
@@ -319,7 +320,8 @@ def prepare(dy, w, dx, kernel, stride, padding, convolution, cfg, alpha=1.0, bet
         raise ValueError(f"dy's channels ({k_in}) must be a multiple of BLOCK_K ({cfg['BLOCK_K']})")
     p = plan(tuple(dx.shape), k_in, tuple(kernel), stride, tuple(padding), convolution, cfg,
              sm_count(dx.device) if sms is None else sms)
-    m = turned_filter(w, order=p["order"])
+    if m is None:
+        m = turned_filter(w, order=p["order"])
     check_dtypes(cfg, dy, m, dx)
     NB, BH, BW, BN, BK = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     dyshape, dys = _nhwc(dy)
