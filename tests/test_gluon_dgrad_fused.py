@@ -73,6 +73,37 @@ def test_plan_tile_counts(cfg):
     assert [r[7] for r in p["rows"]] == [8, 4, 4, 2]  # 4, 2, 2, 1 taps of 128/64 channel blocks
 
 
+@pytest.mark.parametrize("programs", [1, 3, 7, 132])
+def test_schedule_deals_every_tile_once_longest_first(programs):
+    k_steps = [8] * 30 + [4] * 60 + [2] * 30
+    sched = gf.schedule(k_steps, programs)
+    offsets, tiles = sched[:programs + 1], sched[programs + 1:]
+    assert offsets[0] == 0 and offsets == sorted(offsets) and offsets[-1] == len(k_steps)
+    assert sorted(tiles) == list(range(len(k_steps)))
+    loads = []
+    for p in range(programs):
+        mine = [k_steps[t] for t in tiles[offsets[p]:offsets[p + 1]]]
+        assert mine == sorted(mine, reverse=True), "each program's tiles longest first"
+        loads.append(sum(mine))
+    # longest-processing-time bound: no program past the mean by more than one tile
+    assert max(loads) <= sum(k_steps) / programs + max(k_steps)
+
+
+def test_schedule_evens_res5_3x3s2():
+    """res5_3x3s2 (dx 64x512x14x14, dy 512 channels), 16x1x8x128 on 132 SMs: 112 tiles of
+    each phase (32, 16, 16 and 8 k-steps); round-robin over the concatenated list leaves a
+    program 72 k-steps, the deal 64 (32 + 16 + 16) against a mean of 61.1."""
+    cfg = gc.PICKS_SMALL[0]
+    p = gf.plan((64, 512, 14, 14), 512, (3, 3), (2, 2), (1, 1), False, cfg, sms=132)
+    assert p["TILES_PER_PHASE"] == 112 and p["grid"] == (132,)
+    k_steps = [r[7] for r in p["rows"] for _ in range(112)]
+    assert k_steps[0] == 32 and k_steps[-1] == 8
+    offsets, tiles = p["schedule"][:133], p["schedule"][133:]
+    loads = [sum(k_steps[t] for t in tiles[offsets[i]:offsets[i + 1]]) for i in range(132)]
+    assert max(loads) == 64 and sum(loads) == sum(k_steps)
+    assert max(sum(k_steps[t::132]) for t in range(132)) == 72  # (round-robin, for comparison)
+
+
 def test_why_not():
     cfg = dict(gc.PICKS_LARGE[0])  # BLOCK_N 128
     dx = torch.zeros(2, 256, 8, 6).to(memory_format=torch.channels_last)
@@ -84,6 +115,42 @@ def test_why_not():
     assert gf.why_not(sparse, (2, 2), cfg) is not None
     assert gf.why_not(sparse, (2, 1), cfg) is None  # (no column phases: any pixel stride)
     assert gf.why_not(torch.zeros(2, 128, 8, 6).to(memory_format=torch.channels_last), (2, 2), cfg) is None
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+def test_prepare_launch_arguments(beta):
+    """What the kernel gets: the constexprs are its last parameters and meta names each of
+    them (gluon_conv.launch's direct path appends them in signature order); args[6] is a
+    tensor (launch keys its cache by args[6].dtype); the phase table and the schedule are
+    plan's; dx's phase view [N, H/2, 2, W/2, 2*C] with box [NB, BH, 1, BW, BLOCK_N]."""
+    cfg = gc.PICKS_MEDIUM[0]
+    dy = torch.zeros(2, 128, 5, 4, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    w = torch.randn(128, 256, 3, 3).to(torch.bfloat16)
+    dx = torch.zeros(2, 256, 10, 8, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    grid, args, meta = gf.prepare(dy, w, dx, (3, 3), (2, 2), (1, 1), False, cfg, alpha=2.0, beta=beta, sms=132)
+    kernel = gf.gluon_dgrad_fused_kernel
+    params = kernel.params
+    flags = [p.is_constexpr for p in params]
+    first = flags.index(True)
+    assert all(flags[first:]) and not any(flags[:first])
+    tail = gc.constexpr_tail(meta, kernel)
+    assert len(args) == first and len(args) + len(tail) == len(params)
+    assert meta["HAS_BETA"] is (beta != 0) and meta["maxnreg"] == gc._regs(cfg)[0]
+    p = gf.plan(tuple(dx.shape), 128, (3, 3), (2, 2), (1, 1), False, cfg, sms=132)
+    named = dict(zip(kernel.arg_names, args))
+    assert isinstance(args[6], torch.Tensor) and args[6].dtype == torch.int32
+    assert named["table_ptr"].tolist() == [v for r in p["rows"] for v in r]
+    assert named["sched_ptr"].tolist() == p["schedule"] and grid == p["grid"]
+    assert (named["K_IN"], named["C_OUT"], named["SLOTS"], named["TILES_PER_PHASE"]) == (128, 256, 4,
+                                                                                       p["TILES_PER_PHASE"])
+    assert (named["alpha"], named["beta"]) == (2.0, beta)
+    d = named["dx_desc"]
+    assert list(d.shape) == [2, 5, 2, 4, 512] and list(d.block_shape) == [cfg["NB"], cfg["BH"], 1, cfg["BW"],
+                                                                           cfg["BLOCK_N"]]
+    assert list(d.strides) == [10 * 8 * 256, 2 * 8 * 256, 8 * 256, 2 * 256, 1]
+    with pytest.raises(ValueError, match="BLOCK_N"):
+        gf.prepare(dy, w[:, :192], torch.zeros(2, 192, 10, 8, dtype=torch.bfloat16).to(
+            memory_format=torch.channels_last), (3, 3), (2, 2), (1, 1), False, cfg, sms=132)
 
 
 def test_off_by_default():
@@ -132,10 +199,13 @@ def _emulate(dy, m, dx, p, cfg, k_in, alpha, beta, consumers):
         q = min(t // p["TILES_PER_PHASE"], p["SLOTS"] - 1)
         return q, t - q * p["TILES_PER_PHASE"]
 
+    sched = p["schedule"]
+    assert len(sched) == nprog + 1 + p["NUM_TILES"]
     for pid in range(nprog):
+        mine = sched[nprog + 1 + sched[pid]:nprog + 1 + sched[pid + 1]]  # this program's tiles
         # loader: (ring position, dy box origin, filter column) of every k-step, by tile
         steps, it = {}, 0
-        for t in range(pid, p["NUM_TILES"], nprog):
+        for t in mine:
             q, r = slot(t)
             _, _, _, tw_n, pad_h, pad_w, wcol, k_steps = (int(v) for v in table[q])
             n0, i0, j0, c0_out = _tile_coords(r, p["TILES_H"], p["TILES_W"], p["N_BLOCKS"], cfg)
@@ -150,14 +220,14 @@ def _emulate(dy, m, dx, p, cfg, k_in, alpha, beta, consumers):
                 if kw == tw_n:
                     kw, iw, ih = 0, iw0, ih + 1
         # consumers: the ring positions they wait on must be the loader's
-        my_tiles = (p["NUM_TILES"] - pid + nprog - 1) // nprog
+        my_tiles = len(mine)
 
-        def k_steps_of(t):
-            return int(table[slot(t)[0], 7]) if t < p["NUM_TILES"] else 0
+        def k_steps_of(j):
+            return int(table[slot(mine[j])[0], 7]) if j < my_tiles else 0
         for part in range(consumers):
-            it = k_steps_of(pid) if part == 1 else 0
+            it = k_steps_of(0) if part == 1 else 0
             for j in range(part, my_tiles, consumers):
-                t = pid + j * nprog
+                t = mine[j]
                 q, r = slot(t)
                 assert [s[0] for s in steps[t]] == list(range(it, it + int(table[q, 7]))), "ring positions"
                 it += int(table[q, 7])
@@ -175,7 +245,7 @@ def _emulate(dy, m, dx, p, cfg, k_in, alpha, beta, consumers):
                 view[sl] = out[tuple(slice(0, s.stop - s.start) for s in sl)]
                 written[sl] += 1
                 if consumers > 1:
-                    it += k_steps_of(t + nprog)
+                    it += k_steps_of(j + 1)
     return written
 
 

@@ -5,7 +5,7 @@ phase of dx (four launches for a 3x3 stride-2 layer). Each phase reduces over 1-
 (K of 128-512 per tap), so the four short persistent launches each pay a prologue, an
 epilogue drain and a last-wave tail: on the H200 res3/4/5_3x3s2 ran at 1.15-1.19x cuDNN's
 time against a ~27 us memory floor (2026-11-30). Here one launch walks the tiles of every
-phase, the long (many-tap) phases first so that the short tiles fill the last wave.
+phase, dealt to the persistent programs by their length.
 
 How: the tile list is the phases' tile lists one after another, in ``phase_table``'s order
 (decreasing tap count). Every phase has the same extent [H/sh, W/sw] (H and W are multiples
@@ -13,6 +13,10 @@ of the stride here), so tile t is phase slot t // TILES_PER_PHASE and tile t % T
 of it (gluon_conv's _tile_coords). A small int32 table [slots, 8] gives each slot's
 (a, b, taps th and tw, dy padding P_h and P_w, first filter column, k-steps); loader and
 consumers read it per tile (a few cached scalar loads) and so count the same ring positions.
+Tiles differ in length (4, 2, 2 and 1 taps for 3x3 stride 2), so the programs do not take
+every grid-th tile: ``schedule`` deals them longest first to the least loaded program (an
+int32 list of offsets and tile indices the kernel reads), which evens the programs' k-steps
+(res5_3x3s2, 16x1x8x128: at most 64 against a mean of 61; 72 dealt round-robin).
 The loader walks th*tw taps x K/BLOCK_K channel blocks of dy (gluon_conv's 4-D box, shifted
 by the tap minus the padding; TMA zero-fills the rows and columns outside dy) and the
 phase's column block of the phase-ordered turned filter (filter_turn, dgrad_phases). The
@@ -62,19 +66,22 @@ def _slot_tile(t, TILES_PER_PHASE, SLOTS):
 
 
 @gluon.jit
-def _loader_phases(dy_desc, w_desc, a_bufs, b_bufs, ready, empty, table_ptr,
+def _loader_phases(dy_desc, w_desc, a_bufs, b_bufs, ready, empty, table_ptr, sched_ptr,
                    # channels of dy (the reduction's), phases
                    K_IN, SLOTS,
                    # tile list
-                   NUM_TILES, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
+                   TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
                    NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_N: gl.constexpr,
                    BLOCK_K: gl.constexpr, STAGES: gl.constexpr):
     """Producer (one warp): per tile, its phase's row of the table; per k-step, wait for a
     free slot, then TMA the shifted dy box and the filter box into it (gluon_conv._loader's
     incremental tap walk with the phase's taps, padding and filter columns)."""
     nbytes: gl.constexpr = dy_desc.block_type.nbytes + w_desc.block_type.nbytes
+    pid = gl.program_id(0)
+    tiles_ptr = sched_ptr + gl.num_programs(0) + 1  # (after the offsets)
     it = 0
-    for t in range(gl.program_id(0), NUM_TILES, gl.num_programs(0)):
+    for i in range(gl.load(sched_ptr + pid), gl.load(sched_ptr + pid + 1)):
+        t = gl.load(tiles_ptr + i)
         q, r = _slot_tile(t, TILES_PER_PHASE, SLOTS)
         row = table_ptr + q * 8
         tw_n = gl.load(row + 3)
@@ -109,16 +116,17 @@ def _loader_phases(dy_desc, w_desc, a_bufs, b_bufs, ready, empty, table_ptr,
 
 
 @gluon.jit
-def _k_steps_of(t, table_ptr, NUM_TILES, TILES_PER_PHASE, SLOTS):
-    """The k-steps of tile t (0 past the list's end)."""
+def _k_steps_of(j, my_tiles, tiles_ptr, table_ptr, TILES_PER_PHASE, SLOTS):
+    """The k-steps of this program's tile j (0 past its list's end)."""
+    t = gl.load(tiles_ptr + gl.minimum(j, my_tiles - 1))
     q, _ = _slot_tile(t, TILES_PER_PHASE, SLOTS)
-    return gl.where(t < NUM_TILES, gl.load(table_ptr + q * 8 + 7), 0)
+    return gl.where(j < my_tiles, gl.load(table_ptr + q * 8 + 7), 0)
 
 
 @gluon.jit
 def _consumer_phases(dx_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, beta, table_ptr,
-                     C_OUT, SLOTS,
-                     NUM_TILES, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
+                     sched_ptr, C_OUT, SLOTS,
+                     TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
                      NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_N: gl.constexpr,
                      BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
                      PARTITION: gl.constexpr, CONSUMERS: gl.constexpr, WARPS: gl.constexpr,
@@ -134,13 +142,14 @@ def _consumer_phases(dx_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar,
     c_smem = c_bufs.index(PARTITION)
     c_tile = c_smem.reshape([BLOCK_M, BLOCK_N])
     pid = gl.program_id(0)
-    nprog = gl.num_programs(0)
-    my_tiles = (NUM_TILES - pid + nprog - 1) // nprog
+    first = gl.load(sched_ptr + pid)
+    my_tiles = gl.load(sched_ptr + pid + 1) - first
+    tiles_ptr = sched_ptr + gl.num_programs(0) + 1 + first  # this program's tiles
     it = 0
     if PARTITION == 1:  # tile 0 is the other partition's
-        it = _k_steps_of(pid, table_ptr, NUM_TILES, TILES_PER_PHASE, SLOTS)
+        it = _k_steps_of(0, my_tiles, tiles_ptr, table_ptr, TILES_PER_PHASE, SLOTS)
     for j in range(PARTITION, my_tiles, CONSUMERS):
-        t = pid + j * nprog
+        t = gl.load(tiles_ptr + j)
         q, r = _slot_tile(t, TILES_PER_PHASE, SLOTS)
         row = table_ptr + q * 8
         k_steps = gl.load(row + 7)
@@ -186,14 +195,14 @@ def _consumer_phases(dx_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar,
         gl.thread_barrier()
         tma.async_copy_shared_to_global(dx_desc, coords, c_smem)
         if CONSUMERS > 1:  # the other partition's next tile: its k-steps pass this one by
-            it += _k_steps_of(t + nprog, table_ptr, NUM_TILES, TILES_PER_PHASE, SLOTS)
+            it += _k_steps_of(j + 1, my_tiles, tiles_ptr, table_ptr, TILES_PER_PHASE, SLOTS)
     tma.store_wait(pendings=0)
 
 
-_RUNTIME_INTS = ["K_IN", "C_OUT", "SLOTS", "NUM_TILES", "TILES_PER_PHASE", "TILES_H", "TILES_W", "N_BLOCKS"]
+_RUNTIME_INTS = ["K_IN", "C_OUT", "SLOTS", "TILES_PER_PHASE", "TILES_H", "TILES_W", "N_BLOCKS"]
 
 
-@gluon.jit(do_not_specialize=_RUNTIME_INTS + ["table_ptr"])
+@gluon.jit(do_not_specialize=_RUNTIME_INTS + ["table_ptr", "sched_ptr"])
 def gluon_dgrad_fused_kernel(
     # TMA descriptors: dy [N, OH, OW, K] box [NB, BH, BW, BLOCK_K]; the phase-ordered turned
     # filter [C, KH*KW*K] box [BLOCK_N, BLOCK_K]; dx's phase view [N, H/sh, sh, W/sw, sw*C]
@@ -201,10 +210,11 @@ def gluon_dgrad_fused_kernel(
     dy_desc, w_desc, dx_desc,
     alpha, beta,
     # dy's channels (the reduction's); the phase table (int32 [SLOTS, 8]: phase_table's rows,
-    # in tile-list order); dx's channels; phases
-    K_IN, table_ptr, C_OUT, SLOTS,
-    # tile list: NUM_TILES = SLOTS * TILES_PER_PHASE; a phase's tiles: ceil(N/NB) * TILES_H * TILES_W * N_BLOCKS
-    NUM_TILES, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
+    # in tile-list order); the schedule (int32: grid + 1 offsets, then each program's tiles);
+    # dx's channels; phases
+    K_IN, table_ptr, sched_ptr, C_OUT, SLOTS,
+    # tile list (SLOTS * TILES_PER_PHASE tiles); a phase's: ceil(N/NB) * TILES_H * TILES_W * N_BLOCKS
+    TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
     NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
     STAGES: gl.constexpr, PINGPONG: gl.constexpr, LOADER_REGS: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr, HAS_BETA: gl.constexpr = False,
@@ -217,22 +227,22 @@ def gluon_dgrad_fused_kernel(
     if PINGPONG:
         gl.warp_specialize([
             (_consumer_phases, (dx_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, beta, table_ptr,
-                                C_OUT, SLOTS, NUM_TILES, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
+                                sched_ptr, C_OUT, SLOTS, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
                                 NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps, HAS_BETA)),
-            (_loader_phases, (dy_desc, w_desc, a_bufs, b_bufs, ready, empty, table_ptr,
-                              K_IN, SLOTS, NUM_TILES, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
+            (_loader_phases, (dy_desc, w_desc, a_bufs, b_bufs, ready, empty, table_ptr, sched_ptr,
+                              K_IN, SLOTS, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
                               NB, BH, BW, BLOCK_N, BLOCK_K, STAGES)),
             (_consumer_phases, (dx_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, beta, table_ptr,
-                                C_OUT, SLOTS, NUM_TILES, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
+                                sched_ptr, C_OUT, SLOTS, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
                                 NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 1, CONSUMERS, num_warps, HAS_BETA)),
         ], [1, num_warps], [LOADER_REGS, CONSUMER_REGS])
     else:
         gl.warp_specialize([
             (_consumer_phases, (dx_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, beta, table_ptr,
-                                C_OUT, SLOTS, NUM_TILES, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
+                                sched_ptr, C_OUT, SLOTS, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
                                 NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps, HAS_BETA)),
-            (_loader_phases, (dy_desc, w_desc, a_bufs, b_bufs, ready, empty, table_ptr,
-                              K_IN, SLOTS, NUM_TILES, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
+            (_loader_phases, (dy_desc, w_desc, a_bufs, b_bufs, ready, empty, table_ptr, sched_ptr,
+                              K_IN, SLOTS, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
                               NB, BH, BW, BLOCK_N, BLOCK_K, STAGES)),
         ], [1], [LOADER_REGS])
 
@@ -269,9 +279,43 @@ def why_not(dx, stride, cfg) -> str | None:
     return None
 
 
+def schedule(k_steps, programs) -> list:
+    """The tiles (their k-steps, longest first) dealt to ``programs`` persistent programs,
+    each to the least loaded so far (longest processing time first; ties to the lower
+    program): [programs + 1 offsets] + each program's tile indices in order (descending
+    k-steps). The round-robin deal of one phase's launch left a program with up to
+    72 k-steps where the mean is 61 (res5_3x3s2, 16x1x8x128): this one, 64."""
+    import heapq
+    heap = [(0, p) for p in range(programs)]
+    lists = [[] for _ in range(programs)]
+    for t in sorted(range(len(k_steps)), key=lambda t: -k_steps[t]):  # (stable: tile order within a phase)
+        load, p = heapq.heappop(heap)
+        lists[p].append(t)
+        heapq.heappush(heap, (load + k_steps[t], p))
+    offsets = [0]
+    for tiles in lists:
+        offsets.append(offsets[-1] + len(tiles))
+    return offsets + [t for tiles in lists for t in tiles]
+
+
+_PLANS: dict = {}
+
+
 def plan(dx_shape, k_in, kernel, stride, padding, convolution, cfg, sms=132) -> dict:
     """The launch's host values, without tensors: the table rows, the filter order, the
-    tile list (SLOTS, NUM_TILES, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS) and the grid."""
+    tile list (SLOTS, NUM_TILES, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS), the grid and
+    the schedule (cached: the LPT deal costs milliseconds)."""
+    key = (tuple(dx_shape), k_in, tuple(kernel), tuple(stride), tuple(padding), bool(convolution),
+           tuple(sorted((k, v) for k, v in cfg.items() if not isinstance(v, (dict, list)))), sms)
+    p = _PLANS.get(key)
+    if p is None:
+        if len(_PLANS) > 256:
+            _PLANS.clear()
+        p = _PLANS[key] = _plan(dx_shape, k_in, kernel, stride, padding, convolution, cfg, sms)
+    return p
+
+
+def _plan(dx_shape, k_in, kernel, stride, padding, convolution, cfg, sms):
     n, c, h, w = dx_shape
     rows, order = phase_table(kernel, stride, padding, convolution, k_in, cfg["BLOCK_K"])
     tiles_h, tiles_w = triton.cdiv(h // stride[0], cfg["BH"]), triton.cdiv(w // stride[1], cfg["BW"])
@@ -279,19 +323,22 @@ def plan(dx_shape, k_in, kernel, stride, padding, convolution, cfg, sms=132) -> 
     per_phase = triton.cdiv(n, cfg["NB"]) * tiles_h * tiles_w * n_blocks
     num_tiles = len(rows) * per_phase
     grid = (max(1, min(num_tiles, sms * cfg.get("PER_SM", 1))),)
+    sched = schedule([row[KSTEPS_] for row in rows for _ in range(per_phase)], grid[0])
     return dict(rows=rows, order=order, SLOTS=len(rows), NUM_TILES=num_tiles, TILES_PER_PHASE=per_phase,
-                TILES_H=tiles_h, TILES_W=tiles_w, N_BLOCKS=n_blocks, grid=grid)
+                TILES_H=tiles_h, TILES_W=tiles_w, N_BLOCKS=n_blocks, grid=grid, schedule=sched)
 
 
-_TABLES: dict = {}  # (device, rows) -> the int32 table on that device
+_TABLES: dict = {}  # (device, values) -> the int32 tensor on that device
 
 
-def _table(rows, device):
+def _table(values, device):
     import torch
-    key = (str(device), tuple(rows))
+    key = (str(device), tuple(values))
     t = _TABLES.get(key)
     if t is None:
-        t = _TABLES[key] = torch.tensor(rows, dtype=torch.int32, device=device).reshape(-1)
+        if len(_TABLES) > 256:
+            _TABLES.clear()
+        t = _TABLES[key] = torch.tensor(values, dtype=torch.int32, device=device).reshape(-1)
     return t
 
 
@@ -329,8 +376,9 @@ def prepare(dy, w, dx, kernel, stride, padding, convolution, cfg, alpha=1.0, bet
     w_desc = descriptor(m, m.shape, m.stride(), [BN, BK])
     xshape, xs = phase_view(dx, stride)
     dx_desc = descriptor(dx, xshape, xs, [NB, BH, 1, BW, BN])
-    args = (dy_desc, w_desc, dx_desc, float(alpha), float(beta), k_in, _table(p["rows"], dx.device), dx.shape[1],
-            p["SLOTS"], p["NUM_TILES"], p["TILES_PER_PHASE"], p["TILES_H"], p["TILES_W"], p["N_BLOCKS"])
+    args = (dy_desc, w_desc, dx_desc, float(alpha), float(beta), k_in, _table(p["rows"], dx.device),
+            _table(p["schedule"], dx.device), dx.shape[1], p["SLOTS"], p["TILES_PER_PHASE"], p["TILES_H"],
+            p["TILES_W"], p["N_BLOCKS"])
     consts, cap = kernel_constexprs(cfg, beta != 0)
     return p["grid"], args, dict(consts, maxnreg=cap)
 
@@ -348,11 +396,11 @@ def compile_sm90(cfg, has_beta=False):
     NB, BH, BW, BN, BK = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     dt = sig_dtype(cfg)
     types_ = {"dy_desc": _desc_sig(dt, [NB, BH, BW, BK]), "w_desc": _desc_sig(dt, [BN, BK]),
-              "dx_desc": _desc_sig(dt, [NB, BH, 1, BW, BN]), "table_ptr": "*i32",
+              "dx_desc": _desc_sig(dt, [NB, BH, 1, BW, BN]), "table_ptr": "*i32", "sched_ptr": "*i32",
               "alpha": "fp32", "beta": "fp32"}
     consts, cap = kernel_constexprs(cfg, has_beta)
     return _compile_sm90(gluon_dgrad_fused_kernel, types_, consts, cfg["num_warps"], maxnreg=cap)
 
 
-__all__ = ["gluon_dgrad_fused_kernel", "FUSED_PHASES", "phase_table", "why_not", "plan", "prepare", "launch",
+__all__ = ["gluon_dgrad_fused_kernel", "FUSED_PHASES", "phase_table", "why_not", "schedule", "plan", "prepare", "launch",
            "compile_sm90"]
