@@ -381,3 +381,32 @@ def test_gpu_fused_backward_data_against_float64(p, cfg, rng, forced):
         assert run_case("bwd_data", ALGO_1, p, dtype, "NHWC", rng, n=3, device="cuda", mode=mode,
                         alpha=alpha, beta=beta) is None
         assert forced.launches == before + (1 if fused else s[0] * s[1]), "one Gluon launch for all phases"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", OFFERED + OFFERED_TF32, ids=gc.name)
+def test_gpu_direct_launch_against_float64(cfg):
+    """gf.prepare + launch without the tuner: every config on all SMs and on 3 programs (many
+    tiles each: the ring wraps across tiles of different phases, ping-pong consumers
+    alternate), beta 0 into NaN and beta 0.5, 3x3 stride 2 and 5x3 stride (2, 1)."""
+    need_hopper()
+    dtype = torch.float32 if cfg.get("TF32") else torch.bfloat16
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for (kh, kw), stride, pad, (h, w) in (((3, 3), (2, 2), (1, 1), (14, 10)), ((5, 3), (2, 1), (2, 1), (10, 7))):
+        n, c, k = 3, 256, 128
+        oh, ow = (h + 2 * pad[0] - kh) // stride[0] + 1, (w + 2 * pad[1] - kw) // stride[1] + 1
+        dy = torch.randn(n, k, oh, ow, device="cuda", generator=g).to(dtype).contiguous(
+            memory_format=torch.channels_last)
+        wt = (torch.randn(k, c, kh, kw, device="cuda", generator=g) / (k * kh * kw) ** 0.5).to(dtype)
+        want = torch.nn.grad.conv2d_input((n, c, h, w), wt.double(), dy.double(), stride=stride, padding=pad)
+        prior = torch.randn(n, c, h, w, device="cuda", generator=g).to(dtype).contiguous(
+            memory_format=torch.channels_last)
+        for sms in (None, 3):
+            for alpha, beta in ((1.0, 0.0), (2.0, 0.5)):
+                dx = prior.clone() if beta else torch.full_like(prior, float("nan"))
+                gf.launch(*gf.prepare(dy, wt, dx, (kh, kw), stride, pad, False, cfg, alpha=alpha, beta=beta,
+                                      sms=sms))
+                torch.cuda.synchronize()
+                expect = alpha * want + beta * prior.double()
+                err = ((dx.double() - expect).abs().max() / expect.abs().max()).item()
+                assert err < 2e-2, (gc.name(cfg), sms, beta, err)
