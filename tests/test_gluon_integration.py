@@ -423,11 +423,13 @@ STRIDED_DGRAD_GPU_CASES = [
 @pytest.mark.gpu
 @pytest.mark.parametrize("cfg", [c for c in ALL_PICKS if not (c["NB"] == 1 and c["BH"] == 1)], ids=gc.name)
 @pytest.mark.parametrize("p", STRIDED_DGRAD_GPU_CASES, ids=lambda p: p["name"])
-def test_gpu_forced_strided_backward_data_against_float64(p, cfg, rng, forced):
+def test_gpu_forced_strided_backward_data_against_float64(p, cfg, rng, forced, monkeypatch):
     """ALGO_1 backward data at stride > 1 with each Gluon config forced (the flat ones serve
     1x1 stride-1 problems only): one launch per phase of dx (NaN-poisoned float16; bfloat16
     CONVOLUTION mode, alpha 2, beta 0.5), against the float64 reference."""
     need_hopper()
+    from tridnn.cuda import gluon_dgrad_fused
+    monkeypatch.setattr(gluon_dgrad_fused, "FUSED_PHASES", False)  # a launch a phase (the fused path: its own tests)
     forced.cfg = dict(cfg, GLUON=True)
     s = p["stride"]
     plain = ("float16", tridnn.ConvMode.CROSS_CORRELATION, 1.0, 0.0)
