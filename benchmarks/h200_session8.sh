@@ -24,6 +24,9 @@
 #   tf32_tests     the Gluon tf32 (float32, TENSOR_OP) configs on the GPU (tests/test_gluon_tf32.py)
 #   tf32_sweep     sweep_gluon_conv --dtype float32 (stride 1, then --strided) against cuDNN tf32
 #   fp32_gluon     the fp32-tf32 suite with the Gluon tf32 configs offered (TRIDNN_GLUON_TF32=1)
+#   fused_dgrad_tests  gluon_dgrad_fused (all stride phases in one launch) on the GPU
+#   fused_dgrad_sweep  sweep_gluon_conv --dgrad-phases: fused vs a launch a phase vs cuDNN
+#   dgrad_fused    the backward data suite with the fused launch on (TRIDNN_GLUON_FUSED_PHASES=1)
 #   diag           diag_gluon_route.py (does NHWC global average pooling reach gluon_stream)
 #   dws            the MobileNetV2 depthwise suites (dw-fwd, dw-bwd_data, dw-bwd_filter)
 set -u
@@ -65,6 +68,10 @@ step() {
                 echo "tf32 rc=$?"; tail -30 "$R/tf32.log" | cut -c1-140
                 timeout 120 python3 benchmarks/sweep_gluon_conv.py --dtype float32 --strided --budget-s 80 --out "$R/tf32s" > "$R/tf32s.log" 2>&1
                 echo "tf32 strided rc=$?"; tail -30 "$R/tf32s.log" | cut -c1-140 ;;
+    fused_dgrad_tests) MARK= gpu_tests 240 fused_dgrad_tests tests/test_gluon_dgrad_fused.py ;;
+    fused_dgrad_sweep) timeout 200 python3 benchmarks/sweep_gluon_conv.py --dgrad-phases --budget-s 150 --out "$R/fdg" > "$R/fdg.log" 2>&1
+                       echo "fused dgrad rc=$?"; tail -40 "$R/fdg.log" | cut -c1-140 ;;
+    dgrad_fused) TRIDNN_GLUON_FUSED_PHASES=1 suite dgrad_fused "${SUITE_S:-190}" rn50-bwd_data ;;
     fp32_gluon) TRIDNN_GLUON_TF32=1 suite fp32_gluon "${SUITE_S:-190}" fp32-tf32 ;;
     diag) timeout 60 python3 benchmarks/diag_gluon_route.py > "$R/diag.log" 2>&1; echo "diag rc=$?"; cat "$R/diag.log" | cut -c1-160 ;;
     dws) suite dws "${SUITE_S:-190}" dw-fwd,dw-bwd_data,dw-bwd_filter ;;
