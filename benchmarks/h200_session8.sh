@@ -68,7 +68,7 @@ step() {
                 echo "tf32 rc=$?"; tail -30 "$R/tf32.log" | cut -c1-140
                 timeout 120 python3 benchmarks/sweep_gluon_conv.py --dtype float32 --strided --budget-s 80 --out "$R/tf32s" > "$R/tf32s.log" 2>&1
                 echo "tf32 strided rc=$?"; tail -30 "$R/tf32s.log" | cut -c1-140 ;;
-    fused_dgrad_tests) MARK= gpu_tests 240 fused_dgrad_tests tests/test_gluon_dgrad_fused.py ;;
+    fused_dgrad_tests) gpu_tests 240 fused_dgrad_tests tests/test_gluon_dgrad_fused.py ;;
     fused_dgrad_sweep) timeout 200 python3 benchmarks/sweep_gluon_conv.py --dgrad-phases --budget-s 150 --out "$R/fdg" > "$R/fdg.log" 2>&1
                        echo "fused dgrad rc=$?"; tail -40 "$R/fdg.log" | cut -c1-140 ;;
     dgrad_fused) TRIDNN_GLUON_FUSED_PHASES=1 suite dgrad_fused "${SUITE_S:-190}" rn50-bwd_data ;;
