@@ -31,7 +31,7 @@ register split are gluon_conv's (shared_state, constexprs); its consumer is this
 own (the per-tile k-step count and the 5-D store), so gluon_conv's kernels are unchanged.
 
 FUSED_PHASES (TRIDNN_GLUON_FUSED_PHASES=1) switches it on in gluon_conv.launch_backward_data:
-off until the kernel has run on a GPU (written and compiled offline in session 9).
+off until the kernel has run on a GPU (written and compiled offline in session 8).
 """
 from __future__ import annotations
 
