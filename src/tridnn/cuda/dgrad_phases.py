@@ -16,6 +16,7 @@ phase's matrix is a column block of it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 
 @dataclass(frozen=True)
@@ -37,9 +38,15 @@ def axis_taps(size: int, stride: int, pad: int) -> list:
 
 
 def phases(kernel, stride, padding, convolution: bool) -> tuple:
-    """([Phase] in (a, b) order, order): ``order`` maps each tap kh * KW + kw of the filter to
-    its slot in the turned filter (filter_turn.turned_filter). convolution: the problem's
-    CONVOLUTION mode, whose forward reverses the filter (its effective taps are KH-1-kh)."""
+    """((Phase, ...) in (a, b) order, order): ``order`` maps each tap kh * KW + kw of the filter
+    to its slot in the turned filter (filter_turn.turned_filter). convolution: the problem's
+    CONVOLUTION mode, whose forward reverses the filter (its effective taps are KH-1-kh).
+    Cached: each strided backward-data call asks again."""
+    return _phases(tuple(kernel), tuple(stride), tuple(padding), bool(convolution))
+
+
+@lru_cache(maxsize=256)
+def _phases(kernel, stride, padding, convolution):
     (kh, kw), (sh, sw), (ph, pw) = kernel, stride, padding
     rows, cols = axis_taps(kh, sh, ph), axis_taps(kw, sw, pw)
     out, order, slot = [], [None] * (kh * kw), 0
@@ -51,4 +58,4 @@ def phases(kernel, stride, padding, convolution: bool) -> tuple:
                     src_h, src_w = (kh - 1 - th, kw - 1 - tw) if convolution else (th, tw)
                     order[src_h * kw + src_w] = slot
                     slot += 1
-    return out, order
+    return tuple(out), tuple(order)

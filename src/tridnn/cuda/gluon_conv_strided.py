@@ -183,19 +183,33 @@ def why_not(x, w, padding, dilation, stride) -> str | None:
     import torch
     if x.dtype not in (torch.bfloat16, torch.float16, torch.float32) or w.dtype != x.dtype:
         return "bfloat16/float16 (or float32 with a TF32 config) only"
-    if len(stride) != 2 or min(stride) < 1:
-        return "2-D strides >= 1"
+    reason = phase_view_why_not(x, stride)
+    if reason:
+        return reason
     n, c, h, wd = x.shape
-    if h % stride[0] or wd % stride[1]:
-        return "H and W must be multiples of the stride (the phase view)"
     if c % 64:
         return "channels must be a multiple of 64"
-    if not _channels_last_ok(x) or (stride[1] > 1 and wd > 1 and x.stride(3) != c):
-        return "x must be channels-last with 16-byte aligned strides and dense pixels within a row"
+    if not _channels_last_ok(x):
+        return "x must be channels-last with 16-byte aligned strides"
     if w.shape[0] % 8:
         return "output channels must be a multiple of 8 (TMA row alignment)"
     if w.shape[1] != c:
         return "groups are not supported"
+    return None
+
+
+def phase_view_why_not(t, stride) -> str | None:
+    """None when ``phase_view`` can view the channels-last [N, C, H, W] tensor t: 2-D strides
+    >= 1 dividing H and W, and (for a column stride > 1) t's pixels dense within a row, so
+    sw neighbouring pixels are one run of sw*C values. gluon_conv's strided forward reads x
+    through it, gluon_dgrad_fused writes dx through it."""
+    if len(stride) != 2 or min(stride) < 1:
+        return "2-D strides >= 1"
+    n, c, h, wd = t.shape
+    if h % stride[0] or wd % stride[1]:
+        return "H and W must be multiples of the stride (the phase view)"
+    if stride[1] > 1 and wd > 1 and t.stride(3) != c:
+        return "pixels must be dense within a row (the phase view)"
     return None
 
 

@@ -46,6 +46,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from .gluon_common import compile_sm90 as _compile_sm90, descriptor
 from .gluon_common import desc_sig as _desc_sig
 from .gluon_conv import _tile_coords, constexprs, shared_state, sig_dtype
+from .gluon_conv_strided import phase_view, phase_view_why_not
 
 FUSED_PHASES = os.environ.get("TRIDNN_GLUON_FUSED_PHASES", "0") == "1"
 
@@ -268,13 +269,10 @@ def why_not(dx, stride, cfg) -> str | None:
     """None when the fused launch can write dx (gluon_conv.backward_data_why_not holds):
     H and W multiples of the stride, dx's pixels dense within a row (its 5-D phase view),
     dx's channels a multiple of the config's BLOCK_N (a box stays in its column phase)."""
-    n, c, h, w = dx.shape
-    sh, sw = stride
-    if h % sh or w % sw:
-        return "H and W multiples of the stride (the phase view of dx)"
-    if sw > 1 and w > 1 and dx.stride(3) != c:
-        return "dx's pixels dense within a row (the phase view of dx)"
-    if c % cfg["BLOCK_N"]:
+    reason = phase_view_why_not(dx, tuple(stride))
+    if reason:
+        return "dx: " + reason
+    if dx.shape[1] % cfg["BLOCK_N"]:
         return "dx's channels a multiple of BLOCK_N (a box must not cross into the next column phase)"
     return None
 
@@ -357,7 +355,6 @@ def prepare(dy, w, dx, kernel, stride, padding, convolution, cfg, alpha=1.0, bet
     from .filter_turn import turned_filter
     from .gluon_common import sm_count
     from .gluon_conv import _nhwc, check_dtypes
-    from .gluon_conv_strided import phase_view
     stride = tuple(stride)
     reason = why_not(dx, stride, cfg)
     if reason:
