@@ -41,3 +41,16 @@ def test_turned_filter_matches_torch(shape, layout, flip, dtype):
 def test_empty_filter():
     m = turned_filter(torch.empty(0, 4, 3, 3, device=DEVICE), True)
     assert m.shape == (4, 0)
+
+
+def test_order_table():
+    """An explicit order places each tap at its slot; anything but a permutation of the taps
+    is refused before any copy, naming the order."""
+    w = torch.arange(2 * 3 * 2 * 2, dtype=torch.float32).reshape(2, 3, 2, 2).to(DEVICE)
+    order = [2, 0, 3, 1]
+    m = turned_filter(w, order=order).reshape(3, 4, 2)  # [c, slot, k]
+    for t, slot in enumerate(order):
+        assert torch.equal(m[:, slot, :], w[:, :, t // 2, t % 2].T)
+    for bad in ([0, 1, 2], [0, 1, 1, 2], [0, 1, 2, 4]):
+        with pytest.raises(ValueError, match="permutation of the 4 taps"):
+            turned_filter(w, order=bad)
