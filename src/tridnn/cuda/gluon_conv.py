@@ -895,8 +895,12 @@ def launch_backward_data(problem, dy, w, dx, alpha, beta, cfg, sms=None) -> bool
     if tuple(stride) != (1, 1):
         from . import gluon_dgrad_fused as fused
         if fused.FUSED_PHASES and fused.why_not(dx, stride, cfg) is None:  # all phases in one launch
+            from .dgrad_phases import phases
+            from .filter_turn import turned_filter as turn
+            # m held here until the launch is queued (its TMA descriptor keeps the address only)
+            m = turn(w, order=phases((kh, kw), stride, pad, convolution=problem.mode == 0)[1])
             fused.launch(*fused.prepare(dy, w, dx, (kh, kw), stride, pad, problem.mode == 0, cfg, alpha=alpha,
-                                        beta=beta, sms=sms))
+                                        beta=beta, sms=sms, m=m))
             return True
         _launch_phases(problem, dy, w, dx, alpha, beta, cfg, sms, (kh, kw), pad, stride)
         return True

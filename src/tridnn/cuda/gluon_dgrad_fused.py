@@ -351,7 +351,9 @@ def kernel_constexprs(cfg, has_beta) -> tuple:
 def prepare(dy, w, dx, kernel, stride, padding, convolution, cfg, alpha=1.0, beta=0.0, sms=None, m=None):
     """(grid, args, meta) of dx = alpha * conv_transpose(dy, w) + beta * dx in one launch
     (w [K, C, KH, KW]: turned here by filter_turn into the phase-ordered [C, KH*KW*K]; m:
-    that turned filter when the caller has it, plan's ``order``)."""
+    that turned filter when the caller has it, plan's ``order``). The descriptors keep
+    addresses only: the caller holds m (and dy, dx) until the launch is queued, or for as
+    long as it replays the launch; one made here lives only until this returns."""
     from .filter_turn import turned_filter
     from .gluon_common import sm_count
     from .gluon_conv import _nhwc, check_dtypes
