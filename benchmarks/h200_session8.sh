@@ -13,6 +13,7 @@
 #   gluon_tests    Gluon stride-1 conv kernel + integration GPU tests
 #   api            sweep_gluon_conv --api (forward and backward data through the public API)
 #   wgrad_tests    Gluon backward-filter GPU tests (kernel + integration)
+#   wgrad_int_tests  the backward-filter integration GPU tests alone (every tuner config, 250 s)
 #   stream_tests   Gluon streaming reductions GPU tests (kernel + routing)
 #   layers         bench_gpu_layers.py (every layer kernel against PyTorch)
 #   dw_tests       depthwise strip kernel GPU tests
@@ -46,6 +47,7 @@ step() {
     api) timeout 150 python3 benchmarks/sweep_gluon_conv.py --api --directions fwd,bwd_data --budget-s 120 --out "$R/api" > "$R/api.log" 2>&1
          echo "api rc=$?"; tail -40 "$R/api.log" | cut -c1-140 ;;
     wgrad_tests) gpu_tests 100 wgrad_tests tests/test_gluon_wgrad.py tests/test_gluon_wgrad_integration.py ;;
+    wgrad_int_tests) gpu_tests 250 wgrad_int_tests tests/test_gluon_wgrad_integration.py ;;
     stream_tests) gpu_tests 80 stream_tests tests/test_gluon_stream.py tests/test_gluon_stream_routing.py ;;
     layers) timeout 150 python3 benchmarks/bench_gpu_layers.py --out "$R/layers.json" --budget-s 120 > "$R/layers.log" 2>&1
             echo "layers rc=$?"; sed -n '/ copy /,$p' "$R/layers.log" | grep -v "\[" | cut -c1-110 ;;

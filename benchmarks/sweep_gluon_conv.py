@@ -426,7 +426,7 @@ def api_sweep(a, directions, t0):
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import bench_gpu_conv as bg
 
-    gc.TF32_OFFERED = True  # (off by default until measured: the sweep measures it)
+    gc.TF32_OFFERED = True  # (whatever TRIDNN_GLUON_TF32 says: the sweep measures the configs)
 
     dev = "cpu" if a.dry_run else "cuda"
     dtype = "float32" if FP32 else "float16" if a.dry_run else "bfloat16"  # (the interpreter has no bfloat16)

@@ -153,8 +153,8 @@ def test_prepare_launch_arguments(beta):
             memory_format=torch.channels_last), (3, 3), (2, 2), (1, 1), False, cfg, sms=132)
 
 
-def test_off_by_default():
-    assert gf.FUSED_PHASES is (__import__("os").environ.get("TRIDNN_GLUON_FUSED_PHASES", "0") == "1")
+def test_on_unless_switched_off():
+    assert gf.FUSED_PHASES is (__import__("os").environ.get("TRIDNN_GLUON_FUSED_PHASES", "1") != "0")
 
 
 # -- CPU: a float64 emulation of the kernel's tile walk --------------------------------------

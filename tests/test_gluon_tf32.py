@@ -63,8 +63,8 @@ def _problem(direction, c, k, hw, kernel, stride=1, pad=0, n=4, dtype="float32",
 
 @pytest.fixture(autouse=True)
 def offered(monkeypatch):
-    """The offer is off by default until these configs have run on a GPU (TF32_OFFERED);
-    these tests check it switched on (test_switched_off_by_the_module_flag turns it off)."""
+    """The offer switched on whatever TRIDNN_GLUON_TF32 says (it is on by default;
+    test_switched_off_by_the_module_flag turns it off)."""
     monkeypatch.setattr(gc, "TF32_OFFERED", True)
 
 
