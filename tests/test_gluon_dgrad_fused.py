@@ -36,6 +36,7 @@ CASES = [  # (kernel, stride, pad, (H, W) of dx): H, W multiples of the stride
     ((3, 3), (2, 2), (1, 1), (8, 8)), ((3, 3), (2, 2), (1, 1), (10, 6)), ((3, 3), (2, 2), (0, 0), (8, 10)),
     ((5, 3), (2, 2), (2, 1), (10, 8)), ((3, 3), (3, 3), (1, 1), (9, 12)), ((2, 2), (2, 2), (0, 0), (8, 6)),
     ((4, 4), (2, 2), (1, 1), (8, 8)), ((3, 2), (2, 1), (1, 0), (6, 7)),
+    ((1, 1), (2, 2), (0, 0), (8, 6)), ((3, 1), (2, 2), (1, 0), (6, 8)),  # phases without taps
 ]
 MODES = [tridnn.ConvMode.CROSS_CORRELATION, tridnn.ConvMode.CONVOLUTION]
 
@@ -74,19 +75,24 @@ def test_plan_tile_counts(cfg):
 
 
 @pytest.mark.parametrize("programs", [1, 3, 7, 132])
-def test_schedule_deals_every_tile_once_longest_first(programs):
-    k_steps = [8] * 30 + [4] * 60 + [2] * 30
+@pytest.mark.parametrize("zeros", [0, 90], ids=["taps", "with_tapless"])
+def test_schedule_deals_every_tile_once_longest_first(programs, zeros):
+    """Every tile once, each program's longest first, and the longest-processing-time bound
+    on the tiles' weights (k-steps + STORE_COST): tiles without taps (k-steps 0, a store
+    each) spread over the programs instead of piling onto one."""
+    k_steps = [8] * 30 + [4] * 60 + [2] * 30 + [0] * zeros
     sched = gf.schedule(k_steps, programs)
     offsets, tiles = sched[:programs + 1], sched[programs + 1:]
     assert offsets[0] == 0 and offsets == sorted(offsets) and offsets[-1] == len(k_steps)
     assert sorted(tiles) == list(range(len(k_steps)))
+    weight = [k + gf.STORE_COST for k in k_steps]
     loads = []
     for p in range(programs):
         mine = [k_steps[t] for t in tiles[offsets[p]:offsets[p + 1]]]
         assert mine == sorted(mine, reverse=True), "each program's tiles longest first"
-        loads.append(sum(mine))
+        loads.append(sum(weight[t] for t in tiles[offsets[p]:offsets[p + 1]]))
     # longest-processing-time bound: no program past the mean by more than one tile
-    assert max(loads) <= sum(k_steps) / programs + max(k_steps)
+    assert max(loads) <= sum(weight) / programs + max(weight)
 
 
 def test_schedule_evens_res5_3x3s2():
@@ -354,6 +360,8 @@ GPU_CASES = [  # dx channels a multiple of 256: every config's BLOCK_N divides t
     P(256, 64, (8, 6), 2, 2, 0),             # 2x2 stride 2: one tap a phase
     P(256, 64, (6, 16), 4, 2, 1),            # 4x4: four taps every phase
     P(256, 64, (13, 11), 3, 2, 1),           # odd sizes: not fused, a launch per phase
+    P(256, 128, (12, 10), 1, 2, 0),          # 1x1 stride 2: three phases without taps (zeros)
+    P(256, 64, (11, 9), 1, 2, 0),            # the same, odd sizes: one launch, three zero fills
 ]
 
 
@@ -375,12 +383,13 @@ def test_gpu_fused_backward_data_against_float64(p, cfg, rng, forced):
     forced.cfg = dict(cfg, GLUON=True)
     s = p["stride"]
     fused = all(v % st == 0 for v, st in zip(p["spatial"], s)) and p["C"] % cfg["BLOCK_N"] == 0
+    tapped = sum(1 for ph in phases(p["kernel"], s, p["pad"], False) if ph.taps[0] * ph.taps[1])
     plain = ("float16", tridnn.ConvMode.CROSS_CORRELATION, 1.0, 0.0)
     for dtype, mode, alpha, beta in (plain, ("bfloat16", tridnn.ConvMode.CONVOLUTION, 2.0, 0.5), plain):
         before = forced.launches
         assert run_case("bwd_data", ALGO_1, p, dtype, "NHWC", rng, n=3, device="cuda", mode=mode,
                         alpha=alpha, beta=beta) is None
-        assert forced.launches == before + (1 if fused else s[0] * s[1]), "one Gluon launch for all phases"
+        assert forced.launches == before + (1 if fused else tapped), "one Gluon launch for all phases"
 
 
 @pytest.mark.gpu
@@ -388,11 +397,13 @@ def test_gpu_fused_backward_data_against_float64(p, cfg, rng, forced):
 def test_gpu_direct_launch_against_float64(cfg):
     """gf.prepare + launch without the tuner: every config on all SMs and on 3 programs (many
     tiles each: the ring wraps across tiles of different phases, ping-pong consumers
-    alternate), beta 0 into NaN and beta 0.5, 3x3 stride 2 and 5x3 stride (2, 1)."""
+    alternate), beta 0 into NaN and beta 0.5, 3x3 stride 2, 5x3 stride (2, 1) and 1x1 stride 2
+    (three phases of store-only tiles)."""
     need_hopper()
     dtype = torch.float32 if cfg.get("TF32") else torch.bfloat16
     g = torch.Generator(device="cuda").manual_seed(0)
-    for (kh, kw), stride, pad, (h, w) in (((3, 3), (2, 2), (1, 1), (14, 10)), ((5, 3), (2, 1), (2, 1), (10, 7))):
+    for (kh, kw), stride, pad, (h, w) in (((3, 3), (2, 2), (1, 1), (14, 10)), ((5, 3), (2, 1), (2, 1), (10, 7)),
+                                          ((1, 1), (2, 2), (0, 0), (14, 10))):
         n, c, k = 3, 256, 128
         oh, ow = (h + 2 * pad[0] - kh) // stride[0] + 1, (w + 2 * pad[1] - kw) // stride[1] + 1
         dy = torch.randn(n, k, oh, ow, device="cuda", generator=g).to(dtype).contiguous(

@@ -839,9 +839,10 @@ def launch_forward(problem, x, w, y, alpha, beta, cfg, spec=None, sms=None) -> b
 # (C*KH*KW*K elements: 4.7 MB for ResNet-50's largest 3x3; torch's strided copy of the
 # permuted view cost about as much as the convolution there).
 
-# Stride s > 1 (dilation 1, a filter at least s taps wide): one such convolution per output
-# phase of dx, through a strided view of dx (dgrad_phases), from one turned filter whose
-# column blocks are the phases' sub-filters.
+# Stride s > 1 (dilation 1): one such convolution per output phase of dx, through a strided
+# view of dx (dgrad_phases), from one turned filter whose column blocks are the phases'
+# sub-filters; a phase no tap reaches (a filter narrower than the stride, as the 1x1
+# stride-2 downsamples) is alpha * 0 + beta * dx.
 # gluon_dgrad_fused runs them all in one persistent launch where dx's phase view allows it
 # (FUSED_PHASES; TRIDNN_GLUON_FUSED_PHASES=0 keeps the launch a phase): on the H200
 # res3/4/5_3x3s2 went 1.16-1.19 -> 0.84-0.86 of cuDNN's time (session 9).
@@ -850,8 +851,8 @@ def backward_data_why_not(problem, dy, w, dx) -> str | None:
     if problem.nd != 2 or problem.groups != 1:
         return "2-D problems with groups 1 only"
     geo, (kh, kw), _, dil, stride = _geo2(problem)
-    if tuple(stride) != (1, 1) and (tuple(dil) != (1, 1) or kh < stride[0] or kw < stride[1]):
-        return "stride > 1 needs dilation 1 and a filter at least as wide as the stride (every phase has taps)"
+    if tuple(stride) != (1, 1) and tuple(dil) != (1, 1):
+        return "stride > 1 needs dilation 1 (the phase split)"
     reason = dtype_why_not(problem, dy, w, dx)
     if reason:
         return reason
@@ -924,6 +925,12 @@ def _launch_phases(problem, dy, w, dx, alpha, beta, cfg, sms, kernel, pad, strid
         (a, b), (th, tw) = part.offset, part.taps
         view = dx[:, :, a::stride[0], b::stride[1]]
         if not view.numel():  # (an image smaller than the stride: no pixel of this phase)
+            continue
+        if th * tw == 0:  # no tap reaches this phase (a filter narrower than the stride)
+            if beta != 0:
+                view.mul_(beta)
+            else:
+                view.zero_()
             continue
         w_mat = m[:, part.column * k:(part.column + th * tw) * k]
         grid, args, meta, _ = prepare(dy, None, part.padding, (1, 1), cfg, y=view, alpha=alpha, w_mat=w_mat,

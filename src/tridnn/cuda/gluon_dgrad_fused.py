@@ -13,10 +13,13 @@ of the stride here), so tile t is phase slot t // TILES_PER_PHASE and tile t % T
 of it (gluon_conv's _tile_coords). A small int32 table [slots, 8] gives each slot's
 (a, b, taps th and tw, dy padding P_h and P_w, first filter column, k-steps); loader and
 consumers read it per tile (a few cached scalar loads) and so count the same ring positions.
-Tiles differ in length (4, 2, 2 and 1 taps for 3x3 stride 2), so the programs do not take
-every grid-th tile: ``schedule`` deals them longest first to the least loaded program (an
-int32 list of offsets and tile indices the kernel reads), which evens the programs' k-steps
-(res5_3x3s2, 16x1x8x128: at most 64 against a mean of 61; 72 dealt round-robin).
+Tiles differ in length (4, 2, 2 and 1 taps for 3x3 stride 2; none for the phases a filter
+narrower than the stride never reaches, as 1x1 stride 2's three: those tiles are stores of
+alpha * 0 + beta * dx), so the programs do not take every grid-th tile: ``schedule`` deals
+them longest first to the least loaded program (an int32 list of offsets and tile indices
+the kernel reads), each tile weighing its k-steps plus one for its store, which evens the
+programs' work (res5_3x3s2, 16x1x8x128: at most 64 k-steps against a mean of 61; 72 dealt
+round-robin).
 The loader walks th*tw taps x K/BLOCK_K channel blocks of dy (gluon_conv's 4-D box, shifted
 by the tap minus the padding; TMA zero-fills the rows and columns outside dy) and the
 phase's column block of the phase-ordered turned filter (filter_turn, dgrad_phases). The
@@ -183,7 +186,8 @@ def _consumer_phases(dx_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar,
         if CONSUMERS > 1:
             mbarrier.arrive(turns.index(PARTITION))
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES))
+        # the tile's last slot (none for a phase without taps: its tile is alpha * 0 + beta * dx)
+        mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=k_steps > 0)
         acc = acc * alpha
         if HAS_BETA:
             mbarrier.wait(ybar.index(PARTITION), t_local & 1)
@@ -279,19 +283,23 @@ def why_not(dx, stride, cfg) -> str | None:
     return None
 
 
+STORE_COST = 1  # a tile's store (a 32 KB box) in k-steps (a k-step's loads: 32 KB)
+
+
 def schedule(k_steps, programs) -> list:
     """The tiles (their k-steps, longest first) dealt to ``programs`` persistent programs,
     each to the least loaded so far (longest processing time first; ties to the lower
-    program): [programs + 1 offsets] + each program's tile indices in order (descending
-    k-steps). The round-robin deal of one phase's launch left a program with up to
-    72 k-steps where the mean is 61 (res5_3x3s2, 16x1x8x128): this one, 64."""
+    program; a tile weighs its k-steps plus STORE_COST, so tiles without taps spread too):
+    [programs + 1 offsets] + each program's tile indices in order (descending k-steps).
+    The round-robin deal of one phase's launch left a program with up to 72 k-steps where
+    the mean is 61 (res5_3x3s2, 16x1x8x128): this one, 64."""
     import heapq
     heap = [(0, p) for p in range(programs)]
     lists = [[] for _ in range(programs)]
     for t in sorted(range(len(k_steps)), key=lambda t: -k_steps[t]):  # (stable: tile order within a phase)
         load, p = heapq.heappop(heap)
         lists[p].append(t)
-        heapq.heappush(heap, (load + k_steps[t], p))
+        heapq.heappush(heap, (load + k_steps[t] + STORE_COST, p))
     offsets = [0]
     for tiles in lists:
         offsets.append(offsets[-1] + len(tiles))
