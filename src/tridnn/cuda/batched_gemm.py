@@ -9,7 +9,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import grouped_tile, launch
+from .common import cdiv, grouped_tile, launch
 
 
 @triton.jit
@@ -49,7 +49,7 @@ def bmm(a, b, c, prec: str, cfg) -> None:
     """c[i] = a[i] @ b[i] for 3-D tensors a [B, M, K], b [B, K, N], c [B, M, N] (float32)."""
     nb, m, k = a.shape
     n = b.shape[2]
-    grid = (triton.cdiv(m, cfg["BLOCK_M"]) * triton.cdiv(n, cfg["BLOCK_N"]), nb)
+    grid = (cdiv(m, cfg["BLOCK_M"]) * cdiv(n, cfg["BLOCK_N"]), nb)
     launch(bmm_kernel, grid, (a, b, c, m, n, k, *a.stride(), *b.stride(), *c.stride()),
            dict(BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=8, PREC=prec),
            dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))

@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import launch, sm_count, split_rows
+from .common import cdiv, launch, sm_count, split_rows
 from .geometry import needs_int64, pad3, strides5
 
 
@@ -64,11 +64,11 @@ def backward_bias(dy: torch.Tensor, db: torch.Tensor, alpha: float, beta: float)
     acc_dtype = torch.float64 if dy.dtype == torch.float64 else torch.float32
     block_k = min(64 if gpu else 16, triton.next_power_of_2(max(k, 1)))
     block_r = 64 if gpu else 16
-    k_blocks = triton.cdiv(k, block_k)
-    want = max(1, triton.cdiv(2 * sm_count(dy.device), k_blocks)) if gpu else 2
-    split = max(1, min(want, triton.cdiv(rows, 8 * block_r), 1024))
-    per = triton.cdiv(triton.cdiv(rows, split), block_r) * block_r if rows else block_r
-    split = max(1, triton.cdiv(rows, per))
+    k_blocks = cdiv(k, block_k)
+    want = max(1, cdiv(2 * sm_count(dy.device), k_blocks)) if gpu else 2
+    split = max(1, min(want, cdiv(rows, 8 * block_r), 1024))
+    per = cdiv(cdiv(rows, split), block_r) * block_r if rows else block_r
+    split = max(1, cdiv(rows, per))
     part = torch.empty((split, k), dtype=acc_dtype, device=dy.device)
     acc = tl.float64 if acc_dtype == torch.float64 else tl.float32
     s = strides5(dy, nd)
@@ -76,7 +76,7 @@ def backward_bias(dy: torch.Tensor, db: torch.Tensor, alpha: float, beta: float)
            dict(BLOCK_R=block_r, BLOCK_K=block_k, ACC=acc, INT64=needs_int64(dy)),
            dict(num_warps=4 if gpu else 1))
     # db is (1, K, 1, ...) with any strides: channel k sits k * db.stride(1) elements in
-    launch(bias_finish_kernel, (triton.cdiv(k, block_k),), (part, db, k, split, db.stride(1), float(alpha),
+    launch(bias_finish_kernel, (cdiv(k, block_k),), (part, db, k, split, db.stride(1), float(alpha),
                                                             float(beta)),
            dict(BLOCK_K=block_k, ACC=acc, BETA_ZERO=beta == 0), dict(num_warps=4 if gpu else 1))
 

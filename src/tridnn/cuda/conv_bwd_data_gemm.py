@@ -19,7 +19,7 @@ import triton.language as tl
 
 from ..types import ConvBwdDataAlgo
 from ..workspace import Buffer
-from .common import TritonConvAlgorithm, Tuner, grouped_tile, launch, split_rows
+from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, split_rows
 from .conv_implicit_gemm import GPU_CONFIGS_16, GPU_CONFIGS_32, INTERPRETER_CONFIG, gemm_estimate
 from .epilogue import store_tile
 from .geometry import geometry, input_precision, needs_int64, strides5
@@ -109,7 +109,7 @@ def launch_dcol(problem, dy, w, col, cfg):
     nd = problem.nd
     M, R = geo.out_pixels, geo.taps * geo.cg
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-    launch(dcol_kernel, (triton.cdiv(M, bm) * triton.cdiv(R, bn), geo.groups), (
+    launch(dcol_kernel, (cdiv(M, bm) * cdiv(R, bn), geo.groups), (
         dy, w, col, M, R, geo.cg, geo.kg, *geo.out, *geo.ker, *strides5(dy, nd), *strides5(w, nd)),
         dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, FLIP=problem.mode == 0, PREC=input_precision(problem),
              INT64=needs_int64(dy)), dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
@@ -142,7 +142,7 @@ class Col2imGemmBackwardData(TritonConvAlgorithm):
         geo = geometry(problem)
         nd = problem.nd
         bp, bc = (64, 64) if gpu else (16, 16)
-        launch(col2im_kernel, (triton.cdiv(geo.in_pixels, bp), triton.cdiv(geo.c, bc)), (
+        launch(col2im_kernel, (cdiv(geo.in_pixels, bp), cdiv(geo.c, bc)), (
             col, dx, geo.in_pixels, geo.out_pixels, geo.c, geo.cg, *geo.inp, *geo.out, *geo.ker, *geo.stride,
             *geo.pad, *geo.dil, *strides5(dx, nd), float(alpha), float(beta)),
             dict(BLOCK_P=bp, BLOCK_C=bc, BETA_ZERO=beta == 0, INT64=needs_int64(dx)),

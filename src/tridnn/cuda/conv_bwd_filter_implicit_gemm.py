@@ -39,7 +39,7 @@ from ..types import ConvBwdFilterAlgo, MathType
 from . import conv_depthwise_backward as depthwise
 from . import conv_tma, conv_wgrad_tma
 from ..workspace import Buffer
-from .common import TritonConvAlgorithm, Tuner, launch, problem_key, sm_count, split_rows
+from .common import TritonConvAlgorithm, Tuner, cdiv, launch, problem_key, sm_count, split_rows
 from .conv_implicit_gemm import FLAT_BELOW, gemm_estimate
 from .geometry import geometry, input_precision, needs_int64, strides5
 
@@ -193,11 +193,11 @@ def flat_columns(geo) -> bool:
 
 def slices_for(geo, cfg, sms, cap) -> int:
     if flat_columns(geo):
-        tiles = triton.cdiv(geo.kg, cfg["BLOCK_M"]) * triton.cdiv(geo.taps * geo.cg, cfg["BLOCK_N"]) * geo.groups
+        tiles = cdiv(geo.kg, cfg["BLOCK_M"]) * cdiv(geo.taps * geo.cg, cfg["BLOCK_N"]) * geo.groups
     else:
-        tiles = triton.cdiv(geo.kg, cfg["BLOCK_M"]) * triton.cdiv(geo.cg, cfg["BLOCK_N"]) * geo.taps * geo.groups
+        tiles = cdiv(geo.kg, cfg["BLOCK_M"]) * cdiv(geo.cg, cfg["BLOCK_N"]) * geo.taps * geo.groups
     pixels = geo.out_pixels
-    want = triton.cdiv(2 * sms, tiles)
+    want = cdiv(2 * sms, tiles)
     most = max(1, pixels // (4 * cfg["BLOCK_K"]))
     return max(1, min(want, most, cap))
 
@@ -342,13 +342,13 @@ class _WgradBase(TritonConvAlgorithm):
             slices = depthwise.backward_filter_partials(problem, x, dy, part, slices, self.atomic)
             self._finish(problem, part, dw, 1 if self.atomic else slices, alpha, beta)
             return
-        per = triton.cdiv(triton.cdiv(geo.out_pixels, slices), cfg["BLOCK_K"]) * cfg["BLOCK_K"]
-        slices = triton.cdiv(geo.out_pixels, per)
+        per = cdiv(cdiv(geo.out_pixels, slices), cfg["BLOCK_K"]) * cfg["BLOCK_K"]
+        slices = cdiv(geo.out_pixels, per)
         if self.atomic:
             part.zero_()
         flat = flat_columns(geo)
         cols = geo.taps * geo.cg if flat else geo.cg
-        grid = (triton.cdiv(geo.kg, cfg["BLOCK_M"]) * triton.cdiv(cols, cfg["BLOCK_N"]),
+        grid = (cdiv(geo.kg, cfg["BLOCK_M"]) * cdiv(cols, cfg["BLOCK_N"]),
                 geo.groups if flat else geo.taps * geo.groups, slices)
         launch(conv_wgrad_kernel, grid, (
             x, dy, part, geo.out_pixels, geo.cg, geo.kg, *geo.inp, *geo.out, *geo.ker, *geo.stride,
@@ -363,7 +363,7 @@ class _WgradBase(TritonConvAlgorithm):
         geo = geometry(problem)
         total = geo.k * geo.taps * geo.cg
         block = 1024 if dw.device.type == "cuda" else 64
-        launch(wgrad_finish, (triton.cdiv(total, block),), (
+        launch(wgrad_finish, (cdiv(total, block),), (
             part, dw, geo.k, geo.taps, geo.cg, part_channels or geo.cg, slices, *geo.ker, *strides5(dw, problem.nd),
             float(alpha), float(beta)), dict(BLOCK=block, FLIP=problem.mode == 0, BETA_ZERO=beta == 0), {})
 

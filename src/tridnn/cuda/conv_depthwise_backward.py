@@ -281,7 +281,7 @@ def backward_data(problem, dy, w, dx, alpha, beta) -> None:
     gpu = dx.device.type == "cuda"
     bp, bc = (64, 64) if gpu else (16, 16)
     ws = strides5(w, nd)
-    launch(dw_bwd_data_kernel, (triton.cdiv(geo.in_pixels, bp), triton.cdiv(geo.c, bc)), (
+    launch(dw_bwd_data_kernel, (cdiv(geo.in_pixels, bp), cdiv(geo.c, bc)), (
         dy, w, dx, geo.in_pixels, geo.c, geo.kg, *geo.inp, *geo.out, *geo.ker, *geo.stride, *geo.pad, *geo.dil,
         *strides5(dy, nd), ws[0], *ws[2:], *strides5(dx, nd), float(alpha), float(beta)),
         dict(BLOCK_P=bp, BLOCK_C=bc, FLIP=problem.mode == 0, BETA_ZERO=beta == 0, INT64=needs_int64(dy, dx)),
@@ -476,9 +476,9 @@ def filter_slices(problem, device, cap: int) -> int:
         cfg = _wgrad3_config(problem, device)
         return _wgrad3_slices(problem, device, cfg, cap)
     bc = 64
-    programs = triton.cdiv(geo.k, bc) * geo.taps
-    want = triton.cdiv(4 * sm_count(device), programs)
-    return max(1, min(want, triton.cdiv(geo.out_pixels, 8 * 64), cap, 65535))
+    programs = cdiv(geo.k, bc) * geo.taps
+    want = cdiv(4 * sm_count(device), programs)
+    return max(1, min(want, cdiv(geo.out_pixels, 8 * 64), cap, 65535))
 
 
 def _wgrad3_slices(problem, device, cfg, cap):
@@ -545,9 +545,9 @@ def backward_filter_partials(problem, x, dy, part, slices, atomic) -> int:
         return _launch_wgrad3(problem, x, dy, part, cfg["slices"], atomic, cfg, cap)
     gpu = x.device.type == "cuda"
     bp, bc = (64, 64) if gpu else (16, 16)
-    per = triton.cdiv(triton.cdiv(geo.out_pixels, slices), bp) * bp
-    slices = max(1, triton.cdiv(geo.out_pixels, per))
-    launch(dw_bwd_filter_kernel, (triton.cdiv(geo.k, bc), geo.taps, slices), (
+    per = cdiv(cdiv(geo.out_pixels, slices), bp) * bp
+    slices = max(1, cdiv(geo.out_pixels, per))
+    launch(dw_bwd_filter_kernel, (cdiv(geo.k, bc), geo.taps, slices), (
         x, dy, part, geo.out_pixels, geo.k, geo.kg, *geo.inp, *geo.out, *geo.ker, *geo.stride, *geo.pad, *geo.dil,
         *strides5(x, nd), *strides5(dy, nd), per),
         dict(BLOCK_P=bp, BLOCK_C=bc, ATOMIC=atomic, INT64=needs_int64(x, dy)), dict(num_warps=4 if gpu else 1))

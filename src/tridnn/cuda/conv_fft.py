@@ -26,7 +26,7 @@ import triton.language as tl
 
 from ..types import ConvFwdAlgo
 from ..workspace import Buffer
-from .common import TritonConvAlgorithm, launch, split_rows
+from .common import TritonConvAlgorithm, cdiv, launch, split_rows
 from .epilogue import launch_args, spec_of, store_tile
 from .geometry import geometry, needs_int64, strides5
 
@@ -166,7 +166,7 @@ class FftForward(TritonConvAlgorithm):
         F = math.prod(X.shape[2:])
         geo = geometry(problem)
         bf, bk = (128, 16) if gpu else (16, 16)
-        programs = geo.n * geo.groups * triton.cdiv(F, bf) * triton.cdiv(geo.kg, bk)
+        programs = geo.n * geo.groups * cdiv(F, bf) * cdiv(geo.kg, bk)
         launch(fft_contract_kernel, (programs,), (
             workspace["X"], workspace["W"], workspace["Y"], F, geo.c, geo.cg, geo.kg),
             dict(BLOCK_F=bf, BLOCK_K=bk), dict(num_warps=4 if gpu else 1))
@@ -174,7 +174,7 @@ class FftForward(TritonConvAlgorithm):
         bias, bias_stride, z, zs, alpha2, coef, swish_beta, act, has_bias, has_z = launch_args(spec, y, nd)
         M = geo.out_pixels
         bm, bn = (64, 64) if gpu else (16, 16)
-        launch(fft_store_kernel, (triton.cdiv(M, bm), triton.cdiv(geo.k, bn)), (
+        launch(fft_store_kernel, (cdiv(M, bm), cdiv(geo.k, bn)), (
             corr, y, bias, z, M, geo.k, *geo.out, *geo.stride, *strides5(corr, nd), *strides5(y, nd), *zs,
             bias_stride, float(alpha), float(beta), alpha2, coef, swish_beta),
             dict(BLOCK_M=bm, BLOCK_N=bn, ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z, BETA_ZERO=beta == 0,

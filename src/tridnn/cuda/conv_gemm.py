@@ -19,7 +19,7 @@ import triton.language as tl
 
 from ..types import ConvFwdAlgo
 from ..workspace import Buffer
-from .common import TritonConvAlgorithm, Tuner, grouped_tile, launch, next_pow2, split_rows
+from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, next_pow2, split_rows
 from .conv_implicit_gemm import GPU_CONFIGS_16, GPU_CONFIGS_32, INTERPRETER_CONFIG, dot_rate
 from .epilogue import launch_args, spec_of, store_tile
 from .geometry import geometry, input_precision, needs_int64, strides5
@@ -134,7 +134,7 @@ def im2col(problem, x, col):
     bm = min(64 if gpu else 16, next_pow2(geo.out[2]))
     br = ROW_ALIGN if gpu else 16
     rows = geo.n * geo.out[0] * geo.out[1]
-    launch(im2col_kernel, (rows * triton.cdiv(geo.out[2], bm), triton.cdiv(r_pad, br), geo.groups), (
+    launch(im2col_kernel, (rows * cdiv(geo.out[2], bm), cdiv(r_pad, br), geo.groups), (
         x, col, M, R, r_pad, *geo.inp, *geo.out, *geo.stride, *geo.pad, *geo.dil, *strides5(x, nd)),
         dict(CG=geo.cg, KD=geo.ker[0], KH=geo.ker[1], KW=geo.ker[2], BLOCK_M=bm, BLOCK_R=br,
              INT64=needs_int64(x)), dict(num_warps=4 if gpu else 1))
@@ -146,7 +146,7 @@ def launch_gemm(problem, col, w, y, alpha, beta, spec, cfg):
     bias, bias_stride, z, zs, alpha2, coef, swish_beta, act, has_bias, has_z = launch_args(spec, y, nd)
     M, R = geo.out_pixels, geo.taps * geo.cg
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-    launch(gemm_kernel, (triton.cdiv(M, bm) * triton.cdiv(geo.kg, bn), geo.groups), (
+    launch(gemm_kernel, (cdiv(M, bm) * cdiv(geo.kg, bn), geo.groups), (
         col, w, y, bias, z, M, R, padded_row(geo), geo.cg, geo.kg, *geo.out, *geo.ker, *strides5(w, nd), *strides5(y, nd), *zs,
         bias_stride, float(alpha), float(beta), alpha2, coef, swish_beta),
         dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, FLIP=problem.mode == 0, PREC=input_precision(problem),

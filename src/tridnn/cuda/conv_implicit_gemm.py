@@ -215,19 +215,19 @@ def flat_reduction(geo) -> bool:
 
 def split_for(geo, cfg, sms, max_split=16) -> int:
     """Slices of the reduction loop so a small output still fills the GPU."""
-    tiles = triton.cdiv(geo.out_pixels, cfg["BLOCK_M"]) * triton.cdiv(geo.kg, cfg["BLOCK_N"]) * geo.groups
-    iters = (triton.cdiv(geo.taps * geo.cg, cfg["BLOCK_K"]) if flat_reduction(geo)
-             else geo.taps * triton.cdiv(geo.cg, cfg["BLOCK_K"]))
+    tiles = cdiv(geo.out_pixels, cfg["BLOCK_M"]) * cdiv(geo.kg, cfg["BLOCK_N"]) * geo.groups
+    iters = (cdiv(geo.taps * geo.cg, cfg["BLOCK_K"]) if flat_reduction(geo)
+             else geo.taps * cdiv(geo.cg, cfg["BLOCK_K"]))
     if tiles == 0 or tiles * 2 > sms or iters < 8:  # tiles == 0: an empty batch
         return 1
-    return max(1, min(max_split, triton.cdiv(sms, tiles), iters // 4))
+    return max(1, min(max_split, cdiv(sms, tiles), iters // 4))
 
 
 def candidates(problem, geo, device, allow_split: bool):
     if device.type != "cuda":
         cfgs = [dict(INTERPRETER_CONFIG)]
         if allow_split:
-            it = geo.taps * triton.cdiv(geo.cg, 16) if not flat_reduction(geo) else triton.cdiv(geo.taps * geo.cg, 16)
+            it = geo.taps * cdiv(geo.cg, 16) if not flat_reduction(geo) else cdiv(geo.taps * geo.cg, 16)
             if it >= 2:
                 cfgs = [dict(INTERPRETER_CONFIG, SPLIT_K=2)]
         return cfgs

@@ -113,7 +113,7 @@ class PrecompGemmForward(TritonConvAlgorithm):
             copy = problem.x.size * (1 + pad / geo.c) * problem.dtype.itemsize
             rate = 0.22 * (600e12 if problem.dtype.itemsize == 2 else 150e12)
             return problem.flops * pad / geo.c / rate + copy / 3e12 + 4e-6
-        tiles = triton.cdiv(geo.out_pixels, 128) * triton.cdiv(geo.kg, 128) * geo.groups
+        tiles = cdiv(geo.out_pixels, 128) * cdiv(geo.kg, 128) * geo.groups
         fill = min(1.0, tiles / 132) if max_split(problem, geo) == 1 else 1.0
         return gemm_estimate(problem, efficiency=0.95 * max(fill, 0.2)) + 2e-6
 

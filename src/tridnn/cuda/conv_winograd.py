@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from ..types import ConvFwdAlgo
-from .common import TritonConvAlgorithm, Tuner, grouped_tile, launch, split_rows
+from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, split_rows
 from .epilogue import launch_args, spec_of, store_tile
 from .geometry import geometry, input_precision, needs_int64
 
@@ -203,7 +203,7 @@ def winograd_not_applicable(problem) -> str | None:
 def tiles(problem):
     """(tiles, tiles along h, tiles along w)."""
     oh, ow = problem.out_spatial
-    th, tw = triton.cdiv(oh, TILE), triton.cdiv(ow, TILE)
+    th, tw = cdiv(oh, TILE), cdiv(ow, TILE)
     return problem.n * th * tw, th, tw
 
 
@@ -236,7 +236,7 @@ class WinogradForward(TritonConvAlgorithm):
         T, TH, TW = tiles(problem)
         bias, bias_stride, z, zs, alpha2, coef, swish_beta, act, has_bias, has_z = launch_args(spec, y, 2)
         bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-        launch(winograd_fused_kernel, (triton.cdiv(T, bm) * triton.cdiv(geo.kg, bn), geo.groups), (
+        launch(winograd_fused_kernel, (cdiv(T, bm) * cdiv(geo.kg, bn), geo.groups), (
             x, w, y, bias, z, T, geo.cg, geo.kg, geo.inp[1], geo.inp[2], geo.out[1], geo.out[2], TH, TW,
             geo.pad[1], geo.pad[2], *_strides4(x), *_strides4(w), *_strides4(y), zs[0], zs[1], zs[3], zs[4],
             bias_stride, float(alpha), float(beta), alpha2, coef, swish_beta),

@@ -22,7 +22,7 @@ import triton.language as tl
 from ..types import ConvFwdAlgo
 from ..workspace import Buffer
 from . import batched_gemm
-from .common import TritonConvAlgorithm, Tuner, launch
+from .common import TritonConvAlgorithm, Tuner, cdiv, launch
 from .conv_winograd import (bt, filter_row, gt, input_row, store_outputs, tiles, winograd_estimate,
                             winograd_not_applicable)
 from .epilogue import launch_args, spec_of
@@ -180,10 +180,10 @@ class WinogradNonfusedForward(TritonConvAlgorithm):
         gpu = y.device.type == "cuda"
         b = 32 if gpu else 16
         warps = 4 if gpu else 1
-        launch(input_transform_kernel, (triton.cdiv(T, b), triton.cdiv(geo.cg, b), geo.groups), (
+        launch(input_transform_kernel, (cdiv(T, b), cdiv(geo.cg, b), geo.groups), (
             x, V, T, geo.cg, geo.inp[1], geo.inp[2], TH, TW, geo.pad[1], geo.pad[2], *_s4(x)),
             dict(BLOCK_M=b, BLOCK_C=b, INT64=needs_int64(x)), dict(num_warps=warps))
-        launch(filter_transform_kernel, (triton.cdiv(geo.cg, b), triton.cdiv(geo.kg, b), geo.groups), (
+        launch(filter_transform_kernel, (cdiv(geo.cg, b), cdiv(geo.kg, b), geo.groups), (
             w, U, geo.cg, geo.kg, *_s4(w)), dict(BLOCK_C=b, BLOCK_N=b, FLIP=problem.mode == 0),
             dict(num_warps=warps))
         prec = input_precision(problem)
@@ -193,7 +193,7 @@ class WinogradNonfusedForward(TritonConvAlgorithm):
         batched_gemm.bmm(V, U, M, prec, cfg)
         bias, bias_stride, z, zs, alpha2, coef, swish_beta, act, has_bias, has_z = launch_args(spec, y, 2)
         bm, bn = (32, 64) if gpu else (16, 16)
-        launch(output_transform_kernel, (triton.cdiv(T, bm), triton.cdiv(geo.kg, bn), geo.groups), (
+        launch(output_transform_kernel, (cdiv(T, bm), cdiv(geo.kg, bn), geo.groups), (
             M, y, bias, z, T, geo.kg, geo.out[1], geo.out[2], TH, TW, *_s4(y), zs[0], zs[1], zs[3], zs[4],
             bias_stride, float(alpha), float(beta), alpha2, coef, swish_beta),
             dict(BLOCK_M=bm, BLOCK_N=bn, ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z, BETA_ZERO=beta == 0,

@@ -33,6 +33,7 @@ import triton.language as tl
 from triton.language.random import philox
 
 from ..errors import BadParamError
+from .common import cdiv
 from .layer_utils import coalesce, compute_dtype, first_index, unravel4
 
 BLOCK = 1024      # elements per program
@@ -590,14 +591,14 @@ def _launch(src, dst, reserve, probability, seed, offset, forward):
         raise ValueError(f"dropout.FLAT_KERNEL must be 'groups4' or 'vec8', got {FLAT_KERNEL!r}")
     if grouped and src.is_contiguous() and dst.is_contiguous() and FLAT_KERNEL == "vec8":
         block = int(VEC8_BLOCK)
-        _dropout_vec8_kernel[(triton.cdiv(numel, block),)](
+        _dropout_vec8_kernel[(cdiv(numel, block),)](
             src, dst, mask, numel, rng["seed"], first_block, rng["threshold"], rng["scale"], **common,
             BIG=_needs_int64(src, dst, mask) or numel + block > 2 ** 31 - 1, BLOCK_V=block // 8,
             LOAD_FIRST=bool(LOAD_FIRST) and forward, num_warps=int(VEC8_WARPS))
         return
     if grouped and src.is_contiguous() and dst.is_contiguous():
         block_g = BLOCK // 4
-        _dropout_flat_kernel[(triton.cdiv(numel, BLOCK),)](
+        _dropout_flat_kernel[(cdiv(numel, BLOCK),)](
             src, dst, mask, numel, rng["seed"], first_block, rng["threshold"], rng["scale"], **common,
             BLOCK_G=block_g, num_warps=NUM_WARPS)
         return
@@ -618,7 +619,7 @@ def _tile_launch(src, dst, mask, plan, first_block, rng, common):
     W4 = plan["W"] // 4
     block_g = min(triton.next_power_of_2(W4), TILE_W // 4)
     block_i = max(1, min(triton.next_power_of_2(plan["I"]), TILE_ELEMENTS // (4 * block_g)))
-    grid = (math.prod(plan["dims"]) * triton.cdiv(plan["I"], block_i) * triton.cdiv(W4, block_g),)
+    grid = (math.prod(plan["dims"]) * cdiv(plan["I"], block_i) * cdiv(W4, block_g),)
     geometry = (plan["I"], W4, plan["dims"][1], plan["dims"][2], rng["seed"], first_block, rng["threshold"],
                 rng["scale"], *plan["src"], *plan["dst"], *plan["logical"])
     big = _needs_int64(src, dst, mask)
@@ -661,7 +662,7 @@ def _octets_launch(src, dst, mask, first_block, rng, common):
     groups, octets = N * hw4, C // 8
     block_o = min(int(OCTETS_BLOCK_O), triton.next_power_of_2(octets))
     block_q = max(1, min(int(OCTETS_ROWS) // block_o, triton.next_power_of_2(groups)))
-    tiles = triton.cdiv(groups, block_q) * triton.cdiv(octets, block_o)
+    tiles = cdiv(groups, block_q) * cdiv(octets, block_o)
     if OCTETS_LOADS not in ("first", "after"):
         raise ValueError(f"dropout.OCTETS_LOADS must be 'first' or 'after', got {OCTETS_LOADS!r}")
     big = _needs_int64(src, dst, mask) or src.numel() + 4 * block_q * C > 2 ** 31 - 1
@@ -684,7 +685,7 @@ def _element_launch(src, dst, mask, numel, offset, rng, common):
         dims, (ss, ds, ls) = coalesce(tuple(src.shape), [src.stride(), dst.stride(), logical])
     pad = 4 - len(dims)
     dims4, ss4, ds4, ls4 = [1] * pad + dims, [0] * pad + ss, [0] * pad + ds, [0] * pad + ls
-    _dropout_element_kernel[(triton.cdiv(numel, BLOCK),)](
+    _dropout_element_kernel[(cdiv(numel, BLOCK),)](
         src, dst, mask, numel, dims4[1], dims4[2], dims4[3], *ss4, *ds4, *ls4, rng["seed"],
         _as_signed64(offset), rng["threshold"], rng["scale"], **common, BLOCK=BLOCK, num_warps=NUM_WARPS)
     if staged is not None:

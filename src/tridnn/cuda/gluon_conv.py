@@ -59,6 +59,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
+from .common import cdiv
 from .epilogue import activate
 from .gluon_common import compile_sm90 as _compile_sm90, descriptor, max_regs
 from .gluon_common import desc_sig as _desc_sig, sm_count as _sm_count
@@ -511,8 +512,8 @@ def checked_epilogue(epilogue, y, k) -> tuple:
 def tile_grid(cfg, n, oh, ow, k, k_steps, device, sms=None) -> tuple:
     """(grid, (NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS)): the persistent grid (PER_SM
     programs an SM, no more than the tiles) over the output's tile list."""
-    tiles_h, tiles_w, n_blocks = triton.cdiv(oh, cfg["BH"]), triton.cdiv(ow, cfg["BW"]), triton.cdiv(k, cfg["BLOCK_N"])
-    num_tiles = triton.cdiv(n, cfg["NB"]) * tiles_h * tiles_w * n_blocks
+    tiles_h, tiles_w, n_blocks = cdiv(oh, cfg["BH"]), cdiv(ow, cfg["BW"]), cdiv(k, cfg["BLOCK_N"])
+    num_tiles = cdiv(n, cfg["NB"]) * tiles_h * tiles_w * n_blocks
     if sms is None:
         sms = _sm_count(device)
     grid = (max(1, min(num_tiles, sms * cfg.get("PER_SM", 1))),)
@@ -874,7 +875,7 @@ def backward_data_candidates(problem, dy, w, dx, device) -> list:
     _, (kh, kw), pad, dil, stride = _geo2(problem)
     tf32 = dy.dtype == torch.float32
     if tuple(stride) != (1, 1):  # the phases' outputs are strided views: no flat GEMM view
-        return picks(triton.cdiv(dx.shape[3], stride[1]), dx.shape[1], False, tf32)
+        return picks(cdiv(dx.shape[3], stride[1]), dx.shape[1], False, tf32)
     bpad = ((kh - 1) * dil[0] - pad[0], (kw - 1) * dil[1] - pad[1])
     return picks(dx.shape[3], dx.shape[1], flat_ok(dy, dx, kh, kw, bpad), tf32)
 

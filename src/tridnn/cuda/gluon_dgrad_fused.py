@@ -42,12 +42,12 @@ from __future__ import annotations
 
 import os
 
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
+from .common import cdiv
 from .gluon_common import compile_sm90 as _compile_sm90, descriptor
 from .gluon_common import desc_sig as _desc_sig
 from .gluon_conv import _tile_coords, constexprs, shared_state, sig_dtype
@@ -326,9 +326,9 @@ def plan(dx_shape, k_in, kernel, stride, padding, convolution, cfg, sms=132) -> 
 def _plan(dx_shape, k_in, kernel, stride, padding, convolution, cfg, sms):
     n, c, h, w = dx_shape
     rows, order = phase_table(kernel, stride, padding, convolution, k_in, cfg["BLOCK_K"])
-    tiles_h, tiles_w = triton.cdiv(h // stride[0], cfg["BH"]), triton.cdiv(w // stride[1], cfg["BW"])
-    n_blocks = triton.cdiv(c, cfg["BLOCK_N"])
-    per_phase = triton.cdiv(n, cfg["NB"]) * tiles_h * tiles_w * n_blocks
+    tiles_h, tiles_w = cdiv(h // stride[0], cfg["BH"]), cdiv(w // stride[1], cfg["BW"])
+    n_blocks = cdiv(c, cfg["BLOCK_N"])
+    per_phase = cdiv(n, cfg["NB"]) * tiles_h * tiles_w * n_blocks
     num_tiles = len(rows) * per_phase
     grid = (max(1, min(num_tiles, sms * cfg.get("PER_SM", 1))),)
     sched = schedule([row[KSTEPS_] for row in rows for _ in range(per_phase)], grid[0])

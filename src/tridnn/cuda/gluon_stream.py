@@ -56,6 +56,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
+from .common import cdiv
 from .gluon_common import compile_sm90 as _compile_sm90, desc_sig, descriptor as _descriptor
 from .gluon_common import sm_count as _sm_count
 from .gluon_common import ring_barriers
@@ -551,9 +552,9 @@ def choose_splits(segs, cbn, boxes, programs):
     1 for a unit's ending (cross-warp sums, the partials' store and their read in the finish)."""
     best = None
     for s in range(1, boxes + 1):
-        per = triton.cdiv(boxes, s)
-        s = triton.cdiv(boxes, per)  # no empty splits
-        cost = triton.cdiv(segs * cbn * s, programs) * (per + 1)
+        per = cdiv(boxes, s)
+        s = cdiv(boxes, per)  # no empty splits
+        cost = cdiv(segs * cbn * s, programs) * (per + 1)
         if best is None or cost < best[0]:
             best = (cost, s, per)
     return best[1], best[2]
@@ -587,8 +588,8 @@ def _plan(shape, itemsize, per_image, cfg, sms):
     tpc = min(32, bc // vec)
     rr = (32 // tpc) * cfg["num_warps"]
     bp = max(bp, rr)
-    cbn = triton.cdiv(cc, bc)
-    boxes = triton.cdiv(rows, bp)
+    cbn = cdiv(cc, bc)
+    boxes = cdiv(rows, bp)
     programs = sms * cfg["PER_SM"]
     splits, per = choose_splits(segs, cbn, boxes, programs)
     units = segs * cbn * splits
@@ -639,7 +640,7 @@ def prepare(x, per_image=False, squares=False, cfg=None, sms=None, out=None, out
     fin_meta = dict(SQUARES=bool(squares), COEF=bool(coef_mode), BLOCK=fin_c, BLOCK_S=fin_s,
                     MEAN=bool(mean) and not squares, HAS_BETA=float(beta) != 0.0 and not squares)
     return dict(plan=p, cfg=cfg, grid=(p["grid"],), args=args, meta=meta, part=part, out=out, out2=out2, coef=coef,
-                fin_grid=(segs, triton.cdiv(c, fin_c)), fin_args=fin_args, fin_meta=fin_meta)
+                fin_grid=(segs, cdiv(c, fin_c)), fin_args=fin_args, fin_meta=fin_meta)
 
 
 def launch(pp, finish=True):

@@ -49,6 +49,7 @@ import triton
 import triton.language as tl
 
 from ..errors import BadParamError
+from .common import cdiv
 from .layer_utils import (NCSStaging, blend_args, channels_last, check_dtypes, check_same_shape, compute_dtype,
                           ncs_dims, ncs_strides, needs_int64)
 
@@ -526,10 +527,10 @@ def _launch_fast(xv, yv, gv, ov, lrn_n, lrn_alpha, lrn_beta, lrn_k, alpha, beta,
     before, after = (lrn_n - 1) // 2, lrn_n // 2
     if channels_last(xv) and C > 1:
         tile = LANES_TILE or (1024 if backward else LANES_FORWARD_TILE)
-        block_g = min(triton.next_power_of_2(triton.cdiv(C, GROUP)), LANES_MAX_GROUPS)
+        block_g = min(triton.next_power_of_2(cdiv(C, GROUP)), LANES_MAX_GROUPS)
         block_s = max(1, min(triton.next_power_of_2(S), tile // (block_g * GROUP)))
         halo_x = (lrn_n - 1, lrn_n - 1) if backward else (before, after)
-        grid = (N * triton.cdiv(S, block_s) * triton.cdiv(C, block_g * GROUP),)
+        grid = (N * cdiv(S, block_s) * cdiv(C, block_g * GROUP),)
         _lrn_lanes_kernel[grid](*args, **consts, PXL=_pow2_at_least(halo_x[0]), PXR=_pow2_at_least(halo_x[1]),
                                 PGL=_pow2_at_least(after), PGR=_pow2_at_least(before), BLOCK_S=block_s,
                                 BLOCK_G=block_g, num_warps=4 if block_s * block_g * GROUP <= 1024 else 8)
@@ -541,12 +542,12 @@ def _launch_fast(xv, yv, gv, ov, lrn_n, lrn_alpha, lrn_beta, lrn_k, alpha, beta,
         vec //= 2
     warps = NCHW_WARPS
     if warps is None:  # the fewest idle lanes in the last position tile, ties to more warps
-        warps = min((1, 2, 4), key=lambda w: (triton.cdiv(S, vec * 32 * w) * vec * 32 * w, -w))
+        warps = min((1, 2, 4), key=lambda w: (cdiv(S, vec * 32 * w) * vec * 32 * w, -w))
     block_s = vec * 32 * warps
     prefetch = NCHW_PREFETCH or min(lrn_n, 8)  # n: the x ring rotates back in place too
     chunk = NCHW_CHUNK_C or (64 if backward else 32)
     chunk = max(1, round(chunk / prefetch)) * prefetch  # whole unrolled groups in all but the last chunk
-    grid = (N * triton.cdiv(S, block_s) * triton.cdiv(C, chunk),)
+    grid = (N * cdiv(S, block_s) * cdiv(C, chunk),)
     _lrn_planes_kernel[grid](*args, **consts, BLOCK_S=block_s, CHUNK_C=chunk, PREFETCH=prefetch,
                              num_warps=warps)
 
@@ -577,7 +578,7 @@ def _launch(x, y, dy, out, lrn_n, lrn_alpha, lrn_beta, lrn_k, alpha, beta, backw
     else:
         block_s = min(triton.next_power_of_2(S), 128)
         block_c = max(1, min(triton.next_power_of_2(C), tile // block_s))
-    grid = (N * triton.cdiv(S, block_s) * triton.cdiv(C, block_c),)
+    grid = (N * cdiv(S, block_s) * cdiv(C, block_c),)
     _lrn_kernel[grid](xv, yv, gv, ov, N, C, S, *ncs_strides(xv), *ncs_strides(yv), *ncs_strides(gv),
                       *ncs_strides(ov), float(lrn_alpha), float(lrn_beta), float(lrn_k), alpha, beta,
                       LRN_N=int(lrn_n), PAIRS=pairs, BACKWARD=backward, HAS_BETA=has_beta,

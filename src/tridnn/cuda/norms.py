@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 
 from ..errors import BadParamError
+from .common import cdiv
 from .layer_utils import (NCSStaging, blend_args, blend_store, channels_last, check_dtypes, compute_dtype,
                           ncs_dims, ncs_strides, needs_int64)
 
@@ -430,7 +431,7 @@ def _param_sums(part, rows, K, dscale, dbias):
     cols = 2 * K if dbias is not None else K
     block_k = min(triton.next_power_of_2(cols), 64)
     block_rows = min(triton.next_power_of_2(rows), 64)
-    _param_sums_kernel[(triton.cdiv(cols, block_k),)](
+    _param_sums_kernel[(cdiv(cols, block_k),)](
         part, dscale, dbias if dbias is not None else dscale, rows, K, cols, dscale.stride(0),
         dbias.stride(0) if dbias is not None else 0, COMPUTE=compute_dtype(part), BLOCK_ROWS=block_rows,
         BLOCK_K=block_k, num_warps=4)
@@ -439,7 +440,7 @@ def _param_sums(part, rows, K, dscale, dbias):
 def _column_sum(part, rows, K, row_stride, out):
     """Sum ``rows`` partial rows of K floats into the flat parameter gradient ``out``."""
     block_k = min(triton.next_power_of_2(K), 256)
-    _column_sum_kernel[(triton.cdiv(K, block_k),)](part, out, rows, K, row_stride, out.stride(0),
+    _column_sum_kernel[(cdiv(K, block_k),)](part, out, rows, K, row_stride, out.stride(0),
                                                    COMPUTE=compute_dtype(part), BLOCK_ROWS=8, BLOCK_K=block_k)
 
 
@@ -512,8 +513,8 @@ def _row_forward(x, y, scale, bias, mean, inv, norm_ndim, epsilon, alpha, beta, 
         raise ValueError(f"norms.ROW_FORWARD must be 'rows' or 'ahead' (or a dict of them), got {ROW_FORWARD!r}")
     if single and block_r == 1 and kind == "ahead" and R > 1:
         programs = _programs(x, R, AHEAD_PROGRAMS_PER_SM)
-        per = triton.cdiv(R, programs)
-        _row_norm_ahead_kernel[(triton.cdiv(R, per),)](
+        per = cdiv(R, programs)
+        _row_norm_ahead_kernel[(cdiv(R, per),)](
             xv, yv, scale_f, bias_f if bias_f is not None else scale_f, mean_f if mean_f is not None else xv,
             inv_f if inv_f is not None else xv, R, K, per, xv.stride(0), xv.stride(1), yv.stride(0), yv.stride(1),
             float(epsilon), alpha, beta, RMS=rms, HAS_BIAS=bias_f is not None, SAVE=save, HAS_BETA=has_beta,
@@ -523,7 +524,7 @@ def _row_forward(x, y, scale, bias, mean, inv, norm_ndim, epsilon, alpha, beta, 
         return
     if single and block_r == 1 and ROWS_PER_PROGRAM > 1 and R > 1:
         rows = min(int(ROWS_PER_PROGRAM), R)
-        _row_norm_rows_kernel[(triton.cdiv(R, rows),)](
+        _row_norm_rows_kernel[(cdiv(R, rows),)](
             xv, yv, scale_f, bias_f if bias_f is not None else scale_f, mean_f if mean_f is not None else xv,
             inv_f if inv_f is not None else xv, R, K, xv.stride(0), xv.stride(1), yv.stride(0), yv.stride(1),
             float(epsilon), alpha, beta, RMS=rms, HAS_BIAS=bias_f is not None, SAVE=save, HAS_BETA=has_beta,
@@ -531,7 +532,7 @@ def _row_forward(x, y, scale, bias, mean, inv, norm_ndim, epsilon, alpha, beta, 
             BLOCK_K=block_k, num_warps=warps)
         staging.finish()
         return
-    _row_norm_forward_kernel[(triton.cdiv(R, block_r),)](
+    _row_norm_forward_kernel[(cdiv(R, block_r),)](
         xv, yv, scale_f, bias_f if bias_f is not None else scale_f, mean_f if mean_f is not None else xv,
         inv_f if inv_f is not None else xv, R, K, xv.stride(0), xv.stride(1), yv.stride(0), yv.stride(1),
         float(epsilon), alpha, beta, RMS=rms, HAS_BIAS=bias_f is not None, SAVE=save, HAS_BETA=has_beta,
@@ -558,8 +559,8 @@ def _row_backward(x, dy, dx, scale, dscale, dbias, mean, inv, norm_ndim, epsilon
     has_stats = inv is not None and (rms or mean is not None)
     block_k = min(triton.next_power_of_2(K), MAX_TILE)
     programs = _programs(x, R)
-    per = triton.cdiv(R, programs)
-    programs = triton.cdiv(R, per)
+    per = cdiv(R, programs)
+    programs = cdiv(R, per)
     part = torch.empty(programs * 2 * K, dtype=_workspace_dtype(x), device=x.device)
     _row_norm_backward_kernel[(programs,)](
         xv, gv, dv, _flat(scale), _flat(mean) if has_stats and not rms else xv,
@@ -1205,11 +1206,11 @@ class _SplitPlan:
         else:
             self.block_s = min(triton.next_power_of_2(S), 512, GN_TILE)
             self.block_c = max(1, min(triton.next_power_of_2(C), GN_TILE // self.block_s))
-        self.SB = triton.cdiv(S, self.block_s)
-        self.tiles_c = triton.cdiv(C, self.block_c)
+        self.SB = cdiv(S, self.block_s)
+        self.tiles_c = cdiv(C, self.block_c)
         wanted = SPLITS_PER_SAMPLE or max(1, sms * GN_PROGRAMS_PER_SM // (N * self.tiles_c))
-        self.per = triton.cdiv(self.SB, min(self.SB, wanted))
-        self.sps = triton.cdiv(self.SB, self.per)
+        self.per = cdiv(self.SB, min(self.SB, wanted))
+        self.sps = cdiv(self.SB, self.per)
         self.splits = N * self.sps
         self.warps = 8 if self.block_s * self.block_c >= 2048 else 4
 
@@ -1343,7 +1344,7 @@ def _prefetch_args(plan, CG, *tensors):
         return off
     line = 128 // t.element_size()
     sms = torch.cuda.get_device_properties(t.device).multi_processor_count
-    return dict(ahead=sms * int(GN_RESIDENT_PREFETCH), LINES=triton.next_power_of_2(triton.cdiv(CG * S, line)),
+    return dict(ahead=sms * int(GN_RESIDENT_PREFETCH), LINES=triton.next_power_of_2(cdiv(CG * S, line)),
                 LINE=line)
 
 
@@ -1356,7 +1357,7 @@ def _narrow(xv):
 def _resident_forward(xv, yv, scale, bias, mean_f, inv_f, G, CG, eps, alpha, beta, has_beta, big, plan):
     N, C, S = ncs_dims(xv)
     save = mean_f is not None
-    _gn_resident_forward_kernel[(N * triton.cdiv(G, plan["GPP"]),)](
+    _gn_resident_forward_kernel[(N * cdiv(G, plan["GPP"]),)](
         xv, yv, scale, bias if bias is not None else scale, mean_f if save else xv, inv_f if save else xv, G, CG, S,
         *ncs_strides(xv), *ncs_strides(yv), float(eps), alpha, beta, HAS_BIAS=bias is not None, SAVE=save,
         HAS_BETA=has_beta, BIG=big, COMPUTE=compute_dtype(xv), NARROW=_narrow(xv), EXACT=plan["BLOCK_C"] == CG,
@@ -1366,7 +1367,7 @@ def _resident_forward(xv, yv, scale, bias, mean_f, inv_f, G, CG, eps, alpha, bet
 def _resident_backward(xv, gv, dv, scale, mean_f, inv_f, part, G, CG, eps, alpha, beta, has_beta, big, plan):
     N, C, S = ncs_dims(xv)
     has_stats = mean_f is not None
-    _gn_resident_backward_kernel[(N * triton.cdiv(G, plan["GPP"]),)](
+    _gn_resident_backward_kernel[(N * cdiv(G, plan["GPP"]),)](
         xv, gv, dv, scale, mean_f if has_stats else xv, inv_f if has_stats else xv, part, G, CG, S, C,
         *ncs_strides(xv), *ncs_strides(gv), *ncs_strides(dv), float(eps), alpha, beta, HAS_STATS=has_stats,
         HAS_BETA=has_beta, BIG=big, COMPUTE=compute_dtype(xv), NARROW=_narrow(xv), EXACT=plan["BLOCK_C"] == CG,

@@ -50,6 +50,7 @@ import triton
 import triton.language as tl
 
 from ..errors import BadParamError
+from .common import cdiv
 from .layer_utils import blend_args, channels_last, check_dtypes, compute_dtype, needs_int64
 
 MAX, AVG_INCLUDE, AVG_EXCLUDE, MAX_DETERMINISTIC = 0, 1, 2, 3
@@ -1744,7 +1745,7 @@ def _tile(t, C, P):
 
 
 def _grid(N, C, P, block_p, block_c):
-    return (N * triton.cdiv(P, block_p) * triton.cdiv(C, block_c),)
+    return (N * cdiv(P, block_p) * cdiv(C, block_c),)
 
 
 def _arg_dtype(taps: int):
@@ -1841,8 +1842,8 @@ def _cl_forward(x5, y5, arg5, geo, alpha, beta, flags):
     _, KH, KW = geo.window
     rows = max(1, min(CL_ROWS, OH))
     block_c, block_w = _cl_block(geo.C, OW)
-    tiles_h, tiles_w = triton.cdiv(OH, rows), triton.cdiv(OW, block_w)
-    _pool_cl_forward_kernel[(geo.N * D * tiles_h * tiles_w * triton.cdiv(geo.C, block_c),)](
+    tiles_h, tiles_w = cdiv(OH, rows), cdiv(OW, block_w)
+    _pool_cl_forward_kernel[(geo.N * D * tiles_h * tiles_w * cdiv(geo.C, block_c),)](
         x5, y5, arg5, geo.C, D, IH, IW, OH, OW, tiles_h, tiles_w, *_ndhw(x5), *_ndhw(y5), *_ndhw(arg5),
         alpha, beta, KH=KH, KW=KW, SH=geo.stride[1], SW=geo.stride[2], PH=geo.padding[1], PW=geo.padding[2],
         **flags, PACKED=_packed(x5), ARG_EQ=CL_ARG_EQ, ROWS=rows, BLOCK_W=block_w, BLOCK_C=block_c, num_warps=CL_WARPS)
@@ -1860,13 +1861,13 @@ def _cl_backward(dy5, arg5, dx5, geo, alpha, beta, flags):
     _, KH, KW = geo.window
     _, SH, SW = geo.stride
     _, PH, PW = geo.padding
-    rows = SH * max(1, triton.cdiv(min(CL_ROWS, IH), SH))
+    rows = SH * max(1, cdiv(min(CL_ROWS, IH), SH))
     qs = [q for r in range(rows) for q in range(-KH - 1, rows + KH + 1) if 0 <= r + PH - SH * q < KH]
     ts = [t for a in range(SW) for t in range(-KW - 1, KW + 2) if 0 <= a + PW - SW * t < KW]
-    J = triton.cdiv(IW, SW)
+    J = cdiv(IW, SW)
     block_c, block_j = _cl_block(geo.C, J)
-    tiles_h, tiles_j = triton.cdiv(IH, rows), triton.cdiv(J, block_j)
-    _pool_cl_backward_kernel[(geo.N * D * tiles_h * tiles_j * triton.cdiv(geo.C, block_c),)](
+    tiles_h, tiles_j = cdiv(IH, rows), cdiv(J, block_j)
+    _pool_cl_backward_kernel[(geo.N * D * tiles_h * tiles_j * cdiv(geo.C, block_c),)](
         dy5, arg5, dx5, geo.C, D, IH, IW, OH, OW, tiles_h, tiles_j, *_ndhw(dy5), *_ndhw(arg5), *_ndhw(dx5),
         alpha, beta, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH, PW=PW, Q_LO=min(qs), Q_HI=max(qs), T_LO=min(ts),
         T_HI=max(ts), **flags, ROWS=rows, BLOCK_J=block_j, BLOCK_C=block_c, num_warps=CL_WARPS)
@@ -1894,25 +1895,25 @@ def _cl_fused_backward(x5, dy5, dx5, geo, propagate_nan, alpha, beta, flags):
     t_lo, t_hi = _nchw_shifts(geo)
     a0, a1 = PH // SH, (IH - 1 + PH) // SH + 1  # the steps: step a writes dx rows [SH * a - PH, SH * (a + 1) - PH)
     steps = max(1, min(CL_FUSED_STEPS, a1 - a0))
-    tiles_h = triton.cdiv(a1 - a0, steps)
+    tiles_h = cdiv(a1 - a0, steps)
     if CL_FUSED_MAX_BWD == "phases":
         K = CL_FUSED_PHASES
-        groups = triton.cdiv(IW, SW * K)
+        groups = cdiv(IW, SW * K)
         block_c = min(triton.next_power_of_2(geo.C), CL_FUSED_BLOCK_C)
         block_m = min(triton.next_power_of_2(groups), CL_FUSED_BLOCK_M)
-        tiles_m = triton.cdiv(groups, block_m)
-        _pool_cl_max_backward_phases_kernel[(geo.N * D * tiles_h * tiles_m * triton.cdiv(geo.C, block_c),)](
+        tiles_m = cdiv(groups, block_m)
+        _pool_cl_max_backward_phases_kernel[(geo.N * D * tiles_h * tiles_m * cdiv(geo.C, block_c),)](
             x5, dy5, dx5, geo.C, D, IH, IW, OH, OW, tiles_h, tiles_m, steps, a0, a1, *_ndhw(x5), *_ndhw(dy5),
             *_ndhw(dx5), alpha, beta, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH, PW=PW, T_LO=t_lo, T_HI=t_hi, K=K,
             PROPAGATE_NAN=bool(propagate_nan), HAS_BETA=flags["HAS_BETA"], ONE_ALPHA=alpha == 1.0, BIG=flags["BIG"],
             EVEN_C=geo.C % block_c == 0, COMPUTE=flags["COMPUTE"], BLOCK_M=block_m, BLOCK_C=block_c,
             num_warps=CL_FUSED_WARPS, **_maxnreg())
         return
-    J = triton.cdiv(IW, SW)
+    J = cdiv(IW, SW)
     block_c = min(triton.next_power_of_2(geo.C), CL_FUSED_BLOCK_C)
     block_j = min(triton.next_power_of_2(J), CL_FUSED_BLOCK_J)
-    tiles_j = triton.cdiv(J, block_j)
-    _pool_cl_max_backward_kernel[(geo.N * D * tiles_h * tiles_j * triton.cdiv(geo.C, block_c),)](
+    tiles_j = cdiv(J, block_j)
+    _pool_cl_max_backward_kernel[(geo.N * D * tiles_h * tiles_j * cdiv(geo.C, block_c),)](
         x5, dy5, dx5, geo.C, D, IH, IW, OH, OW, tiles_h, tiles_j, steps, a0, a1, *_ndhw(x5), *_ndhw(dy5),
         *_ndhw(dx5), alpha, beta, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH, PW=PW, T_LO=t_lo, T_HI=t_hi,
         PROPAGATE_NAN=bool(propagate_nan), HAS_BETA=flags["HAS_BETA"], BIG=flags["BIG"], COMPUTE=flags["COMPUTE"],
@@ -1959,16 +1960,16 @@ def _nchw_lane_tiles(lanes, groups):
     """(BLOCK_L, BLOCK_G, programs) of the NCHW lane kernels."""
     block_g = min(triton.next_power_of_2(groups), NCHW_LANE_TILE)
     block_l = max(1, min(triton.next_power_of_2(lanes), NCHW_LANE_TILE // block_g))
-    return block_l, block_g, triton.cdiv(lanes, block_l) * triton.cdiv(groups, block_g)
+    return block_l, block_g, cdiv(lanes, block_l) * cdiv(groups, block_g)
 
 
 def _nchw_tiles(planes, groups, steps_total):
     """(BLOCK_P, BLOCK_G, steps per program, row blocks) of the NCHW row kernels."""
     block_g = min(triton.next_power_of_2(groups), NCHW_GROUPS)
     block_p = max(1, min(triton.next_power_of_2(planes), NCHW_GROUPS // block_g))
-    blocks = triton.cdiv(steps_total, NCHW_STEPS)
-    steps = triton.cdiv(steps_total, blocks)
-    return block_p, block_g, steps, triton.cdiv(steps_total, steps)
+    blocks = cdiv(steps_total, NCHW_STEPS)
+    steps = cdiv(steps_total, blocks)
+    return block_p, block_g, steps, cdiv(steps_total, steps)
 
 
 def _nchw_forward(x5, y5, arg5, geo, alpha, beta, flags, store_y, has_arg):
@@ -1980,18 +1981,18 @@ def _nchw_forward(x5, y5, arg5, geo, alpha, beta, flags, store_y, has_arg):
     vy, ys = _row_strides(y5) if store_y else (1, [0] * 4)
     va, as_ = _row_strides(arg5) if has_arg else (1, [0] * 4)
     planes = geo.N * geo.C * D
-    groups = triton.cdiv(OW, 8 // SW)
+    groups = cdiv(OW, 8 // SW)
     if flags["MODE"] in NCHW_LANE_KERNELS:
         block_l, block_g, programs = _nchw_lane_tiles(planes * OH, groups)
         _pool_nchw_lane_forward_kernel[(programs,)](
             x5, y5, arg5, planes * OH, geo.C, D, IH, OH, IW // _pow2_factor(IW), OW // _pow2_factor(OW),
-            triton.cdiv(groups, block_g), *xs, *ys, *as_, alpha, beta, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH, PW=PW,
+            cdiv(groups, block_g), *xs, *ys, *as_, alpha, beta, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH, PW=PW,
             VX=vx, VY=vy, VA=va, VIW=_pow2_factor(IW), VOW=_pow2_factor(OW), **flags, ARG_EQ=NCHW_ARG_EQ,
             INTERP=os.environ.get("TRITON_INTERPRET") == "1", ONE_ALPHA=alpha == 1.0, BLOCK_L=block_l, BLOCK_G=block_g, num_warps=NCHW_LANE_WARPS)
         return
     block_p, block_g, steps, row_blocks = _nchw_tiles(planes, groups, OH)
-    tiles_g = triton.cdiv(groups, block_g)
-    _pool_nchw_forward_kernel[(triton.cdiv(planes, block_p), tiles_g * row_blocks)](
+    tiles_g = cdiv(groups, block_g)
+    _pool_nchw_forward_kernel[(cdiv(planes, block_p), tiles_g * row_blocks)](
         x5, y5, arg5, planes, geo.C, D, IH, OH, IW // _pow2_factor(IW), OW // _pow2_factor(OW), tiles_g, steps,
         *xs, *ys, *as_, alpha, beta, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH, PW=PW,
         VX=vx, VY=vy, VA=va, VIW=_pow2_factor(IW), VOW=_pow2_factor(OW), **flags, ARG_EQ=NCHW_ARG_EQ,
@@ -2009,20 +2010,20 @@ def _nchw_backward(dy5, arg5, dx5, geo, alpha, beta, flags):
     va, as_ = _row_strides(arg5)
     vd, ds = _row_strides(dx5)
     planes = geo.N * geo.C * D
-    groups = triton.cdiv(IW, 8)
+    groups = cdiv(IW, 8)
     if _lanes(flags["MODE"], backward=True):
-        steps = triton.cdiv(IH, SH)
+        steps = cdiv(IH, SH)
         block_l, block_g, programs = _nchw_lane_tiles(planes * steps, groups)
         _pool_nchw_lane_backward_kernel[(programs,)](
             dy5, arg5, dx5, planes * steps, geo.C, D, IH, OH, IW // _pow2_factor(IW), OW // _pow2_factor(OW),
-            triton.cdiv(groups, block_g), steps, *gs, *as_, *ds, alpha, beta, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH,
+            cdiv(groups, block_g), steps, *gs, *as_, *ds, alpha, beta, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH,
             PW=PW, Q_LO=min(qs), Q_HI=max(qs), T_LO=t_lo, T_HI=t_hi, VG=vg, VA=va, VD=vd, VIW=_pow2_factor(IW),
             VOW=_pow2_factor(OW), **flags, ONE_ALPHA=alpha == 1.0, BLOCK_L=block_l, BLOCK_G=block_g,
             num_warps=NCHW_LANE_WARPS)
         return
-    block_p, block_g, steps, row_blocks = _nchw_tiles(planes, groups, triton.cdiv(IH, SH))
-    tiles_g = triton.cdiv(groups, block_g)
-    _pool_nchw_backward_kernel[(triton.cdiv(planes, block_p), tiles_g * row_blocks)](
+    block_p, block_g, steps, row_blocks = _nchw_tiles(planes, groups, cdiv(IH, SH))
+    tiles_g = cdiv(groups, block_g)
+    _pool_nchw_backward_kernel[(cdiv(planes, block_p), tiles_g * row_blocks)](
         dy5, arg5, dx5, planes, geo.C, D, IH, OH, IW // _pow2_factor(IW), OW // _pow2_factor(OW), tiles_g, steps,
         *gs, *as_, *ds, alpha, beta, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH, PW=PW, Q_LO=min(qs), Q_HI=max(qs),
         T_LO=t_lo, T_HI=t_hi, VG=vg, VA=va, VD=vd, VIW=_pow2_factor(IW), VOW=_pow2_factor(OW), **flags,
@@ -2058,7 +2059,7 @@ def _global_avg(x, y, geo, alpha, beta):
     block_c, block_s, warps = GLOBAL_AVG_NHWC if channels_last(x5) else GLOBAL_AVG_NCHW
     block_c = min(block_c, triton.next_power_of_2(geo.C))
     block_s = min(block_s, triton.next_power_of_2(S))
-    tiles_c = triton.cdiv(geo.C, block_c)
+    tiles_c = cdiv(geo.C, block_c)
     _global_avg_kernel[(geo.N * tiles_c,)](
         x5, y5, geo.C, S, tiles_c, x5.stride(0), x5.stride(1), xss, y5.stride(0), y5.stride(1), alpha, beta,
         HAS_BETA=has_beta, BIG=needs_int64(x, y), COMPUTE=compute_dtype(x), BLOCK_C=block_c, BLOCK_S=block_s,
@@ -2108,7 +2109,7 @@ def _forward(x, y, mode, geo, propagate_nan, alpha, beta, arg=None, store_y=True
         viw, vow = _pow2_factor(IW), _pow2_factor(OW)
         rows = geo.N * geo.C * OD * OH
         block_r, block_w = _row_block(OW, rows)
-        _pool_rows_forward_kernel[(triton.cdiv(rows, block_r), triton.cdiv(OW, block_w))](
+        _pool_rows_forward_kernel[(cdiv(rows, block_r), cdiv(OW, block_w))](
             x5, y5, arg5, rows, geo.C, ID, IH, OD, OH, IW // viw, OW // vow, *xs, *ys, *as_,
             geo.stride[0], geo.stride[1], geo.padding[0], geo.padding[1], alpha, beta,
             KD=KD, KH=KH, KW=KW, SW=geo.stride[2], PW=geo.padding[2], VX=vx, VY=vy, VA=va, VIW=viw, VOW=vow, **flags,
@@ -2164,8 +2165,8 @@ def _backward(x, dy, dx, mode, geo, propagate_nan, alpha, beta):
         vd, ds = _row_strides(dx5)
         viw, vow = _pow2_factor(IW), _pow2_factor(OW)
         rows = geo.N * geo.C * ID * IH
-        block_r, block_w = _row_block(triton.cdiv(IW, SW), rows)
-        _pool_rows_backward_kernel[(triton.cdiv(rows, block_r), triton.cdiv(triton.cdiv(IW, SW), block_w))](
+        block_r, block_w = _row_block(cdiv(IW, SW), rows)
+        _pool_rows_backward_kernel[(cdiv(rows, block_r), cdiv(cdiv(IW, SW), block_w))](
             dy5, arg5, dx5, rows, geo.C, ID, IH, OD, OH, IW // viw, OW // vow, *gs, *as_, *ds,
             geo.stride[0], geo.stride[1], geo.padding[0], geo.padding[1], alpha, beta,
             KD=KD, KH=KH, KW=KW, SW=SW, PW=PW, TD=TD, TH=TH, T_LO=min(ts), T_HI=max(ts), VG=vg, VA=va, VD=vd,

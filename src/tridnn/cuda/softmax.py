@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from ..errors import BadParamError
+from .common import cdiv
 from .layer_utils import (NCSStaging, blend_args, check_dtypes, check_same_shape, compute_dtype,
                           ncs_dims, ncs_strides, needs_int64)
 
@@ -237,7 +238,7 @@ def softmax_forward(x, y, algorithm: int = ACCURATE, mode: int = CHANNEL, alpha=
     (O, I, K), xs = geos[0]
     _, ys = geos[1]
     block_i, block_k, single, warps = _tiles(I, K, xs[2] == 1)
-    grid = (triton.cdiv(I, block_i) * O,)
+    grid = (cdiv(I, block_i) * O,)
     _softmax_forward_kernel[grid](xv, yv, I, K, *xs, *ys, alpha, beta, ALGO=int(algorithm), HAS_BETA=has_beta,
                                   SINGLE=single, BIG=needs_int64(xv, yv), COMPUTE=compute_dtype(x),
                                   BLOCK_I=block_i, BLOCK_K=block_k, num_warps=warps)
@@ -256,7 +257,7 @@ def softmax_backward(y, dy, dx, algorithm: int = ACCURATE, mode: int = CHANNEL, 
     (O, I, K), ys = geos[0]
     gs, ds = geos[1][1], geos[2][1]
     block_i, block_k, single, warps = _tiles(I, K, ys[2] == 1)
-    grid = (triton.cdiv(I, block_i) * O,)
+    grid = (cdiv(I, block_i) * O,)
     _softmax_backward_kernel[grid](yv, gv, dv, I, K, *ys, *gs, *ds, alpha, beta, ALGO=int(algorithm),
                                    HAS_BETA=has_beta, SINGLE=single, BIG=needs_int64(yv, gv, dv),
                                    COMPUTE=compute_dtype(y), BLOCK_I=block_i, BLOCK_K=block_k,

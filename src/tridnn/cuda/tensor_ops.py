@@ -19,6 +19,7 @@ import triton
 import triton.language as tl
 
 from ..errors import BadParamError
+from .common import cdiv
 from .layer_utils import (blend_args, blend_store, check_dtypes, coalesce, compute_dtype, first_index,
                           needs_int64, pointwise_chunks, unravel4)
 
@@ -232,7 +233,7 @@ def _launch_pointwise(op, c, a=None, b=None, alpha1=1.0, alpha2=1.0, beta=0.0, f
         cs, as_, bs = strides4[0], strides4[1] if a is not None else strides4[0], \
             strides4[-1] if b is not None else strides4[0]
         numel = cv.numel()
-        _pointwise_kernel[(triton.cdiv(numel, BLOCK),)](
+        _pointwise_kernel[(cdiv(numel, BLOCK),)](
             av, bv, cv, numel, dims4[1], dims4[2], dims4[3], *as_, *bs, *cs,
             float(alpha1), float(alpha2), beta, float(fill),
             OP=op, HAS_B=b is not None, HAS_BETA=has_beta, PROPAGATE_NAN=bool(propagate_nan), FLAT=flat, BIG=big, COMPUTE=compute,
@@ -312,7 +313,7 @@ def transform_tensor(x, y, alpha=1.0, beta=0.0) -> None:
     (P, Q, D0, D1), (xs_p, xs_q, xs0, xs1), (ys_p, ys_q, ys0, ys1) = tiled
     _, beta, has_beta = blend_args(alpha, beta)
     block_p, block_q = 64, 64
-    grid = (triton.cdiv(P, block_p), triton.cdiv(Q, block_q), D0 * D1)
+    grid = (cdiv(P, block_p), cdiv(Q, block_q), D0 * D1)
     _transpose_tile_kernel[grid](x, y, P, Q, D1, xs_p, xs_q, xs0, xs1, ys_p, ys_q, ys0, ys1,
                                  float(alpha), beta, HAS_BETA=has_beta, BIG=needs_int64(x, y),
                                  COMPUTE=compute_dtype(x, y), BLOCK_P=block_p, BLOCK_Q=block_q,
@@ -353,7 +354,7 @@ def add_tensor(a, c, alpha=1.0, beta=1.0) -> None:
     S, cb, sa, vec = runs
     _, beta, has_beta = blend_args(alpha, beta)
     numel = c.numel()
-    _bias_runs_kernel[(triton.cdiv(numel, BIAS_BLOCK),)](
+    _bias_runs_kernel[(cdiv(numel, BIAS_BLOCK),)](
         a, c, numel, S, cb, sa, float(alpha), beta, HAS_BETA=has_beta, BIG=needs_int64(a, c),
         COMPUTE=compute_dtype(a, c), BLOCK=BIAS_BLOCK, VEC=vec, num_warps=NUM_WARPS)
 
@@ -643,19 +644,19 @@ def _split_parts(a, op, K, R, block_k, block_r, strided) -> int:
     """How many parts each row is cut into (1: no split; see SPLIT_PROGRAMS_PER_SM)."""
     if not strided or op not in SPLIT_OPS:
         return 1
-    max_parts = triton.cdiv(R, block_r)
+    max_parts = cdiv(R, block_r)
     if REDUCE_SPLIT is not None:
         return max(1, min(int(REDUCE_SPLIT), max_parts))
     from .common import sm_count
     if a.device.type != "cuda":
         return 1
-    programs = triton.cdiv(K, block_k)
+    programs = cdiv(K, block_k)
     want = sm_count(a.device) * SPLIT_PROGRAMS_PER_SM
     if programs * 2 > want:
         return 1
     if SPLIT_ROUND not in ("up", "down"):
         raise ValueError(f"tensor_ops.SPLIT_ROUND must be 'up' or 'down', got {SPLIT_ROUND!r}")
-    parts = triton.cdiv(want, programs) if SPLIT_ROUND == "up" else want // programs
+    parts = cdiv(want, programs) if SPLIT_ROUND == "up" else want // programs
     return max(1, min(parts, max_parts))
 
 
@@ -709,7 +710,7 @@ def reduce_tensor(a, c, indices, workspace, op: int, alpha=1.0, beta=0.0, propag
     rows_back_to_back = sa_r == 1 and (sa_k2 == R or K2 == 1) and (sa_k1 == K2 * R or K == K2)
     if (CONTIGUOUS_ROWS_KERNEL == "runs" and op in RUNS_OPS and rows_back_to_back and R >= 1024
             and R % vec == 0 and a2 is a):
-        _reduce_runs_kernel[(triton.cdiv(K, RUNS_ROWS),)](
+        _reduce_runs_kernel[(cdiv(K, RUNS_ROWS),)](
             a2, c1, K, R, c1.stride(0), float(alpha), beta, OP=op, HAS_BETA=has_beta,
             BIG=needs_int64(a2, c1), COMPUTE=compute_dtype(a), ROWS=RUNS_ROWS, BLOCK=RUNS_BLOCK, VEC=vec,
             num_warps=NUM_WARPS)
@@ -719,16 +720,16 @@ def reduce_tensor(a, c, indices, workspace, op: int, alpha=1.0, beta=0.0, propag
     if CONTIGUOUS_ROWS_KERNEL not in ("rows", "runs", "ahead"):
         raise ValueError(f"tensor_ops.CONTIGUOUS_ROWS_KERNEL must be 'rows', 'runs' or 'ahead', "
                          f"got {CONTIGUOUS_ROWS_KERNEL!r}")
-    steps = triton.cdiv(R, AHEAD_BLOCK_R)
+    steps = cdiv(R, AHEAD_BLOCK_R)
     if AHEAD_DEPTH not in (1, 2):
         raise ValueError(f"tensor_ops.AHEAD_DEPTH must be 1 or 2, got {AHEAD_DEPTH!r}")
     if (CONTIGUOUS_ROWS_KERNEL == "ahead" and op in RUNS_OPS and sa_r == 1 and R > 1024 and steps <= 8
             and not (sa_k2 == 1 and K2 > 1)):
         from .common import sm_count
         programs = max(1, min(K, sm_count(a.device) * int(AHEAD_PROGRAMS_PER_SM)))
-        per = triton.cdiv(K, programs)
+        per = cdiv(K, programs)
         block_steps = triton.next_power_of_2(steps)
-        _reduce_ahead_kernel[(triton.cdiv(K, per),)](
+        _reduce_ahead_kernel[(cdiv(K, per),)](
             a2, c1, K, K2, R, per, sa_k1, sa_k2, c1.stride(0), float(alpha), beta, OP=op, HAS_BETA=has_beta,
             BIG=needs_int64(a2, c1), COMPUTE=compute_dtype(a), STEPS=block_steps, BLOCK_R=AHEAD_BLOCK_R,
             DEPTH=int(AHEAD_DEPTH),
@@ -744,8 +745,8 @@ def reduce_tensor(a, c, indices, workspace, op: int, alpha=1.0, beta=0.0, propag
         block_k = 1 if R >= 1024 else 16
         block_r = min(triton.next_power_of_2(R), CONTIGUOUS_ROWS_BLOCK_R if block_k == 1 else 256)
     parts = _split_parts(a, op, K, R, block_k, block_r, strided)
-    chunk = triton.cdiv(triton.cdiv(R, parts), block_r) * block_r  # whole steps per part
-    parts = triton.cdiv(R, chunk)
+    chunk = cdiv(cdiv(R, parts), block_r) * block_r  # whole steps per part
+    parts = cdiv(R, chunk)
     compute = compute_dtype(a)
     part = c1  # not read unless split
     if SPLIT_COMBINE not in ("kernel", "last"):
@@ -756,8 +757,8 @@ def reduce_tensor(a, c, indices, workspace, op: int, alpha=1.0, beta=0.0, propag
         part = torch.empty(parts * K, dtype=torch.float64 if compute == tl.float64 else torch.float32,
                            device=a.device)
     if last:
-        counters = _counters(a.device, triton.cdiv(K, block_k))
-    _reduce_kernel[(triton.cdiv(K, block_k), parts)](
+        counters = _counters(a.device, cdiv(K, block_k))
+    _reduce_kernel[(cdiv(K, block_k), parts)](
         a2, c1, idx1 if idx1 is not None else c1, part, counters, K, K2, R, chunk, sa_k1, sa_k2, sa_r,
         c1.stride(0), float(alpha), beta, OP=op, WITH_INDICES=indices is not None, HAS_BETA=has_beta,
         PROPAGATE_NAN=bool(propagate_nan), SPLIT=parts > 1, LAST_COMBINES=last,
@@ -766,7 +767,7 @@ def reduce_tensor(a, c, indices, workspace, op: int, alpha=1.0, beta=0.0, propag
         num_warps=8 if block_r >= 2048 or block_k * block_r >= 8192 else 4)
     if parts > 1 and not last:
         block_s = min(triton.next_power_of_2(parts), 16)
-        _combine_kernel[(triton.cdiv(K, 256),)](
+        _combine_kernel[(cdiv(K, 256),)](
             part, c1, K, parts, R, c1.stride(0), float(alpha), beta, OP=op, HAS_BETA=has_beta, COMPUTE=compute,
             BLOCK_K=256, BLOCK_S=block_s, num_warps=4)
     if staged:
