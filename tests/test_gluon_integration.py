@@ -133,6 +133,34 @@ def test_strided_forward_offered(c, k, hw, kernel, pad, out_w, hopper):
     assert [gc.name(g) for g in got] == [gc.name(g) for g in want]
 
 
+def test_repeated_forward_launches_the_recorded_arguments(hopper, monkeypatch):
+    """launch_forward keeps what it prepared per problem object, tensor addresses and
+    strides, alpha, beta and config: a repeated call launches the same arguments without
+    preparing again; any change prepares anew; CONVOLUTION mode's flipped filter (a copy
+    each call) is never kept; the kept arguments hold no output tensor."""
+    launched, prepared = [], []
+    monkeypatch.setattr(gc, "launch", lambda grid, args, meta, y=None, kernel=None: launched.append(args))
+    real_prepare = gc.prepare
+    monkeypatch.setattr(gc, "prepare", lambda *a, **k: prepared.append(1) or real_prepare(*a, **k))
+    monkeypatch.setattr(gc, "_RECORDS", {})
+    cfg = dict(gc.PICKS_MEDIUM[0], GLUON=True)
+    problem, x, w, y = _problem("fwd", 64, 64, 14, 3, pad=1)
+    steps = [(problem, y, 1.0, 1), (problem, y, 1.0, 0), (problem, y, 2.0, 1), (problem, y, 2.0, 0),
+             (problem, torch.empty_like(y), 2.0, 1)]
+    for prob, out, alpha, fresh in steps:
+        before = len(prepared)
+        assert gc.launch_forward(prob, x, w, out, alpha, 0.0, cfg)
+        assert len(prepared) - before == fresh, (alpha, fresh)
+    assert launched[1] is launched[0] and launched[3] is launched[2] and launched[2] is not launched[0]
+    assert all(a is not y for a in launched[0])
+    twin = _problem("fwd", 64, 64, 14, 3, pad=1)[0]  # an equal problem, another object
+    assert gc.launch_forward(twin, x, w, y, 1.0, 0.0, cfg) and len(prepared) == 4
+    flipped = _problem("fwd", 64, 64, 14, 3, pad=1, mode=tridnn.ConvMode.CONVOLUTION)[0]
+    for _ in range(2):
+        assert gc.launch_forward(flipped, x, w, y, 1.0, 0.0, cfg)
+    assert len(prepared) == 6
+
+
 def test_not_offered_with_an_epilogue_off_hopper_or_under_the_interpreter(hopper, monkeypatch):
     problem, x, w, y = _problem("fwd", 128, 128, 28, 3, pad=1)
     assert gc.forward_candidates(problem, x, w, y, None, CUDA)

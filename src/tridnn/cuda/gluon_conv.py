@@ -480,7 +480,9 @@ def prepare(x, w, padding=(1, 1), dilation=(1, 1), cfg=None, y=None, alpha=1.0, 
     w_desc = descriptor(w_mat, w_mat.shape, w_mat.stride(), [BN, BK])
     y_desc = descriptor(y, yshape, ys, [NB, BH, BW, BN])
     z_desc = y_desc if z is None else descriptor(z, yshape, zs, [NB, BH, BW, BN])
-    bias_arg = y if bias is None else bias  # (any pointer when absent: never read)
+    # (any pointer of y's dtype when absent, never read: the filter matrix, so that a kept launch
+    # record (launch_forward) holds no output tensor alive)
+    bias_arg = w_mat if bias is None else bias
     grid, tiles = tile_grid(cfg, n, oh, ow, k, kh * kw * (c // BK), x.device, sms)
     args = (x_desc, w_desc, y_desc, float(alpha), float(beta), z_desc, bias_arg, float(alpha2), float(coef),
             float(swish_beta), k, c, kw, padding[0], padding[1], dilation[0], dilation[1], *tiles)
@@ -809,10 +811,31 @@ def _forward_matrix(problem, w):
     return m
 
 
+# A repeated forward call (the same problem object, tensors at the same addresses with
+# the same strides, alpha, beta and config; no fused epilogue) launches what the first
+# call prepared: the checks, the filter matrix, the descriptors and the argument tuple
+# cost ~100 us of host time a call on the H200's host (session 9), several times the
+# kernel of a small ResNet layer. Only when the filter matrix is a view of w (KRSC filter,
+# cross-correlation): a copied matrix is a new temporary each call.
+_RECORDS: dict = {}
+
+
+def _record_key(problem, x, w, y, alpha, beta, cfg, sms) -> tuple:
+    return (id(problem), id(cfg), x.data_ptr(), w.data_ptr(), y.data_ptr(), x.shape, x.stride(), w.stride(),
+            y.shape, y.stride(), x.dtype, x.device.index, float(alpha), float(beta), sms)
+
+
 def launch_forward(problem, x, w, y, alpha, beta, cfg, spec=None, sms=None) -> bool:
     """y = alpha * conv(x, w) + beta * y through this kernel with a GLUON config; False
     (nothing launched) when the tensors do not qualify (the tuner's choice is shared by
     every layout of a problem: the caller then runs its reference config)."""
+    key = None
+    if spec is None:
+        key = _record_key(problem, x, w, y, alpha, beta, cfg, sms)
+        rec = _RECORDS.get(key)
+        if rec is not None and rec[0] is problem and rec[1] is cfg:  # (ids of live objects only)
+            launch(rec[2], rec[3], rec[4], kernel=rec[5])
+            return True
     if forward_why_not(problem, x, w, y, spec) is not None or not config_fits(cfg, x):
         return False
     if beta != 0 and spec is not None and spec.z is not None:
@@ -821,15 +844,21 @@ def launch_forward(problem, x, w, y, alpha, beta, cfg, spec=None, sms=None) -> b
         from .epilogue import launch_args
         launch_args(spec, y, 2)  # the API's overlap checks (z may be y itself), as conv_tma's launches
     _, (kh, kw), pad, dil, stride = _geo2(problem)
+    w_mat = _forward_matrix(problem, w)
     if tuple(stride) != (1, 1):
         from . import gluon_conv_strided as strided
+        kernel = strided.gluon_conv_strided_kernel
         grid, args, meta, _ = strided.prepare(x, w, stride, pad, dil, cfg, y=y, alpha=alpha, sms=sms, beta=beta,
-                                              epilogue=fused_args(spec), w_mat=_forward_matrix(problem, w))
-        launch(grid, args, meta, kernel=strided.gluon_conv_strided_kernel)
-        return True
-    grid, args, meta, _ = prepare(x, None, pad, dil, cfg, y=y, alpha=alpha, w_mat=_forward_matrix(problem, w),
-                                  sms=sms, beta=beta, kernel=(kh, kw), epilogue=fused_args(spec))
-    launch(grid, args, meta)
+                                              epilogue=fused_args(spec), w_mat=w_mat)
+    else:
+        kernel = gluon_conv_fwd_kernel
+        grid, args, meta, _ = prepare(x, None, pad, dil, cfg, y=y, alpha=alpha, w_mat=w_mat, sms=sms, beta=beta,
+                                      kernel=(kh, kw), epilogue=fused_args(spec))
+    if key is not None and w_mat.data_ptr() == w.data_ptr():
+        if len(_RECORDS) >= 1024:
+            _RECORDS.clear()
+        _RECORDS[key] = (problem, cfg, grid, args, meta, kernel)
+    launch(grid, args, meta, kernel=kernel)
     return True
 
 

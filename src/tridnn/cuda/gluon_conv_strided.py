@@ -287,7 +287,7 @@ def prepare(x, w, stride=(2, 2), padding=(1, 1), dilation=(1, 1), cfg=None, y=No
     w_desc = descriptor(w_mat, w_mat.shape, w_mat.stride(), [BN, BK])
     y_desc = descriptor(y, yshape, ys, [NB, BH, BW, BN])
     z_desc = y_desc if z is None else descriptor(z, yshape, _nhwc(z)[1], [NB, BH, BW, BN])
-    bias_arg = y if bias is None else bias
+    bias_arg = w_mat if bias is None else bias  # (never read when absent; see gluon_conv.prepare)
     _, oh, ow, _ = yshape
     grid, tiles = tile_grid(cfg, n, oh, ow, k, kh * kw * (c // BK), x.device, sms)
     args = (x_desc, w_desc, y_desc, float(alpha), float(beta), z_desc, bias_arg, float(alpha2), float(coef),
