@@ -816,7 +816,10 @@ def _forward_matrix(problem, w):
 # call prepared: the checks, the filter matrix, the descriptors and the argument tuple
 # cost ~100 us of host time a call on the H200's host (session 9), several times the
 # kernel of a small ResNet layer. Only when the filter matrix is a view of w (KRSC filter,
-# cross-correlation): a copied matrix is a new temporary each call.
+# cross-correlation): a copied matrix is a new temporary each call. On this project's CPU,
+# launch_forward preparing costs 27.9 us a call, answered by its record 1.4
+# (benchmarks/bench_conv_host_overhead.py). TRIDNN_GLUON_RECORDS=0: prepare every call.
+RECORD_LAUNCHES = os.environ.get("TRIDNN_GLUON_RECORDS", "1") != "0"
 _RECORDS: dict = {}
 
 
@@ -830,7 +833,7 @@ def launch_forward(problem, x, w, y, alpha, beta, cfg, spec=None, sms=None) -> b
     (nothing launched) when the tensors do not qualify (the tuner's choice is shared by
     every layout of a problem: the caller then runs its reference config)."""
     key = None
-    if spec is None:
+    if spec is None and RECORD_LAUNCHES:
         key = _record_key(problem, x, w, y, alpha, beta, cfg, sms)
         rec = _RECORDS.get(key)
         if rec is not None and rec[0] is problem and rec[1] is cfg:  # (ids of live objects only)
