@@ -10,17 +10,15 @@ choice made, kernels compiled), ``--calls`` calls are issued back to back WITHOU
 synchronize; CUDA queues the launches (fewer than its ~1024 pending launches), so the
 loop's wall time is the host's work per call, while the GPU works behind it. Then the
 queue is drained and the total (host and GPU) reported. PyTorch's own call (cuDNN) is
-timed the same way. A cProfile of the tridnn loop (top functions by own time) goes to
---out for each row.
+timed the same way. A cProfile of the tridnn loop (top functions by own and by cumulative
+time; profile_gpu_host_overhead's) goes to --out for each row. bench_gpu_host_time is the
+layer-sized view; profile_gpu_host_overhead the tiny-problem one, stack level by level.
 """
 from __future__ import annotations
 
 import argparse
-import cProfile
-import io
 import json
 import os
-import pstats
 import sys
 import time
 
@@ -34,6 +32,7 @@ from tridnn.algorithms import registry, selection  # noqa: E402
 from tridnn.algorithms.problem import ConvProblem  # noqa: E402
 
 from bench_gpu_conv import make, torch_conv, tridnn_call  # noqa: E402
+from profile_gpu_host_overhead import profile_top  # noqa: E402
 
 CASES = [("res2_3x3", "fwd"), ("res2_3x3", "bwd_data"), ("res2_3x3", "bwd_filter"),
          ("res3_3x3s2", "bwd_data"), ("res4_1x1c", "fwd"), ("res5_1x1c", "bwd_data")]
@@ -49,19 +48,6 @@ def host_us(fn, calls):
     torch.cuda.synchronize()
     t2 = time.perf_counter()
     return (t1 - t0) / calls * 1e6, (t2 - t0) / calls * 1e6
-
-
-def profile(fn, calls, top=14) -> str:
-    torch.cuda.synchronize()
-    pr = cProfile.Profile()
-    pr.enable()
-    for _ in range(calls):
-        fn()
-    pr.disable()
-    torch.cuda.synchronize()
-    out = io.StringIO()
-    pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(top)
-    return out.getvalue()
 
 
 def main():
@@ -92,7 +78,7 @@ def main():
         row["host_us"], row["total_us"] = host_us(fn, a.calls)
         row["torch_host_us"], row["torch_total_us"] = host_us(ref, a.calls)
         with open(os.path.join(a.out, f"profile_{name}_{direction}.txt"), "w") as f:
-            f.write(profile(fn, a.calls))
+            f.write(profile_top(fn, a.calls, 14) + profile_top(fn, a.calls, 14, sort="cumulative"))
         rows.append(row)
         print(f"{name:12s} {direction:10s} {algo.name:14s} host {row['host_us']:6.1f} us/call (total "
               f"{row['total_us']:6.1f}); torch host {row['torch_host_us']:6.1f} (total {row['torch_total_us']:6.1f})",
