@@ -61,6 +61,21 @@ def descriptor(t, shape, strides, block, make_layout=layout):
     return d
 
 
+_PLACEHOLDERS: dict = {}  # (device, dtype) -> a one-element tensor
+
+
+def placeholder(device, dtype):
+    """A one-element tensor for a pointer argument the kernel never reads (an absent bias):
+    one per device and dtype, so launch arguments kept for reuse (gluon_conv's launch
+    records) hold no caller tensor alive."""
+    import torch
+    key = (str(device), dtype)
+    t = _PLACEHOLDERS.get(key)
+    if t is None:
+        t = _PLACEHOLDERS[key] = torch.zeros(1, dtype=dtype, device=device)
+    return t
+
+
 def sm_count(device) -> int:
     """SMs of a CUDA device; 132 (an H200) elsewhere, for plans built on the CPU."""
     import torch

@@ -62,7 +62,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from .common import cdiv
 from .epilogue import activate
 from .gluon_common import compile_sm90 as _compile_sm90, descriptor, max_regs
-from .gluon_common import desc_sig as _desc_sig, sm_count as _sm_count
+from .gluon_common import desc_sig as _desc_sig, placeholder, sm_count as _sm_count
 
 
 # --------------------------------------------------------------------------------------
@@ -480,9 +480,7 @@ def prepare(x, w, padding=(1, 1), dilation=(1, 1), cfg=None, y=None, alpha=1.0, 
     w_desc = descriptor(w_mat, w_mat.shape, w_mat.stride(), [BN, BK])
     y_desc = descriptor(y, yshape, ys, [NB, BH, BW, BN])
     z_desc = y_desc if z is None else descriptor(z, yshape, zs, [NB, BH, BW, BN])
-    # (any pointer of y's dtype when absent, never read: the filter matrix, so that a kept launch
-    # record (launch_forward) holds no output tensor alive)
-    bias_arg = w_mat if bias is None else bias
+    bias_arg = placeholder(y.device, y.dtype) if bias is None else bias  # (never read when absent)
     grid, tiles = tile_grid(cfg, n, oh, ow, k, kh * kw * (c // BK), x.device, sms)
     args = (x_desc, w_desc, y_desc, float(alpha), float(beta), z_desc, bias_arg, float(alpha2), float(coef),
             float(swish_beta), k, c, kw, padding[0], padding[1], dilation[0], dilation[1], *tiles)
@@ -816,7 +814,9 @@ def _forward_matrix(problem, w):
 # call prepared: the checks, the filter matrix, the descriptors and the argument tuple
 # cost ~100 us of host time a call on the H200's host (session 9), several times the
 # kernel of a small ResNet layer. Only when the filter matrix is a view of w (KRSC filter,
-# cross-correlation): a copied matrix is a new temporary each call. On this project's CPU,
+# cross-correlation): a copied matrix is a new temporary each call. A record holds no
+# tensor (descriptors keep addresses; an absent bias is gluon_common.placeholder), so it
+# keeps no caller's memory alive. On this project's CPU,
 # launch_forward preparing costs 27.9 us a call, answered by its record 1.4
 # (benchmarks/bench_conv_host_overhead.py). TRIDNN_GLUON_RECORDS=0: prepare every call.
 RECORD_LAUNCHES = os.environ.get("TRIDNN_GLUON_RECORDS", "1") != "0"

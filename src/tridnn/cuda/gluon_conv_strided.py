@@ -28,7 +28,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from .gluon_common import compile_sm90 as _compile_sm90, descriptor
-from .gluon_common import desc_sig as _desc_sig
+from .gluon_common import desc_sig as _desc_sig, placeholder
 from . import gluon_conv
 from .gluon_conv import (PICKS_LARGE, PICKS_MEDIUM, PICKS_SMALL, TF32_OF, _channels_last_ok, _consumer, _nhwc,
                          _tile_coords, check_dtypes, checked_epilogue, config, constexprs, filter_matrix, flops,
@@ -287,7 +287,7 @@ def prepare(x, w, stride=(2, 2), padding=(1, 1), dilation=(1, 1), cfg=None, y=No
     w_desc = descriptor(w_mat, w_mat.shape, w_mat.stride(), [BN, BK])
     y_desc = descriptor(y, yshape, ys, [NB, BH, BW, BN])
     z_desc = y_desc if z is None else descriptor(z, yshape, _nhwc(z)[1], [NB, BH, BW, BN])
-    bias_arg = w_mat if bias is None else bias  # (never read when absent; see gluon_conv.prepare)
+    bias_arg = placeholder(y.device, y.dtype) if bias is None else bias  # (never read when absent)
     _, oh, ow, _ = yshape
     grid, tiles = tile_grid(cfg, n, oh, ow, k, kh * kw * (c // BK), x.device, sms)
     args = (x_desc, w_desc, y_desc, float(alpha), float(beta), z_desc, bias_arg, float(alpha2), float(coef),
