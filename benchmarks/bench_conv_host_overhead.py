@@ -8,7 +8,8 @@ host work is timed:
 
   full   every call validated from scratch (the fast-path table cleared before each call)
   fast   repeated calls with the same descriptor objects (api/conv_fast_path.py)
-  gluon  gluon_conv.launch_forward alone: preparing every call, or answered by its record
+  gluon  gluon_conv.launch_forward / launch_backward_data alone (dgrad s2: the fused
+         phases): preparing every call, or answered by its launch record
 
 for the triton backend (IMPLICIT_GEMM; ``launch`` stubbed) and, for the validation share
 alone, the numpy backend (algorithm.run stubbed). It also times the per-launch key of
@@ -80,23 +81,31 @@ def numpy_case():
     return lambda: tridnn.convolution_forward(h, 1.0, xd, xv, wd, wv, cd, "IMPLICIT_GEMM", ws, 0.0, yd, yv)
 
 
-def gluon_case():
-    """gluon_conv.launch_forward (the Hopper path of IMPLICIT_GEMM) on CPU tensors with the
-    launch stubbed: (preparing every call, the records cleared before each; a repeated
-    call answered by its launch record). On the CPU each prepare builds new descriptors (the
-    GPU's are cached per address), so the first figure is above the GPU host's share."""
+def gluon_case(direction, stride=1):
+    """gluon_conv.launch_forward / launch_backward_data (the Hopper paths of IMPLICIT_GEMM and
+    ALGO_1; stride 2: the fused phases) on CPU tensors with the launches stubbed (and the
+    turned filter: one fixed tensor, its kernel's host cost is common.launch's): (preparing
+    every call, the records cleared before each; a repeated call answered by its launch
+    record). On the CPU each prepare builds new descriptors (the GPU's are cached per
+    address), so the first figure is above the GPU host's share."""
     from tridnn.algorithms.problem import ConvProblem
+    from tridnn.cuda import filter_turn
     from tridnn.cuda import gluon_conv as gc
     gc.launch = lambda *args, **kwargs: None  # host work only
+    turned = torch.zeros(64, 9 * 64, dtype=torch.bfloat16)
+    filter_turn.turned_filter = lambda w, flip=True, order=None: turned
     xd = tridnn.TensorDescriptor.nhwc(64, 64, 56, 56, "bfloat16")
     wd = tridnn.FilterDescriptor((64, 64, 3, 3), "bfloat16", tridnn.TensorFormat.NHWC)
-    cd = tridnn.ConvolutionDescriptor(padding=1)
+    cd = tridnn.ConvolutionDescriptor(padding=1, stride=stride)
     yd = xd.with_dims(cd.output_dims(xd, wd))
-    problem = ConvProblem("fwd", xd, wd, yd, cd)
+    problem = ConvProblem(direction, xd, wd, yd, cd)
     cl = torch.channels_last
     x, w, y = (torch.zeros(d.dims, dtype=torch.bfloat16).contiguous(memory_format=cl) for d in (xd, wd, yd))
     cfg = dict(gc.PICKS_NARROW[0], GLUON=True)
-    fn = lambda: gc.launch_forward(problem, x, w, y, 1.0, 0.0, cfg)
+    if direction == "fwd":
+        fn = lambda: gc.launch_forward(problem, x, w, y, 1.0, 0.0, cfg)
+    else:
+        fn = lambda: gc.launch_backward_data(problem, y, w, x, 1.0, 0.0, cfg)
     assert fn()
     return fn, gc._RECORDS.clear
 
@@ -121,11 +130,13 @@ def main():
     args = ap.parse_args()
     tri, npy = triton_case(), numpy_case()
     key_full, key_fast = launch_key_case()
-    gluon, clear_records = gluon_case()
+    gluon = {"gluon fwd": gluon_case("fwd"), "gluon dgrad": gluon_case("bwd_data"),
+             "gluon dgrad s2": gluon_case("bwd_data", stride=2)}
     for fn in (tri, npy):
         fn()
     results = {k: [] for k in ("triton full", "triton fast", "numpy full", "numpy fast",
-                               "launch key full", "launch key static", "gluon prepare", "gluon record")}
+                               "launch key full", "launch key static")}
+    results.update({f"{name} {how}": [] for name in gluon for how in ("prepare", "record")})
     for _ in range(args.rounds):
         results["triton full"].append(per_call_us(tri, args.calls, clear_table))
         results["triton fast"].append(per_call_us(tri, args.calls))
@@ -133,8 +144,9 @@ def main():
         results["numpy fast"].append(per_call_us(npy, args.calls))
         results["launch key full"].append(per_call_us(key_full, args.calls * 5))
         results["launch key static"].append(per_call_us(key_fast, args.calls * 5))
-        results["gluon prepare"].append(per_call_us(gluon, args.calls, clear_records))
-        results["gluon record"].append(per_call_us(gluon, args.calls))
+        for name, (fn, clear_records) in gluon.items():
+            results[f"{name} prepare"].append(per_call_us(fn, args.calls, clear_records))
+            results[f"{name} record"].append(per_call_us(fn, args.calls))
     clear_cost = statistics.median(per_call_us(clear_table, args.calls) for _ in range(args.rounds))
     print(f"{'case':<20} {'us/call (median of rounds)':>28}")
     for name, vals in results.items():

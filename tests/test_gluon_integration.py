@@ -162,6 +162,45 @@ def test_repeated_forward_launches_the_recorded_arguments(hopper, monkeypatch):
     assert len(prepared) == 6
 
 
+@pytest.mark.parametrize("stride", [1, 2])
+def test_repeated_backward_data_reuses_its_record_where_the_turned_filter_lands(stride, hopper, monkeypatch):
+    """launch_backward_data turns the filter every call (counted) and launches its kept
+    arguments when the turned filter lands at the kept address (their descriptors name it);
+    at a new address it prepares again with that filter (turned once, not twice). Stride 2:
+    the fused launch over all phases."""
+    from tridnn.cuda import filter_turn
+    from tridnn.cuda import gluon_dgrad_fused as gf
+    launched, prepared, turned = [], [], []
+    monkeypatch.setattr(gc, "launch", lambda grid, args, meta, y=None, kernel=None: launched.append(args))
+    for module in (gc, gf):
+        real = module.prepare
+        monkeypatch.setattr(module, "prepare", lambda *a, _real=real, **k: prepared.append(1) or _real(*a, **k))
+    monkeypatch.setattr(gc, "_RECORDS", {})
+    monkeypatch.setattr(gf, "FUSED_PHASES", True)
+    problem, x, w, y = _problem("bwd_data", 128, 128, 16, 3, pad=1, stride=stride)
+    c, k = 128, 128
+    fixed = torch.empty(c, 9 * k, dtype=torch.float16)
+    fresh = []
+
+    def turn(w, flip=True, order=None):
+        turned.append(1)
+        if fresh:  # a new tensor (a new address) every call
+            fresh.append(torch.empty(c, 9 * k, dtype=torch.float16))
+            return fresh[-1]
+        return fixed
+    monkeypatch.setattr(filter_turn, "turned_filter", turn)
+    cfg = dict(gc.PICKS_MEDIUM[0], GLUON=True)
+    for call in range(3):
+        assert gc.launch_backward_data(problem, y, w, x, 1.0, 0.0, cfg)
+    assert (len(prepared), len(turned), len(launched)) == (1, 3, 3)
+    assert launched[2] is launched[1] is launched[0]
+    fresh.append(None)  # from now on the turned filter moves every call
+    for call in range(2):
+        assert gc.launch_backward_data(problem, y, w, x, 1.0, 0.0, cfg)
+    assert (len(prepared), len(turned), len(launched)) == (3, 5, 5)
+    assert launched[4] is not launched[3] is not launched[0]
+
+
 def test_not_offered_with_an_epilogue_off_hopper_or_under_the_interpreter(hopper, monkeypatch):
     problem, x, w, y = _problem("fwd", 128, 128, 28, 3, pad=1)
     assert gc.forward_candidates(problem, x, w, y, None, CUDA)

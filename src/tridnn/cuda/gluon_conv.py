@@ -809,12 +809,14 @@ def _forward_matrix(problem, w):
     return m
 
 
-# A repeated forward call (the same problem object, tensors at the same addresses with
-# the same strides, alpha, beta and config; no fused epilogue) launches what the first
-# call prepared: the checks, the filter matrix, the descriptors and the argument tuple
-# cost ~100 us of host time a call on the H200's host (session 9), several times the
-# kernel of a small ResNet layer. Only when the filter matrix is a view of w (KRSC filter,
-# cross-correlation): a copied matrix is a new temporary each call. A record holds no
+# Launch records. A repeated call (the same problem object, tensors at the same addresses
+# with the same strides, alpha, beta and config; no fused epilogue) launches what the
+# first call prepared: the checks, the filter matrix, the descriptors and the argument
+# tuple cost ~100 us of host time a call on the H200's host (session 9), several times the
+# kernel of a small ResNet layer. Forward: only when the filter matrix is a view of w
+# (KRSC filter, cross-correlation; a copied matrix is a new temporary each call).
+# Backward data: its turned filter is made every call, and the record is used when it
+# lands at the kept address (launch_backward_data). A record holds no
 # tensor (descriptors keep addresses; an absent bias is gluon_common.placeholder), so it
 # keeps no caller's memory alive. On this project's CPU,
 # launch_forward preparing costs 27.9 us a call, answered by its record 1.4
@@ -823,22 +825,39 @@ RECORD_LAUNCHES = os.environ.get("TRIDNN_GLUON_RECORDS", "1") != "0"
 _RECORDS: dict = {}
 
 
-def _record_key(problem, x, w, y, alpha, beta, cfg, sms) -> tuple:
+def _record_key(problem, x, w, y, alpha, beta, cfg, sms) -> tuple | None:
+    """The launch record key of a call (x, w, y: the call's three tensors in any roles), or
+    None with the records off."""
+    if not RECORD_LAUNCHES:
+        return None
     return (id(problem), id(cfg), x.data_ptr(), w.data_ptr(), y.data_ptr(), x.shape, x.stride(), w.stride(),
             y.shape, y.stride(), x.dtype, x.device.index, float(alpha), float(beta), sms)
+
+
+def _record(key, problem, cfg):
+    """The kept record's payload for key (None if absent; ids are checked against the live
+    problem and config objects, as an id may be reused after its object is gone)."""
+    rec = _RECORDS.get(key) if key is not None else None
+    return rec[2] if rec is not None and rec[0] is problem and rec[1] is cfg else None
+
+
+def _keep(key, problem, cfg, payload):
+    if key is None:
+        return
+    if len(_RECORDS) >= 1024:
+        _RECORDS.clear()
+    _RECORDS[key] = (problem, cfg, payload)
 
 
 def launch_forward(problem, x, w, y, alpha, beta, cfg, spec=None, sms=None) -> bool:
     """y = alpha * conv(x, w) + beta * y through this kernel with a GLUON config; False
     (nothing launched) when the tensors do not qualify (the tuner's choice is shared by
     every layout of a problem: the caller then runs its reference config)."""
-    key = None
-    if spec is None and RECORD_LAUNCHES:
-        key = _record_key(problem, x, w, y, alpha, beta, cfg, sms)
-        rec = _RECORDS.get(key)
-        if rec is not None and rec[0] is problem and rec[1] is cfg:  # (ids of live objects only)
-            launch(rec[2], rec[3], rec[4], kernel=rec[5])
-            return True
+    key = _record_key(problem, x, w, y, alpha, beta, cfg, sms) if spec is None else None
+    kept = _record(key, problem, cfg)
+    if kept is not None:
+        launch(*kept[:3], kernel=kept[3])
+        return True
     if forward_why_not(problem, x, w, y, spec) is not None or not config_fits(cfg, x):
         return False
     if beta != 0 and spec is not None and spec.z is not None:
@@ -857,10 +876,8 @@ def launch_forward(problem, x, w, y, alpha, beta, cfg, spec=None, sms=None) -> b
         kernel = gluon_conv_fwd_kernel
         grid, args, meta, _ = prepare(x, None, pad, dil, cfg, y=y, alpha=alpha, w_mat=w_mat, sms=sms, beta=beta,
                                       kernel=(kh, kw), epilogue=fused_args(spec))
-    if key is not None and w_mat.data_ptr() == w.data_ptr():
-        if len(_RECORDS) >= 1024:
-            _RECORDS.clear()
-        _RECORDS[key] = (problem, cfg, grid, args, meta, kernel)
+    if w_mat.data_ptr() == w.data_ptr():
+        _keep(key, problem, cfg, (grid, args, meta, kernel))
     launch(grid, args, meta, kernel=kernel)
     return True
 
@@ -922,27 +939,44 @@ def turned_filter(problem, w):
 
 def launch_backward_data(problem, dy, w, dx, alpha, beta, cfg, sms=None) -> bool:
     """dx = alpha * conv_transpose(dy, w) + beta * dx with a GLUON config; False (nothing
-    launched) where the tensors do not qualify."""
+    launched) where the tensors do not qualify.
+
+    The turned filter m is made every call (w may have changed). A repeated call (see the
+    launch records above) launches the kept arguments when m landed where the last one did
+    (the caching allocator usually hands the freed block back), since its descriptors name
+    that address; else it prepares anew with this m. m is held here until the launch is
+    queued (a descriptor keeps the address only)."""
+    from .filter_turn import turned_filter as turn
+    key = _record_key(problem, dy, w, dx, alpha, beta, cfg, sms)
+    kept, m = _record(key, problem, cfg), None
+    if kept is not None:
+        m = turn(w, **kept[0])
+        if m.data_ptr() == kept[1]:
+            launch(*kept[2:5], kernel=kept[5])
+            return True
     if backward_data_why_not(problem, dy, w, dx) is not None or not config_fits(cfg, dy):
         return False
     _, (kh, kw), pad, dil, stride = _geo2(problem)
     if tuple(stride) != (1, 1):
         from . import gluon_dgrad_fused as fused
-        if fused.FUSED_PHASES and fused.why_not(dx, stride, cfg) is None:  # all phases in one launch
-            from .dgrad_phases import phases
-            from .filter_turn import turned_filter as turn
-            # m held here until the launch is queued (its TMA descriptor keeps the address only)
-            m = turn(w, order=phases((kh, kw), stride, pad, convolution=problem.mode == 0)[1])
-            fused.launch(*fused.prepare(dy, w, dx, (kh, kw), stride, pad, problem.mode == 0, cfg, alpha=alpha,
-                                        beta=beta, sms=sms, m=m))
+        if not (fused.FUSED_PHASES and fused.why_not(dx, stride, cfg) is None):
+            _launch_phases(problem, dy, w, dx, alpha, beta, cfg, sms, (kh, kw), pad, stride)
             return True
-        _launch_phases(problem, dy, w, dx, alpha, beta, cfg, sms, (kh, kw), pad, stride)
-        return True
-    bpad = ((kh - 1) * dil[0] - pad[0], (kw - 1) * dil[1] - pad[1])
-    m = turned_filter(problem, w)
-    grid, args, meta, _ = prepare(dy, None, bpad, dil, cfg, y=dx, alpha=alpha, w_mat=m, sms=sms, beta=beta,
-                                  kernel=(kh, kw))
-    launch(grid, args, meta)
+        from .dgrad_phases import phases  # all phases in one launch
+        how = dict(order=phases((kh, kw), stride, pad, convolution=problem.mode == 0)[1])
+        m = turn(w, **how) if m is None else m  # (made above already when a record missed)
+        kernel = fused.gluon_dgrad_fused_kernel
+        grid, args, meta = fused.prepare(dy, w, dx, (kh, kw), stride, pad, problem.mode == 0, cfg, alpha=alpha,
+                                         beta=beta, sms=sms, m=m)
+    else:
+        how = dict(flip=problem.mode != 0)  # (CONVOLUTION mode's forward already reverses the taps)
+        m = turn(w, **how) if m is None else m
+        kernel = gluon_conv_fwd_kernel
+        bpad = ((kh - 1) * dil[0] - pad[0], (kw - 1) * dil[1] - pad[1])
+        grid, args, meta, _ = prepare(dy, None, bpad, dil, cfg, y=dx, alpha=alpha, w_mat=m, sms=sms, beta=beta,
+                                      kernel=(kh, kw))
+    _keep(key, problem, cfg, (how, m.data_ptr(), grid, args, meta, kernel))
+    launch(grid, args, meta, kernel=kernel)
     return True
 
 
