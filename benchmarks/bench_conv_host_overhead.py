@@ -10,6 +10,7 @@ host work is timed:
   fast   repeated calls with the same descriptor objects (api/conv_fast_path.py)
   gluon  gluon_conv.launch_forward / launch_backward_data alone (dgrad s2: the fused
          phases): preparing every call, or answered by its launch record
+  api gluon fwd  convolution_forward down the Hopper path (fast path, dispatch, record)
 
 for the triton backend (IMPLICIT_GEMM; ``launch`` stubbed) and, for the validation share
 alone, the numpy backend (algorithm.run stubbed). It also times the per-launch key of
@@ -110,6 +111,34 @@ def gluon_case(direction, stride=1):
     return fn, gc._RECORDS.clear
 
 
+def gluon_api_case():
+    """tridnn.convolution_forward down the Hopper path (a stand-in Hopper on the CPU: the
+    Gluon config the tuner's only candidate, its launch stubbed): the API's fast path, the
+    algorithm's dispatch and the Gluon launch record. Its own problem (64x64x28x28), as the
+    tuner's pick is kept per problem across handles."""
+    from tridnn.cuda import conv_implicit_gemm, conv_tma
+    from tridnn.cuda import gluon_conv as gc
+    gc.launch = lambda *args, **kwargs: None  # host work only
+    gc._hopper = lambda device: True
+    conv_tma.sm_count = lambda device: 132
+    conv_tma.hardware_ok = lambda t: True
+    cfg = dict(gc.PICKS_MEDIUM[0], GLUON=True)
+    conv_implicit_gemm.tma_forward_candidates = lambda *args, **kwargs: [cfg]
+    h = tridnn.Handle(device="cpu", backend="triton", find_cache=None)
+    xd = tridnn.TensorDescriptor.nhwc(64, 64, 28, 28, "bfloat16")
+    wd = tridnn.FilterDescriptor((64, 64, 3, 3), "bfloat16", tridnn.TensorFormat.NHWC)
+    cd = tridnn.ConvolutionDescriptor(padding=1)
+    yd = xd.with_dims(cd.output_dims(xd, wd))
+    cl = torch.channels_last
+    x, w, y = (torch.zeros(d.dims, dtype=torch.bfloat16).contiguous(memory_format=cl)
+               for d in (xd, wd.as_tensor(), yd))
+    fn = lambda: tridnn.convolution_forward(h, 1.0, xd, x, wd, w, cd, "IMPLICIT_GEMM", None, 0.0, yd, y)
+    gc._RECORDS.clear()
+    fn()
+    assert len(gc._RECORDS) == 1, "the Gluon launch record was not made"
+    return fn
+
+
 def launch_key_case():
     from tridnn.cuda.common import _spec_key
     t = torch.zeros(16)
@@ -130,13 +159,10 @@ def main():
     args = ap.parse_args()
     tri, npy = triton_case(), numpy_case()
     key_full, key_fast = launch_key_case()
-    gluon = {"gluon fwd": gluon_case("fwd"), "gluon dgrad": gluon_case("bwd_data"),
-             "gluon dgrad s2": gluon_case("bwd_data", stride=2)}
     for fn in (tri, npy):
         fn()
     results = {k: [] for k in ("triton full", "triton fast", "numpy full", "numpy fast",
                                "launch key full", "launch key static")}
-    results.update({f"{name} {how}": [] for name in gluon for how in ("prepare", "record")})
     for _ in range(args.rounds):
         results["triton full"].append(per_call_us(tri, args.calls, clear_table))
         results["triton fast"].append(per_call_us(tri, args.calls))
@@ -144,9 +170,17 @@ def main():
         results["numpy fast"].append(per_call_us(npy, args.calls))
         results["launch key full"].append(per_call_us(key_full, args.calls * 5))
         results["launch key static"].append(per_call_us(key_fast, args.calls * 5))
+    # the Gluon rows last: their stand-in Hopper (patched module functions) stays patched
+    gluon = {"gluon fwd": gluon_case("fwd"), "gluon dgrad": gluon_case("bwd_data"),
+             "gluon dgrad s2": gluon_case("bwd_data", stride=2)}
+    api_gluon = gluon_api_case()
+    results.update({f"{name} {how}": [] for name in gluon for how in ("prepare", "record")})
+    results["api gluon fwd"] = []
+    for _ in range(args.rounds):
         for name, (fn, clear_records) in gluon.items():
             results[f"{name} prepare"].append(per_call_us(fn, args.calls, clear_records))
             results[f"{name} record"].append(per_call_us(fn, args.calls))
+        results["api gluon fwd"].append(per_call_us(api_gluon, args.calls))
     clear_cost = statistics.median(per_call_us(clear_table, args.calls) for _ in range(args.rounds))
     print(f"{'case':<20} {'us/call (median of rounds)':>28}")
     for name, vals in results.items():
