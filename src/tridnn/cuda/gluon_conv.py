@@ -816,11 +816,11 @@ def _forward_matrix(problem, w):
 # kernel of a small ResNet layer. Forward: only when the filter matrix is a view of w
 # (KRSC filter, cross-correlation; a copied matrix is a new temporary each call).
 # Backward data: its turned filter is made every call, and the record is used when it
-# lands at the kept address (launch_backward_data). A record holds no
-# tensor (descriptors keep addresses; an absent bias is gluon_common.placeholder), so it
-# keeps no caller's memory alive. On this project's CPU,
-# launch_forward preparing costs 27.9 us a call, answered by its record 1.4
-# (benchmarks/bench_conv_host_overhead.py). TRIDNN_GLUON_RECORDS=0: prepare every call.
+# lands at the kept address (launch_backward_data). A record holds no tensor (descriptors
+# keep addresses; an absent bias is gluon_common.placeholder), so it keeps no caller's
+# memory alive. On this project's CPU launch_forward costs 30 us a call preparing, 1.7
+# answered by its record (benchmarks/bench_conv_host_overhead.py, the gluon rows).
+# TRIDNN_GLUON_RECORDS=0: prepare every call.
 RECORD_LAUNCHES = os.environ.get("TRIDNN_GLUON_RECORDS", "1") != "0"
 _RECORDS: dict = {}
 
