@@ -47,19 +47,24 @@ def clear_table():
     conv_fast_path._tables.clear()
 
 
+def bf16_layer(hw=56, stride=1):
+    """A ResNet-style bf16 NHWC 3x3 layer, 64 -> 64 channels, batch 64: the descriptors
+    (x, w, conv, y) and zero channels-last CPU tensors of their shapes."""
+    xd = tridnn.TensorDescriptor.nhwc(64, 64, hw, hw, "bfloat16")
+    wd = tridnn.FilterDescriptor((64, 64, 3, 3), "bfloat16", tridnn.TensorFormat.NHWC)
+    cd = tridnn.ConvolutionDescriptor(padding=1, stride=stride)
+    yd = xd.with_dims(cd.output_dims(xd, wd))
+    x, w, y = (torch.zeros(d.dims, dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
+               for d in (xd, wd.as_tensor(), yd))
+    return xd, wd, cd, yd, x, w, y
+
+
 def triton_case():
     from tridnn.cuda import conv_implicit_gemm, conv_tma
     conv_implicit_gemm.launch = lambda *args: None  # host work only
     conv_tma.launch = lambda *args: None  # (the TMA path this layer takes: conv_tma_kernel's launch)
     h = tridnn.Handle(device="cpu", backend="triton", find_cache=None)
-    xd = tridnn.TensorDescriptor.nhwc(64, 64, 56, 56, "bfloat16")
-    wd = tridnn.FilterDescriptor((64, 64, 3, 3), "bfloat16", tridnn.TensorFormat.NHWC)
-    cd = tridnn.ConvolutionDescriptor(padding=1)
-    yd = xd.with_dims(cd.output_dims(xd, wd))
-    cl = torch.channels_last
-    x = torch.zeros(xd.dims, dtype=torch.bfloat16).contiguous(memory_format=cl)
-    w = torch.zeros(wd.dims, dtype=torch.bfloat16).contiguous(memory_format=cl)
-    y = torch.zeros(yd.dims, dtype=torch.bfloat16).contiguous(memory_format=cl)
+    xd, wd, cd, yd, x, w, y = bf16_layer()
     return lambda: tridnn.convolution_forward(h, 1.0, xd, x, wd, w, cd, "IMPLICIT_GEMM", None, 0.0, yd, y)
 
 
@@ -95,13 +100,8 @@ def gluon_case(direction, stride=1):
     gc.launch = lambda *args, **kwargs: None  # host work only
     turned = torch.zeros(64, 9 * 64, dtype=torch.bfloat16)
     filter_turn.turned_filter = lambda w, flip=True, order=None: turned
-    xd = tridnn.TensorDescriptor.nhwc(64, 64, 56, 56, "bfloat16")
-    wd = tridnn.FilterDescriptor((64, 64, 3, 3), "bfloat16", tridnn.TensorFormat.NHWC)
-    cd = tridnn.ConvolutionDescriptor(padding=1, stride=stride)
-    yd = xd.with_dims(cd.output_dims(xd, wd))
+    xd, wd, cd, yd, x, w, y = bf16_layer(stride=stride)
     problem = ConvProblem(direction, xd, wd, yd, cd)
-    cl = torch.channels_last
-    x, w, y = (torch.zeros(d.dims, dtype=torch.bfloat16).contiguous(memory_format=cl) for d in (xd, wd, yd))
     cfg = dict(gc.PICKS_NARROW[0], GLUON=True)
     if direction == "fwd":
         fn = lambda: gc.launch_forward(problem, x, w, y, 1.0, 0.0, cfg)
@@ -125,13 +125,7 @@ def gluon_api_case():
     cfg = dict(gc.PICKS_MEDIUM[0], GLUON=True)
     conv_implicit_gemm.tma_forward_candidates = lambda *args, **kwargs: [cfg]
     h = tridnn.Handle(device="cpu", backend="triton", find_cache=None)
-    xd = tridnn.TensorDescriptor.nhwc(64, 64, 28, 28, "bfloat16")
-    wd = tridnn.FilterDescriptor((64, 64, 3, 3), "bfloat16", tridnn.TensorFormat.NHWC)
-    cd = tridnn.ConvolutionDescriptor(padding=1)
-    yd = xd.with_dims(cd.output_dims(xd, wd))
-    cl = torch.channels_last
-    x, w, y = (torch.zeros(d.dims, dtype=torch.bfloat16).contiguous(memory_format=cl)
-               for d in (xd, wd.as_tensor(), yd))
+    xd, wd, cd, yd, x, w, y = bf16_layer(hw=28)
     fn = lambda: tridnn.convolution_forward(h, 1.0, xd, x, wd, w, cd, "IMPLICIT_GEMM", None, 0.0, yd, y)
     gc._RECORDS.clear()
     fn()

@@ -193,6 +193,22 @@ def next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
+_INT32_TABLES: dict = {}  # (device, values) -> the int32 tensor on that device
+
+
+def int32_table(values, device):
+    """A kernel's small int32 lookup table (a flat or nested list of ints) on ``device``,
+    made once per values and device (a host-to-device copy each call would cost more than
+    the kernels reading it)."""
+    key = (str(device), tuple(values))
+    t = _INT32_TABLES.get(key)
+    if t is None:
+        if len(_INT32_TABLES) > 256:
+            _INT32_TABLES.clear()
+        t = _INT32_TABLES[key] = torch.tensor(values, dtype=torch.int32, device=device).reshape(-1)
+    return t
+
+
 def cdiv(a: int, b: int) -> int:
     """ceil(a / b) in plain Python (triton.cdiv goes through a JIT wrapper: ~2 us a call)."""
     return -(-a // b)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import cdiv, launch
+from .common import cdiv, int32_table, launch
 
 
 @triton.jit
@@ -40,18 +40,6 @@ def turn_filter_kernel(
     tl.store(m_ptr + cs[:, None] * (T * K) + slot * K + ks[None, :], tile, mask=mask)
 
 
-_ORDERS: dict = {}  # (device, order) -> the int32 table on that device
-
-
-def _order_tensor(order, device):
-    import torch
-    key = (str(device), tuple(order))
-    t = _ORDERS.get(key)
-    if t is None:
-        t = _ORDERS[key] = torch.tensor(order, dtype=torch.int32, device=device)
-    return t
-
-
 def turned_filter(w, flip: bool = True, order=None):
     """m [C, KH*KW*K] with m[c, (order[t], k)] = w[k, c, t] over taps t = kh * KW + kw;
     order defaults to the 180-degree turn (flip: slot T-1-t) or the identity: a new
@@ -70,6 +58,6 @@ def turned_filter(w, flip: bool = True, order=None):
     grid = (taps, cdiv(c, block_c), cdiv(k, block_k))
     # (common.launch: after the first call its compiled launcher directly, skipping the
     # JIT's per-call argument binding: tens of microseconds of host time on the H200's host)
-    launch(turn_filter_kernel, grid, (w, m, _order_tensor(order, w.device), k, c, kw, taps, *w.stride()),
+    launch(turn_filter_kernel, grid, (w, m, int32_table(order, w.device), k, c, kw, taps, *w.stride()),
            dict(BLOCK_C=block_c, BLOCK_K=block_k), dict(num_warps=4))
     return m

@@ -47,7 +47,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
-from .common import cdiv
+from .common import cdiv, int32_table
 from .gluon_common import compile_sm90 as _compile_sm90, descriptor
 from .gluon_common import desc_sig as _desc_sig
 from .gluon_conv import _tile_coords, constexprs, shared_state, sig_dtype
@@ -336,20 +336,6 @@ def _plan(dx_shape, k_in, kernel, stride, padding, convolution, cfg, sms):
                 TILES_H=tiles_h, TILES_W=tiles_w, N_BLOCKS=n_blocks, grid=grid, schedule=sched)
 
 
-_TABLES: dict = {}  # (device, values) -> the int32 tensor on that device
-
-
-def _table(values, device):
-    import torch
-    key = (str(device), tuple(values))
-    t = _TABLES.get(key)
-    if t is None:
-        if len(_TABLES) > 256:
-            _TABLES.clear()
-        t = _TABLES[key] = torch.tensor(values, dtype=torch.int32, device=device).reshape(-1)
-    return t
-
-
 def kernel_constexprs(cfg, has_beta) -> tuple:
     """(this kernel's constexprs, maxnreg): gluon_conv's for the config, without the fused
     epilogue's (backward data has none)."""
@@ -385,8 +371,8 @@ def prepare(dy, w, dx, kernel, stride, padding, convolution, cfg, alpha=1.0, bet
     w_desc = descriptor(m, m.shape, m.stride(), [BN, BK])
     xshape, xs = phase_view(dx, stride)
     dx_desc = descriptor(dx, xshape, xs, [NB, BH, 1, BW, BN])
-    args = (dy_desc, w_desc, dx_desc, float(alpha), float(beta), k_in, _table(p["rows"], dx.device),
-            _table(p["schedule"], dx.device), dx.shape[1], p["SLOTS"], p["TILES_PER_PHASE"], p["TILES_H"],
+    args = (dy_desc, w_desc, dx_desc, float(alpha), float(beta), k_in, int32_table(p["rows"], dx.device),
+            int32_table(p["schedule"], dx.device), dx.shape[1], p["SLOTS"], p["TILES_PER_PHASE"], p["TILES_H"],
             p["TILES_W"], p["N_BLOCKS"])
     consts, cap = kernel_constexprs(cfg, beta != 0)
     return p["grid"], args, dict(consts, maxnreg=cap)
