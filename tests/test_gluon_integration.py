@@ -633,3 +633,39 @@ def test_checked_epilogue_refuses_bad_z_and_bias():
                            (None, torch.empty(8), "bias must")):
         with pytest.raises(ValueError, match=match):
             gc.checked_epilogue((bias, z, 1.0, 1, 0.0, 1.0), y, 16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("direction,stride", [("fwd", 1), ("fwd", 2), ("bwd_data", 1), ("bwd_data", 2)])
+def test_gpu_launch_records_follow_new_data_in_place(direction, stride, rng, monkeypatch):
+    """Four calls with new values written into the same tensors: the first prepares, the
+    second replays the record's arguments and binds them, the third and fourth launch the
+    bound launch (common.Bound); every result matches float64, alpha = 2 and beta = 0.5
+    on a kept output. The record holds no tensor."""
+    need_hopper()
+    monkeypatch.setattr(gc, "_RECORDS", {})
+    prepared = []
+    for module_name in ("gluon_conv", "gluon_conv_strided", "gluon_dgrad_fused"):
+        module = __import__(f"tridnn.cuda.{module_name}", fromlist=["prepare"])
+        monkeypatch.setattr(module, "prepare", lambda *a, _real=module.prepare, **k: prepared.append(1) or _real(*a, **k))
+    problem, x, w, y = (t.cuda() if isinstance(t, torch.Tensor) else t
+                        for t in _problem(direction, 128, 128, 16, 3, pad=1, stride=stride, n=8, dtype="bfloat16"))
+    cfg = dict(gc.PICKS_MEDIUM[0], GLUON=True)
+    for call in range(4):
+        for t in (x, w, y):
+            t.copy_(torch.from_numpy(rng.standard_normal(t.shape)).to(t.dtype))
+        xd, wd, yd = x.double(), w.double(), y.double()
+        if direction == "fwd":
+            assert gc.launch_forward(problem, x, w, y, 2.0, 0.5, cfg)
+            got, want = y, 2.0 * torch.nn.functional.conv2d(xd, wd, padding=1, stride=stride) + 0.5 * yd
+        else:
+            assert gc.launch_backward_data(problem, y, w, x, 2.0, 0.5, cfg)
+            got = x
+            want = 2.0 * torch.nn.grad.conv2d_input(x.shape, wd, yd, padding=1, stride=stride) + 0.5 * xd
+        err = (got.double() - want).abs().max().item()
+        assert err < 1e-2 * want.abs().max().item(), (call, err)
+    assert len(prepared) == 1, "one prepare; the later calls replayed the record"
+    (rec,) = gc._RECORDS.values()
+    kept = rec[2] if direction == "fwd" else rec[2][2]
+    assert kept.bound is not None, "the replays bound the launch"
+    assert not any(isinstance(v, torch.Tensor) for v in kept.bound.values)

@@ -356,3 +356,41 @@ def test_gpu_tuner_with_gluon_candidates(c, hw, rng, monkeypatch):
     best = list(type(ALGO).tuner._best.values())
     assert best, "the tuner picked a config"
     print(c, hw, "picked", best)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("flip", [False, True])
+def test_gpu_repeated_calls_replay_the_launch_record(flip, rng, monkeypatch):
+    """launch_gluon keeps its first call's launches bound (addresses, tensor maps) per
+    problem object, tensor addresses and strides, alpha, beta and config: a repeated call
+    prepares nothing and still computes from the tensors' current contents (new values
+    written in place); a new alpha prepares again; the record holds no tensor. Split tiles
+    (a finish launch) and CONVOLUTION mode's reversed taps (dw's base offset) included."""
+    need_hopper()
+    monkeypatch.setattr(bwf, "_RECORDS", {})
+    prepared = []
+    real_prepare = gw.prepare
+    monkeypatch.setattr(gw, "prepare", lambda *a, **k: prepared.append(1) or real_prepare(*a, **k))
+    mode = tridnn.ConvMode.CONVOLUTION if flip else tridnn.ConvMode.CROSS_CORRELATION
+    problem, x, dw, dy = (t.cuda() if isinstance(t, torch.Tensor) else t
+                          for t in _problem(128, 128, 14, 3, pad=1, n=8, dtype="bfloat16", mode=mode))
+    part = torch.empty(_part_floats(problem) + 4096, device="cuda", dtype=torch.float32)
+    cfg = dict(gw.WGRAD_PICKS_MEDIUM[0], GLUON=True, SPLITS=4)  # (split tiles: the finish kernel runs)
+
+    def want(alpha, old):
+        got = torch.nn.grad.conv2d_weight(x.double(), dw.shape, dy.double(), padding=1)
+        return alpha * (got.flip((2, 3)) if flip else got) + 0.5 * old
+
+    for step, (alpha, fresh) in enumerate([(1.0, 1), (1.0, 0), (1.0, 0), (2.0, 1), (2.0, 0)]):
+        x.copy_(torch.from_numpy(rng.standard_normal(x.shape)).to(x.dtype))  # new values, same addresses
+        dy.copy_(torch.from_numpy(rng.standard_normal(dy.shape)).to(dy.dtype))
+        dw.copy_(torch.from_numpy(rng.standard_normal(dw.shape)).to(dw.dtype))
+        old = dw.double()
+        before = len(prepared)
+        assert bwf.launch_gluon(problem, x, dy, dw, part, alpha, 0.5, cfg)
+        assert len(prepared) - before == fresh, step
+        err = (dw.double() - want(alpha, old)).abs().max().item()
+        assert err < 1e-2 * want(alpha, old).abs().max().item(), (step, err)
+    (kept,) = [v for k, v in bwf._RECORDS.items() if k[-3] == 2.0]
+    assert len(kept[2]) == 2, "the split tiles' finish launch is part of the record"
+    assert not any(isinstance(v, torch.Tensor) for b in kept[2] for v in b.values), "no tensor held"

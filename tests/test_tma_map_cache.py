@@ -113,3 +113,31 @@ def test_launchers_of_another_shape_are_left_to_triton():
     scratch = _launcher(recorded)
     scratch.global_scratch_size = 128  # needs a scratch buffer per launch: Triton's path
     assert common.TensorMapLauncher.of(scratch) is None
+
+
+def test_a_bound_launch_gives_the_launcher_what_triton_gives_it(encoder, monkeypatch):
+    """common.Bound (a launch record's payload) hands the raw launcher Triton's own
+    arguments with the current stream, tensors as their addresses (it holds no tensor),
+    on every call; without tensor maps, the compiled kernel's run with the same values."""
+    recorded = []
+    launcher = _launcher(recorded)
+    fast = common.TensorMapLauncher.of(launcher)
+    compiled = types.SimpleNamespace(function=7, packed_metadata=("meta",), run=lambda *a: recorded.append(a))
+    y = torch.zeros(8)
+    x, w = _desc(4096), _desc(8192)
+    values = (y, x, 5, w, 64)
+    launcher.launch(2, 1, 1, 99, 7, False, False, None, None, ("meta",), None, None, None, y.data_ptr(),
+                    *values[1:])
+    want = recorded.pop()
+    streams = iter([99, 99])
+    monkeypatch.setattr(common, "_raw_stream", lambda index: next(streams))
+    bound = common.Bound.of(compiled, fast, (2,), values, 0)
+    assert not any(isinstance(v, torch.Tensor) for v in bound.values)
+    for _ in range(2):
+        bound()
+        assert recorded.pop() == want
+    plain = common.Bound.of(compiled, None, (2, 3), (y, 5, 64), 0)
+    monkeypatch.setattr(common, "_raw_stream", lambda index: 42)
+    plain()
+    assert recorded.pop() == (2, 3, 1, 42, 7, ("meta",), None, None, None, y.data_ptr(), 5, 64)
+    assert common.Bound.of(compiled, None, (2,), values, 0) is None, "a descriptor with no encoder: no bound launch"

@@ -298,6 +298,58 @@ def launch(kernel, grid, args: tuple, consts: dict, options: dict, static=None):
                  compiled.packed_metadata, None, None, None, *values)
 
 
+def bind(kernel, grid, args: tuple, consts: dict, options: dict, static=None):
+    """The launch ``launch`` would make of these arguments, bound (a ``Bound``), or None when
+    it has not compiled that specialization yet (launch first) or launches through the JIT."""
+    first = args[0]
+    device = (first if isinstance(first, torch.Tensor) else next(a for a in args if isinstance(a, torch.Tensor))).device
+    if device.type != "cuda":
+        return None
+    if static is None:
+        full = (device.index, kernel, _spec_key(args), tuple(consts.items()), tuple(options.items()))
+    else:
+        key, n = static
+        full = (device.index, kernel, key, tuple(a.data_ptr() % 16 == 0 for a in args[:n]))
+    entry = _compiled.get(full)
+    if entry is None:
+        return None
+    compiled, slots, tail, maps = entry
+    values = list(args)
+    for i, v in slots:
+        values.insert(i, v)
+    return Bound.of(compiled, maps, grid, values, device.index)
+
+
+class Bound:
+    """One launch with every argument resolved to what the compiled launcher takes: tensors
+    as their addresses (ints), TMA descriptors as their encoded tensor maps. Calling it
+    queues the launch on PyTorch's current stream: one C call, no binding. It holds no
+    tensor, so keeping it keeps no memory alive; it is valid while those addresses hold
+    the tensors it was bound for (the caller's key says when: launch records)."""
+    __slots__ = ("fn", "grid", "index", "head", "values")
+
+    @classmethod
+    def of(cls, compiled, maps, grid, values, index):
+        """values: the launch's arguments with the constexprs in place (None when a
+        descriptor argument has no cached encoder)."""
+        b = cls()
+        b.grid, b.index = tuple(grid) + (1,) * (3 - len(grid)), index
+        if maps is not None:
+            values = maps.arguments(values)
+            b.fn, b.head = maps.raw, (compiled.function, maps.coop, maps.pdl, None, None, compiled.packed_metadata,
+                                      None, None, None)
+        else:
+            if any(hasattr(v, "block_shape") for v in values):  # a descriptor nothing here encodes
+                return None
+            b.fn, b.head = compiled.run, (compiled.function, compiled.packed_metadata, None, None, None)
+        b.values = tuple(v.data_ptr() if isinstance(v, torch.Tensor) else v for v in values)
+        return b
+
+    def __call__(self):
+        g = self.grid
+        self.fn(g[0], g[1], g[2], _raw_stream(self.index), *self.head, *self.values)
+
+
 # Kernels with TMA descriptor arguments: Triton's launcher (3.6) encodes every descriptor
 # into a CUtensorMap (cuTensorMapEncodeTiled) and rebuilds the argument list in Python on
 # every launch. The encoding depends only on the descriptor (base address, shape,

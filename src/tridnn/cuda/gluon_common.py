@@ -8,6 +8,8 @@ shared-memory rings.
 """
 from __future__ import annotations
 
+import os
+
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -74,6 +76,72 @@ def placeholder(device, dtype):
     if t is None:
         t = _PLACEHOLDERS[key] = torch.zeros(1, dtype=dtype, device=device)
     return t
+
+
+# The JIT's per-call binding (signature, specialization, cache key, a tensor map encoded
+# per descriptor) costs tens of microseconds of host time, as much as a ResNet layer's
+# kernel. So after the first launch through the JIT of a (kernel, device, constexprs,
+# specialization), later ones call its compiled launcher directly, as common.launch does
+# for Triton kernels, with the encoded tensor maps cached per (cached) descriptor.
+# TRIDNN_GLUON_JIT_LAUNCH=1: every launch through the JIT.
+FAST_LAUNCH = os.environ.get("TRIDNN_GLUON_JIT_LAUNCH", "0") != "1"
+_compiled: dict = {}
+
+
+def constexpr_tail(kernel, meta) -> tuple:
+    """The kernel's constexpr values in signature order (they follow the runtime arguments;
+    meta may also hold launch options, as maxnreg, which are not parameters)."""
+    names = kernel.arg_names
+    first = next(i for i, n in enumerate(names) if n in meta)
+    return tuple(meta[n] for n in names[first:])
+
+
+def launch(kernel, grid, args, meta, spec):
+    """kernel[grid](*args, **meta) for a Gluon kernel whose constexprs (meta, in signature
+    order, after every runtime argument) are the last parameters. spec (hashable): what,
+    besides meta, the compiled kernel depends on for these args: the caller vouches for it
+    (its pointers' dtypes and 16-byte alignments; ints the kernel does not specialize)."""
+    base = args[0].base
+    on_gpu = not hasattr(base, "device") or base.device.type == "cuda"  # an Address lives on the GPU
+    if not (FAST_LAUNCH and on_gpu):
+        kernel[grid](*args, **meta)
+        return
+    import torch
+    from .common import TensorMapLauncher, _raw_stream
+    index = torch.cuda.current_device()
+    key = (kernel, index, spec, tuple(meta.items()))
+    entry = _compiled.get(key)
+    if entry is None:
+        compiled = kernel[grid](*args, **meta)
+        tail = constexpr_tail(kernel, meta)
+        assert len(args) + len(tail) == len(kernel.arg_names)
+        _compiled[key] = (compiled, tail, TensorMapLauncher.of(compiled.run))
+        return
+    compiled, tail, maps = entry
+    values = (*args, *tail)
+    g = (grid[0], 1, 1)
+    if maps is not None:
+        maps.launch(g, _raw_stream(index), compiled, values)
+    else:
+        compiled.run(g[0], g[1], g[2], _raw_stream(index), compiled.function, compiled.packed_metadata, None, None,
+                     None, *values)
+
+
+def bind(kernel, grid, args, meta, spec):
+    """The launch ``launch`` would make of these arguments as a common.Bound (no tensor held;
+    calling it queues the launch), or None before ``launch`` compiled that variant or with
+    the fast launch off."""
+    base = args[0].base
+    if not (FAST_LAUNCH and (not hasattr(base, "device") or base.device.type == "cuda")):
+        return None
+    import torch
+    from .common import Bound
+    index = torch.cuda.current_device()
+    entry = _compiled.get((kernel, index, spec, tuple(meta.items())))
+    if entry is None:
+        return None
+    compiled, tail, maps = entry
+    return Bound.of(compiled, maps, (grid[0], 1, 1), (*args, *tail), index)
 
 
 def sm_count(device) -> int:

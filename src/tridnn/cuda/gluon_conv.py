@@ -61,6 +61,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from .common import cdiv
 from .epilogue import activate
+from . import gluon_common
 from .gluon_common import compile_sm90 as _compile_sm90, descriptor, max_regs
 from .gluon_common import desc_sig as _desc_sig, placeholder, sm_count as _sm_count
 
@@ -529,54 +530,25 @@ def constexprs(cfg, has_beta=False, act=-1, has_bias=False, has_z=False) -> tupl
                 HAS_BIAS=bool(has_bias), HAS_Z=bool(has_z)), cap
 
 
-# The JIT's per-call binding (signature, specialization, cache key, a tensor map encoded
-# per descriptor) costs tens of microseconds of host time, as much as a ResNet layer's
-# kernel. The compiled kernel depends only on the dtype and the constexprs here (the ints
-# are not specialized, descriptors are typed by their box and layout), so after the first
-# launch through the JIT, later ones call its launcher directly, as common.launch does for
-# Triton kernels, with the encoded tensor maps cached per (cached) descriptor.
-# TRIDNN_GLUON_JIT_LAUNCH=1: every launch through the JIT.
-FAST_LAUNCH = os.environ.get("TRIDNN_GLUON_JIT_LAUNCH", "0") != "1"
-_compiled: dict = {}
-
-
 def constexpr_tail(meta, kernel=None) -> tuple:
     """The kernel's constexpr values in signature order (they follow the runtime arguments)."""
-    names = (kernel or gluon_conv_fwd_kernel).arg_names
-    return tuple(meta[n] for n in names[names.index("NB"):])
+    return gluon_common.constexpr_tail(kernel or gluon_conv_fwd_kernel, meta)
 
 
 def launch(grid, args, meta, y=None, kernel=None):
     """kernel[grid](*args, **meta) (kernel: gluon_conv_fwd_kernel, or gluon_conv_strided's,
-    which takes the same descriptors, epilogue and constexprs); on the GPU, after the first
-    launch of a (kernel, device, dtype, constexprs), straight through the compiled kernel's
-    launcher."""
+    which takes the same descriptors, epilogue and constexprs) through gluon_common.launch:
+    after the first launch of a (kernel, device, dtype, constexprs), straight through the
+    compiled kernel's launcher. The compiled kernel depends only on the data dtype, the
+    bias pointer's dtype (args[6]) and the constexprs (the ints are not specialized,
+    descriptors are typed by their box and layout)."""
     kernel = kernel or gluon_conv_fwd_kernel
-    base = args[0].base
-    on_gpu = not hasattr(base, "device") or base.device.type == "cuda"  # an _Address lives on the GPU
-    if not (FAST_LAUNCH and on_gpu):
-        kernel[grid](*args, **meta)
-        return y
-    import torch
-    from .common import TensorMapLauncher, _raw_stream
-    index = torch.cuda.current_device()
-    key = (kernel.fn.__name__, index, base.dtype, args[6].dtype, tuple(meta.items()))  # (args[6]: the bias pointer)
-    entry = _compiled.get(key)
-    if entry is None:
-        compiled = kernel[grid](*args, **meta)
-        tail = constexpr_tail(meta, kernel)
-        assert len(args) + len(tail) == len(kernel.arg_names)
-        _compiled[key] = (compiled, tail, TensorMapLauncher.of(compiled.run))
-        return y
-    compiled, tail, maps = entry
-    values = (*args, *tail)
-    g = (grid[0], 1, 1)
-    if maps is not None:
-        maps.launch(g, _raw_stream(index), compiled, values)
-    else:
-        compiled.run(g[0], g[1], g[2], _raw_stream(index), compiled.function, compiled.packed_metadata, None, None,
-                     None, *values)
+    gluon_common.launch(kernel, grid, args, meta, _spec(args))
     return y
+
+
+def _spec(args) -> tuple:
+    return args[0].base.dtype, args[6].dtype
 
 
 def conv2d(x, w, padding=(1, 1), dilation=(1, 1), cfg=None, alpha=1.0, sms=None, y=None, beta=0.0, epilogue=None):
@@ -816,7 +788,9 @@ def _forward_matrix(problem, w):
 # kernel of a small ResNet layer. Forward: only when the filter matrix is a view of w
 # (KRSC filter, cross-correlation; a copied matrix is a new temporary each call).
 # Backward data: its turned filter is made every call, and the record is used when it
-# lands at the kept address (launch_backward_data). A record holds no tensor (descriptors
+# lands at the kept address (launch_backward_data). From its first replay on, a record
+# launches as a common.Bound (arguments resolved to addresses and encoded tensor maps:
+# one C call). A record holds no tensor (descriptors
 # keep addresses; an absent bias is gluon_common.placeholder), so it keeps no caller's
 # memory alive. On this project's CPU launch_forward costs 30 us a call preparing, 1.7
 # answered by its record (benchmarks/bench_conv_host_overhead.py, the gluon rows).
@@ -849,6 +823,23 @@ def _keep(key, problem, cfg, payload):
     _RECORDS[key] = (problem, cfg, payload)
 
 
+class _Kept:
+    """A record's launch: its prepared arguments, and from its first replay on (the kernel
+    is compiled by then) the launch bound (common.Bound: one C call, no argument handling;
+    none under the interpreter, where ``launch`` runs the kept arguments)."""
+    __slots__ = ("grid", "args", "meta", "kernel", "bound")
+
+    def __init__(self, grid, args, meta, kernel):
+        self.grid, self.args, self.meta, self.kernel, self.bound = grid, args, meta, kernel, None
+
+    def __call__(self):
+        if self.bound is not None:
+            self.bound()
+            return
+        launch(self.grid, self.args, self.meta, kernel=self.kernel)
+        self.bound = gluon_common.bind(self.kernel, self.grid, self.args, self.meta, _spec(self.args))
+
+
 def launch_forward(problem, x, w, y, alpha, beta, cfg, spec=None, sms=None) -> bool:
     """y = alpha * conv(x, w) + beta * y through this kernel with a GLUON config; False
     (nothing launched) when the tensors do not qualify (the tuner's choice is shared by
@@ -856,7 +847,7 @@ def launch_forward(problem, x, w, y, alpha, beta, cfg, spec=None, sms=None) -> b
     key = _record_key(problem, x, w, y, alpha, beta, cfg, sms) if spec is None else None
     kept = _record(key, problem, cfg)
     if kept is not None:
-        launch(*kept[:3], kernel=kept[3])
+        kept()
         return True
     if forward_why_not(problem, x, w, y, spec) is not None or not config_fits(cfg, x):
         return False
@@ -877,7 +868,7 @@ def launch_forward(problem, x, w, y, alpha, beta, cfg, spec=None, sms=None) -> b
         grid, args, meta, _ = prepare(x, None, pad, dil, cfg, y=y, alpha=alpha, w_mat=w_mat, sms=sms, beta=beta,
                                       kernel=(kh, kw), epilogue=fused_args(spec))
     if w_mat.data_ptr() == w.data_ptr():
-        _keep(key, problem, cfg, (grid, args, meta, kernel))
+        _keep(key, problem, cfg, _Kept(grid, args, meta, kernel))
     launch(grid, args, meta, kernel=kernel)
     return True
 
@@ -952,7 +943,7 @@ def launch_backward_data(problem, dy, w, dx, alpha, beta, cfg, sms=None) -> bool
     if kept is not None:
         m = turn(w, **kept[0])
         if m.data_ptr() == kept[1]:
-            launch(*kept[2:5], kernel=kept[5])
+            kept[2]()
             return True
     if backward_data_why_not(problem, dy, w, dx) is not None or not config_fits(cfg, dy):
         return False
@@ -975,7 +966,7 @@ def launch_backward_data(problem, dy, w, dx, alpha, beta, cfg, sms=None) -> bool
         bpad = ((kh - 1) * dil[0] - pad[0], (kw - 1) * dil[1] - pad[1])
         grid, args, meta, _ = prepare(dy, None, bpad, dil, cfg, y=dx, alpha=alpha, w_mat=m, sms=sms, beta=beta,
                                       kernel=(kh, kw))
-    _keep(key, problem, cfg, (how, m.data_ptr(), grid, args, meta, kernel))
+    _keep(key, problem, cfg, (how, m.data_ptr(), _Kept(grid, args, meta, kernel)))
     launch(grid, args, meta, kernel=kernel)
     return True
 

@@ -49,8 +49,9 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
+from . import common, gluon_common
 from .common import cdiv
-from .gluon_common import compile_sm90 as _compile_sm90, desc_sig, gl_dtype, layout, max_regs
+from .gluon_common import compile_sm90 as _compile_sm90, desc_sig, descriptor, max_regs
 
 
 # --------------------------------------------------------------------------------------
@@ -506,8 +507,8 @@ class Plan:
     finish kernel's (None when no tile is split), the workspace and dw."""
 
     def __init__(self, grid, args, meta, finish_grid, finish_args, finish_meta, ws, dw, direct, splits, per,
-                 units):
-        self.grid, self.args, self.meta = grid, args, meta
+                 units, spec):
+        self.grid, self.args, self.meta, self.spec = grid, args, meta, spec
         self.finish_grid, self.finish_args, self.finish_meta = finish_grid, finish_args, finish_meta
         self.ws, self.dw = ws, dw
         self.direct, self.splits, self.per, self.units = direct, splits, per, units
@@ -524,7 +525,6 @@ def prepare(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, alpha
     tap (kh, kw) at (KH-1-kh, KW-1-kw) (CONVOLUTION mode): dw is addressed from its last tap
     with negated tap strides."""
     import torch
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     cfg = dict(cfg or CONFIGS[0])
     kh, kw = kernel_size
@@ -557,17 +557,14 @@ def prepare(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, alpha
     d, splits, per = schedule(cfg, tiles, boxes, programs_max, splits, direct, max_partials)
     rest = tiles - d
     units = d + rest * splits
-    dt = gl_dtype(x.dtype)
     sh, sw = stride
     x5 = x.permute(0, 2, 3, 1).reshape(n, h // sh, sh, w // sw, sw * c)  # the stride-phase view
     dy4 = dy.permute(0, 2, 3, 1)
-    dy_desc = TensorDescriptor(dy4, list(dy4.shape), list(dy4.stride()), [NB, BH, BW, BM],
-                               layout([NB, BH, BW, BM], dt))
-    x_desc = TensorDescriptor(x5, list(x5.shape), list(x5.stride()), [NB, BH, 1, BW, BN],
-                              layout([NB, BH, 1, BW, BN], dt))
+    dy_desc = descriptor(dy4, dy4.shape, dy4.stride(), [NB, BH, BW, BM])  # (cached per address on the GPU)
+    x_desc = descriptor(x5, x5.shape, x5.stride(), [NB, BH, 1, BW, BN])
     need = splits * rest * BM * BN * TAPS_N
     if rest == 0:
-        ws = torch.empty(1, device=x.device, dtype=torch.float32)  # not touched
+        ws = gluon_common.placeholder(x.device, torch.float32)  # not touched
     elif ws is None or ws.numel() < need or ws.dtype != torch.float32:
         ws = torch.empty(need, device=x.device, dtype=torch.float32)
     dw_arg, dw_strides = dw, tuple(dw.stride())
@@ -589,14 +586,31 @@ def prepare(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, alpha
         fgrid = (rest * (BM * BN * TAPS_N // FINISH_BLOCK),)
         fargs = (ws, dw_arg, d, rest, splits, k, c, taps, kw, n_kb, n_cb, *dw_strides, float(alpha), float(beta))
         fmeta = dict(BLOCK_M=BM, BLOCK_N=BN, TAPS_N=TAPS_N, BETA_ZERO=beta == 0, BLOCK=FINISH_BLOCK)
-    return Plan(grid, args, meta, fgrid, fargs, fmeta, ws, dw, d, splits, per, units)
+    # what the compiled kernel depends on besides meta: the data and dw dtypes and dw's and
+    # ws's 16-byte alignment (the ints are not specialized; flip mode offsets dw's base)
+    spec = (x.dtype, dw.dtype, dw_arg.data_ptr() % 16 == 0, ws.data_ptr() % 16 == 0)
+    return Plan(grid, args, meta, fgrid, fargs, fmeta, ws, dw, d, splits, per, units, spec)
 
 
 def launch(plan):
-    gluon_wgrad_kernel[plan.grid](*plan.args, **plan.meta)
+    """Queue the plan's kernels (after each variant's first launch, straight through its
+    compiled launcher: gluon_common.launch, common.launch)."""
+    gluon_common.launch(gluon_wgrad_kernel, plan.grid, plan.args, plan.meta, plan.spec)
     if plan.finish_grid is not None:
-        wgrad_finish_kernel[plan.finish_grid](*plan.finish_args, **plan.finish_meta)
+        common.launch(wgrad_finish_kernel, plan.finish_grid, plan.finish_args, plan.finish_meta, {})
     return plan.dw
+
+
+def bound(plan):
+    """The plan's launches as common.Bound objects (no tensor held: a launch record's
+    payload), or None before ``launch`` compiled them or with the fast launch off."""
+    main = gluon_common.bind(gluon_wgrad_kernel, plan.grid, plan.args, plan.meta, plan.spec)
+    if main is None:
+        return None
+    if plan.finish_grid is None:
+        return (main,)
+    finish = common.bind(wgrad_finish_kernel, plan.finish_grid, plan.finish_args, plan.finish_meta, {})
+    return None if finish is None else (main, finish)
 
 
 def conv2d_wgrad(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, alpha=1.0, beta=0.0, dw=None,
