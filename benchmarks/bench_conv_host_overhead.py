@@ -99,7 +99,8 @@ def gluon_case(direction, stride=1):
     from tridnn.cuda import gluon_conv as gc
     gc.launch = lambda *args, **kwargs: None  # host work only
     turned = torch.zeros(64, 9 * 64, dtype=torch.bfloat16)
-    filter_turn.turned_filter = lambda w, flip=True, order=None: turned
+    filter_turn.turned_filter = lambda w, flip=True, order=None, out=None: turned
+    filter_turn.bound_turn = lambda *args, **kwargs: None  # (on the GPU a record replays the turn bound)
     xd, wd, cd, yd, x, w, y = bf16_layer(stride=stride)
     problem = ConvProblem(direction, xd, wd, yd, cd)
     cfg = dict(gc.PICKS_NARROW[0], GLUON=True)

@@ -54,3 +54,17 @@ def test_order_table():
     for bad in ([0, 1, 2], [0, 1, 1, 2], [0, 1, 2, 4]):
         with pytest.raises(ValueError, match="permutation of the 4 taps"):
             turned_filter(w, order=bad)
+
+
+def test_turns_into_a_given_buffer_and_refuses_a_wrong_one():
+    """out (a launch record's own buffer) is written in place and returned; a buffer of
+    another shape, dtype or layout is refused by name and left untouched."""
+    w = torch.randn(16, 8, 3, 3).to(DEVICE)
+    out = torch.full((8, 9 * 16), float("nan"), device=DEVICE)
+    assert turned_filter(w, True, out=out) is out and torch.equal(out, _want(w, True))
+    for bad in (torch.zeros(8, 9 * 15, device=DEVICE), torch.zeros(8, 9 * 16, device=DEVICE, dtype=torch.float16),
+                torch.zeros(9 * 16, 8, device=DEVICE).t()):
+        before = bad.clone()
+        with pytest.raises(ValueError, match="out must be a contiguous"):
+            turned_filter(w, True, out=bad)
+        assert torch.equal(bad, before)

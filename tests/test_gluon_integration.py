@@ -163,11 +163,11 @@ def test_repeated_forward_launches_the_recorded_arguments(hopper, monkeypatch):
 
 
 @pytest.mark.parametrize("stride", [1, 2])
-def test_repeated_backward_data_reuses_its_record_where_the_turned_filter_lands(stride, hopper, monkeypatch):
-    """launch_backward_data turns the filter every call (counted) and launches its kept
-    arguments when the turned filter lands at the kept address (their descriptors name it);
-    at a new address it prepares again with that filter (turned once, not twice). Stride 2:
-    the fused launch over all phases."""
+def test_repeated_backward_data_turns_the_filter_into_its_records_buffer(stride, hopper, monkeypatch):
+    """launch_backward_data turns the filter every call (w may have changed): the first call
+    into a new tensor, which its record keeps (the descriptors name it), the repeats into
+    that kept tensor, launching the kept arguments without preparing again; another output
+    tensor is another record. Stride 2: the fused launch over all phases."""
     from tridnn.cuda import filter_turn
     from tridnn.cuda import gluon_dgrad_fused as gf
     launched, prepared, turned = [], [], []
@@ -179,26 +179,21 @@ def test_repeated_backward_data_reuses_its_record_where_the_turned_filter_lands(
     monkeypatch.setattr(gf, "FUSED_PHASES", True)
     problem, x, w, y = _problem("bwd_data", 128, 128, 16, 3, pad=1, stride=stride)
     c, k = 128, 128
-    fixed = torch.empty(c, 9 * k, dtype=torch.float16)
-    fresh = []
 
-    def turn(w, flip=True, order=None):
-        turned.append(1)
-        if fresh:  # a new tensor (a new address) every call
-            fresh.append(torch.empty(c, 9 * k, dtype=torch.float16))
-            return fresh[-1]
-        return fixed
+    def turn(w, flip=True, order=None, out=None):
+        turned.append(out)
+        return torch.empty(c, 9 * k, dtype=torch.float16) if out is None else out
     monkeypatch.setattr(filter_turn, "turned_filter", turn)
     cfg = dict(gc.PICKS_MEDIUM[0], GLUON=True)
     for call in range(3):
         assert gc.launch_backward_data(problem, y, w, x, 1.0, 0.0, cfg)
     assert (len(prepared), len(turned), len(launched)) == (1, 3, 3)
+    (rec,) = gc._RECORDS.values()
+    assert turned[0] is None and turned[1] is turned[2] is rec[2].m, "the repeats turn into the kept buffer"
     assert launched[2] is launched[1] is launched[0]
-    fresh.append(None)  # from now on the turned filter moves every call
-    for call in range(2):
-        assert gc.launch_backward_data(problem, y, w, x, 1.0, 0.0, cfg)
-    assert (len(prepared), len(turned), len(launched)) == (3, 5, 5)
-    assert launched[4] is not launched[3] is not launched[0]
+    other = torch.empty_like(x)
+    assert gc.launch_backward_data(problem, y, w, other, 1.0, 0.0, cfg)
+    assert (len(prepared), len(gc._RECORDS)) == (2, 2) and launched[3] is not launched[0]
 
 
 def test_not_offered_with_an_epilogue_off_hopper_or_under_the_interpreter(hopper, monkeypatch):
@@ -666,6 +661,8 @@ def test_gpu_launch_records_follow_new_data_in_place(direction, stride, rng, mon
         assert err < 1e-2 * want.abs().max().item(), (call, err)
     assert len(prepared) == 1, "one prepare; the later calls replayed the record"
     (rec,) = gc._RECORDS.values()
-    kept = rec[2] if direction == "fwd" else rec[2][2]
+    kept = rec[2] if direction == "fwd" else rec[2].launch
     assert kept.bound is not None, "the replays bound the launch"
     assert not any(isinstance(v, torch.Tensor) for v in kept.bound.values)
+    if direction == "bwd_data":
+        assert rec[2].bound is not None, "the replays bound the filter's turn"

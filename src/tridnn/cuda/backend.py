@@ -17,6 +17,7 @@ import torch
 from .. import workspace as ws_layout
 from ..errors import BadParamError, RuntimePrerequisiteMissingError
 from ..types import DataType
+from .memo import IdentityMemo
 
 TORCH_DTYPE = {
     DataType.FLOAT: torch.float32,
@@ -88,6 +89,21 @@ def as_view(array, desc, name: str, device: torch.device, writable: bool = False
                         f"descriptor dims {dims} strides {strides}"
                         + (f" (or a C-contiguous buffer of shape {physical})" if physical else ""))
 
+
+
+_carve_plans = IdentityMemo()
+
+
+def _carve_plan(buffers, base: int) -> tuple:
+    """(bytes needed, (name, start, end, torch dtype, shape) per buffer) of a buffer list in
+    a workspace starting at address ``base`` (only base % ALIGN matters): each view's
+    absolute address aligned, as workspace.carve does for NumPy."""
+    parts, offset = [], 0
+    for buf in buffers:
+        start = ws_layout._align(base + offset) - base
+        parts.append((buf.name, start, start + buf.nbytes, torch_dtype(buf.dtype), tuple(buf.shape)))
+        offset = start + buf.nbytes
+    return ws_layout.layout_size(buffers), tuple(parts)
 
 class TritonBackend:
     name = "triton"
@@ -184,20 +200,15 @@ class TritonBackend:
         return torch.empty(nbytes, dtype=torch.uint8, device=self.device)
 
     def carve(self, ws_bytes: torch.Tensor, buffers) -> dict:
-        """Named views into the workspace, laid out exactly as workspace.layout_size counts."""
+        """Named views into the workspace, laid out exactly as workspace.layout_size counts
+        (the offsets computed once per buffer list and base alignment: _carve_plan)."""
         if not buffers:
             return {}
-        need = ws_layout.layout_size(buffers)
+        base = ws_bytes.data_ptr()
+        need, parts = _carve_plans.get((buffers,), base % ws_layout.ALIGN, lambda: _carve_plan(buffers, base))
         if ws_bytes.numel() < need:
             raise BadParamError(f"workspace of {ws_bytes.numel()} bytes is smaller than the {need} bytes required")
-        base = ws_bytes.data_ptr()
-        views, offset = {}, 0
-        for buf in buffers:
-            start = ws_layout._align(base + offset) - base
-            raw = ws_bytes[start:start + buf.nbytes]
-            views[buf.name] = raw.view(torch_dtype(buf.dtype)).view(buf.shape)
-            offset = start + buf.nbytes
-        return views
+        return {name: ws_bytes[start:end].view(dtype).view(shape) for name, start, end, dtype, shape in parts}
 
     # -- convolution pieces outside the algorithm table ------------------------------
     def conv_backward_bias(self, dy, db, alpha: float, beta: float) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import cdiv, int32_table, launch
+from .common import bind, cdiv, int32_table, launch
 
 
 @triton.jit
@@ -40,24 +40,50 @@ def turn_filter_kernel(
     tl.store(m_ptr + cs[:, None] * (T * K) + slot * K + ks[None, :], tile, mask=mask)
 
 
-def turned_filter(w, flip: bool = True, order=None):
+def turned_filter(w, flip: bool = True, order=None, out=None):
     """m [C, KH*KW*K] with m[c, (order[t], k)] = w[k, c, t] over taps t = kh * KW + kw;
     order defaults to the 180-degree turn (flip: slot T-1-t) or the identity: a new
-    contiguous tensor on w's device."""
+    contiguous tensor on w's device, or ``out`` (a contiguous tensor of that shape and
+    w's dtype and device: a launch record's own buffer)."""
     import torch
+    k, c, kh, kw = w.shape
+    taps = kh * kw
+    if out is None:
+        m = torch.empty((c, taps * k), dtype=w.dtype, device=w.device)
+    elif (tuple(out.shape) != (c, taps * k) or out.dtype != w.dtype or out.device != w.device
+          or not out.is_contiguous()):
+        raise ValueError(f"out must be a contiguous {(c, taps * k)} tensor of w's dtype {w.dtype} on {w.device}, "
+                         f"got {tuple(out.shape)} {out.dtype} on {out.device}")
+    else:
+        m = out
+    if m.numel():
+        # (common.launch: after the first call its compiled launcher directly, skipping the
+        # JIT's per-call argument binding: tens of microseconds of host time on the H200's host)
+        launch(*_launch_args(w, m, flip, order))
+    return m
+
+
+def bound_turn(w, m, flip: bool = True, order=None):
+    """The launch ``turned_filter(w, flip, order, out=m)`` makes, bound (common.Bound: a
+    launch record replays it as one C call), and its order table, which the caller keeps
+    alive as long as the Bound (it holds the table's address only); None before that
+    launch was compiled."""
+    if not m.numel():
+        return None
+    args = _launch_args(w, m, flip, order)
+    bound = bind(*args)
+    return None if bound is None else (bound, args[2][2])
+
+
+def _launch_args(w, m, flip, order) -> tuple:
+    """(kernel, grid, args, constexprs, options) of the turn of w into m."""
     k, c, kh, kw = w.shape
     taps = kh * kw
     if order is None:
         order = [taps - 1 - t for t in range(taps)] if flip else list(range(taps))
     if sorted(order) != list(range(taps)):
         raise ValueError(f"order must be a permutation of the {taps} taps, got {list(order)}")
-    m = torch.empty((c, taps * k), dtype=w.dtype, device=w.device)
-    if m.numel() == 0:
-        return m
     block_c, block_k = 64, 64
     grid = (taps, cdiv(c, block_c), cdiv(k, block_k))
-    # (common.launch: after the first call its compiled launcher directly, skipping the
-    # JIT's per-call argument binding: tens of microseconds of host time on the H200's host)
-    launch(turn_filter_kernel, grid, (w, m, int32_table(order, w.device), k, c, kw, taps, *w.stride()),
-           dict(BLOCK_C=block_c, BLOCK_K=block_k), dict(num_warps=4))
-    return m
+    return (turn_filter_kernel, grid, (w, m, int32_table(order, w.device), k, c, kw, taps, *w.stride()),
+            dict(BLOCK_C=block_c, BLOCK_K=block_k), dict(num_warps=4))

@@ -787,12 +787,14 @@ def _forward_matrix(problem, w):
 # tuple cost ~100 us of host time a call on the H200's host (session 9), several times the
 # kernel of a small ResNet layer. Forward: only when the filter matrix is a view of w
 # (KRSC filter, cross-correlation; a copied matrix is a new temporary each call).
-# Backward data: its turned filter is made every call, and the record is used when it
-# lands at the kept address (launch_backward_data). From its first replay on, a record
-# launches as a common.Bound (arguments resolved to addresses and encoded tensor maps:
-# one C call). A record holds no tensor (descriptors
-# keep addresses; an absent bias is gluon_common.placeholder), so it keeps no caller's
-# memory alive. On this project's CPU launch_forward costs 30 us a call preparing, 1.7
+# Backward data: the filter is turned every call (w may have changed), into the record's
+# own turned-filter buffer, which its descriptors name (launch_backward_data; session 9
+# matched a new temporary's address instead, which missed whenever another allocation
+# took the freed block between calls). From its first replay on, a record launches as a
+# common.Bound (arguments resolved to addresses and encoded tensor maps: one C call). A
+# record holds no caller tensor (descriptors keep addresses; an absent bias is
+# gluon_common.placeholder), only a backward-data record's turned filter (C*KH*KW*K
+# elements, as large as the filter). On this project's CPU launch_forward costs 30 us a call preparing, 1.7
 # answered by its record (benchmarks/bench_conv_host_overhead.py, the gluon rows).
 # TRIDNN_GLUON_RECORDS=0: prepare every call.
 RECORD_LAUNCHES = os.environ.get("TRIDNN_GLUON_RECORDS", "1") != "0"
@@ -838,6 +840,24 @@ class _Kept:
             return
         launch(self.grid, self.args, self.meta, kernel=self.kernel)
         self.bound = gluon_common.bind(self.kernel, self.grid, self.args, self.meta, _spec(self.args))
+
+
+class _KeptTurn:
+    """A backward-data record: how the filter is turned, the record's own turned filter m
+    (its descriptors name it), the turn's launch bound once compiled (its key fixes w's
+    address and strides) with the order table it reads, and the convolution's _Kept."""
+    __slots__ = ("how", "m", "bound", "launch")
+
+    def __init__(self, how, m, launch):
+        self.how, self.m, self.bound, self.launch = how, m, None, launch
+
+    def turn(self, w):
+        if self.bound is not None:
+            self.bound[0]()
+            return
+        from . import filter_turn
+        filter_turn.turned_filter(w, out=self.m, **self.how)
+        self.bound = filter_turn.bound_turn(w, self.m, **self.how)
 
 
 def launch_forward(problem, x, w, y, alpha, beta, cfg, spec=None, sms=None) -> bool:
@@ -933,18 +953,16 @@ def launch_backward_data(problem, dy, w, dx, alpha, beta, cfg, sms=None) -> bool
     launched) where the tensors do not qualify.
 
     The turned filter m is made every call (w may have changed). A repeated call (see the
-    launch records above) launches the kept arguments when m landed where the last one did
-    (the caching allocator usually hands the freed block back), since its descriptors name
-    that address; else it prepares anew with this m. m is held here until the launch is
-    queued (a descriptor keeps the address only)."""
+    launch records above) turns w into the record's own m (its descriptors name that
+    address) and launches the kept arguments. A first call's m is held here until the
+    launch is queued (a descriptor keeps the address only), then by its record."""
     from .filter_turn import turned_filter as turn
     key = _record_key(problem, dy, w, dx, alpha, beta, cfg, sms)
-    kept, m = _record(key, problem, cfg), None
+    kept = _record(key, problem, cfg)
     if kept is not None:
-        m = turn(w, **kept[0])
-        if m.data_ptr() == kept[1]:
-            kept[2]()
-            return True
+        kept.turn(w)
+        kept.launch()
+        return True
     if backward_data_why_not(problem, dy, w, dx) is not None or not config_fits(cfg, dy):
         return False
     _, (kh, kw), pad, dil, stride = _geo2(problem)
@@ -955,18 +973,18 @@ def launch_backward_data(problem, dy, w, dx, alpha, beta, cfg, sms=None) -> bool
             return True
         from .dgrad_phases import phases  # all phases in one launch
         how = dict(order=phases((kh, kw), stride, pad, convolution=problem.mode == 0)[1])
-        m = turn(w, **how) if m is None else m  # (made above already when a record missed)
+        m = turn(w, **how)
         kernel = fused.gluon_dgrad_fused_kernel
         grid, args, meta = fused.prepare(dy, w, dx, (kh, kw), stride, pad, problem.mode == 0, cfg, alpha=alpha,
                                          beta=beta, sms=sms, m=m)
     else:
         how = dict(flip=problem.mode != 0)  # (CONVOLUTION mode's forward already reverses the taps)
-        m = turn(w, **how) if m is None else m
+        m = turn(w, **how)
         kernel = gluon_conv_fwd_kernel
         bpad = ((kh - 1) * dil[0] - pad[0], (kw - 1) * dil[1] - pad[1])
         grid, args, meta, _ = prepare(dy, None, bpad, dil, cfg, y=dx, alpha=alpha, w_mat=m, sms=sms, beta=beta,
                                       kernel=(kh, kw))
-    _keep(key, problem, cfg, (how, m.data_ptr(), _Kept(grid, args, meta, kernel)))
+    _keep(key, problem, cfg, _KeptTurn(how, m, _Kept(grid, args, meta, kernel)))
     launch(grid, args, meta, kernel=kernel)
     return True
 
