@@ -45,7 +45,7 @@ step() {
     strided_tests) gpu_tests 120 strided_tests tests/test_gluon_conv_strided.py ;;
     strided) timeout 170 python3 benchmarks/sweep_gluon_conv.py --strided --budget-s 140 --out "$R/strided" > "$R/strided.log" 2>&1
              echo "strided rc=$?"; tail -45 "$R/strided.log" | cut -c1-140 ;;
-    gluon_tests) gpu_tests 110 gluon_tests tests/test_gluon_conv.py tests/test_gluon_integration.py ;;
+    gluon_tests) gpu_tests 200 gluon_tests tests/test_gluon_conv.py tests/test_gluon_integration.py ;;
     api) timeout 150 python3 benchmarks/sweep_gluon_conv.py --api --directions fwd,bwd_data --budget-s 120 --out "$R/api" > "$R/api.log" 2>&1
          echo "api rc=$?"; tail -40 "$R/api.log" | cut -c1-140 ;;
     wgrad_tests) gpu_tests 100 wgrad_tests tests/test_gluon_wgrad.py tests/test_gluon_wgrad_integration.py ;;
