@@ -32,6 +32,8 @@
 #   dws            the MobileNetV2 depthwise suites (dw-fwd, dw-bwd_data, dw-bwd_filter)
 #   host           bench_gpu_host_time.py (host us a call on real layers, against torch)
 #   records_tests  the launch-record GPU tests (forward, backward data, backward filter)
+#   s2d_tests      conv_s2d (stride-2 first layers as block convolutions) on the GPU
+#   fp32_tf32      the fp32-tf32 section alone
 set -u
 cd /tmp/base
 export PYTHONPATH=/tmp/base/src PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/triton-cache
@@ -79,6 +81,8 @@ step() {
     fp32_gluon) TRIDNN_GLUON_TF32=1 suite fp32_gluon "${SUITE_S:-190}" fp32-tf32 ;;
     diag) timeout 60 python3 benchmarks/diag_gluon_route.py > "$R/diag.log" 2>&1; echo "diag rc=$?"; cat "$R/diag.log" | cut -c1-160 ;;
     dws) suite dws "${SUITE_S:-190}" dw-fwd,dw-bwd_data,dw-bwd_filter ;;
+    s2d_tests) MARK= gpu_tests 150 s2d_tests tests/test_cuda_conv_s2d.py ;;
+    fp32_tf32) suite fp32_tf32 "${SUITE_S:-190}" fp32-tf32 ;;
     records_tests) gpu_tests 150 records_tests tests/test_gluon_integration.py tests/test_gluon_wgrad_integration.py -k "record" ;;
     host) timeout 150 python3 benchmarks/bench_gpu_host_time.py --out "$R/host" > "$R/host.log" 2>&1
           echo "host rc=$?"; tail -12 "$R/host.log" | cut -c1-140 ;;

@@ -1,0 +1,259 @@
+"""Space-to-depth forward: a stride-2 convolution over few input channels (a network's first
+layer, ResNet-50's 7x7 stride-2 conv1 on 3 channels) run as a stride-1 convolution of 4x4
+pixel blocks, inside IMPLICIT_GEMM forward.
+
+Why: with 3 input channels no tensor-core tile fits the problem. cuDNN runs ResNet-50's
+conv1 at ~35 TFLOP/s on the H200 (443 us at batch 64, bfloat16) and tridnn's GEMM
+(im2col into a 257 MB column matrix, then a matmul) at 475 us, both far from the ~60 us
+its bytes and flops need. Regrouping the pixels gives the kernels a shape they are built
+for:
+
+- x [N, C, H, W] -> xb [N, H/4, W/4, CP]: each 4x4 block of pixels as the channels
+  (bh, bw, c), zero-padded to CP = 64 (C <= 4);
+- y's 2x2 output blocks as 4K channels (i, j, k): yb [N, H/4, W/4, 4K];
+- then yb = conv(xb, wb) is a stride-1 T x T convolution (3x3 for conv1) with CP input
+  and 4K output channels: IMPLICIT_GEMM's own TMA path (the Gluon kernel on Hopper).
+  Output pixel 2p + i reads input row 4p + 2i + kh - pad = 4(p + ta - P) + bh, so
+  wb[(i, j, k), ta, tb, (bh, bw, c)] = w[k, c, kh, kw] at kh = 4(ta - P) + bh - 2i + pad
+  (kw likewise), zero where (kh, kw) falls outside the filter; P pads the block taps
+  symmetrically. The products are ~4x the useful ones (conv1: 576 per output where 147
+  count) but run at ~15x the rate;
+- y[n, k, 2p + i, 2q + j] = yb[n, p, q, (i, j, k)]. With beta != 0, y is first gathered
+  into yb and blended there by the convolution (one rounding, as every other path).
+
+Predicted at batch 64, bfloat16: xb 19 MB read and 26 MB written, the 3x3 convolution
+59 GFLOP (~110 us at the Gluon kernel's ~550 TFLOP/s), yb 103 MB written and read, y
+103 MB written: ~190 us against cuDNN's 443.
+
+The three copy kernels (x into blocks, the filter into the block filter, blocks out to y)
+are plain Triton: they run under the interpreter on the CPU and at any strides.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import triton
+import triton.language as tl
+
+from ..descriptors import FilterDescriptor, TensorDescriptor
+from ..types import ConvMode, TensorFormat
+from ..workspace import Buffer
+from .common import cdiv, launch
+from .geometry import needs_int64
+from .memo import IdentityMemo
+
+BLOCK = 4       # input pixels a block side: twice the stride, so each block holds 2x2 outputs
+CP = 64         # block channels (16 * C real ones, zero-padded): the Gluon kernel's channel multiple
+
+
+@triton.jit
+def x_to_blocks_kernel(
+    x_ptr, xb_ptr,
+    # block pixels M = N * H4 * W4, block grid H4 x W4, real input channels C
+    M, H4, W4, C,
+    # x's strides (n, c, h, w) in elements
+    xs_n, xs_c, xs_h, xs_w,
+    CP: tl.constexpr, BLOCK_M: tl.constexpr, INT64: tl.constexpr,
+):
+    """xb[m, (bh * 4 + bw) * C + c] = x[n, c, 4p + bh, 4q + bw] for block pixel m = (n, p, q);
+    0 in the padding channels. One program: BLOCK_M block pixels x all CP channels."""
+    # map the program to its block pixels and split the channels into (bh, bw, c)
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    if INT64:
+        rows = rows.to(tl.int64)
+    ch = tl.arange(0, CP)
+    q = rows % W4
+    t = rows // W4
+    p = t % H4
+    n = t // H4
+    c = ch % C
+    bw = (ch // C) % 4
+    bh = ch // (4 * C)
+    # gather the block's pixels, store one dense row of channels
+    real = ch < 16 * C
+    src = (x_ptr + n[:, None] * xs_n + c[None, :] * xs_c + (4 * p[:, None] + bh[None, :]) * xs_h
+           + (4 * q[:, None] + bw[None, :]) * xs_w)
+    mask = rows[:, None] < M
+    v = tl.load(src, mask=mask & real[None, :], other=0.0)
+    tl.store(xb_ptr + rows[:, None] * CP + ch[None, :], v, mask=mask)
+
+
+@triton.jit
+def filter_to_blocks_kernel(
+    w_ptr, wb_ptr,
+    # rows R = 4K * TH * TW of wb; output and input channels, filter size, padding
+    R, K, C, KH, KW, PH, PW,
+    # block taps per dimension and their symmetric padding
+    TH, TW, P_H, P_W,
+    # w's strides (k, c, kh, kw) in elements
+    ws_k, ws_c, ws_h, ws_w,
+    FLIP: tl.constexpr, CP: tl.constexpr, BLOCK_R: tl.constexpr,
+):
+    """wb[(i, j, k), ta, tb, (bh, bw, c)] = w[k, c, kh, kw] with kh = 4(ta - P_H) + bh - 2i + PH,
+    kw = 4(tb - P_W) + bw - 2j + PW (taps reversed under FLIP: CONVOLUTION mode); 0 outside
+    the filter and in the padding channels. One program: BLOCK_R rows x CP channels."""
+    # map the program to rows (o, ta, tb), o = (i, j, k), and channels (bh, bw, c)
+    r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    ch = tl.arange(0, CP)
+    tb = r % TW
+    t = r // TW
+    ta = t % TH
+    o = t // TH
+    k = o % K
+    i = o // (2 * K)
+    j = (o // K) % 2
+    c = ch % C
+    bw = (ch // C) % 4
+    bh = ch // (4 * C)
+    # the source tap of each element, where it is inside the filter
+    kh = 4 * (ta[:, None] - P_H) + bh[None, :] - 2 * i[:, None] + PH
+    kw = 4 * (tb[:, None] - P_W) + bw[None, :] - 2 * j[:, None] + PW
+    inside = (kh >= 0) & (kh < KH) & (kw >= 0) & (kw < KW) & (ch[None, :] < 16 * C) & (r[:, None] < R)
+    if FLIP:
+        kh = KH - 1 - kh
+        kw = KW - 1 - kw
+    src = w_ptr + k[:, None] * ws_k + c[None, :] * ws_c + kh * ws_h + kw * ws_w
+    v = tl.load(src, mask=inside, other=0.0)
+    tl.store(wb_ptr + r[:, None] * CP + ch[None, :], v, mask=r[:, None] < R)
+
+
+@triton.jit
+def blocks_and_y_kernel(
+    yb_ptr, y_ptr,
+    # output pixels M = N * OH * OW, output size, output channels
+    M, OH, OW, K,
+    # y's strides (n, k, h, w) in elements
+    ys_n, ys_k, ys_h, ys_w,
+    TO_Y: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, INT64: tl.constexpr,
+):
+    """TO_Y: y[n, k, 2p + i, 2q + j] = yb[n, p, q, (i * 2 + j) * K + k]; else the reverse
+    (y gathered into blocks, for a beta blend). One program: BLOCK_M output pixels x
+    BLOCK_K channels, rows of channels contiguous on both sides in NHWC."""
+    # map the program to output pixels (n, oh, ow) and channels
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    if INT64:
+        rows = rows.to(tl.int64)
+    ks = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+    ow = rows % OW
+    t = rows // OW
+    oh = t % OH
+    n = t // OH
+    # the block pixel and block channel of each output pixel
+    blk = (n * (OH // 2) + oh // 2) * (OW // 2) + ow // 2
+    sub = (oh % 2) * 2 + ow % 2
+    b_ptrs = yb_ptr + (blk * (4 * K) + sub * K)[:, None] + ks[None, :]
+    y_ptrs = y_ptr + (n * ys_n + oh * ys_h + ow * ys_w)[:, None] + ks[None, :] * ys_k
+    mask = (rows[:, None] < M) & (ks[None, :] < K)
+    if TO_Y:
+        tl.store(y_ptrs, tl.load(b_ptrs, mask=mask), mask=mask)
+    else:
+        tl.store(b_ptrs, tl.load(y_ptrs, mask=mask), mask=mask)
+
+
+@dataclasses.dataclass(frozen=True)
+class Blocks:
+    """The block problem of a space-to-depth forward: block grid, taps and padding."""
+    h4: int
+    w4: int
+    th: int   # block taps (rows)
+    tw: int
+    p_h: int  # their symmetric padding
+    p_w: int
+
+
+def _taps(kernel: int, pad: int) -> tuple[int, int]:
+    """(taps, padding) of one dimension: offsets 2i + kh - pad over i in {0, 1} and the
+    filter's taps fall in blocks floor(offset / 4); padded symmetrically."""
+    first = -((pad + BLOCK - 1) // BLOCK)          # floor(-pad / 4)
+    last = (2 + kernel - 1 - pad) // BLOCK         # floor((2 + KH - 1 - pad) / 4)
+    p = max(-first, last, 0)
+    return 2 * p + 1, p
+
+
+def why_not(problem) -> str | None:
+    """None when this path computes the forward problem: 2-D, groups 1, stride 2,
+    dilation 1, at most 4 input channels, H and W multiples of 4 and the output half the
+    input (the usual 'same' padding of a stride-2 first layer)."""
+    if problem.direction != "fwd" or problem.nd != 2 or problem.groups != 1:
+        return "2-D forward problems with groups 1 only"
+    if tuple(problem.stride) != (2, 2) or tuple(problem.dilation) != (1, 1):
+        return "stride 2 and dilation 1 only"
+    if problem.c * BLOCK * BLOCK > CP:
+        return f"at most {CP // (BLOCK * BLOCK)} input channels"
+    n, c, h, w = problem.x.dims
+    if h % BLOCK or w % BLOCK or tuple(problem.out_spatial) != (h // 2, w // 2):
+        return "H and W multiples of 4 and an output half the input"
+    return None
+
+
+def blocks(problem) -> Blocks:
+    n, c, h, w = problem.x.dims
+    th, p_h = _taps(problem.kernel[0], problem.pad_pre[0])
+    tw, p_w = _taps(problem.kernel[1], problem.pad_pre[1])
+    return Blocks(h // BLOCK, w // BLOCK, th, tw, p_h, p_w)
+
+
+def buffers(problem) -> list:
+    """The workspace: xb, the block filter wb and yb, in the problem's dtype."""
+    b = blocks(problem)
+    n, k, dt = problem.n, problem.k, problem.dtype.numpy
+    return [Buffer("s2d_x", (n, b.h4, b.w4, CP), dt), Buffer("s2d_w", (4 * k, b.th, b.tw, CP), dt),
+            Buffer("s2d_y", (n, b.h4, b.w4, 4 * k), dt)]
+
+
+_inner = IdentityMemo()
+
+
+def inner_problem(problem):
+    """The stride-1 block convolution (memoized per problem object)."""
+    from ..algorithms.problem import ConvProblem
+
+    def build():
+        b = blocks(problem)
+        n, k, dt = problem.n, problem.k, problem.dtype
+        conv = dataclasses.replace(problem.conv, padding=(b.p_h, b.p_w), pad_post=(b.p_h, b.p_w), stride=(1, 1),
+                                   dilation=(1, 1), mode=ConvMode.CROSS_CORRELATION)
+        xd = TensorDescriptor.packed((n, CP, b.h4, b.w4), dt, TensorFormat.NHWC)
+        wd = FilterDescriptor((4 * k, CP, b.th, b.tw), dt, TensorFormat.NHWC)
+        yd = TensorDescriptor.packed((n, 4 * k, b.h4, b.w4), dt, TensorFormat.NHWC)
+        return ConvProblem("fwd", xd, wd, yd, conv)
+    return _inner.get((problem,), None, build)
+
+
+def estimate(problem) -> float:
+    """Seconds on an H200-like GPU: the block convolution at the tensor-core rate plus the
+    copies (x into blocks, blocks out to y) at ~3 TB/s."""
+    from .conv_implicit_gemm import dot_rate
+    inner = inner_problem(problem)
+    byte = problem.dtype.itemsize
+    moved = (problem.x.size + 2 * inner.x.size + 2 * inner.y.size + problem.y.size) * byte
+    return inner.flops / dot_rate(problem) + moved / 3e12 + 10e-6
+
+
+def run(algorithm, problem, x, w, y, alpha, beta, workspace):
+    """y = alpha * conv(x, w) + beta * y through the block convolution (algorithm: the
+    IMPLICIT_GEMM forward whose ``run`` computes it)."""
+    b = blocks(problem)
+    inner = inner_problem(problem)
+    n, c, h, wd = x.shape
+    k, kh, kw = w.shape[0], w.shape[2], w.shape[3]
+    xb, wb, yb = workspace["s2d_x"], workspace["s2d_w"], workspace["s2d_y"]
+    on_gpu = y.device.type == "cuda"
+    bm = 64 if on_gpu else 16
+    m = n * b.h4 * b.w4
+    launch(x_to_blocks_kernel, (cdiv(m, bm),), (x, xb, m, b.h4, b.w4, c, *x.stride()),
+           dict(CP=CP, BLOCK_M=bm, INT64=needs_int64(x, xb)), dict(num_warps=4))
+    rows = wb.shape[0] * b.th * b.tw
+    launch(filter_to_blocks_kernel, (cdiv(rows, bm),),
+           (w, wb, rows, k, c, kh, kw, problem.pad_pre[0], problem.pad_pre[1], b.th, b.tw, b.p_h, b.p_w,
+            *w.stride()), dict(FLIP=problem.mode == ConvMode.CONVOLUTION, CP=CP, BLOCK_R=bm), dict(num_warps=4))
+    oh, ow = y.shape[2], y.shape[3]
+    mo, bk = n * oh * ow, min(64, 1 << (k - 1).bit_length())
+    grid = (cdiv(mo, bm), cdiv(k, bk))
+    move = (yb, y, mo, oh, ow, k, *y.stride())
+    meta = dict(BLOCK_M=bm, BLOCK_K=bk, INT64=needs_int64(y, yb))
+    if beta != 0:  # y into blocks, blended there by the convolution's own beta
+        launch(blocks_and_y_kernel, grid, move, dict(meta, TO_Y=False), dict(num_warps=4))
+    views = {"x": xb.permute(0, 3, 1, 2), "w": wb.permute(0, 3, 1, 2), "y": yb.permute(0, 3, 1, 2)}
+    algorithm.run(inner, views, {}, alpha, beta)
+    launch(blocks_and_y_kernel, grid, move, dict(meta, TO_Y=True), dict(num_warps=4))

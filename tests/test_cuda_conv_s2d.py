@@ -1,0 +1,138 @@
+"""conv_s2d: stride-2 first layers (few input channels) as a stride-1 convolution of 4x4
+pixel blocks, inside IMPLICIT_GEMM forward. Through the public API against the float64
+reference (poisoned outputs, alpha/beta, CONVOLUTION mode, both layouts, odd filters and
+paddings), under the interpreter on the CPU and, with TRIDNN_GPU_TESTS=1 --gpu, at
+ResNet-50's conv1 size on the GPU; which problems take the path; the block filter
+against a direct construction."""
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+import tridnn  # noqa: E402
+from tridnn.algorithms import registry  # noqa: E402
+from tridnn.algorithms.problem import ConvProblem  # noqa: E402
+from tridnn.cuda import conv_s2d  # noqa: E402
+
+from test_cuda_conv import P, conv, run_case  # noqa: E402
+
+ALGO = registry.by_enum("conv", "fwd", "triton", tridnn.ConvFwdAlgo.IMPLICIT_GEMM)
+GPU = os.environ.get("TRIDNN_GPU_TESTS") == "1"
+
+
+def _problem(p, n=2, dtype="float32"):
+    cd = conv(p, tridnn.ConvMode.CROSS_CORRELATION, tridnn.MathType.DEFAULT, None)
+    xd = tridnn.TensorDescriptor.packed((n, p["C"], *p["spatial"]), dtype, tridnn.TensorFormat.NHWC)
+    wd = tridnn.FilterDescriptor((p["K"], p["C"] // p["groups"], *p["kernel"]), dtype, tridnn.TensorFormat.NHWC)
+    return ConvProblem.forward(xd, wd, cd)
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Counts runs of the block path."""
+    calls = []
+    real = conv_s2d.run
+    monkeypatch.setattr(conv_s2d, "run", lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls
+
+
+@pytest.mark.parametrize("p,why", [
+    (P(3, 64, (224, 224), 7, 2, 3), None),                       # ResNet-50's conv1
+    (P(4, 8, (8, 12), 3, 2, 1), None),
+    (P(3, 8, (16, 16), 7, 1, 3), "stride 2"),
+    (P(5, 8, (16, 16), 7, 2, 3), "at most 4 input channels"),
+    (P(3, 8, (18, 16), 7, 2, 3), "multiples of 4"),
+    (P(3, 8, (16, 16), 7, 2, 2), "output half"),                 # 7 outputs of 16 rows
+    (P(3, 8, (16, 16), 3, 2, 1, dilation=2), "dilation 1"),
+    (P(4, 8, (16, 16), 3, 2, 1, groups=2), "groups 1"),
+])
+def test_which_problems_take_the_block_path(p, why):
+    reason = conv_s2d.why_not(_problem(p))
+    assert (reason is None) if why is None else (why in reason), reason
+    sizes = [b.name for b in ALGO.buffers(_problem(p))]
+    assert sizes == (["s2d_x", "s2d_w", "s2d_y"] if why is None else [])
+
+
+def test_conv1_blocks_and_estimate():
+    """ResNet-50's conv1: 3x3 block taps padded by 1, 64 block channels, 256 block outputs;
+    get's estimates rank IMPLICIT_GEMM (the block path) first, before GEMM (im2col)."""
+    problem = _problem(P(3, 64, (224, 224), 7, 2, 3), n=64, dtype="bfloat16")
+    assert conv_s2d.blocks(problem) == conv_s2d.Blocks(56, 56, 3, 3, 1, 1)
+    inner = conv_s2d.inner_problem(problem)
+    assert inner.x.dims == (64, 64, 56, 56) and inner.w.dims == (256, 64, 3, 3) and inner.y.dims == (64, 256, 56, 56)
+    assert inner is conv_s2d.inner_problem(problem)  # memoized per problem object
+    others = [a.estimate(problem) for a in registry.algorithms("conv", "fwd", "triton")
+              if a is not ALGO and a.not_applicable(problem) is None]
+    assert len(others) >= 3 and ALGO.estimate(problem) < min(others)
+
+
+@pytest.mark.parametrize("kernel,pad,spatial", [(7, 3, (16, 16)), (3, 1, (8, 12)), (1, 0, (8, 8)), (5, 2, (8, 8)),
+                                                (4, 1, (12, 8))])
+@pytest.mark.parametrize("c", [1, 3, 4])
+def test_block_filter_is_the_filter_regrouped(kernel, pad, spatial, c):
+    """Convolving the blocks of x by the block filter (torch on float64) and moving the
+    blocks out gives the convolution: the regrouping itself, independent of any kernel."""
+    p = P(c, 5, spatial, kernel, 2, pad)
+    problem = _problem(p)
+    b = conv_s2d.blocks(problem)
+    g = torch.Generator().manual_seed(kernel * 10 + c)
+    x = torch.randn(2, c, *spatial, generator=g, dtype=torch.float64)
+    w = torch.randn(5, c, kernel, kernel, generator=g, dtype=torch.float64)
+    xb = torch.zeros(2, b.h4, b.w4, conv_s2d.CP, dtype=torch.float64)
+    wb = torch.zeros(20, b.th, b.tw, conv_s2d.CP, dtype=torch.float64)
+    yb = torch.zeros(2, b.h4, b.w4, 20, dtype=torch.float64)
+    m = xb.shape[0] * b.h4 * b.w4
+    conv_s2d.launch(conv_s2d.x_to_blocks_kernel, (conv_s2d.cdiv(m, 16),), (x, xb, m, b.h4, b.w4, c, *x.stride()),
+                    dict(CP=conv_s2d.CP, BLOCK_M=16, INT64=False), dict(num_warps=4))
+    rows = 20 * b.th * b.tw
+    conv_s2d.launch(conv_s2d.filter_to_blocks_kernel, (conv_s2d.cdiv(rows, 16),),
+                    (w, wb, rows, 5, c, kernel, kernel, pad, pad, b.th, b.tw, b.p_h, b.p_w, *w.stride()),
+                    dict(FLIP=False, CP=conv_s2d.CP, BLOCK_R=16), dict(num_warps=4))
+    inner = torch.nn.functional.conv2d(xb.permute(0, 3, 1, 2), wb.permute(0, 3, 1, 2), padding=(b.p_h, b.p_w))
+    yb.copy_(inner.permute(0, 2, 3, 1))
+    want = torch.nn.functional.conv2d(x, w, stride=2, padding=pad)
+    y = torch.full_like(want, float("nan"))
+    mo = 2 * want.shape[2] * want.shape[3]
+    conv_s2d.launch(conv_s2d.blocks_and_y_kernel, (conv_s2d.cdiv(mo, 16), 1), (yb, y, mo, *want.shape[2:], 5, *y.stride()),
+                    dict(TO_Y=True, BLOCK_M=16, BLOCK_K=8, INT64=False), dict(num_warps=4))
+    assert torch.allclose(y, want, rtol=1e-12, atol=1e-12)
+
+
+CASES = [P(3, 8, (16, 16), 7, 2, 3), P(3, 8, (8, 12), 3, 2, 1), P(2, 4, (8, 8), 1, 2, 0), P(4, 16, (8, 8), 5, 2, 2),
+         P(1, 8, (12, 8), 4, 2, 1)]
+
+
+@pytest.mark.parametrize("p", CASES, ids=lambda p: p["name"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_block_path_against_float64(p, dtype, layout, rng, counted):
+    """Through convolution_forward (poisoned y), on the CPU under the interpreter."""
+    device = "cuda" if GPU else "cpu"
+    assert run_case("fwd", ALGO, p, dtype, layout, rng, device=device, as_torch=True) is None
+    assert counted, "the block path ran"
+
+
+@pytest.mark.parametrize("mode", [tridnn.ConvMode.CROSS_CORRELATION, tridnn.ConvMode.CONVOLUTION])
+def test_alpha_beta_and_convolution_mode(mode, rng, counted):
+    """beta != 0: y gathered into the blocks and blended by the block convolution."""
+    device = "cuda" if GPU else "cpu"
+    assert run_case("fwd", ALGO, P(3, 8, (16, 16), 7, 2, 3), "float32", "NHWC", rng, device=device, as_torch=True,
+                    alpha=2.0, beta=0.5, mode=mode) is None
+    assert counted
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_gpu_resnet50_conv1(dtype, rng, counted):
+    """ResNet-50's conv1 at batch 4 on the GPU (bfloat16, and float32 under TENSOR_OP
+    math: tf32), against float64; the inner 3x3 convolution takes IMPLICIT_GEMM's TMA path."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU")
+    math = tridnn.MathType.TENSOR_OP if dtype == "float32" else tridnn.MathType.DEFAULT
+    assert run_case("fwd", ALGO, P(3, 64, (224, 224), 7, 2, 3), dtype, "NHWC", rng, n=4, device="cuda",
+                    math=math) is None
+    assert run_case("fwd", ALGO, P(3, 64, (224, 224), 7, 2, 3), dtype, "NHWC", rng, n=4, device="cuda",
+                    math=math, alpha=0.5, beta=2.0) is None
+    assert len(counted) == 2
