@@ -20,6 +20,7 @@ from test_cuda_conv import P, conv, run_case  # noqa: E402
 
 ALGO = registry.by_enum("conv", "fwd", "triton", tridnn.ConvFwdAlgo.IMPLICIT_GEMM)
 GPU = os.environ.get("TRIDNN_GPU_TESTS") == "1"
+DEVICE = "cuda" if GPU else "cpu"
 
 
 def _problem(p, n=2, dtype="float32"):
@@ -78,11 +79,10 @@ def test_block_filter_is_the_filter_regrouped(kernel, pad, spatial, c):
     problem = _problem(p)
     b = conv_s2d.blocks(problem)
     g = torch.Generator().manual_seed(kernel * 10 + c)
-    x = torch.randn(2, c, *spatial, generator=g, dtype=torch.float64)
-    w = torch.randn(5, c, kernel, kernel, generator=g, dtype=torch.float64)
-    xb = torch.zeros(2, b.h4, b.w4, conv_s2d.CP, dtype=torch.float64)
-    wb = torch.zeros(20, b.th, b.tw, conv_s2d.CP, dtype=torch.float64)
-    yb = torch.zeros(2, b.h4, b.w4, 20, dtype=torch.float64)
+    x = torch.randn(2, c, *spatial, generator=g, dtype=torch.float64).to(DEVICE)
+    w = torch.randn(5, c, kernel, kernel, generator=g, dtype=torch.float64).to(DEVICE)
+    xb, wb, yb = (torch.zeros(shape, dtype=torch.float64, device=DEVICE) for shape in
+                  ((2, b.h4, b.w4, conv_s2d.CP), (20, b.th, b.tw, conv_s2d.CP), (2, b.h4, b.w4, 20)))
     m = xb.shape[0] * b.h4 * b.w4
     conv_s2d.launch(conv_s2d.x_to_blocks_kernel, (conv_s2d.cdiv(m, 16),), (x, xb, m, b.h4, b.w4, c, *x.stride()),
                     dict(CP=conv_s2d.CP, BLOCK_M=16, INT64=False), dict(num_warps=4))
@@ -109,16 +109,14 @@ CASES = [P(3, 8, (16, 16), 7, 2, 3), P(3, 8, (8, 12), 3, 2, 1), P(2, 4, (8, 8), 
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
 def test_block_path_against_float64(p, dtype, layout, rng, counted):
     """Through convolution_forward (poisoned y), on the CPU under the interpreter."""
-    device = "cuda" if GPU else "cpu"
-    assert run_case("fwd", ALGO, p, dtype, layout, rng, device=device, as_torch=True) is None
+    assert run_case("fwd", ALGO, p, dtype, layout, rng, device=DEVICE, as_torch=True) is None
     assert counted, "the block path ran"
 
 
 @pytest.mark.parametrize("mode", [tridnn.ConvMode.CROSS_CORRELATION, tridnn.ConvMode.CONVOLUTION])
 def test_alpha_beta_and_convolution_mode(mode, rng, counted):
     """beta != 0: y gathered into the blocks and blended by the block convolution."""
-    device = "cuda" if GPU else "cpu"
-    assert run_case("fwd", ALGO, P(3, 8, (16, 16), 7, 2, 3), "float32", "NHWC", rng, device=device, as_torch=True,
+    assert run_case("fwd", ALGO, P(3, 8, (16, 16), 7, 2, 3), "float32", "NHWC", rng, device=DEVICE, as_torch=True,
                     alpha=2.0, beta=0.5, mode=mode) is None
     assert counted
 
