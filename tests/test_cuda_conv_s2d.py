@@ -1,6 +1,6 @@
 """conv_s2d: stride-2 first layers (few input channels) as a stride-1 convolution of 4x4
-pixel blocks, inside IMPLICIT_GEMM forward. Through the public API against the float64
-reference (poisoned outputs, alpha/beta, CONVOLUTION mode, both layouts, odd filters and
+pixel blocks, inside IMPLICIT_GEMM forward and ALGO_1 backward data. Through the public
+API against the float64 reference (poisoned outputs, alpha/beta, CONVOLUTION mode, both layouts, odd filters and
 paddings), under the interpreter on the CPU and, with TRIDNN_GPU_TESTS=1 --gpu, at
 ResNet-50's conv1 size on the GPU; which problems take the path; the block filter
 against a direct construction."""
@@ -19,15 +19,17 @@ from tridnn.cuda import conv_s2d  # noqa: E402
 from test_cuda_conv import P, conv, run_case  # noqa: E402
 
 ALGO = registry.by_enum("conv", "fwd", "triton", tridnn.ConvFwdAlgo.IMPLICIT_GEMM)
+BWD = registry.by_enum("conv", "bwd_data", "triton", tridnn.ConvBwdDataAlgo.ALGO_1)
+ALGOS = {"fwd": ALGO, "bwd_data": BWD}
 GPU = os.environ.get("TRIDNN_GPU_TESTS") == "1"
 DEVICE = "cuda" if GPU else "cpu"
 
 
-def _problem(p, n=2, dtype="float32"):
+def _problem(p, n=2, dtype="float32", direction="fwd"):
     cd = conv(p, tridnn.ConvMode.CROSS_CORRELATION, tridnn.MathType.DEFAULT, None)
     xd = tridnn.TensorDescriptor.packed((n, p["C"], *p["spatial"]), dtype, tridnn.TensorFormat.NHWC)
     wd = tridnn.FilterDescriptor((p["K"], p["C"] // p["groups"], *p["kernel"]), dtype, tridnn.TensorFormat.NHWC)
-    return ConvProblem.forward(xd, wd, cd)
+    return ConvProblem(direction, xd, wd, xd.with_dims(cd.output_dims(xd, wd)), cd)
 
 
 @pytest.fixture
@@ -49,24 +51,32 @@ def counted(monkeypatch):
     (P(3, 8, (16, 16), 3, 2, 1, dilation=2), "dilation 1"),
     (P(4, 8, (16, 16), 3, 2, 1, groups=2), "groups 1"),
 ])
-def test_which_problems_take_the_block_path(p, why):
-    reason = conv_s2d.why_not(_problem(p))
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
+def test_which_problems_take_the_block_path(p, why, direction):
+    reason = conv_s2d.why_not(_problem(p, direction=direction))
     assert (reason is None) if why is None else (why in reason), reason
-    sizes = [b.name for b in ALGO.buffers(_problem(p))]
-    assert sizes == (["s2d_x", "s2d_w", "s2d_y"] if why is None else [])
+    names = [b.name for b in ALGOS[direction].buffers(_problem(p, direction=direction))]
+    if why is None:
+        assert names == ["s2d_x", "s2d_w", "s2d_y"]
+    else:
+        assert "s2d_x" not in names
+    assert "backward" in conv_s2d.why_not(_problem(p, direction="bwd_filter"))
 
 
-def test_conv1_blocks_and_estimate():
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
+def test_conv1_blocks_and_estimate(direction):
     """ResNet-50's conv1: 3x3 block taps padded by 1, 64 block channels, 256 block outputs;
-    get's estimates rank IMPLICIT_GEMM (the block path) first, before GEMM (im2col)."""
-    problem = _problem(P(3, 64, (224, 224), 7, 2, 3), n=64, dtype="bfloat16")
+    get's estimates rank the block path (IMPLICIT_GEMM forward, ALGO_1 backward data) first."""
+    problem = _problem(P(3, 64, (224, 224), 7, 2, 3), n=64, dtype="bfloat16", direction=direction)
+    ALGO = ALGOS[direction]
     assert conv_s2d.blocks(problem) == conv_s2d.Blocks(56, 56, 3, 3, 1, 1)
     inner = conv_s2d.inner_problem(problem)
     assert inner.x.dims == (64, 64, 56, 56) and inner.w.dims == (256, 64, 3, 3) and inner.y.dims == (64, 256, 56, 56)
+    assert inner.direction == direction
     assert inner is conv_s2d.inner_problem(problem)  # memoized per problem object
-    others = [a.estimate(problem) for a in registry.algorithms("conv", "fwd", "triton")
+    others = [a.estimate(problem) for a in registry.algorithms("conv", direction, "triton")
               if a is not ALGO and a.not_applicable(problem) is None]
-    assert len(others) >= 3 and ALGO.estimate(problem) < min(others)
+    assert len(others) >= 1 and ALGO.estimate(problem) < min(others)
 
 
 @pytest.mark.parametrize("kernel,pad,spatial", [(7, 3, (16, 16)), (3, 1, (8, 12)), (1, 0, (8, 8)), (5, 2, (8, 8)),
@@ -84,8 +94,8 @@ def test_block_filter_is_the_filter_regrouped(kernel, pad, spatial, c):
     xb, wb, yb = (torch.zeros(shape, dtype=torch.float64, device=DEVICE) for shape in
                   ((2, b.h4, b.w4, conv_s2d.CP), (20, b.th, b.tw, conv_s2d.CP), (2, b.h4, b.w4, 20)))
     m = xb.shape[0] * b.h4 * b.w4
-    conv_s2d.launch(conv_s2d.x_to_blocks_kernel, (conv_s2d.cdiv(m, 16),), (x, xb, m, b.h4, b.w4, c, *x.stride()),
-                    dict(CP=conv_s2d.CP, BLOCK_M=16, INT64=False), dict(num_warps=4))
+    conv_s2d.launch(conv_s2d.x_and_blocks_kernel, (conv_s2d.cdiv(m, 16),), (x, xb, m, b.h4, b.w4, c, *x.stride()),
+                    dict(TO_X=False, CP=conv_s2d.CP, BLOCK_M=16, INT64=False), dict(num_warps=4))
     rows = 20 * b.th * b.tw
     conv_s2d.launch(conv_s2d.filter_to_blocks_kernel, (conv_s2d.cdiv(rows, 16),),
                     (w, wb, rows, 5, c, kernel, kernel, pad, pad, b.th, b.tw, b.p_h, b.p_w, *w.stride()),
@@ -107,30 +117,33 @@ CASES = [P(3, 8, (16, 16), 7, 2, 3), P(3, 8, (8, 12), 3, 2, 1), P(2, 4, (8, 8), 
 @pytest.mark.parametrize("p", CASES, ids=lambda p: p["name"])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
-def test_block_path_against_float64(p, dtype, layout, rng, counted):
-    """Through convolution_forward (poisoned y), on the CPU under the interpreter."""
-    assert run_case("fwd", ALGO, p, dtype, layout, rng, device=DEVICE, as_torch=True) is None
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
+def test_block_path_against_float64(p, dtype, layout, direction, rng, counted):
+    """Through convolution_forward / _backward_data (poisoned output), on the CPU under the
+    interpreter."""
+    assert run_case(direction, ALGOS[direction], p, dtype, layout, rng, device=DEVICE, as_torch=True) is None
     assert counted, "the block path ran"
 
 
 @pytest.mark.parametrize("mode", [tridnn.ConvMode.CROSS_CORRELATION, tridnn.ConvMode.CONVOLUTION])
-def test_alpha_beta_and_convolution_mode(mode, rng, counted):
-    """beta != 0: y gathered into the blocks and blended by the block convolution."""
-    assert run_case("fwd", ALGO, P(3, 8, (16, 16), 7, 2, 3), "float32", "NHWC", rng, device=DEVICE, as_torch=True,
-                    alpha=2.0, beta=0.5, mode=mode) is None
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
+def test_alpha_beta_and_convolution_mode(mode, direction, rng, counted):
+    """beta != 0: the output gathered into the blocks and blended by the block convolution."""
+    assert run_case(direction, ALGOS[direction], P(3, 8, (16, 16), 7, 2, 3), "float32", "NHWC", rng, device=DEVICE,
+                    as_torch=True, alpha=2.0, beta=0.5, mode=mode) is None
     assert counted
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_gpu_resnet50_conv1(dtype, rng, counted):
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
+def test_gpu_resnet50_conv1(dtype, direction, rng, counted):
     """ResNet-50's conv1 at batch 4 on the GPU (bfloat16, and float32 under TENSOR_OP
-    math: tf32), against float64; the inner 3x3 convolution takes IMPLICIT_GEMM's TMA path."""
+    math: tf32), against float64; the inner 3x3 problem takes the algorithm's TMA path."""
     if not torch.cuda.is_available():
         pytest.skip("needs a GPU")
     math = tridnn.MathType.TENSOR_OP if dtype == "float32" else tridnn.MathType.DEFAULT
-    assert run_case("fwd", ALGO, P(3, 64, (224, 224), 7, 2, 3), dtype, "NHWC", rng, n=4, device="cuda",
-                    math=math) is None
-    assert run_case("fwd", ALGO, P(3, 64, (224, 224), 7, 2, 3), dtype, "NHWC", rng, n=4, device="cuda",
-                    math=math, alpha=0.5, beta=2.0) is None
+    for alpha, beta in ((1.0, 0.0), (0.5, 2.0)):
+        assert run_case(direction, ALGOS[direction], P(3, 64, (224, 224), 7, 2, 3), dtype, "NHWC", rng, n=4,
+                        device="cuda", math=math, alpha=alpha, beta=beta) is None
     assert len(counted) == 2

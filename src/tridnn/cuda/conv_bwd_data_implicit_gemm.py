@@ -23,7 +23,7 @@ import triton.language as tl
 from ..types import ConvBwdDataAlgo
 from ..workspace import Buffer
 from . import conv_depthwise_backward as depthwise
-from . import conv_tma
+from . import conv_s2d, conv_tma
 from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, problem_key, split_rows
 from .conv_implicit_gemm import gemm_estimate
 from .epilogue import store_tile
@@ -191,6 +191,8 @@ class ImplicitGemmBackwardData(TritonConvAlgorithm):
     tuner = Tuner()
 
     def estimate(self, problem):
+        if conv_s2d.why_not(problem) is None:
+            return conv_s2d.estimate(problem)
         if depthwise.routes_here(problem):
             moved = (problem.x.size + problem.y.size) * problem.dtype.itemsize
             return max(moved / 2.5e12, problem.flops / 30e12) + 4e-6
@@ -199,7 +201,10 @@ class ImplicitGemmBackwardData(TritonConvAlgorithm):
     def buffers(self, problem):
         """None, except for few input channels (C = 3): a zero-padded copy of the filter
         that the TMA kernel can read (see conv_tma.padded_channels). (The Gluon candidates'
-        turned filter is a temporary: gluon_conv.launch_backward_data.)"""
+        turned filter is a temporary: gluon_conv.launch_backward_data.) Stride-2 first
+        layers: the blocks of conv_s2d instead."""
+        if conv_s2d.why_not(problem) is None:
+            return conv_s2d.buffers(problem)
         pad = conv_tma.padded_channels(problem)
         if not pad:
             return []
@@ -208,6 +213,9 @@ class ImplicitGemmBackwardData(TritonConvAlgorithm):
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         dx, w, dy = tensors["x"], tensors["w"], tensors["y"]
+        if "s2d_x" in workspace:  # a stride-2 first layer: the 3x3 block problem's backward data
+            conv_s2d.run(self, problem, dx, w, dy, alpha, beta, workspace)
+            return
         if depthwise.routes_here(problem):  # no GEMM worth the name: the direct kernel
             depthwise.backward_data(problem, dy, w, dx, alpha, beta)
             return

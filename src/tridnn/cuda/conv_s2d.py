@@ -1,6 +1,6 @@
-"""Space-to-depth forward: a stride-2 convolution over few input channels (a network's first
-layer, ResNet-50's 7x7 stride-2 conv1 on 3 channels) run as a stride-1 convolution of 4x4
-pixel blocks, inside IMPLICIT_GEMM forward.
+"""Space-to-depth convolution: a stride-2 convolution over few input channels (a network's
+first layer, ResNet-50's 7x7 stride-2 conv1 on 3 channels) run as a stride-1 convolution
+of 4x4 pixel blocks, inside IMPLICIT_GEMM forward and ALGO_1 backward data.
 
 Why: with 3 input channels no tensor-core tile fits the problem. cuDNN runs ResNet-50's
 conv1 at ~35 TFLOP/s on the H200 (443 us at batch 64, bfloat16) and tridnn's GEMM
@@ -23,10 +23,14 @@ for:
 
 Predicted at batch 64, bfloat16: xb 19 MB read and 26 MB written, the 3x3 convolution
 59 GFLOP (~110 us at the Gluon kernel's ~550 TFLOP/s), yb 103 MB written and read, y
-103 MB written: ~190 us against cuDNN's 443.
+103 MB written: ~190 us against cuDNN's 443 (measured 167 us, session 10).
 
-The three copy kernels (x into blocks, the filter into the block filter, blocks out to y)
-are plain Triton: they run under the interpreter on the CPU and at any strides.
+Backward data is the same regrouping in reverse: dy into blocks (dyb), the block
+problem's backward data (ALGO_1's own path: dxb = the 3x3 transposed convolution of dyb
+by the block filter), then dx from dxb's real channels.
+
+The three copy kernels (x and its blocks, the filter into the block filter, y and its
+blocks) are plain Triton: they run under the interpreter on the CPU and at any strides.
 """
 from __future__ import annotations
 
@@ -47,16 +51,17 @@ CP = 64         # block channels (16 * C real ones, zero-padded): the Gluon kern
 
 
 @triton.jit
-def x_to_blocks_kernel(
+def x_and_blocks_kernel(
     x_ptr, xb_ptr,
     # block pixels M = N * H4 * W4, block grid H4 x W4, real input channels C
     M, H4, W4, C,
     # x's strides (n, c, h, w) in elements
     xs_n, xs_c, xs_h, xs_w,
-    CP: tl.constexpr, BLOCK_M: tl.constexpr, INT64: tl.constexpr,
+    TO_X: tl.constexpr, CP: tl.constexpr, BLOCK_M: tl.constexpr, INT64: tl.constexpr,
 ):
-    """xb[m, (bh * 4 + bw) * C + c] = x[n, c, 4p + bh, 4q + bw] for block pixel m = (n, p, q);
-    0 in the padding channels. One program: BLOCK_M block pixels x all CP channels."""
+    """xb[m, (bh * 4 + bw) * C + c] = x[n, c, 4p + bh, 4q + bw] for block pixel m = (n, p, q),
+    0 in the padding channels; TO_X: the reverse, x from the real channels of xb (backward
+    data's dx). One program: BLOCK_M block pixels x all CP channels."""
     # map the program to its block pixels and split the channels into (bh, bw, c)
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     if INT64:
@@ -69,13 +74,16 @@ def x_to_blocks_kernel(
     c = ch % C
     bw = (ch // C) % 4
     bh = ch // (4 * C)
-    # gather the block's pixels, store one dense row of channels
+    # the block's pixels in x, one dense row of channels in xb
     real = ch < 16 * C
-    src = (x_ptr + n[:, None] * xs_n + c[None, :] * xs_c + (4 * p[:, None] + bh[None, :]) * xs_h
-           + (4 * q[:, None] + bw[None, :]) * xs_w)
+    x_ptrs = (x_ptr + n[:, None] * xs_n + c[None, :] * xs_c + (4 * p[:, None] + bh[None, :]) * xs_h
+              + (4 * q[:, None] + bw[None, :]) * xs_w)
+    b_ptrs = xb_ptr + rows[:, None] * CP + ch[None, :]
     mask = rows[:, None] < M
-    v = tl.load(src, mask=mask & real[None, :], other=0.0)
-    tl.store(xb_ptr + rows[:, None] * CP + ch[None, :], v, mask=mask)
+    if TO_X:
+        tl.store(x_ptrs, tl.load(b_ptrs, mask=mask & real[None, :]), mask=mask & real[None, :])
+    else:
+        tl.store(b_ptrs, tl.load(x_ptrs, mask=mask & real[None, :], other=0.0), mask=mask)
 
 
 @triton.jit
@@ -171,11 +179,11 @@ def _taps(kernel: int, pad: int) -> tuple[int, int]:
 
 
 def why_not(problem) -> str | None:
-    """None when this path computes the forward problem: 2-D, groups 1, stride 2,
-    dilation 1, at most 4 input channels, H and W multiples of 4 and the output half the
-    input (the usual 'same' padding of a stride-2 first layer)."""
-    if problem.direction != "fwd" or problem.nd != 2 or problem.groups != 1:
-        return "2-D forward problems with groups 1 only"
+    """None when this path computes the forward or backward-data problem: 2-D, groups 1,
+    stride 2, dilation 1, at most 4 input channels, H and W multiples of 4 and the output
+    half the input (the usual 'same' padding of a stride-2 first layer)."""
+    if problem.direction not in ("fwd", "bwd_data") or problem.nd != 2 or problem.groups != 1:
+        return "2-D forward or backward-data problems with groups 1 only"
     if tuple(problem.stride) != (2, 2) or tuple(problem.dilation) != (1, 1):
         return "stride 2 and dilation 1 only"
     if problem.c * BLOCK * BLOCK > CP:
@@ -205,7 +213,8 @@ _inner = IdentityMemo()
 
 
 def inner_problem(problem):
-    """The stride-1 block convolution (memoized per problem object)."""
+    """The stride-1 block convolution, in the problem's direction (memoized per problem
+    object)."""
     from ..algorithms.problem import ConvProblem
 
     def build():
@@ -216,7 +225,7 @@ def inner_problem(problem):
         xd = TensorDescriptor.packed((n, CP, b.h4, b.w4), dt, TensorFormat.NHWC)
         wd = FilterDescriptor((4 * k, CP, b.th, b.tw), dt, TensorFormat.NHWC)
         yd = TensorDescriptor.packed((n, 4 * k, b.h4, b.w4), dt, TensorFormat.NHWC)
-        return ConvProblem("fwd", xd, wd, yd, conv)
+        return ConvProblem(problem.direction, xd, wd, yd, conv)
     return _inner.get((problem,), None, build)
 
 
@@ -231,29 +240,37 @@ def estimate(problem) -> float:
 
 
 def run(algorithm, problem, x, w, y, alpha, beta, workspace):
-    """y = alpha * conv(x, w) + beta * y through the block convolution (algorithm: the
-    IMPLICIT_GEMM forward whose ``run`` computes it)."""
+    """Forward: y = alpha * conv(x, w) + beta * y; backward data: x = alpha * dconv(y, w) +
+    beta * x (y is dy, x is dx); through the block convolution (algorithm: the IMPLICIT_GEMM
+    forward or ALGO_1 backward data whose ``run`` computes it)."""
     b = blocks(problem)
     inner = inner_problem(problem)
-    n, c, h, wd = x.shape
+    n, c = x.shape[0], x.shape[1]
     k, kh, kw = w.shape[0], w.shape[2], w.shape[3]
     xb, wb, yb = workspace["s2d_x"], workspace["s2d_w"], workspace["s2d_y"]
-    on_gpu = y.device.type == "cuda"
-    bm = 64 if on_gpu else 16
+    bm = 64 if y.device.type == "cuda" else 16
+    nw = dict(num_warps=4)
     m = n * b.h4 * b.w4
-    launch(x_to_blocks_kernel, (cdiv(m, bm),), (x, xb, m, b.h4, b.w4, c, *x.stride()),
-           dict(CP=CP, BLOCK_M=bm, INT64=needs_int64(x, xb)), dict(num_warps=4))
+    blocks_x = (x_and_blocks_kernel, (cdiv(m, bm),), (x, xb, m, b.h4, b.w4, c, *x.stride()))
+    x_meta = dict(CP=CP, BLOCK_M=bm, INT64=needs_int64(x, xb))
     rows = wb.shape[0] * b.th * b.tw
     launch(filter_to_blocks_kernel, (cdiv(rows, bm),),
            (w, wb, rows, k, c, kh, kw, problem.pad_pre[0], problem.pad_pre[1], b.th, b.tw, b.p_h, b.p_w,
-            *w.stride()), dict(FLIP=problem.mode == ConvMode.CONVOLUTION, CP=CP, BLOCK_R=bm), dict(num_warps=4))
+            *w.stride()), dict(FLIP=problem.mode == ConvMode.CONVOLUTION, CP=CP, BLOCK_R=bm), nw)
     oh, ow = y.shape[2], y.shape[3]
     mo, bk = n * oh * ow, min(64, 1 << (k - 1).bit_length())
-    grid = (cdiv(mo, bm), cdiv(k, bk))
-    move = (yb, y, mo, oh, ow, k, *y.stride())
-    meta = dict(BLOCK_M=bm, BLOCK_K=bk, INT64=needs_int64(y, yb))
-    if beta != 0:  # y into blocks, blended there by the convolution's own beta
-        launch(blocks_and_y_kernel, grid, move, dict(meta, TO_Y=False), dict(num_warps=4))
+    blocks_y = (blocks_and_y_kernel, (cdiv(mo, bm), cdiv(k, bk)), (yb, y, mo, oh, ow, k, *y.stride()))
+    y_meta = dict(BLOCK_M=bm, BLOCK_K=bk, INT64=needs_int64(y, yb))
     views = {"x": xb.permute(0, 3, 1, 2), "w": wb.permute(0, 3, 1, 2), "y": yb.permute(0, 3, 1, 2)}
-    algorithm.run(inner, views, {}, alpha, beta)
-    launch(blocks_and_y_kernel, grid, move, dict(meta, TO_Y=True), dict(num_warps=4))
+    if problem.direction == "fwd":
+        launch(*blocks_x, dict(x_meta, TO_X=False), nw)
+        if beta != 0:  # y into blocks, blended there by the convolution's own beta
+            launch(*blocks_y, dict(y_meta, TO_Y=False), nw)
+        algorithm.run(inner, views, {}, alpha, beta)
+        launch(*blocks_y, dict(y_meta, TO_Y=True), nw)
+    else:  # dy into blocks; dx out of them (its real channels)
+        launch(*blocks_y, dict(y_meta, TO_Y=False), nw)
+        if beta != 0:
+            launch(*blocks_x, dict(x_meta, TO_X=False), nw)
+        algorithm.run(inner, views, {}, alpha, beta)
+        launch(*blocks_x, dict(x_meta, TO_X=True), nw)
