@@ -249,6 +249,20 @@ def jit_run(kernel, grid, *args, **kwargs):
     launch(kernel, grid, args, consts, options)
 
 
+def _launch_key(kernel, args, consts, options, static):
+    """(the launch's device, its key in _compiled; None off the GPU: the JIT runs it)."""
+    first = args[0]
+    device = (first if isinstance(first, torch.Tensor) else next(a for a in args if isinstance(a, torch.Tensor))).device
+    if device.type != "cuda":
+        return device, None
+    # The compiled function handle belongs to the GPU it was loaded on, so the device
+    # is part of the key: a process driving two GPUs must not reuse cuda:0's on cuda:1.
+    if static is None:
+        return device, (device.index, kernel, _spec_key(args), tuple(consts.items()), tuple(options.items()))
+    key, n = static
+    return device, (device.index, kernel, key, tuple(a.data_ptr() % 16 == 0 for a in args[:n]))
+
+
 def launch(kernel, grid, args: tuple, consts: dict, options: dict, static=None):
     """``kernel[grid](*args, **consts, **options)``, minus Triton's per-call binding cost.
 
@@ -260,18 +274,10 @@ def launch(kernel, grid, args: tuple, consts: dict, options: dict, static=None):
     ``static = (key, n)``: the caller vouches that ``key`` (hashable) determines every
     argument but the first ``n`` (tensors, whose dtypes are part of the key) and the
     float scalars, so only those tensors' 16-byte alignments are checked per call."""
-    first = args[0]
-    device = (first if isinstance(first, torch.Tensor) else next(a for a in args if isinstance(a, torch.Tensor))).device
-    if device.type != "cuda":
+    device, full = _launch_key(kernel, args, consts, options, static)
+    if full is None:
         kernel[grid](*args, **consts, **options)
         return
-    # The compiled function handle belongs to the GPU it was loaded on, so the device
-    # is part of the key: a process driving two GPUs must not reuse cuda:0's on cuda:1.
-    if static is None:
-        full = (device.index, kernel, _spec_key(args), tuple(consts.items()), tuple(options.items()))
-    else:
-        key, n = static
-        full = (device.index, kernel, key, tuple(a.data_ptr() % 16 == 0 for a in args[:n]))
     entry = _compiled.get(full)
     if entry is None:
         compiled = kernel[grid](*args, **consts, **options)
@@ -301,16 +307,8 @@ def launch(kernel, grid, args: tuple, consts: dict, options: dict, static=None):
 def bind(kernel, grid, args: tuple, consts: dict, options: dict, static=None):
     """The launch ``launch`` would make of these arguments, bound (a ``Bound``), or None when
     it has not compiled that specialization yet (launch first) or launches through the JIT."""
-    first = args[0]
-    device = (first if isinstance(first, torch.Tensor) else next(a for a in args if isinstance(a, torch.Tensor))).device
-    if device.type != "cuda":
-        return None
-    if static is None:
-        full = (device.index, kernel, _spec_key(args), tuple(consts.items()), tuple(options.items()))
-    else:
-        key, n = static
-        full = (device.index, kernel, key, tuple(a.data_ptr() % 16 == 0 for a in args[:n]))
-    entry = _compiled.get(full)
+    device, full = _launch_key(kernel, args, consts, options, static)
+    entry = _compiled.get(full) if full is not None else None
     if entry is None:
         return None
     compiled, slots, tail, maps = entry

@@ -51,6 +51,12 @@ CP = 64         # block channels (16 * C real ones, zero-padded): the Gluon kern
 
 
 @triton.jit
+def split_block_channels(ch, C):
+    """Block channel (bh * 4 + bw) * C + c -> (c, bw, bh)."""
+    return ch % C, (ch // C) % 4, ch // (4 * C)
+
+
+@triton.jit
 def x_and_blocks_kernel(
     x_ptr, xb_ptr,
     # block pixels M = N * H4 * W4, block grid H4 x W4, real input channels C
@@ -71,9 +77,7 @@ def x_and_blocks_kernel(
     t = rows // W4
     p = t % H4
     n = t // H4
-    c = ch % C
-    bw = (ch // C) % 4
-    bh = ch // (4 * C)
+    c, bw, bh = split_block_channels(ch, C)
     # the block's pixels in x, one dense row of channels in xb
     real = ch < 16 * C
     x_ptrs = (x_ptr + n[:, None] * xs_n + c[None, :] * xs_c + (4 * p[:, None] + bh[None, :]) * xs_h
@@ -110,9 +114,7 @@ def filter_to_blocks_kernel(
     k = o % K
     i = o // (2 * K)
     j = (o // K) % 2
-    c = ch % C
-    bw = (ch // C) % 4
-    bh = ch // (4 * C)
+    c, bw, bh = split_block_channels(ch, C)
     # the source tap of each element, where it is inside the filter
     kh = 4 * (ta[:, None] - P_H) + bh[None, :] - 2 * i[:, None] + PH
     kw = 4 * (tb[:, None] - P_W) + bw[None, :] - 2 * j[:, None] + PW
