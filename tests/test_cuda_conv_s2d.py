@@ -20,7 +20,9 @@ from test_cuda_conv import P, conv, run_case  # noqa: E402
 
 ALGO = registry.by_enum("conv", "fwd", "triton", tridnn.ConvFwdAlgo.IMPLICIT_GEMM)
 BWD = registry.by_enum("conv", "bwd_data", "triton", tridnn.ConvBwdDataAlgo.ALGO_1)
-ALGOS = {"fwd": ALGO, "bwd_data": BWD}
+WGRAD = {a: registry.by_enum("conv", "bwd_filter", "triton", a) for a in (tridnn.ConvBwdFilterAlgo.ALGO_0,
+                                                                      tridnn.ConvBwdFilterAlgo.ALGO_1)}
+ALGOS = {"fwd": ALGO, "bwd_data": BWD, "bwd_filter": WGRAD[tridnn.ConvBwdFilterAlgo.ALGO_1]}
 GPU = os.environ.get("TRIDNN_GPU_TESTS") == "1"
 DEVICE = "cuda" if GPU else "cpu"
 
@@ -30,6 +32,12 @@ def _problem(p, n=2, dtype="float32", direction="fwd"):
     xd = tridnn.TensorDescriptor.packed((n, p["C"], *p["spatial"]), dtype, tridnn.TensorFormat.NHWC)
     wd = tridnn.FilterDescriptor((p["K"], p["C"] // p["groups"], *p["kernel"]), dtype, tridnn.TensorFormat.NHWC)
     return ConvProblem(direction, xd, wd, xd.with_dims(cd.output_dims(xd, wd)), cd)
+
+
+@pytest.fixture
+def wgrad_on(monkeypatch):
+    """Backward filter through the blocks (off by default until timed on a GPU)."""
+    monkeypatch.setattr(conv_s2d, "WGRAD", True)
 
 
 @pytest.fixture
@@ -60,7 +68,7 @@ def test_which_problems_take_the_block_path(p, why, direction):
         assert names == ["s2d_x", "s2d_w", "s2d_y"]
     else:
         assert "s2d_x" not in names
-    assert "backward" in conv_s2d.why_not(_problem(p, direction="bwd_filter"))
+    assert "backward filter" in conv_s2d.why_not(_problem(p, direction="bwd_filter"))
 
 
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
@@ -136,10 +144,11 @@ def test_alpha_beta_and_convolution_mode(mode, direction, rng, counted):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-@pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
-def test_gpu_resnet50_conv1(dtype, direction, rng, counted):
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data", "bwd_filter"])
+def test_gpu_resnet50_conv1(dtype, direction, rng, counted, wgrad_on):
     """ResNet-50's conv1 at batch 4 on the GPU (bfloat16, and float32 under TENSOR_OP
-    math: tf32), against float64; the inner 3x3 problem takes the algorithm's TMA path."""
+    math: tf32), against float64; the inner 3x3 problem takes the algorithm's TMA path
+    (backward filter with its switch on)."""
     if not torch.cuda.is_available():
         pytest.skip("needs a GPU")
     math = tridnn.MathType.TENSOR_OP if dtype == "float32" else tridnn.MathType.DEFAULT
@@ -147,3 +156,37 @@ def test_gpu_resnet50_conv1(dtype, direction, rng, counted):
         assert run_case(direction, ALGOS[direction], P(3, 64, (224, 224), 7, 2, 3), dtype, "NHWC", rng, n=4,
                         device="cuda", math=math, alpha=alpha, beta=beta) is None
     assert len(counted) == 2
+
+
+@pytest.mark.parametrize("p", CASES, ids=lambda p: p["name"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("algo", [tridnn.ConvBwdFilterAlgo.ALGO_1, tridnn.ConvBwdFilterAlgo.ALGO_0],
+                         ids=["ALGO_1", "ALGO_0"])
+def test_backward_filter_through_the_blocks(p, dtype, algo, rng, counted, wgrad_on):
+    """Backward filter (with TRIDNN_S2D_WGRAD=1): the block problem's filter gradient folded
+    into dw (four copies of each tap summed), both algorithms, NHWC and NCHW, against float64."""
+    for layout in ("NHWC", "NCHW"):
+        assert run_case("bwd_filter", WGRAD[algo], p, dtype, layout, rng, device=DEVICE, as_torch=True) is None
+    assert len(counted) == 2
+
+
+@pytest.mark.parametrize("mode", [tridnn.ConvMode.CROSS_CORRELATION, tridnn.ConvMode.CONVOLUTION])
+def test_backward_filter_alpha_beta_and_mode(mode, rng, counted, wgrad_on):
+    assert run_case("bwd_filter", ALGOS["bwd_filter"], P(3, 8, (16, 16), 7, 2, 3), "float32", "NHWC", rng,
+                    device=DEVICE, as_torch=True, alpha=2.0, beta=0.5, mode=mode) is None
+    assert counted
+
+
+def test_backward_filter_workspace_holds_the_block_problems_own(wgrad_on):
+    """The blocks plus the block problem's own buffers (ALGO_1's partials); off by default."""
+    problem = _problem(P(3, 64, (224, 224), 7, 2, 3), n=64, dtype="bfloat16", direction="bwd_filter")
+    algo = ALGOS["bwd_filter"]
+    names = [b.name for b in algo.buffers(problem)]
+    assert names[:3] == ["s2d_x", "s2d_w", "s2d_y"] and "part" in names
+    assert algo.estimate(problem) < 270e-6  # below ALGO_1's measured 270 us without the blocks
+
+
+def test_backward_filter_blocks_off_by_default():
+    problem = _problem(P(3, 64, (224, 224), 7, 2, 3), n=64, dtype="bfloat16", direction="bwd_filter")
+    assert "TRIDNN_S2D_WGRAD" in conv_s2d.why_not(problem)
+    assert "s2d_x" not in [b.name for b in ALGOS["bwd_filter"].buffers(problem)]

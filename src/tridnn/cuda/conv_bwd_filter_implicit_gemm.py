@@ -38,7 +38,7 @@ import triton.language as tl
 
 from ..types import ConvBwdFilterAlgo, MathType
 from . import conv_depthwise_backward as depthwise
-from . import conv_tma, conv_wgrad_tma
+from . import conv_s2d, conv_tma, conv_wgrad_tma
 from ..workspace import Buffer
 from .common import TritonConvAlgorithm, Tuner, cdiv, launch, problem_key, sm_count, split_rows
 from .conv_implicit_gemm import FLAT_BELOW, gemm_estimate
@@ -328,6 +328,8 @@ class _WgradBase(TritonConvAlgorithm):
         return 1 if self.atomic else max(1, min(most, MAX_PARTIAL_BYTES // max(one, 1)))
 
     def buffers(self, problem):
+        if conv_s2d.why_not(problem) is None:  # a stride-2 first layer: the blocks + the block problem's own
+            return conv_s2d.buffers(problem) + self.buffers(conv_s2d.inner_problem(problem))
         geo = geometry(problem)
         bufs = [Buffer("part", (self._cap(problem), geo.k, geo.taps, self._part_channels(problem)), np.float32)]
         pad = None if self.atomic else conv_tma.padded_channels(problem)
@@ -339,6 +341,8 @@ class _WgradBase(TritonConvAlgorithm):
         return bufs
 
     def estimate(self, problem):
+        if conv_s2d.why_not(problem) is None:
+            return conv_s2d.estimate(problem)
         if depthwise.routes_here(problem):
             moved = (problem.x.size + problem.y.size) * problem.dtype.itemsize
             return max(moved / 2.5e12, problem.flops / 30e12) + 6e-6
@@ -396,6 +400,9 @@ class _WgradBase(TritonConvAlgorithm):
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, dw, dy = tensors["x"], tensors["w"], tensors["y"]
+        if "s2d_x" in workspace:  # a stride-2 first layer: the 3x3 block problem's filter gradient
+            conv_s2d.run(self, problem, x, dw, dy, alpha, beta, workspace)
+            return
         part = workspace["part"]
         geo = geometry(problem)
         cap = part.shape[0]

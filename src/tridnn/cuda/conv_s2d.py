@@ -27,7 +27,10 @@ Predicted at batch 64, bfloat16: xb 19 MB read and 26 MB written, the 3x3 convol
 
 Backward data is the same regrouping in reverse: dy into blocks (dyb), the block
 problem's backward data (ALGO_1's own path: dxb = the 3x3 transposed convolution of dyb
-by the block filter), then dx from dxb's real channels.
+by the block filter), then dx from dxb's real channels (measured 237 us against cuDNN's
+805, session 10). Backward filter (off until timed: WGRAD): x and dy into blocks, the
+block problem's filter gradient, then each dw element the sum of its four copies (one per
+output phase) in the block filter's gradient.
 
 The three copy kernels (x and its blocks, the filter into the block filter, y and its
 blocks) are plain Triton: they run under the interpreter on the CPU and at any strides.
@@ -35,6 +38,7 @@ blocks) are plain Triton: they run under the interpreter on the CPU and at any s
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import triton
 import triton.language as tl
@@ -160,6 +164,50 @@ def blocks_and_y_kernel(
         tl.store(b_ptrs, tl.load(y_ptrs, mask=mask), mask=mask)
 
 
+@triton.jit
+def blocks_to_filter_kernel(
+    wb_ptr, dw_ptr,
+    # dw's elements (K * C * KH * KW), its sizes and padding; block taps and their padding
+    TOTAL, K, C, KH, KW, PH, PW, TH, TW, P_H, P_W,
+    # dw's strides (k, c, kh, kw) in elements
+    ds_k, ds_c, ds_h, ds_w,
+    alpha, beta,
+    FLIP: tl.constexpr, BETA_ZERO: tl.constexpr, CP: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """Backward filter: dw[k, c, h, w] = alpha * (the sum over the 2x2 output phases (i, j) of
+    the block filter's gradient at the one (ta, bh, tb, bw) where filter_to_blocks_kernel put
+    w[k, c, h, w]) + beta * dw; in a fixed order (deterministic)."""
+    # map the program to BLOCK elements of dw and their taps (reversed under FLIP)
+    e = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = e < TOTAL
+    w_ = e % KW
+    t = e // KW
+    h = t % KH
+    t = t // KH
+    c = t % C
+    k = t // C
+    kh = h
+    kw = w_
+    if FLIP:
+        kh = KH - 1 - h
+        kw = KW - 1 - w_
+    # kh = 4(ta - P_H) + bh - 2i + PH, so 4 ta + bh = kh + 2i - PH + 4 P_H (>= 0 as 4 P_H >= PH)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for i in tl.static_range(2):
+        rh = kh + 2 * i - PH + 4 * P_H
+        for j in tl.static_range(2):
+            rw = kw + 2 * j - PW + 4 * P_W
+            ok = mask & (rh // 4 < TH) & (rw // 4 < TW)
+            row = (((i * 2 + j) * K + k) * TH + rh // 4) * TW + rw // 4
+            ch = ((rh % 4) * 4 + rw % 4) * C + c
+            acc += tl.load(wb_ptr + row * CP + ch, mask=ok, other=0.0).to(tl.float32)
+    ptrs = dw_ptr + k * ds_k + c * ds_c + h * ds_h + w_ * ds_w
+    v = alpha * acc
+    if not BETA_ZERO:
+        v += beta * tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(ptrs, v.to(dw_ptr.dtype.element_ty), mask=mask)
+
+
 @dataclasses.dataclass(frozen=True)
 class Blocks:
     """The block problem of a space-to-depth forward: block grid, taps and padding."""
@@ -180,12 +228,21 @@ def _taps(kernel: int, pad: int) -> tuple[int, int]:
     return 2 * p + 1, p
 
 
+# Backward filter through the blocks (ALGO_0/ALGO_1): built and checked against float64 on
+# the CPU, not yet timed on a GPU (predicted conv1 bf16 batch 64 ~180 us against ALGO_1's
+# 270 and cuDNN's 295), so off unless TRIDNN_S2D_WGRAD=1.
+WGRAD = os.environ.get("TRIDNN_S2D_WGRAD", "0") == "1"
+
+
 def why_not(problem) -> str | None:
-    """None when this path computes the forward or backward-data problem: 2-D, groups 1,
-    stride 2, dilation 1, at most 4 input channels, H and W multiples of 4 and the output
-    half the input (the usual 'same' padding of a stride-2 first layer)."""
-    if problem.direction not in ("fwd", "bwd_data") or problem.nd != 2 or problem.groups != 1:
-        return "2-D forward or backward-data problems with groups 1 only"
+    """None when this path computes the problem: forward, backward data (and backward
+    filter with WGRAD), 2-D, groups 1, stride 2, dilation 1, at most 4 input channels, H and
+    W multiples of 4 and the output half the input (the usual 'same' padding of a stride-2
+    first layer)."""
+    if problem.direction == "bwd_filter" and not WGRAD:
+        return "backward filter through the blocks is off until timed on a GPU (TRIDNN_S2D_WGRAD=1)"
+    if problem.nd != 2 or problem.groups != 1:
+        return "2-D problems with groups 1 only"
     if tuple(problem.stride) != (2, 2) or tuple(problem.dilation) != (1, 1):
         return "stride 2 and dilation 1 only"
     if problem.c * BLOCK * BLOCK > CP:
@@ -243,8 +300,10 @@ def estimate(problem) -> float:
 
 def run(algorithm, problem, x, w, y, alpha, beta, workspace):
     """Forward: y = alpha * conv(x, w) + beta * y; backward data: x = alpha * dconv(y, w) +
-    beta * x (y is dy, x is dx); through the block convolution (algorithm: the IMPLICIT_GEMM
-    forward or ALGO_1 backward data whose ``run`` computes it)."""
+    beta * x (y is dy, x is dx); backward filter: w = alpha * wgrad(x, y) + beta * w; through
+    the block convolution (algorithm: the IMPLICIT_GEMM forward, ALGO_1 backward data or
+    backward filter whose ``run`` computes it; backward filter's own buffers for the block
+    problem are the workspace's names without the s2d_ prefix)."""
     b = blocks(problem)
     inner = inner_problem(problem)
     n, c = x.shape[0], x.shape[1]
@@ -255,10 +314,11 @@ def run(algorithm, problem, x, w, y, alpha, beta, workspace):
     m = n * b.h4 * b.w4
     blocks_x = (x_and_blocks_kernel, (cdiv(m, bm),), (x, xb, m, b.h4, b.w4, c, *x.stride()))
     x_meta = dict(CP=CP, BLOCK_M=bm, INT64=needs_int64(x, xb))
-    rows = wb.shape[0] * b.th * b.tw
-    launch(filter_to_blocks_kernel, (cdiv(rows, bm),),
-           (w, wb, rows, k, c, kh, kw, problem.pad_pre[0], problem.pad_pre[1], b.th, b.tw, b.p_h, b.p_w,
-            *w.stride()), dict(FLIP=problem.mode == ConvMode.CONVOLUTION, CP=CP, BLOCK_R=bm), nw)
+    if problem.direction != "bwd_filter":  # (backward filter computes wb's gradient instead)
+        rows = wb.shape[0] * b.th * b.tw
+        launch(filter_to_blocks_kernel, (cdiv(rows, bm),),
+               (w, wb, rows, k, c, kh, kw, problem.pad_pre[0], problem.pad_pre[1], b.th, b.tw, b.p_h, b.p_w,
+                *w.stride()), dict(FLIP=problem.mode == ConvMode.CONVOLUTION, CP=CP, BLOCK_R=bm), nw)
     oh, ow = y.shape[2], y.shape[3]
     mo, bk = n * oh * ow, min(64, 1 << (k - 1).bit_length())
     blocks_y = (blocks_and_y_kernel, (cdiv(mo, bm), cdiv(k, bk)), (yb, y, mo, oh, ow, k, *y.stride()))
@@ -270,9 +330,19 @@ def run(algorithm, problem, x, w, y, alpha, beta, workspace):
             launch(*blocks_y, dict(y_meta, TO_Y=False), nw)
         algorithm.run(inner, views, {}, alpha, beta)
         launch(*blocks_y, dict(y_meta, TO_Y=True), nw)
-    else:  # dy into blocks; dx out of them (its real channels)
+    elif problem.direction == "bwd_data":  # dy into blocks; dx out of them (its real channels)
         launch(*blocks_y, dict(y_meta, TO_Y=False), nw)
         if beta != 0:
             launch(*blocks_x, dict(x_meta, TO_X=False), nw)
         algorithm.run(inner, views, {}, alpha, beta)
         launch(*blocks_x, dict(x_meta, TO_X=True), nw)
+    else:  # backward filter: x and dy into blocks, the block filter's gradient, folded into dw
+        launch(*blocks_x, dict(x_meta, TO_X=False), nw)
+        launch(*blocks_y, dict(y_meta, TO_Y=False), nw)
+        algorithm.run(inner, views, {name: v for name, v in workspace.items() if not name.startswith("s2d_")},
+                      1.0, 0.0)
+        total = k * c * kh * kw
+        launch(blocks_to_filter_kernel, (cdiv(total, 256),),
+               (wb, w, total, k, c, kh, kw, problem.pad_pre[0], problem.pad_pre[1], b.th, b.tw, b.p_h, b.p_w,
+                *w.stride(), float(alpha), float(beta)),
+               dict(FLIP=problem.mode == ConvMode.CONVOLUTION, BETA_ZERO=beta == 0, CP=CP, BLOCK=256), nw)
