@@ -113,7 +113,8 @@ def test_block_filter_is_the_filter_regrouped(kernel, pad, spatial, c):
     want = torch.nn.functional.conv2d(x, w, stride=2, padding=pad)
     y = torch.full_like(want, float("nan"))
     mo = 2 * want.shape[2] * want.shape[3]
-    conv_s2d.launch(conv_s2d.blocks_and_y_kernel, (conv_s2d.cdiv(mo, 16), 1), (yb, y, mo, *want.shape[2:], 5, *y.stride()),
+    conv_s2d.launch(conv_s2d.blocks_and_y_kernel, (conv_s2d.cdiv(mo, 16), 1),
+                    (yb, y, mo, *want.shape[2:], 5, *y.stride()),
                     dict(TO_Y=True, BLOCK_M=16, BLOCK_K=8, INT64=False), dict(num_warps=4))
     assert torch.allclose(y, want, rtol=1e-12, atol=1e-12)
 

@@ -43,7 +43,7 @@ CASES = [
     (P(16, 16, (6, 7), 1, (2, 3)), ("fwd", "bwd_data", "bwd_filter")),       # 1x1 strides 2x3
     (P(16, 16, (7, 6), 3, 2, 1), ("bwd_data",)),                             # odd H at stride 2: pointers
     (P(16, 16, (4, 4), 1, 3), ("fwd", "bwd_data", "bwd_filter")),            # stride past the image: empty phases
-    (P(3, 16, (8, 8), 7, 2, 3), ("fwd", "bwd_data", "bwd_filter")),          # first layer: C = 3 (fwd, bwd_data: conv_s2d's blocks)
+    (P(3, 16, (8, 8), 7, 2, 3), ("fwd", "bwd_data", "bwd_filter")),          # first layer, C = 3: conv_s2d's blocks
     (P(5, 16, (5, 6), 3, 1, 1), ("bwd_data", "bwd_filter")),                 # C = 5 padded
 ]
 

@@ -573,7 +573,8 @@ def test_gpu_conv_bias_activation(cfg, case, forced):
     M = ActivationMode
     mode, coef, use_z, in_place = {"relu_bias_z": (M.RELU, 0.0, True, False),
                                    "clipped_bias": (M.CLIPPED_RELU, 0.75, False, False),
-                                   "clipped_z_in_place": (M.CLIPPED_RELU, 2.0, True, True),  # (the API fuses no leaky relu)
+                                   # (the API fuses no leaky relu)
+                                   "clipped_z_in_place": (M.CLIPPED_RELU, 2.0, True, True),
                                    "identity_bias": (M.IDENTITY, 0.0, False, False)}[case]
     forced.cfg = dict(cfg, GLUON=True)
     g = torch.Generator().manual_seed(11)
@@ -641,7 +642,8 @@ def test_gpu_launch_records_follow_new_data_in_place(direction, stride, rng, mon
     prepared = []
     for module_name in ("gluon_conv", "gluon_conv_strided", "gluon_dgrad_fused"):
         module = __import__(f"tridnn.cuda.{module_name}", fromlist=["prepare"])
-        monkeypatch.setattr(module, "prepare", lambda *a, _real=module.prepare, **k: prepared.append(1) or _real(*a, **k))
+        monkeypatch.setattr(module, "prepare",
+                            lambda *a, _real=module.prepare, **k: prepared.append(1) or _real(*a, **k))
     problem, x, w, y = (t.cuda() if isinstance(t, torch.Tensor) else t
                         for t in _problem(direction, 128, 128, 16, 3, pad=1, stride=stride, n=8, dtype="bfloat16"))
     cfg = dict(gc.PICKS_MEDIUM[0], GLUON=True)

@@ -1,6 +1,7 @@
 """Space-to-depth convolution: a stride-2 convolution over few input channels (a network's
 first layer, ResNet-50's 7x7 stride-2 conv1 on 3 channels) run as a stride-1 convolution
-of 4x4 pixel blocks, inside IMPLICIT_GEMM forward and ALGO_1 backward data.
+of 4x4 pixel blocks, inside IMPLICIT_GEMM forward, ALGO_1 backward data and (switched
+off until timed on a GPU) ALGO_0/ALGO_1 backward filter.
 
 Why: with 3 input channels no tensor-core tile fits the problem. cuDNN runs ResNet-50's
 conv1 at ~35 TFLOP/s on the H200 (443 us at batch 64, bfloat16) and tridnn's GEMM
@@ -210,7 +211,7 @@ def blocks_to_filter_kernel(
 
 @dataclasses.dataclass(frozen=True)
 class Blocks:
-    """The block problem of a space-to-depth forward: block grid, taps and padding."""
+    """The block problem of a space-to-depth convolution: block grid, taps and padding."""
     h4: int
     w4: int
     th: int   # block taps (rows)

@@ -794,8 +794,9 @@ def _forward_matrix(problem, w):
 # common.Bound (arguments resolved to addresses and encoded tensor maps: one C call). A
 # record holds no caller tensor (descriptors keep addresses; an absent bias is
 # gluon_common.placeholder), only a backward-data record's turned filter (C*KH*KW*K
-# elements, as large as the filter). On this project's CPU launch_forward costs 30 us a call preparing, 1.7
-# answered by its record (benchmarks/bench_conv_host_overhead.py, the gluon rows).
+# elements, as large as the filter). On this project's CPU launch_forward costs 30 us a
+# call preparing, 2 answered by its record (benchmarks/bench_conv_host_overhead.py); on
+# the H200's host the whole forward call went 153 -> 24 us (sessions 9-10).
 # TRIDNN_GLUON_RECORDS=0: prepare every call.
 RECORD_LAUNCHES = os.environ.get("TRIDNN_GLUON_RECORDS", "1") != "0"
 _RECORDS: dict = {}
