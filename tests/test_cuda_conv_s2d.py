@@ -6,6 +6,7 @@ ResNet-50's conv1 size on the GPU; which problems take the path; the block filte
 against a direct construction."""
 import os
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -92,7 +93,8 @@ def test_conv1_blocks_and_estimate(direction):
 @pytest.mark.parametrize("c", [1, 3, 4])
 def test_block_filter_is_the_filter_regrouped(kernel, pad, spatial, c):
     """Convolving the blocks of x by the block filter (torch on float64) and moving the
-    blocks out gives the convolution: the regrouping itself, independent of any kernel."""
+    blocks out gives the convolution: the regrouping itself, independent of the block
+    convolution's kernels."""
     p = P(c, 5, spatial, kernel, 2, pad)
     problem = _problem(p)
     b = conv_s2d.blocks(problem)
@@ -113,10 +115,13 @@ def test_block_filter_is_the_filter_regrouped(kernel, pad, spatial, c):
     want = torch.nn.functional.conv2d(x, w, stride=2, padding=pad)
     y = torch.full_like(want, float("nan"))
     mo = 2 * want.shape[2] * want.shape[3]
+    no_epilogue = (y, 0, 0, 0, 0, y, 0, 0.0, 0.0, 1.0)  # (z, its strides, bias, its stride, alpha2, coef, swish)
     conv_s2d.launch(conv_s2d.blocks_and_y_kernel, (conv_s2d.cdiv(mo, 16), 1),
-                    (yb, y, mo, *want.shape[2:], 5, *y.stride()),
-                    dict(TO_Y=True, BLOCK_M=16, BLOCK_K=8, INT64=False), dict(num_warps=4))
-    assert torch.allclose(y, want, rtol=1e-12, atol=1e-12)
+                    (yb, y, mo, *want.shape[2:], 5, *y.stride(), *no_epilogue),
+                    dict(TO_Y=True, ACT=-1, HAS_BIAS=False, HAS_Z=False, BLOCK_M=16, BLOCK_K=8, INT64=False),
+                    dict(num_warps=4))
+    # (the move out sums in float32, as every epilogue: a wrong index would be off by O(1))
+    assert torch.allclose(y, want, rtol=1e-6, atol=1e-6 * want.abs().max().item())
 
 
 CASES = [P(3, 8, (16, 16), 7, 2, 3), P(3, 8, (8, 12), 3, 2, 1), P(2, 4, (8, 8), 1, 2, 0), P(4, 16, (8, 8), 5, 2, 2),
@@ -141,6 +146,54 @@ def test_alpha_beta_and_convolution_mode(mode, direction, rng, counted):
     assert run_case(direction, ALGOS[direction], P(3, 8, (16, 16), 7, 2, 3), "float32", "NHWC", rng, device=DEVICE,
                     as_torch=True, alpha=2.0, beta=0.5, mode=mode) is None
     assert counted
+
+
+FUSED = [("RELU", 0.0, False), ("CLIPPED_RELU", 1.5, True), ("SIGMOID", 0.0, False), ("GELU", 0.0, True),
+         ("IDENTITY", 0.0, False)]
+
+
+@pytest.mark.parametrize("act,coef,z_is_y", FUSED, ids=[a for a, _, _ in FUSED])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_fused_epilogue_as_the_blocks_move_out(act, coef, z_is_y, dtype, rng, counted):
+    """convolution_bias_activation_forward with IMPLICIT_GEMM on a first layer: act(alpha1 *
+    conv + alpha2 * z + bias) applied as the blocks move out to y (z = y in place for some),
+    against float64 (the block convolution rounds once to the data type before the epilogue).
+    NumPy arrays through the interpreter's handle (the GPU run covers the epilogue's kernel
+    in test_gpu_resnet50_conv1's neighbours: this one is CPU-only)."""
+    if GPU:
+        pytest.skip("NumPy arrays on the CPU interpreter's handle")
+    from tridnn import testing
+    from tridnn.descriptors.activation import ActivationDescriptor, ActivationMode
+    from tridnn import reference
+    p = P(3, 8, (16, 12), 7, 2, 3)
+    cd = conv(p, tridnn.ConvMode.CROSS_CORRELATION, tridnn.MathType.DEFAULT, None)
+    x_vals = testing.fill((2, 3, 16, 12), dtype, rng)
+    w_vals = testing.fill((8, 3, 7, 7), dtype, rng)
+    x_desc, x = testing.make_tensor(x_vals.shape, dtype, "NHWC", rng, x_vals)
+    w_desc, w = testing.make_filter(w_vals.shape, dtype, "NHWC", w_vals)
+    y_desc, y = testing.make_tensor(cd.output_dims(x_desc, w_desc), dtype, "NHWC", rng)
+    z_vals = testing.fill(y_desc.dims, dtype, rng)
+    if z_is_y:
+        z_desc, z = y_desc, y
+        y[...] = z_vals
+    else:
+        z_desc, z = testing.make_tensor(y_desc.dims, dtype, "NCHW", rng, z_vals)
+        testing.poison(y)
+    bias_vals = testing.fill((1, 8, 1, 1), dtype, rng)
+    b_desc, bias = testing.make_tensor((1, 8, 1, 1), dtype, "NCHW", rng, bias_vals)
+    act_desc = ActivationDescriptor(ActivationMode[act], coef=coef, swish_beta=0.75)
+    want = reference.fused.conv_bias_activation_forward(x_vals, w_vals, z_vals, bias_vals, act_desc.mode, coef,
+                                                         0.75, alpha1=2.0, alpha2=0.5, stride=2, pad_pre=3)
+    handle = tridnn.Handle(device="cpu", backend="triton", find_cache=None)
+    problem = ConvProblem("fwd", x_desc, w_desc, y_desc, cd)
+    ws = np.empty(ALGO.workspace_size(problem), np.uint8)
+    tridnn.convolution_bias_activation_forward(handle, 2.0, x_desc, x, w_desc, w, cd, ALGO.enum, ws, 0.5, z_desc, z,
+                                               b_desc, bias, act_desc, y_desc, y)
+    testing.assert_all_written(y, act)
+    tol = 3e-5 if dtype == "float32" else 2e-2
+    np.testing.assert_allclose(np.asarray(y, np.float64), want, rtol=tol, atol=tol * np.abs(want).max(),
+                               err_msg=f"{act} {dtype}")
+    assert counted, "the block path ran"
 
 
 @pytest.mark.gpu

@@ -388,10 +388,10 @@ class ImplicitGemmForward(TritonConvAlgorithm):
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
-        if epilogue is None and "s2d_x" in workspace:  # (with an epilogue: conv_fwd_kernel's fused one)
-            conv_s2d.run(self, problem, x, w, y, alpha, beta, workspace)
-            return
         spec = spec_of(epilogue)
+        if "s2d_x" in workspace:  # a stride-2 first layer: the 3x3 block problem
+            conv_s2d.run(self, problem, x, w, y, alpha, beta, workspace, spec)
+            return
         plan = conv_tma.forward_plan(problem, x, w, y, spec.z if spec is not None else None)
         if plan is not None:  # channels-last, stride 1 or 1x1: the input boxes come by TMA
             run_tma_forward(self.tuner, plan, problem, x, w, y, alpha, beta, spec)

@@ -48,6 +48,7 @@ from ..descriptors import FilterDescriptor, TensorDescriptor
 from ..types import ConvMode, TensorFormat
 from ..workspace import Buffer
 from .common import cdiv, launch
+from .epilogue import launch_args, store_tile
 from .geometry import needs_int64
 from .memo import IdentityMemo
 
@@ -139,11 +140,15 @@ def blocks_and_y_kernel(
     M, OH, OW, K,
     # y's strides (n, k, h, w) in elements
     ys_n, ys_k, ys_h, ys_w,
-    TO_Y: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, INT64: tl.constexpr,
+    # the fused epilogue (TO_Y): residual z and its strides, bias, their scalars
+    z_ptr, zs_n, zs_k, zs_h, zs_w, bias_ptr, bias_stride, alpha2, coef, swish_beta,
+    TO_Y: tl.constexpr, ACT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, INT64: tl.constexpr,
 ):
-    """TO_Y: y[n, k, 2p + i, 2q + j] = yb[n, p, q, (i * 2 + j) * K + k]; else the reverse
-    (y gathered into blocks, for a beta blend). One program: BLOCK_M output pixels x
-    BLOCK_K channels, rows of channels contiguous on both sides in NHWC."""
+    """TO_Y: y[n, k, 2p + i, 2q + j] = act(yb[n, p, q, (i * 2 + j) * K + k] + alpha2 * z + bias)
+    (epilogue.store_tile; z may be y itself); else y gathered into the blocks (for a beta
+    blend). One program: BLOCK_M output pixels x BLOCK_K channels, rows of channels
+    contiguous on both sides in NHWC."""
     # map the program to output pixels (n, oh, ow) and channels
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     if INT64:
@@ -157,12 +162,16 @@ def blocks_and_y_kernel(
     blk = (n * (OH // 2) + oh // 2) * (OW // 2) + ow // 2
     sub = (oh % 2) * 2 + ow % 2
     b_ptrs = yb_ptr + (blk * (4 * K) + sub * K)[:, None] + ks[None, :]
-    y_ptrs = y_ptr + (n * ys_n + oh * ys_h + ow * ys_w)[:, None] + ks[None, :] * ys_k
-    mask = (rows[:, None] < M) & (ks[None, :] < K)
+    row_y = n * ys_n + oh * ys_h + ow * ys_w
+    mask_row, mask_col = rows < M, ks < K
+    mask = mask_row[:, None] & mask_col[None, :]
     if TO_Y:
-        tl.store(y_ptrs, tl.load(b_ptrs, mask=mask), mask=mask)
+        acc = tl.load(b_ptrs, mask=mask, other=0.0).to(tl.float32)
+        store_tile(acc, row_y, n * zs_n + oh * zs_h + ow * zs_w, ks, mask_row, mask_col,
+                   y_ptr, ys_k, z_ptr, zs_k, bias_ptr, bias_stride, 1.0, 0.0, alpha2, coef, swish_beta,
+                   ACT, HAS_BIAS, HAS_Z, True)
     else:
-        tl.store(b_ptrs, tl.load(y_ptrs, mask=mask), mask=mask)
+        tl.store(b_ptrs, tl.load(y_ptr + row_y[:, None] + ks[None, :] * ys_k, mask=mask), mask=mask)
 
 
 @triton.jit
@@ -299,12 +308,14 @@ def estimate(problem) -> float:
     return inner.flops / dot_rate(problem) + moved / 3e12 + 10e-6
 
 
-def run(algorithm, problem, x, w, y, alpha, beta, workspace):
+def run(algorithm, problem, x, w, y, alpha, beta, workspace, spec=None):
     """Forward: y = alpha * conv(x, w) + beta * y; backward data: x = alpha * dconv(y, w) +
     beta * x (y is dy, x is dx); backward filter: w = alpha * wgrad(x, y) + beta * w; through
     the block convolution (algorithm: the IMPLICIT_GEMM forward, ALGO_1 backward data or
     backward filter whose ``run`` computes it; backward filter's own buffers for the block
-    problem are the workspace's names without the s2d_ prefix)."""
+    problem are the workspace's names without the s2d_ prefix). spec: forward's fused
+    epilogue (z, bias, activation), applied as the blocks move out to y, after the block
+    convolution's one rounding to the data type (a second rounding; float32 data has one)."""
     b = blocks(problem)
     inner = inner_problem(problem)
     n, c = x.shape[0], x.shape[1]
@@ -322,8 +333,11 @@ def run(algorithm, problem, x, w, y, alpha, beta, workspace):
                 *w.stride()), dict(FLIP=problem.mode == ConvMode.CONVOLUTION, CP=CP, BLOCK_R=bm), nw)
     oh, ow = y.shape[2], y.shape[3]
     mo, bk = n * oh * ow, min(64, 1 << (k - 1).bit_length())
-    blocks_y = (blocks_and_y_kernel, (cdiv(mo, bm), cdiv(k, bk)), (yb, y, mo, oh, ow, k, *y.stride()))
-    y_meta = dict(BLOCK_M=bm, BLOCK_K=bk, INT64=needs_int64(y, yb))
+    bias, bias_stride, z, zs, alpha2, coef, swish_beta, act, has_bias, has_z = launch_args(spec, y, 2)
+    blocks_y = (blocks_and_y_kernel, (cdiv(mo, bm), cdiv(k, bk)),
+                (yb, y, mo, oh, ow, k, *y.stride(), z, zs[0], zs[1], zs[3], zs[4], bias, bias_stride, alpha2, coef,
+                 swish_beta))
+    y_meta = dict(ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z, BLOCK_M=bm, BLOCK_K=bk, INT64=needs_int64(y, yb, z))
     views = {"x": xb.permute(0, 3, 1, 2), "w": wb.permute(0, 3, 1, 2), "y": yb.permute(0, 3, 1, 2)}
     if problem.direction == "fwd":
         launch(*blocks_x, dict(x_meta, TO_X=False), nw)
