@@ -196,6 +196,20 @@ def test_fused_epilogue_as_the_blocks_move_out(act, coef, z_is_y, dtype, rng, co
     assert counted, "the block path ran"
 
 
+def test_kernels_compile_for_sm90_without_spills():
+    """Every kernel of the block path, both directions of the moves and the fused epilogue
+    (relu, gelu with bias and z), compiles for sm_90 offline with no local-memory spills
+    (a child process without the interpreter: tests/gluon_helpers.compile_in_child)."""
+    from gluon_helpers import compile_in_child
+    calls = [("tridnn.cuda.conv_s2d", "compile_sm90", name, kw) for name, kw in [
+        ("x_and_blocks", {}), ("x_and_blocks", {"to": False}), ("filter_to_blocks", {}), ("blocks_and_y", {}),
+        ("blocks_and_y", {"to": False}), ("blocks_and_y", {"act": 1, "has_bias": True, "has_z": True}),
+        ("blocks_and_y", {"act": 101, "has_bias": True, "has_z": True, "dtype": "fp32"}), ("blocks_to_filter", {})]]
+    for (_, _, name, kw), facts in zip(calls, compile_in_child(calls)):
+        assert facts is not None and facts["regs"] > 0, (name, kw)
+        assert "STL" not in facts["sass"], f"{name} {kw} spills to local memory"
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data", "bwd_filter"])

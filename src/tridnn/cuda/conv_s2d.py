@@ -361,3 +361,34 @@ def run(algorithm, problem, x, w, y, alpha, beta, workspace, spec=None):
                (wb, w, total, k, c, kh, kw, problem.pad_pre[0], problem.pad_pre[1], b.th, b.tw, b.p_h, b.p_w,
                 *w.stride(), float(alpha), float(beta)),
                dict(FLIP=problem.mode == ConvMode.CONVOLUTION, BETA_ZERO=beta == 0, CP=CP, BLOCK=256), nw)
+
+
+# --------------------------------------------------------------------------------------
+# Offline compile (no GPU needed): CI checks the kernels build for sm_90
+# --------------------------------------------------------------------------------------
+
+def compile_sm90(name: str, dtype: str = "bf16", to=True, act=-1, has_bias=False, has_z=False):
+    """Compile one of this module's kernels (name: "x_and_blocks", "filter_to_blocks",
+    "blocks_and_y", "blocks_to_filter") for sm_90 without a GPU; returns the CompiledKernel.
+    to: TO_X / TO_Y; act, has_bias, has_z: blocks_and_y's epilogue."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    ptr = "*" + dtype
+    kernels = {
+        "x_and_blocks": (x_and_blocks_kernel, {"x_ptr": ptr, "xb_ptr": ptr},
+                         dict(TO_X=to, CP=CP, BLOCK_M=64, INT64=False)),
+        "filter_to_blocks": (filter_to_blocks_kernel, {"w_ptr": ptr, "wb_ptr": ptr},
+                             dict(FLIP=False, CP=CP, BLOCK_R=64)),
+        "blocks_and_y": (blocks_and_y_kernel, {"yb_ptr": ptr, "y_ptr": ptr, "z_ptr": ptr, "bias_ptr": ptr,
+                                               "alpha2": "fp32", "coef": "fp32", "swish_beta": "fp32"},
+                         dict(TO_Y=to, ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z, BLOCK_M=64, BLOCK_K=64,
+                              INT64=False)),
+        "blocks_to_filter": (blocks_to_filter_kernel, {"wb_ptr": ptr, "dw_ptr": ptr, "alpha": "fp32",
+                                                       "beta": "fp32"},
+                             dict(FLIP=False, BETA_ZERO=False, CP=CP, BLOCK=256)),
+    }
+    fn, types, consts = kernels[name]
+    sig = {a: "constexpr" if a in consts else types.get(a, "i32") for a in fn.arg_names}
+    src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
