@@ -1,5 +1,6 @@
 """conv_s2d: stride-2 first layers (few input channels) as a stride-1 convolution of 4x4
-pixel blocks, inside IMPLICIT_GEMM forward and ALGO_1 backward data. Through the public
+pixel blocks, inside IMPLICIT_PRECOMP_GEMM forward, ALGO_1 backward data and (behind its
+switch) backward filter. Through the public
 API against the float64 reference (poisoned outputs, alpha/beta, CONVOLUTION mode, both layouts, odd filters and
 paddings), under the interpreter on the CPU and, with TRIDNN_GPU_TESTS=1 --gpu, at
 ResNet-50's conv1 size on the GPU; which problems take the path; the block filter
@@ -19,7 +20,7 @@ from tridnn.cuda import conv_s2d  # noqa: E402
 
 from test_cuda_conv import P, conv, run_case  # noqa: E402
 
-ALGO = registry.by_enum("conv", "fwd", "triton", tridnn.ConvFwdAlgo.IMPLICIT_GEMM)
+ALGO = registry.by_enum("conv", "fwd", "triton", tridnn.ConvFwdAlgo.IMPLICIT_PRECOMP_GEMM)
 BWD = registry.by_enum("conv", "bwd_data", "triton", tridnn.ConvBwdDataAlgo.ALGO_1)
 WGRAD = {a: registry.by_enum("conv", "bwd_filter", "triton", a) for a in (tridnn.ConvBwdFilterAlgo.ALGO_0,
                                                                       tridnn.ConvBwdFilterAlgo.ALGO_1)}
@@ -75,7 +76,8 @@ def test_which_problems_take_the_block_path(p, why, direction):
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
 def test_conv1_blocks_and_estimate(direction):
     """ResNet-50's conv1: 3x3 block taps padded by 1, 64 block channels, 256 block outputs;
-    get's estimates rank the block path (IMPLICIT_GEMM forward, ALGO_1 backward data) first."""
+    get's estimates rank the block path (IMPLICIT_PRECOMP_GEMM forward, ALGO_1 backward data)
+    first; IMPLICIT_GEMM forward stays workspace-free (cuDNN's contract)."""
     problem = _problem(P(3, 64, (224, 224), 7, 2, 3), n=64, dtype="bfloat16", direction=direction)
     ALGO = ALGOS[direction]
     assert conv_s2d.blocks(problem) == conv_s2d.Blocks(56, 56, 3, 3, 1, 1)
@@ -86,6 +88,8 @@ def test_conv1_blocks_and_estimate(direction):
     others = [a.estimate(problem) for a in registry.algorithms("conv", direction, "triton")
               if a is not ALGO and a.not_applicable(problem) is None]
     assert len(others) >= 1 and ALGO.estimate(problem) < min(others)
+    implicit = registry.by_enum("conv", "fwd", "triton", tridnn.ConvFwdAlgo.IMPLICIT_GEMM)
+    assert implicit.workspace_size(_problem(P(3, 64, (224, 224), 7, 2, 3), n=64, dtype="bfloat16")) == 0
 
 
 @pytest.mark.parametrize("kernel,pad,spatial", [(7, 3, (16, 16)), (3, 1, (8, 12)), (1, 0, (8, 8)), (5, 2, (8, 8)),
@@ -155,7 +159,7 @@ FUSED = [("RELU", 0.0, False), ("CLIPPED_RELU", 1.5, True), ("SIGMOID", 0.0, Fal
 @pytest.mark.parametrize("act,coef,z_is_y", FUSED, ids=[a for a, _, _ in FUSED])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_fused_epilogue_as_the_blocks_move_out(act, coef, z_is_y, dtype, rng, counted):
-    """convolution_bias_activation_forward with IMPLICIT_GEMM on a first layer: act(alpha1 *
+    """convolution_bias_activation_forward with IMPLICIT_PRECOMP_GEMM on a first layer: act(alpha1 *
     conv + alpha2 * z + bias) applied as the blocks move out to y (z = y in place for some),
     against float64 (the block convolution rounds once to the data type before the epilogue).
     NumPy arrays through the interpreter's handle (the GPU run covers the epilogue's kernel

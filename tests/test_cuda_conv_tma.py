@@ -43,7 +43,7 @@ CASES = [
     (P(16, 16, (6, 7), 1, (2, 3)), ("fwd", "bwd_data", "bwd_filter")),       # 1x1 strides 2x3
     (P(16, 16, (7, 6), 3, 2, 1), ("bwd_data",)),                             # odd H at stride 2: pointers
     (P(16, 16, (4, 4), 1, 3), ("fwd", "bwd_data", "bwd_filter")),            # stride past the image: empty phases
-    (P(3, 16, (8, 8), 7, 2, 3), ("fwd", "bwd_data", "bwd_filter")),          # first layer, C = 3: conv_s2d's blocks
+    (P(3, 16, (8, 8), 7, 2, 3), ("bwd_data", "bwd_filter")),                 # first layer: C = 3 (bwd_data: conv_s2d)
     (P(5, 16, (5, 6), 3, 1, 1), ("bwd_data", "bwd_filter")),                 # C = 5 padded
 ]
 
@@ -51,11 +51,11 @@ CASES = [
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data", "bwd_filter"])
 def test_few_channels_are_padded_in_the_workspace(direction, rng, tma_calls):
     """C = 3 is padded to 16 in the workspace. Forward: IMPLICIT_PRECOMP_GEMM does it (a
-    precomputation); backward filter ALGO_1 declares the padded copy as workspace. A
-    stride-2 first layer whose image halves (this one) takes conv_s2d's 4x4 pixel blocks
-    instead in IMPLICIT_GEMM forward and ALGO_1 backward data (tests/test_cuda_conv_s2d.py):
-    the block problem's TMA path, its blocks in the workspace; at stride 1 (C = 3 still
-    padded) IMPLICIT_GEMM forward keeps its workspace-free pointer kernel."""
+    precomputation), IMPLICIT_GEMM stays workspace-free with its pointer kernel; backward
+    data and filter ALGO_1 declare the padded copies as workspace. (This problem, a
+    stride-2 first layer whose image halves, takes conv_s2d's 4x4 pixel blocks in
+    IMPLICIT_PRECOMP_GEMM forward and ALGO_1 backward data: tests/test_cuda_conv_s2d.py;
+    the block problem runs the TMA path.)"""
     p = P(3, 16, (8, 8), 7, 2, 3)
     algo = PRECOMP if direction == "fwd" else ALGO[direction]
     for dtype in ("float16", "float32"):
@@ -63,8 +63,8 @@ def test_few_channels_are_padded_in_the_workspace(direction, rng, tma_calls):
     assert tma_calls[direction] > 0
     if direction == "fwd":
         tma_calls.clear()
-        assert run_case("fwd", ALGO["fwd"], P(3, 16, (8, 8), 7, 1, 3), "float32", "NHWC", rng) is None
-        assert not tma_calls  # IMPLICIT_GEMM at stride 1: the pointer kernel, no workspace
+        assert run_case("fwd", ALGO["fwd"], p, "float32", "NHWC", rng) is None
+        assert not tma_calls  # IMPLICIT_GEMM: the pointer kernel, no workspace
     from tridnn.algorithms.problem import ConvProblem
     from test_cuda_conv import conv
     cd = conv(p)
@@ -73,6 +73,7 @@ def test_few_channels_are_padded_in_the_workspace(direction, rng, tma_calls):
     problem = ConvProblem(direction, xd, wd, xd.with_dims(cd.output_dims(xd, wd)), cd)
     assert conv_tma.padded_channels(problem) == 16
     assert algo.workspace_size(problem) >= 16 * 16 * 49 * 2  # at least the padded filter (or the blocks)
+    assert ALGO["fwd"].workspace_size(problem) == 0 or direction != "fwd"
 
 
 @pytest.fixture
@@ -652,11 +653,11 @@ def test_empty_batch_through_every_triton_algorithm(direction):
 
 
 def test_get_ranks_resnet50_conv1_by_the_measured_times():
-    """conv1 (C = 3) bf16 batch 64 on the H200: forward IMPLICIT_GEMM through conv_s2d's
-    blocks 167 us (2026-12-01) beat GEMM (im2col rows padded to 160) 476 us, which beat
-    PRECOMP (padded TMA) 656 (2026-11-30 11:40 UTC); backward filter ALGO_1 (conv_wgrad_tma's
-    rows kernel) 272.5 us beat ALGO_0 700. get, which runs nothing, must rank them in that
-    order."""
+    """conv1 (C = 3) bf16 batch 64 on the H200: forward through conv_s2d's blocks 167 us
+    (2026-12-01; now IMPLICIT_PRECOMP_GEMM's precomputation) beat GEMM (im2col rows padded to
+    160) 476 us and IMPLICIT_GEMM's pointer kernel 898 (2026-11-30 11:40 UTC); backward
+    filter ALGO_1 (conv_wgrad_tma's rows kernel) 272.5 us beat ALGO_0 700. get, which runs
+    nothing, must rank them in that order."""
     h = tridnn.Handle(device="cpu", backend="triton", find_cache=None)
     xd = tridnn.TensorDescriptor.nhwc(64, 3, 224, 224, "bfloat16")
     wd = tridnn.FilterDescriptor((64, 3, 7, 7), "bfloat16", tridnn.TensorFormat.NHWC)
@@ -664,7 +665,7 @@ def test_get_ranks_resnet50_conv1_by_the_measured_times():
     yd = xd.with_dims(cd.output_dims(xd, wd))
     fwd = [r.algo.name for r in tridnn.get_convolution_forward_algorithm(h, xd, wd, cd, yd)]
     wgrad = [r.algo.name for r in tridnn.get_convolution_backward_filter_algorithm(h, xd, yd, cd, wd)]
-    assert fwd.index("IMPLICIT_GEMM") < fwd.index("GEMM") < fwd.index("IMPLICIT_PRECOMP_GEMM")
+    assert fwd.index("IMPLICIT_PRECOMP_GEMM") < fwd.index("GEMM") < fwd.index("IMPLICIT_GEMM")
     assert wgrad.index("ALGO_1") < wgrad.index("ALGO_0")
 
 

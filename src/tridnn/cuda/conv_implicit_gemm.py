@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 from ..types import ConvFwdAlgo
-from . import conv_s2d, conv_tma
+from . import conv_tma
 from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, problem_key, sm_count, split_rows
 from .epilogue import launch_args, spec_of, store_tile
 from .geometry import geometry, input_precision, needs_int64, strides5
@@ -371,27 +371,19 @@ def run_tma_forward(tuner, plan, problem, x, w, y, alpha, beta, spec):
 
 class ImplicitGemmForward(TritonConvAlgorithm):
     """Channels-last problems with stride 1 (or a 1x1 filter) take conv_tma's kernel,
-    whose input tiles are TMA boxes; stride-2 first layers (few input channels) a
-    stride-1 convolution of 4x4 pixel blocks (conv_s2d, its buffers in the workspace);
-    the rest conv_fwd_kernel."""
+    whose input tiles are TMA boxes; the rest take conv_fwd_kernel. No workspace (as
+    cuDNN's IMPLICIT_GEMM); IMPLICIT_PRECOMP_GEMM runs stride-2 first layers through
+    conv_s2d's blocks, with this algorithm's ``run`` on the block problem."""
     direction = "fwd"
     enum = ConvFwdAlgo.IMPLICIT_GEMM
     tuner = Tuner()
 
-    def buffers(self, problem):
-        return conv_s2d.buffers(problem) if conv_s2d.why_not(problem) is None else []
-
     def estimate(self, problem):
-        if conv_s2d.why_not(problem) is None:
-            return conv_s2d.estimate(problem)
         return gemm_estimate(problem)
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
         spec = spec_of(epilogue)
-        if "s2d_x" in workspace:  # a stride-2 first layer: the 3x3 block problem
-            conv_s2d.run(self, problem, x, w, y, alpha, beta, workspace, spec)
-            return
         plan = conv_tma.forward_plan(problem, x, w, y, spec.z if spec is not None else None)
         if plan is not None:  # channels-last, stride 1 or 1x1: the input boxes come by TMA
             run_tma_forward(self.tuner, plan, problem, x, w, y, alpha, beta, spec)

@@ -19,7 +19,7 @@ import triton.language as tl
 from ..types import ConvFwdAlgo
 from ..workspace import Buffer
 from .common import TritonConvAlgorithm, Tuner, cdiv, launch, problem_key, split_rows
-from . import conv_tma
+from . import conv_s2d, conv_tma
 from .conv_implicit_gemm import candidates, gemm_estimate, launch_forward, max_split, run_tma_forward
 from .epilogue import spec_of
 from .geometry import geometry, strides5
@@ -76,6 +76,12 @@ def _tables_recipe(problem, x, w, device):
 _tables_recipes = IdentityMemo()
 
 
+def _implicit_gemm():
+    """IMPLICIT_GEMM forward, whose ``run`` computes conv_s2d's block problem."""
+    from ..algorithms import registry
+    return registry.by_enum("conv", "fwd", "triton", ConvFwdAlgo.IMPLICIT_GEMM)
+
+
 class PrecompGemmForward(TritonConvAlgorithm):
     direction = "fwd"
     enum = ConvFwdAlgo.IMPLICIT_PRECOMP_GEMM
@@ -92,6 +98,8 @@ class PrecompGemmForward(TritonConvAlgorithm):
         return max(max_split(problem, geometry(problem)), 2)
 
     def buffers(self, problem):
+        if conv_s2d.why_not(problem) is None:  # a stride-2 first layer: 4x4 pixel blocks
+            return conv_s2d.buffers(problem)
         geo = geometry(problem)
         bufs = [Buffer("rows", (geo.out_pixels, 2), np.int64), Buffer("taps", (geo.taps, 3), np.int64)]
         pad = conv_tma.padded_channels(problem)
@@ -105,6 +113,8 @@ class PrecompGemmForward(TritonConvAlgorithm):
         return bufs
 
     def estimate(self, problem):
+        if conv_s2d.why_not(problem) is None:
+            return conv_s2d.estimate(problem)
         geo = geometry(problem)
         pad = conv_tma.padded_channels(problem)
         if pad:  # tensor-core work on the padded channels, plus the copy of x
@@ -120,6 +130,10 @@ class PrecompGemmForward(TritonConvAlgorithm):
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
         spec = spec_of(epilogue)
+        if "s2d_x" in workspace:  # a stride-2 first layer: precompute its 4x4 pixel blocks, then
+            # IMPLICIT_GEMM's own path on the stride-1 block problem (measured 0.28-0.38 of cuDNN)
+            conv_s2d.run(_implicit_gemm(), problem, x, w, y, alpha, beta, workspace, spec)
+            return
         # few input channels: precompute zero-padded channels-last copies of x and w that the
         # TMA kernel reads (when the GPU has TMA and the stride divides H and W; else the tables)
         xp, plan = workspace.get("x_pad"), None

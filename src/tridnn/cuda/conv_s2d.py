@@ -1,7 +1,8 @@
 """Space-to-depth convolution: a stride-2 convolution over few input channels (a network's
 first layer, ResNet-50's 7x7 stride-2 conv1 on 3 channels) run as a stride-1 convolution
-of 4x4 pixel blocks, inside IMPLICIT_GEMM forward, ALGO_1 backward data and (switched
-off until timed on a GPU) ALGO_0/ALGO_1 backward filter.
+of 4x4 pixel blocks, inside IMPLICIT_PRECOMP_GEMM forward (a precomputation into the
+workspace: IMPLICIT_GEMM stays workspace-free, as cuDNN's), ALGO_1 backward data and
+(switched off until timed on a GPU) ALGO_0/ALGO_1 backward filter.
 
 Why: with 3 input channels no tensor-core tile fits the problem. cuDNN runs ResNet-50's
 conv1 at ~35 TFLOP/s on the H200 (443 us at batch 64, bfloat16) and tridnn's GEMM
@@ -311,8 +312,8 @@ def estimate(problem) -> float:
 def run(algorithm, problem, x, w, y, alpha, beta, workspace, spec=None):
     """Forward: y = alpha * conv(x, w) + beta * y; backward data: x = alpha * dconv(y, w) +
     beta * x (y is dy, x is dx); backward filter: w = alpha * wgrad(x, y) + beta * w; through
-    the block convolution (algorithm: the IMPLICIT_GEMM forward, ALGO_1 backward data or
-    backward filter whose ``run`` computes it; backward filter's own buffers for the block
+    the block convolution (algorithm: the IMPLICIT_GEMM forward (for IMPLICIT_PRECOMP_GEMM),
+    ALGO_1 backward data or the backward filter whose ``run`` computes it; backward filter's own buffers for the block
     problem are the workspace's names without the s2d_ prefix). spec: forward's fused
     epilogue (z, bias, activation), applied as the blocks move out to y, after the block
     convolution's one rounding to the data type (a second rounding; float32 data has one)."""
