@@ -264,11 +264,18 @@ def why_not(problem) -> str | None:
     return None
 
 
+_blocks = IdentityMemo()
+
+
 def blocks(problem) -> Blocks:
-    n, c, h, w = problem.x.dims
-    th, p_h = _taps(problem.kernel[0], problem.pad_pre[0])
-    tw, p_w = _taps(problem.kernel[1], problem.pad_pre[1])
-    return Blocks(h // BLOCK, w // BLOCK, th, tw, p_h, p_w)
+    """The problem's block grid, taps and padding (memoized per problem object: each call of
+    ``run`` needs them)."""
+    def build():
+        n, c, h, w = problem.x.dims
+        th, p_h = _taps(problem.kernel[0], problem.pad_pre[0])
+        tw, p_w = _taps(problem.kernel[1], problem.pad_pre[1])
+        return Blocks(h // BLOCK, w // BLOCK, th, tw, p_h, p_w)
+    return _blocks.get((problem,), None, build)
 
 
 def buffers(problem) -> list:
@@ -313,8 +320,9 @@ def run(algorithm, problem, x, w, y, alpha, beta, workspace, spec=None):
     """Forward: y = alpha * conv(x, w) + beta * y; backward data: x = alpha * dconv(y, w) +
     beta * x (y is dy, x is dx); backward filter: w = alpha * wgrad(x, y) + beta * w; through
     the block convolution (algorithm: the IMPLICIT_GEMM forward (for IMPLICIT_PRECOMP_GEMM),
-    ALGO_1 backward data or the backward filter whose ``run`` computes it; backward filter's own buffers for the block
-    problem are the workspace's names without the s2d_ prefix). spec: forward's fused
+    ALGO_1 backward data or the backward filter whose ``run`` computes it; backward
+    filter's own buffers for the block problem are the workspace's names without the s2d_
+    prefix). spec: forward's fused
     epilogue (z, bias, activation), applied as the blocks move out to y, after the block
     convolution's one rounding to the data type (a second rounding; float32 data has one)."""
     b = blocks(problem)
@@ -372,8 +380,9 @@ def compile_sm90(name: str, dtype: str = "bf16", to=True, act=-1, has_bias=False
     """Compile one of this module's kernels (name: "x_and_blocks", "filter_to_blocks",
     "blocks_and_y", "blocks_to_filter") for sm_90 without a GPU; returns the CompiledKernel.
     to: TO_X / TO_Y; act, has_bias, has_z: blocks_and_y's epilogue."""
-    from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+
+    from .gluon_common import compile_sm90 as compile_for_sm90  # (the one offline compile helper)
 
     ptr = "*" + dtype
     kernels = {
@@ -390,6 +399,4 @@ def compile_sm90(name: str, dtype: str = "bf16", to=True, act=-1, has_bias=False
                              dict(FLIP=False, BETA_ZERO=False, CP=CP, BLOCK=256)),
     }
     fn, types, consts = kernels[name]
-    sig = {a: "constexpr" if a in consts else types.get(a, "i32") for a in fn.arg_names}
-    src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()})
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+    return compile_for_sm90(fn, types, consts, 4, source=ASTSource)

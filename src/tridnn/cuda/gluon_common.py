@@ -160,20 +160,21 @@ def max_regs(num_warps: int, per_sm: int = 1, pingpong: bool = False) -> int:
     return min(256, (65536 // threads) // 8 * 8)
 
 
-def compile_sm90(fn, types, consts, num_warps, maxnreg=None, pointers=()):
+def compile_sm90(fn, types, consts, num_warps, maxnreg=None, pointers=(), source=None):
     """Compile the Gluon kernel ``fn`` for sm_90 without a GPU; returns the CompiledKernel.
     types: argument name -> type (arguments not named are i32); consts: constexpr values;
     maxnreg: the register cap (None: none); pointers: arguments Triton would see as multiples
-    of 16."""
+    of 16; source: the AST source class (default Gluon's; triton.compiler.ASTSource for a
+    plain Triton kernel)."""
     from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
+    if source is None:
+        from triton.experimental.gluon._runtime import GluonASTSource as source
 
     sig = {a: "constexpr" if a in consts else types.get(a, "i32") for a in fn.arg_names}  # in the kernel's order
     extra = {}
     if pointers:
         extra["attrs"] = {(fn.arg_names.index(k),): [["tt.divisibility", 16]] for k in pointers}
-    src = GluonASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()},
-                         **extra)
+    src = source(fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()}, **extra)
     opts = dict(num_warps=num_warps)
     if maxnreg is not None:
         opts["maxnreg"] = maxnreg
