@@ -35,6 +35,8 @@
 #   s2d_tests      conv_s2d (stride-2 first layers as block convolutions) on the GPU
 #   fp32_tf32      the fp32-tf32 section alone
 #   wgrad_s2d      the backward filter suite with conv1 through conv_s2d's blocks (TRIDNN_S2D_WGRAD=1)
+#   conv1          conv1 alone: forward, backward data, fused and backward filter with the blocks'
+#                  backward filter on, then backward filter with it off
 set -u
 cd /tmp/base
 export PYTHONPATH=/tmp/base/src PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/triton-cache
@@ -84,6 +86,8 @@ step() {
     dws) suite dws "${SUITE_S:-190}" dw-fwd,dw-bwd_data,dw-bwd_filter ;;
     s2d_tests) MARK= gpu_tests 150 s2d_tests tests/test_cuda_conv_s2d.py ;;
     wgrad_s2d) TRIDNN_S2D_WGRAD=1 suite wgrad_s2d "${SUITE_S:-190}" rn50-bwd_filter ;;
+    conv1) TRIDNN_S2D_WGRAD=1 suite conv1_s2d 100 rn50-fwd,rn50-bwd_data,rn50-bwd_filter,fused --layers conv1
+           suite conv1_plain 60 rn50-bwd_filter --layers conv1 ;;
     fp32_tf32) suite fp32_tf32 "${SUITE_S:-190}" fp32-tf32 ;;
     records_tests) gpu_tests 150 records_tests tests/test_gluon_integration.py tests/test_gluon_wgrad_integration.py -k "record" ;;
     host) timeout 150 python3 benchmarks/bench_gpu_host_time.py --out "$R/host" > "$R/host.log" 2>&1
