@@ -327,8 +327,14 @@ class _WgradBase(TritonConvAlgorithm):
         most = min(DEPTHWISE_MAX_SLICES, geo.n * geo.out[0] * geo.out[1]) if depthwise.routes_here(problem) else 64
         return 1 if self.atomic else max(1, min(most, MAX_PARTIAL_BYTES // max(one, 1)))
 
+    def _through_blocks(self, problem) -> bool:
+        """A stride-2 first layer through conv_s2d's blocks: ALGO_1 only (ALGO_0's atomic
+        kernel on the block problem measured 570 us at conv1 bf16 batch 64 on the H200,
+        against 269 for ALGO_1 without the blocks and cuDNN's 293; session 11)."""
+        return not self.atomic and conv_s2d.why_not(problem) is None
+
     def buffers(self, problem):
-        if conv_s2d.why_not(problem) is None:  # a stride-2 first layer: the blocks + the block problem's own
+        if self._through_blocks(problem):  # a stride-2 first layer: the blocks + the block problem's own
             return conv_s2d.buffers(problem) + self.buffers(conv_s2d.inner_problem(problem))
         geo = geometry(problem)
         bufs = [Buffer("part", (self._cap(problem), geo.k, geo.taps, self._part_channels(problem)), np.float32)]
@@ -341,7 +347,7 @@ class _WgradBase(TritonConvAlgorithm):
         return bufs
 
     def estimate(self, problem):
-        if conv_s2d.why_not(problem) is None:
+        if self._through_blocks(problem):
             return conv_s2d.estimate(problem)
         if depthwise.routes_here(problem):
             moved = (problem.x.size + problem.y.size) * problem.dtype.itemsize
