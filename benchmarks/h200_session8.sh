@@ -35,6 +35,8 @@
 #   s2d_tests      conv_s2d (stride-2 first layers as block convolutions) on the GPU
 #   fp32_tf32      the fp32-tf32 section alone
 #   wgrad_s2d      the backward filter suite with conv1 through conv_s2d's blocks (TRIDNN_S2D_WGRAD=1)
+#   flat_tests     the one-row (FLAT) backward-filter configs on 1x1 layers against float64
+#   flat_sweep     sweep_gluon_wgrad on the 1x1 layers: image boxes against the FLAT configs
 #   conv1          conv1 alone: forward, backward data, fused and backward filter with the blocks'
 #                  backward filter on, then backward filter with it off
 set -u
@@ -86,6 +88,11 @@ step() {
     dws) suite dws "${SUITE_S:-190}" dw-fwd,dw-bwd_data,dw-bwd_filter ;;
     s2d_tests) MARK= gpu_tests 150 s2d_tests tests/test_cuda_conv_s2d.py ;;
     wgrad_s2d) TRIDNN_S2D_WGRAD=1 suite wgrad_s2d "${SUITE_S:-190}" rn50-bwd_filter ;;
+    flat_tests) gpu_tests 150 flat_tests tests/test_gluon_wgrad.py tests/test_gluon_wgrad_integration.py -k "flat" ;;
+    flat_sweep) timeout 200 python3 benchmarks/sweep_gluon_wgrad.py --no-canary --model-only --no-tridnn \
+                    --layers res3_1x1c,res4_1x1c,res4_1x1r,res5_1x1a,res5_1x1c,res5_1x1r --budget-s 150 \
+                    --out "$R/flat" > "$R/flat.log" 2>&1
+                echo "flat_sweep rc=$?"; grep -E "cudnn|flat|^res" "$R/flat.log" | grep -v "^ " | cut -c1-120 | tail -60 ;;
     conv1) TRIDNN_S2D_WGRAD=1 suite conv1_s2d 100 rn50-fwd,rn50-bwd_data,rn50-bwd_filter,fused --layers conv1
            suite conv1_plain 60 rn50-bwd_filter --layers conv1 ;;
     fp32_tf32) suite fp32_tf32 "${SUITE_S:-190}" fp32-tf32 ;;

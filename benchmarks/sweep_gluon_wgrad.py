@@ -56,6 +56,13 @@ LAYERS = {  # name: (N, C, K, H, W, filter size, padding, stride)
     "res3_3x3s2": (64, 128, 128, 56, 56, 3, 1, 2),
     "res4_3x3s2": (64, 256, 256, 28, 28, 3, 1, 2),
     "res5_3x3s2": (64, 512, 512, 14, 14, 3, 1, 2),
+    # 1x1 stride 1 (the FLAT configs beside the image boxes: --layers res4_1x1c,...)
+    "res3_1x1c": (64, 128, 512, 28, 28, 1, 0, 1),
+    "res4_1x1c": (64, 256, 1024, 14, 14, 1, 0, 1),
+    "res4_1x1r": (64, 1024, 256, 14, 14, 1, 0, 1),
+    "res5_1x1a": (64, 1024, 512, 14, 14, 1, 0, 1),
+    "res5_1x1c": (64, 512, 2048, 7, 7, 1, 0, 1),
+    "res5_1x1r": (64, 2048, 512, 7, 7, 1, 0, 1),
 }
 DEFAULT_LAYERS = "res2_3x3,res3_3x3,res4_3x3,res5_3x3"
 CANARY = [  # (N, C, K, H, W, KH, KW, pad, alpha, beta, schedule (direct, splits) or None, sms, stride)
@@ -63,6 +70,7 @@ CANARY = [  # (N, C, K, H, W, KH, KW, pad, alpha, beta, schedule (direct, splits
     (3, 128, 64, 7, 7, 3, 3, 1, 0.5, 0.0, (0, 3), None, 1),
     (2, 64, 128, 9, 13, 5, 3, 2, 1.0, 0.5, (3, 2), 3, 1),
     (2, 128, 128, 14, 10, 3, 3, 1, 1.0, 0.0, None, None, 2),
+    (3, 128, 192, 7, 9, 1, 1, 0, 1.0, 0.5, None, None, 1),  # 1x1: the only one FLAT configs take
 ]
 SMS = 132
 
@@ -85,9 +93,11 @@ def fill(plan, boxes, programs) -> float:
     return sum(steps) / (programs * max(steps)) if max(steps) else 0.0
 
 
-def applies(cfg, c, k, n, oh, ow) -> bool:
-    """Skip tiles mostly outside the layer, 64-channel tiles where 128 fit (L2-bound), and
-    boxes that waste half the pixels."""
+def applies(cfg, c, k, n, oh, ow, flat=False) -> bool:
+    """Skip tiles mostly outside the layer, 64-channel tiles where 128 fit (L2-bound), boxes
+    that waste half the pixels, and one-row (FLAT) configs off 1x1 stride-1 layers (flat)."""
+    if cfg.get("FLAT") and not flat:
+        return False
     if cfg["BLOCK_M"] > max(k, 64) or cfg["BLOCK_N"] > max(c, 64):
         return False
     if min(cfg["BLOCK_M"], cfg["BLOCK_N"]) < 128 and min(c, k) >= 128:
@@ -138,6 +148,8 @@ def canary(indices, dry):
         cfg = gw.CONFIGS[i]
         worst = 0.0
         for n, c, k, h, w, kh, kw, pad, alpha, beta, sched, sms, st in CANARY:
+            if cfg.get("FLAT") and not gw.flat_ok((kh, kw), (pad, pad), (st, st)):
+                continue
             x, dy = make(n, c, k, h, w, kh, kw, pad, dev, seed=i, stride=st)
             dw0 = torch.randn(k, c, kh, kw, generator=torch.Generator().manual_seed(7)).to(dev)
             want = None
@@ -242,7 +254,7 @@ def main():
         ws = None
         for i in indices:
             cfg = gw.CONFIGS[i]
-            if not applies(cfg, c, k, n, oh, ow):
+            if not applies(cfg, c, k, n, oh, ow, flat=gw.flat_ok((ks, ks), (pad, pad), (st, st))):
                 continue
             programs = SMS * cfg.get("PER_SM", 1)
             variants, boxes = schedules(gw, cfg, n, c, k, oh, ow, ks, ks, programs)

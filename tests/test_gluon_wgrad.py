@@ -303,6 +303,49 @@ def test_finish_kernel_sums_slices_in_order(beta, taps, rng):
     assert direct == 0 or np.array_equal(dw.numpy()[:BM, :BN, 0, 0], dw0[:BM, :BN, 0, 0])
 
 
+def test_flat_view_is_one_row_of_pixels():
+    """flat_view reads the same memory as [1, C, 1, N*H*W] channels-last, pixel p = (n, h, w)
+    in order, so a 1x1 weight gradient over it equals the one over the images."""
+    x = torch.randn(3, 8, 5, 7).to(memory_format=torch.channels_last)
+    dy = torch.randn(3, 16, 5, 7).to(memory_format=torch.channels_last)
+    fx, fdy = gw.flat_view(x), gw.flat_view(dy)
+    assert fx.shape == (1, 8, 1, 105) and fx.data_ptr() == x.data_ptr()
+    assert fx.permute(0, 2, 3, 1).is_contiguous()
+    assert torch.equal(fx[0, :, 0, :], x.permute(1, 0, 2, 3).reshape(8, -1))
+    want = torch.nn.grad.conv2d_weight(x.double(), (16, 8, 1, 1), dy.double())
+    got = torch.nn.grad.conv2d_weight(fx.double(), (16, 8, 1, 1), fdy.double())
+    torch.testing.assert_close(got, want)
+    assert gw.flat_ok((1, 1), (0, 0), (1, 1))
+    assert not gw.flat_ok((1, 1), (0, 0), (2, 2)) and not gw.flat_ok((3, 3), (1, 1), (1, 1))
+    assert not gw.flat_ok((1, 1), (1, 1), (1, 1))
+
+
+def test_flat_walk_matches_float64(rng):
+    """A flat config's walk over the one-row view (boxes of BW pixels across image ends, the
+    last one ragged) reproduces the 1x1 weight gradient."""
+    cfg = dict(next(c for c in gw.CONFIGS if c["FLAT"]), BW=8, BLOCK_M=4, BLOCK_N=4)
+    n, c, k, h, w = 3, 6, 5, 5, 7
+    x = rng.standard_normal((n, h, w, c))
+    dy = rng.standard_normal((n, h, w, k))
+    fx, fdy = x.reshape(1, 1, n * h * w, c), dy.reshape(1, 1, n * h * w, k)
+    tiles, boxes = gw.num_tiles(cfg, k, c, 1), gw.num_boxes(cfg, 1, 1, n * h * w)
+    assert boxes == -(-n * h * w // 8)
+    for forced in (None, (0, 3)):
+        kw = {} if forced is None else dict(direct=forced[0], splits=forced[1])
+        direct, splits, per = gw.schedule(cfg, tiles, boxes, 3, **kw)
+        got = _walk(fx, fdy, 1, 1, 0, 1, cfg, direct, splits, per)
+        want = np.einsum("nhwk,nhwc->kc", dy, x)
+        np.testing.assert_allclose(got[:, 0, 0, :], want, rtol=1e-10, atol=1e-10)
+
+
+def test_flat_config_refuses_other_problems():
+    x = torch.zeros(2, 64, 8, 8, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    dy = torch.zeros(2, 64, 8, 8, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    flat = next(c for c in gw.CONFIGS if c["FLAT"])
+    with pytest.raises(ValueError, match="1x1"):
+        gw.prepare(x, dy, (3, 3), (1, 1), cfg=flat, sms=4)
+
+
 def test_why_not():
     x = torch.zeros(2, 64, 8, 8, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
     dy = torch.zeros(2, 32, 8, 8, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
@@ -328,6 +371,8 @@ GPU_CASES = [  # (N, C, K, H, W, KH, KW, pad, dil[, stride])
     (3, 128, 64, 9, 10, 3, 3, 0, 1),    # padding 0
     (2, 64, 200, 12, 12, 3, 3, 2, 2),   # dilation 2, K not a multiple of BLOCK_M
     (2, 72, 64, 16, 16, 1, 1, 0, 1),    # 1x1, C not a multiple of BLOCK_N
+    (3, 256, 128, 7, 7, 1, 1, 0, 1),    # 1x1 on 7x7 maps: 147 pixels a row (flat configs)
+    (2, 64, 256, 14, 14, 1, 1, 0, 1),
     (2, 64, 128, 14, 14, 3, 3, 1, 1, 2),   # stride 2 (x through its stride-phase view)
     (3, 128, 64, 16, 10, 3, 3, 1, 1, 2),
     (2, 72, 128, 8, 8, 1, 1, 0, 1, 2),     # 1x1 stride 2 (downsample), C not a multiple of 64
@@ -351,9 +396,18 @@ def _problem(case):
     return _REFERENCES[case]
 
 
+def _flat_case(case) -> bool:
+    n, c, k, h, w_, kh, kw, pad, dil, st = case + (1,) * (10 - len(case))
+    return gw.flat_ok((kh, kw), (pad, pad), (st, st))
+
+
+# every config on every case it applies to (the flat ones on 1x1 stride-1 cases only)
+GPU_PAIRS = [pytest.param(case, cfg, id=f"{'x'.join(map(str, case))}-{gw.name(cfg)}")
+             for cfg in gw.CONFIGS for case in GPU_CASES if _flat_case(case) or not cfg["FLAT"]]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("cfg", gw.CONFIGS, ids=gw.name)
-@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: "x".join(map(str, c)))
+@pytest.mark.parametrize("case,cfg", GPU_PAIRS)
 def test_gpu_against_float64(case, cfg):
     need_hopper()
     n, c, k, h, w_, kh, kw, pad, dil, st = case + (1,) * (10 - len(case))

@@ -31,7 +31,7 @@ from test_cuda_conv import P, run_case  # noqa: E402
 ALGO = registry.by_enum("conv", "bwd_filter", "triton", tridnn.ConvBwdFilterAlgo.ALGO_1)
 CUDA = types.SimpleNamespace(type="cuda", index=0)
 ALL_PICKS = list({gw.name(c): c for c in gw.WGRAD_PICKS_NARROW + gw.WGRAD_PICKS_LARGE + gw.WGRAD_PICKS_MEDIUM
-                  + gw.WGRAD_PICKS_SMALL}.values())
+                  + gw.WGRAD_PICKS_SMALL + gw.WGRAD_PICKS_FLAT + gw.WGRAD_PICKS_FLAT_NARROW}.values())
 
 
 def _problem(c, k, hw, kernel, stride=1, pad=0, n=4, dtype="float16", layout="NHWC", groups=1, dilation=1,
@@ -69,7 +69,7 @@ def _names(cfgs):
     (128, 128, 28, 3, 1, 1, gw.WGRAD_PICKS_LARGE),      # res3_3x3
     (256, 256, 14, 3, 1, 1, gw.WGRAD_PICKS_MEDIUM),     # res4_3x3
     (512, 512, 7, 3, 1, 1, gw.WGRAD_PICKS_SMALL),       # res5_3x3
-    (256, 64, 56, 1, 1, 0, gw.WGRAD_PICKS_NARROW[:1]),  # 1x1 into 64 channels: no multi-tap tiles
+    (256, 64, 56, 1, 1, 0, gw.WGRAD_PICKS_FLAT_NARROW[:2]),  # 1x1 into 64 channels: one row, 64-row tiles
     (128, 128, 14, 3, 1, 1, gw.WGRAD_PICKS_MEDIUM[:2]),  # 128 channels: no 256-wide tile
     (512, 1024, 14, 1, 2, 0, gw.WGRAD_PICKS_SMALL),     # 1x1 stride 2 (downsample): 7x7 outputs
     (72, 200, 12, (5, 3), 1, 2, gw.WGRAD_PICKS_MEDIUM[:2]),  # odd channels, 5x3: 12x14 outputs
@@ -106,6 +106,19 @@ def test_not_offered_off_hopper_or_under_the_interpreter(hopper, monkeypatch):
     assert bwf.gluon_candidates(problem, x, y, w, torch.device("cpu")) == []
     monkeypatch.setattr(bwf, "_hopper", lambda device: False)  # e.g. a Blackwell GPU: no wgmma
     assert bwf.gluon_candidates(problem, x, y, w, CUDA) == []
+
+
+def test_one_by_one_layers_get_the_flat_picks(hopper):
+    """1x1 stride-1 problems without padding are offered the one-row (FLAT) configs, which
+    fill every box; 1x1 at stride 2 and 3x3 keep the image boxes."""
+    problem, x, w, y = _problem(256, 1024, 14, 1, n=8)
+    assert _names(bwf.gluon_candidates(problem, x, y, w, CUDA)) == _names(gw.WGRAD_PICKS_FLAT)
+    problem, x, w, y = _problem(64, 256, 56, 1, n=2)
+    assert _names(bwf.gluon_candidates(problem, x, y, w, CUDA)) == _names(gw.WGRAD_PICKS_FLAT_NARROW)
+    problem, x, w, y = _problem(256, 512, 14, 1, stride=2, n=8)
+    assert not any(c["FLAT"] for c in bwf.gluon_candidates(problem, x, y, w, CUDA))
+    problem, x, w, y = _problem(256, 256, 14, 3, pad=1, n=8)
+    assert not any(c["FLAT"] for c in bwf.gluon_candidates(problem, x, y, w, CUDA))
 
 
 def test_dw_in_any_layout_and_float_dtype(hopper):
@@ -290,7 +303,8 @@ GPU_CASES = [
     P(64, 128, (9, 11), (5, 3), 1, (2, 1)),  # 5x3 filter, unequal padding, ragged image
     P(128, 128, (6, 5), 3, 1, 0),            # no padding
     P(80, 200, (10, 12), 3, 1, 2, 2),        # dilation 2; channels not multiples of 64
-    P(64, 192, (6, 5), 1),                   # 1x1
+    P(64, 192, (6, 5), 1),                   # 1x1 (the flat configs: one row of pixels)
+    P(256, 256, (7, 7), 1),                  # 1x1 on 7x7 maps
     P(64, 128, (14, 14), 1, 2),              # 1x1 stride 2 (x's stride-phase view)
 ]
 
@@ -312,9 +326,13 @@ def forced(monkeypatch):
     return state
 
 
+def _flat_problem(p) -> bool:
+    return gw.flat_ok(p["kernel"], p["pad"], p["stride"])
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("cfg", ALL_PICKS, ids=gw.name)
-@pytest.mark.parametrize("p", GPU_CASES, ids=lambda p: p["name"])
+@pytest.mark.parametrize("p,cfg", [pytest.param(p, cfg, id=f"{p['name']}-{gw.name(cfg)}")
+                                   for cfg in ALL_PICKS for p in GPU_CASES if _flat_problem(p) or not cfg["FLAT"]])
 def test_gpu_forced_config_against_float64(p, cfg, rng, forced):
     """float16 into a NaN-poisoned dw (every element written), bfloat16 blended with alpha = 2,
     beta = 0.5 in CONVOLUTION mode (reversed taps); batches of 3."""

@@ -235,7 +235,8 @@ def gluon_candidates(problem, x, dy, dw, device) -> list:
     if gluon_wgrad is None or not _hopper(device) or gluon_why_not(problem, x, dy, dw) is not None:
         return []
     geo = geometry(problem)
-    return gluon_wgrad.picks(geo.k, geo.c, geo.out[2], geo.taps)
+    flat = gluon_wgrad.flat_ok(geo.ker[1:], geo.pad[1:], geo.stride[1:])
+    return gluon_wgrad.picks(geo.k, geo.c, geo.out[2], geo.taps, flat=flat)
 
 
 # Launch records, as gluon_conv's: a repeated call (the same problem object and config,

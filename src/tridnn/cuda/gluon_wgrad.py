@@ -285,23 +285,24 @@ FINISH_BLOCK = 1024
 # Host side: configs and the split arithmetic (pure Python, CPU-testable)
 # --------------------------------------------------------------------------------------
 
-def config(nb, bh, bw, bm, bn, stages, warps, per_sm=1, taps=1, splits=None):
+def config(nb, bh, bw, bm, bn, stages, warps, per_sm=1, taps=1, splits=None, flat=False):
     """NB x BH x BW pixels a k-step, a BLOCK_M (output channels) x BLOCK_N (input channels)
     tile per filter tap, taps (TAPS_N, a power of 2) consecutive filter taps side by side in
     one tile (the dy box is loaded once for all of them; the MMA's N is TAPS_N * BLOCK_N),
     STAGES ring slots,
     num_warps consumer warps (num_warps/4 warpgroups sharing the BLOCK_M rows), per_sm
-    programs an SM; splits: fixed pixel splits (None: ``schedule``)."""
+    programs an SM; splits: fixed pixel splits (None: ``schedule``); flat: for 1x1 stride-1
+    problems only, x and dy viewed as one row of pixels (``flat_view``)."""
     # the loader warp's registers (setmaxnreg): the per-tap offsets of several taps need more
     return dict(NB=nb, BH=bh, BW=bw, BLOCK_M=bm, BLOCK_N=bn, STAGES=stages, num_warps=warps, PER_SM=per_sm,
-                TAPS_N=taps, SPLITS=splits, LOADER_REGS=40 if taps == 1 else 56)
+                TAPS_N=taps, SPLITS=splits, LOADER_REGS=40 if taps == 1 else 56, FLAT=flat)
 
 
 def name(cfg) -> str:
     return (f"{cfg['NB']}x{cfg['BH']}x{cfg['BW']} {cfg['BLOCK_M']}x"
             + (f"{cfg['TAPS_N']}*" if cfg.get("TAPS_N", 1) > 1 else "") + f"{cfg['BLOCK_N']} s{cfg['STAGES']} "
             f"w{cfg['num_warps']}" + (f" p{cfg['PER_SM']}" if cfg.get("PER_SM", 1) > 1 else "")
-            + (f" S{cfg['SPLITS']}" if cfg.get("SPLITS") else ""))
+            + (f" S{cfg['SPLITS']}" if cfg.get("SPLITS") else "") + (" flat" if cfg.get("FLAT") else ""))
 
 
 def block_p(cfg) -> int:
@@ -342,6 +343,10 @@ CONFIGS = [
     # res3: 128 x 2*128 (N = 256, two warpgroups), a quarter less operand traffic per MAC
     # than 128 x 128 for 10/9 of the MACs
     config(1, 8, 8, 128, 128, 4, 8, taps=2), config(1, 4, 16, 128, 128, 4, 8, taps=2),
+    # 1x1 stride-1 layers as one row of N*H*W pixels (FLAT, ``flat_ok``): every box full
+    config(1, 1, 128, 128, 128, 3, 8, flat=True), config(1, 1, 64, 128, 256, 4, 8, flat=True),
+    config(1, 1, 64, 256, 128, 4, 8, flat=True), config(1, 1, 128, 64, 64, 3, 4, per_sm=2, flat=True),
+    config(1, 1, 256, 64, 64, 3, 4, flat=True), config(1, 1, 128, 128, 64, 4, 8, flat=True),
 ]
 
 
@@ -364,13 +369,34 @@ WGRAD_PICKS_MEDIUM = [config(4, 2, 16, 128, 128, 3, 8), config(16, 1, 8, 128, 12
                       config(1, 8, 8, 128, 256, 4, 8), config(4, 1, 16, 128, 256, 4, 8)]  # 14 <= width < 28
 WGRAD_PICKS_SMALL = [config(16, 1, 8, 128, 128, 3, 8), config(2, 8, 8, 128, 128, 3, 8),
                      config(8, 1, 8, 128, 256, 4, 8)]                           # width < 14
+# 1x1 stride-1 layers (flat_ok): ResNet-50's widths are 7 * 2^k, so 8-, 16- and 32-wide boxes
+# of an image row leave 1/8 of every k-step's MACs on zeros; a row of N*H*W pixels fills them
+WGRAD_PICKS_FLAT = [config(1, 1, 128, 128, 128, 3, 8, flat=True), config(1, 1, 64, 128, 256, 4, 8, flat=True),
+                    config(1, 1, 64, 256, 128, 4, 8, flat=True)]
+WGRAD_PICKS_FLAT_NARROW = [config(1, 1, 128, 64, 64, 3, 4, per_sm=2, flat=True),
+                           config(1, 1, 256, 64, 64, 3, 4, flat=True), config(1, 1, 128, 128, 64, 4, 8, flat=True)]
 
 
-def picks(k: int, c: int, out_w: int, taps: int = 9) -> list:
+def flat_ok(kernel_size, padding, stride) -> bool:
+    """A 1x1 filter at stride 1 without padding: dw = dy^T @ x over pixels, whatever the images'
+    shape, so x and dy may be read as one row of N*H*W pixels."""
+    return tuple(kernel_size) == (1, 1) and tuple(padding) == (0, 0) and tuple(stride) == (1, 1)
+
+
+def flat_view(t):
+    """[N, C, H, W] channels-last -> the same memory as [1, C, 1, N*H*W] channels-last."""
+    n, c, h, w = t.shape
+    return t.permute(0, 2, 3, 1).reshape(1, 1, n * h * w, c).permute(0, 3, 1, 2)
+
+
+def picks(k: int, c: int, out_w: int, taps: int = 9, flat: bool = False) -> list:
     """The configs offered for dw [k, c, ...] of ``taps`` filter taps from outputs of width
     out_w, each marked GLUON=True for the launcher; no tile wider than the next power of 2
-    of its channels, no more taps a tile than the filter has."""
-    if k <= 64 or c <= 64:
+    of its channels, no more taps a tile than the filter has. flat: a 1x1 stride-1 problem
+    (flat_ok), offered the one-row configs instead of image boxes."""
+    if flat:
+        base = WGRAD_PICKS_FLAT_NARROW if k <= 64 or c <= 64 else WGRAD_PICKS_FLAT
+    elif k <= 64 or c <= 64:
         base = WGRAD_PICKS_NARROW
     else:
         base = WGRAD_PICKS_LARGE if out_w >= 28 else WGRAD_PICKS_MEDIUM if out_w >= 14 else WGRAD_PICKS_SMALL
@@ -380,6 +406,9 @@ def picks(k: int, c: int, out_w: int, taps: int = 9) -> list:
 
 
 def num_boxes(cfg, n, oh, ow) -> int:
+    """Pixel boxes a tile reduces (a FLAT config's: of the one row of n * oh * ow pixels)."""
+    if cfg.get("FLAT"):
+        n, oh, ow = 1, 1, n * oh * ow
     return cdiv(n, cfg["NB"]) * cdiv(oh, cfg["BH"]) * cdiv(ow, cfg["BW"])
 
 
@@ -532,6 +561,10 @@ def prepare(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, alpha
     reason = why_not(x, dy, (kh, kw), padding, dilation, stride)
     if reason:
         raise ValueError(reason)
+    if cfg.get("FLAT"):
+        if not flat_ok((kh, kw), padding, stride):
+            raise ValueError("a flat config needs a 1x1 filter, stride 1 and no padding")
+        x, dy = flat_view(x), flat_view(dy)
     n, c, h, w = x.shape
     k, oh, ow = dy.shape[1], dy.shape[2], dy.shape[3]
     taps = kh * kw
