@@ -89,7 +89,7 @@ step() {
     s2d_tests) MARK= gpu_tests 150 s2d_tests tests/test_cuda_conv_s2d.py ;;
     wgrad_s2d) TRIDNN_S2D_WGRAD=1 suite wgrad_s2d "${SUITE_S:-190}" rn50-bwd_filter ;;
     flat_tests) gpu_tests 150 flat_tests tests/test_gluon_wgrad.py tests/test_gluon_wgrad_integration.py -k "flat" ;;
-    flat_sweep) timeout 200 python3 benchmarks/sweep_gluon_wgrad.py --no-canary --model-only --no-tridnn \
+    flat_sweep) timeout 200 python3 benchmarks/sweep_gluon_wgrad.py --no-canary --model-only --no-tridnn --configs 1,2,3,8,10,12,21,22,23 \
                     --layers res3_1x1c,res4_1x1c,res4_1x1r,res5_1x1a,res5_1x1c,res5_1x1r --budget-s 150 \
                     --out "$R/flat" > "$R/flat.log" 2>&1
                 echo "flat_sweep rc=$?"; grep -E "cudnn|flat|^res" "$R/flat.log" | grep -v "^ " | cut -c1-120 | tail -60 ;;
