@@ -37,6 +37,7 @@
 #   wgrad_s2d      the backward filter suite with conv1 through conv_s2d's blocks (TRIDNN_S2D_WGRAD=1)
 #   flat_tests     the one-row (FLAT) backward-filter configs on 1x1 layers against float64
 #   flat_sweep     sweep_gluon_wgrad on the 1x1 layers: image boxes against the FLAT configs
+#   layers_tests   the layer kernels' tests on the GPU (pooling, norms, dropout, LRN, tensor ops), 200 s
 #   conv1          conv1 alone: forward, backward data, fused and backward filter with the blocks'
 #                  backward filter on, then backward filter with it off
 set -u
@@ -93,6 +94,8 @@ step() {
                     --layers res3_1x1c,res4_1x1c,res4_1x1r,res5_1x1a,res5_1x1c,res5_1x1r --budget-s 150 \
                     --out "$R/flat" > "$R/flat.log" 2>&1
                 echo "flat_sweep rc=$?"; grep -E "cudnn|flat|^res" "$R/flat.log" | grep -v "^ " | cut -c1-120 | tail -60 ;;
+    layers_tests) MARK= gpu_tests 200 layers_tests tests/test_cuda_layers.py tests/test_cuda_norms_dropout_fast.py \
+                      tests/test_cuda_tensor_ops_fast.py tests/test_cuda_lrn_fast.py tests/test_cuda_group_norm_resident.py ;;
     conv1) TRIDNN_S2D_WGRAD=1 suite conv1_s2d 100 rn50-fwd,rn50-bwd_data,rn50-bwd_filter,fused --layers conv1
            suite conv1_plain 60 rn50-bwd_filter --layers conv1 ;;
     fp32_tf32) suite fp32_tf32 "${SUITE_S:-190}" fp32-tf32 ;;
