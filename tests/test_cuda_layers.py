@@ -806,6 +806,7 @@ def test_reduce_split_rows_combine(op, dtype, combine, stages, rng, monkeypatch)
     monkeypatch.setattr(tensor_ops, "STRIDED_ROWS_STAGES", stages)  # tl.range's pipelining (GPU only)
     monkeypatch.setattr(tensor_ops, "_COUNTERS", {})
     monkeypatch.setattr(tensor_ops, "_combine_kernel", _Recorder(tensor_ops._combine_kernel, "combine", calls))
+    monkeypatch.setattr(tensor_ops, "GLUON_STREAM", False)  # on a Hopper GPU ADD/AVG go to gluon_stream instead
     shape = (3, 4, 5, 6)
     values = rng.standard_normal(shape) * 0.9
     values[np.abs(values) < 0.1] = 0.0
@@ -849,6 +850,7 @@ def test_adaptive_average_pool_to_1x1_nhwc_split(split, combine, rng, monkeypatc
     monkeypatch.setattr(tensor_ops, "STRIDED_ROWS_BLOCK_R", 8)
     monkeypatch.setattr(tensor_ops, "REDUCE_SPLIT", split)
     monkeypatch.setattr(tensor_ops, "SPLIT_COMBINE", combine)
+    monkeypatch.setattr(tensor_ops, "GLUON_STREAM", False)  # (a Hopper GPU's route: test_gluon_stream_routing)
     x = make((2, 6, 5, 7), "NHWC", rng=rng)
     y = poisoned((2, 6, 1, 1), "NHWC")
     pooling.adaptive_pooling_forward(x, y, 1, 1.0, 0.0)
@@ -999,7 +1001,9 @@ def test_gpu_full_size_layers(layout, monkeypatch):
                 dropout.dropout_backward(x, dx, got, 0.1)
                 assert torch.equal(got, mask_nchw), (draw, merge_w)
                 assert torch.equal(y, y_nchw) and torch.equal(dx, dx_nchw), (draw, merge_w)
-    # sum over H, W and global average pooling (NHWC: split along H * W, then combined)
+    # sum over H, W and global average pooling (NHWC: split along H * W, then combined; the
+    # Triton kernels, not gluon_stream's route, which test_gluon_stream_routing covers)
+    monkeypatch.setattr(tensor_ops, "GLUON_STREAM", False)
     for split, combine, stages in ((None, "kernel", None), (1, "kernel", None), (None, "last", None),
                                    (2, "last", None), (2, "kernel", None), (None, "kernel", 2), (1, "kernel", 3)):
         monkeypatch.setattr(tensor_ops, "REDUCE_SPLIT", split)
