@@ -38,6 +38,8 @@
 #   flat_tests     the one-row (FLAT) backward-filter configs on 1x1 layers against float64
 #   flat_sweep     sweep_gluon_wgrad on the 1x1 layers: image boxes against the FLAT configs
 #   layers_tests   the layer kernels' tests on the GPU (pooling, norms, dropout, LRN, tensor ops), 200 s
+#   layers_tests2  the same from the split row reductions on (layers_tests stops after ~290 tests)
+#   dw_profile     profile_gpu_conv_kernels.py: the kernels of depthwise backward filter calls and cuDNN's
 #   conv1          conv1 alone: forward, backward data, fused and backward filter with the blocks'
 #                  backward filter on, then backward filter with it off
 set -u
@@ -96,6 +98,12 @@ step() {
                 echo "flat_sweep rc=$?"; grep -E "cudnn|flat|^res" "$R/flat.log" | grep -v "^ " | cut -c1-120 | tail -60 ;;
     layers_tests) MARK= gpu_tests 200 layers_tests tests/test_cuda_layers.py tests/test_cuda_norms_dropout_fast.py \
                       tests/test_cuda_tensor_ops_fast.py tests/test_cuda_lrn_fast.py tests/test_cuda_group_norm_resident.py ;;
+    layers_tests2) MARK= gpu_tests 300 layers_tests2 tests/test_cuda_layers.py tests/test_cuda_norms_dropout_fast.py \
+                       tests/test_cuda_tensor_ops_fast.py tests/test_cuda_lrn_fast.py tests/test_cuda_group_norm_resident.py \
+                       -k "not test_cuda_layers or reduce_split or adaptive_average_pool_to_1x1 or reduce_max_nan or bad_inputs or public_api or gpu_" ;;
+    dw_profile) timeout 150 python3 benchmarks/profile_gpu_conv_kernels.py --direction bwd_filter \
+                    --layers dw32_112,dw192_28,dw384_14,dw576_14s2,dw960_7 > "$R/dw_profile.log" 2>&1
+                echo "dw_profile rc=$?"; cut -c1-120 "$R/dw_profile.log" | tail -80 ;;
     conv1) TRIDNN_S2D_WGRAD=1 suite conv1_s2d 100 rn50-fwd,rn50-bwd_data,rn50-bwd_filter,fused --layers conv1
            suite conv1_plain 60 rn50-bwd_filter --layers conv1 ;;
     fp32_tf32) suite fp32_tf32 "${SUITE_S:-190}" fp32-tf32 ;;
