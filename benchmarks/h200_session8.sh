@@ -40,6 +40,8 @@
 #   layers_tests   the layer kernels' tests on the GPU (pooling, norms, dropout, LRN, tensor ops), 200 s
 #   layers_tests2  the same from the split row reductions on (layers_tests stops after ~290 tests)
 #   dw_profile     profile_gpu_conv_kernels.py: the kernels of depthwise backward filter calls and cuDNN's
+#   pool_diag      diag_avg_pool_backward.py (channels-last average pooling dx: tridnn against torch and NumPy)
+#   layers_tests3  layers_tests2 without the channels-last pooling rows test (pool_diag looks at it)
 #   conv1          conv1 alone: forward, backward data, fused and backward filter with the blocks'
 #                  backward filter on, then backward filter with it off
 set -u
@@ -104,6 +106,11 @@ step() {
     dw_profile) timeout 150 python3 benchmarks/profile_gpu_conv_kernels.py --direction bwd_filter \
                     --layers dw32_112,dw192_28,dw384_14,dw576_14s2,dw960_7 > "$R/dw_profile.log" 2>&1
                 echo "dw_profile rc=$?"; cut -c1-120 "$R/dw_profile.log" | tail -80 ;;
+    pool_diag) timeout 120 python3 benchmarks/diag_avg_pool_backward.py > "$R/pool_diag.log" 2>&1
+               echo "pool_diag rc=$?"; cut -c1-400 "$R/pool_diag.log" | tail -40 ;;
+    layers_tests3) MARK= gpu_tests 330 layers_tests3 tests/test_cuda_layers.py tests/test_cuda_norms_dropout_fast.py \
+                       tests/test_cuda_tensor_ops_fast.py tests/test_cuda_lrn_fast.py tests/test_cuda_group_norm_resident.py \
+                       -k "(not test_cuda_layers or reduce_split or adaptive_average_pool_to_1x1 or reduce_max_nan or bad_inputs or public_api or gpu_) and not gpu_pooling_channels_last_rows" ;;
     conv1) TRIDNN_S2D_WGRAD=1 suite conv1_s2d 100 rn50-fwd,rn50-bwd_data,rn50-bwd_filter,fused --layers conv1
            suite conv1_plain 60 rn50-bwd_filter --layers conv1 ;;
     fp32_tf32) suite fp32_tf32 "${SUITE_S:-190}" fp32-tf32 ;;
