@@ -166,11 +166,12 @@ def _apply(src_ptr, dst_ptr, s_off, d_off, keep, in_range, scale, COMPUTE: tl.co
 
 
 @triton.jit
-def _dropout_flat_kernel(src_ptr, dst_ptr, mask_ptr, numel, seed, first_block, threshold, scale,
+def _dropout_flat_kernel(src_ptr, dst_ptr, mask_ptr, numel, seed, first_block, threshold, scale: tl.float64,
                          FORWARD: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_G: tl.constexpr):
     """Dense tensors in logical order: groups of 4 elements, one Philox block each
     (stream position offset + i with offset % 4 == 0, so group g is block
     first_block + g)."""
+    scale = tl.full([], scale, tl.float64).to(COMPUTE)  # (float64 data keeps 1 / (1 - p) unrounded)
     g = tl.program_id(0).to(tl.int64) * BLOCK_G + tl.arange(0, BLOCK_G)
     k = tl.arange(0, 4)[None, :]
     i = g[:, None] * 4 + k
@@ -184,7 +185,7 @@ def _dropout_flat_kernel(src_ptr, dst_ptr, mask_ptr, numel, seed, first_block, t
 
 
 @triton.jit
-def _dropout_vec8_kernel(src_ptr, dst_ptr, mask_ptr, numel, seed, first_block, threshold, scale,
+def _dropout_vec8_kernel(src_ptr, dst_ptr, mask_ptr, numel, seed, first_block, threshold, scale: tl.float64,
                          FORWARD: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
                          BLOCK_V: tl.constexpr, LOAD_FIRST: tl.constexpr = False):
     """Dense tensors in logical order, [BLOCK_V, 8] tiles: row v is elements 8v..8v+7,
@@ -193,6 +194,7 @@ def _dropout_vec8_kernel(src_ptr, dst_ptr, mask_ptr, numel, seed, first_block, t
     elements are one thread's (the words' column is known per register, so the word
     selects fold away), loaded and stored as one 16-byte vector for 16-bit data.
     LOAD_FIRST: the data is loaded before the draws (its latency under their arithmetic)."""
+    scale = tl.full([], scale, tl.float64).to(COMPUTE)  # (float64 data keeps 1 / (1 - p) unrounded)
     # map the program to BLOCK_V rows of 8 elements
     v = first_index(BLOCK_V, BIG) + tl.arange(0, BLOCK_V)
     j = tl.arange(0, 8)[None, :]
@@ -255,7 +257,7 @@ def _octets_phase(src_ptr, dst_ptr, off, m, keep, scale, COMPUTE: tl.constexpr, 
 
 
 @triton.jit
-def _dropout_octets_kernel(src_ptr, dst_ptr, mask_ptr, C, HW4, groups, OCT, seed, first_block, threshold, scale,
+def _dropout_octets_kernel(src_ptr, dst_ptr, mask_ptr, C, HW4, groups, OCT, seed, first_block, threshold, scale: tl.float64,
                            COMPUTE: tl.constexpr, BIG: tl.constexpr,
                            BLOCK_O: tl.constexpr, BLOCK_Q: tl.constexpr, LOADS_FIRST: tl.constexpr,
                            KEEP_FROM_WORDS: tl.constexpr = False):
@@ -267,6 +269,7 @@ def _dropout_octets_kernel(src_ptr, dst_ptr, mask_ptr, C, HW4, groups, OCT, seed
     keep bytes are one int32 mask word (the reserve 4-byte aligned). A program takes
     BLOCK_Q groups x BLOCK_O octets; within it lanes run over 8 octets, then 4 groups,
     then the rest (octets, then groups)."""
+    scale = tl.full([], scale, tl.float64).to(COMPUTE)  # (float64 data keeps 1 / (1 - p) unrounded)
     # map the program to (group block, octet block), octet blocks fastest
     pid = tl.program_id(0)
     if BIG:
@@ -361,7 +364,7 @@ def _tile_position(I, W_UNITS, O1, O2, BIG: tl.constexpr, BLOCK_I: tl.constexpr,
 
 
 @triton.jit
-def _dropout_tile_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first_block, threshold, scale,
+def _dropout_tile_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first_block, threshold, scale: tl.float64,
                          # strides: outer dims (O0, O1, O2), the inner dim and W, per tensor
                          so0, so1, so2, si, sw, do0, do1, do2, di, dw, lo0, lo1, lo2, li,
                          FORWARD: tl.constexpr, COMPUTE: tl.constexpr, BIG: tl.constexpr,
@@ -370,6 +373,7 @@ def _dropout_tile_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first_
     runs along the inner dim, the mask (logical order) along W. The forward draws the
     mask in the mask's layout (one Philox call per 4 W values), stores it, and reads it
     back in the data's layout, so no thread repeats a draw for the other layout."""
+    scale = tl.full([], scale, tl.float64).to(COMPUTE)  # (float64 data keeps 1 / (1 - p) unrounded)
     # map the program to (outer position, inner block, W block)
     W = W4 * 4  # so Triton sees that the mask's runs of 4 bytes are never cut by W
     o0, o1, o2, inner, w_blk = _tile_position(I, W, O1, O2, BIG, BLOCK_I, BLOCK_W)
@@ -392,7 +396,7 @@ def _dropout_tile_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first_
 
 
 @triton.jit
-def _dropout_split_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first_block, threshold, scale,
+def _dropout_split_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first_block, threshold, scale: tl.float64,
                           # strides: outer dims (O0, O1, O2), the inner dim and W, per tensor
                           so0, so1, so2, si, sw, do0, do1, do2, di, dw, lo0, lo1, lo2, li,
                           FORWARD: tl.constexpr, PACKED: tl.constexpr, COMPUTE: tl.constexpr,
@@ -404,6 +408,7 @@ def _dropout_split_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first
     loaded as a tile of its own, and the four keep bits are the mask's 4 bytes of the
     group, stored as one int32 (PACKED: mask_ptr is the reserve seen as int32; else
     four byte stores). LOAD_FIRST: the four data tiles are loaded before the draws."""
+    scale = tl.full([], scale, tl.float64).to(COMPUTE)  # (float64 data keeps 1 / (1 - p) unrounded)
     # map the program to (outer position, inner block, group block)
     o0, o1, o2, inner, g_blk = _tile_position(I, W4, O1, O2, BIG, BLOCK_I, BLOCK_G)
     g = g_blk * BLOCK_G + tl.arange(0, BLOCK_G)
@@ -468,7 +473,7 @@ def _dropout_split_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first
 
 
 @triton.jit
-def _dropout_join_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first_block, threshold, scale,
+def _dropout_join_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first_block, threshold, scale: tl.float64,
                          # strides: outer dims (O0, O1, O2), the inner dim and W, per tensor
                          so0, so1, so2, si, sw, do0, do1, do2, di, dw, lo0, lo1, lo2, li,
                          FORWARD: tl.constexpr, COMPUTE: tl.constexpr, BIG: tl.constexpr,
@@ -477,6 +482,7 @@ def _dropout_join_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first_
     as the data lies): the Philox calls of a [BLOCK_G, BLOCK_I] tile, their four words
     interleaved along W on chip (join, permute, reshape), so the keep bits meet the data
     in its own layout; the mask bytes are stored from there."""
+    scale = tl.full([], scale, tl.float64).to(COMPUTE)  # (float64 data keeps 1 / (1 - p) unrounded)
     # map the program to (outer position, inner block, W block)
     o0, o1, o2, inner, g_blk = _tile_position(I, W4, O1, O2, BIG, BLOCK_I, BLOCK_G)
     w = g_blk * (4 * BLOCK_G) + tl.arange(0, 4 * BLOCK_G)
@@ -500,10 +506,11 @@ def _dropout_join_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first_
 
 @triton.jit
 def _dropout_element_kernel(src_ptr, dst_ptr, mask_ptr, numel, D1, D2, D3, ss0, ss1, ss2, ss3,
-                            ds0, ds1, ds2, ds3, ls0, ls1, ls2, ls3, seed, offset, threshold, scale,
+                            ds0, ds1, ds2, ds3, ls0, ls1, ls2, ls3, seed, offset, threshold, scale: tl.float64,
                             FORWARD: tl.constexpr, COMPUTE: tl.constexpr, BLOCK: tl.constexpr):
     """Any layout: programs walk the source in its memory order; each element's logical
     index (strides ls*) gives its stream position and its byte in the reserve."""
+    scale = tl.full([], scale, tl.float64).to(COMPUTE)  # (float64 data keeps 1 / (1 - p) unrounded)
     i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     in_range = i < numel
     i0, i1, i2, i3 = unravel4(i, D1, D2, D3)
