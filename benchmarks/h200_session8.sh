@@ -42,7 +42,7 @@
 #   dw_profile     profile_gpu_conv_kernels.py: the kernels of depthwise backward filter calls and cuDNN's
 #   pool_diag      diag_avg_pool_backward.py (channels-last average pooling dx: tridnn against torch and NumPy)
 #   layers_tests3  layers_tests2 without the channels-last pooling rows test (pool_diag looks at it)
-#   layers_tests4  layers_tests2's tests again (after the session-11 fixes), 400 s
+#   layers_tests4  layers_tests2's tests again (after the session-11 fixes), 300 s
 #   conv1          conv1 alone: forward, backward data, fused and backward filter with the blocks'
 #                  backward filter on, then backward filter with it off
 set -u
@@ -112,7 +112,7 @@ step() {
     layers_tests3) MARK= gpu_tests 330 layers_tests3 tests/test_cuda_layers.py tests/test_cuda_norms_dropout_fast.py \
                        tests/test_cuda_tensor_ops_fast.py tests/test_cuda_lrn_fast.py tests/test_cuda_group_norm_resident.py \
                        -k "(not test_cuda_layers or reduce_split or adaptive_average_pool_to_1x1 or reduce_max_nan or bad_inputs or public_api or gpu_) and not gpu_pooling_channels_last_rows" ;;
-    layers_tests4) MARK= gpu_tests 400 layers_tests4 tests/test_cuda_layers.py tests/test_cuda_norms_dropout_fast.py \
+    layers_tests4) MARK= gpu_tests 300 layers_tests4 tests/test_cuda_layers.py tests/test_cuda_norms_dropout_fast.py \
                        tests/test_cuda_tensor_ops_fast.py tests/test_cuda_lrn_fast.py tests/test_cuda_group_norm_resident.py \
                        -k "not test_cuda_layers or reduce_split or adaptive_average_pool_to_1x1 or reduce_max_nan or bad_inputs or public_api or gpu_" ;;
     conv1) TRIDNN_S2D_WGRAD=1 suite conv1_s2d 100 rn50-fwd,rn50-bwd_data,rn50-bwd_filter,fused --layers conv1
