@@ -38,7 +38,7 @@ def _problem(p, n=2, dtype="float32", direction="fwd"):
 
 @pytest.fixture
 def wgrad_on(monkeypatch):
-    """Backward filter through the blocks (off by default until timed on a GPU)."""
+    """Backward filter through the blocks (on by default; TRIDNN_S2D_WGRAD=0 turns it off)."""
     monkeypatch.setattr(conv_s2d, "WGRAD", True)
 
 
@@ -61,16 +61,16 @@ def counted(monkeypatch):
     (P(3, 8, (16, 16), 3, 2, 1, dilation=2), "dilation 1"),
     (P(4, 8, (16, 16), 3, 2, 1, groups=2), "groups 1"),
 ])
-@pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data", "bwd_filter"])
 def test_which_problems_take_the_block_path(p, why, direction):
     reason = conv_s2d.why_not(_problem(p, direction=direction))
     assert (reason is None) if why is None else (why in reason), reason
     names = [b.name for b in ALGOS[direction].buffers(_problem(p, direction=direction))]
     if why is None:
-        assert names == ["s2d_x", "s2d_w", "s2d_y"]
+        assert names[:3] == ["s2d_x", "s2d_w", "s2d_y"]
+        assert direction == "bwd_filter" or len(names) == 3  # (backward filter: the block problem's own too)
     else:
         assert "s2d_x" not in names
-    assert "backward filter" in conv_s2d.why_not(_problem(p, direction="bwd_filter"))
 
 
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
@@ -233,11 +233,36 @@ def test_gpu_resnet50_conv1(dtype, direction, rng, counted, wgrad_on):
 @pytest.mark.parametrize("p", CASES, ids=lambda p: p["name"])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_backward_filter_through_the_blocks(p, dtype, rng, counted, wgrad_on):
-    """Backward filter (with TRIDNN_S2D_WGRAD=1): the block problem's filter gradient folded
+    """Backward filter: the block problem's filter gradient folded
     into dw (four copies of each tap summed), ALGO_1, NHWC and NCHW, against float64."""
     for layout in ("NHWC", "NCHW"):
         assert run_case("bwd_filter", ALGOS["bwd_filter"], p, dtype, layout, rng, device=DEVICE, as_torch=True) is None
     assert len(counted) == 2
+
+
+def test_backward_filter_rounds_once(rng, counted, wgrad_on):
+    """float16: each dw element is its float32 sum (the block filter's gradient is kept in
+    float32, four copies added, one rounding), so it is within half an ulp of float16 (plus
+    the float32 sums' error) of the float64 weight gradient; a 16-bit block gradient (two
+    roundings) was off by up to ~2 half-ulps."""
+    import torch
+    p, n = P(3, 16, (32, 32), 7, 2, 3), 2
+    cd = conv(p, tridnn.ConvMode.CROSS_CORRELATION, tridnn.MathType.DEFAULT, None)
+    x = torch.from_numpy(rng.standard_normal((n, 3, 32, 32))).half().contiguous(memory_format=torch.channels_last)
+    xd = tridnn.TensorDescriptor.packed(tuple(x.shape), "float16", tridnn.TensorFormat.NHWC)
+    wd = tridnn.FilterDescriptor((16, 3, 7, 7), "float16", tridnn.TensorFormat.NHWC)
+    yd = xd.with_dims(cd.output_dims(xd, wd))
+    dy = torch.from_numpy(rng.standard_normal(yd.dims)).half().contiguous(memory_format=torch.channels_last)
+    dw = torch.full((16, 3, 7, 7), float("nan"), dtype=torch.float16).contiguous(memory_format=torch.channels_last)
+    algo = ALGOS["bwd_filter"]
+    ws = torch.empty(algo.workspace_size(ConvProblem("bwd_filter", xd, wd, yd, cd)), dtype=torch.uint8)
+    handle = tridnn.Handle(device="cpu", backend="triton", find_cache=None)
+    tridnn.convolution_backward_filter(handle, 1.0, xd, x, yd, dy, cd, algo.enum, ws, 0.0, wd, dw)
+    assert counted
+    want = torch.nn.grad.conv2d_weight(x.double(), (16, 3, 7, 7), dy.double(), stride=2, padding=3)
+    half_ulp = 2.0 ** -11 * want.abs()
+    excess = (dw.double() - want).abs() - half_ulp
+    assert excess.max().item() <= 1e-5 * want.abs().max().item(), excess.max().item()
 
 
 @pytest.mark.parametrize("mode", [tridnn.ConvMode.CROSS_CORRELATION, tridnn.ConvMode.CONVOLUTION])
@@ -248,7 +273,7 @@ def test_backward_filter_alpha_beta_and_mode(mode, rng, counted, wgrad_on):
 
 
 def test_backward_filter_workspace_holds_the_block_problems_own(wgrad_on):
-    """The blocks plus the block problem's own buffers (ALGO_1's partials); off by default."""
+    """The blocks plus the block problem's own buffers (ALGO_1's partials)."""
     problem = _problem(P(3, 64, (224, 224), 7, 2, 3), n=64, dtype="bfloat16", direction="bwd_filter")
     algo = ALGOS["bwd_filter"]
     names = [b.name for b in algo.buffers(problem)]
@@ -266,7 +291,11 @@ def test_backward_filter_atomic_keeps_its_own_path(rng, counted, wgrad_on):
     assert not counted
 
 
-def test_backward_filter_blocks_off_by_default():
+def test_backward_filter_blocks_switch(monkeypatch):
+    """On by default (conv_s2d.WGRAD, measured faster on the H200); TRIDNN_S2D_WGRAD=0 turns
+    it off, and ALGO_1 then declares only its own buffers."""
     problem = _problem(P(3, 64, (224, 224), 7, 2, 3), n=64, dtype="bfloat16", direction="bwd_filter")
-    assert "TRIDNN_S2D_WGRAD" in conv_s2d.why_not(problem)
+    assert conv_s2d.WGRAD == (os.environ.get("TRIDNN_S2D_WGRAD", "1") == "1")
+    monkeypatch.setattr(conv_s2d, "WGRAD", False)
+    assert "TRIDNN_S2D_WGRAD=0" in conv_s2d.why_not(problem)
     assert "s2d_x" not in [b.name for b in ALGOS["bwd_filter"].buffers(problem)]

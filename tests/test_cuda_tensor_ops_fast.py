@@ -13,6 +13,15 @@ pytest.importorskip("triton")
 from tridnn.cuda import pooling, tensor_ops  # noqa: E402
 from test_cuda_layers import DEVICE, _Recorder, check, f64, make, poisoned  # noqa: E402
 
+
+@pytest.fixture(autouse=True)
+def triton_reductions(monkeypatch):
+    """These tests are about the Triton reduction kernels: on a Hopper GPU, sums over H and
+    W of channels-last data would go to gluon_stream instead (tested by
+    test_gluon_stream_routing), so that route is off here."""
+    monkeypatch.setattr(tensor_ops, "GLUON_STREAM", False)
+
+
 REDUCE_REF = {0: lambda v, ax: v.sum(ax, keepdims=True), 1: lambda v, ax: v.prod(ax, keepdims=True),
               5: lambda v, ax: v.mean(ax, keepdims=True), 6: lambda v, ax: np.abs(v).sum(ax, keepdims=True),
               7: lambda v, ax: np.sqrt((v * v).sum(ax, keepdims=True)),

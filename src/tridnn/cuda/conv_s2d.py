@@ -30,9 +30,9 @@ Predicted at batch 64, bfloat16: xb 19 MB read and 26 MB written, the 3x3 convol
 Backward data is the same regrouping in reverse: dy into blocks (dyb), the block
 problem's backward data (ALGO_1's own path: dxb = the 3x3 transposed convolution of dyb
 by the block filter), then dx from dxb's real channels (measured 237 us against cuDNN's
-805, session 10). Backward filter (off until timed: WGRAD): x and dy into blocks, the
-block problem's filter gradient, then each dw element the sum of its four copies (one per
-output phase) in the block filter's gradient.
+805, session 10). Backward filter (ALGO_1; WGRAD): x and dy into blocks, the block
+problem's filter gradient (float32), then each dw element the sum of its four copies (one
+per output phase) in it, rounded once (measured 212.9 us against cuDNN's 293.5, session 11).
 
 The three copy kernels (x and its blocks, the filter into the block filter, y and its
 blocks) are plain Triton: they run under the interpreter on the CPU and at any strides.
@@ -42,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+import numpy as np
 import triton
 import triton.language as tl
 
@@ -239,10 +240,11 @@ def _taps(kernel: int, pad: int) -> tuple[int, int]:
     return 2 * p + 1, p
 
 
-# Backward filter through the blocks (ALGO_0/ALGO_1): built and checked against float64 on
-# the CPU, not yet timed on a GPU (predicted conv1 bf16 batch 64 ~180 us against ALGO_1's
-# 270 and cuDNN's 295), so off unless TRIDNN_S2D_WGRAD=1.
-WGRAD = os.environ.get("TRIDNN_S2D_WGRAD", "0") == "1"
+# Backward filter through the blocks (ALGO_1 only: conv_bwd_filter_implicit_gemm): on the
+# H200 (session 11) conv1 bf16 batch 64 took 212.9 us against 267.6 without the blocks and
+# cuDNN's 293.5 (predicted ~180); ALGO_0's atomic kernel on the block problem took 570.
+# TRIDNN_S2D_WGRAD=0 turns it off.
+WGRAD = os.environ.get("TRIDNN_S2D_WGRAD", "1") == "1"
 
 
 def why_not(problem) -> str | None:
@@ -251,7 +253,7 @@ def why_not(problem) -> str | None:
     W multiples of 4 and the output half the input (the usual 'same' padding of a stride-2
     first layer)."""
     if problem.direction == "bwd_filter" and not WGRAD:
-        return "backward filter through the blocks is off until timed on a GPU (TRIDNN_S2D_WGRAD=1)"
+        return "backward filter through the blocks is switched off (TRIDNN_S2D_WGRAD=0)"
     if problem.nd != 2 or problem.groups != 1:
         return "2-D problems with groups 1 only"
     if tuple(problem.stride) != (2, 2) or tuple(problem.dilation) != (1, 1):
@@ -279,10 +281,14 @@ def blocks(problem) -> Blocks:
 
 
 def buffers(problem) -> list:
-    """The workspace: xb, the block filter wb and yb, in the problem's dtype."""
+    """The workspace: xb, the block filter wb and yb, in the problem's dtype; for backward
+    filter wb (the block filter's gradient, 0.6 MB at conv1) is float32, so each dw element
+    is the sum of its four copies rounded once (a 16-bit wb measured 2.6e-3 relative error
+    against cuDNN on the H200 where the path without blocks has 2.1e-4)."""
     b = blocks(problem)
     n, k, dt = problem.n, problem.k, problem.dtype.numpy
-    return [Buffer("s2d_x", (n, b.h4, b.w4, CP), dt), Buffer("s2d_w", (4 * k, b.th, b.tw, CP), dt),
+    wt = np.float32 if problem.direction == "bwd_filter" else dt
+    return [Buffer("s2d_x", (n, b.h4, b.w4, CP), dt), Buffer("s2d_w", (4 * k, b.th, b.tw, CP), wt),
             Buffer("s2d_y", (n, b.h4, b.w4, 4 * k), dt)]
 
 
