@@ -38,16 +38,18 @@
 #   flat_tests     the one-row (FLAT) backward-filter configs on 1x1 layers against float64
 #   flat_sweep     sweep_gluon_wgrad on the 1x1 layers: image boxes against the FLAT configs
 #   layers_tests   the layer kernels' tests on the GPU (pooling, norms, dropout, LRN, tensor ops), 200 s
-#   layers_tests2  the same from the split row reductions on (layers_tests stops after ~290 tests)
+#   layers_tests2  the same from the split row reductions on (layers_tests stops after ~290 tests), 300 s
 #   dw_profile     profile_gpu_conv_kernels.py: the kernels of depthwise backward filter calls and cuDNN's
 #   pool_diag      diag_avg_pool_backward.py (channels-last average pooling dx: tridnn against torch and NumPy)
-#   layers_tests3  layers_tests2 without the channels-last pooling rows test (pool_diag looks at it)
-#   layers_tests4  layers_tests2's tests again (after the session-11 fixes), 300 s
 #   conv1          conv1 alone: forward, backward data, fused and backward filter with the blocks'
 #                  backward filter on, then backward filter with it off
 set -u
 cd /tmp/base
 export PYTHONPATH=/tmp/base/src PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/triton-cache
+LAYER_TESTS="tests/test_cuda_layers.py tests/test_cuda_norms_dropout_fast.py tests/test_cuda_tensor_ops_fast.py
+             tests/test_cuda_lrn_fast.py tests/test_cuda_group_norm_resident.py"
+LAYER_TESTS_REST="not test_cuda_layers or reduce_split or adaptive_average_pool_to_1x1 or reduce_max_nan or bad_inputs"
+LAYER_TESTS_REST="$LAYER_TESTS_REST or public_api or gpu_"
 gpu_tests() { TRIDNN_GPU_TESTS=1 timeout "$1" python3 -m pytest -q -x -p no:cacheprovider --gpu ${MARK--m gpu} "${@:3}" > "$R/$2.log" 2>&1; echo "$2 rc=$?"; tail -3 "$R/$2.log" | cut -c1-200; }
 suite() {  # suite NAME SECONDS SECTIONS [extra args]
     timeout "$2" python3 benchmarks/bench_gpu_conv.py --out "$R/$1" --sections "$3" --algos get --budget-s $(( $2 - 22 )) "${@:4}" > "$R/$1.log" 2>&1
@@ -95,26 +97,17 @@ step() {
     s2d_tests) MARK= gpu_tests 150 s2d_tests tests/test_cuda_conv_s2d.py ;;
     wgrad_s2d) TRIDNN_S2D_WGRAD=1 suite wgrad_s2d "${SUITE_S:-190}" rn50-bwd_filter ;;
     flat_tests) gpu_tests 150 flat_tests tests/test_gluon_wgrad.py tests/test_gluon_wgrad_integration.py -k "flat" ;;
-    flat_sweep) timeout 200 python3 benchmarks/sweep_gluon_wgrad.py --no-canary --model-only --no-tridnn --configs 1,2,3,8,10,12,21,22,23 \
-                    --layers res3_1x1c,res4_1x1c,res4_1x1r,res5_1x1a,res5_1x1c,res5_1x1r --budget-s 150 \
+    flat_sweep) timeout 200 python3 benchmarks/sweep_gluon_wgrad.py --no-canary --model-only --no-tridnn \
+                    --configs 1,2,3,8,10,12,21,22,23 --layers res3_1x1c,res4_1x1c,res4_1x1r,res5_1x1a,res5_1x1c,res5_1x1r --budget-s 150 \
                     --out "$R/flat" > "$R/flat.log" 2>&1
                 echo "flat_sweep rc=$?"; grep -E "cudnn|flat|^res" "$R/flat.log" | grep -v "^ " | cut -c1-120 | tail -60 ;;
-    layers_tests) MARK= gpu_tests 200 layers_tests tests/test_cuda_layers.py tests/test_cuda_norms_dropout_fast.py \
-                      tests/test_cuda_tensor_ops_fast.py tests/test_cuda_lrn_fast.py tests/test_cuda_group_norm_resident.py ;;
-    layers_tests2) MARK= gpu_tests 300 layers_tests2 tests/test_cuda_layers.py tests/test_cuda_norms_dropout_fast.py \
-                       tests/test_cuda_tensor_ops_fast.py tests/test_cuda_lrn_fast.py tests/test_cuda_group_norm_resident.py \
-                       -k "not test_cuda_layers or reduce_split or adaptive_average_pool_to_1x1 or reduce_max_nan or bad_inputs or public_api or gpu_" ;;
+    layers_tests) MARK= gpu_tests 200 layers_tests $LAYER_TESTS ;;
+    layers_tests2) MARK= gpu_tests 300 layers_tests2 $LAYER_TESTS -k "$LAYER_TESTS_REST" ;;
     dw_profile) timeout 150 python3 benchmarks/profile_gpu_conv_kernels.py --direction bwd_filter \
                     --layers dw32_112,dw192_28,dw384_14,dw576_14s2,dw960_7 > "$R/dw_profile.log" 2>&1
                 echo "dw_profile rc=$?"; cut -c1-120 "$R/dw_profile.log" | tail -80 ;;
     pool_diag) timeout 120 python3 benchmarks/diag_avg_pool_backward.py > "$R/pool_diag.log" 2>&1
                echo "pool_diag rc=$?"; cut -c1-400 "$R/pool_diag.log" | tail -40 ;;
-    layers_tests3) MARK= gpu_tests 330 layers_tests3 tests/test_cuda_layers.py tests/test_cuda_norms_dropout_fast.py \
-                       tests/test_cuda_tensor_ops_fast.py tests/test_cuda_lrn_fast.py tests/test_cuda_group_norm_resident.py \
-                       -k "(not test_cuda_layers or reduce_split or adaptive_average_pool_to_1x1 or reduce_max_nan or bad_inputs or public_api or gpu_) and not gpu_pooling_channels_last_rows" ;;
-    layers_tests4) MARK= gpu_tests 300 layers_tests4 tests/test_cuda_layers.py tests/test_cuda_norms_dropout_fast.py \
-                       tests/test_cuda_tensor_ops_fast.py tests/test_cuda_lrn_fast.py tests/test_cuda_group_norm_resident.py \
-                       -k "not test_cuda_layers or reduce_split or adaptive_average_pool_to_1x1 or reduce_max_nan or bad_inputs or public_api or gpu_" ;;
     conv1) TRIDNN_S2D_WGRAD=1 suite conv1_s2d 100 rn50-fwd,rn50-bwd_data,rn50-bwd_filter,fused --layers conv1
            suite conv1_plain 60 rn50-bwd_filter --layers conv1 ;;
     fp32_tf32) suite fp32_tf32 "${SUITE_S:-190}" fp32-tf32 ;;

@@ -257,8 +257,8 @@ def _octets_phase(src_ptr, dst_ptr, off, m, keep, scale, COMPUTE: tl.constexpr, 
 
 
 @triton.jit
-def _dropout_octets_kernel(src_ptr, dst_ptr, mask_ptr, C, HW4, groups, OCT, seed, first_block, threshold, scale: tl.float64,
-                           COMPUTE: tl.constexpr, BIG: tl.constexpr,
+def _dropout_octets_kernel(src_ptr, dst_ptr, mask_ptr, C, HW4, groups, OCT, seed, first_block, threshold,
+                           scale: tl.float64, COMPUTE: tl.constexpr, BIG: tl.constexpr,
                            BLOCK_O: tl.constexpr, BLOCK_Q: tl.constexpr, LOADS_FIRST: tl.constexpr,
                            KEEP_FROM_WORDS: tl.constexpr = False):
     """Forward of dense NHWC data (pixel p, channel c at p * C + c; C % 8 == 0, H * W %
