@@ -310,7 +310,7 @@ def test_example_script_under_torchrun(tmp_path):
     env = {**os.environ, "TRIDNN_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={WORLD}",
            str(ROOT / "examples" / "ddp_train.py"), "--device", "cpu", "--model", "tiny",
-           "--batch-size", "2", "--image-size", "16", "--steps", "1", "--rounds", "1", "--warmup", "1",
+           "--batch-size", "4", "--image-size", "16", "--steps", "1", "--rounds", "1", "--warmup", "1",
            "--find", "--find-budget", "0.01", "--compare", "torch", "--json", str(tmp_path / "out.json")]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -323,7 +323,9 @@ def test_example_script_under_torchrun(tmp_path):
         r = report["results"][layers]
         assert len(r["images_per_s_per_rank"]) == WORLD and r["images_per_s_total"] > 0
         assert r["replica_spread"] == 0.0
-    # identical initial weights and data: both variants reach the same loss
+    # identical initial weights and data: both variants reach the same loss. (Batch 4: at
+    # batch 2 the last blocks' batch norms see 2 values a channel (1x1 maps), which amplifies
+    # rounding: which algorithms find picks moved rank 0's loss by 1.06e-4 and rank 1's by 2%.)
     assert report["results"]["tridnn"]["final_loss"] == pytest.approx(
         report["results"]["torch"]["final_loss"], rel=1e-4)
     con = sqlite3.connect(tmp_path / "cache" / "find-cache.sqlite3")
