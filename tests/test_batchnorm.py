@@ -60,7 +60,8 @@ def test_training_forward_and_backward_every_dtype(mode, dtype, rng):
 
 @pytest.mark.parametrize("mode", [BatchNormMode.SPATIAL, BatchNormMode.PER_ACTIVATION], ids=lambda m: m.name)
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("dims", [(3, 4, 3, 5), (4, 3, 6), (3, 3, 2, 3, 2)], ids=["2d", "1d", "3d"])  # N >= 3: PER_ACTIVATION over 2 values is ill-conditioned
+# batch >= 3 everywhere: PER_ACTIVATION over 2 values a channel is ill-conditioned
+@pytest.mark.parametrize("dims", [(3, 4, 3, 5), (4, 3, 6), (3, 3, 2, 3, 2)], ids=["2d", "1d", "3d"])
 def test_every_layout_and_rank(mode, layout, dims, rng):
     run_backward(mode, "float32", layout, rng, dims)
 
