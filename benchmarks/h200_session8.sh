@@ -109,7 +109,7 @@ step() {
     pool_diag) timeout 120 python3 benchmarks/diag_avg_pool_backward.py > "$R/pool_diag.log" 2>&1
                echo "pool_diag rc=$?"; cut -c1-400 "$R/pool_diag.log" | tail -40 ;;
     conv1) TRIDNN_S2D_WGRAD=1 suite conv1_s2d 100 rn50-fwd,rn50-bwd_data,rn50-bwd_filter,fused --layers conv1
-           suite conv1_plain 60 rn50-bwd_filter --layers conv1 ;;
+           TRIDNN_S2D_WGRAD=0 suite conv1_plain 60 rn50-bwd_filter --layers conv1 ;;
     fp32_tf32) suite fp32_tf32 "${SUITE_S:-190}" fp32-tf32 ;;
     records_tests) gpu_tests 150 records_tests tests/test_gluon_integration.py tests/test_gluon_wgrad_integration.py -k "record" ;;
     host) timeout 150 python3 benchmarks/bench_gpu_host_time.py --out "$R/host" > "$R/host.log" 2>&1

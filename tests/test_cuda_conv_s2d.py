@@ -246,16 +246,14 @@ def test_backward_filter_rounds_once(rng, counted, wgrad_on):
     the float32 sums' error) of the float64 weight gradient; a 16-bit block gradient (two
     roundings) was off by up to ~2 half-ulps."""
     import torch
-    p, n = P(3, 16, (32, 32), 7, 2, 3), 2
-    cd = conv(p, tridnn.ConvMode.CROSS_CORRELATION, tridnn.MathType.DEFAULT, None)
-    x = torch.from_numpy(rng.standard_normal((n, 3, 32, 32))).half().contiguous(memory_format=torch.channels_last)
-    xd = tridnn.TensorDescriptor.packed(tuple(x.shape), "float16", tridnn.TensorFormat.NHWC)
-    wd = tridnn.FilterDescriptor((16, 3, 7, 7), "float16", tridnn.TensorFormat.NHWC)
-    yd = xd.with_dims(cd.output_dims(xd, wd))
-    dy = torch.from_numpy(rng.standard_normal(yd.dims)).half().contiguous(memory_format=torch.channels_last)
-    dw = torch.full((16, 3, 7, 7), float("nan"), dtype=torch.float16).contiguous(memory_format=torch.channels_last)
+    problem = _problem(P(3, 16, (32, 32), 7, 2, 3), n=2, dtype="float16", direction="bwd_filter")
+    xd, wd, yd, cd = problem.x, problem.w, problem.y, problem.conv
+    cl = torch.channels_last
+    x = torch.from_numpy(rng.standard_normal(xd.dims)).half().contiguous(memory_format=cl)
+    dy = torch.from_numpy(rng.standard_normal(yd.dims)).half().contiguous(memory_format=cl)
+    dw = torch.full(wd.dims, float("nan"), dtype=torch.float16).contiguous(memory_format=cl)
     algo = ALGOS["bwd_filter"]
-    ws = torch.empty(algo.workspace_size(ConvProblem("bwd_filter", xd, wd, yd, cd)), dtype=torch.uint8)
+    ws = torch.empty(algo.workspace_size(problem), dtype=torch.uint8)
     handle = tridnn.Handle(device="cpu", backend="triton", find_cache=None)
     tridnn.convolution_backward_filter(handle, 1.0, xd, x, yd, dy, cd, algo.enum, ws, 0.0, wd, dw)
     assert counted

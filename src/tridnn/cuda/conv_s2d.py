@@ -1,8 +1,8 @@
 """Space-to-depth convolution: a stride-2 convolution over few input channels (a network's
 first layer, ResNet-50's 7x7 stride-2 conv1 on 3 channels) run as a stride-1 convolution
 of 4x4 pixel blocks, inside IMPLICIT_PRECOMP_GEMM forward (a precomputation into the
-workspace: IMPLICIT_GEMM stays workspace-free, as cuDNN's), ALGO_1 backward data and
-(switched off until timed on a GPU) ALGO_0/ALGO_1 backward filter.
+workspace: IMPLICIT_GEMM stays workspace-free, as cuDNN's), ALGO_1 backward data and ALGO_1
+backward filter.
 
 Why: with 3 input channels no tensor-core tile fits the problem. cuDNN runs ResNet-50's
 conv1 at ~35 TFLOP/s on the H200 (443 us at batch 64, bfloat16) and tridnn's GEMM

@@ -171,7 +171,7 @@ def _dropout_flat_kernel(src_ptr, dst_ptr, mask_ptr, numel, seed, first_block, t
     """Dense tensors in logical order: groups of 4 elements, one Philox block each
     (stream position offset + i with offset % 4 == 0, so group g is block
     first_block + g)."""
-    scale = tl.full([], scale, tl.float64).to(COMPUTE)  # (float64 data keeps 1 / (1 - p) unrounded)
+    scale = tl.full([], scale, COMPUTE)  # (a float64 argument: float64 data keeps 1 / (1 - p) unrounded)
     g = tl.program_id(0).to(tl.int64) * BLOCK_G + tl.arange(0, BLOCK_G)
     k = tl.arange(0, 4)[None, :]
     i = g[:, None] * 4 + k
@@ -194,7 +194,7 @@ def _dropout_vec8_kernel(src_ptr, dst_ptr, mask_ptr, numel, seed, first_block, t
     elements are one thread's (the words' column is known per register, so the word
     selects fold away), loaded and stored as one 16-byte vector for 16-bit data.
     LOAD_FIRST: the data is loaded before the draws (its latency under their arithmetic)."""
-    scale = tl.full([], scale, tl.float64).to(COMPUTE)  # (float64 data keeps 1 / (1 - p) unrounded)
+    scale = tl.full([], scale, COMPUTE)  # (a float64 argument: float64 data keeps 1 / (1 - p) unrounded)
     # map the program to BLOCK_V rows of 8 elements
     v = first_index(BLOCK_V, BIG) + tl.arange(0, BLOCK_V)
     j = tl.arange(0, 8)[None, :]
@@ -269,7 +269,7 @@ def _dropout_octets_kernel(src_ptr, dst_ptr, mask_ptr, C, HW4, groups, OCT, seed
     keep bytes are one int32 mask word (the reserve 4-byte aligned). A program takes
     BLOCK_Q groups x BLOCK_O octets; within it lanes run over 8 octets, then 4 groups,
     then the rest (octets, then groups)."""
-    scale = tl.full([], scale, tl.float64).to(COMPUTE)  # (float64 data keeps 1 / (1 - p) unrounded)
+    scale = tl.full([], scale, COMPUTE)  # (a float64 argument: float64 data keeps 1 / (1 - p) unrounded)
     # map the program to (group block, octet block), octet blocks fastest
     pid = tl.program_id(0)
     if BIG:
@@ -373,7 +373,7 @@ def _dropout_tile_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first_
     runs along the inner dim, the mask (logical order) along W. The forward draws the
     mask in the mask's layout (one Philox call per 4 W values), stores it, and reads it
     back in the data's layout, so no thread repeats a draw for the other layout."""
-    scale = tl.full([], scale, tl.float64).to(COMPUTE)  # (float64 data keeps 1 / (1 - p) unrounded)
+    scale = tl.full([], scale, COMPUTE)  # (a float64 argument: float64 data keeps 1 / (1 - p) unrounded)
     # map the program to (outer position, inner block, W block)
     W = W4 * 4  # so Triton sees that the mask's runs of 4 bytes are never cut by W
     o0, o1, o2, inner, w_blk = _tile_position(I, W, O1, O2, BIG, BLOCK_I, BLOCK_W)
@@ -408,7 +408,7 @@ def _dropout_split_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first
     loaded as a tile of its own, and the four keep bits are the mask's 4 bytes of the
     group, stored as one int32 (PACKED: mask_ptr is the reserve seen as int32; else
     four byte stores). LOAD_FIRST: the four data tiles are loaded before the draws."""
-    scale = tl.full([], scale, tl.float64).to(COMPUTE)  # (float64 data keeps 1 / (1 - p) unrounded)
+    scale = tl.full([], scale, COMPUTE)  # (a float64 argument: float64 data keeps 1 / (1 - p) unrounded)
     # map the program to (outer position, inner block, group block)
     o0, o1, o2, inner, g_blk = _tile_position(I, W4, O1, O2, BIG, BLOCK_I, BLOCK_G)
     g = g_blk * BLOCK_G + tl.arange(0, BLOCK_G)
@@ -482,7 +482,7 @@ def _dropout_join_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first_
     as the data lies): the Philox calls of a [BLOCK_G, BLOCK_I] tile, their four words
     interleaved along W on chip (join, permute, reshape), so the keep bits meet the data
     in its own layout; the mask bytes are stored from there."""
-    scale = tl.full([], scale, tl.float64).to(COMPUTE)  # (float64 data keeps 1 / (1 - p) unrounded)
+    scale = tl.full([], scale, COMPUTE)  # (a float64 argument: float64 data keeps 1 / (1 - p) unrounded)
     # map the program to (outer position, inner block, W block)
     o0, o1, o2, inner, g_blk = _tile_position(I, W4, O1, O2, BIG, BLOCK_I, BLOCK_G)
     w = g_blk * (4 * BLOCK_G) + tl.arange(0, 4 * BLOCK_G)
@@ -510,7 +510,7 @@ def _dropout_element_kernel(src_ptr, dst_ptr, mask_ptr, numel, D1, D2, D3, ss0, 
                             FORWARD: tl.constexpr, COMPUTE: tl.constexpr, BLOCK: tl.constexpr):
     """Any layout: programs walk the source in its memory order; each element's logical
     index (strides ls*) gives its stream position and its byte in the reserve."""
-    scale = tl.full([], scale, tl.float64).to(COMPUTE)  # (float64 data keeps 1 / (1 - p) unrounded)
+    scale = tl.full([], scale, COMPUTE)  # (a float64 argument: float64 data keeps 1 / (1 - p) unrounded)
     i = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     in_range = i < numel
     i0, i1, i2, i3 = unravel4(i, D1, D2, D3)
