@@ -5,8 +5,16 @@ import os
 if os.environ.get("TRIDNN_GPU_TESTS") != "1":
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+import importlib.util
+
 import numpy as np
 import pytest
+
+if os.environ.get("TRITON_INTERPRET") == "1" and importlib.util.find_spec("triton"):
+    # Python float kernel arguments become fp32 scalars, as the GPU compiler types them.
+    import interpreter_fidelity
+
+    interpreter_fidelity.install()
 
 
 @pytest.fixture(autouse=True)

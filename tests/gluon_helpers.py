@@ -42,6 +42,24 @@ def registers(kernel) -> int:
     return int(re.search(r"REG:(\d+)", _dump(kernel, "--dump-resource-usage")).group(1))
 
 
+def compile_triton_sm90(spec, **_):
+    """A plain Triton kernel compiled for sm_90 offline: spec = [module, kernel, types,
+    consts, num_warps], with "tl.<dtype>" strings in consts standing for Triton dtypes (the
+    spec crosses a process boundary as JSON). For compile_in_child, as
+    ("gluon_helpers", "compile_triton_sm90", spec, {})."""
+    import importlib
+
+    import triton.language as tl
+    from triton.compiler import ASTSource
+
+    from tridnn.cuda.gluon_common import compile_sm90
+
+    module, name, types, consts, num_warps = spec
+    fn = getattr(importlib.import_module(module), name)
+    consts = {k: getattr(tl, v[3:]) if isinstance(v, str) and v.startswith("tl.") else v for k, v in consts.items()}
+    return compile_sm90(fn, types, consts, num_warps, source=ASTSource)
+
+
 _CHILD = r"""
 import importlib, json, sys
 sys.path.insert(0, sys.argv[1])

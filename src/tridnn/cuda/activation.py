@@ -166,10 +166,13 @@ def activation_grad(x, y, dy, coef, swish_beta, MODE: tl.constexpr, FAST_ERF: tl
 @triton.jit
 def _activation_forward_kernel(x_ptr, y_ptr, numel, D1, D2, D3,
                                xs0, xs1, xs2, xs3, ys0, ys1, ys2, ys3,
-                               alpha, beta, coef, swish_beta,
+                               alpha: tl.float64, beta: tl.float64, coef: tl.float64, swish_beta: tl.float64,
                                MODE: tl.constexpr, PROPAGATE_NAN: tl.constexpr,
                                HAS_BETA: tl.constexpr, FLAT: tl.constexpr, BIG: tl.constexpr,
                                COMPUTE: tl.constexpr, BLOCK: tl.constexpr, FAST_ERF: tl.constexpr):
+    # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
+    alpha, beta, coef, swish_beta = (tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE),
+                                     tl.full([], coef, COMPUTE), tl.full([], swish_beta, COMPUTE))
     i = first_index(BLOCK, BIG) + tl.arange(0, BLOCK)
     mask = i < numel
     if FLAT:
@@ -188,10 +191,13 @@ def _activation_forward_kernel(x_ptr, y_ptr, numel, D1, D2, D3,
 def _activation_backward_kernel(x_ptr, y_ptr, dy_ptr, dx_ptr, numel, D1, D2, D3,
                                 xs0, xs1, xs2, xs3, ys0, ys1, ys2, ys3,
                                 gs0, gs1, gs2, gs3, ds0, ds1, ds2, ds3,
-                                alpha, beta, coef, swish_beta,
+                                alpha: tl.float64, beta: tl.float64, coef: tl.float64, swish_beta: tl.float64,
                                 MODE: tl.constexpr, NEEDS_X: tl.constexpr, NEEDS_Y: tl.constexpr,
                                 HAS_BETA: tl.constexpr, FLAT: tl.constexpr, BIG: tl.constexpr,
                                 COMPUTE: tl.constexpr, BLOCK: tl.constexpr, FAST_ERF: tl.constexpr):
+    # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
+    alpha, beta, coef, swish_beta = (tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE),
+                                     tl.full([], coef, COMPUTE), tl.full([], swish_beta, COMPUTE))
     i = first_index(BLOCK, BIG) + tl.arange(0, BLOCK)
     mask = i < numel
     if FLAT:

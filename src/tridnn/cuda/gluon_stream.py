@@ -259,7 +259,7 @@ def stream_sums_kernel(
 
 @triton.jit
 def _finish_kernel(part_ptr, x_ptr, out_ptr, out2_ptr, C, CC, G, SPLITS, rows,
-                   scale_ptr, bias_ptr, coef_ptr, eps, alpha: tl.float64, beta: tl.float64,
+                   scale_ptr, bias_ptr, coef_ptr, eps: tl.float64, alpha: tl.float64, beta: tl.float64,
                    SQUARES: tl.constexpr, COEF: tl.constexpr, BLOCK: tl.constexpr, BLOCK_S: tl.constexpr,
                    MEAN: tl.constexpr = False, HAS_BETA: tl.constexpr = False):
     """Per (segment, channel): add the splits' partials in split order, in float64, and fold the

@@ -232,7 +232,7 @@ def _gather_tap(acc, arg, x_ptr, base, kd, kh, kw, d0, d1, h0, h1, w0, w1, ID, I
 def _pool_forward_kernel(x_ptr, y_ptr, arg_ptr, N, C, ID, IH, IW, OD, OH, OW,
                          # strides: x, y, and the first-maximum taps (arg)
                          xsn, xsc, xsd, xsh, xsw, ysn, ysc, ysd, ysh, ysw, asn, asc, asd, ash, asw,
-                         SD, SH, SW, PD, PH, PW, alpha, beta,
+                         SD, SH, SW, PD, PH, PW, alpha: tl.float64, beta: tl.float64,
                          # window: KD x KH x KW taps (adaptive: the largest bin)
                          KD: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, UNROLL: tl.constexpr,
                          MODE: tl.constexpr, ADAPTIVE: tl.constexpr, PROPAGATE_NAN: tl.constexpr,
@@ -241,6 +241,8 @@ def _pool_forward_kernel(x_ptr, y_ptr, arg_ptr, N, C, ID, IH, IW, OD, OH, OW,
                          BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
     """y = alpha * pool(x) + beta * y; with STORE_ARG, the first maximum's tap per output
     (row-major within the KD x KH x KW box starting at the window's start)."""
+    # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
+    alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     # map the program to [BLOCK_P outputs, BLOCK_C channels] and to each output's window
     P = OD * OH * OW
     n, p, c = _tile_ids(N, C, P, BLOCK_P, BLOCK_C, BIG)
@@ -315,7 +317,7 @@ def _scatter_tap(acc, dy_ptr, arg_ptr, g_base, a_base, td, th, tw, fd, fh, fw, d
 def _pool_backward_kernel(dy_ptr, arg_ptr, dx_ptr, N, C, ID, IH, IW, OD, OH, OW,
                           # strides: dy, the first-maximum taps (arg), dx
                           gsn, gsc, gsd, gsh, gsw, asn, asc, asd, ash, asw, dsn, dsc, dsd, dsh, dsw,
-                          SD, SH, SW, PD, PH, PW, alpha, beta,
+                          SD, SH, SW, PD, PH, PW, alpha: tl.float64, beta: tl.float64,
                           # window and the most outputs covering one input along each dim
                           KD: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr,
                           TD: tl.constexpr, TH: tl.constexpr, TW: tl.constexpr, UNROLL: tl.constexpr,
@@ -323,6 +325,8 @@ def _pool_backward_kernel(dy_ptr, arg_ptr, dx_ptr, N, C, ID, IH, IW, OD, OH, OW,
                           BIG: tl.constexpr, COMPUTE: tl.constexpr,
                           BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
     """dx = alpha * (sum over the outputs covering each input) + beta * dx."""
+    # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
+    alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     # map the program to [BLOCK_P inputs, BLOCK_C channels] and each input's first cover
     P = ID * IH * IW
     n, p, c = _tile_ids(N, C, P, BLOCK_P, BLOCK_C, BIG)
@@ -400,7 +404,7 @@ def _row_tap(x_ptr, row, row_ok, ow, IW, Q: tl.constexpr, PHASE: tl.constexpr, S
 def _pool_rows_forward_kernel(x_ptr, y_ptr, arg_ptr, R, C, ID, IH, OD, OH, IWv, OWv,
                               # row strides in units of VX (x), VY (y), VA (arg); W strides are 1
                               xsn, xsc, xsd, xsh, ysn, ysc, ysd, ysh, asn, asc, asd, ash,
-                              SD, SH, PD, PH, alpha, beta,
+                              SD, SH, PD, PH, alpha: tl.float64, beta: tl.float64,
                               KD: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, SW: tl.constexpr,
                               PW: tl.constexpr, VX: tl.constexpr, VY: tl.constexpr, VA: tl.constexpr,
                               VIW: tl.constexpr, VOW: tl.constexpr, MODE: tl.constexpr,
@@ -410,6 +414,8 @@ def _pool_rows_forward_kernel(x_ptr, y_ptr, arg_ptr, R, C, ID, IH, OD, OH, IWv, 
     """y over [BLOCK_R output rows (n, c, od, oh), BLOCK_W output columns]. Row strides
     and widths come divided by power-of-two factors (IW = IWv * VIW) so that Triton sees
     rows starting on 16-byte boundaries and vectorizes along W."""
+    # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
+    alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     # map the program to output rows and columns
     r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     ow = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
@@ -456,7 +462,7 @@ def _pool_rows_forward_kernel(x_ptr, y_ptr, arg_ptr, R, C, ID, IH, OD, OH, IWv, 
 def _pool_rows_backward_kernel(dy_ptr, arg_ptr, dx_ptr, R, C, ID, IH, OD, OH, IWv, OWv,
                                # row strides in units of VG (dy), VA (arg), VD (dx); W strides are 1
                                gsn, gsc, gsd, gsh, asn, asc, asd, ash, dsn, dsc, dsd, dsh,
-                               SD, SH, PD, PH, alpha, beta,
+                               SD, SH, PD, PH, alpha: tl.float64, beta: tl.float64,
                                KD: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr, SW: tl.constexpr,
                                PW: tl.constexpr, TD: tl.constexpr, TH: tl.constexpr,
                                T_LO: tl.constexpr, T_HI: tl.constexpr,
@@ -467,6 +473,8 @@ def _pool_rows_backward_kernel(dy_ptr, arg_ptr, dx_ptr, R, C, ID, IH, OD, OH, IW
     """dx over [BLOCK_R input rows (n, c, id, ih), SW * BLOCK_W input columns]: column
     SW * j + a is covered by outputs j + t, t in [T_LO, T_HI], at tap kw = a + PW - SW * t;
     each phase a accumulates apart and the phases are interleaved before the store."""
+    # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
+    alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     # map the program to input rows and column groups
     r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     j = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
@@ -675,7 +683,8 @@ def _nchw_row_fold(x_ptr, row, row_ok, g, iw_tap0, IW, KW: tl.constexpr, SW: tl.
 @triton.jit
 def _pool_nchw_forward_kernel(x_ptr, y_ptr, arg_ptr, PLANES, C, D, IH, OH, IWv, OWv, TILES_G, STEPS,
                               # plane and row strides in units of VX (x), VY (y), VA (arg); W strides are 1
-                              xsn, xsc, xsd, xsh, ysn, ysc, ysd, ysh, asn, asc, asd, ash, alpha, beta,
+                              xsn, xsc, xsd, xsh, ysn, ysc, ysd, ysh, asn, asc, asd, ash,
+                              alpha: tl.float64, beta: tl.float64,
                               KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
                               PH: tl.constexpr, PW: tl.constexpr, VX: tl.constexpr, VY: tl.constexpr,
                               VA: tl.constexpr, VIW: tl.constexpr, VOW: tl.constexpr, MODE: tl.constexpr,
@@ -685,6 +694,8 @@ def _pool_nchw_forward_kernel(x_ptr, y_ptr, arg_ptr, PLANES, C, D, IH, OH, IWv, 
     """y over [BLOCK_P planes, STEPS output rows, BLOCK_G * 8 // SW output columns]: each
     input row's taps fold once per output row holding it; with KH == SH + 1 the last row of
     one output row is the first of the next and is carried in registers, not reloaded."""
+    # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
+    alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     O: tl.constexpr = 8 // SW
     CARRY: tl.constexpr = KH == SH + 1
     MAX_ONLY: tl.constexpr = (MODE == 0 or MODE == 3) and not STORE_ARG
@@ -839,7 +850,8 @@ def _nchw_dx_store(dx_ptr, acc0, acc1, d_row, row_ok, g, IW, alpha, beta, SW: tl
 @triton.jit
 def _pool_nchw_backward_kernel(dy_ptr, arg_ptr, dx_ptr, PLANES, C, D, IH, OH, IWv, OWv, TILES_G, STEPS,
                                # plane and row strides in units of VG (dy), VA (arg), VD (dx); W strides are 1
-                               gsn, gsc, gsd, gsh, asn, asc, asd, ash, dsn, dsc, dsd, dsh, alpha, beta,
+                               gsn, gsc, gsd, gsh, asn, asc, asd, ash, dsn, dsc, dsd, dsh,
+                               alpha: tl.float64, beta: tl.float64,
                                KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
                                PH: tl.constexpr, PW: tl.constexpr, Q_LO: tl.constexpr, Q_HI: tl.constexpr,
                                T_LO: tl.constexpr, T_HI: tl.constexpr, VG: tl.constexpr, VA: tl.constexpr,
@@ -850,6 +862,8 @@ def _pool_nchw_backward_kernel(dy_ptr, arg_ptr, dx_ptr, PLANES, C, D, IH, OH, IW
     element written once. Step k holds input rows SH * k + r (r < SH <= 2), covered by
     output rows k + q at the tap kh = r + PH - SH * q; with two such rows (3x3/2) the
     second is the next step's first and is carried, not reloaded."""
+    # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
+    alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     O: tl.constexpr = 8 // SW
     CARRY: tl.constexpr = Q_HI == Q_LO + 1
     # map the program to planes, column groups and a run of steps
@@ -963,7 +977,8 @@ def _nchw_row_load(x_ptr, row, row_ok, g, IW, KW: tl.constexpr, SW: tl.constexpr
 @triton.jit
 def _pool_nchw_lane_forward_kernel(x_ptr, y_ptr, arg_ptr, LANES, C, D, IH, OH, IWv, OWv, TILES_G,
                                    # plane and row strides in units of VX (x), VY (y), VA (arg); W strides are 1
-                                   xsn, xsc, xsd, xsh, ysn, ysc, ysd, ysh, asn, asc, asd, ash, alpha, beta,
+                                   xsn, xsc, xsd, xsh, ysn, ysc, ysd, ysh, asn, asc, asd, ash,
+                                   alpha: tl.float64, beta: tl.float64,
                                    KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
                                    PH: tl.constexpr, PW: tl.constexpr, VX: tl.constexpr, VY: tl.constexpr,
                                    VA: tl.constexpr, VIW: tl.constexpr, VOW: tl.constexpr, MODE: tl.constexpr,
@@ -973,6 +988,8 @@ def _pool_nchw_lane_forward_kernel(x_ptr, y_ptr, arg_ptr, LANES, C, D, IH, OH, I
                                    BLOCK_L: tl.constexpr, BLOCK_G: tl.constexpr):
     """y over [BLOCK_L (plane, output row) lanes, BLOCK_G * 8 // SW output columns]: the
     KH input rows of each lane folded horizontally (_nchw_row_fold), then down."""
+    # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
+    alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     O: tl.constexpr = 8 // SW
     # map the program to lanes and column groups
     pid_g, n, c, d, oh, l_ok = _nchw_lane_ids(TILES_G, LANES, OH, C, D, BLOCK_L, BIG)
@@ -1118,7 +1135,8 @@ def _lane_dy_row(dy_ptr, arg_ptr, g_row, a_row, row_ok, g, oh, IH, IW, OW, KH: t
 @triton.jit
 def _pool_nchw_lane_backward_kernel(dy_ptr, arg_ptr, dx_ptr, LANES, C, D, IH, OH, IWv, OWv, TILES_G, STEPS,
                                     # plane and row strides in units of VG (dy), VA (arg), VD (dx); W strides are 1
-                                    gsn, gsc, gsd, gsh, asn, asc, asd, ash, dsn, dsc, dsd, dsh, alpha, beta,
+                                    gsn, gsc, gsd, gsh, asn, asc, asd, ash, dsn, dsc, dsd, dsh,
+                                    alpha: tl.float64, beta: tl.float64,
                                     KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
                                     PH: tl.constexpr, PW: tl.constexpr, Q_LO: tl.constexpr, Q_HI: tl.constexpr,
                                     T_LO: tl.constexpr, T_HI: tl.constexpr, VG: tl.constexpr, VA: tl.constexpr,
@@ -1128,6 +1146,8 @@ def _pool_nchw_lane_backward_kernel(dy_ptr, arg_ptr, dx_ptr, LANES, C, D, IH, OH
     """dx over [BLOCK_L (plane, row step) lanes, BLOCK_G * 8 input columns]: step k holds
     input rows SH * k + r (r < SH <= 2), covered by output rows k + q at the tap
     kh = r + PH - SH * q (see _pool_nchw_backward_kernel); each dx element written once."""
+    # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
+    alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     O: tl.constexpr = 8 // SW
     # map the program to lanes and column groups
     pid_g, n, c, d, k, l_ok = _nchw_lane_ids(TILES_G, LANES, STEPS, C, D, BLOCK_L, BIG)
@@ -1263,7 +1283,8 @@ def _cl_fold_rows(acc, arg, h, harg, kh, KW: tl.constexpr, MODE: tl.constexpr, P
 @triton.jit
 def _pool_cl_forward_kernel(x_ptr, y_ptr, arg_ptr, C, D, IH, IW, OH, OW, TILES_H, TILES_W,
                             # strides of N, D, H, W (the channel stride is 1): x, y, first-maximum taps
-                            xsn, xsd, xsh, xsw, ysn, ysd, ysh, ysw, asn, asd, ash, asw, alpha, beta,
+                            xsn, xsd, xsh, xsw, ysn, ysd, ysh, ysw, asn, asd, ash, asw,
+                            alpha: tl.float64, beta: tl.float64,
                             KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
                             PH: tl.constexpr, PW: tl.constexpr, MODE: tl.constexpr,
                             PROPAGATE_NAN: tl.constexpr, STORE_ARG: tl.constexpr, STORE_Y: tl.constexpr,
@@ -1274,6 +1295,8 @@ def _pool_cl_forward_kernel(x_ptr, y_ptr, arg_ptr, C, D, IH, IW, OH, OW, TILES_H
     each input row's KW taps fold once into a horizontal (value, tap) result, which the
     output rows whose windows hold that row fold in turn; with KH == SH + 1 the last row
     of an output is the first of the next and is kept in registers, not reloaded."""
+    # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
+    alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     # map the program to its tile; the masks of columns and channels are shared by every row
     n, d, h_blk, w_blk, c = _cl_tile_ids(C, D, TILES_H, TILES_W, BLOCK_C, BIG)
     ow = w_blk * BLOCK_W + tl.arange(0, BLOCK_W)
@@ -1328,7 +1351,8 @@ def _pool_cl_forward_kernel(x_ptr, y_ptr, arg_ptr, C, D, IH, IW, OH, OW, TILES_H
 @triton.jit
 def _pool_cl_backward_kernel(dy_ptr, arg_ptr, dx_ptr, C, D, IH, IW, OH, OW, TILES_H, TILES_J,
                              # strides of N, D, H, W (the channel stride is 1): dy, first-maximum taps, dx
-                             gsn, gsd, gsh, gsw, asn, asd, ash, asw, dsn, dsd, dsh, dsw, alpha, beta,
+                             gsn, gsd, gsh, gsw, asn, asd, ash, asw, dsn, dsd, dsh, dsw,
+                             alpha: tl.float64, beta: tl.float64,
                              KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
                              PH: tl.constexpr, PW: tl.constexpr, Q_LO: tl.constexpr, Q_HI: tl.constexpr,
                              T_LO: tl.constexpr, T_HI: tl.constexpr, MODE: tl.constexpr,
@@ -1339,6 +1363,8 @@ def _pool_cl_backward_kernel(dy_ptr, arg_ptr, dx_ptr, C, D, IH, IW, OH, OW, TILE
     covered by output rows ROWS * h_blk / SH + q at the compile-time tap kh = r + PH - SH * q,
     and input column SW * j + a by output column j + t at kw = a + PW - SW * t; each
     column phase a is its own [BLOCK_J, BLOCK_C] tile (channel runs: no interleaving)."""
+    # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
+    alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     # map the program to its tile
     n, d, h_blk, j_blk, c = _cl_tile_ids(C, D, TILES_H, TILES_J, BLOCK_C, BIG)
     j = j_blk * BLOCK_J + tl.arange(0, BLOCK_J)
@@ -1456,7 +1482,8 @@ def _cl_fused_tile(C, D, TILES_H, TILES_W, STEPS, A0, A1, xsn, xsd, gsn, gsd, ds
 @triton.jit
 def _pool_cl_max_backward_kernel(x_ptr, dy_ptr, dx_ptr, C, D, IH, IW, OH, OW, TILES_H, TILES_J, STEPS, A0, A1,
                                  # strides of N, D, H, W (the channel stride is 1): x, dy, dx
-                                 xsn, xsd, xsh, xsw, gsn, gsd, gsh, gsw, dsn, dsd, dsh, dsw, alpha, beta,
+                                 xsn, xsd, xsh, xsw, gsn, gsd, gsh, gsw, dsn, dsd, dsh, dsw,
+                                 alpha: tl.float64, beta: tl.float64,
                                  KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
                                  PH: tl.constexpr, PW: tl.constexpr, T_LO: tl.constexpr, T_HI: tl.constexpr,
                                  PROPAGATE_NAN: tl.constexpr, HAS_BETA: tl.constexpr, BIG: tl.constexpr,
@@ -1468,6 +1495,8 @@ def _pool_cl_max_backward_kernel(x_ptr, dy_ptr, dx_ptr, C, D, IH, IW, OH, OW, TI
     input column by outputs j + T_LO and j + T_HI); input column SW * j + p takes output
     j + t at kw = p + PW - SW * t. Sums run over (output row, output column) ascending,
     the order of the two-pass gather, so dx is the same bit for bit."""
+    # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
+    alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     # map the program to its tile and run of output rows [a0, a1)
     j, c, c_mask, x_base, g_base, d_base, a0, a1 = _cl_fused_tile(C, D, TILES_H, TILES_J, STEPS, A0, A1, xsn, xsd,
                                                                   gsn, gsd, dsn, dsd, BIG, False, BLOCK_J, BLOCK_C)
@@ -1621,7 +1650,8 @@ def _phase_route(acc, args, gs, S: tl.constexpr, KH_TAP: tl.constexpr, K: tl.con
 @triton.jit
 def _pool_cl_max_backward_phases_kernel(x_ptr, dy_ptr, dx_ptr, C, D, IH, IW, OH, OW, TILES_H, TILES_M, STEPS, A0, A1,
                                         # strides of N, D, H, W (the channel stride is 1): x, dy, dx
-                                        xsn, xsd, xsh, xsw, gsn, gsd, gsh, gsw, dsn, dsd, dsh, dsw, alpha, beta,
+                                        xsn, xsd, xsh, xsw, gsn, gsd, gsh, gsw, dsn, dsd, dsh, dsw,
+                                        alpha: tl.float64, beta: tl.float64,
                                         KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
                                         PH: tl.constexpr, PW: tl.constexpr, T_LO: tl.constexpr, T_HI: tl.constexpr,
                                         K: tl.constexpr, PROPAGATE_NAN: tl.constexpr, HAS_BETA: tl.constexpr,
@@ -1633,6 +1663,8 @@ def _pool_cl_max_backward_phases_kernel(x_ptr, dy_ptr, dx_ptr, C, D, IH, IW, OH,
     kh = r + SH of output row a - 1, whose share was summed the step before (partial);
     sums run over (output row, output column) ascending, the two-pass order, so dx is the
     same bit for bit. Needs KH <= 2 SH."""
+    # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
+    alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     # map the program to its tile and run of output rows [a0, a1)
     m, c, c_mask, x_base, g_base, d_base, a0, a1 = _cl_fused_tile(C, D, TILES_H, TILES_M, STEPS, A0, A1, xsn, xsd,
                                                                   gsn, gsd, dsn, dsd, BIG, EVEN_C, BLOCK_M, BLOCK_C)
@@ -1686,13 +1718,15 @@ def _pool_cl_max_backward_phases_kernel(x_ptr, dy_ptr, dx_ptr, C, D, IH, IW, OH,
 @triton.jit
 def _global_avg_kernel(x_ptr, y_ptr, C, S, TILES_C,
                        # strides: x's N, C and flattened spatial S; y's N, C
-                       xsn, xsc, xss, ysn, ysc, alpha, beta,
+                       xsn, xsc, xss, ysn, ysc, alpha: tl.float64, beta: tl.float64,
                        HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_C: tl.constexpr,
                        BLOCK_S: tl.constexpr):
     """y[n, c] = alpha * mean over S of x[n, c, :] + beta * y[n, c] for a [BLOCK_C, BLOCK_S]
     tile of (channels, positions) walked along S. Whichever axis is contiguous (S for
     NCHW, C for NHWC) is the one Triton vectorizes. The next step's tile is loaded before
     the current one is added, so two tiles are in flight per program."""
+    # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
+    alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     # map the program to (n, channel block)
     pid = tl.program_id(0)
     n = pid // TILES_C

@@ -151,11 +151,14 @@ def gluon_route(a, c, op) -> bool:
 @triton.jit
 def _pointwise_kernel(a_ptr, b_ptr, c_ptr, numel, D1, D2, D3,
                       as0, as1, as2, as3, bs0, bs1, bs2, bs3, cs0, cs1, cs2, cs3,
-                      alpha1, alpha2, beta, fill,
+                      alpha1: tl.float64, alpha2: tl.float64, beta: tl.float64, fill: tl.float64,
                       OP: tl.constexpr, HAS_B: tl.constexpr, HAS_BETA: tl.constexpr, PROPAGATE_NAN: tl.constexpr,
                       FLAT: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr, BLOCK: tl.constexpr):
     """c = op(alpha1 * a, alpha2 * b) + beta * c. OP -1 is set (c = fill), -2 is
     scale/transform (c = alpha1 * a + beta * c); 0..5 are cudnnOpTensorOp_t."""
+    # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
+    alpha1, alpha2, beta, fill = (tl.full([], alpha1, COMPUTE), tl.full([], alpha2, COMPUTE),
+                                  tl.full([], beta, COMPUTE), tl.full([], fill, COMPUTE))
     i = first_index(BLOCK, BIG) + tl.arange(0, BLOCK)
     mask = i < numel
     if FLAT:
@@ -199,11 +202,13 @@ def _pointwise_kernel(a_ptr, b_ptr, c_ptr, numel, D1, D2, D3,
 
 @triton.jit
 def _transpose_tile_kernel(x_ptr, y_ptr, P, Q, D1, xs_p, xs_q, xs0, xs1, ys_p, ys_q, ys0, ys1,
-                           alpha, beta, HAS_BETA: tl.constexpr, BIG: tl.constexpr,
+                           alpha: tl.float64, beta: tl.float64, HAS_BETA: tl.constexpr, BIG: tl.constexpr,
                            COMPUTE: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr):
     """y = alpha * x + beta * y over a (rest, P, Q) geometry where x is contiguous along P
     and y along Q: each program moves one BLOCK_P x BLOCK_Q tile, read along P and
     written along Q (Triton swaps the tile's layout through shared memory)."""
+    # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
+    alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     pid_p = tl.program_id(0)
     pid_q = tl.program_id(1)
     rest = tl.program_id(2)
@@ -242,12 +247,14 @@ def _launch_pointwise(op, c, a=None, b=None, alpha1=1.0, alpha2=1.0, beta=0.0, f
 
 @triton.jit
 def _bias_runs_kernel(a_ptr, c_ptr, numel, S, CB, sa,  # c: numel dense elements; a[((i // S) % CB) * sa]
-                      alpha, beta,
+                      alpha: tl.float64, beta: tl.float64,
                       HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
                       BLOCK: tl.constexpr, VEC: tl.constexpr):
     """c = alpha * a + beta * c where a is constant over runs of S elements of c (a bias
     over N, C, H, W in NCHW: one value per H * W plane). S % VEC == 0, so each VEC-element
     vector of c lies in one run: one bias load and one division per vector."""
+    # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
+    alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     # map the program to BLOCK // VEC vectors of VEC consecutive elements
     first = first_index(BLOCK, BIG) + tl.arange(0, BLOCK // VEC) * VEC
     offs = first[:, None] + tl.arange(0, VEC)[None, :]
@@ -421,7 +428,7 @@ def _finish(value, R, OP: tl.constexpr):
 
 @triton.jit
 def _reduce_kernel(a_ptr, c_ptr, idx_ptr, part_ptr, count_ptr, K, K2, R, CHUNK, sa_k1, sa_k2, sa_r, sc_k,
-                   alpha, beta,
+                   alpha: tl.float64, beta: tl.float64,
                    OP: tl.constexpr, WITH_INDICES: tl.constexpr, HAS_BETA: tl.constexpr,
                    PROPAGATE_NAN: tl.constexpr, SPLIT: tl.constexpr, LAST_COMBINES: tl.constexpr,
                    BIG: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr,
@@ -432,6 +439,8 @@ def _reduce_kernel(a_ptr, c_ptr, idx_ptr, part_ptr, count_ptr, K, K2, R, CHUNK, 
     stores the raw partial (sum or product) at part_ptr[j * K + k] for _combine_kernel;
     LAST_COMBINES: the program of row block i that takes the last ticket of
     count_ptr[i] combines them here instead (SPLIT_COMBINE "last")."""
+    # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
+    alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     k = first_index(BLOCK_K, BIG) + tl.arange(0, BLOCK_K)
     k_mask = k < K
     a_row = (k // K2) * sa_k1 + (k % K2) * sa_k2
@@ -505,7 +514,7 @@ def _reduce_kernel(a_ptr, c_ptr, idx_ptr, part_ptr, count_ptr, K, K2, R, CHUNK, 
 
 @triton.jit
 def _reduce_runs_kernel(a_ptr, c_ptr, K, R, sc_k,  # K rows of R elements, row k at a_ptr + k * R
-                        alpha, beta,
+                        alpha: tl.float64, beta: tl.float64,
                         OP: tl.constexpr, HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
                         ROWS: tl.constexpr, BLOCK: tl.constexpr, VEC: tl.constexpr):
     """Sum-like reductions (ADD, MUL, AVG, NORM1, NORM2, MUL_NO_ZEROS) of rows that lie
@@ -515,6 +524,8 @@ def _reduce_runs_kernel(a_ptr, c_ptr, K, R, sc_k,  # K rows of R elements, row k
     added to its row's slot by a one-hot select; every (thread, vector, slot) sum runs in
     a fixed order, then one block reduction a program: deterministic, no masked lanes
     but the run's last step."""
+    # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
+    alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     # map the program to its rows and their run of memory
     row0 = first_index(ROWS, BIG)
     base = row0 * R
@@ -548,13 +559,16 @@ def _reduce_runs_kernel(a_ptr, c_ptr, K, R, sc_k,  # K rows of R elements, row k
 
 
 @triton.jit
-def _reduce_ahead_kernel(a_ptr, c_ptr, K, K2, R, rows_per_program, sa_k1, sa_k2, sc_k, alpha, beta,
+def _reduce_ahead_kernel(a_ptr, c_ptr, K, K2, R, rows_per_program, sa_k1, sa_k2, sc_k,
+                         alpha: tl.float64, beta: tl.float64,
                          OP: tl.constexpr, HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
                          STEPS: tl.constexpr, BLOCK_R: tl.constexpr, DEPTH: tl.constexpr = 1):
     """Sum-like reductions (the "runs" ops) of rows contiguous along the row, R <= STEPS *
     BLOCK_R: a run of rows_per_program rows a program, each row one [STEPS, BLOCK_R] tile
     (position s * BLOCK_R + j), the next row's load issued before this one is folded.
     The fold takes the steps first, then the lanes: _reduce_kernel's order."""
+    # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
+    alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     # map the program to its run of rows
     first = tl.program_id(0) * rows_per_program
     last = tl.minimum(first + rows_per_program, K)
@@ -605,11 +619,13 @@ def _combine_parts(part_ptr, k, k_mask, K, S, OP: tl.constexpr, COMPUTE: tl.cons
 
 
 @triton.jit
-def _combine_kernel(part_ptr, c_ptr, K, S, R, sc_k, alpha, beta,
+def _combine_kernel(part_ptr, c_ptr, K, S, R, sc_k, alpha: tl.float64, beta: tl.float64,
                     OP: tl.constexpr, HAS_BETA: tl.constexpr, COMPUTE: tl.constexpr,
                     BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr):
     """c[k] from the S partials part[j * K + k] of _reduce_kernel (SPLIT), in a fixed
     order: sum (product for MUL), then AVG's division and NORM2's root, then the blend."""
+    # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
+    alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     k = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
     k_mask = k < K
     if OP == 1 or OP == 8:
