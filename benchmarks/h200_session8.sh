@@ -42,7 +42,7 @@
 #   dw_profile     profile_gpu_conv_kernels.py: the kernels of depthwise backward filter calls and cuDNN's
 #   pool_diag      diag_avg_pool_backward.py (channels-last average pooling dx: tridnn against torch and NumPy)
 #   f64_tests      float64 layers with non-float32 alpha/beta (test_cuda_float64_scalars, test_cuda_float64)
-#   layers_tests3  the layer test files session 11 did not reach (tensor ops, LRN, resident group norm), 150 s
+#   layers_tests3  the layer test files session 11 did not reach (tensor ops, LRN, resident group norm), 120 s
 #   conv1          conv1 alone: forward, backward data, fused and backward filter with the blocks'
 #                  backward filter on, then backward filter with it off
 set -u
@@ -105,7 +105,7 @@ step() {
                 echo "flat_sweep rc=$?"; grep -E "cudnn|flat|^res" "$R/flat.log" | grep -v "^ " | cut -c1-120 | tail -60 ;;
     layers_tests) MARK= gpu_tests 200 layers_tests $LAYER_TESTS ;;
     f64_tests) MARK= gpu_tests 120 f64_tests tests/test_cuda_float64_scalars.py tests/test_cuda_float64.py ;;
-    layers_tests3) MARK= gpu_tests 150 layers_tests3 tests/test_cuda_tensor_ops_fast.py tests/test_cuda_lrn_fast.py \
+    layers_tests3) MARK= gpu_tests 120 layers_tests3 tests/test_cuda_tensor_ops_fast.py tests/test_cuda_lrn_fast.py \
                        tests/test_cuda_group_norm_resident.py ;;
     layers_tests2) MARK= gpu_tests 300 layers_tests2 $LAYER_TESTS -k "$LAYER_TESTS_REST" ;;
     dw_profile) timeout 150 python3 benchmarks/profile_gpu_conv_kernels.py --direction bwd_filter \
