@@ -43,6 +43,8 @@
 #   pool_diag      diag_avg_pool_backward.py (channels-last average pooling dx: tridnn against torch and NumPy)
 #   f64_tests      float64 layers with non-float32 alpha/beta (test_cuda_float64_scalars, test_cuda_float64)
 #   layers_tests3  the layer test files session 11 did not reach (tensor ops, LRN, resident group norm), 120 s
+#   flat_sweep2    sweep_gluon_wgrad on the 1x1 layers over cuDNN: the narrow FLAT tiles and schedule variants
+#   res5_sweep     sweep_gluon_wgrad on res5_3x3, res5_3x3s2, res5_ds: 7x7 boxes, schedule variants
 #   conv1          conv1 alone: forward, backward data, fused and backward filter with the blocks'
 #                  backward filter on, then backward filter with it off
 set -u
@@ -107,6 +109,12 @@ step() {
     f64_tests) MARK= gpu_tests 120 f64_tests tests/test_cuda_float64_scalars.py tests/test_cuda_float64.py ;;
     layers_tests3) MARK= gpu_tests 120 layers_tests3 tests/test_cuda_tensor_ops_fast.py tests/test_cuda_lrn_fast.py \
                        tests/test_cuda_group_norm_resident.py ;;
+    flat_sweep2) timeout 180 python3 benchmarks/sweep_gluon_wgrad.py --no-canary --no-tridnn --narrow --configs 21,24,25,26 \
+                     --layers res3_1x1c,res3_1x1r,res4_1x1c,res5_1x1r --budget-s 150 --out "$R/flat2" > "$R/flat2.log" 2>&1
+                 echo "flat_sweep2 rc=$?"; grep -E "cudnn|flat|^res" "$R/flat2.log" | grep -v "^ " | cut -c1-120 | tail -70 ;;
+    res5_sweep) timeout 180 python3 benchmarks/sweep_gluon_wgrad.py --no-canary --no-tridnn --configs 3,4,11,12 \
+                    --layers res5_3x3,res5_3x3s2,res5_ds --budget-s 150 --out "$R/res5" > "$R/res5.log" 2>&1
+                echo "res5_sweep rc=$?"; grep -E "cudnn|^res|x" "$R/res5.log" | grep -v "^ " | cut -c1-120 | tail -70 ;;
     layers_tests2) MARK= gpu_tests 300 layers_tests2 $LAYER_TESTS -k "$LAYER_TESTS_REST" ;;
     dw_profile) timeout 150 python3 benchmarks/profile_gpu_conv_kernels.py --direction bwd_filter \
                     --layers dw32_112,dw192_28,dw384_14,dw576_14s2,dw960_7 > "$R/dw_profile.log" 2>&1

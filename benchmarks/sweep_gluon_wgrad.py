@@ -58,11 +58,14 @@ LAYERS = {  # name: (N, C, K, H, W, filter size, padding, stride)
     "res5_3x3s2": (64, 512, 512, 14, 14, 3, 1, 2),
     # 1x1 stride 1 (the FLAT configs beside the image boxes: --layers res4_1x1c,...)
     "res3_1x1c": (64, 128, 512, 28, 28, 1, 0, 1),
+    "res3_1x1r": (64, 512, 128, 28, 28, 1, 0, 1),
     "res4_1x1c": (64, 256, 1024, 14, 14, 1, 0, 1),
     "res4_1x1r": (64, 1024, 256, 14, 14, 1, 0, 1),
     "res5_1x1a": (64, 1024, 512, 14, 14, 1, 0, 1),
     "res5_1x1c": (64, 512, 2048, 7, 7, 1, 0, 1),
     "res5_1x1r": (64, 2048, 512, 7, 7, 1, 0, 1),
+    # 1x1 stride 2 (the downsample shortcut of res5's first block: 14x14 -> 7x7)
+    "res5_ds": (64, 1024, 2048, 14, 14, 1, 0, 2),
 }
 DEFAULT_LAYERS = "res2_3x3,res3_3x3,res4_3x3,res5_3x3"
 CANARY = [  # (N, C, K, H, W, KH, KW, pad, alpha, beta, schedule (direct, splits) or None, sms, stride)
@@ -93,14 +96,15 @@ def fill(plan, boxes, programs) -> float:
     return sum(steps) / (programs * max(steps)) if max(steps) else 0.0
 
 
-def applies(cfg, c, k, n, oh, ow, flat=False) -> bool:
-    """Skip tiles mostly outside the layer, 64-channel tiles where 128 fit (L2-bound), boxes
-    that waste half the pixels, and one-row (FLAT) configs off 1x1 stride-1 layers (flat)."""
+def applies(cfg, c, k, n, oh, ow, flat=False, narrow=False) -> bool:
+    """Skip tiles mostly outside the layer, 64-channel tiles where 128 fit (L2-bound; kept with
+    narrow), boxes that waste half the pixels, and one-row (FLAT) configs off 1x1 stride-1
+    layers (flat)."""
     if cfg.get("FLAT") and not flat:
         return False
     if cfg["BLOCK_M"] > max(k, 64) or cfg["BLOCK_N"] > max(c, 64):
         return False
-    if min(cfg["BLOCK_M"], cfg["BLOCK_N"]) < 128 and min(c, k) >= 128:
+    if min(cfg["BLOCK_M"], cfg["BLOCK_N"]) < 128 and min(c, k) >= 128 and not narrow:
         return False
     return useful(cfg, n, oh, ow) >= 0.5
 
@@ -210,6 +214,7 @@ def main():
     ap.add_argument("--layers", default=DEFAULT_LAYERS, help="comma-separated subset of " + ",".join(LAYERS))
     ap.add_argument("--configs", default="", help="comma-separated indices into gluon_wgrad.CONFIGS (default all)")
     ap.add_argument("--model-only", action="store_true", help="time only the cost model's schedule per config")
+    ap.add_argument("--narrow", action="store_true", help="also time 64-channel tiles where 128 fit")
     ap.add_argument("--no-tridnn", action="store_true", help="skip tridnn's current algorithm (its tuner)")
     ap.add_argument("--rep", type=int, default=15, help="milliseconds of graph replays per timing")
     ap.add_argument("--budget-s", type=float, default=85.0, help="stop starting new gluon timings after this")
@@ -254,7 +259,7 @@ def main():
         ws = None
         for i in indices:
             cfg = gw.CONFIGS[i]
-            if not applies(cfg, c, k, n, oh, ow, flat=gw.flat_ok((ks, ks), (pad, pad), (st, st))):
+            if not applies(cfg, c, k, n, oh, ow, flat=gw.flat_ok((ks, ks), (pad, pad), (st, st)), narrow=a.narrow):
                 continue
             programs = SMS * cfg.get("PER_SM", 1)
             variants, boxes = schedules(gw, cfg, n, c, k, oh, ow, ks, ks, programs)
