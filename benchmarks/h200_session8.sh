@@ -45,7 +45,6 @@
 #   layers_tests3  the layer test files session 11 did not reach (tensor ops, LRN, resident group norm), 120 s
 #   flat_sweep2    sweep_gluon_wgrad on the 1x1 layers over cuDNN: the narrow FLAT tiles and schedule variants
 #   res5_sweep     sweep_gluon_wgrad on res5_3x3, res5_3x3s2, res5_ds: 7x7 boxes, schedule variants
-#   res5_sweep2    sweep_gluon_wgrad: 64-pixel 7x7 boxes with 4- and 6-deep rings (configs 27, 28) on res5 and res4_3x3
 #   tf32_strided   sweep_gluon_conv --dtype float32 --strided (the tf32 stride-2 layers against cuDNN tf32)
 #   conv1          conv1 alone: forward, backward data, fused and backward filter with the blocks'
 #                  backward filter on, then backward filter with it off
@@ -117,9 +116,6 @@ step() {
     res5_sweep) timeout 180 python3 benchmarks/sweep_gluon_wgrad.py --no-canary --no-tridnn --configs 3,4,11,12 \
                     --layers res5_3x3,res5_3x3s2,res5_ds --budget-s 150 --out "$R/res5" > "$R/res5.log" 2>&1
                 echo "res5_sweep rc=$?"; grep -E "cudnn|^res|x" "$R/res5.log" | grep -v "^ " | cut -c1-120 | tail -70 ;;
-    res5_sweep2) timeout 200 python3 benchmarks/sweep_gluon_wgrad.py --no-tridnn --configs 3,27,28 --canary-s 60 \
-                     --layers res5_3x3,res5_3x3s2,res5_ds,res4_3x3 --budget-s 170 --out "$R/res5b" > "$R/res5b.log" 2>&1
-                 echo "res5_sweep2 rc=$?"; grep -E "canar|^res" "$R/res5b.log" | cut -c1-120 | tail -50 ;;
     tf32_strided) timeout 130 python3 benchmarks/sweep_gluon_conv.py --dtype float32 --strided --budget-s 90 \
                       --out "$R/tf32s" > "$R/tf32s.log" 2>&1
                   echo "tf32_strided rc=$?"; tail -40 "$R/tf32s.log" | cut -c1-140 ;;

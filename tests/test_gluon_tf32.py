@@ -107,8 +107,22 @@ def test_strided_tf32_configs_are_the_same_variants():
     assert [gs.name(c) for c in gs.TF32_CONFIGS] == [gc.name(gc.TF32_OF[gs.name(c)]) for c in gs.CONFIGS]
     assert {gs.name(c) for c in gs.TF32_CONFIGS} <= {gc.name(c) for c in gc.TF32_CONFIGS}
     for ow, k in ((28, 128), (14, 256), (7, 512), (28, 64)):
-        assert [gs.name(c) for c in gs.picks(ow, k, tf32=True)] == [gc.name(gc.TF32_OF[gs.name(c)])
-                                                                    for c in gs.picks(ow, k)]
+        want = gc.with_tf32_extra(gs.picks(ow, k), True)   # the 16-bit picks, then TF32_EXTRA's they lack
+        want = [gc.TF32_OF[gs.name(c)] for c in want if c["BLOCK_N"] <= max(64, k)]
+        assert [gs.name(c) for c in gs.picks(ow, k, tf32=True)] == [gc.name(c) for c in want]
+
+
+def test_tf32_extra_is_offered_at_every_width_for_float32_only():
+    """TF32_EXTRA's config (the tf32 sweep's best at stride 2) follows every image-box pick
+    list for float32, once; the 16-bit lists stay as they were."""
+    extra = gc.name(gc.TF32_OF[gc.name(gc.TF32_EXTRA[0])])
+    for ow in (56, 28, 14, 7):
+        for tf32_names in ([gc.name(c) for c in gs.picks(ow, 256, tf32=True)],
+                           [gc.name(c) for c in gc.picks(ow, 256, False, tf32=True)]):
+            assert tf32_names.count(extra) == 1, (ow, tf32_names)
+        assert [gc.name(c) for c in gs.picks(ow, 256)] == [gc.name(c) for c in (
+            gc.PICKS_LARGE if ow >= 28 else gc.PICKS_MEDIUM if ow >= 14 else gc.PICKS_SMALL)]
+    assert extra not in [gc.name(c) for c in gc.picks(14, 256, True, tf32=True)]   # flat GEMM view: its own list
 
 
 # -- CPU: the candidate lists -------------------------------------------------------------
@@ -125,7 +139,8 @@ def test_strided_tf32_configs_are_the_same_variants():
 def test_offered_for_tensor_op_float32(direction, math, c, hw, kernel, pad, want, hopper):
     problem, x, w, y = _problem(direction, c, c, hw, kernel, pad=pad, n=64, math=math)
     got = _candidates(direction, problem, x, w, y)
-    assert [gc.name(g) for g in got] == [gc.name(gc.TF32_OF[gc.name(g)]) for g in want]
+    want32 = want if kernel == 1 or c <= 64 else gc.with_tf32_extra(want, True)
+    assert [gc.name(g) for g in got] == [gc.name(gc.TF32_OF[gc.name(g)]) for g in want32]
     assert all(g["GLUON"] and g["TF32"] and g["BLOCK_K"] == 32 for g in got)
     # the same layer in float16 under the same math: the 16-bit picks (the math type does
     # not matter for half data)
@@ -181,7 +196,7 @@ def test_switched_off_by_the_module_flag(direction, hopper, monkeypatch):
 
 def test_fused_epilogue_offered_with_float32_z(hopper):
     problem, x, w, y = _problem("fwd", 128, 128, 28, 3, pad=1)
-    want = [gc.name(gc.TF32_OF[gc.name(c)]) for c in gc.PICKS_LARGE]
+    want = [gc.name(gc.TF32_OF[gc.name(c)]) for c in gc.with_tf32_extra(gc.PICKS_LARGE, True)]
     spec = EpilogueSpec(activation=ActivationMode.RELU, bias=torch.zeros(128), z=torch.empty_like(y), alpha2=0.5)
     assert [gc.name(c) for c in gc.forward_candidates(problem, x, w, y, spec, CUDA)] == want
     spec = EpilogueSpec(activation=ActivationMode.RELU, z=torch.empty_like(y).half())  # z of another dtype
@@ -201,7 +216,8 @@ def test_tf32_configs_come_after_conv_tmas(direction, hopper):
         cands = bwd.tma_candidates(plan, problem, y, w, x, device=CUDA)
     base = conv_tma.candidates(plan, CUDA, problem)
     assert cands[:len(base)] == base and not any(c.get("GLUON") for c in base)
-    assert [gc.name(c) for c in cands[len(base):]] == [gc.name(gc.TF32_OF[gc.name(c)]) for c in gc.PICKS_MEDIUM]
+    want = gc.with_tf32_extra(gc.PICKS_MEDIUM, True)
+    assert [gc.name(c) for c in cands[len(base):]] == [gc.name(gc.TF32_OF[gc.name(c)]) for c in want]
 
 
 def test_tuner_keys_separate_the_math_types():

@@ -589,16 +589,33 @@ PICKS_FLAT = [config(1, 1, 128, 128, 4, 4, pingpong=True), config(1, 1, 128, 128
               config(1, 1, 128, 256, 3, 8), config(1, 1, 64, 256, 4, 4, pingpong=True)]
 
 
+# float32 (tf32) only, at every output width: 16 images x 1 row x 8 columns, 128 channels, a
+# 4-deep ring and two consumer warpgroups (no ping-pong). H200 sweep 2026-12-01 (tf32 against
+# cuDNN tf32, ResNet-50 batch 64, stride 2): the best config on all six stride-2 layers
+# (res3_3x3s2 1.01, res4_3x3s2 1.08, res5_3x3s2 1.04, res3/4/5_ds 1.19 / 1.13 / 0.98), where
+# the 28- and 14-wide picks' best were 1.17-1.32: its float32 ring keeps 4 slots where the
+# ping-pong configs' two output tiles leave room for 3.
+TF32_EXTRA = [config(16, 1, 8, 128, 4, 8)]
+
+
+def with_tf32_extra(base: list, tf32: bool) -> list:
+    """``base`` plus TF32_EXTRA's configs it lacks, for float32 (tf32) problems."""
+    if not tf32:
+        return base
+    have = {name(c) for c in base}
+    return base + [c for c in TF32_EXTRA if name(c) not in have]
+
+
 def picks(out_w: int, k_out: int, flat: bool, tf32: bool = False) -> list:
     """The configs offered for an output of width out_w with k_out channels (flat: a 1x1
     problem viewed as one row of pixels), each marked GLUON=True for the launchers; tf32:
-    their float32 variants (tf32_config)."""
+    their float32 variants (tf32_config), with TF32_EXTRA's beside image-box picks."""
     if flat:
         base = PICKS_FLAT
     elif k_out <= 64:
         base = PICKS_NARROW
     else:
-        base = PICKS_LARGE if out_w >= 28 else PICKS_MEDIUM if out_w >= 14 else PICKS_SMALL
+        base = with_tf32_extra(PICKS_LARGE if out_w >= 28 else PICKS_MEDIUM if out_w >= 14 else PICKS_SMALL, tf32)
     cap = max(64, triton.next_power_of_2(k_out))
     return [dict(TF32_OF[name(c)] if tf32 else c, GLUON=True) for c in base if c["BLOCK_N"] <= cap]
 
@@ -629,7 +646,8 @@ def tf32_config(cfg) -> dict:
     return c
 
 
-TF32_OF = {name(c): tf32_config(c) for c in PICKS_NARROW + PICKS_LARGE + PICKS_MEDIUM + PICKS_SMALL + PICKS_FLAT}
+TF32_OF = {name(c): tf32_config(c) for c in PICKS_NARROW + PICKS_LARGE + PICKS_MEDIUM + PICKS_SMALL + PICKS_FLAT
+           + TF32_EXTRA}
 TF32_CONFIGS = list({name(c): c for c in TF32_OF.values()}.values())  # every offered float32 config, once
 
 

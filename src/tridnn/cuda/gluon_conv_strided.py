@@ -32,7 +32,7 @@ from .gluon_common import desc_sig as _desc_sig, placeholder
 from . import gluon_conv
 from .gluon_conv import (PICKS_LARGE, PICKS_MEDIUM, PICKS_SMALL, TF32_OF, _channels_last_ok, _consumer, _nhwc,
                          _tile_coords, check_dtypes, checked_epilogue, config, constexprs, filter_matrix, flops,
-                         name, shared_bytes, shared_state, sig_dtype, tile_grid)
+                         name, shared_bytes, shared_state, sig_dtype, tile_grid, with_tf32_extra)
 
 
 # --------------------------------------------------------------------------------------
@@ -172,8 +172,9 @@ TF32_CONFIGS = [TF32_OF[name(c)] for c in CONFIGS]
 
 def picks(out_w: int, k_out: int, tf32: bool = False) -> list:
     """The configs to try for an output of width out_w with k_out channels (gluon_conv.picks'
-    non-flat choice; no BLOCK_N wider than the channels need); tf32: their float32 variants."""
-    base = PICKS_LARGE if out_w >= 28 else PICKS_MEDIUM if out_w >= 14 else PICKS_SMALL
+    non-flat choice; no BLOCK_N wider than the channels need); tf32: their float32 variants,
+    with gluon_conv.TF32_EXTRA's."""
+    base = with_tf32_extra(PICKS_LARGE if out_w >= 28 else PICKS_MEDIUM if out_w >= 14 else PICKS_SMALL, tf32)
     cap = max(64, triton.next_power_of_2(k_out))
     return [TF32_OF[name(c)] if tf32 else c for c in base if c["BLOCK_N"] <= cap]
 

@@ -347,8 +347,6 @@ CONFIGS = [
     config(1, 1, 128, 128, 128, 3, 8, flat=True), config(1, 1, 64, 128, 256, 4, 8, flat=True),
     config(1, 1, 64, 256, 128, 4, 8, flat=True), config(1, 1, 128, 64, 64, 3, 4, per_sm=2, flat=True),
     config(1, 1, 256, 64, 64, 3, 4, flat=True), config(1, 1, 128, 128, 64, 4, 8, flat=True),
-    # 7x7 outputs (res5) in 64-pixel boxes (8 images x 1 row x 8, 7/8 useful) and a deeper ring
-    config(8, 1, 8, 128, 128, 6, 8), config(8, 1, 8, 128, 128, 4, 8),
 ]
 
 
