@@ -46,6 +46,7 @@
 #   flat_sweep2    sweep_gluon_wgrad on the 1x1 layers over cuDNN: the narrow FLAT tiles and schedule variants
 #   res5_sweep     sweep_gluon_wgrad on res5_3x3, res5_3x3s2, res5_ds: 7x7 boxes, schedule variants
 #   tf32_strided   sweep_gluon_conv --dtype float32 --strided (the tf32 stride-2 layers against cuDNN tf32)
+#   layers_tests4  the LRN and resident group norm test files (layers_tests3 stops in the LRN file), 150 s
 #   conv1          conv1 alone: forward, backward data, fused and backward filter with the blocks'
 #                  backward filter on, then backward filter with it off
 set -u
@@ -119,6 +120,7 @@ step() {
     tf32_strided) timeout 130 python3 benchmarks/sweep_gluon_conv.py --dtype float32 --strided --budget-s 90 \
                       --out "$R/tf32s" > "$R/tf32s.log" 2>&1
                   echo "tf32_strided rc=$?"; tail -40 "$R/tf32s.log" | cut -c1-140 ;;
+    layers_tests4) MARK= gpu_tests 150 layers_tests4 tests/test_cuda_group_norm_resident.py tests/test_cuda_lrn_fast.py ;;
     layers_tests2) MARK= gpu_tests 300 layers_tests2 $LAYER_TESTS -k "$LAYER_TESTS_REST" ;;
     dw_profile) timeout 150 python3 benchmarks/profile_gpu_conv_kernels.py --direction bwd_filter \
                     --layers dw32_112,dw192_28,dw384_14,dw576_14s2,dw960_7 > "$R/dw_profile.log" 2>&1
