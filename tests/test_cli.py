@@ -268,7 +268,7 @@ README = __import__("pathlib").Path(__file__).resolve().parent.parent / "README.
 def test_readme_commands_come_first():
     first_block = README.read_text().split("```")[1].splitlines()[1:]
     assert first_block == ['pip install -e ".[demo]" && tridnn demo',
-                           'pip install -e ".[test]" && python -m pytest -q']
+                           'pip install -e ".[test]" && python -m pytest -q -n auto --dist loadfile']
 
 
 def test_readme_python_examples_run():
