@@ -497,8 +497,12 @@ def test_gpu_forced_strided_tf32_config_against_float64(p, cfg, rng, forced):
 @pytest.mark.gpu
 @pytest.mark.parametrize("cfg", [c for c in gc.TF32_CONFIGS if not (c["NB"] == 1 and c["BH"] == 1)], ids=gc.name)
 @pytest.mark.parametrize("p", STRIDED_DGRAD_API_CASES, ids=lambda p: p["name"])
-def test_gpu_forced_strided_backward_data_tf32_against_float64(p, cfg, rng, forced):
+def test_gpu_forced_strided_backward_data_tf32_against_float64(p, cfg, rng, forced, monkeypatch):
+    """A launch a phase (the one-launch fused path, on by default since this test was
+    written, has its own tests: test_gluon_dgrad_fused)."""
     need_hopper()
+    from tridnn.cuda import gluon_dgrad_fused
+    monkeypatch.setattr(gluon_dgrad_fused, "FUSED_PHASES", False)
     forced.cfg = dict(cfg, GLUON=True)
     s = p["stride"]
     _api("bwd_data", p, rng, forced, s[0] * s[1])
