@@ -17,8 +17,6 @@ import inspect
 
 import numpy as np
 
-_FLOAT64_NAMES = {"fp64", "float64"}
-
 
 def _fp32_scalar(value):
     import triton.language as tl
@@ -27,18 +25,24 @@ def _fp32_scalar(value):
     return tl.tensor(TensorHandle(np.array([value], np.float32), tl.float32), tl.float32)
 
 
-def _gpu_typed(fn, constexprs, args, kwargs):
-    """Bind the call and turn each float the GPU would type fp32 into an fp32 scalar."""
+@functools.lru_cache(maxsize=None)
+def _parameters(fn):
+    """(parameter names in order, the ones a Python float reaches as fp32 on the GPU: neither
+    constexpr nor annotated float64), once per kernel function."""
     from triton.runtime.jit import _normalize_ty
 
-    names = inspect.getfullargspec(fn).args
+    names = tuple(inspect.getfullargspec(fn).args)
+    kinds = {name: _normalize_ty(ty) for name, ty in fn.__annotations__.items()}
+    return names, frozenset(n for n in names if kinds.get(n) not in ("constexpr", "fp64"))
+
+
+def _gpu_typed(fn, args, kwargs):
+    """Bind the call and turn each float the GPU would type fp32 into an fp32 scalar."""
+    names, fp32 = _parameters(fn)
     bound = dict(zip(names, args))
     bound.update({k: v for k, v in kwargs.items() if k in names})
-    annotations = {name: _normalize_ty(ty) for name, ty in fn.__annotations__.items()}
-    for name, value in bound.items():
-        if type(value) is float and name not in constexprs and annotations.get(name) not in _FLOAT64_NAMES:
-            bound[name] = _fp32_scalar(value)
-    return bound
+    return {name: _fp32_scalar(value) if type(value) is float and name in fp32 else value
+            for name, value in bound.items()}
 
 
 def install():
@@ -52,7 +56,7 @@ def install():
 
     @functools.wraps(original_call)
     def call(self, *args, **kwargs):
-        return original_call(self, **_gpu_typed(self.fn, self.constexprs, args, kwargs))
+        return original_call(self, **_gpu_typed(self.fn, args, kwargs))
 
     executor.__call__ = call
     executor._tridnn_fp32_floats = True
