@@ -14,7 +14,6 @@ afterwards: written outputs must agree to float64 rounding, read-only inputs sta
 from __future__ import annotations
 
 import re
-import zlib
 
 import numpy as np
 import pytest
@@ -38,11 +37,6 @@ ALPHA, BETA = 0.1, 0.3      # neither is a float32 value: a float32 copy is ~1.5
 TOL = 1e-12                 # normalized error two float64 evaluation orders stay within
 SHAPE = (2, 5, 4, 3)
 PSHAPE = (1, 5, 1, 1)       # per-channel parameters
-
-
-@pytest.fixture
-def rng(request):
-    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
 def _torch(value, layout):
@@ -124,10 +118,14 @@ def test_pooling(mode, layout, rng):
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("route", ["bins", "reduce", "global_kernel"])
 @pytest.mark.parametrize("mode", [0, 1], ids=["MAX", "AVG"])
-def test_adaptive_pooling(mode, layout, rng):
+def test_adaptive_pooling(mode, route, layout, rng, monkeypatch):
+    """3x2 bins; 1x1 through reduce_tensor (the default) and through GLOBAL_AVG_KERNEL."""
+    out = (3, 2) if route == "bins" else (1, 1)
+    monkeypatch.setattr(pooling, "GLOBAL_AVG_KERNEL", route == "global_kernel")
     x, dx = rng.standard_normal(SHAPE), rng.standard_normal(SHAPE)
-    y, dy = rng.standard_normal((2, 5, 3, 2)), rng.standard_normal((2, 5, 3, 2))
+    y, dy = rng.standard_normal((2, 5, *out)), rng.standard_normal((2, 5, *out))
     compare(lambda x, y: pooling.adaptive_pooling_forward(x, y, mode, ALPHA, BETA),
             lambda x, y: cpu_pool.adaptive_pooling_forward(x, y, mode, ALPHA, BETA), {"x": x, "y": y}, layout)
     compare(lambda x, dy, dx: pooling.adaptive_pooling_backward(x, dy, dx, mode, ALPHA, BETA),
@@ -296,3 +294,58 @@ def test_float64_scalars_add_no_float64_math_to_other_data():
         assert not fp64_math.search(f["sass"]), f"{spec[1]} does float64 arithmetic on bf16 data"
     for spec, f in zip(specs[half:], facts[half:]):
         assert fp64_math.search(f["sass"]), f"{spec[1]} on float64 data shows no float64 arithmetic"
+
+
+# -- the other kernel designs the layers route to (switches and shapes) ---------------------
+POOL_DESIGNS = {
+    "rows": dict(NCHW_LANE_KERNELS=frozenset(), NCHW_ROW_KERNELS=frozenset()),
+    "nchw_rows": dict(NCHW_LANE_KERNELS=frozenset()),
+    "cl_fused_phases": dict(CL_FUSED_MAX_BWD="phases"),
+    "cl_fused_shift": dict(CL_FUSED_MAX_BWD="shift"),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("design", list(POOL_DESIGNS))
+@pytest.mark.parametrize("mode", [0, 1], ids=["MAX", "AVG_PAD"])
+def test_pooling_designs(mode, design, layout, rng, monkeypatch):
+    """Pooling through the row, NCHW-row and fused channels-last kernels (8-wide rows)."""
+    for switch, value in POOL_DESIGNS[design].items():
+        monkeypatch.setattr(pooling, switch, value)
+    shape, out = (2, 5, 6, 8), (2, 5, 3, 4)
+    window, padding, stride = (3, 3), (1, 1), (2, 2)
+    x, dx = rng.standard_normal(shape), rng.standard_normal(shape)
+    y, dy = rng.standard_normal(out), rng.standard_normal(out)
+    args = (mode, window, padding, stride, False, ALPHA, BETA)
+    compare(lambda x, y: pooling.pooling_forward(x, y, *args),
+            lambda x, y: cpu_pool.pooling_forward(x, y, *args), {"x": x, "y": y}, layout)
+    y = np.zeros(out)
+    cpu_pool.pooling_forward(x, y, mode, window, padding, stride, False, 1.0, 0.0)
+    compare(lambda y, dy, x, dx: pooling.pooling_backward(y, dy, x, dx, *args),
+            lambda y, dy, x, dx: cpu_pool.pooling_backward(y, dy, x, dx, *args),
+            {"y": y, "dy": dy, "x": x, "dx": dx}, layout)
+
+
+def test_transform_between_layouts(rng):
+    """NCHW x into NHWC y: the tiled transpose kernel, against the NumPy backend's result."""
+    shape = (2, 16, 4, 8)
+    x, y = rng.standard_normal(shape), rng.standard_normal(shape)
+    xt, yt = make(shape, "NCHW", F64, values=x), make(shape, "NHWC", F64, values=y)
+    tensor_ops.transform_tensor(xt, yt, ALPHA, BETA)
+    cpu_ops.transform_tensor(x, y, ALPHA, BETA)
+    err = np.abs(yt.to("cpu").numpy() - y).max() / max(1.0, np.abs(y).max())
+    assert err <= TOL, f"y: normalized error {err:.3g} > {TOL:g} (a float32 scalar?)"
+
+
+@pytest.mark.parametrize("design", [dict(CONTIGUOUS_ROWS_KERNEL="runs"), dict(CONTIGUOUS_ROWS_KERNEL="ahead"),
+                                    dict(REDUCE_SPLIT=2, SPLIT_COMBINE="kernel")], ids=["runs", "ahead", "split"])
+@pytest.mark.parametrize("op", [0, 5, 7], ids=["ADD", "AVG", "NORM2"])
+def test_reduce_designs(op, design, rng, monkeypatch):
+    """Sums over rows of 2048 contiguous elements (NCHW: the runs and ahead kernels) and, over
+    channels-last H, W, a forced two-part split with its combine kernel."""
+    for switch, value in design.items():
+        monkeypatch.setattr(tensor_ops, switch, value)
+    a = rng.random((3, 2, 32, 64)) + 0.5
+    compare(lambda a, c: tensor_ops.reduce_tensor(a, c, None, None, op, ALPHA, BETA, False),
+            lambda a, c: cpu_ops.reduce_tensor(op, a, c, None, None, ALPHA, BETA, False),
+            {"a": a, "c": rng.standard_normal((3, 2, 1, 1))}, "NHWC" if "REDUCE_SPLIT" in design else "NCHW")
