@@ -47,6 +47,11 @@
 #   res5_sweep     sweep_gluon_wgrad on res5_3x3, res5_3x3s2, res5_ds: 7x7 boxes, schedule variants
 #   tf32_strided   sweep_gluon_conv --dtype float32 --strided (the tf32 stride-2 layers against cuDNN tf32)
 #   layers_tests4  the LRN and resident group norm test files (layers_tests3 stops in the LRN file), 150 s
+#   fma_tests      the Gluon FMA (float32, FMA math) configs on the GPU (tests/test_gluon_fma.py)
+#   fma_sweep      sweep_gluon_conv --dtype fma: the FMA configs on the 3x3 and 1x1 layers against cuDNN strict
+#   fma_strided    sweep_gluon_conv --dtype fma --strided (the stride-2 layers)
+#   fma_api        sweep_gluon_conv --dtype fma --api: the tuner's FMA picks through the public API
+#   fp32_strict    the fp32-strict section alone (FMA math against cuDNN with tf32 off)
 #   conv1          conv1 alone: forward, backward data, fused and backward filter with the blocks'
 #                  backward filter on, then backward filter with it off
 set -u
@@ -130,6 +135,14 @@ step() {
     conv1) TRIDNN_S2D_WGRAD=1 suite conv1_s2d 100 rn50-fwd,rn50-bwd_data,rn50-bwd_filter,fused --layers conv1
            TRIDNN_S2D_WGRAD=0 suite conv1_plain 60 rn50-bwd_filter --layers conv1 ;;
     fp32_tf32) suite fp32_tf32 "${SUITE_S:-190}" fp32-tf32 ;;
+    fp32_strict) suite fp32_strict "${SUITE_S:-190}" fp32-strict ;;
+    fma_tests) gpu_tests "${TESTS_S:-200}" fma_tests tests/test_gluon_fma.py ;;
+    fma_sweep) timeout "${SWEEP_S:-170}" python3 benchmarks/sweep_gluon_conv.py --dtype fma --budget-s $(( ${SWEEP_S:-170} - 30 )) --out "$R/fma_sweep" > "$R/fma_sweep.log" 2>&1
+               echo "fma_sweep rc=$?"; sed -n '/^layer /,$p' "$R/fma_sweep.log" | cut -c1-110 ;;
+    fma_strided) timeout "${SWEEP_S:-170}" python3 benchmarks/sweep_gluon_conv.py --dtype fma --strided --budget-s $(( ${SWEEP_S:-170} - 30 )) --out "$R/fma_strided" > "$R/fma_strided.log" 2>&1
+                 echo "fma_strided rc=$?"; sed -n '/^layer /,$p' "$R/fma_strided.log" | cut -c1-110 ;;
+    fma_api) timeout "${SWEEP_S:-170}" python3 benchmarks/sweep_gluon_conv.py --dtype fma --api --directions fwd,bwd_data --budget-s $(( ${SWEEP_S:-170} - 30 )) --out "$R/fma_api" > "$R/fma_api.log" 2>&1
+             echo "fma_api rc=$?"; sed -n '/^layer /,$p' "$R/fma_api.log" | cut -c1-140 ;;
     records_tests) gpu_tests 150 records_tests tests/test_gluon_integration.py tests/test_gluon_wgrad_integration.py -k "record" ;;
     host) timeout 150 python3 benchmarks/bench_gpu_host_time.py --out "$R/host" > "$R/host.log" 2>&1
           echo "host rc=$?"; tail -12 "$R/host.log" | cut -c1-140 ;;

@@ -53,6 +53,10 @@ tridnn offers them for TENSOR_OP math (--api: the layers under TENSOR_OP math), 
   PYTHONPATH=src python benchmarks/sweep_gluon_conv.py --dtype float32 --out results/
   PYTHONPATH=src python benchmarks/sweep_gluon_conv.py --dtype float32 --strided --out results/
 
+--dtype fma: the FMA configs (gluon_conv.FMA_CONFIGS: float32 data, IEEE products on the CUDA
+cores, as tridnn offers them for FMA math) against cuDNN and cuBLAS with tf32 off, e.g.
+  PYTHONPATH=src python benchmarks/sweep_gluon_conv.py --dtype fma --out results/
+
 --dry-run (CPU): builds every layer's descriptors and launch arguments, and compiles
 every config for sm_90 through the kernel's own JIT binding (an offline driver stands in
 for CUDA), then prints the table with empty timings and writes the JSON.
@@ -86,6 +90,9 @@ LAYERS = {  # name: (N, C, K, H, W, filter size, padding)
     # image row of M pixels: the kernel against cuBLAS (torch.matmul) without box waste
     "gemm_res3": (1, 1152, 128, 1, 50176, 1, 0),
     "gemm_res4": (1, 2304, 256, 1, 12544, 1, 0),
+    # ResNet-50's 1x1 layers with the fewest (res2) and most (res4) input channels a pixel
+    "res2_1x1c": (64, 64, 256, 56, 56, 1, 0),
+    "res4_1x1c": (64, 256, 1024, 14, 14, 1, 0),
 }
 STRIDED_LAYERS = {  # --strided, stride 2: name: (N, C, K, H, W, filter size, padding) of the input
     "res3_3x3s2": (64, 128, 128, 56, 56, 3, 1),
@@ -127,7 +134,8 @@ def _argv_dtype() -> str:
 
 DTYPE = _argv_dtype()
 os.environ["TRIDNN_SWEEP_DTYPE"] = DTYPE
-FP32 = DTYPE == "float32"
+FMA = DTYPE == "fma"  # float32 data, CUDA-core products (FMA math)
+FP32 = DTYPE in ("float32", "fma")
 TORCH_DTYPE = torch.float32 if FP32 else torch.bfloat16
 CANARY = [  # (N, C, K, H, W, KH, KW, pad, alpha): edges in every direction, K not a multiple of 128
     # (the child's compiles land in Triton's disk cache, which the sweep then reads)
@@ -171,7 +179,11 @@ def configs(mod) -> list:
     --dgrad-phases: the configs gluon_conv offers strided backward data (its non-flat picks)."""
     if DGRAD_PHASES:
         base = list({mod.name(c): c for c in mod.PICKS_LARGE + mod.PICKS_MEDIUM + mod.PICKS_SMALL}.values())
+        if FMA:
+            return [c for c in mod.FMA_CONFIGS if not (c["NB"] == 1 and c["BH"] == 1)]
         return [mod.TF32_OF[mod.name(c)] for c in base] if FP32 else base
+    if FMA:
+        return mod.FMA_CONFIGS
     return mod.TF32_CONFIGS if FP32 else mod.CONFIGS
 
 
@@ -283,8 +295,9 @@ def dgrad_phases_sweep(a, t0):
     indices = [int(i) for i in a.configs.split(",") if i] or list(range(len(all_cfgs)))
     dev = gsc.cudnn_setup(a.dry_run)
     if FP32:
-        torch.backends.cudnn.allow_tf32 = True
-        print("float32: tf32 configs; cuDNN with allow_tf32", flush=True)
+        torch.backends.cudnn.allow_tf32 = not FMA
+        print("float32: FMA configs; cuDNN with tf32 off" if FMA else "float32: tf32 configs; cuDNN with allow_tf32",
+              flush=True)
     status = {i: ("ok", 0.0) for i in indices} if a.no_canary else gsc.run_canaries(__file__, indices, a.dry_run)
     print(f"canaries of the fused launch ({time.time() - t0:.0f} s): " + ", ".join(
         f"{gc.name(all_cfgs[i])}={status[i][0]}" for i in indices), flush=True)
@@ -426,11 +439,14 @@ def api_sweep(a, directions, t0):
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import bench_gpu_conv as bg
 
-    gc.TF32_OFFERED = True  # (whatever TRIDNN_GLUON_TF32 says: the sweep measures the configs)
+    gc.TF32_OFFERED = gc.FMA_OFFERED = True  # (whatever TRIDNN_GLUON_TF32/FMA say: the sweep measures the configs)
+    if FP32:  # cuDNN's reference in the configs' math: tf32 (TENSOR_OP) or strict (FMA)
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = not FMA
 
     dev = "cpu" if a.dry_run else "cuda"
     dtype = "float32" if FP32 else "float16" if a.dry_run else "bfloat16"  # (the interpreter has no bfloat16)
-    math = tridnn.MathType.TENSOR_OP if FP32 else tridnn.MathType.DEFAULT  # (tf32: what offers the TF32 configs)
+    math = (tridnn.MathType.FMA if FMA else tridnn.MathType.TENSOR_OP if FP32  # (what offers the float32 configs)
+            else tridnn.MathType.DEFAULT)
     handle = tridnn.Handle(device="cpu", backend="triton", find_cache=None) if a.dry_run else \
         tridnn.Handle(device="cuda", find_cache=None)
     algos = {"fwd": registry.by_enum("conv", "fwd", "triton", tridnn.ConvFwdAlgo.IMPLICIT_GEMM),
@@ -529,8 +545,9 @@ def main():
     ap.add_argument("--directions", default="fwd", help="fwd and/or bwd_data (comma-separated)")
     ap.add_argument("--api", action="store_true", help="time tridnn's public API with its tuner instead")
     ap.add_argument("--strided", action="store_true", help="gluon_conv_strided on the stride-2 layers")
-    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"],
-                    help="float32: the TF32 configs against cuDNN/cuBLAS with tf32 allowed")
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32", "fma"],
+                    help="float32: the TF32 configs against cuDNN/cuBLAS with tf32 allowed; fma: the FMA "
+                         "configs (float32, CUDA-core products) against them with tf32 off")
     ap.add_argument("--dgrad-phases", action="store_true",
                     help="stride-2 backward data: cuDNN, a launch per phase, gluon_dgrad_fused's one launch")
     ap.add_argument("--canary", help=argparse.SUPPRESS)
@@ -564,10 +581,10 @@ def main():
         return
     indices, layers = gsc.select(ap, a, len(configs(gc)), layer_table)
     dev = gsc.cudnn_setup(a.dry_run)
-    if FP32:  # the references in tf32, as the TF32 configs (TENSOR_OP math in tridnn)
-        torch.backends.cudnn.allow_tf32 = True
-        torch.backends.cuda.matmul.allow_tf32 = True
-        print("float32: tf32 configs; cuDNN and cuBLAS with allow_tf32", flush=True)
+    if FP32:  # the references in tf32 as the TF32 configs (TENSOR_OP math in tridnn), or strict for FMA
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = not FMA
+        print("float32: FMA configs; cuDNN and cuBLAS with tf32 off" if FMA else
+              "float32: tf32 configs; cuDNN and cuBLAS with allow_tf32", flush=True)
 
     status = {i: ("ok", 0.0) for i in indices} if a.no_canary else gsc.run_canaries(__file__, indices, a.dry_run)
     print(f"canaries ({time.time() - t0:.0f} s): " + ", ".join(
@@ -625,10 +642,13 @@ def main():
         o_n, o_h, o_w, o_k, red = (n, h, w, c, k) if bwd else (n, oh, ow, k, c)
         for i in indices:
             cfg = configs(gc)[i]
+            # a one-row box over a 1x1 layer without padding runs the flat GEMM view (gluon_conv.flat_ok)
+            flat = ks == 1 and pad == 0 and cfg["NB"] == 1 and cfg["BH"] == 1
+            u_n, u_h, u_w = (1, 1, o_n * o_h * o_w) if flat else (o_n, o_h, o_w)
             row = dict(layer=name_d, config=gc.name(cfg), us=None, tflops=None, ratio=None, err=None,
-                       useful=round(useful(cfg, o_n, o_h, o_w), 3), fill=round(fill(cfg, o_n, o_k, o_h, o_w), 3),
+                       useful=round(useful(cfg, u_n, u_h, u_w), 3), fill=round(fill(cfg, u_n, o_k, u_h, u_w), 3),
                        shared=gc.shared_bytes(cfg))
-            if not applies(cfg, o_n, red, o_k, o_h, o_w):
+            if not applies(cfg, u_n, red, o_k, u_h, u_w):
                 continue
             if status[i][0] != "ok":
                 row["note"] = "canary " + status[i][0]

@@ -169,7 +169,6 @@ def test_offered_at_stride_2_for_tensor_op_float32(c, k, hw, kernel, pad, out_w,
 
 @pytest.mark.parametrize("why,kwargs", [
     ("DEFAULT math (3xTF32, float32-accurate)", dict(math=M.DEFAULT)),
-    ("FMA math (strict float32)", dict(math=M.FMA)),
     ("x float32, w bfloat16", dict(dtypes=(torch.float32, torch.bfloat16, torch.float32))),
     ("y float16", dict(dtypes=(torch.float32, torch.float32, torch.float16))),
     ("x bfloat16, the rest float32", dict(dtypes=(torch.bfloat16, torch.float32, torch.float32))),
@@ -182,6 +181,21 @@ def test_not_offered_elsewhere(direction, stride, why, kwargs, hopper):
     reason = (gc.forward_why_not(problem, x, w, y) if direction == "fwd"
               else gc.backward_data_why_not(problem, y, w, x))
     assert reason and ("TENSOR_OP" in reason or "math" not in kwargs), reason
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
+def test_fma_math_gets_no_tf32_config(direction, stride, hopper, monkeypatch):
+    """FMA math (strict float32) is offered the FMA configs (test_gluon_fma), never a TF32
+    one; with those switched off, nothing."""
+    problem, x, w, y = _problem(direction, 128, 128, 28, 3, stride=stride, pad=1, n=8, math=M.FMA)
+    got = _candidates(direction, problem, x, w, y)
+    assert got and all(c["FMA"] and not c.get("TF32") for c in got)
+    monkeypatch.setattr(gc, "FMA_OFFERED", False)
+    assert _candidates(direction, problem, x, w, y) == []
+    reason = (gc.forward_why_not(problem, x, w, y) if direction == "fwd"
+              else gc.backward_data_why_not(problem, y, w, x))
+    assert "FMA" in reason
 
 
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data"])

@@ -125,6 +125,70 @@ def _loader(x_desc, w_desc, a_bufs, b_bufs, ready, empty,
             ih = gl.where(next_row, ih + DIL_H, ih)
 
 
+@gluon.constexpr_function
+def acc_layout_of(BLOCK_N, MMA_K, WARPS, FMA):
+    """The accumulator's register layout: wgmma's (WARPS warps share the rows), or for FMA
+    a blocked layout of 8 x 4 threads a warp and WARPS/4 x 4 warps, so a 128 x 128 tile
+    gives each of 8 warps' threads an 8 x 8 block (rows 16 apart, columns 16 apart)."""
+    if FMA:
+        return gl.BlockedLayout([1, 1], [8, 4], [WARPS // 4, 4], [1, 0])
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1], instr_shape=[16, BLOCK_N, MMA_K])
+
+
+FMA_K = gl.constexpr(16)  # k values a thread holds per dot_fma (Gluon's least)
+
+
+@gluon.jit
+def mainloop(a_bufs, b_bufs, ready, empty, acc, it, k_steps,
+             BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr, FMA: gl.constexpr):
+    """acc + the products of the tile's k_steps ring slots from ring position it; returns
+    (acc, it after them). wgmma: async, one MMA kept in flight, a slot freed once the MMA
+    that read it retired (the caller ends the tile with ``drain``).
+
+    FMA (float32 under FMA math: IEEE products on the CUDA cores): per FMA_K values of k
+    each thread loads its 8 rows of x and 8 filter rows as 16-byte vectors (LDS.128; the
+    128-byte swizzle puts a warp's 8 consecutive rows in distinct banks) and dot_fma
+    chains them into its accumulators: 16 FFMA per LDS.128 in the sm_90 SASS. All warps
+    of the partition must have read a slot before it is freed (mbarrier.arrive is one
+    thread's): a thread barrier per k-step."""
+    if FMA:
+        layout: gl.constexpr = acc.type.layout
+        for kk in range(k_steps):
+            s = it % STAGES
+            mbarrier.wait(ready.index(s), (it // STAGES) & 1)
+            a_s = a_bufs.index(s).reshape([BLOCK_M, BLOCK_K])
+            b_s = b_bufs.index(s)
+            for k0 in gl.static_range(0, BLOCK_K, FMA_K):
+                a = a_s.slice(k0, FMA_K, dim=1).load(gl.DotOperandLayout(0, layout, 0))
+                b = b_s.slice(k0, FMA_K, dim=1).permute((1, 0)).load(gl.DotOperandLayout(1, layout, 0))
+                acc = gl.dot_fma(a, b, acc)
+            gl.thread_barrier()
+            mbarrier.arrive(empty.index(s))
+            it += 1
+    else:
+        for kk in range(k_steps):
+            s = it % STAGES
+            mbarrier.wait(ready.index(s), (it // STAGES) & 1)
+            a = a_bufs.index(s).reshape([BLOCK_M, BLOCK_K])
+            b = b_bufs.index(s).permute((1, 0))
+            acc = warpgroup_mma(a, b, acc, is_async=True)  # (float32 operands: tf32, the default precision)
+            acc, a, b = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a, b))
+            # MMA it-1 has retired: its slot may be refilled.
+            mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=kk > 0)
+            it += 1
+    return acc, it
+
+
+@gluon.jit
+def drain(acc, empty, it, k_steps, STAGES: gl.constexpr, FMA: gl.constexpr):
+    """After ``mainloop``: wait for the last MMA and free its slot (none for a tile without
+    k-steps); FMA has nothing in flight."""
+    if not FMA:
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=k_steps > 0)
+    return acc
+
+
 @gluon.jit
 def _consumer(y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, beta,
               z_desc, bias_ptr, alpha2, coef, swish_beta, C_OUT,
@@ -132,7 +196,7 @@ def _consumer(y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, 
               NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_N: gl.constexpr,
               BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
               PARTITION: gl.constexpr, CONSUMERS: gl.constexpr, WARPS: gl.constexpr, HAS_BETA: gl.constexpr,
-              ACT: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_Z: gl.constexpr):
+              ACT: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_Z: gl.constexpr, FMA: gl.constexpr):
     """A consumer partition (WARPS warps): of this program's tiles it takes every CONSUMERS-th,
     starting at PARTITION. Per k-step: wait for the slot, async wgmma, keep one MMA in flight,
     free the slot of the MMA that retired. Epilogue: output tile (y's dtype) -> shared -> TMA store,
@@ -148,12 +212,12 @@ def _consumer(y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, 
     output buffer while the main loop runs (issued once the previous store has read the
     buffer), and is blended in float32 before the store overwrites it. The fused epilogue
     (epilogue.store_tile's order): + alpha2 * z (HAS_Z: z's tile by TMA through the same
-    buffer, after the old y when both), + bias[k] (HAS_BIAS), then the activation ACT."""
+    buffer, after the old y when both), + bias[k] (HAS_BIAS), then the activation ACT.
+    FMA: the main loop on the CUDA cores (``mainloop``)."""
     BLOCK_M: gl.constexpr = NB * BH * BW
     # wgmma's k: 32 bytes of the operands (16 bf16/fp16 values; 8 float32 ones, run as tf32)
     MMA_K: gl.constexpr = 256 // a_bufs.dtype.primitive_bitwidth
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
-                                                         instr_shape=[16, BLOCK_N, MMA_K])
+    acc_layout: gl.constexpr = acc_layout_of(BLOCK_N, MMA_K, WARPS, FMA)
     LOADS: gl.constexpr = (1 if HAS_BETA else 0) + (1 if HAS_Z else 0)  # tiles read per output tile
     c_smem = c_bufs.index(PARTITION)
     c_tile = c_smem.reshape([BLOCK_M, BLOCK_N])
@@ -176,20 +240,10 @@ def _consumer(y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, 
         if CONSUMERS > 1:
             # tile j-1 was the other consumer's ((j-1)//2)-th
             mbarrier.wait(turns.index(1 - PARTITION), ((j - 1) // 2) & 1, pred=j > 0)
-        for kk in range(K_STEPS):
-            s = it % STAGES
-            mbarrier.wait(ready.index(s), (it // STAGES) & 1)
-            a = a_bufs.index(s).reshape([BLOCK_M, BLOCK_K])
-            b = b_bufs.index(s).permute((1, 0))
-            acc = warpgroup_mma(a, b, acc, is_async=True)  # (float32 operands: tf32, the default precision)
-            acc, a, b = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a, b))
-            # MMA it-1 has retired: its slot may be refilled.
-            mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=kk > 0)
-            it += 1
+        acc, it = mainloop(a_bufs, b_bufs, ready, empty, acc, it, K_STEPS, BLOCK_M, BLOCK_K, STAGES, FMA)
         if CONSUMERS > 1:
             mbarrier.arrive(turns.index(PARTITION))
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES))
+        acc = drain(acc, empty, it, K_STEPS, STAGES, FMA)
         acc = acc * alpha  # (one multiply a register: one compile serves every alpha)
         if HAS_BETA:
             # the old tile (this partition's (t_local * LOADS)-th load) replaces the buffer's
@@ -266,12 +320,13 @@ def gluon_conv_fwd_kernel(
     NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
     STAGES: gl.constexpr, PINGPONG: gl.constexpr, LOADER_REGS: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr, HAS_BETA: gl.constexpr = False,
-    ACT: gl.constexpr = -1, HAS_BIAS: gl.constexpr = False, HAS_Z: gl.constexpr = False,
+    ACT: gl.constexpr = -1, HAS_BIAS: gl.constexpr = False, HAS_Z: gl.constexpr = False, FMA: gl.constexpr = False,
 ):
     """Forward convolution, persistent and warp-specialized (see the module docstring).
     PINGPONG: a second consumer partition of num_warps warps takes every other tile.
     HAS_BETA: y = alpha * conv + beta * y (the old y read by TMA); else y = alpha * conv.
-    Then + alpha2 * z (HAS_Z), + bias (HAS_BIAS), activation ACT (-1: none)."""
+    Then + alpha2 * z (HAS_Z), + bias (HAS_BIAS), activation ACT (-1: none). FMA: float32
+    products on the CUDA cores (fma_config)."""
     CONSUMERS: gl.constexpr = 2 if PINGPONG else 1
     a_bufs, b_bufs, c_bufs, ready, empty, turns, ybar = shared_state(x_desc, w_desc, y_desc, STAGES, CONSUMERS)
 
@@ -281,7 +336,7 @@ def gluon_conv_fwd_kernel(
                          z_desc, bias_ptr, alpha2, coef, swish_beta, C_OUT,
                          NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
                          NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps, HAS_BETA,
-                         ACT, HAS_BIAS, HAS_Z)),
+                         ACT, HAS_BIAS, HAS_Z, FMA)),
             (_loader, (x_desc, w_desc, a_bufs, b_bufs, ready, empty,
                        C, KW, PAD_H, PAD_W, DIL_H, DIL_W,
                        NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
@@ -290,7 +345,7 @@ def gluon_conv_fwd_kernel(
                          z_desc, bias_ptr, alpha2, coef, swish_beta, C_OUT,
                          NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
                          NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 1, CONSUMERS, num_warps, HAS_BETA,
-                         ACT, HAS_BIAS, HAS_Z)),
+                         ACT, HAS_BIAS, HAS_Z, FMA)),
         ], [1, num_warps], [LOADER_REGS, CONSUMER_REGS])
     else:
         gl.warp_specialize([
@@ -298,7 +353,7 @@ def gluon_conv_fwd_kernel(
                          z_desc, bias_ptr, alpha2, coef, swish_beta, C_OUT,
                          NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
                          NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps, HAS_BETA,
-                         ACT, HAS_BIAS, HAS_Z)),
+                         ACT, HAS_BIAS, HAS_Z, FMA)),
             (_loader, (x_desc, w_desc, a_bufs, b_bufs, ready, empty,
                        C, KW, PAD_H, PAD_W, DIL_H, DIL_W,
                        NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
@@ -323,13 +378,13 @@ def name(cfg) -> str:
     return (f"{cfg['NB']}x{cfg['BH']}x{cfg['BW']}x{cfg['BLOCK_N']} s{cfg['STAGES']} w{cfg['num_warps']}"
             + (f" k{cfg['BLOCK_K']}" if cfg["BLOCK_K"] != 64 else "")
             + (f" p{cfg['PER_SM']}" if cfg.get("PER_SM", 1) > 1 else "") + (" pp" if cfg.get("PINGPONG") else "")
-            + (" tf32" if cfg.get("TF32") else ""))
+            + (" tf32" if cfg.get("TF32") else "") + (" fma" if cfg.get("FMA") else ""))
 
 
 def shared_bytes(cfg, itemsize=None) -> int:
     """Dynamic shared memory of a config: the ring plus an output tile per consumer (barriers
-    aside); itemsize: the data's (default 4 for a TF32 config, else 2)."""
-    itemsize = itemsize or (4 if cfg.get("TF32") else 2)
+    aside); itemsize: the data's (default 4 for a float32 config, else 2)."""
+    itemsize = itemsize or (4 if float32_data(cfg) else 2)
     bm = cfg["NB"] * cfg["BH"] * cfg["BW"]
     consumers = 2 if cfg.get("PINGPONG") else 1
     return itemsize * (cfg["STAGES"] * (bm + cfg["BLOCK_N"]) * cfg["BLOCK_K"] + consumers * bm * cfg["BLOCK_N"])
@@ -385,7 +440,7 @@ def why_not(x, w, padding, dilation, stride=(1, 1), cfg=None) -> str | None:
     if tuple(stride) != (1, 1):
         return "stride must be 1"
     if x.dtype not in (torch.bfloat16, torch.float16, torch.float32) or w.dtype != x.dtype:
-        return "bfloat16/float16 (or float32 with a TF32 config) only"
+        return "bfloat16/float16 (or float32 with a TF32 or FMA config) only"
     n, c, h, wd = x.shape
     if c % 64:
         return "channels must be a multiple of 64"
@@ -495,7 +550,7 @@ def check_dtypes(cfg, x, w_mat, y):
     if not (x.dtype == w_mat.dtype == y.dtype):
         raise ValueError("x, the filter and y must have one dtype")
     if not config_fits(cfg, x):
-        raise ValueError(f"config {name(cfg)} is for {'float32' if cfg.get('TF32') else 'bfloat16/float16'} data, "
+        raise ValueError(f"config {name(cfg)} is for {'float32' if float32_data(cfg) else 'bfloat16/float16'} data, "
                          f"not {x.dtype}")
 
 
@@ -527,7 +582,7 @@ def constexprs(cfg, has_beta=False, act=-1, has_bias=False, has_z=False) -> tupl
     return dict(NB=cfg["NB"], BH=cfg["BH"], BW=cfg["BW"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
                 STAGES=cfg["STAGES"], PINGPONG=bool(cfg.get("PINGPONG")), LOADER_REGS=loader_regs,
                 CONSUMER_REGS=consumer_regs, num_warps=cfg["num_warps"], HAS_BETA=bool(has_beta), ACT=int(act),
-                HAS_BIAS=bool(has_bias), HAS_Z=bool(has_z)), cap
+                HAS_BIAS=bool(has_bias), HAS_Z=bool(has_z), FMA=bool(cfg.get("FMA"))), cap
 
 
 def constexpr_tail(meta, kernel=None) -> tuple:
@@ -606,10 +661,13 @@ def with_tf32_extra(base: list, tf32: bool) -> list:
     return base + [c for c in TF32_EXTRA if name(c) not in have]
 
 
-def picks(out_w: int, k_out: int, flat: bool, tf32: bool = False) -> list:
+def picks(out_w: int, k_out: int, flat: bool, tf32: bool = False, fma: bool = False) -> list:
     """The configs offered for an output of width out_w with k_out channels (flat: a 1x1
     problem viewed as one row of pixels), each marked GLUON=True for the launchers; tf32:
-    their float32 variants (tf32_config), with TF32_EXTRA's beside image-box picks."""
+    their float32 variants (tf32_config), with TF32_EXTRA's beside image-box picks; fma:
+    fma_picks' (float32 under FMA math)."""
+    if fma:
+        return [dict(c, GLUON=True) for c in fma_picks(out_w, k_out, flat)]
     if flat:
         base = PICKS_FLAT
     elif k_out <= 64:
@@ -646,6 +704,50 @@ def tf32_config(cfg) -> dict:
     return c
 
 
+# float32 under FMA math (tridnn's input_precision "ieee", cuDNN's FMA math): the same
+# kernels with ``mainloop``'s CUDA-core main loop (FMA=True), IEEE float32 products summed
+# in k order. One 8-warp consumer and 128 output pixels a tile: every thread holds an 8 x 8
+# block of a 128 x 128 tile (64 accumulators, 167 registers under the 168 cap of 8
+# consumer warps beside the loader), so two programs an SM or ping-pong consumers do not
+# fit. Per k-step of 32 (a 32 KB ring slot) a warp runs 2048 FFMA against 128 LDS.128:
+# the loads cost a twentieth of the issue slots. Offered by default (FMA_OFFERED;
+# TRIDNN_GLUON_FMA=0 leaves FMA math to conv_tma's Triton FMA configs, which ran at
+# 10-13 TFLOP/s: a quarter of the 51 TFLOP/s FMA peak).
+FMA_OFFERED = os.environ.get("TRIDNN_GLUON_FMA", "1") != "0"
+
+
+def fma_config(nb, bh, bw, bn=128, stages=3):
+    """A float32 FMA config: NB x BH x BW = 128 output pixels times bn (64 or 128) channels,
+    8 consumer warps, BLOCK_K 32 (a 128-byte row)."""
+    assert nb * bh * bw == 128 and bn in (64, 128)
+    return dict(config(nb, bh, bw, bn, stages, 8, bk=32), FMA=True)
+
+
+def fma_picks(out_w: int, k_out: int, flat: bool) -> list:
+    """FMA configs for an output of width out_w with k_out channels (flat: a 1x1 GEMM): the
+    128-pixel boxes that waste least of the image (56: 8 x 16; 28: 4 x 32, 7/8 useful; 14:
+    4 images x 2 rows x 16; 7: 16 images x 1 row x 8), BLOCK_N 64 for 64 channels or fewer."""
+    bn = 64 if k_out <= 64 else 128
+    if flat:
+        boxes = [(1, 1, 128)]
+    elif out_w >= 28:
+        boxes = [(1, 8, 16), (1, 4, 32)]
+    elif out_w >= 14:
+        boxes = [(4, 2, 16), (2, 8, 8)]
+    else:
+        boxes = [(16, 1, 8), (2, 8, 8)]
+    return [fma_config(*box, bn=bn) for box in boxes]
+
+
+FMA_CONFIGS = list({name(c): c for ow in (56, 28, 14, 7) for k in (64, 128) for flat in (False, True)
+                    for c in fma_picks(ow, k, flat)}.values())  # every offered FMA config, once
+
+
+def float32_data(cfg) -> bool:
+    """Whether a config runs float32 data (TF32 or FMA) rather than bfloat16/float16."""
+    return bool(cfg.get("TF32") or cfg.get("FMA"))
+
+
 TF32_OF = {name(c): tf32_config(c) for c in PICKS_NARROW + PICKS_LARGE + PICKS_MEDIUM + PICKS_SMALL + PICKS_FLAT
            + TF32_EXTRA}
 TF32_CONFIGS = list({name(c): c for c in TF32_OF.values()}.values())  # every offered float32 config, once
@@ -664,24 +766,33 @@ def _half(*tensors) -> bool:
 
 def dtype_why_not(problem, *tensors) -> str | None:
     """None when the tensors are all bfloat16 or all float16, or all float32 under TENSOR_OP
-    math (input_precision "tf32") with TF32_OFFERED; else the reason."""
+    math (input_precision "tf32") with TF32_OFFERED or under FMA math ("ieee") with
+    FMA_OFFERED; else the reason."""
     import torch
     if _half(*tensors):
         return None
     if not all(t.dtype == torch.float32 for t in tensors):
-        return "bfloat16/float16, or float32 under TENSOR_OP math, all tensors alike"
+        return "bfloat16/float16, or float32 under TENSOR_OP or FMA math, all tensors alike"
     from .geometry import input_precision
-    if input_precision(problem) != "tf32":
-        return "float32 only under TENSOR_OP math (tf32): DEFAULT (3xTF32) and FMA stay float32-accurate"
-    if not TF32_OFFERED:
-        return "float32 (tf32) is switched off (TF32_OFFERED)"
-    return None
+    precision = input_precision(problem)
+    if precision == "tf32":
+        return None if TF32_OFFERED else "float32 (tf32) is switched off (TF32_OFFERED)"
+    if precision == "ieee":
+        return None if FMA_OFFERED else "float32 under FMA math is switched off (FMA_OFFERED)"
+    return "float32 under TENSOR_OP (tf32) or FMA math only: DEFAULT runs 3xTF32 elsewhere"
 
 
-def config_fits(cfg, t) -> bool:
-    """A TF32 config for float32 data, a 16-bit one for bfloat16/float16."""
+
+def config_fits(cfg, t, problem=None) -> bool:
+    """A float32 config for float32 data, a 16-bit one for bfloat16/float16; with a problem,
+    also its math: TF32 configs under TENSOR_OP (input_precision "tf32"), FMA ones under
+    FMA ("ieee"), so a tuner pick never runs another math's products."""
     import torch
-    return bool(cfg.get("TF32")) == (t.dtype == torch.float32)
+    if float32_data(cfg) != (t.dtype == torch.float32):
+        return False
+    if problem is None or t.dtype != torch.float32:
+        return True
+    return _float32_kind(problem, t) == (bool(cfg.get("TF32")), bool(cfg.get("FMA")))
 
 
 def _geo2(problem):
@@ -764,12 +875,23 @@ def forward_candidates(problem, x, w, y, spec, device) -> list:
     if not _hopper(device) or forward_why_not(problem, x, w, y, spec) is not None:
         return []
     _, (kh, kw), pad, _, stride = _geo2(problem)
-    tf32 = x.dtype == torch.float32
+    tf32, fma = _float32_kind(problem, x)
     if tuple(stride) != (1, 1):
         from . import gluon_conv_strided
-        return [dict(c, GLUON=True) for c in gluon_conv_strided.picks(y.shape[3], y.shape[1], tf32)]
+        return [dict(c, GLUON=True) for c in gluon_conv_strided.picks(y.shape[3], y.shape[1], tf32, fma)]
     z = spec.z if spec is not None else None
-    return picks(y.shape[3], y.shape[1], flat_ok(x, y, kh, kw, pad) and (z is None or _dense(z)), tf32)
+    return picks(y.shape[3], y.shape[1], flat_ok(x, y, kh, kw, pad) and (z is None or _dense(z)), tf32, fma)
+
+
+def _float32_kind(problem, t) -> tuple:
+    """(tf32, fma): which float32 configs a problem on t's dtype takes: TF32 under TENSOR_OP
+    math, FMA under FMA math (neither for 16-bit data, nor under DEFAULT math: 3xTF32)."""
+    import torch
+    if t.dtype != torch.float32:
+        return False, False
+    from .geometry import input_precision
+    precision = input_precision(problem)
+    return precision == "tf32", precision == "ieee"
 
 
 def _krsc_matrix(w):
@@ -888,7 +1010,7 @@ def launch_forward(problem, x, w, y, alpha, beta, cfg, spec=None, sms=None) -> b
     if kept is not None:
         kept()
         return True
-    if forward_why_not(problem, x, w, y, spec) is not None or not config_fits(cfg, x):
+    if forward_why_not(problem, x, w, y, spec) is not None or not config_fits(cfg, x, problem):
         return False
     if beta != 0 and spec is not None and spec.z is not None:
         return False  # old y and z both read: the wide tiles' epilogue spills (sm_90 SASS)
@@ -952,11 +1074,11 @@ def backward_data_candidates(problem, dy, w, dx, device) -> list:
     if not _hopper(device) or backward_data_why_not(problem, dy, w, dx) is not None:
         return []
     _, (kh, kw), pad, dil, stride = _geo2(problem)
-    tf32 = dy.dtype == torch.float32
+    tf32, fma = _float32_kind(problem, dy)
     if tuple(stride) != (1, 1):  # the phases' outputs are strided views: no flat GEMM view
-        return picks(cdiv(dx.shape[3], stride[1]), dx.shape[1], False, tf32)
+        return picks(cdiv(dx.shape[3], stride[1]), dx.shape[1], False, tf32, fma)
     bpad = ((kh - 1) * dil[0] - pad[0], (kw - 1) * dil[1] - pad[1])
-    return picks(dx.shape[3], dx.shape[1], flat_ok(dy, dx, kh, kw, bpad), tf32)
+    return picks(dx.shape[3], dx.shape[1], flat_ok(dy, dx, kh, kw, bpad), tf32, fma)
 
 
 def turned_filter(problem, w):
@@ -982,7 +1104,7 @@ def launch_backward_data(problem, dy, w, dx, alpha, beta, cfg, sms=None) -> bool
         kept.turn(w)
         kept.launch()
         return True
-    if backward_data_why_not(problem, dy, w, dx) is not None or not config_fits(cfg, dy):
+    if backward_data_why_not(problem, dy, w, dx) is not None or not config_fits(cfg, dy, problem):
         return False
     _, (kh, kw), pad, dil, stride = _geo2(problem)
     if tuple(stride) != (1, 1):
@@ -1065,4 +1187,4 @@ __all__ = ["gluon_conv_fwd_kernel", "conv2d", "prepare", "launch", "compile_sm90
 def sig_dtype(cfg) -> str:
     """The element type of a config's descriptors in offline compiles (bfloat16 stands for
     both 16-bit types)."""
-    return "fp32" if cfg.get("TF32") else "bf16"
+    return "fp32" if float32_data(cfg) else "bf16"

@@ -115,7 +115,7 @@ def gluon_conv_strided_kernel(
     NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
     STAGES: gl.constexpr, PINGPONG: gl.constexpr, LOADER_REGS: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr, HAS_BETA: gl.constexpr = False,
-    ACT: gl.constexpr = -1, HAS_BIAS: gl.constexpr = False, HAS_Z: gl.constexpr = False,
+    ACT: gl.constexpr = -1, HAS_BIAS: gl.constexpr = False, HAS_Z: gl.constexpr = False, FMA: gl.constexpr = False,
 ):
     """gluon_conv_fwd_kernel with the phase-view loader (see the module docstring)."""
     CONSUMERS: gl.constexpr = 2 if PINGPONG else 1
@@ -127,7 +127,7 @@ def gluon_conv_strided_kernel(
                          z_desc, bias_ptr, alpha2, coef, swish_beta, C_OUT,
                          NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
                          NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps, HAS_BETA,
-                         ACT, HAS_BIAS, HAS_Z)),
+                         ACT, HAS_BIAS, HAS_Z, FMA)),
             (_loader_strided, (x_desc, w_desc, a_bufs, b_bufs, ready, empty,
                                C, KW, AH0, BH0, AW0, CB0, DAH, DBH, DAW, DCB, SH, SWC,
                                NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
@@ -136,7 +136,7 @@ def gluon_conv_strided_kernel(
                          z_desc, bias_ptr, alpha2, coef, swish_beta, C_OUT,
                          NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
                          NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 1, CONSUMERS, num_warps, HAS_BETA,
-                         ACT, HAS_BIAS, HAS_Z)),
+                         ACT, HAS_BIAS, HAS_Z, FMA)),
         ], [1, num_warps], [LOADER_REGS, CONSUMER_REGS])
     else:
         gl.warp_specialize([
@@ -144,7 +144,7 @@ def gluon_conv_strided_kernel(
                          z_desc, bias_ptr, alpha2, coef, swish_beta, C_OUT,
                          NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
                          NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps, HAS_BETA,
-                         ACT, HAS_BIAS, HAS_Z)),
+                         ACT, HAS_BIAS, HAS_Z, FMA)),
             (_loader_strided, (x_desc, w_desc, a_bufs, b_bufs, ready, empty,
                                C, KW, AH0, BH0, AW0, CB0, DAH, DBH, DAW, DCB, SH, SWC,
                                NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
@@ -170,10 +170,15 @@ for _p in (PICKS_LARGE, PICKS_MEDIUM, PICKS_SMALL):
 TF32_CONFIGS = [TF32_OF[name(c)] for c in CONFIGS]
 
 
-def picks(out_w: int, k_out: int, tf32: bool = False) -> list:
+FMA_CONFIGS = [c for c in gluon_conv.FMA_CONFIGS if not (c["NB"] == 1 and c["BH"] == 1)]  # (no flat view here)
+
+
+def picks(out_w: int, k_out: int, tf32: bool = False, fma: bool = False) -> list:
     """The configs to try for an output of width out_w with k_out channels (gluon_conv.picks'
     non-flat choice; no BLOCK_N wider than the channels need); tf32: their float32 variants,
-    with gluon_conv.TF32_EXTRA's."""
+    with gluon_conv.TF32_EXTRA's; fma: gluon_conv.fma_picks' (float32 under FMA math)."""
+    if fma:
+        return gluon_conv.fma_picks(out_w, k_out, False)
     base = with_tf32_extra(PICKS_LARGE if out_w >= 28 else PICKS_MEDIUM if out_w >= 14 else PICKS_SMALL, tf32)
     cap = max(64, triton.next_power_of_2(k_out))
     return [TF32_OF[name(c)] if tf32 else c for c in base if c["BLOCK_N"] <= cap]
@@ -183,7 +188,7 @@ def why_not(x, w, padding, dilation, stride) -> str | None:
     """None when this kernel can compute the problem, else the reason."""
     import torch
     if x.dtype not in (torch.bfloat16, torch.float16, torch.float32) or w.dtype != x.dtype:
-        return "bfloat16/float16 (or float32 with a TF32 config) only"
+        return "bfloat16/float16 (or float32 with a TF32 or FMA config) only"
     reason = phase_view_why_not(x, stride)
     if reason:
         return reason

@@ -50,7 +50,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from .common import cdiv, int32_table
 from .gluon_common import compile_sm90 as _compile_sm90, descriptor
 from .gluon_common import desc_sig as _desc_sig
-from .gluon_conv import _tile_coords, constexprs, shared_state, sig_dtype
+from .gluon_conv import _tile_coords, acc_layout_of, constexprs, drain, mainloop, shared_state, sig_dtype
 from .gluon_conv_strided import phase_view, phase_view_why_not
 
 FUSED_PHASES = os.environ.get("TRIDNN_GLUON_FUSED_PHASES", "1") != "0"
@@ -136,15 +136,14 @@ def _consumer_phases(dx_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar,
                      NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_N: gl.constexpr,
                      BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
                      PARTITION: gl.constexpr, CONSUMERS: gl.constexpr, WARPS: gl.constexpr,
-                     HAS_BETA: gl.constexpr):
+                     HAS_BETA: gl.constexpr, FMA: gl.constexpr):
     """A consumer partition: gluon_conv._consumer's main loop and beta blend (no fused
     epilogue: backward data has none) with the tile's k-step count from the table (the ring
     position ``it`` advances by every tile of this program, the other partition's too) and
     the store through dx's 5-D phase view at [n0, i0, a, j0, b*C + c0]."""
     BLOCK_M: gl.constexpr = NB * BH * BW
     MMA_K: gl.constexpr = 256 // a_bufs.dtype.primitive_bitwidth
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
-                                                         instr_shape=[16, BLOCK_N, MMA_K])
+    acc_layout: gl.constexpr = acc_layout_of(BLOCK_N, MMA_K, WARPS, FMA)
     c_smem = c_bufs.index(PARTITION)
     c_tile = c_smem.reshape([BLOCK_M, BLOCK_N])
     pid = gl.program_id(0)
@@ -173,21 +172,11 @@ def _consumer_phases(dx_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar,
         if CONSUMERS > 1:
             # tile j-1 was the other consumer's ((j-1)//2)-th
             mbarrier.wait(turns.index(1 - PARTITION), ((j - 1) // 2) & 1, pred=j > 0)
-        for kk in range(k_steps):
-            s = it % STAGES
-            mbarrier.wait(ready.index(s), (it // STAGES) & 1)
-            a = a_bufs.index(s).reshape([BLOCK_M, BLOCK_K])
-            b = b_bufs.index(s).permute((1, 0))
-            acc = warpgroup_mma(a, b, acc, is_async=True)
-            acc, a, b = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a, b))
-            # MMA it-1 has retired: its slot may be refilled.
-            mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=kk > 0)
-            it += 1
+        acc, it = mainloop(a_bufs, b_bufs, ready, empty, acc, it, k_steps, BLOCK_M, BLOCK_K, STAGES, FMA)
         if CONSUMERS > 1:
             mbarrier.arrive(turns.index(PARTITION))
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        # the tile's last slot (none for a phase without taps: its tile is alpha * 0 + beta * dx)
-        mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=k_steps > 0)
+        # (drain frees the tile's last slot; none for a phase without taps: its tile is alpha * 0 + beta * dx)
+        acc = drain(acc, empty, it, k_steps, STAGES, FMA)
         acc = acc * alpha
         if HAS_BETA:
             mbarrier.wait(ybar.index(PARTITION), t_local & 1)
@@ -225,9 +214,11 @@ def gluon_dgrad_fused_kernel(
     NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
     STAGES: gl.constexpr, PINGPONG: gl.constexpr, LOADER_REGS: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr, HAS_BETA: gl.constexpr = False,
+    FMA: gl.constexpr = False,
 ):
     """dx = alpha * conv_transpose(dy, w, stride) (+ beta * dx) over all phases of dx,
-    persistent and warp-specialized (see the module docstring)."""
+    persistent and warp-specialized (see the module docstring); FMA: float32 products on
+    the CUDA cores (gluon_conv.fma_config)."""
     CONSUMERS: gl.constexpr = 2 if PINGPONG else 1
     a_bufs, b_bufs, c_bufs, ready, empty, turns, ybar = shared_state(dy_desc, w_desc, dx_desc, STAGES, CONSUMERS)
 
@@ -235,19 +226,19 @@ def gluon_dgrad_fused_kernel(
         gl.warp_specialize([
             (_consumer_phases, (dx_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, beta, table_ptr,
                                 sched_ptr, C_OUT, SLOTS, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
-                                NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps, HAS_BETA)),
+                                NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps, HAS_BETA, FMA)),
             (_loader_phases, (dy_desc, w_desc, a_bufs, b_bufs, ready, empty, table_ptr, sched_ptr,
                               K_IN, SLOTS, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
                               NB, BH, BW, BLOCK_N, BLOCK_K, STAGES)),
             (_consumer_phases, (dx_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, beta, table_ptr,
                                 sched_ptr, C_OUT, SLOTS, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
-                                NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 1, CONSUMERS, num_warps, HAS_BETA)),
+                                NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 1, CONSUMERS, num_warps, HAS_BETA, FMA)),
         ], [1, num_warps], [LOADER_REGS, CONSUMER_REGS])
     else:
         gl.warp_specialize([
             (_consumer_phases, (dx_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, beta, table_ptr,
                                 sched_ptr, C_OUT, SLOTS, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
-                                NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps, HAS_BETA)),
+                                NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps, HAS_BETA, FMA)),
             (_loader_phases, (dy_desc, w_desc, a_bufs, b_bufs, ready, empty, table_ptr, sched_ptr,
                               K_IN, SLOTS, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
                               NB, BH, BW, BLOCK_N, BLOCK_K, STAGES)),
