@@ -52,6 +52,7 @@
 #   fma_strided    sweep_gluon_conv --dtype fma --strided (the stride-2 layers)
 #   fma_api        sweep_gluon_conv --dtype fma --api: the tuner's FMA picks through the public API
 #   fp32_strict    the fp32-strict section alone (FMA math against cuDNN with tf32 off)
+#   wino_profile   kernel times of the strict float32 3x3 layers (get's WINOGRAD_NONFUSED) and cuDNN's
 #   conv1          conv1 alone: forward, backward data, fused and backward filter with the blocks'
 #                  backward filter on, then backward filter with it off
 set -u
@@ -136,6 +137,8 @@ step() {
            TRIDNN_S2D_WGRAD=0 suite conv1_plain 60 rn50-bwd_filter --layers conv1 ;;
     fp32_tf32) suite fp32_tf32 "${SUITE_S:-190}" fp32-tf32 ;;
     fp32_strict) suite fp32_strict "${SUITE_S:-190}" fp32-strict ;;
+    wino_profile) timeout 120 python3 benchmarks/profile_gpu_conv_kernels.py --suite resnet50 --direction fwd --dtype float32 --math FMA --layers res3_3x3,res4_3x3,res5_3x3 --calls 10 > "$R/wino_profile.log" 2>&1
+                  echo "wino_profile rc=$?"; cut -c1-150 "$R/wino_profile.log" | tail -60 ;;
     fma_tests) gpu_tests "${TESTS_S:-200}" fma_tests tests/test_gluon_fma.py ;;
     fma_sweep) timeout "${SWEEP_S:-170}" python3 benchmarks/sweep_gluon_conv.py --dtype fma --budget-s $(( ${SWEEP_S:-170} - 30 )) --out "$R/fma_sweep" > "$R/fma_sweep.log" 2>&1
                echo "fma_sweep rc=$?"; sed -n '/^layer /,$p' "$R/fma_sweep.log" | cut -c1-110 ;;

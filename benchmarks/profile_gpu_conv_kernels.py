@@ -1,7 +1,8 @@
 """Which kernels one tridnn convolution call launches, and for how long each (GPU only).
 
     PYTHONPATH=src python3 benchmarks/profile_gpu_conv_kernels.py --suite mobilenetv2_dw \
-        --direction bwd_filter [--layers dw960_7,dw576_14s2] [--algo ALGO_0] [--batch 64]
+        --direction bwd_filter [--layers dw960_7,dw576_14s2] [--algo ALGO_0] [--batch 64] \
+        [--dtype float32 --math FMA]
 
 Why: the suites time a whole call (CUDA-graph medians); where a small layer is far above its
 memory or FLOP floor, the question is whether the main kernel, a zeroing or finishing pass,
@@ -61,14 +62,19 @@ def main():
     ap.add_argument("--algo", default="", help="algorithm name (default: get's first choice)")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    ap.add_argument("--math", default="DEFAULT", choices=["DEFAULT", "TENSOR_OP", "FMA"],
+                    help="tridnn's math type (float32: FMA means cuDNN with tf32 off, TENSOR_OP on)")
     a = ap.parse_args()
+    math = tridnn.MathType[a.math]
+    torch.backends.cudnn.allow_tf32 = a.math != "FMA"
     dev = "cuda"
     handle = tridnn.Handle(device=dev)
     wanted = [s for s in a.layers.split(",") if s]
     for p in SUITES[a.suite]:
         if wanted and p["name"] not in wanted:
             continue
-        cd, xd, wd, yd, x, w, dy = B.make(p, a.batch, "bfloat16", tridnn.MathType.DEFAULT, dev)
+        cd, xd, wd, yd, x, w, dy = B.make(p, a.batch, a.dtype, math, dev)
         problem = ConvProblem(a.direction, xd, wd, yd, cd)
         if a.algo:
             algo = registry.by_enum("conv", a.direction, "triton", ENUMS[a.direction][a.algo])
@@ -83,7 +89,8 @@ def main():
         fn()  # tunes
         torch.cuda.synchronize()
         print(f"{p['name']} {a.direction} {algo.name} err {B.rel_err(out, want):.1e} "
-              f"(x {x.numel() * 2 / 1e6:.1f} MB, dy {dy.numel() * 2 / 1e6:.1f} MB, ws {ws.numel() / 1e6:.1f} MB)")
+              f"(x {x.numel() * x.element_size() / 1e6:.1f} MB, dy {dy.numel() * dy.element_size() / 1e6:.1f} MB, "
+              f"ws {ws.numel() / 1e6:.1f} MB)")
         show("tridnn", kernel_table(fn, a.calls))
         show("cuDNN", kernel_table(ref, a.calls))
 

@@ -725,15 +725,21 @@ def fma_config(nb, bh, bw, bn=128, stages=3):
 
 def fma_picks(out_w: int, k_out: int, flat: bool) -> list:
     """FMA configs for an output of width out_w with k_out channels (flat: a 1x1 GEMM): the
-    128-pixel boxes that waste least of the image (56: 8 x 16; 28: 4 x 32, 7/8 useful; 14:
-    4 images x 2 rows x 16; 7: 16 images x 1 row x 8), BLOCK_N 64 for 64 channels or fewer."""
+    128-pixel boxes that waste least of ResNet-50's images (56 wide: 2 images x 8 x 8 or 16 x
+    1 x 8, none wasted; 28: 4 x 32, 7/8 useful; 14: 4 images x 2 rows x 16; 7: 16 x 1 x 8),
+    BLOCK_N 64 for 64 channels or fewer. H200 sweep 2026-12-01 (float32, cuDNN with tf32
+    off): res2_3x3 2x8x8 / 16x1x8 363 us against 423 for 8x16 and 4x32 boxes (cuDNN 418);
+    the 28- to 7-wide 3x3 layers ~430 us with every box (~34 TFLOP/s: box waste times
+    the last wave's fill); res2_1x1c flat 170 us (cuDNN 381), res4_1x1c flat 152 (214)."""
     bn = 64 if k_out <= 64 else 128
     if flat:
         boxes = [(1, 1, 128)]
+    elif out_w % 8 == 0 and out_w >= 56:
+        boxes = [(2, 8, 8), (16, 1, 8)]
     elif out_w >= 28:
-        boxes = [(1, 8, 16), (1, 4, 32)]
+        boxes = [(1, 4, 32), (16, 1, 8)]
     elif out_w >= 14:
-        boxes = [(4, 2, 16), (2, 8, 8)]
+        boxes = [(4, 2, 16), (16, 1, 8)]
     else:
         boxes = [(16, 1, 8), (2, 8, 8)]
     return [fma_config(*box, bn=bn) for box in boxes]
@@ -870,8 +876,7 @@ def fused_args(spec):
 
 def forward_candidates(problem, x, w, y, spec, device) -> list:
     """Gluon configs to time after conv_tma's for a forward problem (none off Hopper;
-    the TF32 variants for float32 under TENSOR_OP math)."""
-    import torch
+    for float32 the TF32 variants under TENSOR_OP math, the FMA configs under FMA math)."""
     if not _hopper(device) or forward_why_not(problem, x, w, y, spec) is not None:
         return []
     _, (kh, kw), pad, _, stride = _geo2(problem)
@@ -1069,8 +1074,7 @@ def backward_data_why_not(problem, dy, w, dx) -> str | None:
 
 def backward_data_candidates(problem, dy, w, dx, device) -> list:
     """Gluon configs to time after conv_tma's for a backward-data problem (none off Hopper;
-    the TF32 variants for float32 under TENSOR_OP math)."""
-    import torch
+    for float32 the TF32 variants under TENSOR_OP math, the FMA configs under FMA math)."""
     if not _hopper(device) or backward_data_why_not(problem, dy, w, dx) is not None:
         return []
     _, (kh, kw), pad, dil, stride = _geo2(problem)
