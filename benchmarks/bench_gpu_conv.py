@@ -7,6 +7,8 @@ Sections (run in this order, each skipped once --budget-s is spent):
   overhead      host time of convolution_forward on an already-tuned problem
   rn50-fwd / rn50-bwd_data / rn50-bwd_filter   ResNet-50, bfloat16 NHWC, --batch
   dw-fwd / dw-bwd_data / dw-bwd_filter         MobileNetV2 depthwise, bfloat16 NHWC
+  dil-fwd / dil-bwd_data / dil-bwd_filter      DeepLab ASPP dilated 3x3 (dilation 2, 4, 12),
+                bfloat16 NHWC, --dil-batch
   fused         conv + bias + relu + residual in one kernel vs cuDNN conv + PyTorch ops
   fp32-tf32 / fp32-strict / fp32-default       ResNet-50 forward in float32: tridnn's
                 TENSOR_OP (tf32), FMA (CUDA cores) and DEFAULT (3xTF32, float32-level
@@ -208,8 +210,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench_out")
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--dil-batch", type=int, default=16,
+                    help="batch of the dilated (ASPP, 64x64 and 33x33 maps of 512/256 channels) sections")
     ap.add_argument("--sections", default="overhead,rn50-fwd,rn50-bwd_data,rn50-bwd_filter,dw-fwd,"
-                                         "dw-bwd_data,dw-bwd_filter,fused,fp32-tf32,fp32-strict,fp32-default")
+                                         "dw-bwd_data,dw-bwd_filter,dil-fwd,dil-bwd_data,dil-bwd_filter,fused,fp32-tf32,"
+                                         "fp32-strict,fp32-default")
     ap.add_argument("--budget-s", type=float, default=400)
     ap.add_argument("--layers", default="", help="comma-separated layer names (default all)")
     ap.add_argument("--algos", choices=("all", "get"), default="all",
@@ -257,13 +262,14 @@ def main():
                              default=tridnn.MathType.DEFAULT)[direction]
             direction = "fwd"
         else:
-            suite = shapes.RESNET50 if kind == "rn50" else shapes.MOBILENETV2_DW
+            suite = {"rn50": shapes.RESNET50, "dw": shapes.MOBILENETV2_DW, "dil": shapes.DILATED}[kind]
             dtype, math_type = "bfloat16", tridnn.MathType.DEFAULT
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = math_type == tridnn.MathType.TENSOR_OP
         for p in layers(suite):
             if time.time() - start > args.budget_s:
                 break
-            row = run_layer(handle, direction, p, args.batch, dtype, math_type, dev)
+            row = run_layer(handle, direction, p, args.dil_batch if kind == "dil" else args.batch, dtype,
+                            math_type, dev)
             rows.append(row)
             print(section, row["layer"], f"cudnn {row['cudnn_us']:.1f}us best {row.get('best')} "
                   f"{row.get('best_us', float('nan')):.1f}us ratio {row.get('ratio', float('nan')):.2f} "
@@ -278,7 +284,7 @@ def main():
         rows = [r for r in rows if "ratio" in r]
         if not rows:
             continue
-        suite = {p["name"]: p for p in shapes.RESNET50 + shapes.MOBILENETV2_DW}
+        suite = {p["name"]: p for p in shapes.RESNET50 + shapes.MOBILENETV2_DW + shapes.DILATED}
         ours = sum(r["best_us"] * suite[r["layer"]]["repeat"] for r in rows)
         ref = sum(r.get("cudnn_us", r.get("ref_us")) * suite[r["layer"]]["repeat"] for r in rows)
         print(f"| {section} | {len(rows)} | {geomean([r['ratio'] for r in rows]):.3f} | {ours / ref:.3f} |")

@@ -52,6 +52,7 @@
 #   fma_strided    sweep_gluon_conv --dtype fma --strided (the stride-2 layers)
 #   fma_api        sweep_gluon_conv --dtype fma --api: the tuner's FMA picks through the public API
 #   fp32_strict    the fp32-strict section alone (FMA math against cuDNN with tf32 off)
+#   dilated        the DeepLab ASPP dilated suites (dil-fwd, dil-bwd_data, dil-bwd_filter; batch 16)
 #   wino_profile   kernel times of the strict float32 3x3 layers (get's WINOGRAD_NONFUSED) and cuDNN's
 #   conv1          conv1 alone: forward, backward data, fused and backward filter with the blocks'
 #                  backward filter on, then backward filter with it off
@@ -65,7 +66,7 @@ LAYER_TESTS_REST="$LAYER_TESTS_REST or public_api or gpu_"
 gpu_tests() { TRIDNN_GPU_TESTS=1 timeout "$1" python3 -m pytest -q -x -p no:cacheprovider --gpu ${MARK--m gpu} "${@:3}" > "$R/$2.log" 2>&1; echo "$2 rc=$?"; tail -3 "$R/$2.log" | cut -c1-200; }
 suite() {  # suite NAME SECONDS SECTIONS [extra args]
     timeout "$2" python3 benchmarks/bench_gpu_conv.py --out "$R/$1" --sections "$3" --algos get --budget-s $(( $2 - 22 )) "${@:4}" > "$R/$1.log" 2>&1
-    echo "$1 rc=$?"; grep -hE "^\| (rn50|dw|fp32|fused|section)|skipped|geomean" "$R/$1.log" | cut -c1-140
+    echo "$1 rc=$?"; grep -hE "^\| (rn50|dw|dil|fp32|fused|section)|^dil-|skipped|geomean" "$R/$1.log" | cut -c1-140
 }
 step() {
   case $1 in
@@ -137,6 +138,7 @@ step() {
            TRIDNN_S2D_WGRAD=0 suite conv1_plain 60 rn50-bwd_filter --layers conv1 ;;
     fp32_tf32) suite fp32_tf32 "${SUITE_S:-190}" fp32-tf32 ;;
     fp32_strict) suite fp32_strict "${SUITE_S:-190}" fp32-strict ;;
+    dilated) suite dilated "${SUITE_S:-190}" dil-fwd,dil-bwd_data,dil-bwd_filter ;;
     wino_profile) timeout 120 python3 benchmarks/profile_gpu_conv_kernels.py --suite resnet50 --direction fwd --dtype float32 --math FMA --layers res3_3x3,res4_3x3,res5_3x3 --calls 10 > "$R/wino_profile.log" 2>&1
                   echo "wino_profile rc=$?"; cut -c1-150 "$R/wino_profile.log" | tail -60 ;;
     fma_tests) gpu_tests "${TESTS_S:-200}" fma_tests tests/test_gluon_fma.py ;;
