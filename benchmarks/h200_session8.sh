@@ -52,6 +52,8 @@
 #   fma_strided    sweep_gluon_conv --dtype fma --strided (the stride-2 layers)
 #   fma_api        sweep_gluon_conv --dtype fma --api: the tuner's FMA picks through the public API
 #   fp32_strict    the fp32-strict section alone (FMA math against cuDNN with tf32 off)
+#   dw_fwd         the MobileNetV2 depthwise forward suite alone
+#   dw_gluon_tests conv_depthwise_gluon (the Gluon depthwise walker) on the GPU
 #   dilated        the DeepLab ASPP dilated suites (dil-fwd, dil-bwd_data, dil-bwd_filter; batch 16)
 #   wino_profile   kernel times of the strict float32 3x3 layers (get's WINOGRAD_NONFUSED) and cuDNN's
 #   conv1          conv1 alone: forward, backward data, fused and backward filter with the blocks'
@@ -138,6 +140,8 @@ step() {
            TRIDNN_S2D_WGRAD=0 suite conv1_plain 60 rn50-bwd_filter --layers conv1 ;;
     fp32_tf32) suite fp32_tf32 "${SUITE_S:-190}" fp32-tf32 ;;
     fp32_strict) suite fp32_strict "${SUITE_S:-190}" fp32-strict ;;
+    dw_fwd) suite dw_fwd "${SUITE_S:-190}" dw-fwd ;;
+    dw_gluon_tests) MARK= gpu_tests "${TESTS_S:-150}" dw_gluon_tests tests/test_conv_depthwise_gluon.py ;;
     dilated) suite dilated "${SUITE_S:-190}" dil-fwd,dil-bwd_data,dil-bwd_filter ;;
     wino_profile) timeout 120 python3 benchmarks/profile_gpu_conv_kernels.py --suite resnet50 --direction fwd --dtype float32 --math FMA --layers res3_3x3,res4_3x3,res5_3x3 --calls 10 > "$R/wino_profile.log" 2>&1
                   echo "wino_profile rc=$?"; cut -c1-150 "$R/wino_profile.log" | tail -60 ;;

@@ -342,18 +342,25 @@ def rows3_configs(device, k):
     return out
 
 
-def fwd_dw3_candidates(device, k):
+def fwd_dw3_candidates(device, k, gluon_shape=None):
     """The forward tuner's list for dw3_rows_kernel's layers: the row kernel's configs
     (first: the conservative one), then conv_direct_fwd_kernel's (KIND "taps": flattened
     pixels x channels, one masked load per tap), which measured as fast or faster on some
     layers (dw144_56: 96.8 vs 100.1 us); then, on the GPU, the TMA row walker's (KIND
     "tma", conv_depthwise_tma: rows in flight by asynchronous copies; run where the
-    layout allows it, else the first row config stands in). The GPU decides per layer."""
+    layout allows it, else the first row config stands in), the prefetching strips, and
+    on Hopper the warp-specialized Gluon walker's (KIND "gluon", conv_depthwise_gluon;
+    gluon_shape: (OH, OW, itemsize) of a problem it takes, else None). The GPU decides
+    per layer."""
     from . import conv_depthwise_strip, conv_depthwise_tma
     rows = [dict(c, KIND="rows") for c in rows3_configs(device, k)]
     tma = conv_depthwise_tma.fwd_configs(device, k) if device.type == "cuda" else []
     strip = [dict(c, KIND="strip") for c in conv_depthwise_strip.configs(device, k)]
-    return rows + depthwise_taps_candidates(device, k) + tma + strip
+    gluon = []
+    if gluon_shape is not None:
+        from . import conv_depthwise_gluon
+        gluon = conv_depthwise_gluon.configs(gluon_shape[0], gluon_shape[1], k, gluon_shape[2])
+    return rows + depthwise_taps_candidates(device, k) + tma + strip + gluon
 
 
 def dw2d_candidates(device, problem):
@@ -375,6 +382,31 @@ def launch_tma_or(x, w, y, nd, stride, pad, alpha, beta, spec, cfg, flip, fallba
     from . import conv_depthwise_tma
     if conv_depthwise_tma.fwd_layout_ok(x, y, nd, stride, pad) and conv_depthwise_tma.box_ok(cfg, x):
         conv_depthwise_tma.launch_fwd(x, w, y, nd, stride, pad, alpha, beta, spec, cfg, flip)
+    else:
+        fallback()
+
+
+def gluon_dw3_shape(problem, x, w, y, spec):
+    """(OH, OW, itemsize) when conv_depthwise_gluon's walker may run this forward call
+    (offered, no fused epilogue, its why_not holds), else None."""
+    try:
+        from . import conv_depthwise_gluon
+    except ImportError:  # a Triton without Gluon
+        return None
+    if not conv_depthwise_gluon.OFFERED or spec is not None:
+        return None
+    geo = geometry(problem)
+    if conv_depthwise_gluon.why_not(x, w, y, geo.stride[1:], geo.dil[1:]) is not None:
+        return None
+    return y.shape[2], y.shape[3], y.element_size()
+
+
+def launch_gluon_or(x, w, y, pad, alpha, beta, spec, cfg, flip, fallback):
+    """conv_depthwise_gluon's walker when these tensors qualify (the tuner's key does not
+    fix a call's strides and alignment), else ``fallback()``."""
+    from . import conv_depthwise_gluon
+    if spec is None and conv_depthwise_gluon.why_not(x, w, y, (1, 1), (1, 1)) is None:
+        conv_depthwise_gluon.conv(x, w, y, pad, cfg, alpha, beta, flip)
     else:
         fallback()
 
@@ -489,9 +521,14 @@ class DirectForward(TritonConvAlgorithm):
                                   lambda: launch_rows3(x, w, out, geo, pad, a, b, spec, first, flip, nd))
                 elif c["KIND"] == "taps2d":
                     launch_taps2d(x, w, out, geo, a, b, spec, c, flip, nd)
+                elif c["KIND"] == "gluon":
+                    first = rows3_configs(y.device, problem.k)[0]
+                    launch_gluon_or(x, w, out, pad, a, b, spec, c, flip,
+                                    lambda: launch_rows3(x, w, out, geo, pad, a, b, spec, first, flip, nd))
                 else:
                     launch_direct(problem, x, w, out, a, b, spec, c)
-            cfg = self.tuner.pick(key, lambda: fwd_dw3_candidates(y.device, problem.k), run, y, y.device)
+            shape = gluon_dw3_shape(problem, x, w, y, spec) if y.device.type == "cuda" else None
+            cfg = self.tuner.pick(key, lambda: fwd_dw3_candidates(y.device, problem.k, shape), run, y, y.device)
             run(cfg, y, alpha, beta)
             return
         if taps2d_applies(problem):  # strided / dilated / other sizes: the tap loop or unrolled taps

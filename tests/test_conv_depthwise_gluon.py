@@ -1,0 +1,180 @@
+"""conv_depthwise_gluon: the warp-specialized Gluon walker for depthwise 3x3 stride-1 forward.
+
+CPU: the configs (at most 16 values a consumer thread, rings that fit two programs an SM),
+where the DIRECT tuner offers them (Hopper, channels-last, no fused epilogue; last in the
+list) and the refusals, and every config's sm_90 compile (no spills without beta, the TMA
+loads, registers under the cap). GPU (``TRIDNN_GPU_TESTS=1 pytest --gpu``): direct launches
+against float64 (ragged channels, widths, image blocks, padding 0-2, alpha/beta, the
+CONVOLUTION flip, bfloat16 and float32), and the configs forced through the public API.
+"""
+import re
+import types
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dwg = pytest.importorskip("tridnn.cuda.conv_depthwise_gluon", reason="Triton without Gluon")
+
+import tridnn  # noqa: E402
+from tridnn.algorithms import registry  # noqa: E402
+from tridnn.algorithms.problem import ConvProblem  # noqa: E402
+from tridnn.cuda import conv_direct  # noqa: E402
+
+from gluon_helpers import compile_in_child, need_hopper  # noqa: E402
+from test_cuda_conv import P, run_case  # noqa: E402
+
+MOBILENET = [(112, 112, 32), (56, 56, 144), (28, 28, 192), (14, 14, 384), (14, 14, 576), (7, 7, 960)]
+DIRECT = registry.by_enum("conv", "fwd", "triton", tridnn.ConvFwdAlgo.DIRECT)
+
+
+def _problem(c, hw, n=2, pad=1, stride=1, dtype="bfloat16", layout=tridnn.TensorFormat.NHWC):
+    cd = tridnn.ConvolutionDescriptor(padding=(pad, pad), stride=(stride, stride), groups=c)
+    xd = tridnn.TensorDescriptor.packed((n, c, hw, hw), dtype, layout)
+    wd = tridnn.FilterDescriptor((c, 1, 3, 3), dtype, layout)
+    yd = xd.with_dims(cd.output_dims(xd, wd))
+    return ConvProblem("fwd", xd, wd, yd, cd)
+
+
+# -- CPU: configs and where they are offered --------------------------------------------------
+@pytest.mark.parametrize("itemsize", [2, 4])
+@pytest.mark.parametrize("oh,ow,c", MOBILENET + [(5, 3, 8), (200, 300, 24)])
+def test_configs(oh, ow, c, itemsize):
+    got = dwg.configs(oh, ow, c, itemsize)
+    assert len(got) == 2 and all(g["KIND"] == "gluon" for g in got)
+    for g in got:
+        per_thread = g["NB"] * g["BWI"] * g["BC"] // (g["num_warps"] * 32)
+        assert per_thread <= 16, g
+        assert g["BC"] * itemsize <= 128 and g["BC"] % 8 == 0
+        ring = g["STAGES"] * 4 * g["NB"] * g["BWI"] * g["BC"] * itemsize
+        assert 2 <= g["STAGES"] <= 8 and (ring <= dwg.RING_BYTES or g["STAGES"] == 2)
+        assert dwg.PER_SM * (ring + 2048) <= 228 * 1024
+        assert g["RUN"] == min(oh, 28)
+
+
+def test_offered_last_and_only_with_a_shape():
+    cuda = types.SimpleNamespace(type="cuda", index=0)
+    plain = conv_direct.fwd_dw3_candidates(cuda, 144)
+    assert not any(c["KIND"] == "gluon" for c in plain)
+    with_gluon = conv_direct.fwd_dw3_candidates(cuda, 144, (56, 56, 2))
+    assert with_gluon[:len(plain)] == plain, "the reference and the other kernels come first"
+    assert with_gluon[len(plain):] == dwg.configs(56, 56, 144, 2)
+
+
+def test_not_offered_on_the_cpu_with_an_epilogue_or_switched_off(monkeypatch):
+    problem = _problem(32, 8)
+    x = torch.zeros(2, 32, 8, 8).bfloat16().to(memory_format=torch.channels_last)
+    w = torch.zeros(32, 1, 3, 3).bfloat16()
+    y = torch.zeros_like(x)
+    assert conv_direct.gluon_dw3_shape(problem, x, w, y, None) is None  # CPU tensors
+    assert "Hopper" in dwg.why_not(x, w, y, (1, 1), (1, 1))
+    monkeypatch.setattr(dwg, "OFFERED", False)
+    assert conv_direct.gluon_dw3_shape(problem, x, w, y, None) is None
+    monkeypatch.setattr(dwg, "OFFERED", True)
+    assert conv_direct.gluon_dw3_shape(problem, x, w, y, object()) is None  # a fused epilogue
+
+
+@pytest.mark.parametrize("why,change", [
+    ("float16, bfloat16 or float32", dict(dtype=torch.float64)),
+    ("stride 1", dict(stride=(2, 2))),
+    ("dilation 1", dict(dilation=(2, 2))),
+    ("depthwise 3x3", dict(w=torch.zeros(32, 1, 5, 5).bfloat16())),
+    ("channels-last", dict(x_nchw=True)),
+])
+def test_why_not(why, change):
+    dt = change.get("dtype", torch.bfloat16)
+    x = torch.zeros(2, 32, 8, 8, dtype=dt)
+    if not change.get("x_nchw"):
+        x = x.to(memory_format=torch.channels_last)
+    w = change.get("w", torch.zeros(32, 1, 3, 3, dtype=dt))
+    y = torch.zeros(2, 32, 8, 8, dtype=dt).to(memory_format=torch.channels_last)
+    reason = dwg.why_not(x, w, y, change.get("stride", (1, 1)), change.get("dilation", (1, 1)))
+    assert reason and why in reason, reason
+
+
+# -- CPU: offline sm_90 compiles ---------------------------------------------------------------
+COMPILES = [(cfg, dt, beta) for dt, isz in (("bf16", 2), ("fp16", 2), ("fp32", 4))
+            for cfg in {tuple(sorted(c.items())): c for oh, ow, c_ in MOBILENET
+                        for c in dwg.configs(oh, ow, c_, isz)}.values()
+            for beta in (False, True)]
+
+
+@pytest.fixture(scope="module")
+def sm90():
+    facts = compile_in_child([("tridnn.cuda.conv_depthwise_gluon", "compile_sm90", cfg, dict(dtype=dt, has_beta=b))
+                              for cfg, dt, b in COMPILES])
+    return facts
+
+
+@pytest.mark.parametrize("i", range(len(COMPILES)))
+def test_compiles_for_sm90(i, sm90):
+    cfg, dt, beta = COMPILES[i]
+    f = sm90[i]
+    code = f["sass"]
+    assert f["regs"] <= dwg.MAX_REGS
+    spills = len(re.findall(r"\b(STL|LDL)\b", code))
+    assert spills == 0 or (beta and spills <= 32), (cfg, dt, beta, spills)
+    assert code.count("UTMALDG.4D") == 3, "the row's three windows by TMA"
+    assert "HGMMA" not in code and "LDS" in code
+    assert f["shared"] >= cfg["STAGES"] * 4 * cfg["NB"] * cfg["BWI"] * cfg["BC"] * (4 if dt == "fp32" else 2)
+
+
+# -- GPU: against float64 ----------------------------------------------------------------------
+CASES = [  # (N, C, H, W, pad)
+    (2, 32, 112, 112, 1), (3, 144, 20, 28, 1), (5, 40, 14, 14, 1), (3, 72, 7, 7, 1), (1, 200, 9, 13, 1),
+    (2, 64, 16, 16, 0), (2, 48, 11, 6, 2),
+]
+
+
+def _ref(x, w, pad, flip):
+    wt = w.double().flip((2, 3)) if flip else w.double()
+    return torch.nn.functional.conv2d(x.double(), wt, padding=pad, groups=x.shape[1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c)))
+def test_gpu_against_float64(case, dtype):
+    need_hopper()
+    n, c, h, wd, pad = case
+    g = torch.Generator().manual_seed(hash(case) % 2**31)
+    x = torch.randn(n, c, h, wd, generator=g).to(dtype).cuda().contiguous(memory_format=torch.channels_last)
+    w = (torch.randn(c, 1, 3, 3, generator=g) / 3).to(dtype).cuda()
+    tol = 1e-2 if dtype == torch.bfloat16 else 1e-5
+    oh, ow = h + 2 * pad - 2, wd + 2 * pad - 2
+    cfgs = dwg.configs(oh, ow, c, x.element_size()) + [dwg.config(8, 4, 32 if dtype == torch.float32 else 64, 5,
+                                                                   x.element_size())]
+    for cfg in cfgs:
+        for alpha, beta, flip, sms in ((1.0, 0.0, False, None), (0.5, 0.75, True, 3)):
+            old = torch.randn(n, c, oh, ow, generator=g).to(dtype).cuda().contiguous(memory_format=torch.channels_last)
+            y = old.clone()
+            if beta == 0:
+                y.fill_(float("nan"))
+            dwg.conv(x, w, y, (pad, pad), cfg, alpha, beta, flip, sms=sms)
+            torch.cuda.synchronize()
+            want = alpha * _ref(x, w, pad, flip) + beta * old.double()
+            err = ((y.double() - want).abs().max() / want.abs().max()).item()
+            assert err < tol, (cfg, alpha, beta, flip, err)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("p", [P(32, 32, (15, 20), 3, 1, 1, groups=32), P(144, 144, (14, 9), 3, 1, 1, groups=144),
+                               P(24, 24, (7, 7), 3, 1, 0, groups=24)], ids=lambda p: p["name"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_gpu_forced_through_the_api(p, dtype, rng, monkeypatch):
+    """Each offered config as DIRECT's only candidate (integer data: exact against float64),
+    cross-correlation and convolution, alpha/beta; the Gluon walker ran."""
+    need_hopper()
+    from tridnn.cuda import common
+    launches = []
+    real = dwg.launch
+    monkeypatch.setattr(dwg, "launch", lambda *a, **k: (launches.append(1), real(*a, **k)))
+    isz = 4 if dtype == "float32" else 2
+    oh, ow = (s + 2 * p["pad"][0] - 2 for s in p["spatial"])
+    for cfg in dwg.configs(oh, ow, p["C"], isz):
+        monkeypatch.setattr(type(DIRECT), "tuner", common.Tuner())
+        monkeypatch.setattr(conv_direct, "fwd_dw3_candidates", lambda *a, _c=cfg, **k: [_c])
+        before = len(launches)
+        assert run_case("fwd", DIRECT, p, dtype, "NHWC", rng, n=3, device="cuda") is None
+        assert run_case("fwd", DIRECT, p, dtype, "NHWC", rng, n=3, device="cuda",
+                        mode=tridnn.ConvMode.CONVOLUTION, alpha=2.0, beta=0.5) is None
+        assert len(launches) == before + 2, cfg
