@@ -114,6 +114,9 @@ def test_compiles_for_sm90(i, sm90):
     spills = len(re.findall(r"\b(STL|LDL)\b", code))
     assert spills == 0 or (beta and spills <= 32), (cfg, dt, beta, spills)
     assert code.count("UTMALDG.4D") == 3, "the row's three windows by TMA"
+    # channels a multiple of 16 (specialized): a thread's 8 outputs in 16-byte stores
+    stores = re.findall(r"STG\.E(?:\.\w+)*", code)
+    assert stores and set(stores) == {"STG.E.128"}, (dt, stores)
     assert "HGMMA" not in code and "LDS" in code
     assert f["shared"] >= cfg["STAGES"] * 4 * cfg["NB"] * cfg["BWI"] * cfg["BC"] * (4 if dt == "fp32" else 2)
 
