@@ -52,7 +52,7 @@
 #   fma_strided    sweep_gluon_conv --dtype fma --strided (the stride-2 layers)
 #   fma_api        sweep_gluon_conv --dtype fma --api: the tuner's FMA picks through the public API
 #   fp32_strict    the fp32-strict section alone (FMA math against cuDNN with tf32 off)
-#   dw_fwd         the MobileNetV2 depthwise forward suite alone
+#   dw_fwd         the MobileNetV2 depthwise forward suite alone (dw_dgrad: backward data alone)
 #   dw_gluon_tests conv_depthwise_gluon (the Gluon depthwise walker) on the GPU
 #   dilated        the DeepLab ASPP dilated suites (dil-fwd, dil-bwd_data, dil-bwd_filter; batch 16)
 #   wino_profile   kernel times of the strict float32 3x3 layers (get's WINOGRAD_NONFUSED) and cuDNN's
@@ -68,7 +68,7 @@ LAYER_TESTS_REST="$LAYER_TESTS_REST or public_api or gpu_"
 gpu_tests() { TRIDNN_GPU_TESTS=1 timeout "$1" python3 -m pytest -q -x -p no:cacheprovider --gpu ${MARK--m gpu} "${@:3}" > "$R/$2.log" 2>&1; echo "$2 rc=$?"; tail -3 "$R/$2.log" | cut -c1-200; }
 suite() {  # suite NAME SECONDS SECTIONS [extra args]
     timeout "$2" python3 benchmarks/bench_gpu_conv.py --out "$R/$1" --sections "$3" --algos get --budget-s $(( $2 - 22 )) "${@:4}" > "$R/$1.log" 2>&1
-    echo "$1 rc=$?"; grep -hE "^\| (rn50|dw|dil|fp32|fused|section)|^dil-|skipped|geomean" "$R/$1.log" | cut -c1-140
+    echo "$1 rc=$?"; grep -hE "^\| (rn50|dw|dil|fp32|fused|section)|^dil-|^dw-|skipped|geomean" "$R/$1.log" | cut -c1-140
 }
 step() {
   case $1 in
@@ -141,6 +141,7 @@ step() {
     fp32_tf32) suite fp32_tf32 "${SUITE_S:-190}" fp32-tf32 ;;
     fp32_strict) suite fp32_strict "${SUITE_S:-190}" fp32-strict ;;
     dw_fwd) suite dw_fwd "${SUITE_S:-190}" dw-fwd ;;
+    dw_dgrad) suite dw_dgrad "${SUITE_S:-190}" dw-bwd_data ;;
     dw_gluon_tests) gpu_tests "${TESTS_S:-150}" dw_gluon_tests tests/test_conv_depthwise_gluon.py ;;
     dilated) suite dilated "${SUITE_S:-190}" dil-fwd,dil-bwd_data,dil-bwd_filter ;;
     wino_profile) timeout 120 python3 benchmarks/profile_gpu_conv_kernels.py --suite resnet50 --direction fwd --dtype float32 --math FMA --layers res3_3x3,res4_3x3,res5_3x3 --calls 10 > "$R/wino_profile.log" 2>&1

@@ -1,11 +1,13 @@
-"""conv_depthwise_gluon: the warp-specialized Gluon walker for depthwise 3x3 stride-1 forward.
+"""conv_depthwise_gluon: the warp-specialized Gluon walker for depthwise 3x3 stride-1 forward
+(and stride-1 backward data: the same walk over dy with the filter turned).
 
 CPU: the configs (at most 16 values a consumer thread, rings that fit two programs an SM),
 where the DIRECT tuner offers them (Hopper, channels-last, no fused epilogue; last in the
 list) and the refusals, and every config's sm_90 compile (no spills without beta, the TMA
 loads, registers under the cap). GPU (``TRIDNN_GPU_TESTS=1 pytest --gpu``): direct launches
 against float64 (ragged channels, widths, image blocks, padding 0-2, alpha/beta, the
-CONVOLUTION flip, bfloat16 and float32), and the configs forced through the public API.
+CONVOLUTION flip, bfloat16 and float32), and the configs forced through the public API
+(forward by DIRECT, backward data by ALGO_1).
 """
 import re
 import types
@@ -58,6 +60,14 @@ def test_offered_last_and_only_with_a_shape():
     with_gluon = conv_direct.fwd_dw3_candidates(cuda, 144, (56, 56, 2))
     assert with_gluon[:len(plain)] == plain, "the reference and the other kernels come first"
     assert with_gluon[len(plain):] == dwg.configs(56, 56, 144, 2)
+
+
+def test_offered_last_for_stride_1_backward_data():
+    from tridnn.cuda import conv_depthwise_backward as bwd
+    cuda = types.SimpleNamespace(type="cuda", index=0)
+    plain = bwd.rows3_data_candidates(cuda, 144)
+    assert not any(c.get("KIND") == "gluon" for c in plain)
+    assert bwd.rows3_data_candidates(cuda, 144, (56, 56, 2)) == plain + dwg.configs(56, 56, 144, 2)
 
 
 def test_not_offered_on_the_cpu_with_an_epilogue_or_switched_off(monkeypatch):
@@ -179,5 +189,29 @@ def test_gpu_forced_through_the_api(p, dtype, rng, monkeypatch):
         before = len(launches)
         assert run_case("fwd", DIRECT, p, dtype, "NHWC", rng, n=3, device="cuda") is None
         assert run_case("fwd", DIRECT, p, dtype, "NHWC", rng, n=3, device="cuda",
+                        mode=tridnn.ConvMode.CONVOLUTION, alpha=2.0, beta=0.5) is None
+        assert len(launches) == before + 2, cfg
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("p", [P(32, 32, (15, 20), 3, 1, 1, groups=32), P(144, 144, (14, 9), 3, 1, 1, groups=144),
+                               P(24, 24, (7, 7), 3, 1, 0, groups=24)], ids=lambda p: p["name"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_gpu_backward_data_forced_through_the_api(p, dtype, rng, monkeypatch):
+    """Stride-1 depthwise backward data (ALGO_1) is the walker over dy with the filter
+    turned: each offered config as the only candidate, exact on integer data."""
+    need_hopper()
+    from tridnn.cuda import common, conv_depthwise_backward as bwd
+    launches = []
+    real = dwg.launch
+    monkeypatch.setattr(dwg, "launch", lambda *a, **k: (launches.append(1), real(*a, **k)))
+    algo = registry.by_enum("conv", "bwd_data", "triton", tridnn.ConvBwdDataAlgo.ALGO_1)
+    isz = 4 if dtype == "float32" else 2
+    for cfg in dwg.configs(p["spatial"][0], p["spatial"][1], p["C"], isz):
+        monkeypatch.setattr(bwd, "_data_tuner", common.Tuner())
+        monkeypatch.setattr(bwd, "rows3_data_candidates", lambda *a, _c=cfg, **k: [_c])
+        before = len(launches)
+        assert run_case("bwd_data", algo, p, dtype, "NHWC", rng, n=3, device="cuda") is None
+        assert run_case("bwd_data", algo, p, dtype, "NHWC", rng, n=3, device="cuda",
                         mode=tridnn.ConvMode.CONVOLUTION, alpha=2.0, beta=0.5) is None
         assert len(launches) == before + 2, cfg

@@ -239,13 +239,19 @@ def rows3_backward_applies(problem) -> bool:
 _data_tuner = Tuner()
 
 
-def rows3_data_candidates(device, c):
+def rows3_data_candidates(device, c, gluon_shape=None):
     """Stride-1 backward data: the row kernel's configs (first: the conservative one), then
     dw_taps_kernel's (KIND taps2d), then on the GPU the TMA row walker's (KIND tma,
-    conv_depthwise_tma), all reading dy with the flipped filter."""
+    conv_depthwise_tma), then on Hopper the Gluon walker's (KIND gluon,
+    conv_depthwise_gluon; gluon_shape: conv_direct.gluon_dw3_shape_of's answer), all
+    reading dy with the flipped filter."""
     tma = conv_depthwise_tma.fwd_configs(device, c) if device.type == "cuda" else []
+    gluon = []
+    if gluon_shape is not None:
+        from . import conv_depthwise_gluon
+        gluon = conv_depthwise_gluon.configs(gluon_shape[0], gluon_shape[1], c, gluon_shape[2])
     return conv_direct.rows3_configs(device, c) + [dict(cfg, KIND="taps2d")
-                                                   for cfg in conv_direct.taps2d_configs(device, c)] + tma
+                                                   for cfg in conv_direct.taps2d_configs(device, c)] + tma + gluon
 
 
 def backward_data(problem, dy, w, dx, alpha, beta) -> None:
@@ -267,10 +273,16 @@ def backward_data(problem, dy, w, dx, alpha, beta) -> None:
                 conv_direct.launch_tma_or(dy, w, out, nd, (1, 1), pad, a, b, None, c, flip,
                                           lambda: conv_direct.launch_rows3(dy, w, out, geo, pad, a, b, None, first,
                                                                            flip, nd))
+            elif c.get("KIND") == "gluon":
+                first = conv_direct.rows3_configs(dx.device, geo.c)[0]
+                conv_direct.launch_gluon_or(dy, w, out, pad, a, b, None, c, flip,
+                                            lambda: conv_direct.launch_rows3(dy, w, out, geo, pad, a, b, None, first,
+                                                                             flip, nd))
             else:
                 conv_direct.launch_rows3(dy, w, out, geo, pad, a, b, None, c, flip, nd)
-        cfg = _data_tuner.pick((problem.key(), "dw3-rows-bwd-data"), lambda: rows3_data_candidates(dx.device, geo.c),
-                               run, dx, dx.device)
+        shape = conv_direct.gluon_dw3_shape_of(dy, w, dx) if dx.device.type == "cuda" else None
+        cfg = _data_tuner.pick((problem.key(), "dw3-rows-bwd-data"),
+                               lambda: rows3_data_candidates(dx.device, geo.c, shape), run, dx, dx.device)
         run(cfg, dx, alpha, beta)
         return
     if phase_backward_applies(problem):

@@ -1,4 +1,6 @@
-"""Depthwise 3x3 stride-1 forward as a warp-specialized Gluon row walker (Hopper; DIRECT tuner candidates).
+"""Depthwise 3x3 stride-1 forward as a warp-specialized Gluon row walker (Hopper; tuner candidates
+of DIRECT forward and of ALGO_1's stride-1 depthwise backward data, the same walk over dy
+with the filter turned 180 degrees: FLIP).
 
 Why: the Triton walkers (conv_direct's rows, conv_depthwise_strip, conv_depthwise_tma) stay
 latency bound at 1.2-2.0 TB/s on MobileNetV2's layers: each program has one or two rows

@@ -389,14 +389,20 @@ def launch_tma_or(x, w, y, nd, stride, pad, alpha, beta, spec, cfg, flip, fallba
 def gluon_dw3_shape(problem, x, w, y, spec):
     """(OH, OW, itemsize) when conv_depthwise_gluon's walker may run this forward call
     (offered, no fused epilogue, its why_not holds), else None."""
+    if spec is not None:
+        return None
+    geo = geometry(problem)
+    return gluon_dw3_shape_of(x, w, y, geo.stride[1:], geo.dil[1:])
+
+
+def gluon_dw3_shape_of(x, w, y, stride=(1, 1), dilation=(1, 1)):
+    """(OH, OW, itemsize) when conv_depthwise_gluon's walker is offered and may compute
+    y = conv(x, w) (backward data: x = dy, y = dx, the filter turned), else None."""
     try:
         from . import conv_depthwise_gluon
     except ImportError:  # a Triton without Gluon
         return None
-    if not conv_depthwise_gluon.OFFERED or spec is not None:
-        return None
-    geo = geometry(problem)
-    if conv_depthwise_gluon.why_not(x, w, y, geo.stride[1:], geo.dil[1:]) is not None:
+    if not conv_depthwise_gluon.OFFERED or conv_depthwise_gluon.why_not(x, w, y, stride, dilation) is not None:
         return None
     return y.shape[2], y.shape[3], y.element_size()
 
