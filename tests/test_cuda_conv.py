@@ -272,7 +272,10 @@ def test_fused_epilogue(act, rng):
         v = (2.0 * reference.conv_forward(x_vals, w_vals, 1, 1) + 0.25 * prior.astype(np.float64)
              + 0.5 * np.asarray(z, np.float64) + bias.astype(np.float64)[None, :, None, None])
         want = _act_ref(v, act, coef, swish_beta)
-        np.testing.assert_allclose(np.asarray(y, np.float64), want, rtol=2e-5, atol=2e-5,
+        # transform methods (exact False) err in proportion to the pre-activation values:
+        # float32's pointwise tolerance against their largest magnitude
+        atol = 2e-5 * (1.0 if algo.exact else np.abs(v).max())
+        np.testing.assert_allclose(np.asarray(y, np.float64), want, rtol=2e-5, atol=atol,
                                    err_msg=f"{algo.name} act={act}")
 
 

@@ -102,6 +102,7 @@ def test_fused_forward_through_the_api(act, coef, rng):
     act_desc = ActivationDescriptor(ActivationMode[act], coef=coef, swish_beta=0.75)
     want = reference.fused.conv_bias_activation_forward(x_vals, w_vals, z_vals, bias, act_desc.mode, coef, 0.75,
                                                          alpha1=2.0, alpha2=0.5, stride=1, pad_pre=1)
+    scale = np.abs(2.0 * reference.conv_forward(x_vals, w_vals, 1, 1) + 0.5 * z_vals).max()
     handle = _handle()
     problem = ConvProblem("fwd", x_desc, w_desc, y_desc, cd)
     ran = []
@@ -113,7 +114,10 @@ def test_fused_forward_through_the_api(act, coef, rng):
         tridnn.convolution_bias_activation_forward(handle, 2.0, x_desc, x, w_desc, w, cd, algo.enum, ws, 0.5,
                                                    z_desc, z, b_desc, bias, act_desc, y_desc, y)
         testing.assert_all_written(y, algo.name)
-        np.testing.assert_allclose(np.asarray(y, np.float64), want, rtol=3e-5, atol=3e-5,
+        # transform methods (exact False) err in proportion to the pre-activation values
+        # (up to ~100 here): float32's pointwise tolerance against their largest magnitude
+        atol = 3e-5 if algo.exact else 2e-5 * scale
+        np.testing.assert_allclose(np.asarray(y, np.float64), want, rtol=3e-5, atol=atol,
                                    err_msg=f"{algo.name} {act}")
         ran.append(algo.name)
     assert "IMPLICIT_GEMM" in ran, ran

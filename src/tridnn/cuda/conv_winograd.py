@@ -65,6 +65,19 @@ def input_row(x_ptr, base, ih, iw0, IH, IW, xs_h, xs_w, ok):
 
 
 @triton.jit
+def window_row(base, ih, iw0, IH, IW, xs_h, xs_w, ok, WIDTH: tl.constexpr):
+    """Row ih of the WIDTH-wide input windows starting at column iw0, as a tuple of float32
+    [rows, cols] tensors (zeros outside the image). base: pointers of (n, channel)."""
+    ok_h = ok & (ih >= 0) & (ih < IH)
+    out = ()
+    for j in tl.static_range(WIDTH):
+        iw = iw0 + j
+        out = out + (tl.load(base + ih * xs_h + iw * xs_w, mask=ok_h & (iw >= 0) & (iw < IW),
+                             other=0.0).to(tl.float32),)
+    return out
+
+
+@triton.jit
 def filter_row(w_ptr, base, r, ws_h, ws_w, mask, FLIP: tl.constexpr):
     """Row r of the 3x3 filters, G-transformed along the row (float32)."""
     if FLIP:
@@ -200,10 +213,10 @@ def winograd_not_applicable(problem) -> str | None:
     return None
 
 
-def tiles(problem):
-    """(tiles, tiles along h, tiles along w)."""
+def tiles(problem, m=TILE):
+    """(tiles, tiles along h, tiles along w) of m x m outputs."""
     oh, ow = problem.out_spatial
-    th, tw = cdiv(oh, TILE), cdiv(ow, TILE)
+    th, tw = cdiv(oh, m), cdiv(ow, m)
     return problem.n * th * tw, th, tw
 
 
@@ -212,10 +225,11 @@ def _strides4(t):
     return s[0], s[1], s[2], s[3]
 
 
-def winograd_estimate(problem, efficiency) -> float:
-    """Seconds: 16/36 of the direct multiplies at tensor-core rate, plus the memory time."""
+def winograd_estimate(problem, efficiency, savings=36 / 16) -> float:
+    """Seconds: the direct multiplies over ``savings`` (F(2x2): 36/16) at the GEMM rate, plus
+    the memory time."""
     from .conv_implicit_gemm import gemm_estimate
-    return gemm_estimate(problem, efficiency=efficiency * 36 / 16)
+    return gemm_estimate(problem, efficiency=efficiency * savings)
 
 
 class WinogradForward(TritonConvAlgorithm):

@@ -12,6 +12,12 @@ V and U hold the data type (float16/bfloat16 go through tensor cores, so the
 transformed values are rounded: ``exact = False``). The GEMMs are long and dense, so
 this wins over the fused kernel when channels are many; it costs 16/4 = 4x the
 input and the output in workspace traffic.
+
+Float32 data under float32-accurate products (FMA math: IEEE; DEFAULT: three tf32
+products) takes F(4x4, 3x3) instead (``winograd_f4``: 36 points per 16 outputs, 2.25x
+the input and output in traffic, 1.78x fewer multiplies than F(2x2)) wherever it needs
+fewer multiplies counting the tiles' overhang; its transforms' larger entries would
+amplify tf32's or a half type's rounding 10-20x (see winograd_f4), so those keep F(2x2).
 """
 from __future__ import annotations
 
@@ -19,16 +25,26 @@ import numpy as np
 import triton
 import triton.language as tl
 
-from ..types import ConvFwdAlgo
+from ..types import ConvFwdAlgo, DataType
 from ..workspace import Buffer
-from . import batched_gemm
+from . import batched_gemm, winograd_f4
 from .common import TritonConvAlgorithm, Tuner, cdiv, launch
 from .conv_winograd import (bt, filter_row, gt, input_row, store_outputs, tiles, winograd_estimate,
                             winograd_not_applicable)
 from .epilogue import launch_args, spec_of
 from .geometry import geometry, input_precision, needs_int64
 
-POINTS = 16
+POINTS = 16  # F(2x2, 3x3); F(4x4, 3x3) has winograd_f4.POINTS
+
+
+def tile_of(problem) -> int:
+    """Outputs per tile side: 4 (F(4x4, 3x3)) for float32 data with float32-accurate
+    products where that needs fewer multiplies than F(2x2) (tiles past the edge
+    included), else 2."""
+    if problem.dtype != DataType.FLOAT or input_precision(problem) == "tf32":
+        return 2
+    multiplies = {m: (m + 2) ** 2 * tiles(problem, m)[0] for m in (2, 4)}
+    return 4 if multiplies[4] < multiplies[2] else 2
 
 
 @triton.jit
@@ -140,6 +156,17 @@ def output_transform_kernel(m_ptr, y_ptr, bias_ptr, z_ptr, T, Kg, OH, OW, TH, TW
                   alpha, beta, alpha2, coef, swish_beta, ACT, HAS_BIAS, HAS_Z, BETA_ZERO, INT64)
 
 
+def launch_blocks(m: int, gpu: bool) -> dict:
+    """(rows, cols, warps) of each transform kernel's program. F(4x4)'s transforms keep 36
+    (input) or 24 (output) [rows, cols] values live: smaller blocks and more warps keep them
+    in registers (sm_90 compiles without spills, tests/test_cuda_winograd_f4.py)."""
+    if not gpu:
+        return dict(input=(16, 16, 1), filter=(16, 16, 1), output=(16, 16, 1))
+    if m == 4:
+        return dict(input=(16, 32, 4), filter=(16, 16, 4), output=(16, 64, 8))
+    return dict(input=(32, 32, 4), filter=(32, 32, 4), output=(32, 64, 4))
+
+
 def _s4(t):
     s = tuple(t.stride())
     return s[0], s[1], s[2], s[3]
@@ -153,38 +180,47 @@ class WinogradNonfusedForward(TritonConvAlgorithm):
 
     def not_applicable(self, problem):
         reason = super().not_applicable(problem) or winograd_not_applicable(problem)
-        if reason is None and POINTS * problem.groups > 65535:
-            reason = f"{problem.groups} groups x 16 transform points exceed the GPU's 65535 grid rows"
+        points = (tile_of(problem) + 2) ** 2 if reason is None else POINTS
+        if reason is None and points * problem.groups > 65535:
+            reason = f"{problem.groups} groups x {points} transform points exceed the GPU's 65535 grid rows"
         return reason
 
     def buffers(self, problem):
         geo = geometry(problem)
-        T = tiles(problem)[0]
+        m = tile_of(problem)
+        points = (m + 2) ** 2
+        T = tiles(problem, m)[0]
         dt = problem.dtype.numpy
-        return [Buffer("V", (POINTS * geo.groups, T, geo.cg), dt),
-                Buffer("U", (POINTS * geo.groups, geo.cg, geo.kg), dt),
-                Buffer("M", (POINTS * geo.groups, T, geo.kg), np.float32)]
+        return [Buffer("V", (points * geo.groups, T, geo.cg), dt),
+                Buffer("U", (points * geo.groups, geo.cg, geo.kg), dt),
+                Buffer("M", (points * geo.groups, T, geo.kg), np.float32)]
 
     def estimate(self, problem):
-        T = tiles(problem)[0]
         geo = geometry(problem)
-        staged = POINTS * T * (geo.c * problem.dtype.itemsize + geo.k * 4) * 2
-        return winograd_estimate(problem, efficiency=0.8) + staged / 3.5e12 + 8e-6
+        m = tile_of(problem)
+        points = (m + 2) ** 2
+        T = tiles(problem, m)[0]
+        oh, ow = problem.out_spatial
+        savings = 9 * problem.n * oh * ow / (points * T)  # direct multiplies / the points' (F(2x2): 36/16)
+        staged = points * T * (geo.c * problem.dtype.itemsize + geo.k * 4) * 2
+        return winograd_estimate(problem, efficiency=0.8, savings=savings) + staged / 3.5e12 + 8e-6
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
         spec = spec_of(epilogue)
         geo = geometry(problem)
-        T, TH, TW = tiles(problem)
+        m = tile_of(problem)
+        kernels = winograd_f4 if m == 4 else _F2
+        T, TH, TW = tiles(problem, m)
         V, U, M = workspace["V"], workspace["U"], workspace["M"]
-        gpu = y.device.type == "cuda"
-        b = 32 if gpu else 16
-        warps = 4 if gpu else 1
-        launch(input_transform_kernel, (cdiv(T, b), cdiv(geo.cg, b), geo.groups), (
+        blocks = launch_blocks(m, y.device.type == "cuda")
+        bm, bc, warps = blocks["input"]
+        launch(kernels.input_transform_kernel, (cdiv(T, bm), cdiv(geo.cg, bc), geo.groups), (
             x, V, T, geo.cg, geo.inp[1], geo.inp[2], TH, TW, geo.pad[1], geo.pad[2], *_s4(x)),
-            dict(BLOCK_M=b, BLOCK_C=b, INT64=needs_int64(x)), dict(num_warps=warps))
-        launch(filter_transform_kernel, (cdiv(geo.cg, b), cdiv(geo.kg, b), geo.groups), (
-            w, U, geo.cg, geo.kg, *_s4(w)), dict(BLOCK_C=b, BLOCK_N=b, FLIP=problem.mode == 0),
+            dict(BLOCK_M=bm, BLOCK_C=bc, INT64=needs_int64(x)), dict(num_warps=warps))
+        bc, bn, warps = blocks["filter"]
+        launch(kernels.filter_transform_kernel, (cdiv(geo.cg, bc), cdiv(geo.kg, bn), geo.groups), (
+            w, U, geo.cg, geo.kg, *_s4(w)), dict(BLOCK_C=bc, BLOCK_N=bn, FLIP=problem.mode == 0),
             dict(num_warps=warps))
         prec = input_precision(problem)
         cfg = self.tuner.pick((problem.key(), "fwd-winograd-nonfused"),
@@ -192,9 +228,16 @@ class WinogradNonfusedForward(TritonConvAlgorithm):
                               lambda c, out: batched_gemm.bmm(V, U, out, prec, c), M, y.device, scratch_ok=True)
         batched_gemm.bmm(V, U, M, prec, cfg)
         bias, bias_stride, z, zs, alpha2, coef, swish_beta, act, has_bias, has_z = launch_args(spec, y, 2)
-        bm, bn = (32, 64) if gpu else (16, 16)
-        launch(output_transform_kernel, (cdiv(T, bm), cdiv(geo.kg, bn), geo.groups), (
+        bm, bn, warps = blocks["output"]
+        launch(kernels.output_transform_kernel, (cdiv(T, bm), cdiv(geo.kg, bn), geo.groups), (
             M, y, bias, z, T, geo.kg, geo.out[1], geo.out[2], TH, TW, *_s4(y), zs[0], zs[1], zs[3], zs[4],
             bias_stride, float(alpha), float(beta), alpha2, coef, swish_beta),
             dict(BLOCK_M=bm, BLOCK_N=bn, ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z, BETA_ZERO=beta == 0,
                  INT64=needs_int64(y, z)), dict(num_warps=warps))
+
+
+class _F2:
+    """F(2x2, 3x3)'s kernels (this module's), beside winograd_f4's."""
+    input_transform_kernel = input_transform_kernel
+    filter_transform_kernel = filter_transform_kernel
+    output_transform_kernel = output_transform_kernel
