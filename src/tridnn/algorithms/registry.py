@@ -46,8 +46,13 @@ TABLE = [
     (107, "triton", "conv", "fwd", "tridnn.cuda.conv_winograd_nonfused:WinogradNonfusedForward"),
     (120, "triton", "conv", "bwd_data", "tridnn.cuda.conv_bwd_data_gemm:Col2imGemmBackwardData"),
     (121, "triton", "conv", "bwd_data", "tridnn.cuda.conv_bwd_data_implicit_gemm:ImplicitGemmBackwardData"),
+    (122, "triton", "conv", "bwd_data", "tridnn.cuda.conv_bwd_data_as_forward:FftBackwardData"),
+    (123, "triton", "conv", "bwd_data", "tridnn.cuda.conv_bwd_data_as_forward:WinogradBackwardData"),
+    (124, "triton", "conv", "bwd_data", "tridnn.cuda.conv_bwd_data_as_forward:WinogradNonfusedBackwardData"),
     (130, "triton", "conv", "bwd_filter", "tridnn.cuda.conv_bwd_filter_implicit_gemm:AtomicBackwardFilter"),
     (131, "triton", "conv", "bwd_filter", "tridnn.cuda.conv_bwd_filter_implicit_gemm:ImplicitGemmBackwardFilter"),
+    (132, "triton", "conv", "bwd_filter", "tridnn.cuda.conv_bwd_filter_fft:FftBackwardFilter"),
+    (133, "triton", "conv", "bwd_filter", "tridnn.cuda.conv_bwd_filter_winograd:WinogradNonfusedBackwardFilter"),
 ]
 
 _lock = threading.Lock()

@@ -114,8 +114,31 @@ def fft_lengths(problem) -> tuple:
     return tuple(fast_size(i + a + b) for i, a, b in zip(problem.in_spatial, problem.pad_pre, problem.pad_post))
 
 
-def _spectrum(lengths) -> tuple:
+def spectrum(lengths) -> tuple:
+    """The shape of rfftn's output for real planes of ``lengths``."""
     return tuple(lengths[:-1]) + (lengths[-1] // 2 + 1,)
+
+
+def fft_estimate(problem) -> float:
+    """Seconds of an FFT convolution in any direction: the transforms of the image, filter and
+    output planes, the per-frequency contraction and the passes over the workspace."""
+    L = fft_lengths(problem)
+    P = math.prod(L)
+    F = math.prod(spectrum(L))
+    n, c, k, cg = problem.n, problem.c, problem.k, problem.w.c
+    planes = n * c + k * cg + n * k
+    transforms = 2.5 * planes * P * math.log2(max(P, 2)) / 20e12
+    contract = 8.0 * n * k * cg * F / 40e12
+    moved = 4.0 * (2 * planes * P + 4 * planes * F) / 3.0e12
+    return transforms + contract + moved + 25e-6
+
+
+def input_spectrum(problem, x, xp, X) -> None:
+    """X = rfftn of x zero-padded into xp (pre padding in front; the rest of L is zeros)."""
+    xp.zero_()
+    xp[(slice(None), slice(None)) + tuple(slice(p, p + i) for p, i in zip(problem.pad_pre,
+                                                                          problem.in_spatial))].copy_(x)
+    torch.fft.rfftn(xp, dim=tuple(range(2, 2 + problem.nd)), out=X)
 
 
 class FftForward(TritonConvAlgorithm):
@@ -125,7 +148,7 @@ class FftForward(TritonConvAlgorithm):
 
     def buffers(self, problem):
         L = fft_lengths(problem)
-        S = _spectrum(L)
+        S = spectrum(L)
         n, c, k, cg = problem.n, problem.c, problem.k, problem.w.c
         f32 = np.float32
         return [Buffer("xp", (n, c, *L), f32), Buffer("X", (n, c, *S, 2), f32),
@@ -133,15 +156,7 @@ class FftForward(TritonConvAlgorithm):
                 Buffer("Y", (n, k, *S, 2), f32), Buffer("corr", (n, k, *L), f32)]
 
     def estimate(self, problem):
-        L = fft_lengths(problem)
-        P = math.prod(L)
-        F = math.prod(_spectrum(L))
-        n, c, k, cg = problem.n, problem.c, problem.k, problem.w.c
-        planes = n * c + k * cg + n * k
-        transforms = 2.5 * planes * P * math.log2(max(P, 2)) / 20e12
-        contract = 8.0 * n * k * cg * F / 40e12
-        moved = 4.0 * (2 * planes * P + 4 * planes * F) / 3.0e12
-        return transforms + contract + moved + 25e-6
+        return fft_estimate(problem)
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
@@ -152,11 +167,7 @@ class FftForward(TritonConvAlgorithm):
         gpu = y.device.type == "cuda"
         xp, wp, corr = workspace["xp"], workspace["wp"], workspace["corr"]
         X, W, Y = (torch.view_as_complex(workspace[name]) for name in ("X", "W", "Y"))
-        # x zero-padded (pre padding in front; the rest of L is zeros)
-        xp.zero_()
-        xp[(slice(None), slice(None)) + tuple(slice(p, p + i) for p, i in zip(problem.pad_pre,
-                                                                              problem.in_spatial))].copy_(x)
-        torch.fft.rfftn(xp, dim=dims, out=X)
+        input_spectrum(problem, x, xp, X)
         # w dilated into L, flipped for CONVOLUTION mode
         wp.zero_()
         w_eff = torch.flip(w, dims) if problem.mode == 0 else w

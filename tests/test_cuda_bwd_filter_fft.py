@@ -1,0 +1,69 @@
+"""Backward filter FFT on the Triton backend (cuda/conv_bwd_filter_fft.py).
+
+On the CPU through Triton's interpreter against the float64 reference: every problem shape
+of test_cuda_conv (strides, dilation, padding wider than the filter, groups, depthwise, 1-D,
+3-D), a 5x5 dilated filter, layouts, both modes, alpha/beta, the same bits twice, the
+caller's x and dy untouched. With --gpu: real sizes.
+"""
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+import tridnn  # noqa: E402
+from tridnn import testing  # noqa: E402
+from tridnn.algorithms import registry  # noqa: E402
+from tridnn.algorithms.problem import ConvProblem  # noqa: E402
+
+import test_cuda_conv as T  # noqa: E402
+
+ALGO = registry.by_enum("conv", "bwd_filter", "triton", tridnn.ConvBwdFilterAlgo.FFT)
+CASES = T.PROBLEMS + [T.P(4, 6, (9, 9), 5, 1, 2, 2)]
+
+
+@pytest.mark.parametrize("p", CASES, ids=[p["name"] for p in CASES])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_matches_reference(p, layout, dtype, rng):
+    assert T.run_case("bwd_filter", ALGO, p, dtype, layout, rng, as_torch=True, alpha=1.5, beta=-0.5) is None
+
+
+@pytest.mark.parametrize("p", CASES[:4], ids=[p["name"] for p in CASES[:4]])
+def test_strided_layout_convolution_mode_beta_zero(p, rng):
+    """beta = 0 on a NaN-poisoned dw: the old values are never read."""
+    assert T.run_case("bwd_filter", ALGO, p, "float32", "strided", rng, as_torch=True,
+                      mode=tridnn.ConvMode.CONVOLUTION) is None
+
+
+def test_same_bits_twice_and_inputs_untouched(rng):
+    p = T.P(6, 8, (7, 6), 3, 2, 1, 1, 2)
+    cd = T.conv(p)
+    x_desc, x = testing.make_tensor((3, 6, 7, 6), "float32", "NHWC", rng, testing.fill((3, 6, 7, 6), "float32", rng))
+    w_desc, w = testing.make_filter((8, 3, 3, 3), "float32", "NHWC")
+    y_dims = cd.output_dims(x_desc, w_desc)
+    y_desc, dy = testing.make_tensor(y_dims, "float32", "NHWC", rng, testing.fill(y_dims, "float32", rng))
+    problem = ConvProblem("bwd_filter", x_desc, w_desc, y_desc, cd)
+    tx, tdy, tw = (T._to_torch(a, "cpu") for a in (x, dy, w))
+    before = (tx.clone(), tdy.clone())
+    ws = torch.empty(ALGO.workspace_size(problem), dtype=torch.uint8)
+    handle = tridnn.Handle(device="cpu", backend="triton", find_cache=None)
+    results = []
+    for _ in range(2):
+        tw.fill_(float("nan"))
+        tridnn.convolution_backward_filter(handle, 1.0, x_desc, tx, y_desc, tdy, cd, "FFT", ws, 0.0, w_desc, tw)
+        results.append(tw.clone())
+    assert not torch.isnan(results[0]).any()
+    assert torch.equal(results[0], results[1])
+    assert torch.equal(tx, before[0]) and torch.equal(tdy, before[1])
+    assert ALGO.deterministic and not ALGO.exact
+
+
+GPU_CASES = [T.P(64, 64, (56, 56), 3, 1, 1), T.P(128, 128, (28, 28), 3, 2, 1), T.P(32, 48, (33, 33), 5, 1, 4, 2),
+             T.P(96, 80, (17, 23), 3, 1, 1, 1, 2)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("p", GPU_CASES, ids=[p["name"] for p in GPU_CASES])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gpu_against_float64(p, dtype, rng):
+    assert T.run_case("bwd_filter", ALGO, p, dtype, "NHWC", rng, n=4, device="cuda", beta=0.5) is None
