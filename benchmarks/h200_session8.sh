@@ -56,6 +56,10 @@
 #   dw_gluon_tests conv_depthwise_gluon (the Gluon depthwise walker) on the GPU
 #   dilated        the DeepLab ASPP dilated suites (dil-fwd, dil-bwd_data, dil-bwd_filter; batch 16)
 #   wino_profile   kernel times of the strict float32 3x3 layers (get's WINOGRAD_NONFUSED) and cuDNN's
+#   f4_tests       WINOGRAD_NONFUSED's F(4x4,3x3) kernels (float32, FMA and DEFAULT math) against float64
+#   new_algo_tests session 14's algorithms on the GPU: F(4x4) forward, backward data FFT / WINOGRAD /
+#                  WINOGRAD_NONFUSED (forward methods on dy), backward filter FFT and WINOGRAD_NONFUSED
+#   new_algos      every algorithm (find's view) on the 3x3 stride-1 layers, backward data and filter, bf16
 #   conv1          conv1 alone: forward, backward data, fused and backward filter with the blocks'
 #                  backward filter on, then backward filter with it off
 set -u
@@ -146,6 +150,13 @@ step() {
     dilated) suite dilated "${SUITE_S:-190}" dil-fwd,dil-bwd_data,dil-bwd_filter ;;
     wino_profile) timeout 120 python3 benchmarks/profile_gpu_conv_kernels.py --suite resnet50 --direction fwd --dtype float32 --math FMA --layers res3_3x3,res4_3x3,res5_3x3 --calls 10 > "$R/wino_profile.log" 2>&1
                   echo "wino_profile rc=$?"; cut -c1-150 "$R/wino_profile.log" | tail -60 ;;
+    new_algo_tests) gpu_tests "${TESTS_S:-240}" new_algo_tests tests/test_cuda_winograd_f4.py \
+                        tests/test_cuda_bwd_data_as_forward.py tests/test_cuda_bwd_filter_fft.py \
+                        tests/test_cuda_bwd_filter_winograd.py ;;
+    new_algos) timeout 300 python3 benchmarks/bench_gpu_conv.py --out "$R/new_algos" --sections rn50-bwd_data,rn50-bwd_filter \
+                   --layers res2_3x3,res3_3x3,res4_3x3,res5_3x3 --algos all --budget-s 270 > "$R/new_algos.log" 2>&1
+               echo "new_algos rc=$?"; tail -40 "$R/new_algos.log" | cut -c1-150 ;;
+    f4_tests) gpu_tests "${TESTS_S:-120}" f4_tests tests/test_cuda_winograd_f4.py ;;
     fma_tests) gpu_tests "${TESTS_S:-200}" fma_tests tests/test_gluon_fma.py ;;
     fma_sweep) timeout "${SWEEP_S:-170}" python3 benchmarks/sweep_gluon_conv.py --dtype fma --budget-s $(( ${SWEEP_S:-170} - 30 )) --out "$R/fma_sweep" > "$R/fma_sweep.log" 2>&1
                echo "fma_sweep rc=$?"; sed -n '/^layer /,$p' "$R/fma_sweep.log" | cut -c1-110 ;;
