@@ -1,4 +1,4 @@
-"""Backward data FFT, WINOGRAD and WINOGRAD_NONFUSED: a forward transform method run on dy.
+"""Backward data FFT, FFT_TILING, WINOGRAD and WINOGRAD_NONFUSED: a forward transform method run on dy.
 
 With stride 1, dx[i] = sum_r dy[i + p - r d] w[r] (per dim, r the tap, d the dilation, p
 the padding before): a forward correlation of dy padded by d (R - 1) - p before and
@@ -24,6 +24,7 @@ from ..types import ConvBwdDataAlgo, ConvMode
 from ..workspace import Buffer
 from .common import TritonConvAlgorithm
 from .conv_fft import FftForward
+from .conv_fft_tiling import FftTilingForward
 from .conv_winograd import WinogradForward
 from .conv_winograd_nonfused import WinogradNonfusedForward
 
@@ -102,6 +103,12 @@ class FftBackwardData(_BackwardDataAsForward):
     """dx by FFT (torch.fft for the transforms, conv_fft's Triton contraction)."""
     enum = ConvBwdDataAlgo.FFT
     forward = FftForward()
+
+
+class FftTilingBackwardData(_BackwardDataAsForward):
+    """dx by overlap-save FFT tiles (conv_fft_tiling)."""
+    enum = ConvBwdDataAlgo.FFT_TILING
+    forward = FftTilingForward()
 
 
 class WinogradBackwardData(_BackwardDataAsForward):

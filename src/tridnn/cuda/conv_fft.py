@@ -119,13 +119,15 @@ def spectrum(lengths) -> tuple:
     return tuple(lengths[:-1]) + (lengths[-1] // 2 + 1,)
 
 
-def fft_estimate(problem) -> float:
+def fft_estimate(problem, lengths=None, images=None) -> float:
     """Seconds of an FFT convolution in any direction: the transforms of the image, filter and
-    output planes, the per-frequency contraction and the passes over the workspace."""
-    L = fft_lengths(problem)
+    output planes, the per-frequency contraction and the passes over the workspace. lengths and
+    images: the transforms' size and count of image planes (default: whole planes, one an image;
+    FFT_TILING: its tiles)."""
+    L = lengths or fft_lengths(problem)
     P = math.prod(L)
     F = math.prod(spectrum(L))
-    n, c, k, cg = problem.n, problem.c, problem.k, problem.w.c
+    n, c, k, cg = images or problem.n, problem.c, problem.k, problem.w.c
     planes = n * c + k * cg + n * k
     transforms = 2.5 * planes * P * math.log2(max(P, 2)) / 20e12
     contract = 8.0 * n * k * cg * F / 40e12
