@@ -58,7 +58,7 @@
 #   wino_profile   kernel times of the strict float32 3x3 layers (get's WINOGRAD_NONFUSED) and cuDNN's
 #   f4_tests       WINOGRAD_NONFUSED's F(4x4,3x3) kernels (float32, FMA and DEFAULT math) against float64
 #   new_algo_tests session 14's algorithms on the GPU: F(4x4) and FFT_TILING forward, backward data FFT / WINOGRAD /
-#                  WINOGRAD_NONFUSED (forward methods on dy), backward filter FFT and WINOGRAD_NONFUSED
+#                  WINOGRAD_NONFUSED (forward methods on dy), backward filter FFT, FFT_TILING and WINOGRAD_NONFUSED
 #   new_algos      every algorithm (find's view) on the 3x3 stride-1 layers, backward data and filter, bf16
 #   conv1          conv1 alone: forward, backward data, fused and backward filter with the blocks'
 #                  backward filter on, then backward filter with it off

@@ -1,9 +1,10 @@
-"""Backward filter FFT on the Triton backend (cuda/conv_bwd_filter_fft.py).
+"""Backward filter FFT and FFT_TILING on the Triton backend (cuda/conv_bwd_filter_fft.py).
 
 On the CPU through Triton's interpreter against the float64 reference: every problem shape
 of test_cuda_conv (strides, dilation, padding wider than the filter, groups, depthwise, 1-D,
 3-D), a 5x5 dilated filter, layouts, both modes, alpha/beta, the same bits twice, the
-caller's x and dy untouched. With --gpu: real sizes.
+caller's x and dy untouched; FFT_TILING on planes of several tiles, its tiling arithmetic and
+refusals. With --gpu: real sizes.
 """
 import pytest
 
@@ -18,6 +19,7 @@ from tridnn.algorithms.problem import ConvProblem  # noqa: E402
 import test_cuda_conv as T  # noqa: E402
 
 ALGO = registry.by_enum("conv", "bwd_filter", "triton", tridnn.ConvBwdFilterAlgo.FFT)
+TILING = registry.by_enum("conv", "bwd_filter", "triton", tridnn.ConvBwdFilterAlgo.FFT_TILING)
 CASES = T.PROBLEMS + [T.P(4, 6, (9, 9), 5, 1, 2, 2)]
 
 
@@ -58,6 +60,49 @@ def test_same_bits_twice_and_inputs_untouched(rng):
     assert ALGO.deterministic and not ALGO.exact
 
 
+TILED = [T.P(4, 6, (20, 19), 3, 1, 1),          # dy 20x19: 2 x 2 tiles of 14
+         T.P(5, 4, (38, 24), 3, 2, 0),          # stride 2: dy spread to 35 x 21
+         T.P(4, 6, (21, 17), 5, 1, 4, 2),       # dilated 5x5 (span 9): tiles of 10 in 18 points
+         T.P(6, 6, (19, 18), 3, 1, 1, 1, 6),    # depthwise
+         T.P(4, 8, (20, 20), 3, 1, 1, 1, 2),    # two groups
+         T.P(3, 4, (70,), 5, 1, 2),             # 1-D
+         T.P(3, 4, (10, 9, 11), 3, 1, 1)]       # 3-D
+
+
+@pytest.mark.parametrize("p", TILED, ids=[p["name"] for p in TILED])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_tiling_matches_reference(p, layout, rng):
+    assert T.run_case("bwd_filter", TILING, p, "float32", layout, rng, as_torch=True, alpha=1.5, beta=-0.5) is None
+
+
+def test_tiling_float16_strided_convolution_mode(rng):
+    p = T.P(5, 4, (18, 23), 3, 1, 1)
+    assert T.run_case("bwd_filter", TILING, p, "float16", "NHWC", rng, as_torch=True) is None
+    assert T.run_case("bwd_filter", TILING, p, "float32", "strided", rng, as_torch=True,
+                      mode=tridnn.ConvMode.CONVOLUTION) is None
+
+
+def _problem(p, n=2):
+    cd = T.conv(p)
+    x = tridnn.TensorDescriptor.nhwc(n, p["C"], *p["spatial"])
+    w = tridnn.FilterDescriptor((p["K"], p["C"] // p["groups"], *p["kernel"]))
+    return ConvProblem("bwd_filter", x, w, x.with_dims(cd.output_dims(x, w)), cd)
+
+
+def test_tiling_arithmetic():
+    """Stride 2 on 38 rows, no padding: dy has 18 rows, spread to 35; tiles of 14 (16 points
+    less the 3x3's span 3 plus one) need 3, and the windows reach 3 * 14 + 2 = 44 >= 38 rows."""
+    from tridnn.cuda.conv_bwd_filter_fft import wgrad_tiling
+    sizes, valid, counts, extents = wgrad_tiling(_problem(T.P(5, 4, (38, 24), 3, 2, 0)))
+    assert sizes == (16, 16) and valid == (14, 14) and counts == (3, 2) and extents == (44, 30)
+
+
+@pytest.mark.parametrize("p,words", [(T.P(8, 8, (8, 8), 3, 1, 1), "one"), (T.P(8, 8, (20, 20), 1, 1, 0), "1x1")])
+def test_tiling_refusals_name_the_reason(p, words):
+    reason = TILING.not_applicable(_problem(p))
+    assert reason and words in reason, reason
+
+
 GPU_CASES = [T.P(64, 64, (56, 56), 3, 1, 1), T.P(128, 128, (28, 28), 3, 2, 1), T.P(32, 48, (33, 33), 5, 1, 4, 2),
              T.P(96, 80, (17, 23), 3, 1, 1, 1, 2)]
 
@@ -65,5 +110,7 @@ GPU_CASES = [T.P(64, 64, (56, 56), 3, 1, 1), T.P(128, 128, (28, 28), 3, 2, 1), T
 @pytest.mark.gpu
 @pytest.mark.parametrize("p", GPU_CASES, ids=[p["name"] for p in GPU_CASES])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_gpu_against_float64(p, dtype, rng):
-    assert T.run_case("bwd_filter", ALGO, p, dtype, "NHWC", rng, n=4, device="cuda", beta=0.5) is None
+@pytest.mark.parametrize("name", ["FFT", "FFT_TILING"])
+def test_gpu_against_float64(p, dtype, name, rng):
+    algo = ALGO if name == "FFT" else TILING
+    assert T.run_case("bwd_filter", algo, p, dtype, "NHWC", rng, n=4, device="cuda", beta=0.5) is None

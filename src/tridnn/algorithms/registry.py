@@ -55,6 +55,7 @@ TABLE = [
     (131, "triton", "conv", "bwd_filter", "tridnn.cuda.conv_bwd_filter_implicit_gemm:ImplicitGemmBackwardFilter"),
     (132, "triton", "conv", "bwd_filter", "tridnn.cuda.conv_bwd_filter_fft:FftBackwardFilter"),
     (133, "triton", "conv", "bwd_filter", "tridnn.cuda.conv_bwd_filter_winograd:WinogradNonfusedBackwardFilter"),
+    (134, "triton", "conv", "bwd_filter", "tridnn.cuda.conv_bwd_filter_fft:FftTilingBackwardFilter"),
 ]
 
 _lock = threading.Lock()

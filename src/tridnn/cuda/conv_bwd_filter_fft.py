@@ -1,5 +1,5 @@
-"""Backward filter FFT: torch.fft (cuFFT on the GPU) for the transforms, a Triton kernel
-for the per-frequency reduction over images, every buffer in the workspace.
+"""Backward filter FFT and FFT_TILING: torch.fft (cuFFT on the GPU) for the transforms, a
+Triton kernel for the per-frequency reduction over images, every buffer in the workspace.
 
 The filter gradient is a correlation of the padded input with dy, summed over images:
 
@@ -31,7 +31,8 @@ import triton.language as tl
 from ..types import ConvBwdFilterAlgo
 from ..workspace import Buffer
 from .common import TritonConvAlgorithm, cdiv, launch
-from .conv_fft import fft_estimate, fft_lengths, input_spectrum, spectrum
+from .conv_fft import fast_size, fft_estimate, fft_lengths, input_spectrum, spectrum
+from .conv_fft_tiling import MAX_TILE_POINTS, MIN_TILE
 
 
 @triton.jit
@@ -73,6 +74,47 @@ def fft_wgrad_contract_kernel(x_ptr, dy_ptr, dw_ptr, F, N, C, Cg, Kg,
     tl.store(dw_ptr + dwrow + 1, acc_im, mask=mask)
 
 
+def reduce_and_finish(problem, workspace, lengths, images, dw, alpha, beta) -> None:
+    """From the spectra X [images, C] and DY [images, K] in the workspace: DW = the sum over
+    images of X conj(DY) per frequency (Triton), its inverse transform at ``lengths``, and the
+    taps at multiples of the dilation (reversed for CONVOLUTION mode) blended into dw once."""
+    dims = tuple(range(2, 2 + problem.nd))
+    DW, corr = torch.view_as_complex(workspace["DW"]), workspace["corr"]
+    gpu = dw.device.type == "cuda"
+    F = math.prod(spectrum(lengths))
+    kg = problem.k // problem.groups
+    bf, bc = (128, 16) if gpu else (16, 16)
+    programs = problem.k * cdiv(problem.w.c, bc) * cdiv(F, bf)
+    launch(fft_wgrad_contract_kernel, (programs,), (
+        workspace["X"], workspace["DY"], workspace["DW"], F, images, problem.c, problem.w.c, kg),
+        dict(BLOCK_F=bf, BLOCK_C=bc), dict(num_warps=4 if gpu else 1))
+    torch.fft.irfftn(DW, s=lengths, dim=dims, out=corr)
+    taps = corr[(slice(None), slice(None)) + tuple(slice(0, (kk - 1) * d + 1, d) for kk, d in
+                                                   zip(problem.kernel, problem.dilation))]
+    if problem.mode == 0:
+        taps = torch.flip(taps, dims)
+    if beta == 0:
+        dw.copy_(taps * float(alpha))
+    else:
+        dw.copy_(taps * float(alpha) + dw.float() * float(beta))
+
+
+def _buffers(problem, lengths, images, staging):
+    """The spectra (X, DY, DW) and correlation at ``lengths`` for ``images`` planes, after the
+    method's own staging buffers."""
+    S = spectrum(lengths)
+    k, c, cg = problem.k, problem.c, problem.w.c
+    f32 = np.float32
+    return staging + [Buffer("X", (images, c, *S, 2), f32), Buffer("DY", (images, k, *S, 2), f32),
+                      Buffer("DW", (k, cg, *S, 2), f32), Buffer("corr", (k, cg, *lengths), f32)]
+
+
+def _spread(problem) -> tuple:
+    """dy's place in a zero buffer spread by the stride: every stride-th element."""
+    return (slice(None), slice(None)) + tuple(slice(0, (o - 1) * s + 1, s) for o, s in
+                                              zip(problem.out_spatial, problem.stride))
+
+
 class FftBackwardFilter(TritonConvAlgorithm):
     direction = "bwd_filter"
     enum = ConvBwdFilterAlgo.FFT
@@ -80,45 +122,102 @@ class FftBackwardFilter(TritonConvAlgorithm):
 
     def buffers(self, problem):
         L = fft_lengths(problem)
-        S = spectrum(L)
-        n, c, k, cg = problem.n, problem.c, problem.k, problem.w.c
         f32 = np.float32
-        return [Buffer("xp", (n, c, *L), f32), Buffer("X", (n, c, *S, 2), f32),
-                Buffer("dyp", (n, k, *L), f32), Buffer("DY", (n, k, *S, 2), f32),
-                Buffer("DW", (k, cg, *S, 2), f32), Buffer("corr", (k, cg, *L), f32)]
+        return _buffers(problem, L, problem.n, [Buffer("xp", (problem.n, problem.c, *L), f32),
+                                                Buffer("dyp", (problem.n, problem.k, *L), f32)])
 
     def estimate(self, problem):
         return fft_estimate(problem)
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, dw, dy = tensors["x"], tensors["w"], tensors["y"]
+        dims = tuple(range(2, 2 + problem.nd))
+        L = fft_lengths(problem)
+        input_spectrum(problem, x, workspace["xp"], torch.view_as_complex(workspace["X"]))
+        dyp = workspace["dyp"]
+        dyp.zero_()
+        dyp[_spread(problem)].copy_(dy)
+        torch.fft.rfftn(dyp, dim=dims, out=torch.view_as_complex(workspace["DY"]))
+        reduce_and_finish(problem, workspace, L, problem.n, dw, alpha, beta)
+
+
+def wgrad_tiling(problem):
+    """(tile sizes L, dy outputs a tile V, tile counts, padded-input extent) per dim: dy spread
+    by the stride is cut into tiles of V; tile t meets the input window [t V, t V + L)."""
+    sizes, valid, counts, extents = [], [], [], []
+    for i, o, k, s, d, p in zip(problem.in_spatial, problem.out_spatial, problem.kernel, problem.stride,
+                                problem.dilation, problem.pad_pre):
+        span = d * (k - 1) + 1
+        size = fast_size(max(MIN_TILE[problem.nd], 2 * span))
+        v = size - span + 1
+        count = -(-((o - 1) * s + 1) // v)
+        sizes.append(size)
+        valid.append(v)
+        counts.append(count)
+        extents.append(max(count * v + span - 1, p + i))
+    return tuple(sizes), tuple(valid), tuple(counts), tuple(extents)
+
+
+class FftTilingBackwardFilter(TritonConvAlgorithm):
+    """The same sum over small tiles: dy (spread by the stride) cut into tiles of V outputs,
+    each zero-padded to L and paired with the L-wide input window it meets (one ``unfold``
+    view of the padded x); the per-frequency sum runs over images and tiles at once."""
+    direction = "bwd_filter"
+    enum = ConvBwdFilterAlgo.FFT_TILING
+    exact = False
+
+    def not_applicable(self, problem):
+        reason = super().not_applicable(problem)
+        if reason is not None:
+            return reason
+        if math.prod(problem.kernel) == 1:
+            return "a 1x1 filter is a plain GEMM over pixels; FFT tiles would only add transforms"
+        sizes, _, counts, _ = wgrad_tiling(problem)
+        if math.prod(counts) == 1:
+            return f"dy fits in one {sizes} FFT tile; tiling pays only for larger planes (use FFT)"
+        if math.prod(sizes) > MAX_TILE_POINTS:
+            return f"the dilated filter needs {sizes} FFT tiles, over {MAX_TILE_POINTS} points"
+        return None
+
+    def buffers(self, problem):
+        sizes, valid, counts, extents = wgrad_tiling(problem)
+        images = problem.n * math.prod(counts)
+        spread = tuple(c * v for c, v in zip(counts, valid))
+        f32 = np.float32
+        return _buffers(problem, sizes, images, [
+            Buffer("xp", (problem.n, problem.c, *extents), f32), Buffer("xt", (images, problem.c, *sizes), f32),
+            Buffer("dyp", (problem.n, problem.k, *spread), f32), Buffer("dyt", (images, problem.k, *sizes), f32)])
+
+    def estimate(self, problem):
+        sizes, _, counts, _ = wgrad_tiling(problem)
+        return fft_estimate(problem, lengths=sizes, images=problem.n * math.prod(counts))
+
+    def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
+        x, dw, dy = tensors["x"], tensors["w"], tensors["y"]
         nd = problem.nd
         dims = tuple(range(2, 2 + nd))
-        L = fft_lengths(problem)
-        gpu = dw.device.type == "cuda"
-        xp, dyp, corr = workspace["xp"], workspace["dyp"], workspace["corr"]
-        X, DY, DW = (torch.view_as_complex(workspace[name]) for name in ("X", "DY", "DW"))
-        input_spectrum(problem, x, xp, X)
-        # dy spread by the stride
+        sizes, valid, counts, _ = wgrad_tiling(problem)
+        n, c, k = problem.n, problem.c, problem.k
+        tile_major = (0,) + tuple(range(2, 2 + nd)) + (1,) + tuple(range(2 + nd, 2 + 2 * nd))
+        # the input windows: x padded, unfolded at L with step V, the first `counts` per dim
+        xp, xt = workspace["xp"], workspace["xt"]
+        xp.zero_()
+        xp[(slice(None), slice(None)) + tuple(slice(p, p + i) for p, i in zip(problem.pad_pre,
+                                                                              problem.in_spatial))].copy_(x)
+        windows = xp
+        for axis, (size, v, count) in enumerate(zip(sizes, valid, counts)):
+            windows = windows.unfold(2 + axis, size, v).narrow(2 + axis, 0, count)
+        xt.view(n, *counts, c, *sizes).copy_(windows.permute(tile_major))
+        torch.fft.rfftn(xt, dim=dims, out=torch.view_as_complex(workspace["X"]))
+        # dy spread by the stride, cut into tiles of V, each zero-padded to L
+        dyp, dyt = workspace["dyp"], workspace["dyt"]
         dyp.zero_()
-        dyp[(slice(None), slice(None)) + tuple(slice(0, (o - 1) * s + 1, s) for o, s in
-                                               zip(problem.out_spatial, problem.stride))].copy_(dy)
-        torch.fft.rfftn(dyp, dim=dims, out=DY)
-        # the per-frequency sum over images
-        F = math.prod(X.shape[2:])
-        kg = problem.k // problem.groups
-        bf, bc = (128, 16) if gpu else (16, 16)
-        programs = problem.k * cdiv(problem.w.c, bc) * cdiv(F, bf)
-        launch(fft_wgrad_contract_kernel, (programs,), (
-            workspace["X"], workspace["DY"], workspace["DW"], F, problem.n, problem.c, problem.w.c, kg),
-            dict(BLOCK_F=bf, BLOCK_C=bc), dict(num_warps=4 if gpu else 1))
-        torch.fft.irfftn(DW, s=L, dim=dims, out=corr)
-        # the taps at multiples of the dilation, reversed for CONVOLUTION mode, blended once
-        taps = corr[(slice(None), slice(None)) + tuple(slice(0, (kk - 1) * d + 1, d) for kk, d in
-                                                       zip(problem.kernel, problem.dilation))]
-        if problem.mode == 0:
-            taps = torch.flip(taps, dims)
-        if beta == 0:
-            dw.copy_(taps * float(alpha))
-        else:
-            dw.copy_(taps * float(alpha) + dw.float() * float(beta))
+        dyp[_spread(problem)].copy_(dy)
+        pieces = dyp
+        for axis, v in enumerate(valid):
+            pieces = pieces.unfold(2 + axis, v, v)
+        dyt.zero_()
+        dyt.view(n, *counts, k, *sizes)[(Ellipsis,) + tuple(slice(0, v) for v in valid)].copy_(
+            pieces.permute(tile_major))
+        torch.fft.rfftn(dyt, dim=dims, out=torch.view_as_complex(workspace["DY"]))
+        reduce_and_finish(problem, workspace, sizes, xt.shape[0], dw, alpha, beta)
