@@ -58,7 +58,7 @@
 #   wino_profile   kernel times of the strict float32 3x3 layers (get's WINOGRAD_NONFUSED) and cuDNN's
 #   f4_tests       WINOGRAD_NONFUSED's F(4x4,3x3) kernels (float32, FMA and DEFAULT math) against float64
 #   new_algo_tests session 14's algorithms on the GPU: F(4x4) and FFT_TILING forward, backward data FFT / WINOGRAD /
-#                  WINOGRAD_NONFUSED (forward methods on dy), backward filter FFT, FFT_TILING and WINOGRAD_NONFUSED
+#                  WINOGRAD_NONFUSED (forward methods on dy), backward filter ALGO_3, FFT, FFT_TILING, WINOGRAD_NONFUSED
 #   new_algos      every algorithm (find's view) on the 3x3 stride-1 layers, backward data and filter, bf16
 #   conv1          conv1 alone: forward, backward data, fused and backward filter with the blocks'
 #                  backward filter on, then backward filter with it off
@@ -152,7 +152,8 @@ step() {
                   echo "wino_profile rc=$?"; cut -c1-150 "$R/wino_profile.log" | tail -60 ;;
     new_algo_tests) gpu_tests "${TESTS_S:-240}" new_algo_tests tests/test_cuda_winograd_f4.py \
                         tests/test_cuda_bwd_data_as_forward.py tests/test_cuda_bwd_filter_fft.py \
-                        tests/test_cuda_bwd_filter_winograd.py tests/test_cuda_fft_tiling.py ;;
+                        tests/test_cuda_bwd_filter_winograd.py tests/test_cuda_fft_tiling.py \
+                        tests/test_cuda_bwd_filter_gemm.py ;;
     new_algos) timeout 300 python3 benchmarks/bench_gpu_conv.py --out "$R/new_algos" --sections rn50-bwd_data,rn50-bwd_filter \
                    --layers res2_3x3,res3_3x3,res4_3x3,res5_3x3 --algos all --budget-s 270 > "$R/new_algos.log" 2>&1
                echo "new_algos rc=$?"; tail -40 "$R/new_algos.log" | cut -c1-150 ;;

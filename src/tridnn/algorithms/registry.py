@@ -56,6 +56,7 @@ TABLE = [
     (132, "triton", "conv", "bwd_filter", "tridnn.cuda.conv_bwd_filter_fft:FftBackwardFilter"),
     (133, "triton", "conv", "bwd_filter", "tridnn.cuda.conv_bwd_filter_winograd:WinogradNonfusedBackwardFilter"),
     (134, "triton", "conv", "bwd_filter", "tridnn.cuda.conv_bwd_filter_fft:FftTilingBackwardFilter"),
+    (135, "triton", "conv", "bwd_filter", "tridnn.cuda.conv_bwd_filter_gemm:GemmBackwardFilter"),
 ]
 
 _lock = threading.Lock()

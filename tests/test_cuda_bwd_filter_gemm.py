@@ -1,0 +1,62 @@
+"""Backward filter ALGO_3 on the Triton backend (cuda/conv_bwd_filter_gemm.py: im2col into the
+workspace, matmuls over slices of pixels, the slices summed in order).
+
+On the CPU through Triton's interpreter against the float64 reference: every problem shape of
+test_cuda_conv (exact for float32 integer data), layouts, alpha/beta, one slice and many, the
+slice count. With --gpu: real sizes.
+"""
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+import tridnn  # noqa: E402
+from tridnn.algorithms import registry  # noqa: E402
+from tridnn.algorithms.problem import ConvProblem  # noqa: E402
+from tridnn.cuda import conv_bwd_filter_gemm as gemm  # noqa: E402
+
+import test_cuda_conv as T  # noqa: E402
+
+ALGO = registry.by_enum("conv", "bwd_filter", "triton", tridnn.ConvBwdFilterAlgo.ALGO_3)
+
+
+@pytest.mark.parametrize("p", T.PROBLEMS, ids=[p["name"] for p in T.PROBLEMS])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_matches_reference(p, layout, dtype, rng):
+    assert T.run_case("bwd_filter", ALGO, p, dtype, layout, rng, as_torch=True, alpha=1.5, beta=-0.5) is None
+
+
+@pytest.mark.parametrize("p", T.PROBLEMS[:4], ids=[p["name"] for p in T.PROBLEMS[:4]])
+def test_many_slices_strided_layout_convolution_mode(p, rng, monkeypatch):
+    monkeypatch.setattr(gemm, "SLICE_MIN", 8)
+    assert T.run_case("bwd_filter", ALGO, p, "float32", "strided", rng, as_torch=True,
+                      mode=tridnn.ConvMode.CONVOLUTION) is None
+
+
+def _problem(p, n):
+    cd = T.conv(p)
+    x = tridnn.TensorDescriptor.nhwc(n, p["C"], *p["spatial"])
+    w = tridnn.FilterDescriptor((p["K"], p["C"] // p["groups"], *p["kernel"]))
+    return ConvProblem("bwd_filter", x, w, x.with_dims(cd.output_dims(x, w)), cd)
+
+
+def test_slices():
+    """res5_3x3 at batch 64 (512 x 4608 outputs: 4 x 36 = 144 tiles of 128 x 128) fills 264
+    tile slots with 2 slices; res2_3x3 (64 x 576: 5 tiles) wants 53 but keeps >= 1024 pixels
+    a slice (200,704 pixels: 53 slices of 3,787); a tiny problem keeps one."""
+    assert gemm.slices(_problem(T.P(512, 512, (7, 7), 3, 1, 1), 64)) == 2
+    assert gemm.slices(_problem(T.P(64, 64, (56, 56), 3, 1, 1), 64)) == 53
+    assert gemm.slices(_problem(T.P(8, 8, (6, 6), 3, 1, 1), 2)) == 1
+    assert ALGO.deterministic and ALGO.exact
+
+
+GPU_CASES = [T.P(64, 64, (56, 56), 3, 1, 1), T.P(256, 256, (14, 14), 3, 2, 1), T.P(3, 64, (112, 112), 7, 2, 3),
+             T.P(96, 80, (17, 23), 3, 1, 1, 1, 2)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("p", GPU_CASES, ids=[p["name"] for p in GPU_CASES])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gpu_against_float64(p, dtype, rng):
+    assert T.run_case("bwd_filter", ALGO, p, dtype, "NHWC", rng, n=4, device="cuda", beta=0.5) is None
