@@ -31,8 +31,8 @@ import triton.language as tl
 from ..types import ConvBwdFilterAlgo
 from ..workspace import Buffer
 from .common import TritonConvAlgorithm, cdiv, launch
-from .conv_fft import fast_size, fft_estimate, fft_lengths, input_spectrum, spectrum
-from .conv_fft_tiling import MAX_TILE_POINTS, MIN_TILE
+from .conv_fft import fft_estimate, fft_lengths, input_spectrum, spectrum
+from .conv_fft_tiling import tile_size, why_not_tiled
 
 
 @triton.jit
@@ -148,8 +148,7 @@ def wgrad_tiling(problem):
     for i, o, k, s, d, p in zip(problem.in_spatial, problem.out_spatial, problem.kernel, problem.stride,
                                 problem.dilation, problem.pad_pre):
         span = d * (k - 1) + 1
-        size = fast_size(max(MIN_TILE[problem.nd], 2 * span))
-        v = size - span + 1
+        size, v = tile_size(span, problem.nd)
         count = -(-((o - 1) * s + 1) // v)
         sizes.append(size)
         valid.append(v)
@@ -167,17 +166,8 @@ class FftTilingBackwardFilter(TritonConvAlgorithm):
     exact = False
 
     def not_applicable(self, problem):
-        reason = super().not_applicable(problem)
-        if reason is not None:
-            return reason
-        if math.prod(problem.kernel) == 1:
-            return "a 1x1 filter is a plain GEMM over pixels; FFT tiles would only add transforms"
         sizes, _, counts, _ = wgrad_tiling(problem)
-        if math.prod(counts) == 1:
-            return f"dy fits in one {sizes} FFT tile; tiling pays only for larger planes (use FFT)"
-        if math.prod(sizes) > MAX_TILE_POINTS:
-            return f"the dilated filter needs {sizes} FFT tiles, over {MAX_TILE_POINTS} points"
-        return None
+        return super().not_applicable(problem) or why_not_tiled(problem, sizes, counts, "dy")
 
     def buffers(self, problem):
         sizes, valid, counts, extents = wgrad_tiling(problem)

@@ -72,14 +72,32 @@ def fft_tile_store_kernel(
                alpha, beta, alpha2, coef, swish_beta, ACT, HAS_BIAS, HAS_Z, BETA_ZERO)
 
 
+def tile_size(span: int, nd: int) -> tuple:
+    """(L, V): a tile's FFT points along a dim and the outputs free of wrap-around in it, for a
+    filter reaching ``span`` elements."""
+    size = fast_size(max(MIN_TILE[nd], 2 * span))
+    return size, size - span + 1
+
+
+def why_not_tiled(problem, sizes, counts, what: str):
+    """Why FFT tiles do not pay (a 1x1 filter, ``what`` fits one tile) or cannot run (tiles
+    too large); None when they do."""
+    if math.prod(problem.kernel) == 1:
+        return "a 1x1 filter is a plain GEMM; FFT tiles would only add transforms"
+    if math.prod(counts) == 1:
+        return f"{what} fits in one {sizes} FFT tile; tiling pays only for larger planes (use FFT)"
+    if math.prod(sizes) > MAX_TILE_POINTS:
+        return f"the dilated filter needs {sizes} FFT tiles, over {MAX_TILE_POINTS} points"
+    return None
+
+
 def tiling(problem):
     """(tile sizes L, valid outputs V, tile counts, padded input extent) per spatial dim."""
     sizes, valid, counts, padded = [], [], [], []
     for i, k, d, p, q in zip(problem.in_spatial, problem.kernel, problem.dilation, problem.pad_pre,
                              problem.pad_post):
         span = d * (k - 1) + 1
-        size = fast_size(max(MIN_TILE[problem.nd], 2 * span))
-        v = size - span + 1
+        size, v = tile_size(span, problem.nd)
         count = -(-(i + p + q - span + 1) // v)
         sizes.append(size)
         valid.append(v)
@@ -98,17 +116,8 @@ class FftTilingForward(TritonConvAlgorithm):
     exact = False
 
     def not_applicable(self, problem):
-        reason = super().not_applicable(problem)
-        if reason is not None:
-            return reason
-        if math.prod(problem.kernel) == 1:
-            return "a 1x1 filter is a plain GEMM over channels; FFT tiles would only add transforms"
         sizes, _, counts, _ = tiling(problem)
-        if math.prod(counts) == 1:
-            return f"the padded plane fits in one {sizes} FFT tile; tiling pays only for larger planes (use FFT)"
-        if math.prod(sizes) > MAX_TILE_POINTS:
-            return f"the dilated filter needs {sizes} FFT tiles, over {MAX_TILE_POINTS} points"
-        return None
+        return super().not_applicable(problem) or why_not_tiled(problem, sizes, counts, "the padded plane")
 
     def buffers(self, problem):
         sizes, _, counts, padded = tiling(problem)
