@@ -19,7 +19,7 @@ from ..types import ConvBwdFilterAlgo
 from ..workspace import Buffer
 from . import batched_gemm
 from .common import TritonConvAlgorithm, Tuner, cdiv
-from .conv_bwd_filter_implicit_gemm import ImplicitGemmBackwardFilter
+from .conv_bwd_filter_implicit_gemm import finish
 from .conv_gemm import im2col, padded_row
 from .conv_implicit_gemm import gemm_estimate
 from .geometry import geometry, input_precision
@@ -78,4 +78,4 @@ class GemmBackwardFilter(TritonConvAlgorithm):
                               scratch_ok=True)
         for s in range(S):
             batched_gemm.bmm(*operands(s), parts[s], prec, cfg)
-        ImplicitGemmBackwardFilter._finish(problem, part, dw, S, alpha, beta)
+        finish(problem, part, dw, S, alpha, beta)

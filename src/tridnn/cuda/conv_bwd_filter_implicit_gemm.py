@@ -176,6 +176,16 @@ def wgrad_finish(part_ptr, dw_ptr, K, T, Cg, PC, SLICES, KD, KH, KW,
     tl.store(ptrs, v.to(dw_ptr.dtype.element_ty), mask=mask)
 
 
+def finish(problem, part, dw, slices, alpha, beta, part_channels=None) -> None:
+    """``wgrad_finish`` over float32 partials [slices, K, taps, part_channels or Cg]."""
+    geo = geometry(problem)
+    total = geo.k * geo.taps * geo.cg
+    block = 1024 if dw.device.type == "cuda" else 64
+    launch(wgrad_finish, (cdiv(total, block),), (
+        part, dw, geo.k, geo.taps, geo.cg, part_channels or geo.cg, slices, *geo.ker, *strides5(dw, problem.nd),
+        float(alpha), float(beta)), dict(BLOCK=block, FLIP=problem.mode == 0, BETA_ZERO=beta == 0), {})
+
+
 def _cfg(bm, bn, bk, warps, stages):
     return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)
 
@@ -398,12 +408,7 @@ class _WgradBase(TritonConvAlgorithm):
 
     @staticmethod
     def _finish(problem, part, dw, slices, alpha, beta, part_channels=None):
-        geo = geometry(problem)
-        total = geo.k * geo.taps * geo.cg
-        block = 1024 if dw.device.type == "cuda" else 64
-        launch(wgrad_finish, (cdiv(total, block),), (
-            part, dw, geo.k, geo.taps, geo.cg, part_channels or geo.cg, slices, *geo.ker, *strides5(dw, problem.nd),
-            float(alpha), float(beta)), dict(BLOCK=block, FLIP=problem.mode == 0, BETA_ZERO=beta == 0), {})
+        finish(problem, part, dw, slices, alpha, beta, part_channels)
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, dw, dy = tensors["x"], tensors["w"], tensors["y"]
