@@ -6,7 +6,8 @@ elements. Checked, through the public API on one GPU:
 
 - convolution forward, every Triton algorithm: depthwise 1x2x32800x32800 float16 3x3
   (2.15e9 elements, NCHW) and 4097x2x512x512 float16 3x3, 2 -> 2 channels (NHWC);
-  then backward data (both algorithms) and backward filter (both) on the same problems;
+  then backward data and backward filter, every Triton algorithm, on the same problems
+  (the registry's lists: session 14's transform methods and ALGO_3 are in them);
 - max pooling 3x3/2 (input past 2^31) and average pooling 3x3/1 (input and output past
   2^31) forward, max pooling backward, on the 4097x2x512x512 tensor;
 - batch norm training forward (SPATIAL) on the same tensor (2^30 elements per channel).
