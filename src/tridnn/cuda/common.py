@@ -214,6 +214,14 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def reduction_slices(tiles: int, length: int, min_length: int, sms: int, cap: int | None = None) -> int:
+    """How many slices to cut a reduction of ``length`` into (split-K): enough that ``tiles``
+    output tiles a slice make two waves of ``sms`` programs, each slice at least
+    ``min_length`` long and at most ``cap`` slices."""
+    most = length // min_length if cap is None else min(length // min_length, cap)
+    return max(1, min(cdiv(2 * sms, tiles), most))
+
+
 _problem_keys = IdentityMemo()
 
 

@@ -32,7 +32,7 @@ from ..types import ConvBwdFilterAlgo
 from ..workspace import Buffer
 from .common import TritonConvAlgorithm, cdiv, launch
 from .conv_fft import fft_estimate, fft_lengths, input_spectrum, spectrum
-from .conv_fft_tiling import tile_size, why_not_tiled
+from .conv_fft_tiling import tile_major, tile_size, tiled_input_spectrum, why_not_tiled
 
 
 @triton.jit
@@ -187,18 +187,9 @@ class FftTilingBackwardFilter(TritonConvAlgorithm):
         nd = problem.nd
         dims = tuple(range(2, 2 + nd))
         sizes, valid, counts, _ = wgrad_tiling(problem)
-        n, c, k = problem.n, problem.c, problem.k
-        tile_major = (0,) + tuple(range(2, 2 + nd)) + (1,) + tuple(range(2 + nd, 2 + 2 * nd))
-        # the input windows: x padded, unfolded at L with step V, the first `counts` per dim
-        xp, xt = workspace["xp"], workspace["xt"]
-        xp.zero_()
-        xp[(slice(None), slice(None)) + tuple(slice(p, p + i) for p, i in zip(problem.pad_pre,
-                                                                              problem.in_spatial))].copy_(x)
-        windows = xp
-        for axis, (size, v, count) in enumerate(zip(sizes, valid, counts)):
-            windows = windows.unfold(2 + axis, size, v).narrow(2 + axis, 0, count)
-        xt.view(n, *counts, c, *sizes).copy_(windows.permute(tile_major))
-        torch.fft.rfftn(xt, dim=dims, out=torch.view_as_complex(workspace["X"]))
+        n, k = problem.n, problem.k
+        # the input windows (forward FFT_TILING's), transformed
+        tiled_input_spectrum(problem, x, workspace, sizes, valid, counts)
         # dy spread by the stride, cut into tiles of V, each zero-padded to L
         dyp, dyt = workspace["dyp"], workspace["dyt"]
         dyp.zero_()
@@ -208,6 +199,6 @@ class FftTilingBackwardFilter(TritonConvAlgorithm):
             pieces = pieces.unfold(2 + axis, v, v)
         dyt.zero_()
         dyt.view(n, *counts, k, *sizes)[(Ellipsis,) + tuple(slice(0, v) for v in valid)].copy_(
-            pieces.permute(tile_major))
+            pieces.permute(tile_major(nd)))
         torch.fft.rfftn(dyt, dim=dims, out=torch.view_as_complex(workspace["DY"]))
-        reduce_and_finish(problem, workspace, sizes, xt.shape[0], dw, alpha, beta)
+        reduce_and_finish(problem, workspace, sizes, n * math.prod(counts), dw, alpha, beta)

@@ -18,7 +18,7 @@ import numpy as np
 from ..types import ConvBwdFilterAlgo
 from ..workspace import Buffer
 from . import batched_gemm
-from .common import TritonConvAlgorithm, Tuner, cdiv
+from .common import TritonConvAlgorithm, Tuner, cdiv, reduction_slices
 from .conv_bwd_filter_implicit_gemm import finish
 from .conv_gemm import im2col, padded_row
 from .conv_implicit_gemm import gemm_estimate
@@ -32,7 +32,7 @@ def slices(problem, sms: int = 132) -> int:
     each slice summing at least SLICE_MIN pixels (the workspace does not depend on the GPU)."""
     geo = geometry(problem)
     tiles = geo.groups * cdiv(geo.kg, 128) * cdiv(geo.taps * geo.cg, 128)
-    return max(1, min(cdiv(2 * sms, tiles), geo.out_pixels // SLICE_MIN))
+    return reduction_slices(tiles, geo.out_pixels, SLICE_MIN, sms)
 
 
 class GemmBackwardFilter(TritonConvAlgorithm):

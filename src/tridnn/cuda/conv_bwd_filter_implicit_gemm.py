@@ -40,7 +40,7 @@ from ..types import ConvBwdFilterAlgo, MathType
 from . import conv_depthwise_backward as depthwise
 from . import conv_s2d, conv_tma, conv_wgrad_tma
 from ..workspace import Buffer
-from .common import TritonConvAlgorithm, Tuner, cdiv, launch, problem_key, sm_count, split_rows
+from .common import TritonConvAlgorithm, Tuner, cdiv, launch, problem_key, reduction_slices, sm_count, split_rows
 from .conv_implicit_gemm import FLAT_BELOW, gemm_estimate
 from .geometry import geometry, input_precision, needs_int64, strides5
 
@@ -207,10 +207,7 @@ def slices_for(geo, cfg, sms, cap) -> int:
         tiles = cdiv(geo.kg, cfg["BLOCK_M"]) * cdiv(geo.taps * geo.cg, cfg["BLOCK_N"]) * geo.groups
     else:
         tiles = cdiv(geo.kg, cfg["BLOCK_M"]) * cdiv(geo.cg, cfg["BLOCK_N"]) * geo.taps * geo.groups
-    pixels = geo.out_pixels
-    want = cdiv(2 * sms, tiles)
-    most = max(1, pixels // (4 * cfg["BLOCK_K"]))
-    return max(1, min(want, most, cap))
+    return reduction_slices(tiles, geo.out_pixels, 4 * cfg["BLOCK_K"], sms, cap)
 
 
 def _aligned(t) -> bool:

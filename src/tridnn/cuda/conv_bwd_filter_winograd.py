@@ -31,8 +31,8 @@ import triton.language as tl
 from ..types import ConvBwdFilterAlgo
 from ..workspace import Buffer
 from . import batched_gemm
-from .common import TritonConvAlgorithm, Tuner, cdiv, launch, split_rows
-from .conv_winograd import window_row, winograd_estimate, winograd_not_applicable
+from .common import TritonConvAlgorithm, Tuner, cdiv, launch, reduction_slices, split_rows
+from .conv_winograd import strides4, window_row, winograd_estimate, winograd_not_applicable
 from .geometry import geometry, input_precision, needs_int64
 
 POINTS = 16
@@ -157,11 +157,6 @@ def output_transform_kernel(m_ptr, dw_ptr, Kg, Cg, SLICES, ws_k, ws_c, ws_h, ws_
             tl.store(ptrs, v.to(dw_ptr.dtype.element_ty), mask=mask)
 
 
-def _s4(t):
-    s = tuple(t.stride())
-    return s[0], s[1], s[2], s[3]
-
-
 def tiles(problem):
     """(tiles, tiles along h, tiles along w) of 2x2 dy pixels."""
     oh, ow = problem.out_spatial
@@ -172,9 +167,7 @@ def tiles(problem):
 def slices(problem, programs_per_point: int, sms: int = 132) -> int:
     """Slices of the tile reduction: enough GEMM programs for two waves of the GPU, each
     slice summing at least SLICE_MIN tiles."""
-    T = tiles(problem)[0]
-    want = cdiv(2 * sms, max(1, POINTS * problem.groups * programs_per_point))
-    return max(1, min(want, T // SLICE_MIN))
+    return reduction_slices(POINTS * problem.groups * programs_per_point, tiles(problem)[0], SLICE_MIN, sms)
 
 
 class WinogradNonfusedBackwardFilter(TritonConvAlgorithm):
@@ -222,10 +215,10 @@ class WinogradNonfusedBackwardFilter(TritonConvAlgorithm):
         gpu = dw.device.type == "cuda"
         bt, bc, warps = (32, 32, 4) if gpu else (16, 16, 1)
         launch(input_transform_kernel, (cdiv(rows, bt), cdiv(geo.cg, bc), geo.groups), (
-            x, V, T, rows, geo.cg, geo.inp[1], geo.inp[2], TH, TW, geo.pad[1], geo.pad[2], *_s4(x)),
+            x, V, T, rows, geo.cg, geo.inp[1], geo.inp[2], TH, TW, geo.pad[1], geo.pad[2], *strides4(x)),
             dict(BLOCK_T=bt, BLOCK_C=bc, INT64=needs_int64(x)), dict(num_warps=warps))
         launch(dy_transform_kernel, (cdiv(rows, bt), cdiv(geo.kg, bc), geo.groups), (
-            dy, U, T, rows, geo.kg, geo.out[1], geo.out[2], TH, TW, *_s4(dy)),
+            dy, U, T, rows, geo.kg, geo.out[1], geo.out[2], TH, TW, *strides4(dy)),
             dict(BLOCK_T=bt, BLOCK_K=bc, INT64=needs_int64(dy)), dict(num_warps=warps))
         # one GEMM a (point, group, slice): [Kg, per] @ [per, Cg] (views: the rows are S slices)
         batches = POINTS * geo.groups * S
@@ -238,6 +231,6 @@ class WinogradNonfusedBackwardFilter(TritonConvAlgorithm):
         batched_gemm.bmm(a, b, M, prec, cfg)
         bk, bc = (32, 32) if gpu else (16, 16)
         launch(output_transform_kernel, (cdiv(geo.kg, bk), cdiv(geo.cg, bc), geo.groups), (
-            M, dw, geo.kg, geo.cg, S, *_s4(dw), float(alpha), float(beta)),
+            M, dw, geo.kg, geo.cg, S, *strides4(dw), float(alpha), float(beta)),
             dict(BLOCK_K=bk, BLOCK_C=bc, FLIP=problem.mode == 0, BETA_ZERO=beta == 0),
             dict(num_warps=4 if gpu else 1))

@@ -135,12 +135,39 @@ def fft_estimate(problem, lengths=None, images=None) -> float:
     return transforms + contract + moved + 25e-6
 
 
-def input_spectrum(problem, x, xp, X) -> None:
-    """X = rfftn of x zero-padded into xp (pre padding in front; the rest of L is zeros)."""
+def pad_input(problem, x, xp) -> None:
+    """x zero-padded into xp: pre padding in front, zeros in the rest of xp."""
     xp.zero_()
     xp[(slice(None), slice(None)) + tuple(slice(p, p + i) for p, i in zip(problem.pad_pre,
                                                                           problem.in_spatial))].copy_(x)
+
+
+def input_spectrum(problem, x, xp, X) -> None:
+    """X = rfftn of x zero-padded into xp."""
+    pad_input(problem, x, xp)
     torch.fft.rfftn(xp, dim=tuple(range(2, 2 + problem.nd)), out=X)
+
+
+def correlate_with_filter(problem, w, workspace, images, lengths) -> None:
+    """From X [images, C] in the workspace: W = rfftn of the filter dilated into ``lengths``
+    (flipped for CONVOLUTION mode); Y = the per-frequency sum over each group's input channels
+    of X conj(W) (``fft_contract_kernel``); corr = irfftn(Y) [images, K, *lengths]."""
+    dims = tuple(range(2, 2 + problem.nd))
+    wp = workspace["wp"]
+    wp.zero_()
+    w_eff = torch.flip(w, dims) if problem.mode == 0 else w
+    wp[(slice(None), slice(None)) + tuple(slice(0, (kk - 1) * d + 1, d) for kk, d in
+                                          zip(problem.kernel, problem.dilation))].copy_(w_eff)
+    torch.fft.rfftn(wp, dim=dims, out=torch.view_as_complex(workspace["W"]))
+    F = math.prod(spectrum(lengths))
+    geo = geometry(problem)
+    gpu = wp.device.type == "cuda"
+    bf, bk = (128, 16) if gpu else (16, 16)
+    programs = images * geo.groups * cdiv(F, bf) * cdiv(geo.kg, bk)
+    launch(fft_contract_kernel, (programs,), (
+        workspace["X"], workspace["W"], workspace["Y"], F, geo.c, geo.cg, geo.kg),
+        dict(BLOCK_F=bf, BLOCK_K=bk), dict(num_warps=4 if gpu else 1))
+    torch.fft.irfftn(torch.view_as_complex(workspace["Y"]), s=lengths, dim=dims, out=workspace["corr"])
 
 
 class FftForward(TritonConvAlgorithm):
@@ -164,26 +191,12 @@ class FftForward(TritonConvAlgorithm):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
         spec = spec_of(epilogue)
         nd = problem.nd
-        dims = tuple(range(2, 2 + nd))
         L = fft_lengths(problem)
         gpu = y.device.type == "cuda"
-        xp, wp, corr = workspace["xp"], workspace["wp"], workspace["corr"]
-        X, W, Y = (torch.view_as_complex(workspace[name]) for name in ("X", "W", "Y"))
-        input_spectrum(problem, x, xp, X)
-        # w dilated into L, flipped for CONVOLUTION mode
-        wp.zero_()
-        w_eff = torch.flip(w, dims) if problem.mode == 0 else w
-        wp[(slice(None), slice(None)) + tuple(slice(0, (kk - 1) * d + 1, d) for kk, d in
-                                              zip(problem.kernel, problem.dilation))].copy_(w_eff)
-        torch.fft.rfftn(wp, dim=dims, out=W)
-        F = math.prod(X.shape[2:])
+        input_spectrum(problem, x, workspace["xp"], torch.view_as_complex(workspace["X"]))
+        correlate_with_filter(problem, w, workspace, problem.n, L)
+        corr = workspace["corr"]
         geo = geometry(problem)
-        bf, bk = (128, 16) if gpu else (16, 16)
-        programs = geo.n * geo.groups * cdiv(F, bf) * cdiv(geo.kg, bk)
-        launch(fft_contract_kernel, (programs,), (
-            workspace["X"], workspace["W"], workspace["Y"], F, geo.c, geo.cg, geo.kg),
-            dict(BLOCK_F=bf, BLOCK_K=bk), dict(num_warps=4 if gpu else 1))
-        torch.fft.irfftn(Y, s=L, dim=dims, out=corr)
         bias, bias_stride, z, zs, alpha2, coef, swish_beta, act, has_bias, has_z = launch_args(spec, y, nd)
         M = geo.out_pixels
         bm, bn = (64, 64) if gpu else (16, 16)

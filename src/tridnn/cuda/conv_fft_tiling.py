@@ -25,7 +25,7 @@ import triton.language as tl
 from ..types import ConvFwdAlgo
 from ..workspace import Buffer
 from .common import TritonConvAlgorithm, cdiv, launch, split_rows
-from .conv_fft import fast_size, fft_contract_kernel, fft_estimate, spectrum
+from .conv_fft import correlate_with_filter, fast_size, fft_estimate, pad_input, spectrum
 from .epilogue import launch_args, spec_of, store_tile
 from .geometry import geometry, needs_int64, strides5
 
@@ -106,6 +106,24 @@ def tiling(problem):
     return tuple(sizes), tuple(valid), tuple(counts), tuple(padded)
 
 
+def tile_major(nd: int) -> tuple:
+    """The permutation of an unfolded [N, C, *counts, *sizes] view to [N, *counts, C, *sizes]."""
+    return (0,) + tuple(range(2, 2 + nd)) + (1,) + tuple(range(2 + nd, 2 + 2 * nd))
+
+
+def tiled_input_spectrum(problem, x, workspace, sizes, valid, counts) -> None:
+    """X [N * tiles, C] = rfftn of the input windows: x zero-padded into xp, unfolded at the
+    tile size with a step of the valid outputs (the first ``counts`` windows per dim), copied
+    tile-major into xt."""
+    xp, xt = workspace["xp"], workspace["xt"]
+    pad_input(problem, x, xp)
+    windows = xp
+    for axis, (size, v, count) in enumerate(zip(sizes, valid, counts)):
+        windows = windows.unfold(2 + axis, size, v).narrow(2 + axis, 0, count)
+    xt.view(problem.n, *counts, problem.c, *sizes).copy_(windows.permute(tile_major(problem.nd)))
+    torch.fft.rfftn(xt, dim=tuple(range(2, 2 + problem.nd)), out=torch.view_as_complex(workspace["X"]))
+
+
 def _pad3(values, fill):
     return (fill,) * (3 - len(values)) + tuple(values)
 
@@ -138,37 +156,13 @@ class FftTilingForward(TritonConvAlgorithm):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
         spec = spec_of(epilogue)
         nd = problem.nd
-        dims = tuple(range(2, 2 + nd))
         sizes, valid, counts, _ = tiling(problem)
         gpu = y.device.type == "cuda"
-        xp, xt, wp, corr = workspace["xp"], workspace["xt"], workspace["wp"], workspace["corr"]
-        X, W, Y = (torch.view_as_complex(workspace[name]) for name in ("X", "W", "Y"))
-        # x zero-padded, cut into overlapping windows, copied tile-major, transformed
-        xp.zero_()
-        xp[(slice(None), slice(None)) + tuple(slice(p, p + i) for p, i in zip(problem.pad_pre,
-                                                                              problem.in_spatial))].copy_(x)
-        windows = xp
-        for axis, (size, v) in enumerate(zip(sizes, valid)):
-            windows = windows.unfold(2 + axis, size, v)          # [N, C, *counts, *sizes]
-        order = (0,) + tuple(range(2, 2 + nd)) + (1,) + tuple(range(2 + nd, 2 + 2 * nd))
-        xt.view(problem.n, *counts, problem.c, *sizes).copy_(windows.permute(order))
-        torch.fft.rfftn(xt, dim=dims, out=X)
-        # the filter dilated into a tile, flipped for CONVOLUTION mode, transformed
-        wp.zero_()
-        w_eff = torch.flip(w, dims) if problem.mode == 0 else w
-        wp[(slice(None), slice(None)) + tuple(slice(0, (kk - 1) * d + 1, d) for kk, d in
-                                              zip(problem.kernel, problem.dilation))].copy_(w_eff)
-        torch.fft.rfftn(wp, dim=dims, out=W)
-        # per tile and frequency, the sum over the group's input channels; back to space
+        # the input windows' spectra; per tile and frequency the channel sum by the filter's
+        tiled_input_spectrum(problem, x, workspace, sizes, valid, counts)
+        correlate_with_filter(problem, w, workspace, problem.n * math.prod(counts), sizes)
+        corr = workspace["corr"]
         geo = geometry(problem)
-        images = xt.shape[0]
-        F = math.prod(X.shape[2:])
-        bf, bk = (128, 16) if gpu else (16, 16)
-        programs = images * geo.groups * cdiv(F, bf) * cdiv(geo.kg, bk)
-        launch(fft_contract_kernel, (programs,), (
-            workspace["X"], workspace["W"], workspace["Y"], F, geo.c, geo.cg, geo.kg),
-            dict(BLOCK_F=bf, BLOCK_K=bk), dict(num_warps=4 if gpu else 1))
-        torch.fft.irfftn(Y, s=sizes, dim=dims, out=corr)
         # each output from its tile, through the epilogue
         bias, bias_stride, z, zs, alpha2, coef, swish_beta, act, has_bias, has_z = launch_args(spec, y, nd)
         M = geo.out_pixels

@@ -220,7 +220,8 @@ def tiles(problem, m=TILE):
     return problem.n * th * tw, th, tw
 
 
-def _strides4(t):
+def strides4(t):
+    """A 4-D tensor's strides as a tuple (the Winograd kernels take them one by one)."""
     s = tuple(t.stride())
     return s[0], s[1], s[2], s[3]
 
@@ -252,7 +253,7 @@ class WinogradForward(TritonConvAlgorithm):
         bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
         launch(winograd_fused_kernel, (cdiv(T, bm) * cdiv(geo.kg, bn), geo.groups), (
             x, w, y, bias, z, T, geo.cg, geo.kg, geo.inp[1], geo.inp[2], geo.out[1], geo.out[2], TH, TW,
-            geo.pad[1], geo.pad[2], *_strides4(x), *_strides4(w), *_strides4(y), zs[0], zs[1], zs[3], zs[4],
+            geo.pad[1], geo.pad[2], *strides4(x), *strides4(w), *strides4(y), zs[0], zs[1], zs[3], zs[4],
             bias_stride, float(alpha), float(beta), alpha2, coef, swish_beta),
             dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, FLIP=problem.mode == 0,
                  PREC=input_precision(problem), ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z, BETA_ZERO=beta == 0,

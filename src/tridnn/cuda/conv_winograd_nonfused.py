@@ -29,12 +29,10 @@ from ..types import ConvFwdAlgo, DataType
 from ..workspace import Buffer
 from . import batched_gemm, winograd_f4
 from .common import TritonConvAlgorithm, Tuner, cdiv, launch
-from .conv_winograd import (bt, filter_row, gt, input_row, store_outputs, tiles, winograd_estimate,
+from .conv_winograd import (bt, filter_row, gt, input_row, store_outputs, strides4, tiles, winograd_estimate,
                             winograd_not_applicable)
 from .epilogue import launch_args, spec_of
 from .geometry import geometry, input_precision, needs_int64
-
-POINTS = 16  # F(2x2, 3x3); F(4x4, 3x3) has winograd_f4.POINTS
 
 
 def tile_of(problem) -> int:
@@ -167,11 +165,6 @@ def launch_blocks(m: int, gpu: bool) -> dict:
     return dict(input=(32, 32, 4), filter=(32, 32, 4), output=(32, 64, 4))
 
 
-def _s4(t):
-    s = tuple(t.stride())
-    return s[0], s[1], s[2], s[3]
-
-
 class WinogradNonfusedForward(TritonConvAlgorithm):
     direction = "fwd"
     enum = ConvFwdAlgo.WINOGRAD_NONFUSED
@@ -180,9 +173,10 @@ class WinogradNonfusedForward(TritonConvAlgorithm):
 
     def not_applicable(self, problem):
         reason = super().not_applicable(problem) or winograd_not_applicable(problem)
-        points = (tile_of(problem) + 2) ** 2 if reason is None else POINTS
-        if reason is None and points * problem.groups > 65535:
-            reason = f"{problem.groups} groups x {points} transform points exceed the GPU's 65535 grid rows"
+        if reason is None:
+            points = (tile_of(problem) + 2) ** 2
+            if points * problem.groups > 65535:
+                reason = f"{problem.groups} groups x {points} transform points exceed the GPU's 65535 grid rows"
         return reason
 
     def buffers(self, problem):
@@ -216,11 +210,11 @@ class WinogradNonfusedForward(TritonConvAlgorithm):
         blocks = launch_blocks(m, y.device.type == "cuda")
         bm, bc, warps = blocks["input"]
         launch(kernels.input_transform_kernel, (cdiv(T, bm), cdiv(geo.cg, bc), geo.groups), (
-            x, V, T, geo.cg, geo.inp[1], geo.inp[2], TH, TW, geo.pad[1], geo.pad[2], *_s4(x)),
+            x, V, T, geo.cg, geo.inp[1], geo.inp[2], TH, TW, geo.pad[1], geo.pad[2], *strides4(x)),
             dict(BLOCK_M=bm, BLOCK_C=bc, INT64=needs_int64(x)), dict(num_warps=warps))
         bc, bn, warps = blocks["filter"]
         launch(kernels.filter_transform_kernel, (cdiv(geo.cg, bc), cdiv(geo.kg, bn), geo.groups), (
-            w, U, geo.cg, geo.kg, *_s4(w)), dict(BLOCK_C=bc, BLOCK_N=bn, FLIP=problem.mode == 0),
+            w, U, geo.cg, geo.kg, *strides4(w)), dict(BLOCK_C=bc, BLOCK_N=bn, FLIP=problem.mode == 0),
             dict(num_warps=warps))
         prec = input_precision(problem)
         cfg = self.tuner.pick((problem.key(), "fwd-winograd-nonfused"),
@@ -230,7 +224,7 @@ class WinogradNonfusedForward(TritonConvAlgorithm):
         bias, bias_stride, z, zs, alpha2, coef, swish_beta, act, has_bias, has_z = launch_args(spec, y, 2)
         bm, bn, warps = blocks["output"]
         launch(kernels.output_transform_kernel, (cdiv(T, bm), cdiv(geo.kg, bn), geo.groups), (
-            M, y, bias, z, T, geo.kg, geo.out[1], geo.out[2], TH, TW, *_s4(y), zs[0], zs[1], zs[3], zs[4],
+            M, y, bias, z, T, geo.kg, geo.out[1], geo.out[2], TH, TW, *strides4(y), zs[0], zs[1], zs[3], zs[4],
             bias_stride, float(alpha), float(beta), alpha2, coef, swish_beta),
             dict(BLOCK_M=bm, BLOCK_N=bn, ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z, BETA_ZERO=beta == 0,
                  INT64=needs_int64(y, z)), dict(num_warps=warps))

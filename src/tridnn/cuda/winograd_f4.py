@@ -31,9 +31,6 @@ from .common import split_rows
 from .conv_winograd import window_row
 from .epilogue import store_tile
 
-POINTS = 36
-TILE = 4
-
 
 @triton.jit
 def bt6(d0, d1, d2, d3, d4, d5):
