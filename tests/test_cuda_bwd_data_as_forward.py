@@ -19,6 +19,11 @@ from tridnn.cuda import conv_bwd_data_as_forward as as_forward  # noqa: E402
 
 import test_cuda_conv as T  # noqa: E402
 
+
+def problem_of(p, pad_post=None):
+    return T.nhwc_problem("bwd_data", p, pad_post=pad_post)
+
+
 NAMES = ["FFT", "WINOGRAD", "WINOGRAD_NONFUSED"]
 ALGO = {n: registry.by_enum("conv", "bwd_data", "triton", tridnn.ConvBwdDataAlgo[n]) for n in NAMES}
 
@@ -69,28 +74,20 @@ def test_float32_fma_takes_the_large_winograd_tile(rng, monkeypatch):
     assert winograd_f4.input_transform_kernel in seen
 
 
-def _problem(p, pad_post=None):
-    cd = T.conv(p, pad_post=pad_post)
-    x = tridnn.TensorDescriptor.nhwc(2, p["C"], *p["spatial"])
-    w = tridnn.FilterDescriptor((p["K"], p["C"] // p["groups"], *p["kernel"]))
-    y = x.with_dims(cd.output_dims(x, w))
-    return ConvProblem("bwd_data", x, w, y, cd)
-
-
 @pytest.mark.parametrize("p,pad_post,words", [
     (T.P(8, 8, (7, 7), 3, 2, 1), None, "stride 1"),
     (T.P(8, 8, (7, 7), 3, 1, 3), None, "negative padding"),
     (T.P(8, 8, (7, 7), 3, 1, 1), (1, 3), "3 after"),
 ])
 def test_refusals_name_the_reason(p, pad_post, words):
-    problem = _problem(p, pad_post)
+    problem = problem_of(p, pad_post)
     for name in NAMES:
         reason = ALGO[name].not_applicable(problem)
         assert reason and words in reason, (name, reason)
 
 
 def test_forward_problem_swaps_roles_and_turns_the_filter():
-    problem = _problem(T.P(16, 8, (8, 8), 3, 1, 0, 1, 2))
+    problem = problem_of(T.P(16, 8, (8, 8), 3, 1, 0, 1, 2))
     fwd = as_forward.forward_problem(problem)
     assert fwd.direction == "fwd"
     assert fwd.x == problem.y and fwd.y == problem.x
@@ -122,7 +119,7 @@ def test_leaves_dy_and_the_filter_untouched(name, rng):
 
 def test_listed_by_get_and_find():
     """get ranks the new methods with the rest on a 3x3 stride-1 problem."""
-    problem = _problem(T.P(16, 16, (8, 8), 3, 1, 1))
+    problem = problem_of(T.P(16, 16, (8, 8), 3, 1, 1))
     listed = {a.name for a in registry.algorithms("conv", "bwd_data", "triton") if a.not_applicable(problem) is None}
     assert set(NAMES) <= listed, listed
 

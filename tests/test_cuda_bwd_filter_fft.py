@@ -18,6 +18,11 @@ from tridnn.algorithms.problem import ConvProblem  # noqa: E402
 
 import test_cuda_conv as T  # noqa: E402
 
+
+def problem_of(p, n=2):
+    return T.nhwc_problem("bwd_filter", p, n)
+
+
 ALGO = registry.by_enum("conv", "bwd_filter", "triton", tridnn.ConvBwdFilterAlgo.FFT)
 TILING = registry.by_enum("conv", "bwd_filter", "triton", tridnn.ConvBwdFilterAlgo.FFT_TILING)
 CASES = T.PROBLEMS + [T.P(4, 6, (9, 9), 5, 1, 2, 2)]
@@ -82,24 +87,17 @@ def test_tiling_float16_strided_convolution_mode(rng):
                       mode=tridnn.ConvMode.CONVOLUTION) is None
 
 
-def _problem(p, n=2):
-    cd = T.conv(p)
-    x = tridnn.TensorDescriptor.nhwc(n, p["C"], *p["spatial"])
-    w = tridnn.FilterDescriptor((p["K"], p["C"] // p["groups"], *p["kernel"]))
-    return ConvProblem("bwd_filter", x, w, x.with_dims(cd.output_dims(x, w)), cd)
-
-
 def test_tiling_arithmetic():
     """Stride 2 on 38 rows, no padding: dy has 18 rows, spread to 35; tiles of 14 (16 points
     less the 3x3's span 3 plus one) need 3, and the windows reach 3 * 14 + 2 = 44 >= 38 rows."""
     from tridnn.cuda.conv_bwd_filter_fft import wgrad_tiling
-    sizes, valid, counts, extents = wgrad_tiling(_problem(T.P(5, 4, (38, 24), 3, 2, 0)))
+    sizes, valid, counts, extents = wgrad_tiling(problem_of(T.P(5, 4, (38, 24), 3, 2, 0)))
     assert sizes == (16, 16) and valid == (14, 14) and counts == (3, 2) and extents == (44, 30)
 
 
 @pytest.mark.parametrize("p,words", [(T.P(8, 8, (8, 8), 3, 1, 1), "one"), (T.P(8, 8, (20, 20), 1, 1, 0), "1x1")])
 def test_tiling_refusals_name_the_reason(p, words):
-    reason = TILING.not_applicable(_problem(p))
+    reason = TILING.not_applicable(problem_of(p))
     assert reason and words in reason, reason
 
 

@@ -12,10 +12,14 @@ pytest.importorskip("triton")
 
 import tridnn  # noqa: E402
 from tridnn.algorithms import registry  # noqa: E402
-from tridnn.algorithms.problem import ConvProblem  # noqa: E402
 from tridnn.cuda import conv_bwd_filter_gemm as gemm  # noqa: E402
 
 import test_cuda_conv as T  # noqa: E402
+
+
+def problem_of(p, n=2):
+    return T.nhwc_problem("bwd_filter", p, n)
+
 
 ALGO = registry.by_enum("conv", "bwd_filter", "triton", tridnn.ConvBwdFilterAlgo.ALGO_3)
 
@@ -34,20 +38,13 @@ def test_many_slices_strided_layout_convolution_mode(p, rng, monkeypatch):
                       mode=tridnn.ConvMode.CONVOLUTION) is None
 
 
-def _problem(p, n):
-    cd = T.conv(p)
-    x = tridnn.TensorDescriptor.nhwc(n, p["C"], *p["spatial"])
-    w = tridnn.FilterDescriptor((p["K"], p["C"] // p["groups"], *p["kernel"]))
-    return ConvProblem("bwd_filter", x, w, x.with_dims(cd.output_dims(x, w)), cd)
-
-
 def test_slices():
     """res5_3x3 at batch 64 (512 x 4608 outputs: 4 x 36 = 144 tiles of 128 x 128) fills 264
     tile slots with 2 slices; res2_3x3 (64 x 576: 5 tiles) wants 53 but keeps >= 1024 pixels
     a slice (200,704 pixels: 53 slices of 3,787); a tiny problem keeps one."""
-    assert gemm.slices(_problem(T.P(512, 512, (7, 7), 3, 1, 1), 64)) == 2
-    assert gemm.slices(_problem(T.P(64, 64, (56, 56), 3, 1, 1), 64)) == 53
-    assert gemm.slices(_problem(T.P(8, 8, (6, 6), 3, 1, 1), 2)) == 1
+    assert gemm.slices(problem_of(T.P(512, 512, (7, 7), 3, 1, 1), 64)) == 2
+    assert gemm.slices(problem_of(T.P(64, 64, (56, 56), 3, 1, 1), 64)) == 53
+    assert gemm.slices(problem_of(T.P(8, 8, (6, 6), 3, 1, 1), 2)) == 1
     assert ALGO.deterministic and ALGO.exact
 
 

@@ -19,6 +19,11 @@ from tridnn.cuda import conv_bwd_filter_winograd as wino  # noqa: E402
 
 import test_cuda_conv as T  # noqa: E402
 
+
+def problem_of(p, n=2):
+    return T.nhwc_problem("bwd_filter", p, n)
+
+
 ALGO = registry.by_enum("conv", "bwd_filter", "triton", tridnn.ConvBwdFilterAlgo.WINOGRAD_NONFUSED)
 AT, G, BT = matrices(3, 2)
 
@@ -67,26 +72,19 @@ def test_matches_reference(p, layout, dtype, rng):
 def test_many_slices_convolution_mode(p, rng, monkeypatch):
     """Slices of 4 tiles (SLICE_MIN lowered): the slice sums and their order are exercised."""
     monkeypatch.setattr(wino, "SLICE_MIN", 4)
-    problem = _problem(p)
+    problem = problem_of(p)
     assert ALGO._layout(problem)[0] > 1
     assert T.run_case("bwd_filter", ALGO, p, "float32", "NHWC", rng, as_torch=True,
                       mode=tridnn.ConvMode.CONVOLUTION) is None
 
 
-def _problem(p, n=2):
-    cd = T.conv(p)
-    x = tridnn.TensorDescriptor.nhwc(n, p["C"], *p["spatial"])
-    w = tridnn.FilterDescriptor((p["K"], p["C"] // p["groups"], *p["kernel"]))
-    return ConvProblem("bwd_filter", x, w, x.with_dims(cd.output_dims(x, w)), cd)
-
-
 def test_slices_fill_the_gpu_but_sum_enough_tiles():
     """res3_3x3 at batch 64 (one 128 x 128 GEMM tile a point): 16 GEMMs need slices to fill
     132 SMs twice; a tiny problem keeps one slice."""
-    big = _problem(T.P(128, 128, (28, 28), 3, 1, 1), n=64)
+    big = problem_of(T.P(128, 128, (28, 28), 3, 1, 1), n=64)
     S = wino.slices(big, 1)
     assert S == 17 and wino.tiles(big)[0] // S >= wino.SLICE_MIN
-    assert wino.slices(_problem(T.P(8, 8, (6, 6), 3, 1, 1)), 1) == 1
+    assert wino.slices(problem_of(T.P(8, 8, (6, 6), 3, 1, 1)), 1) == 1
 
 
 @pytest.mark.parametrize("p,words", [(T.P(8, 8, (7, 7), 3, 2, 1), "stride"), (T.P(8, 8, (7, 7), 5, 1, 2), "3x3"),

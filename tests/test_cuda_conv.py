@@ -64,6 +64,15 @@ def _handle(device, math=tridnn.MathType.DEFAULT):
     return tridnn.Handle(device=device, find_cache=None, math_type=math)
 
 
+def nhwc_problem(direction, p, n=2, dtype=tridnn.DataType.FLOAT, math=tridnn.MathType.DEFAULT, pad_post=None):
+    """The ConvProblem of P-dict ``p`` with packed NHWC images (no data): for tests of
+    applicability, workspace layouts and tile arithmetic."""
+    cd = conv(p, math=math, pad_post=pad_post)
+    x = tridnn.TensorDescriptor.nhwc(n, p["C"], *p["spatial"], dtype=dtype)
+    w = tridnn.FilterDescriptor((p["K"], p["C"] // p["groups"], *p["kernel"]), dtype=dtype)
+    return ConvProblem(direction, x, w, x.with_dims(cd.output_dims(x, w)), cd)
+
+
 def run_case(direction, algo, p, dtype, layout, rng, n=2, alpha=1.0, beta=0.0, device="cpu",
              mode=tridnn.ConvMode.CROSS_CORRELATION, as_torch=False, math=tridnn.MathType.DEFAULT,
              pad_post=None):

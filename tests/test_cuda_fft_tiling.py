@@ -78,25 +78,18 @@ def test_fused_epilogue(rng):
     np.testing.assert_allclose(np.asarray(y, np.float64), want, rtol=0, atol=2e-5 * scale)
 
 
-def _problem(p, n=2):
-    cd = T.conv(p)
-    x = tridnn.TensorDescriptor.nhwc(n, p["C"], *p["spatial"])
-    w = tridnn.FilterDescriptor((p["K"], p["C"] // p["groups"], *p["kernel"]))
-    return ConvProblem.forward(x, w, cd)
-
-
 def test_tiling_covers_the_padded_plane():
     """20 + 2 padding, 3x3: 16-point tiles of 14 valid outputs, 2 tiles (28 outputs >= 20)
     from a padded extent of 30; a dilated 5x5 (span 9) takes 10 valid of 18 (2 x span, smooth)."""
-    sizes, valid, counts, padded = tiling.tiling(_problem(T.P(4, 4, (20, 20), 3, 1, 1)))
+    sizes, valid, counts, padded = tiling.tiling(T.nhwc_problem("fwd", T.P(4, 4, (20, 20), 3, 1, 1)))
     assert sizes == (16, 16) and valid == (14, 14) and counts == (2, 2) and padded == (30, 30)
-    sizes, valid, counts, _ = tiling.tiling(_problem(T.P(4, 4, (21, 17), 5, 1, 4, 2)))
+    sizes, valid, counts, _ = tiling.tiling(T.nhwc_problem("fwd", T.P(4, 4, (21, 17), 5, 1, 4, 2)))
     assert sizes == (18, 18) and valid == (10, 10) and counts == (3, 2)
 
 
 @pytest.mark.parametrize("p,words", [(T.P(8, 8, (8, 8), 3, 1, 1), "one"), (T.P(8, 8, (20, 20), 1, 1, 0), "1x1")])
 def test_refusals_name_the_reason(p, words):
-    reason = FWD.not_applicable(_problem(p))
+    reason = FWD.not_applicable(T.nhwc_problem("fwd", p))
     assert reason and words in reason, reason
 
 

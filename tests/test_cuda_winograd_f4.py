@@ -29,11 +29,8 @@ FMA, DEFAULT, TENSOR_OP = tridnn.MathType.FMA, tridnn.MathType.DEFAULT, tridnn.M
 AT, G, BT = matrices(4)
 
 
-def _problem(p, dtype=tridnn.DataType.FLOAT, math=FMA, n=2):
-    cd = T.conv(p, math=math)
-    x_desc = tridnn.TensorDescriptor.nhwc(n, p["C"], *p["spatial"], dtype=dtype)
-    w_desc = tridnn.FilterDescriptor((p["K"], p["C"] // p["groups"], *p["kernel"]), dtype=dtype)
-    return ConvProblem.forward(x_desc, w_desc, cd)
+def problem_of(p, dtype=tridnn.DataType.FLOAT, math=FMA, n=2):
+    return T.nhwc_problem("fwd", p, n, dtype, math)
 
 
 @pytest.fixture
@@ -100,7 +97,7 @@ def test_output_transform_is_at_m_a_clipped_to_the_image(rng):
     (tridnn.DataType.BFLOAT16, DEFAULT, (56, 56), 2),
 ])
 def test_tile_choice(dtype, math, spatial, want):
-    problem = _problem(T.P(8, 8, spatial, 3, 1, 1), dtype, math)
+    problem = problem_of(T.P(8, 8, spatial, 3, 1, 1), dtype, math)
     assert nonfused.tile_of(problem) == want
     points = (want + 2) ** 2
     assert ALGO.workspace_size(problem) > 0
@@ -119,7 +116,7 @@ def test_estimate_prefers_the_larger_tile_where_it_saves_multiplies(monkeypatch)
         return real(problem, efficiency, savings)
     monkeypatch.setattr(nonfused, "winograd_estimate", spy)
     for math in (FMA, TENSOR_OP):
-        ALGO.estimate(_problem(T.P(64, 64, (56, 56), 3, 1, 1), math=math))
+        ALGO.estimate(problem_of(T.P(64, 64, (56, 56), 3, 1, 1), math=math))
     assert seen[TENSOR_OP] == pytest.approx(36 / 16)
     assert seen[FMA] == pytest.approx(4.0)
 
