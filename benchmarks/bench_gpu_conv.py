@@ -13,6 +13,7 @@ Sections (run in this order, each skipped once --budget-s is spent):
   fp32-tf32 / fp32-strict / fp32-default       ResNet-50 forward in float32: tridnn's
                 TENSOR_OP (tf32), FMA (CUDA cores) and DEFAULT (3xTF32, float32-level
                 error) math; cuDNN with tf32 on for the first, off (FMA) for the others
+  fp32-MATH-bwd_data / fp32-MATH-bwd_filter    the same maths for the backward directions
 Times are medians of CUDA-event timings (triton.testing.do_bench, L2 flushed before
 each run) for both sides. "best" is the fastest Triton algorithm, which is what
 ``find`` picks; ratio = best / cuDNN (lower is better). Results: a table on stdout,
@@ -256,11 +257,12 @@ def main():
             save()
             continue
         kind, direction = section.split("-", 1)
-        if kind == "fp32":
+        if kind == "fp32":  # fp32-MATH or fp32-MATH-DIRECTION (forward by default)
             suite, dtype = shapes.RESNET50, "float32"
+            math_name, _, direction = direction.partition("-")
             math_type = dict(tf32=tridnn.MathType.TENSOR_OP, strict=tridnn.MathType.FMA,
-                             default=tridnn.MathType.DEFAULT)[direction]
-            direction = "fwd"
+                             default=tridnn.MathType.DEFAULT)[math_name]
+            direction = direction or "fwd"
         else:
             suite = {"rn50": shapes.RESNET50, "dw": shapes.MOBILENETV2_DW, "dil": shapes.DILATED}[kind]
             dtype, math_type = "bfloat16", tridnn.MathType.DEFAULT

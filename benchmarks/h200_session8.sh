@@ -59,6 +59,10 @@
 #   f4_tests       WINOGRAD_NONFUSED's F(4x4,3x3) kernels (float32, FMA and DEFAULT math) against float64
 #   new_algo_tests session 14's algorithms on the GPU: F(4x4) and FFT_TILING forward, backward data FFT / WINOGRAD /
 #                  WINOGRAD_NONFUSED (forward methods on dy), backward filter ALGO_3, FFT, FFT_TILING, WINOGRAD_NONFUSED
+#   fp32_bwd       every algorithm on the 3x3 layers, float32 backward data and filter, FMA and DEFAULT math
+#                  (where get picks session 14's transform methods) against cuDNN with tf32 off
+#   large          gpu_large_tensors.py (tensors past 2^31 elements, every algorithm; LARGE_S seconds)
+#   fuzz           fuzz_gpu.py (random problems through the public API against float64; FUZZ_S seconds)
 #   new_algos      every algorithm (find's view) on the 3x3 stride-1 layers, backward data and filter, bf16
 #   conv1          conv1 alone: forward, backward data, fused and backward filter with the blocks'
 #                  backward filter on, then backward filter with it off
@@ -157,6 +161,14 @@ step() {
     new_algos) timeout 300 python3 benchmarks/bench_gpu_conv.py --out "$R/new_algos" --sections rn50-bwd_data,rn50-bwd_filter \
                    --layers res2_3x3,res3_3x3,res4_3x3,res5_3x3 --algos all --budget-s 270 > "$R/new_algos.log" 2>&1
                echo "new_algos rc=$?"; tail -40 "$R/new_algos.log" | cut -c1-150 ;;
+    fp32_bwd) timeout "${SUITE_S:-250}" python3 benchmarks/bench_gpu_conv.py --out "$R/fp32_bwd" \
+                  --sections fp32-strict-bwd_data,fp32-strict-bwd_filter,fp32-default-bwd_data,fp32-default-bwd_filter \
+                  --layers res2_3x3,res3_3x3,res4_3x3,res5_3x3 --algos all --budget-s $(( ${SUITE_S:-250} - 30 )) > "$R/fp32_bwd.log" 2>&1
+              echo "fp32_bwd rc=$?"; grep -E "^fp32|^\| fp32|budget" "$R/fp32_bwd.log" | cut -c1-400 ;;
+    large) timeout "${LARGE_S:-300}" python3 benchmarks/gpu_large_tensors.py --out "$R/large" --time-budget-s $(( ${LARGE_S:-300} - 30 )) > "$R/large.log" 2>&1
+           echo "large rc=$?"; tail -25 "$R/large.log" | cut -c1-160 ;;
+    fuzz) timeout "${FUZZ_S:-300}" python3 benchmarks/fuzz_gpu.py --out "$R/fuzz" --workers 4 --time-budget-s $(( ${FUZZ_S:-300} - 40 )) > "$R/fuzz.log" 2>&1
+          echo "fuzz rc=$?"; tail -25 "$R/fuzz.log" | cut -c1-160 ;;
     f4_tests) gpu_tests "${TESTS_S:-120}" f4_tests tests/test_cuda_winograd_f4.py ;;
     fma_tests) gpu_tests "${TESTS_S:-200}" fma_tests tests/test_gluon_fma.py ;;
     fma_sweep) timeout "${SWEEP_S:-170}" python3 benchmarks/sweep_gluon_conv.py --dtype fma --budget-s $(( ${SWEEP_S:-170} - 30 )) --out "$R/fma_sweep" > "$R/fma_sweep.log" 2>&1
