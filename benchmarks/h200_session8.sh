@@ -63,6 +63,9 @@
 #                  (where get picks session 14's transform methods) against cuDNN with tf32 off
 #   large          gpu_large_tensors.py (tensors past 2^31 elements, every algorithm; LARGE_S seconds)
 #   fuzz           fuzz_gpu.py (random problems through the public API against float64; FUZZ_S seconds)
+#   new_tests_par  new_algo_tests without the F(4x4) file, four pytest processes at once (TESTS_S each)
+#   fft_bench      every algorithm on res3_3x3 and res5_3x3, float32 strict/DEFAULT backward data and filter,
+#                  and the dilated aspp_d12 backward filter (the spectral GEMM's FFT against the rest)
 #   new_algos      every algorithm (find's view) on the 3x3 stride-1 layers, backward data and filter, bf16
 #   conv1          conv1 alone: forward, backward data, fused and backward filter with the blocks'
 #                  backward filter on, then backward filter with it off
@@ -169,6 +172,17 @@ step() {
            echo "large rc=$?"; tail -25 "$R/large.log" | cut -c1-160 ;;
     fuzz) timeout "${FUZZ_S:-300}" python3 benchmarks/fuzz_gpu.py --out "$R/fuzz" --workers 4 --time-budget-s $(( ${FUZZ_S:-300} - 40 )) > "$R/fuzz.log" 2>&1
           echo "fuzz rc=$?"; tail -25 "$R/fuzz.log" | cut -c1-160 ;;
+    new_tests_par) T="${TESTS_S:-240}"  # new_algo_tests but f4, in four parallel pytest processes
+                   gpu_tests "$T" nt_data tests/test_cuda_bwd_data_as_forward.py > "$R/nt_data.txt" 2>&1 &
+                   gpu_tests "$T" nt_fft tests/test_cuda_bwd_filter_fft.py > "$R/nt_fft.txt" 2>&1 &
+                   gpu_tests "$T" nt_tiling tests/test_cuda_fft_tiling.py > "$R/nt_tiling.txt" 2>&1 &
+                   gpu_tests "$T" nt_wino_gemm tests/test_cuda_bwd_filter_winograd.py tests/test_cuda_bwd_filter_gemm.py \
+                       > "$R/nt_wino_gemm.txt" 2>&1 &
+                   wait; cat "$R"/nt_*.txt ;;
+    fft_bench) timeout "${SUITE_S:-200}" python3 benchmarks/bench_gpu_conv.py --out "$R/fft_bench" \
+                   --sections fp32-strict-bwd_filter,dil-bwd_filter,fp32-strict-bwd_data,fp32-default-bwd_filter,fp32-default-bwd_data \
+                   --layers res3_3x3,res5_3x3,aspp_d12 --algos all --budget-s $(( ${SUITE_S:-200} - 30 )) > "$R/fft_bench.log" 2>&1
+               echo "fft_bench rc=$?"; grep -E "^fp32|^dil|^\| |budget" "$R/fft_bench.log" | cut -c1-400 ;;
     f4_tests) gpu_tests "${TESTS_S:-120}" f4_tests tests/test_cuda_winograd_f4.py ;;
     fma_tests) gpu_tests "${TESTS_S:-200}" fma_tests tests/test_gluon_fma.py ;;
     fma_sweep) timeout "${SWEEP_S:-170}" python3 benchmarks/sweep_gluon_conv.py --dtype fma --budget-s $(( ${SWEEP_S:-170} - 30 )) --out "$R/fma_sweep" > "$R/fma_sweep.log" 2>&1

@@ -1,5 +1,5 @@
 """Backward filter FFT and FFT_TILING: torch.fft (cuFFT on the GPU) for the transforms, a
-Triton kernel for the per-frequency reduction over images, every buffer in the workspace.
+Triton GEMM for the per-frequency reduction over images, every buffer in the workspace.
 
 The filter gradient is a correlation of the padded input with dy, summed over images:
 
@@ -13,8 +13,8 @@ index wraps around), in the frequency domain
     dw[k, c, r] = corr[k, c, r d]   (taps reversed for CONVOLUTION mode).
 
 The steps, each writing its workspace buffer: pad x (float32), rfftn; spread dy, rfftn;
-``fft_wgrad_contract_kernel`` sums over the images per frequency (complex multiply-adds in
-float32, frequencies on the fast axis); irfftn; the taps are picked and blended into dw
+``spectral_gemm`` sums over the images, one complex GEMM DY^H X per frequency and group
+(buffers frequency-major, as conv_fft's); irfftn; the taps are picked and blended into dw
 (alpha, beta, one rounding to the data type). Any stride, dilation, groups and 1-3
 spatial dims. Rounding differs from direct summation (``exact = False``); the sums run in a
 fixed order (deterministic).
@@ -25,70 +25,29 @@ import math
 
 import numpy as np
 import torch
-import triton
-import triton.language as tl
 
 from ..types import ConvBwdFilterAlgo
 from ..workspace import Buffer
-from .common import TritonConvAlgorithm, cdiv, launch
-from .conv_fft import fft_estimate, fft_lengths, input_spectrum, spectrum
+from . import spectral_gemm
+from .common import TritonConvAlgorithm
+from .conv_fft import by_frequency, fft_estimate, filter_by_frequency, fft_lengths, input_spectrum, planes_first, spectrum
 from .conv_fft_tiling import tile_major, tile_size, tiled_input_spectrum, why_not_tiled
+from .geometry import input_precision
 
 
-@triton.jit
-def fft_wgrad_contract_kernel(x_ptr, dy_ptr, dw_ptr, F, N, C, Cg, Kg,
-                              BLOCK_F: tl.constexpr, BLOCK_C: tl.constexpr):
-    """DW[g*Kg + k, c, f] = sum_n X[n, g*Cg + c, f] * conj(DY[n, g*Kg + k, f]); complex as
-    interleaved float32 pairs, X [N, C, F], DY [N, K, F], DW [K, Cg, F].
-
-    One flat grid (frequency blocks fastest, then input-channel blocks, then output
-    channels), as conv_fft's contraction: a plane can have millions of frequency blocks."""
-    # map the program to one output channel k and a [BLOCK_C, BLOCK_F] tile of (c, f)
-    pid = tl.program_id(0)
-    num_f = tl.cdiv(F, BLOCK_F)
-    num_c = tl.cdiv(Cg, BLOCK_C)
-    pid_f = pid % num_f
-    pid_c = (pid // num_f) % num_c
-    k = (pid // (num_f * num_c)).to(tl.int64)
-    g = k // Kg
-    K = Kg * (C // Cg)
-    offs_f = pid_f.to(tl.int64) * BLOCK_F + tl.arange(0, BLOCK_F)
-    offs_c = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
-    mask_f = offs_f < F
-    mask = (offs_c < Cg)[:, None] & mask_f[None, :]
-    # the reduction over images, in order
-    acc_re = tl.zeros((BLOCK_C, BLOCK_F), dtype=tl.float32)
-    acc_im = tl.zeros((BLOCK_C, BLOCK_F), dtype=tl.float32)
-    for n in range(0, N):
-        dyrow = ((n * K + k) * F + offs_f) * 2
-        dr = tl.load(dy_ptr + dyrow, mask=mask_f, other=0.0)[None, :]
-        di = tl.load(dy_ptr + dyrow + 1, mask=mask_f, other=0.0)[None, :]
-        xrow = ((n * C + g * Cg + offs_c) * F)[:, None] * 2 + (offs_f * 2)[None, :]
-        xr = tl.load(x_ptr + xrow, mask=mask, other=0.0)
-        xi = tl.load(x_ptr + xrow + 1, mask=mask, other=0.0)
-        acc_re += xr * dr + xi * di
-        acc_im += xi * dr - xr * di
-    # store DW[k, c, f]
-    dwrow = ((k * Cg + offs_c) * F)[:, None] * 2 + (offs_f * 2)[None, :]
-    tl.store(dw_ptr + dwrow, acc_re, mask=mask)
-    tl.store(dw_ptr + dwrow + 1, acc_im, mask=mask)
-
-
-def reduce_and_finish(problem, workspace, lengths, images, dw, alpha, beta) -> None:
-    """From the spectra X [images, C] and DY [images, K] in the workspace: DW = the sum over
-    images of X conj(DY) per frequency (Triton), its inverse transform at ``lengths``, and the
-    taps at multiples of the dilation (reversed for CONVOLUTION mode) blended into dw once."""
-    dims = tuple(range(2, 2 + problem.nd))
-    DW, corr = torch.view_as_complex(workspace["DW"]), workspace["corr"]
-    gpu = dw.device.type == "cuda"
-    F = math.prod(spectrum(lengths))
-    kg = problem.k // problem.groups
-    bf, bc = (128, 16) if gpu else (16, 16)
-    programs = problem.k * cdiv(problem.w.c, bc) * cdiv(F, bf)
-    launch(fft_wgrad_contract_kernel, (programs,), (
-        workspace["X"], workspace["DY"], workspace["DW"], F, images, problem.c, problem.w.c, kg),
-        dict(BLOCK_F=bf, BLOCK_C=bc), dict(num_warps=4 if gpu else 1))
-    torch.fft.irfftn(DW, s=lengths, dim=dims, out=corr)
+def reduce_and_finish(problem, workspace, lengths, dw, alpha, beta) -> None:
+    """From the spectra X [*spectrum, images, C] and DY [*spectrum, images, K] in the workspace:
+    DW = the sum over images of conj(DY) X per frequency (``spectral_gemm``), its inverse
+    transform at ``lengths``, and the taps at multiples of the dilation (reversed for
+    CONVOLUTION mode) blended into dw once."""
+    nd = problem.nd
+    dims = tuple(range(2, 2 + nd))
+    g = problem.groups
+    # DW[f, g][k, c] = sum_i conj(DY[f, g][i, k]) X[f, g][i, c]
+    spectral_gemm.contract(by_frequency(workspace["DY"], nd, g).transpose(2, 3), by_frequency(workspace["X"], nd, g),
+                           filter_by_frequency(workspace["DW"], nd, g), input_precision(problem), conj_a=True)
+    corr = planes_first(workspace["corr"], nd)
+    torch.fft.irfftn(torch.view_as_complex(planes_first(workspace["DW"], nd)), s=lengths, dim=dims, out=corr)
     taps = corr[(slice(None), slice(None)) + tuple(slice(0, (kk - 1) * d + 1, d) for kk, d in
                                                    zip(problem.kernel, problem.dilation))]
     if problem.mode == 0:
@@ -105,8 +64,8 @@ def _buffers(problem, lengths, images, staging):
     S = spectrum(lengths)
     k, c, cg = problem.k, problem.c, problem.w.c
     f32 = np.float32
-    return staging + [Buffer("X", (images, c, *S, 2), f32), Buffer("DY", (images, k, *S, 2), f32),
-                      Buffer("DW", (k, cg, *S, 2), f32), Buffer("corr", (k, cg, *lengths), f32)]
+    return staging + [Buffer("X", (*S, images, c, 2), f32), Buffer("DY", (*S, images, k, 2), f32),
+                      Buffer("DW", (*S, k, cg, 2), f32), Buffer("corr", (*lengths, k, cg), f32)]
 
 
 def _spread(problem) -> tuple:
@@ -123,8 +82,8 @@ class FftBackwardFilter(TritonConvAlgorithm):
     def buffers(self, problem):
         L = fft_lengths(problem)
         f32 = np.float32
-        return _buffers(problem, L, problem.n, [Buffer("xp", (problem.n, problem.c, *L), f32),
-                                                Buffer("dyp", (problem.n, problem.k, *L), f32)])
+        return _buffers(problem, L, problem.n, [Buffer("xp", (*L, problem.n, problem.c), f32),
+                                                Buffer("dyp", (*L, problem.n, problem.k), f32)])
 
     def estimate(self, problem):
         return fft_estimate(problem)
@@ -133,12 +92,12 @@ class FftBackwardFilter(TritonConvAlgorithm):
         x, dw, dy = tensors["x"], tensors["w"], tensors["y"]
         dims = tuple(range(2, 2 + problem.nd))
         L = fft_lengths(problem)
-        input_spectrum(problem, x, workspace["xp"], torch.view_as_complex(workspace["X"]))
-        dyp = workspace["dyp"]
+        input_spectrum(problem, x, workspace)
+        dyp = planes_first(workspace["dyp"], problem.nd)
         dyp.zero_()
         dyp[_spread(problem)].copy_(dy)
-        torch.fft.rfftn(dyp, dim=dims, out=torch.view_as_complex(workspace["DY"]))
-        reduce_and_finish(problem, workspace, L, problem.n, dw, alpha, beta)
+        torch.fft.rfftn(dyp, dim=dims, out=torch.view_as_complex(planes_first(workspace["DY"], problem.nd)))
+        reduce_and_finish(problem, workspace, L, dw, alpha, beta)
 
 
 def wgrad_tiling(problem):
@@ -175,8 +134,8 @@ class FftTilingBackwardFilter(TritonConvAlgorithm):
         spread = tuple(c * v for c, v in zip(counts, valid))
         f32 = np.float32
         return _buffers(problem, sizes, images, [
-            Buffer("xp", (problem.n, problem.c, *extents), f32), Buffer("xt", (images, problem.c, *sizes), f32),
-            Buffer("dyp", (problem.n, problem.k, *spread), f32), Buffer("dyt", (images, problem.k, *sizes), f32)])
+            Buffer("xp", (problem.n, problem.c, *extents), f32), Buffer("xt", (*sizes, images, problem.c), f32),
+            Buffer("dyp", (problem.n, problem.k, *spread), f32), Buffer("dyt", (*sizes, images, problem.k), f32)])
 
     def estimate(self, problem):
         sizes, _, counts, _ = wgrad_tiling(problem)
@@ -197,8 +156,9 @@ class FftTilingBackwardFilter(TritonConvAlgorithm):
         pieces = dyp
         for axis, v in enumerate(valid):
             pieces = pieces.unfold(2 + axis, v, v)
+        dyt = planes_first(dyt, nd)
         dyt.zero_()
         dyt.view(n, *counts, k, *sizes)[(Ellipsis,) + tuple(slice(0, v) for v in valid)].copy_(
             pieces.permute(tile_major(nd)))
-        torch.fft.rfftn(dyt, dim=dims, out=torch.view_as_complex(workspace["DY"]))
-        reduce_and_finish(problem, workspace, sizes, n * math.prod(counts), dw, alpha, beta)
+        torch.fft.rfftn(dyt, dim=dims, out=torch.view_as_complex(planes_first(workspace["DY"], nd)))
+        reduce_and_finish(problem, workspace, sizes, dw, alpha, beta)

@@ -9,10 +9,11 @@ the filter dilated and zero-padded to L,
 
 and y[n, k, o] = corr[n, k, o * stride]. The steps, each writing its workspace buffer:
 pad x (float32, any input dtype), rfftn; pad and dilate w (flipped for CONVOLUTION
-mode), rfftn; ``fft_contract_kernel`` sums over the input channels of the group per
-frequency (complex multiply-adds in float32, frequencies on the fast axis so loads
-are contiguous); irfftn; ``fft_store_kernel`` picks the strided outputs and ends in
-the fused epilogue. Rounding differs from direct summation (``exact = False``). L is
+mode), rfftn; ``spectral_gemm`` sums over the input channels of the group, one complex
+GEMM per frequency; irfftn; ``fft_store_kernel`` picks the strided outputs and ends in
+the fused epilogue. The buffers are frequency-major, [*spatial, images, channels]
+(``planes_first`` gives the [images, channels, *spatial] view the transforms take), so each
+frequency's matrix is contiguous for the GEMM. Rounding differs from direct summation (``exact = False``). L is
 rounded up to a 2-3-5-7-smooth size, which cuFFT transforms fastest.
 """
 from __future__ import annotations
@@ -26,9 +27,15 @@ import triton.language as tl
 
 from ..types import ConvFwdAlgo
 from ..workspace import Buffer
+from . import spectral_gemm
 from .common import TritonConvAlgorithm, cdiv, launch, split_rows
 from .epilogue import launch_args, spec_of, store_tile
-from .geometry import geometry, needs_int64, strides5
+from .geometry import geometry, input_precision, needs_int64, strides5
+
+
+# the contraction's expected float32 rate (flop/s) by tl.dot precision: ~60% of the H200's
+# FMA peak (51 TFLOP/s), a third of that on tf32x3's three passes, ~40% of the tf32 peak
+CONTRACT_FLOPS = {"ieee": 30e12, "tf32x3": 60e12, "tf32": 150e12}
 
 
 def fast_size(n: int) -> int:
@@ -44,46 +51,6 @@ def fast_size(n: int) -> int:
         if r == 1:
             return m
         m += 1
-
-
-@triton.jit
-def fft_contract_kernel(x_ptr, w_ptr, y_ptr, F, C, Cg, Kg,
-                        BLOCK_F: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Y[n, g*Kg + k, f] = sum_c X[n, g*Cg + c, f] * conj(W[g*Kg + k, c, f]); complex as
-    interleaved float32 pairs, X [N, C, F], W [K, Cg, F], Y [N, K, F].
-
-    One flat grid (frequency blocks fastest, then channel blocks, then image x group):
-    a large plane has millions of frequency blocks, beyond the 65535 of grid axes 1 and 2."""
-    pid = tl.program_id(0)
-    num_f = tl.cdiv(F, BLOCK_F)
-    num_k = tl.cdiv(Kg, BLOCK_K)
-    pid_f = pid % num_f
-    pid_k = (pid // num_f) % num_k
-    ng = pid // (num_f * num_k)
-    offs_f = pid_f.to(tl.int64) * BLOCK_F + tl.arange(0, BLOCK_F)
-    offs_k = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
-    G = C // Cg
-    n = ng // G
-    g = ng % G
-    mask_f = offs_f < F
-    mask_k = offs_k < Kg
-    mask = mask_k[:, None] & mask_f[None, :]
-    K = Kg * G
-    kk = (g * Kg + offs_k).to(tl.int64)
-    acc_re = tl.zeros((BLOCK_K, BLOCK_F), dtype=tl.float32)
-    acc_im = tl.zeros((BLOCK_K, BLOCK_F), dtype=tl.float32)
-    for c in range(0, Cg):
-        xrow = ((n.to(tl.int64) * C + g * Cg + c) * F + offs_f) * 2
-        xr = tl.load(x_ptr + xrow, mask=mask_f, other=0.0)[None, :]
-        xi = tl.load(x_ptr + xrow + 1, mask=mask_f, other=0.0)[None, :]
-        wrow = ((kk * Cg + c) * F)[:, None] * 2 + (offs_f * 2)[None, :]
-        wr = tl.load(w_ptr + wrow, mask=mask, other=0.0)
-        wi = tl.load(w_ptr + wrow + 1, mask=mask, other=0.0)
-        acc_re += xr * wr + xi * wi
-        acc_im += xi * wr - xr * wi
-    yrow = ((n.to(tl.int64) * K + kk) * F)[:, None] * 2 + (offs_f * 2)[None, :]
-    tl.store(y_ptr + yrow, acc_re, mask=mask)
-    tl.store(y_ptr + yrow + 1, acc_im, mask=mask)
 
 
 @triton.jit(do_not_specialize=['M', 'OD', 'OH', 'OW'])
@@ -130,44 +97,65 @@ def fft_estimate(problem, lengths=None, images=None) -> float:
     n, c, k, cg = images or problem.n, problem.c, problem.k, problem.w.c
     planes = n * c + k * cg + n * k
     transforms = 2.5 * planes * P * math.log2(max(P, 2)) / 20e12
-    contract = 8.0 * n * k * cg * F / 40e12
+    contract = spectral_gemm.flops(n, k, cg, F) / CONTRACT_FLOPS[input_precision(problem)]
     moved = 4.0 * (2 * planes * P + 4 * planes * F) / 3.0e12
     return transforms + contract + moved + 25e-6
 
 
+def planes_first(buffer, nd: int):
+    """The [images, channels, *spatial(, 2)] view of a frequency-major workspace buffer laid
+    out [*spatial, images, channels(, 2)]."""
+    return buffer.permute((nd, nd + 1) + tuple(range(nd)) + tuple(range(nd + 2, buffer.dim())))
+
+
+def by_frequency(buffer, nd: int, groups: int):
+    """The [F, groups, images, channels of a group, 2] view of a frequency-major complex buffer
+    [*spatial, images, channels, 2] (the spectral GEMM's operand shape)."""
+    rows, cols = buffer.shape[nd], buffer.shape[nd + 1]
+    return buffer.view(-1, rows, groups, cols // groups, 2).transpose(1, 2)
+
+
+def filter_by_frequency(buffer, nd: int, groups: int):
+    """The [F, groups, K of a group, Cg, 2] view of a frequency-major filter spectrum
+    [*spatial, K, Cg, 2]."""
+    rows, cols = buffer.shape[nd], buffer.shape[nd + 1]
+    return buffer.view(-1, groups, rows // groups, cols, 2)
+
+
 def pad_input(problem, x, xp) -> None:
-    """x zero-padded into xp: pre padding in front, zeros in the rest of xp."""
+    """x zero-padded into xp (an [images, channels, *spatial] view): pre padding in front,
+    zeros in the rest of xp."""
     xp.zero_()
     xp[(slice(None), slice(None)) + tuple(slice(p, p + i) for p, i in zip(problem.pad_pre,
                                                                           problem.in_spatial))].copy_(x)
 
 
-def input_spectrum(problem, x, xp, X) -> None:
-    """X = rfftn of x zero-padded into xp."""
+def input_spectrum(problem, x, workspace) -> None:
+    """X = rfftn of x zero-padded into xp (both frequency-major buffers)."""
+    nd = problem.nd
+    xp = planes_first(workspace["xp"], nd)
     pad_input(problem, x, xp)
-    torch.fft.rfftn(xp, dim=tuple(range(2, 2 + problem.nd)), out=X)
+    torch.fft.rfftn(xp, dim=tuple(range(2, 2 + nd)), out=torch.view_as_complex(planes_first(workspace["X"], nd)))
 
 
-def correlate_with_filter(problem, w, workspace, images, lengths) -> None:
-    """From X [images, C] in the workspace: W = rfftn of the filter dilated into ``lengths``
-    (flipped for CONVOLUTION mode); Y = the per-frequency sum over each group's input channels
-    of X conj(W) (``fft_contract_kernel``); corr = irfftn(Y) [images, K, *lengths]."""
-    dims = tuple(range(2, 2 + problem.nd))
-    wp = workspace["wp"]
+def correlate_with_filter(problem, w, workspace, lengths) -> None:
+    """From X [*spectrum, images, C] in the workspace: W = rfftn of the filter dilated into
+    ``lengths`` (flipped for CONVOLUTION mode); Y = the per-frequency sum over each group's input
+    channels of X conj(W) (``spectral_gemm``); corr = irfftn(Y) [*lengths, images, K]."""
+    nd = problem.nd
+    dims = tuple(range(2, 2 + nd))
+    wp = planes_first(workspace["wp"], nd)
     wp.zero_()
     w_eff = torch.flip(w, dims) if problem.mode == 0 else w
     wp[(slice(None), slice(None)) + tuple(slice(0, (kk - 1) * d + 1, d) for kk, d in
                                           zip(problem.kernel, problem.dilation))].copy_(w_eff)
-    torch.fft.rfftn(wp, dim=dims, out=torch.view_as_complex(workspace["W"]))
-    F = math.prod(spectrum(lengths))
-    geo = geometry(problem)
-    gpu = wp.device.type == "cuda"
-    bf, bk = (128, 16) if gpu else (16, 16)
-    programs = images * geo.groups * cdiv(F, bf) * cdiv(geo.kg, bk)
-    launch(fft_contract_kernel, (programs,), (
-        workspace["X"], workspace["W"], workspace["Y"], F, geo.c, geo.cg, geo.kg),
-        dict(BLOCK_F=bf, BLOCK_K=bk), dict(num_warps=4 if gpu else 1))
-    torch.fft.irfftn(torch.view_as_complex(workspace["Y"]), s=lengths, dim=dims, out=workspace["corr"])
+    torch.fft.rfftn(wp, dim=dims, out=torch.view_as_complex(planes_first(workspace["W"], nd)))
+    g = problem.groups
+    # Y[f, g][i, k] = sum_c X[f, g][i, c] conj(W[f, g][k, c])
+    spectral_gemm.contract(by_frequency(workspace["X"], nd, g), filter_by_frequency(workspace["W"], nd, g).transpose(2, 3),
+                           by_frequency(workspace["Y"], nd, g), input_precision(problem), conj_b=True)
+    torch.fft.irfftn(torch.view_as_complex(planes_first(workspace["Y"], nd)), s=lengths, dim=dims,
+                     out=planes_first(workspace["corr"], nd))
 
 
 class FftForward(TritonConvAlgorithm):
@@ -180,9 +168,9 @@ class FftForward(TritonConvAlgorithm):
         S = spectrum(L)
         n, c, k, cg = problem.n, problem.c, problem.k, problem.w.c
         f32 = np.float32
-        return [Buffer("xp", (n, c, *L), f32), Buffer("X", (n, c, *S, 2), f32),
-                Buffer("wp", (k, cg, *L), f32), Buffer("W", (k, cg, *S, 2), f32),
-                Buffer("Y", (n, k, *S, 2), f32), Buffer("corr", (n, k, *L), f32)]
+        return [Buffer("xp", (*L, n, c), f32), Buffer("X", (*S, n, c, 2), f32),
+                Buffer("wp", (*L, k, cg), f32), Buffer("W", (*S, k, cg, 2), f32),
+                Buffer("Y", (*S, n, k, 2), f32), Buffer("corr", (*L, n, k), f32)]
 
     def estimate(self, problem):
         return fft_estimate(problem)
@@ -193,9 +181,9 @@ class FftForward(TritonConvAlgorithm):
         nd = problem.nd
         L = fft_lengths(problem)
         gpu = y.device.type == "cuda"
-        input_spectrum(problem, x, workspace["xp"], torch.view_as_complex(workspace["X"]))
-        correlate_with_filter(problem, w, workspace, problem.n, L)
-        corr = workspace["corr"]
+        input_spectrum(problem, x, workspace)
+        correlate_with_filter(problem, w, workspace, L)
+        corr = planes_first(workspace["corr"], nd)
         geo = geometry(problem)
         bias, bias_stride, z, zs, alpha2, coef, swish_beta, act, has_bias, has_z = launch_args(spec, y, nd)
         M = geo.out_pixels

@@ -1,13 +1,13 @@
 """FFT_TILING forward convolution: overlap-save with small FFT tiles (torch.fft for the
-transforms, conv_fft's Triton contraction, a Triton store that stitches the tiles).
+transforms, the spectral GEMM in Triton, a Triton store that stitches the tiles).
 
 A whole-plane FFT (conv_fft) transforms at the padded plane's size, so its workspace and
 its transforms grow with the image. Here the stride-1 output is cut into tiles of V outputs
 per dim; tile t needs the padded-input window [t V, t V + L) with L = V + span - 1 (span:
 the dilated filter's extent), and all windows are one strided view of the padded input
 (``Tensor.unfold``; neighbours overlap by span - 1), copied tile-major into the workspace and
-transformed at the small size L at once. Per tile and frequency the channel sum is conv_fft's
-contraction (the tiles are its images); after the inverse transform the first V outputs of
+transformed at the small size L at once. Per frequency the channel sum is conv_fft's
+spectral GEMM (the tiles are its images); after the inverse transform the first V outputs of
 each tile are free of circular wrap-around, and ``fft_tile_store_kernel`` picks the outputs
 (every stride-th) from their tiles through the fused epilogue. Tile sizes: 16 per dim in
 2-D, 8 in 3-D, 64 in 1-D, or the 2-3-5-7-smooth size >= 2 x span when the filter is larger.
@@ -25,7 +25,7 @@ import triton.language as tl
 from ..types import ConvFwdAlgo
 from ..workspace import Buffer
 from .common import TritonConvAlgorithm, cdiv, launch, split_rows
-from .conv_fft import correlate_with_filter, fast_size, fft_estimate, pad_input, spectrum
+from .conv_fft import correlate_with_filter, fast_size, fft_estimate, pad_input, planes_first, spectrum
 from .epilogue import launch_args, spec_of, store_tile
 from .geometry import geometry, needs_int64, strides5
 
@@ -35,8 +35,10 @@ MAX_TILE_POINTS = 1 << 16
 
 @triton.jit(do_not_specialize=['M', 'OD', 'OH', 'OW'])
 def fft_tile_store_kernel(
-        # the tiles' correlations c [N * tiles, K, LD, LH, LW] (float32, contiguous), y, bias, z
+        # the tiles' correlations c [N * tiles, K, LD, LH, LW] (float32), y, bias, z
         c_ptr, y_ptr, bias_ptr, z_ptr,
+        # c's strides: a tile (image-major), a channel, a point of the flattened tile
+        cs_i, cs_k, cs_p,
         # output pixels M = N * OD * OH * OW, channels K, output sizes and strides of the conv
         M, K, OD, OH, OW, SD, SH, SW,
         # valid outputs per tile (V*), tiles (C*) and tile sizes (L*) per dim
@@ -59,9 +61,8 @@ def fft_tile_store_kernel(
     qw = ow * SW
     tile = ((qd // VD) * CH + qh // VH) * CW + qw // VW
     within = ((qd % VD) * LH + qh % VH) * LW + qw % VW
-    points = LD * LH * LW
-    src = ((nn.to(tl.int64) * (CD * CH * CW) + tile) * K) * points + within
-    acc = tl.load(c_ptr + src[:, None] + (offs_n * points)[None, :],
+    src = (nn.to(tl.int64) * (CD * CH * CW) + tile) * cs_i + within.to(tl.int64) * cs_p
+    acc = tl.load(c_ptr + src[:, None] + (offs_n * cs_k)[None, :],
                   mask=mask_m[:, None] & mask_n[None, :], other=0.0)
     # through the epilogue into y
     if INT64:
@@ -112,16 +113,18 @@ def tile_major(nd: int) -> tuple:
 
 
 def tiled_input_spectrum(problem, x, workspace, sizes, valid, counts) -> None:
-    """X [N * tiles, C] = rfftn of the input windows: x zero-padded into xp, unfolded at the
-    tile size with a step of the valid outputs (the first ``counts`` windows per dim), copied
-    tile-major into xt."""
-    xp, xt = workspace["xp"], workspace["xt"]
+    """X [*spectrum, N * tiles, C] = rfftn of the input windows: x zero-padded into xp, unfolded
+    at the tile size with a step of the valid outputs (the first ``counts`` windows per dim),
+    copied tile-major into xt [*sizes, N * tiles, C]."""
+    nd = problem.nd
+    xp = workspace["xp"]
     pad_input(problem, x, xp)
     windows = xp
     for axis, (size, v, count) in enumerate(zip(sizes, valid, counts)):
         windows = windows.unfold(2 + axis, size, v).narrow(2 + axis, 0, count)
-    xt.view(problem.n, *counts, problem.c, *sizes).copy_(windows.permute(tile_major(problem.nd)))
-    torch.fft.rfftn(xt, dim=tuple(range(2, 2 + problem.nd)), out=torch.view_as_complex(workspace["X"]))
+    xt = planes_first(workspace["xt"], nd)
+    xt.view(problem.n, *counts, problem.c, *sizes).copy_(windows.permute(tile_major(nd)))
+    torch.fft.rfftn(xt, dim=tuple(range(2, 2 + nd)), out=torch.view_as_complex(planes_first(workspace["X"], nd)))
 
 
 def _pad3(values, fill):
@@ -143,10 +146,10 @@ class FftTilingForward(TritonConvAlgorithm):
         images = problem.n * math.prod(counts)
         n, c, k, cg = problem.n, problem.c, problem.k, problem.w.c
         f32 = np.float32
-        return [Buffer("xp", (n, c, *padded), f32), Buffer("xt", (images, c, *sizes), f32),
-                Buffer("X", (images, c, *S, 2), f32), Buffer("wp", (k, cg, *sizes), f32),
-                Buffer("W", (k, cg, *S, 2), f32), Buffer("Y", (images, k, *S, 2), f32),
-                Buffer("corr", (images, k, *sizes), f32)]
+        return [Buffer("xp", (n, c, *padded), f32), Buffer("xt", (*sizes, images, c), f32),
+                Buffer("X", (*S, images, c, 2), f32), Buffer("wp", (*sizes, k, cg), f32),
+                Buffer("W", (*S, k, cg, 2), f32), Buffer("Y", (*S, images, k, 2), f32),
+                Buffer("corr", (*sizes, images, k), f32)]
 
     def estimate(self, problem):
         sizes, _, counts, _ = tiling(problem)
@@ -160,7 +163,7 @@ class FftTilingForward(TritonConvAlgorithm):
         gpu = y.device.type == "cuda"
         # the input windows' spectra; per tile and frequency the channel sum by the filter's
         tiled_input_spectrum(problem, x, workspace, sizes, valid, counts)
-        correlate_with_filter(problem, w, workspace, problem.n * math.prod(counts), sizes)
+        correlate_with_filter(problem, w, workspace, sizes)
         corr = workspace["corr"]
         geo = geometry(problem)
         # each output from its tile, through the epilogue
@@ -168,7 +171,8 @@ class FftTilingForward(TritonConvAlgorithm):
         M = geo.out_pixels
         bm, bn = (64, 64) if gpu else (16, 16)
         launch(fft_tile_store_kernel, (cdiv(M, bm), cdiv(geo.k, bn)), (
-            corr, y, bias, z, M, geo.k, *geo.out, *geo.stride, *_pad3(valid, 1), *_pad3(counts, 1),
+            corr, y, bias, z, corr.stride(nd), corr.stride(nd + 1), corr.stride(nd - 1), M, geo.k, *geo.out,
+            *geo.stride, *_pad3(valid, 1), *_pad3(counts, 1),
             *_pad3(sizes, 1), *strides5(y, nd), *zs, bias_stride, float(alpha), float(beta), alpha2, coef,
             swish_beta),
             dict(BLOCK_M=bm, BLOCK_N=bn, ACT=act, HAS_BIAS=has_bias, HAS_Z=has_z, BETA_ZERO=beta == 0,
