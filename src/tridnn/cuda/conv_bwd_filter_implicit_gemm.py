@@ -321,9 +321,16 @@ class _WgradBase(TritonConvAlgorithm):
     direction = "bwd_filter"
     atomic = False
 
+    def _tma(self, problem) -> bool:
+        """Whether the TMA paths (conv_tma, conv_wgrad_tma, Gluon) are tried. Not for ALGO_0's
+        atomics, and not for strict float32 (FMA math): the TMA tiles, sized for tensor cores,
+        ran IEEE float32 dots at 4-5 TFLOP/s (res2-4_3x3, batch 64, H100: 2.9-3.7 ms against
+        0.49-0.65 ms for the pointer kernel under ALGO_0)."""
+        return not self.atomic and not strict_float32(problem)
+
     def _part_channels(self, problem):
         """Channels of the partials: padded ones when x gets a padded copy for TMA."""
-        pad = None if self.atomic else conv_tma.padded_channels(problem)
+        pad = conv_tma.padded_channels(problem) if self._tma(problem) else None
         return pad or geometry(problem).cg
 
     def _cap(self, problem):
@@ -346,7 +353,7 @@ class _WgradBase(TritonConvAlgorithm):
             return conv_s2d.buffers(problem) + self.buffers(conv_s2d.inner_problem(problem))
         geo = geometry(problem)
         bufs = [Buffer("part", (self._cap(problem), geo.k, geo.taps, self._part_channels(problem)), np.float32)]
-        pad = None if self.atomic else conv_tma.padded_channels(problem)
+        pad = conv_tma.padded_channels(problem) if self._tma(problem) else None
         if pad:
             n, (_, h, w) = geo.n, geo.inp
             bufs.append(Buffer("x_pad", (n, h, w, pad), problem.dtype.numpy))
@@ -368,7 +375,7 @@ class _WgradBase(TritonConvAlgorithm):
             padded = problem.flops * (conv_wgrad_tma.ROW_SLOTS * 32) / (geo.taps * geo.c)
             moved = (problem.x.size + problem.y.size) * problem.dtype.itemsize
             return padded / 120e12 + moved / 2.5e12 + 6e-6
-        pad = None if self.atomic else conv_tma.padded_channels(problem)
+        pad = conv_tma.padded_channels(problem) if self._tma(problem) else None
         if pad:
             # TMA on channels zero-padded to ``pad``: conv1 (C = 3 -> 16) measured 1364 us on
             # the H200, ~59 TFLOP/s of padded work, where ALGO_0's atomic kernel took 702 us
@@ -418,7 +425,7 @@ class _WgradBase(TritonConvAlgorithm):
         x_tma = x
         if "x_pad" in workspace:  # few input channels: TMA reads a zero-padded channels-last copy
             x_tma = workspace["x_pad"].permute(0, 3, 1, 2)
-        plan = None if self.atomic else conv_tma.backward_filter_plan(problem, x_tma, dy, dw)
+        plan = conv_tma.backward_filter_plan(problem, x_tma, dy, dw) if self._tma(problem) else None
         sms = sm_count(dw.device)
         # few input channels (conv1): conv_wgrad_tma's window-row kernel, an extra candidate
         # after whichever path's own configs come first
@@ -465,6 +472,11 @@ class _WgradBase(TritonConvAlgorithm):
                 self._launch(problem, x, dy, out, part, a, b, c)
         cfg = self.tuner.pick((problem.key(), "wgrad", self.atomic), cands, run_pointers, dw, dw.device)
         run_pointers(cfg, dw, alpha, beta)
+
+
+def strict_float32(problem) -> bool:
+    """float32 data under FMA math: IEEE float32 products on CUDA cores."""
+    return problem.dtype.itemsize == 4 and input_precision(problem) == "ieee"
 
 
 class ImplicitGemmBackwardFilter(_WgradBase):

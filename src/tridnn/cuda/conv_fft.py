@@ -97,7 +97,8 @@ def fft_estimate(problem, lengths=None, images=None) -> float:
     n, c, k, cg = images or problem.n, problem.c, problem.k, problem.w.c
     planes = n * c + k * cg + n * k
     transforms = 2.5 * planes * P * math.log2(max(P, 2)) / 20e12
-    contract = spectral_gemm.flops(n, k, cg, F) / CONTRACT_FLOPS[input_precision(problem)]
+    contract = spectral_gemm.flops(n, k // problem.groups, cg, problem.groups, F) / CONTRACT_FLOPS[
+        input_precision(problem)]
     moved = 4.0 * (2 * planes * P + 4 * planes * F) / 3.0e12
     return transforms + contract + moved + 25e-6
 

@@ -99,7 +99,7 @@ def contract(a, b, c, prec: str, conj_a: bool = False, conj_b: bool = False) -> 
     n = b.shape[3]
     gpu = c.device.type == "cuda"
     bm, bn = block(m, gpu), block(n, gpu)
-    br = 16 if gpu else 16
+    br = 32 if gpu and r > 16 else 16
     programs = cdiv(m, bm) * cdiv(n, bn) * nf * ng
     launch(spectral_gemm_kernel, (programs,), (a, b, c, m, n, r, ng, *a.stride()[:4], *b.stride()[:4],
                                                *c.stride()[:4]),
@@ -108,6 +108,8 @@ def contract(a, b, c, prec: str, conj_a: bool = False, conj_b: bool = False) -> 
            dict(num_warps=4 if gpu else 1, num_stages=3 if gpu else 1))
 
 
-def flops(images: int, k: int, cg: int, frequencies: int) -> float:
-    """Real flops of the contraction: a complex multiply-add is 8."""
-    return 8.0 * images * k * cg * frequencies
+def flops(images: int, kg: int, cg: int, groups: int, frequencies: int) -> float:
+    """Real flops the contraction's tiles run (a complex multiply-add is 8): each matrix side
+    rounded up to tl.dot's 16, so depthwise (1x1 matrices) costs 16^3 a frequency."""
+    up = lambda v: max(16, v)
+    return 8.0 * up(images) * up(kg) * up(cg) * groups * frequencies
