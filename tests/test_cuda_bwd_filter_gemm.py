@@ -57,3 +57,15 @@ GPU_CASES = [T.P(64, 64, (56, 56), 3, 1, 1), T.P(256, 256, (14, 14), 3, 2, 1), T
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_gpu_against_float64(p, dtype, rng):
     assert T.run_case("bwd_filter", ALGO, p, dtype, "NHWC", rng, n=4, device="cuda", beta=0.5) is None
+
+
+@pytest.mark.parametrize("count", [2, 7, 13, 20, 30])
+def test_forced_slice_counts(count, rng, monkeypatch):
+    """Whole slices run as one batched matmul and a shorter last slice on its own (50 pixels for
+    13 slices: 12 of 4 + 1 of 2); where the pixels split into fewer slices than the workspace
+    holds (50 pixels for 20 slices: 16 of 3 + 1 of 2; for 30: 25 of 2), only the written
+    partials are summed. The workspace arrives NaN-poisoned, so a partial left unwritten and
+    summed fails."""
+    monkeypatch.setattr(gemm, "slices", lambda problem, sms=132: count)
+    p = T.P(3, 5, (5, 5), 3, 1, 1)  # 2 images x 25 pixels
+    assert T.run_case("bwd_filter", ALGO, p, "float32", "NHWC", rng, as_torch=True, alpha=1.5, beta=-0.5) is None

@@ -105,9 +105,9 @@ def run_case(direction, algo, p, dtype, layout, rng, n=2, alpha=1.0, beta=0.0, d
     if device != "cpu" or as_torch:
         dev = "cpu" if device == "cpu" else device
         arrays = {k: _to_torch(v, dev) for k, v in arrays.items()}
-        ws = torch.empty(need, dtype=torch.uint8, device=dev) if need else None
+        ws = torch.full((need,), 0xFF, dtype=torch.uint8, device=dev) if need else None
     else:
-        ws = np.empty(need, np.uint8) if need else None
+        ws = np.full(need, 0xFF, np.uint8) if need else None  # poisoned: every float in it reads NaN
     if direction == "fwd":
         API[direction](handle, alpha, x_desc, arrays["x"], w_desc, arrays["w"], cd, algo.enum, ws, beta,
                        y_desc, arrays["y"])

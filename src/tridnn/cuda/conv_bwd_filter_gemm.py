@@ -5,7 +5,7 @@ precomputation goes all the way: GEMM forward's ``im2col_kernel`` writes x's col
 col[g, m, (tap, c)] once (every gather and padding test done there), and the filter gradient
 of each group is a plain matmul dw_g = dy_g^T col_g over the output pixels m, with dy
 transposed once into the workspace as dyt[g, k, m]. The pixel reduction is cut into slices
-(one ``batched_gemm.bmm`` a slice, each writing its float32 partial) so the few [Kg, taps x
+(the slices of a group are one ``batched_gemm.bmm``, each writing its float32 partial) so the few [Kg, taps x
 Cg] outputs fill the GPU, and ALGO_0/ALGO_1's ``wgrad_finish`` sums the slices in order
 and blends alpha/beta into dw (taps reversed for CONVOLUTION mode). Unlike cuDNN's ALGO_3,
 the result is deterministic. The column matrix costs taps x the input in workspace and
@@ -63,19 +63,28 @@ class GemmBackwardFilter(TritonConvAlgorithm):
         # dy transposed per group: dyt[g, k, (n, pixel)]
         dyt.view(geo.groups, geo.kg, problem.n, *problem.out_spatial).copy_(
             dy.unflatten(1, (geo.groups, geo.kg)).movedim(0, 2))
-        # one matmul a slice of pixels: part[s, g, k, (tap, c)] = dyt[g, k, slice] @ col[g, slice, :R]
+        # a matmul a slice of pixels: part[s, g, k, (tap, c)] = dyt[g, k, slice s] @ col[g, slice s, :R],
+        # the whole slices of a group in one batched launch (a launch a slice left the GPU
+        # nearly idle: res2_3x3 has 5 output tiles), a shorter last slice in its own
         S = part.shape[0]
         per = cdiv(geo.out_pixels, S)
+        whole = geo.out_pixels // per
         R = geo.taps * geo.cg
         prec = input_precision(problem)
         parts = part.view(S, geo.groups, geo.kg, R)
 
-        def operands(s):
-            m = slice(s * per, min(geo.out_pixels, (s + 1) * per))
-            return dyt[:, :, m], col[:, m, :R]
+        def operands(g, first, count, length):
+            """The slices first .. first + count - 1 of group g, each ``length`` pixels long."""
+            m = slice(first * per, first * per + count * length)
+            a = dyt[g, :, m].unflatten(1, (count, length)).transpose(0, 1)
+            b = col[g, m].unflatten(0, (count, length))[:, :, :R]
+            return a, b, parts[first:first + count, g]
         cfg = self.tuner.pick((problem.key(), "bwd-filter-gemm"), batched_gemm.configs(dw.device, problem.dtype.itemsize),
-                              lambda c, out: batched_gemm.bmm(*operands(0), out, prec, c), parts[0], dw.device,
-                              scratch_ok=True)
-        for s in range(S):
-            batched_gemm.bmm(*operands(s), parts[s], prec, cfg)
-        finish(problem, part, dw, S, alpha, beta)
+                              lambda c, out: batched_gemm.bmm(*operands(0, 0, whole, per)[:2], out, prec, c),
+                              parts[:whole, 0], dw.device, scratch_ok=True)
+        for g in range(geo.groups):
+            batched_gemm.bmm(*operands(g, 0, whole, per), prec, cfg)
+            if whole * per < geo.out_pixels:
+                batched_gemm.bmm(*operands(g, whole, 1, geo.out_pixels - whole * per), prec, cfg)
+        # the slices written (fewer than the workspace holds where the pixels split evenly sooner)
+        finish(problem, part, dw, cdiv(geo.out_pixels, per), alpha, beta)
