@@ -382,7 +382,12 @@ class _WgradBase(TritonConvAlgorithm):
             geo = geometry(problem)
             copy = problem.x.size * (1 + pad / geo.c) * problem.dtype.itemsize
             return problem.flops * pad / geo.c / 55e12 + copy / 3e12 + 6e-6
-        return gemm_estimate(problem, efficiency=0.8 if self.atomic else 0.85)
+        efficiency = 0.8 if self.atomic else 0.85
+        if strict_float32(problem):
+            # IEEE float32 on the pointer kernel: ALGO_0 measured 486-650 us on res2-4_3x3 at
+            # batch 64 (H100, session 15), 23-30 TFLOP/s, ~1.3x what the FMA rate predicts
+            efficiency *= 0.75
+        return gemm_estimate(problem, efficiency=efficiency)
 
     def _launch(self, problem, x, dy, dw, part, alpha, beta, cfg):
         geo = geometry(problem)
