@@ -84,12 +84,21 @@ def spectral_gemm_kernel(
     tl.store(c + part[None, None, :], tl.join(acc_re, acc_im), mask=(mask_m[:, None] & mask_n[None, :])[:, :, None])
 
 
-def block(size: int, gpu: bool) -> int:
-    """A tile side for a matrix side of ``size``: 64 on the GPU (32 or 16 for small sides),
-    16 under the interpreter (tl.dot's smallest)."""
+# GPU tiles (BLOCK_M, BLOCK_N, BLOCK_R, warps) by precision, the largest that compile for sm_90
+# without register spills (tests/test_cuda_spectral_gemm.py): four real accumulating dots a
+# step hold two accumulators and four operand tiles; IEEE 64 x 64 x 32 over 4 warps spilled
+# 979 values, 64 x 64 x 16 over 8 warps none
+GPU_TILES = {"ieee": (64, 64, 16, 8), "tf32x3": (32, 64, 16, 4), "tf32": (64, 64, 32, 4)}
+
+
+def tiles(prec: str, m: int, n: int, gpu: bool) -> tuple:
+    """(BLOCK_M, BLOCK_N, BLOCK_R, warps) for an m x n product: GPU_TILES' sides shrunk to small
+    matrices (down to tl.dot's 16); 16s on one warp under the interpreter."""
     if not gpu:
-        return 16
-    return 64 if size > 32 else (32 if size > 16 else 16)
+        return 16, 16, 16, 1
+    bm, bn, br, warps = GPU_TILES.get(prec, GPU_TILES["ieee"])
+    fit = lambda side, size: min(side, max(16, triton.next_power_of_2(size)))
+    return fit(bm, m), fit(bn, n), br, warps
 
 
 def contract(a, b, c, prec: str, conj_a: bool = False, conj_b: bool = False) -> None:
@@ -98,14 +107,13 @@ def contract(a, b, c, prec: str, conj_a: bool = False, conj_b: bool = False) -> 
     nf, ng, m, r, _ = a.shape
     n = b.shape[3]
     gpu = c.device.type == "cuda"
-    bm, bn = block(m, gpu), block(n, gpu)
-    br = 32 if gpu and r > 16 else 16
+    bm, bn, br, warps = tiles(prec, m, n, gpu)
     programs = cdiv(m, bm) * cdiv(n, bn) * nf * ng
     launch(spectral_gemm_kernel, (programs,), (a, b, c, m, n, r, ng, *a.stride()[:4], *b.stride()[:4],
                                                *c.stride()[:4]),
            dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_R=br, CONJ_A=conj_a, CONJ_B=conj_b, PREC=prec,
                 INT64=needs_int64(a, b, c)),
-           dict(num_warps=4 if gpu else 1, num_stages=3 if gpu else 1))
+           dict(num_warps=warps, num_stages=3 if gpu else 1))
 
 
 def flops(images: int, kg: int, cg: int, groups: int, frequencies: int) -> float:
