@@ -59,13 +59,17 @@ def test_gpu_against_float64(p, dtype, rng):
     assert T.run_case("bwd_filter", ALGO, p, dtype, "NHWC", rng, n=4, device="cuda", beta=0.5) is None
 
 
-@pytest.mark.parametrize("count", [2, 7, 13, 20, 30])
-def test_forced_slice_counts(count, rng, monkeypatch):
-    """Whole slices run as one batched matmul and a shorter last slice on its own (50 pixels for
-    13 slices: 12 of 4 + 1 of 2); where the pixels split into fewer slices than the workspace
-    holds (50 pixels for 20 slices: 16 of 3 + 1 of 2; for 30: 25 of 2), only the written
-    partials are summed. The workspace arrives NaN-poisoned, so a partial left unwritten and
-    summed fails."""
+FORCED = [(T.P(3, 5, (5, 5), 3, 1, 1), count) for count in (2, 7, 13, 20, 30)] + [
+    (T.P(8, 16, (5, 5), 3, 2, 1, 1, 4), count) for count in (2, 5, 7)]
+
+
+@pytest.mark.parametrize("p,count", FORCED, ids=[f"{p['name']}-{c}" for p, c in FORCED])
+def test_forced_slice_counts(p, count, rng, monkeypatch):
+    """The pixel slices run batched over the slices of a group, or over the groups of a slice
+    where there are more groups than whole slices (the 4-group problem, 18 pixels, in 2 and 5
+    slices), and a shorter last slice on its own (50 pixels for 13 slices: 12 of 4 + 1 of 2).
+    Where the pixels split into fewer slices than the workspace holds (50 pixels for 20 slices:
+    16 of 3 + 1 of 2; for 30: 25 of 2; 18 pixels for 7: 6 of 3), only the written partials are
+    summed. The workspace arrives NaN-poisoned, so a partial left unwritten and summed fails."""
     monkeypatch.setattr(gemm, "slices", lambda problem, sms=132: count)
-    p = T.P(3, 5, (5, 5), 3, 1, 1)  # 2 images x 25 pixels
     assert T.run_case("bwd_filter", ALGO, p, "float32", "NHWC", rng, as_torch=True, alpha=1.5, beta=-0.5) is None

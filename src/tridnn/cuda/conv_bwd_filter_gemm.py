@@ -66,28 +66,39 @@ class GemmBackwardFilter(TritonConvAlgorithm):
         # dy transposed per group: dyt[g, k, (n, pixel)]
         dyt.view(geo.groups, geo.kg, problem.n, *problem.out_spatial).copy_(
             dy.unflatten(1, (geo.groups, geo.kg)).movedim(0, 2))
-        # a matmul a slice of pixels: part[s, g, k, (tap, c)] = dyt[g, k, slice s] @ col[g, slice s, :R],
-        # the whole slices of a group in one batched launch (a launch a slice left the GPU
-        # nearly idle: res2_3x3 has 5 output tiles), a shorter last slice in its own
+        # a matmul a slice of pixels and group: part[s, g, k, (tap, c)] = dyt[g, k, slice s] @
+        # col[g, slice s, :R], batched over the slices of a group or over the groups of a slice,
+        # whichever makes fewer launches (a launch a slice left the GPU nearly idle: res2_3x3
+        # has 5 output tiles); a shorter last slice has launches of its own
         S = part.shape[0]
         per = cdiv(geo.out_pixels, S)
         whole = geo.out_pixels // per
+        rest = geo.out_pixels - whole * per
         R = geo.taps * geo.cg
         prec = input_precision(problem)
         parts = part.view(S, geo.groups, geo.kg, R)
 
-        def operands(g, first, count, length):
-            """The slices first .. first + count - 1 of group g, each ``length`` pixels long."""
+        def slices_of_group(g, first, count, length):
+            """(dy^T, col, partials) of group g's slices first .. first + count - 1, each
+            ``length`` pixels long: one batched matmul."""
             m = slice(first * per, first * per + count * length)
             a = dyt[g, :, m].unflatten(1, (count, length)).transpose(0, 1)
             b = col[g, m].unflatten(0, (count, length))[:, :, :R]
             return a, b, parts[first:first + count, g]
+        launches = []
+        if geo.groups <= whole:
+            for g in range(geo.groups):
+                launches.append(slices_of_group(g, 0, whole, per))
+                if rest:
+                    launches.append(slices_of_group(g, whole, 1, rest))
+        else:
+            for s in range(whole + (1 if rest else 0)):
+                m = slice(s * per, s * per + (per if s < whole else rest))
+                launches.append((dyt[:, :, m], col[:, m, :R], parts[s]))
         cfg = self.tuner.pick((problem.key(), "bwd-filter-gemm"), batched_gemm.configs(dw.device, problem.dtype.itemsize),
-                              lambda c, out: batched_gemm.bmm(*operands(0, 0, whole, per)[:2], out, prec, c),
-                              parts[:whole, 0], dw.device, scratch_ok=True)
-        for g in range(geo.groups):
-            batched_gemm.bmm(*operands(g, 0, whole, per), prec, cfg)
-            if whole * per < geo.out_pixels:
-                batched_gemm.bmm(*operands(g, whole, 1, geo.out_pixels - whole * per), prec, cfg)
+                              lambda c, out: batched_gemm.bmm(*launches[0][:2], out, prec, c), launches[0][2],
+                              dw.device, scratch_ok=True)
+        for a, b, c in launches:
+            batched_gemm.bmm(a, b, c, prec, cfg)
         # the slices written (fewer than the workspace holds where the pixels split evenly sooner)
         finish(problem, part, dw, cdiv(geo.out_pixels, per), alpha, beta)
