@@ -30,7 +30,8 @@ from ..types import ConvBwdFilterAlgo
 from ..workspace import Buffer
 from . import spectral_gemm
 from .common import TritonConvAlgorithm
-from .conv_fft import by_frequency, fft_estimate, filter_by_frequency, fft_lengths, input_spectrum, planes_first, spectrum
+from .conv_fft import (by_frequency, fft_estimate, fft_lengths, filter_by_frequency, input_spectrum, planes_first,
+                       spectrum)
 from .conv_fft_tiling import tile_major, tile_size, tiled_input_spectrum, why_not_tiled
 from .geometry import input_precision
 

@@ -95,7 +95,8 @@ class GemmBackwardFilter(TritonConvAlgorithm):
             for s in range(whole + (1 if rest else 0)):
                 m = slice(s * per, s * per + (per if s < whole else rest))
                 launches.append((dyt[:, :, m], col[:, m, :R], parts[s]))
-        cfg = self.tuner.pick((problem.key(), "bwd-filter-gemm"), batched_gemm.configs(dw.device, problem.dtype.itemsize),
+        cfg = self.tuner.pick((problem.key(), "bwd-filter-gemm"),
+                              batched_gemm.configs(dw.device, problem.dtype.itemsize),
                               lambda c, out: batched_gemm.bmm(*launches[0][:2], out, prec, c), launches[0][2],
                               dw.device, scratch_ok=True)
         for a, b, c in launches:

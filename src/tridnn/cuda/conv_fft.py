@@ -12,9 +12,10 @@ pad x (float32, any input dtype), rfftn; pad and dilate w (flipped for CONVOLUTI
 mode), rfftn; ``spectral_gemm`` sums over the input channels of the group, one complex
 GEMM per frequency; irfftn; ``fft_store_kernel`` picks the strided outputs and ends in
 the fused epilogue. The buffers are frequency-major, [*spatial, images, channels]
-(``planes_first`` gives the [images, channels, *spatial] view the transforms take), so each
-frequency's matrix is contiguous for the GEMM. Rounding differs from direct summation (``exact = False``). L is
-rounded up to a 2-3-5-7-smooth size, which cuFFT transforms fastest.
+(``planes_first`` gives the [images, channels, *spatial] view the transforms take), so
+each frequency's matrix is contiguous for the GEMM. Rounding differs from direct
+summation (``exact = False``). L is rounded up to a 2-3-5-7-smooth size, which cuFFT
+transforms fastest.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from .geometry import geometry, input_precision, needs_int64, strides5
 
 # the spectral GEMM's float32 rate (flop/s) by tl.dot precision: NOT MEASURED yet (step fft_bench
 # of benchmarks/h200_session8.sh times it), so set at half what the FMA implicit GEMMs sustain
-# (~30 TFLOP/s IEEE) to keep get's picks on the methods measured faster until a GPU run says
+# (~30 TFLOP/s IEEE) to keep get's picks on the methods measured faster until a GPU run times it
 CONTRACT_FLOPS = {"ieee": 15e12, "tf32x3": 30e12, "tf32": 75e12}
 
 
@@ -154,7 +155,8 @@ def correlate_with_filter(problem, w, workspace, lengths) -> None:
     torch.fft.rfftn(wp, dim=dims, out=torch.view_as_complex(planes_first(workspace["W"], nd)))
     g = problem.groups
     # Y[f, g][i, k] = sum_c X[f, g][i, c] conj(W[f, g][k, c])
-    spectral_gemm.contract(by_frequency(workspace["X"], nd, g), filter_by_frequency(workspace["W"], nd, g).transpose(2, 3),
+    spectral_gemm.contract(by_frequency(workspace["X"], nd, g),
+                           filter_by_frequency(workspace["W"], nd, g).transpose(2, 3),
                            by_frequency(workspace["Y"], nd, g), input_precision(problem), conj_b=True)
     torch.fft.irfftn(torch.view_as_complex(planes_first(workspace["Y"], nd)), s=lengths, dim=dims,
                      out=planes_first(workspace["corr"], nd))
