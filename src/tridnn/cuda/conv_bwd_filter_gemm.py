@@ -5,11 +5,12 @@ precomputation goes all the way: GEMM forward's ``im2col_kernel`` writes x's col
 col[g, m, (tap, c)] once (every gather and padding test done there), and the filter gradient
 of each group is a plain matmul dw_g = dy_g^T col_g over the output pixels m, with dy
 transposed once into the workspace as dyt[g, k, m]. The pixel reduction is cut into slices
-(the slices of a group are one ``batched_gemm.bmm``, each writing its float32 partial) so the few [Kg, taps x
-Cg] outputs fill the GPU, and ALGO_0/ALGO_1's ``wgrad_finish`` sums the slices in order
-and blends alpha/beta into dw (taps reversed for CONVOLUTION mode). Unlike cuDNN's ALGO_3,
-the result is deterministic. The column matrix costs taps x the input in workspace and
-traffic; in exchange the matmuls stream plain rows with no gather or bounds tests.
+(``batched_gemm.bmm`` launches batched over a group's slices or a slice's groups, each slice
+writing its float32 partial) so the few [Kg, taps x Cg] outputs fill the GPU, and
+ALGO_0/ALGO_1's ``wgrad_finish`` sums the slices in order and blends alpha/beta into dw
+(taps reversed for CONVOLUTION mode). Unlike cuDNN's ALGO_3, the result is deterministic.
+The column matrix costs taps x the input in workspace and traffic; in exchange the matmuls
+stream plain rows with no gather or bounds tests.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from ..types import ConvBwdFilterAlgo
 from ..workspace import Buffer
 from . import batched_gemm
 from .common import TritonConvAlgorithm, Tuner, cdiv, reduction_slices
-from .conv_bwd_filter_implicit_gemm import finish, strict_float32
+from .conv_bwd_filter_implicit_gemm import STRICT_FLOAT32_EFFICIENCY, finish, strict_float32
 from .conv_gemm import im2col, padded_row
 from .conv_implicit_gemm import gemm_estimate
 from .geometry import geometry, input_precision
@@ -53,9 +54,7 @@ class GemmBackwardFilter(TritonConvAlgorithm):
         byte = problem.dtype.itemsize
         col = geo.groups * geo.out_pixels * padded_row(geo)
         moved = 2 * problem.y.size * byte + 2 * slices(problem) * geo.k * geo.taps * geo.cg * 4
-        # strict float32: IEEE dots at ~0.75 of the FMA rate, as the pointer kernels (res4_3x3
-        # measured 830 us against 636 estimated, H100, session 15)
-        efficiency = 0.8 * (0.75 if strict_float32(problem) else 1.0)
+        efficiency = 0.8 * (STRICT_FLOAT32_EFFICIENCY if strict_float32(problem) else 1.0)
         return gemm_estimate(problem, efficiency=efficiency) + 2 * col * byte / 1.2e12 + moved / 3.0e12 + 6e-6
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):

@@ -328,10 +328,14 @@ class _WgradBase(TritonConvAlgorithm):
         0.49-0.65 ms for the pointer kernel under ALGO_0)."""
         return not self.atomic and not strict_float32(problem)
 
+    def _padded_channels(self, problem):
+        """The channel count of x's zero-padded copy for TMA (few-channel layers on the TMA
+        path); None when x is read as it is."""
+        return conv_tma.padded_channels(problem) if self._tma(problem) else None
+
     def _part_channels(self, problem):
         """Channels of the partials: padded ones when x gets a padded copy for TMA."""
-        pad = conv_tma.padded_channels(problem) if self._tma(problem) else None
-        return pad or geometry(problem).cg
+        return self._padded_channels(problem) or geometry(problem).cg
 
     def _cap(self, problem):
         """Slices of float32 partials the workspace holds. Depthwise partials are small
@@ -353,7 +357,7 @@ class _WgradBase(TritonConvAlgorithm):
             return conv_s2d.buffers(problem) + self.buffers(conv_s2d.inner_problem(problem))
         geo = geometry(problem)
         bufs = [Buffer("part", (self._cap(problem), geo.k, geo.taps, self._part_channels(problem)), np.float32)]
-        pad = conv_tma.padded_channels(problem) if self._tma(problem) else None
+        pad = self._padded_channels(problem)
         if pad:
             n, (_, h, w) = geo.n, geo.inp
             bufs.append(Buffer("x_pad", (n, h, w, pad), problem.dtype.numpy))
@@ -375,7 +379,7 @@ class _WgradBase(TritonConvAlgorithm):
             padded = problem.flops * (conv_wgrad_tma.ROW_SLOTS * 32) / (geo.taps * geo.c)
             moved = (problem.x.size + problem.y.size) * problem.dtype.itemsize
             return padded / 120e12 + moved / 2.5e12 + 6e-6
-        pad = conv_tma.padded_channels(problem) if self._tma(problem) else None
+        pad = self._padded_channels(problem)
         if pad:
             # TMA on channels zero-padded to ``pad``: conv1 (C = 3 -> 16) measured 1364 us on
             # the H200, ~59 TFLOP/s of padded work, where ALGO_0's atomic kernel took 702 us
@@ -384,9 +388,7 @@ class _WgradBase(TritonConvAlgorithm):
             return problem.flops * pad / geo.c / 55e12 + copy / 3e12 + 6e-6
         efficiency = 0.8 if self.atomic else 0.85
         if strict_float32(problem):
-            # IEEE float32 on the pointer kernel: ALGO_0 measured 486-650 us on res2-4_3x3 at
-            # batch 64 (H100, session 15), 23-30 TFLOP/s, ~1.3x what the FMA rate predicts
-            efficiency *= 0.75
+            efficiency *= STRICT_FLOAT32_EFFICIENCY
         return gemm_estimate(problem, efficiency=efficiency)
 
     def _launch(self, problem, x, dy, dw, part, alpha, beta, cfg):
@@ -477,6 +479,12 @@ class _WgradBase(TritonConvAlgorithm):
                 self._launch(problem, x, dy, out, part, a, b, c)
         cfg = self.tuner.pick((problem.key(), "wgrad", self.atomic), cands, run_pointers, dw, dw.device)
         run_pointers(cfg, dw, alpha, beta)
+
+
+# IEEE float32 backward filter (FMA math) runs at ~0.75 of gemm_estimate's FMA rate: ALGO_0's
+# pointer kernel measured 486-650 us on res2-4_3x3 at batch 64 (H100, session 15), 23-30
+# TFLOP/s; ALGO_3's matmuls res4_3x3 830 us against 636 estimated
+STRICT_FLOAT32_EFFICIENCY = 0.75
 
 
 def strict_float32(problem) -> bool:
