@@ -1,9 +1,9 @@
-"""conv_depthwise_gluon: the warp-specialized Gluon walker for depthwise 3x3 stride-1 forward
-(and stride-1 backward data: the same walk over dy with the filter turned).
+"""conv_depthwise_gluon: the warp-specialized Gluon walker for depthwise 3x3 forward at stride 1
+and 2 (and stride-1 backward data: the same walk over dy with the filter turned).
 
 CPU: the configs (at most 16 values a consumer thread, rings that fit two programs an SM),
 where the DIRECT tuner offers them (Hopper, channels-last, no fused epilogue; last in the
-list) and the refusals, and every config's sm_90 compile (no spills without beta, the TMA
+list) and the refusals, stride 2's pair view of x, and every config's sm_90 compile (no spills without beta, the TMA
 loads, registers under the cap). GPU (``TRIDNN_GPU_TESTS=1 pytest --gpu``): direct launches
 against float64 (ragged channels, widths, image blocks, padding 0-2, alpha/beta, the
 CONVOLUTION flip, bfloat16 and float32), and the configs forced through the public API
@@ -70,6 +70,33 @@ def test_offered_last_for_stride_1_backward_data():
     assert bwd.rows3_data_candidates(cuda, 144, (56, 56, 2)) == plain + dwg.configs(56, 56, 144, 2)
 
 
+def test_offered_last_at_stride_2():
+    cuda = types.SimpleNamespace(type="cuda", index=0)
+    problem = _problem(144, 56, stride=2)
+    plain = conv_direct.dw2d_candidates(cuda, problem)
+    assert not any(c.get("KIND") == "gluon" for c in plain)
+    assert conv_direct.dw2d_candidates(cuda, problem, (28, 28, 2)) == plain + dwg.configs(28, 28, 144, 2)
+
+
+@pytest.mark.parametrize("pad", [0, 1, 2, 3])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_x_view_windows_are_the_taps(stride, pad):
+    """Window kw of output column q, read from the view at (q + COL[kw], c + CH[kw]), is
+    x's input column stride * q - pad + kw (zero where either falls outside)."""
+    n, h, wd, c = 2, 3, 10, 5
+    x = torch.arange(n * h * wd * c, dtype=torch.float64).reshape(n, h, wd, c) + 1
+    shape, strides, col, ch = dwg.x_view(tuple(x.shape), x.stride(), pad, stride)
+    view = torch.as_strided(x, shape, strides)
+    ow = (wd + 2 * pad - 3) // stride + 1
+    for kw in range(3):
+        for q in range(ow):
+            j = stride * q - pad + kw
+            want = x[:, :, j, :] if 0 <= j < wd else torch.zeros(n, h, c, dtype=x.dtype)
+            p = q + col[kw]
+            got = view[:, :, p, ch[kw]:ch[kw] + c] if 0 <= p < shape[2] else torch.zeros(n, h, c, dtype=x.dtype)
+            assert torch.equal(got, want), (kw, q)
+
+
 def test_not_offered_on_the_cpu_with_an_epilogue_or_switched_off(monkeypatch):
     problem = _problem(32, 8)
     x = torch.zeros(2, 32, 8, 8).bfloat16().to(memory_format=torch.channels_last)
@@ -85,15 +112,20 @@ def test_not_offered_on_the_cpu_with_an_epilogue_or_switched_off(monkeypatch):
 
 @pytest.mark.parametrize("why,change", [
     ("float16, bfloat16 or float32", dict(dtype=torch.float64)),
-    ("stride 1", dict(stride=(2, 2))),
+    ("stride 1 or 2", dict(stride=(3, 3))),
+    ("stride 1 or 2", dict(stride=(1, 2))),
+    ("even width", dict(stride=(2, 2), width=9)),
+    ("packed pixels", dict(stride=(2, 2), padded_pixels=True)),
     ("dilation 1", dict(dilation=(2, 2))),
     ("depthwise 3x3", dict(w=torch.zeros(32, 1, 5, 5).bfloat16())),
     ("channels-last", dict(x_nchw=True)),
 ])
 def test_why_not(why, change):
     dt = change.get("dtype", torch.bfloat16)
-    x = torch.zeros(2, 32, 8, 8, dtype=dt)
-    if not change.get("x_nchw"):
+    x = torch.zeros(2, 32, 8, change.get("width", 8), dtype=dt)
+    if change.get("padded_pixels"):  # 40 channels stored a pixel, 32 used
+        x = torch.zeros(2, 8, 8, 40, dtype=dt)[..., :32].permute(0, 3, 1, 2)
+    elif not change.get("x_nchw"):
         x = x.to(memory_format=torch.channels_last)
     w = change.get("w", torch.zeros(32, 1, 3, 3, dtype=dt))
     y = torch.zeros(2, 32, 8, 8, dtype=dt).to(memory_format=torch.channels_last)
@@ -102,27 +134,29 @@ def test_why_not(why, change):
 
 
 # -- CPU: offline sm_90 compiles ---------------------------------------------------------------
-COMPILES = [(cfg, dt, beta) for dt, isz in (("bf16", 2), ("fp16", 2), ("fp32", 4))
-            for cfg in {tuple(sorted(c.items())): c for oh, ow, c_ in MOBILENET
+MOBILENET_S2 = [(56, 56, 96), (28, 28, 144), (14, 14, 192), (7, 7, 576)]  # output sizes at stride 2
+COMPILES = [(cfg, dt, beta, stride) for dt, isz in (("bf16", 2), ("fp16", 2), ("fp32", 4))
+            for stride, layers in ((1, MOBILENET), (2, MOBILENET_S2))
+            for cfg in {tuple(sorted(c.items())): c for oh, ow, c_ in layers
                         for c in dwg.configs(oh, ow, c_, isz)}.values()
-            for beta in (False, True)]
+            for beta in (False, True) if stride == 1 or dt != "fp16"]
 
 
 @pytest.fixture(scope="module")
 def sm90():
-    facts = compile_in_child([("tridnn.cuda.conv_depthwise_gluon", "compile_sm90", cfg, dict(dtype=dt, has_beta=b))
-                              for cfg, dt, b in COMPILES])
+    facts = compile_in_child([("tridnn.cuda.conv_depthwise_gluon", "compile_sm90", cfg,
+                               dict(dtype=dt, has_beta=b, stride=s)) for cfg, dt, b, s in COMPILES])
     return facts
 
 
 @pytest.mark.parametrize("i", range(len(COMPILES)))
 def test_compiles_for_sm90(i, sm90):
-    cfg, dt, beta = COMPILES[i]
+    cfg, dt, beta, stride = COMPILES[i]
     f = sm90[i]
     code = f["sass"]
     assert f["regs"] <= dwg.MAX_REGS
     spills = len(re.findall(r"\b(STL|LDL)\b", code))
-    assert spills == 0 or (beta and spills <= 32), (cfg, dt, beta, spills)
+    assert spills == 0 or (beta and spills <= 32), (cfg, dt, beta, stride, spills)
     assert code.count("UTMALDG.4D") == 3, "the row's three windows by TMA"
     # channels a multiple of 16 (specialized): a thread's 8 outputs in 16-byte stores
     stores = re.findall(r"STG\.E(?:\.\w+)*", code)
@@ -138,9 +172,9 @@ CASES = [  # (N, C, H, W, pad)
 ]
 
 
-def _ref(x, w, pad, flip):
+def _ref(x, w, pad, flip, stride=1):
     wt = w.double().flip((2, 3)) if flip else w.double()
-    return torch.nn.functional.conv2d(x.double(), wt, padding=pad, groups=x.shape[1])
+    return torch.nn.functional.conv2d(x.double(), wt, padding=pad, stride=stride, groups=x.shape[1])
 
 
 @pytest.mark.gpu
@@ -167,6 +201,66 @@ def test_gpu_against_float64(case, dtype):
             want = alpha * _ref(x, w, pad, flip) + beta * old.double()
             err = ((y.double() - want).abs().max() / want.abs().max()).item()
             assert err < tol, (cfg, alpha, beta, flip, err)
+
+
+S2_CASES = [  # (N, C, H, W, pad), stride 2: even widths
+    (2, 96, 112, 112, 1), (3, 144, 20, 28, 1), (2, 40, 14, 14, 0), (1, 200, 9, 12, 1), (2, 48, 11, 6, 2),
+    (3, 576, 14, 14, 1), (2, 24, 7, 2, 1),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("case", S2_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_gpu_stride2_against_float64(case, dtype):
+    """Stride 2 (the pair view): every offered config and a 5-row, 4-image one, NaN-poisoned
+    y, alpha/beta, the flip, a few programs (units looped)."""
+    need_hopper()
+    n, c, h, wd, pad = case
+    g = torch.Generator().manual_seed(hash(case) % 2**31)
+    x = torch.randn(n, c, h, wd, generator=g).to(dtype).cuda().contiguous(memory_format=torch.channels_last)
+    w = (torch.randn(c, 1, 3, 3, generator=g) / 3).to(dtype).cuda()
+    tol = 1e-2 if dtype == torch.bfloat16 else 1e-5
+    oh, ow = (h + 2 * pad - 3) // 2 + 1, (wd + 2 * pad - 3) // 2 + 1
+    assert dwg.why_not(x, w, torch.empty(n, c, oh, ow, dtype=dtype, device="cuda").contiguous(
+        memory_format=torch.channels_last), (2, 2), (1, 1)) is None
+    cfgs = dwg.configs(oh, ow, c, x.element_size()) + [dwg.config(8, 4, 32 if dtype == torch.float32 else 64, 5,
+                                                                   x.element_size())]
+    for cfg in cfgs:
+        for alpha, beta, flip, sms in ((1.0, 0.0, False, None), (0.5, 0.75, True, 3)):
+            old = torch.randn(n, c, oh, ow, generator=g).to(dtype).cuda().contiguous(memory_format=torch.channels_last)
+            y = old.clone()
+            if beta == 0:
+                y.fill_(float("nan"))
+            dwg.conv(x, w, y, (pad, pad), cfg, alpha, beta, flip, sms=sms, stride=2)
+            torch.cuda.synchronize()
+            want = alpha * _ref(x, w, pad, flip, stride=2) + beta * old.double()
+            err = ((y.double() - want).abs().max() / want.abs().max()).item()
+            assert err < tol, (cfg, alpha, beta, flip, err)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("p", [P(96, 96, (14, 20), 3, 2, 1, groups=96), P(144, 144, (9, 8), 3, 2, 1, groups=144),
+                               P(24, 24, (7, 6), 3, 2, 0, groups=24)], ids=lambda p: p["name"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_gpu_stride2_forced_through_the_api(p, dtype, rng, monkeypatch):
+    """Stride 2 through DIRECT with each offered config the only candidate (integer data:
+    exact against float64), both modes, alpha/beta; the Gluon walker ran."""
+    need_hopper()
+    from tridnn.cuda import common
+    launches = []
+    real = dwg.launch
+    monkeypatch.setattr(dwg, "launch", lambda *a, **k: (launches.append(1), real(*a, **k)))
+    isz = 4 if dtype == "float32" else 2
+    oh, ow = ((s + 2 * p["pad"][0] - 3) // 2 + 1 for s in p["spatial"])
+    for cfg in dwg.configs(oh, ow, p["C"], isz):
+        monkeypatch.setattr(type(DIRECT), "tuner", common.Tuner())
+        monkeypatch.setattr(conv_direct, "dw2d_candidates", lambda *a, _c=cfg, **k: [_c])
+        before = len(launches)
+        assert run_case("fwd", DIRECT, p, dtype, "NHWC", rng, n=3, device="cuda") is None
+        assert run_case("fwd", DIRECT, p, dtype, "NHWC", rng, n=3, device="cuda",
+                        mode=tridnn.ConvMode.CONVOLUTION, alpha=2.0, beta=0.5) is None
+        assert len(launches) == before + 2, cfg
 
 
 @pytest.mark.gpu

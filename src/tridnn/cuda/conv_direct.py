@@ -363,16 +363,20 @@ def fwd_dw3_candidates(device, k, gluon_shape=None):
     return rows + depthwise_taps_candidates(device, k) + tma + strip + gluon
 
 
-def dw2d_candidates(device, problem):
+def dw2d_candidates(device, problem, gluon_shape=None):
     """depthwise_taps_candidates, then (GPU, 3x3 stride 2 padding 1) the TMA row walker's
     phase-view configs (KIND "tma"), then (3x3 stride 2) conv_depthwise_strip's
-    prefetching row walker (KIND "strip")."""
+    prefetching row walker (KIND "strip"), then on Hopper the Gluon walker's pair-view
+    configs (KIND "gluon"; gluon_shape: gluon_dw3_shape's answer, else None)."""
     from . import conv_depthwise_strip, conv_depthwise_tma
     out = depthwise_taps_candidates(device, problem.k)
     if device.type == "cuda" and conv_depthwise_tma.s2_applies(problem):
         out += conv_depthwise_tma.fwd_configs(device, problem.k, stride=2)
     if conv_depthwise_strip.applies(problem) and geometry(problem).stride[1:] == (2, 2):
         out += [dict(c, KIND="strip") for c in conv_depthwise_strip.configs(device, problem.k, stride=2)]
+    if gluon_shape is not None:
+        from . import conv_depthwise_gluon
+        out += conv_depthwise_gluon.configs(gluon_shape[0], gluon_shape[1], problem.k, gluon_shape[2])
     return out
 
 
@@ -407,12 +411,12 @@ def gluon_dw3_shape_of(x, w, y, stride=(1, 1), dilation=(1, 1)):
     return y.shape[2], y.shape[3], y.element_size()
 
 
-def launch_gluon_or(x, w, y, pad, alpha, beta, spec, cfg, flip, fallback):
+def launch_gluon_or(x, w, y, pad, alpha, beta, spec, cfg, flip, fallback, stride=1):
     """conv_depthwise_gluon's walker when these tensors qualify (the tuner's key does not
     fix a call's strides and alignment), else ``fallback()``."""
     from . import conv_depthwise_gluon
-    if spec is None and conv_depthwise_gluon.why_not(x, w, y, (1, 1), (1, 1)) is None:
-        conv_depthwise_gluon.conv(x, w, y, pad, cfg, alpha, beta, flip)
+    if spec is None and conv_depthwise_gluon.why_not(x, w, y, (stride, stride), (1, 1)) is None:
+        conv_depthwise_gluon.conv(x, w, y, pad, cfg, alpha, beta, flip, stride=stride)
     else:
         fallback()
 
@@ -551,9 +555,14 @@ class DirectForward(TritonConvAlgorithm):
                     first = _configs(y.device, problem.k)[0]
                     launch_tma_or(x, w, out, nd, (2, 2), geo.pad[1:], a, b, spec, c, flip,
                                   lambda: launch_direct(problem, x, w, out, a, b, spec, first))
+                elif c["KIND"] == "gluon":  # offered at stride 2 (gluon_dw3_shape)
+                    first = _configs(y.device, problem.k)[0]
+                    launch_gluon_or(x, w, out, geo.pad[1:], a, b, spec, c, flip,
+                                    lambda: launch_direct(problem, x, w, out, a, b, spec, first), stride=geo.stride[1])
                 else:
                     launch_direct(problem, x, w, out, a, b, spec, c)
-            cfg = self.tuner.pick(key, lambda: dw2d_candidates(y.device, problem), run2, y, y.device)
+            shape = gluon_dw3_shape(problem, x, w, y, spec) if y.device.type == "cuda" else None
+            cfg = self.tuner.pick(key, lambda: dw2d_candidates(y.device, problem, shape), run2, y, y.device)
             run2(cfg, y, alpha, beta)
             return
         key = (problem_key(problem), spec is not None and spec.act_code, "fwd-direct")
