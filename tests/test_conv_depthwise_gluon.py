@@ -97,6 +97,44 @@ def test_x_view_windows_are_the_taps(stride, pad):
             assert torch.equal(got, want), (kw, q)
 
 
+def test_offered_last_for_stride_2_backward_data():
+    from tridnn.cuda import conv_depthwise_backward as bwd
+    from tridnn.cuda.geometry import geometry
+    cuda = types.SimpleNamespace(type="cuda", index=0)
+    geo = geometry(_problem(144, 56, stride=2))
+    plain = bwd.phase_data_candidates(cuda, geo)
+    assert plain == bwd.phase_configs(cuda, 144)
+    assert bwd.phase_data_candidates(cuda, geo, 2) == plain + dwg.configs(28, 28, 144, 2, data=True)
+    assert all(c["STAGES"] == 8 for c in dwg.configs(28, 28, 144, 2, data=True)), "two-tile slots: more stages"
+
+
+@pytest.mark.parametrize("why,change", [
+    ("stride-2 backward data", dict(stride=(1, 1))),
+    ("padding 1", dict(padding=(0, 0))),
+    ("dilation 1", dict(dilation=(2, 2))),
+    ("not the stride-2 output", dict(dy_hw=(4, 5))),
+    ("Hopper", {}),  # CPU tensors
+])
+def test_why_not_data(why, change):
+    dx = torch.zeros(2, 32, 9, 10).bfloat16().to(memory_format=torch.channels_last)
+    dy = torch.zeros(2, 32, *change.get("dy_hw", (5, 5))).bfloat16().to(memory_format=torch.channels_last)
+    w = torch.zeros(32, 1, 3, 3).bfloat16()
+    reason = dwg.why_not_data(dy, w, dx, change.get("stride", (2, 2)), change.get("padding", (1, 1)),
+                              change.get("dilation", (1, 1)))
+    assert reason and why in reason, reason
+
+
+def test_backward_data_not_offered_off_hopper_or_switched_off(monkeypatch):
+    from tridnn.cuda import conv_depthwise_backward as bwd
+    problem = _problem(32, 10, stride=2)
+    dx = torch.zeros(2, 32, 10, 10).bfloat16().to(memory_format=torch.channels_last)
+    dy = torch.zeros(2, 32, 5, 5).bfloat16().to(memory_format=torch.channels_last)
+    w = torch.zeros(32, 1, 3, 3).bfloat16()
+    assert "Hopper" in bwd.gluon_data_why_not(problem, dy, w, dx)
+    monkeypatch.setattr(dwg, "OFFERED", False)
+    assert "not offered" in bwd.gluon_data_why_not(problem, dy, w, dx)
+
+
 def test_not_offered_on_the_cpu_with_an_epilogue_or_switched_off(monkeypatch):
     problem = _problem(32, 8)
     x = torch.zeros(2, 32, 8, 8).bfloat16().to(memory_format=torch.channels_last)
@@ -135,34 +173,35 @@ def test_why_not(why, change):
 
 # -- CPU: offline sm_90 compiles ---------------------------------------------------------------
 MOBILENET_S2 = [(56, 56, 96), (28, 28, 144), (14, 14, 192), (7, 7, 576)]  # output sizes at stride 2
-COMPILES = [(cfg, dt, beta, stride) for dt, isz in (("bf16", 2), ("fp16", 2), ("fp32", 4))
-            for stride, layers in ((1, MOBILENET), (2, MOBILENET_S2))
+COMPILES = [(cfg, dt, beta, stride, data) for dt, isz in (("bf16", 2), ("fp16", 2), ("fp32", 4))
+            for stride, data, layers in ((1, False, MOBILENET), (2, False, MOBILENET_S2), (2, True, MOBILENET_S2))
             for cfg in {tuple(sorted(c.items())): c for oh, ow, c_ in layers
-                        for c in dwg.configs(oh, ow, c_, isz)}.values()
+                        for c in dwg.configs(oh, ow, c_, isz, data)}.values()
             for beta in (False, True) if stride == 1 or dt != "fp16"]
 
 
 @pytest.fixture(scope="module")
 def sm90():
     facts = compile_in_child([("tridnn.cuda.conv_depthwise_gluon", "compile_sm90", cfg,
-                               dict(dtype=dt, has_beta=b, stride=s)) for cfg, dt, b, s in COMPILES])
+                               dict(dtype=dt, has_beta=b, stride=s, data=d)) for cfg, dt, b, s, d in COMPILES])
     return facts
 
 
 @pytest.mark.parametrize("i", range(len(COMPILES)))
 def test_compiles_for_sm90(i, sm90):
-    cfg, dt, beta, stride = COMPILES[i]
+    cfg, dt, beta, stride, data = COMPILES[i]
     f = sm90[i]
     code = f["sass"]
     assert f["regs"] <= dwg.MAX_REGS
     spills = len(re.findall(r"\b(STL|LDL)\b", code))
     assert spills == 0 or (beta and spills <= 32), (cfg, dt, beta, stride, spills)
-    assert code.count("UTMALDG.4D") == 3, "the row's three windows by TMA"
+    assert code.count("UTMALDG.4D") == (2 if data else 3), "the row's windows by TMA"
     # channels a multiple of 16 (specialized): a thread's 8 outputs in 16-byte stores
     stores = re.findall(r"STG\.E(?:\.\w+)*", code)
     assert stores and set(stores) == {"STG.E.128"}, (dt, stores)
     assert "HGMMA" not in code and "LDS" in code
-    assert f["shared"] >= cfg["STAGES"] * 4 * cfg["NB"] * cfg["BWI"] * cfg["BC"] * (4 if dt == "fp32" else 2)
+    slot = 2 if data else 4
+    assert f["shared"] >= cfg["STAGES"] * slot * cfg["NB"] * cfg["BWI"] * cfg["BC"] * (4 if dt == "fp32" else 2)
 
 
 # -- GPU: against float64 ----------------------------------------------------------------------
@@ -237,6 +276,75 @@ def test_gpu_stride2_against_float64(case, dtype):
             want = alpha * _ref(x, w, pad, flip, stride=2) + beta * old.double()
             err = ((y.double() - want).abs().max() / want.abs().max()).item()
             assert err < tol, (cfg, alpha, beta, flip, err)
+
+
+DATA_CASES = [  # (N, C, H, W) of dx; stride 2, padding 1: odd and even sizes
+    (2, 96, 112, 112), (3, 144, 21, 28), (2, 40, 13, 15), (1, 200, 9, 12), (3, 576, 14, 14), (2, 24, 7, 2),
+    (2, 64, 1, 3),
+]
+
+
+def _ref_data(dy, w, hw, flip):
+    """The stride-2, padding-1 backward data of dy in float64 (torch's transposed conv)."""
+    wt = w.double().flip((2, 3)) if flip else w.double()
+    h, wd = hw
+    extra = (h + 2 - 3 - 2 * (dy.shape[2] - 1), wd + 2 - 3 - 2 * (dy.shape[3] - 1))
+    return torch.nn.functional.conv_transpose2d(dy.double(), wt, stride=2, padding=1, output_padding=extra,
+                                                groups=dy.shape[1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("case", DATA_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_gpu_stride2_data_against_float64(case, dtype):
+    """The DATA walk: every offered config and a 5-row, 4-image one, NaN-poisoned dx,
+    alpha/beta, the flip, a few programs."""
+    need_hopper()
+    n, c, h, wd = case
+    g = torch.Generator().manual_seed(hash(case) % 2**31)
+    oh, ow = (h + 1) // 2, (wd + 1) // 2
+    dy = torch.randn(n, c, oh, ow, generator=g).to(dtype).cuda().contiguous(memory_format=torch.channels_last)
+    w = (torch.randn(c, 1, 3, 3, generator=g) / 3).to(dtype).cuda()
+    tol = 1e-2 if dtype == torch.bfloat16 else 1e-5
+    cfgs = dwg.configs(oh, ow, c, dy.element_size(), data=True) + [
+        dwg.config(8, 4, 32 if dtype == torch.float32 else 64, 5, dy.element_size(), data=True)]
+    for cfg in cfgs:
+        for alpha, beta, flip, sms in ((1.0, 0.0, False, None), (0.5, 0.75, True, 3)):
+            old = torch.randn(n, c, h, wd, generator=g).to(dtype).cuda().contiguous(memory_format=torch.channels_last)
+            dx = old.clone()
+            assert dwg.why_not_data(dy, w, dx, (2, 2), (1, 1), (1, 1)) is None
+            if beta == 0:
+                dx.fill_(float("nan"))
+            dwg.conv_data(dy, w, dx, cfg, alpha, beta, flip, sms=sms)
+            torch.cuda.synchronize()
+            want = alpha * _ref_data(dy, w, (h, wd), flip) + beta * old.double()
+            err = ((dx.double() - want).abs().max() / want.abs().max()).item()
+            assert err < tol, (cfg, alpha, beta, flip, err)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("p", [P(96, 96, (14, 20), 3, 2, 1, groups=96), P(144, 144, (9, 7), 3, 2, 1, groups=144)],
+                         ids=lambda p: p["name"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_gpu_stride2_backward_data_forced_through_the_api(p, dtype, rng, monkeypatch):
+    """Stride-2 depthwise backward data (ALGO_1) with each DATA config the only candidate
+    (integer data: exact against float64), both modes, alpha/beta; the walker ran."""
+    need_hopper()
+    from tridnn.cuda import common, conv_depthwise_backward as bwd
+    launches = []
+    real = dwg.launch
+    monkeypatch.setattr(dwg, "launch", lambda *a, **k: (launches.append(1), real(*a, **k)))
+    algo = registry.by_enum("conv", "bwd_data", "triton", tridnn.ConvBwdDataAlgo.ALGO_1)
+    isz = 4 if dtype == "float32" else 2
+    oh, ow = ((s + 1) // 2 for s in p["spatial"])
+    for cfg in dwg.configs(oh, ow, p["C"], isz, data=True):
+        monkeypatch.setattr(bwd, "_data_tuner", common.Tuner())
+        monkeypatch.setattr(bwd, "phase_data_candidates", lambda *a, _c=cfg, **k: [_c])
+        before = len(launches)
+        assert run_case("bwd_data", algo, p, dtype, "NHWC", rng, n=3, device="cuda") is None
+        assert run_case("bwd_data", algo, p, dtype, "NHWC", rng, n=3, device="cuda",
+                        mode=tridnn.ConvMode.CONVOLUTION, alpha=2.0, beta=0.5) is None
+        assert len(launches) == before + 2, cfg
 
 
 @pytest.mark.gpu

@@ -21,6 +21,9 @@ ALGO_0/ALGO_1 route depthwise problems (1 input channel and at most
   layout, same finish, ATOMIC for ALGO_0.
 - backward data of a stride-1 3x3 layer with multiplier 1 is the forward row kernel of
   conv_direct (``dw3_rows_kernel``) on dy with the flipped filter and padding 2 - pad.
+- backward data at a stride > 1: ``dw_bwd_data_phase_kernel`` (one dx phase a program),
+  and for 3x3 stride 2 padding 1 on Hopper also conv_depthwise_gluon's DATA walk (dy rows
+  streamed by TMA; each makes two dx rows), both tuner candidates.
 """
 from __future__ import annotations
 
@@ -34,6 +37,11 @@ from . import conv_depthwise_tma, conv_depthwise_wgrad, conv_direct
 from .common import Tuner, cdiv, launch, next_pow2, sm_count, split_rows
 from .epilogue import store_tile
 from .geometry import geometry, needs_int64, strides5
+
+try:
+    from . import conv_depthwise_gluon
+except ImportError:  # a Triton without Gluon
+    conv_depthwise_gluon = None
 
 MAX_MULTIPLIER = 16
 
@@ -216,6 +224,25 @@ def phase_configs(device, c):
     return out
 
 
+def phase_data_candidates(device, geo, gluon_itemsize=None):
+    """Strided backward data: the phase kernel's configs (first: the reference), then, when
+    conv_depthwise_gluon's stride-2 walk takes the problem (gluon_itemsize: its data's
+    itemsize, else None), that walker's configs (KIND gluon)."""
+    out = phase_configs(device, geo.c)
+    if gluon_itemsize is not None:
+        out = out + conv_depthwise_gluon.configs(geo.out[1], geo.out[2], geo.c, gluon_itemsize, data=True)
+    return out
+
+
+def gluon_data_why_not(problem, dy, w, dx):
+    """conv_depthwise_gluon.why_not_data for this problem ("not offered" when switched off or
+    Triton has no Gluon), None when its stride-2 walk may run."""
+    if conv_depthwise_gluon is None or not conv_depthwise_gluon.OFFERED:
+        return "the Gluon depthwise walker is not offered (TRIDNN_GLUON_DW=0, or a Triton without Gluon)"
+    geo = geometry(problem)
+    return conv_depthwise_gluon.why_not_data(dy, w, dx, geo.stride[1:], geo.pad[1:], geo.dil[1:])
+
+
 def launch_phase(problem, dy, w, dx, alpha, beta, cfg):
     geo = geometry(problem)
     nd = problem.nd
@@ -286,9 +313,19 @@ def backward_data(problem, dy, w, dx, alpha, beta) -> None:
         run(cfg, dx, alpha, beta)
         return
     if phase_backward_applies(problem):
-        cfg = _data_tuner.pick((problem.key(), "dw-phase-bwd-data"), lambda: phase_configs(dx.device, geo.c),
-                               lambda c, out: launch_phase(problem, dy, w, out, 1.0, 0.0, c), dx, dx.device)
-        launch_phase(problem, dy, w, dx, alpha, beta, cfg)
+        def run_phase(c, out, a=1.0, b=0.0):
+            if c.get("KIND") == "gluon":  # when this call's tensors qualify, else the first phase config
+                if gluon_data_why_not(problem, dy, w, out) is None:
+                    conv_depthwise_gluon.conv_data(dy, w, out, c, a, b, flip=problem.mode == 0)
+                else:
+                    launch_phase(problem, dy, w, out, a, b, phase_configs(dx.device, geo.c)[0])
+            else:
+                launch_phase(problem, dy, w, out, a, b, c)
+        gluon = dx.device.type == "cuda" and gluon_data_why_not(problem, dy, w, dx) is None
+        cfg = _data_tuner.pick((problem.key(), "dw-phase-bwd-data"),
+                               lambda: phase_data_candidates(dx.device, geo, dy.element_size() if gluon else None),
+                               run_phase, dx, dx.device)
+        run_phase(cfg, dx, alpha, beta)
         return
     gpu = dx.device.type == "cuda"
     bp, bc = (64, 64) if gpu else (16, 16)

@@ -61,37 +61,43 @@ def _unit(u, STRIPS, C_BLOCKS, RUNS, BWI: gl.constexpr, BC: gl.constexpr, RUN: g
 
 
 @gluon.jit
-def _loader(x_desc, x_bufs, ready, empty, NUM_UNITS, STRIPS, C_BLOCKS, RUNS, PAD_H, COL0, COL1, COL2, CH0, CH1, CH2,
+def _loader(x_desc, x_bufs, ready, empty, NUM_UNITS, STRIPS, C_BLOCKS, RUNS, ROW0, COL0, COL1, COL2, CH0, CH1, CH2,
             BWI: gl.constexpr, BC: gl.constexpr, RUN: gl.constexpr, STAGES: gl.constexpr, NB: gl.constexpr,
-            STRIDE: gl.constexpr):
-    """Producer (one warp): per input row of a unit, wait for a free slot, then TMA the
-    row's three tap windows into it (slot s holds windows 4s, 4s+1, 4s+2). Tap kw's window
-    starts at column q0 + COLkw, channel c0 + CHkw of x's view (see prepare)."""
+            ROW_STEP: gl.constexpr, ROWS: gl.constexpr, WINDOWS: gl.constexpr):
+    """Producer (one warp): per input row of a unit (ROWS rows from row o0 * ROW_STEP +
+    ROW0), wait for a free slot, then TMA the row's WINDOWS (2 or 3) windows into it.
+    Window k starts at column q0 + COLk, channel c0 + CHk of x's view (see prepare)."""
+    SLOT: gl.constexpr = 4 if WINDOWS == 3 else 2  # tiles a slot (shared memory shapes are powers of 2)
     it = 0
     for u in range(gl.program_id(0), NUM_UNITS, gl.num_programs(0)):
         n, o0, q0, c0 = _unit(u, STRIPS, C_BLOCKS, RUNS, BWI, BC, RUN, NB)
-        row0 = o0 * STRIDE - PAD_H
-        for i in range((RUN - 1) * STRIDE + 3):
+        row0 = o0 * ROW_STEP + ROW0
+        for i in range(ROWS):
             s = it % STAGES
             mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
-            mbarrier.expect(ready.index(s), 3 * x_desc.block_type.nbytes)
+            mbarrier.expect(ready.index(s), WINDOWS * x_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(x_desc, [n, row0 + i, q0 + COL0, c0 + CH0], ready.index(s),
-                                            x_bufs.index(s * 4))
+                                            x_bufs.index(s * SLOT))
             tma.async_copy_global_to_shared(x_desc, [n, row0 + i, q0 + COL1, c0 + CH1], ready.index(s),
-                                            x_bufs.index(s * 4 + 1))
-            tma.async_copy_global_to_shared(x_desc, [n, row0 + i, q0 + COL2, c0 + CH2], ready.index(s),
-                                            x_bufs.index(s * 4 + 2))
+                                            x_bufs.index(s * SLOT + 1))
+            if WINDOWS == 3:
+                tma.async_copy_global_to_shared(x_desc, [n, row0 + i, q0 + COL2, c0 + CH2], ready.index(s),
+                                                x_bufs.index(s * SLOT + 2))
             it += 1
 
 
 @gluon.jit
-def _take(x_bufs, ready, empty, it, STAGES: gl.constexpr, layout: gl.constexpr):
-    """The next ring slot's three windows as float32 (the slot is freed), and it + 1."""
+def _take(x_bufs, ready, empty, it, STAGES: gl.constexpr, layout: gl.constexpr, WINDOWS: gl.constexpr = 3):
+    """The next ring slot's windows as float32 (the slot is freed), and it + 1 (two
+    windows: the third returned is the second again)."""
+    SLOT: gl.constexpr = 4 if WINDOWS == 3 else 2
     s = it % STAGES
     mbarrier.wait(ready.index(s), (it // STAGES) & 1)
-    xa = x_bufs.index(s * 4).load(layout).to(gl.float32)
-    xb = x_bufs.index(s * 4 + 1).load(layout).to(gl.float32)
-    xc = x_bufs.index(s * 4 + 2).load(layout).to(gl.float32)
+    xa = x_bufs.index(s * SLOT).load(layout).to(gl.float32)
+    xb = x_bufs.index(s * SLOT + 1).load(layout).to(gl.float32)
+    xc = xb
+    if WINDOWS == 3:
+        xc = x_bufs.index(s * SLOT + 2).load(layout).to(gl.float32)
     gl.thread_barrier()  # every warp has read the slot
     mbarrier.arrive(empty.index(s))
     return xa, xb, xc, it + 1
@@ -121,8 +127,10 @@ def _weight(w_ptr, chans, ok, ws_k, ws_h, ws_w, alpha, kh: gl.constexpr, kw: gl.
 def _consumer(y_ptr, w_ptr, x_bufs, ready, empty, alpha, beta, N, C, OH, OW, ys_n, ys_h, ys_w, ws_k, ws_h, ws_w,
               NUM_UNITS, STRIPS, C_BLOCKS, RUNS,
               BWI: gl.constexpr, BC: gl.constexpr, RUN: gl.constexpr, STAGES: gl.constexpr, NB: gl.constexpr,
-              WARPS: gl.constexpr, FLIP: gl.constexpr, HAS_BETA: gl.constexpr, STRIDE: gl.constexpr):
-    """The consumer warps: per unit, three rolling float32 row accumulators over its input rows."""
+              WARPS: gl.constexpr, FLIP: gl.constexpr, HAS_BETA: gl.constexpr, STRIDE: gl.constexpr,
+              DATA: gl.constexpr):
+    """The consumer warps: per unit, rolling float32 row accumulators over its input rows
+    (DATA: stride-2 backward data, x = dy, y = dx; the unit's columns are dx's column pairs)."""
     # 8 channels (16 bytes of 16-bit data) a thread; threads along channels, columns, then images
     TC: gl.constexpr = BC // 8
     TW: gl.constexpr = min(32 // TC, BWI)
@@ -148,13 +156,34 @@ def _consumer(y_ptr, w_ptr, x_bufs, ready, empty, alpha, beta, N, C, OH, OW, ys_
         w21 = _weight(w_ptr, chans, ok, ws_k, ws_h, ws_w, alpha, 2, 1, FLIP)
         w22 = _weight(w_ptr, chans, ok, ws_k, ws_h, ws_w, alpha, 2, 2, FLIP)
         imgs = n + gl.arange(0, NB, layout=img_l)
-        cols = q0 + gl.arange(0, BWI, layout=col_l)
+        if DATA:  # the even columns of the unit's pairs (the odd ones: one column on)
+            cols = 2 * (q0 + gl.arange(0, BWI, layout=col_l))
+        else:
+            cols = q0 + gl.arange(0, BWI, layout=col_l)
         imgs4 = gl.expand_dims(gl.expand_dims(gl.expand_dims(imgs, 1), 2), 3)
         cols4 = gl.expand_dims(gl.expand_dims(gl.expand_dims(cols, 0), 0), 3)
         chans4 = gl.expand_dims(gl.expand_dims(gl.expand_dims(chans, 0), 0), 0)
         keep = (imgs4 < N) & (cols4 < OW) & (chans4 < C)
         offs = imgs4.to(gl.int64) * ys_n + cols4.to(gl.int64) * ys_w + chans4
-        if STRIDE == 1:
+        if DATA:
+            # -- stride-2 backward data, padding 1: dy row m (windows a = dy[m, p], b = dy[m,
+            # p + 1]) gives dx row 2m by filter row 1 alone and dx row 2m - 1 by row 0, with
+            # dy row m - 1 by row 2 (carried); in each, dx column 2p = a w1, 2p + 1 = b w0 + a w2
+            keep_odd = (imgs4 < N) & (cols4 + 1 < OW) & (chans4 < C)
+            xa, xb, _, it = _take(x_bufs, ready, empty, it, STAGES, layout, 2)  # dy row o0 - 1
+            carry_e = xa * w21
+            carry_o = xb * w20 + xa * w22
+            for t in range(RUN):
+                row = 2 * (o0 + t)
+                xa, xb, _, it = _take(x_bufs, ready, empty, it, STAGES, layout, 2)
+                _store_row(y_ptr, offs, keep & (row >= 1), row - 1, OH, ys_h, carry_e + xa * w01, beta, HAS_BETA)
+                _store_row(y_ptr, offs + ys_w, keep_odd & (row >= 1), row - 1, OH, ys_h,
+                           carry_o + xb * w00 + xa * w02, beta, HAS_BETA)
+                _store_row(y_ptr, offs, keep, row, OH, ys_h, xa * w11, beta, HAS_BETA)
+                _store_row(y_ptr, offs + ys_w, keep_odd, row, OH, ys_h, xb * w10 + xa * w12, beta, HAS_BETA)
+                carry_e = xa * w21
+                carry_o = xb * w20 + xa * w22
+        elif STRIDE == 1:
             # -- walk the input rows r = o0 - 1 + i: row r finishes output row r - 1
             acc_a = gl.zeros([NB, 1, BWI, BC], gl.float32, layout)  # output row r - 1 (two filter rows in)
             acc_b = gl.zeros([NB, 1, BWI, BC], gl.float32, layout)  # output row r (one)
@@ -197,18 +226,25 @@ def dw3_gluon_fwd_kernel(
     COL0, COL1, COL2, CH0, CH1, CH2,
     BWI: gl.constexpr, BC: gl.constexpr, RUN: gl.constexpr, STAGES: gl.constexpr, NB: gl.constexpr,
     num_warps: gl.constexpr, FLIP: gl.constexpr = False, HAS_BETA: gl.constexpr = False, STRIDE: gl.constexpr = 1,
+    DATA: gl.constexpr = False,
 ):
-    """y = alpha * depthwise_conv3x3(x, w) (+ beta * y), persistent and warp-specialized."""
-    # a slot's three windows take 4 tiles of the ring (shared memory shapes are powers of 2)
-    x_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES * 4] + x_desc.block_type.shape, x_desc.layout)
+    """y = alpha * depthwise_conv3x3(x, w) (+ beta * y), persistent and warp-specialized;
+    DATA: dx = alpha * the stride-2 backward data of dy = x (+ beta * dx)."""
+    # a unit's input rows, their windows a row, and a slot's tiles (a power of 2: shared
+    # memory shapes are); DATA: dy rows o0 - 1 .. o0 + RUN - 1, windows at pairs p and p + 1
+    ROWS: gl.constexpr = RUN + 1 if DATA else (RUN - 1) * STRIDE + 3
+    ROW_STEP: gl.constexpr = 1 if DATA else STRIDE
+    WINDOWS: gl.constexpr = 2 if DATA else 3
+    SLOT: gl.constexpr = 2 if DATA else 4
+    x_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES * SLOT] + x_desc.block_type.shape, x_desc.layout)
     ready, empty = gluon_common.ring_barriers(STAGES)
     fence_async_shared()
     gl.warp_specialize([
         (_consumer, (y_ptr, w_ptr, x_bufs, ready, empty, alpha, beta, N, C, OH, OW, ys_n, ys_h, ys_w,
                      ws_k, ws_h, ws_w, NUM_UNITS, STRIPS, C_BLOCKS, RUNS,
-                     BWI, BC, RUN, STAGES, NB, num_warps, FLIP, HAS_BETA, STRIDE)),
-        (_loader, (x_desc, x_bufs, ready, empty, NUM_UNITS, STRIPS, C_BLOCKS, RUNS, PAD_H,
-                   COL0, COL1, COL2, CH0, CH1, CH2, BWI, BC, RUN, STAGES, NB, STRIDE)),
+                     BWI, BC, RUN, STAGES, NB, num_warps, FLIP, HAS_BETA, STRIDE, DATA)),
+        (_loader, (x_desc, x_bufs, ready, empty, NUM_UNITS, STRIPS, C_BLOCKS, RUNS, -PAD_H,
+                   COL0, COL1, COL2, CH0, CH1, CH2, BWI, BC, RUN, STAGES, NB, ROW_STEP, ROWS, WINDOWS)),
     ], [1], [40])
 
 
@@ -221,21 +257,22 @@ PER_SM = 2
 MAX_REGS = 128
 
 
-def config(bwi, nb, bc, run, itemsize=2):
+def config(bwi, nb, bc, run, itemsize=2, data=False):
     """A unit of nb images x run rows x bwi columns x bc channels, with as many ring stages
-    (up to 8) as fit RING_BYTES (a stage: 4 tiles of nb x bwi x bc)."""
-    stage = 4 * nb * bwi * bc * itemsize
+    (up to 8) as fit RING_BYTES (a stage: 4 tiles of nb x bwi x bc; data: 2)."""
+    stage = (2 if data else 4) * nb * bwi * bc * itemsize
     return dict(BWI=bwi, NB=nb, BC=bc, RUN=run, STAGES=max(2, min(8, RING_BYTES // stage)), num_warps=4,
                 KIND="gluon")
 
 
-def configs(out_h, out_w, c, itemsize=2) -> list:
+def configs(out_h, out_w, c, itemsize=2, data=False) -> list:
     """Two candidates per layer shape, from the H200 probe's best: 32 or 64 columns a unit on
     wide images, 16 (2 images) at 14 to 28, 8 (2-4 images) below; BC 32 when the channels are
     that few (or float32), else 64. Every unit is at most 16 values a consumer thread: 128
     registers hold them with the nine weights of its 8 channels (sm_90: no spills; 32 values
     spilled 50 registers, and beta != 0 adds a few spills at 16; float32 at most 8 of
-    them wide-image units, whose beta variant spilled 58 at 16)."""
+    them wide-image units, whose beta variant spilled 58 at 16). data: stride-2 backward
+    data (out_h, out_w: dy's rows and columns; a unit's columns are dx's column pairs)."""
     bc = 32 if c <= 32 or itemsize == 4 else 64
     run = min(out_h, 28)
     if out_w >= 56:
@@ -244,7 +281,7 @@ def configs(out_h, out_w, c, itemsize=2) -> list:
         shapes = [(32, 1), (16, 2)] if out_w >= 28 else [(16, 2), (8, 4)]
     else:
         shapes = [(8, 4), (8, 2)]
-    return [config(bwi, nb, bc, run, itemsize) for bwi, nb in shapes]
+    return [config(bwi, nb, bc, run, itemsize, data) for bwi, nb in shapes]
 
 
 def _nhwc(t):
@@ -281,6 +318,18 @@ def why_not(x, w, y, stride, dilation) -> str | None:
     return None
 
 
+def why_not_data(dy, w, dx, stride, padding, dilation) -> str | None:
+    """None when the kernel's DATA walk can compute dx = the backward data of dy here:
+    2-D depthwise 3x3 at stride 2, padding 1, dilation 1 (dy's rows and columns then
+    ceil(dx's / 2)); the same dtypes, layouts and GPU as the forward (why_not)."""
+    if tuple(stride) != (2, 2) or tuple(padding) != (1, 1) or tuple(dilation) != (1, 1):
+        return (f"stride-2 backward data with padding 1 and dilation 1 only, not stride {tuple(stride)}, "
+                f"padding {tuple(padding)}, dilation {tuple(dilation)}")
+    if dy.dim() == 4 and dx.dim() == 4 and tuple(dy.shape[2:]) != tuple((s + 1) // 2 for s in dx.shape[2:]):
+        return f"dy {tuple(dy.shape)} is not the stride-2 output of dx {tuple(dx.shape)}"
+    return why_not(dy, w, dx, (1, 1), (1, 1))
+
+
 def x_view(shape, strides, pad_w, stride):
     """(view shape, view strides, COL, CH) of x = [N, H, W, C] for the kernel: where tap kw's
     window starts (column COL[kw], channel CH[kw] of the view, relative to a unit's first
@@ -313,6 +362,31 @@ def prepare(x, w, y, padding, cfg, alpha=1.0, beta=0.0, flip=False, sms=None, st
     return grid, args, meta
 
 
+def prepare_data(dy, w, dx, cfg, alpha=1.0, beta=0.0, flip=False, sms=None):
+    """(grid, args, meta) of dx = alpha * the stride-2, padding-1 backward data of dy + beta * dx
+    (see why_not_data): units over dy's row steps 0 .. H // 2 and dx's column pairs."""
+    from .gluon_common import descriptor
+    (n, oh, ow, c), dys = _nhwc(dy)
+    (_, h, wd, _), dxs = _nhwc(dx)
+    bwi, nb, bc, run = cfg["BWI"], cfg["NB"], cfg["BC"], cfg["RUN"]
+    dy_desc = descriptor(dy, (n, oh, ow, c), dys, [nb, 1, bwi, bc], make_layout=_plain_layout)
+    strips, c_blocks, runs = triton.cdiv(triton.cdiv(wd, 2), bwi), triton.cdiv(c, bc), triton.cdiv(h // 2 + 1, run)
+    units = triton.cdiv(n, nb) * strips * c_blocks * runs
+    grid = (max(1, min(units, (sms or sm_count(dy.device)) * PER_SM)),)
+    args = (dy_desc, dx, w, float(alpha), float(beta), n, c, h, wd, dxs[0], dxs[1], dxs[2],
+            w.stride(0), w.stride(2), w.stride(3), units, strips, c_blocks, runs, 1, 0, 1, 0, 0, 0, 0)
+    meta = dict(BWI=bwi, BC=bc, RUN=run, STAGES=cfg["STAGES"], NB=nb, num_warps=cfg["num_warps"],
+                FLIP=bool(flip), HAS_BETA=beta != 0, STRIDE=2, DATA=True)
+    return grid, args, meta
+
+
+def conv_data(dy, w, dx, cfg, alpha=1.0, beta=0.0, flip=False, sms=None):
+    """dx = alpha * the stride-2 backward data of dy (3x3 depthwise, padding 1) + beta * dx
+    (GPU only; see why_not_data). flip: the filter is turned (CONVOLUTION mode)."""
+    launch(*prepare_data(dy, w, dx, cfg, alpha, beta, flip, sms))
+    return dx
+
+
 def _plain_layout(block, dtype):
     """Unswizzled TMA boxes: a thread reads 16-byte runs of channels, whole pixels a warp."""
     return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=dtype.primitive_bitwidth, rank=len(block))
@@ -331,17 +405,17 @@ def conv(x, w, y, padding, cfg, alpha=1.0, beta=0.0, flip=False, sms=None, strid
     return y
 
 
-def compile_sm90(cfg, dtype="bf16", has_beta=False, stride=1):
+def compile_sm90(cfg, dtype="bf16", has_beta=False, stride=1, data=False):
     """The kernel for a config compiled for sm_90 without a GPU (CompiledKernel)."""
     gdt = {"bf16": gl.bfloat16, "fp16": gl.float16, "fp32": gl.float32}[dtype]
     block = [cfg["NB"], 1, cfg["BWI"], cfg["BC"]]
     desc = f"tensordesc<{dtype}[{', '.join(map(str, block))}],{_plain_layout(block, gdt)!r}>"
     types = {"x_desc": desc, "y_ptr": "*" + dtype, "w_ptr": "*" + dtype, "alpha": "fp32", "beta": "fp32"}
     consts = dict(BWI=cfg["BWI"], BC=cfg["BC"], RUN=cfg["RUN"], STAGES=cfg["STAGES"], NB=cfg["NB"],
-                  num_warps=cfg["num_warps"], FLIP=False, HAS_BETA=has_beta, STRIDE=stride)
+                  num_warps=cfg["num_warps"], FLIP=False, HAS_BETA=has_beta, STRIDE=2 if data else stride, DATA=data)
     return _compile_sm90(dw3_gluon_fwd_kernel, types, consts, cfg["num_warps"], maxnreg=MAX_REGS,
                          pointers=("y_ptr", "w_ptr", "C", "ys_n", "ys_h", "ys_w"))  # (as a layer with C % 16 == 0)
 
 
-__all__ = ["dw3_gluon_fwd_kernel", "configs", "config", "why_not", "prepare", "launch", "conv", "compile_sm90",
-           "OFFERED"]
+__all__ = ["dw3_gluon_fwd_kernel", "configs", "config", "why_not", "why_not_data", "x_view", "prepare",
+           "prepare_data", "launch", "conv", "conv_data", "compile_sm90", "OFFERED"]
