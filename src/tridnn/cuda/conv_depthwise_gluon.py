@@ -358,7 +358,7 @@ def prepare(x, w, y, padding, cfg, alpha=1.0, beta=0.0, flip=False, sms=None, st
     args = (x_desc, y, w, float(alpha), float(beta), n, c, oh, ow, ys[0], ys[1], ys[2],
             w.stride(0), w.stride(2), w.stride(3), units, strips, c_blocks, runs, padding[0], *col, *ch)
     meta = dict(BWI=bwi, BC=bc, RUN=run, STAGES=cfg["STAGES"], NB=nb, num_warps=cfg["num_warps"],
-                FLIP=bool(flip), HAS_BETA=beta != 0, STRIDE=stride)
+                FLIP=bool(flip), HAS_BETA=beta != 0, STRIDE=stride, DATA=False)
     return grid, args, meta
 
 
