@@ -135,6 +135,28 @@ def test_backward_data_not_offered_off_hopper_or_switched_off(monkeypatch):
     assert "not offered" in bwd.gluon_data_why_not(problem, dy, w, dx)
 
 
+@pytest.mark.parametrize("kind", ["stride1", "stride2", "data"])
+def test_launch_arguments_fill_the_signature(kind):
+    """prepare / prepare_data give every runtime argument and every constexpr the GPU launch
+    passes in signature order (gluon_common.constexpr_tail); a missing one (DATA) failed
+    only on the H100."""
+    from tridnn.cuda import gluon_common
+    x = torch.zeros(2, 32, 8, 8).bfloat16().to(memory_format=torch.channels_last)
+    w = torch.zeros(32, 1, 3, 3).bfloat16()
+    cfg = dwg.configs(8, 8, 32)[0]
+    if kind == "data":
+        dx = torch.zeros(2, 32, 16, 15).bfloat16().to(memory_format=torch.channels_last)
+        grid, args, meta = dwg.prepare_data(x, w, dx, cfg, sms=1)
+    else:
+        stride = 2 if kind == "stride2" else 1
+        y = torch.zeros(2, 32, 8 // stride, 8 // stride).bfloat16().to(memory_format=torch.channels_last)
+        grid, args, meta = dwg.prepare(x, w, y, (1, 1), cfg, sms=1, stride=stride)
+    tail = gluon_common.constexpr_tail(dwg.dw3_gluon_fwd_kernel, meta)
+    assert len(args) + len(tail) == len(dwg.dw3_gluon_fwd_kernel.arg_names)
+    assert meta["DATA"] == (kind == "data") and meta["STRIDE"] == (1 if kind == "stride1" else 2)
+    assert grid[0] >= 1
+
+
 def test_not_offered_on_the_cpu_with_an_epilogue_or_switched_off(monkeypatch):
     problem = _problem(32, 8)
     x = torch.zeros(2, 32, 8, 8).bfloat16().to(memory_format=torch.channels_last)

@@ -101,3 +101,34 @@ def test_gpu_tiles_compile_for_sm90_without_spills(prec, conj_a, conj_b):
     assert "STG" in facts["sass"]
     spills = len(re.findall(r"\b(STL|LDL)\b", facts["sass"]))
     assert spills == 0, (spills, facts["regs"])
+
+
+@pytest.mark.parametrize("math,dtype,want", [
+    ("TENSOR_OP", "FLOAT", "tf32x3"), ("TENSOR_OP_ALLOW_CONVERSION", "FLOAT", "tf32x3"), ("DEFAULT", "FLOAT", "tf32x3"),
+    ("FMA", "FLOAT", "ieee"), ("TENSOR_OP", "HALF", "ieee")])
+def test_fft_methods_never_contract_in_plain_tf32(math, dtype, want):
+    """On the H100, tf32 spectral products erred 3e-4 to 9e-4 relative (fuzz, 2026-12-05):
+    the FFT methods keep float32's tolerance under every math type."""
+    import tridnn
+    from tridnn.cuda import conv_fft
+    from test_cuda_conv import P, nhwc_problem
+    for direction in ("fwd", "bwd_data", "bwd_filter"):
+        problem = nhwc_problem(direction, P(8, 8, (9, 9), 3, 1, 1), dtype=getattr(tridnn.DataType, dtype),
+                               math=getattr(tridnn.MathType, math))
+        assert conv_fft.spectral_precision(problem) == want
+        assert conv_fft.fft_estimate(problem) > 0  # every precision it returns has a rate
+
+
+def test_fft_contraction_takes_the_spectral_precision(monkeypatch, rng):
+    """FFT forward and backward filter under TENSOR_OP hand tf32x3 to the spectral GEMM."""
+    import tridnn
+    from tridnn.algorithms import registry
+    from test_cuda_conv import P, run_case
+    seen = []
+    real = spectral_gemm.contract
+    monkeypatch.setattr(spectral_gemm, "contract", lambda *a, **k: (seen.append(a[3]), real(*a, **k))[1])
+    p = P(4, 4, (6, 5), 3, 1, 1)
+    for direction, enum in (("fwd", tridnn.ConvFwdAlgo.FFT), ("bwd_filter", tridnn.ConvBwdFilterAlgo.FFT)):
+        algo = registry.by_enum("conv", direction, "triton", enum)
+        assert run_case(direction, algo, p, "float32", "NHWC", rng, math=tridnn.MathType.TENSOR_OP) is None
+    assert seen and set(seen) == {"tf32x3"}, seen

@@ -31,9 +31,8 @@ from ..workspace import Buffer
 from . import spectral_gemm
 from .common import TritonConvAlgorithm
 from .conv_fft import (by_frequency, fft_estimate, fft_lengths, filter_by_frequency, input_spectrum, planes_first,
-                       spectrum)
+                       spectral_precision, spectrum)
 from .conv_fft_tiling import tile_major, tile_size, tiled_input_spectrum, why_not_tiled
-from .geometry import input_precision
 
 
 def reduce_and_finish(problem, workspace, lengths, dw, alpha, beta) -> None:
@@ -46,7 +45,7 @@ def reduce_and_finish(problem, workspace, lengths, dw, alpha, beta) -> None:
     g = problem.groups
     # DW[f, g][k, c] = sum_i conj(DY[f, g][i, k]) X[f, g][i, c]
     spectral_gemm.contract(by_frequency(workspace["DY"], nd, g).transpose(2, 3), by_frequency(workspace["X"], nd, g),
-                           filter_by_frequency(workspace["DW"], nd, g), input_precision(problem), conj_a=True)
+                           filter_by_frequency(workspace["DW"], nd, g), spectral_precision(problem), conj_a=True)
     corr = planes_first(workspace["corr"], nd)
     torch.fft.irfftn(torch.view_as_complex(planes_first(workspace["DW"], nd)), s=lengths, dim=dims, out=corr)
     taps = corr[(slice(None), slice(None)) + tuple(slice(0, (kk - 1) * d + 1, d) for kk, d in

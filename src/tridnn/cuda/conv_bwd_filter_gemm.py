@@ -20,7 +20,7 @@ from ..types import ConvBwdFilterAlgo
 from ..workspace import Buffer
 from . import batched_gemm
 from .common import TritonConvAlgorithm, Tuner, cdiv, reduction_slices
-from .conv_bwd_filter_implicit_gemm import STRICT_FLOAT32_EFFICIENCY, finish, strict_float32
+from .conv_bwd_filter_implicit_gemm import finish, float32_efficiency
 from .conv_gemm import im2col, padded_row
 from .conv_implicit_gemm import gemm_estimate
 from .geometry import geometry, input_precision
@@ -54,8 +54,8 @@ class GemmBackwardFilter(TritonConvAlgorithm):
         byte = problem.dtype.itemsize
         col = geo.groups * geo.out_pixels * padded_row(geo)
         moved = 2 * problem.y.size * byte + 2 * slices(problem) * geo.k * geo.taps * geo.cg * 4
-        efficiency = 0.8 * (STRICT_FLOAT32_EFFICIENCY if strict_float32(problem) else 1.0)
-        return gemm_estimate(problem, efficiency=efficiency) + 2 * col * byte / 1.2e12 + moved / 3.0e12 + 6e-6
+        matmuls = gemm_estimate(problem, efficiency=0.8 * float32_efficiency(problem))
+        return matmuls + 2 * col * byte / 1.2e12 + moved / 3.0e12 + 6e-6
 
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, dw, dy = tensors["x"], tensors["w"], tensors["y"]

@@ -387,9 +387,7 @@ class _WgradBase(TritonConvAlgorithm):
             copy = problem.x.size * (1 + pad / geo.c) * problem.dtype.itemsize
             return problem.flops * pad / geo.c / 55e12 + copy / 3e12 + 6e-6
         efficiency = 0.8 if self.atomic else 0.85
-        if strict_float32(problem):
-            efficiency *= STRICT_FLOAT32_EFFICIENCY
-        return gemm_estimate(problem, efficiency=efficiency)
+        return gemm_estimate(problem, efficiency=efficiency * float32_efficiency(problem))
 
     def _launch(self, problem, x, dy, dw, part, alpha, beta, cfg):
         geo = geometry(problem)
@@ -485,6 +483,21 @@ class _WgradBase(TritonConvAlgorithm):
 # pointer kernel measured 486-650 us on res2-4_3x3 at batch 64 (H100, session 15), 23-30
 # TFLOP/s; ALGO_3's matmuls res4_3x3 830 us against 636 estimated
 STRICT_FLOAT32_EFFICIENCY = 0.75
+# float32 under DEFAULT math (tf32x3: three tf32 products a multiply) ran no faster than the
+# FMA kernel: ALGO_0 / ALGO_1 res3_3x3 639 / 504 us and res5_3x3 534 / 669 us at batch 64
+# (H100, 2026-12-05, step fft_bench), ~25-30 TFLOP/s where gemm_estimate's 100 TFLOP/s said
+# 179-190 us, so get picked ALGO_1 over WINOGRAD_NONFUSED (292 / 207 us) there
+TF32X3_EFFICIENCY = 0.3
+
+
+def float32_efficiency(problem) -> float:
+    """The factor on gemm_estimate's rate that float32 backward-filter GEMMs (ALGO_0/1, ALGO_3)
+    measured: STRICT_FLOAT32_EFFICIENCY under FMA math, TF32X3_EFFICIENCY under DEFAULT."""
+    if strict_float32(problem):
+        return STRICT_FLOAT32_EFFICIENCY
+    if problem.dtype.itemsize == 4 and input_precision(problem) == "tf32x3":
+        return TF32X3_EFFICIENCY
+    return 1.0
 
 
 def strict_float32(problem) -> bool:
