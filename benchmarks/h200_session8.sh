@@ -67,6 +67,8 @@
 #   fft_bench      every algorithm on res3_3x3 and res5_3x3, float32 strict/DEFAULT backward data and filter,
 #                  and the dilated aspp_d12 backward filter (the spectral GEMM's FFT against the rest)
 #   new_algos      every algorithm (find's view) on the 3x3 stride-1 layers, backward data and filter, bf16
+#   dw_wgrad_tests conv_depthwise_gluon_wgrad (the Gluon depthwise filter-gradient walker) on the GPU
+#   dw_wgrad       the MobileNetV2 depthwise backward filter suite alone
 #   conv1          conv1 alone: forward, backward data, fused and backward filter with the blocks'
 #                  backward filter on, then backward filter with it off
 set -u
@@ -154,6 +156,8 @@ step() {
     dw_fwd) suite dw_fwd "${SUITE_S:-190}" dw-fwd ;;
     dw_dgrad) suite dw_dgrad "${SUITE_S:-190}" dw-bwd_data ;;
     dw_gluon_tests) gpu_tests "${TESTS_S:-150}" dw_gluon_tests tests/test_conv_depthwise_gluon.py ;;
+    dw_wgrad_tests) gpu_tests "${TESTS_S:-150}" dw_wgrad_tests tests/test_conv_depthwise_gluon_wgrad.py ;;
+    dw_wgrad) suite dw_wgrad "${SUITE_S:-190}" dw-bwd_filter ;;
     dilated) suite dilated "${SUITE_S:-190}" dil-fwd,dil-bwd_data,dil-bwd_filter ;;
     wino_profile) timeout 120 python3 benchmarks/profile_gpu_conv_kernels.py --suite resnet50 --direction fwd --dtype float32 --math FMA --layers res3_3x3,res4_3x3,res5_3x3 --calls 10 > "$R/wino_profile.log" 2>&1
                   echo "wino_profile rc=$?"; cut -c1-150 "$R/wino_profile.log" | tail -60 ;;

@@ -39,9 +39,9 @@ from .epilogue import store_tile
 from .geometry import geometry, needs_int64, strides5
 
 try:
-    from . import conv_depthwise_gluon
+    from . import conv_depthwise_gluon, conv_depthwise_gluon_wgrad
 except ImportError:  # a Triton without Gluon
-    conv_depthwise_gluon = None
+    conv_depthwise_gluon = conv_depthwise_gluon_wgrad = None
 
 MAX_MULTIPLIER = 16
 
@@ -458,14 +458,29 @@ def wgrad3_candidates(problem, device, slices, atomic, cap):
     programs of 4 warps per SM (ALGO_0 asked for 4 x SMs programs in all), too few loads
     in flight; the others run 4, 8 or 16 programs per SM (ALGO_1: up to ``cap`` slices,
     the partial buffer's; 64 today), 8 elements per thread, and FLAT tiles (pixel runs
-    across rows: no masked columns at OW = 7, 14, 28 against BW = 16-32). Last, the row
-    walker of conv_depthwise_wgrad (KIND rows: multiplier 1, stride 1 or 2)."""
+    across rows: no masked columns at OW = 7, 14, 28 against BW = 16-32). Then the row
+    walker of conv_depthwise_wgrad (KIND rows: multiplier 1, stride 1 or 2); last, on
+    Hopper, the Gluon walker's (KIND gluon, gluon_wgrad_candidates)."""
     first = dict(_wgrad3_config(problem, device, None if atomic else slices), slices=slices)
     if device.type != "cuda":
         return [first, dict(first, FLAT=True)]
     walkers = conv_depthwise_wgrad.candidates(problem, device, cap, sm_count(device)) if walker_pays(problem) else []
     return (_pointer_wgrad3_candidates(problem, device, first, cap) + tma_wgrad_candidates(problem, device, cap)
-            + walkers)
+            + walkers + gluon_wgrad_candidates(problem, device, cap))
+
+
+def gluon_wgrad_candidates(problem, device, cap):
+    """conv_depthwise_gluon_wgrad's configs (KIND gluon), each with its slot count, for a
+    stride-1 undilated 3x3 depthwise problem (multiplier 1) on a Hopper GPU, when offered
+    (TRIDNN_GLUON_DW=0 withdraws them); run where x's and dy's layouts allow TMA."""
+    geo = geometry(problem)
+    if (conv_depthwise_gluon_wgrad is None or not conv_depthwise_gluon_wgrad.OFFERED or device.type != "cuda"
+            or not torch.cuda.is_available() or torch.cuda.get_device_capability(device)[0] != 9 or geo.k != geo.c
+            or geo.stride[1:] != (1, 1) or geo.dil[1:] != (1, 1) or geo.ker[1:] != (3, 3)):
+        return []
+    return [dict(cfg, slices=conv_depthwise_gluon_wgrad.plan_slots(geo.n, geo.out[1], geo.out[2], geo.c, cfg, cap,
+                                                                    sm_count(device)))
+            for cfg in conv_depthwise_gluon_wgrad.configs(geo.out[1], geo.out[2], geo.c, problem.dtype.itemsize)]
 
 
 WALKER_MIN_CHANNELS = 64
@@ -552,6 +567,11 @@ def _launch_wgrad3(problem, x, dy, part, slices, atomic, cfg, cap=65535):
             return conv_depthwise_tma.launch_wgrad(problem, x, dy, part, atomic, cfg, cap)
         cfg = _wgrad3_config(problem, x.device, None if atomic else slices)
     geo = geometry(problem)
+    if cfg.get("KIND") == "gluon":
+        if problem.nd == 2 and conv_depthwise_gluon_wgrad.why_not(x, dy, geo.stride[1:], geo.pad[1:],
+                                                                  geo.dil[1:]) is None:
+            return conv_depthwise_gluon_wgrad.launch(x, dy, part, geo.pad[1:], cfg, 65535 if atomic else cap, atomic)
+        cfg = _wgrad3_config(problem, x.device, None if atomic else slices)
     nd = problem.nd
     rows = geo.n * geo.out[0] * geo.out[1]
     per = cdiv(rows, slices)
