@@ -69,6 +69,8 @@
 #   new_algos      every algorithm (find's view) on the 3x3 stride-1 layers, backward data and filter, bf16
 #   dw_wgrad_tests conv_depthwise_gluon_wgrad (the Gluon depthwise filter-gradient walker) on the GPU
 #   dw_wgrad       the MobileNetV2 depthwise backward filter suite alone
+#   dw_wgrad_sweep sweep_depthwise_wgrad.py on the stride-1 layers: the Gluon walker's configs alone against the
+#                  row walker's, the tuner's pick and cuDNN (SWEEP_S seconds)
 #   conv1          conv1 alone: forward, backward data, fused and backward filter with the blocks'
 #                  backward filter on, then backward filter with it off
 set -u
@@ -158,6 +160,11 @@ step() {
     dw_gluon_tests) gpu_tests "${TESTS_S:-150}" dw_gluon_tests tests/test_conv_depthwise_gluon.py ;;
     dw_wgrad_tests) gpu_tests "${TESTS_S:-150}" dw_wgrad_tests tests/test_conv_depthwise_gluon_wgrad.py ;;
     dw_wgrad) suite dw_wgrad "${SUITE_S:-190}" dw-bwd_filter ;;
+    dw_wgrad_sweep) timeout "${SWEEP_S:-200}" python3 benchmarks/sweep_depthwise_wgrad.py --out "$R/dw_wgrad_sweep" \
+                        --layers dw32_112,dw144_56,dw192_28,dw384_14,dw576_14,dw960_7 --budget-s $(( ${SWEEP_S:-200} - 40 )) \
+                        > "$R/dw_wgrad_sweep.log" 2>&1
+                    echo "dw_wgrad_sweep rc=$?"; sed -n '/^layer  *floor/,$p' "$R/dw_wgrad_sweep.log" | cut -c1-160
+                    grep -E "^dw[0-9_]+ +(gluon|cuDNN)" "$R/dw_wgrad_sweep.log" | cut -c1-110 ;;
     dilated) suite dilated "${SUITE_S:-190}" dil-fwd,dil-bwd_data,dil-bwd_filter ;;
     wino_profile) timeout 120 python3 benchmarks/profile_gpu_conv_kernels.py --suite resnet50 --direction fwd --dtype float32 --math FMA --layers res3_3x3,res4_3x3,res5_3x3 --calls 10 > "$R/wino_profile.log" 2>&1
                   echo "wino_profile rc=$?"; cut -c1-150 "$R/wino_profile.log" | tail -60 ;;

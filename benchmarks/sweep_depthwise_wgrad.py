@@ -11,7 +11,8 @@ F.conv2d with groups = C, channels_last, cudnn.benchmark on); backward filter AL
 through the public API tuned over today's candidates (the walker's taken out: "tuner
 today") and over all of them ("tuner + rows", the config it picks in the label); and
 every walker config launched directly, its partial slots summed by ALGO_1's own finish
-kernel (wgrad_finish) in the timed call. Each result is checked against torch in
+kernel (wgrad_finish) in the timed call; on Hopper also the Gluon walker's configs
+(cuda/conv_depthwise_gluon_wgrad.py, "gluon ..." rows, stride-1 layers), launched the same way. Each result is checked against torch in
 float32 first: err = max |got - ref| / max |ref|. Times are CUDA-graph medians; TB/s
 counts the minimal bytes (x + dy read once, dw written once); floor = those bytes at
 4.27 TB/s. The table ends with the geometric means of tridnn / cuDNN.
@@ -122,6 +123,17 @@ def prepare(handle, name, n, dtype, dev, dry):
         used = W.launch_rows(problem, x, dy, part, False, c, cap)
         IG._WgradBase._finish(problem, part, dw, used, 1.0, 0.0)
     variants = [(label(c), lambda c=c: run(c)) for c in _REAL_CANDIDATES(problem, x.device, cap)]
+    if not dry and D.conv_depthwise_gluon_wgrad is not None and torch.cuda.get_device_capability()[0] == 9 \
+            and tuple(p["stride"]) == (1, 1):
+        G = D.conv_depthwise_gluon_wgrad
+
+        def run_gluon(c):
+            used = G.launch(x, dy, part, p["pad"], c, cap)
+            IG._WgradBase._finish(problem, part, dw, used, 1.0, 0.0)
+        spatial = [s + 2 * q - 2 for s, q in zip(p["spatial"], p["pad"])]
+        for c in G.configs(*spatial, p["C"], x.element_size()):
+            variants.append((f"gluon BWI{c['BWI']} NB{c['NB']} BC{c['BC']} RUN{c['RUN']} S{c['STAGES']}",
+                             lambda c=c: run_gluon(c)))
     return p, x, dy, out, public, dw, variants
 
 
