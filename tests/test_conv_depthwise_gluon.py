@@ -344,98 +344,96 @@ def test_gpu_stride2_data_against_float64(case, dtype):
             assert err < tol, (cfg, alpha, beta, flip, err)
 
 
+@pytest.fixture
+def launches(monkeypatch):
+    """The walker's launches, counted (a forced config must run the walker, not a fallback)."""
+    seen = []
+    real = dwg.launch
+    monkeypatch.setattr(dwg, "launch", lambda *a, **k: (seen.append(1), real(*a, **k)))
+    return seen
+
+
+def _each_forced(direction, algo, p, dtype, rng, cfgs, force, launches):
+    """Each config as the only candidate (``force(cfg)`` installs it and a fresh tuner):
+    integer data, exact against float64, cross-correlation and convolution with alpha/beta;
+    the walker ran both times."""
+    assert cfgs
+    for cfg in cfgs:
+        force(cfg)
+        before = len(launches)
+        assert run_case(direction, algo, p, dtype, "NHWC", rng, n=3, device="cuda") is None
+        assert run_case(direction, algo, p, dtype, "NHWC", rng, n=3, device="cuda",
+                        mode=tridnn.ConvMode.CONVOLUTION, alpha=2.0, beta=0.5) is None
+        assert len(launches) == before + 2, cfg
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("p", [P(96, 96, (14, 20), 3, 2, 1, groups=96), P(144, 144, (9, 7), 3, 2, 1, groups=144)],
                          ids=lambda p: p["name"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_gpu_stride2_backward_data_forced_through_the_api(p, dtype, rng, monkeypatch):
-    """Stride-2 depthwise backward data (ALGO_1) with each DATA config the only candidate
-    (integer data: exact against float64), both modes, alpha/beta; the walker ran."""
+def test_gpu_stride2_backward_data_forced_through_the_api(p, dtype, rng, monkeypatch, launches):
+    """Stride-2 depthwise backward data (ALGO_1): each DATA config forced."""
     need_hopper()
     from tridnn.cuda import common, conv_depthwise_backward as bwd
-    launches = []
-    real = dwg.launch
-    monkeypatch.setattr(dwg, "launch", lambda *a, **k: (launches.append(1), real(*a, **k)))
-    algo = registry.by_enum("conv", "bwd_data", "triton", tridnn.ConvBwdDataAlgo.ALGO_1)
-    isz = 4 if dtype == "float32" else 2
-    oh, ow = ((s + 1) // 2 for s in p["spatial"])
-    for cfg in dwg.configs(oh, ow, p["C"], isz, data=True):
+
+    def force(cfg):
         monkeypatch.setattr(bwd, "_data_tuner", common.Tuner())
-        monkeypatch.setattr(bwd, "phase_data_candidates", lambda *a, _c=cfg, **k: [_c])
-        before = len(launches)
-        assert run_case("bwd_data", algo, p, dtype, "NHWC", rng, n=3, device="cuda") is None
-        assert run_case("bwd_data", algo, p, dtype, "NHWC", rng, n=3, device="cuda",
-                        mode=tridnn.ConvMode.CONVOLUTION, alpha=2.0, beta=0.5) is None
-        assert len(launches) == before + 2, cfg
+        monkeypatch.setattr(bwd, "phase_data_candidates", lambda *a, **k: [cfg])
+    algo = registry.by_enum("conv", "bwd_data", "triton", tridnn.ConvBwdDataAlgo.ALGO_1)
+    oh, ow = ((s + 1) // 2 for s in p["spatial"])
+    cfgs = dwg.configs(oh, ow, p["C"], 4 if dtype == "float32" else 2, data=True)
+    _each_forced("bwd_data", algo, p, dtype, rng, cfgs, force, launches)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("p", [P(96, 96, (14, 20), 3, 2, 1, groups=96), P(144, 144, (9, 8), 3, 2, 1, groups=144),
                                P(24, 24, (7, 6), 3, 2, 0, groups=24)], ids=lambda p: p["name"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_gpu_stride2_forced_through_the_api(p, dtype, rng, monkeypatch):
-    """Stride 2 through DIRECT with each offered config the only candidate (integer data:
-    exact against float64), both modes, alpha/beta; the Gluon walker ran."""
+def test_gpu_stride2_forced_through_the_api(p, dtype, rng, monkeypatch, launches):
+    """Stride-2 forward through DIRECT: each offered config forced."""
     need_hopper()
     from tridnn.cuda import common
-    launches = []
-    real = dwg.launch
-    monkeypatch.setattr(dwg, "launch", lambda *a, **k: (launches.append(1), real(*a, **k)))
-    isz = 4 if dtype == "float32" else 2
+
+    def force(cfg):
+        monkeypatch.setattr(type(DIRECT), "tuner", common.Tuner())
+        monkeypatch.setattr(conv_direct, "dw2d_candidates", lambda *a, **k: [cfg])
     oh, ow = ((s + 2 * p["pad"][0] - 3) // 2 + 1 for s in p["spatial"])
-    for cfg in dwg.configs(oh, ow, p["C"], isz):
-        monkeypatch.setattr(type(DIRECT), "tuner", common.Tuner())
-        monkeypatch.setattr(conv_direct, "dw2d_candidates", lambda *a, _c=cfg, **k: [_c])
-        before = len(launches)
-        assert run_case("fwd", DIRECT, p, dtype, "NHWC", rng, n=3, device="cuda") is None
-        assert run_case("fwd", DIRECT, p, dtype, "NHWC", rng, n=3, device="cuda",
-                        mode=tridnn.ConvMode.CONVOLUTION, alpha=2.0, beta=0.5) is None
-        assert len(launches) == before + 2, cfg
+    cfgs = dwg.configs(oh, ow, p["C"], 4 if dtype == "float32" else 2)
+    _each_forced("fwd", DIRECT, p, dtype, rng, cfgs, force, launches)
+
+
+STRIDE1 = [P(32, 32, (15, 20), 3, 1, 1, groups=32), P(144, 144, (14, 9), 3, 1, 1, groups=144),
+           P(24, 24, (7, 7), 3, 1, 0, groups=24)]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("p", [P(32, 32, (15, 20), 3, 1, 1, groups=32), P(144, 144, (14, 9), 3, 1, 1, groups=144),
-                               P(24, 24, (7, 7), 3, 1, 0, groups=24)], ids=lambda p: p["name"])
+@pytest.mark.parametrize("p", STRIDE1, ids=lambda p: p["name"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_gpu_forced_through_the_api(p, dtype, rng, monkeypatch):
-    """Each offered config as DIRECT's only candidate (integer data: exact against float64),
-    cross-correlation and convolution, alpha/beta; the Gluon walker ran."""
+def test_gpu_forced_through_the_api(p, dtype, rng, monkeypatch, launches):
+    """Stride-1 forward through DIRECT: each offered config forced."""
     need_hopper()
     from tridnn.cuda import common
-    launches = []
-    real = dwg.launch
-    monkeypatch.setattr(dwg, "launch", lambda *a, **k: (launches.append(1), real(*a, **k)))
-    isz = 4 if dtype == "float32" else 2
-    oh, ow = (s + 2 * p["pad"][0] - 2 for s in p["spatial"])
-    for cfg in dwg.configs(oh, ow, p["C"], isz):
+
+    def force(cfg):
         monkeypatch.setattr(type(DIRECT), "tuner", common.Tuner())
-        monkeypatch.setattr(conv_direct, "fwd_dw3_candidates", lambda *a, _c=cfg, **k: [_c])
-        before = len(launches)
-        assert run_case("fwd", DIRECT, p, dtype, "NHWC", rng, n=3, device="cuda") is None
-        assert run_case("fwd", DIRECT, p, dtype, "NHWC", rng, n=3, device="cuda",
-                        mode=tridnn.ConvMode.CONVOLUTION, alpha=2.0, beta=0.5) is None
-        assert len(launches) == before + 2, cfg
+        monkeypatch.setattr(conv_direct, "fwd_dw3_candidates", lambda *a, **k: [cfg])
+    oh, ow = (s + 2 * p["pad"][0] - 2 for s in p["spatial"])
+    cfgs = dwg.configs(oh, ow, p["C"], 4 if dtype == "float32" else 2)
+    _each_forced("fwd", DIRECT, p, dtype, rng, cfgs, force, launches)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("p", [P(32, 32, (15, 20), 3, 1, 1, groups=32), P(144, 144, (14, 9), 3, 1, 1, groups=144),
-                               P(24, 24, (7, 7), 3, 1, 0, groups=24)], ids=lambda p: p["name"])
+@pytest.mark.parametrize("p", STRIDE1, ids=lambda p: p["name"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_gpu_backward_data_forced_through_the_api(p, dtype, rng, monkeypatch):
+def test_gpu_backward_data_forced_through_the_api(p, dtype, rng, monkeypatch, launches):
     """Stride-1 depthwise backward data (ALGO_1) is the walker over dy with the filter
-    turned: each offered config as the only candidate, exact on integer data."""
+    turned: each offered config forced."""
     need_hopper()
     from tridnn.cuda import common, conv_depthwise_backward as bwd
-    launches = []
-    real = dwg.launch
-    monkeypatch.setattr(dwg, "launch", lambda *a, **k: (launches.append(1), real(*a, **k)))
-    algo = registry.by_enum("conv", "bwd_data", "triton", tridnn.ConvBwdDataAlgo.ALGO_1)
-    isz = 4 if dtype == "float32" else 2
-    for cfg in dwg.configs(p["spatial"][0], p["spatial"][1], p["C"], isz):
+
+    def force(cfg):
         monkeypatch.setattr(bwd, "_data_tuner", common.Tuner())
-        monkeypatch.setattr(bwd, "rows3_data_candidates", lambda *a, _c=cfg, **k: [_c])
-        before = len(launches)
-        assert run_case("bwd_data", algo, p, dtype, "NHWC", rng, n=3, device="cuda") is None
-        assert run_case("bwd_data", algo, p, dtype, "NHWC", rng, n=3, device="cuda",
-                        mode=tridnn.ConvMode.CONVOLUTION, alpha=2.0, beta=0.5) is None
-        assert len(launches) == before + 2, cfg
+        monkeypatch.setattr(bwd, "rows3_data_candidates", lambda *a, **k: [cfg])
+    algo = registry.by_enum("conv", "bwd_data", "triton", tridnn.ConvBwdDataAlgo.ALGO_1)
+    cfgs = dwg.configs(p["spatial"][0], p["spatial"][1], p["C"], 4 if dtype == "float32" else 2)
+    _each_forced("bwd_data", algo, p, dtype, rng, cfgs, force, launches)
