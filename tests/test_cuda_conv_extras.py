@@ -320,14 +320,16 @@ def test_float32_math_types_pick_the_dot_precision():
 def test_float32_math_types_reach_the_kernel_and_match_the_reference(math_type, rng, monkeypatch):
     """The precision arrives as the kernels' PREC constant, and every forward algorithm
     stays within float32 tolerance of the float64 reference (the interpreter computes
-    float32 products whatever PREC says, so this checks the plumbing and the index math)."""
-    from tridnn.cuda import common
+    float32 products whatever PREC says, so this checks the plumbing and the index math).
+    The FFT methods' spectral GEMM never runs plain tf32 (conv_fft.spectral_precision)."""
+    from tridnn.cuda import common, spectral_gemm
     seen = []
     real = common.launch
 
     def spy(kernel, grid, args, consts, *rest, **kw):
         if "PREC" in consts:
-            seen.append(consts["PREC"])
+            spectral = kernel is spectral_gemm.spectral_gemm_kernel
+            seen.append(consts["PREC"] if not spectral or consts["PREC"] != "tf32x3" else "spectral tf32x3")
         return real(kernel, grid, args, consts, *rest, **kw)
     monkeypatch.setattr(common, "launch", spy)
     for mod in list(sys.modules.values()):
@@ -336,8 +338,10 @@ def test_float32_math_types_reach_the_kernel_and_match_the_reference(math_type, 
     p = T.P(16, 16, (4, 5), 3, 1, 1)
     for algo in T.ALGOS["fwd"]:
         T.run_case("fwd", algo, p, "float32", "NHWC", rng, as_torch=True, math=math_type)
-    want = {tridnn.MathType.DEFAULT: "tf32x3", tridnn.MathType.FMA: "ieee", tridnn.MathType.TENSOR_OP: "tf32"}
-    assert seen and set(seen) == {want[math_type]}, seen
+    want = {tridnn.MathType.DEFAULT: {"tf32x3", "spectral tf32x3"}, tridnn.MathType.FMA: {"ieee"},
+            tridnn.MathType.TENSOR_OP: {"tf32", "spectral tf32x3"}}
+    assert seen and set(seen) == want[math_type], seen
+    assert math_type == tridnn.MathType.FMA or "spectral tf32x3" in seen, "FFT's spectral GEMM ran"
 
 
 # -- GEMM (im2col) forward -----------------------------------------------------------------
