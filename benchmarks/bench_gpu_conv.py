@@ -16,8 +16,10 @@ Sections (run in this order, each skipped once --budget-s is spent):
   fp32-MATH-bwd_data / fp32-MATH-bwd_filter    the same maths for the backward directions
 Times are medians of CUDA-event timings (triton.testing.do_bench, L2 flushed before
 each run) for both sides. "best" is the fastest Triton algorithm, which is what
-``find`` picks; ratio = best / cuDNN (lower is better). Results: a table on stdout,
-JSON and a plot (if matplotlib is there) under --out.
+``find`` picks; ratio = best / cuDNN (lower is better). Each algorithm's JSON entry also
+lists "tuned": the launch configs its first call's tuners chose (KIND: the kernel family,
+for example "gluon" or "rows"), so a run shows which kernel produced a time. Results: a
+table on stdout, JSON and a plot (if matplotlib is there) under --out.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ import tridnn
 from tridnn import shapes
 from tridnn.algorithms import registry, selection
 from tridnn.algorithms.problem import ConvProblem
+from tridnn.cuda.common import Tuner
 from tridnn.types import TensorFormat
 
 TORCH = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -92,6 +95,14 @@ def rel_err(a, b):
 ALGOS = "all"  # --algos: "all" applicable algorithms, or "get" (only get's first choice)
 
 
+def describe(cfg) -> str:
+    """A tuner's choice in a few words: its KIND (the kernel family) and its settings."""
+    if not isinstance(cfg, dict):
+        return str(cfg)[:120]
+    rest = ",".join(f"{k}={v}" for k, v in cfg.items() if k != "KIND")
+    return f"{cfg.get('KIND', 'triton')}: {rest}"[:120]
+
+
 def run_layer(handle, direction, p, n, dtype, math_type, dev):
     cd, xd, wd, yd, x, w, dy = make(p, n, dtype, math_type, dev)
     ref_fn = torch_conv(direction, p, x, w, dy)
@@ -115,14 +126,16 @@ def run_layer(handle, direction, p, n, dtype, math_type, dev):
         out = torch.full_like(ref, float("nan"))
         fn = tridnn_call(handle, direction, algo, cd, xd, wd, yd, x, w, dy, out, ws)
         try:
+            Tuner.picks.clear()
             fn()
             torch.cuda.synchronize()
+            tuned = [describe(cfg) for _, cfg in Tuner.picks]  # the kernels this call tuned to
             err = rel_err(out, ref)
             t = bench(fn)
         except Exception as exc:  # report, keep going
             row["algos"][algo.name] = dict(error=f"{type(exc).__name__}: {exc}"[:300])
             continue
-        row["algos"][algo.name] = dict(us=t * 1e6, tflops=flops / t / 1e12, rel_err=err)
+        row["algos"][algo.name] = dict(us=t * 1e6, tflops=flops / t / 1e12, rel_err=err, tuned=tuned)
     ok = {k: v for k, v in row["algos"].items() if "us" in v}
     if ok:
         best = min(ok, key=lambda k: ok[k]["us"])

@@ -607,6 +607,19 @@ def test_tune_first_takes_the_first_candidate_without_timing(monkeypatch):
     assert pick["name"] == "a"
 
 
+def test_tuner_logs_each_choice_once():
+    """Tuner.picks records (key, config) when a choice is made, not when it is reused:
+    benchmarks read it to say which kernel a call tuned to."""
+    common.Tuner.picks.clear()
+    tuner = common.Tuner()
+    out = torch.zeros(4)
+    cpu = types.SimpleNamespace(type="cpu")
+    for _ in range(3):
+        tuner.pick("k1", [dict(KIND="rows", BW=8)], lambda c, o: None, out, cpu)
+    tuner.pick("k2", lambda: [dict(KIND="gluon")], lambda c, o: None, out, cpu)
+    assert list(common.Tuner.picks) == [("k1", dict(KIND="rows", BW=8)), ("k2", dict(KIND="gluon"))]
+
+
 def test_tuner_tolerance_is_per_tuner():
     """Split reductions get a looser check than rounding alone (common.agrees' default)."""
     b = torch.randn(1000, generator=torch.Generator().manual_seed(1))

@@ -2,6 +2,7 @@
 and the per-problem launch-config tuner."""
 from __future__ import annotations
 
+import collections
 import os
 import threading
 import warnings
@@ -81,6 +82,10 @@ class Tuner:
     whose split changes the summation order over ~10^5 terms with cancellation
     (backward filter) pass a looser one than rounding alone needs."""
 
+    # (key, config) of every choice made, newest last: benchmarks read which kernel a call
+    # tuned to (bench_gpu_conv.py's "tuned" field); appended only on a miss
+    picks: collections.deque = collections.deque(maxlen=4096)
+
     def __init__(self, tolerance=None):
         self._best: dict = {}
         self._lock = threading.Lock()
@@ -120,6 +125,7 @@ class Tuner:
             best = min(timed, key=lambda t: t[0])[1]
         with self._lock:
             self._best[key] = best
+        Tuner.picks.append((key, best))
         return best
 
 
