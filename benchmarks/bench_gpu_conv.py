@@ -290,6 +290,7 @@ def main():
                   f"{row.get('best_us', float('nan')):.1f}us ratio {row.get('ratio', float('nan')):.2f} "
                   f"err {row.get('best_err', float('nan')):.1e}",
                   {k: round(v.get("us", -1), 1) if "us" in v else v["error"][:80] for k, v in row["algos"].items()},
+                  "tuned:", sorted({t.split(":")[0] for t in row["algos"].get(row.get("best"), {}).get("tuned", [])}),
                   flush=True)
         save()
     save()
