@@ -71,6 +71,8 @@
 #   dw_wgrad       the MobileNetV2 depthwise backward filter suite alone
 #   dw_wgrad_sweep sweep_depthwise_wgrad.py on the stride-1 layers: the Gluon walker's configs alone against the
 #                  row walker's, the tuner's pick and cuDNN (SWEEP_S seconds)
+#   nan_pool_probe probe_cudnn_nan_pool.py: cuDNN's max pooling on an all-NaN window, NaN not propagated,
+#                  beside tridnn's Triton kernels and the reference (a decision pending, docs/reliability.md)
 #   conv1          conv1 alone: forward, backward data, fused and backward filter with the blocks'
 #                  backward filter on, then backward filter with it off
 set -u
@@ -160,6 +162,8 @@ step() {
     dw_gluon_tests) gpu_tests "${TESTS_S:-150}" dw_gluon_tests tests/test_conv_depthwise_gluon.py ;;
     dw_wgrad_tests) gpu_tests "${TESTS_S:-150}" dw_wgrad_tests tests/test_conv_depthwise_gluon_wgrad.py ;;
     dw_wgrad) suite dw_wgrad "${SUITE_S:-190}" dw-bwd_filter ;;
+    nan_pool_probe) timeout 120 python3 benchmarks/probe_cudnn_nan_pool.py > "$R/nan_pool_probe.log" 2>&1
+                    echo "nan_pool_probe rc=$?"; tail -20 "$R/nan_pool_probe.log" | cut -c1-160 ;;
     dw_wgrad_sweep) timeout "${SWEEP_S:-200}" python3 benchmarks/sweep_depthwise_wgrad.py --out "$R/dw_wgrad_sweep" \
                         --layers dw32_112,dw144_56,dw192_28,dw384_14,dw576_14,dw960_7 --budget-s $(( ${SWEEP_S:-200} - 40 )) \
                         > "$R/dw_wgrad_sweep.log" 2>&1
