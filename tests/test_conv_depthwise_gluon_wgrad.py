@@ -48,7 +48,7 @@ def test_configs(oh, ow, c, itemsize):
 def test_slot_plan(n, oh, ow, c, cap):
     cfg = dww.configs(oh, ow, c)[0]
     slots = dww.plan_slots(n, oh, ow, c, cfg, cap, sms=132)
-    units, _, c_blocks, _ = dww._units(n, oh, ow, c, cfg)
+    units, _, c_blocks, _ = dww.work_units(n, oh, ow, c, cfg)
     assert 1 <= slots <= cap
     assert slots * c_blocks <= max(c_blocks, 132 * dww.PER_SM) and slots <= max(1, units // c_blocks)
 
@@ -112,7 +112,7 @@ def test_launch_arguments_fill_the_signature(atomic):
     grid, args, meta, slots = dww.prepare(x, dy, part, (1, 1), cfg, cap=64, atomic=atomic, sms=4)
     tail = gluon_common.constexpr_tail(dww.dw3_gluon_wgrad_kernel, meta)
     assert len(args) + len(tail) == len(dww.dw3_gluon_wgrad_kernel.arg_names)
-    assert grid[0] == slots * dww._units(2, 9, 10, 32, cfg)[2] and meta["ATOMIC"] == atomic
+    assert grid[0] == slots * dww.work_units(2, 9, 10, 32, cfg)[2] and meta["ATOMIC"] == atomic
 
 
 # -- CPU: offline sm_90 compiles ---------------------------------------------------------------

@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import os
 
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from . import gluon_common
+from .common import cdiv
 from .gluon_common import compile_sm90 as _compile_sm90, sm_count
 
 OFFERED = os.environ.get("TRIDNN_GLUON_DW", "1") != "0"  # TRIDNN_GLUON_DW=0: not offered to the tuner
@@ -284,6 +284,19 @@ def configs(out_h, out_w, c, itemsize=2, data=False) -> list:
     return [config(bwi, nb, bc, run, itemsize, data) for bwi, nb in shapes]
 
 
+def work_units(n, rows, cols, c, cfg) -> tuple:
+    """(units, column strips, channel blocks, row runs) of a walk over n images x rows x
+    cols x c channels in cfg's units (NB images, RUN rows, BWI columns, BC channels), in
+    plain integers (a launch path: triton.cdiv costs ~2 us a call)."""
+    strips, c_blocks, runs = cdiv(cols, cfg["BWI"]), cdiv(c, cfg["BC"]), cdiv(rows, cfg["RUN"])
+    return cdiv(n, cfg["NB"]) * strips * c_blocks * runs, strips, c_blocks, runs
+
+
+def _grid(units, device, sms):
+    """The persistent grid: PER_SM programs an SM, at most one a unit."""
+    return (max(1, min(units, (sms or sm_count(device)) * PER_SM)),)
+
+
 def _nhwc(t):
     """([N, H, W, C], strides) of a channels-last NCHW-indexed 4-D tensor, or None."""
     if t.dim() != 4 or (t.stride(1) != 1 and t.shape[1] > 1):
@@ -352,9 +365,8 @@ def prepare(x, w, y, padding, cfg, alpha=1.0, beta=0.0, flip=False, sms=None, st
     view, view_strides, col, ch = x_view((n, h, wd, c), xs, padding[1], stride)
     bwi, nb, bc, run = cfg["BWI"], cfg["NB"], cfg["BC"], cfg["RUN"]
     x_desc = descriptor(x, view, view_strides, [nb, 1, bwi, bc], make_layout=_plain_layout)
-    strips, c_blocks, runs = triton.cdiv(ow, bwi), triton.cdiv(c, bc), triton.cdiv(oh, run)
-    units = triton.cdiv(n, nb) * strips * c_blocks * runs
-    grid = (max(1, min(units, (sms or sm_count(x.device)) * PER_SM)),)
+    units, strips, c_blocks, runs = work_units(n, oh, ow, c, cfg)
+    grid = _grid(units, x.device, sms)
     args = (x_desc, y, w, float(alpha), float(beta), n, c, oh, ow, ys[0], ys[1], ys[2],
             w.stride(0), w.stride(2), w.stride(3), units, strips, c_blocks, runs, padding[0], *col, *ch)
     meta = dict(BWI=bwi, BC=bc, RUN=run, STAGES=cfg["STAGES"], NB=nb, num_warps=cfg["num_warps"],
@@ -370,9 +382,8 @@ def prepare_data(dy, w, dx, cfg, alpha=1.0, beta=0.0, flip=False, sms=None):
     (_, h, wd, _), dxs = _nhwc(dx)
     bwi, nb, bc, run = cfg["BWI"], cfg["NB"], cfg["BC"], cfg["RUN"]
     dy_desc = descriptor(dy, (n, oh, ow, c), dys, [nb, 1, bwi, bc], make_layout=_plain_layout)
-    strips, c_blocks, runs = triton.cdiv(triton.cdiv(wd, 2), bwi), triton.cdiv(c, bc), triton.cdiv(h // 2 + 1, run)
-    units = triton.cdiv(n, nb) * strips * c_blocks * runs
-    grid = (max(1, min(units, (sms or sm_count(dy.device)) * PER_SM)),)
+    units, strips, c_blocks, runs = work_units(n, h // 2 + 1, cdiv(wd, 2), c, cfg)
+    grid = _grid(units, dy.device, sms)
     args = (dy_desc, dx, w, float(alpha), float(beta), n, c, h, wd, dxs[0], dxs[1], dxs[2],
             w.stride(0), w.stride(2), w.stride(3), units, strips, c_blocks, runs, 1, 0, 1, 0, 0, 0, 0)
     meta = dict(BWI=bwi, BC=bc, RUN=run, STAGES=cfg["STAGES"], NB=nb, num_warps=cfg["num_warps"],

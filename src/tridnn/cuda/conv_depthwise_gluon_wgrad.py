@@ -30,14 +30,12 @@ from __future__ import annotations
 
 import os
 
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
-from . import gluon_common
-from . import conv_depthwise_gluon
-from .conv_depthwise_gluon import _nhwc, _plain_layout, _unit
+from . import conv_depthwise_gluon, gluon_common
+from .conv_depthwise_gluon import _nhwc, _plain_layout, _unit, work_units
 from .gluon_common import compile_sm90 as _compile_sm90, sm_count
 
 # Offered to the tuner only with TRIDNN_GLUON_DW_WGRAD=1 (and not TRIDNN_GLUON_DW=0). Its first
@@ -238,16 +236,10 @@ def why_not(x, dy, stride, padding, dilation) -> str | None:
     return None
 
 
-def _units(n, oh, ow, c, cfg):
-    """(units, column strips, channel blocks, row runs) of a problem."""
-    strips, c_blocks, runs = triton.cdiv(ow, cfg["BWI"]), triton.cdiv(c, cfg["BC"]), triton.cdiv(oh, cfg["RUN"])
-    return triton.cdiv(n, cfg["NB"]) * strips * c_blocks * runs, strips, c_blocks, runs
-
-
 def plan_slots(n, oh, ow, c, cfg, cap, sms) -> int:
     """Programs a channel block (= partial slots): PER_SM programs an SM in all, at most
     ``cap`` (the partial buffer's slots) and at most one a unit."""
-    units, _, c_blocks, _ = _units(n, oh, ow, c, cfg)
+    units, _, c_blocks, _ = work_units(n, oh, ow, c, cfg)
     return max(1, min(cap, (sms * PER_SM) // c_blocks, units // c_blocks))
 
 
@@ -259,7 +251,7 @@ def prepare(x, dy, part, padding, cfg, cap, atomic=False, sms=None):
     block = [cfg["NB"], 1, cfg["BWI"], cfg["BC"]]
     x_desc = descriptor(x, (n, h, wd, c), xs, block, make_layout=_plain_layout)
     dy_desc = descriptor(dy, (n, oh, ow, c), ds, block, make_layout=_plain_layout)
-    units, strips, c_blocks, runs = _units(n, oh, ow, c, cfg)
+    units, strips, c_blocks, runs = work_units(n, oh, ow, c, cfg)
     slots = plan_slots(n, oh, ow, c, cfg, cap, sms or sm_count(x.device))
     args = (x_desc, dy_desc, part, c, units, strips, c_blocks, runs, padding[0], padding[1])
     meta = dict(BWI=cfg["BWI"], BC=cfg["BC"], RUN=cfg["RUN"], STAGES=cfg["STAGES"], NB=cfg["NB"],
