@@ -231,79 +231,19 @@ CASES = [  # (N, C, H, W, pad)
     (2, 32, 112, 112, 1), (3, 144, 20, 28, 1), (5, 40, 14, 14, 1), (3, 72, 7, 7, 1), (1, 200, 9, 13, 1),
     (2, 64, 16, 16, 0), (2, 48, 11, 6, 2),
 ]
+S2_CASES = [  # (N, C, H, W, pad), stride 2: even widths
+    (2, 96, 112, 112, 1), (3, 144, 20, 28, 1), (2, 40, 14, 14, 0), (1, 200, 9, 12, 1), (2, 48, 11, 6, 2),
+    (3, 576, 14, 14, 1), (2, 24, 7, 2, 1),
+]
+DATA_CASES = [  # (N, C, H, W) of dx; stride 2, padding 1: odd and even sizes
+    (2, 96, 112, 112), (3, 144, 21, 28), (2, 40, 13, 15), (1, 200, 9, 12), (3, 576, 14, 14), (2, 24, 7, 2),
+    (2, 64, 1, 3),
+]
 
 
 def _ref(x, w, pad, flip, stride=1):
     wt = w.double().flip((2, 3)) if flip else w.double()
     return torch.nn.functional.conv2d(x.double(), wt, padding=pad, stride=stride, groups=x.shape[1])
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c)))
-def test_gpu_against_float64(case, dtype):
-    need_hopper()
-    n, c, h, wd, pad = case
-    g = torch.Generator().manual_seed(hash(case) % 2**31)
-    x = torch.randn(n, c, h, wd, generator=g).to(dtype).cuda().contiguous(memory_format=torch.channels_last)
-    w = (torch.randn(c, 1, 3, 3, generator=g) / 3).to(dtype).cuda()
-    tol = 1e-2 if dtype == torch.bfloat16 else 1e-5
-    oh, ow = h + 2 * pad - 2, wd + 2 * pad - 2
-    cfgs = dwg.configs(oh, ow, c, x.element_size()) + [dwg.config(8, 4, 32 if dtype == torch.float32 else 64, 5,
-                                                                   x.element_size())]
-    for cfg in cfgs:
-        for alpha, beta, flip, sms in ((1.0, 0.0, False, None), (0.5, 0.75, True, 3)):
-            old = torch.randn(n, c, oh, ow, generator=g).to(dtype).cuda().contiguous(memory_format=torch.channels_last)
-            y = old.clone()
-            if beta == 0:
-                y.fill_(float("nan"))
-            dwg.conv(x, w, y, (pad, pad), cfg, alpha, beta, flip, sms=sms)
-            torch.cuda.synchronize()
-            want = alpha * _ref(x, w, pad, flip) + beta * old.double()
-            err = ((y.double() - want).abs().max() / want.abs().max()).item()
-            assert err < tol, (cfg, alpha, beta, flip, err)
-
-
-S2_CASES = [  # (N, C, H, W, pad), stride 2: even widths
-    (2, 96, 112, 112, 1), (3, 144, 20, 28, 1), (2, 40, 14, 14, 0), (1, 200, 9, 12, 1), (2, 48, 11, 6, 2),
-    (3, 576, 14, 14, 1), (2, 24, 7, 2, 1),
-]
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-@pytest.mark.parametrize("case", S2_CASES, ids=lambda c: "x".join(map(str, c)))
-def test_gpu_stride2_against_float64(case, dtype):
-    """Stride 2 (the pair view): every offered config and a 5-row, 4-image one, NaN-poisoned
-    y, alpha/beta, the flip, a few programs (units looped)."""
-    need_hopper()
-    n, c, h, wd, pad = case
-    g = torch.Generator().manual_seed(hash(case) % 2**31)
-    x = torch.randn(n, c, h, wd, generator=g).to(dtype).cuda().contiguous(memory_format=torch.channels_last)
-    w = (torch.randn(c, 1, 3, 3, generator=g) / 3).to(dtype).cuda()
-    tol = 1e-2 if dtype == torch.bfloat16 else 1e-5
-    oh, ow = (h + 2 * pad - 3) // 2 + 1, (wd + 2 * pad - 3) // 2 + 1
-    assert dwg.why_not(x, w, torch.empty(n, c, oh, ow, dtype=dtype, device="cuda").contiguous(
-        memory_format=torch.channels_last), (2, 2), (1, 1)) is None
-    cfgs = dwg.configs(oh, ow, c, x.element_size()) + [dwg.config(8, 4, 32 if dtype == torch.float32 else 64, 5,
-                                                                   x.element_size())]
-    for cfg in cfgs:
-        for alpha, beta, flip, sms in ((1.0, 0.0, False, None), (0.5, 0.75, True, 3)):
-            old = torch.randn(n, c, oh, ow, generator=g).to(dtype).cuda().contiguous(memory_format=torch.channels_last)
-            y = old.clone()
-            if beta == 0:
-                y.fill_(float("nan"))
-            dwg.conv(x, w, y, (pad, pad), cfg, alpha, beta, flip, sms=sms, stride=2)
-            torch.cuda.synchronize()
-            want = alpha * _ref(x, w, pad, flip, stride=2) + beta * old.double()
-            err = ((y.double() - want).abs().max() / want.abs().max()).item()
-            assert err < tol, (cfg, alpha, beta, flip, err)
-
-
-DATA_CASES = [  # (N, C, H, W) of dx; stride 2, padding 1: odd and even sizes
-    (2, 96, 112, 112), (3, 144, 21, 28), (2, 40, 13, 15), (1, 200, 9, 12), (3, 576, 14, 14), (2, 24, 7, 2),
-    (2, 64, 1, 3),
-]
 
 
 def _ref_data(dy, w, hw, flip):
@@ -315,33 +255,70 @@ def _ref_data(dy, w, hw, flip):
                                                 groups=dy.shape[1])
 
 
+def _channels_last(t):
+    return t.cuda().contiguous(memory_format=torch.channels_last)
+
+
+def _each_config_against_float64(cfgs, out_shape, dtype, g, run, reference):
+    """Each config twice: alpha 1 over a NaN-poisoned output, then alpha 0.5 and beta 0.75
+    with the filter turned on 3 programs (units looped); ``run(out, cfg, alpha, beta, flip,
+    sms)`` against alpha * ``reference(flip)`` + beta * the old output, in float64."""
+    tol = 1e-2 if dtype == torch.bfloat16 else 1e-5
+    for cfg in cfgs:
+        for alpha, beta, flip, sms in ((1.0, 0.0, False, None), (0.5, 0.75, True, 3)):
+            old = _channels_last(torch.randn(*out_shape, generator=g).to(dtype))
+            out = old.clone()
+            if beta == 0:
+                out.fill_(float("nan"))
+            run(out, cfg, alpha, beta, flip, sms)
+            torch.cuda.synchronize()
+            want = alpha * reference(flip) + beta * old.double()
+            err = ((out.double() - want).abs().max() / want.abs().max()).item()
+            assert err < tol, (cfg, alpha, beta, flip, err)
+
+
+def _extra_config(dtype, data=False):
+    """A 5-row, 4-image config beside the offered ones."""
+    itemsize = 4 if dtype == torch.float32 else 2
+    return dwg.config(8, 4, 32 if dtype == torch.float32 else 64, 5, itemsize, data=data)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("stride,case", [pytest.param(s, c, id=f"s{s}-" + "x".join(map(str, c)))
+                                         for s, cases in ((1, CASES), (2, S2_CASES)) for c in cases])
+def test_gpu_against_float64(stride, case, dtype):
+    """Forward at stride 1 and 2 (the pair view): every offered config and a 5-row, 4-image one."""
+    need_hopper()
+    n, c, h, wd, pad = case
+    g = torch.Generator().manual_seed(hash(case) % 2**31)
+    x = _channels_last(torch.randn(n, c, h, wd, generator=g).to(dtype))
+    w = (torch.randn(c, 1, 3, 3, generator=g) / 3).to(dtype).cuda()
+    oh, ow = ((s + 2 * pad - 3) // stride + 1 for s in (h, wd))
+    assert dwg.why_not(x, w, _channels_last(torch.empty(n, c, oh, ow, dtype=dtype)), (stride, stride), (1, 1)) is None
+    _each_config_against_float64(
+        dwg.configs(oh, ow, c, x.element_size()) + [_extra_config(dtype)], (n, c, oh, ow), dtype, g,
+        lambda y, cfg, a, b, flip, sms: dwg.conv(x, w, y, (pad, pad), cfg, a, b, flip, sms=sms, stride=stride),
+        lambda flip: _ref(x, w, pad, flip, stride))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("case", DATA_CASES, ids=lambda c: "x".join(map(str, c)))
 def test_gpu_stride2_data_against_float64(case, dtype):
-    """The DATA walk: every offered config and a 5-row, 4-image one, NaN-poisoned dx,
-    alpha/beta, the flip, a few programs."""
+    """The DATA walk (stride-2 backward data): every offered config and a 5-row, 4-image one."""
     need_hopper()
     n, c, h, wd = case
     g = torch.Generator().manual_seed(hash(case) % 2**31)
     oh, ow = (h + 1) // 2, (wd + 1) // 2
-    dy = torch.randn(n, c, oh, ow, generator=g).to(dtype).cuda().contiguous(memory_format=torch.channels_last)
+    dy = _channels_last(torch.randn(n, c, oh, ow, generator=g).to(dtype))
     w = (torch.randn(c, 1, 3, 3, generator=g) / 3).to(dtype).cuda()
-    tol = 1e-2 if dtype == torch.bfloat16 else 1e-5
-    cfgs = dwg.configs(oh, ow, c, dy.element_size(), data=True) + [
-        dwg.config(8, 4, 32 if dtype == torch.float32 else 64, 5, dy.element_size(), data=True)]
-    for cfg in cfgs:
-        for alpha, beta, flip, sms in ((1.0, 0.0, False, None), (0.5, 0.75, True, 3)):
-            old = torch.randn(n, c, h, wd, generator=g).to(dtype).cuda().contiguous(memory_format=torch.channels_last)
-            dx = old.clone()
-            assert dwg.why_not_data(dy, w, dx, (2, 2), (1, 1), (1, 1)) is None
-            if beta == 0:
-                dx.fill_(float("nan"))
-            dwg.conv_data(dy, w, dx, cfg, alpha, beta, flip, sms=sms)
-            torch.cuda.synchronize()
-            want = alpha * _ref_data(dy, w, (h, wd), flip) + beta * old.double()
-            err = ((dx.double() - want).abs().max() / want.abs().max()).item()
-            assert err < tol, (cfg, alpha, beta, flip, err)
+    assert dwg.why_not_data(dy, w, _channels_last(torch.empty(n, c, h, wd, dtype=dtype)), (2, 2), (1, 1),
+                            (1, 1)) is None
+    _each_config_against_float64(
+        dwg.configs(oh, ow, c, dy.element_size(), data=True) + [_extra_config(dtype, data=True)], (n, c, h, wd),
+        dtype, g, lambda dx, cfg, a, b, flip, sms: dwg.conv_data(dy, w, dx, cfg, a, b, flip, sms=sms),
+        lambda flip: _ref_data(dy, w, (h, wd), flip))
 
 
 @pytest.fixture
@@ -367,73 +344,49 @@ def _each_forced(direction, algo, p, dtype, rng, cfgs, force, launches):
         assert len(launches) == before + 2, cfg
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("p", [P(96, 96, (14, 20), 3, 2, 1, groups=96), P(144, 144, (9, 7), 3, 2, 1, groups=144)],
-                         ids=lambda p: p["name"])
-@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_gpu_stride2_backward_data_forced_through_the_api(p, dtype, rng, monkeypatch, launches):
-    """Stride-2 depthwise backward data (ALGO_1): each DATA config forced."""
-    need_hopper()
-    from tridnn.cuda import common, conv_depthwise_backward as bwd
-
-    def force(cfg):
-        monkeypatch.setattr(bwd, "_data_tuner", common.Tuner())
-        monkeypatch.setattr(bwd, "phase_data_candidates", lambda *a, **k: [cfg])
-    algo = registry.by_enum("conv", "bwd_data", "triton", tridnn.ConvBwdDataAlgo.ALGO_1)
-    oh, ow = ((s + 1) // 2 for s in p["spatial"])
-    cfgs = dwg.configs(oh, ow, p["C"], 4 if dtype == "float32" else 2, data=True)
-    _each_forced("bwd_data", algo, p, dtype, rng, cfgs, force, launches)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("p", [P(96, 96, (14, 20), 3, 2, 1, groups=96), P(144, 144, (9, 8), 3, 2, 1, groups=144),
-                               P(24, 24, (7, 6), 3, 2, 0, groups=24)], ids=lambda p: p["name"])
-@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_gpu_stride2_forced_through_the_api(p, dtype, rng, monkeypatch, launches):
-    """Stride-2 forward through DIRECT: each offered config forced."""
-    need_hopper()
-    from tridnn.cuda import common
-
-    def force(cfg):
-        monkeypatch.setattr(type(DIRECT), "tuner", common.Tuner())
-        monkeypatch.setattr(conv_direct, "dw2d_candidates", lambda *a, **k: [cfg])
-    oh, ow = ((s + 2 * p["pad"][0] - 3) // 2 + 1 for s in p["spatial"])
-    cfgs = dwg.configs(oh, ow, p["C"], 4 if dtype == "float32" else 2)
-    _each_forced("fwd", DIRECT, p, dtype, rng, cfgs, force, launches)
-
-
 STRIDE1 = [P(32, 32, (15, 20), 3, 1, 1, groups=32), P(144, 144, (14, 9), 3, 1, 1, groups=144),
            P(24, 24, (7, 7), 3, 1, 0, groups=24)]
+STRIDE2 = [P(96, 96, (14, 20), 3, 2, 1, groups=96), P(144, 144, (9, 8), 3, 2, 1, groups=144),
+           P(24, 24, (7, 6), 3, 2, 0, groups=24)]
+STRIDE2_DATA = [P(96, 96, (14, 20), 3, 2, 1, groups=96), P(144, 144, (9, 7), 3, 2, 1, groups=144)]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("p", STRIDE1, ids=lambda p: p["name"])
+@pytest.mark.parametrize("p", STRIDE1 + STRIDE2, ids=lambda p: p["name"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_gpu_forced_through_the_api(p, dtype, rng, monkeypatch, launches):
-    """Stride-1 forward through DIRECT: each offered config forced."""
+    """Forward through DIRECT at stride 1 (its 3x3 row list) and 2 (its strided list): each
+    offered config forced."""
     need_hopper()
     from tridnn.cuda import common
+    stride = p["stride"][0]
+    candidates = "fwd_dw3_candidates" if stride == 1 else "dw2d_candidates"
 
     def force(cfg):
         monkeypatch.setattr(type(DIRECT), "tuner", common.Tuner())
-        monkeypatch.setattr(conv_direct, "fwd_dw3_candidates", lambda *a, **k: [cfg])
-    oh, ow = (s + 2 * p["pad"][0] - 2 for s in p["spatial"])
+        monkeypatch.setattr(conv_direct, candidates, lambda *a, **k: [cfg])
+    oh, ow = ((s + 2 * p["pad"][0] - 3) // stride + 1 for s in p["spatial"])
     cfgs = dwg.configs(oh, ow, p["C"], 4 if dtype == "float32" else 2)
     _each_forced("fwd", DIRECT, p, dtype, rng, cfgs, force, launches)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("p", STRIDE1, ids=lambda p: p["name"])
+@pytest.mark.parametrize("p", STRIDE1 + STRIDE2_DATA, ids=lambda p: p["name"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_gpu_backward_data_forced_through_the_api(p, dtype, rng, monkeypatch, launches):
-    """Stride-1 depthwise backward data (ALGO_1) is the walker over dy with the filter
-    turned: each offered config forced."""
+    """Depthwise backward data (ALGO_1): at stride 1 the forward walk over dy with the filter
+    turned (dx's size), at stride 2 the DATA walk (dy's size); each offered config forced."""
     need_hopper()
     from tridnn.cuda import common, conv_depthwise_backward as bwd
+    isz = 4 if dtype == "float32" else 2
+    if p["stride"][0] == 1:
+        candidates, cfgs = "rows3_data_candidates", dwg.configs(*p["spatial"], p["C"], isz)
+    else:
+        candidates = "phase_data_candidates"
+        cfgs = dwg.configs(*((s + 1) // 2 for s in p["spatial"]), p["C"], isz, data=True)
 
     def force(cfg):
         monkeypatch.setattr(bwd, "_data_tuner", common.Tuner())
-        monkeypatch.setattr(bwd, "rows3_data_candidates", lambda *a, **k: [cfg])
+        monkeypatch.setattr(bwd, candidates, lambda *a, **k: [cfg])
     algo = registry.by_enum("conv", "bwd_data", "triton", tridnn.ConvBwdDataAlgo.ALGO_1)
-    cfgs = dwg.configs(p["spatial"][0], p["spatial"][1], p["C"], 4 if dtype == "float32" else 2)
     _each_forced("bwd_data", algo, p, dtype, rng, cfgs, force, launches)
