@@ -12,8 +12,9 @@ through the public API tuned over today's candidates (the walker's taken out: "t
 today") and over all of them ("tuner + rows", the config it picks in the label); and
 every walker config launched directly, its partial slots summed by ALGO_1's own finish
 kernel (wgrad_finish) in the timed call; on Hopper also the Gluon walker's configs
-(cuda/conv_depthwise_gluon_wgrad.py, "gluon ..." rows, stride-1 layers), launched the same way. Each result is checked against torch in
-float32 first: err = max |got - ref| / max |ref|. Times are CUDA-graph medians; TB/s
+(cuda/conv_depthwise_gluon_wgrad.py, "gluon ..." rows, stride-1 layers), launched the
+same way. Each result is checked against torch in float32 first: err = max |got - ref| /
+max |ref|. Times are CUDA-graph medians; TB/s
 counts the minimal bytes (x + dy read once, dw written once); floor = those bytes at
 4.27 TB/s. The table ends with the geometric means of tridnn / cuDNN.
 
