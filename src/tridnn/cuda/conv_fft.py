@@ -80,11 +80,13 @@ def fft_store_kernel(c_ptr, y_ptr, bias_ptr, z_ptr, M, K, OD, OH, OW, SD, SH, SW
     mask_m = offs_m < M
     mask_n = offs_n < K
     nn, od, oh, ow = split_rows(offs_m, OD, OH, OW)
-    nn = nn.to(tl.int64)
-    src = nn * cs_n + od * SD * cs_d + oh * SH * cs_h + ow * SW * cs_w
+    # corr is frequency-major ([*L, images, K]): a row's stride spans every image, so one term
+    # alone can pass 2^31 where y does not; its offset is int64 in every case.
+    src = (nn.to(tl.int64) * cs_n + od.to(tl.int64) * SD * cs_d + oh.to(tl.int64) * SH * cs_h
+           + ow.to(tl.int64) * SW * cs_w)
     acc = tl.load(c_ptr + src[:, None] + offs_n[None, :] * cs_k, mask=mask_m[:, None] & mask_n[None, :], other=0.0)
-    if not INT64:
-        nn = nn.to(tl.int32)
+    if INT64:
+        nn = nn.to(tl.int64)
     row_y = nn * ys_n + od * ys_d + oh * ys_h + ow * ys_w
     row_z = nn * zs_n + od * zs_d + oh * zs_h + ow * zs_w
     store_tile(acc, row_y, row_z, offs_n, mask_m, mask_n, y_ptr, ys_k, z_ptr, zs_k, bias_ptr, bias_stride,
