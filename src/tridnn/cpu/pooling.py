@@ -120,8 +120,8 @@ class _Pitched:
 
 
 def _max_padding(propagate_nan):
-    """Padding for max windows: -inf, or NaN where NaN is skipped (np.fmax), so that an
-    all-NaN window with padding still gives NaN, as the maximum of its real elements."""
+    """Padding for max windows: -inf, or NaN where NaN is skipped (np.fmax): padding never
+    wins a window, and a window of padding and NaN is all NaN (-inf after _window_max)."""
     return -np.inf if propagate_nan else np.nan
 
 
@@ -130,7 +130,8 @@ def _max_dtype(x):
 
 
 def _window_max(geo, phases, dtype, propagate_nan):
-    """(flat, logical) pitched window maxima; NaN wins when propagate_nan, else is skipped."""
+    """(flat, logical) pitched window maxima; NaN wins when propagate_nan, else is skipped
+    and a window of only NaN gives -inf (it has no number; cuDNN gives no NaN there either)."""
     m_flat, m_logical = geo.empty(dtype, "max")
     m = geo.span(m_flat, 0)
     pick = np.maximum if propagate_nan else np.fmax
@@ -140,6 +141,8 @@ def _window_max(geo, phases, dtype, propagate_nan):
             np.copyto(m, src)
         else:
             pick(m, src, out=m)
+    if not propagate_nan:
+        np.copyto(m, -np.inf, where=np.isnan(m))
     return m_flat, m_logical
 
 

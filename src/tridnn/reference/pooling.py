@@ -17,12 +17,16 @@ def _windows(in_sizes, window, padding, stride):
 
 
 def _first_max(vals, propagate_nan):
-    """Index of the first maximum; NaN is the maximum when propagated, else skipped
-    (an all-NaN window picks its first element)."""
+    """Index of the first maximum; NaN is the maximum when propagated, else skipped. None
+    for an all-NaN window without propagation: it has no maximum, so no element takes its
+    gradient (cuDNN 9.19 does the same; docs/reliability.md)."""
     nan = np.isnan(vals)
-    if nan.all() or (propagate_nan and nan.any()):
+    if propagate_nan and nan.any():
         return int(np.argmax(nan))
-    return int(np.nanargmax(vals))
+    if nan.all():
+        return None
+    numbers = np.where(nan, -np.inf, vals)
+    return int(np.flatnonzero(~nan & (numbers == numbers.max()))[0])
 
 
 def pooling_forward(x, mode, window, padding, stride, propagate_nan=False):
@@ -33,7 +37,10 @@ def pooling_forward(x, mode, window, padding, stride, propagate_nan=False):
     for idx, inside, out in _windows(x.shape[2:], window, padding, stride):
         vals = np.stack([x[(slice(None), slice(None)) + q] for q in inside], axis=-1)
         if mode in (0, 3):
-            results[idx] = np.max(vals, -1) if propagate_nan else np.fmax.reduce(vals, -1)
+            if propagate_nan:
+                results[idx] = np.max(vals, -1)
+            else:  # NaN skipped; a window of only NaN has no number: -inf, the empty max
+                results[idx] = np.where(np.isnan(vals).all(-1), -np.inf, np.fmax.reduce(vals, -1))
         elif mode == 1:
             results[idx] = vals.sum(-1) / math.prod(window)
         else:
@@ -57,7 +64,8 @@ def pooling_backward(x, dy, mode, window, padding, stride, propagate_nan=False):
                 for ch in range(c):
                     vals = np.array([x[(b, ch) + q] for q in inside])
                     best = _first_max(vals, propagate_nan)
-                    dx[(b, ch) + inside[best]] += g[b, ch]
+                    if best is not None:
+                        dx[(b, ch) + inside[best]] += g[b, ch]
         else:
             count = math.prod(window) if mode == 1 else len(inside)
             for q in inside:
