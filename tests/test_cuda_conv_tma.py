@@ -19,7 +19,17 @@ import tridnn  # noqa: E402
 from tridnn.algorithms import registry  # noqa: E402
 from tridnn.cuda import common, conv_tma  # noqa: E402
 
-from test_cuda_conv import P, run_case  # noqa: E402
+from test_cuda_conv import P  # noqa: E402
+from test_cuda_conv import run_case as _run_case  # noqa: E402
+
+
+def run_case(direction, algo, p, dtype, *args, **kwargs):
+    """test_cuda_conv.run_case, with float32 backward filter under tf32 (TENSOR_OP) math
+    unless a test names one: only tf32 takes backward filter's TMA paths (FMA and DEFAULT
+    math take the pointer kernel, _WgradBase._tma)."""
+    if direction == "bwd_filter" and dtype == "float32":
+        kwargs.setdefault("math", tridnn.MathType.TENSOR_OP)
+    return _run_case(direction, algo, p, dtype, *args, **kwargs)
 
 PRECOMP = registry.by_enum("conv", "fwd", "triton", tridnn.ConvFwdAlgo.IMPLICIT_PRECOMP_GEMM)
 ALGO = {"fwd": registry.by_enum("conv", "fwd", "triton", tridnn.ConvFwdAlgo.IMPLICIT_GEMM),
@@ -261,6 +271,17 @@ def test_strict_float32_gets_the_fma_lists(monkeypatch):
         assert strict[0] == fma_list[0] and all(c["BK_CAP"] == 32 for c in strict)
         for key in (("float32", tridnn.MathType.TENSOR_OP), ("float16", tridnn.MathType.FMA)):
             assert got[key][0] in mma_list and all(c["BK_CAP"] == 64 for c in got[key])
+
+
+@pytest.mark.parametrize("math, tma", [(tridnn.MathType.TENSOR_OP, True), (tridnn.MathType.DEFAULT, False),
+                                       (tridnn.MathType.FMA, False)], ids=["TENSOR_OP", "DEFAULT", "FMA"])
+def test_float32_backward_filter_takes_tma_under_tf32_only(math, tma, rng, tma_calls):
+    """ALGO_1 float32 backward filter: the TMA kernels under tf32 only; DEFAULT (tf32x3) and
+    FMA run the pointer kernel (the TMA tiles ran tf32x3 at 0.75-0.96x its speed on the
+    H200), and both match the reference."""
+    p = P(16, 16, (5, 7), 3, 1, 1)
+    assert run_case("bwd_filter", ALGO["bwd_filter"], p, "float32", "NHWC", rng, n=2, math=math) is None
+    assert (tma_calls["bwd_filter"] > 0) == tma, dict(tma_calls)
 
 
 # -- backward filter with several images per box (small images) -------------------------

@@ -21,6 +21,9 @@ from test_cuda_conv import P, run_case  # noqa: E402
 
 ALGO_1 = registry.by_enum("conv", "bwd_filter", "triton", tridnn.ConvBwdFilterAlgo.ALGO_1)
 MODES = (tridnn.ConvMode.CONVOLUTION, tridnn.ConvMode.CROSS_CORRELATION)
+# float32 reaches the TMA kernels under tf32 (TENSOR_OP) math only: FMA and DEFAULT (tf32x3)
+# take the pointer kernel (_WgradBase._tma)
+TF32 = tridnn.MathType.TENSOR_OP
 
 PROBLEMS = [
     P(16, 16, (5, 7), 3, 1, 1),        # stride 1, edge boxes
@@ -76,7 +79,7 @@ def test_sched_kernel_matches_the_reference(p, schedule, rng, only):
     calls = only([cfg(*box, *schedule)])
     for mode in MODES:
         for n in (1, 3):
-            assert run_case("bwd_filter", ALGO_1, p, "float32", "NHWC", rng, n=n, mode=mode) is None
+            assert run_case("bwd_filter", ALGO_1, p, "float32", "NHWC", rng, n=n, mode=mode, math=TF32) is None
         assert run_case("bwd_filter", ALGO_1, p, "float16", "NHWC", rng, n=3, mode=mode, alpha=2.0,
                         beta=0.5) is None
     assert calls["sched"] >= 6
@@ -93,7 +96,7 @@ def test_boxes_of_several_images_and_rows(box, rng, only):
     calls = only([cfg(*box, 3, 2)])
     for p in (P(16, 16, (3, 3), 3, 1, 1), P(16, 16, (5, 7), 3, 1, 1), P(16, 16, (6, 6), 3, 2, 1)):
         for n in (3, 5):
-            assert run_case("bwd_filter", ALGO_1, p, "float32", "NHWC", rng, n=n) is None
+            assert run_case("bwd_filter", ALGO_1, p, "float32", "NHWC", rng, n=n, math=TF32) is None
         for mode in MODES:
             assert run_case("bwd_filter", ALGO_1, p, "float16", "NHWC", rng, n=3, mode=mode, alpha=-1.5,
                             beta=0.25) is None
@@ -114,7 +117,7 @@ def test_interpreter_candidates_run_as_offered(rng, monkeypatch):
     monkeypatch.setattr(conv_wgrad_tma, "candidates", each)
     for _ in range(3):
         for p in (P(16, 16, (5, 7), 3, 1, 1), P(16, 16, (6, 8), 3, 2, 1)):
-            assert run_case("bwd_filter", ALGO_1, p, "float32", "NHWC", rng, n=3) is None
+            assert run_case("bwd_filter", ALGO_1, p, "float32", "NHWC", rng, n=3, math=TF32) is None
             monkeypatch.setattr(type(ALGO_1), "tuner", common.Tuner())
     assert offered and all(c["SCHED"] for cands in offered for c in cands)
     assert len({(c["DIRECT"], c["SLICES"]) for c in offered[0]}) >= 2
@@ -197,7 +200,7 @@ def test_rows_kernel_matches_the_reference(p, rng, monkeypatch):
         return real(*a, **k)
     monkeypatch.setattr(conv_wgrad_tma, "launch_rows", counted)
     for n in (1, 3):
-        assert run_case("bwd_filter", ALGO_1, p, "float32", "NHWC", rng, n=n) is None
+        assert run_case("bwd_filter", ALGO_1, p, "float32", "NHWC", rng, n=n, math=TF32) is None
     for mode in MODES:
         assert run_case("bwd_filter", ALGO_1, p, "float16", "NHWC", rng, n=3, mode=mode, alpha=2.0, beta=0.5) is None
     assert calls["rows"] == 4

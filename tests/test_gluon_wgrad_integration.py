@@ -250,7 +250,7 @@ def test_dw_addressing(flip, layout):
 # -- CPU: a Gluon pick meeting tensors it cannot take runs the reference config -----------
 def test_a_gluon_pick_falls_back_to_the_reference_config(rng, monkeypatch):
     """The tuner's pick is shared by every layout of a problem: a GLUON config launched on
-    tensors the kernel cannot take (here CPU tensors under the interpreter, float32 and
+    tensors the kernel cannot take (here CPU tensors under the interpreter, float32 (tf32) and
     float16 with alpha and beta) runs the TMA path's first config instead."""
     ran = collections.Counter()
     real_partials, real_gluon = conv_tma.launch_wgrad_partials, bwf.launch_gluon
@@ -268,7 +268,7 @@ def test_a_gluon_pick_falls_back_to_the_reference_config(rng, monkeypatch):
     monkeypatch.setattr(type(ALGO), "tuner", common.Tuner(tolerance=3e-3))
     monkeypatch.setattr(bwf, "tma_candidates", lambda *a, **k: [dict(gw.WGRAD_PICKS_SMALL[0], GLUON=True)])
     p = P(16, 16, (5, 7), 3, 1, 1)
-    assert run_case("bwd_filter", ALGO, p, "float32", "NHWC", rng) is None
+    assert run_case("bwd_filter", ALGO, p, "float32", "NHWC", rng, math=tridnn.MathType.TENSOR_OP) is None
     assert run_case("bwd_filter", ALGO, p, "float16", "NHWC", rng, alpha=2.0, beta=0.5) is None
     assert ran["gluon_refused"] == 2 and ran["conv_tma"] == 2
 

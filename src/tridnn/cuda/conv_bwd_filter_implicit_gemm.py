@@ -323,10 +323,12 @@ class _WgradBase(TritonConvAlgorithm):
 
     def _tma(self, problem) -> bool:
         """Whether the TMA paths (conv_tma, conv_wgrad_tma, Gluon) are tried. Not for ALGO_0's
-        atomics, and not for strict float32 (FMA math): the TMA tiles, sized for tensor cores,
-        ran IEEE float32 dots at 4-5 TFLOP/s (res2-4_3x3, batch 64, H100: 2.9-3.7 ms against
-        0.49-0.65 ms for the pointer kernel under ALGO_0)."""
-        return not self.atomic and not strict_float32(problem)
+        atomics, and not for float32 outside tf32 (FMA or DEFAULT math): the TMA tiles, sized
+        for tensor cores, ran IEEE float32 dots at 4-5 TFLOP/s (res2-4_3x3, batch 64, H100:
+        2.9-3.7 ms against 0.49-0.65 ms for the pointer kernel under ALGO_0), and tf32x3 at
+        0.75-0.96x the pointer kernel's speed (1x1 layers, H200, 2026-12-05: res3_1x1c 282 us
+        against ALGO_0's 213, res4_ds 588 / 429, res4_1x1r 283 / 240, res5_1x1c 232 / 241)."""
+        return not self.atomic and float32_efficiency(problem) == 1.0
 
     def _padded_channels(self, problem):
         """The channel count of x's zero-padded copy for TMA (few-channel layers on the TMA
@@ -366,8 +368,8 @@ class _WgradBase(TritonConvAlgorithm):
         return bufs
 
     def estimate(self, problem):
-        if self._through_blocks(problem):
-            return conv_s2d.estimate(problem)
+        if self._through_blocks(problem):  # the block problem as this algorithm runs it
+            return conv_s2d.estimate(problem, self.estimate(conv_s2d.inner_problem(problem)))
         if depthwise.routes_here(problem):
             moved = (problem.x.size + problem.y.size) * problem.dtype.itemsize
             return max(moved / 2.5e12, problem.flops / 30e12) + 6e-6
