@@ -56,6 +56,7 @@ def test_slot_plan(n, oh, ow, c, cap):
 def test_offered_only_for_stride_1_depthwise_on_hopper(monkeypatch):
     cuda = types.SimpleNamespace(type="cuda", index=0)
     monkeypatch.setattr(dww, "OFFERED", True)  # (TRIDNN_GLUON_DW_WGRAD=1)
+    monkeypatch.setattr(dww, "EVERYWHERE", True)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     monkeypatch.setattr(bwd, "sm_count", lambda *a: 132)
@@ -76,10 +77,28 @@ def test_offered_only_for_stride_1_depthwise_on_hopper(monkeypatch):
     assert bwd.gluon_wgrad_candidates(problem, cuda, 64) == []
 
 
-def test_not_offered_by_default():
-    """Until it is measured faster than the incumbents (the H100 suite did not move)."""
+def test_offered_by_default_below_the_row_walkers_channels(monkeypatch):
+    """By default (TRIDNN_GLUON_DW_WGRAD unset) the tuner gets the walker on narrow layers
+    (32 channels: dw32_112, where it measured fastest), not from WALKER_MIN_CHANNELS up
+    (where the row walker won); "1" everywhere, "0" (or TRIDNN_GLUON_DW=0) never."""
     import os
-    assert dww.OFFERED == (os.environ.get("TRIDNN_GLUON_DW_WGRAD") == "1" and os.environ.get("TRIDNN_GLUON_DW") != "0")
+    env = os.environ.get("TRIDNN_GLUON_DW_WGRAD", "auto")
+    assert dww.MODE == (env if os.environ.get("TRIDNN_GLUON_DW") != "0" else "0")
+    assert dww.OFFERED == (dww.MODE != "0") and dww.EVERYWHERE == (dww.MODE == "1")
+    cuda = types.SimpleNamespace(type="cuda", index=0)
+    monkeypatch.setattr(dww, "OFFERED", True)
+    monkeypatch.setattr(dww, "EVERYWHERE", False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(bwd, "sm_count", lambda *a: 132)
+
+    def offered(c):
+        problem = nhwc_problem("bwd_filter", P(c, c, (28, 28), 3, 1, 1, groups=c), n=8, dtype=tridnn.DataType.BFLOAT16)
+        return bwd.gluon_wgrad_candidates(problem, cuda, 64)
+    assert offered(32) and offered(bwd.WALKER_MIN_CHANNELS - 16)
+    assert offered(bwd.WALKER_MIN_CHANNELS) == [] and offered(144) == []
+    monkeypatch.setattr(dww, "EVERYWHERE", True)
+    assert offered(144)
 
 
 @pytest.mark.parametrize("why,change", [

@@ -472,12 +472,14 @@ def wgrad3_candidates(problem, device, slices, atomic, cap):
 def gluon_wgrad_candidates(problem, device, cap):
     """conv_depthwise_gluon_wgrad's configs (KIND gluon), each with its slot count, for a
     stride-1 undilated 3x3 depthwise problem (multiplier 1) on a Hopper GPU, when offered
-    (TRIDNN_GLUON_DW_WGRAD=1: see conv_depthwise_gluon_wgrad.OFFERED); run where x's and
-    dy's layouts allow TMA."""
+    (by default below WALKER_MIN_CHANNELS channels: see conv_depthwise_gluon_wgrad.MODE);
+    run where x's and dy's layouts allow TMA."""
     geo = geometry(problem)
     if (conv_depthwise_gluon_wgrad is None or not conv_depthwise_gluon_wgrad.OFFERED or device.type != "cuda"
             or not torch.cuda.is_available() or torch.cuda.get_device_capability(device)[0] != 9 or geo.k != geo.c
             or geo.stride[1:] != (1, 1) or geo.dil[1:] != (1, 1) or geo.ker[1:] != (3, 3)):
+        return []
+    if not conv_depthwise_gluon_wgrad.EVERYWHERE and geo.c >= WALKER_MIN_CHANNELS:
         return []
     return [dict(cfg, slices=conv_depthwise_gluon_wgrad.plan_slots(geo.n, geo.out[1], geo.out[2], geo.c, cfg, cap,
                                                                     sm_count(device)))

@@ -20,8 +20,8 @@ the partials part [slots, K, 9] (ATOMIC: adds into slot 0); the caller's ordered
 the slots (deterministic for ALGO_1). TMA zero-fills padding and everything past the
 tensors, so the loop has no masks.
 
-Status: correct on the GPU (its tests), not yet shown faster; offered only with
-TRIDNN_GLUON_DW_WGRAD=1 (see OFFERED).
+Status: correct on the GPU (its tests); faster than the other kernels on narrow layers
+(32 channels), so offered there by default (see MODE).
 
 Gluon does not run under the Triton interpreter: CI compiles the kernel for sm_90 offline
 (tests/test_conv_depthwise_gluon_wgrad.py); ``--gpu`` runs it against float64 on a GPU.
@@ -38,15 +38,19 @@ from . import conv_depthwise_gluon, gluon_common
 from .conv_depthwise_gluon import _nhwc, _plain_layout, _unit, work_units
 from .gluon_common import compile_sm90 as _compile_sm90, sm_count
 
-# Offered to the tuner only with TRIDNN_GLUON_DW_WGRAD=1 (and not TRIDNN_GLUON_DW=0). Its first
-# GPU run (H100, 2026-12-05) passed the GPU tests but left the MobileNetV2 backward-filter
-# suite where it was (1.223 with it in the tuner, 1.222 without: no layer took it), so by
-# default it does not cost every depthwise layer two more compiles at tuning time;
-# benchmarks/sweep_depthwise_wgrad.py times it alone against the other kernels and cuDNN.
-OFFERED = conv_depthwise_gluon.OFFERED and os.environ.get("TRIDNN_GLUON_DW_WGRAD", "0") == "1"
+# When the tuner gets its configs (TRIDNN_GLUON_DW_WGRAD; never with TRIDNN_GLUON_DW=0):
+# unset, only on layers of fewer than conv_depthwise_backward.WALKER_MIN_CHANNELS channels,
+# where the row walker is not offered. On the H200 (2026-12-05, sweep_depthwise_wgrad.py,
+# bf16 batch 64) it ran dw32_112 in 92.8 us against 121.8 for the tuner's pick without it
+# (cuDNN 66.5), but lost to the row walker on every wider stride-1 layer (dw144_56 90.3 /
+# 78.2, dw192_28 48.2 / 34.5, dw384_14 30.4 / 20.9, dw576_14 30.5 / 22.6; dw960_7 a tie).
+# "1": every stride-1 layer; "0": never.
+MODE = os.environ.get("TRIDNN_GLUON_DW_WGRAD", "auto") if conv_depthwise_gluon.OFFERED else "0"
+OFFERED = MODE != "0"
+EVERYWHERE = MODE == "1"
 
 __all__ = ["dw3_gluon_wgrad_kernel", "configs", "config", "why_not", "plan_slots", "prepare", "launch", "compile_sm90",
-           "OFFERED"]
+           "OFFERED", "EVERYWHERE"]
 
 
 # --------------------------------------------------------------------------------------
