@@ -5,9 +5,12 @@ index math; a kernel that keeps int32 wraps around and writes (or reads) the wro
 elements. Checked, through the public API on one GPU:
 
 - convolution forward, every Triton algorithm: depthwise 1x2x32800x32800 float16 3x3
-  (2.15e9 elements, NCHW) and 4097x2x512x512 float16 3x3, 2 -> 2 channels (NHWC);
-  then backward data and backward filter, every Triton algorithm, on the same problems
-  (the registry's lists: session 14's transform methods and ALGO_3 are in them);
+  (2.15e9 elements, NCHW), 4097x2x512x512 float16 3x3, 2 -> 2 channels (NHWC), and the
+  single image 1x2x32800x32800 float16 3x3, 2 -> 2 channels, channels-last (NHWC: one
+  image past 2^31 elements, so a row term oh * ys_h alone passes 2^31 and the kernels'
+  INT64 path must widen every offset term, not only the image's); then backward data
+  and backward filter, every Triton algorithm, on the same problems (the registry's
+  lists: session 14's transform methods and ALGO_3 are in them);
 - max pooling 3x3/2 (input past 2^31) and average pooling 3x3/1 (input and output past
   2^31) forward, max pooling backward, on the 4097x2x512x512 tensor;
 - batch norm training forward (SPATIAL) on the same tensor (2^30 elements per channel).
@@ -64,6 +67,7 @@ class Shapes:
     def __init__(self, small: bool):
         self.small = small
         self.dw = (1, 2, 40, 36) if small else (1, 2, 32800, 32800)
+        self.single = self.dw  # the same dims, channels-last and not depthwise
         self.batch = (5, 2, 12, 10) if small else (4097, 2, 512, 512)
         self.rows = 3 if small else 8  # rows per probe window
 
@@ -236,6 +240,7 @@ class Runner:
 CONV_PROBLEMS = {  # name: (shape attribute, layout, groups, output channels)
     "depthwise": ("dw", "NCHW", 2, 2),
     "batch": ("batch", "NHWC", 1, 2),
+    "single": ("single", "NHWC", 1, 2),  # one channels-last image past 2^31 elements
 }
 
 
@@ -552,8 +557,10 @@ def main(argv=None) -> int:
     groups = [("pooling and batch norm", pooling_checks, ()),
               ("conv fwd depthwise", conv_checks, ("depthwise", [d for d in directions if d == "fwd"])),
               ("conv fwd batch", conv_checks, ("batch", [d for d in directions if d == "fwd"])),
+              ("conv fwd single", conv_checks, ("single", [d for d in directions if d == "fwd"])),
               ("conv bwd depthwise", conv_checks, ("depthwise", extra)),
-              ("conv bwd batch", conv_checks, ("batch", extra))]
+              ("conv bwd batch", conv_checks, ("batch", extra)),
+              ("conv bwd single", conv_checks, ("single", extra))]
     for name, fn, fn_args in groups:
         if run.broken or (fn is conv_checks and not fn_args[1]):
             continue

@@ -69,11 +69,11 @@ GLUON_STREAM = os.environ.get("TRIDNN_GLUON_STREAM", "1") != "0"
 
 @triton.jit
 def _work_item(w, SB, BLOCK_S: tl.constexpr, BIG: tl.constexpr):
-    """Work item w -> (n, first position) of a BLOCK_S run of positions."""
-    n = w // SB
+    """Work item w -> (n, first position) of a BLOCK_S run of positions (int64 when BIG:
+    the position term s * ss alone can pass 2^31 in one big image, as the channel's c * sc)."""
     if BIG:
-        n = n.to(tl.int64)
-    return n, (w % SB) * BLOCK_S
+        w = tl.cast(w, tl.int64)  # (tl.cast: under the interpreter a loop's w is a Python int)
+    return w // SB, (w % SB) * BLOCK_S
 
 
 @triton.jit
@@ -113,6 +113,8 @@ def _stats_kernel(x_ptr, part_ptr, shift_ptr, N, C, S, sn, sc, ss, SB, items_per
     """Per channel: sum(x - shift) and sum((x - shift)^2) over this split's items, in ACC;
     the last ``keep`` items are read with the evict-last hint (KEEP_HINT)."""
     c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    if BIG:  # (as _work_item)
+        c = c.to(tl.int64)
     split = tl.program_id(1)
     c_mask = c < C
     shift = tl.load(x_ptr + c * sc, mask=c_mask, other=0.0).to(ACC)
@@ -189,6 +191,8 @@ def _apply_tile(C, SB, items, splits, per, BIG: tl.constexpr, L2_ORDER: tl.const
     pid = tl.program_id(0)
     tiles_c = tl.cdiv(C, BLOCK_C)
     c = (pid % tiles_c) * BLOCK_C + tl.arange(0, BLOCK_C)
+    if BIG:  # (as _work_item)
+        c = c.to(tl.int64)
     t = pid // tiles_c
     if L2_ORDER:
         split = t % splits
@@ -269,6 +273,8 @@ def _grad_stats_kernel(x_ptr, y_ptr, dy_ptr, part_ptr, stat_ptr, N, C, S,
                        KEEP_HINT: tl.constexpr, ACC: tl.constexpr):
     """Per channel: sum(g) and sum(g * (x - mean)) in ACC, with g = dy (masked by y > 0 after a relu)."""
     c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    if BIG:  # (as _work_item)
+        c = c.to(tl.int64)
     split = tl.program_id(1)
     c_mask = c < C
     mean = tl.load(stat_ptr + c, mask=c_mask, other=0.0).to(ACC)

@@ -51,6 +51,18 @@ def split_rows(offs_m, OD, OH, OW):
 
 
 @triton.jit
+def wide(strides):
+    """A tuple of element strides as int64. A kernel's INT64 path widens the strides of its
+    views, so every coordinate x stride term is int64: not only the image's, since one
+    term alone passes 2^31 in a single big image (oh * s_h of a 1 x 2 x 32800 x 32800
+    channels-last view). The coordinates stay int32 (their divisions too)."""
+    out = ()
+    for i in tl.static_range(len(strides)):
+        out = out + (tl.cast(strides[i], tl.int64),)
+    return out
+
+
+@triton.jit
 def grouped_tile(pid, num_m, num_n, GROUP_M: tl.constexpr):
     """Tile (pid_m, pid_n) of a linear program id, GROUP_M row tiles at a time so that
     neighbouring programs share their A rows and B columns in L2."""

@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import cdiv, launch, sm_count, split_rows
+from .common import cdiv, launch, sm_count, split_rows, wide
 from .geometry import needs_int64, pad3, strides5
 
 
@@ -26,12 +26,12 @@ def bias_partial_kernel(dy_ptr, part_ptr, R, K, D, H, W, s_n, s_k, s_d, s_h, s_w
     mask_k = offs_k < K
     start = split * rows_per_split
     end = tl.minimum(start + rows_per_split, R)
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        s_n, s_k, s_d, s_h, s_w = wide((s_n, s_k, s_d, s_h, s_w))
     acc = tl.zeros((BLOCK_R, BLOCK_K), dtype=ACC)
     for r0 in range(start, end, BLOCK_R):
         rows = r0 + tl.arange(0, BLOCK_R)
         n, d, h, w = split_rows(rows, D, H, W)
-        if INT64:
-            n = n.to(tl.int64)
         off = n * s_n + d * s_d + h * s_h + w * s_w
         v = tl.load(dy_ptr + off[:, None] + offs_k[None, :] * s_k,
                     mask=(rows < end)[:, None] & mask_k[None, :], other=0.0)

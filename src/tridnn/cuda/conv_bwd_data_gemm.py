@@ -19,7 +19,7 @@ import triton.language as tl
 
 from ..types import ConvBwdDataAlgo
 from ..workspace import Buffer
-from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, split_rows
+from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, split_rows, wide
 from .conv_implicit_gemm import GPU_CONFIGS_16, GPU_CONFIGS_32, INTERPRETER_CONFIG, gemm_estimate
 from .epilogue import store_tile
 from .geometry import geometry, input_precision, needs_int64, strides5
@@ -38,8 +38,8 @@ def dcol_kernel(dy_ptr, w_ptr, col_ptr, M, R, Cg, Kg, OD, OH, OW, KD, KH, KW,
     mask_m = offs_m < M
     mask_r = offs_r < R
     nn, od, oh, ow = split_rows(offs_m, OD, OH, OW)
-    if INT64:
-        nn = nn.to(tl.int64)
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        dys_n, dys_k, dys_d, dys_h, dys_w = wide((dys_n, dys_k, dys_d, dys_h, dys_w))
     dy_row = nn * dys_n + od * dys_d + oh * dys_h + ow * dys_w + (g * Kg) * dys_k
     c = offs_r % Cg
     tap = offs_r // Cg
@@ -97,8 +97,8 @@ def col2im_kernel(col_ptr, dx_ptr, P, M, C, Cg, ID, IH, IW, OD, OH, OW, KD, KH, 
                 v = tl.load(col_ptr + (m * R)[:, None] + col_c[None, :] + tap * Cg,
                             mask=ok[:, None] & mask_c[None, :], other=0.0)
                 acc += v
-    if INT64:
-        nn = nn.to(tl.int64)
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        xs_n, xs_c, xs_d, xs_h, xs_w = wide((xs_n, xs_c, xs_d, xs_h, xs_w))
     row = nn * xs_n + idd * xs_d + ih * xs_h + iw * xs_w
     store_tile(acc, row, row, offs_c, mask_p, mask_c, dx_ptr, xs_c, dx_ptr, 0, dx_ptr, 0,
                alpha, beta, 0.0, 0.0, 1.0, -1, False, False, BETA_ZERO)

@@ -24,7 +24,7 @@ from ..types import ConvBwdDataAlgo
 from ..workspace import Buffer
 from . import conv_depthwise_backward as depthwise
 from . import conv_s2d, conv_tma
-from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, problem_key, split_rows
+from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, problem_key, split_rows, wide
 from .conv_implicit_gemm import gemm_estimate
 from .epilogue import store_tile
 from .geometry import geometry, input_precision, needs_int64, strides5
@@ -63,6 +63,10 @@ def conv_bwd_data_kernel(
     pid = tl.program_id(0)
     g = tl.program_id(1)
     phase = tl.program_id(2)
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        dys_n, dys_k, dys_d, dys_h, dys_w = wide((dys_n, dys_k, dys_d, dys_h, dys_w))
+        ws_k, ws_c, ws_d, ws_h, ws_w = wide((ws_k, ws_c, ws_d, ws_h, ws_w))
+        xs_n, xs_c, xs_d, xs_h, xs_w = wide((xs_n, xs_c, xs_d, xs_h, xs_w))
     rw = phase % SW
     rh = (phase // SW) % SH
     rd = phase // (SW * SH)
@@ -91,8 +95,6 @@ def conv_bwd_data_kernel(
         mask_m = offs_m < M
         mask_n = offs_n < Cg
         nn, jd, jh, jw = split_rows(offs_m, JD, JH, JW)
-        if INT64:
-            nn = nn.to(tl.int64)
         dy_row = nn * dys_n + (g * Kg) * dys_k
         w_col = (g * Kg) * ws_k + offs_n * ws_c
 

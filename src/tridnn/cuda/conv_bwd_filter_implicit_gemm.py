@@ -68,6 +68,12 @@ def conv_wgrad_kernel(
     tg = tl.program_id(1)          # tap * groups + group; FLAT: the group
     split = tl.program_id(2)
     T = KD * KH * KW
+    if INT64:  # every offset term in int64, not only the image's (as common.wide)
+        i64 = tl.int64
+        xs_n, xs_c, xs_d, xs_h, xs_w = (tl.cast(xs_n, i64), tl.cast(xs_c, i64), tl.cast(xs_d, i64),
+                                        tl.cast(xs_h, i64), tl.cast(xs_w, i64))
+        dys_n, dys_k, dys_d, dys_h, dys_w = (tl.cast(dys_n, i64), tl.cast(dys_k, i64), tl.cast(dys_d, i64),
+                                             tl.cast(dys_h, i64), tl.cast(dys_w, i64))
     if FLAT:
         # columns are (tap, input channel) pairs flattened: few channels fill a tile
         G = tl.num_programs(1)
@@ -107,8 +113,6 @@ def conv_wgrad_kernel(
         offs_p = p0 + tl.arange(0, BLOCK_K)
         mask_p = offs_p < end
         nn, od, oh, ow = split_rows(offs_p, OD, OH, OW)
-        if INT64:
-            nn = nn.to(tl.int64)
         id0 = od * SD - PD
         ih0 = oh * SH - PH
         iw0 = ow * SW - PW

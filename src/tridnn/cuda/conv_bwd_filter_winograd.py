@@ -31,7 +31,7 @@ import triton.language as tl
 from ..types import ConvBwdFilterAlgo
 from ..workspace import Buffer
 from . import batched_gemm
-from .common import TritonConvAlgorithm, Tuner, cdiv, launch, reduction_slices, split_rows
+from .common import TritonConvAlgorithm, Tuner, cdiv, launch, reduction_slices, split_rows, wide
 from .conv_winograd import strides4, window_row, winograd_estimate, winograd_not_applicable
 from .geometry import geometry, input_precision, needs_int64
 
@@ -68,8 +68,8 @@ def input_transform_kernel(x_ptr, v_ptr, T, T_ROWS, Cg, IH, IW, TH, TW, PH, PW, 
     G = tl.num_programs(2)
     ok = (offs_t < T)[:, None] & (c < Cg)[None, :]
     nn, _, th, tw = split_rows(offs_t, 1, TH, TW)
-    if INT64:
-        nn = nn.to(tl.int64)
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        xs_n, xs_c, xs_h, xs_w = wide((xs_n, xs_c, xs_h, xs_w))
     ih0 = (th * 2 - PH)[:, None]
     iw0 = (tw * 2 - PW)[:, None]
     base = x_ptr + (nn * xs_n)[:, None] + ((g * Cg + c) * xs_c)[None, :]
@@ -98,8 +98,8 @@ def dy_transform_kernel(dy_ptr, u_ptr, T, T_ROWS, Kg, OH, OW, TH, TW, ys_n, ys_k
     G = tl.num_programs(2)
     ok = (offs_t < T)[:, None] & (k < Kg)[None, :]
     nn, _, th, tw = split_rows(offs_t, 1, TH, TW)
-    if INT64:
-        nn = nn.to(tl.int64)
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        ys_n, ys_k, ys_h, ys_w = wide((ys_n, ys_k, ys_h, ys_w))
     oh0 = (th * 2)[:, None]
     ow0 = (tw * 2)[:, None]
     base = dy_ptr + (nn * ys_n)[:, None] + ((g * Kg + k) * ys_k)[None, :]

@@ -83,8 +83,12 @@ def dw_bwd_data_kernel(dy_ptr, w_ptr, dx_ptr, P, C, Kg, ID, IH, IW, OD, OH, OW, 
     mask_p = offs_p < P
     mask_c = offs_c < C
     nn, idd, ih, iw = split_rows(offs_p, ID, IH, IW)
-    if INT64:
-        nn = nn.to(tl.int64)
+    if INT64:  # every offset term in int64, not only the image's (as common.wide)
+        i64 = tl.int64
+        dys_n, dys_k, dys_d, dys_h, dys_w = (tl.cast(dys_n, i64), tl.cast(dys_k, i64), tl.cast(dys_d, i64),
+                                             tl.cast(dys_h, i64), tl.cast(dys_w, i64))
+        xs_n, xs_c, xs_d, xs_h, xs_w = (tl.cast(xs_n, i64), tl.cast(xs_c, i64), tl.cast(xs_d, i64),
+                                        tl.cast(xs_h, i64), tl.cast(xs_w, i64))
     acc = tl.zeros((BLOCK_P, BLOCK_C), dtype=tl.float32)
     for td in range(0, KD):
         od, okd = _source(idd, PD, td, DD, SD, OD)
@@ -118,6 +122,12 @@ def dw_bwd_filter_kernel(x_ptr, dy_ptr, part_ptr, P, K, Kg, ID, IH, IW, OD, OH, 
     tw = tap % KW
     th = (tap // KW) % KH
     td = tap // (KW * KH)
+    if INT64:  # every offset term in int64, not only the image's (as common.wide)
+        i64 = tl.int64
+        xs_n, xs_c, xs_d, xs_h, xs_w = (tl.cast(xs_n, i64), tl.cast(xs_c, i64), tl.cast(xs_d, i64),
+                                        tl.cast(xs_h, i64), tl.cast(xs_w, i64))
+        dys_n, dys_k, dys_d, dys_h, dys_w = (tl.cast(dys_n, i64), tl.cast(dys_k, i64), tl.cast(dys_d, i64),
+                                             tl.cast(dys_h, i64), tl.cast(dys_w, i64))
     x_chan = (offs_k // Kg) * xs_c
     acc = tl.zeros((BLOCK_P, BLOCK_C), dtype=tl.float32)
     start = split * rows_per_split
@@ -126,8 +136,6 @@ def dw_bwd_filter_kernel(x_ptr, dy_ptr, part_ptr, P, K, Kg, ID, IH, IW, OD, OH, 
         offs_p = p0 + tl.arange(0, BLOCK_P)
         mask_p = offs_p < end
         nn, od, oh, ow = split_rows(offs_p, OD, OH, OW)
-        if INT64:
-            nn = nn.to(tl.int64)
         idd = od * SD - PD + td * DD
         ih = oh * SH - PH + th * DH
         iw = ow * SW - PW + tw * DW
@@ -177,8 +185,10 @@ def dw_bwd_data_phase_kernel(
     ih = a * SH + rh
     iw = b * SW + rw
     mask_p = (offs_p < P) & (ih < IH) & (iw < IW)
-    if INT64:
-        n = n.to(tl.int64)
+    if INT64:  # every offset term in int64, not only the image's (as common.wide)
+        i64 = tl.int64
+        dys_n, dys_k, dys_h, dys_w = tl.cast(dys_n, i64), tl.cast(dys_k, i64), tl.cast(dys_h, i64), tl.cast(dys_w, i64)
+        xs_n, xs_c, xs_h, xs_w = tl.cast(xs_n, i64), tl.cast(xs_c, i64), tl.cast(xs_h, i64), tl.cast(xs_w, i64)
     offs_c = tl.program_id(2) * BLOCK_C + tl.arange(0, BLOCK_C)
     mask_c = offs_c < C
     acc = tl.zeros((BLOCK_P, BLOCK_C), dtype=tl.float32)
@@ -393,6 +403,10 @@ def dw3_wgrad_kernel(
     offs_k = tl.program_id(0) * BC + tl.arange(0, BC)
     mask_k = offs_k < K
     split = tl.program_id(1)
+    if INT64:  # every offset term in int64, not only the image's (as common.wide)
+        i64 = tl.int64
+        xs_n, xs_c, xs_h, xs_w = tl.cast(xs_n, i64), tl.cast(xs_c, i64), tl.cast(xs_h, i64), tl.cast(xs_w, i64)
+        dys_n, dys_k, dys_h, dys_w = tl.cast(dys_n, i64), tl.cast(dys_k, i64), tl.cast(dys_h, i64), tl.cast(dys_w, i64)
     chan = (offs_k // Kg) * xs_c
     dy_chan = offs_k * dys_k
     a00, a01, a02, a10, a11, a12, a20, a21, a22 = conv_depthwise_tma._zeros9(BW, BC)
@@ -407,8 +421,6 @@ def dw3_wgrad_kernel(
             q = p - r * OW
             n = r // OH
             o = r - n * OH
-            if INT64:
-                n = n.to(tl.int64)
             a00, a01, a02, a10, a11, a12, a20, a21, a22 = _wtile(
                 a00, a01, a02, a10, a11, a12, a20, a21, a22, x_ptr, dy_ptr, n, o, q, mask_q, chan, dy_chan, mask_k,
                 IH, IW, SH, SW, PH, PW, DH, DW, xs_n, xs_h, xs_w, dys_n, dys_h, dys_w)
@@ -417,8 +429,6 @@ def dw3_wgrad_kernel(
         for r in range(start, end):
             n = r // OH
             o = r - n * OH
-            if INT64:
-                n = n.to(tl.int64)
             for q0 in range(0, OW, BW):
                 q = q0 + tl.arange(0, BW)
                 mask_q = q < OW

@@ -142,6 +142,10 @@ def dw3_wgrad_rows_kernel(
     unit = tl.program_id(2)
     row0 = unit * RPS
     row1 = tl.minimum(row0 + RPS, N * OH)
+    if INT64:  # every offset term in int64, not only the image's (as common.wide)
+        i64 = tl.int64
+        xs_n, xs_c, xs_h, xs_w = tl.cast(xs_n, i64), tl.cast(xs_c, i64), tl.cast(xs_h, i64), tl.cast(xs_w, i64)
+        dys_n, dys_k, dys_h, dys_w = tl.cast(dys_n, i64), tl.cast(dys_k, i64), tl.cast(dys_h, i64), tl.cast(dys_w, i64)
 
     # -- loop-invariant column offsets and masks: dy columns q, x columns q * S - PW + b
     q = col_blk * BW + tl.arange(0, BW)
@@ -173,11 +177,8 @@ def dw3_wgrad_rows_kernel(
     for n in range(row0 // OH, (row1 - 1) // OH + 1):
         o0 = tl.maximum(row0 - n * OH, 0)
         o_end = tl.minimum(row1 - n * OH, OH)
-        nn = n
-        if INT64:
-            nn = nn.to(tl.int64)
-        xb = nn * xs_n
-        db = nn * dys_n
+        xb = n * xs_n
+        db = n * dys_n
         if S == 1:
             # -- x rows i = o - PH + a of the strip's dy rows o; a step: x row i (three
             # shifts) and dy row i + PH (filter row 0); dy rows i + PH - 1, i + PH - 2

@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from ..types import ConvFwdAlgo
-from .common import TritonConvAlgorithm, Tuner, cdiv, launch, next_pow2, problem_key, split_rows
+from .common import TritonConvAlgorithm, Tuner, cdiv, launch, next_pow2, problem_key, split_rows, wide
 from .epilogue import launch_args, spec_of, store_tile
 from .geometry import geometry, needs_int64, strides5
 from .memo import IdentityMemo
@@ -50,8 +50,11 @@ def conv_direct_fwd_kernel(
     mask_m = offs_m < M
     mask_k = offs_k < K
     nn, od, oh, ow = split_rows(offs_m, OD, OH, OW)
-    if INT64:
-        nn = nn.to(tl.int64)
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        xs_n, xs_c, xs_d, xs_h, xs_w = wide((xs_n, xs_c, xs_d, xs_h, xs_w))
+        ws_k, ws_c, ws_d, ws_h, ws_w = wide((ws_k, ws_c, ws_d, ws_h, ws_w))
+        ys_n, ys_k, ys_d, ys_h, ys_w = wide((ys_n, ys_k, ys_d, ys_h, ys_w))
+        zs_n, zs_k, zs_d, zs_h, zs_w = wide((zs_n, zs_k, zs_d, zs_h, zs_w))
     if DEPTHWISE:
         x_chan = offs_k * xs_c
     else:
@@ -141,8 +144,11 @@ def dw3_rows_kernel(
     t = pid // n_cols
     row_blk = t % n_rows
     n = t // n_rows
-    if INT64:
-        n = n.to(tl.int64)
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        xs_n, xs_c, xs_h, xs_w = wide((xs_n, xs_c, xs_h, xs_w))
+        ws_k, ws_h, ws_w = wide((ws_k, ws_h, ws_w))
+        ys_n, ys_k, ys_h, ys_w = wide((ys_n, ys_k, ys_h, ys_w))
+        zs_n, zs_k, zs_h, zs_w = wide((zs_n, zs_k, zs_h, zs_w))
     offs_k = tl.program_id(1) * BC + tl.arange(0, BC)
     mask_k = offs_k < K
     ow = col_blk * BW + tl.arange(0, BW)
@@ -249,8 +255,11 @@ def dw_taps_kernel(
     t = offs_m // OW
     oh = t % OH
     nn = t // OH
-    if INT64:
-        nn = nn.to(tl.int64)
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        xs_n, xs_c, xs_h, xs_w = wide((xs_n, xs_c, xs_h, xs_w))
+        ws_k, ws_h, ws_w = wide((ws_k, ws_h, ws_w))
+        ys_n, ys_k, ys_h, ys_w = wide((ys_n, ys_k, ys_h, ys_w))
+        zs_n, zs_k, zs_h, zs_w = wide((zs_n, zs_k, zs_h, zs_w))
     # -- pointers: the tile's top-left input pixel, the channels, the weights
     ih0 = oh * SH - PH
     iw0 = ow * SW - PW

@@ -24,7 +24,7 @@ import triton.language as tl
 
 from ..types import ConvFwdAlgo
 from ..workspace import Buffer
-from .common import TritonConvAlgorithm, cdiv, launch, split_rows
+from .common import TritonConvAlgorithm, cdiv, launch, split_rows, wide
 from .conv_fft import correlate_with_filter, fast_size, fft_estimate, pad_input, planes_first, spectrum
 from .epilogue import launch_args, spec_of, store_tile
 from .geometry import geometry, needs_int64, strides5
@@ -62,11 +62,12 @@ def fft_tile_store_kernel(
     tile = ((qd // VD) * CH + qh // VH) * CW + qw // VW
     within = ((qd % VD) * LH + qh % VH) * LW + qw % VW
     src = (nn.to(tl.int64) * (CD * CH * CW) + tile) * cs_i + within.to(tl.int64) * cs_p
-    acc = tl.load(c_ptr + src[:, None] + (offs_n * cs_k)[None, :],
+    acc = tl.load(c_ptr + src[:, None] + (offs_n.to(tl.int64) * cs_k)[None, :],  # (int64 as src: K * L can pass 2^31)
                   mask=mask_m[:, None] & mask_n[None, :], other=0.0)
     # through the epilogue into y
-    if INT64:
-        nn = nn.to(tl.int64)
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        ys_n, ys_k, ys_d, ys_h, ys_w = wide((ys_n, ys_k, ys_d, ys_h, ys_w))
+        zs_n, zs_k, zs_d, zs_h, zs_w = wide((zs_n, zs_k, zs_d, zs_h, zs_w))
     row_y = nn * ys_n + od * ys_d + oh * ys_h + ow * ys_w
     row_z = nn * zs_n + od * zs_d + oh * zs_h + ow * zs_w
     store_tile(acc, row_y, row_z, offs_n, mask_m, mask_n, y_ptr, ys_k, z_ptr, zs_k, bias_ptr, bias_stride,

@@ -19,7 +19,7 @@ import triton.language as tl
 
 from ..types import ConvFwdAlgo
 from ..workspace import Buffer
-from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, next_pow2, split_rows
+from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, next_pow2, split_rows, wide
 from .conv_implicit_gemm import GPU_CONFIGS_16, GPU_CONFIGS_32, INTERPRETER_CONFIG, dot_rate
 from .epilogue import launch_args, spec_of, store_tile
 from .geometry import geometry, input_precision, needs_int64, strides5
@@ -51,8 +51,8 @@ def im2col_kernel(
     oh = row % OH
     od = (row // OH) % OD
     nn = row // (OH * OD)
-    if INT64:
-        nn = nn.to(tl.int64)
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        xs_n, xs_c, xs_d, xs_h, xs_w = wide((xs_n, xs_c, xs_d, xs_h, xs_w))
     mask_m = ow < OW
     # -- the columns: (tap, channel), and the input row / depth each reads (per column)
     c = offs_r % CG
@@ -110,8 +110,9 @@ def gemm_kernel(col_ptr, w_ptr, y_ptr, bias_ptr, z_ptr, M, R, R_PAD, Cg, Kg, OD,
                     mask=mask_r[:, None] & mask_n[None, :], other=0.0)
         acc = tl.dot(a, b, acc, input_precision=PREC)
     nn, od, oh, ow = split_rows(offs_m, OD, OH, OW)
-    if INT64:
-        nn = nn.to(tl.int64)
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        ys_n, ys_k, ys_d, ys_h, ys_w = wide((ys_n, ys_k, ys_d, ys_h, ys_w))
+        zs_n, zs_k, zs_d, zs_h, zs_w = wide((zs_n, zs_k, zs_d, zs_h, zs_w))
     row_y = nn * ys_n + od * ys_d + oh * ys_h + ow * ys_w
     row_z = nn * zs_n + od * zs_d + oh * zs_h + ow * zs_w
     store_tile(acc, row_y, row_z, g * Kg + offs_n, mask_m, mask_n, y_ptr, ys_k, z_ptr, zs_k, bias_ptr,

@@ -24,7 +24,7 @@ import triton.language as tl
 
 from ..types import ConvFwdAlgo
 from . import conv_tma
-from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, problem_key, sm_count, split_rows
+from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, problem_key, sm_count, split_rows, wide
 from .epilogue import launch_args, spec_of, store_tile
 from .geometry import geometry, input_precision, needs_int64, strides5
 from .memo import IdentityMemo
@@ -64,6 +64,11 @@ def conv_fwd_kernel(
     mask_m = offs_m < M
     mask_n = offs_n < Kg
     T = KD * KH * KW
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        xs_n, xs_c, xs_d, xs_h, xs_w = wide((xs_n, xs_c, xs_d, xs_h, xs_w))
+        ws_k, ws_c, ws_d, ws_h, ws_w = wide((ws_k, ws_c, ws_d, ws_h, ws_w))
+        ys_n, ys_k, ys_d, ys_h, ys_w = wide((ys_n, ys_k, ys_d, ys_h, ys_w))
+        zs_n, zs_k, zs_d, zs_h, zs_w = wide((zs_n, zs_k, zs_d, zs_h, zs_w))
 
     # Per output pixel: where its receptive field starts in x.
     if PRECOMP:
@@ -78,8 +83,6 @@ def conv_fwd_kernel(
             x_row = x_row.to(tl.int32)
     else:
         nn, od, oh, ow = split_rows(offs_m, OD, OH, OW)
-        if INT64:
-            nn = nn.to(tl.int64)
         id0 = od * SD - PD
         ih0 = oh * SH - PH
         iw0 = ow * SW - PW
@@ -162,8 +165,6 @@ def conv_fwd_kernel(
         tl.store(part_ptr + prow[:, None] + cols[None, :], acc, mask=mask_m[:, None] & mask_n[None, :])
     else:
         nn, od, oh, ow = split_rows(offs_m, OD, OH, OW)
-        if INT64:
-            nn = nn.to(tl.int64)
         row_y = nn * ys_n + od * ys_d + oh * ys_h + ow * ys_w
         row_z = nn * zs_n + od * zs_d + oh * zs_h + ow * zs_w
         store_tile(acc, row_y, row_z, cols, mask_m, mask_n, y_ptr, ys_k, z_ptr, zs_k, bias_ptr,
@@ -188,8 +189,9 @@ def splitk_finish(part_ptr, y_ptr, bias_ptr, z_ptr, M, K, OD, OH, OW, SPLIT,
         prow = (s * M + offs_m).to(tl.int64) * K
         acc += tl.load(part_ptr + prow[:, None] + offs_n[None, :], mask=mask, other=0.0)
     nn, od, oh, ow = split_rows(offs_m, OD, OH, OW)
-    if INT64:
-        nn = nn.to(tl.int64)
+    if INT64:  # (as conv_fwd_kernel)
+        ys_n, ys_k, ys_d, ys_h, ys_w = wide((ys_n, ys_k, ys_d, ys_h, ys_w))
+        zs_n, zs_k, zs_d, zs_h, zs_w = wide((zs_n, zs_k, zs_d, zs_h, zs_w))
     row_y = nn * ys_n + od * ys_d + oh * ys_h + ow * ys_w
     row_z = nn * zs_n + od * zs_d + oh * zs_h + ow * zs_w
     store_tile(acc, row_y, row_z, offs_n, mask_m, mask_n, y_ptr, ys_k, z_ptr, zs_k, bias_ptr,

@@ -49,7 +49,7 @@ import triton.language as tl
 from ..descriptors import FilterDescriptor, TensorDescriptor
 from ..types import ConvMode, TensorFormat
 from ..workspace import Buffer
-from .common import cdiv, launch
+from .common import cdiv, launch, wide
 from .epilogue import launch_args, store_tile
 from .geometry import needs_int64
 from .memo import IdentityMemo
@@ -78,8 +78,9 @@ def x_and_blocks_kernel(
     data's dx). One program: BLOCK_M block pixels x all CP channels."""
     # map the program to its block pixels and split the channels into (bh, bw, c)
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    if INT64:
+    if INT64:  # the channel terms too (c * xs_c of NCHW can pass 2^31): common.wide
         rows = rows.to(tl.int64)
+        xs_n, xs_c, xs_h, xs_w = wide((xs_n, xs_c, xs_h, xs_w))
     ch = tl.arange(0, CP)
     q = rows % W4
     t = rows // W4
@@ -153,8 +154,10 @@ def blocks_and_y_kernel(
     contiguous on both sides in NHWC."""
     # map the program to output pixels (n, oh, ow) and channels
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    if INT64:
+    if INT64:  # the channel terms too (ks * ys_k of NCHW can pass 2^31): common.wide
         rows = rows.to(tl.int64)
+        ys_n, ys_k, ys_h, ys_w = wide((ys_n, ys_k, ys_h, ys_w))
+        zs_n, zs_k, zs_h, zs_w = wide((zs_n, zs_k, zs_h, zs_w))
     ks = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
     ow = rows % OW
     t = rows // OW

@@ -45,7 +45,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from .common import cdiv, grouped_tile, launch, sm_count
+from .common import cdiv, grouped_tile, launch, sm_count, wide
 from .epilogue import activate, launch_args, store_tile
 from .geometry import geometry, input_precision, needs_int64, strides5
 from .memo import IdentityMemo
@@ -150,6 +150,9 @@ def conv_tma_kernel(
     over FILL_SH x FILL_SW pixels, and the tile also writes the skipped pixels, which get
     no gradient (alpha * 0 + beta * dx)."""
     BLOCK_M: tl.constexpr = NB * BH * BW
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        ys_n, ys_k, ys_h, ys_w = wide((ys_n, ys_k, ys_h, ys_w))
+        zs_n, zs_k, zs_h, zs_w = wide((zs_n, zs_k, zs_h, zs_w))
     # -- map the program to an output tile (grouped order for L2 reuse of the filter)
     n, oh0, ow0, k0 = tile_origin(tl.program_id(0), N, OH, OW, C_OUT, BH, BW, BLOCK_N, GROUP_M, NB)
 
@@ -205,6 +208,9 @@ def conv_tma_persistent_kernel(
     clipped by the descriptor), in EPI_SPLIT column slices to shrink the staging buffer;
     otherwise the pointer epilogue store_tile."""
     BLOCK_M: tl.constexpr = NB * BH * BW
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        ys_n, ys_k, ys_h, ys_w = wide((ys_n, ys_k, ys_h, ys_w))
+        zs_n, zs_k, zs_h, zs_w = wide((zs_n, zs_k, zs_h, zs_w))
     num_tiles = tl.cdiv(N, NB) * tl.cdiv(OH, BH) * tl.cdiv(OW, BW) * tl.cdiv(C_OUT, BLOCK_N)
     for tile in tl.range(tl.program_id(0), num_tiles, NUM_PROGRAMS, flatten=True):
         # -- map the loop step to an output tile (grouped order, as conv_tma_kernel)
@@ -320,8 +326,8 @@ def conv_tma_phases_kernel(
     cols = k0 + tl.arange(0, BLOCK_N)
     mask_m = (xh < H) & (xw < W)
     mask_n = cols < C_OUT
-    if INT64:
-        n = n.to(tl.int64)
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        ys_n, ys_k, ys_h, ys_w = wide((ys_n, ys_k, ys_h, ys_w))
     row_y = n * ys_n + xh * ys_h + xw * ys_w
     store_tile(acc, row_y, row_y, cols, mask_m, mask_n, y_ptr, ys_k, y_ptr, 0, y_ptr, 0,
                alpha, beta, 0.0, 0.0, 1.0, -1, False, False, BETA_ZERO)

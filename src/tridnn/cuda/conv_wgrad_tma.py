@@ -31,7 +31,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import cdiv, launch
+from .common import cdiv, launch, wide
 from .conv_tma import Plan, blend_tile, box_for, descriptor, tap_origin, wgrad_boxes
 from .geometry import geometry, input_precision, strides5
 
@@ -376,6 +376,8 @@ def wgrad_rows_kernel(
     col_ok = cols // 32 < KH                    # rows past the filter: not read (zeros)
     first = s * PER
     last = tl.minimum(first + PER, M)
+    # int64 offsets, every term: one image's oh * dys_h alone can pass 2^31 (common.wide)
+    dys_n, dys_h, dys_w, xs_n, xs_oh = wide((dys_n, dys_h, dys_w, xs_n, xs_oh))
 
     # -- reduction over the slice's pixels
     acc = tl.zeros((BLOCK_M, COLS), dtype=tl.float32)
@@ -385,7 +387,7 @@ def wgrad_rows_kernel(
         ow = p % OW
         t = p // OW
         oh = t % OH
-        n = (t // OH).to(tl.int64)
+        n = t // OH
         dy_row = n * dys_n + oh * dys_h + ow * dys_w
         a = tl.load(dy_ptr + dy_row[:, None] + rk[None, :], mask=pm[:, None] & (rk < K)[None, :], other=0.0)
         x_row = n * xs_n + oh * xs_oh + ow * XS_OW

@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from ..types import ConvFwdAlgo
-from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, split_rows
+from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, split_rows, wide
 from .epilogue import launch_args, spec_of, store_tile
 from .geometry import geometry, input_precision, needs_int64
 
@@ -108,8 +108,9 @@ def store_outputs(m00, m01, m02, m03, m10, m11, m12, m13, m20, m21, m22, m23, m3
     y00, y01 = at(p0[0], p1[0], p2[0], p3[0])   # (A^T M) A
     y10, y11 = at(p0[1], p1[1], p2[1], p3[1])
     nn, _, th, tw = split_rows(offs_t, 1, TH, TW)
-    if INT64:
-        nn = nn.to(tl.int64)
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        ys_n, ys_k, ys_h, ys_w = wide((ys_n, ys_k, ys_h, ys_w))
+        zs_n, zs_k, zs_h, zs_w = wide((zs_n, zs_k, zs_h, zs_w))
     oh = th * 2
     ow = tw * 2
     ry = nn * ys_n + oh * ys_h + ow * ys_w
@@ -146,8 +147,8 @@ def winograd_fused_kernel(
     tw = offs_t % TW
     th = (offs_t // TW) % TH
     nn = offs_t // (TW * TH)
-    if INT64:
-        nn = nn.to(tl.int64)
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        xs_n, xs_c, xs_h, xs_w = wide((xs_n, xs_c, xs_h, xs_w))
     ih0 = (th * 2 - PH)[:, None]
     iw0 = (tw * 2 - PW)[:, None]
     dt = w_ptr.dtype.element_ty

@@ -28,7 +28,7 @@ import triton.language as tl
 from ..types import ConvFwdAlgo, DataType
 from ..workspace import Buffer
 from . import batched_gemm, winograd_f4
-from .common import TritonConvAlgorithm, Tuner, cdiv, launch
+from .common import TritonConvAlgorithm, Tuner, cdiv, launch, wide
 from .conv_winograd import (bt, filter_row, gt, input_row, store_outputs, strides4, tiles, winograd_estimate,
                             winograd_not_applicable)
 from .epilogue import launch_args, spec_of
@@ -80,8 +80,8 @@ def input_transform_kernel(x_ptr, v_ptr, T, Cg, IH, IW, TH, TW, PH, PW, xs_n, xs
     tw = offs_t % TW
     th = (offs_t // TW) % TH
     nn = offs_t // (TW * TH)
-    if INT64:
-        nn = nn.to(tl.int64)
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        xs_n, xs_c, xs_h, xs_w = wide((xs_n, xs_c, xs_h, xs_w))
     ih0 = (th * 2 - PH)[:, None]
     iw0 = (tw * 2 - PW)[:, None]
     xbase = (nn * xs_n)[:, None] + ((g * Cg + c) * xs_c)[None, :]

@@ -33,7 +33,7 @@ import triton.language as tl
 from triton.language.random import philox
 
 from ..errors import BadParamError
-from .common import cdiv
+from .common import cdiv, wide
 from .layer_utils import coalesce, compute_dtype, first_index, unravel4
 
 BLOCK = 1024      # elements per program
@@ -377,6 +377,8 @@ def _dropout_tile_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first_
     # map the program to (outer position, inner block, W block)
     W = W4 * 4  # so Triton sees that the mask's runs of 4 bytes are never cut by W
     o0, o1, o2, inner, w_blk = _tile_position(I, W, O1, O2, BIG, BLOCK_I, BLOCK_W)
+    if BIG:  # every offset term in int64 (common.wide): inner * si or w * sw alone can pass 2^31
+        si, sw, di, dw = wide((si, sw, di, dw))
     w = w_blk * BLOCK_W + tl.arange(0, BLOCK_W)
     in_range = (inner < I)[:, None] & (w < W)[None, :]
     # the mask: logical index of (inner, w) is l_row[inner] + w, l_row a multiple of 4
@@ -411,6 +413,8 @@ def _dropout_split_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first
     scale = tl.full([], scale, COMPUTE)  # (a float64 argument: float64 data keeps 1 / (1 - p) unrounded)
     # map the program to (outer position, inner block, group block)
     o0, o1, o2, inner, g_blk = _tile_position(I, W4, O1, O2, BIG, BLOCK_I, BLOCK_G)
+    if BIG:  # every offset term in int64 (common.wide): inner * si or w * sw alone can pass 2^31
+        si, sw, di, dw = wide((si, sw, di, dw))
     g = g_blk * BLOCK_G + tl.arange(0, BLOCK_G)
     in_range = (g < W4)[:, None] & (inner < I)[None, :]
     # mask word of (g, inner): the logical index of (inner, 4g) over 4 (l_row a multiple of 4)
@@ -485,6 +489,8 @@ def _dropout_join_kernel(src_ptr, dst_ptr, mask_ptr, I, W4, O1, O2, seed, first_
     scale = tl.full([], scale, COMPUTE)  # (a float64 argument: float64 data keeps 1 / (1 - p) unrounded)
     # map the program to (outer position, inner block, W block)
     o0, o1, o2, inner, g_blk = _tile_position(I, W4, O1, O2, BIG, BLOCK_I, BLOCK_G)
+    if BIG:  # every offset term in int64 (common.wide): inner * si or w * sw alone can pass 2^31
+        si, sw, di, dw = wide((si, sw, di, dw))
     w = g_blk * (4 * BLOCK_G) + tl.arange(0, 4 * BLOCK_G)
     in_range = (w < W4 * 4)[:, None] & (inner < I)[None, :]
     l_row = (o0 * lo0 + o1 * lo1 + o2 * lo2) + inner.to(tl.int64) * li  # a multiple of 4

@@ -144,7 +144,9 @@ def store_tile(acc, row_y, row_z, col, mask_row, mask_col,
                ACT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_Z: tl.constexpr,
                BETA_ZERO: tl.constexpr):
     """Blend, fuse and store a [rows, cols] float32 tile; rows are output pixels (their
-    offsets row_y in y and row_z in z), cols output channels."""
+    offsets row_y in y and row_z in z), cols output channels. The channel offsets take
+    row_y's integer type (int64 on a kernel's INT64 path: col * ys_k can pass 2^31 too)."""
+    col = col.to(row_y.dtype)
     mask = mask_row[:, None] & mask_col[None, :]
     y_ptrs = y_ptr + row_y[:, None] + col[None, :] * ys_k
     v = acc * alpha

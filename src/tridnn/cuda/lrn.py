@@ -49,7 +49,7 @@ import triton
 import triton.language as tl
 
 from ..errors import BadParamError
-from .common import cdiv
+from .common import cdiv, wide
 from .layer_utils import (NCSStaging, blend_args, channels_last, check_dtypes, check_same_shape, compute_dtype,
                           ncs_dims, ncs_strides, needs_int64)
 
@@ -156,8 +156,10 @@ def _lrn_kernel(x_ptr, y_ptr, dy_ptr, out_ptr, N, C, S,
     rest = pid // tiles_c
     s = (rest % tiles_s) * BLOCK_S + tl.arange(0, BLOCK_S)
     n = rest // tiles_s
-    if BIG:
+    if BIG:  # every offset term in int64 (common.wide): s * xss of one big image alone can pass 2^31
         n = n.to(tl.int64)
+        xsn, xsc, xss, ysn, ysc, yss = wide((xsn, xsc, xss, ysn, ysc, yss))
+        gsn, gsc, gss, osn, osc, oss = wide((gsn, gsc, gss, osn, osc, oss))
     s_mask = s < S
     mask = s_mask[:, None] & (c < C)[None, :]
     alpha_over_n = lrn_alpha / LRN_N
@@ -247,7 +249,7 @@ def _ring_sum_sq(window, k_over, alpha_over_n, LRN_N: tl.constexpr):
 def _plane(ptr, base, ch, s_mask, lo, hi, sc, BIG: tl.constexpr, COMPUTE: tl.constexpr):
     """Plane ch of a [BLOCK_S] position run, zero unless lo <= ch < hi."""
     if BIG:
-        ch = ch.to(tl.int64)
+        ch = tl.cast(ch, tl.int64)  # (tl.cast: under the interpreter a loop's ch is a Python int)
     return tl.load(ptr + base + ch * sc, mask=s_mask & (ch >= lo) & (ch < hi), other=0.0).to(COMPUTE)
 
 
@@ -256,7 +258,7 @@ def _plane_raw(ptr, base, ch, s_mask, lo, hi, sc, BIG: tl.constexpr):
     """_plane in the data's dtype: a prefetched plane is converted where it is used, so
     its load is waited for there (a step or more later), not in the step that issued it."""
     if BIG:
-        ch = ch.to(tl.int64)
+        ch = tl.cast(ch, tl.int64)  # (tl.cast: under the interpreter a loop's ch is a Python int)
     return tl.load(ptr + base + ch * sc, mask=s_mask & (ch >= lo) & (ch < hi), other=0.0)
 
 

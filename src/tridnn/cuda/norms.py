@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from ..errors import BadParamError
-from .common import cdiv
+from .common import cdiv, wide
 from .layer_utils import (NCSStaging, blend_args, blend_store, channels_last, check_dtypes, compute_dtype,
                           ncs_dims, ncs_strides, needs_int64)
 
@@ -83,8 +83,9 @@ def _row_norm_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_pt
                              COMPUTE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
     eps, alpha, beta = tl.full([], eps, COMPUTE), tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    if BIG:
+    if BIG:  # every offset term in int64 (common.wide): one alone can pass 2^31
         r = r.to(tl.int64)
+        xsk, ysk = wide((xsk, ysk))
     r_mask = r < R
     if SINGLE:
         k = tl.arange(0, BLOCK_K)
@@ -172,8 +173,9 @@ def _row_norm_rows_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_ptr, 
     if HAS_BIAS:
         b = tl.load(bias_ptr + k, mask=k_mask, other=0.0).to(COMPUTE)
     first = tl.program_id(0) * ROWS
-    if BIG:
+    if BIG:  # every offset term in int64 (common.wide): one alone can pass 2^31
         first = first.to(tl.int64)
+        xsk, ysk = wide((xsk, ysk))
     for i in range(ROWS):
         r = first + i
         row_ok = r < R
@@ -217,8 +219,9 @@ def _row_norm_ahead_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_ptr,
     k_mask = k < K
     first = tl.program_id(0) * rows_per_program
     last = tl.minimum(first + rows_per_program, R)
-    if BIG:
+    if BIG:  # every offset term in int64 (common.wide): one alone can pass 2^31
         first = first.to(tl.int64)
+        xsk, ysk = wide((xsk, ysk))
     if HOLD_PARAMS:
         w = tl.load(scale_ptr + k, mask=k_mask, other=0.0).to(COMPUTE)
         if HAS_BIAS:
@@ -294,8 +297,9 @@ def _row_norm_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_pt
     k_all = tl.arange(0, BLOCK_K)
     first = pid * rows_per_program
     last = tl.minimum(first + rows_per_program, R)
-    if BIG:
+    if BIG:  # every offset term in int64 (common.wide): one alone can pass 2^31
         first = first.to(tl.int64)
+        xsk, gsk, dsk = wide((xsk, gsk, dsk))
     if SINGLE:
         k_mask = k_all < K
         w = tl.load(scale_ptr + k_all, mask=k_mask, other=0.0).to(COMPUTE)
@@ -703,8 +707,9 @@ def _group_norm_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_
     pid = tl.program_id(0)
     n = pid // G
     g = pid % G
-    if BIG:
+    if BIG:  # every offset term in int64 (common.wide): one alone can pass 2^31
         n = n.to(tl.int64)
+        xsn, xsc, xss, ysn, ysc, yss = wide((xsn, xsc, xss, ysn, ysc, yss))
     c, c_mask = _group_channels(g, CG, BLOCK_C, EXACT)
     shift = tl.load(x_ptr + n * xsn + g * CG * xsc).to(COMPUTE)
     s1, s2 = _group_moments(x_ptr, n, c, c_mask, S, xsn, xss, xsc, shift, COMPUTE, BLOCK_S)
@@ -739,8 +744,10 @@ def _group_norm_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_
     pid = tl.program_id(0)
     n = pid // G
     g = pid % G
-    if BIG:
+    if BIG:  # every offset term in int64 (common.wide): one alone can pass 2^31
         n = n.to(tl.int64)
+        xsn, xsc, xss, gsn, gsc, gss = wide((xsn, xsc, xss, gsn, gsc, gss))
+        dsn, dsc, dss = wide((dsn, dsc, dss))
     c, c_mask = _group_channels(g, CG, BLOCK_C, EXACT)
     count = CG * S
     if HAS_STATS:
@@ -805,6 +812,8 @@ def _gn_stats_kernel(x_ptr, dy_ptr, mean_ptr, inv_ptr, part_ptr, C, S, G, CG, SB
     c = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
     split = tl.program_id(1)
     c_mask = c < C
+    if BIG:  # every offset term in int64 (common.wide): one alone can pass 2^31
+        xsn, xsc, xss, gsn, gsc, gss = wide((xsn, xsc, xss, gsn, gsc, gss))
     n, _, _ = _split_item(split, 0, SPS, per, SB, BIG)
     if GRAD:
         ng = n * G + c // CG
@@ -845,8 +854,9 @@ def _gn_finalize_kernel(part_ptr, x_ptr, scale_ptr, bias_ptr, mean_ptr, inv_ptr,
     pid = tl.program_id(0)
     n = pid // G
     g = pid % G
-    if BIG:
+    if BIG:  # every offset term in int64 (common.wide): one alone can pass 2^31
         n = n.to(tl.int64)
+        xsn, xsc = wide((xsn, xsc))
     cg = tl.arange(0, BLOCK_CG)
     c = g * CG + cg
     c_mask = cg < CG
@@ -897,6 +907,9 @@ def _gn_apply_kernel(x_ptr, dy_ptr, out_ptr, coef_ptr, C, S, SB, SPS, per, split
     """Forward y = a x + b; backward dx = p dy + q x + r (coefficients per (n, c)).
     Tiles in L2 order: (channel block, split, position from the split's end)."""
     alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
+    if BIG:  # every offset term in int64 (common.wide): one alone can pass 2^31
+        xsn, xsc, xss, gsn, gsc, gss = wide((xsn, xsc, xss, gsn, gsc, gss))
+        osn, osc, oss = wide((osn, osc, oss))
     pid = tl.program_id(0)
     tiles_c = tl.cdiv(C, BLOCK_C)
     c = (pid % tiles_c) * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -1056,7 +1069,7 @@ def _prefetch_group(ptr, pid, ahead, programs, blocks, sn, sc, CG, S, BIG: tl.co
         if BIG:
             n = n.to(tl.int64)
         k = tl.arange(0, LINES) * LINE
-        start = n * sn + (nxt % blocks) * CG * sc
+        start = n * sn + ((nxt % blocks) * CG).to(n.dtype) * sc  # (int64 when BIG: it can pass 2^31 alone)
         tl.inline_asm_elementwise("{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.u32 $0, 0; }",
                                   "=r,l,r", [ptr + start + k, (k < CG * S).to(tl.int32)], dtype=tl.int32,
                                   is_pure=False, pack=1)

@@ -27,7 +27,9 @@ MAX_TILE = 8192  # elements one program keeps in registers
 
 @triton.jit
 def _tile_offsets(o, i, k, so, si, sk):
-    return o * so + i[:, None] * si + k[None, :] * sk
+    """Offsets of the [i, k] tile of outer index o, every term in o's integer type (int64
+    when BIG: k * sk of one big image alone can pass 2^31)."""
+    return o * so + i.to(o.dtype)[:, None] * si + k.to(o.dtype)[None, :] * sk
 
 
 @triton.jit

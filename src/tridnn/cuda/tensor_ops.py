@@ -212,9 +212,10 @@ def _transpose_tile_kernel(x_ptr, y_ptr, P, Q, D1, xs_p, xs_q, xs0, xs1, ys_p, y
     pid_p = tl.program_id(0)
     pid_q = tl.program_id(1)
     rest = tl.program_id(2)
-    if BIG:
+    if BIG:  # every offset term in int64: q * xs_q alone can pass 2^31 too
         rest = rest.to(tl.int64)
         pid_p = pid_p.to(tl.int64)
+        pid_q = pid_q.to(tl.int64)
     r0 = rest // D1
     r1 = rest % D1
     p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
@@ -444,6 +445,8 @@ def _reduce_kernel(a_ptr, c_ptr, idx_ptr, part_ptr, count_ptr, K, K2, R, CHUNK, 
     k = first_index(BLOCK_K, BIG) + tl.arange(0, BLOCK_K)
     k_mask = k < K
     a_row = (k // K2) * sa_k1 + (k % K2) * sa_k2
+    if BIG:  # the position term r * sa_r alone can pass 2^31 too
+        sa_r = tl.cast(sa_r, tl.int64)
     r_begin = tl.program_id(1) * CHUNK
     r_end = tl.minimum(R, r_begin + CHUNK)
     if OP == 1 or OP == 8:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import split_rows
+from .common import split_rows, wide
 from .conv_winograd import window_row
 from .epilogue import store_tile
 
@@ -69,8 +69,8 @@ def input_transform_kernel(x_ptr, v_ptr, T, Cg, IH, IW, TH, TW, PH, PW, xs_n, xs
     G = tl.num_programs(2)
     ok = (offs_t < T)[:, None] & (c < Cg)[None, :]
     nn, _, th, tw = split_rows(offs_t, 1, TH, TW)
-    if INT64:
-        nn = nn.to(tl.int64)
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        xs_n, xs_c, xs_h, xs_w = wide((xs_n, xs_c, xs_h, xs_w))
     ih0 = (th * 4 - PH)[:, None]
     iw0 = (tw * 4 - PW)[:, None]
     base = x_ptr + (nn * xs_n)[:, None] + ((g * Cg + c) * xs_c)[None, :]
@@ -143,8 +143,9 @@ def output_transform_kernel(m_ptr, y_ptr, bias_ptr, z_ptr, T, Kg, OH, OW, TH, TW
         rows = rows + (at6(m[0], m[1], m[2], m[3], m[4], m[5]),)
     # down each column: output column b's 4 rows, each through the epilogue
     nn, _, th, tw = split_rows(offs_t, 1, TH, TW)
-    if INT64:
-        nn = nn.to(tl.int64)
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        ys_n, ys_k, ys_h, ys_w = wide((ys_n, ys_k, ys_h, ys_w))
+        zs_n, zs_k, zs_h, zs_w = wide((zs_n, zs_k, zs_h, zs_w))
     oh = th * 4
     ow = tw * 4
     cols = g * Kg + offs_n
