@@ -41,11 +41,6 @@ LAYOUTS = ("rows", "channels")
 PROBLEMS = {"dense": (3, 3, 1, 3, 1, 1), "depthwise": (3, 3, 3, 3, 1, 1), "depthwise5s2": (3, 3, 3, 5, 2, 2)}
 H, W = 3, 5
 WIDE = ("FFT_TILING", "dense")  # this one's images are 16 wide: FFT_TILING needs a plane past one 16 x 16 tile
-# conv_fft.py's fft_store_kernel (FFT forward, and backward data run as a forward FFT) still
-# forms y's row offset with int32 spatial terms under INT64 (only its image term is int64):
-# wrong where the output has a row 2 (the strided forward's y has two rows)
-KNOWN = {(d, "FFT", "rows", p): "conv_fft.fft_store_kernel: oh * ys_h in int32"
-         for d in ("fwd", "bwd_data") for p in ("dense", "depthwise")}
 
 
 def _rss_bytes() -> int:
@@ -136,10 +131,7 @@ CASES = [pytest.param(d, a, id=f"{d}-{a.name}") for d in DIRECTIONS for a in ALG
 @pytest.mark.parametrize("problem", PROBLEMS)
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("direction, algo", CASES)
-def test_offsets_past_int32_in_one_image(direction, algo, layout, problem, device, rng, request, monkeypatch):
-    known = KNOWN.get((direction, algo.name, layout, problem))
-    if known:
-        request.applymarker(pytest.mark.xfail(reason=known, strict=True))
+def test_offsets_past_int32_in_one_image(direction, algo, layout, problem, device, rng, monkeypatch):
     if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("needs TRITON_INTERPRET=1 (set by conftest unless TRIDNN_GPU_TESTS=1)")
     if device == "cuda" and not torch.cuda.is_available():

@@ -29,7 +29,7 @@ import triton.language as tl
 from ..types import ConvFwdAlgo
 from ..workspace import Buffer
 from . import spectral_gemm
-from .common import TritonConvAlgorithm, cdiv, launch, split_rows
+from .common import TritonConvAlgorithm, cdiv, launch, split_rows, wide
 from .epilogue import launch_args, spec_of, store_tile
 from .geometry import geometry, input_precision, needs_int64, strides5
 
@@ -84,9 +84,11 @@ def fft_store_kernel(c_ptr, y_ptr, bias_ptr, z_ptr, M, K, OD, OH, OW, SD, SH, SW
     # alone can pass 2^31 where y does not; its offset is int64 in every case.
     src = (nn.to(tl.int64) * cs_n + od.to(tl.int64) * SD * cs_d + oh.to(tl.int64) * SH * cs_h
            + ow.to(tl.int64) * SW * cs_w)
-    acc = tl.load(c_ptr + src[:, None] + offs_n[None, :] * cs_k, mask=mask_m[:, None] & mask_n[None, :], other=0.0)
-    if INT64:
-        nn = nn.to(tl.int64)
+    acc = tl.load(c_ptr + src[:, None] + (offs_n.to(tl.int64) * cs_k)[None, :],
+                  mask=mask_m[:, None] & mask_n[None, :], other=0.0)
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        ys_n, ys_k, ys_d, ys_h, ys_w = wide((ys_n, ys_k, ys_d, ys_h, ys_w))
+        zs_n, zs_k, zs_d, zs_h, zs_w = wide((zs_n, zs_k, zs_d, zs_h, zs_w))
     row_y = nn * ys_n + od * ys_d + oh * ys_h + ow * ys_w
     row_z = nn * zs_n + od * zs_d + oh * zs_h + ow * zs_w
     store_tile(acc, row_y, row_z, offs_n, mask_m, mask_n, y_ptr, ys_k, z_ptr, zs_k, bias_ptr, bias_stride,
