@@ -40,7 +40,7 @@ from ..types import ConvBwdFilterAlgo, MathType
 from . import conv_depthwise_backward as depthwise
 from . import conv_s2d, conv_tma, conv_wgrad_tma
 from ..workspace import Buffer
-from .common import TritonConvAlgorithm, Tuner, cdiv, launch, problem_key, reduction_slices, sm_count, split_rows
+from .common import TritonConvAlgorithm, Tuner, cdiv, launch, problem_key, reduction_slices, sm_count, split_rows, wide
 from .conv_implicit_gemm import FLAT_BELOW, gemm_estimate
 from .geometry import geometry, input_precision, needs_int64, strides5
 
@@ -68,12 +68,9 @@ def conv_wgrad_kernel(
     tg = tl.program_id(1)          # tap * groups + group; FLAT: the group
     split = tl.program_id(2)
     T = KD * KH * KW
-    if INT64:  # every offset term in int64, not only the image's (as common.wide)
-        i64 = tl.int64
-        xs_n, xs_c, xs_d, xs_h, xs_w = (tl.cast(xs_n, i64), tl.cast(xs_c, i64), tl.cast(xs_d, i64),
-                                        tl.cast(xs_h, i64), tl.cast(xs_w, i64))
-        dys_n, dys_k, dys_d, dys_h, dys_w = (tl.cast(dys_n, i64), tl.cast(dys_k, i64), tl.cast(dys_d, i64),
-                                             tl.cast(dys_h, i64), tl.cast(dys_w, i64))
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        xs_n, xs_c, xs_d, xs_h, xs_w = wide((xs_n, xs_c, xs_d, xs_h, xs_w))
+        dys_n, dys_k, dys_d, dys_h, dys_w = wide((dys_n, dys_k, dys_d, dys_h, dys_w))
     if FLAT:
         # columns are (tap, input channel) pairs flattened: few channels fill a tile
         G = tl.num_programs(1)

@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 
 from . import conv_depthwise_tma, conv_depthwise_wgrad, conv_direct
-from .common import Tuner, cdiv, launch, next_pow2, sm_count, split_rows
+from .common import Tuner, cdiv, launch, next_pow2, sm_count, split_rows, wide
 from .epilogue import store_tile
 from .geometry import geometry, needs_int64, strides5
 
@@ -83,12 +83,9 @@ def dw_bwd_data_kernel(dy_ptr, w_ptr, dx_ptr, P, C, Kg, ID, IH, IW, OD, OH, OW, 
     mask_p = offs_p < P
     mask_c = offs_c < C
     nn, idd, ih, iw = split_rows(offs_p, ID, IH, IW)
-    if INT64:  # every offset term in int64, not only the image's (as common.wide)
-        i64 = tl.int64
-        dys_n, dys_k, dys_d, dys_h, dys_w = (tl.cast(dys_n, i64), tl.cast(dys_k, i64), tl.cast(dys_d, i64),
-                                             tl.cast(dys_h, i64), tl.cast(dys_w, i64))
-        xs_n, xs_c, xs_d, xs_h, xs_w = (tl.cast(xs_n, i64), tl.cast(xs_c, i64), tl.cast(xs_d, i64),
-                                        tl.cast(xs_h, i64), tl.cast(xs_w, i64))
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        dys_n, dys_k, dys_d, dys_h, dys_w = wide((dys_n, dys_k, dys_d, dys_h, dys_w))
+        xs_n, xs_c, xs_d, xs_h, xs_w = wide((xs_n, xs_c, xs_d, xs_h, xs_w))
     acc = tl.zeros((BLOCK_P, BLOCK_C), dtype=tl.float32)
     for td in range(0, KD):
         od, okd = _source(idd, PD, td, DD, SD, OD)
@@ -122,12 +119,9 @@ def dw_bwd_filter_kernel(x_ptr, dy_ptr, part_ptr, P, K, Kg, ID, IH, IW, OD, OH, 
     tw = tap % KW
     th = (tap // KW) % KH
     td = tap // (KW * KH)
-    if INT64:  # every offset term in int64, not only the image's (as common.wide)
-        i64 = tl.int64
-        xs_n, xs_c, xs_d, xs_h, xs_w = (tl.cast(xs_n, i64), tl.cast(xs_c, i64), tl.cast(xs_d, i64),
-                                        tl.cast(xs_h, i64), tl.cast(xs_w, i64))
-        dys_n, dys_k, dys_d, dys_h, dys_w = (tl.cast(dys_n, i64), tl.cast(dys_k, i64), tl.cast(dys_d, i64),
-                                             tl.cast(dys_h, i64), tl.cast(dys_w, i64))
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        xs_n, xs_c, xs_d, xs_h, xs_w = wide((xs_n, xs_c, xs_d, xs_h, xs_w))
+        dys_n, dys_k, dys_d, dys_h, dys_w = wide((dys_n, dys_k, dys_d, dys_h, dys_w))
     x_chan = (offs_k // Kg) * xs_c
     acc = tl.zeros((BLOCK_P, BLOCK_C), dtype=tl.float32)
     start = split * rows_per_split
@@ -185,10 +179,9 @@ def dw_bwd_data_phase_kernel(
     ih = a * SH + rh
     iw = b * SW + rw
     mask_p = (offs_p < P) & (ih < IH) & (iw < IW)
-    if INT64:  # every offset term in int64, not only the image's (as common.wide)
-        i64 = tl.int64
-        dys_n, dys_k, dys_h, dys_w = tl.cast(dys_n, i64), tl.cast(dys_k, i64), tl.cast(dys_h, i64), tl.cast(dys_w, i64)
-        xs_n, xs_c, xs_h, xs_w = tl.cast(xs_n, i64), tl.cast(xs_c, i64), tl.cast(xs_h, i64), tl.cast(xs_w, i64)
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        dys_n, dys_k, dys_h, dys_w = wide((dys_n, dys_k, dys_h, dys_w))
+        xs_n, xs_c, xs_h, xs_w = wide((xs_n, xs_c, xs_h, xs_w))
     offs_c = tl.program_id(2) * BLOCK_C + tl.arange(0, BLOCK_C)
     mask_c = offs_c < C
     acc = tl.zeros((BLOCK_P, BLOCK_C), dtype=tl.float32)
@@ -403,10 +396,9 @@ def dw3_wgrad_kernel(
     offs_k = tl.program_id(0) * BC + tl.arange(0, BC)
     mask_k = offs_k < K
     split = tl.program_id(1)
-    if INT64:  # every offset term in int64, not only the image's (as common.wide)
-        i64 = tl.int64
-        xs_n, xs_c, xs_h, xs_w = tl.cast(xs_n, i64), tl.cast(xs_c, i64), tl.cast(xs_h, i64), tl.cast(xs_w, i64)
-        dys_n, dys_k, dys_h, dys_w = tl.cast(dys_n, i64), tl.cast(dys_k, i64), tl.cast(dys_h, i64), tl.cast(dys_w, i64)
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        xs_n, xs_c, xs_h, xs_w = wide((xs_n, xs_c, xs_h, xs_w))
+        dys_n, dys_k, dys_h, dys_w = wide((dys_n, dys_k, dys_h, dys_w))
     chan = (offs_k // Kg) * xs_c
     dy_chan = offs_k * dys_k
     a00, a01, a02, a10, a11, a12, a20, a21, a22 = conv_depthwise_tma._zeros9(BW, BC)

@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import cdiv, launch, next_pow2
+from .common import cdiv, launch, next_pow2, wide
 from .conv_direct import _row3, _taps3
 from .epilogue import launch_args, store_tile
 from .geometry import geometry, needs_int64, strides5
@@ -93,11 +93,10 @@ def dw3_strip_kernel(
     """y[n, k, o, q] = sum_{a,b} x[n, k // Kg, S o - PH + a, S q - PW + b] w[k, a, b]."""
     # -- map the program to (image, row strip, column block) and a channel block
     n, row_blk, col_blk = _tile_of(tl.program_id(0), n_rows, n_cols, INT64)
-    if INT64:  # every offset term in int64, not only the image's (as common.wide)
-        i64 = tl.int64
-        xs_n, xs_c, xs_h, xs_w = tl.cast(xs_n, i64), tl.cast(xs_c, i64), tl.cast(xs_h, i64), tl.cast(xs_w, i64)
-        ys_n, ys_k, ys_h, ys_w = tl.cast(ys_n, i64), tl.cast(ys_k, i64), tl.cast(ys_h, i64), tl.cast(ys_w, i64)
-        zs_n, zs_k, zs_h, zs_w = tl.cast(zs_n, i64), tl.cast(zs_k, i64), tl.cast(zs_h, i64), tl.cast(zs_w, i64)
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        xs_n, xs_c, xs_h, xs_w = wide((xs_n, xs_c, xs_h, xs_w))
+        ys_n, ys_k, ys_h, ys_w = wide((ys_n, ys_k, ys_h, ys_w))
+        zs_n, zs_k, zs_h, zs_w = wide((zs_n, zs_k, zs_h, zs_w))
     k0 = tl.program_id(1) * BC
     offs_k = k0 + tl.arange(0, BC)
     mask_k = offs_k < K
@@ -312,11 +311,10 @@ def dw3_pairs_kernel(
         kb = pid // n_sp
         sp_first = pid % n_sp
         sp_step = n_sp
-    if INT64:  # every offset term in int64, not only the image's (as common.wide)
-        i64 = tl.int64
-        xs_n, xs_c, xs_h, xs_w = tl.cast(xs_n, i64), tl.cast(xs_c, i64), tl.cast(xs_h, i64), tl.cast(xs_w, i64)
-        ys_n, ys_k, ys_h, ys_w = tl.cast(ys_n, i64), tl.cast(ys_k, i64), tl.cast(ys_h, i64), tl.cast(ys_w, i64)
-        zs_n, zs_k, zs_h, zs_w = tl.cast(zs_n, i64), tl.cast(zs_k, i64), tl.cast(zs_h, i64), tl.cast(zs_w, i64)
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        xs_n, xs_c, xs_h, xs_w = wide((xs_n, xs_c, xs_h, xs_w))
+        ys_n, ys_k, ys_h, ys_w = wide((ys_n, ys_k, ys_h, ys_w))
+        zs_n, zs_k, zs_h, zs_w = wide((zs_n, zs_k, zs_h, zs_w))
     # -- the channel block and its weights
     k0 = kb * BC
     offs_k = k0 + tl.arange(0, BC)

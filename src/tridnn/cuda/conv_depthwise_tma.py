@@ -44,7 +44,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from .common import cdiv, launch
+from .common import cdiv, launch, wide
 from .conv_direct import _taps3
 from .epilogue import launch_args, store_tile
 from .geometry import needs_int64, strides5
@@ -135,10 +135,9 @@ def dw3_tma_fwd_kernel(
     strip of BH rows x BW columns x BC channels (S = 1, or 2 with STRIDE2)."""
     # -- map the program to (image, row strip, column strip) and a channel block
     col_blk, n, c0, offs_k, mask_k, oh0, oh_end = _strip_program(C, OH, BH, n_rows, n_cols, BC)
-    if INT64:  # every offset term in int64, not only the image's (as common.wide)
-        i64 = tl.int64
-        ys_n, ys_k, ys_h, ys_w = tl.cast(ys_n, i64), tl.cast(ys_k, i64), tl.cast(ys_h, i64), tl.cast(ys_w, i64)
-        zs_n, zs_k, zs_h, zs_w = tl.cast(zs_n, i64), tl.cast(zs_k, i64), tl.cast(zs_h, i64), tl.cast(zs_w, i64)
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        ys_n, ys_k, ys_h, ys_w = wide((ys_n, ys_k, ys_h, ys_w))
+        zs_n, zs_k, zs_h, zs_w = wide((zs_n, zs_k, zs_h, zs_w))
     q0 = col_blk * BW
     ow = q0 + tl.arange(0, BW)
     mask_w = ow < OW
@@ -217,10 +216,9 @@ def dw3_tma_pairs_kernel(
     BWH: tl.constexpr = BW // 2
     # -- map the program to (image, row strip, column strip) and a channel block
     col_blk, n, c0, offs_k, mask_k, oh0, oh_end = _strip_program(C, OH, BH, n_rows, n_cols, BC)
-    if INT64:  # every offset term in int64, not only the image's (as common.wide)
-        i64 = tl.int64
-        ys_n, ys_k, ys_h, ys_w = tl.cast(ys_n, i64), tl.cast(ys_k, i64), tl.cast(ys_h, i64), tl.cast(ys_w, i64)
-        zs_n, zs_k, zs_h, zs_w = tl.cast(zs_n, i64), tl.cast(zs_k, i64), tl.cast(zs_h, i64), tl.cast(zs_w, i64)
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        ys_n, ys_k, ys_h, ys_w = wide((ys_n, ys_k, ys_h, ys_w))
+        zs_n, zs_k, zs_h, zs_w = wide((zs_n, zs_k, zs_h, zs_w))
     j0 = col_blk * BWH
     ow_e = 2 * (j0 + tl.arange(0, BWH))
     mask_e = ow_e < OW

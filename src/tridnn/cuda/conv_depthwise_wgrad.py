@@ -40,7 +40,7 @@ import os
 import triton
 import triton.language as tl
 
-from .common import cdiv, launch, next_pow2, sm_count
+from .common import cdiv, launch, next_pow2, sm_count, wide
 from .conv_depthwise_tma import _wsum9, _zeros9
 from .geometry import geometry, needs_int64, strides5
 
@@ -142,10 +142,9 @@ def dw3_wgrad_rows_kernel(
     unit = tl.program_id(2)
     row0 = unit * RPS
     row1 = tl.minimum(row0 + RPS, N * OH)
-    if INT64:  # every offset term in int64, not only the image's (as common.wide)
-        i64 = tl.int64
-        xs_n, xs_c, xs_h, xs_w = tl.cast(xs_n, i64), tl.cast(xs_c, i64), tl.cast(xs_h, i64), tl.cast(xs_w, i64)
-        dys_n, dys_k, dys_h, dys_w = tl.cast(dys_n, i64), tl.cast(dys_k, i64), tl.cast(dys_h, i64), tl.cast(dys_w, i64)
+    if INT64:  # every offset term in int64, not only the image's (common.wide)
+        xs_n, xs_c, xs_h, xs_w = wide((xs_n, xs_c, xs_h, xs_w))
+        dys_n, dys_k, dys_h, dys_w = wide((dys_n, dys_k, dys_h, dys_w))
 
     # -- loop-invariant column offsets and masks: dy columns q, x columns q * S - PW + b
     q = col_blk * BW + tl.arange(0, BW)
