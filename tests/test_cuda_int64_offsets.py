@@ -1,4 +1,5 @@
-"""Element offsets past 2^31 inside ONE image: every Triton convolution, through the public API.
+"""Element offsets past 2^31 inside ONE image: every Triton convolution, through the public API;
+then layer ops and every pooling design (tridnn.cuda directly).
 
 The kernels take INT64 (geometry.needs_int64: a view's span passes 2^30) and must then form
 whole offsets in int64, not only the image term: in a single channels-last image of
@@ -15,7 +16,8 @@ int32 products as the GPU does) runs them in seconds:
   poison of the output), it does not crash the process.
 
 Layouts: "rows", channels-last with rows BIG elements apart (the big image's oh * ys_h,
-ih * xs_h); "channels", channels-first with channels BIG apart (c * xs_c, offs_n * ys_k).
+ih * xs_h; for 1-D and 3-D views the first spatial dim); "channels", channels-first with
+channels BIG apart (c * xs_c, offs_n * ys_k).
 The filter is small and packed. With --gpu (TRIDNN_GPU_TESTS=1) the same cases run on a
 CUDA device (16 GiB of it for the two big views).
 """
@@ -54,13 +56,20 @@ def _rss_bytes() -> int:
     return 0
 
 
-def _strides(layout, c, h, w):
-    """(n, c, h, w) element strides of a 1 x c x h x w view with one stride BIG."""
+def _strides(layout, c, *spatial):
+    """(n, c, *spatial) element strides of a 1 x c x spatial view (1-D to 3-D) with one stride
+    BIG: "rows" the first spatial dim's, the others and C packed under it (C innermost);
+    "channels" the channels', the spatial dims packed (the last innermost)."""
+    packed = (c, *spatial[:0:-1]) if layout == "rows" else spatial[::-1]  # innermost first
+    inner, step = [], 1
+    for d in packed:
+        inner.append(step)
+        step *= d
     if layout == "rows":
-        strides = [0, 1, BIG, c]
+        strides = [0, 1, BIG, *inner[:0:-1]]
     else:
-        strides = [0, BIG, w, 1]
-    strides[0] = 1 + sum((d - 1) * s for d, s in zip((c, h, w), strides[1:]))  # (N is 1)
+        strides = [0, BIG, *inner[::-1]]
+    strides[0] = 1 + sum((d - 1) * s for d, s in zip((c, *spatial), strides[1:]))  # (N is 1)
     return tuple(strides)
 
 
@@ -201,3 +210,172 @@ def test_layer_offsets_past_int32_in_one_image(op, device, rng):
     got, ref = _layer(op, device, rng)
     testing.assert_all_written(got, op)
     testing.assert_close(got, np.reshape(ref, got.shape), "float16", name=op)
+
+
+# -- pooling: every design's kernels (pooling's module flags pick them) ----------------------------
+# The channels-last designs take a view whose spatial dims merge into one (layer_utils.channels_last):
+# their "rows" views have one spatial dim past 1, BIG apart (H: the "3x1" geometries; W: the 1-D
+# ones). A BIG-strided dim has 3 entries (index 2 wraps), as in the convolution cases. Each case
+# checks which kernels ran (a spy on each), so a design that silently fell back would fail. (Before
+# the kernels widened their strides, 55 of the 75 cases failed under the interpreter; the
+# channels-last row kernels passed then too: their tile ids were int64 whole; the fused max
+# backward failed only through the interpreter's Python-int loop counters, a * gsh.)
+# (dims, window, padding, stride); "adaptive": stride holds the output size
+POOL_GEOMETRIES = {
+    "3x3s2": ((1, 3, 5, 5), (3, 3), (1, 1), (2, 2)),  # 3 x 3 outputs: an output index 2 as well
+    "2x2s1": ((1, 3, 5, 5), (2, 2), (0, 0), (1, 1)),  # no padding
+    "3x1_3x3s12": ((1, 3, 3, 1), (3, 3), (1, 1), (1, 2)),  # 3 x 1 outputs
+    "3x1_2x1s1": ((1, 3, 3, 1), (2, 1), (0, 0), (1, 1)),  # no padding
+    "3x1_2x3s12": ((1, 3, 3, 1), (2, 3), (0, 1), (1, 2)),  # (the fused max backward: KH <= 2 SH)
+    "1d": ((1, 3, 3), (3,), (1,), (1,)),
+    "1d_s2": ((1, 3, 7), (3,), (1,), (2,)),  # ("channels" only: 7 entries BIG apart: a 24 GiB storage)
+    "1d_2": ((1, 3, 3), (2,), (0,), (1,)),  # (the fused "shift" design: an input column under 2 outputs)
+    "3d": ((1, 3, 3, 5, 5), (3, 3, 3), (1, 1, 1), (1, 2, 2)),  # a window along D
+    "3d_hw": ((1, 3, 1, 5, 5), (1, 3, 3), (0, 1, 1), (1, 2, 2)),  # none along D
+    "3d_hw_3x1": ((1, 3, 1, 3, 1), (1, 3, 3), (0, 1, 1), (1, 1, 2)),
+    "global": ((1, 3, 5, 5), (5, 5), (0, 0), (1, 1)),
+    "adaptive": ((1, 3, 5, 5), None, None, (3, 3)),
+}
+POOL_MODES = {"MAX": 0, "AVG_INCL": 1, "AVG_EXCL": 2}  # (adaptive: MAX 0, AVG_EXCL the average 1)
+ALL_POOL_MODES = frozenset({0, 1, 2, 3})
+POOL_DESIGNS = {  # pooling module flags
+    "default": {},
+    "nchw_rows": {"NCHW_LANE_KERNELS": frozenset(), "NCHW_LANE_BACKWARD": frozenset(),
+                  "NCHW_ROW_KERNELS": ALL_POOL_MODES},
+    "rows": {"NCHW_LANE_KERNELS": frozenset(), "NCHW_LANE_BACKWARD": frozenset(), "NCHW_ROW_KERNELS": frozenset()},
+    "gather": {"CL_KERNELS": False, "ROW_KERNELS": False},
+    "fused_phases": {"CL_FUSED_MAX_BWD": "phases"},
+    "fused_shift": {"CL_FUSED_MAX_BWD": "shift"},
+    "global": {"GLOBAL_AVG_KERNEL": True},
+}
+POOL_KERNELS = {"gf": "_pool_forward_kernel", "gb": "_pool_backward_kernel",
+                "rf": "_pool_rows_forward_kernel", "rb": "_pool_rows_backward_kernel",
+                "nf": "_pool_nchw_forward_kernel", "nb": "_pool_nchw_backward_kernel",
+                "lf": "_pool_nchw_lane_forward_kernel", "lb": "_pool_nchw_lane_backward_kernel",
+                "cf": "_pool_cl_forward_kernel", "cb": "_pool_cl_backward_kernel",
+                "fs": "_pool_cl_max_backward_kernel", "fp": "_pool_cl_max_backward_phases_kernel",
+                "ga": "_global_avg_kernel"}
+
+
+def _pool_cases():
+    """(design, layout, geometry, mode, direction, the kernels that must run) per case."""
+    cases = []
+
+    def add(design, layout, geo, modes, fwd, bwd_max, bwd_avg, directions=("fwd", "bwd")):
+        for mode in modes:
+            for direction in directions:
+                kernels = fwd if direction == "fwd" else (bwd_max if mode == "MAX" else bwd_avg)
+                cases.append(pytest.param(design, layout, geo, mode, direction, kernels.split(),
+                                          id=f"{design}-{layout}-{geo}-{direction}-{mode}"))
+    every = ("MAX", "AVG_INCL", "AVG_EXCL")
+    some = ("MAX", "AVG_EXCL")
+    # the defaults: channels-last row kernels; NCHW lane kernels (average backward: row kernels);
+    # gather kernels where neither applies (a window along D, adaptive, unmerged channels-last)
+    add("default", "rows", "3x1_3x3s12", every, "cf", "cf cb", "cb")
+    add("default", "rows", "3x1_2x1s1", ("AVG_EXCL",), "cf", "cf cb", "cb")
+    add("default", "rows", "1d", some, "cf", "cf cb", "cb")
+    add("default", "rows", "3d_hw_3x1", ("MAX",), "cf", "cf cb", "cb")
+    add("default", "channels", "3x3s2", every, "lf", "lf lb", "rb")
+    add("default", "channels", "2x2s1", ("AVG_EXCL",), "lf", "lf lb", "rb")
+    add("default", "channels", "1d_s2", some, "lf", "lf lb", "rb")
+    add("default", "channels", "3d_hw", ("AVG_INCL",), "lf", "lf lb", "rb")
+    add("default", "channels", "3d", some, "rf", "rf rb", "rb")
+    add("default", "rows", "3d", some, "gf", "gf gb", "gb")
+    add("default", "rows", "3x3s2", ("MAX",), "gf", "gf gb", "gb")
+    add("default", "rows", "adaptive", some, "gf", "gf gb", "gb")
+    add("default", "channels", "adaptive", some, "gf", "gf gb", "gb")
+    # the other designs
+    add("nchw_rows", "channels", "3x3s2", some, "nf", "nf nb", "nb")
+    add("nchw_rows", "channels", "2x2s1", ("AVG_INCL",), "nf", "nf nb", "nb")
+    add("rows", "channels", "3x3s2", some, "rf", "rf rb", "rb")
+    add("rows", "channels", "2x2s1", ("AVG_INCL",), "rf", "rf rb", "rb")
+    add("gather", "rows", "3x1_3x3s12", some, "gf", "gf gb", "gb")
+    add("gather", "rows", "2x2s1", ("AVG_INCL",), "gf", "gf gb", "gb")
+    add("gather", "channels", "3x3s2", some, "gf", "gf gb", "gb")
+    add("gather", "channels", "2x2s1", ("AVG_INCL",), "gf", "gf gb", "gb")
+    for design, kernel in (("fused_phases", "fp"), ("fused_shift", "fs")):
+        for geo in ("3x1_2x3s12", "1d_2"):
+            add(design, "rows", geo, ("MAX",), "", kernel, "", directions=("bwd",))
+    add("global", "channels", "global", ("AVG_INCL",), "ga", "", "", directions=("fwd",))
+    return cases
+
+
+class _Spy:
+    """A kernel that records its launches."""
+
+    def __init__(self, kernel, name, ran):
+        self.kernel, self.name, self.ran = kernel, name, ran
+
+    def __getitem__(self, grid):
+        self.ran.add(self.name)
+        return self.kernel[grid]
+
+
+def _distinct(shape, rng):
+    """Distinct small integers (float16-exact): no ties, so every window has one first maximum."""
+    size = int(np.prod(shape))
+    return (rng.permutation(size) - size // 2).reshape(shape).astype(np.float16)
+
+
+def _pool(design, layout, geo, mode, direction, device, rng, monkeypatch):
+    """(got, reference, the kernels that ran) of one pooling case on huge views."""
+    from tridnn.cuda import pooling
+    from tridnn.reference import pooling as ref_pool
+    for name, value in POOL_DESIGNS[design].items():
+        monkeypatch.setattr(pooling, name, value)
+    ran = set()
+    for short, name in POOL_KERNELS.items():
+        monkeypatch.setattr(pooling, name, _Spy(getattr(pooling, name), short, ran))
+    dims, window, pad, stride = POOL_GEOMETRIES[geo]
+    adaptive = window is None
+    if adaptive:
+        out = stride
+    else:
+        out = tuple((i + 2 * p - k) // s + 1 for i, k, p, s in zip(dims[2:], window, pad, stride))
+    m = POOL_MODES[mode]
+    amode = 0 if m == 0 else 1
+    x = _huge_view(dims, layout, device)[1]
+    x_vals = _distinct(dims, rng)
+    x.copy_(torch.from_numpy(x_vals))
+    y_dims = dims[:2] + out
+    if direction == "fwd":
+        y = _huge_view(y_dims, layout, device)[1]
+        y.fill_(float("nan"))
+        if adaptive:
+            pooling.adaptive_pooling_forward(x, y, amode)
+            ref = ref_pool.adaptive_pooling_forward(x_vals, out, amode)
+        else:
+            pooling.pooling_forward(x, y, m, window, pad, stride)
+            ref = ref_pool.pooling_forward(x_vals, m, window, pad, stride)
+        got = y
+    else:
+        dy = _huge_view(y_dims, layout, device)[1]
+        dy_vals = _ints(y_dims, rng)
+        dy.copy_(torch.from_numpy(dy_vals))
+        dx = _huge_view(dims, layout, device)[1]
+        dx.fill_(float("nan"))
+        if adaptive:
+            pooling.adaptive_pooling_backward(x, dy, dx, amode)
+            ref = ref_pool.adaptive_pooling_backward(x_vals, dy_vals, amode)
+        else:
+            pooling.pooling_backward(None, dy, x, dx, m, window, pad, stride)
+            ref = ref_pool.pooling_backward(x_vals, dy_vals, m, window, pad, stride)
+        got = dx
+    return got.detach().cpu().contiguous().numpy(), ref, ran
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("design, layout, geo, mode, direction, kernels", _pool_cases())
+def test_pooling_offsets_past_int32_in_one_image(design, layout, geo, mode, direction, kernels, device, rng,
+                                                 monkeypatch):
+    if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("needs TRITON_INTERPRET=1 (set by conftest unless TRIDNN_GPU_TESTS=1)")
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    rss = _rss_bytes()
+    got, ref, ran = _pool(design, layout, geo, mode, direction, device, rng, monkeypatch)
+    name = f"{design} {layout} {geo} {direction} {mode}"
+    assert ran == set(kernels), f"{name}: ran {sorted(ran)}, not {sorted(kernels)}"
+    testing.assert_all_written(got, name)
+    testing.assert_close(got, np.reshape(ref, got.shape), "float16", name=name)
+    assert _rss_bytes() - rss < 1 << 30

@@ -50,7 +50,7 @@ import triton
 import triton.language as tl
 
 from ..errors import BadParamError
-from .common import cdiv
+from .common import cdiv, wide
 from .layer_utils import blend_args, channels_last, check_dtypes, compute_dtype, needs_int64
 
 MAX, AVG_INCLUDE, AVG_EXCLUDE, MAX_DETERMINISTIC = 0, 1, 2, 3
@@ -197,8 +197,9 @@ def _take(acc, arg, v, ok, tap, MODE: tl.constexpr, PROPAGATE_NAN: tl.constexpr)
 
 
 @triton.jit
-def _tile_ids(N, C, P, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr, BIG: tl.constexpr):
-    """(n, positions, channels) of this program's tile."""
+def _tile_ids(N, C, P, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+    """(n, positions, channels) of this program's tile (int32: under BIG the kernels widen
+    their strides instead, common.wide)."""
     pid = tl.program_id(0)
     tiles_c = tl.cdiv(C, BLOCK_C)
     tiles_p = tl.cdiv(P, BLOCK_P)
@@ -206,8 +207,6 @@ def _tile_ids(N, C, P, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr, BIG: tl.con
     rest = pid // tiles_c
     p_blk = rest % tiles_p
     n = rest // tiles_p
-    if BIG:
-        n = n.to(tl.int64)
     p = p_blk * BLOCK_P + tl.arange(0, BLOCK_P)
     c = c_blk * BLOCK_C + tl.arange(0, BLOCK_C)
     return n, p, c
@@ -243,9 +242,13 @@ def _pool_forward_kernel(x_ptr, y_ptr, arg_ptr, N, C, ID, IH, IW, OD, OH, OW,
     (row-major within the KD x KH x KW box starting at the window's start)."""
     # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
     alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
+    if BIG:  # every offset term in int64, not only the image's (common.wide)
+        xsn, xsc, xsd, xsh, xsw = wide((xsn, xsc, xsd, xsh, xsw))
+        ysn, ysc, ysd, ysh, ysw = wide((ysn, ysc, ysd, ysh, ysw))
+        asn, asc, asd, ash, asw = wide((asn, asc, asd, ash, asw))
     # map the program to [BLOCK_P outputs, BLOCK_C channels] and to each output's window
     P = OD * OH * OW
-    n, p, c = _tile_ids(N, C, P, BLOCK_P, BLOCK_C, BIG)
+    n, p, c = _tile_ids(N, C, P, BLOCK_P, BLOCK_C)
     p_mask = p < P
     c_mask = c < C
     od, oh, ow = _unravel3(p, OH, OW)
@@ -327,9 +330,13 @@ def _pool_backward_kernel(dy_ptr, arg_ptr, dx_ptr, N, C, ID, IH, IW, OD, OH, OW,
     """dx = alpha * (sum over the outputs covering each input) + beta * dx."""
     # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
     alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
+    if BIG:  # every offset term in int64, not only the image's (common.wide)
+        gsn, gsc, gsd, gsh, gsw = wide((gsn, gsc, gsd, gsh, gsw))
+        asn, asc, asd, ash, asw = wide((asn, asc, asd, ash, asw))
+        dsn, dsc, dsd, dsh, dsw = wide((dsn, dsc, dsd, dsh, dsw))
     # map the program to [BLOCK_P inputs, BLOCK_C channels] and each input's first cover
     P = ID * IH * IW
-    n, p, c = _tile_ids(N, C, P, BLOCK_P, BLOCK_C, BIG)
+    n, p, c = _tile_ids(N, C, P, BLOCK_P, BLOCK_C)
     p_mask = p < P
     c_mask = c < C
     di, hi, wi = _unravel3(p, IH, IW)
@@ -365,16 +372,14 @@ def _pool_backward_kernel(dy_ptr, arg_ptr, dx_ptr, N, C, ID, IH, IW, OD, OH, OW,
 
 # -- row kernels (W contiguous, W stride 1 or 2) --------------------------------------------
 @triton.jit
-def _rows(r, C, D, H, BIG: tl.constexpr):
-    """Row r of the (N, C, D, H) rows -> (n, c, d, h)."""
+def _rows(r, C, D, H):
+    """Row r of the (N, C, D, H) rows -> (n, c, d, h) (int32, as _tile_ids)."""
     h = r % H
     r = r // H
     d = r % D
     r = r // D
     c = r % C
     n = r // C
-    if BIG:
-        n = n.to(tl.int64)
     return n, c, d, h
 
 
@@ -416,6 +421,10 @@ def _pool_rows_forward_kernel(x_ptr, y_ptr, arg_ptr, R, C, ID, IH, OD, OH, IWv, 
     rows starting on 16-byte boundaries and vectorizes along W."""
     # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
     alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
+    if BIG:  # every offset term in int64, not only the image's (common.wide)
+        xsn, xsc, xsd, xsh = wide((xsn, xsc, xsd, xsh))
+        ysn, ysc, ysd, ysh = wide((ysn, ysc, ysd, ysh))
+        asn, asc, asd, ash = wide((asn, asc, asd, ash))
     # map the program to output rows and columns
     r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     ow = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
@@ -423,7 +432,7 @@ def _pool_rows_forward_kernel(x_ptr, y_ptr, arg_ptr, R, C, ID, IH, OD, OH, IWv, 
     OW = OWv * VOW
     r_mask = r < R
     ow_mask = ow < OW
-    n, c, od, oh = _rows(r, C, OD, OH, BIG)
+    n, c, od, oh = _rows(r, C, OD, OH)
     acc, arg = _pool_start(MODE, COMPUTE, BLOCK_R, BLOCK_W)
     # the taps: each input row of the window is one contiguous load (stride 2: split
     # into even and odd columns); a tap outside that pair reads the pair tile shifted by
@@ -475,13 +484,17 @@ def _pool_rows_backward_kernel(dy_ptr, arg_ptr, dx_ptr, R, C, ID, IH, OD, OH, IW
     each phase a accumulates apart and the phases are interleaved before the store."""
     # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
     alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
+    if BIG:  # every offset term in int64, not only the image's (common.wide)
+        gsn, gsc, gsd, gsh = wide((gsn, gsc, gsd, gsh))
+        asn, asc, asd, ash = wide((asn, asc, asd, ash))
+        dsn, dsc, dsd, dsh = wide((dsn, dsc, dsd, dsh))
     # map the program to input rows and column groups
     r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     j = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
     IW = IWv * VIW
     OW = OWv * VOW
     r_mask = r < R
-    n, c, di, hi = _rows(r, C, ID, IH, BIG)
+    n, c, di, hi = _rows(r, C, ID, IH)
     fd = _floor_div(di + PD - KD, SD) + 1
     fh = _floor_div(hi + PH - KH, SH) + 1
     acc0 = tl.zeros([BLOCK_R, BLOCK_W], COMPUTE)
@@ -617,14 +630,12 @@ def _nchw_tap(v, lo, hi, kw: tl.constexpr, PW: tl.constexpr, SW: tl.constexpr, O
 
 
 @triton.jit
-def _nchw_planes(BLOCK_P: tl.constexpr, PLANES, C, D, BIG: tl.constexpr):
-    """(n, c, d, in range) of the program's planes."""
+def _nchw_planes(BLOCK_P: tl.constexpr, PLANES, C, D):
+    """(n, c, d, in range) of the program's planes (int32, as _tile_ids)."""
     p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
     d = p % D
     nc = p // D
     n = nc // C
-    if BIG:
-        n = n.to(tl.int64)
     return n, nc % C, d, p < PLANES
 
 
@@ -696,6 +707,10 @@ def _pool_nchw_forward_kernel(x_ptr, y_ptr, arg_ptr, PLANES, C, D, IH, OH, IWv, 
     one output row is the first of the next and is carried in registers, not reloaded."""
     # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
     alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
+    if BIG:  # every offset term in int64, not only the image's (common.wide)
+        xsn, xsc, xsd, xsh = wide((xsn, xsc, xsd, xsh))
+        ysn, ysc, ysd, ysh = wide((ysn, ysc, ysd, ysh))
+        asn, asc, asd, ash = wide((asn, asc, asd, ash))
     O: tl.constexpr = 8 // SW
     CARRY: tl.constexpr = KH == SH + 1
     MAX_ONLY: tl.constexpr = (MODE == 0 or MODE == 3) and not STORE_ARG
@@ -703,7 +718,7 @@ def _pool_nchw_forward_kernel(x_ptr, y_ptr, arg_ptr, PLANES, C, D, IH, OH, IWv, 
     pid_g = tl.program_id(1) % TILES_G
     oh0 = (tl.program_id(1) // TILES_G) * STEPS
     oh1 = tl.minimum(oh0 + STEPS, OH)
-    n, c, d, p_ok = _nchw_planes(BLOCK_P, PLANES, C, D, BIG)
+    n, c, d, p_ok = _nchw_planes(BLOCK_P, PLANES, C, D)
     g = pid_g * BLOCK_G + tl.arange(0, BLOCK_G)
     IW = IWv * VIW
     OW = OWv * VOW
@@ -864,13 +879,17 @@ def _pool_nchw_backward_kernel(dy_ptr, arg_ptr, dx_ptr, PLANES, C, D, IH, OH, IW
     second is the next step's first and is carried, not reloaded."""
     # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
     alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
+    if BIG:  # every offset term in int64, not only the image's (common.wide)
+        gsn, gsc, gsd, gsh = wide((gsn, gsc, gsd, gsh))
+        asn, asc, asd, ash = wide((asn, asc, asd, ash))
+        dsn, dsc, dsd, dsh = wide((dsn, dsc, dsd, dsh))
     O: tl.constexpr = 8 // SW
     CARRY: tl.constexpr = Q_HI == Q_LO + 1
     # map the program to planes, column groups and a run of steps
     pid_g = tl.program_id(1) % TILES_G
     k0 = (tl.program_id(1) // TILES_G) * STEPS
     k1 = tl.minimum(k0 + STEPS, tl.cdiv(IH, SH))
-    n, c, d, p_ok = _nchw_planes(BLOCK_P, PLANES, C, D, BIG)
+    n, c, d, p_ok = _nchw_planes(BLOCK_P, PLANES, C, D)
     g = pid_g * BLOCK_G + tl.arange(0, BLOCK_G)
     IW = IWv * VIW
     OW = OWv * VOW
@@ -924,9 +943,10 @@ def _pool_nchw_backward_kernel(dy_ptr, arg_ptr, dx_ptr, PLANES, C, D, IH, OH, IW
 # row two windows share (3x3/2) is read by both lanes (the second time from L1), not
 # carried.
 @triton.jit
-def _nchw_lane_ids(TILES_G, LANES, STEPS, C, D, BLOCK_L: tl.constexpr, BIG: tl.constexpr):
+def _nchw_lane_ids(TILES_G, LANES, STEPS, C, D, BLOCK_L: tl.constexpr):
     """(column-group block, n, c, d, row or step, lanes in range) of this program's lanes
-    (lane = plane * STEPS + row); int32 index math per lane, not per element."""
+    (lane = plane * STEPS + row); int32 index math per lane, not per element (under BIG the
+    kernels widen their strides, common.wide)."""
     pid = tl.program_id(0)
     lane = (pid // TILES_G) * BLOCK_L + tl.arange(0, BLOCK_L)
     k = lane % STEPS
@@ -934,8 +954,6 @@ def _nchw_lane_ids(TILES_G, LANES, STEPS, C, D, BLOCK_L: tl.constexpr, BIG: tl.c
     d = p % D
     nc = p // D
     n = nc // C
-    if BIG:
-        n = n.to(tl.int64)
     return pid % TILES_G, n, nc % C, d, k, lane < LANES
 
 
@@ -990,9 +1008,13 @@ def _pool_nchw_lane_forward_kernel(x_ptr, y_ptr, arg_ptr, LANES, C, D, IH, OH, I
     KH input rows of each lane folded horizontally (_nchw_row_fold), then down."""
     # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
     alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
+    if BIG:  # every offset term in int64, not only the image's (common.wide)
+        xsn, xsc, xsd, xsh = wide((xsn, xsc, xsd, xsh))
+        ysn, ysc, ysd, ysh = wide((ysn, ysc, ysd, ysh))
+        asn, asc, asd, ash = wide((asn, asc, asd, ash))
     O: tl.constexpr = 8 // SW
     # map the program to lanes and column groups
-    pid_g, n, c, d, oh, l_ok = _nchw_lane_ids(TILES_G, LANES, OH, C, D, BLOCK_L, BIG)
+    pid_g, n, c, d, oh, l_ok = _nchw_lane_ids(TILES_G, LANES, OH, C, D, BLOCK_L)
     g = pid_g * BLOCK_G + tl.arange(0, BLOCK_G)
     IW = IWv * VIW
     OW = OWv * VOW
@@ -1148,9 +1170,13 @@ def _pool_nchw_lane_backward_kernel(dy_ptr, arg_ptr, dx_ptr, LANES, C, D, IH, OH
     kh = r + PH - SH * q (see _pool_nchw_backward_kernel); each dx element written once."""
     # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
     alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
+    if BIG:  # every offset term in int64, not only the image's (common.wide)
+        gsn, gsc, gsd, gsh = wide((gsn, gsc, gsd, gsh))
+        asn, asc, asd, ash = wide((asn, asc, asd, ash))
+        dsn, dsc, dsd, dsh = wide((dsn, dsc, dsd, dsh))
     O: tl.constexpr = 8 // SW
     # map the program to lanes and column groups
-    pid_g, n, c, d, k, l_ok = _nchw_lane_ids(TILES_G, LANES, STEPS, C, D, BLOCK_L, BIG)
+    pid_g, n, c, d, k, l_ok = _nchw_lane_ids(TILES_G, LANES, STEPS, C, D, BLOCK_L)
     g = pid_g * BLOCK_G + tl.arange(0, BLOCK_G)
     IW = IWv * VIW
     OW = OWv * VOW
@@ -1187,12 +1213,11 @@ def _pool_nchw_lane_backward_kernel(dy_ptr, arg_ptr, dx_ptr, LANES, C, D, IH, OH
 
 # -- channels-last row kernels (C contiguous, no window along D) ----------------------------
 @triton.jit
-def _cl_tile_ids(C, D, TILES_H, TILES_W, BLOCK_C: tl.constexpr, BIG: tl.constexpr):
+def _cl_tile_ids(C, D, TILES_H, TILES_W, BLOCK_C: tl.constexpr):
     """(n, d, row block, column block, channels) of this program; channel blocks vary
-    fastest, then columns, then rows, so neighbouring programs share halo rows in L2."""
+    fastest, then columns, then rows, so neighbouring programs share halo rows in L2.
+    int32 (under BIG the kernels widen their strides instead, common.wide)."""
     pid = tl.program_id(0)
-    if BIG:
-        pid = pid.to(tl.int64)
     tiles_c = tl.cdiv(C, BLOCK_C)
     c_blk = pid % tiles_c
     rest = pid // tiles_c
@@ -1297,8 +1322,12 @@ def _pool_cl_forward_kernel(x_ptr, y_ptr, arg_ptr, C, D, IH, IW, OH, OW, TILES_H
     of an output is the first of the next and is kept in registers, not reloaded."""
     # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
     alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
+    if BIG:  # every offset term in int64, not only the image's (common.wide)
+        xsn, xsd, xsh, xsw = wide((xsn, xsd, xsh, xsw))
+        ysn, ysd, ysh, ysw = wide((ysn, ysd, ysh, ysw))
+        asn, asd, ash, asw = wide((asn, asd, ash, asw))
     # map the program to its tile; the masks of columns and channels are shared by every row
-    n, d, h_blk, w_blk, c = _cl_tile_ids(C, D, TILES_H, TILES_W, BLOCK_C, BIG)
+    n, d, h_blk, w_blk, c = _cl_tile_ids(C, D, TILES_H, TILES_W, BLOCK_C)
     ow = w_blk * BLOCK_W + tl.arange(0, BLOCK_W)
     c_mask = c < C
     out_mask = (ow < OW)[:, None] & c_mask[None, :]
@@ -1365,8 +1394,12 @@ def _pool_cl_backward_kernel(dy_ptr, arg_ptr, dx_ptr, C, D, IH, IW, OH, OW, TILE
     column phase a is its own [BLOCK_J, BLOCK_C] tile (channel runs: no interleaving)."""
     # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
     alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
+    if BIG:  # every offset term in int64, not only the image's (common.wide)
+        gsn, gsd, gsh, gsw = wide((gsn, gsd, gsh, gsw))
+        asn, asd, ash, asw = wide((asn, asd, ash, asw))
+        dsn, dsd, dsh, dsw = wide((dsn, dsd, dsh, dsw))
     # map the program to its tile
-    n, d, h_blk, j_blk, c = _cl_tile_ids(C, D, TILES_H, TILES_J, BLOCK_C, BIG)
+    n, d, h_blk, j_blk, c = _cl_tile_ids(C, D, TILES_H, TILES_J, BLOCK_C)
     j = j_blk * BLOCK_J + tl.arange(0, BLOCK_J)
     c_mask = c < C
     g_base = n * gsn + d * gsd
@@ -1460,12 +1493,12 @@ def _cl_route(acc, arg, g, tap):
 
 
 @triton.jit
-def _cl_fused_tile(C, D, TILES_H, TILES_W, STEPS, A0, A1, xsn, xsd, gsn, gsd, dsn, dsd, BIG: tl.constexpr,
-                   EVEN_C: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
+def _cl_fused_tile(C, D, TILES_H, TILES_W, STEPS, A0, A1, xsn, xsd, gsn, gsd, dsn, dsd, EVEN_C: tl.constexpr,
+                   BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr):
     """A fused backward program's tile, the same in both designs (_cl_fused_backward sizes
     the grid for it): (its column pairs j or groups m [BLOCK_W], channels, channel mask,
     the x, dy and dx offsets of its (n, d), its run of output rows [a0, a1))."""
-    n, d, h_blk, w_blk, c = _cl_tile_ids(C, D, TILES_H, TILES_W, BLOCK_C, BIG)
+    n, d, h_blk, w_blk, c = _cl_tile_ids(C, D, TILES_H, TILES_W, BLOCK_C)
     w = w_blk * BLOCK_W + tl.arange(0, BLOCK_W)
     if EVEN_C:
         c_mask = tl.full([BLOCK_C], 1, tl.int1)
@@ -1497,9 +1530,13 @@ def _pool_cl_max_backward_kernel(x_ptr, dy_ptr, dx_ptr, C, D, IH, IW, OH, OW, TI
     the order of the two-pass gather, so dx is the same bit for bit."""
     # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
     alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
+    if BIG:  # every offset term in int64, not only the image's (common.wide)
+        xsn, xsd, xsh, xsw = wide((xsn, xsd, xsh, xsw))
+        gsn, gsd, gsh, gsw = wide((gsn, gsd, gsh, gsw))
+        dsn, dsd, dsh, dsw = wide((dsn, dsd, dsh, dsw))
     # map the program to its tile and run of output rows [a0, a1)
     j, c, c_mask, x_base, g_base, d_base, a0, a1 = _cl_fused_tile(C, D, TILES_H, TILES_J, STEPS, A0, A1, xsn, xsd,
-                                                                  gsn, gsd, dsn, dsd, BIG, False, BLOCK_J, BLOCK_C)
+                                                                  gsn, gsd, dsn, dsd, False, BLOCK_J, BLOCK_C)
     CARRY: tl.constexpr = KH == SH + 1
     TWO: tl.constexpr = T_HI > T_LO
     # output row a0 - 1: its taps and dy (and, carried, its last input row's folds)
@@ -1665,9 +1702,13 @@ def _pool_cl_max_backward_phases_kernel(x_ptr, dy_ptr, dx_ptr, C, D, IH, IW, OH,
     same bit for bit. Needs KH <= 2 SH."""
     # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
     alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
+    if BIG:  # every offset term in int64, not only the image's (common.wide)
+        xsn, xsd, xsh, xsw = wide((xsn, xsd, xsh, xsw))
+        gsn, gsd, gsh, gsw = wide((gsn, gsd, gsh, gsw))
+        dsn, dsd, dsh, dsw = wide((dsn, dsd, dsh, dsw))
     # map the program to its tile and run of output rows [a0, a1)
     m, c, c_mask, x_base, g_base, d_base, a0, a1 = _cl_fused_tile(C, D, TILES_H, TILES_M, STEPS, A0, A1, xsn, xsd,
-                                                                  gsn, gsd, dsn, dsd, BIG, EVEN_C, BLOCK_M, BLOCK_C)
+                                                                  gsn, gsd, dsn, dsd, EVEN_C, BLOCK_M, BLOCK_C)
     CARRY: tl.constexpr = KH == SH + 1
     zero = tl.zeros([BLOCK_M, BLOCK_C], COMPUTE)
     top = ()
@@ -1727,11 +1768,12 @@ def _global_avg_kernel(x_ptr, y_ptr, C, S, TILES_C,
     the current one is added, so two tiles are in flight per program."""
     # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
     alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
+    if BIG:  # every offset term in int64, not only the image's (common.wide)
+        xsn, xsc, xss = wide((xsn, xsc, xss))
+        ysn, ysc = wide((ysn, ysc))
     # map the program to (n, channel block)
     pid = tl.program_id(0)
     n = pid // TILES_C
-    if BIG:
-        n = n.to(tl.int64)
     c = (pid % TILES_C) * BLOCK_C + tl.arange(0, BLOCK_C)
     s = tl.arange(0, BLOCK_S)
     c_mask = c < C
