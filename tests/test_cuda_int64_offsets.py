@@ -34,6 +34,8 @@ from tridnn import reference, testing  # noqa: E402
 from tridnn.algorithms import registry  # noqa: E402
 from tridnn.algorithms.problem import ConvProblem  # noqa: E402
 
+from test_cuda_layers import _Recorder  # noqa: E402
+
 BIG = 2**31 - 64
 OFFSET = 1 << 16
 DIRECTIONS = ("fwd", "bwd_data", "bwd_filter")
@@ -300,17 +302,6 @@ def _pool_cases():
     return cases
 
 
-class _Spy:
-    """A kernel that records its launches."""
-
-    def __init__(self, kernel, name, ran):
-        self.kernel, self.name, self.ran = kernel, name, ran
-
-    def __getitem__(self, grid):
-        self.ran.add(self.name)
-        return self.kernel[grid]
-
-
 def _distinct(shape, rng):
     """Distinct small integers (float16-exact): no ties, so every window has one first maximum."""
     size = int(np.prod(shape))
@@ -323,9 +314,9 @@ def _pool(design, layout, geo, mode, direction, device, rng, monkeypatch):
     from tridnn.reference import pooling as ref_pool
     for name, value in POOL_DESIGNS[design].items():
         monkeypatch.setattr(pooling, name, value)
-    ran = set()
+    ran = []
     for short, name in POOL_KERNELS.items():
-        monkeypatch.setattr(pooling, name, _Spy(getattr(pooling, name), short, ran))
+        monkeypatch.setattr(pooling, name, _Recorder(getattr(pooling, name), short, ran))
     dims, window, pad, stride = POOL_GEOMETRIES[geo]
     adaptive = window is None
     if adaptive:
@@ -361,7 +352,7 @@ def _pool(design, layout, geo, mode, direction, device, rng, monkeypatch):
             pooling.pooling_backward(None, dy, x, dx, m, window, pad, stride)
             ref = ref_pool.pooling_backward(x_vals, dy_vals, m, window, pad, stride)
         got = dx
-    return got.detach().cpu().contiguous().numpy(), ref, ran
+    return got.detach().cpu().contiguous().numpy(), ref, set(ran)
 
 
 @pytest.mark.parametrize("device", DEVICES)

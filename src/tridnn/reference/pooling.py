@@ -25,8 +25,7 @@ def _first_max(vals, propagate_nan):
         return int(np.argmax(nan))
     if nan.all():
         return None
-    numbers = np.where(nan, -np.inf, vals)
-    return int(np.flatnonzero(~nan & (numbers == numbers.max()))[0])
+    return int(np.flatnonzero(vals == np.nanmax(vals))[0])  # (NaN equals nothing)
 
 
 def pooling_forward(x, mode, window, padding, stride, propagate_nan=False):
