@@ -157,6 +157,34 @@ def test_offsets_past_int32_in_one_image(direction, algo, layout, problem, devic
     assert _rss_bytes() - rss < 1 << 30
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_rows_backward_filter_offsets_past_int32(device, rng, monkeypatch):
+    """Backward filter ALGO_1's few-channel path (conv_wgrad_tma's window-row kernel), which
+    the cases above do not reach (a BIG row stride leaves no TMA plan, and the pointer path's
+    one interpreter config is the pointer kernel's): that config swapped for the window-row
+    kernel's CPU config, on a channels-last x and dy whose row stride is BIG, so it runs INT64."""
+    from tridnn.cuda import common, conv_wgrad_tma
+    from tridnn.cuda import conv_bwd_filter_implicit_gemm as wgrad
+    if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("needs TRITON_INTERPRET=1 (set by conftest unless TRIDNN_GPU_TESTS=1)")
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    algo = registry.by_enum("conv", "bwd_filter", "triton", tridnn.ConvBwdFilterAlgo.ALGO_1)
+    monkeypatch.setattr(type(algo), "tuner", common.Tuner())
+    monkeypatch.setattr(wgrad, "INTERPRETER_CONFIG",
+                        dict(ROWS=True, BLOCK_P=16, BLOCK_M=16, num_warps=1, num_stages=1, SLICES=3))
+    flags = []
+    real = conv_wgrad_tma.launch
+
+    def launch(kernel, grid, args, constexprs, options):
+        if kernel is conv_wgrad_tma.wgrad_rows_kernel:
+            flags.append(constexprs["INT64"])
+        return real(kernel, grid, args, constexprs, options)
+    monkeypatch.setattr(conv_wgrad_tma, "launch", launch)
+    assert _run("bwd_filter", algo, "rows", "dense", device, rng) is None
+    assert flags == [True]
+
+
 # -- the layers: channels BIG apart (views the (N, C, S) kernels take as they are) ---------------
 def _layer(op, device, rng):
     """(got, reference) of one layer op on 1 x 3 x 3 x 5 "channels" views (float16)."""

@@ -33,7 +33,7 @@ import triton.language as tl
 
 from .common import cdiv, launch, wide
 from .conv_tma import Plan, blend_tile, box_for, descriptor, tap_origin, wgrad_boxes
-from .geometry import geometry, input_precision, strides5
+from .geometry import geometry, input_precision, needs_int64, strides5
 
 
 # the schedule and the geometry scalars only steer index math: one compile serves every
@@ -362,7 +362,8 @@ def wgrad_rows_kernel(
         dys_n, dys_h, dys_w,
         PER,            # pixels per slice (a multiple of BLOCK_P)
         XS_OW: tl.constexpr,   # the copy's step from one output column to the next: SW * 4
-        BLOCK_M: tl.constexpr, BLOCK_P: tl.constexpr, PREC: tl.constexpr):
+        BLOCK_M: tl.constexpr, BLOCK_P: tl.constexpr, PREC: tl.constexpr,
+        INT64: tl.constexpr):   # a view past 2^30 elements: every offset term in int64
     """part[s, k, (kh, kw, c)] = sum over slice s's output pixels p of dy[p, k] *
     xp[window row kh of p, column kw, channel c]: one [BLOCK_M, 256] accumulator, one dy
     tile and one window tile per BLOCK_P pixels."""
@@ -376,8 +377,8 @@ def wgrad_rows_kernel(
     col_ok = cols // 32 < KH                    # rows past the filter: not read (zeros)
     first = s * PER
     last = tl.minimum(first + PER, M)
-    # int64 offsets, every term: one image's oh * dys_h alone can pass 2^31 (common.wide)
-    dys_n, dys_h, dys_w, xs_n, xs_oh = wide((dys_n, dys_h, dys_w, xs_n, xs_oh))
+    if INT64:  # every offset term in int64: one image's oh * dys_h alone can pass 2^31 (common.wide)
+        dys_n, dys_h, dys_w, xs_n, xs_oh = wide((dys_n, dys_h, dys_w, xs_n, xs_oh))
 
     # -- reduction over the slice's pixels
     acc = tl.zeros((BLOCK_M, COLS), dtype=tl.float32)
@@ -473,7 +474,7 @@ def launch_rows(problem, x, dy, dw, xp, part, cfg, alpha=1.0, beta=0.0):
     ds = strides5(dy, 2)
     launch(wgrad_rows_kernel, (cdiv(geo.k, bm), slices), (
         part, xp, dy, m, oh, ow, geo.k, geo.ker[1], hp * wp * ch, sh * wp * ch, wp * ch, ds[0], ds[3], ds[4], per),
-        dict(XS_OW=sw * ch, BLOCK_M=bm, BLOCK_P=bp, PREC=input_precision(problem)),
+        dict(XS_OW=sw * ch, BLOCK_M=bm, BLOCK_P=bp, PREC=input_precision(problem), INT64=needs_int64(xp, dy)),
         dict(num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
     ws = strides5(dw, 2)
     launch(rows_finish, (cdiv(geo.k * 256, block),), (
