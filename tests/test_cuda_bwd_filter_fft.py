@@ -112,3 +112,52 @@ GPU_CASES = [T.P(64, 64, (56, 56), 3, 1, 1), T.P(128, 128, (28, 28), 3, 2, 1), T
 def test_gpu_against_float64(p, dtype, name, rng):
     algo = ALGO if name == "FFT" else TILING
     assert T.run_case("bwd_filter", algo, p, dtype, "NHWC", rng, n=4, device="cuda", beta=0.5) is None
+
+
+# -- torch.fft in runs of planes (conv_fft.transform) ---------------------------------------------
+def test_transform_runs_match_one_call(rng, monkeypatch):
+    """Both run shapes (whole images, channels within an image) give what one call gives (to
+    rounding: a batched FFT may order its sums differently), for the real-to-complex and
+    complex-to-real transforms on frequency-major strided views."""
+    from tridnn.cuda import conv_fft
+    # [images, channels, *spatial] = [6, 4, 3, 5] over a frequency-major buffer [3, 5, 6, 4]
+    src = torch.from_numpy(rng.standard_normal((3, 5, 6, 4)).astype("float32")).permute(2, 3, 0, 1)
+    whole = torch.fft.rfftn(src, dim=(2, 3))
+    back = torch.fft.irfftn(whole, s=(3, 5), dim=(2, 3))
+    plane = whole[0, 0].numel() * whole.element_size()
+    for chunk in (1, 2 * plane):  # one plane a call; two planes: runs of channels
+        monkeypatch.setattr(conv_fft, "TRANSFORM_CHUNK_BYTES", chunk)
+        spec = torch.full_like(whole, float("nan"))
+        conv_fft.transform(torch.fft.rfftn, src, spec, (2, 3))
+        torch.testing.assert_close(spec, whole, rtol=1e-6, atol=1e-6)
+        got = torch.full_like(back, float("nan"))
+        conv_fft.transform(torch.fft.irfftn, whole, got, (2, 3), s=(3, 5))
+        torch.testing.assert_close(got, back, rtol=1e-6, atol=1e-6)
+    monkeypatch.setattr(conv_fft, "TRANSFORM_CHUNK_BYTES", 5 * plane)  # runs of one image (5 >= 4 planes)
+    calls = []
+    spec = torch.full_like(whole, float("nan"))
+    conv_fft.transform(lambda s, **kw: calls.append(s.shape) or torch.fft.rfftn(s, **kw), src, spec, (2, 3))
+    torch.testing.assert_close(spec, whole, rtol=1e-6, atol=1e-6)
+    assert calls == [(1, 4, 3, 5)] * 6
+
+
+CHUNKED = [("fwd", tridnn.ConvFwdAlgo.FFT), ("fwd", tridnn.ConvFwdAlgo.FFT_TILING),
+           ("bwd_data", tridnn.ConvBwdDataAlgo.FFT), ("bwd_filter", tridnn.ConvBwdFilterAlgo.FFT),
+           ("bwd_filter", tridnn.ConvBwdFilterAlgo.FFT_TILING)]
+
+
+@pytest.mark.parametrize("direction, enum", CHUNKED, ids=[f"{d}-{e.name}" for d, e in CHUNKED])
+def test_fft_methods_with_one_plane_a_transform(direction, enum, rng, monkeypatch):
+    """Every FFT method with its transforms cut to one plane a call (as 2^31-element problems
+    are) still matches the float64 reference, and really ran in pieces."""
+    from tridnn.cuda import conv_fft
+    monkeypatch.setattr(conv_fft, "TRANSFORM_CHUNK_BYTES", 1)
+    calls = []
+    for name in ("rfftn", "irfftn"):
+        real = getattr(torch.fft, name)
+        monkeypatch.setattr(torch.fft, name, lambda *a, _real=real, **kw: calls.append(1) or _real(*a, **kw))
+    algo = registry.by_enum("conv", direction, "triton", enum)
+    p = T.P(4, 6, (20, 19), 3, 1, 1, 1, 2)  # stride 1 (backward data FFT), 2 x 2 tiles (FFT_TILING)
+    assert T.run_case(direction, algo, p, "float32", "NHWC", rng, as_torch=True, alpha=1.5, beta=-0.5) is None
+    # at least one call per plane of the transform over the images' planes (2 images x 4 or 6)
+    assert len(calls) >= 2 * 4 + 2 * 6, len(calls)

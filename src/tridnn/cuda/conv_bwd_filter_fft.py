@@ -31,7 +31,7 @@ from ..workspace import Buffer
 from . import spectral_gemm
 from .common import TritonConvAlgorithm
 from .conv_fft import (by_frequency, fft_estimate, fft_lengths, filter_by_frequency, input_spectrum, planes_first,
-                       spectral_precision, spectrum)
+                       spectral_precision, spectrum, transform)
 from .conv_fft_tiling import tile_major, tile_size, tiled_input_spectrum, why_not_tiled
 
 
@@ -47,7 +47,7 @@ def reduce_and_finish(problem, workspace, lengths, dw, alpha, beta) -> None:
     spectral_gemm.contract(by_frequency(workspace["DY"], nd, g).transpose(2, 3), by_frequency(workspace["X"], nd, g),
                            filter_by_frequency(workspace["DW"], nd, g), spectral_precision(problem), conj_a=True)
     corr = planes_first(workspace["corr"], nd)
-    torch.fft.irfftn(torch.view_as_complex(planes_first(workspace["DW"], nd)), s=lengths, dim=dims, out=corr)
+    transform(torch.fft.irfftn, torch.view_as_complex(planes_first(workspace["DW"], nd)), corr, dims, s=lengths)
     taps = corr[(slice(None), slice(None)) + tuple(slice(0, (kk - 1) * d + 1, d) for kk, d in
                                                    zip(problem.kernel, problem.dilation))]
     if problem.mode == 0:
@@ -96,7 +96,7 @@ class FftBackwardFilter(TritonConvAlgorithm):
         dyp = planes_first(workspace["dyp"], problem.nd)
         dyp.zero_()
         dyp[_spread(problem)].copy_(dy)
-        torch.fft.rfftn(dyp, dim=dims, out=torch.view_as_complex(planes_first(workspace["DY"], problem.nd)))
+        transform(torch.fft.rfftn, dyp, torch.view_as_complex(planes_first(workspace["DY"], problem.nd)), dims)
         reduce_and_finish(problem, workspace, L, dw, alpha, beta)
 
 
@@ -160,5 +160,5 @@ class FftTilingBackwardFilter(TritonConvAlgorithm):
         dyt.zero_()
         dyt.view(n, *counts, k, *sizes)[(Ellipsis,) + tuple(slice(0, v) for v in valid)].copy_(
             pieces.permute(tile_major(nd)))
-        torch.fft.rfftn(dyt, dim=dims, out=torch.view_as_complex(planes_first(workspace["DY"], nd)))
+        transform(torch.fft.rfftn, dyt, torch.view_as_complex(planes_first(workspace["DY"], nd)), dims)
         reduce_and_finish(problem, workspace, sizes, dw, alpha, beta)

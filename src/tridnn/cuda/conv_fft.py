@@ -122,6 +122,31 @@ def fft_estimate(problem, lengths=None, images=None) -> float:
     return TRANSFORM_OVERHEAD * (transforms + moved) + contract + 25e-6
 
 
+# torch.fft allocates beside its out= buffer: a complex-to-real transform copies its input
+# (cuFFT overwrites it), 32 GiB outside the workspace for backward filter's irfftn on the
+# 1x2x32800x32800 problem (H200, 2026-12-05: out of memory with a 64 GiB workspace). One call
+# per run of planes of at most this many bytes bounds those temporaries.
+TRANSFORM_CHUNK_BYTES = 1 << 30
+
+
+def transform(fft, src, out, dims, **kwargs) -> None:
+    """out = fft(src) over ``dims`` (torch.fft.rfftn or irfftn on [images, channels, *spatial]
+    views), in runs of whole planes of at most TRANSFORM_CHUNK_BYTES (one plane at least),
+    so the copies torch.fft makes stay that small. Small problems take one call."""
+    a, b = src.shape[:2]
+    plane = max(src[0, 0].numel() * src.element_size(), out[0, 0].numel() * out.element_size())
+    run = max(1, TRANSFORM_CHUNK_BYTES // max(plane, 1))
+    if run >= a * b:
+        fft(src, dim=dims, out=out, **kwargs)
+    elif run >= b:  # whole images at a time
+        for i in range(0, a, run // b):
+            fft(src[i:i + run // b], dim=dims, out=out[i:i + run // b], **kwargs)
+    else:  # runs of channels within one image
+        for i in range(a):
+            for j in range(0, b, run):
+                fft(src[i:i + 1, j:j + run], dim=dims, out=out[i:i + 1, j:j + run], **kwargs)
+
+
 def planes_first(buffer, nd: int):
     """The [images, channels, *spatial(, 2)] view of a frequency-major workspace buffer laid
     out [*spatial, images, channels(, 2)]."""
@@ -155,7 +180,7 @@ def input_spectrum(problem, x, workspace) -> None:
     nd = problem.nd
     xp = planes_first(workspace["xp"], nd)
     pad_input(problem, x, xp)
-    torch.fft.rfftn(xp, dim=tuple(range(2, 2 + nd)), out=torch.view_as_complex(planes_first(workspace["X"], nd)))
+    transform(torch.fft.rfftn, xp, torch.view_as_complex(planes_first(workspace["X"], nd)), tuple(range(2, 2 + nd)))
 
 
 def correlate_with_filter(problem, w, workspace, lengths) -> None:
@@ -169,14 +194,14 @@ def correlate_with_filter(problem, w, workspace, lengths) -> None:
     w_eff = torch.flip(w, dims) if problem.mode == 0 else w
     wp[(slice(None), slice(None)) + tuple(slice(0, (kk - 1) * d + 1, d) for kk, d in
                                           zip(problem.kernel, problem.dilation))].copy_(w_eff)
-    torch.fft.rfftn(wp, dim=dims, out=torch.view_as_complex(planes_first(workspace["W"], nd)))
+    transform(torch.fft.rfftn, wp, torch.view_as_complex(planes_first(workspace["W"], nd)), dims)
     g = problem.groups
     # Y[f, g][i, k] = sum_c X[f, g][i, c] conj(W[f, g][k, c])
     spectral_gemm.contract(by_frequency(workspace["X"], nd, g),
                            filter_by_frequency(workspace["W"], nd, g).transpose(2, 3),
                            by_frequency(workspace["Y"], nd, g), spectral_precision(problem), conj_b=True)
-    torch.fft.irfftn(torch.view_as_complex(planes_first(workspace["Y"], nd)), s=lengths, dim=dims,
-                     out=planes_first(workspace["corr"], nd))
+    transform(torch.fft.irfftn, torch.view_as_complex(planes_first(workspace["Y"], nd)),
+              planes_first(workspace["corr"], nd), dims, s=lengths)
 
 
 class FftForward(TritonConvAlgorithm):

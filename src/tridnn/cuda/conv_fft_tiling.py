@@ -25,7 +25,7 @@ import triton.language as tl
 from ..types import ConvFwdAlgo
 from ..workspace import Buffer
 from .common import TritonConvAlgorithm, cdiv, launch, split_rows, wide
-from .conv_fft import correlate_with_filter, fast_size, fft_estimate, pad_input, planes_first, spectrum
+from .conv_fft import correlate_with_filter, fast_size, fft_estimate, pad_input, planes_first, spectrum, transform
 from .epilogue import launch_args, spec_of, store_tile
 from .geometry import geometry, needs_int64, strides5
 
@@ -125,7 +125,7 @@ def tiled_input_spectrum(problem, x, workspace, sizes, valid, counts) -> None:
         windows = windows.unfold(2 + axis, size, v).narrow(2 + axis, 0, count)
     xt = planes_first(workspace["xt"], nd)
     xt.view(problem.n, *counts, problem.c, *sizes).copy_(windows.permute(tile_major(nd)))
-    torch.fft.rfftn(xt, dim=tuple(range(2, 2 + nd)), out=torch.view_as_complex(planes_first(workspace["X"], nd)))
+    transform(torch.fft.rfftn, xt, torch.view_as_complex(planes_first(workspace["X"], nd)), tuple(range(2, 2 + nd)))
 
 
 def _pad3(values, fill):
