@@ -703,6 +703,21 @@ def test_get_ranks_resnet50_conv1_by_the_measured_times():
     assert wgrad.index("ALGO_1") < wgrad.index("ALGO_0")
 
 
+def test_get_ranks_float32_default_conv1_backward_filter_by_the_measured_times():
+    """conv1 float32 under DEFAULT math (tf32x3), batch 64, on an H100 (session 17): backward
+    filter ALGO_0 (the flattened-gather pointer kernel) 2187 us beat ALGO_1 through the blocks
+    2616, and FFT / ALGO_3 are far behind; get ranks ALGO_0 first, within 25% of its time."""
+    h = tridnn.Handle(device="cpu", backend="triton", find_cache=None)
+    xd = tridnn.TensorDescriptor.nhwc(64, 3, 224, 224, "float32")
+    wd = tridnn.FilterDescriptor((64, 3, 7, 7), "float32", tridnn.TensorFormat.NHWC)
+    cd = tridnn.ConvolutionDescriptor(padding=3, stride=2, math_type=tridnn.MathType.DEFAULT)
+    yd = xd.with_dims(cd.output_dims(xd, wd))
+    ranked = tridnn.get_convolution_backward_filter_algorithm(h, xd, yd, cd, wd)
+    names = [r.algo.name for r in ranked]
+    assert names[:2] == ["ALGO_0", "ALGO_1"], names
+    assert abs(ranked[0].time_ms - 2.187) < 0.25 * 2.187, ranked[0].time_ms
+
+
 def test_cached_launch_places_constexprs_where_the_launcher_expects_them(monkeypatch):
     """common.launch's second call goes straight to the compiled launcher: the constexpr
     values must sit at their signature positions (appended as one tuple when they all

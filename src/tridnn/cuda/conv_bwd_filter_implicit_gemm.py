@@ -41,7 +41,7 @@ from . import conv_depthwise_backward as depthwise
 from . import conv_s2d, conv_tma, conv_wgrad_tma
 from ..workspace import Buffer
 from .common import TritonConvAlgorithm, Tuner, cdiv, launch, problem_key, reduction_slices, sm_count, split_rows, wide
-from .conv_implicit_gemm import FLAT_BELOW, gemm_estimate
+from .conv_implicit_gemm import FLAT_BELOW, TC_RATE, gemm_estimate
 from .geometry import geometry, input_precision, needs_int64, strides5
 
 try:  # Gluon (Triton >= 3.5): the warp-specialized kernel, offered as extra tuner candidates
@@ -390,6 +390,12 @@ class _WgradBase(TritonConvAlgorithm):
             copy = problem.x.size * (1 + pad / geo.c) * problem.dtype.itemsize
             return problem.flops * pad / geo.c / 55e12 + copy / 3e12 + 6e-6
         efficiency = 0.8 if self.atomic else 0.85
+        if geometry(problem).cg < FLAT_BELOW and input_precision(problem) == "tf32x3":
+            # few channels (conv1): the flattened (tap, channel) gather bounds the kernel, not
+            # the three tf32 products: float32 DEFAULT ALGO_0 measured 2187 us at batch 64 (H100,
+            # session 17), 2013 at the tf32 rate, where tf32x3's rate and TF32X3_EFFICIENCY
+            # said 20146 and get ranked it behind ALGO_1's 2616
+            return gemm_estimate(problem, efficiency=efficiency, rate=TC_RATE[4])
         return gemm_estimate(problem, efficiency=efficiency * float32_efficiency(problem))
 
     def _launch(self, problem, x, dy, dw, part, alpha, beta, cfg):

@@ -326,9 +326,10 @@ def dot_rate(problem) -> float:
     return rate
 
 
-def gemm_estimate(problem, efficiency=1.0) -> float:
-    """Seconds: the larger of the arithmetic and the memory time, on an H200-like GPU."""
-    rate = dot_rate(problem)
+def gemm_estimate(problem, efficiency=1.0, rate=None) -> float:
+    """Seconds: the larger of the arithmetic and the memory time, on an H200-like GPU.
+    rate: the dot rate in flop/s (default ``dot_rate``)."""
+    rate = rate or dot_rate(problem)
     geo = geometry(problem)
     if geo.cg < FLAT_BELOW:
         rate /= 32  # the flattened (tap, channel) gather: conv1 (C = 3) measured 17 TFLOP/s on the H200
