@@ -185,6 +185,9 @@ step() {
               echo "fp32_bwd rc=$?"; grep -E "^fp32|^\| fp32|budget" "$R/fp32_bwd.log" | cut -c1-400 ;;
     large) timeout "${LARGE_S:-300}" python3 benchmarks/gpu_large_tensors.py --out "$R/large" --time-budget-s $(( ${LARGE_S:-300} - 30 )) > "$R/large.log" 2>&1
            echo "large rc=$?"; tail -25 "$R/large.log" | cut -c1-160 ;;
+    large_fft) timeout "${LARGE_S:-150}" python3 benchmarks/gpu_large_tensors.py --out "$R/large_fft" --only FFT \
+                 --time-budget-s $(( ${LARGE_S:-150} - 20 )) > "$R/large_fft.log" 2>&1  # the FFT methods only (H200: their workspaces)
+               echo "large_fft rc=$?"; grep -E "^  conv|checks," "$R/large_fft.log" | cut -c1-160 ;;
     fuzz) timeout "${FUZZ_S:-300}" python3 benchmarks/fuzz_gpu.py --out "$R/fuzz" --workers 4 --time-budget-s $(( ${FUZZ_S:-300} - 40 )) > "$R/fuzz.log" 2>&1
           echo "fuzz rc=$?"; tail -25 "$R/fuzz.log" | cut -c1-160 ;;
     new_tests_par) T="${TESTS_S:-240}"  # new_algo_tests but f4, in four parallel pytest processes
