@@ -44,8 +44,8 @@ def registers(kernel) -> int:
 
 def compile_triton_sm90(spec, **_):
     """A plain Triton kernel compiled for sm_90 offline: spec = [module, kernel, types,
-    consts, num_warps], with "tl.<dtype>" strings in consts standing for Triton dtypes (the
-    spec crosses a process boundary as JSON). For compile_in_child, as
+    consts, num_warps(, num_stages)], with "tl.<dtype>" strings in consts standing for
+    Triton dtypes (the spec crosses a process boundary as JSON). For compile_in_child, as
     ("gluon_helpers", "compile_triton_sm90", spec, {})."""
     import importlib
 
@@ -54,10 +54,10 @@ def compile_triton_sm90(spec, **_):
 
     from tridnn.cuda.gluon_common import compile_sm90
 
-    module, name, types, consts, num_warps = spec
+    module, name, types, consts, num_warps, *stages = spec
     fn = getattr(importlib.import_module(module), name)
     consts = {k: getattr(tl, v[3:]) if isinstance(v, str) and v.startswith("tl.") else v for k, v in consts.items()}
-    return compile_sm90(fn, types, consts, num_warps, source=ASTSource)
+    return compile_sm90(fn, types, consts, num_warps, source=ASTSource, num_stages=stages[0] if stages else None)
 
 
 _CHILD = r"""

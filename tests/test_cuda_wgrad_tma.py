@@ -206,6 +206,55 @@ def test_rows_kernel_matches_the_reference(p, rng, monkeypatch):
     assert calls["rows"] == 4
 
 
+ALGO_0 = registry.by_enum("conv", "bwd_filter", "triton", tridnn.ConvBwdFilterAlgo.ALGO_0)
+
+
+# (C = 1 with groups 1 is the depthwise path's: ALGO_0 sends it to the depthwise kernels)
+ROWS_POINTER_PROBLEMS = [p for p in ROWS_PROBLEMS if p["C"] > 1]
+
+
+@pytest.mark.parametrize("p", ROWS_POINTER_PROBLEMS, ids=lambda p: p["name"])
+@pytest.mark.parametrize("math, prec", [(tridnn.MathType.DEFAULT, "tf32x3"), (TF32, "tf32")], ids=["DEFAULT", "TF32"])
+def test_rows_kernel_in_algo0_for_float32(p, math, prec, rng, monkeypatch):
+    """float32 on tensor cores: ALGO_0 (the pointer path) holds the window-row copy and its
+    partials in its workspace and offers the rows kernel beside the pointer kernel; here its
+    one config (the interpreter's list holds only it), with the math type's precision,
+    against float64, alpha/beta into a filled dw, both modes."""
+    monkeypatch.setattr(type(ALGO_0), "tuner", common.Tuner())
+    monkeypatch.setattr(wg, "INTERPRETER_CONFIG", dict(ROWS=True, BLOCK_P=16, BLOCK_M=16, num_warps=1,
+                                                       num_stages=1, SLICES=3))
+    precs = []
+    real = conv_wgrad_tma.launch
+
+    def launch(kernel, grid, args, constexprs, options):
+        if kernel is conv_wgrad_tma.wgrad_rows_kernel:
+            precs.append(constexprs["PREC"])
+        return real(kernel, grid, args, constexprs, options)
+    monkeypatch.setattr(conv_wgrad_tma, "launch", launch)
+    for mode in MODES:
+        assert run_case("bwd_filter", ALGO_0, p, "float32", "NHWC", rng, n=3, mode=mode, math=math,
+                        alpha=1.5, beta=-0.5) is None
+    assert precs == [prec, prec]
+
+
+def test_rows_float32_configs_compile_for_sm90_without_spills():
+    """The float32 rows configs offered on a GPU (tf32x3 and tf32) compile for sm_90 with no
+    local-memory traffic and within the 227 KB of shared memory (64-pixel tiles spilled
+    92-224 stores under tf32x3: not offered)."""
+    import re
+
+    from gluon_helpers import compile_in_child
+    types = {"part_ptr": "*fp32", "xp_ptr": "*fp32", "dy_ptr": "*fp32"}
+    specs = [["tridnn.cuda.conv_wgrad_tma", "wgrad_rows_kernel", types,
+              dict(XS_OW=8, BLOCK_M=bm, BLOCK_P=bp, PREC=prec, INT64=False), warps, stages]
+             for prec, tiles in conv_wgrad_tma.ROWS_CONFIGS_FLOAT32.items() for bp, bm, warps, stages in tiles]
+    facts = compile_in_child([("gluon_helpers", "compile_triton_sm90", spec, {}) for spec in specs])
+    for spec, f in zip(specs, facts):
+        assert f is not None and "STG" in f["sass"], spec[3]
+        assert not re.findall(r"\b(STL|LDL)\b", f["sass"]), (spec[3], spec[4:], f["regs"])
+        assert f["shared"] <= 227 * 1024, (spec[3], f["shared"])
+
+
 def test_rows_copy_holds_every_window():
     """The padded copy's extent: conv1 (224, 7x7, stride 2, pad 3) -> 230 rows and 232
     columns (a multiple of 4), 4 channels; the path takes C <= 4 and filters up to 8 x 8."""
@@ -223,7 +272,16 @@ def test_rows_copy_holds_every_window():
     assert cands and all(c["ROWS"] and c["SLICES"] * 64 * 256 <= 64 * 64 * 49 * 16 for c in cands)
     xf = tridnn.TensorDescriptor.packed((64, 3, 224, 224), "float32", fmt)
     wf = tridnn.FilterDescriptor((64, 3, 7, 7), "float32", fmt)
-    single = ConvProblem("bwd_filter", xf, wf, xf.with_dims(cd.output_dims(xf, wf)), cd)
+    yf = xf.with_dims(cd.output_dims(xf, wf))
+    for math, prec in ((tridnn.MathType.DEFAULT, "tf32x3"), (TF32, "tf32")):  # float32 on tensor cores
+        cdm = tridnn.ConvolutionDescriptor(padding=(3, 3), stride=(2, 2), dilation=(1, 1), nd=2, math_type=math)
+        f32 = ConvProblem("bwd_filter", xf, wf, yf, cdm)
+        tiles = [(c["BLOCK_P"], c["BLOCK_M"], c["num_warps"], c["num_stages"])
+                 for c in conv_wgrad_tma.rows_candidates(f32, cuda, 10 ** 9, 132)]
+        assert tiles and set(tiles) == set(conv_wgrad_tma.ROWS_CONFIGS_FLOAT32[prec]), (math, tiles)
+    strict = tridnn.ConvolutionDescriptor(padding=(3, 3), stride=(2, 2), dilation=(1, 1), nd=2,
+                                          math_type=tridnn.MathType.FMA)
+    single = ConvProblem("bwd_filter", xf, wf, yf, strict)  # IEEE float32: not on this path
     assert conv_wgrad_tma.rows_applicable(single) and conv_wgrad_tma.rows_candidates(single, cuda, 10 ** 9, 132) == []
     wide = tridnn.FilterDescriptor((64, 16, 7, 7), "bfloat16", fmt)
     xw = tridnn.TensorDescriptor.packed((64, 16, 224, 224), "bfloat16", fmt)

@@ -364,8 +364,14 @@ class _WgradBase(TritonConvAlgorithm):
         if pad:
             n, (_, h, w) = geo.n, geo.inp
             bufs.append(Buffer("x_pad", (n, h, w, pad), problem.dtype.numpy))
-            if conv_wgrad_tma.rows_applicable(problem):  # conv1: the window-row copy of x
-                bufs.append(Buffer("x_rows", conv_wgrad_tma.rows_shape(problem), problem.dtype.numpy))
+        # conv1: the window-row copy of x, for conv_wgrad_tma's rows kernel (beside the TMA
+        # path's configs, or the pointer kernel's: ALGO_0, float32 under DEFAULT or TENSOR_OP
+        # math), and on the pointer path partials for its slices (ALGO_0 keeps one slice)
+        if conv_wgrad_tma.rows_applicable(problem) and (pad or conv_wgrad_tma.rows_configs(problem)):
+            bufs.append(Buffer("x_rows", conv_wgrad_tma.rows_shape(problem), problem.dtype.numpy))
+            if not pad:
+                bufs.append(Buffer("rows_part", (conv_wgrad_tma.ROWS_MAX_SLICES, geo.k, conv_wgrad_tma.ROW_COLS),
+                                   np.float32))
         return bufs
 
     def estimate(self, problem):
@@ -443,7 +449,8 @@ class _WgradBase(TritonConvAlgorithm):
         sms = sm_count(dw.device)
         # few input channels (conv1): conv_wgrad_tma's window-row kernel, an extra candidate
         # after whichever path's own configs come first
-        rows = (lambda: conv_wgrad_tma.rows_candidates(problem, dw.device, part.numel(), sms)
+        rows_part = workspace["rows_part"] if "rows_part" in workspace else part
+        rows = (lambda: conv_wgrad_tma.rows_candidates(problem, dw.device, rows_part.numel(), sms)
                 if "x_rows" in workspace else [])
         if plan is not None:  # channels-last, stride 1 or 1x1: dy and x tiles by TMA boxes
 
@@ -453,7 +460,7 @@ class _WgradBase(TritonConvAlgorithm):
                         return
                     c = conv_tma.wgrad_candidates(plan, dw.device, x_tma.element_size())[0]
                 if c.get("ROWS"):
-                    conv_wgrad_tma.launch_rows(problem, x, dy, out, workspace["x_rows"], part, c, a, b)
+                    conv_wgrad_tma.launch_rows(problem, x, dy, out, workspace["x_rows"], rows_part, c, a, b)
                     return
                 if x_tma is not x:  # (inside: the tuner times each config with the copy it needs)
                     conv_tma.pad_into(x, x_tma)
@@ -481,7 +488,7 @@ class _WgradBase(TritonConvAlgorithm):
 
         def run_pointers(c, out, a=1.0, b=0.0):
             if c.get("ROWS"):
-                conv_wgrad_tma.launch_rows(problem, x, dy, out, workspace["x_rows"], part, c, a, b)
+                conv_wgrad_tma.launch_rows(problem, x, dy, out, workspace["x_rows"], rows_part, c, a, b)
             else:
                 self._launch(problem, x, dy, out, part, a, b, c)
         cfg = self.tuner.pick((problem.key(), "wgrad", self.atomic), cands, run_pointers, dw, dw.device)

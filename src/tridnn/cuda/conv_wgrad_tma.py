@@ -311,6 +311,7 @@ def launch_sched(plan: Plan, problem, x, dy, dw, part, cfg, alpha=1.0, beta=0.0)
 ROW_SLOTS = 8    # filter rows (and columns) a window holds
 ROW_CH = 4       # channels a padded pixel holds
 ROW_COLS = ROW_SLOTS * ROW_SLOTS * ROW_CH
+ROWS_MAX_SLICES = 2 * 132  # two waves of an H100's / H200's SMs: the most slices rows_candidates asks for there
 
 
 def rows_applicable(problem) -> bool:
@@ -435,18 +436,35 @@ def rows_finish(part_ptr, dw_ptr, K, C, KH, KW, SLICES, ws_k, ws_c, ws_h, ws_w, 
 # the windows of neighbouring pixels overlap (stride 2: 6 of 8 columns), at the cost of
 # exposed load latency (two programs an SM hide some).
 ROWS_CONFIGS = [(64, 64, 8, 3), (64, 64, 8, 2), (128, 64, 8, 2), (64, 64, 8, 1), (128, 64, 8, 1)]
+# float32 (twice the bytes a tile; tf32x3 splits both operands into two tf32 halves): the
+# configs that compiled for sm_90 without local-memory spills (offline, 2026-12-05; 64-pixel
+# tiles spilled 92-224 stores under tf32x3). tf32x3: 16 or 32 pixels, 64-74 KB of shared
+# memory. Not timed on a GPU yet: they join ALGO_0's pointer configs in the tuner's list,
+# which keeps the fastest that agrees with the reference config.
+ROWS_CONFIGS_FLOAT32 = {"tf32x3": [(16, 64, 8, 2), (16, 64, 8, 3), (32, 64, 8, 1), (16, 32, 8, 3)],
+                        "tf32": [(32, 64, 8, 2), (16, 64, 8, 2), (32, 64, 8, 1)]}
+
+
+def rows_configs(problem) -> list:
+    """(BLOCK_P, BLOCK_M, warps, stages) the GPU may run the few-channel path with: 16-bit
+    data, or float32 on tensor cores (tf32, tf32x3); none for IEEE float32 (FMA math)."""
+    if problem.dtype.itemsize == 2:
+        return ROWS_CONFIGS
+    if problem.dtype.itemsize == 4:
+        return ROWS_CONFIGS_FLOAT32.get(input_precision(problem), [])
+    return []
 
 
 def rows_candidates(problem, device, room_floats: int, sms: int) -> list:
-    """Configs of the few-channel path (ROWS marks them): one or two waves of slices. On
-    a GPU 16-bit data only (shared memory sized for it)."""
-    if not rows_applicable(problem) or device.type == "cuda" and problem.dtype.itemsize != 2:
+    """Configs of the few-channel path (ROWS marks them): one or two waves of slices
+    (on a GPU, rows_configs' tiles)."""
+    if not rows_applicable(problem):
         return []
     geo = geometry(problem)
     if device.type != "cuda":
         return [dict(ROWS=True, BLOCK_P=16, BLOCK_M=16, num_warps=1, num_stages=1, SLICES=3)]
     out = []
-    for bp, bm, warps, stages in ROWS_CONFIGS:
+    for bp, bm, warps, stages in rows_configs(problem):
         blocks = cdiv(geo.k, bm)
         for waves in (1, 2):
             slices = max(1, min(waves * sms // blocks, room_floats // (geo.k * 256)))

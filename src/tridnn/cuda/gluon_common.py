@@ -160,12 +160,13 @@ def max_regs(num_warps: int, per_sm: int = 1, pingpong: bool = False) -> int:
     return min(256, (65536 // threads) // 8 * 8)
 
 
-def compile_sm90(fn, types, consts, num_warps, maxnreg=None, pointers=(), source=None):
+def compile_sm90(fn, types, consts, num_warps, maxnreg=None, pointers=(), source=None, num_stages=None):
     """Compile the Gluon kernel ``fn`` for sm_90 without a GPU; returns the CompiledKernel.
     types: argument name -> type (arguments not named are i32); consts: constexpr values;
     maxnreg: the register cap (None: none); pointers: arguments Triton would see as multiples
     of 16; source: the AST source class (default Gluon's; triton.compiler.ASTSource for a
-    plain Triton kernel)."""
+    plain Triton kernel); num_stages: a plain Triton kernel's pipeline depth (None: Triton's
+    default)."""
     from triton.backends.compiler import GPUTarget
     if source is None:
         from triton.experimental.gluon._runtime import GluonASTSource as source
@@ -178,6 +179,8 @@ def compile_sm90(fn, types, consts, num_warps, maxnreg=None, pointers=(), source
     opts = dict(num_warps=num_warps)
     if maxnreg is not None:
         opts["maxnreg"] = maxnreg
+    if num_stages is not None:
+        opts["num_stages"] = num_stages
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
 
 
