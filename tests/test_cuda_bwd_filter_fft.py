@@ -139,6 +139,9 @@ def test_transform_runs_match_one_call(rng, monkeypatch):
     conv_fft.transform(lambda s, **kw: calls.append(s.shape) or torch.fft.rfftn(s, **kw), src, spec, (2, 3))
     torch.testing.assert_close(spec, whole, rtol=1e-6, atol=1e-6)
     assert calls == [(1, 4, 3, 5)] * 6
+    empty = torch.zeros(0, 4, 3, 3, dtype=torch.complex64)  # no planes: no call (torch.fft rejects it)
+    conv_fft.transform(lambda s, **kw: calls.append(s.shape), src[:0], empty, (2, 3))
+    assert len(calls) == 6
 
 
 CHUNKED = [("fwd", tridnn.ConvFwdAlgo.FFT), ("fwd", tridnn.ConvFwdAlgo.FFT_TILING),

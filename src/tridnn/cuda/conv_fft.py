@@ -134,6 +134,8 @@ def transform(fft, src, out, dims, **kwargs) -> None:
     views), in runs of whole planes of at most TRANSFORM_CHUNK_BYTES (one plane at least),
     so the copies torch.fft makes stay that small. Small problems take one call."""
     a, b = src.shape[:2]
+    if a * b == 0:  # no planes (cuFFT and MKL reject an empty batch)
+        return
     plane = max(src[0, 0].numel() * src.element_size(), out[0, 0].numel() * out.element_size())
     run = max(1, TRANSFORM_CHUNK_BYTES // max(plane, 1))
     if run >= a * b:
