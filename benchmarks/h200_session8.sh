@@ -183,6 +183,10 @@ step() {
                   --sections fp32-strict-bwd_data,fp32-strict-bwd_filter,fp32-default-bwd_data,fp32-default-bwd_filter \
                   --layers res2_3x3,res3_3x3,res4_3x3,res5_3x3 --algos all --budget-s $(( ${SUITE_S:-250} - 30 )) > "$R/fp32_bwd.log" 2>&1
               echo "fp32_bwd rc=$?"; grep -E "^fp32|^\| fp32|budget" "$R/fp32_bwd.log" | cut -c1-400 ;;
+    conv1_rows) timeout "${SUITE_S:-200}" python3 benchmarks/bench_gpu_conv.py --out "$R/conv1_rows" \
+                  --sections fp32-default-bwd_filter,fp32-tf32-bwd_filter,rn50-bwd_filter --layers conv1 \
+                  --algos all --budget-s $(( ${SUITE_S:-200} - 30 )) > "$R/conv1_rows.log" 2>&1  # ALGO_0 with the rows kernel
+                echo "conv1_rows rc=$?"; grep -E "conv1|budget" "$R/conv1_rows.log" | cut -c1-400 ;;
     large) timeout "${LARGE_S:-300}" python3 benchmarks/gpu_large_tensors.py --out "$R/large" --time-budget-s $(( ${LARGE_S:-300} - 30 )) > "$R/large.log" 2>&1
            echo "large rc=$?"; tail -25 "$R/large.log" | cut -c1-160 ;;
     large_fft) timeout "${LARGE_S:-150}" python3 benchmarks/gpu_large_tensors.py --out "$R/large_fft" --only FFT \
