@@ -8,6 +8,8 @@ host work is timed:
 
   full   every call validated from scratch (the fast-path table cleared before each call)
   fast   repeated calls with the same descriptor objects (api/conv_fast_path.py)
+  bwd    convolution_backward_data (ALGO_1) and convolution_backward_filter (ALGO_1,
+         ALGO_0) repeated with the same descriptors, every kernel launch stubbed
   gluon  gluon_conv.launch_forward / launch_backward_data alone (dgrad s2: the fused
          phases): preparing every call, or answered by its launch record
   api gluon fwd  convolution_forward down the Hopper path (fast path, dispatch, record)
@@ -66,6 +68,40 @@ def triton_case():
     h = tridnn.Handle(device="cpu", backend="triton", find_cache=None)
     xd, wd, cd, yd, x, w, y = bf16_layer()
     return lambda: tridnn.convolution_forward(h, 1.0, xd, x, wd, w, cd, "IMPLICIT_GEMM", None, 0.0, yd, y)
+
+
+def stub_every_launch():
+    """Every tridnn.cuda module's ``launch`` (common.launch, imported by name) a no-op:
+    host work only, whichever kernels a path launches."""
+    import importlib
+    import pkgutil
+
+    import tridnn.cuda as cuda
+    from tridnn.cuda import common
+    real = common.launch
+    for info in pkgutil.iter_modules(cuda.__path__):
+        try:
+            module = importlib.import_module(f"tridnn.cuda.{info.name}")
+        except ImportError:  # (a Triton without Gluon)
+            continue
+        if getattr(module, "launch", None) is real:
+            module.launch = lambda *args, **kwargs: None
+    common.launch = lambda *args, **kwargs: None
+
+
+def triton_backward_case(direction, algo):
+    """convolution_backward_data / _filter on the forward case's layer, same descriptors every
+    call (the fast path), the algorithm's workspace, every launch stubbed."""
+    stub_every_launch()
+    h = tridnn.Handle(device="cpu", backend="triton", find_cache=None)
+    xd, wd, cd, yd, x, w, y = bf16_layer()
+    if direction == "bwd_data":
+        size = tridnn.get_convolution_backward_data_workspace_size(h, wd, yd, cd, xd, algo)
+        ws = torch.empty(size, dtype=torch.uint8) if size else None
+        return lambda: tridnn.convolution_backward_data(h, 1.0, wd, w, yd, y, cd, algo, ws, 0.0, xd, x)
+    size = tridnn.get_convolution_backward_filter_workspace_size(h, xd, yd, cd, wd, algo)
+    ws = torch.empty(size, dtype=torch.uint8) if size else None
+    return lambda: tridnn.convolution_backward_filter(h, 1.0, xd, x, yd, y, cd, algo, ws, 0.0, wd, w)
 
 
 def numpy_case():
@@ -165,6 +201,12 @@ def main():
         results["numpy fast"].append(per_call_us(npy, args.calls))
         results["launch key full"].append(per_call_us(key_full, args.calls * 5))
         results["launch key static"].append(per_call_us(key_fast, args.calls * 5))
+    backward = {"triton fast bwd_data ALGO_1": triton_backward_case("bwd_data", "ALGO_1"),
+                "triton fast bwd_filter ALGO_1": triton_backward_case("bwd_filter", "ALGO_1"),
+                "triton fast bwd_filter ALGO_0": triton_backward_case("bwd_filter", "ALGO_0")}
+    for name, fn in backward.items():
+        fn()
+        results[name] = [per_call_us(fn, args.calls) for _ in range(args.rounds)]
     # the Gluon rows last: their stand-in Hopper (patched module functions) stays patched
     gluon = {"gluon fwd": gluon_case("fwd"), "gluon dgrad": gluon_case("bwd_data"),
              "gluon dgrad s2": gluon_case("bwd_data", stride=2)}
@@ -177,10 +219,10 @@ def main():
             results[f"{name} record"].append(per_call_us(fn, args.calls))
         results["api gluon fwd"].append(per_call_us(api_gluon, args.calls))
     clear_cost = statistics.median(per_call_us(clear_table, args.calls) for _ in range(args.rounds))
-    print(f"{'case':<20} {'us/call (median of rounds)':>28}")
+    print(f"{'case':<30} {'us/call (median of rounds)':>28}")
     for name, vals in results.items():
         med = statistics.median(vals) - (clear_cost if name.endswith("full") and "key" not in name else 0.0)
-        print(f"{name:<20} {med:>28.1f}")
+        print(f"{name:<30} {med:>28.1f}")
 
 
 if __name__ == "__main__":
