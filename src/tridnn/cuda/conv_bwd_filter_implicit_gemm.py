@@ -193,8 +193,14 @@ def _cfg(bm, bn, bk, warps, stages):
 
 GPU_CONFIGS_16 = [_cfg(128, 128, 64, 8, 3), _cfg(128, 64, 64, 4, 4), _cfg(64, 128, 64, 4, 4),
                   _cfg(64, 64, 64, 4, 4), _cfg(128, 128, 32, 4, 4)]
+# float32 tiles that keep every live value in registers: compiled for sm_90 offline
+# (2026-12-05), three of the four tiles before them spill under tf32x3 (33-64 local stores:
+# 128x128x32 at 8 warps, 64x128x32 and 128x64x32 at 4) and two under IEEE FMA (41-122), while
+# these 8-warp tiles spill under none (atomics and FLAT included; INT64 too, except IEEE at
+# 128x64x16: 7 stores). Not timed on a GPU yet: the tuner keeps the fastest.
+GPU_CONFIGS_32_NO_SPILL = [_cfg(64, 64, 32, 8, 3), _cfg(128, 64, 16, 8, 3), _cfg(64, 128, 16, 8, 3)]
 GPU_CONFIGS_32 = [_cfg(128, 128, 32, 8, 3), _cfg(64, 128, 32, 4, 4), _cfg(128, 64, 32, 4, 4),
-                  _cfg(64, 64, 32, 4, 4)]
+                  _cfg(64, 64, 32, 4, 4)] + GPU_CONFIGS_32_NO_SPILL
 INTERPRETER_CONFIG = _cfg(16, 16, 16, 1, 1)
 
 
