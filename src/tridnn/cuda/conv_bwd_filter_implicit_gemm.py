@@ -191,8 +191,13 @@ def _cfg(bm, bn, bk, warps, stages):
     return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)
 
 
+# 16-bit tiles with no register spills (sm_90, offline, 2026-12-05): every tile before them
+# spills (local stores: 128x128x64 at 8 warps 12; at 4 warps 128x64x64 305, 64x128x64 53,
+# 64x64x64 26, 128x128x32 270), these none (atomics and INT64 included; FLAT 2-17). This path
+# is the backward filter of NCHW and other layouts TMA does not take, and ALGO_0's. Not timed.
+GPU_CONFIGS_16_NO_SPILL = [_cfg(128, 64, 64, 8, 3), _cfg(64, 128, 64, 8, 3)]
 GPU_CONFIGS_16 = [_cfg(128, 128, 64, 8, 3), _cfg(128, 64, 64, 4, 4), _cfg(64, 128, 64, 4, 4),
-                  _cfg(64, 64, 64, 4, 4), _cfg(128, 128, 32, 4, 4)]
+                  _cfg(64, 64, 64, 4, 4), _cfg(128, 128, 32, 4, 4)] + GPU_CONFIGS_16_NO_SPILL
 # float32 tiles that keep every live value in registers: compiled for sm_90 offline
 # (2026-12-05), three of the four tiles before them spill under tf32x3 (33-64 local stores:
 # 128x128x32 at 8 warps, 64x128x32 and 128x64x32 at 4) and two under IEEE FMA (41-122), while
