@@ -255,28 +255,6 @@ def test_rows_float32_configs_compile_for_sm90_without_spills():
         assert f["shared"] <= 227 * 1024, (spec[3], f["shared"])
 
 
-def test_pointer_no_spill_configs_compile_for_sm90_without_spills():
-    """The pointer kernel's spill-free tiles compile for sm_90 with no local-memory traffic:
-    float32 (wg.GPU_CONFIGS_32_NO_SPILL) under every float32 precision, and under tf32x3 with
-    ALGO_0's atomics and conv1's FLAT columns too; bf16 and float16
-    (wg.GPU_CONFIGS_16_NO_SPILL) with and without atomics."""
-    import re
-
-    from gluon_helpers import compile_in_child
-    cases = [(c, "fp32", prec, atomic, flat) for c in wg.GPU_CONFIGS_32_NO_SPILL for prec, atomic, flat in
-             [("tf32x3", False, False), ("tf32", False, False), ("ieee", False, False), ("tf32x3", True, True)]]
-    cases += [(c, dt, "ieee", atomic, False) for c in wg.GPU_CONFIGS_16_NO_SPILL for dt in ("bf16", "fp16")
-              for atomic in (False, True)]
-    specs = [["tridnn.cuda.conv_bwd_filter_implicit_gemm", "conv_wgrad_kernel",
-              {"x_ptr": "*" + dt, "dy_ptr": "*" + dt, "part_ptr": "*fp32"},
-              dict(BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], BLOCK_K=c["BLOCK_K"], FLAT=flat, ATOMIC=atomic,
-                   PREC=prec, INT64=False), c["num_warps"], c["num_stages"]] for c, dt, prec, atomic, flat in cases]
-    facts = compile_in_child([("gluon_helpers", "compile_triton_sm90", spec, {}) for spec in specs])
-    for spec, f in zip(specs, facts):
-        assert f is not None and f["regs"] > 0, spec[3]
-        assert not re.findall(r"\b(STL|LDL)\b", f["sass"]), (spec[3], spec[4:], f["regs"])
-
-
 def test_rows_copy_holds_every_window():
     """The padded copy's extent: conv1 (224, 7x7, stride 2, pad 3) -> 230 rows and 232
     columns (a multiple of 4), 4 channels; the path takes C <= 4 and filters up to 8 x 8."""

@@ -1,0 +1,49 @@
+"""The pointer kernels' spill-free launch configs (the *_NO_SPILL lists) compile for sm_90
+with no local-memory traffic: registers hold every live value. Offline (no GPU), in a child
+process without the interpreter (tests/gluon_helpers.compile_in_child). Why: compiled the
+same way, most of the older tiles of these kernels spill (tens to hundreds of local stores),
+which costs a memory-bound round trip per spilled value."""
+import re
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from tridnn.cuda import conv_bwd_data_implicit_gemm as dg  # noqa: E402
+from tridnn.cuda import conv_bwd_filter_implicit_gemm as wg  # noqa: E402
+
+
+def _assert_no_local_memory(specs):
+    from gluon_helpers import compile_in_child
+    facts = compile_in_child([("gluon_helpers", "compile_triton_sm90", spec, {}) for spec in specs])
+    for spec, f in zip(specs, facts):
+        assert f is not None and f["regs"] > 0, spec[3]
+        assert not re.findall(r"\b(STL|LDL)\b", f["sass"]), (spec[3], spec[4:], f["regs"])
+
+
+def test_backward_filter_no_spill_configs():
+    """Backward filter's pointer kernel: float32 (wg.GPU_CONFIGS_32_NO_SPILL) under every
+    float32 precision, and under tf32x3 with ALGO_0's atomics and conv1's FLAT columns too;
+    bf16 and float16 (wg.GPU_CONFIGS_16_NO_SPILL) with and without atomics."""
+    cases = [(c, "fp32", prec, atomic, flat) for c in wg.GPU_CONFIGS_32_NO_SPILL for prec, atomic, flat in
+             [("tf32x3", False, False), ("tf32", False, False), ("ieee", False, False), ("tf32x3", True, True)]]
+    cases += [(c, dt, "ieee", atomic, False) for c in wg.GPU_CONFIGS_16_NO_SPILL for dt in ("bf16", "fp16")
+              for atomic in (False, True)]
+    specs = [["tridnn.cuda.conv_bwd_filter_implicit_gemm", "conv_wgrad_kernel",
+              {"x_ptr": "*" + dt, "dy_ptr": "*" + dt, "part_ptr": "*fp32"},
+              dict(BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], BLOCK_K=c["BLOCK_K"], FLAT=flat, ATOMIC=atomic,
+                   PREC=prec, INT64=False), c["num_warps"], c["num_stages"]] for c, dt, prec, atomic, flat in cases]
+    _assert_no_local_memory(specs)
+
+
+def test_backward_data_no_spill_configs():
+    """Backward data's pointer kernel: float32 (dg.GPU_CONFIGS_32_NO_SPILL) under every
+    float32 precision."""
+    specs = [["tridnn.cuda.conv_bwd_data_implicit_gemm", "conv_bwd_data_kernel",
+              {"dy_ptr": "*fp32", "w_ptr": "*fp32", "dx_ptr": "*fp32", "alpha": "fp32", "beta": "fp32"},
+              dict(BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], BLOCK_K=c["BLOCK_K"], GROUP_M=8, FLIP=False,
+                   PREC=prec, BETA_ZERO=True, INT64=False),
+              c["num_warps"], c["num_stages"]]
+             for c in dg.GPU_CONFIGS_32_NO_SPILL for prec in ("tf32x3", "tf32", "ieee")]
+    _assert_no_local_memory(specs)
