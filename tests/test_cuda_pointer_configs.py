@@ -11,6 +11,7 @@ pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from tridnn.cuda import conv_bwd_data_implicit_gemm as dg  # noqa: E402
+from tridnn.cuda import conv_gemm  # noqa: E402
 from tridnn.cuda import conv_bwd_filter_implicit_gemm as wg  # noqa: E402
 
 
@@ -46,4 +47,19 @@ def test_backward_data_no_spill_configs():
                    PREC=prec, BETA_ZERO=True, INT64=False),
               c["num_warps"], c["num_stages"]]
              for c in dg.GPU_CONFIGS_32_NO_SPILL for prec in ("tf32x3", "tf32", "ieee")]
+    _assert_no_local_memory(specs)
+
+
+def test_gemm_forward_no_spill_configs():
+    """GEMM forward's matmul over the im2col columns (conv_gemm.gemm_kernel): its 16-bit
+    tiles (conv_gemm.GEMM_CONFIGS_16_NO_SPILL), bf16 and float16, plain and with the fused
+    epilogue's bias, residual and relu."""
+    ptrs = ("col_ptr", "w_ptr", "y_ptr", "bias_ptr", "z_ptr")
+    scalars = {a: "fp32" for a in ("alpha", "beta", "alpha2", "coef", "swish_beta")}
+    specs = [["tridnn.cuda.conv_gemm", "gemm_kernel", {**{p: "*" + dt for p in ptrs}, **scalars},
+              dict(BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], BLOCK_K=c["BLOCK_K"], GROUP_M=8, FLIP=False,
+                   PREC="ieee", ACT=act, HAS_BIAS=fused, HAS_Z=fused, BETA_ZERO=True, INT64=False),
+              c["num_warps"], c["num_stages"]]
+             for c in conv_gemm.GEMM_CONFIGS_16_NO_SPILL for dt in ("bf16", "fp16")
+             for act, fused in ((-1, False), (1, True))]
     _assert_no_local_memory(specs)

@@ -120,6 +120,13 @@ def gemm_kernel(col_ptr, w_ptr, y_ptr, bias_ptr, z_ptr, M, R, R_PAD, Cg, Kg, OD,
 
 
 ROW_ALIGN = 32  # col's rows are padded to a multiple of this many columns
+# gemm_kernel's 16-bit tiles with no register spills (sm_90, offline, 2026-12-05): every one
+# of the forward's 16-bit tiles spills in this kernel (3-129 local stores), these do not,
+# with the fused bias, residual and activation too (128x128x32 did there: 4). Not timed on a
+# GPU yet (conv1 bf16 GEMM ran 849 us where ~200 were predicted): the tuner keeps the fastest.
+GEMM_CONFIGS_16_NO_SPILL = [dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3, SPLIT_K=1),
+                            dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=3, SPLIT_K=1),
+                            dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=32, num_warps=8, num_stages=3, SPLIT_K=1)]
 
 
 def padded_row(geo) -> int:
@@ -184,7 +191,7 @@ class GemmForward(TritonConvAlgorithm):
         if y.device.type != "cuda":
             cands = [dict(INTERPRETER_CONFIG)]
         else:
-            base = GPU_CONFIGS_32 if problem.dtype.itemsize == 4 else GPU_CONFIGS_16
+            base = GPU_CONFIGS_32 if problem.dtype.itemsize == 4 else GPU_CONFIGS_16 + GEMM_CONFIGS_16_NO_SPILL
             r_pad = padded_row(geometry(problem))
             cands = []
             for c in base:  # BLOCK_K must divide R_PAD; a narrowed config may repeat another
