@@ -12,6 +12,7 @@ pytest.importorskip("triton")
 
 from tridnn.cuda import conv_bwd_data_implicit_gemm as dg  # noqa: E402
 from tridnn.cuda import conv_gemm  # noqa: E402
+from tridnn.cuda import conv_implicit_gemm as fw  # noqa: E402
 from tridnn.cuda import conv_bwd_filter_implicit_gemm as wg  # noqa: E402
 
 
@@ -62,4 +63,22 @@ def test_gemm_forward_no_spill_configs():
               c["num_warps"], c["num_stages"]]
              for c in conv_gemm.GEMM_CONFIGS_16_NO_SPILL for dt in ("bf16", "fp16")
              for act, fused in ((-1, False), (1, True))]
+    _assert_no_local_memory(specs)
+
+
+def test_forward_flat_no_spill_configs():
+    """The implicit-GEMM forward's FLAT tiles (few channels per group: the flattened (tap,
+    channel) loop): 16-bit (fw.FLAT_CONFIGS_16_NO_SPILL) in bf16, plain and with the fused
+    bias, residual and relu; float32 (fw.FLAT_CONFIGS_32_NO_SPILL) under every precision,
+    tf32x3 fused too."""
+    ptrs = ("x_ptr", "w_ptr", "y_ptr", "bias_ptr", "z_ptr")
+    scalars = {a: "fp32" for a in ("alpha", "beta", "alpha2", "coef", "swish_beta")}
+    cases = [(c, "bf16", "ieee", fused) for c in fw.FLAT_CONFIGS_16_NO_SPILL for fused in (False, True)]
+    cases += [(c, "fp32", prec, fused) for c in fw.FLAT_CONFIGS_32_NO_SPILL
+              for prec, fused in (("tf32x3", False), ("tf32", False), ("ieee", False), ("tf32x3", True))]
+    specs = [["tridnn.cuda.conv_implicit_gemm", "conv_fwd_kernel",
+              {**{p: "*" + dt for p in ptrs}, "part_ptr": "*fp32", "rows_ptr": "*i64", "taps_ptr": "*i64", **scalars},
+              dict(BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], BLOCK_K=c["BLOCK_K"], GROUP_M=8, SPLIT_K=1, FLAT=True,
+                   PRECOMP=False, FLIP=False, PREC=prec, ACT=1 if fused else -1, HAS_BIAS=fused, HAS_Z=fused,
+                   BETA_ZERO=True, INT64=False), c["num_warps"], c["num_stages"]] for c, dt, prec, fused in cases]
     _assert_no_local_memory(specs)
