@@ -163,27 +163,14 @@ def test_rows_backward_filter_offsets_past_int32(device, rng, monkeypatch):
     the cases above do not reach (a BIG row stride leaves no TMA plan, and the pointer path's
     one interpreter config is the pointer kernel's): that config swapped for the window-row
     kernel's CPU config, on a channels-last x and dy whose row stride is BIG, so it runs INT64."""
-    from tridnn.cuda import common, conv_wgrad_tma
-    from tridnn.cuda import conv_bwd_filter_implicit_gemm as wgrad
     if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("needs TRITON_INTERPRET=1 (set by conftest unless TRIDNN_GPU_TESTS=1)")
     if device == "cuda" and not torch.cuda.is_available():
         pytest.skip("no CUDA device")
+    from test_cuda_wgrad_tma import only_rows_recording
     algo = registry.by_enum("conv", "bwd_filter", "triton", tridnn.ConvBwdFilterAlgo.ALGO_1)
-    monkeypatch.setattr(type(algo), "tuner", common.Tuner())
-    # only window-row configs: the interpreter's one config swapped for it, the GPU's pointer
-    # configs dropped (the tuner then times rows_candidates' configs, every one INT64)
-    monkeypatch.setattr(wgrad, "INTERPRETER_CONFIG",
-                        dict(ROWS=True, BLOCK_P=16, BLOCK_M=16, num_warps=1, num_stages=1, SLICES=3))
-    monkeypatch.setattr(wgrad, "GPU_CONFIGS_16", [])
-    flags = []
-    real = conv_wgrad_tma.launch
-
-    def launch(kernel, grid, args, constexprs, options):
-        if kernel is conv_wgrad_tma.wgrad_rows_kernel:
-            flags.append(constexprs["INT64"])
-        return real(kernel, grid, args, constexprs, options)
-    monkeypatch.setattr(conv_wgrad_tma, "launch", launch)
+    # on a GPU the tuner then times every one of rows_candidates' configs: each must run INT64
+    flags = only_rows_recording(monkeypatch, algo, "INT64")
     assert _run("bwd_filter", algo, "rows", "dense", device, rng) is None
     assert flags and all(flags), flags
     if device == "cpu":

@@ -209,6 +209,26 @@ def test_rows_kernel_matches_the_reference(p, rng, monkeypatch):
 ALGO_0 = registry.by_enum("conv", "bwd_filter", "triton", tridnn.ConvBwdFilterAlgo.ALGO_0)
 
 
+def only_rows_recording(monkeypatch, algo, constexpr):
+    """``algo``'s pointer path offers only the window-row kernel (the interpreter's one config
+    swapped for its CPU config, the GPU's pointer configs dropped), with a fresh tuner;
+    returns the list that collects ``constexpr`` of every window-row launch."""
+    monkeypatch.setattr(type(algo), "tuner", common.Tuner())
+    monkeypatch.setattr(wg, "INTERPRETER_CONFIG", dict(ROWS=True, BLOCK_P=16, BLOCK_M=16, num_warps=1,
+                                                       num_stages=1, SLICES=3))
+    monkeypatch.setattr(wg, "GPU_CONFIGS_16", [])
+    monkeypatch.setattr(wg, "GPU_CONFIGS_32", [])
+    seen = []
+    real = conv_wgrad_tma.launch
+
+    def launch(kernel, grid, args, constexprs, options):
+        if kernel is conv_wgrad_tma.wgrad_rows_kernel:
+            seen.append(constexprs[constexpr])
+        return real(kernel, grid, args, constexprs, options)
+    monkeypatch.setattr(conv_wgrad_tma, "launch", launch)
+    return seen
+
+
 # (C = 1 with groups 1 is the depthwise path's: ALGO_0 sends it to the depthwise kernels)
 ROWS_POINTER_PROBLEMS = [p for p in ROWS_PROBLEMS if p["C"] > 1]
 
@@ -220,17 +240,7 @@ def test_rows_kernel_in_algo0_for_float32(p, math, prec, rng, monkeypatch):
     partials in its workspace and offers the rows kernel beside the pointer kernel; here its
     one config (the interpreter's list holds only it), with the math type's precision,
     against float64, alpha/beta into a filled dw, both modes."""
-    monkeypatch.setattr(type(ALGO_0), "tuner", common.Tuner())
-    monkeypatch.setattr(wg, "INTERPRETER_CONFIG", dict(ROWS=True, BLOCK_P=16, BLOCK_M=16, num_warps=1,
-                                                       num_stages=1, SLICES=3))
-    precs = []
-    real = conv_wgrad_tma.launch
-
-    def launch(kernel, grid, args, constexprs, options):
-        if kernel is conv_wgrad_tma.wgrad_rows_kernel:
-            precs.append(constexprs["PREC"])
-        return real(kernel, grid, args, constexprs, options)
-    monkeypatch.setattr(conv_wgrad_tma, "launch", launch)
+    precs = only_rows_recording(monkeypatch, ALGO_0, "PREC")
     for mode in MODES:
         assert run_case("bwd_filter", ALGO_0, p, "float32", "NHWC", rng, n=3, mode=mode, math=math,
                         alpha=1.5, beta=-0.5) is None
