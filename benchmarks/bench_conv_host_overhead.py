@@ -61,15 +61,6 @@ def bf16_layer(hw=56, stride=1):
     return xd, wd, cd, yd, x, w, y
 
 
-def triton_case():
-    from tridnn.cuda import conv_implicit_gemm, conv_tma
-    conv_implicit_gemm.launch = lambda *args: None  # host work only
-    conv_tma.launch = lambda *args: None  # (the TMA path this layer takes: conv_tma_kernel's launch)
-    h = tridnn.Handle(device="cpu", backend="triton", find_cache=None)
-    xd, wd, cd, yd, x, w, y = bf16_layer()
-    return lambda: tridnn.convolution_forward(h, 1.0, xd, x, wd, w, cd, "IMPLICIT_GEMM", None, 0.0, yd, y)
-
-
 def stub_every_launch():
     """Every tridnn.cuda module's ``launch`` (common.launch, imported by name) a no-op:
     host work only, whichever kernels a path launches."""
@@ -87,6 +78,13 @@ def stub_every_launch():
         if getattr(module, "launch", None) is real:
             module.launch = lambda *args, **kwargs: None
     common.launch = lambda *args, **kwargs: None
+
+
+def triton_case():
+    stub_every_launch()  # host work only (this layer takes conv_tma's path)
+    h = tridnn.Handle(device="cpu", backend="triton", find_cache=None)
+    xd, wd, cd, yd, x, w, y = bf16_layer()
+    return lambda: tridnn.convolution_forward(h, 1.0, xd, x, wd, w, cd, "IMPLICIT_GEMM", None, 0.0, yd, y)
 
 
 def triton_backward_case(direction, algo):

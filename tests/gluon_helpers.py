@@ -95,6 +95,17 @@ def compile_in_child(calls, timeout=1800) -> list:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+def compile_triton_without_local_memory(specs) -> list:
+    """Compile each compile_triton_sm90 spec for sm_90 in one child process and assert that
+    it compiled and its SASS has no local-memory access (STL/LDL: register spills); returns
+    the facts (compile_in_child's) for the caller's own checks."""
+    facts = compile_in_child([("gluon_helpers", "compile_triton_sm90", spec, {}) for spec in specs])
+    for spec, f in zip(specs, facts):
+        assert f is not None and f["regs"] > 0, spec[3]
+        assert not re.findall(r"\b(STL|LDL)\b", f["sass"]), (spec[3], spec[4:], f["regs"])
+    return facts
+
+
 @contextmanager
 def not_interpreted():
     """TRITON_INTERPRET unset for the block (an offline compile is not interpreted)."""
