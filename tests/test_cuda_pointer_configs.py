@@ -15,6 +15,14 @@ from tridnn.cuda import conv_bwd_filter_implicit_gemm as wg  # noqa: E402
 
 from gluon_helpers import compile_triton_without_local_memory  # noqa: E402
 
+EPILOGUE_SCALARS = {a: "fp32" for a in ("alpha", "beta", "alpha2", "coef", "swish_beta")}
+
+
+def _spec(module, kernel, types, cfg, **consts):
+    """compile_triton_sm90's spec of tridnn.cuda.``module``.``kernel`` at the tile ``cfg``."""
+    tile = {k: cfg[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K")}
+    return [f"tridnn.cuda.{module}", kernel, types, dict(tile, **consts), cfg["num_warps"], cfg["num_stages"]]
+
 
 def test_backward_filter_no_spill_configs():
     """Backward filter's pointer kernel: float32 (wg.GPU_CONFIGS_32_NO_SPILL) under every
@@ -24,21 +32,18 @@ def test_backward_filter_no_spill_configs():
              [("tf32x3", False, False), ("tf32", False, False), ("ieee", False, False), ("tf32x3", True, True)]]
     cases += [(c, dt, "ieee", atomic, False) for c in wg.GPU_CONFIGS_16_NO_SPILL for dt in ("bf16", "fp16")
               for atomic in (False, True)]
-    specs = [["tridnn.cuda.conv_bwd_filter_implicit_gemm", "conv_wgrad_kernel",
-              {"x_ptr": "*" + dt, "dy_ptr": "*" + dt, "part_ptr": "*fp32"},
-              dict(BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], BLOCK_K=c["BLOCK_K"], FLAT=flat, ATOMIC=atomic,
-                   PREC=prec, INT64=False), c["num_warps"], c["num_stages"]] for c, dt, prec, atomic, flat in cases]
+    specs = [_spec("conv_bwd_filter_implicit_gemm", "conv_wgrad_kernel",
+                   {"x_ptr": "*" + dt, "dy_ptr": "*" + dt, "part_ptr": "*fp32"}, c,
+                   FLAT=flat, ATOMIC=atomic, PREC=prec, INT64=False) for c, dt, prec, atomic, flat in cases]
     compile_triton_without_local_memory(specs)
 
 
 def test_backward_data_no_spill_configs():
     """Backward data's pointer kernel: float32 (dg.GPU_CONFIGS_32_NO_SPILL) under every
     float32 precision."""
-    specs = [["tridnn.cuda.conv_bwd_data_implicit_gemm", "conv_bwd_data_kernel",
-              {"dy_ptr": "*fp32", "w_ptr": "*fp32", "dx_ptr": "*fp32", "alpha": "fp32", "beta": "fp32"},
-              dict(BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], BLOCK_K=c["BLOCK_K"], GROUP_M=8, FLIP=False,
-                   PREC=prec, BETA_ZERO=True, INT64=False),
-              c["num_warps"], c["num_stages"]]
+    specs = [_spec("conv_bwd_data_implicit_gemm", "conv_bwd_data_kernel",
+                   {"dy_ptr": "*fp32", "w_ptr": "*fp32", "dx_ptr": "*fp32", "alpha": "fp32", "beta": "fp32"}, c,
+                   GROUP_M=8, FLIP=False, PREC=prec, BETA_ZERO=True, INT64=False)
              for c in dg.GPU_CONFIGS_32_NO_SPILL for prec in ("tf32x3", "tf32", "ieee")]
     compile_triton_without_local_memory(specs)
 
@@ -48,11 +53,9 @@ def test_gemm_forward_no_spill_configs():
     tiles (conv_gemm.GEMM_CONFIGS_16_NO_SPILL), bf16 and float16, plain and with the fused
     epilogue's bias, residual and relu."""
     ptrs = ("col_ptr", "w_ptr", "y_ptr", "bias_ptr", "z_ptr")
-    scalars = {a: "fp32" for a in ("alpha", "beta", "alpha2", "coef", "swish_beta")}
-    specs = [["tridnn.cuda.conv_gemm", "gemm_kernel", {**{p: "*" + dt for p in ptrs}, **scalars},
-              dict(BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], BLOCK_K=c["BLOCK_K"], GROUP_M=8, FLIP=False,
-                   PREC="ieee", ACT=act, HAS_BIAS=fused, HAS_Z=fused, BETA_ZERO=True, INT64=False),
-              c["num_warps"], c["num_stages"]]
+    specs = [_spec("conv_gemm", "gemm_kernel", {**{p: "*" + dt for p in ptrs}, **EPILOGUE_SCALARS}, c,
+                   GROUP_M=8, FLIP=False, PREC="ieee", ACT=act, HAS_BIAS=fused, HAS_Z=fused, BETA_ZERO=True,
+                   INT64=False)
              for c in conv_gemm.GEMM_CONFIGS_16_NO_SPILL for dt in ("bf16", "fp16")
              for act, fused in ((-1, False), (1, True))]
     compile_triton_without_local_memory(specs)
@@ -64,13 +67,12 @@ def test_forward_flat_no_spill_configs():
     bias, residual and relu; float32 (fw.FLAT_CONFIGS_32_NO_SPILL) under every precision,
     tf32x3 fused too."""
     ptrs = ("x_ptr", "w_ptr", "y_ptr", "bias_ptr", "z_ptr")
-    scalars = {a: "fp32" for a in ("alpha", "beta", "alpha2", "coef", "swish_beta")}
     cases = [(c, "bf16", "ieee", fused) for c in fw.FLAT_CONFIGS_16_NO_SPILL for fused in (False, True)]
     cases += [(c, "fp32", prec, fused) for c in fw.FLAT_CONFIGS_32_NO_SPILL
               for prec, fused in (("tf32x3", False), ("tf32", False), ("ieee", False), ("tf32x3", True))]
-    specs = [["tridnn.cuda.conv_implicit_gemm", "conv_fwd_kernel",
-              {**{p: "*" + dt for p in ptrs}, "part_ptr": "*fp32", "rows_ptr": "*i64", "taps_ptr": "*i64", **scalars},
-              dict(BLOCK_M=c["BLOCK_M"], BLOCK_N=c["BLOCK_N"], BLOCK_K=c["BLOCK_K"], GROUP_M=8, SPLIT_K=1, FLAT=True,
-                   PRECOMP=False, FLIP=False, PREC=prec, ACT=1 if fused else -1, HAS_BIAS=fused, HAS_Z=fused,
-                   BETA_ZERO=True, INT64=False), c["num_warps"], c["num_stages"]] for c, dt, prec, fused in cases]
+    specs = [_spec("conv_implicit_gemm", "conv_fwd_kernel",
+                   {**{p: "*" + dt for p in ptrs}, "part_ptr": "*fp32", "rows_ptr": "*i64", "taps_ptr": "*i64",
+                    **EPILOGUE_SCALARS}, c,
+                   GROUP_M=8, SPLIT_K=1, FLAT=True, PRECOMP=False, FLIP=False, PREC=prec, ACT=1 if fused else -1,
+                   HAS_BIAS=fused, HAS_Z=fused, BETA_ZERO=True, INT64=False) for c, dt, prec, fused in cases]
     compile_triton_without_local_memory(specs)
