@@ -52,6 +52,7 @@
 #   fma_strided    sweep_gluon_conv --dtype fma --strided (the stride-2 layers)
 #   fma_api        sweep_gluon_conv --dtype fma --api: the tuner's FMA picks through the public API
 #   fp32_strict    the fp32-strict section alone (FMA math against cuDNN with tf32 off)
+#   fp32_default_wgrad  the fp32-default-bwd_filter section alone (23 layers, get's choice)
 #   dw_fwd         the MobileNetV2 depthwise forward suite alone (dw_dgrad: backward data alone)
 #   dw_gluon_tests conv_depthwise_gluon (the Gluon depthwise walker) on the GPU
 #   dilated        the DeepLab ASPP dilated suites (dil-fwd, dil-bwd_data, dil-bwd_filter; batch 16)
@@ -157,6 +158,7 @@ step() {
            TRIDNN_S2D_WGRAD=0 suite conv1_plain 60 rn50-bwd_filter --layers conv1 ;;
     fp32_tf32) suite fp32_tf32 "${SUITE_S:-190}" fp32-tf32 ;;
     fp32_strict) suite fp32_strict "${SUITE_S:-190}" fp32-strict ;;
+    fp32_default_wgrad) suite fp32_default_wgrad "${SUITE_S:-190}" fp32-default-bwd_filter ;;
     dw_fwd) suite dw_fwd "${SUITE_S:-190}" dw-fwd ;;
     dw_dgrad) suite dw_dgrad "${SUITE_S:-190}" dw-bwd_data ;;
     dw_gluon_tests) gpu_tests "${TESTS_S:-150}" dw_gluon_tests tests/test_conv_depthwise_gluon.py ;;
