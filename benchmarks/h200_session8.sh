@@ -62,6 +62,7 @@
 #                  WINOGRAD_NONFUSED (forward methods on dy), backward filter ALGO_3, FFT, FFT_TILING, WINOGRAD_NONFUSED
 #   fp32_bwd       every algorithm on the 3x3 layers, float32 backward data and filter, FMA and DEFAULT math
 #                  (where get picks session 14's transform methods) against cuDNN with tf32 off
+#   conv1_fwd_all  every forward algorithm on conv1, bf16 and float32 tf32 (GEMM with the spill-free tiles)
 #   large          gpu_large_tensors.py (tensors past 2^31 elements, every algorithm; LARGE_S seconds)
 #   fuzz           fuzz_gpu.py (random problems through the public API against float64; FUZZ_S seconds)
 #   new_tests_par  new_algo_tests without the F(4x4) file, four pytest processes at once (TESTS_S each)
@@ -189,6 +190,10 @@ step() {
                   --sections fp32-default-bwd_filter,fp32-tf32-bwd_filter,rn50-bwd_filter --layers conv1 \
                   --algos all --budget-s $(( ${SUITE_S:-200} - 30 )) > "$R/conv1_rows.log" 2>&1  # ALGO_0 with the rows kernel
                 echo "conv1_rows rc=$?"; grep -E "conv1|budget" "$R/conv1_rows.log" | cut -c1-400 ;;
+    conv1_fwd_all) timeout "${SUITE_S:-150}" python3 benchmarks/bench_gpu_conv.py --out "$R/conv1_fwd_all" \
+                  --sections rn50-fwd,fp32-tf32-fwd --layers conv1 --algos all --budget-s $(( ${SUITE_S:-150} - 30 )) \
+                  > "$R/conv1_fwd_all.log" 2>&1  # GEMM's matmul with the spill-free tiles
+                   echo "conv1_fwd_all rc=$?"; grep -E "conv1|budget" "$R/conv1_fwd_all.log" | cut -c1-400 ;;
     large) timeout "${LARGE_S:-300}" python3 benchmarks/gpu_large_tensors.py --out "$R/large" --time-budget-s $(( ${LARGE_S:-300} - 30 )) > "$R/large.log" 2>&1
            echo "large rc=$?"; tail -25 "$R/large.log" | cut -c1-160 ;;
     large_fft) timeout "${LARGE_S:-150}" python3 benchmarks/gpu_large_tensors.py --out "$R/large_fft" --only FFT \
