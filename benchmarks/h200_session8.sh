@@ -71,6 +71,8 @@
 #   new_algos      every algorithm (find's view) on the 3x3 stride-1 layers, backward data and filter, bf16
 #   dw_wgrad_tests conv_depthwise_gluon_wgrad (the Gluon depthwise filter-gradient walker) on the GPU
 #   dw_wgrad       the MobileNetV2 depthwise backward filter suite alone
+#   dw_tiles       the depthwise backward filter layers of <= 28x28 outputs without, then with, the pixel-tile
+#                  kernel (conv_depthwise_wgrad_tiles) among the tuner's candidates (SUITE_S seconds each)
 #   dw_wgrad_sweep sweep_depthwise_wgrad.py on the stride-1 layers: the Gluon walker's configs alone against the
 #                  row walker's, the tuner's pick and cuDNN (SWEEP_S seconds)
 #   nan_pool_probe probe_cudnn_nan_pool.py: cuDNN's max pooling on an all-NaN window, NaN not propagated,
@@ -165,6 +167,9 @@ step() {
     dw_gluon_tests) gpu_tests "${TESTS_S:-150}" dw_gluon_tests tests/test_conv_depthwise_gluon.py ;;
     dw_wgrad_tests) gpu_tests "${TESTS_S:-150}" dw_wgrad_tests tests/test_conv_depthwise_gluon_wgrad.py ;;
     dw_wgrad) suite dw_wgrad "${SUITE_S:-190}" dw-bwd_filter ;;
+    dw_tiles) L=dw144_56s2,dw192_28,dw192_28s2,dw384_14,dw576_14,dw576_14s2,dw960_7
+              TRIDNN_DW_WGRAD_TILES_MAX_PIXELS=0 suite dw_tiles_off "${SUITE_S:-120}" dw-bwd_filter --layers $L
+              suite dw_tiles_on "${SUITE_S:-120}" dw-bwd_filter --layers $L ;;
     nan_pool_probe) timeout 120 python3 benchmarks/probe_cudnn_nan_pool.py > "$R/nan_pool_probe.log" 2>&1
                     echo "nan_pool_probe rc=$?"; tail -20 "$R/nan_pool_probe.log" | cut -c1-160 ;;
     dw_wgrad_sweep) timeout "${SWEEP_S:-200}" python3 benchmarks/sweep_depthwise_wgrad.py --out "$R/dw_wgrad_sweep" \

@@ -44,9 +44,10 @@ def registers(kernel) -> int:
 
 def compile_triton_sm90(spec, **_):
     """A plain Triton kernel compiled for sm_90 offline: spec = [module, kernel, types,
-    consts, num_warps(, num_stages)], with "tl.<dtype>" strings in consts standing for
-    Triton dtypes (the spec crosses a process boundary as JSON). For compile_in_child, as
-    ("gluon_helpers", "compile_triton_sm90", spec, {})."""
+    consts, num_warps(, num_stages(, multiples))], with "tl.<dtype>" strings in consts
+    standing for Triton dtypes (the spec crosses a process boundary as JSON); multiples:
+    the arguments Triton would specialize as multiples of 16 (pointers, packed strides).
+    For compile_in_child, as ("gluon_helpers", "compile_triton_sm90", spec, {})."""
     import importlib
 
     import triton.language as tl
@@ -54,10 +55,12 @@ def compile_triton_sm90(spec, **_):
 
     from tridnn.cuda.gluon_common import compile_sm90
 
-    module, name, types, consts, num_warps, *stages = spec
+    module, name, types, consts, num_warps, *rest = spec
+    stages = rest[0] if rest else None
+    multiples = tuple(rest[1]) if len(rest) > 1 else ()
     fn = getattr(importlib.import_module(module), name)
     consts = {k: getattr(tl, v[3:]) if isinstance(v, str) and v.startswith("tl.") else v for k, v in consts.items()}
-    return compile_sm90(fn, types, consts, num_warps, source=ASTSource, num_stages=stages[0] if stages else None)
+    return compile_sm90(fn, types, consts, num_warps, source=ASTSource, num_stages=stages, pointers=multiples)
 
 
 _CHILD = r"""

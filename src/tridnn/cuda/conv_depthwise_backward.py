@@ -28,12 +28,13 @@ ALGO_0/ALGO_1 route depthwise problems (1 input channel and at most
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import torch
 import triton
 import triton.language as tl
 
-from . import conv_depthwise_tma, conv_depthwise_wgrad, conv_direct
+from . import conv_depthwise_tma, conv_depthwise_wgrad, conv_depthwise_wgrad_tiles, conv_direct
 from .common import Tuner, cdiv, launch, next_pow2, sm_count, split_rows, wide
 from .epilogue import store_tile
 from .geometry import geometry, needs_int64, strides5
@@ -467,8 +468,21 @@ def wgrad3_candidates(problem, device, slices, atomic, cap):
     if device.type != "cuda":
         return [first, dict(first, FLAT=True)]
     walkers = conv_depthwise_wgrad.candidates(problem, device, cap, sm_count(device)) if walker_pays(problem) else []
+    tiles = conv_depthwise_wgrad_tiles.candidates(problem, device, cap, sm_count(device)) if tiles_pay(problem) else []
     return (_pointer_wgrad3_candidates(problem, device, first, cap) + tma_wgrad_candidates(problem, device, cap)
-            + walkers + gluon_wgrad_candidates(problem, device, cap))
+            + walkers + gluon_wgrad_candidates(problem, device, cap) + tiles)
+
+
+TILES_MAX_PIXELS = int(os.environ.get("TRIDNN_DW_WGRAD_TILES_MAX_PIXELS", 28 * 28))
+
+
+def tiles_pay(problem) -> bool:
+    """Whether conv_depthwise_wgrad_tiles' configs (KIND tiles) join the tuner's list:
+    output maps of at most TILES_MAX_PIXELS pixels (28x28 by default; the environment
+    variable TRIDNN_DW_WGRAD_TILES_MAX_PIXELS moves it, 0 never), where the row walks are
+    short and every other kernel measured 1.3-1.8x cuDNN's time (sessions 11-18)."""
+    geo = geometry(problem)
+    return 0 < geo.out[1] * geo.out[2] <= TILES_MAX_PIXELS
 
 
 def gluon_wgrad_candidates(problem, device, cap):
@@ -567,6 +581,9 @@ def _launch_wgrad3(problem, x, dy, part, slices, atomic, cfg, cap=65535):
     into part; returns the slices used."""
     if cfg.get("KIND") == "rows" and conv_depthwise_wgrad.applies(problem):  # the row walker (any layout)
         return conv_depthwise_wgrad.launch_rows(problem, x, dy, part, atomic, cfg, cap)
+    if cfg.get("KIND") == "tiles" and conv_depthwise_wgrad_tiles.applies(problem):  # pixel tiles (any layout)
+        sms = sm_count(x.device) if x.device.type == "cuda" else 4
+        return conv_depthwise_wgrad_tiles.launch_tiles(problem, x, dy, part, atomic, cfg, cap, sms)
     if cfg.get("KIND") == "tma":
         if conv_depthwise_tma.wgrad_layout_ok(problem, x, dy, cfg):
             return conv_depthwise_tma.launch_wgrad(problem, x, dy, part, atomic, cfg, cap)
