@@ -2,7 +2,7 @@
 
     PYTHONPATH=src python3 benchmarks/profile_gpu_conv_kernels.py --suite mobilenetv2_dw \
         --direction bwd_filter [--layers dw960_7,dw576_14s2] [--algo ALGO_0] [--batch 64] \
-        [--dtype float32 --math FMA]
+        [--dtype float32 --math FMA] [--dw-wgrad-kind tiles]
 
 Why: the suites time a whole call (CUDA-graph medians); where a small layer is far above its
 memory or FLOP floor, the question is whether the main kernel, a zeroing or finishing pass,
@@ -54,6 +54,20 @@ def show(label, table):
         print(f"    {n:5.1f} x {t:8.1f} us  {name[:90]}")
 
 
+def only_kind(kind):
+    """The depthwise filter-gradient tuner's list cut to one kernel family (the pointer
+    kernel's configs carry no KIND), so its own kernel time shows beside the others'."""
+    from tridnn.cuda import conv_depthwise_backward as D
+    full = D.wgrad3_candidates
+
+    def only(*args):
+        out = [c for c in full(*args) if c.get("KIND", "pointer") == kind]
+        if not out:
+            raise SystemExit(f"no {kind} config is offered for this problem")
+        return out
+    D.wgrad3_candidates = only
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--suite", default="mobilenetv2_dw")
@@ -65,7 +79,12 @@ def main():
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--math", default="DEFAULT", choices=["DEFAULT", "TENSOR_OP", "FMA"],
                     help="tridnn's math type (float32: FMA means cuDNN with tf32 off, TENSOR_OP on)")
+    ap.add_argument("--dw-wgrad-kind", default="",
+                    help="depthwise 3x3 backward filter: offer the tuner only configs of this KIND "
+                         "(tiles, rows, gluon, tma; 'pointer' for conv_depthwise_backward's own kernel)")
     a = ap.parse_args()
+    if a.dw_wgrad_kind:
+        only_kind(a.dw_wgrad_kind)
     math = tridnn.MathType[a.math]
     torch.backends.cudnn.allow_tf32 = a.math != "FMA"
     dev = "cuda"
