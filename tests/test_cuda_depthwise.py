@@ -258,7 +258,8 @@ def test_wgrad3_tuning_launch(rng):
 def test_depthwise_filter_partials_may_take_a_slice_a_row():
     """ALGO_1's workspace holds up to one slice of partials per output row for depthwise
     problems (its column sums need hundreds of slices to fill a GPU), bounded by
-    DEPTHWISE_MAX_SLICES; a dense problem keeps the 64-slice cap."""
+    DEPTHWISE_MAX_SLICES; a dense problem keeps the 64-slice cap unless a slice is at most
+    WIDE_SLICE_BYTES (then WIDE_SLICES: one output tile still fills the GPU)."""
     from tridnn.cuda import conv_bwd_filter_implicit_gemm as W
     algo = FILTER[1]
     dw = ConvProblem("bwd_filter", *_descs(T.P(8, 8, (40, 12), 3, 1, 1, 1, 8), n=4))
@@ -266,7 +267,9 @@ def test_depthwise_filter_partials_may_take_a_slice_a_row():
     big = ConvProblem("bwd_filter", *_descs(T.P(8, 8, (40, 12), 3, 1, 1, 1, 8), n=200))
     assert algo._cap(big) == W.DEPTHWISE_MAX_SLICES
     dense = ConvProblem("bwd_filter", *_descs(T.P(8, 8, (40, 12), 3, 1, 1, 1, 1), n=4))
-    assert algo._cap(dense) == 64
+    assert algo._cap(dense) == W.WIDE_SLICES  # 8 x 9 x 8 floats a slice: a tiny gradient takes two waves of slices
+    wide = ConvProblem("bwd_filter", *_descs(T.P(128, 128, (12, 12), 3, 1, 1, 1, 1), n=4))
+    assert algo._cap(wide) == 64  # 576 KB a slice
     assert FILTER[0]._cap(dw) == 1  # ALGO_0 adds atomically into one slice
 
 
