@@ -130,15 +130,14 @@ def _gpu_configs(stride):
     return W.candidates(_problem(64, (8, 8), stride, 1, n=2), GPU, 4096, 132)
 
 
-@pytest.mark.parametrize("algo", FILTER, ids=lambda a: a.name)
-def test_public_api(algo, rng, monkeypatch):
-    """The walker as the only candidate of the depthwise filter tuner: dw poisoned
-    (beta 0) and alpha/beta blended, float32 NHWC and float16 NCHW, stride 1 and 2,
-    an asymmetric padding; the kernel really ran."""
+def check_public_api(algo, rng, monkeypatch, module, launcher, configs):
+    """Each of ``configs`` as the only candidate of the depthwise filter tuner, through the
+    public API: dw poisoned (beta 0) and alpha/beta blended, float32 NHWC and float16 NCHW,
+    stride 1 and 2, an asymmetric padding; ``module.launcher`` really ran each time."""
     calls = []
-    real = W.launch_rows
-    monkeypatch.setattr(W, "launch_rows", lambda *a: calls.append(a[-2]) or real(*a))
-    for cfg in W.configs(CPU, 8):
+    real = getattr(module, launcher)
+    monkeypatch.setattr(module, launcher, lambda *a: calls.append(a) or real(*a))
+    for cfg in configs:
         monkeypatch.setattr(D, "wgrad3_candidates", lambda *a: [dict(cfg, slices=1)])
         monkeypatch.setattr(D, "_wgrad_tuner", Tuner(tolerance=3e-3))
         for p in (T.P(5, 5, (7, 6), 3, 1, 1, 1, 5), T.P(6, 6, (9, 7), 3, 2, 1, 1, 6)):
@@ -147,7 +146,13 @@ def test_public_api(algo, rng, monkeypatch):
                               as_torch=True) is None
         p = T.P(6, 6, (8, 7), 3, 2, 1, 1, 6)
         assert T.run_case("bwd_filter", algo, p, "float32", "NHWC", rng, n=1, as_torch=True, pad_post=0) is None
-    assert len(calls) == 2 * 5
+    assert len(calls) == len(configs) * 5
+
+
+@pytest.mark.parametrize("algo", FILTER, ids=lambda a: a.name)
+def test_public_api(algo, rng, monkeypatch):
+    """The walker as the only candidate of the depthwise filter tuner (check_public_api)."""
+    check_public_api(algo, rng, monkeypatch, W, "launch_rows", W.configs(CPU, 8))
 
 
 def test_gpu_configs_and_determinism(rng):

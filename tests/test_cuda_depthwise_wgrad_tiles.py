@@ -23,10 +23,9 @@ from tridnn.algorithms import registry  # noqa: E402
 from tridnn.algorithms.problem import ConvProblem  # noqa: E402
 from tridnn.types import TensorFormat  # noqa: E402
 
-import test_cuda_conv as T  # noqa: E402  (run_case: one algorithm through the public API vs the reference)
+from test_cuda_depthwise_wgrad import check_public_api  # noqa: E402
 from tridnn.cuda import conv_depthwise_backward as D  # noqa: E402
 from tridnn.cuda import conv_depthwise_wgrad_tiles as TL  # noqa: E402
-from tridnn.cuda.common import Tuner  # noqa: E402
 from gluon_helpers import compile_triton_without_local_memory  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -162,22 +161,9 @@ def test_gpu_configs_and_determinism(rng):
 
 @pytest.mark.parametrize("algo", FILTER, ids=lambda a: a.name)
 def test_public_api(algo, rng, monkeypatch):
-    """The tiles as the only candidate of the depthwise filter tuner: dw poisoned (beta 0)
-    and alpha/beta blended, float32 NHWC and float16 NCHW, stride 1 and 2, an asymmetric
-    padding; the kernel really ran."""
-    calls = []
-    real = TL.launch_tiles
-    monkeypatch.setattr(TL, "launch_tiles", lambda *a: calls.append(a[-3]) or real(*a))
-    for cfg in TL.configs(CPU, 8):
-        monkeypatch.setattr(D, "wgrad3_candidates", lambda *a: [dict(cfg, slices=1)])
-        monkeypatch.setattr(D, "_wgrad_tuner", Tuner(tolerance=3e-3))
-        for p in (T.P(5, 5, (7, 6), 3, 1, 1, 1, 5), T.P(6, 6, (9, 7), 3, 2, 1, 1, 6)):
-            assert T.run_case("bwd_filter", algo, p, "float32", "NHWC", rng, n=2, as_torch=True) is None
-            assert T.run_case("bwd_filter", algo, p, "float16", "NCHW", rng, n=2, alpha=2.0, beta=0.5,
-                              as_torch=True) is None
-        p = T.P(6, 6, (8, 7), 3, 2, 1, 1, 6)
-        assert T.run_case("bwd_filter", algo, p, "float32", "NHWC", rng, n=1, as_torch=True, pad_post=0) is None
-    assert len(calls) == 2 * 5
+    """The tiles as the only candidate of the depthwise filter tuner (the walker's
+    check_public_api: poisoned and blended dw, two layouts and dtypes, strides 1 and 2)."""
+    check_public_api(algo, rng, monkeypatch, TL, "launch_tiles", TL.configs(CPU, 8))
 
 
 def test_offered_on_small_maps_only(monkeypatch):

@@ -354,14 +354,8 @@ def _wtile(a00, a01, a02, a10, a11, a12, a20, a21, a22, x_ptr, dy_ptr, n, o, q, 
     """One dy tile (pixels (n, o, q), scalars or [BW] vectors) into the nine accumulators."""
     g = tl.load(dy_ptr + (n * dys_n + o * dys_h + q * dys_w)[:, None] + dy_chan[None, :],
                 mask=mask_q[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
-    ih = o * SH - PH
-    iw = q * SW - PW
-    ok_r0 = mask_q & (ih >= 0) & (ih < IH)
-    ok_r1 = mask_q & (ih + DH >= 0) & (ih + DH < IH)
-    ok_r2 = mask_q & (ih + 2 * DH >= 0) & (ih + 2 * DH < IH)
-    ok_c0 = (iw >= 0) & (iw < IW)
-    ok_c1 = (iw + DW >= 0) & (iw + DW < IW)
-    ok_c2 = (iw + 2 * DW >= 0) & (iw + 2 * DW < IW)
+    ih, iw, ok_r0, ok_r1, ok_r2, ok_c0, ok_c1, ok_c2 = conv_depthwise_tma.window_masks(
+        o, q, mask_q, IH, IW, SH, SW, PH, PW, DH, DW)
     c0 = iw * xs_w
     c1 = c0 + DW * xs_w
     c2 = c1 + DW * xs_w

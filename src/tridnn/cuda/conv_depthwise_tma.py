@@ -280,6 +280,21 @@ def _wsum9(part_ptr, a00, a01, a02, a10, a11, a12, a20, a21, a22, slot, K, offs_
 
 
 @triton.jit
+def window_masks(o, q, mask_q, IH, IW, SH, SW, PH, PW, DH, DW):
+    """The 3x3 window of output pixels (o, q): its first x row and column (ih, iw) and
+    which of its three rows (masked by ``mask_q``) and three columns fall inside x."""
+    ih = o * SH - PH
+    iw = q * SW - PW
+    ok_r0 = mask_q & (ih >= 0) & (ih < IH)
+    ok_r1 = mask_q & (ih + DH >= 0) & (ih + DH < IH)
+    ok_r2 = mask_q & (ih + 2 * DH >= 0) & (ih + 2 * DH < IH)
+    ok_c0 = (iw >= 0) & (iw < IW)
+    ok_c1 = (iw + DW >= 0) & (iw + DW < IW)
+    ok_c2 = (iw + 2 * DW >= 0) & (iw + 2 * DW < IW)
+    return ih, iw, ok_r0, ok_r1, ok_r2, ok_c0, ok_c1, ok_c2
+
+
+@triton.jit
 def _zeros9(BW: tl.constexpr, BC: tl.constexpr):
     """Nine float32 [BW, BC] accumulators, one per tap."""
     z = tl.zeros((BW, BC), dtype=tl.float32)

@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 from .common import cdiv, launch, next_pow2, wide
-from .conv_depthwise_tma import _wsum9, _zeros9
+from .conv_depthwise_tma import _wsum9, _zeros9, window_masks
 from .conv_depthwise_wgrad import _fma9
 from .geometry import geometry, needs_int64, strides5
 
@@ -98,14 +98,7 @@ def dw3_wgrad_tiles_kernel(
         ok_p = p < p_hi
         o = p // OW
         q = p - o * OW
-        ih = o * SH - PH
-        iw = q * SW - PW
-        r0 = ok_p & (ih >= 0) & (ih < IH)
-        r1 = ok_p & (ih + DH >= 0) & (ih + DH < IH)
-        r2 = ok_p & (ih + 2 * DH >= 0) & (ih + 2 * DH < IH)
-        k0 = (iw >= 0) & (iw < IW)
-        k1 = (iw + DW >= 0) & (iw + DW < IW)
-        k2 = (iw + 2 * DW >= 0) & (iw + 2 * DW < IW)
+        ih, iw, r0, r1, r2, k0, k1, k2 = window_masks(o, q, ok_p, IH, IW, SH, SW, PH, PW, DH, DW)
         x_pix = ih * xs_h + iw * xs_w
         d_pix = o * dys_h + q * dys_w
 
