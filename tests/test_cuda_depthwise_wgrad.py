@@ -53,18 +53,21 @@ def _operands(rng, c, hw, stride, pad, n, dtype, layout):
     if dtype == torch.float16:  # the reference sees the rounded values
         x, dy = x.astype(np.float16).astype(np.float64), dy.astype(np.float16).astype(np.float64)
     ref = reference.conv_backward_filter(x, dy, (c, 1, 3, 3), stride, pad, None, 1, c)
+    return in_layout(x, dtype, layout), in_layout(dy, dtype, layout), ref
 
-    def put(a):
-        t = torch.as_tensor(a, dtype=dtype)
-        if layout == "NHWC":
-            return t.contiguous(memory_format=torch.channels_last)
-        if layout == "strided":  # every other channel of a channels-last tensor twice as wide
-            wide = torch.zeros((a.shape[0], 2 * a.shape[1], *a.shape[2:]), dtype=dtype)
-            wide = wide.contiguous(memory_format=torch.channels_last)
-            wide[:, ::2] = t
-            return wide[:, ::2]
-        return t.contiguous()
-    return put(x), put(dy), ref
+
+def in_layout(a, dtype, layout):
+    """A torch copy of the NCHW array ``a``: NCHW, NHWC, or "strided" (every other channel of
+    a channels-last tensor twice as wide)."""
+    t = torch.as_tensor(a, dtype=dtype)
+    if layout == "NHWC":
+        return t.contiguous(memory_format=torch.channels_last)
+    if layout == "strided":
+        wide = torch.zeros((a.shape[0], 2 * a.shape[1], *a.shape[2:]), dtype=dtype)
+        wide = wide.contiguous(memory_format=torch.channels_last)
+        wide[:, ::2] = t
+        return wide[:, ::2]
+    return t.contiguous()
 
 
 def _partials(problem, x, dy, cfg, cap=65535, atomic=False):

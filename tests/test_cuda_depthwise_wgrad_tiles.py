@@ -23,7 +23,7 @@ from tridnn.algorithms import registry  # noqa: E402
 from tridnn.algorithms.problem import ConvProblem  # noqa: E402
 from tridnn.types import TensorFormat  # noqa: E402
 
-from test_cuda_depthwise_wgrad import check_public_api  # noqa: E402
+from test_cuda_depthwise_wgrad import check_public_api, in_layout  # noqa: E402
 from tridnn.cuda import conv_depthwise_backward as D  # noqa: E402
 from tridnn.cuda import conv_depthwise_wgrad_tiles as TL  # noqa: E402
 from gluon_helpers import compile_triton_without_local_memory  # noqa: E402
@@ -59,17 +59,7 @@ def _operands(rng, problem, c, mult, hw, stride, pad, dilation, dtype, layout):
         x, dy = x.astype(np.float16).astype(np.float64), dy.astype(np.float16).astype(np.float64)
     ref = reference.conv_backward_filter(x, dy, (c * mult, 1, 3, 3), stride, pad, None, dilation, c)
 
-    def put(a):
-        t = torch.as_tensor(a, dtype=dtype)
-        if layout == "NHWC":
-            return t.contiguous(memory_format=torch.channels_last)
-        if layout == "strided":  # every other channel of a channels-last tensor twice as wide
-            wide = torch.zeros((a.shape[0], 2 * a.shape[1], *a.shape[2:]), dtype=dtype)
-            wide = wide.contiguous(memory_format=torch.channels_last)
-            wide[:, ::2] = t
-            return wide[:, ::2]
-        return t.contiguous()
-    return put(x), put(dy), ref
+    return in_layout(x, dtype, layout), in_layout(dy, dtype, layout), ref
 
 
 def _partials(problem, x, dy, cfg, cap=65535, atomic=False, sms=4):
