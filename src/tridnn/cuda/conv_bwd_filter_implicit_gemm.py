@@ -58,6 +58,7 @@ DEPTHWISE_MAX_SLICES = 4096
 # Where a slice is at most WIDE_SLICE_BYTES, up to WIDE_SLICES (two waves of 148 SMs).
 WIDE_SLICES = 296
 WIDE_SLICE_BYTES = 64 << 10
+TMA_MAX_SLICES = 64  # the TMA and Gluon paths keep 64 (their split schedules were measured with it)
 
 
 def dense_slice_cap(one_slice_bytes: int) -> int:
@@ -471,6 +472,11 @@ class _WgradBase(TritonConvAlgorithm):
         if "x_pad" in workspace:  # few input channels: TMA reads a zero-padded channels-last copy
             x_tma = workspace["x_pad"].permute(0, 3, 1, 2)
         plan = conv_tma.backward_filter_plan(problem, x_tma, dy, dw) if self._tma(problem) else None
+        if plan is not None and not depthwise.routes_here(problem):
+            # the TMA and Gluon split schedules size themselves from the buffer and were tuned
+            # with at most 64 slices; the wider cap (dense_slice_cap) is the pointer kernel's
+            part = part[:TMA_MAX_SLICES]
+            cap = part.shape[0]
         sms = sm_count(dw.device)
         # few input channels (conv1): conv_wgrad_tma's window-row kernel, an extra candidate
         # after whichever path's own configs come first
