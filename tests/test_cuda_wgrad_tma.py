@@ -345,7 +345,7 @@ def test_small_forward_configs_leave_out_the_rejected_box():
 def test_wide_slices_for_the_pointer_kernel_only(rng, monkeypatch):
     """A one-tile filter gradient (16 x 16, 1x1) gets a workspace of WIDE_SLICES partial
     slices, and the pointer kernel plans with them on a long reduction (res2_1x1a: 264 on
-    132 SMs, not 64); the TMA branch (tf32) is handed only TMA_MAX_SLICES (its split
+    132 SMs, not 64); the TMA branch (tf32) is handed only DENSE_SLICES (its split
     schedules were measured with 64), and its result still matches float64."""
     from test_cuda_conv import nhwc_problem
     p = P(16, 16, (6, 8), 1, 1, 0)
@@ -354,10 +354,10 @@ def test_wide_slices_for_the_pointer_kernel_only(rng, monkeypatch):
     cap = ALGO_1.buffers(big)[0].shape[0]
     assert cap == wg.WIDE_SLICES and wg.slices_for(wg.geometry(big), wg.GPU_CONFIGS_32[3], 132, cap) == 264
     wide = nhwc_problem("bwd_filter", P(256, 256, (14, 14), 3, 1, 1), n=64)
-    assert ALGO_1.buffers(wide)[0].shape[0] == 64  # 2.4 MB a slice
+    assert ALGO_1.buffers(wide)[0].shape[0] == wg.DENSE_SLICES == 64  # 2.4 MB a slice
     handed = []
     real = wg.tma_candidates
     monkeypatch.setattr(wg, "tma_candidates", lambda *a, **k: handed.append(a[6].shape[0]) or real(*a, **k))
     monkeypatch.setattr(type(ALGO_1), "tuner", common.Tuner())
     assert run_case("bwd_filter", ALGO_1, p, "float32", "NHWC", rng, n=3, math=TF32) is None
-    assert handed == [wg.TMA_MAX_SLICES]
+    assert handed == [wg.DENSE_SLICES]

@@ -52,18 +52,20 @@ except ImportError:  # pragma: no cover - a Triton without Gluon
 
 MAX_PARTIAL_BYTES = 256 << 20
 DEPTHWISE_MAX_SLICES = 4096
-# Dense problems take at most 64 slices of partials, but one whose filter gradient is a
-# single output tile or a few (res2_1x1a: 64 x 64) then runs 64 programs on 132 SMs: float32
-# DEFAULT ran it in 183 us against cuDNN's 112 (H100, session 19), 103 MB at 0.56 TB/s.
-# Where a slice is at most WIDE_SLICE_BYTES, up to WIDE_SLICES (two waves of 148 SMs).
+# Dense problems take at most DENSE_SLICES slices of partials, but one whose filter gradient
+# is a single output tile or a few (res2_1x1a: 64 x 64) then runs 64 programs on 132 SMs:
+# float32 DEFAULT ran it in 183 us against cuDNN's 112 (H100, session 19), 103 MB at 0.56 TB/s.
+# Where a slice is at most WIDE_SLICE_BYTES, the pointer kernel may take up to WIDE_SLICES (two
+# waves of 148 SMs); the TMA and Gluon paths keep DENSE_SLICES (their split schedules were
+# measured with it).
+DENSE_SLICES = 64
 WIDE_SLICES = 296
 WIDE_SLICE_BYTES = 64 << 10
-TMA_MAX_SLICES = 64  # the TMA and Gluon paths keep 64 (their split schedules were measured with it)
 
 
 def dense_slice_cap(one_slice_bytes: int) -> int:
     """Most split-K slices of a dense (non-depthwise) filter gradient, by the bytes of one."""
-    return WIDE_SLICES if one_slice_bytes <= WIDE_SLICE_BYTES else 64
+    return WIDE_SLICES if one_slice_bytes <= WIDE_SLICE_BYTES else DENSE_SLICES
 
 
 @triton.jit(do_not_specialize=['P', 'ID', 'IH', 'IW', 'OD', 'OH', 'OW', 'KD', 'KH', 'KW', 'SD', 'SH', 'SW', 'PD', 'PH', 'PW', 'DD', 'DH', 'DW', 'pix_per_split'])
@@ -363,12 +365,17 @@ class _WgradBase(TritonConvAlgorithm):
         """Channels of the partials: padded ones when x gets a padded copy for TMA."""
         return self._padded_channels(problem) or geometry(problem).cg
 
+    def _slice_bytes(self, problem) -> int:
+        """Bytes of one slice of float32 partials."""
+        geo = geometry(problem)
+        return geo.k * geo.taps * self._part_channels(problem) * 4
+
     def _cap(self, problem):
         """Slices of float32 partials the workspace holds. Depthwise partials are small
         (K x taps floats a slice) and its column-sum kernel needs hundreds of slices to fill
         the GPU (dw32_112: one 32-channel block), so it may take one a row of output."""
         geo = geometry(problem)
-        one = geo.k * geo.taps * self._part_channels(problem) * 4
+        one = self._slice_bytes(problem)
         if depthwise.routes_here(problem):
             most = min(DEPTHWISE_MAX_SLICES, geo.n * geo.out[0] * geo.out[1])
         else:
@@ -474,8 +481,8 @@ class _WgradBase(TritonConvAlgorithm):
         plan = conv_tma.backward_filter_plan(problem, x_tma, dy, dw) if self._tma(problem) else None
         if plan is not None and not depthwise.routes_here(problem):
             # the TMA and Gluon split schedules size themselves from the buffer and were tuned
-            # with at most 64 slices; the wider cap (dense_slice_cap) is the pointer kernel's
-            part = part[:TMA_MAX_SLICES]
+            # with at most DENSE_SLICES; the wider cap (dense_slice_cap) is the pointer kernel's
+            part = part[:DENSE_SLICES]
             cap = part.shape[0]
         sms = sm_count(dw.device)
         # few input channels (conv1): conv_wgrad_tma's window-row kernel, an extra candidate
@@ -515,7 +522,7 @@ class _WgradBase(TritonConvAlgorithm):
             cands = [dict(INTERPRETER_CONFIG, slices=3 if not self.atomic else 2)]
         else:
             base = GPU_CONFIGS_32 if problem.dtype.itemsize == 4 else GPU_CONFIGS_16
-            most = dense_slice_cap(geo.k * geo.taps * geo.cg * 4) if self.atomic else cap
+            most = dense_slice_cap(self._slice_bytes(problem)) if self.atomic else cap
             cands = [dict(c, slices=slices_for(geo, c, sms, most)) for c in base] + rows()
 
         def run_pointers(c, out, a=1.0, b=0.0):

@@ -20,7 +20,7 @@ import triton.language as tl
 from ..types import ConvFwdAlgo
 from ..workspace import Buffer
 from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, next_pow2, split_rows, wide
-from .conv_implicit_gemm import GPU_CONFIGS_16, GPU_CONFIGS_32, INTERPRETER_CONFIG, dot_rate
+from .conv_implicit_gemm import GPU_CONFIGS_16, GPU_CONFIGS_32, INTERPRETER_CONFIG, _cfg, dot_rate
 from .epilogue import launch_args, spec_of, store_tile
 from .geometry import geometry, input_precision, needs_int64, strides5
 
@@ -124,9 +124,7 @@ ROW_ALIGN = 32  # col's rows are padded to a multiple of this many columns
 # of the forward's 16-bit tiles spills in this kernel (3-129 local stores), these do not,
 # with the fused bias, residual and activation too (128x128x32 did there: 4). Not timed on a
 # GPU yet (conv1 bf16 GEMM ran 849 us where ~200 were predicted): the tuner keeps the fastest.
-GEMM_CONFIGS_16_NO_SPILL = [dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3, SPLIT_K=1),
-                            dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=3, SPLIT_K=1),
-                            dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=32, num_warps=8, num_stages=3, SPLIT_K=1)]
+GEMM_CONFIGS_16_NO_SPILL = [_cfg(64, 128, 64, 8, 3), _cfg(64, 128, 32, 8, 3), _cfg(128, 64, 32, 8, 3)]
 
 
 def padded_row(geo) -> int:
