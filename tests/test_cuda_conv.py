@@ -189,6 +189,19 @@ def test_float32_nhwc(direction, p, rng):
 
 
 @pytest.mark.parametrize("direction", DIRECTIONS)
+def test_bfloat16_under_the_interpreter(direction, rng):
+    """bfloat16 through every algorithm on the CPU. Triton 3.6's interpreter multiplies
+    bfloat16's uint16 bit patterns in tl.dot (results ~1e10, silently) unless layer_utils
+    widens them: this fails without that patch."""
+    if direction not in API:
+        pytest.skip(f"the {direction} API is not there yet")
+    p = P(6, 8, (5, 5), 3, 1, 1)
+    ran = [algo.name for algo in ALGOS[direction]
+           if run_case(direction, algo, p, "bfloat16", "NHWC", rng, alpha=2.0, beta=0.5, as_torch=True) is None]
+    assert "IMPLICIT_GEMM" in ran or "ALGO_1" in ran, ran
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
 @pytest.mark.parametrize("layout", ["NCHW", "strided"])
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
 def test_layouts_dtypes_alpha_beta(direction, layout, dtype, rng):

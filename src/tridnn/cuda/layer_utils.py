@@ -44,8 +44,33 @@ def _let_interpreter_loop_over_runtime_bounds() -> None:
     interpreter._patch_lang_tensor = patched
 
 
+def _let_interpreter_dot_bfloat16() -> None:
+    """Triton 3.6's interpreter holds bfloat16 as its uint16 bit patterns and its tl.dot
+    multiplies those integers (a 3x3 convolution of unit normals came out ~1e10). Widen
+    bfloat16 operands to float32 first, which is exact (the upper 16 bits of a float32)."""
+    import numpy as np
+    from triton.runtime import interpreter
+    builder = interpreter.InterpreterBuilder
+    original = builder.create_dot
+    if getattr(original, "_tridnn_bfloat16", False):
+        return
+
+    def widened(handle):
+        if handle.dtype.scalar != tl.bfloat16:
+            return handle
+        data = (handle.data.astype(np.uint32) << 16).view(np.float32)
+        return interpreter.TensorHandle(data, tl.float32)
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        return original(self, widened(a), widened(b), d, input_precision, max_num_imprecise_acc)
+
+    create_dot._tridnn_bfloat16 = True
+    builder.create_dot = create_dot
+
+
 if os.environ.get("TRITON_INTERPRET") == "1":
     _let_interpreter_loop_over_runtime_bounds()
+    _let_interpreter_dot_bfloat16()
 
 
 # -- dtypes and scalars ---------------------------------------------------------------
