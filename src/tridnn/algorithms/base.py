@@ -47,6 +47,14 @@ class Algorithm:
             epilogue=None) -> None:
         raise NotImplementedError
 
+    def replay(self, problem, tensors: dict, workspace, alpha: float, beta: float):
+        """What a ``run`` just made for these very tensors and workspace (same addresses,
+        alpha, beta) and can repeat without its dispatch: a callable ``replay(tensors)`` (the
+        same views), or None (the default: every call runs). The API's fast path keeps it per
+        address set, so a training loop's repeated call skips the plan, tuner and record
+        lookups."""
+        return None
+
     @property
     def name(self) -> str:
         return self.enum.name if self.enum is not None else type(self).__name__

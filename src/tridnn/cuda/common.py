@@ -103,6 +103,10 @@ class Tuner:
         self._lock = threading.Lock()
         self.tolerance = tolerance
 
+    def chosen(self, key):
+        """The config picked for key, None before its first pick (nothing is tuned)."""
+        return self._best.get(key)
+
     def pick(self, key, candidates, launch, out, device, scratch_ok=False):
         """``scratch_ok``: ``out`` is a workspace buffer the caller overwrites next anyway
         (an im2col/col2im column, Winograd's transform products), so the candidates are

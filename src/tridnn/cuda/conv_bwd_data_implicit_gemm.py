@@ -191,6 +191,11 @@ def launch_tma(plan, problem, dy, w, dx, alpha, beta, cfg):
     conv_tma.launch_conv(plan, problem, dy, w, dx, alpha, beta, cfg, kmajor=True)
 
 
+def tma_key(problem, plan):
+    """The tuner's key of the TMA path."""
+    return (problem_key(problem), "bwd-data-tma", conv_tma.plan_kind(plan))
+
+
 class ImplicitGemmBackwardData(TritonConvAlgorithm):
     direction = "bwd_data"
     enum = ConvBwdDataAlgo.ALGO_1
@@ -234,8 +239,7 @@ class ImplicitGemmBackwardData(TritonConvAlgorithm):
             plan = conv_tma.backward_data_plan(problem, dy, w, dx)
         if plan is not None:  # channels-last: forward convolutions of dy by TMA boxes
             # on Hopper, at stride 1, the Gluon kernel's configs after conv_tma's
-            key = (problem_key(problem), "bwd-data-tma", conv_tma.plan_kind(plan))
-            cfg = self.tuner.pick(key, lambda: tma_candidates(plan, problem, dy, w, dx),
+            cfg = self.tuner.pick(tma_key(problem, plan), lambda: tma_candidates(plan, problem, dy, w, dx),
                                   lambda c, out: launch_tma(plan, problem, dy, w, out, 1.0, 0.0, c),
                                   dx, dx.device)
             launch_tma(plan, problem, dy, w, dx, alpha, beta, cfg)
@@ -247,3 +251,16 @@ class ImplicitGemmBackwardData(TritonConvAlgorithm):
         cfg = self.tuner.pick((problem_key(problem), "bwd-data"), cands,
                               lambda c, out: launch_bwd_data(problem, dy, w, out, 1.0, 0.0, c), dx, dx.device)
         launch_bwd_data(problem, dy, w, dx, alpha, beta, cfg)
+
+    def replay(self, problem, tensors, workspace, alpha, beta):
+        """The Gluon launch record of a call that ran on Hopper (the filter turned again each
+        call, then the kept launch); None for every other path."""
+        if "s2d_x" in workspace or "w_pad" in workspace or depthwise.routes_here(problem):
+            return None
+        dx, w, dy = tensors["x"], tensors["w"], tensors["y"]
+        plan = conv_tma.backward_data_plan(problem, dy, w, dx)
+        cfg = self.tuner.chosen(tma_key(problem, plan)) if plan is not None else None
+        if gluon_conv is None or not cfg or not cfg.get("GLUON"):
+            return None
+        kept = gluon_conv.backward_data_record(problem, dy, w, dx, alpha, beta, cfg)
+        return None if kept is None else (lambda tensors: kept(tensors["w"]))

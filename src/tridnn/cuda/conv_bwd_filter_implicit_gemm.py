@@ -282,9 +282,23 @@ _RECORDS: dict = {}
 
 
 def _record_key(problem, x, dy, dw, part, alpha, beta, cfg, sms):
+    if not RECORD_LAUNCHES:
+        return None
     return (id(problem), id(cfg), x.data_ptr(), dy.data_ptr(), dw.data_ptr(), part.data_ptr(), part.numel(),
             x.shape, x.stride(), dy.stride(), dw.stride(), x.dtype, dw.dtype, x.device.index, float(alpha),
             float(beta), sms)
+
+
+def _kept(key, problem, cfg):
+    """The bound launches recorded under key, or None (ids are checked against the live
+    problem and config: an id may be reused once its object is gone)."""
+    rec = _RECORDS.get(key) if key is not None else None
+    return rec[2] if rec is not None and rec[0] is problem and rec[1] is cfg else None
+
+
+def gluon_record(problem, x, dy, dw, part, alpha, beta, cfg):
+    """The bound launches a plain call (every SM) with these very tensors recorded, or None."""
+    return _kept(_record_key(problem, x, dy, dw, part, alpha, beta, cfg, None), problem, cfg)
 
 
 def launch_gluon(problem, x, dy, dw, part, alpha, beta, cfg, sms=None) -> bool:
@@ -294,10 +308,10 @@ def launch_gluon(problem, x, dy, dw, part, alpha, beta, cfg, sms=None) -> bool:
     runs its reference config)."""
     if not (x.is_cuda and dy.is_cuda and dw.is_cuda and part.is_cuda):
         return False  # (Gluon does not run under the interpreter)
-    key = _record_key(problem, x, dy, dw, part, alpha, beta, cfg, sms) if RECORD_LAUNCHES else None
-    rec = _RECORDS.get(key) if key is not None else None
-    if rec is not None and rec[0] is problem and rec[1] is cfg:  # (ids may be reused once their objects are gone)
-        for bound_launch in rec[2]:
+    key = _record_key(problem, x, dy, dw, part, alpha, beta, cfg, sms)
+    launches = _kept(key, problem, cfg)
+    if launches is not None:
+        for bound_launch in launches:
             bound_launch()
         return True
     if gluon_why_not(problem, x, dy, dw) is not None:
@@ -329,6 +343,11 @@ def _try_gluon(problem, x, dy, dw, part, alpha, beta, cfg) -> bool:
         warnings.warn(f"tridnn: the Gluon backward-filter config {gluon_wgrad.name(cfg)} failed "
                       f"({type(exc).__name__}: {exc}); running the reference config", RuntimeWarning, stacklevel=2)
         return False
+
+
+def tma_key(problem, plan):
+    """The tuner's key of the TMA path."""
+    return (problem_key(problem), "wgrad-tma", conv_tma.plan_kind(plan))
 
 
 def tma_candidates(plan, problem, x, x_tma, dy, dw, part, sms, rows=(), device=None) -> list:
@@ -511,7 +530,7 @@ class _WgradBase(TritonConvAlgorithm):
                     self._finish(problem, part, out, slices, a, b, plan.c_out)
             # conv_tma's configs first (the first is the tuner's reference), then conv_wgrad_tma's,
             # Gluon's last
-            cfg = self.tuner.pick((problem_key(problem), "wgrad-tma", conv_tma.plan_kind(plan)),
+            cfg = self.tuner.pick(tma_key(problem, plan),
                                   lambda: tma_candidates(plan, problem, x, x_tma, dy, dw, part, sms, rows()),
                                   run_tma, dw, dw.device)
             run_tma(cfg, dw, alpha, beta)
@@ -532,6 +551,25 @@ class _WgradBase(TritonConvAlgorithm):
                 self._launch(problem, x, dy, out, part, a, b, c)
         cfg = self.tuner.pick((problem.key(), "wgrad", self.atomic), cands, run_pointers, dw, dw.device)
         run_pointers(cfg, dw, alpha, beta)
+
+    def replay(self, problem, tensors, workspace, alpha, beta):
+        """The Gluon launch record of a call that ran on Hopper (its bound launches, queued
+        again); None for every other path."""
+        if self.atomic or "s2d_x" in workspace or "x_pad" in workspace or depthwise.routes_here(problem):
+            return None
+        x, dw, dy = tensors["x"], tensors["w"], tensors["y"]
+        plan = conv_tma.backward_filter_plan(problem, x, dy, dw) if self._tma(problem) else None
+        cfg = self.tuner.chosen(tma_key(problem, plan)) if plan is not None else None
+        if not cfg or not cfg.get("GLUON"):
+            return None
+        launches = gluon_record(problem, x, dy, dw, workspace["part"][:DENSE_SLICES], alpha, beta, cfg)
+        if launches is None:
+            return None
+
+        def replay(tensors):
+            for bound_launch in launches:
+                bound_launch()
+        return replay
 
 
 # IEEE float32 backward filter (FMA math) runs at ~0.75 of gemm_estimate's FMA rate: ALGO_0's

@@ -375,10 +375,15 @@ def launch_tma_forward(plan, problem, x, w, y, alpha, beta, cfg, spec=None):
     conv_tma.launch_conv(plan, problem, x, w, y, alpha, beta, cfg, spec=spec)
 
 
+def tma_forward_key(problem, plan, spec):
+    """The tuner's key of the forward TMA path."""
+    return (problem_key(problem), spec is not None and spec.act_code, "fwd-tma", conv_tma.plan_kind(plan))
+
+
 def run_tma_forward(tuner, plan, problem, x, w, y, alpha, beta, spec):
     """Tune (first call) and launch the forward TMA path for a plan: conv_tma's configs,
     then Gluon's."""
-    key = (problem_key(problem), spec is not None and spec.act_code, "fwd-tma", conv_tma.plan_kind(plan))
+    key = tma_forward_key(problem, plan, spec)
     cfg = tuner.pick(key, lambda: tma_forward_candidates(plan, problem, x, w, y, spec),
                      lambda c, out: launch_tma_forward(plan, problem, x, w, out, 1.0, 0.0, c, spec),
                      y, y.device)
@@ -409,3 +414,14 @@ class ImplicitGemmForward(TritonConvAlgorithm):
         cfg = self.tuner.pick(key, cands, lambda c, out: launch_forward(problem, x, w, out, 1.0, 0.0, spec, c),
                               y, y.device)
         launch_forward(problem, x, w, y, alpha, beta, spec, cfg)
+
+    def replay(self, problem, tensors, workspace, alpha, beta):
+        """The Gluon launch record of a plain call that ran on Hopper (see gluon_conv's
+        launch records); None for every other path."""
+        x, w, y = tensors["x"], tensors["w"], tensors["y"]
+        plan = conv_tma.forward_plan(problem, x, w, y)
+        cfg = self.tuner.chosen(tma_forward_key(problem, plan, None)) if plan is not None else None
+        if gluon_conv is None or not cfg or not cfg.get("GLUON"):
+            return None
+        kept = gluon_conv.forward_record(problem, x, w, y, alpha, beta, cfg)
+        return None if kept is None else (lambda tensors: kept())

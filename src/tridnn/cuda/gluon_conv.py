@@ -971,6 +971,17 @@ def _keep(key, problem, cfg, payload):
     _RECORDS[key] = (problem, cfg, payload)
 
 
+def forward_record(problem, x, w, y, alpha, beta, cfg):
+    """The record a plain forward call (no epilogue, every SM) keeps for these very tensors:
+    a callable that repeats its launch, or None."""
+    return _record(_record_key(problem, x, w, y, alpha, beta, cfg, None), problem, cfg)
+
+
+def backward_data_record(problem, dy, w, dx, alpha, beta, cfg):
+    """The same for backward data: a callable of the filter w (turned again every call)."""
+    return _record(_record_key(problem, dy, w, dx, alpha, beta, cfg, None), problem, cfg)
+
+
 class _Kept:
     """A record's launch: its prepared arguments, and from its first replay on (the kernel
     is compiled by then) the launch bound (common.Bound: one C call, no argument handling;
@@ -997,13 +1008,15 @@ class _KeptTurn:
     def __init__(self, how, m, launch):
         self.how, self.m, self.bound, self.launch = how, m, None, launch
 
-    def turn(self, w):
+    def __call__(self, w):
+        """Turn w into m, then launch the convolution."""
         if self.bound is not None:
             self.bound[0]()
-            return
-        from . import filter_turn
-        filter_turn.turned_filter(w, out=self.m, **self.how)
-        self.bound = filter_turn.bound_turn(w, self.m, **self.how)
+        else:
+            from . import filter_turn
+            filter_turn.turned_filter(w, out=self.m, **self.how)
+            self.bound = filter_turn.bound_turn(w, self.m, **self.how)
+        self.launch()
 
 
 def launch_forward(problem, x, w, y, alpha, beta, cfg, spec=None, sms=None) -> bool:
@@ -1105,8 +1118,7 @@ def launch_backward_data(problem, dy, w, dx, alpha, beta, cfg, sms=None) -> bool
     key = _record_key(problem, dy, w, dx, alpha, beta, cfg, sms)
     kept = _record(key, problem, cfg)
     if kept is not None:
-        kept.turn(w)
-        kept.launch()
+        kept(w)
         return True
     if backward_data_why_not(problem, dy, w, dx) is not None or not config_fits(cfg, dy, problem):
         return False
