@@ -12,7 +12,8 @@ host work is timed:
          ALGO_0) repeated with the same descriptors, every kernel launch stubbed
   gluon  gluon_conv.launch_forward / launch_backward_data alone (dgrad s2: the fused
          phases): preparing every call, or answered by its launch record
-  api gluon fwd  convolution_forward down the Hopper path (fast path, dispatch, record)
+  api gluon fwd / dgrad  convolution_forward / _backward_data down the Hopper path (the
+         fast path replaying the Gluon launch record)
 
 for the triton backend (IMPLICIT_GEMM; ``launch`` stubbed) and, for the validation share
 alone, the numpy backend (algorithm.run stubbed). It also times the per-launch key of
@@ -146,24 +147,33 @@ def gluon_case(direction, stride=1):
     return fn, gc._RECORDS.clear
 
 
-def gluon_api_case():
-    """tridnn.convolution_forward down the Hopper path (a stand-in Hopper on the CPU: the
-    Gluon config the tuner's only candidate, its launch stubbed): the API's fast path, the
-    algorithm's dispatch and the Gluon launch record. Its own problem (64x64x28x28), as the
-    tuner's pick is kept per problem across handles."""
-    from tridnn.cuda import conv_implicit_gemm, conv_tma
+def gluon_api_case(direction="fwd"):
+    """tridnn.convolution_forward (or _backward_data) down the Hopper path (a stand-in Hopper
+    on the CPU: the Gluon config the tuner's only candidate, its launch and the filter's turn
+    stubbed): the API's fast path, which from the second repeat on replays the algorithm's
+    Gluon launch record (Algorithm.replay). Its own problem (64x64x28x28), as the tuner's
+    pick is kept per problem across handles."""
+    from tridnn.cuda import conv_bwd_data_implicit_gemm, conv_implicit_gemm, conv_tma, filter_turn
     from tridnn.cuda import gluon_conv as gc
     gc.launch = lambda *args, **kwargs: None  # host work only
     gc._hopper = lambda device: True
     conv_tma.sm_count = lambda device: 132
     conv_tma.hardware_ok = lambda t: True
+    turned = torch.zeros(64, 9 * 64, dtype=torch.bfloat16)
+    filter_turn.turned_filter = lambda w, flip=True, order=None, out=None: turned
+    filter_turn.bound_turn = lambda *args, **kwargs: None
     cfg = dict(gc.PICKS_MEDIUM[0], GLUON=True)
     conv_implicit_gemm.tma_forward_candidates = lambda *args, **kwargs: [cfg]
+    conv_bwd_data_implicit_gemm.tma_candidates = lambda *args, **kwargs: [cfg]
     h = tridnn.Handle(device="cpu", backend="triton", find_cache=None)
     xd, wd, cd, yd, x, w, y = bf16_layer(hw=28)
-    fn = lambda: tridnn.convolution_forward(h, 1.0, xd, x, wd, w, cd, "IMPLICIT_GEMM", None, 0.0, yd, y)
+    if direction == "fwd":
+        fn = lambda: tridnn.convolution_forward(h, 1.0, xd, x, wd, w, cd, "IMPLICIT_GEMM", None, 0.0, yd, y)
+    else:
+        fn = lambda: tridnn.convolution_backward_data(h, 1.0, wd, w, yd, y, cd, "ALGO_1", None, 0.0, xd, x)
     gc._RECORDS.clear()
-    fn()
+    for _ in range(3):  # the full path, the first repeat (which keeps the replay), a replay
+        fn()
     assert len(gc._RECORDS) == 1, "the Gluon launch record was not made"
     return fn
 
@@ -208,14 +218,15 @@ def main():
     # the Gluon rows last: their stand-in Hopper (patched module functions) stays patched
     gluon = {"gluon fwd": gluon_case("fwd"), "gluon dgrad": gluon_case("bwd_data"),
              "gluon dgrad s2": gluon_case("bwd_data", stride=2)}
-    api_gluon = gluon_api_case()
+    api_gluon = {"api gluon fwd": gluon_api_case("fwd"), "api gluon dgrad": gluon_api_case("bwd_data")}
     results.update({f"{name} {how}": [] for name in gluon for how in ("prepare", "record")})
-    results["api gluon fwd"] = []
+    results.update({name: [] for name in api_gluon})
     for _ in range(args.rounds):
         for name, (fn, clear_records) in gluon.items():
             results[f"{name} prepare"].append(per_call_us(fn, args.calls, clear_records))
             results[f"{name} record"].append(per_call_us(fn, args.calls))
-        results["api gluon fwd"].append(per_call_us(api_gluon, args.calls))
+        for name, fn in api_gluon.items():
+            results[name].append(per_call_us(fn, args.calls))
     clear_cost = statistics.median(per_call_us(clear_table, args.calls) for _ in range(args.rounds))
     print(f"{'case':<30} {'us/call (median of rounds)':>28}")
     for name, vals in results.items():
