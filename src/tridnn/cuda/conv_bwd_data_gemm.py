@@ -19,7 +19,7 @@ import triton.language as tl
 
 from ..types import ConvBwdDataAlgo
 from ..workspace import Buffer
-from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, split_rows, wide
+from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, problem_key, split_rows, wide
 from .conv_implicit_gemm import GPU_CONFIGS_16, GPU_CONFIGS_32, INTERPRETER_CONFIG, gemm_estimate
 from .epilogue import store_tile
 from .geometry import geometry, input_precision, needs_int64, strides5
@@ -135,7 +135,7 @@ class Col2imGemmBackwardData(TritonConvAlgorithm):
         gpu = dx.device.type == "cuda"
         cands = (GPU_CONFIGS_32 if problem.dtype.itemsize == 4 else GPU_CONFIGS_16) if gpu \
             else [dict(INTERPRETER_CONFIG)]
-        cfg = self.tuner.pick((problem.key(), "bwd-data-col2im"), cands,
+        cfg = self.tuner.pick((problem_key(problem), "bwd-data-col2im"), cands,
                               lambda c, out: launch_dcol(problem, dy, w, out, c), col, dx.device,
                               scratch_ok=True)
         launch_dcol(problem, dy, w, col, cfg)

@@ -19,7 +19,7 @@ import numpy as np
 from ..types import ConvBwdFilterAlgo
 from ..workspace import Buffer
 from . import batched_gemm
-from .common import TritonConvAlgorithm, Tuner, cdiv, reduction_slices
+from .common import TritonConvAlgorithm, Tuner, cdiv, problem_key, reduction_slices
 from .conv_bwd_filter_implicit_gemm import finish, float32_efficiency
 from .conv_gemm import im2col, padded_row
 from .conv_implicit_gemm import gemm_estimate
@@ -94,7 +94,7 @@ class GemmBackwardFilter(TritonConvAlgorithm):
             for s in range(whole + (1 if rest else 0)):
                 m = slice(s * per, s * per + (per if s < whole else rest))
                 launches.append((dyt[:, :, m], col[:, m, :R], parts[s]))
-        cfg = self.tuner.pick((problem.key(), "bwd-filter-gemm"),
+        cfg = self.tuner.pick((problem_key(problem), "bwd-filter-gemm"),
                               batched_gemm.configs(dw.device, problem.dtype.itemsize),
                               lambda c, out: batched_gemm.bmm(*launches[0][:2], out, prec, c), launches[0][2],
                               dw.device, scratch_ok=True)

@@ -549,7 +549,7 @@ class _WgradBase(TritonConvAlgorithm):
                 conv_wgrad_tma.launch_rows(problem, x, dy, out, workspace["x_rows"], rows_part, c, a, b)
             else:
                 self._launch(problem, x, dy, out, part, a, b, c)
-        cfg = self.tuner.pick((problem.key(), "wgrad", self.atomic), cands, run_pointers, dw, dw.device)
+        cfg = self.tuner.pick((problem_key(problem), "wgrad", self.atomic), cands, run_pointers, dw, dw.device)
         run_pointers(cfg, dw, alpha, beta)
 
     def replay(self, problem, tensors, workspace, alpha, beta):

@@ -31,7 +31,7 @@ import triton.language as tl
 from ..types import ConvBwdFilterAlgo
 from ..workspace import Buffer
 from . import batched_gemm
-from .common import TritonConvAlgorithm, Tuner, cdiv, launch, reduction_slices, split_rows, wide
+from .common import TritonConvAlgorithm, Tuner, cdiv, launch, problem_key, reduction_slices, split_rows, wide
 from .conv_winograd import strides4, window_row, winograd_estimate, winograd_not_applicable
 from .geometry import geometry, input_precision, needs_int64
 
@@ -225,7 +225,7 @@ class WinogradNonfusedBackwardFilter(TritonConvAlgorithm):
         a = U.view(batches, per, geo.kg).transpose(1, 2)
         b = V.view(batches, per, geo.cg)
         prec = input_precision(problem)
-        cfg = self.tuner.pick((problem.key(), "bwd-filter-winograd-nonfused"),
+        cfg = self.tuner.pick((problem_key(problem), "bwd-filter-winograd-nonfused"),
                               batched_gemm.configs(dw.device, problem.dtype.itemsize),
                               lambda c, out: batched_gemm.bmm(a, b, out, prec, c), M, dw.device, scratch_ok=True)
         batched_gemm.bmm(a, b, M, prec, cfg)

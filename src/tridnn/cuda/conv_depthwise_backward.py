@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 
 from . import conv_depthwise_tma, conv_depthwise_wgrad, conv_depthwise_wgrad_tiles, conv_direct
-from .common import Tuner, cdiv, launch, next_pow2, sm_count, split_rows, wide
+from .common import Tuner, cdiv, launch, next_pow2, problem_key, sm_count, split_rows, wide
 from .epilogue import store_tile
 from .geometry import geometry, needs_int64, strides5
 
@@ -312,7 +312,7 @@ def backward_data(problem, dy, w, dx, alpha, beta) -> None:
             else:
                 conv_direct.launch_rows3(dy, w, out, geo, pad, a, b, None, c, flip, nd)
         shape = conv_direct.gluon_dw3_shape_of(dy, w, dx) if dx.device.type == "cuda" else None
-        cfg = _data_tuner.pick((problem.key(), "dw3-rows-bwd-data"),
+        cfg = _data_tuner.pick((problem_key(problem), "dw3-rows-bwd-data"),
                                lambda: rows3_data_candidates(dx.device, geo.c, shape), run, dx, dx.device)
         run(cfg, dx, alpha, beta)
         return
@@ -326,7 +326,7 @@ def backward_data(problem, dy, w, dx, alpha, beta) -> None:
             else:
                 launch_phase(problem, dy, w, out, a, b, c)
         gluon = dx.device.type == "cuda" and gluon_data_why_not(problem, dy, w, dx) is None
-        cfg = _data_tuner.pick((problem.key(), "dw-phase-bwd-data"),
+        cfg = _data_tuner.pick((problem_key(problem), "dw-phase-bwd-data"),
                                lambda: phase_data_candidates(dx.device, geo, dy.element_size() if gluon else None),
                                run_phase, dx, dx.device)
         run_phase(cfg, dx, alpha, beta)
@@ -624,9 +624,10 @@ def backward_filter_partials(problem, x, dy, part, slices, atomic) -> int:
                 buf.zero_()
             used = _launch_wgrad3(problem, x, dy, buf, cfg["slices"], atomic, cfg, cap)
             torch.sum(buf[:(1 if atomic else used) * cols].view(-1, cols), dim=0, out=out)
-        key = (problem.key(), "dw3-wgrad", atomic, slices, cap)
-        cfg = _wgrad_tuner.pick(key, lambda: wgrad3_candidates(problem, x.device, slices, atomic, cap), run,
-                                torch.empty(cols, dtype=part.dtype, device=part.device), x.device)
+        key = (problem_key(problem), "dw3-wgrad", atomic, slices, cap)
+        cfg = _wgrad_tuner.chosen(key) or _wgrad_tuner.pick(  # (the timing buffer made on a miss only)
+            key, lambda: wgrad3_candidates(problem, x.device, slices, atomic, cap), run,
+            torch.empty(cols, dtype=part.dtype, device=part.device), x.device)
         return _launch_wgrad3(problem, x, dy, part, cfg["slices"], atomic, cfg, cap)
     gpu = x.device.type == "cuda"
     bp, bc = (64, 64) if gpu else (16, 16)

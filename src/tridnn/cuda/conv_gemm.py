@@ -19,7 +19,7 @@ import triton.language as tl
 
 from ..types import ConvFwdAlgo
 from ..workspace import Buffer
-from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, next_pow2, split_rows, wide
+from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, next_pow2, problem_key, split_rows, wide
 from .conv_implicit_gemm import GPU_CONFIGS_16, GPU_CONFIGS_32, INTERPRETER_CONFIG, _cfg, dot_rate
 from .epilogue import launch_args, spec_of, store_tile
 from .geometry import geometry, input_precision, needs_int64, strides5
@@ -196,7 +196,7 @@ class GemmForward(TritonConvAlgorithm):
                 c = c if r_pad % c["BLOCK_K"] == 0 else dict(c, BLOCK_K=ROW_ALIGN)
                 if c not in cands:
                     cands.append(c)
-        key = (problem.key(), spec is not None and spec.act_code, "fwd-gemm")
+        key = (problem_key(problem), spec is not None and spec.act_code, "fwd-gemm")
         cfg = self.tuner.pick(key, cands, lambda c, out: launch_gemm(problem, col, w, out, 1.0, 0.0, spec, c),
                               y, y.device)
         launch_gemm(problem, col, w, y, alpha, beta, spec, cfg)

@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from ..types import ConvFwdAlgo
-from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, split_rows, wide
+from .common import TritonConvAlgorithm, Tuner, cdiv, grouped_tile, launch, problem_key, split_rows, wide
 from .epilogue import launch_args, spec_of, store_tile
 from .geometry import geometry, input_precision, needs_int64
 
@@ -272,7 +272,7 @@ class WinogradForward(TritonConvAlgorithm):
             cands = [dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=wp, num_stages=st)
                      for bm, bn, wp, st in ((32, 32, 8, 2), (32, 32, 4, 2), (64, 32, 8, 2), (32, 64, 8, 2),
                                             (16, 64, 4, 2))]
-        key = (problem.key(), spec is not None and spec.act_code, "fwd-winograd")
+        key = (problem_key(problem), spec is not None and spec.act_code, "fwd-winograd")
         cfg = self.tuner.pick(key, cands, lambda c, out: self._launch(problem, x, w, out, 1.0, 0.0, spec, c),
                               y, y.device)
         self._launch(problem, x, w, y, alpha, beta, spec, cfg)

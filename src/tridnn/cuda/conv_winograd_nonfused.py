@@ -28,7 +28,7 @@ import triton.language as tl
 from ..types import ConvFwdAlgo, DataType
 from ..workspace import Buffer
 from . import batched_gemm, winograd_f4
-from .common import TritonConvAlgorithm, Tuner, cdiv, launch, wide
+from .common import TritonConvAlgorithm, Tuner, cdiv, launch, problem_key, wide
 from .conv_winograd import (bt, filter_row, gt, input_row, store_outputs, strides4, tiles, winograd_estimate,
                             winograd_not_applicable)
 from .epilogue import launch_args, spec_of
@@ -217,7 +217,7 @@ class WinogradNonfusedForward(TritonConvAlgorithm):
             w, U, geo.cg, geo.kg, *strides4(w)), dict(BLOCK_C=bc, BLOCK_N=bn, FLIP=problem.mode == 0),
             dict(num_warps=warps))
         prec = input_precision(problem)
-        cfg = self.tuner.pick((problem.key(), "fwd-winograd-nonfused"),
+        cfg = self.tuner.pick((problem_key(problem), "fwd-winograd-nonfused"),
                               batched_gemm.configs(y.device, problem.dtype.itemsize),
                               lambda c, out: batched_gemm.bmm(V, U, out, prec, c), M, y.device, scratch_ok=True)
         batched_gemm.bmm(V, U, M, prec, cfg)
