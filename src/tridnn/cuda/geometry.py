@@ -69,13 +69,23 @@ def _geometry(problem) -> Geometry:
                     pad3(problem.pad_pre, nd, 0), pad3(problem.dilation, nd, 1))
 
 
+_wide_views: dict = {}  # (shape, strides) -> whether the view needs int64 offsets
+
+
 def needs_int64(*tensors) -> bool:
-    """Whether any view reaches an element offset beyond int32."""
+    """Whether any view reaches an element offset beyond int32 (kept per shape and strides:
+    every launch asks, and the sum over the dimensions cost ~1-2 us a call)."""
     for t in tensors:
-        if t is None or t.numel() == 0:
+        if t is None:
             continue
-        span = sum((d - 1) * s for d, s in zip(t.shape, t.stride()))
-        if span > INT32_LIMIT // 2:
+        key = (t.shape, t.stride())
+        wide = _wide_views.get(key)
+        if wide is None:
+            wide = t.numel() > 0 and sum((d - 1) * s for d, s in zip(t.shape, t.stride())) > INT32_LIMIT // 2
+            if len(_wide_views) >= 4096:
+                _wide_views.clear()
+            _wide_views[key] = wide
+        if wide:
             return True
     return False
 
