@@ -35,7 +35,8 @@ from bench_gpu_conv import make, torch_conv, tridnn_call  # noqa: E402
 from profile_gpu_host_overhead import profile_top  # noqa: E402
 
 CASES = [("res2_3x3", "fwd"), ("res2_3x3", "bwd_data"), ("res2_3x3", "bwd_filter"),
-         ("res3_3x3s2", "bwd_data"), ("res4_1x1c", "fwd"), ("res5_1x1c", "bwd_data")]
+         ("res3_3x3s2", "bwd_data"), ("res4_1x1c", "fwd"), ("res5_1x1c", "bwd_data"),
+         ("dw384_14", "fwd"), ("dw384_14", "bwd_filter")]  # (MobileNetV2's 10-25 us depthwise layers)
 
 
 def host_us(fn, calls):
@@ -59,7 +60,7 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     dev = torch.device("cuda")
     handle = tridnn.Handle("cuda", find_cache=None)
-    layers = {p["name"]: p for p in shapes.RESNET50}
+    layers = {p["name"]: p for p in shapes.RESNET50 + shapes.MOBILENETV2_DW}
     rows = []
     for name, direction in CASES:
         p = layers[name]
