@@ -293,11 +293,10 @@ def backward_data(problem, dy, w, dx, alpha, beta) -> None:
         pad = (2 - geo.pad[1], 2 - geo.pad[2])
         flip = problem.mode != 0  # flipped relative to the forward's reading
 
-        # the same as a forward over dy (dx's geometry as its output) for dw_taps_kernel
-        fwd = dataclasses.replace(geo, inp=geo.out, out=geo.inp, pad=(0,) + pad)
-
         def run(c, out, a=1.0, b=0.0):
             if c.get("KIND") == "taps2d":
+                # the same as a forward over dy (dx's geometry as its output) for dw_taps_kernel
+                fwd = dataclasses.replace(geo, inp=geo.out, out=geo.inp, pad=(0,) + pad)
                 conv_direct.launch_taps2d(dy, w, out, fwd, a, b, None, c, flip, nd)
             elif c.get("KIND") == "tma":
                 first = conv_direct.rows3_configs(dx.device, geo.c)[0]
@@ -311,9 +310,10 @@ def backward_data(problem, dy, w, dx, alpha, beta) -> None:
                                                                              flip, nd))
             else:
                 conv_direct.launch_rows3(dy, w, out, geo, pad, a, b, None, c, flip, nd)
-        shape = conv_direct.gluon_dw3_shape_of(dy, w, dx) if dx.device.type == "cuda" else None
+        # (the lists are built on the tuner's miss only: host time per call)
+        shape = lambda: conv_direct.gluon_dw3_shape_of(dy, w, dx) if dx.device.type == "cuda" else None
         cfg = _data_tuner.pick((problem_key(problem), "dw3-rows-bwd-data"),
-                               lambda: rows3_data_candidates(dx.device, geo.c, shape), run, dx, dx.device)
+                               lambda: rows3_data_candidates(dx.device, geo.c, shape()), run, dx, dx.device)
         run(cfg, dx, alpha, beta)
         return
     if phase_backward_applies(problem):
@@ -325,9 +325,9 @@ def backward_data(problem, dy, w, dx, alpha, beta) -> None:
                     launch_phase(problem, dy, w, out, a, b, phase_configs(dx.device, geo.c)[0])
             else:
                 launch_phase(problem, dy, w, out, a, b, c)
-        gluon = dx.device.type == "cuda" and gluon_data_why_not(problem, dy, w, dx) is None
+        gluon = lambda: dx.device.type == "cuda" and gluon_data_why_not(problem, dy, w, dx) is None
         cfg = _data_tuner.pick((problem_key(problem), "dw-phase-bwd-data"),
-                               lambda: phase_data_candidates(dx.device, geo, dy.element_size() if gluon else None),
+                               lambda: phase_data_candidates(dx.device, geo, dy.element_size() if gluon() else None),
                                run_phase, dx, dx.device)
         run_phase(cfg, dx, alpha, beta)
         return

@@ -546,8 +546,9 @@ class DirectForward(TritonConvAlgorithm):
                                     lambda: launch_rows3(x, w, out, geo, pad, a, b, spec, first, flip, nd))
                 else:
                     launch_direct(problem, x, w, out, a, b, spec, c)
-            shape = gluon_dw3_shape(problem, x, w, y, spec) if y.device.type == "cuda" else None
-            cfg = self.tuner.pick(key, lambda: fwd_dw3_candidates(y.device, problem.k, shape), run, y, y.device)
+            # (the list is built on the tuner's miss only: host time per call)
+            shape = lambda: gluon_dw3_shape(problem, x, w, y, spec) if y.device.type == "cuda" else None
+            cfg = self.tuner.pick(key, lambda: fwd_dw3_candidates(y.device, problem.k, shape()), run, y, y.device)
             run(cfg, y, alpha, beta)
             return
         if taps2d_applies(problem):  # strided / dilated / other sizes: the tap loop or unrolled taps
@@ -570,8 +571,8 @@ class DirectForward(TritonConvAlgorithm):
                                     lambda: launch_direct(problem, x, w, out, a, b, spec, first), stride=geo.stride[1])
                 else:
                     launch_direct(problem, x, w, out, a, b, spec, c)
-            shape = gluon_dw3_shape(problem, x, w, y, spec) if y.device.type == "cuda" else None
-            cfg = self.tuner.pick(key, lambda: dw2d_candidates(y.device, problem, shape), run2, y, y.device)
+            shape = lambda: gluon_dw3_shape(problem, x, w, y, spec) if y.device.type == "cuda" else None
+            cfg = self.tuner.pick(key, lambda: dw2d_candidates(y.device, problem, shape()), run2, y, y.device)
             run2(cfg, y, alpha, beta)
             return
         key = (problem_key(problem), spec is not None and spec.act_code, "fwd-direct")
