@@ -10,6 +10,8 @@ host work is timed:
   fast   repeated calls with the same descriptor objects (api/conv_fast_path.py)
   bwd    convolution_backward_data (ALGO_1) and convolution_backward_filter (ALGO_1,
          ALGO_0) repeated with the same descriptors, every kernel launch stubbed
+  dw     the same for a depthwise layer (dw384_14): DIRECT forward, ALGO_1 backward data,
+         ALGO_1 and ALGO_0 backward filter
   gluon  gluon_conv.launch_forward / launch_backward_data alone (dgrad s2: the fused
          phases): preparing every call, or answered by its launch record
   api gluon fwd / dgrad  convolution_forward / _backward_data down the Hopper path (the
@@ -100,6 +102,28 @@ def triton_backward_case(direction, algo):
         return lambda: tridnn.convolution_backward_data(h, 1.0, wd, w, yd, y, cd, algo, ws, 0.0, xd, x)
     size = tridnn.get_convolution_backward_filter_workspace_size(h, xd, yd, cd, wd, algo)
     ws = torch.empty(size, dtype=torch.uint8) if size else None
+    return lambda: tridnn.convolution_backward_filter(h, 1.0, xd, x, yd, y, cd, algo, ws, 0.0, wd, w)
+
+
+def depthwise_case(direction, algo):
+    """A MobileNetV2 depthwise layer (dw384_14: bf16 NHWC 64x384x14x14, 3x3, groups 384)
+    through the fast path, same descriptors every call, every launch stubbed."""
+    stub_every_launch()
+    h = tridnn.Handle(device="cpu", backend="triton", find_cache=None)
+    xd = tridnn.TensorDescriptor.nhwc(64, 384, 14, 14, "bfloat16")
+    wd = tridnn.FilterDescriptor((384, 1, 3, 3), "bfloat16", tridnn.TensorFormat.NHWC)
+    cd = tridnn.ConvolutionDescriptor(padding=1, groups=384)
+    yd = xd.with_dims(cd.output_dims(xd, wd))
+    x, w, y = (torch.zeros(d.dims, dtype=torch.bfloat16).contiguous(memory_format=torch.channels_last)
+               for d in (xd, wd.as_tensor(), yd))
+    size = {"fwd": lambda: tridnn.get_convolution_forward_workspace_size(h, xd, wd, cd, yd, algo),
+            "bwd_data": lambda: tridnn.get_convolution_backward_data_workspace_size(h, wd, yd, cd, xd, algo),
+            "bwd_filter": lambda: tridnn.get_convolution_backward_filter_workspace_size(h, xd, yd, cd, wd, algo)}
+    ws = torch.empty(size[direction](), dtype=torch.uint8)
+    if direction == "fwd":
+        return lambda: tridnn.convolution_forward(h, 1.0, xd, x, wd, w, cd, algo, ws, 0.0, yd, y)
+    if direction == "bwd_data":
+        return lambda: tridnn.convolution_backward_data(h, 1.0, wd, w, yd, y, cd, algo, ws, 0.0, xd, x)
     return lambda: tridnn.convolution_backward_filter(h, 1.0, xd, x, yd, y, cd, algo, ws, 0.0, wd, w)
 
 
@@ -212,6 +236,8 @@ def main():
     backward = {"triton fast bwd_data ALGO_1": triton_backward_case("bwd_data", "ALGO_1"),
                 "triton fast bwd_filter ALGO_1": triton_backward_case("bwd_filter", "ALGO_1"),
                 "triton fast bwd_filter ALGO_0": triton_backward_case("bwd_filter", "ALGO_0")}
+    backward.update({f"triton fast dw {d} {a}": depthwise_case(d, a) for d, a in (
+        ("fwd", "DIRECT"), ("bwd_data", "ALGO_1"), ("bwd_filter", "ALGO_1"), ("bwd_filter", "ALGO_0"))})
     for name, fn in backward.items():
         fn()
         results[name] = [per_call_us(fn, args.calls) for _ in range(args.rounds)]
