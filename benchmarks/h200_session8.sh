@@ -72,8 +72,8 @@
 #   new_algos      every algorithm (find's view) on the 3x3 stride-1 layers, backward data and filter, bf16
 #   dw_wgrad_tests conv_depthwise_gluon_wgrad (the Gluon depthwise filter-gradient walker) on the GPU
 #   dw_wgrad       the MobileNetV2 depthwise backward filter suite alone
-#   dw_kinds       profile_gpu_conv_kernels on four small depthwise layers, ALGO_0 tuned over one kernel family at a
-#                  time (tiles, rows, pointer): each family's kernels and their times beside cuDNN's
+#   dw_kinds       profile_gpu_conv_kernels on four small depthwise layers, ALGO_1 then ALGO_0 (DW_ALGOS) tuned
+#                  over one kernel family at a time (tiles, pointer): its kernels and times beside cuDNN's
 #   dw_tiles       the depthwise backward filter layers of <= 28x28 outputs without, then with, the pixel-tile
 #                  kernel (conv_depthwise_wgrad_tiles) among the tuner's candidates (SUITE_S seconds each)
 #   dw_wgrad_sweep sweep_depthwise_wgrad.py on the stride-1 layers: the Gluon walker's configs alone against the
@@ -170,10 +170,11 @@ step() {
     dw_gluon_tests) gpu_tests "${TESTS_S:-150}" dw_gluon_tests tests/test_conv_depthwise_gluon.py ;;
     dw_wgrad_tests) gpu_tests "${TESTS_S:-150}" dw_wgrad_tests tests/test_conv_depthwise_gluon_wgrad.py ;;
     dw_wgrad) suite dw_wgrad "${SUITE_S:-190}" dw-bwd_filter ;;
-    dw_kinds) for k in tiles rows pointer; do  # each filter-gradient kernel family's own kernel times (ALGO_0)
-                timeout 100 python3 benchmarks/profile_gpu_conv_kernels.py --direction bwd_filter --algo ALGO_0 \
-                    --layers dw192_28s2,dw384_14,dw576_14s2,dw960_7 --calls 10 --dw-wgrad-kind $k > "$R/dw_kinds_$k.log" 2>&1
-                echo "dw_kinds $k rc=$?"; grep -E "^dw|tridnn:|cuDNN:|^    " "$R/dw_kinds_$k.log" | cut -c1-110; done ;;
+    dw_kinds) for a in ${DW_ALGOS:-ALGO_1 ALGO_0}; do for k in tiles pointer; do  # each kernel family's own times
+                timeout 100 python3 benchmarks/profile_gpu_conv_kernels.py --direction bwd_filter --algo $a \
+                    --layers dw192_28s2,dw384_14,dw576_14s2,dw960_7 --calls 10 --dw-wgrad-kind $k > "$R/dw_kinds_${a}_$k.log" 2>&1
+                echo "dw_kinds $a $k rc=$?"; grep -E "^dw|tridnn:|cuDNN:|^    " "$R/dw_kinds_${a}_$k.log" | cut -c1-110
+              done; done ;;  # (the rows kind is not offered on these small maps)
     dw_tiles) L=dw144_56s2,dw192_28,dw192_28s2,dw384_14,dw576_14,dw576_14s2,dw960_7
               TRIDNN_DW_WGRAD_TILES_MAX_PIXELS=0 suite dw_tiles_off "${SUITE_S:-120}" dw-bwd_filter --layers $L
               suite dw_tiles_on "${SUITE_S:-120}" dw-bwd_filter --layers $L ;;
