@@ -32,10 +32,18 @@ def interpreted(tensor) -> bool:
     return tensor.device.type != "cuda"
 
 
+_SMS: dict = {}  # device index -> SMs (asked once: torch's query costs microseconds a call)
+
+
 def sm_count(device) -> int:
     if device.type != "cuda":
         return 4
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    sms = _SMS.get(device.index)
+    if sms is None:
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        if device.index is not None:  # (a bare "cuda" means whichever device is current)
+            _SMS[device.index] = sms
+    return sms
 
 
 @triton.jit

@@ -146,10 +146,10 @@ def bind(kernel, grid, args, meta, spec):
 
 def sm_count(device) -> int:
     """SMs of a CUDA device; 132 (an H200) elsewhere, for plans built on the CPU."""
-    import torch
     if device.type != "cuda":
         return 132
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    from .common import sm_count as cuda_sm_count  # (asked once per device)
+    return cuda_sm_count(device)
 
 
 def max_regs(num_warps: int, per_sm: int = 1, pingpong: bool = False) -> int:
