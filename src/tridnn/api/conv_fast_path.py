@@ -16,10 +16,10 @@ between calls, with the same checks and errors as the full path:
 - the workspace is large enough.
 
 A Triton algorithm that keeps a launch record (``Algorithm.replay``) is then asked, once
-per set of addresses (x, w, y, the workspace, alpha, beta), for a callable that repeats that launch; a
-later call with the same addresses runs it directly, past the algorithm's dispatch, plan,
-tuner and record lookups. The checks above still run first, so a replay only ever sees
-arrays of the validated shapes, strides, dtype and device.
+per set of addresses (x, w, y, the workspace, alpha, beta), for a callable that repeats
+that launch; a later call with the same addresses runs it directly, past the algorithm's
+dispatch, plan, tuner and record lookups. The checks above still run first, so a replay
+only ever sees arrays of the validated shapes, strides, dtype and device.
 
 Anything else (a different descriptor object, algorithm or determinism setting) misses
 the cache and takes the full path.
