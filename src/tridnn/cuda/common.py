@@ -118,12 +118,15 @@ class Tuner:
     def pick(self, key, candidates, launch, out, device, scratch_ok=False):
         """``scratch_ok``: ``out`` is a workspace buffer the caller overwrites next anyway
         (an im2col/col2im column, Winograd's transform products), so the candidates are
-        timed on it instead of on a scratch copy: those buffers can be tens of GiB."""
+        timed on it instead of on a scratch copy: those buffers can be tens of GiB.
+        ``candidates`` and ``out`` may be callables that make them, called on a miss only."""
         best = self._best.get(key)
         if best is not None:
             return best
         if callable(candidates):  # built only on a miss (it costs host time per call)
             candidates = candidates()
+        if callable(out):
+            out = out()
         if device.type != "cuda" or len(candidates) == 1 or os.environ.get("TRIDNN_TUNE") == "first":
             best = candidates[0]
         else:

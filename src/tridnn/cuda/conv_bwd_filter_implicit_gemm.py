@@ -45,7 +45,7 @@ from .conv_implicit_gemm import FLAT_BELOW, TC_RATE, gemm_estimate
 from .geometry import geometry, input_precision, needs_int64, strides5
 
 try:  # Gluon (Triton >= 3.5): the warp-specialized kernel, offered as extra tuner candidates
-    from . import gluon_wgrad
+    from . import gluon_common, gluon_wgrad
     from .gluon_conv import _hopper
 except ImportError:  # pragma: no cover - a Triton without Gluon
     gluon_wgrad = None
@@ -289,16 +289,10 @@ def _record_key(problem, x, dy, dw, part, alpha, beta, cfg, sms):
             float(beta), sms)
 
 
-def _kept(key, problem, cfg):
-    """The bound launches recorded under key, or None (ids are checked against the live
-    problem and config: an id may be reused once its object is gone)."""
-    rec = _RECORDS.get(key) if key is not None else None
-    return rec[2] if rec is not None and rec[0] is problem and rec[1] is cfg else None
-
-
 def gluon_record(problem, x, dy, dw, part, alpha, beta, cfg):
     """The bound launches a plain call (every SM) with these very tensors recorded, or None."""
-    return _kept(_record_key(problem, x, dy, dw, part, alpha, beta, cfg, None), problem, cfg)
+    return gluon_common.recorded(_RECORDS, _record_key(problem, x, dy, dw, part, alpha, beta, cfg, None),
+                                 problem, cfg)
 
 
 def launch_gluon(problem, x, dy, dw, part, alpha, beta, cfg, sms=None) -> bool:
@@ -309,7 +303,7 @@ def launch_gluon(problem, x, dy, dw, part, alpha, beta, cfg, sms=None) -> bool:
     if not (x.is_cuda and dy.is_cuda and dw.is_cuda and part.is_cuda):
         return False  # (Gluon does not run under the interpreter)
     key = _record_key(problem, x, dy, dw, part, alpha, beta, cfg, sms)
-    launches = _kept(key, problem, cfg)
+    launches = gluon_common.recorded(_RECORDS, key, problem, cfg)
     if launches is not None:
         for bound_launch in launches:
             bound_launch()
@@ -323,9 +317,7 @@ def launch_gluon(problem, x, dy, dw, part, alpha, beta, cfg, sms=None) -> bool:
     gluon_wgrad.launch(plan)
     bound = gluon_wgrad.bound(plan) if key is not None else None
     if bound is not None:
-        if len(_RECORDS) >= 1024:
-            _RECORDS.clear()
-        _RECORDS[key] = (problem, cfg, bound)
+        gluon_common.keep_record(_RECORDS, key, problem, cfg, bound)
     return True
 
 

@@ -625,9 +625,8 @@ def backward_filter_partials(problem, x, dy, part, slices, atomic) -> int:
             used = _launch_wgrad3(problem, x, dy, buf, cfg["slices"], atomic, cfg, cap)
             torch.sum(buf[:(1 if atomic else used) * cols].view(-1, cols), dim=0, out=out)
         key = (problem_key(problem), "dw3-wgrad", atomic, slices, cap)
-        cfg = _wgrad_tuner.chosen(key) or _wgrad_tuner.pick(  # (the timing buffer made on a miss only)
-            key, lambda: wgrad3_candidates(problem, x.device, slices, atomic, cap), run,
-            torch.empty(cols, dtype=part.dtype, device=part.device), x.device)
+        cfg = _wgrad_tuner.pick(key, lambda: wgrad3_candidates(problem, x.device, slices, atomic, cap), run,
+                                lambda: torch.empty(cols, dtype=part.dtype, device=part.device), x.device)
         return _launch_wgrad3(problem, x, dy, part, cfg["slices"], atomic, cfg, cap)
     gpu = x.device.type == "cuda"
     bp, bc = (64, 64) if gpu else (16, 16)

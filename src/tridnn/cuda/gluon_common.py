@@ -127,6 +127,26 @@ def launch(kernel, grid, args, meta, spec):
                      None, *values)
 
 
+RECORD_LIMIT = 1024  # launch records kept per module before its table starts over
+
+
+def recorded(records: dict, key, problem, cfg):
+    """The payload kept in a module's launch ``records`` under key, or None (also for a key
+    of None: records off). The record's problem and config objects must be the ones passed:
+    the key holds their ids, and an id may be reused once its object is gone."""
+    rec = records.get(key) if key is not None else None
+    return rec[2] if rec is not None and rec[0] is problem and rec[1] is cfg else None
+
+
+def keep_record(records: dict, key, problem, cfg, payload) -> None:
+    """Keep payload under key (nothing for a key of None), with its problem and config."""
+    if key is None:
+        return
+    if len(records) >= RECORD_LIMIT:
+        records.clear()
+    records[key] = (problem, cfg, payload)
+
+
 def bind(kernel, grid, args, meta, spec):
     """The launch ``launch`` would make of these arguments as a common.Bound (no tensor held;
     calling it queues the launch), or None before ``launch`` compiled that variant or with

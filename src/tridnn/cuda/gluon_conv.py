@@ -957,18 +957,11 @@ def _record_key(problem, x, w, y, alpha, beta, cfg, sms) -> tuple | None:
 
 
 def _record(key, problem, cfg):
-    """The kept record's payload for key (None if absent; ids are checked against the live
-    problem and config objects, as an id may be reused after its object is gone)."""
-    rec = _RECORDS.get(key) if key is not None else None
-    return rec[2] if rec is not None and rec[0] is problem and rec[1] is cfg else None
+    return gluon_common.recorded(_RECORDS, key, problem, cfg)
 
 
 def _keep(key, problem, cfg, payload):
-    if key is None:
-        return
-    if len(_RECORDS) >= 1024:
-        _RECORDS.clear()
-    _RECORDS[key] = (problem, cfg, payload)
+    gluon_common.keep_record(_RECORDS, key, problem, cfg, payload)
 
 
 def forward_record(problem, x, w, y, alpha, beta, cfg):
