@@ -15,7 +15,6 @@ gc = pytest.importorskip("tridnn.cuda.gluon_conv", reason="Triton without Gluon"
 
 import tridnn  # noqa: E402
 from tridnn.algorithms import registry  # noqa: E402
-from tridnn.algorithms.problem import ConvProblem  # noqa: E402
 from tridnn.api import conv_fast_path  # noqa: E402
 from tridnn.cuda import common, conv_tma, filter_turn, gluon_wgrad  # noqa: E402
 from tridnn.cuda import conv_bwd_data_implicit_gemm as bwd  # noqa: E402
