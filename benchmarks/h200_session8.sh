@@ -33,6 +33,8 @@
 #   host           bench_gpu_host_time.py (host us a call on real layers, against torch)
 #   records_tests  the launch-record GPU tests (forward, backward data, backward filter)
 #   replay_tests   the API fast path's replays of launch records on the GPU (tests/test_conv_replay.py)
+#   dry_tests      dry-run launch records (tests/test_launch_record.py, every algorithm replayed against float64)
+#                  and test_conv_replay.py on the GPU; lists which algorithm and case replays, or why not
 #   s2d_tests      conv_s2d (stride-2 first layers as block convolutions) on the GPU
 #   fp32_tf32      the fp32-tf32 section alone
 #   wgrad_s2d      the backward filter suite with conv1 through conv_s2d's blocks (TRIDNN_S2D_WGRAD=1)
@@ -235,6 +237,8 @@ step() {
              echo "fma_api rc=$?"; sed -n '/^layer /,$p' "$R/fma_api.log" | cut -c1-140 ;;
     records_tests) gpu_tests 150 records_tests tests/test_gluon_integration.py tests/test_gluon_wgrad_integration.py -k "record" ;;
     replay_tests) gpu_tests "${TESTS_S:-120}" replay_tests tests/test_conv_replay.py ;;
+    dry_tests) gpu_tests "${TESTS_S:-300}" dry_tests -rP tests/test_launch_record.py tests/test_conv_replay.py
+               grep -E "^\('" "$R/dry_tests.log" | sort -u | cut -c1-150 ;;
     host) timeout 150 python3 benchmarks/bench_gpu_host_time.py --out "$R/host" > "$R/host.log" 2>&1
           echo "host rc=$?"; tail -12 "$R/host.log" | cut -c1-140 ;;
     *) echo "unknown step $1" ;;

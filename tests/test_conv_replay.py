@@ -61,10 +61,10 @@ def _count_runs(monkeypatch, direction) -> list:
 
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
 def test_repeats_replay_the_record_past_the_dispatch(direction, monkeypatch):
-    """The first repeat of a call runs the algorithm, which launches from its record, and the
-    fast path keeps that record; later repeats with the same addresses, alpha and beta launch
-    it without running the algorithm. A new output tensor or a new alpha runs the algorithm
-    again; a bad array is still rejected before any launch."""
+    """The first two repeats of a call run the algorithm, which launches from its record, and
+    the second leaves that record with the fast path; later repeats with the same addresses,
+    alpha and beta launch it without running the algorithm. A new output tensor or a new
+    alpha runs the algorithm twice again; a bad array is still rejected before any launch."""
     launched = []
     monkeypatch.setattr(gc, "_hopper", lambda device: True)  # a stand-in Hopper on the CPU
     monkeypatch.setattr(conv_tma, "sm_count", lambda device: 132)
@@ -84,7 +84,9 @@ def test_repeats_replay_the_record_past_the_dispatch(direction, monkeypatch):
     out = "y" if direction == "fwd" else "x"
     fresh = lambda: torch.empty_like(y if direction == "fwd" else x)
     other = {out: fresh()}
-    steps = [({}, 1), ({}, 1), ({}, 0), ({}, 0), (other, 1), (other, 0), (dict(alpha=2.0), 1), (dict(alpha=2.0), 0)]
+    alpha2 = dict(alpha=2.0)
+    steps = [({}, 1), ({}, 1), ({}, 1), ({}, 0), ({}, 0), (other, 1), (other, 1), (other, 0),
+             (alpha2, 1), (alpha2, 1), (alpha2, 0)]
     for step, (kwargs, ran) in enumerate(steps):
         args = dict(x=x, w=w, y=y, alpha=1.0, beta=0.0)
         args.update(kwargs)
@@ -92,8 +94,8 @@ def test_repeats_replay_the_record_past_the_dispatch(direction, monkeypatch):
         _call(h, direction, descs, **args)
         assert len(runs) - before == ran, step
     assert len(launched) == len(steps)
-    assert launched[3] is launched[2] is launched[1] is launched[0], "the replays launch the record's arguments"
-    assert launched[4] is not launched[0] and launched[5] is launched[4]
+    assert all(launched[i] is launched[0] for i in range(5)), "the replays launch the record's arguments"
+    assert launched[5] is not launched[0] and launched[7] is launched[6] is launched[5]
     entry = conv_fast_path.lookup(h, direction, *descs, ALGO_NAME[direction])
     assert len(entry.replays) == 3 and all(entry.replays.values())
     with pytest.raises(tridnn.BadParamError, match="dtype"):
@@ -102,16 +104,20 @@ def test_repeats_replay_the_record_past_the_dispatch(direction, monkeypatch):
 
 
 def test_no_replay_where_the_algorithm_keeps_no_record(monkeypatch):
-    """Under the interpreter (conv_tma's kernel, no Gluon record) the fast path asks once per
-    address set, keeps the answer None and runs the algorithm every call."""
+    """Under the interpreter (conv_tma's kernel, no Gluon record; a dry run finds no compiled
+    launcher to bind) the fast path asks once per address set, keeps the answer "never" and
+    runs the algorithm every call."""
+    from tridnn.cuda import launch_record
     runs = _count_runs(monkeypatch, "fwd")
     h = tridnn.Handle(device="cpu", backend="triton", find_cache=None)
     descs, (x, w, y) = _layer(8, 5, 2, "cpu")
     x.normal_(), w.normal_()
-    for _ in range(3):
+    for _ in range(4):
         _call(h, "fwd", descs, x, w, y, 1.0, 0.0)
     entry = conv_fast_path.lookup(h, "fwd", *descs, "IMPLICIT_GEMM")
-    assert len(runs) == 3 and list(entry.replays.values()) == [None]
+    assert len(runs) == 4 + 1, "every call ran, and the one dry run"
+    assert list(entry.replays.values()) == [conv_fast_path._NEVER]
+    assert "no compiled launcher" in launch_record.last_refusal
     want = torch.nn.functional.conv2d(x.double(), w.double(), padding=1)
     assert torch.allclose(y.double(), want, rtol=2e-2, atol=2e-2)
 
@@ -120,9 +126,9 @@ def test_no_replay_where_the_algorithm_keeps_no_record(monkeypatch):
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data", "bwd_filter"])
 def test_gpu_replays_follow_new_data_in_place(direction, rng, monkeypatch):
     """Six calls through the public API with new values written into the same tensors: the
-    first two run the algorithm (a Gluon config forced; the second answers from its launch
-    record), the rest replay that record; alpha = 2, beta = 0.5 on a kept output, every
-    result against float64."""
+    first three run the algorithm (a Gluon config forced; the later ones answer from its
+    launch record), the rest replay that record; alpha = 2, beta = 0.5 on a kept output,
+    every result against float64."""
     need_hopper()
     if direction == "bwd_filter":
         cfg = dict(gluon_wgrad.WGRAD_PICKS_MEDIUM[0], GLUON=True)
@@ -157,6 +163,6 @@ def test_gpu_replays_follow_new_data_in_place(direction, rng, monkeypatch):
             got, want = w, 2.0 * torch.nn.grad.conv2d_weight(xd64, w.shape, yd64, padding=1) + 0.5 * wd64
         err = (got.double() - want).abs().max().item()
         assert err < 1e-2 * want.abs().max().item(), (call, err)
-    assert len(runs) == 2, "two runs; the later calls replayed the record"
+    assert len(runs) == 3, "three runs; the later calls replayed the record"
     entry = conv_fast_path.lookup(h, direction, *descs, ALGO_NAME[direction])
-    assert list(entry.replays.values()) != [None]
+    assert callable(next(iter(entry.replays.values())))

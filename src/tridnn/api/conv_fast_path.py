@@ -15,11 +15,12 @@ between calls, with the same checks and errors as the full path:
   output), through the backend's own ``view``; the output overlaps no input;
 - the workspace is large enough.
 
-A Triton algorithm that keeps a launch record (``Algorithm.replay``) is then asked, once
-per set of addresses (x, w, y, the workspace, alpha, beta), for a callable that repeats
-that launch; a later call with the same addresses runs it directly, past the algorithm's
-dispatch, plan, tuner and record lookups. The checks above still run first, so a replay
-only ever sees arrays of the validated shapes, strides, dtype and device.
+A Triton algorithm (``Algorithm.replay``) is then asked, on the second call with a set of
+addresses (x, w, y, the workspace, alpha, beta), for a callable that repeats that call's
+launches (a launch record); a later call with the same addresses runs it directly, past
+the algorithm's dispatch, plan, tuner and record lookups. The checks above still run
+first, so a replay only ever sees arrays of the validated shapes, strides, dtype and
+device.
 
 Anything else (a different descriptor object, algorithm or determinism setting) misses
 the cache and takes the full path.
@@ -37,7 +38,8 @@ from ..types import ConvMode
 
 MAX_ENTRIES = 1024  # per handle; the table is dropped when full (a rebuild costs one slow call each)
 MAX_REPLAYS = 16  # address sets per entry; dropped when full (a training loop reuses a few)
-_UNSEEN = object()
+_SEEN = object()  # an address set called once: the next call asks for a replay
+_NEVER = object()  # an address set the algorithm has no replay for
 
 _tables: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
@@ -73,7 +75,7 @@ class Entry:
                                k == self.out) for k in ("x", "w", "y"))
         self.out_index = ("x", "w", "y").index(self.out)
         self.metas = {}  # per backend: its precomputed form of each operand's check (view_meta)
-        # (x, w, y, workspace addresses, alpha, beta) -> algorithm.replay's answer; None: never
+        # (x, w, y, workspace addresses, alpha, beta) -> _SEEN, algorithm.replay's answer or _NEVER
         self.replays = {} if self.direct and type(algorithm).replay is not Algorithm.replay else None
         self.ready = True
         return self
@@ -151,16 +153,19 @@ def call(handle, entry: Entry, alpha, beta, arrays: dict, workspace) -> None:
     if replays is not None:
         addresses = (views["x"].data_ptr(), views["w"].data_ptr(), views["y"].data_ptr(),
                      ws_bytes.data_ptr() if ws_bytes is not None else 0, alpha, beta)
-        replay = replays.get(addresses, _UNSEEN)
-        if replay is not None and replay is not _UNSEEN:
+        replay = replays.get(addresses)
+        if replay is not None and replay is not _SEEN and replay is not _NEVER:
             replay(views)
             return
     buffers = backend.carve(ws_bytes, entry.buffers) if entry.buffers else {}
     algorithm.run(problem, views, buffers, alpha, beta)
-    if replays is not None and replay is _UNSEEN:
-        if len(replays) >= MAX_REPLAYS:
+    if replays is not None and replay is not _NEVER:
+        if replay is None and len(replays) >= MAX_REPLAYS:
             replays.clear()
-        replays[addresses] = algorithm.replay(problem, views, buffers, alpha, beta)
+        # an address set's first call only notes it (a caller that never repeats one pays
+        # nothing more); its second asks the algorithm for a replay
+        replays[addresses] = _SEEN if replay is None else (
+            algorithm.replay(problem, views, buffers, alpha, beta) or _NEVER)
 
 
 def _checked_views(backend, entry: Entry, arrays: dict) -> dict:

@@ -12,6 +12,7 @@ import triton
 import triton.language as tl
 
 from ..algorithms.base import Algorithm
+from . import launch_record
 from .geometry import unsupported_dtype
 from .memo import IdentityMemo
 
@@ -26,6 +27,12 @@ class TritonConvAlgorithm(Algorithm):
 
     def not_applicable(self, problem):
         return unsupported_dtype(problem)
+
+    def replay(self, problem, tensors, workspace, alpha, beta):
+        """A dry run's launch record of ``run`` for these tensors (launch_record), or None
+        where run does more than queue launches (torch operations, a tuner miss)."""
+        owned = [*tensors.values(), *workspace.values()]
+        return launch_record.record(lambda: self.run(problem, tensors, workspace, alpha, beta), owned)
 
 
 def interpreted(tensor) -> bool:
@@ -44,6 +51,25 @@ def sm_count(device) -> int:
         if device.index is not None:  # (a bare "cuda" means whichever device is current)
             _SMS[device.index] = sms
     return sms
+
+
+@triton.jit
+def _zero_kernel(out_ptr,   # a contiguous buffer
+                 n,         # its elements
+                 BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.zeros((BLOCK,), out_ptr.dtype.element_ty), mask=offs < n)
+
+
+def zero_fill(t) -> None:
+    """t[...] = 0 for a contiguous tensor, as a launch (``t.zero_()`` is a torch operation,
+    which a launch record cannot repeat: ALGO_0's atomic partials start from zero every call)."""
+    if not t.is_contiguous():
+        raise ValueError("zero_fill: the buffer must be contiguous")
+    block = 1024 if t.is_cuda else 64
+    n = t.numel()
+    if n:
+        launch(_zero_kernel, (cdiv(n, block),), (t, n), dict(BLOCK=block), {})
 
 
 @triton.jit
@@ -123,6 +149,8 @@ class Tuner:
         best = self._best.get(key)
         if best is not None:
             return best
+        if launch_record.active() is not None:  # a dry run: nothing it launches would run
+            raise launch_record.Refused(f"no tuned config yet for {key}")
         if callable(candidates):  # built only on a miss (it costs host time per call)
             candidates = candidates()
         if callable(out):
@@ -316,6 +344,10 @@ def launch(kernel, grid, args: tuple, consts: dict, options: dict, static=None):
     argument but the first ``n`` (tensors, whose dtypes are part of the key) and the
     float scalars, so only those tensors' 16-byte alignments are checked per call."""
     device, full = _launch_key(kernel, args, consts, options, static)
+    recorder = launch_record.active()
+    if recorder is not None:  # a dry run (launch_record): keep the launch, queue nothing
+        recorder.add(_record_bound(kernel, grid, args, consts, options, device, full), args)
+        return
     if full is None:
         kernel[grid](*args, **consts, **options)
         return
@@ -349,7 +381,16 @@ def bind(kernel, grid, args: tuple, consts: dict, options: dict, static=None):
     """The launch ``launch`` would make of these arguments, bound (a ``Bound``), or None when
     it has not compiled that specialization yet (launch first) or launches through the JIT."""
     device, full = _launch_key(kernel, args, consts, options, static)
-    entry = _compiled.get(full) if full is not None else None
+    return _bound(_compiled.get(full) if full is not None else None, grid, args, device)
+
+
+def _record_bound(kernel, grid, args, consts, options, device, full):
+    """A dry run's launch, bound (None before its first compile, and under the interpreter)."""
+    return _bound(_compiled.get(full) if full is not None else None, grid, args, device)
+
+
+def _bound(entry, grid, args, device):
+    """The Bound of a launch of a compiled entry of ``_compiled`` (None: no entry)."""
     if entry is None:
         return None
     compiled, slots, tail, maps = entry
@@ -385,6 +426,8 @@ class Bound:
         return b
 
     def __call__(self):
+        if launch_record.active() is not None:
+            raise launch_record.Refused("a launch bound elsewhere (its addresses cannot be checked)")
         g = self.grid
         self.fn(g[0], g[1], g[2], _raw_stream(self.index), *self.head, *self.values)
 

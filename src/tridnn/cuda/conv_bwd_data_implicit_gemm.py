@@ -254,7 +254,14 @@ class ImplicitGemmBackwardData(TritonConvAlgorithm):
 
     def replay(self, problem, tensors, workspace, alpha, beta):
         """The Gluon launch record of a call that ran on Hopper (the filter turned again each
-        call, then the kept launch); None for every other path."""
+        call, then the kept launch); a dry run's record (TritonConvAlgorithm.replay) for
+        every other path."""
+        kept = self._gluon_record(problem, tensors, workspace, alpha, beta)
+        if kept is None:
+            return super().replay(problem, tensors, workspace, alpha, beta)
+        return lambda tensors: kept(tensors["w"])
+
+    def _gluon_record(self, problem, tensors, workspace, alpha, beta):
         if "s2d_x" in workspace or "w_pad" in workspace or depthwise.routes_here(problem):
             return None
         dx, w, dy = tensors["x"], tensors["w"], tensors["y"]
@@ -262,5 +269,4 @@ class ImplicitGemmBackwardData(TritonConvAlgorithm):
         cfg = self.tuner.chosen(tma_key(problem, plan)) if plan is not None else None
         if gluon_conv is None or not cfg or not cfg.get("GLUON"):
             return None
-        kept = gluon_conv.backward_data_record(problem, dy, w, dx, alpha, beta, cfg)
-        return None if kept is None else (lambda tensors: kept(tensors["w"]))
+        return gluon_conv.backward_data_record(problem, dy, w, dx, alpha, beta, cfg)

@@ -40,7 +40,8 @@ from ..types import ConvBwdFilterAlgo, MathType
 from . import conv_depthwise_backward as depthwise
 from . import conv_s2d, conv_tma, conv_wgrad_tma
 from ..workspace import Buffer
-from .common import TritonConvAlgorithm, Tuner, cdiv, launch, problem_key, reduction_slices, sm_count, split_rows, wide
+from .common import (TritonConvAlgorithm, Tuner, cdiv, launch, problem_key, reduction_slices, sm_count, split_rows,
+                     wide, zero_fill)
 from .conv_implicit_gemm import FLAT_BELOW, TC_RATE, gemm_estimate
 from .geometry import geometry, input_precision, needs_int64, strides5
 
@@ -454,14 +455,14 @@ class _WgradBase(TritonConvAlgorithm):
         slices = cfg["slices"]
         if depthwise.routes_here(problem):
             if self.atomic:
-                part.zero_()
+                zero_fill(part)
             slices = depthwise.backward_filter_partials(problem, x, dy, part, slices, self.atomic)
             self._finish(problem, part, dw, 1 if self.atomic else slices, alpha, beta)
             return
         per = cdiv(cdiv(geo.out_pixels, slices), cfg["BLOCK_K"]) * cfg["BLOCK_K"]
         slices = cdiv(geo.out_pixels, per)
         if self.atomic:
-            part.zero_()
+            zero_fill(part)
         flat = flat_columns(geo)
         cols = geo.taps * geo.cg if flat else geo.cg
         grid = (cdiv(geo.kg, cfg["BLOCK_M"]) * cdiv(cols, cfg["BLOCK_N"]),
@@ -546,7 +547,17 @@ class _WgradBase(TritonConvAlgorithm):
 
     def replay(self, problem, tensors, workspace, alpha, beta):
         """The Gluon launch record of a call that ran on Hopper (its bound launches, queued
-        again); None for every other path."""
+        again); a dry run's record (TritonConvAlgorithm.replay) for every other path."""
+        launches = self._gluon_record(problem, tensors, workspace, alpha, beta)
+        if launches is None:
+            return super().replay(problem, tensors, workspace, alpha, beta)
+
+        def replay(tensors):
+            for bound_launch in launches:
+                bound_launch()
+        return replay
+
+    def _gluon_record(self, problem, tensors, workspace, alpha, beta):
         if self.atomic or "s2d_x" in workspace or "x_pad" in workspace or depthwise.routes_here(problem):
             return None
         x, dw, dy = tensors["x"], tensors["w"], tensors["y"]
@@ -554,14 +565,7 @@ class _WgradBase(TritonConvAlgorithm):
         cfg = self.tuner.chosen(tma_key(problem, plan)) if plan is not None else None
         if not cfg or not cfg.get("GLUON"):
             return None
-        launches = gluon_record(problem, x, dy, dw, workspace["part"][:DENSE_SLICES], alpha, beta, cfg)
-        if launches is None:
-            return None
-
-        def replay(tensors):
-            for bound_launch in launches:
-                bound_launch()
-        return replay
+        return gluon_record(problem, x, dy, dw, workspace["part"][:DENSE_SLICES], alpha, beta, cfg)
 
 
 # IEEE float32 backward filter (FMA math) runs at ~0.75 of gemm_estimate's FMA rate: ALGO_0's

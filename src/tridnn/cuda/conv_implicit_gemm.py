@@ -417,11 +417,13 @@ class ImplicitGemmForward(TritonConvAlgorithm):
 
     def replay(self, problem, tensors, workspace, alpha, beta):
         """The Gluon launch record of a plain call that ran on Hopper (see gluon_conv's
-        launch records); None for every other path."""
+        launch records); a dry run's record (TritonConvAlgorithm.replay) for every other path."""
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
         plan = conv_tma.forward_plan(problem, x, w, y)
         cfg = self.tuner.chosen(tma_forward_key(problem, plan, None)) if plan is not None else None
-        if gluon_conv is None or not cfg or not cfg.get("GLUON"):
-            return None
-        kept = gluon_conv.forward_record(problem, x, w, y, alpha, beta, cfg)
-        return None if kept is None else (lambda tensors: kept())
+        kept = None
+        if gluon_conv is not None and cfg and cfg.get("GLUON"):
+            kept = gluon_conv.forward_record(problem, x, w, y, alpha, beta, cfg)
+        if kept is None:
+            return super().replay(problem, tensors, workspace, alpha, beta)
+        return lambda tensors: kept()

@@ -15,6 +15,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
+from . import launch_record
 from .conv_tma import _Address as Address  # a descriptor's base without the tensor (shared with conv_tma)
 
 
@@ -101,6 +102,10 @@ def launch(kernel, grid, args, meta, spec):
     order, after every runtime argument) are the last parameters. spec (hashable): what,
     besides meta, the compiled kernel depends on for these args: the caller vouches for it
     (its pointers' dtypes and 16-byte alignments; ints the kernel does not specialize)."""
+    recorder = launch_record.active()
+    if recorder is not None:  # a dry run (launch_record): keep the launch, queue nothing
+        recorder.add(bind(kernel, grid, args, meta, spec), args)
+        return
     base = args[0].base
     on_gpu = not hasattr(base, "device") or base.device.type == "cuda"  # an Address lives on the GPU
     if not (FAST_LAUNCH and on_gpu):
