@@ -369,3 +369,41 @@ def _problem_of(p, dtype=tridnn.DataType.FLOAT, math_type=tridnn.MathType.DEFAUL
     cd = T.conv(p, math=math_type)
     y = tridnn.TensorDescriptor.packed(cd.output_dims(x, w), dtype, tridnn.TensorFormat.NHWC)
     return ConvProblem("fwd", x, w, y, cd)
+
+
+# -- the backward filter's finish pass ---------------------------------------------------------
+def test_wgrad_finish_tiles_spread_small_filters(monkeypatch):
+    """A large filter keeps 1024 entries a program and one slice a step; a small one with many
+    slices (a depthwise K x 9, res2_1x1a's 64 x 64 over 264 slices) gets narrow blocks, at
+    least two programs an SM, and a [SB, BLOCK] tile of slices a step."""
+    from tridnn.cuda import conv_bwd_filter_implicit_gemm as wg
+    monkeypatch.setattr(wg, "sm_count", lambda device: 132)
+    gpu = torch.device("cuda")
+    assert wg.finish_tile(512 * 512 * 9, 64, gpu) == (1024, 1)
+    block, sb = wg.finish_tile(384 * 9, 200, gpu)
+    assert block == 32 and sb == wg.FINISH_TILE // 32
+    block, sb = wg.finish_tile(64 * 64, 264, gpu)
+    assert wg.cdiv(64 * 64, block) >= 2 * 132 or block == 32
+    assert block * sb <= wg.FINISH_TILE and sb > 1
+    assert wg.finish_tile(384 * 9, 3, gpu)[1] == 4, "no more slice rows than the slices need"
+
+
+@pytest.mark.parametrize("slices", [1, 7])
+@pytest.mark.parametrize("mode", [tridnn.ConvMode.CONVOLUTION, tridnn.ConvMode.CROSS_CORRELATION])
+def test_wgrad_finish_sums_every_slice(slices, mode, rng):
+    """wgrad_finish over [slices, K, T, PC] partials (PC > Cg: padded channels), slices not a
+    multiple of its step: alpha * sum + beta * dw, taps reversed in CONVOLUTION mode."""
+    from tridnn.algorithms.problem import ConvProblem
+    from tridnn.cuda import conv_bwd_filter_implicit_gemm as wg
+    xd = tridnn.TensorDescriptor.nchw(2, 5, 6, 6, "float32")
+    wd = tridnn.FilterDescriptor((3, 5, 3, 3), "float32")
+    cd = tridnn.ConvolutionDescriptor(padding=1, mode=mode)
+    problem = ConvProblem("bwd_filter", xd, wd, xd.with_dims(cd.output_dims(xd, wd)), cd)
+    part = torch.from_numpy(rng.standard_normal((slices, 3, 9, 8))).float()
+    dw = torch.from_numpy(rng.standard_normal((3, 5, 3, 3))).float()
+    old = dw.clone()
+    wg.finish(problem, part, dw, slices, 2.0, 0.5, part_channels=8)
+    sums = part.double().sum(0)[..., :5].reshape(3, 3, 3, 5).permute(0, 3, 1, 2)  # [K, C, KH, KW]
+    if mode == tridnn.ConvMode.CONVOLUTION:
+        sums = sums.flip(2, 3)
+    np.testing.assert_allclose(dw.numpy(), (2.0 * sums + 0.5 * old.double()).numpy(), rtol=1e-5, atol=1e-5)

@@ -13,6 +13,7 @@ import triton.language as tl
 
 from ..algorithms.base import Algorithm
 from . import launch_record
+from . import layer_utils  # noqa: F401  (its fixes to Triton's interpreter, for every kernel)
 from .geometry import unsupported_dtype
 from .memo import IdentityMemo
 

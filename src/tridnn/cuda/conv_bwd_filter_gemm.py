@@ -7,7 +7,7 @@ of each group is a plain matmul dw_g = dy_g^T col_g over the output pixels m, wi
 transposed once into the workspace as dyt[g, k, m]. The pixel reduction is cut into slices
 (``batched_gemm.bmm`` launches batched over a group's slices or a slice's groups, each slice
 writing its float32 partial) so the few [Kg, taps x Cg] outputs fill the GPU, and
-ALGO_0/ALGO_1's ``wgrad_finish`` sums the slices in order and blends alpha/beta into dw
+ALGO_0/ALGO_1's ``wgrad_finish`` sums the slices in a fixed order and blends alpha/beta into dw
 (taps reversed for CONVOLUTION mode). Unlike cuDNN's ALGO_3, the result is deterministic.
 The column matrix costs taps x the input in workspace and traffic; in exchange the matmuls
 stream plain rows with no gather or bounds tests.

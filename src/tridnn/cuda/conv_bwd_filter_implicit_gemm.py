@@ -9,7 +9,7 @@ channel-contiguous and transposed, the B tile x gathered at the tap's offset.
 
 Slices are combined in one of two ways:
 - ALGO_1 (deterministic): each slice writes a float32 partial to the workspace and
-  ``wgrad_finish`` sums them in slice order, then blends alpha/beta into dw.
+  ``wgrad_finish`` sums them in a fixed order, then blends alpha/beta into dw.
 - ALGO_0 (non-deterministic): slices ``atomic_add`` into one float32 accumulator in
   the workspace (less memory, order of additions varies), then the same finish.
 With few input channels per group (conv1's C = 3, below 16) one tile per tap would be
@@ -165,9 +165,12 @@ def conv_wgrad_kernel(
 @triton.jit
 def wgrad_finish(part_ptr, dw_ptr, K, T, Cg, PC, SLICES, KD, KH, KW,
                  ws_k, ws_c, ws_d, ws_h, ws_w, alpha, beta,
-                 BLOCK: tl.constexpr, FLIP: tl.constexpr, BETA_ZERO: tl.constexpr):
-    """dw = alpha * (sum of the slices, in order) + beta * dw, at dw's strides. The
-    partials are [SLICES, K, T, PC] with PC >= Cg (PC > Cg: channels padded for TMA)."""
+                 BLOCK: tl.constexpr,  # filter entries a program
+                 SB: tl.constexpr,     # slices summed a step (a [SB, BLOCK] tile)
+                 FLIP: tl.constexpr, BETA_ZERO: tl.constexpr):
+    """dw = alpha * (sum of the slices) + beta * dw, at dw's strides. The partials are
+    [SLICES, K, T, PC] with PC >= Cg (PC > Cg: channels padded for TMA). The sum's order
+    is fixed by (SLICES, SB): deterministic."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     total = K * T * Cg
     mask = offs < total
@@ -175,9 +178,13 @@ def wgrad_finish(part_ptr, dw_ptr, K, T, Cg, PC, SLICES, KD, KH, KW,
     tap = (offs // Cg) % T
     k = offs // (Cg * T)
     src = (k * T + tap) * PC + c
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    for s in range(0, SLICES):
-        acc += tl.load(part_ptr + s * (K * T * PC) + src, mask=mask, other=0.0)
+    rows = tl.arange(0, SB)
+    acc = tl.zeros((SB, BLOCK), dtype=tl.float32)
+    for s0 in range(0, SLICES, SB):
+        s = s0 + rows
+        ok = (s < SLICES)[:, None] & mask[None, :]
+        acc += tl.load(part_ptr + s[:, None] * (K * T * PC) + src[None, :], mask=ok, other=0.0)
+    total_acc = tl.sum(acc, axis=0)
     tw = tap % KW
     th = (tap // KW) % KH
     td = tap // (KW * KH)
@@ -186,7 +193,7 @@ def wgrad_finish(part_ptr, dw_ptr, K, T, Cg, PC, SLICES, KD, KH, KW,
         th = KH - 1 - th
         tw = KW - 1 - tw
     ptrs = dw_ptr + k * ws_k + c * ws_c + td * ws_d + th * ws_h + tw * ws_w
-    v = acc * alpha
+    v = total_acc * alpha
     if not BETA_ZERO:
         v += beta * tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
     tl.store(ptrs, v.to(dw_ptr.dtype.element_ty), mask=mask)
@@ -196,10 +203,30 @@ def finish(problem, part, dw, slices, alpha, beta, part_channels=None) -> None:
     """``wgrad_finish`` over float32 partials [slices, K, taps, part_channels or Cg]."""
     geo = geometry(problem)
     total = geo.k * geo.taps * geo.cg
-    block = 1024 if dw.device.type == "cuda" else 64
+    block, sb = finish_tile(total, slices, dw.device)
     launch(wgrad_finish, (cdiv(total, block),), (
         part, dw, geo.k, geo.taps, geo.cg, part_channels or geo.cg, slices, *geo.ker, *strides5(dw, problem.nd),
-        float(alpha), float(beta)), dict(BLOCK=block, FLIP=problem.mode == 0, BETA_ZERO=beta == 0), {})
+        float(alpha), float(beta)), dict(BLOCK=block, SB=sb, FLIP=problem.mode == 0, BETA_ZERO=beta == 0), {})
+
+
+FINISH_TILE = 2048  # partials a program loads a step (16 a thread at 4 warps)
+
+
+def finish_tile(total: int, slices: int, device) -> tuple:
+    """(BLOCK, SB) for wgrad_finish. A large filter takes 1024 entries a program, one slice a
+    step. A small one with many slices (depthwise: K x 9 entries; res2_1x1a's 64 x 64 over
+    264 slices) had only total / 1024 programs, each summing every slice in turn: ~2-20 us
+    at a few SMs' bandwidth for what the whole GPU reads in ~1 us. There, narrower blocks
+    make at least two programs an SM, and each step sums SB slices at once."""
+    if device.type != "cuda":
+        return 64, min(4, triton.next_power_of_2(max(1, slices)))
+    block = 1024
+    programs = 2 * sm_count(device)
+    while block > 32 and cdiv(total, block) < programs:
+        block //= 2
+    if block == 1024:
+        return block, 1
+    return block, min(FINISH_TILE // block, triton.next_power_of_2(max(1, slices)))
 
 
 def _cfg(bm, bn, bk, warps, stages):
