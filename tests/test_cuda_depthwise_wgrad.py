@@ -267,3 +267,18 @@ def test_resident_programs(monkeypatch):
         assert W.resident((x, x), dict(S=1, R=regs), warps, CPU) == want, (regs, warps)
     kernel.regs = None
     assert W.resident((x, x), dict(S=2), 2, CPU) is None
+
+
+@pytest.mark.parametrize("c, hw, stride", [(32, 112, 1), (384, 14, 1), (960, 7, 1), (576, 14, 2)])
+def test_get_ranks_the_deterministic_filter_gradient_first(c, hw, stride):
+    """MobileNetV2's depthwise filter gradients, bf16 NHWC batch 64, on an H100 (2026-12-06,
+    bench_gpu_conv --algos all): ALGO_1 (per-slot partials, then the finish) beat ALGO_0
+    (atomic adds) on all ten layers, 1.04-1.6x; get, which runs nothing, ranks ALGO_1 first."""
+    h = tridnn.Handle(device="cpu", backend="triton", find_cache=None)
+    xd = tridnn.TensorDescriptor.nhwc(64, c, hw * stride, hw * stride, "bfloat16")
+    wd = tridnn.FilterDescriptor((c, 1, 3, 3), "bfloat16", tridnn.TensorFormat.NHWC)
+    cd = tridnn.ConvolutionDescriptor(padding=1, stride=stride, groups=c)
+    yd = xd.with_dims(cd.output_dims(xd, wd))
+    names = [r.algo.name for r in tridnn.get_convolution_backward_filter_algorithm(h, xd, yd, cd, wd)]
+    assert names.index("ALGO_1") < names.index("ALGO_0"), names
+    assert names[0] == "ALGO_1", names

@@ -451,7 +451,8 @@ class _WgradBase(TritonConvAlgorithm):
             return conv_s2d.estimate(problem, self.estimate(conv_s2d.inner_problem(problem)))
         if depthwise.routes_here(problem):
             moved = (problem.x.size + problem.y.size) * problem.dtype.itemsize
-            return max(moved / 2.5e12, problem.flops / 30e12) + 6e-6
+            time = max(moved / 2.5e12, problem.flops / 30e12) + 6e-6
+            return time * (DEPTHWISE_ATOMIC_COST if self.atomic else 1.0)
         if not self.atomic and problem.dtype.itemsize == 2 and conv_wgrad_tma.rows_applicable(problem):
             # conv_wgrad_tma's rows kernel (window rows as 64-byte runs, one GEMM over all
             # pixels): conv1 bf16 batch 64 measured 272.5 us on the H200 (2026-11-30 11:40 UTC,
@@ -595,6 +596,11 @@ class _WgradBase(TritonConvAlgorithm):
         return gluon_record(problem, x, dy, dw, workspace["part"][:DENSE_SLICES], alpha, beta, cfg)
 
 
+# ALGO_0's depthwise filter gradient against ALGO_1's: every program of a channel block adds
+# into the same K x 9 accumulator, and that cost more than ALGO_1's per-slot partials and
+# their (narrow-block) finish on all ten MobileNetV2 layers, 1.04-1.6x (bf16, batch 64, H100,
+# 2026-12-06, bench_gpu_conv --algos all: dw960_7 20.4 against 13.6 us, dw32_112 87.3 / 54.6)
+DEPTHWISE_ATOMIC_COST = 1.3
 # IEEE float32 backward filter (FMA math) runs at ~0.75 of gemm_estimate's FMA rate: ALGO_0's
 # pointer kernel measured 486-650 us on res2-4_3x3 at batch 64 (H100, session 15), 23-30
 # TFLOP/s; ALGO_3's matmuls res4_3x3 830 us against 636 estimated
