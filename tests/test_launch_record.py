@@ -261,3 +261,27 @@ def test_gpu_replays_follow_new_data(direction, case, rng):
         assert GPU_RECORDED[(case, direction, "ALGO_0")] is True, GPU_RECORDED[(case, direction, "ALGO_0")]
     print("\n".join(f"{key}: {'replays' if v is True else v}" for key, v in GPU_RECORDED.items()
                     if key[:2] == (case, direction)))
+
+
+def test_bound_launches_call_the_raw_launch_where_the_launcher_only_passes_arguments_on():
+    """A kernel without scratch buffers or descriptor arguments: a Bound calls the launcher's
+    C launch itself (Triton 3.6's CudaLauncher.__call__ would only add the two empty scratch
+    arguments); any other launcher keeps its __call__."""
+    def launch(*args):
+        return args
+
+    def inner(*args):
+        return args
+
+    class Launcher:
+        launch_cooperative_grid, launch_pdl, global_scratch_size, profile_scratch_size = 0, 0, 0, 0
+
+    plain = Launcher()
+    plain.launch = launch
+    assert common._raw_launch(plain) is launch
+    wrapped = Launcher()
+    wrapped.launch = inner  # descriptor arguments: Triton's wrapper expands them
+    scratch = Launcher()
+    scratch.launch, scratch.global_scratch_size = launch, 128
+    assert common._raw_launch(wrapped) is None and common._raw_launch(scratch) is None
+    assert common._raw_launch(object()) is None
