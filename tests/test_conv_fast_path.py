@@ -144,3 +144,37 @@ def test_triton_repeated_calls_with_new_tensors(rng):
     with pytest.raises(BadParamError, match="torch tensor"):
         call(x=[1, 2])
     assert bool((y == 7.0).all()), "y was modified before an error"
+
+
+def test_triton_quick_check_learns_strides_of_unit_dimensions(rng):
+    """A [K, 1, 3, 3] channels-last filter: torch's strides (9, 9, 3, 1) differ from the
+    descriptor's (9, 1, 3, 1) only on the size-1 dimension, which the general check accepts;
+    after one such call the quick check accepts them too (no general check), while a filter
+    whose other strides differ is still rejected with the general check's error."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    h = tridnn.Handle(device="cpu", backend="triton", find_cache=None)
+    x_desc = tridnn.TensorDescriptor.nhwc(1, 4, 5, 5)
+    w_desc = tridnn.FilterDescriptor((4, 1, 3, 3), "float32", tridnn.TensorFormat.NHWC)
+    conv = tridnn.ConvolutionDescriptor(padding=1, groups=4)
+    y_desc = x_desc.with_dims(conv.output_dims(x_desc, w_desc))
+    cl = torch.channels_last
+    x = torch.from_numpy(testing.fill(x_desc.dims, "float32", rng)).contiguous(memory_format=cl)
+    w = torch.from_numpy(testing.fill(w_desc.dims, "float32", rng)).contiguous(memory_format=cl)
+    y = torch.zeros(y_desc.dims).contiguous(memory_format=cl)
+    assert w.stride() != tuple(w_desc.as_tensor().strides)
+    general = []
+    real_view = h.backend.view
+    h.backend.view = lambda *a, **k: general.append(a[2]) or real_view(*a, **k)
+    try:
+        for _ in range(3):
+            tridnn.convolution_forward(h, 1.0, x_desc, x, w_desc, w, conv, "DIRECT", None, 0.0, y_desc, y)
+        # the full first call checks all three; the first repeat checks w in general, once
+        assert general == ["x", "w", "y", "w"], general
+        with pytest.raises(BadParamError, match="does not match its descriptor"):
+            tridnn.convolution_forward(h, 1.0, x_desc, x, w_desc, w.permute(0, 1, 3, 2), conv, "DIRECT", None, 0.0,
+                                       y_desc, y)
+    finally:
+        del h.backend.view
+    want = reference.conv_forward(x.numpy(), w.numpy(), 1, 1, groups=4)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-5)

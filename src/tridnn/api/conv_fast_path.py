@@ -141,23 +141,22 @@ def call(handle, entry: Entry, alpha, beta, arrays: dict, workspace) -> None:
     problem, algorithm = entry.problem, entry.algorithm
     backend = handle.backend
     views = _checked_views(backend, entry, arrays)
-    ws_bytes = None
+    ws_address = 0
     if entry.need or workspace is not None:
-        ws_bytes = backend.workspace_bytes(workspace)
-        if ws_bytes.nbytes < entry.need:
+        ws_nbytes, ws_address = backend.workspace_extent(workspace)
+        if ws_nbytes < entry.need:
             _convolution()._check_workspace(handle, problem, algorithm, workspace)  # raises, naming the sizes
     if not entry.direct:
         _convolution().execute(handle, problem, algorithm, views, workspace, alpha, beta)
         return
     replays = entry.replays
     if replays is not None:
-        addresses = (views["x"].data_ptr(), views["w"].data_ptr(), views["y"].data_ptr(),
-                     ws_bytes.data_ptr() if ws_bytes is not None else 0, alpha, beta)
+        addresses = (views["x"].data_ptr(), views["w"].data_ptr(), views["y"].data_ptr(), ws_address, alpha, beta)
         replay = replays.get(addresses)
         if replay is not None and replay is not _SEEN and replay is not _NEVER:
             replay(views)
             return
-    buffers = backend.carve(ws_bytes, entry.buffers) if entry.buffers else {}
+    buffers = backend.carve(backend.workspace_bytes(workspace), entry.buffers) if entry.buffers else {}
     algorithm.run(problem, views, buffers, alpha, beta)
     if replays is not None and replay is not _NEVER:
         if replay is None and len(replays) >= MAX_REPLAYS:
@@ -183,7 +182,11 @@ def _checked_views(backend, entry: Entry, arrays: dict) -> dict:
     for i, (key, desc, name, writable) in enumerate(entry.operands):
         array = arrays[key]
         view = quick(array, metas[i]) if quick is not None else None
-        views[key] = view if view is not None else backend.view(array, desc, name, writable)
+        if view is None:
+            view = backend.view(array, desc, name, writable)
+            if metas is not None:
+                backend.learn_view(metas[i], array, view)
+        views[key] = view
     out = views[entry.out]
     shares = getattr(backend, "shares_memory", None)
     for i, (key, desc, name, writable) in enumerate(entry.operands):

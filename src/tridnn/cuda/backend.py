@@ -139,20 +139,30 @@ class TritonBackend:
         return as_view(array, desc, name, self.device, writable)
 
     def view_meta(self, desc):
-        """What ``quick_view`` checks for ``desc``: (dtype, dims, strides, byte extent)."""
+        """What ``quick_view`` checks for ``desc``: (dtype, dims, the accepted stride tuples,
+        byte extent). The strides start as the descriptor's; ``learn_view`` adds others."""
         extent = 0
         if desc.size:
             extent = 1 + sum((d - 1) * s for d, s in zip(desc.dims, desc.strides))
         dtype = TORCH_DTYPE[desc.dtype]
-        return dtype, torch.Size(desc.dims), tuple(desc.strides), extent * dtype.itemsize
+        return dtype, torch.Size(desc.dims), {tuple(desc.strides)}, extent * dtype.itemsize
 
     def quick_view(self, array, meta):
         """``array`` when it is a torch tensor on this device matching ``meta`` exactly
-        (dtype, shape, strides); None to take the general check (``view``)."""
+        (dtype, shape, one of its stride tuples); None to take the general check (``view``)."""
         if (type(array) is torch.Tensor and array.dtype is meta[0] and array.shape == meta[1]
-                and array.stride() == meta[2] and array.device == self.device):
+                and array.stride() in meta[2] and array.device == self.device):
             return array
         return None
+
+    def learn_view(self, meta, array, view) -> None:
+        """After ``view`` accepted a torch tensor as it is (``view is array``), accept its
+        strides in ``quick_view`` too: they differ from the descriptor's only where a
+        dimension is 1 (a [K, 1, 3, 3] channels-last filter), where any stride means the
+        same memory. At most 8 stride tuples a descriptor."""
+        if (view is array and type(array) is torch.Tensor and array.dtype is meta[0] and array.shape == meta[1]
+                and array.device == self.device and len(meta[2]) < 8):
+            meta[2].add(array.stride())
 
     def overlaps(self, a, meta_a, b, meta_b) -> bool:
         """shares_memory for two views whose byte extents are precomputed (view_meta)."""
@@ -188,6 +198,14 @@ class TritonBackend:
         return a0 < b1 and b0 < a1
 
     # -- workspace ----------------------------------------------------------------
+    def workspace_extent(self, ws) -> tuple:
+        """(bytes, address) of a workspace, with ``workspace_bytes``' checks, without making
+        its byte view in the common case (a contiguous torch tensor on this device)."""
+        if type(ws) is torch.Tensor and ws.device == self.device and ws.is_contiguous():
+            return ws.numel() * ws.element_size(), ws.data_ptr()
+        ws_bytes = self.workspace_bytes(ws)
+        return ws_bytes.numel(), ws_bytes.data_ptr()
+
     def workspace_bytes(self, ws) -> torch.Tensor:
         if ws is None:
             return torch.empty(0, dtype=torch.uint8, device=self.device)
