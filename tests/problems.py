@@ -30,3 +30,17 @@ def suite_problems(names=("resnet50", "mobilenetv2_dw", "dilated", "conv1d", "co
 
 
 REGRESSION = list(shapes.REGRESSION)
+
+
+def call_api(h, direction, descs, algo, x, w, y, ws, alpha, beta):
+    """One convolution through the public API: descs = (x, w, conv, y) descriptors; the
+    output is y (forward), x (backward data) or w (backward filter)."""
+    import tridnn
+    xd, wd, cd, yd = descs
+    if direction == "fwd":
+        tridnn.convolution_forward(h, alpha, xd, x, wd, w, cd, algo, ws, beta, yd, y)
+    elif direction == "bwd_data":
+        tridnn.convolution_backward_data(h, alpha, wd, w, yd, y, cd, algo, ws, beta, xd, x)
+    else:
+        tridnn.convolution_backward_filter(h, alpha, xd, x, yd, y, cd, algo, ws, beta, wd, w)
+

@@ -22,6 +22,7 @@ from tridnn.cuda import conv_bwd_filter_implicit_gemm as bwf  # noqa: E402
 from tridnn.cuda import conv_implicit_gemm as fwd  # noqa: E402
 
 from gluon_helpers import need_hopper  # noqa: E402
+from problems import call_api  # noqa: E402
 
 ALGO_NAME = {"fwd": "IMPLICIT_GEMM", "bwd_data": "ALGO_1", "bwd_filter": "ALGO_1"}
 ALGO = {d: registry.by_enum("conv", d, "triton", tridnn.ConvFwdAlgo[a] if d == "fwd" else
@@ -41,14 +42,7 @@ def _layer(c, hw, n, device):
 
 
 def _call(h, direction, descs, x, w, y, alpha, beta, ws=None):
-    xd, wd, cd, yd = descs
-    algo = ALGO_NAME[direction]
-    if direction == "fwd":
-        tridnn.convolution_forward(h, alpha, xd, x, wd, w, cd, algo, ws, beta, yd, y)
-    elif direction == "bwd_data":
-        tridnn.convolution_backward_data(h, alpha, wd, w, yd, y, cd, algo, ws, beta, xd, x)
-    else:
-        tridnn.convolution_backward_filter(h, alpha, xd, x, yd, y, cd, algo, ws, beta, wd, w)
+    call_api(h, direction, descs, ALGO_NAME[direction], x, w, y, ws, alpha, beta)
 
 
 def _count_runs(monkeypatch, direction) -> list:

@@ -17,6 +17,8 @@ from tridnn.algorithms import registry  # noqa: E402
 from tridnn.api import conv_fast_path  # noqa: E402
 from tridnn.cuda import common, launch_record  # noqa: E402
 
+from problems import call_api as _call  # noqa: E402
+
 # the algorithms whose every path here is launches only (FFT and ALGO_3 fill and copy
 # through torch, so they are refused; IMPLICIT_PRECOMP_GEMM pads few channels with torch)
 MUST_RECORD = {"fwd": {"IMPLICIT_GEMM", "DIRECT", "GEMM", "WINOGRAD", "WINOGRAD_NONFUSED"},
@@ -39,16 +41,6 @@ def _layer(groups, layout):
     wd = tridnn.FilterDescriptor((k, c // groups, 3, 3), "float32", fmt)
     cd = tridnn.ConvolutionDescriptor(padding=1, groups=groups)
     return xd, wd, cd, xd.with_dims(cd.output_dims(xd, wd))
-
-
-def _call(h, direction, descs, algo, x, w, y, ws, alpha, beta):
-    xd, wd, cd, yd = descs
-    if direction == "fwd":
-        tridnn.convolution_forward(h, alpha, xd, x, wd, w, cd, algo, ws, beta, yd, y)
-    elif direction == "bwd_data":
-        tridnn.convolution_backward_data(h, alpha, wd, w, yd, y, cd, algo, ws, beta, xd, x)
-    else:
-        tridnn.convolution_backward_filter(h, alpha, xd, x, yd, y, cd, algo, ws, beta, wd, w)
 
 
 def _workspace(h, direction, descs, algo):
