@@ -157,6 +157,8 @@ def test_refusals():
     assert views is None and launch_record.last_refusal == "no launch", "views are allowed"
     bound = common.Bound()
     assert launch_record.record(bound, [a]) is None and "bound elsewhere" in launch_record.last_refusal
+    assert launch_record.record(lambda: 1 / 0, [a]) is None, "the call already ran: no error from its record"
+    assert "ZeroDivisionError" in launch_record.last_refusal
     assert launch_record.active() is None, "the recorder is gone after a dry run"
 
 

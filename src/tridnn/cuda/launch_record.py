@@ -108,6 +108,9 @@ def record(run, owned):
     except Refused as exc:
         last_refusal = str(exc)
         return None
+    except Exception as exc:  # the call itself already ran: a failed record only costs speed
+        last_refusal = f"the dry run raised {type(exc).__name__}: {exc}"
+        return None
     finally:
         _local.recorder = None
     if not recorder.launches:
