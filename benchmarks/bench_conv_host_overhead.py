@@ -12,6 +12,8 @@ host work is timed:
          ALGO_0) repeated with the same descriptors, every kernel launch stubbed
   dw     the same for a depthwise layer (dw384_14): DIRECT forward, ALGO_1 backward data,
          ALGO_1 and ALGO_0 backward filter
+         (fast, bwd and dw: from the third call on, the fast path replays the dry run's
+         launch record, as on a GPU; the stubbed launches record no-ops)
   gluon  gluon_conv.launch_forward / launch_backward_data alone (dgrad s2: the fused
          phases): preparing every call, or answered by its launch record
   api gluon fwd / dgrad  convolution_forward / _backward_data down the Hopper path (the
@@ -66,12 +68,18 @@ def bf16_layer(hw=56, stride=1):
 
 def stub_every_launch():
     """Every tridnn.cuda module's ``launch`` (common.launch, imported by name) a no-op:
-    host work only, whichever kernels a path launches."""
+    host work only, whichever kernels a path launches. In a dry run (launch_record) the
+    stub keeps a no-op launch, so repeated calls replay as they would on a GPU."""
     import importlib
     import pkgutil
 
     import tridnn.cuda as cuda
-    from tridnn.cuda import common
+    from tridnn.cuda import common, launch_record
+
+    def stub(*args, **kwargs):
+        recorder = launch_record.active()
+        if recorder is not None:
+            recorder.add(lambda: None, ())
     real = common.launch
     for info in pkgutil.iter_modules(cuda.__path__):
         try:
@@ -79,8 +87,8 @@ def stub_every_launch():
         except ImportError:  # (a Triton without Gluon)
             continue
         if getattr(module, "launch", None) is real:
-            module.launch = lambda *args, **kwargs: None
-    common.launch = lambda *args, **kwargs: None
+            module.launch = stub
+    common.launch = stub
 
 
 def triton_case():
