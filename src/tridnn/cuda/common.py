@@ -67,8 +67,9 @@ def zero_fill(t) -> None:
     which a launch record cannot repeat: ALGO_0's atomic partials start from zero every call)."""
     if not t.is_contiguous():
         raise ValueError("zero_fill: the buffer must be contiguous")
-    block = 1024 if t.is_cuda else 64
     n = t.numel()
+    # (the interpreter runs programs one at a time: few wide ones, ~1 ms each)
+    block = 1024 if t.is_cuda else min(triton.next_power_of_2(max(n, 1)), 1 << 16)
     if n:
         launch(_zero_kernel, (cdiv(n, block),), (t, n), dict(BLOCK=block), {})
 
