@@ -38,7 +38,7 @@ import triton.language as tl
 
 from ..types import ConvBwdFilterAlgo, MathType
 from . import conv_depthwise_backward as depthwise
-from . import conv_s2d, conv_tma, conv_wgrad_tma
+from . import conv_s2d, conv_tma, conv_wgrad_tma, launch_record
 from ..workspace import Buffer
 from .common import (TritonConvAlgorithm, Tuner, cdiv, launch, problem_key, reduction_slices, sm_count, split_rows,
                      wide, zero_fill)
@@ -579,11 +579,7 @@ class _WgradBase(TritonConvAlgorithm):
         launches = self._gluon_record(problem, tensors, workspace, alpha, beta)
         if launches is None:
             return super().replay(problem, tensors, workspace, alpha, beta)
-
-        def replay(tensors):
-            for bound_launch in launches:
-                bound_launch()
-        return replay
+        return launch_record.Replay(launches, ())
 
     def _gluon_record(self, problem, tensors, workspace, alpha, beta):
         if self.atomic or "s2d_x" in workspace or "x_pad" in workspace or depthwise.routes_here(problem):

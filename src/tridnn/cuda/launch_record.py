@@ -36,23 +36,18 @@ def active():
     return getattr(_local, "recorder", None)
 
 
-def _extent(t) -> tuple:
-    """[first, last] byte addresses a tensor view can touch (non-negative strides)."""
-    start = t.data_ptr()
-    span = sum((n - 1) * s for n, s in zip(t.shape, t.stride()) if n > 0) if t.numel() else 0
-    return start, start + (span + 1) * t.element_size() - 1
-
-
 class Recorder:
     """The launches of one dry run and the tensors they need kept alive."""
 
     def __init__(self, owned):
-        self.owned = [_extent(t) for t in owned if t is not None and t.numel() > 0]
+        from .backend import TritonBackend
+        # the byte ranges [first, one past the last) the caller's views can touch
+        self.owned = [TritonBackend.span(t) for t in owned if t is not None]
         self.launches = []
         self.keep = []
 
     def _is_owned(self, address) -> bool:
-        return any(lo <= address <= hi for lo, hi in self.owned)
+        return any(lo <= address < hi for lo, hi in self.owned)
 
     def add(self, bound, args) -> None:
         """Keep bound (a callable that queues the launch again; None: it cannot be bound),
