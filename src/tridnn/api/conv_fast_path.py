@@ -141,22 +141,28 @@ def call(handle, entry: Entry, alpha, beta, arrays: dict, workspace) -> None:
     problem, algorithm = entry.problem, entry.algorithm
     backend = handle.backend
     views = _checked_views(backend, entry, arrays)
-    ws_address = 0
+    replays = entry.replays
+    ws_bytes, ws_address = None, 0
     if entry.need or workspace is not None:
-        ws_nbytes, ws_address = backend.workspace_extent(workspace)
+        if replays is not None:  # (a replay needs only its size and address, not its byte view)
+            ws_nbytes, ws_address = backend.workspace_extent(workspace)
+        else:
+            ws_bytes = backend.workspace_bytes(workspace)
+            ws_nbytes = ws_bytes.nbytes
         if ws_nbytes < entry.need:
             _convolution()._check_workspace(handle, problem, algorithm, workspace)  # raises, naming the sizes
     if not entry.direct:
         _convolution().execute(handle, problem, algorithm, views, workspace, alpha, beta)
         return
-    replays = entry.replays
     if replays is not None:
         addresses = (views["x"].data_ptr(), views["w"].data_ptr(), views["y"].data_ptr(), ws_address, alpha, beta)
         replay = replays.get(addresses)
         if replay is not None and replay is not _SEEN and replay is not _NEVER:
             replay(views)
             return
-    buffers = backend.carve(backend.workspace_bytes(workspace), entry.buffers) if entry.buffers else {}
+    if entry.buffers and ws_bytes is None:
+        ws_bytes = backend.workspace_bytes(workspace)
+    buffers = backend.carve(ws_bytes, entry.buffers) if entry.buffers else {}
     algorithm.run(problem, views, buffers, alpha, beta)
     if replays is not None and replay is not _NEVER:
         if replay is None and len(replays) >= MAX_REPLAYS:

@@ -73,11 +73,6 @@ class NumpyBackend:
     def workspace_bytes(self, ws):
         return workspace.workspace_bytes(ws)
 
-    def workspace_extent(self, ws) -> tuple:
-        """(bytes, address) of a workspace, with ``workspace_bytes``' checks."""
-        ws_bytes = workspace.workspace_bytes(ws)
-        return ws_bytes.nbytes, ws_bytes.ctypes.data
-
     def allocate_workspace(self, nbytes: int):
         return allocate(nbytes, np.uint8, "a workspace")
 
