@@ -178,3 +178,36 @@ def test_triton_quick_check_learns_strides_of_unit_dimensions(rng):
         del h.backend.view
     want = reference.conv_forward(x.numpy(), w.numpy(), 1, 1, groups=4)
     np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_triton_repeated_calls_check_the_workspace(rng):
+    """The Triton fast path reads the workspace's size and address without its byte view
+    (workspace_extent): a too-small, non-contiguous or non-tensor workspace on a repeat still
+    raises the full path's error, before anything is written."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    h = tridnn.Handle(device="cpu", backend="triton", find_cache=None)
+    x_desc = tridnn.TensorDescriptor.nchw(2, 4, 5, 5)
+    w_desc = tridnn.FilterDescriptor((6, 4, 3, 3), "float32")
+    conv = tridnn.ConvolutionDescriptor(padding=1)
+    y_desc = x_desc.with_dims(conv.output_dims(x_desc, w_desc))
+    x = torch.from_numpy(testing.fill(x_desc.dims, "float32", rng))
+    dy = torch.from_numpy(testing.fill(y_desc.dims, "float32", rng))
+    dw = torch.zeros(w_desc.dims)
+    need = tridnn.get_convolution_backward_filter_workspace_size(h, x_desc, y_desc, conv, w_desc, "ALGO_0")
+    assert need > 0
+    ws = torch.zeros(need, dtype=torch.uint8)
+    call = lambda workspace: tridnn.convolution_backward_filter(h, 1.0, x_desc, x, y_desc, dy, conv, "ALGO_0",
+                                                                workspace, 0.0, w_desc, dw)
+    for _ in range(3):  # the full path, then two repeats (the second asks for a replay)
+        call(ws)
+    want = reference.conv_backward_filter(x.numpy(), dy.numpy(), w_desc.dims, 1, 1)
+    np.testing.assert_allclose(dw.numpy(), want, rtol=1e-4, atol=1e-4)
+    dw.fill_(7.0)
+    with pytest.raises(BadParamError, match="workspace of"):
+        call(ws[:need - 1])
+    with pytest.raises(BadParamError, match="contiguous"):
+        call(torch.zeros(2 * need, dtype=torch.uint8)[::2])
+    with pytest.raises(BadParamError, match="workspace"):
+        call([0] * need)
+    assert bool((dw == 7.0).all()), "dw was modified before an error"
