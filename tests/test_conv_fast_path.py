@@ -211,3 +211,77 @@ def test_triton_repeated_calls_check_the_workspace(rng):
     with pytest.raises(BadParamError, match="workspace"):
         call([0] * need)
     assert bool((dw == 7.0).all()), "dw was modified before an error"
+
+
+def test_triton_quick_check_answers_only_exact_matches():
+    """TritonBackend.quick_check: the addresses of three tensors exactly as validated, and
+    None (the general checks run) for any difference or an output overlapping an input."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    h = tridnn.Handle(device="cpu", backend="triton", find_cache=None)
+    x_desc, w_desc, conv, y_desc = _setup()
+    metas = tuple(h.backend.view_meta(d) for d in (x_desc, w_desc.as_tensor(), y_desc))
+    check = h.backend.quick_check(metas, 2)
+    x, w, y = torch.zeros(x_desc.dims), torch.zeros(w_desc.dims), torch.zeros(y_desc.dims)
+    assert check(x, w, y) == (x.data_ptr(), w.data_ptr(), y.data_ptr())
+    different = {"dtype": x.double(), "shape": torch.zeros(2, 3, 6, 6)[..., :5].contiguous()[:, :, :5],
+                 "strides": torch.zeros(x_desc.dims).contiguous(memory_format=torch.channels_last),
+                 "device": torch.zeros(x_desc.dims, device="meta"), "type": x.numpy()}
+    for what, other in different.items():
+        assert check(other, w, y) is None, what
+        assert check(x, w, other if what != "shape" else torch.zeros(2, 4, 6, 6)) is None, what
+    shared = torch.zeros(1000)
+    xs, ys = shared[:x.numel()].view(x_desc.dims), shared[x.numel() - 1:x.numel() - 1 + y.numel()].view(y_desc.dims)
+    assert check(xs, w, ys) is None, "an output overlapping x by one element"
+    ys = shared[x.numel():x.numel() + y.numel()].view(y_desc.dims)
+    assert check(xs, w, ys) == (xs.data_ptr(), w.data_ptr(), ys.data_ptr()), "adjacent, not overlapping"
+    # the output's index decides which overlaps count: as backward data (x written), w and y are inputs
+    check_dx = h.backend.quick_check(metas, 0)
+    assert check_dx(xs, w, ys) == (xs.data_ptr(), w.data_ptr(), ys.data_ptr())
+    ys = shared[x.numel() - 1:x.numel() - 1 + y.numel()].view(y_desc.dims)
+    assert check_dx(xs, w, ys) is None
+
+
+@pytest.mark.parametrize("backend", ["numpy", "triton"])
+def test_repeated_calls_take_every_kind_of_real_scalar(backend, rng):
+    """alpha/beta on a repeat: ints, numpy scalars and floats run; inf, nan, strings and
+    ints past float's range raise the full path's errors, before y is written."""
+    if backend == "triton":
+        torch = pytest.importorskip("torch")
+        pytest.importorskip("triton")
+    h = tridnn.Handle(device="cpu", backend=backend, find_cache=None)
+    x_desc, w_desc, conv, y_desc = _setup()
+    x, w, _ = _arrays(x_desc, w_desc, y_desc, rng)
+    prior = testing.fill(y_desc.dims, "float32", rng)
+    want = reference.conv_forward(x, w, 1, 1)
+    ws = h.workspace(tridnn.get_convolution_forward_workspace_size(h, x_desc, w_desc, conv, y_desc, "IMPLICIT_GEMM"))
+    if backend == "triton":
+        x, w = torch.from_numpy(x), torch.from_numpy(w)
+    for i, (alpha, beta) in enumerate([(1.0, 0.0), (2, 1), (np.float32(0.5), np.float64(0.25)), (1.5, -1.0)]):
+        y = np.array(prior) if backend == "numpy" else torch.from_numpy(np.array(prior))
+        tridnn.convolution_forward(h, alpha, x_desc, x, w_desc, w, conv, "IMPLICIT_GEMM", ws, beta, y_desc, y)
+        got = y if backend == "numpy" else y.numpy()
+        testing.check_result(got, want, "float32", True, float(alpha), float(beta), prior, name=f"call {i}")
+    y.fill(7.0) if backend == "numpy" else y.fill_(7.0)
+    for bad, match in [(float("inf"), "finite"), (float("nan"), "finite"), ("1", "string"), (10 ** 400, "finite"),
+                       (None, "real number")]:
+        for name in ("alpha", "beta"):
+            args = {"alpha": 1.0, "beta": 0.0, name: bad}
+            with pytest.raises(BadParamError, match=f"{name} must be .*{match}"):
+                tridnn.convolution_forward(h, args["alpha"], x_desc, x, w_desc, w, conv, "IMPLICIT_GEMM", ws,
+                                           args["beta"], y_desc, y)
+    got = y if backend == "numpy" else y.numpy()
+    assert np.all(got == 7.0), "y was written before a scalar error"
+
+
+def test_destroy_drops_the_handles_validated_calls(rng):
+    h = tridnn.Handle(find_cache=None)
+    x_desc, w_desc, conv, y_desc = _setup()
+    x, w, y = _arrays(x_desc, w_desc, y_desc, rng)
+    ws = np.empty(tridnn.get_convolution_forward_workspace_size(h, x_desc, w_desc, conv, y_desc, "GEMM"), np.uint8)
+    tridnn.convolution_forward(h, 1.0, x_desc, x, w_desc, w, conv, "GEMM", ws, 0.0, y_desc, y)
+    assert conv_fast_path.lookup(h, "fwd", x_desc, w_desc, conv, y_desc, "GEMM") is not None
+    h.destroy()
+    assert h.conv_calls is None
+    with pytest.raises(NotInitializedError):
+        tridnn.convolution_forward(h, 1.0, x_desc, x, w_desc, w, conv, "GEMM", ws, 0.0, y_desc, y)

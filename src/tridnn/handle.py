@@ -54,12 +54,14 @@ class Handle:
         self.find_cache = FindCache(None if path in (None, False) else path)
         self._arenas = threading.local()  # each thread's own workspace arena
         self._owner = threading.get_ident()
+        self.conv_calls = None  # validated convolution calls (api/conv_fast_path.py)
         self._alive = True
 
     # -- lifetime -----------------------------------------------------------------
     def destroy(self) -> None:
         """cudnnDestroy: frees the arena; using the handle afterwards raises NotInitializedError."""
         self._arenas = threading.local()  # drops every thread's arena
+        self.conv_calls = None
         self._alive = False
 
     def check(self) -> "Handle":

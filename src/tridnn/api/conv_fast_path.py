@@ -28,7 +28,6 @@ the cache and takes the full path.
 from __future__ import annotations
 
 import threading
-import weakref
 
 import numpy as np
 
@@ -41,7 +40,6 @@ MAX_REPLAYS = 16  # address sets per entry; dropped when full (a training loop r
 _SEEN = object()  # an address set called once: the next call asks for a replay
 _NEVER = object()  # an address set the algorithm has no replay for
 
-_tables: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
@@ -51,7 +49,7 @@ class Entry:
     need (workspace need, buffers, the operands' checks) is built on the first repeat,
     so a caller that never repeats pays only for the table insert."""
     __slots__ = ("descs", "problem", "algorithm", "ready", "need", "buffers", "direct", "operands", "out",
-                 "out_index", "metas", "replays")
+                 "out_index", "metas", "quick", "replays")
 
     def __init__(self, descs, problem, algorithm):
         self.descs = descs
@@ -59,7 +57,7 @@ class Entry:
         self.algorithm = algorithm
         self.ready = False
 
-    def prepare(self) -> "Entry":
+    def prepare(self, backend) -> "Entry":
         from .convolution import _ARG_NAMES
         problem, algorithm = self.problem, self.algorithm
         self.buffers = algorithm.buffers(problem)
@@ -74,7 +72,12 @@ class Entry:
         self.operands = tuple((k, problem.w.as_tensor() if k == "w" else getattr(problem, k), names[k],
                                k == self.out) for k in ("x", "w", "y"))
         self.out_index = ("x", "w", "y").index(self.out)
-        self.metas = {}  # per backend: its precomputed form of each operand's check (view_meta)
+        # the backend's precomputed form of each operand's check (view_meta), and its one
+        # call checking all three operands and the output's overlaps (quick_check)
+        self.metas = self.quick = None
+        if getattr(backend, "quick_check", None) is not None:
+            self.metas = tuple(backend.view_meta(desc) for _, desc, _, _ in self.operands)
+            self.quick = backend.quick_check(self.metas, self.out_index)
         # (x, w, y, workspace addresses, alpha, beta) -> _SEEN, algorithm.replay's answer or _NEVER
         self.replays = {} if self.direct and type(algorithm).replay is not Algorithm.replay else None
         self.ready = True
@@ -86,14 +89,12 @@ def _key(handle, direction, x_desc, w_desc, conv_desc, y_desc, algo):
 
 
 def lookup(handle, direction, x_desc, w_desc, conv_desc, y_desc, algo) -> Entry | None:
-    try:
-        table = _tables.get(handle)
-    except TypeError:  # not weak-referenceable: not a Handle (the full path says so)
-        return None
-    if table is None:
+    table = getattr(handle, "conv_calls", None)  # (a Handle's; anything else takes the full path)
+    if type(table) is not dict:
         return None
     try:
-        entry = table.get(_key(handle, direction, x_desc, w_desc, conv_desc, y_desc, algo))
+        entry = table.get((direction, id(x_desc), id(w_desc), id(conv_desc), id(y_desc), algo,
+                           handle.deterministic))
     except TypeError:  # an unhashable algo argument: the full path names the error
         return None
     if entry is None:
@@ -105,7 +106,8 @@ def lookup(handle, direction, x_desc, w_desc, conv_desc, y_desc, algo) -> Entry 
 
 
 def remember(handle, direction, x_desc, w_desc, conv_desc, y_desc, algo, problem, algorithm) -> None:
-    """Record a call that passed the full validation."""
+    """Record a call that passed the full validation (in the handle's ``conv_calls``: the
+    table lives and dies with its handle)."""
     try:
         key = _key(handle, direction, x_desc, w_desc, conv_desc, y_desc, algo)
         hash(key)
@@ -113,9 +115,9 @@ def remember(handle, direction, x_desc, w_desc, conv_desc, y_desc, algo, problem
         return
     entry = Entry((x_desc, w_desc, conv_desc, y_desc), problem, algorithm)
     with _lock:
-        table = _tables.get(handle)
+        table = handle.conv_calls
         if table is None or len(table) >= MAX_ENTRIES:
-            table = _tables[handle] = {}
+            table = handle.conv_calls = {}
         table[key] = entry
 
 
@@ -130,17 +132,26 @@ def _convolution():
     return _api
 
 
-def call(handle, entry: Entry, alpha, beta, arrays: dict, workspace) -> None:
+def call(handle, entry: Entry, alpha, beta, x, w, y, workspace):
     """Re-check what can change between calls, then run: the same checks, errors and
-    order as api.convolution.run for a problem it has already validated."""
-    handle.check()
+    order as api.convolution.run for a problem it has already validated. Returns the
+    caller's output array."""
+    if not handle._alive:
+        handle.check()  # raises
     if not entry.ready:
-        entry.prepare()
-    alpha = check_finite_scalar("alpha", alpha)
-    beta = check_finite_scalar("beta", beta)
+        entry.prepare(handle.backend)
+    if type(alpha) is not float or alpha - alpha != 0.0:  # (x - x is 0.0 exactly for finite floats)
+        alpha = check_finite_scalar("alpha", alpha)
+    if type(beta) is not float or beta - beta != 0.0:
+        beta = check_finite_scalar("beta", beta)
     problem, algorithm = entry.problem, entry.algorithm
     backend = handle.backend
-    views = _checked_views(backend, entry, arrays)
+    # the common case in one call: three tensors as validated before, the output apart
+    addresses = entry.quick(x, w, y) if entry.quick is not None else None
+    if addresses is not None:
+        views = {"x": x, "w": w, "y": y}
+    else:
+        views = _checked_views(backend, entry, {"x": x, "w": w, "y": y})  # (raises on bad arrays)
     replays = entry.replays
     ws_bytes, ws_address = None, 0
     if entry.need or workspace is not None:
@@ -151,15 +162,18 @@ def call(handle, entry: Entry, alpha, beta, arrays: dict, workspace) -> None:
             ws_nbytes = ws_bytes.nbytes
         if ws_nbytes < entry.need:
             _convolution()._check_workspace(handle, problem, algorithm, workspace)  # raises, naming the sizes
+    output = (x, w, y)[entry.out_index]
     if not entry.direct:
         _convolution().execute(handle, problem, algorithm, views, workspace, alpha, beta)
-        return
+        return output
     if replays is not None:
-        addresses = (views["x"].data_ptr(), views["w"].data_ptr(), views["y"].data_ptr(), ws_address, alpha, beta)
+        if addresses is None:
+            addresses = (views["x"].data_ptr(), views["w"].data_ptr(), views["y"].data_ptr())
+        addresses = (*addresses, ws_address, alpha, beta)
         replay = replays.get(addresses)
         if replay is not None and replay is not _SEEN and replay is not _NEVER:
             replay(views)
-            return
+            return output
     if entry.buffers and ws_bytes is None:
         ws_bytes = backend.workspace_bytes(workspace)
     buffers = backend.carve(ws_bytes, entry.buffers) if entry.buffers else {}
@@ -171,19 +185,18 @@ def call(handle, entry: Entry, alpha, beta, arrays: dict, workspace) -> None:
         # nothing more); its second asks the algorithm for a replay
         replays[addresses] = _SEEN if replay is None else (
             algorithm.replay(problem, views, buffers, alpha, beta) or _NEVER)
+    return output
 
 
 def _checked_views(backend, entry: Entry, arrays: dict) -> dict:
     """api.convolution._views with the tensor descriptors built once: each array checked
     against its descriptor, and the output against overlap with each input (same errors).
 
-    A backend with ``view_meta``/``quick_view`` (Triton) answers the common case, an array
-    that matches exactly, from a precomputed check (``quick_view`` returns None otherwise);
-    everything else goes through ``backend.view``."""
-    quick = getattr(backend, "quick_view", None)
-    metas = entry.metas.get(backend) if quick is not None else None
-    if quick is not None and metas is None:
-        metas = entry.metas[backend] = tuple(backend.view_meta(desc) for _, desc, _, _ in entry.operands)
+    Where ``entry.quick`` (the backend's quick_check) did not answer, an array that matches
+    exactly still skips the general check (``quick_view``); everything else goes through
+    ``backend.view``, and a tensor it accepts as it is teaches the quick checks its strides."""
+    metas = entry.metas
+    quick = backend.quick_view if metas is not None else None
     views = {}
     for i, (key, desc, name, writable) in enumerate(entry.operands):
         array = arrays[key]

@@ -155,6 +155,36 @@ class TritonBackend:
             return array
         return None
 
+    def quick_check(self, metas, out_index):
+        """A function of (x, w, y) that answers the common repeated call in one go: when all
+        three are torch tensors on this device matching their ``view_meta`` exactly and the
+        output overlaps neither input, their addresses; otherwise None (the general checks
+        then run and raise the errors). Straight-line code: each test is a ~0.1-0.4 us
+        attribute read on a torch tensor, and a loop over the operands cost as much again."""
+        (dtype_x, dims_x, strides_x, bytes_x), (dtype_w, dims_w, strides_w, bytes_w), \
+            (dtype_y, dims_y, strides_y, bytes_y) = metas
+        extents = (bytes_x, bytes_w, bytes_y)
+        out_bytes = extents[out_index]
+        first, second = (i for i in range(3) if i != out_index)
+        first_bytes, second_bytes = extents[first], extents[second]
+        Tensor, device = torch.Tensor, self.device
+
+        def check(x, w, y):
+            if (type(x) is not Tensor or type(w) is not Tensor or type(y) is not Tensor
+                    or x.dtype is not dtype_x or w.dtype is not dtype_w or y.dtype is not dtype_y
+                    or x.shape != dims_x or w.shape != dims_w or y.shape != dims_y
+                    or x.stride() not in strides_x or w.stride() not in strides_w or y.stride() not in strides_y
+                    or x.device != device or w.device != device or y.device != device):
+                return None
+            addresses = (x.data_ptr(), w.data_ptr(), y.data_ptr())
+            if out_bytes:
+                out, a, b = addresses[out_index], addresses[first], addresses[second]
+                if ((first_bytes and a < out + out_bytes and out < a + first_bytes)
+                        or (second_bytes and b < out + out_bytes and out < b + second_bytes)):
+                    return None  # (the general check names the overlap)
+            return addresses
+        return check
+
     def learn_view(self, meta, array, view) -> None:
         """After ``view`` accepted a torch tensor as it is (``view is array``), accept its
         strides in ``quick_view`` too: they differ from the descriptor's only where a
