@@ -34,6 +34,7 @@
 #   records_tests  the launch-record GPU tests (forward, backward data, backward filter)
 #   replay_tests   the API fast path's replays of launch records on the GPU (tests/test_conv_replay.py)
 #   dry_tests      dry-run launch records (tests/test_launch_record.py, every algorithm replayed against float64)
+#   dry_par        the same, each GPU case in its own pytest process at once (a cold Triton cache compiles in parallel)
 #                  and test_conv_replay.py on the GPU; lists which algorithm and case replays, or why not
 #   s2d_tests      conv_s2d (stride-2 first layers as block convolutions) on the GPU
 #   fp32_tf32      the fp32-tf32 section alone
@@ -239,6 +240,13 @@ step() {
     replay_tests) gpu_tests "${TESTS_S:-120}" replay_tests tests/test_conv_replay.py ;;
     dry_tests) gpu_tests "${TESTS_S:-300}" dry_tests -rP tests/test_launch_record.py tests/test_conv_replay.py
                grep -E "^\('" "$R/dry_tests.log" | sort -u | cut -c1-150 ;;
+    dry_par) T="${TESTS_S:-240}"  # dry_tests, each GPU case in its own pytest process (their compiles overlap)
+             for d in fwd bwd_data bwd_filter; do for c in bf16-nhwc fp32-nchw bf16-nhwc-depthwise; do
+               gpu_tests "$T" "dry_${d}_$c" -rP "tests/test_launch_record.py::test_gpu_replays_follow_new_data[$d-$c]" \
+                   > "$R/dry_${d}_$c.txt" 2>&1 &
+             done; done
+             gpu_tests "$T" dry_replay tests/test_conv_replay.py > "$R/dry_replay.txt" 2>&1 &
+             wait; cat "$R"/dry_*.txt; grep -hE "^\('" "$R"/dry_*.log | sort -u | cut -c1-150 ;;
     host) timeout 150 python3 benchmarks/bench_gpu_host_time.py --out "$R/host" > "$R/host.log" 2>&1
           echo "host rc=$?"; tail -12 "$R/host.log" | cut -c1-140 ;;
     *) echo "unknown step $1" ;;
