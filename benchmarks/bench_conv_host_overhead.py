@@ -38,7 +38,6 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import tridnn  # noqa: E402
-from tridnn.api import conv_fast_path  # noqa: E402
 
 
 def per_call_us(fn, calls, before=None) -> float:
@@ -50,8 +49,12 @@ def per_call_us(fn, calls, before=None) -> float:
     return (time.perf_counter() - start) / calls * 1e6
 
 
+HANDLES: list = []  # the "full" cases' handles: clear_table forgets their validated calls
+
+
 def clear_table():
-    conv_fast_path._tables.clear()
+    for h in HANDLES:
+        h.conv_calls = None
 
 
 def bf16_layer(hw=56, stride=1):
@@ -94,6 +97,7 @@ def stub_every_launch():
 def triton_case():
     stub_every_launch()  # host work only (this layer takes conv_tma's path)
     h = tridnn.Handle(device="cpu", backend="triton", find_cache=None)
+    HANDLES.append(h)
     xd, wd, cd, yd, x, w, y = bf16_layer()
     return lambda: tridnn.convolution_forward(h, 1.0, xd, x, wd, w, cd, "IMPLICIT_GEMM", None, 0.0, yd, y)
 
@@ -141,6 +145,7 @@ def numpy_case():
     algo = registry.by_enum("conv", "fwd", "numpy", ConvFwdAlgo.IMPLICIT_GEMM)
     algo.run = lambda *args, **kwargs: None  # validation only
     h = tridnn.Handle(find_cache=None)
+    HANDLES.append(h)
     xd = tridnn.TensorDescriptor.nhwc(64, 64, 56, 56, "float32")
     wd = tridnn.FilterDescriptor((64, 64, 3, 3), "float32", tridnn.TensorFormat.NHWC)
     cd = tridnn.ConvolutionDescriptor(padding=1)
