@@ -119,8 +119,8 @@ def check_finite_scalar(name: str, value) -> float:
         f = float(value)
     except (TypeError, ValueError):
         raise BadParamError(f"{name} must be a real number, got {value!r}") from None
-    except OverflowError:  # an int past float's range
-        raise BadParamError(f"{name} must be finite, got an integer of {value.bit_length()} bits") from None
+    except OverflowError:  # an int (or Fraction) past float's range
+        raise BadParamError(f"{name} must be finite; the {type(value).__name__} given is past float's range") from None
     if f - f != 0.0:  # inf or nan (x - x is exactly 0.0 for every finite float)
         raise BadParamError(f"{name} must be finite, got {value!r}")
     return f
