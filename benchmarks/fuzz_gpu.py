@@ -300,6 +300,7 @@ def run_conv(problem: dict, ctx) -> None:
     from tridnn import reference, testing
     from tridnn.algorithms import registry
     from tridnn.algorithms.problem import ConvProblem
+    from tridnn.cuda.backend import to_tensor
 
     direction, dtype = problem["kind"], problem["dtype"]
     rng = np.random.default_rng(problem["data_seed"])
@@ -312,18 +313,24 @@ def run_conv(problem: dict, ctx) -> None:
     y_dims = conv.output_dims(tridnn.TensorDescriptor(x_dims, dtype), tridnn.FilterDescriptor(w_dims, dtype))
     out_name = {"fwd": "y", "bwd_data": "x", "bwd_filter": "w"}[direction]
     dims = {"x": x_dims, "w": w_dims, "y": y_dims}
-    vals = {name: testing.fill(dims[name], dtype, rng) for name in dims if name != out_name}
     alpha, beta = problem["alpha"], problem["beta"]
-    prior = testing.fill(dims[out_name], dtype, rng) if beta != 0 else None
     geometry = dict(stride=tuple(problem["stride"]), pad_pre=tuple(problem["pad_pre"]),
                     pad_post=tuple(problem["pad_post"]), dilation=tuple(problem["dilation"]),
                     groups=problem["groups"], mode=problem["mode"])
-    if direction == "fwd":
-        ref = reference.conv_forward(vals["x"], vals["w"], **geometry)
-    elif direction == "bwd_data":
-        ref = reference.conv_backward_data(vals["y"], vals["w"], x_dims, **geometry)
-    else:
-        ref = reference.conv_backward_filter(vals["x"], vals["y"], w_dims, **geometry)
+
+    def draw_data():
+        """(inputs, prior output or None, float64 reference): one call's data."""
+        vals = {name: testing.fill(dims[name], dtype, rng) for name in dims if name != out_name}
+        prior = testing.fill(dims[out_name], dtype, rng) if beta != 0 else None
+        if direction == "fwd":
+            ref = reference.conv_forward(vals["x"], vals["w"], **geometry)
+        elif direction == "bwd_data":
+            ref = reference.conv_backward_data(vals["y"], vals["w"], x_dims, **geometry)
+        else:
+            ref = reference.conv_backward_filter(vals["x"], vals["y"], w_dims, **geometry)
+        return vals, prior, ref
+
+    vals, prior, ref = draw_data()
     api = {"fwd": tridnn.convolution_forward, "bwd_data": tridnn.convolution_backward_data,
            "bwd_filter": tridnn.convolution_backward_filter}[direction]
 
@@ -346,10 +353,13 @@ def run_conv(problem: dict, ctx) -> None:
         dev = {name: DeviceView(view, ctx.device, ctx.torch) for name, view in host.items()}
         before = {name: d.view.clone() for name, d in dev.items() if name != out_name}
         label = f"conv {direction} {algo.name}"
+        state = dict(prior=prior, ref=ref, ws=())  # this call's data; the workspace, made once
 
         def call():
-            need = algo.workspace_size(ConvProblem(direction, x_desc, w_desc, y_desc, conv))
-            ws = ctx.torch.empty(need, dtype=ctx.torch.uint8, device=ctx.device) if need else None
+            if state["ws"] == ():
+                need = algo.workspace_size(ConvProblem(direction, x_desc, w_desc, y_desc, conv))
+                state["ws"] = ctx.torch.empty(need, dtype=ctx.torch.uint8, device=ctx.device) if need else None
+            ws = state["ws"]
             x_t, w_t, y_t = dev["x"].view, dev["w"].view, dev["y"].view
             if direction == "fwd":
                 api(ctx.handle, alpha, x_desc, x_t, w_desc, w_t, conv, algo.enum, ws, beta, y_desc, y_t)
@@ -363,14 +373,32 @@ def run_conv(problem: dict, ctx) -> None:
             # half-type weight gradients round partial sums (split reductions), as tests/test_cuda_conv.py says
             exact = (algo.exact and problem["exact_scalars"]
                      and not (direction == "bwd_filter" and dtype in ("float16", "bfloat16")))
-            testing.check_result(out.host(), ref, dtype, exact, alpha, beta, prior, name=label)
+            testing.check_result(out.host(), state["ref"], dtype, exact, alpha, beta, state["prior"],
+                                 name=f"{label} call {state.get('call', 0)}")
             if out.outside_untouched():
                 raise Failure(f"{label}: {out.outside_untouched()} elements outside the output view were written")
             for name, old in before.items():
                 if not ctx.torch.equal(dev[name].view, old):
                     raise Failure(f"{label}: input {name} was modified")
 
-        ctx.run(problem, algo.name, call, check, reproducer=lambda: conv_reproducer(problem, algo.name, ctx))
+        reproducer = lambda: conv_reproducer(problem, algo.name, ctx)
+        if not ctx.run(problem, algo.name, call, check, reproducer):
+            continue
+        # --repeats: new values in the same tensors and workspace, so the API's fast path
+        # answers (its one-call checks) and, from the third call, replays a launch record
+        for repeat in range(1, ctx.repeats):
+            new_vals, state["prior"], state["ref"] = draw_data()
+            state["call"] = repeat
+            for name, d in dev.items():
+                if name != out_name:
+                    d.view.copy_(to_tensor(new_vals[name], ctx.torch.device("cpu")))
+                elif state["prior"] is None:
+                    d.view.fill_(float("nan"))
+                else:
+                    d.view.copy_(to_tensor(state["prior"], ctx.torch.device("cpu")))
+            before = {name: d.view.clone() for name, d in dev.items() if name != out_name}
+            if not ctx.run(problem, f"{algo.name} repeat", call, check, reproducer):
+                break
 
 
 def conv_reproducer(problem: dict, algo_name: str, ctx) -> str:
@@ -653,6 +681,7 @@ class Context:
         import tridnn
         self.torch = torch
         self.count_only = count_only
+        self.repeats = 1  # calls per convolution algorithm (--repeats)
         if device == "cpu":
             self.handle = tridnn.Handle(device="cpu", backend="triton", find_cache=None)
         else:
@@ -666,9 +695,9 @@ class Context:
     def not_applicable(self, problem, algo_name):
         self.counts[f"not_applicable/{problem['kind']}/{algo_name}"] += 1
 
-    def run(self, problem, algo_name, call, check, reproducer) -> None:
+    def run(self, problem, algo_name, call, check, reproducer) -> bool:
         """One algorithm (or layer direction) on one problem: call, wait, check; a failure is
-        recorded with its reproducer and the fuzz goes on."""
+        recorded with its reproducer and the fuzz goes on. True when it ran and passed."""
         from tridnn.errors import NotSupportedError
         kind = problem["kind"]
         try:
@@ -680,7 +709,7 @@ class Context:
         except NotSupportedError as exc:  # a documented refusal, counted apart (not a pass)
             self.not_supported[f"{kind}/{algo_name}: {str(exc)[:120]}"] += 1
             self.counts[f"not_supported/{kind}/{algo_name}"] += 1
-            return
+            return False
         except Exception as exc:  # noqa: BLE001  (every failure is recorded, the fuzz goes on)
             message = f"{type(exc).__name__}: {exc}"
             try:
@@ -695,9 +724,10 @@ class Context:
             self.counts[f"runs/{kind}/{algo_name}"] += 1
             if self.device.type == "cuda" and _context_broken(self.torch, self.device, message):
                 raise StickyDeviceError(message) from exc
-            return
+            return False
         self.counts[f"runs/{kind}"] += 1
         self.counts[f"runs/{kind}/{algo_name}"] += 1
+        return True
 
 
 def _context_broken(torch, device, message: str) -> bool:
@@ -832,6 +862,7 @@ def run_problems(args, indices) -> dict:
     counter = CompileCounter(args.device, args.count_only)
     limit_tuning(args.tuning)
     ctx = Context(args.device, args.count_only)
+    ctx.repeats = args.repeats
     start = time.perf_counter()
     done, stopped, aborted = 0, None, None
     seconds_by_kind = collections.Counter()
@@ -898,6 +929,7 @@ def run_workers(args, indices) -> list:
                "--time-budget-s", str(args.time_budget_s), "--tuning", args.tuning,
                "--worker-in", str(tmp / f"in{w}.json"), "--worker-out", str(tmp / f"out{w}.json")]
         cmd += ["--progress"] if args.progress else []
+        cmd += ["--repeats", str(args.repeats)]
         cmd += ["--count-only"] if args.count_only else []
         procs.append(subprocess.Popen(cmd, cwd=ROOT))
     results = []
@@ -966,6 +998,9 @@ def main(argv=None) -> int:
     parser.add_argument("--count-only", action="store_true",
                         help="interpreter only: count the specializations without running kernels or checks")
     parser.add_argument("--progress", action="store_true")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="calls per convolution algorithm, each with new values in the same tensors (>= 3: "
+                             "the API's fast path and its launch-record replays are checked too)")
     parser.add_argument("--worker-in", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--worker-out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
