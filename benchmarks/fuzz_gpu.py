@@ -766,6 +766,8 @@ def limit_tuning(mode: str) -> None:
             cands.reverse()
         best = cands[0]
         if device.type == "cuda" and len(cands) > 1:
+            if callable(out):  # (as Tuner.pick: a timing buffer made on a miss only)
+                out = out()
             scratch = out if scratch_ok else torch.empty_strided(out.shape, out.stride(), dtype=out.dtype,
                                                                  device=out.device)
             for cfg in cands:
