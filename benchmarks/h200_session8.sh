@@ -34,6 +34,7 @@
 #   records_tests  the launch-record GPU tests (forward, backward data, backward filter)
 #   replay_tests   the API fast path's replays of launch records on the GPU (tests/test_conv_replay.py)
 #   dry_tests      dry-run launch records (tests/test_launch_record.py, every algorithm replayed against float64)
+#   wino_grouped   the fused WINOGRAD forward config by config on grouped half-precision problems (fuzz seed 1's failure)
 #   dry_par        the same, each GPU case in its own pytest process at once (a cold Triton cache compiles in parallel)
 #                  and test_conv_replay.py on the GPU; lists which algorithm and case replays, or why not
 #   s2d_tests      conv_s2d (stride-2 first layers as block convolutions) on the GPU
@@ -247,6 +248,9 @@ step() {
              done; done
              gpu_tests "$T" dry_replay tests/test_conv_replay.py > "$R/dry_replay.txt" 2>&1 &
              wait; cat "$R"/dry_*.txt; grep -hE "^\('" "$R"/dry_*.log | sort -u | cut -c1-150 ;;
+    wino_grouped) TRIDNN_GPU_TESTS=1 timeout "${TESTS_S:-200}" python3 -m pytest -q -p no:cacheprovider --gpu -m gpu -rf \
+                      tests/test_cuda_winograd_grouped.py > "$R/wino_grouped.log" 2>&1  # every case, no -x: which factor fails
+                  echo "wino_grouped rc=$?"; grep -E "^FAILED|passed|failed" "$R/wino_grouped.log" | cut -c1-160 ;;
     host) timeout 150 python3 benchmarks/bench_gpu_host_time.py --out "$R/host" > "$R/host.log" 2>&1
           echo "host rc=$?"; tail -12 "$R/host.log" | cut -c1-140 ;;
     *) echo "unknown step $1" ;;
