@@ -28,7 +28,7 @@ GPU_CONFIGS = [(32, 32, 8, 2), (32, 32, 4, 2), (64, 32, 8, 2), (32, 64, 8, 2), (
                (32, 32, 8, 1), (32, 32, 4, 1)]  # (the last two: no software pipelining)
 
 
-def _max_error(device, dtype, groups, mode, cfg, n=3, c=8, k=12, hw=(7, 7), seed=0):
+def _max_error(device, dtype, groups, mode, cfg, n=3, c=8, k=12, hw=(7, 7), seed=0, layout="NCHW"):
     """Max |y - reference| of one direct launch (y NaN-poisoned first; integer data, so
     every Winograd transform and product is exact in each dtype: the answer is exact)."""
     rng = np.random.default_rng(seed)
@@ -41,9 +41,10 @@ def _max_error(device, dtype, groups, mode, cfg, n=3, c=8, k=12, hw=(7, 7), seed
     want = reference.conv_forward(x, w, stride=(1, 1), pad_pre=(1, 1), pad_post=(1, 1), dilation=(1, 1),
                                   groups=groups, mode=mode)
     tdt = TORCH_DTYPE[dtype]
-    tx = torch.from_numpy(np.asarray(x, np.float32)).to(device, tdt)
-    tw = torch.from_numpy(np.asarray(w, np.float32)).to(device, tdt)
-    ty = torch.full(yd.dims, float("nan"), dtype=tdt, device=device)
+    fmt = torch.channels_last if layout == "NHWC" else torch.contiguous_format  # (the kernel takes any strides)
+    tx = torch.from_numpy(np.asarray(x, np.float32)).to(device, tdt).contiguous(memory_format=fmt)
+    tw = torch.from_numpy(np.asarray(w, np.float32)).to(device, tdt).contiguous(memory_format=fmt)
+    ty = torch.full(yd.dims, float("nan"), dtype=tdt, device=device).contiguous(memory_format=fmt)
     bm, bn, warps, stages = cfg
     launch_cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=16 if dtype == "float32" else 32, num_warps=warps,
                       num_stages=stages)
@@ -68,6 +69,16 @@ def test_interpreter_exact(groups, mode):
 def test_gpu_exact(groups, mode, dtype, cfg):
     c, k = (8, 12) if groups == 4 else (2, 3)  # g1: one group's channels alone
     errors = [_max_error("cuda", dtype, groups, mode, cfg, c=c, k=k, hw=hw) for hw in ((7, 7), (7, 5))]
+    assert max(errors) == 0.0, errors
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("groups,mode", [(4, "convolution"), (4, "cross_correlation")], ids=["g4-conv", "g4-xcorr"])
+def test_gpu_exact_channels_last(groups, mode, dtype):
+    """The same problems channels-last (the GPU record tests' depthwise WINOGRAD case, NHWC and
+    cross-correlation, passed on the H100), with the first GPU config (the fuzz's)."""
+    errors = [_max_error("cuda", dtype, groups, mode, GPU_CONFIGS[0], hw=hw, layout="NHWC") for hw in ((7, 7), (7, 5))]
     assert max(errors) == 0.0, errors
 
 
