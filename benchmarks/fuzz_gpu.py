@@ -353,10 +353,10 @@ def run_conv(problem: dict, ctx) -> None:
         dev = {name: DeviceView(view, ctx.device, ctx.torch) for name, view in host.items()}
         before = {name: d.view.clone() for name, d in dev.items() if name != out_name}
         label = f"conv {direction} {algo.name}"
-        state = dict(prior=prior, ref=ref, ws=())  # this call's data; the workspace, made once
+        state = dict(prior=prior, ref=ref)  # this call's data; the workspace ("ws"), made once
 
         def call():
-            if state["ws"] == ():
+            if "ws" not in state:
                 need = algo.workspace_size(ConvProblem(direction, x_desc, w_desc, y_desc, conv))
                 state["ws"] = ctx.torch.empty(need, dtype=ctx.torch.uint8, device=ctx.device) if need else None
             ws = state["ws"]
