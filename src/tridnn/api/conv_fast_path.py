@@ -93,8 +93,7 @@ def lookup(handle, direction, x_desc, w_desc, conv_desc, y_desc, algo) -> Entry 
     if type(table) is not dict:
         return None
     try:
-        entry = table.get((direction, id(x_desc), id(w_desc), id(conv_desc), id(y_desc), algo,
-                           handle.deterministic))
+        entry = table.get(_key(handle, direction, x_desc, w_desc, conv_desc, y_desc, algo))
     except TypeError:  # an unhashable algo argument: the full path names the error
         return None
     if entry is None:
@@ -147,11 +146,9 @@ def call(handle, entry: Entry, alpha, beta, x, w, y, workspace):
     problem, algorithm = entry.problem, entry.algorithm
     backend = handle.backend
     # the common case in one call: three tensors as validated before, the output apart
+    arrays = {"x": x, "w": w, "y": y}
     addresses = entry.quick(x, w, y) if entry.quick is not None else None
-    if addresses is not None:
-        views = {"x": x, "w": w, "y": y}
-    else:
-        views = _checked_views(backend, entry, {"x": x, "w": w, "y": y})  # (raises on bad arrays)
+    views = arrays if addresses is not None else _checked_views(backend, entry, arrays)  # (raises on bad arrays)
     replays = entry.replays
     ws_bytes, ws_address = None, 0
     if entry.need or workspace is not None:
