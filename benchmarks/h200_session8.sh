@@ -34,9 +34,9 @@
 #   records_tests  the launch-record GPU tests (forward, backward data, backward filter)
 #   replay_tests   the API fast path's replays of launch records on the GPU (tests/test_conv_replay.py)
 #   dry_tests      dry-run launch records (tests/test_launch_record.py, every algorithm replayed against float64)
-#   wino_grouped   the fused WINOGRAD forward config by config on grouped half-precision problems (fuzz seed 1's failure)
-#   dry_par        the same, each GPU case in its own pytest process at once (a cold Triton cache compiles in parallel)
 #                  and test_conv_replay.py on the GPU; lists which algorithm and case replays, or why not
+#   dry_par        the same, each GPU case in its own pytest process at once (a cold Triton cache compiles in parallel)
+#   wino_grouped   the fused WINOGRAD forward config by config on grouped half-precision problems (fuzz seed 1's failure)
 #   s2d_tests      conv_s2d (stride-2 first layers as block convolutions) on the GPU
 #   fp32_tf32      the fp32-tf32 section alone
 #   wgrad_s2d      the backward filter suite with conv1 through conv_s2d's blocks (TRIDNN_S2D_WGRAD=1)
