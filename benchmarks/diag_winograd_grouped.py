@@ -1,0 +1,94 @@
+"""Where the fused WINOGRAD forward goes wrong on fuzz seed 1's grouped bf16 problem (GPU).
+
+Why: tests/test_cuda_winograd_grouped.py says which factor fails; this prints the error's
+pattern (which output channels, tiles, images, and which of a tile's 4 outputs) for each
+GPU config, and saves each config's TTGIR under --out so the failing and passing
+compilations can be compared. Integer data: the right answer is exact.
+
+    PYTHONPATH=src python3 benchmarks/diag_winograd_grouped.py --out $OUT/diag
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+import tridnn  # noqa: E402
+from tridnn import reference, testing  # noqa: E402
+from tridnn.algorithms.problem import ConvProblem  # noqa: E402
+from tridnn.cuda import conv_winograd  # noqa: E402
+
+TORCH_DTYPE = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def run(dtype, groups, mode, cfg, bk, n=3, c=8, k=12, hw=(7, 7), seed=0):
+    rng = np.random.default_rng(seed)
+    conv = tridnn.ConvolutionDescriptor(padding=1, groups=groups, mode=tridnn.ConvMode[mode.upper()],
+                                        math_type=tridnn.MathType.FMA)
+    xd = tridnn.TensorDescriptor.nchw(n, c, *hw, dtype)
+    wd = tridnn.FilterDescriptor((k, c // groups, 3, 3), dtype)
+    yd = xd.with_dims(conv.output_dims(xd, wd))
+    x, w = testing.fill(xd.dims, dtype, rng), testing.fill(wd.dims, dtype, rng)
+    want = reference.conv_forward(x, w, stride=(1, 1), pad_pre=(1, 1), pad_post=(1, 1), dilation=(1, 1),
+                                  groups=groups, mode=mode)
+    tdt = TORCH_DTYPE[dtype]
+    tx = torch.from_numpy(np.asarray(x, np.float32)).to("cuda", tdt)
+    tw = torch.from_numpy(np.asarray(w, np.float32)).to("cuda", tdt)
+    ty = torch.full(yd.dims, float("nan"), dtype=tdt, device="cuda")
+    bm, bn, warps, stages = cfg
+    launch_cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)
+    conv_winograd.WinogradForward()._launch(ConvProblem("fwd", xd, wd, yd, conv), tx, tw, ty, 1.0, 0.0, None,
+                                            launch_cfg)
+    torch.cuda.synchronize()
+    return ty.double().cpu().numpy() - want
+
+
+def pattern(err):
+    bad = np.abs(err) > 0
+    if not bad.any():
+        return "exact"
+    n, k, h, w = np.nonzero(bad)
+    return (f"{int(bad.sum())}/{bad.size} wrong, max {np.abs(err).max():.3g}; "
+            f"n {sorted(set(n.tolist()))}; k {sorted(set(k.tolist()))}; "
+            f"(h%2,w%2) {sorted(set(zip((h % 2).tolist(), (w % 2).tolist())))}; "
+            f"tiles(h//2,w//2) {len(set(zip((h // 2).tolist(), (w // 2).tolist())))}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    out = Path(args.out) if args.out else None
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+    cfgs = [(32, 32, 8, 2), (32, 32, 4, 2), (32, 32, 8, 1), (64, 32, 8, 2), (32, 64, 8, 2), (16, 64, 4, 2),
+            (16, 16, 4, 1), (32, 32, 1, 1)]
+    for dtype in ("bfloat16", "float16"):
+        for groups, mode in ((4, "convolution"), (4, "cross_correlation"), (1, "convolution")):
+            c, k = (8, 12) if groups == 4 else (2, 3)
+            for bk in (32, 16):
+                for cfg in cfgs:
+                    for hw in ((7, 7), (7, 5)):
+                        try:
+                            msg = pattern(run(dtype, groups, mode, cfg, bk, c=c, k=k, hw=hw))
+                        except Exception as e:  # a config may not compile: say so, go on
+                            msg = f"error {type(e).__name__}: {str(e)[:100]}"
+                        print(f"{dtype:8s} g{groups} {mode[:5]} bk{bk} {'x'.join(map(str, cfg)):10s} "
+                              f"{hw[0]}x{hw[1]}: {msg}", flush=True)
+    if out:  # every compiled specialization's TTGIR and PTX, for a diff of failing against passing
+        cache = conv_winograd.winograd_fused_kernel.device_caches[torch.cuda.current_device()][0]
+        for i, (key, kern) in enumerate(cache.items()):
+            (out / f"k{i}.key.txt").write_text(str(key))
+            for ir in ("ttgir", "ptx"):
+                if ir in kern.asm:
+                    (out / f"k{i}.{ir}").write_text(kern.asm[ir])
+
+
+if __name__ == "__main__":
+    main()
