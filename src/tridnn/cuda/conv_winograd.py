@@ -32,6 +32,14 @@ from .geometry import geometry, input_precision, needs_int64
 
 TILE = 2  # outputs per tile side: F(2x2, 3x3)
 
+# The GPU tuner's (BLOCK_M, BLOCK_N, num_warps, num_stages). 16 float32 accumulators live in
+# registers (32x32 tiles x 16 = 64 registers a thread at 4 warps); larger tiles spill.
+# Not 32x32 at 8 warps: Triton 3.6 lays its MMAs out as warpsPerCTA [8, 1] over 32 rows, so
+# four warps compute each row, and on an H100 that build gave wrong bfloat16 results in
+# CONVOLUTION mode (the first column of every 2x2 output tile; fuzz seed 1, 2026-12-06,
+# tests/test_cuda_winograd_grouped.py). It only repeated other warps' work anyway.
+GPU_CONFIGS = ((32, 32, 4, 2), (64, 32, 8, 2), (32, 64, 8, 2), (16, 64, 4, 2))
+
 
 @triton.jit
 def bt(d0, d1, d2, d3):
@@ -266,12 +274,9 @@ class WinogradForward(TritonConvAlgorithm):
         if y.device.type != "cuda":
             cands = [dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, num_warps=1, num_stages=1)]
         else:
-            # 16 float32 accumulators live in registers: 32x32 tiles x 16 = 64 registers per
-            # thread at 8 warps; larger tiles spill
             bk = 16 if problem.dtype.itemsize == 4 else 32
             cands = [dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=wp, num_stages=st)
-                     for bm, bn, wp, st in ((32, 32, 8, 2), (32, 32, 4, 2), (64, 32, 8, 2), (32, 64, 8, 2),
-                                            (16, 64, 4, 2))]
+                     for bm, bn, wp, st in GPU_CONFIGS]
         key = (problem_key(problem), spec is not None and spec.act_code, "fwd-winograd")
         cfg = self.tuner.pick(key, cands, lambda c, out: self._launch(problem, x, w, out, 1.0, 0.0, spec, c),
                               y, y.device)
