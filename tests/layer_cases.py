@@ -1,5 +1,7 @@
 """Shared pieces of the layer tests: tensors in every layout, poisoned or primed
 outputs, the comparison against a float64 reference, and finite differences."""
+from fractions import Fraction
+
 import numpy as np
 
 import tridnn
@@ -42,13 +44,30 @@ def output(dims, dtype, layout, rng, beta):
     return desc, view, view.astype(np.float64)
 
 
+def either_rounding(got, want, ref, alpha, beta, prior):
+    """``want`` where ``got`` equals the float64 blend alpha * ref + beta * prior rounded once.
+
+    Why: on float64 data the reference rounds the blend twice (the product, then the sum),
+    and a GPU kernel that fuses it into an FMA rounds once; both evaluate the same formula
+    exactly, so either passes. Only the elements that differ are worked out, in fractions."""
+    got64, want = np.asarray(got, np.float64), np.array(want)
+    for i in map(tuple, np.argwhere((got64 != want) & np.isfinite(want))):
+        once = float(Fraction(alpha) * Fraction(float(ref[i])) + Fraction(beta) * Fraction(float(prior[i])))
+        if got64[i] == once:
+            want[i] = once
+    return want
+
+
 def check(got, ref, dtype, alpha=1.0, beta=0.0, prior=None, exact=False, name="output", slack=None):
     """got == alpha * ref + beta * prior (float64), exactly or within the dtype's tolerance."""
     testing.assert_all_written(got, name)
     dtype = DataType.of(dtype)
     want = alpha * np.asarray(ref, np.float64) + (beta * prior if beta else 0.0)
     if exact:
-        testing.assert_exact(got, want.astype(dtype.numpy), name)
+        want = want.astype(dtype.numpy)
+        if dtype == DataType.DOUBLE and beta:
+            want = either_rounding(got, want, ref, alpha, beta, prior)
+        testing.assert_exact(got, want, name)
         return
     pointwise, l2 = testing.TOLERANCE[dtype]
     k = SLACK[dtype] if slack is None else slack
