@@ -37,6 +37,8 @@
 #                  and test_conv_replay.py on the GPU; lists which algorithm and case replays, or why not
 #   dry_par        the same, each GPU case in its own pytest process at once (a cold Triton cache compiles in parallel)
 #   wino_grouped   the fused WINOGRAD forward config by config on grouped half-precision problems (fuzz seed 1's failure)
+#   mma_audit      audit_mma_layouts.py over the Triton cache: compiled dots whose warps repeat other warps' work
+#                  (run after fuzz or a test step, which fill the cache)
 #   s2d_tests      conv_s2d (stride-2 first layers as block convolutions) on the GPU
 #   fp32_tf32      the fp32-tf32 section alone
 #   wgrad_s2d      the backward filter suite with conv1 through conv_s2d's blocks (TRIDNN_S2D_WGRAD=1)
@@ -251,6 +253,8 @@ step() {
     wino_grouped) TRIDNN_GPU_TESTS=1 timeout "${TESTS_S:-200}" python3 -m pytest -q -p no:cacheprovider --gpu -m gpu -rf \
                       tests/test_cuda_winograd_grouped.py > "$R/wino_grouped.log" 2>&1  # every case, no -x: which factor fails
                   echo "wino_grouped rc=$?"; grep -E "^FAILED|passed|failed" "$R/wino_grouped.log" | cut -c1-160 ;;
+    mma_audit) python3 benchmarks/audit_mma_layouts.py "$TRITON_CACHE_DIR" > "$R/mma_audit.log" 2>&1
+               echo "mma_audit rc=$?"; head -30 "$R/mma_audit.log" | cut -c1-160; tail -1 "$R/mma_audit.log" ;;
     host) timeout 150 python3 benchmarks/bench_gpu_host_time.py --out "$R/host" > "$R/host.log" 2>&1
           echo "host rc=$?"; tail -12 "$R/host.log" | cut -c1-140 ;;
     *) echo "unknown step $1" ;;
