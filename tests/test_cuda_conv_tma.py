@@ -9,6 +9,7 @@ each test also asserts that the TMA kernel (not the pointer fallback) ran.
 """
 import collections
 import types
+import warnings
 
 import pytest
 
@@ -537,7 +538,7 @@ def test_groups_take_the_pointer_kernels(rng, tma_calls):
     assert sum(tma_calls.values()) == 0
 
 
-# -- the tuner drops a config whose result disagrees with the first one's ---------------
+# -- the tuner drops a config whose result disagrees with the majority ----------------------
 def test_agrees_tolerates_rounding_only():
     a = torch.randn(64, 64, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
     assert common.agrees(a, a.clone())
@@ -576,6 +577,47 @@ def test_tuner_never_picks_a_config_that_disagrees(monkeypatch):
     assert best["name"] == "ok"
     assert torch.all(out == -7.0)  # tuning wrote a scratch tensor, never the caller's output
     assert tuner.pick("k", [], launch, out, device) is best  # remembered: no candidates needed
+
+
+def _tune(monkeypatch, results, timings):
+    """Tuner.pick over configs named like ``results``' keys, each writing its result, timed
+    at ``timings``; returns (the picked name, the warnings' messages)."""
+    current = [None]
+
+    def fake_bench(fn, **kwargs):
+        fn()
+        return timings[current[0]]
+    monkeypatch.setattr(common, "gpu_time_ms", fake_bench)
+
+    def launch(cfg, out):
+        current[0] = cfg["name"]
+        out.copy_(results[cfg["name"]])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        best = common.Tuner().pick("k", [dict(name=n) for n in results], launch, torch.full((32,), -7.0),
+                                   types.SimpleNamespace(type="cuda"))
+    return best["name"], [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+
+
+def test_tuner_drops_a_wrong_first_config_when_the_others_agree(monkeypatch):
+    """WINOGRAD's first GPU config was the wrong one (H100, 2026-12-06): the majority wins,
+    not the first config."""
+    truth = torch.arange(32, dtype=torch.float32)
+    results = {"first_wrong": truth + 1, "a": truth, "b": truth.clone(), "c": truth.clone()}
+    name, warned = _tune(monkeypatch, results, {"first_wrong": 1.0, "a": 3.0, "b": 2.0, "c": 4.0})
+    assert name == "b"  # the fastest of the three that agree
+    assert len(warned) == 1 and "'first_wrong'" in warned[0] and "3 of the 4 configs" in warned[0]
+
+
+def test_tuner_keeps_the_first_config_on_a_tie(monkeypatch):
+    """Two configs that disagree, or two groups of equal size: the earliest config's group
+    (the lists put a conservative config first)."""
+    truth = torch.arange(32, dtype=torch.float32)
+    name, warned = _tune(monkeypatch, {"safe": truth, "fast": truth * 2}, {"safe": 2.0, "fast": 1.0})
+    assert name == "safe" and len(warned) == 1 and "'fast'" in warned[0]
+    results = {"safe": truth, "x": truth * 2, "y": truth.clone(), "z": truth * 2}
+    name, warned = _tune(monkeypatch, results, {"safe": 4.0, "x": 1.0, "y": 3.0, "z": 2.0})
+    assert name == "y" and len(warned) == 2
 
 
 def test_tuner_times_workspace_outputs_in_place_and_checks_a_sample(monkeypatch):

@@ -119,9 +119,12 @@ class Tuner:
     during tuning, so the caller's output and beta blending are never disturbed).
     Under the interpreter the first candidate is taken without timing.
 
-    Every candidate's output is checked against the first candidate's (the lists put a
-    conservative config first): a config whose result disagrees beyond rounding is
-    dropped with a warning, so a miscompiled config can be slow to tune but never wins.
+    The candidates' outputs are cross-checked: they fall into groups that agree up to
+    rounding, the largest group's configs are kept (on a tie, the group of the earliest
+    config: the lists put a conservative config first) and every other config is dropped
+    with a warning. So a miscompiled config can be slow to tune but never wins, even when
+    it is the first: the fused WINOGRAD's first GPU config gave wrong bfloat16 results on
+    an H100 (2026-12-06) and the four others agreed.
 
     TRIDNN_TUNE=first skips the timing and takes the first candidate (fuzzing and
     first-call latency: one compile per kernel instead of one per candidate).
@@ -162,7 +165,7 @@ class Tuner:
         else:
             scratch = out if scratch_ok else torch.empty_strided(out.shape, out.stride(), dtype=out.dtype,
                                                                  device=out.device)
-            timed, reference = [], None
+            groups = []  # [a sample of the group's first result, [(ms, cfg), ...]], by first config
             for cfg in candidates:
                 try:
                     ms = gpu_time_ms(lambda: launch(cfg, scratch))
@@ -170,16 +173,23 @@ class Tuner:
                     if "OutOfResources" not in type(exc).__name__ and "resources" not in str(exc).lower():
                         raise
                     continue
-                if reference is None:
-                    reference = _sample(scratch)
-                elif not agrees(_sample(scratch), reference, self.tolerance):
-                    warnings.warn(f"tridnn: launch config {cfg} gave a result that disagrees with {candidates[0]} "
-                                  f"for {key}; it is not used", RuntimeWarning, stacklevel=2)
-                    continue
-                timed.append((ms, cfg))
-            if not timed:
+                sample = _sample(scratch)
+                group = next((g for g in groups if agrees(sample, g[0], self.tolerance)), None)
+                if group is None:
+                    groups.append([sample, [(ms, cfg)]])
+                else:
+                    group[1].append((ms, cfg))
+            if not groups:
                 raise RuntimeError(f"no launch config fits this GPU for {key}")
-            best = min(timed, key=lambda t: t[0])[1]
+            kept = max(groups, key=lambda g: len(g[1]))[1]  # (max: the earliest of equal groups)
+            for group in groups:
+                if group[1] is not kept:
+                    for _, cfg in group[1]:
+                        warnings.warn(f"tridnn: launch config {cfg} gave a result that disagrees with "
+                                      f"{len(kept)} of the {sum(len(g[1]) for g in groups)} configs that ran "
+                                      f"(among them {kept[0][1]}) for {key}; it is not used", RuntimeWarning,
+                                      stacklevel=2)
+            best = min(kept, key=lambda t: t[0])[1]
         with self._lock:
             self._best[key] = best
         Tuner.picks.append((key, best))
