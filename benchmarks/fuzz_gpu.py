@@ -18,8 +18,10 @@ tests/layer_cases.check), inputs untouched, nothing written outside the output v
 
 Compilation dominates on a GPU (each new specialization compiles once, 0.2-1.5 s), so
 problems come in templates (see TEMPLATES) that repeat Triton's specializations, and the
-launch-config tuner is replaced by an untimed choice (``--tuning alternate``: the first
-config that fits on even templates, the last on odd ones; ``--tuning timed`` keeps the
+launch-config tuner is replaced by an untimed choice (``--tuning rotate``, the default:
+template t starts at candidate t mod the list's length and takes the first that fits, so
+over the templates every config runs, not only the first and last: WINOGRAD's wrong config
+was the first, and a middle one would never have run; ``--tuning timed`` keeps the
 library's timing tuner, one compile per candidate). ``--workers N`` runs the problems in
 N processes on the same GPU, each taking whole templates, so compilation runs on N cores.
 ``--count-only`` (interpreter) counts the specializations without running anything.
@@ -742,15 +744,17 @@ def _context_broken(torch, device, message: str) -> bool:
         return True
 
 
-# the template of the problem running now: "alternate" tuning takes the last fitting config on odd templates
-_TUNING = {"last": False}
+# the template of the problem running now: "alternate" tuning takes the last fitting config on odd
+# templates, "rotate" starts at candidate template mod the list's length
+_TUNING = {"last": False, "template": 0}
 
 
 def limit_tuning(mode: str) -> None:
     """Launch configs without timing. The library's Tuner times every candidate config of a
     tuned kernel per problem (one compile per candidate); ``first`` takes the first config
     that fits the GPU, ``alternate`` the first on even templates and the last on odd ones
-    (other tile shapes and split-K), so each config compiles once per specialization.
+    (other tile shapes and split-K), ``rotate`` the first that fits from candidate
+    template mod the list's length on, so each config compiles once per specialization.
     Done here because the library has no switch for it yet; ``timed`` keeps the Tuner."""
     if mode == "timed":
         return
@@ -764,6 +768,9 @@ def limit_tuning(mode: str) -> None:
         cands = list(candidates() if callable(candidates) else candidates)
         if mode == "alternate" and _TUNING["last"]:
             cands.reverse()
+        elif mode == "rotate":
+            k = _TUNING["template"] % len(cands)
+            cands = cands[k:] + cands[:k]
         best = cands[0]
         if device.type == "cuda" and len(cands) > 1:
             if callable(out):  # (as Tuner.pick: a timing buffer made on a miss only)
@@ -874,6 +881,7 @@ def run_problems(args, indices) -> dict:
             break
         problem = draw_problem(args.seed, index, args.device)
         _TUNING["last"] = problem["template"] % 2 == 1
+        _TUNING["template"] = problem["template"]
         t0 = time.perf_counter()
         ctx.counts[f"problems/{problem['kind']}"] += 1
         try:
@@ -994,9 +1002,11 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="directory for fuzz_gpu.json")
     parser.add_argument("--only", default=None, help="comma-separated problem indices to run (reproducers)")
     parser.add_argument("--workers", type=int, default=1, help="processes sharing the GPU (compiles run in parallel)")
-    parser.add_argument("--tuning", default="alternate", choices=("alternate", "first", "timed"),
-                        help="alternate (default): the first launch config that fits on even templates, the last "
-                             "on odd ones; first: always the first; timed: the library's timing tuner")
+    parser.add_argument("--tuning", default="rotate", choices=("rotate", "alternate", "first", "timed"),
+                        help="rotate (default): template t takes the first launch config that fits from candidate "
+                             "t mod the list's length on; alternate: the first on even templates, the last on odd "
+                             "ones (sessions 16-23's default); first: always the first; timed: the library's "
+                             "timing tuner")
     parser.add_argument("--count-only", action="store_true",
                         help="interpreter only: count the specializations without running kernels or checks")
     parser.add_argument("--progress", action="store_true")

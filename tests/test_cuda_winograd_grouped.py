@@ -1,6 +1,6 @@
 """The fused WINOGRAD forward on grouped half-precision problems, config by config.
 
-Why: the GPU fuzz (`fuzz_gpu.py --seed 1 --repeats 3`, H100, 2026-12-06) found WINOGRAD's
+Why: the GPU fuzz (`fuzz_gpu.py --seed 1 --repeats 3 --tuning alternate`, H100, 2026-12-06) found WINOGRAD's
 result wrong on three problems of one template: bfloat16, NCHW, CONVOLUTION mode, FMA
 math, 8 -> 12 channels in 4 groups, 3x3 pad 1, 7x7 and 7x5 maps (max error 0.1-0.46,
 relative L2 0.07-0.16, against tolerances 0.03 / 0.008). On the first call, so not the
