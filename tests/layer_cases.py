@@ -51,6 +51,7 @@ def either_rounding(got, want, ref, alpha, beta, prior):
     and a GPU kernel that fuses it into an FMA rounds once; both evaluate the same formula
     exactly, so either passes. Only the elements that differ are worked out, in fractions."""
     got64, want = np.asarray(got, np.float64), np.array(want)
+    ref, prior = np.asarray(ref, np.float64), np.asarray(prior, np.float64)
     for i in map(tuple, np.argwhere((got64 != want) & np.isfinite(want))):
         once = float(Fraction(alpha) * Fraction(float(ref[i])) + Fraction(beta) * Fraction(float(prior[i])))
         if got64[i] == once:
