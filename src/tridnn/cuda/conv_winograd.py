@@ -32,8 +32,8 @@ from .geometry import geometry, input_precision, needs_int64
 
 TILE = 2  # outputs per tile side: F(2x2, 3x3)
 
-# The GPU tuner's (BLOCK_M, BLOCK_N, num_warps, num_stages). 16 float32 accumulators live in
-# registers (32x32 tiles x 16 = 64 registers a thread at 4 warps); larger tiles spill.
+# The GPU tuner's (BLOCK_M, BLOCK_N, num_warps, num_stages). 16 float32 accumulator tiles
+# live in registers (16K floats a program at 32x32); larger tiles spill.
 # Not 32x32 at 8 warps: Triton 3.6 lays its MMAs out as warpsPerCTA [8, 1] over 32 rows, so
 # four warps compute each row, and on an H100 that build gave wrong bfloat16 results in
 # CONVOLUTION mode (the first column of every 2x2 output tile; fuzz seed 1, 2026-12-06,
