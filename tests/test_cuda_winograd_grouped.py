@@ -1,13 +1,14 @@
 """The fused WINOGRAD forward on grouped half-precision problems, config by config.
 
-Why: the GPU fuzz (`fuzz_gpu.py --seed 1 --repeats 3 --tuning alternate`, H100, 2026-12-06) found WINOGRAD's
-result wrong on three problems of one template: bfloat16, NCHW, CONVOLUTION mode, FMA
-math, 8 -> 12 channels in 4 groups, 3x3 pad 1, 7x7 and 7x5 maps (max error 0.1-0.46,
-relative L2 0.07-0.16, against tolerances 0.03 / 0.008). On the first call, so not the
-fast path. The interpreter gave the exact answer with every tile config.
+Why: the GPU fuzz (`fuzz_gpu.py --seed 1 --repeats 3 --tuning alternate`, H100,
+2026-12-06) found WINOGRAD's result wrong on three problems of one template: bfloat16,
+NCHW, CONVOLUTION mode, FMA math, 8 -> 12 channels in 4 groups, 3x3 pad 1, 7x7 and 7x5
+maps (max error 0.1-0.46, relative L2 0.07-0.16, against tolerances 0.03 / 0.008). On
+the first call, so not the fast path. The interpreter gave the exact answer with every
+tile config.
 
 The GPU cases below launch each of the GPU tuner's configs directly and vary one factor at
-a time (groups, mode, dtype, pipelining, warps). On the H100 (2026-12-07) only the 32x32
+a time (groups, mode, dtype, pipelining, warps). On the H100 (2026-12-06) only the 32x32
 tile at 8 warps failed, and only for bfloat16 in CONVOLUTION mode, grouped or not: the
 first column of each 2x2 output tile was wrong. Triton lays that config's MMAs out as
 warpsPerCTA [8, 1] over 32 rows (each row computed by four warps), so the tuner no longer
