@@ -22,7 +22,7 @@ from tridnn.reference import pooling as pool_ref
 from tridnn.reference import softmax as softmax_ref
 
 from fuzz_support import Stats, fuzz_settings
-from layer_cases import check, handle, normal, output, tensor
+from layer_cases import SLACK, check, handle, normal, output, tensor
 
 stats = Stats(__name__)
 DTYPES = ("float32", "float64", "float16", "bfloat16")
@@ -158,7 +158,12 @@ def test_batch_norm_matches_reference(dims, mode, dtype, layout, ab, seed):
     tridnn.batch_norm_backward(h, mode, alpha, beta, 1.0, 0.0, x_desc, x, dy_desc, dy, dx_desc, dx, bn, scale,
                                dscale, dbias, eps, smean, sinv)
     dx_want, dscale_want, dbias_want, _ = bn_ref.batch_norm_backward(x, dy, scale, eps, spatial)
-    check(dx, dx_want, dtype, alpha, beta, dx_prior, name=f"{label} dx")
+    # A channel whose values nearly agree (a std far below |x|) loses digits in x - mean
+    # in float32 however it is computed, and dx amplifies that by up to |x| / std: the long
+    # fuzz's (2, 2, 3) PER_ACTIVATION case with std 0.018 at |x| 2.3 erred 1.8e-4 (2026-12-06)
+    amplification = float(np.max(np.abs(np.asarray(x, np.float64)) / np.sqrt(var + eps)))
+    check(dx, dx_want, dtype, alpha, beta, dx_prior, name=f"{label} dx",
+          slack=SLACK[tridnn.types.DataType.of(dtype)] * max(1.0, amplification / 16))
     check(dscale, dscale_want, bn.dtype, name=f"{label} dscale")
     check(dbias, dbias_want, bn.dtype, name=f"{label} dbias")
     stats.ran("batch_norm", tridnn.BatchNormMode(mode).name)
