@@ -19,37 +19,16 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-import tridnn  # noqa: E402
-from tridnn import reference, testing  # noqa: E402
-from tridnn.algorithms.problem import ConvProblem  # noqa: E402
+sys.path.insert(0, str(ROOT / "tests"))
+
 from tridnn.cuda import conv_winograd  # noqa: E402
+from test_cuda_winograd_grouped import launch_once  # noqa: E402
 
-TORCH_DTYPE = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
-
-def run(dtype, groups, mode, cfg, bk, n=3, c=8, k=12, hw=(7, 7), seed=0, raw=False, normal=False):
-    """y - reference (raw: y itself) of one direct launch; normal: Gaussian data, not integers."""
-    rng = np.random.default_rng(seed)
-    conv = tridnn.ConvolutionDescriptor(padding=1, groups=groups, mode=tridnn.ConvMode[mode.upper()],
-                                        math_type=tridnn.MathType.FMA)
-    xd = tridnn.TensorDescriptor.nchw(n, c, *hw, dtype)
-    wd = tridnn.FilterDescriptor((k, c // groups, 3, 3), dtype)
-    yd = xd.with_dims(conv.output_dims(xd, wd))
-    x, w = testing.fill(xd.dims, dtype, rng), testing.fill(wd.dims, dtype, rng)
-    if normal:
-        x, w = (rng.standard_normal(d.dims).astype(np.float32) for d in (xd, wd))
-    want = reference.conv_forward(x, w, stride=(1, 1), pad_pre=(1, 1), pad_post=(1, 1), dilation=(1, 1),
-                                  groups=groups, mode=mode)
-    tdt = TORCH_DTYPE[dtype]
-    tx = torch.from_numpy(np.asarray(x, np.float32)).to("cuda", tdt)
-    tw = torch.from_numpy(np.asarray(w, np.float32)).to("cuda", tdt)
-    ty = torch.full(yd.dims, float("nan"), dtype=tdt, device="cuda")
-    bm, bn, warps, stages = cfg
-    launch_cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)
-    conv_winograd.WinogradForward()._launch(ConvProblem("fwd", xd, wd, yd, conv), tx, tw, ty, 1.0, 0.0, None,
-                                            launch_cfg)
-    torch.cuda.synchronize()
-    return ty.double().cpu().numpy() if raw else ty.double().cpu().numpy() - want
+def run(dtype, groups, mode, cfg, bk, raw=False, **problem):
+    """y - reference (raw: y itself) of one direct launch (the GPU test's launch_once)."""
+    got, want = launch_once("cuda", dtype, groups, mode, cfg, block_k=bk, **problem)
+    return got if raw else got - want
 
 
 def pattern(err):

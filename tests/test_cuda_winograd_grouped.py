@@ -33,32 +33,44 @@ TORCH_DTYPE = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": 
 GPU_CONFIGS = list(conv_winograd.GPU_CONFIGS) + [(32, 32, 4, 1)]
 
 
-def _max_error(device, dtype, groups, mode, cfg, n=3, c=8, k=12, hw=(7, 7), seed=0, layout="NCHW"):
-    """Max |y - reference rounded once to dtype| of one direct launch (y NaN-poisoned first;
-    integer data, so every Winograd transform and product is exact in each dtype, and the
-    float32 sums too: the answer is the reference rounded once)."""
+def launch_once(device, dtype, groups, mode, cfg, n=3, c=8, k=12, hw=(7, 7), seed=0, layout="NCHW",
+                block_k=None, normal=False):
+    """(y, the float64 reference) of one direct launch of the fused kernel with launch config
+    cfg = (BLOCK_M, BLOCK_N, num_warps, num_stages), y NaN-poisoned first. Integer data
+    (normal: Gaussian instead). Also benchmarks/diag_winograd_grouped.py's launch."""
     rng = np.random.default_rng(seed)
     conv = tridnn.ConvolutionDescriptor(padding=1, groups=groups, mode=tridnn.ConvMode[mode.upper()],
                                         math_type=tridnn.MathType.FMA)
     xd = tridnn.TensorDescriptor.nchw(n, c, *hw, dtype)
     wd = tridnn.FilterDescriptor((k, c // groups, 3, 3), dtype)
     yd = xd.with_dims(conv.output_dims(xd, wd))
-    x, w = testing.fill(xd.dims, dtype, rng), testing.fill(wd.dims, dtype, rng)
-    want = testing.expected(reference.conv_forward(x, w, stride=(1, 1), pad_pre=(1, 1), pad_post=(1, 1),
-                                                   dilation=(1, 1), groups=groups, mode=mode), dtype)
+    if normal:
+        x, w = (rng.standard_normal(d.dims).astype(np.float32) for d in (xd, wd))
+    else:
+        x, w = testing.fill(xd.dims, dtype, rng), testing.fill(wd.dims, dtype, rng)
+    want = reference.conv_forward(x, w, stride=(1, 1), pad_pre=(1, 1), pad_post=(1, 1), dilation=(1, 1),
+                                  groups=groups, mode=mode)
     tdt = TORCH_DTYPE[dtype]
     fmt = torch.channels_last if layout == "NHWC" else torch.contiguous_format  # (the kernel takes any strides)
     tx = torch.from_numpy(np.asarray(x, np.float32)).to(device, tdt).contiguous(memory_format=fmt)
     tw = torch.from_numpy(np.asarray(w, np.float32)).to(device, tdt).contiguous(memory_format=fmt)
     ty = torch.full(yd.dims, float("nan"), dtype=tdt, device=device).contiguous(memory_format=fmt)
     bm, bn, warps, stages = cfg
-    launch_cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=16 if dtype == "float32" else 32, num_warps=warps,
-                      num_stages=stages)
+    if block_k is None:
+        block_k = 16 if dtype == "float32" else 32  # (as the GPU tuner)
+    launch_cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=block_k, num_warps=warps, num_stages=stages)
     conv_winograd.WinogradForward()._launch(ConvProblem("fwd", xd, wd, yd, conv), tx, tw, ty, 1.0, 0.0, None,
                                             launch_cfg)
-    got = ty.detach().cpu().double().numpy()
+    return ty.detach().cpu().double().numpy(), want
+
+
+def _max_error(device, dtype, groups, mode, cfg, **problem):
+    """Max |y - reference rounded once to dtype| of one direct launch (integer data, so
+    every Winograd transform and product is exact in each dtype, and the float32 sums too:
+    the answer is the reference rounded once)."""
+    got, want = launch_once(device, dtype, groups, mode, cfg, **problem)
     assert not np.isnan(got).any(), "an output element was not written"
-    return float(np.abs(got - want).max())
+    return float(np.abs(got - testing.expected(want, dtype)).max())
 
 
 @pytest.mark.parametrize("groups,mode", [(4, "convolution"), (1, "convolution"), (4, "cross_correlation")])
