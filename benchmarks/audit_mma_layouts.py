@@ -12,6 +12,7 @@ distinct accumulator tiles.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 from pathlib import Path
@@ -25,13 +26,8 @@ WARPS = re.compile(r'"ttg\.num-warps" = (\d+)')
 
 def replication(tile, warps_per_cta, instr):
     """Warps over the warps holding distinct tiles: each dim holds at most tile // instr."""
-    distinct = 1
-    for size, w, step in zip(tile, warps_per_cta, instr):
-        distinct *= min(w, max(1, size // step))
-    total = 1
-    for w in warps_per_cta:
-        total *= w
-    return total // distinct
+    distinct = math.prod(min(w, max(1, size // step)) for size, w, step in zip(tile, warps_per_cta, instr))
+    return math.prod(warps_per_cta) // distinct
 
 
 def audit(text: str):

@@ -17,9 +17,7 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests")]  # the library, and the GPU test's launch
 
 from tridnn.cuda import conv_winograd  # noqa: E402
 from test_cuda_winograd_grouped import launch_once  # noqa: E402

@@ -746,7 +746,7 @@ def _context_broken(torch, device, message: str) -> bool:
 
 # the template of the problem running now: "alternate" tuning takes the last fitting config on odd
 # templates, "rotate" starts at candidate template mod the list's length
-_TUNING = {"last": False, "template": 0}
+_TUNING = {"template": 0}
 
 
 def limit_tuning(mode: str) -> None:
@@ -766,7 +766,7 @@ def limit_tuning(mode: str) -> None:
         if best is not None:
             return best
         cands = list(candidates() if callable(candidates) else candidates)
-        if mode == "alternate" and _TUNING["last"]:
+        if mode == "alternate" and _TUNING["template"] % 2 == 1:
             cands.reverse()
         elif mode == "rotate":
             k = _TUNING["template"] % len(cands)
@@ -880,7 +880,6 @@ def run_problems(args, indices) -> dict:
             stopped = f"time budget of {args.time_budget_s:g} s reached after {done} problems"
             break
         problem = draw_problem(args.seed, index, args.device)
-        _TUNING["last"] = problem["template"] % 2 == 1
         _TUNING["template"] = problem["template"]
         t0 = time.perf_counter()
         ctx.counts[f"problems/{problem['kind']}"] += 1

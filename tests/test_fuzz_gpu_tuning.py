@@ -22,15 +22,13 @@ def _picks(monkeypatch, mode, templates, candidates, too_big=()):
     monkeypatch.setattr(common.Tuner, "pick", common.Tuner.pick)  # restored after the test
     monkeypatch.setattr(fuzz_gpu, "_TUNING", dict(fuzz_gpu._TUNING))
     fuzz_gpu.limit_tuning(mode)
-    launched = []
 
     def launch(cfg, out):
-        launched.append(cfg)
         if cfg in too_big:
             raise RuntimeError("out of resources: shared memory")
     picks = []
     for t in templates:
-        fuzz_gpu._TUNING["template"], fuzz_gpu._TUNING["last"] = t, t % 2 == 1
+        fuzz_gpu._TUNING["template"] = t
         picks.append(common.Tuner().pick("k", candidates, launch, torch.zeros(4), types.SimpleNamespace(type="cuda")))
     return picks
 
