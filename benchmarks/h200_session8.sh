@@ -71,7 +71,8 @@
 #                  (where get picks session 14's transform methods) against cuDNN with tf32 off
 #   conv1_fwd_all  every forward algorithm on conv1, bf16 and float32 tf32 (GEMM with the spill-free tiles)
 #   large          gpu_large_tensors.py (tensors past 2^31 elements, every algorithm; LARGE_S seconds)
-#   fuzz           fuzz_gpu.py (random problems through the public API against float64; FUZZ_S seconds)
+#   fuzz           fuzz_gpu.py (random problems through the public API against float64; FUZZ_S seconds,
+#                  FUZZ_ARGS more arguments, e.g. "--seed 5 --repeats 3")
 #   new_tests_par  new_algo_tests without the F(4x4) file, four pytest processes at once (TESTS_S each)
 #   fft_bench      every algorithm on res3_3x3 and res5_3x3, float32 strict/DEFAULT backward data and filter,
 #                  and the dilated aspp_d12 backward filter (the spectral GEMM's FFT against the rest)
@@ -218,7 +219,7 @@ step() {
     large_fft) timeout "${LARGE_S:-150}" python3 benchmarks/gpu_large_tensors.py --out "$R/large_fft" --only FFT \
                  --time-budget-s $(( ${LARGE_S:-150} - 20 )) > "$R/large_fft.log" 2>&1  # the FFT methods only (H200: their workspaces)
                echo "large_fft rc=$?"; grep -E "^  conv|checks," "$R/large_fft.log" | cut -c1-160 ;;
-    fuzz) timeout "${FUZZ_S:-300}" python3 benchmarks/fuzz_gpu.py --out "$R/fuzz" --workers 4 --time-budget-s $(( ${FUZZ_S:-300} - 40 )) > "$R/fuzz.log" 2>&1
+    fuzz) timeout "${FUZZ_S:-300}" python3 benchmarks/fuzz_gpu.py --out "$R/fuzz" --workers 4 --time-budget-s $(( ${FUZZ_S:-300} - 40 )) ${FUZZ_ARGS:-} > "$R/fuzz.log" 2>&1
           echo "fuzz rc=$?"; tail -25 "$R/fuzz.log" | cut -c1-160 ;;
     new_tests_par) T="${TESTS_S:-240}"  # new_algo_tests but f4, in four parallel pytest processes
                    gpu_tests "$T" nt_data tests/test_cuda_bwd_data_as_forward.py > "$R/nt_data.txt" 2>&1 &
