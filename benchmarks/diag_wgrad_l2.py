@@ -24,7 +24,6 @@ Each config's first launch is checked against torch's float64 weight gradient.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
