@@ -33,18 +33,25 @@ def _tile_offsets(o, i, k, so, si, sk):
 
 
 @triton.jit
-def _softmax_forward_kernel(x_ptr, y_ptr, I, K, xso, xsi, xsk, yso, ysi, ysk, alpha: tl.float64, beta: tl.float64,
-                            ALGO: tl.constexpr, HAS_BETA: tl.constexpr, SINGLE: tl.constexpr,
-                            BIG: tl.constexpr, COMPUTE: tl.constexpr,
-                            BLOCK_I: tl.constexpr, BLOCK_K: tl.constexpr):
-    alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
+def _program_rows(I, BIG: tl.constexpr, BLOCK_I: tl.constexpr):
+    """This program's outer index o (int64 when BIG) and its BLOCK_I rows i of I (with
+    their mask): programs walk the I tiles of one outer index, then the next."""
     pid = tl.program_id(0)
     tiles_i = tl.cdiv(I, BLOCK_I)
     o = pid // tiles_i
     if BIG:
         o = o.to(tl.int64)
     i = (pid % tiles_i) * BLOCK_I + tl.arange(0, BLOCK_I)
-    i_mask = i < I
+    return o, i, i < I
+
+
+@triton.jit
+def _softmax_forward_kernel(x_ptr, y_ptr, I, K, xso, xsi, xsk, yso, ysi, ysk, alpha: tl.float64, beta: tl.float64,
+                            ALGO: tl.constexpr, HAS_BETA: tl.constexpr, SINGLE: tl.constexpr,
+                            BIG: tl.constexpr, COMPUTE: tl.constexpr,
+                            BLOCK_I: tl.constexpr, BLOCK_K: tl.constexpr):
+    alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
+    o, i, i_mask = _program_rows(I, BIG, BLOCK_I)
     if SINGLE:
         k = tl.arange(0, BLOCK_K)
         mask = i_mask[:, None] & (k[None, :] < K)
@@ -116,13 +123,7 @@ def _softmax_backward_kernel(y_ptr, dy_ptr, dx_ptr, I, K, yso, ysi, ysk, gso, gs
                              BLOCK_I: tl.constexpr, BLOCK_K: tl.constexpr):
     """dx = y * (dy - sum(dy * y)) for softmax, dy - exp(y) * sum(dy) for log-softmax."""
     alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
-    pid = tl.program_id(0)
-    tiles_i = tl.cdiv(I, BLOCK_I)
-    o = pid // tiles_i
-    if BIG:
-        o = o.to(tl.int64)
-    i = (pid % tiles_i) * BLOCK_I + tl.arange(0, BLOCK_I)
-    i_mask = i < I
+    o, i, i_mask = _program_rows(I, BIG, BLOCK_I)
     if SINGLE:
         k = tl.arange(0, BLOCK_K)
         mask = i_mask[:, None] & (k[None, :] < K)
