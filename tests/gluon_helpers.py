@@ -74,13 +74,13 @@ for module, function, cfg, kwargs in json.loads(sys.stdin.read()):
         out.append(None)
         continue
     blocks = [d["block_size"] for d in (getattr(k.metadata, "tensordesc_meta", None) or [])]
-    out.append(dict(shared=k.metadata.shared, regs=registers(k), sass=sass(k), blocks=blocks))
+    out.append(dict(shared=k.metadata.shared, regs=registers(k), sass=sass(k), blocks=blocks, ttgir=k.asm["ttgir"]))
 print(json.dumps(out))
 """
 
 
 def compile_in_child(calls, timeout=1800) -> list:
-    """Facts {shared, regs, sass, blocks} (None where the function returned None) of each
+    """Facts {shared, regs, sass, blocks, ttgir} (None where the function returned None) of each
     (module, function, config, keyword arguments) call, e.g. ("tridnn.cuda.gluon_conv",
     "compile_sm90", cfg, {"has_beta": True}), compiled for sm_90 in one child process.
 

@@ -9,6 +9,13 @@ GPU bug passes CI (session 11 found dropout's fp32 scale on the H200 this way).
 
 ``install()`` wraps the interpreter's grid executor: every unannotated Python float
 argument becomes an fp32 scalar tensor before the kernel runs, as on the GPU.
+
+It also gives ``tl.minimum`` / ``tl.maximum`` the GPU's NaN rule. Without
+``propagate_nan=tl.PropagateNan.ALL`` they compile to PTX ``min`` / ``max``, which return the
+other operand when one is NaN (IEEE minNum); the interpreter used NumPy's ``minimum``, which
+returns the NaN. So ``tl.minimum(x, 0.0)`` on a NaN gave 0 on the GPU and NaN in CI (session
+24: ELU dropped NaN inputs on an H100, found by the GPU fuzz). ``propagate_nan=ALL`` keeps
+NumPy's rule, as on the GPU.
 """
 from __future__ import annotations
 
@@ -45,8 +52,15 @@ def _gpu_typed(fn, args, kwargs):
             for name, value in bound.items()}
 
 
+def _gpu_nan_rule(builder):
+    """minnum / maxnum as PTX min / max: a NaN operand gives the other operand."""
+    builder.create_minnumf = lambda self, lhs, rhs: self.binary_op(lhs, rhs, np.fmin)
+    builder.create_maxnumf = lambda self, lhs, rhs: self.binary_op(lhs, rhs, np.fmax)
+
+
 def install():
-    """Patch triton.runtime.interpreter.GridExecutor once; a no-op outside the interpreter."""
+    """Patch triton.runtime.interpreter.GridExecutor (and its builder's float min / max)
+    once; a no-op outside the interpreter."""
     from triton.runtime import interpreter
 
     executor = interpreter.GridExecutor
@@ -60,3 +74,4 @@ def install():
 
     executor.__call__ = call
     executor._tridnn_fp32_floats = True
+    _gpu_nan_rule(interpreter.InterpreterBuilder)

@@ -131,6 +131,26 @@ def test_activation_nan_propagation_and_beta_zero_never_reads():
         np.testing.assert_array_equal(f64(y)[0], expected)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+@pytest.mark.parametrize("mode", list(ActivationMode), ids=lambda m: m.name)
+def test_activation_nan_inputs_give_nan_exactly_when_propagated(mode, dtype):
+    """Under PROPAGATE_NAN exactly the NaN inputs give NaN, in every mode; otherwise no
+    NaN appears where the input has none. (ELU's tl.minimum(x, 0) dropped the NaN on an
+    H100, where PTX min returns the other operand; conftest's interpreter now follows that
+    rule, so this runs the GPU's semantics on the CPU.)"""
+    x = torch.tensor([[float("nan"), -3.0, -0.5, 0.0, 0.25, 2.0, 7.0, float("nan")]], device=DEVICE, dtype=dtype)
+    nan_in = torch.isnan(x).cpu()
+    for propagate in (True, False):
+        y = torch.zeros_like(x)
+        activation.activation_forward(x, y, mode=int(mode), coef=1.5, swish_beta=1.0, propagate_nan=propagate,
+                                      alpha=1.0, beta=0.0)
+        nan_out = torch.isnan(y).cpu()
+        if propagate:
+            assert torch.equal(nan_out, nan_in), (mode.name, propagate, y)
+        else:
+            assert not (nan_out & ~nan_in).any(), (mode.name, propagate, y)
+
+
 def test_int64_offsets_are_chosen_past_2_to_the_31():
     from tridnn.cuda.layer_utils import needs_int64
     assert not needs_int64(torch.empty(4, 5, device="meta"))

@@ -103,6 +103,34 @@ def test_gpu_tiles_compile_for_sm90_without_spills(prec, conj_a, conj_b):
     assert spills == 0, (spills, facts["regs"])
 
 
+def test_small_tiles_give_every_warp_its_own_rows():
+    """The shrunk tiles of small products (16 to 64 rows or columns), in every precision,
+    compile for sm_90 without spills and without warps repeating each other's MMA tile:
+    four warps on a 16 x 16 tile did (benchmarks/audit_mma_layouts.py over the GPU fuzz's
+    Triton cache, session 24)."""
+    import sys
+    from pathlib import Path
+
+    from gluon_helpers import compile_in_child
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import audit_mma_layouts as audit
+    specs = []
+    for prec in ("ieee", "tf32x3", "tf32"):
+        for m, n in ((5, 7), (5, 20), (12, 300), (30, 9), (200, 3)):
+            bm, bn, br, warps = spectral_gemm.tiles(prec, m, n, True)
+            pointers = dict.fromkeys(("a_ptr", "b_ptr", "c_ptr"), "*fp32")
+            consts = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_R=br, CONJ_A=False, CONJ_B=True, PREC=prec, INT64=False)
+            specs.append(["tridnn.cuda.spectral_gemm", "spectral_gemm_kernel", pointers, consts, warps])
+    assert spectral_gemm.tiles("tf32", 5, 7, True)[3] == 1
+    facts = compile_in_child([("gluon_helpers", "compile_triton_sm90", spec, {}) for spec in specs])
+    for spec, f in zip(specs, facts):
+        label = (spec[3]["PREC"], spec[3]["BLOCK_M"], spec[3]["BLOCK_N"], spec[4])
+        assert not re.findall(r"\b(STL|LDL)\b", f["sass"]), label
+        _, warps, dots = audit.audit(f["ttgir"])
+        assert warps == spec[4] and all(d[-1] == 1 for d in dots), (label, dots)
+        assert bool(dots) == (spec[3]["PREC"] != "ieee"), "tf32 products run on the tensor cores"
+
+
 @pytest.mark.parametrize("math,dtype,want", [
     ("TENSOR_OP", "FLOAT", "tf32x3"), ("TENSOR_OP_ALLOW_CONVERSION", "FLOAT", "tf32x3"), ("DEFAULT", "FLOAT", "tf32x3"),
     ("FMA", "FLOAT", "ieee"), ("TENSOR_OP", "HALF", "ieee")])

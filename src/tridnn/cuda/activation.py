@@ -104,7 +104,9 @@ def activation_value(x, coef, swish_beta, MODE: tl.constexpr, PROPAGATE_NAN: tl.
     elif MODE == 2:  # TANH
         y = tanh(x)
     elif MODE == 4:  # ELU
-        y = tl.where(x > 0, x, coef * (tl.exp(tl.minimum(x, 0.0)) - 1.0))
+        # exp of min(x, 0) as a where: tl.minimum(NaN, 0) is 0 on the GPU (PTX min returns
+        # the other operand), which turned a NaN input into 0
+        y = tl.where(x > 0, x, coef * (tl.exp(tl.where(x > 0, 0.0, x)) - 1.0))
     elif MODE == 6:  # SWISH
         y = x * sigmoid(swish_beta * x)
     elif MODE == 101:  # GELU (erf)

@@ -98,7 +98,16 @@ def tiles(prec: str, m: int, n: int, gpu: bool) -> tuple:
         return 16, 16, 16, 1
     bm, bn, br, warps = GPU_TILES.get(prec, GPU_TILES["ieee"])
     fit = lambda side, size: min(side, max(16, triton.next_power_of_2(size)))
-    return fit(bm, m), fit(bn, n), br, warps
+    bm, bn = fit(bm, m), fit(bn, n)
+    # A 16-column tile gets at most a warp per 16 rows: there Triton lays the warps along M
+    # (mma warpsPerCTA [4, 1]), so 4 warps on 16 rows all computed the same tile (38 such
+    # kernels in the GPU fuzz's Triton cache, session 24; the layout class of session 23's
+    # WINOGRAD fault). Wider tiles put the warps along N. With fewer warps a k-step of 16
+    # keeps tf32's one-warp tile in registers. Offline sm_90 compiles: no spills and no
+    # repeated warps either way (tests/test_cuda_spectral_gemm.py)
+    if bn == 16:
+        return bm, bn, 16, min(warps, bm // 16)
+    return bm, bn, br, warps
 
 
 def contract(a, b, c, prec: str, conj_a: bool = False, conj_b: bool = False) -> None:
