@@ -380,6 +380,30 @@ def test_batch_norm(mode, ops, layout, dtype, rng):
     assert dscale_old.shape == ds_ref.shape
 
 
+@pytest.mark.parametrize("ops", [0, 1], ids=["NORM", "NORM_RELU"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_batch_norm_training_keeps_a_nan_in_its_channel(ops, layout, rng):
+    """A NaN in channel 2's input makes that channel's y, saved statistics and running
+    averages NaN, and leaves the other channels finite, with and without the fused relu, as
+    the NumPy backend does. (The variance's clamp at 0 and the relu were PTX max, which
+    returns the other operand: the GPU gave a finite inv_std and running variance, and 0
+    for the relu of a NaN.)"""
+    shape, pshape = (3, 4, 2, 5), (1, 4, 1, 1)
+    x = make(shape, layout, rng=rng)
+    x[1, 2, 1, 3] = float("nan")
+    p = lambda v: torch.as_tensor(np.asarray(v, np.float32)).to(DEVICE)  # noqa: E731
+    scale, bias = p(np.ones(pshape)), p(np.zeros(pshape))
+    rmean, rvar, smean, sinv = p(np.zeros(pshape)), p(np.ones(pshape)), p(np.zeros(pshape)), p(np.zeros(pshape))
+    y = poisoned(shape, layout)
+    batchnorm.batch_norm_forward_training(x, None, y, scale, bias, rmean, rvar, smean, sinv, 1, 0.1, 1e-5, ops,
+                                          1.0, 0.0)
+    nan_channel = np.arange(4) == 2
+    for name, t in (("saved mean", smean), ("saved inv std", sinv), ("running mean", rmean), ("running var", rvar)):
+        np.testing.assert_array_equal(np.isnan(f64(t).reshape(-1)), nan_channel, err_msg=name)
+    y_nan = np.isnan(f64(y))
+    assert y_nan[:, 2].all() and not y_nan[:, nan_channel == 0].any()
+
+
 @pytest.mark.parametrize("l2_reuse,keep", [(True, 1), (True, 0), (False, 0)], ids=["l2-keep1", "l2-keep0", "plain"])
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_batch_norm_split_orders(l2_reuse, keep, layout, rng, monkeypatch):

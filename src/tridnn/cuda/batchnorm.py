@@ -163,7 +163,9 @@ def _finalize_kernel(part_ptr, shift_ptr, coef_ptr, scale_ptr, bias_ptr, rmean_p
     total, total2 = _split_sums(part_ptr, C, splits, c, mask, BLOCK_SPLITS, BLOCK_C)
     shift = tl.load(shift_ptr + c, mask=mask, other=0.0).to(tl.float64)
     mean_shifted = total / count
-    var = tl.maximum(total2 / count - mean_shifted * mean_shifted, 0.0)
+    # (propagate_nan: a NaN in x keeps var NaN, as on the CPU; plain tl.maximum is PTX max,
+    # which would turn it into 0 and a finite inv_std and running variance)
+    var = tl.maximum(total2 / count - mean_shifted * mean_shifted, 0.0, propagate_nan=tl.PropagateNan.ALL)
     mean = mean_shifted + shift
     inv_std = 1.0 / tl.sqrt(var + eps)
     scale = tl.load(scale_ptr + c, mask=mask, other=0.0).to(tl.float64)
@@ -224,8 +226,8 @@ def _apply_kernel(x_ptr, z_ptr, y_ptr, coef_ptr, N, C, S, SB, splits, per,
     if OPS == 2:
         y += tl.load(z_ptr + n * zsn + s[:, None] * zss + c[None, :] * zsc, mask=mask, other=0.0,
                      eviction_policy=EVICT).to(COMPUTE)
-    if OPS != 0:
-        y = tl.maximum(y, 0.0)
+    if OPS != 0:  # relu; a NaN stays NaN, as on the CPU (PTX max alone would give 0)
+        y = tl.maximum(y, 0.0, propagate_nan=tl.PropagateNan.ALL)
     y = y * alpha
     y_off = n * ysn + s[:, None] * yss + c[None, :] * ysc
     if HAS_BETA:

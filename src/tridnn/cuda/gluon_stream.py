@@ -411,8 +411,8 @@ def _apply_consumer(x_desc, y_desc, coef_ptr, bufs, ready, empty, obufs, C, CC, 
             gl.thread_barrier()
             for r0 in gl.static_range(0, BLOCK_P, R):
                 v = tile.slice(r0, R, dim=0).load(layout).to(gl.float32) * a + b
-                if RELU:
-                    v = gl.maximum(v, 0.0)
+                if RELU:  # a NaN stays NaN, as on the CPU (PTX max alone would give 0)
+                    v = gl.maximum(v, 0.0, propagate_nan=tl.PropagateNan.ALL)
                 out.slice(r0, R, dim=0).store(v.to(y_desc.dtype))
             fence_async_shared()
             gl.thread_barrier()  # every warp has read the x slot and written the output slot
