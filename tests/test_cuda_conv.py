@@ -301,6 +301,34 @@ def test_fused_epilogue(act, rng):
                                    err_msg=f"{algo.name} act={act}")
 
 
+@pytest.mark.parametrize("act", ["SIGMOID", "TANH", "ELU", "SWISH", "GELU"])
+def test_fused_epilogue_keeps_nan(act, rng):
+    """A NaN in x reaches every output whose window holds it, through activations that map
+    NaN to NaN (the NumPy backend's answer). The epilogue's ELU took exp(tl.minimum(v, 0)),
+    which is exp(0) for a NaN on the GPU (PTX min), as the activation layer's ELU did
+    (GPU fuzz, session 24); conftest's interpreter follows that rule."""
+    from tridnn.api.convolution import execute
+    from tridnn.cuda.epilogue import EpilogueSpec
+    from tridnn.descriptors.activation import ActivationMode
+    cd = conv(P(4, 4, (5, 5), 3, 1, 1))
+    handle = _handle("cpu")
+    x_vals = testing.fill((1, 4, 5, 5), "float32", rng)
+    x_vals[0, 1, 2, 0] = np.nan
+    w_vals = testing.fill((4, 4, 3, 3), "float32", rng)
+    x_desc, x = testing.make_tensor(x_vals.shape, "float32", "NHWC", rng, x_vals)
+    w_desc, w = testing.make_filter(w_vals.shape, "float32", "NHWC", w_vals)
+    y_desc, y = testing.make_tensor(cd.output_dims(x_desc, w_desc), "float32", "NHWC", rng)
+    algo = next(a for a in ALGOS["fwd"] if a.name == "IMPLICIT_GEMM")
+    problem = ConvProblem("fwd", x_desc, w_desc, y_desc, cd)
+    views = {k: handle.backend.view(v, d, k, k == "y") for k, v, d in
+             (("x", x, x_desc), ("w", w, w_desc.as_tensor()), ("y", y, y_desc))}
+    spec = EpilogueSpec(activation=ActivationMode[act], coef=1.0, swish_beta=1.0, bias=None, z=None, alpha2=0.0)
+    execute(handle, problem, algo, views, handle.workspace(algo.workspace_size(problem)), 1.0, 0.0, epilogue=spec)
+    want = np.isnan(reference.conv_forward(x_vals.astype(np.float64), w_vals.astype(np.float64), 1, 1))
+    assert want.sum() == 4 * 3 * 2  # the NaN's 3 x 2 neighbourhood (at the left edge), every channel
+    np.testing.assert_array_equal(np.isnan(np.asarray(y, np.float64)), want, err_msg=act)
+
+
 def test_epilogue_without_spec_is_not_supported(rng):
     from tridnn.api.convolution import execute
     p = P(4, 4, (4, 4), 3, 1, 1)

@@ -119,7 +119,8 @@ def activate(v, ACT: tl.constexpr, coef, swish_beta):
     elif ACT == 3:    # CLIPPED_RELU
         v = tl.minimum(tl.where(v > 0, v, 0.0), coef)
     elif ACT == 4:    # ELU
-        v = tl.where(v > 0, v, coef * (tl.exp(tl.minimum(v, 0.0)) - 1.0))
+        # (a where, not tl.minimum(v, 0): PTX min gives 0 for a NaN, so ELU(NaN) was 0)
+        v = tl.where(v > 0, v, coef * (tl.exp(tl.where(v > 0, 0.0, v)) - 1.0))
     elif ACT == 6:    # SWISH
         v = v * _sigmoid(swish_beta * v)
     elif ACT == 100:  # LEAKY_RELU
