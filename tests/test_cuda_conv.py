@@ -301,12 +301,16 @@ def test_fused_epilogue(act, rng):
                                    err_msg=f"{algo.name} act={act}")
 
 
-@pytest.mark.parametrize("act", ["SIGMOID", "TANH", "ELU", "SWISH", "GELU"])
-def test_fused_epilogue_keeps_nan(act, rng):
+@pytest.mark.parametrize("act,propagate", [("SIGMOID", False), ("TANH", False), ("ELU", False), ("SWISH", False),
+                                           ("GELU", False), ("RELU", True), ("CLIPPED_RELU", True),
+                                           ("RELU", False), ("CLIPPED_RELU", False)])
+def test_fused_epilogue_keeps_nan(act, propagate, rng):
     """A NaN in x reaches every output whose window holds it, through activations that map
-    NaN to NaN (the NumPy backend's answer). The epilogue's ELU took exp(tl.minimum(v, 0)),
-    which is exp(0) for a NaN on the GPU (PTX min), as the activation layer's ELU did
-    (GPU fuzz, session 24); conftest's interpreter follows that rule."""
+    NaN to NaN and through RELU / CLIPPED_RELU under PROPAGATE_NAN (the NumPy backend's
+    answers); without it those two give no NaN. The epilogue's ELU took exp(tl.minimum(v,
+    0)), which is exp(0) for a NaN on the GPU (PTX min), as the activation layer's ELU did
+    (GPU fuzz, session 24; conftest's interpreter follows that rule), and its RELU /
+    CLIPPED_RELU ignored the NaN option."""
     from tridnn.api.convolution import execute
     from tridnn.cuda.epilogue import EpilogueSpec
     from tridnn.descriptors.activation import ActivationMode
@@ -322,11 +326,42 @@ def test_fused_epilogue_keeps_nan(act, rng):
     problem = ConvProblem("fwd", x_desc, w_desc, y_desc, cd)
     views = {k: handle.backend.view(v, d, k, k == "y") for k, v, d in
              (("x", x, x_desc), ("w", w, w_desc.as_tensor()), ("y", y, y_desc))}
-    spec = EpilogueSpec(activation=ActivationMode[act], coef=1.0, swish_beta=1.0, bias=None, z=None, alpha2=0.0)
+    spec = EpilogueSpec(activation=ActivationMode[act], coef=1.0, swish_beta=1.0, bias=None, z=None, alpha2=0.0,
+                        propagate_nan=propagate)
     execute(handle, problem, algo, views, handle.workspace(algo.workspace_size(problem)), 1.0, 0.0, epilogue=spec)
     want = np.isnan(reference.conv_forward(x_vals.astype(np.float64), w_vals.astype(np.float64), 1, 1))
     assert want.sum() == 4 * 3 * 2  # the NaN's 3 x 2 neighbourhood (at the left edge), every channel
+    if act in ("RELU", "CLIPPED_RELU") and not propagate:
+        want[...] = False
     np.testing.assert_array_equal(np.isnan(np.asarray(y, np.float64)), want, err_msg=act)
+
+
+@pytest.mark.parametrize("nan_opt", [0, 1], ids=["NOT_PROPAGATE_NAN", "PROPAGATE_NAN"])
+def test_fused_relu_nan_option_through_the_api(nan_opt, rng):
+    """convolution_bias_activation_forward hands the activation descriptor's NaN option to
+    the Triton epilogue: the same NaN pattern as the NumPy backend's."""
+    x_vals = testing.fill((1, 4, 5, 5), "float32", rng)
+    x_vals[0, 3, 0, 4] = np.nan
+    w_vals = testing.fill((4, 4, 3, 3), "float32", rng)
+    cd = conv(P(4, 4, (5, 5), 3, 1, 1))
+    act = tridnn.ActivationDescriptor(tridnn.ActivationMode.RELU, nan_opt=nan_opt)
+    got = {}
+    for device in ("numpy", "triton"):
+        handle = tridnn.Handle(find_cache=None) if device == "numpy" else _handle("cpu")
+        x_desc, x = testing.make_tensor(x_vals.shape, "float32", "NHWC", rng, x_vals)
+        w_desc, w = testing.make_filter(w_vals.shape, "float32", "NHWC", w_vals)
+        y_desc, y = testing.make_tensor(cd.output_dims(x_desc, w_desc), "float32", "NHWC", rng)
+        b_desc = tridnn.TensorDescriptor.packed((1, 4, 1, 1), "float32")
+        bias = np.zeros((1, 4, 1, 1), np.float32)
+        if device == "triton":  # (the same memory layouts, as torch tensors)
+            x, w, y, bias = (torch.from_numpy(a) for a in (x, w, y, bias))
+        ws = handle.workspace(tridnn.get_convolution_forward_workspace_size(handle, x_desc, w_desc, cd, y_desc,
+                                                                            "IMPLICIT_GEMM"))
+        tridnn.convolution_bias_activation_forward(handle, 1.0, x_desc, x, w_desc, w, cd, "IMPLICIT_GEMM", ws,
+                                                   0.0, y_desc, y, b_desc, bias, act, y_desc, y)
+        got[device] = np.isnan(np.asarray(y, np.float64))
+    assert got["numpy"].any() == bool(nan_opt)
+    np.testing.assert_array_equal(got["triton"], got["numpy"])
 
 
 def test_epilogue_without_spec_is_not_supported(rng):

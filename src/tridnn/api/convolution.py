@@ -307,7 +307,8 @@ def convolution_bias_activation_forward(handle, alpha1, x_desc, x, w_desc, w, co
         from ..cuda.epilogue import EpilogueSpec
         epilogue.spec = EpilogueSpec(activation=activation_desc.mode, coef=activation_desc.coef,
                                      swish_beta=activation_desc.swish_beta, bias=bias_view, z=z_view,
-                                     alpha2=alpha2 if z_view is not None else 0.0)
+                                     alpha2=alpha2 if z_view is not None else 0.0,
+                                     propagate_nan=bool(activation_desc.propagate_nan))
     execute(handle, problem, algorithm, views, workspace, alpha1, 0.0, epilogue=epilogue)
     return y
 

@@ -26,6 +26,7 @@ from ..errors import BadParamError, NotSupportedError
 from .backend import TritonBackend
 
 NO_ACTIVATION = -1
+NAN_KEEPING = 200  # ACT = 200 + mode: RELU / CLIPPED_RELU that keep a NaN (PROPAGATE_NAN)
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,8 @@ class EpilogueSpec:
     (CLIPPED_RELU), alpha (ELU), slope (LEAKY_RELU) or beta (SOFTPLUS); swish_beta for
     SWISH. bias: a tensor of K values (any shape with K elements, e.g. (1, K, 1, 1)),
     or None. z: a tensor with y's logical dims (any strides), or None; alpha2 scales it.
+    propagate_nan: the activation descriptor's NaN option; it changes RELU and
+    CLIPPED_RELU only (the other activations give NaN for NaN anyway).
     """
     activation: object = None
     coef: float = 0.0
@@ -43,13 +46,20 @@ class EpilogueSpec:
     bias: object = None
     z: object = None
     alpha2: float = 1.0
+    propagate_nan: bool = False
 
     @property
     def act_code(self) -> int:
+        """The kernels' ACT: the mode's number, NO_ACTIVATION, or NAN_KEEPING + the mode
+        for RELU and CLIPPED_RELU under propagate_nan."""
         if self.activation is None:
             return NO_ACTIVATION
         mode = ActivationMode(self.activation)
-        return NO_ACTIVATION if mode == ActivationMode.IDENTITY else int(mode)
+        if mode == ActivationMode.IDENTITY:
+            return NO_ACTIVATION
+        if self.propagate_nan and mode in (ActivationMode.RELU, ActivationMode.CLIPPED_RELU):
+            return NAN_KEEPING + int(mode)
+        return int(mode)
 
 
 def spec_of(epilogue) -> EpilogueSpec | None:
@@ -109,7 +119,8 @@ def _sigmoid(v):
 
 @triton.jit
 def activate(v, ACT: tl.constexpr, coef, swish_beta):
-    """act(v) in float32 for the ActivationMode numbered ACT (-1: none)."""
+    """act(v) in float32 for the ActivationMode numbered ACT (-1: none; 201 / 203: RELU /
+    CLIPPED_RELU keeping a NaN, EpilogueSpec.act_code)."""
     if ACT == 0:      # SIGMOID
         v = _sigmoid(v)
     elif ACT == 1:    # RELU
@@ -118,6 +129,10 @@ def activate(v, ACT: tl.constexpr, coef, swish_beta):
         v = 2.0 * _sigmoid(2.0 * v) - 1.0
     elif ACT == 3:    # CLIPPED_RELU
         v = tl.minimum(tl.where(v > 0, v, 0.0), coef)
+    elif ACT == 201:  # RELU, PROPAGATE_NAN
+        v = tl.where((v > 0) | (v != v), v, 0.0)
+    elif ACT == 203:  # CLIPPED_RELU, PROPAGATE_NAN
+        v = tl.where(v != v, v, tl.minimum(tl.where(v > 0, v, 0.0), coef))
     elif ACT == 4:    # ELU
         # (a where, not tl.minimum(v, 0): PTX min gives 0 for a NaN, so ELU(NaN) was 0)
         v = tl.where(v > 0, v, coef * (tl.exp(tl.where(v > 0, 0.0, v)) - 1.0))

@@ -840,7 +840,7 @@ def forward_why_not(problem, x, w, y, spec=None) -> str | None:
 # Activations fused here (epilogue.ActivationMode numbers; -1: none): the piecewise-linear
 # ones. The others (sigmoid, tanh, elu, swish, gelu, softplus, hard swish) compile too but
 # spill registers in the wider tiles' epilogues (sm_90 SASS): conv_tma keeps them.
-FUSED_ACTS = (-1, 1, 3, 100)  # none, RELU, CLIPPED_RELU, LEAKY_RELU
+FUSED_ACTS = (-1, 1, 3, 100, 201, 203)  # none, RELU, CLIPPED_RELU, LEAKY_RELU, the first two keeping NaN
 
 
 def epilogue_why_not(spec, y) -> str | None:
