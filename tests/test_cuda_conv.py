@@ -301,67 +301,89 @@ def test_fused_epilogue(act, rng):
                                    err_msg=f"{algo.name} act={act}")
 
 
-@pytest.mark.parametrize("act,propagate", [("SIGMOID", False), ("TANH", False), ("ELU", False), ("SWISH", False),
-                                           ("GELU", False), ("RELU", True), ("CLIPPED_RELU", True),
-                                           ("RELU", False), ("CLIPPED_RELU", False)])
-def test_fused_epilogue_keeps_nan(act, propagate, rng):
+NAN_CASES = [("SIGMOID", False), ("TANH", False), ("ELU", False), ("SWISH", False), ("GELU", False),
+             ("RELU", True), ("CLIPPED_RELU", True), ("RELU", False), ("CLIPPED_RELU", False)]
+GPU_NAN_DTYPES = [pytest.param("cuda", d, marks=pytest.mark.gpu, id=f"cuda-{d}") for d in ("float32", "float16")]
+
+
+@pytest.mark.parametrize("device,dtype", [("cpu", "float32"), *GPU_NAN_DTYPES])
+@pytest.mark.parametrize("act,propagate", NAN_CASES)
+def test_fused_epilogue_keeps_nan(act, propagate, device, dtype, rng):
     """A NaN in x reaches every output whose window holds it, through activations that map
     NaN to NaN and through RELU / CLIPPED_RELU under PROPAGATE_NAN (the NumPy backend's
     answers); without it those two give no NaN. The epilogue's ELU took exp(tl.minimum(v,
     0)), which is exp(0) for a NaN on the GPU (PTX min), as the activation layer's ELU did
     (GPU fuzz, session 24; conftest's interpreter follows that rule), and its RELU /
-    CLIPPED_RELU ignored the NaN option."""
+    CLIPPED_RELU ignored the NaN option. On a GPU every exact forward algorithm runs (the
+    Gluon kernels too, in float16); the transform methods spread a NaN over their tiles."""
     from tridnn.api.convolution import execute
     from tridnn.cuda.epilogue import EpilogueSpec
     from tridnn.descriptors.activation import ActivationMode
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
     cd = conv(P(4, 4, (5, 5), 3, 1, 1))
-    handle = _handle("cpu")
-    x_vals = testing.fill((1, 4, 5, 5), "float32", rng)
+    handle = _handle(device)
+    x_vals = testing.fill((1, 4, 5, 5), dtype, rng)
     x_vals[0, 1, 2, 0] = np.nan
-    w_vals = testing.fill((4, 4, 3, 3), "float32", rng)
-    x_desc, x = testing.make_tensor(x_vals.shape, "float32", "NHWC", rng, x_vals)
-    w_desc, w = testing.make_filter(w_vals.shape, "float32", "NHWC", w_vals)
-    y_desc, y = testing.make_tensor(cd.output_dims(x_desc, w_desc), "float32", "NHWC", rng)
-    algo = next(a for a in ALGOS["fwd"] if a.name == "IMPLICIT_GEMM")
+    w_vals = testing.fill((4, 4, 3, 3), dtype, rng)
+    x_desc, x = testing.make_tensor(x_vals.shape, dtype, "NHWC", rng, x_vals)
+    w_desc, w = testing.make_filter(w_vals.shape, dtype, "NHWC", w_vals)
+    y_desc, y = testing.make_tensor(cd.output_dims(x_desc, w_desc), dtype, "NHWC", rng)
     problem = ConvProblem("fwd", x_desc, w_desc, y_desc, cd)
-    views = {k: handle.backend.view(v, d, k, k == "y") for k, v, d in
-             (("x", x, x_desc), ("w", w, w_desc.as_tensor()), ("y", y, y_desc))}
-    spec = EpilogueSpec(activation=ActivationMode[act], coef=1.0, swish_beta=1.0, bias=None, z=None, alpha2=0.0,
-                        propagate_nan=propagate)
-    execute(handle, problem, algo, views, handle.workspace(algo.workspace_size(problem)), 1.0, 0.0, epilogue=spec)
     want = np.isnan(reference.conv_forward(x_vals.astype(np.float64), w_vals.astype(np.float64), 1, 1))
     assert want.sum() == 4 * 3 * 2  # the NaN's 3 x 2 neighbourhood (at the left edge), every channel
     if act in ("RELU", "CLIPPED_RELU") and not propagate:
         want[...] = False
-    np.testing.assert_array_equal(np.isnan(np.asarray(y, np.float64)), want, err_msg=act)
+    spec = EpilogueSpec(activation=ActivationMode[act], coef=1.0, swish_beta=1.0, bias=None, z=None, alpha2=0.0,
+                        propagate_nan=propagate)
+    algos = [a for a in ALGOS["fwd"] if a.exact and not a.not_applicable(problem)]
+    if device == "cpu":
+        algos = [a for a in algos if a.name == "IMPLICIT_GEMM"]
+    assert algos
+    for algo in algos:
+        arrays = {"x": x, "w": w, "y": y}
+        if device == "cuda":
+            arrays = {k: _to_torch(v, device) for k, v in arrays.items()}
+        views = {k: handle.backend.view(arrays[k], d, k, k == "y") for k, d in
+                 (("x", x_desc), ("w", w_desc.as_tensor()), ("y", y_desc))}
+        execute(handle, problem, algo, views, handle.workspace(algo.workspace_size(problem)), 1.0, 0.0,
+                epilogue=spec)
+        got = arrays["y"]
+        if isinstance(got, torch.Tensor):
+            got = _to_numpy(got, dtype)
+        np.testing.assert_array_equal(np.isnan(np.asarray(got, np.float64)), want, err_msg=f"{act} {algo.name}")
 
 
+@pytest.mark.parametrize("target", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("nan_opt", [0, 1], ids=["NOT_PROPAGATE_NAN", "PROPAGATE_NAN"])
-def test_fused_relu_nan_option_through_the_api(nan_opt, rng):
+def test_fused_relu_nan_option_through_the_api(nan_opt, target, rng):
     """convolution_bias_activation_forward hands the activation descriptor's NaN option to
-    the Triton epilogue: the same NaN pattern as the NumPy backend's."""
+    the Triton epilogue (``target``: the interpreter or a GPU): the same NaN pattern as the
+    NumPy backend's."""
+    if target == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
     x_vals = testing.fill((1, 4, 5, 5), "float32", rng)
     x_vals[0, 3, 0, 4] = np.nan
     w_vals = testing.fill((4, 4, 3, 3), "float32", rng)
     cd = conv(P(4, 4, (5, 5), 3, 1, 1))
     act = tridnn.ActivationDescriptor(tridnn.ActivationMode.RELU, nan_opt=nan_opt)
     got = {}
-    for device in ("numpy", "triton"):
-        handle = tridnn.Handle(find_cache=None) if device == "numpy" else _handle("cpu")
+    for device in ("numpy", target):
+        handle = tridnn.Handle(find_cache=None) if device == "numpy" else _handle(device)
         x_desc, x = testing.make_tensor(x_vals.shape, "float32", "NHWC", rng, x_vals)
         w_desc, w = testing.make_filter(w_vals.shape, "float32", "NHWC", w_vals)
         y_desc, y = testing.make_tensor(cd.output_dims(x_desc, w_desc), "float32", "NHWC", rng)
         b_desc = tridnn.TensorDescriptor.packed((1, 4, 1, 1), "float32")
         bias = np.zeros((1, 4, 1, 1), np.float32)
-        if device == "triton":  # (the same memory layouts, as torch tensors)
-            x, w, y, bias = (torch.from_numpy(a) for a in (x, w, y, bias))
+        if device != "numpy":  # (the same memory layouts, as torch tensors)
+            x, w, y, bias = (_to_torch(a, device) for a in (x, w, y, bias))
         ws = handle.workspace(tridnn.get_convolution_forward_workspace_size(handle, x_desc, w_desc, cd, y_desc,
                                                                             "IMPLICIT_GEMM"))
         tridnn.convolution_bias_activation_forward(handle, 1.0, x_desc, x, w_desc, w, cd, "IMPLICIT_GEMM", ws,
                                                    0.0, y_desc, y, b_desc, bias, act, y_desc, y)
-        got[device] = np.isnan(np.asarray(y, np.float64))
+        got[device] = np.isnan(np.asarray(_to_numpy(y, "float32") if device != "numpy" else y, np.float64))
     assert got["numpy"].any() == bool(nan_opt)
-    np.testing.assert_array_equal(got["triton"], got["numpy"])
+    np.testing.assert_array_equal(got[target], got["numpy"])
 
 
 def test_epilogue_without_spec_is_not_supported(rng):
