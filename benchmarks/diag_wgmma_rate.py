@@ -1,0 +1,173 @@
+"""How fast does one SM issue wgmma from shared memory, with no loads at all?
+
+Session 24's diag (diag_wgrad_l2.py) found the Gluon backward filter's k-step (128 x 128
+tile, 128 pixels, 2.1 M MACs) at ~0.9 us on a program alone: ~62% of the H100's dense bf16
+rate, with the L2 out of the picture. Its consumer issues async wgmma with BOTH operands
+MN-major (dy^T and x boxes as TMA writes them: ``HGMMA ... tnspA.tnspB``) and keeps one
+k-step in flight. The forward kernel's operands are K-major. So: is the tensor-core issue
+rate itself lower for this operand form or tile shape, or is the loss in the pipeline
+around it (TMA, barriers, the loader)?
+
+This kernel has no pipeline: each program (one per SM) loads one A and one B tile into
+shared memory once, then runs ITERS k-steps of acc += A @ B with the real kernel's issue
+pattern (async wgmma over BK, wait until one group is outstanding). Rows: tile shape,
+warps, each operand's major order, BK. A row's us/k-step is comparable with the real
+kernel's after scaling to its MACs (printed: us for 2.1 M MACs, i.e. a 128 x 128 x 128
+step). The result sums are checked against torch on the same tiles (ITERS * A @ B).
+
+    PYTHONPATH=src python benchmarks/diag_wgmma_rate.py [--out DIR]   # a Hopper GPU, ~30 s
+    PYTHONPATH=src python benchmarks/diag_wgmma_rate.py --dry-run     # CPU: sm_90 compiles only
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "src"))
+
+PEAK_BF16_DENSE = 989e12  # H100 / H200 SXM dense bf16, FLOP/s (both have the same tensor cores)
+
+
+@gluon.jit
+def _load_tile(ptr, R: gl.constexpr, C: gl.constexpr, num_warps: gl.constexpr):
+    """A row-major [R, C] bfloat16 tile from global memory into registers."""
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+    r = gl.arange(0, R, layout=gl.SliceLayout(1, layout))
+    c = gl.arange(0, C, layout=gl.SliceLayout(0, layout))
+    return gl.load(ptr + r[:, None] * C + c[None, :])
+
+
+@gluon.jit
+def wgmma_loop_kernel(
+    # a: [BM, BK] (K-major) or [BK, BM] (MN-major), row-major in memory; b: [BN, BK] or [BK, BN]
+    a_ptr, b_ptr,
+    # out[program]: the sum of the program's accumulator (keeps the MMAs alive)
+    out_ptr,
+    ITERS,
+    BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
+    A_MN: gl.constexpr, B_MN: gl.constexpr, num_warps: gl.constexpr,
+):
+    # Stage 1: both operands into shared memory once, in the asked major order.
+    if A_MN:
+        a_smem = gl.allocate_shared_memory(gl.bfloat16, [BK, BM], gl.NVMMASharedLayout.get_default_for(
+            [BK, BM], gl.bfloat16), _load_tile(a_ptr, BK, BM, num_warps))
+        a = a_smem.permute((1, 0))
+    else:
+        a = gl.allocate_shared_memory(gl.bfloat16, [BM, BK], gl.NVMMASharedLayout.get_default_for(
+            [BM, BK], gl.bfloat16), _load_tile(a_ptr, BM, BK, num_warps))
+    if B_MN:
+        b = gl.allocate_shared_memory(gl.bfloat16, [BK, BN], gl.NVMMASharedLayout.get_default_for(
+            [BK, BN], gl.bfloat16), _load_tile(b_ptr, BK, BN, num_warps))
+    else:
+        b_smem = gl.allocate_shared_memory(gl.bfloat16, [BN, BK], gl.NVMMASharedLayout.get_default_for(
+            [BN, BK], gl.bfloat16), _load_tile(b_ptr, BN, BK, num_warps))
+        b = b_smem.permute((1, 0))
+    fence_async_shared()
+
+    # Stage 2: the backward filter consumer's issue pattern, one k-step in flight.
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                         instr_shape=[16, BN, 16])
+    acc = gl.zeros([BM, BN], gl.float32, acc_layout)
+    for _ in range(ITERS):
+        acc = warpgroup_mma(a, b, acc, is_async=True)
+        acc, a, b = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a, b))
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+
+    # Stage 3: one float a program.
+    gl.store(out_ptr + gl.program_id(0), gl.sum(gl.sum(acc, axis=1), axis=0))
+
+
+# (BM, BN, warps): the backward filter's tiles (8 warps = 2 warpgroups of 64 rows) and the
+# one-warpgroup shapes
+SHAPES = [(128, 128, 8), (128, 256, 8), (128, 128, 4), (64, 256, 4)]
+ORDERS = [(False, False), (True, True), (True, False), (False, True)]  # (A MN-major, B MN-major)
+BKS = (128, 64)
+
+
+def name(bm, bn, warps, a_mn, b_mn, bk) -> str:
+    return f"{bm}x{bn} w{warps} A:{'MN' if a_mn else 'K'} B:{'MN' if b_mn else 'K'} bk{bk}"
+
+
+def compile_all():
+    """CPU: every variant compiled for sm_90 (spills and registers printed)."""
+    from tridnn.cuda.gluon_common import compile_sm90
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from gluon_helpers import registers, sass  # Triton's cuobjdump
+    for bm, bn, warps in SHAPES:
+        for a_mn, b_mn in ORDERS:
+            for bk in BKS:
+                consts = dict(BM=bm, BN=bn, BK=bk, A_MN=a_mn, B_MN=b_mn, num_warps=warps)
+                k = compile_sm90(wgmma_loop_kernel, {"a_ptr": "*bf16", "b_ptr": "*bf16", "out_ptr": "*fp32"},
+                                 consts, warps, pointers=("a_ptr", "b_ptr", "out_ptr"))
+                code = sass(k)
+                hgmma = re.findall(r"HGMMA\.(64x\d+x16)\.F32\.BF16 \S+, gdesc\[\w+\](\S*),", code)
+                spills = len(re.findall(r"\b(STL|LDL)\b", code))
+                print(f"{name(bm, bn, warps, a_mn, b_mn, bk):34s} regs {registers(k):4d} "
+                      f"spills {spills:3d} HGMMA {len(hgmma)} "
+                      f"{sorted(set(hgmma))}", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", help="directory for diag_wgmma_rate.json")
+    ap.add_argument("--dry-run", action="store_true", help="CPU: compile every variant for sm_90 only")
+    ap.add_argument("--iters", type=int, default=4000, help="k-steps a program")
+    a = ap.parse_args()
+    if a.dry_run:
+        import gluon_sweep_common as gsc  # noqa: F401  (benchmarks/)
+        gsc.offline_driver()
+        compile_all()
+        return
+    from tridnn.cuda.common import gpu_time_ms
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    print(f"{'variant':34s} {'us':>9s} {'us/k-step':>10s} {'us/2.1M MAC':>12s} {'TFLOP/s':>8s} {'of peak':>8s}",
+          flush=True)
+    for bm, bn, warps in SHAPES:
+        for a_mn, b_mn in ORDERS:
+            for bk in BKS:
+                a_host = (torch.rand((bk, bm) if a_mn else (bm, bk), generator=g) - 0.5).to(torch.bfloat16)
+                b_host = (torch.rand((bk, bn) if b_mn else (bn, bk), generator=g) - 0.5).to(torch.bfloat16)
+                at, bt = a_host.cuda(), b_host.cuda()
+                out = torch.empty(sms, device="cuda", dtype=torch.float32)
+                consts = dict(BM=bm, BN=bn, BK=bk, A_MN=a_mn, B_MN=b_mn, num_warps=warps)
+
+                def run(iters=a.iters):
+                    wgmma_loop_kernel[(sms,)](at, bt, out, iters, **consts)
+
+                run(3)
+                torch.cuda.synchronize()
+                am = a_host.double().T if a_mn else a_host.double()
+                bmat = b_host.double() if b_mn else b_host.double().T
+                want = 3 * (am @ bmat).sum().item()
+                err = abs(out[0].item() - want) / max(1.0, abs(want))
+                ms = gpu_time_ms(run, rep_ms=20.0)
+                macs = bm * bn * bk
+                us_step = ms * 1e3 / a.iters
+                tflops = 2 * macs * a.iters * sms / (ms * 1e-3) / 1e12
+                row = dict(variant=name(bm, bn, warps, a_mn, b_mn, bk), bm=bm, bn=bn, warps=warps, a_mn=a_mn,
+                           b_mn=b_mn, bk=bk, us=ms * 1e3, us_per_step=us_step,
+                           us_per_2m=us_step * (128 * 128 * 128) / macs, tflops=tflops,
+                           of_peak=tflops * 1e12 / PEAK_BF16_DENSE, rel_err=err)
+                rows.append(row)
+                print(f"{row['variant']:34s} {row['us']:9.1f} {us_step:10.3f} {row['us_per_2m']:12.3f} "
+                      f"{tflops:8.0f} {row['of_peak']:8.2f}" + ("" if err < 1e-2 else f"  WRONG (rel err {err:.2e})"),
+                      flush=True)
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+        with open(os.path.join(a.out, "diag_wgmma_rate.json"), "w") as f:
+            json.dump(dict(device=torch.cuda.get_device_name(0), sms=sms, iters=a.iters, rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
