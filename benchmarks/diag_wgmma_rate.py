@@ -29,7 +29,8 @@ import sys
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
@@ -86,6 +87,71 @@ def wgmma_loop_kernel(
     gl.store(out_ptr + gl.program_id(0), gl.sum(gl.sum(acc, axis=1), axis=0))
 
 
+# -- the same k-steps fed by a TMA ring (the backward filter's pipeline, no geometry) -------
+@gluon.jit
+def _ring_loader(a_desc, b_desc, a_bufs, b_bufs, ready, empty, STEPS, NBOX,
+                 BK: gl.constexpr, STAGES: gl.constexpr):
+    """One warp: k-step i TMA-loads box (program * STEPS + i) mod NBOX of both [P, channels]
+    tensors (BK pixel rows each) into ring slot i mod STAGES."""
+    nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
+    for i in range(STEPS):
+        s = i % STAGES
+        mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
+        row = ((gl.program_id(0) * STEPS + i) % NBOX) * BK
+        mbarrier.expect(ready.index(s), nbytes)
+        tma.async_copy_global_to_shared(a_desc, [row, 0], ready.index(s), a_bufs.index(s))
+        tma.async_copy_global_to_shared(b_desc, [row, 0], ready.index(s), b_bufs.index(s))
+
+
+@gluon.jit
+def _ring_consumer(out_ptr, a_bufs, b_bufs, ready, empty, STEPS,
+                   BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, WARPS: gl.constexpr):
+    """The backward filter consumer's loop: wait for the slot, async wgmma of the MN-major
+    boxes (A = a box^T), one k-step in flight, free the slot of the MMA that retired."""
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
+                                                         instr_shape=[16, BN, 16])
+    acc = gl.zeros([BM, BN], gl.float32, acc_layout)
+    for i in range(STEPS):
+        s = i % STAGES
+        mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+        a = a_bufs.index(s).permute((1, 0))
+        b = b_bufs.index(s)
+        acc = warpgroup_mma(a, b, acc, is_async=True)
+        acc, a, b = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a, b))
+        mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), pred=i > 0)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    gl.store(out_ptr + gl.program_id(0), gl.sum(gl.sum(acc, axis=1), axis=0))
+
+
+@gluon.jit
+def ring_kernel(
+    # TMA descriptors: a [P, BM] box [BK, BM], b [P, BN] box [BK, BN] (pixels x channels)
+    a_desc, b_desc,
+    out_ptr, STEPS, NBOX,
+    BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr,
+):
+    a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    fence_async_shared()
+    gl.warp_specialize([
+        (_ring_consumer, (out_ptr, a_bufs, b_bufs, ready, empty, STEPS, BM, BN, STAGES, num_warps)),
+        (_ring_loader, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, STEPS, NBOX, BK, STAGES)),
+    ], [1], [40])
+
+
+# (BM, BN, BK, STAGES, warps): the backward filter's 128 x 128 tile at its 128-pixel box and
+# ring of 3, then finer boxes in deeper rings (the same bytes in flight)
+RING_CASES = [(128, 128, 128, 3, 8), (128, 128, 64, 6, 8), (128, 128, 64, 4, 8), (128, 128, 32, 8, 8),
+              (128, 256, 64, 4, 8), (128, 256, 32, 8, 8)]
+RING_PROGRAMS = (None, 12)  # every SM, and 12 programs (little L2 sharing)
+RING_FOOTPRINT_MB = (8, 1024)  # L2-resident boxes, and boxes streamed from memory
+
+
 # (BM, BN, warps): the backward filter's tiles (8 warps = 2 warpgroups of 64 rows) and the
 # one-warpgroup shapes
 SHAPES = [(128, 128, 8), (128, 256, 8), (128, 128, 4), (64, 256, 4)]
@@ -114,23 +180,64 @@ def compile_all():
                 print(f"{name(bm, bn, warps, a_mn, b_mn, bk):34s} regs {registers(k):4d} "
                       f"spills {spills:3d} HGMMA {len(hgmma)} "
                       f"{sorted(set(hgmma))}", flush=True)
+    from tridnn.cuda.gluon_common import desc_sig, max_regs
+    for bm, bn, bk, stages, warps in RING_CASES:
+        types = {"a_desc": desc_sig("bf16", [bk, bm]), "b_desc": desc_sig("bf16", [bk, bn]), "out_ptr": "*fp32"}
+        k = compile_sm90(ring_kernel, types, dict(BM=bm, BN=bn, BK=bk, STAGES=stages, num_warps=warps), warps,
+                         maxnreg=max_regs(warps), pointers=("out_ptr",))
+        code = sass(k)
+        hgmma = re.findall(r"HGMMA\.(64x\d+x16)\.F32\.BF16 \S+, gdesc\[\w+\](\S*),", code)
+        spills = len(re.findall(r"\b(STL|LDL)\b", code))
+        print(f"ring {bm}x{bn} bk{bk} s{stages} w{warps}: shared {k.metadata.shared} spills {spills} "
+              f"HGMMA {len(hgmma)} {sorted(set(hgmma))} UTMALDG {len(re.findall('UTMALDG', code))}", flush=True)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", help="directory for diag_wgmma_rate.json")
-    ap.add_argument("--dry-run", action="store_true", help="CPU: compile every variant for sm_90 only")
-    ap.add_argument("--iters", type=int, default=4000, help="k-steps a program")
-    a = ap.parse_args()
-    if a.dry_run:
-        import gluon_sweep_common as gsc  # noqa: F401  (benchmarks/)
-        gsc.offline_driver()
-        compile_all()
-        return
+def run_ring(steps, rows):
+    """The RING_CASES on every SM and on 12, L2-resident and streamed."""
+    from tridnn.cuda.common import gpu_time_ms
+    from tridnn.cuda.gluon_common import descriptor, max_regs
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    print(f"{'ring variant':44s} {'us':>9s} {'us/k-step':>10s} {'us/2.1M MAC':>12s} {'TFLOP/s':>8s} "
+          f"{'of peak':>8s} {'GB/s/SM':>8s}", flush=True)
+    for bm, bn, bk, stages, warps in RING_CASES:
+        for mb in RING_FOOTPRINT_MB:
+            p = mb * 2**20 // (2 * (bm + bn)) // bk * bk
+            a_t = (torch.rand(p, bm, device="cuda") - 0.5).to(torch.bfloat16)
+            b_t = (torch.rand(p, bn, device="cuda") - 0.5).to(torch.bfloat16)
+            a_desc = descriptor(a_t, a_t.shape, a_t.stride(), [bk, bm])
+            b_desc = descriptor(b_t, b_t.shape, b_t.stride(), [bk, bn])
+            for programs in RING_PROGRAMS:
+                grid = sms if programs is None else programs
+                out = torch.empty(grid, device="cuda", dtype=torch.float32)
+
+                def run(n=steps):
+                    ring_kernel[(grid,)](a_desc, b_desc, out, n, p // bk, BM=bm, BN=bn, BK=bk, STAGES=stages,
+                                         num_warps=warps, maxnreg=max_regs(warps))
+
+                run(2)
+                torch.cuda.synchronize()
+                want = (a_t[:2 * bk].double().T @ b_t[:2 * bk].double()).sum().item()
+                err = abs(out[0].item() - want) / max(1.0, abs(want))
+                ms = gpu_time_ms(run, rep_ms=20.0)
+                macs = bm * bn * bk
+                us_step = ms * 1e3 / steps
+                tflops = 2 * macs * steps * grid / (ms * 1e-3) / 1e12
+                gbs = 2 * bk * (bm + bn) / (us_step * 1e-6) / 1e9
+                label = f"{bm}x{bn} bk{bk} s{stages} w{warps} {mb}MB {grid}prog"
+                rows.append(dict(variant="ring " + label, bm=bm, bn=bn, bk=bk, stages=stages, warps=warps,
+                                 footprint_mb=mb, programs=grid, us=ms * 1e3, us_per_step=us_step,
+                                 us_per_2m=us_step * (128 * 128 * 128) / macs, tflops=tflops,
+                                 of_peak=tflops * 1e12 / PEAK_BF16_DENSE, gb_s_per_sm=gbs, rel_err=err))
+                print(f"{label:44s} {ms * 1e3:9.1f} {us_step:10.3f} {rows[-1]['us_per_2m']:12.3f} {tflops:8.0f} "
+                      f"{rows[-1]['of_peak']:8.2f} {gbs:8.1f}"
+                      + ("" if err < 1e-2 else f"  WRONG (rel err {err:.2e})"), flush=True)
+
+
+def run_bare(iters, rows):
+    """Every SHAPES x ORDERS x BKS variant of the bare loop on every SM."""
     from tridnn.cuda.common import gpu_time_ms
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     g = torch.Generator().manual_seed(0)
-    rows = []
     print(f"{'variant':34s} {'us':>9s} {'us/k-step':>10s} {'us/2.1M MAC':>12s} {'TFLOP/s':>8s} {'of peak':>8s}",
           flush=True)
     for bm, bn, warps in SHAPES:
@@ -142,7 +249,7 @@ def main():
                 out = torch.empty(sms, device="cuda", dtype=torch.float32)
                 consts = dict(BM=bm, BN=bn, BK=bk, A_MN=a_mn, B_MN=b_mn, num_warps=warps)
 
-                def run(iters=a.iters):
+                def run(iters=iters):
                     wgmma_loop_kernel[(sms,)](at, bt, out, iters, **consts)
 
                 run(3)
@@ -153,8 +260,8 @@ def main():
                 err = abs(out[0].item() - want) / max(1.0, abs(want))
                 ms = gpu_time_ms(run, rep_ms=20.0)
                 macs = bm * bn * bk
-                us_step = ms * 1e3 / a.iters
-                tflops = 2 * macs * a.iters * sms / (ms * 1e-3) / 1e12
+                us_step = ms * 1e3 / iters
+                tflops = 2 * macs * iters * sms / (ms * 1e-3) / 1e12
                 row = dict(variant=name(bm, bn, warps, a_mn, b_mn, bk), bm=bm, bn=bn, warps=warps, a_mn=a_mn,
                            b_mn=b_mn, bk=bk, us=ms * 1e3, us_per_step=us_step,
                            us_per_2m=us_step * (128 * 128 * 128) / macs, tflops=tflops,
@@ -163,10 +270,30 @@ def main():
                 print(f"{row['variant']:34s} {row['us']:9.1f} {us_step:10.3f} {row['us_per_2m']:12.3f} "
                       f"{tflops:8.0f} {row['of_peak']:8.2f}" + ("" if err < 1e-2 else f"  WRONG (rel err {err:.2e})"),
                       flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", help="directory for diag_wgmma_rate.json")
+    ap.add_argument("--dry-run", action="store_true", help="CPU: compile every variant for sm_90 only")
+    ap.add_argument("--iters", type=int, default=4000, help="k-steps a program")
+    ap.add_argument("--ring", action="store_true", help="also the k-steps fed by a TMA ring (RING_CASES)")
+    ap.add_argument("--only-ring", action="store_true", help="the TMA ring rows only")
+    a = ap.parse_args()
+    if a.dry_run:
+        import gluon_sweep_common as gsc  # noqa: F401  (benchmarks/)
+        gsc.offline_driver()
+        compile_all()
+        return
+    rows = []
+    if not a.only_ring:
+        run_bare(a.iters, rows)
+    if a.ring or a.only_ring:
+        run_ring(a.iters // 4, rows)
     if a.out:
         os.makedirs(a.out, exist_ok=True)
         with open(os.path.join(a.out, "diag_wgmma_rate.json"), "w") as f:
-            json.dump(dict(device=torch.cuda.get_device_name(0), sms=sms, iters=a.iters, rows=rows), f, indent=1)
+            json.dump(dict(device=torch.cuda.get_device_name(0), iters=a.iters, rows=rows), f, indent=1)
 
 
 if __name__ == "__main__":
