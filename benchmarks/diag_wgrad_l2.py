@@ -44,9 +44,10 @@ CASES = [
 PROGRAMS = (132, 66, 44, 33, 22, 12)
 
 
-def box_bytes(cfg) -> int:
-    """Bytes one k-step reads from memory: the dy and x boxes' real pixels (7 of 8 columns)."""
-    real = cfg["NB"] * cfg["BH"] * min(cfg["BW"], OW)
+def box_bytes(cfg, ow=OW) -> int:
+    """Bytes one k-step reads from memory: the dy and x boxes' real pixels (7 of 8 columns
+    on res5's images)."""
+    real = cfg["NB"] * cfg["BH"] * min(cfg["BW"], ow)
     return 2 * real * (cfg["BLOCK_M"] + cfg["BLOCK_N"])
 
 
@@ -55,7 +56,11 @@ def main():
     ap.add_argument("--out", help="directory for diag_wgrad_l2.json")
     ap.add_argument("--dry-run", action="store_true", help="CPU: build the plans and compile for sm_90 only")
     ap.add_argument("--rep", type=int, default=20, help="milliseconds of graph replays per timing")
+    ap.add_argument("--hw", type=int, default=OH, help="image height and width (8: boxes without the padded column)")
+    ap.add_argument("--programs", default=",".join(map(str, PROGRAMS)), help="comma-separated program counts")
     a = ap.parse_args()
+    oh = ow = a.hw
+    programs_list = [int(v) for v in a.programs.split(",")]
     if a.dry_run:
         gsc.offline_driver()
     from tridnn.cuda import gluon_wgrad as gw
@@ -68,21 +73,21 @@ def main():
         cfg = gw.config(base["NB"], base["BH"], base["BW"], base["BLOCK_M"], base["BLOCK_N"], base["STAGES"],
                         base["num_warps"])
         g = torch.Generator().manual_seed(0)
-        x = torch.randn(N, c, OH, OW, generator=g).to(torch.bfloat16).to(dev).contiguous(
+        x = torch.randn(N, c, oh, ow, generator=g).to(torch.bfloat16).to(dev).contiguous(
             memory_format=torch.channels_last)
-        dy = torch.randn(N, k, OH, OW, generator=g).to(torch.bfloat16).to(dev).contiguous(
+        dy = torch.randn(N, k, oh, ow, generator=g).to(torch.bfloat16).to(dev).contiguous(
             memory_format=torch.channels_last)
         tiles = gw.num_tiles(cfg, k, c, 1)
-        boxes = gw.num_boxes(cfg, N, OH, OW)
+        boxes = gw.num_boxes(cfg, N, oh, ow)
         assert tiles == PROGRAMS[0], (gw.name(cfg), tiles)
         want = None
         if not a.dry_run:
             want = torch.einsum("nkhw,nchw->kc", dy.double(), x.double())[:, :, None, None]
-        for programs in PROGRAMS:
+        for programs in programs_list:
             plan = gw.prepare(x, dy, (1, 1), (0, 0), (1, 1), cfg, sms=programs, direct=tiles)
             assert plan.finish_grid is None and plan.grid[0] == programs
             steps = tiles // programs * boxes
-            row = dict(config=gw.name(cfg), C=c, K=k, programs=programs, steps=steps)
+            row = dict(config=gw.name(cfg), C=c, K=k, hw=oh, programs=programs, steps=steps)
             if a.dry_run:
                 gw.gluon_wgrad_kernel.warmup(*plan.args, grid=plan.grid, **plan.meta)
                 rows.append(row)
@@ -95,7 +100,7 @@ def main():
             per_step = us / steps
             macs = tiles * boxes * cfg["NB"] * cfg["BH"] * cfg["BW"] * cfg["BLOCK_M"] * cfg["BLOCK_N"]
             row.update(us=us, us_per_step=per_step, err=err, tflops=2 * macs / us * 1e-6,
-                       l2_tb_s=programs * box_bytes(cfg) / per_step * 1e-6)
+                       l2_tb_s=programs * box_bytes(cfg, ow) / per_step * 1e-6)
             rows.append(row)
             print(f"{row['config']:28s} {c:5d} {k:5d} {programs:5d} {us:8.1f} {steps:5d} {per_step:8.3f} "
                   f"{row['tflops']:8.0f} {row['l2_tb_s']:8.2f}" + ("  BAD" if err > 2e-2 else ""), flush=True)
