@@ -41,6 +41,12 @@ CASES = [
     (dict(NB=16, BH=1, BW=8, BLOCK_M=128, BLOCK_N=128, STAGES=3, num_warps=8), 1408, 1536),
     (dict(NB=8, BH=1, BW=8, BLOCK_M=128, BLOCK_N=256, STAGES=4, num_warps=8), 2816, 1536),
 ]
+# --variants (session 25): the 128 x 128 tile with a 64-pixel box in a ring of 6 (as many
+# bytes in flight, in finer steps), and with one consumer warpgroup (no barrier between two)
+VARIANTS = [
+    (dict(NB=8, BH=1, BW=8, BLOCK_M=128, BLOCK_N=128, STAGES=6, num_warps=8), 1408, 1536),
+    (dict(NB=16, BH=1, BW=8, BLOCK_M=128, BLOCK_N=128, STAGES=3, num_warps=4), 1408, 1536),
+]
 PROGRAMS = (132, 66, 44, 33, 22, 12)
 
 
@@ -56,6 +62,7 @@ def main():
     ap.add_argument("--out", help="directory for diag_wgrad_l2.json")
     ap.add_argument("--dry-run", action="store_true", help="CPU: build the plans and compile for sm_90 only")
     ap.add_argument("--rep", type=int, default=20, help="milliseconds of graph replays per timing")
+    ap.add_argument("--variants", action="store_true", help="also the VARIANTS configs")
     ap.add_argument("--hw", type=int, default=OH, help="image height and width (8: boxes without the padded column)")
     ap.add_argument("--programs", default=",".join(map(str, PROGRAMS)), help="comma-separated program counts")
     a = ap.parse_args()
@@ -69,7 +76,7 @@ def main():
     rows = []
     print(f"{'config':28s} {'C':>5s} {'K':>5s} {'progs':>5s} {'us':>8s} {'steps':>5s} {'us/step':>8s} "
           f"{'TFLOP/s':>8s} {'L2 TB/s':>8s}", flush=True)
-    for base, c, k in CASES:
+    for base, c, k in CASES + (VARIANTS if a.variants else []):
         cfg = gw.config(base["NB"], base["BH"], base["BW"], base["BLOCK_M"], base["BLOCK_N"], base["STAGES"],
                         base["num_warps"])
         g = torch.Generator().manual_seed(0)
