@@ -90,22 +90,31 @@ def wgmma_loop_kernel(
 # -- the same k-steps fed by a TMA ring (the backward filter's pipeline, no geometry) -------
 @gluon.jit
 def _ring_loader(a_desc, b_desc, a_bufs, b_bufs, ready, empty, STEPS, NBOX,
-                 BK: gl.constexpr, STAGES: gl.constexpr):
+                 BK: gl.constexpr, STAGES: gl.constexpr, FOUR_D: gl.constexpr):
     """One warp: k-step i TMA-loads box (program * STEPS + i) mod NBOX of both [P, channels]
-    tensors (BK pixel rows each) into ring slot i mod STAGES."""
+    tensors (BK pixel rows each) into ring slot i mod STAGES. FOUR_D: the tensors are
+    [P / 64, 8, 8, channels] images and a box is [BK / 8, 1, 8, channels] (the backward
+    filter's dy box: BK / 8 images, one row of 8 pixels each)."""
     nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
     for i in range(STEPS):
         s = i % STAGES
         mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
-        row = ((gl.program_id(0) * STEPS + i) % NBOX) * BK
+        box = (gl.program_id(0) * STEPS + i) % NBOX
         mbarrier.expect(ready.index(s), nbytes)
-        tma.async_copy_global_to_shared(a_desc, [row, 0], ready.index(s), a_bufs.index(s))
-        tma.async_copy_global_to_shared(b_desc, [row, 0], ready.index(s), b_bufs.index(s))
+        if FOUR_D:
+            n = (box // 8) * (BK // 8)
+            h = box % 8
+            tma.async_copy_global_to_shared(a_desc, [n, h, 0, 0], ready.index(s), a_bufs.index(s))
+            tma.async_copy_global_to_shared(b_desc, [n, h, 0, 0], ready.index(s), b_bufs.index(s))
+        else:
+            tma.async_copy_global_to_shared(a_desc, [box * BK, 0], ready.index(s), a_bufs.index(s))
+            tma.async_copy_global_to_shared(b_desc, [box * BK, 0], ready.index(s), b_bufs.index(s))
 
 
 @gluon.jit
 def _ring_consumer(out_ptr, a_bufs, b_bufs, ready, empty, STEPS,
-                   BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, WARPS: gl.constexpr):
+                   BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+                   WARPS: gl.constexpr):
     """The backward filter consumer's loop: wait for the slot, async wgmma of the MN-major
     boxes (A = a box^T), one k-step in flight, free the slot of the MMA that retired."""
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
@@ -114,8 +123,8 @@ def _ring_consumer(out_ptr, a_bufs, b_bufs, ready, empty, STEPS,
     for i in range(STEPS):
         s = i % STAGES
         mbarrier.wait(ready.index(s), (i // STAGES) & 1)
-        a = a_bufs.index(s).permute((1, 0))
-        b = b_bufs.index(s)
+        a = a_bufs.index(s).reshape([BK, BM]).permute((1, 0))
+        b = b_bufs.index(s).reshape([BK, BN])
         acc = warpgroup_mma(a, b, acc, is_async=True)
         acc, a, b = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a, b))
         mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), pred=i > 0)
@@ -125,10 +134,12 @@ def _ring_consumer(out_ptr, a_bufs, b_bufs, ready, empty, STEPS,
 
 @gluon.jit
 def ring_kernel(
-    # TMA descriptors: a [P, BM] box [BK, BM], b [P, BN] box [BK, BN] (pixels x channels)
+    # TMA descriptors: a [P, BM] box [BK, BM], b [P, BN] box [BK, BN] (pixels x channels);
+    # FOUR_D: [P / 64, 8, 8, BM] box [BK / 8, 1, 8, BM] and the same for b
     a_desc, b_desc,
     out_ptr, STEPS, NBOX,
-    BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr,
+    BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, FOUR_D: gl.constexpr,
+    num_warps: gl.constexpr,
 ):
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
@@ -139,8 +150,8 @@ def ring_kernel(
         mbarrier.init(empty.index(i), count=1)
     fence_async_shared()
     gl.warp_specialize([
-        (_ring_consumer, (out_ptr, a_bufs, b_bufs, ready, empty, STEPS, BM, BN, STAGES, num_warps)),
-        (_ring_loader, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, STEPS, NBOX, BK, STAGES)),
+        (_ring_consumer, (out_ptr, a_bufs, b_bufs, ready, empty, STEPS, BM, BN, BK, STAGES, num_warps)),
+        (_ring_loader, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, STEPS, NBOX, BK, STAGES, FOUR_D)),
     ], [1], [40])
 
 
@@ -181,38 +192,54 @@ def compile_all():
                       f"spills {spills:3d} HGMMA {len(hgmma)} "
                       f"{sorted(set(hgmma))}", flush=True)
     from tridnn.cuda.gluon_common import desc_sig, max_regs
-    for bm, bn, bk, stages, warps in RING_CASES:
-        types = {"a_desc": desc_sig("bf16", [bk, bm]), "b_desc": desc_sig("bf16", [bk, bn]), "out_ptr": "*fp32"}
-        k = compile_sm90(ring_kernel, types, dict(BM=bm, BN=bn, BK=bk, STAGES=stages, num_warps=warps), warps,
-                         maxnreg=max_regs(warps), pointers=("out_ptr",))
+    for (bm, bn, bk, stages, warps), four_d in [(c, False) for c in RING_CASES] + [(RING_CASES[0], True)]:
+        a_box, b_box = ([bk // 8, 1, 8, bm], [bk // 8, 1, 8, bn]) if four_d else ([bk, bm], [bk, bn])
+        types = {"a_desc": desc_sig("bf16", a_box), "b_desc": desc_sig("bf16", b_box), "out_ptr": "*fp32"}
+        consts = dict(BM=bm, BN=bn, BK=bk, STAGES=stages, FOUR_D=four_d, num_warps=warps)
+        k = compile_sm90(ring_kernel, types, consts, warps, maxnreg=max_regs(warps), pointers=("out_ptr",))
         code = sass(k)
         hgmma = re.findall(r"HGMMA\.(64x\d+x16)\.F32\.BF16 \S+, gdesc\[\w+\](\S*),", code)
         spills = len(re.findall(r"\b(STL|LDL)\b", code))
-        print(f"ring {bm}x{bn} bk{bk} s{stages} w{warps}: shared {k.metadata.shared} spills {spills} "
+        print(f"ring {bm}x{bn} bk{bk} s{stages} w{warps}{' 4d' if four_d else ''}: shared {k.metadata.shared} spills {spills} "
               f"HGMMA {len(hgmma)} {sorted(set(hgmma))} UTMALDG {len(re.findall('UTMALDG', code))}", flush=True)
 
 
-def run_ring(steps, rows):
-    """The RING_CASES on every SM and on 12, L2-resident and streamed."""
+def run_ring(steps, rows, row_elems=None, quick=False, four_d=False):
+    """The RING_CASES on every SM and on 12, L2-resident and streamed. row_elems: each pixel
+    row of the tensors holds that many channels, of which the boxes read the first BM (BN),
+    as a box of 128 channels reads an NHWC tensor of many (None: packed [P, BM] tensors,
+    so a box is one contiguous block). quick: the backward filter's two tiles, L2-resident.
+    four_d: the tensors as 8 x 8 images, boxes of BK / 8 images x 1 row x 8 pixels."""
     from tridnn.cuda.common import gpu_time_ms
     from tridnn.cuda.gluon_common import descriptor, max_regs
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     print(f"{'ring variant':44s} {'us':>9s} {'us/k-step':>10s} {'us/2.1M MAC':>12s} {'TFLOP/s':>8s} "
           f"{'of peak':>8s} {'GB/s/SM':>8s}", flush=True)
-    for bm, bn, bk, stages, warps in RING_CASES:
-        for mb in RING_FOOTPRINT_MB:
+    cases = [c for c in RING_CASES if c in ((128, 128, 128, 3, 8), (128, 256, 64, 4, 8))] if quick else RING_CASES
+    for bm, bn, bk, stages, warps in cases:
+        for mb in RING_FOOTPRINT_MB[:1] if quick else RING_FOOTPRINT_MB:
             p = mb * 2**20 // (2 * (bm + bn)) // bk * bk
-            a_t = (torch.rand(p, bm, device="cuda") - 0.5).to(torch.bfloat16)
-            b_t = (torch.rand(p, bn, device="cuda") - 0.5).to(torch.bfloat16)
-            a_desc = descriptor(a_t, a_t.shape, a_t.stride(), [bk, bm])
-            b_desc = descriptor(b_t, b_t.shape, b_t.stride(), [bk, bn])
+            a_t = (torch.rand(p, row_elems or bm, device="cuda") - 0.5).to(torch.bfloat16)[:, :bm]
+            b_t = (torch.rand(p, row_elems or bn, device="cuda") - 0.5).to(torch.bfloat16)[:, :bn]
+            nbox = p // bk
+            if four_d:  # [images, 8, 8, channels] views of the same memory
+                p = p // (8 * bk) * (8 * bk)
+                a_t, b_t = a_t[:p], b_t[:p]
+                nbox = p // bk
+                a4 = a_t.unflatten(0, (p // 64, 8, 8))
+                b4 = b_t.unflatten(0, (p // 64, 8, 8))
+                a_desc = descriptor(a4, a4.shape, a4.stride(), [bk // 8, 1, 8, bm])
+                b_desc = descriptor(b4, b4.shape, b4.stride(), [bk // 8, 1, 8, bn])
+            else:
+                a_desc = descriptor(a_t, a_t.shape, a_t.stride(), [bk, bm])
+                b_desc = descriptor(b_t, b_t.shape, b_t.stride(), [bk, bn])
             for programs in RING_PROGRAMS:
                 grid = sms if programs is None else programs
                 out = torch.empty(grid, device="cuda", dtype=torch.float32)
 
                 def run(n=steps):
-                    ring_kernel[(grid,)](a_desc, b_desc, out, n, p // bk, BM=bm, BN=bn, BK=bk, STAGES=stages,
-                                         num_warps=warps, maxnreg=max_regs(warps))
+                    ring_kernel[(grid,)](a_desc, b_desc, out, n, nbox, BM=bm, BN=bn, BK=bk, STAGES=stages,
+                                         FOUR_D=four_d, num_warps=warps, maxnreg=max_regs(warps))
 
                 run(2)
                 torch.cuda.synchronize()
@@ -223,8 +250,10 @@ def run_ring(steps, rows):
                 us_step = ms * 1e3 / steps
                 tflops = 2 * macs * steps * grid / (ms * 1e-3) / 1e12
                 gbs = 2 * bk * (bm + bn) / (us_step * 1e-6) / 1e9
-                label = f"{bm}x{bn} bk{bk} s{stages} w{warps} {mb}MB {grid}prog"
+                label = (f"{bm}x{bn} bk{bk} s{stages} w{warps} {mb}MB {grid}prog"
+                         + (f" row{row_elems}" if row_elems else "") + (" 4d" if four_d else ""))
                 rows.append(dict(variant="ring " + label, bm=bm, bn=bn, bk=bk, stages=stages, warps=warps,
+                                 row_elems=row_elems, four_d=four_d,
                                  footprint_mb=mb, programs=grid, us=ms * 1e3, us_per_step=us_step,
                                  us_per_2m=us_step * (128 * 128 * 128) / macs, tflops=tflops,
                                  of_peak=tflops * 1e12 / PEAK_BF16_DENSE, gb_s_per_sm=gbs, rel_err=err))
@@ -279,6 +308,10 @@ def main():
     ap.add_argument("--iters", type=int, default=4000, help="k-steps a program")
     ap.add_argument("--ring", action="store_true", help="also the k-steps fed by a TMA ring (RING_CASES)")
     ap.add_argument("--only-ring", action="store_true", help="the TMA ring rows only")
+    ap.add_argument("--ring-row", type=int,
+                    help="channels a pixel row of the ring's tensors (the boxes read the first ones)")
+    ap.add_argument("--ring-quick", action="store_true", help="the ring's backward-filter tiles only, L2-resident")
+    ap.add_argument("--ring-4d", action="store_true", help="the ring's boxes as the backward filter's 4-D dy box")
     a = ap.parse_args()
     if a.dry_run:
         import gluon_sweep_common as gsc  # noqa: F401  (benchmarks/)
@@ -289,7 +322,7 @@ def main():
     if not a.only_ring:
         run_bare(a.iters, rows)
     if a.ring or a.only_ring:
-        run_ring(a.iters // 4, rows)
+        run_ring(a.iters // 4, rows, a.ring_row, a.ring_quick, a.ring_4d)
     if a.out:
         os.makedirs(a.out, exist_ok=True)
         with open(os.path.join(a.out, "diag_wgmma_rate.json"), "w") as f:
