@@ -81,6 +81,22 @@ def _unit_coords(u, DIRECT, R, N_KB, N_CB, BOXES, PER,
 
 
 @gluon.jit
+def _tap_offsets(t, T, KW, C, PAD_H, PAD_W, DIL_H, DIL_W, SH, SW):
+    """Where tap t (clamped to the last tap) reads x's stride-phase view [N, H/SH, SH, W/SW,
+    SW*C], relative to a box's output pixel: (rows, phase row, columns, phase channel).
+    Input row SH*oh + a (a = kh*DIL_H - PAD_H >= -PAD_H) is row oh + floor(a/SH) of phase a
+    mod SH; the floor of a negative a is one division of a + SH*(PAD_H + 1) > 0."""
+    t = gl.minimum(t, T - 1)
+    kh = t // KW
+    kw = t - kh * KW
+    a_h = kh * DIL_H - PAD_H
+    a_w = kw * DIL_W - PAD_W
+    q_h = (a_h + SH * (PAD_H + 1)) // SH - (PAD_H + 1)
+    q_w = (a_w + SW * (PAD_W + 1)) // SW - (PAD_W + 1)
+    return q_h, a_h - q_h * SH, q_w, (a_w - q_w * SW) * C
+
+
+@gluon.jit
 def _loader(dy_desc, x_desc, a_bufs, b_bufs, ready, empty,
             # geometry: input channels, taps (KH*KW), filter width, padding, dilation, stride
             C, T, KW, PAD_H, PAD_W, DIL_H, DIL_W, SH, SW,
@@ -90,23 +106,31 @@ def _loader(dy_desc, x_desc, a_bufs, b_bufs, ready, empty,
             BLOCK_N: gl.constexpr, TAPS_N: gl.constexpr, STAGES: gl.constexpr):
     """Producer (one warp): per pixel box, wait for a free slot, TMA the dy box and the x box
     shifted by each of the tile's TAPS_N taps (side by side along the slot's channel
-    dimension) into it. x is seen through its stride-phase view [N, H/SH, SH, W/SW, SW*C]:
-    input row SH*oh + a (a = kh*DIL_H - PAD_H) is row oh + floor(a/SH) of phase a mod SH,
-    so a box of output pixels maps to one box of the view (stride 1: phases of size 1). Taps past the last (the final tap group of a filter whose tap count
-    TAPS_N does not divide) reload the last tap: the byte count stays fixed and their
-    columns are never stored. Empty barriers start in phase 0: the first wait (parity 1)
-    passes."""
+    dimension) into it. x is seen through its stride-phase view (``_tap_offsets``), so a box
+    of output pixels maps to one box of the view (stride 1: phases of size 1). Taps past the
+    last (the final tap group of a filter whose tap count TAPS_N does not divide) reload the
+    last tap: the byte count stays fixed and their columns are never stored. Empty barriers
+    start in phase 0: the first wait (parity 1) passes.
+
+    One warp computes every coordinate, so the per-box work is kept to adds: the box walks
+    (image block, tile row, tile column) as counters, and a one-tap tile's offsets are
+    computed once a unit. (Session 25: with runtime divisions for both in the box loop,
+    ~250 instructions a box, a program alone took ~0.87 us a 128-pixel k-step where a ring
+    of plain boxes feeding the same MMAs took ~0.59; benchmarks/diag_wgmma_rate.py.)"""
     nbytes: gl.constexpr = dy_desc.block_type.nbytes + TAPS_N * x_desc.block_type.nbytes
     it = 0
     for u in range(gl.program_id(0), UNITS, gl.num_programs(0)):
         whole, q, t0, k0, c0, first, last = _unit_coords(u, DIRECT, R, N_KB, N_CB, BOXES, PER,
                                                          BLOCK_M, BLOCK_N, TAPS_N)
+        # box b covers images (b // (TILES_H*TILES_W)) * NB.., rows and columns of one tile
+        tw = first % TILES_W
+        r = first // TILES_W
+        th = r % TILES_H
+        nb = r // TILES_H
+        dh0, ph0, dw0, pc0 = _tap_offsets(t0, T, KW, C, PAD_H, PAD_W, DIL_H, DIL_W, SH, SW)
         for b in range(first, last):
-            # box b: images (b // (TILES_H*TILES_W)) * NB.., rows and columns of one tile
-            tw = b % TILES_W
-            r = b // TILES_W
-            oh = (r % TILES_H) * BH
-            n = (r // TILES_H) * NB
+            n = nb * NB
+            oh = th * BH
             ow = tw * BW
             s = it % STAGES
             mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
@@ -114,20 +138,21 @@ def _loader(dy_desc, x_desc, a_bufs, b_bufs, ready, empty,
             mbarrier.expect(bar, nbytes)
             tma.async_copy_global_to_shared(dy_desc, [n, oh, ow, k0], bar, a_bufs.index(s))
             for j in gl.static_range(TAPS_N):
-                t = gl.minimum(t0 + j, T - 1)
-                kh = t // KW
-                kw = t - kh * KW
-                a_h = kh * DIL_H - PAD_H
-                a_w = kw * DIL_W - PAD_W
-                # floor division (a may be negative: the padding)
-                q_h = gl.where(a_h < 0, -((SH - 1 - a_h) // SH), a_h // SH)
-                q_w = gl.where(a_w < 0, -((SW - 1 - a_w) // SW), a_w // SW)
                 dst = b_bufs.index(s)
                 if TAPS_N > 1:
                     dst = dst.slice(j * BLOCK_N, BLOCK_N, dim=4)
-                tma.async_copy_global_to_shared(
-                    x_desc, [n, oh + q_h, a_h - q_h * SH, ow + q_w, (a_w - q_w * SW) * C + c0], bar, dst)
+                    dh, ph, dw_, pc = _tap_offsets(t0 + j, T, KW, C, PAD_H, PAD_W, DIL_H, DIL_W, SH, SW)
+                else:
+                    dh, ph, dw_, pc = dh0, ph0, dw0, pc0
+                tma.async_copy_global_to_shared(x_desc, [n, oh + dh, ph, ow + dw_, pc + c0], bar, dst)
             it += 1
+            # the next box: column, then row, then image block
+            wrap_w = (tw == TILES_W - 1).to(gl.int32)
+            tw = (tw + 1) * (1 - wrap_w)
+            th += wrap_w
+            wrap_h = (th == TILES_H).to(gl.int32)
+            th = th * (1 - wrap_h)
+            nb += wrap_h
 
 
 @gluon.jit
