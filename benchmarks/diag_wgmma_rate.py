@@ -243,7 +243,11 @@ def run_ring(steps, rows, row_elems=None, quick=False, four_d=False):
 
                 run(2)
                 torch.cuda.synchronize()
-                want = (a_t[:2 * bk].double().T @ b_t[:2 * bk].double()).sum().item()
+                # program 0's two boxes: pixel rows 0..2*BK, or (4-D) rows 0 and 1 of images 0..BK/8
+                rows_ = (torch.arange(2 * bk) if not four_d else
+                         (torch.arange(bk // 8)[:, None, None] * 64 + torch.arange(2)[None, :, None] * 8
+                          + torch.arange(8)[None, None, :]).flatten()).to(a_t.device)
+                want = (a_t[rows_].double().T @ b_t[rows_].double()).sum().item()
                 err = abs(out[0].item() - want) / max(1.0, abs(want))
                 ms = gpu_time_ms(run, rep_ms=20.0)
                 macs = bm * bn * bk

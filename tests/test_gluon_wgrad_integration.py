@@ -276,7 +276,7 @@ def test_a_gluon_pick_falls_back_to_the_reference_config(rng, monkeypatch):
 def test_a_failing_gluon_launch_warns_and_falls_back(monkeypatch):
     """A host-side failure of the experimental Gluon launch (compile, descriptor) warns and
     reports nothing launched (the caller runs its reference); out of resources (the tuner
-    skips that config) and CUDA errors propagate."""
+    skips that config), CUDA errors and a launch record's refusal propagate."""
     def failing(exc):
         def launch(*a, **k):
             raise exc
@@ -288,7 +288,12 @@ def test_a_failing_gluon_launch_warns_and_falls_back(monkeypatch):
 
     class OutOfResources(Exception):
         pass
-    for exc in (OutOfResources("shared memory"), RuntimeError("CUDA error: an illegal memory access")):
+    # and a dry run's refusal (a record's bound launch inside a launch-record dry run): the
+    # dry run must see it, or it records the reference config in the tuned one's place
+    # (session 25: a batch-256 suite warned "Refused: a launch bound elsewhere")
+    from tridnn.cuda.launch_record import Refused
+    for exc in (OutOfResources("shared memory"), RuntimeError("CUDA error: an illegal memory access"),
+                Refused("a launch bound elsewhere")):
         monkeypatch.setattr(bwf, "launch_gluon", failing(exc))
         with pytest.raises(type(exc)):
             bwf._try_gluon(None, None, None, None, None, 1.0, 0.0, cfg)

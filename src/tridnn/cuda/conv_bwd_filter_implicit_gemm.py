@@ -352,9 +352,13 @@ def launch_gluon(problem, x, dy, dw, part, alpha, beta, cfg, sms=None) -> bool:
 def _try_gluon(problem, x, dy, dw, part, alpha, beta, cfg) -> bool:
     """launch_gluon, where a host-side failure (a compile or descriptor error: the Gluon API
     is experimental) warns and returns False, so the caller runs its reference config. Out
-    of resources (the tuner skips such a config), out of memory and CUDA errors propagate."""
+    of resources (the tuner skips such a config), out of memory, CUDA errors and a launch
+    record's refusal propagate (a record's bound launch refuses a dry run, which then runs
+    the call itself; caught here, the dry run recorded the reference config instead)."""
     try:
         return launch_gluon(problem, x, dy, dw, part, alpha, beta, cfg)
+    except launch_record.Refused:
+        raise
     except Exception as exc:
         text = str(exc)
         if ("OutOfResources" in type(exc).__name__ or "resources" in text.lower()
