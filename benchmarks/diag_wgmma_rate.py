@@ -35,6 +35,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 
+from tridnn.cuda.gluon_common import ring_barriers  # noqa: E402
+
 PEAK_BF16_DENSE = 989e12  # H100 / H200 SXM dense bf16, FLOP/s (both have the same tensor cores)
 
 
@@ -143,11 +145,7 @@ def ring_kernel(
 ):
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)
+    ready, empty = ring_barriers(STAGES)
     fence_async_shared()
     gl.warp_specialize([
         (_ring_consumer, (out_ptr, a_bufs, b_bufs, ready, empty, STEPS, BM, BN, BK, STAGES, num_warps)),
