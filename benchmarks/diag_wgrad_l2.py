@@ -63,6 +63,8 @@ def main():
     ap.add_argument("--dry-run", action="store_true", help="CPU: build the plans and compile for sm_90 only")
     ap.add_argument("--rep", type=int, default=20, help="milliseconds of graph replays per timing")
     ap.add_argument("--variants", action="store_true", help="also the VARIANTS configs")
+    ap.add_argument("--batch", type=int, default=N,
+                    help="images (more: more k-steps a tile, so a tile's epilogue and unit setup weigh less)")
     ap.add_argument("--hw", type=int, default=OH, help="image height and width (8: boxes without the padded column)")
     ap.add_argument("--programs", default=",".join(map(str, PROGRAMS)), help="comma-separated program counts")
     a = ap.parse_args()
@@ -80,12 +82,12 @@ def main():
         cfg = gw.config(base["NB"], base["BH"], base["BW"], base["BLOCK_M"], base["BLOCK_N"], base["STAGES"],
                         base["num_warps"])
         g = torch.Generator().manual_seed(0)
-        x = torch.randn(N, c, oh, ow, generator=g).to(torch.bfloat16).to(dev).contiguous(
+        x = torch.randn(a.batch, c, oh, ow, generator=g).to(torch.bfloat16).to(dev).contiguous(
             memory_format=torch.channels_last)
-        dy = torch.randn(N, k, oh, ow, generator=g).to(torch.bfloat16).to(dev).contiguous(
+        dy = torch.randn(a.batch, k, oh, ow, generator=g).to(torch.bfloat16).to(dev).contiguous(
             memory_format=torch.channels_last)
         tiles = gw.num_tiles(cfg, k, c, 1)
-        boxes = gw.num_boxes(cfg, N, oh, ow)
+        boxes = gw.num_boxes(cfg, a.batch, oh, ow)
         assert tiles == PROGRAMS[0], (gw.name(cfg), tiles)
         want = None
         if not a.dry_run:
@@ -94,7 +96,7 @@ def main():
             plan = gw.prepare(x, dy, (1, 1), (0, 0), (1, 1), cfg, sms=programs, direct=tiles)
             assert plan.finish_grid is None and plan.grid[0] == programs
             steps = tiles // programs * boxes
-            row = dict(config=gw.name(cfg), C=c, K=k, hw=oh, programs=programs, steps=steps)
+            row = dict(config=gw.name(cfg), C=c, K=k, batch=a.batch, hw=oh, programs=programs, steps=steps)
             if a.dry_run:
                 gw.gluon_wgrad_kernel.warmup(*plan.args, grid=plan.grid, **plan.meta)
                 rows.append(row)
