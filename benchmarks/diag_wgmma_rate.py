@@ -21,7 +21,6 @@ step). The result sums are checked against torch on the same tiles (ITERS * A @ 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
@@ -35,6 +34,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 
+import gluon_sweep_common as gsc  # noqa: E402  (benchmarks/, the script's own folder)
 from tridnn.cuda.gluon_common import ring_barriers  # noqa: E402
 
 PEAK_BF16_DENSE = 989e12  # H100 / H200 SXM dense bf16, FLOP/s (both have the same tensor cores)
@@ -172,34 +172,51 @@ def name(bm, bn, warps, a_mn, b_mn, bk) -> str:
     return f"{bm}x{bn} w{warps} A:{'MN' if a_mn else 'K'} B:{'MN' if b_mn else 'K'} bk{bk}"
 
 
-def compile_all():
-    """CPU: every variant compiled for sm_90 (spills and registers printed)."""
-    from tridnn.cuda.gluon_common import compile_sm90
+def _sass_facts(kernel) -> str:
+    """Registers, spills and the HGMMA shapes / operand modes of a compiled kernel's SASS."""
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     from gluon_helpers import registers, sass  # Triton's cuobjdump
+    code = sass(kernel)
+    hgmma = re.findall(r"HGMMA\.(64x\d+x16)\.F32\.BF16 \S+, gdesc\[\w+\](\S*),", code)
+    spills = len(re.findall(r"\b(STL|LDL)\b", code))
+    return (f"regs {registers(kernel):4d} spills {spills:3d} HGMMA {len(hgmma)} {sorted(set(hgmma))} "
+            f"UTMALDG {len(re.findall('UTMALDG', code))}")
+
+
+def compile_all():
+    """CPU: every variant compiled for sm_90 (registers, spills and MMA modes printed)."""
+    from tridnn.cuda.gluon_common import compile_sm90, desc_sig, max_regs
     for bm, bn, warps in SHAPES:
         for a_mn, b_mn in ORDERS:
             for bk in BKS:
                 consts = dict(BM=bm, BN=bn, BK=bk, A_MN=a_mn, B_MN=b_mn, num_warps=warps)
                 k = compile_sm90(wgmma_loop_kernel, {"a_ptr": "*bf16", "b_ptr": "*bf16", "out_ptr": "*fp32"},
                                  consts, warps, pointers=("a_ptr", "b_ptr", "out_ptr"))
-                code = sass(k)
-                hgmma = re.findall(r"HGMMA\.(64x\d+x16)\.F32\.BF16 \S+, gdesc\[\w+\](\S*),", code)
-                spills = len(re.findall(r"\b(STL|LDL)\b", code))
-                print(f"{name(bm, bn, warps, a_mn, b_mn, bk):34s} regs {registers(k):4d} "
-                      f"spills {spills:3d} HGMMA {len(hgmma)} "
-                      f"{sorted(set(hgmma))}", flush=True)
-    from tridnn.cuda.gluon_common import desc_sig, max_regs
+                print(f"{name(bm, bn, warps, a_mn, b_mn, bk):34s} {_sass_facts(k)}", flush=True)
     for (bm, bn, bk, stages, warps), four_d in [(c, False) for c in RING_CASES] + [(RING_CASES[0], True)]:
         a_box, b_box = ([bk // 8, 1, 8, bm], [bk // 8, 1, 8, bn]) if four_d else ([bk, bm], [bk, bn])
         types = {"a_desc": desc_sig("bf16", a_box), "b_desc": desc_sig("bf16", b_box), "out_ptr": "*fp32"}
         consts = dict(BM=bm, BN=bn, BK=bk, STAGES=stages, FOUR_D=four_d, num_warps=warps)
         k = compile_sm90(ring_kernel, types, consts, warps, maxnreg=max_regs(warps), pointers=("out_ptr",))
-        code = sass(k)
-        hgmma = re.findall(r"HGMMA\.(64x\d+x16)\.F32\.BF16 \S+, gdesc\[\w+\](\S*),", code)
-        spills = len(re.findall(r"\b(STL|LDL)\b", code))
-        print(f"ring {bm}x{bn} bk{bk} s{stages} w{warps}{' 4d' if four_d else ''}: shared {k.metadata.shared} spills {spills} "
-              f"HGMMA {len(hgmma)} {sorted(set(hgmma))} UTMALDG {len(re.findall('UTMALDG', code))}", flush=True)
+        print(f"ring {bm}x{bn} bk{bk} s{stages} w{warps}{' 4d' if four_d else ''}: shared {k.metadata.shared} "
+              f"{_sass_facts(k)}", flush=True)
+
+
+def rates(ms, macs, steps, programs) -> dict:
+    """A timing's row fields: us, us a k-step (of ``macs``), us scaled to a 2.1 M-MAC
+    (128 x 128 x 128) k-step, TFLOP/s of all programs, and the fraction of the peak."""
+    us_step = ms * 1e3 / steps
+    tflops = 2 * macs * steps * programs / (ms * 1e-3) / 1e12
+    return dict(us=ms * 1e3, us_per_step=us_step, us_per_2m=us_step * (128 * 128 * 128) / macs, tflops=tflops,
+                of_peak=tflops * 1e12 / PEAK_BF16_DENSE)
+
+
+def report(label, width, row, extra=""):
+    """Print a row: label, us, us a k-step, us a 2.1 M-MAC k-step, TFLOP/s, of peak (and
+    ``extra``), flagged when its sum missed torch's."""
+    print(f"{label:{width}s} {row['us']:9.1f} {row['us_per_step']:10.3f} {row['us_per_2m']:12.3f} "
+          f"{row['tflops']:8.0f} {row['of_peak']:8.2f}{extra}"
+          + ("" if row["rel_err"] < 1e-2 else f"  WRONG (rel err {row['rel_err']:.2e})"), flush=True)
 
 
 def run_ring(steps, rows, row_elems=None, quick=False, four_d=False):
@@ -216,14 +233,12 @@ def run_ring(steps, rows, row_elems=None, quick=False, four_d=False):
     cases = [c for c in RING_CASES if c in ((128, 128, 128, 3, 8), (128, 256, 64, 4, 8))] if quick else RING_CASES
     for bm, bn, bk, stages, warps in cases:
         for mb in RING_FOOTPRINT_MB[:1] if quick else RING_FOOTPRINT_MB:
-            p = mb * 2**20 // (2 * (bm + bn)) // bk * bk
+            whole = 8 * bk if four_d else bk  # pixels in whole boxes (4-D: whole images too)
+            p = mb * 2**20 // (2 * (bm + bn)) // whole * whole
             a_t = (torch.rand(p, row_elems or bm, device="cuda") - 0.5).to(torch.bfloat16)[:, :bm]
             b_t = (torch.rand(p, row_elems or bn, device="cuda") - 0.5).to(torch.bfloat16)[:, :bn]
             nbox = p // bk
             if four_d:  # [images, 8, 8, channels] views of the same memory
-                p = p // (8 * bk) * (8 * bk)
-                a_t, b_t = a_t[:p], b_t[:p]
-                nbox = p // bk
                 a4 = a_t.unflatten(0, (p // 64, 8, 8))
                 b4 = b_t.unflatten(0, (p // 64, 8, 8))
                 a_desc = descriptor(a4, a4.shape, a4.stride(), [bk // 8, 1, 8, bm])
@@ -247,21 +262,15 @@ def run_ring(steps, rows, row_elems=None, quick=False, four_d=False):
                           + torch.arange(8)[None, None, :]).flatten()).to(a_t.device)
                 want = (a_t[rows_].double().T @ b_t[rows_].double()).sum().item()
                 err = abs(out[0].item() - want) / max(1.0, abs(want))
-                ms = gpu_time_ms(run, rep_ms=20.0)
-                macs = bm * bn * bk
-                us_step = ms * 1e3 / steps
-                tflops = 2 * macs * steps * grid / (ms * 1e-3) / 1e12
-                gbs = 2 * bk * (bm + bn) / (us_step * 1e-6) / 1e9
+                row = rates(gpu_time_ms(run, rep_ms=20.0), bm * bn * bk, steps, grid)
+                gbs = 2 * bk * (bm + bn) / (row["us_per_step"] * 1e-6) / 1e9
                 label = (f"{bm}x{bn} bk{bk} s{stages} w{warps} {mb}MB {grid}prog"
                          + (f" row{row_elems}" if row_elems else "") + (" 4d" if four_d else ""))
-                rows.append(dict(variant="ring " + label, bm=bm, bn=bn, bk=bk, stages=stages, warps=warps,
-                                 row_elems=row_elems, four_d=four_d,
-                                 footprint_mb=mb, programs=grid, us=ms * 1e3, us_per_step=us_step,
-                                 us_per_2m=us_step * (128 * 128 * 128) / macs, tflops=tflops,
-                                 of_peak=tflops * 1e12 / PEAK_BF16_DENSE, gb_s_per_sm=gbs, rel_err=err))
-                print(f"{label:44s} {ms * 1e3:9.1f} {us_step:10.3f} {rows[-1]['us_per_2m']:12.3f} {tflops:8.0f} "
-                      f"{rows[-1]['of_peak']:8.2f} {gbs:8.1f}"
-                      + ("" if err < 1e-2 else f"  WRONG (rel err {err:.2e})"), flush=True)
+                row.update(variant="ring " + label, bm=bm, bn=bn, bk=bk, stages=stages, warps=warps,
+                           row_elems=row_elems, four_d=four_d, footprint_mb=mb, programs=grid, gb_s_per_sm=gbs,
+                           rel_err=err)
+                rows.append(row)
+                report(label, 44, row, f" {gbs:8.1f}")
 
 
 def run_bare(iters, rows):
@@ -289,18 +298,11 @@ def run_bare(iters, rows):
                 bmat = b_host.double() if b_mn else b_host.double().T
                 want = 3 * (am @ bmat).sum().item()
                 err = abs(out[0].item() - want) / max(1.0, abs(want))
-                ms = gpu_time_ms(run, rep_ms=20.0)
-                macs = bm * bn * bk
-                us_step = ms * 1e3 / iters
-                tflops = 2 * macs * iters * sms / (ms * 1e-3) / 1e12
-                row = dict(variant=name(bm, bn, warps, a_mn, b_mn, bk), bm=bm, bn=bn, warps=warps, a_mn=a_mn,
-                           b_mn=b_mn, bk=bk, us=ms * 1e3, us_per_step=us_step,
-                           us_per_2m=us_step * (128 * 128 * 128) / macs, tflops=tflops,
-                           of_peak=tflops * 1e12 / PEAK_BF16_DENSE, rel_err=err)
+                row = rates(gpu_time_ms(run, rep_ms=20.0), bm * bn * bk, iters, sms)
+                row.update(variant=name(bm, bn, warps, a_mn, b_mn, bk), bm=bm, bn=bn, warps=warps, a_mn=a_mn,
+                           b_mn=b_mn, bk=bk, rel_err=err)
                 rows.append(row)
-                print(f"{row['variant']:34s} {row['us']:9.1f} {us_step:10.3f} {row['us_per_2m']:12.3f} "
-                      f"{tflops:8.0f} {row['of_peak']:8.2f}" + ("" if err < 1e-2 else f"  WRONG (rel err {err:.2e})"),
-                      flush=True)
+                report(row["variant"], 34, row)
 
 
 def main():
@@ -316,7 +318,6 @@ def main():
     ap.add_argument("--ring-4d", action="store_true", help="the ring's boxes as the backward filter's 4-D dy box")
     a = ap.parse_args()
     if a.dry_run:
-        import gluon_sweep_common as gsc  # noqa: F401  (benchmarks/)
         gsc.offline_driver()
         compile_all()
         return
@@ -325,10 +326,7 @@ def main():
         run_bare(a.iters, rows)
     if a.ring or a.only_ring:
         run_ring(a.iters // 4, rows, a.ring_row, a.ring_quick, a.ring_4d)
-    if a.out:
-        os.makedirs(a.out, exist_ok=True)
-        with open(os.path.join(a.out, "diag_wgmma_rate.json"), "w") as f:
-            json.dump(dict(device=torch.cuda.get_device_name(0), iters=a.iters, rows=rows), f, indent=1)
+    gsc.write_json(a.out, "diag_wgmma_rate.json", dict(device=torch.cuda.get_device_name(0), iters=a.iters, rows=rows))
 
 
 if __name__ == "__main__":
