@@ -22,6 +22,9 @@ degrees with K and C swapped), padding KH-1-p (gluon_conv.launch_backward_data's
 formulation), against cuDNN's dgrad (aten.convolution_backward); the turned filter is
 made once outside the timing, and a "turn" row times that copy (tridnn makes it per call).
 
+--layers aspp_d2,aspp_d4,aspp_d12: DeepLab's dilated layers (batch 16, dilation 2 / 4 / 12), by name
+only (not in the default set); backward data runs them at the same dilation, padding d(KS-1)-p.
+
 --api: tridnn's public API instead (IMPLICIT_GEMM forward, ALGO_1 backward data), where the
 tuner times conv_tma's candidates then the Gluon picks (gluon_conv.picks) and keeps the
 fastest that agrees with conv_tma's reference. Per layer and direction: each candidate's
@@ -106,6 +109,12 @@ STRIDED_CANARY = [  # as CANARY, stride 2 (H and W even)
     (2, 64, 192, 12, 18, 3, 3, 1, 1.0),
     (3, 128, 64, 14, 14, 1, 1, 0, 0.5),
 ]
+DILATED_LAYERS = {  # DeepLab's ASPP (shapes.DILATED) at bench_gpu_conv's --dil-batch 16:
+    # name: (N, C, K, H, W, filter size, padding, dilation); named with --layers, not in the default set
+    "aspp_d2": (16, 512, 512, 64, 64, 3, 2, 2),
+    "aspp_d4": (16, 512, 512, 64, 64, 3, 4, 4),
+    "aspp_d12": (16, 256, 256, 33, 33, 3, 12, 12),
+}
 DGRAD_LAYERS = {name: STRIDED_LAYERS[name] for name in ("res3_3x3s2", "res4_3x3s2", "res5_3x3s2")}
 DGRAD_CANARY = [  # --dgrad-phases: (N, C, K, H, W, filter size, padding, alpha, beta) of the forward's x;
     # C (dx's channels) a multiple of every BLOCK_N; H, W even
@@ -196,12 +205,18 @@ def kernel_module():
     return gc, gc.gluon_conv_fwd_kernel, 1
 
 
-def prepare_fwd(x, wt, pad, cfg, **kw):
+def layer_geometry(table, name):
+    """(N, C, K, H, W, filter size, padding, dilation) of a layer; dilation 1 unless given."""
+    n, c, k, h, w, ks, pad, *dil = table[name]
+    return n, c, k, h, w, ks, pad, dil[0] if dil else 1
+
+
+def prepare_fwd(x, wt, pad, dil, cfg, **kw):
     """The forward launch arguments of kernel_module's module (grid, args, meta, y)."""
     gc, _, st = kernel_module()
     if STRIDED:
-        return gc.prepare(x, wt, (st, st), (pad, pad), (1, 1), cfg, **kw)
-    return gc.prepare(x, wt, (pad, pad), (1, 1), cfg, **kw)
+        return gc.prepare(x, wt, (st, st), (pad, pad), (dil, dil), cfg, **kw)
+    return gc.prepare(x, wt, (pad, pad), (dil, dil), cfg, **kw)
 
 
 # -- --dgrad-phases: strided backward data, one launch per phase against one for all -------
@@ -404,7 +419,7 @@ def canary(indices, dry):
             x, wt = make(n, c, k, h, w, kh, kw, dev, seed=i)
             want = None if dry else alpha * F.conv2d(x.double(), wt.double(), padding=pad, stride=st)
             for sms in (SMS if dry else None, 3):
-                grid, args, meta, y = prepare_fwd(x, wt, pad, cfg, alpha=alpha, sms=sms)
+                grid, args, meta, y = prepare_fwd(x, wt, pad, 1, cfg, alpha=alpha, sms=sms)
                 if dry:
                     kernel.warmup(*args, grid=grid, **meta)
                     continue
@@ -474,10 +489,10 @@ def api_sweep(a, directions, t0):
         if time.time() - t0 > a.budget_s:
             print(f"{name} {direction}: budget spent", flush=True)
             continue
-        n, c, k, h, w, ks, pad = LAYERS[name]
+        n, c, k, h, w, ks, pad, dil = layer_geometry({**LAYERS, **DILATED_LAYERS}, name)
         if a.dry_run:  # the plumbing only, on a tiny problem under the interpreter
             n, c, k, h, w = 2, 64, 64, min(h, 6), min(w, 6)
-        p = dict(C=c, K=k, spatial=(h, w), kernel=(ks, ks), stride=(1, 1), pad=(pad, pad), dilation=(1, 1),
+        p = dict(C=c, K=k, spatial=(h, w), kernel=(ks, ks), stride=(1, 1), pad=(pad, pad), dilation=(dil, dil),
                  groups=1)
         cd, xd, wd, yd, x, wt, dy = bg.make(p, n, dtype, math, dev)
         algo = algos[direction]
@@ -537,7 +552,7 @@ def main():
     ap.add_argument("--out", help="directory for gluon_conv.json")
     ap.add_argument("--dry-run", action="store_true", help="CPU: build and compile for sm_90 only")
     ap.add_argument("--layers", default=None, help="comma-separated subset of " + ",".join(LAYERS)
-                    + " (--strided: " + ",".join(STRIDED_LAYERS) + ")")
+                    + " (or " + ",".join(DILATED_LAYERS) + ") (--strided: " + ",".join(STRIDED_LAYERS) + ")")
     ap.add_argument("--configs", default="", help="comma-separated indices into gluon_conv.CONFIGS (default all)")
     ap.add_argument("--rep", type=int, default=40, help="milliseconds of graph replays per timing")
     ap.add_argument("--budget-s", type=float, default=140.0, help="stop starting new configs after this")
@@ -555,6 +570,8 @@ def main():
     layer_table = DGRAD_LAYERS if DGRAD_PHASES else STRIDED_LAYERS if STRIDED else LAYERS
     if a.layers is None:
         a.layers = ",".join(layer_table)
+    if layer_table is LAYERS:  # the dilated layers by name only
+        layer_table = {**LAYERS, **DILATED_LAYERS}
     if STRIDED and (a.api or a.directions != "fwd"):
         ap.error("--strided times the forward kernel directly (no --api, no bwd_data)")
     if a.dry_run and not a.api:
@@ -592,8 +609,8 @@ def main():
 
     rows = []
     for name, direction in [(nm, d) for nm in layers for d in directions]:
-        n, c, k, h, w, ks, pad = layer_table[name]
-        oh, ow = (h + 2 * pad - ks) // st + 1, (w + 2 * pad - ks) // st + 1
+        n, c, k, h, w, ks, pad, dil = layer_geometry(layer_table, name)
+        oh, ow = (h + 2 * pad - dil * (ks - 1) - 1) // st + 1, (w + 2 * pad - dil * (ks - 1) - 1) // st + 1
         flop = gc.flops(n, c, k, oh, ow, ks, ks)
         x, wt = make(n, c, k, h, w, ks, ks, dev)
         w_mat = gc.filter_matrix(wt)
@@ -612,7 +629,7 @@ def main():
         if not a.dry_run and bwd:
             who = "cudnn"
             fn = lambda: torch.ops.aten.convolution_backward(  # noqa: E731
-                dy, x, wt, None, [1, 1], [pad, pad], [1, 1], False, [0, 0], 1, [True, False, False])[0]
+                dy, x, wt, None, [1, 1], [pad, pad], [dil, dil], False, [0, 0], 1, [True, False, False])[0]
             ref = fn()
             us = bench(fn, a.rep)
             rows.append(dict(layer=name_d, config=who, us=us, tflops=flop / us * 1e-6, ratio=1.0, err=0.0,
@@ -630,7 +647,7 @@ def main():
                 ref = fn().t().reshape(1, k, 1, w)
             else:
                 who = "cudnn"
-                fn = lambda: F.conv2d(x, wt, padding=pad, stride=st)  # noqa: E731
+                fn = lambda: F.conv2d(x, wt, padding=pad, stride=st, dilation=dil)  # noqa: E731
                 ref = fn()
             us = bench(fn, a.rep)
             rows.append(dict(layer=name, config=who, us=us, tflops=flop / us * 1e-6, ratio=1.0, err=0.0,
@@ -662,12 +679,12 @@ def main():
                 y = torch.empty((o_n, o_k, o_h, o_w), device=dev, dtype=TORCH_DTYPE,
                                 memory_format=torch.channels_last)
                 if bwd:
-                    bp = ks - 1 - pad
-                    grid, args, meta, y = gc.prepare(dy, None, (bp, bp), (1, 1), cfg, y=y, w_mat=t_mat,
+                    bp = dil * (ks - 1) - pad
+                    grid, args, meta, y = gc.prepare(dy, None, (bp, bp), (dil, dil), cfg, y=y, w_mat=t_mat,
                                                      sms=SMS if a.dry_run else None, kernel=(ks, ks))
                 else:
                     extra = {} if STRIDED else dict(w_mat=w_mat)
-                    grid, args, meta, y = prepare_fwd(x, wt, pad, cfg, y=y, sms=SMS if a.dry_run else None,
+                    grid, args, meta, y = prepare_fwd(x, wt, pad, dil, cfg, y=y, sms=SMS if a.dry_run else None,
                                                       **extra)
                 if a.dry_run:
                     kernel.warmup(*args, grid=grid, **meta)
