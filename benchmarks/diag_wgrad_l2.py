@@ -63,8 +63,9 @@ def main():
     ap.add_argument("--dry-run", action="store_true", help="CPU: build the plans and compile for sm_90 only")
     ap.add_argument("--rep", type=int, default=20, help="milliseconds of graph replays per timing")
     ap.add_argument("--variants", action="store_true", help="also the VARIANTS configs")
-    ap.add_argument("--batch", type=int, default=N,
-                    help="images (more: more k-steps a tile, so a tile's epilogue and unit setup weigh less)")
+    ap.add_argument("--batch", default=str(N),
+                    help="comma-separated image counts (more: more k-steps a tile, so a tile's epilogue and unit "
+                         "setup weigh less; several: the pair in one run, on one GPU)")
     ap.add_argument("--hw", type=int, default=OH, help="image height and width (8: boxes without the padded column)")
     ap.add_argument("--programs", default=",".join(map(str, PROGRAMS)), help="comma-separated program counts")
     a = ap.parse_args()
@@ -76,18 +77,19 @@ def main():
 
     dev = "cpu" if a.dry_run else "cuda"
     rows = []
-    print(f"{'config':28s} {'C':>5s} {'K':>5s} {'progs':>5s} {'us':>8s} {'steps':>5s} {'us/step':>8s} "
+    print(f"{'config':28s} {'C':>5s} {'K':>5s} {'progs':>5s} {'batch':>5s} {'us':>8s} {'steps':>5s} {'us/step':>8s} "
           f"{'TFLOP/s':>8s} {'L2 TB/s':>8s}", flush=True)
-    for base, c, k in CASES + (VARIANTS if a.variants else []):
+    batches = [int(v) for v in a.batch.split(",")]
+    for batch, (base, c, k) in [(nb, case) for nb in batches for case in CASES + (VARIANTS if a.variants else [])]:
         cfg = gw.config(base["NB"], base["BH"], base["BW"], base["BLOCK_M"], base["BLOCK_N"], base["STAGES"],
                         base["num_warps"])
         g = torch.Generator().manual_seed(0)
-        x = torch.randn(a.batch, c, oh, ow, generator=g).to(torch.bfloat16).to(dev).contiguous(
+        x = torch.randn(batch, c, oh, ow, generator=g).to(torch.bfloat16).to(dev).contiguous(
             memory_format=torch.channels_last)
-        dy = torch.randn(a.batch, k, oh, ow, generator=g).to(torch.bfloat16).to(dev).contiguous(
+        dy = torch.randn(batch, k, oh, ow, generator=g).to(torch.bfloat16).to(dev).contiguous(
             memory_format=torch.channels_last)
         tiles = gw.num_tiles(cfg, k, c, 1)
-        boxes = gw.num_boxes(cfg, a.batch, oh, ow)
+        boxes = gw.num_boxes(cfg, batch, oh, ow)
         assert tiles == PROGRAMS[0], (gw.name(cfg), tiles)
         want = None
         if not a.dry_run:
@@ -96,11 +98,11 @@ def main():
             plan = gw.prepare(x, dy, (1, 1), (0, 0), (1, 1), cfg, sms=programs, direct=tiles)
             assert plan.finish_grid is None and plan.grid[0] == programs
             steps = tiles // programs * boxes
-            row = dict(config=gw.name(cfg), C=c, K=k, batch=a.batch, hw=oh, programs=programs, steps=steps)
+            row = dict(config=gw.name(cfg), C=c, K=k, batch=batch, hw=oh, programs=programs, steps=steps)
             if a.dry_run:
                 gw.gluon_wgrad_kernel.warmup(*plan.args, grid=plan.grid, **plan.meta)
                 rows.append(row)
-                print(f"{row['config']:28s} {c:5d} {k:5d} {programs:5d} compiled", flush=True)
+                print(f"{row['config']:28s} {c:5d} {k:5d} {programs:5d} {batch:5d} compiled", flush=True)
                 break  # one compile per config
             gw.launch(plan)
             torch.cuda.synchronize()
@@ -111,7 +113,7 @@ def main():
             row.update(us=us, us_per_step=per_step, err=err, tflops=2 * macs / us * 1e-6,
                        l2_tb_s=programs * box_bytes(cfg, ow) / per_step * 1e-6)
             rows.append(row)
-            print(f"{row['config']:28s} {c:5d} {k:5d} {programs:5d} {us:8.1f} {steps:5d} {per_step:8.3f} "
+            print(f"{row['config']:28s} {c:5d} {k:5d} {programs:5d} {batch:5d} {us:8.1f} {steps:5d} {per_step:8.3f} "
                   f"{row['tflops']:8.0f} {row['l2_tb_s']:8.2f}" + ("  BAD" if err > 2e-2 else ""), flush=True)
     if a.out:
         meta = dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), torch=torch.__version__,
