@@ -115,6 +115,7 @@ DILATED_LAYERS = {  # DeepLab's ASPP (shapes.DILATED) at bench_gpu_conv's --dil-
     "aspp_d4": (16, 512, 512, 64, 64, 3, 4, 4),
     "aspp_d12": (16, 256, 256, 33, 33, 3, 12, 12),
 }
+NAMED_LAYERS = {**LAYERS, **DILATED_LAYERS}  # what --layers may name without --strided / --dgrad-phases
 DGRAD_LAYERS = {name: STRIDED_LAYERS[name] for name in ("res3_3x3s2", "res4_3x3s2", "res5_3x3s2")}
 DGRAD_CANARY = [  # --dgrad-phases: (N, C, K, H, W, filter size, padding, alpha, beta) of the forward's x;
     # C (dx's channels) a multiple of every BLOCK_N; H, W even
@@ -489,7 +490,7 @@ def api_sweep(a, directions, t0):
         if time.time() - t0 > a.budget_s:
             print(f"{name} {direction}: budget spent", flush=True)
             continue
-        n, c, k, h, w, ks, pad, dil = layer_geometry({**LAYERS, **DILATED_LAYERS}, name)
+        n, c, k, h, w, ks, pad, dil = layer_geometry(NAMED_LAYERS, name)
         if a.dry_run:  # the plumbing only, on a tiny problem under the interpreter
             n, c, k, h, w = 2, 64, 64, min(h, 6), min(w, 6)
         p = dict(C=c, K=k, spatial=(h, w), kernel=(ks, ks), stride=(1, 1), pad=(pad, pad), dilation=(dil, dil),
@@ -571,7 +572,7 @@ def main():
     if a.layers is None:
         a.layers = ",".join(layer_table)
     if layer_table is LAYERS:  # the dilated layers by name only
-        layer_table = {**LAYERS, **DILATED_LAYERS}
+        layer_table = NAMED_LAYERS
     if STRIDED and (a.api or a.directions != "fwd"):
         ap.error("--strided times the forward kernel directly (no --api, no bwd_data)")
     if a.dry_run and not a.api:
