@@ -68,12 +68,16 @@ def main():
                          "setup weigh less; several: the pair in one run, on one GPU)")
     ap.add_argument("--hw", type=int, default=OH, help="image height and width (8: boxes without the padded column)")
     ap.add_argument("--programs", default=",".join(map(str, PROGRAMS)), help="comma-separated program counts")
+    ap.add_argument("--no-store", action="store_true",
+                    help="also time each plan with K = 0 passed to the kernel: every epilogue store is masked off "
+                         "but the MMAs and the epilogue's address work still run (is a tile's fixed cost the "
+                         "stores or the rest?)")
     a = ap.parse_args()
     oh = ow = a.hw
     programs_list = [int(v) for v in a.programs.split(",")]
     if a.dry_run:
         gsc.offline_driver()
-    from tridnn.cuda import gluon_wgrad as gw
+    from tridnn.cuda import gluon_common, gluon_wgrad as gw
 
     dev = "cpu" if a.dry_run else "cuda"
     rows = []
@@ -115,6 +119,14 @@ def main():
             rows.append(row)
             print(f"{row['config']:28s} {c:5d} {k:5d} {programs:5d} {batch:5d} {us:8.1f} {steps:5d} {per_step:8.3f} "
                   f"{row['tflops']:8.0f} {row['l2_tb_s']:8.2f}" + ("  BAD" if err > 2e-2 else ""), flush=True)
+            if a.no_store:
+                args = list(plan.args)
+                args[gw.gluon_wgrad_kernel.arg_names.index("K")] = 0
+                muted = gsc.bench(lambda: gluon_common.launch(gw.gluon_wgrad_kernel, plan.grid, tuple(args), plan.meta,
+                                                             plan.spec), a.rep)
+                row.update(us_no_store=muted)
+                print(f"{row['config']:28s} {c:5d} {k:5d} {programs:5d} {batch:5d} {muted:8.1f} {steps:5d} "
+                      f"{muted / steps:8.3f}    (no stores)", flush=True)
     if a.out:
         meta = dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), torch=torch.__version__,
                     gpu=None if a.dry_run else torch.cuda.get_device_name())
