@@ -9,6 +9,7 @@ Gluon kernels do not run under the Triton interpreter, so:
 - GPU (``TRIDNN_GPU_TESTS=1 pytest --gpu tests/test_gluon_wgrad.py``): results against a
   float64 weight gradient of the same bfloat16 inputs.
 """
+import collections
 import os
 import re
 
@@ -23,21 +24,25 @@ gw = pytest.importorskip("tridnn.cuda.gluon_wgrad", reason="Triton without Gluon
 
 # -- CPU: offline sm_90 compile ---------------------------------------------------------
 DW_VARIANTS = [("fp32", True), ("bf16", False)]
+# (config, out_dtype, beta_zero): compiled with DW_VEC on (the whole-tile stores in pairs)
+DW_VEC_VARIANTS = [(gw.CONFIGS[0], "bf16", True), (gw.CONFIGS[0], "fp32", False), (gw.CONFIGS[8], "bf16", True)]
 
 
 @pytest.fixture(scope="module")
 def sm90():
-    """{(config name, out_dtype, beta_zero): facts (shared, regs, sass)} of the sm_90 compiles
-    (every config, and the first one's dw variants), in one child process
-    (gluon_helpers.compile_in_child)."""
-    variants = [(c, {}) for c in gw.CONFIGS] + [(gw.CONFIGS[0], dict(out_dtype=o, beta_zero=b)) for o, b in DW_VARIANTS]
+    """{(config name, out_dtype, beta_zero, dw_vec): facts (shared, regs, sass)} of the sm_90
+    compiles (every config, the first one's dw variants and the DW_VEC variants), in one child
+    process (gluon_helpers.compile_in_child). The DW_VEC variants compile both ways."""
+    variants = ([(c, {}) for c in gw.CONFIGS] + [(gw.CONFIGS[0], dict(out_dtype=o, beta_zero=b)) for o, b in DW_VARIANTS]
+                + [(c, dict(out_dtype=o, beta_zero=b, dw_vec=v)) for c, o, b in DW_VEC_VARIANTS for v in (True, False)])
     facts = compile_in_child([("tridnn.cuda.gluon_wgrad", "compile_sm90", c, kw) for c, kw in variants])
-    return {(gw.name(c), kw.get("out_dtype"), kw.get("beta_zero")): f for (c, kw), f in zip(variants, facts)}
+    return {(gw.name(c), kw.get("out_dtype"), kw.get("beta_zero"), kw.get("dw_vec", False)): f
+            for (c, kw), f in zip(variants, facts)}
 
 
 @pytest.mark.parametrize("cfg", gw.CONFIGS, ids=gw.name)
 def test_compiles_for_sm90(cfg, sm90):
-    k = sm90[(gw.name(cfg), None, None)]
+    k = sm90[(gw.name(cfg), None, None, False)]
     assert k["shared"] >= gw.shared_bytes(cfg), "the ring lives in shared memory"
     assert k["shared"] * cfg["PER_SM"] <= 228 * 1024, "PER_SM programs fit one H200 SM"
     sass = k["sass"]
@@ -64,9 +69,33 @@ def test_compiles_for_sm90(cfg, sm90):
 @pytest.mark.parametrize("out_dtype,beta_zero", DW_VARIANTS)
 def test_compiles_dw_variants(out_dtype, beta_zero, sm90):
     """A float32 dw, and the blend with beta (loads dw in the whole-tile epilogue)."""
-    sass = sm90[(gw.name(gw.CONFIGS[0]), out_dtype, beta_zero)]["sass"]
+    sass = sm90[(gw.name(gw.CONFIGS[0]), out_dtype, beta_zero, False)]["sass"]
     assert "HGMMA.64x128x16.F32.BF16" in sass
     assert bool(re.search(r"\bLDG\.E", sass)) == (not beta_zero), "dw is read only when beta != 0"
+
+
+def _global_accesses(sass) -> collections.Counter:
+    return collections.Counter(re.findall(r"\b((?:STG|LDG)\.E(?:\.U16|\.64|\.128)?)\b", sass))
+
+
+@pytest.mark.parametrize("cfg,out_dtype,beta_zero", DW_VEC_VARIANTS, ids=lambda v: gw.name(v) if isinstance(v, dict) else str(v))
+def test_dw_vec_stores_pairs(cfg, out_dtype, beta_zero, sm90):
+    """DW_VEC: a whole tile's dw stores (and beta's loads) move each thread's two adjacent
+    accumulator columns in one access, where the general path moves one element an access;
+    the workspace partials (float32 pairs) are the same either way. Per thread: a BLOCK_M x N
+    float32 accumulator over num_warps warps is M*N/(32*warps) values."""
+    per_thread = cfg["BLOCK_M"] * gw.tile_n(cfg) // (32 * cfg["num_warps"])
+    vec = _global_accesses(sm90[(gw.name(cfg), out_dtype, beta_zero, True)]["sass"])
+    pair = "STG.E" if out_dtype == "bf16" else "STG.E.64"  # a bfloat16 pair is 32 bits
+    partials = per_thread // 2  # STG.E.64 of the workspace path
+    assert vec["STG.E.U16"] == 0 and vec["LDG.E.U16"] == 0
+    assert vec[pair] == per_thread // 2 + (partials if pair == "STG.E.64" else 0), vec
+    assert vec["STG.E.64"] >= partials
+    if not beta_zero:
+        assert vec["LDG.E.64" if out_dtype == "fp32" else "LDG.E"] == per_thread // 2, vec
+    plain = _global_accesses(sm90[(gw.name(cfg), out_dtype, beta_zero, False)]["sass"])  # the general path
+    assert plain["STG.E.U16" if out_dtype == "bf16" else "STG.E"] == per_thread, plain
+    assert plain["STG.E.64"] == partials, plain
 
 
 def test_configs_fit_shared_memory():
@@ -425,6 +454,9 @@ def test_gpu_against_float64(case, cfg):
         dict(alpha=0.5, beta=0.0, dw=None, sms=3, splits=2, direct=3),
         dict(alpha=2.0, beta=0.5, dw=dw0.clone().cuda(), sms=3, splits=None, direct=None),
         dict(alpha=2.0, beta=0.5, dw=dw0.clone().cuda(), sms=None, splits=4, direct=0),
+        # a float32 KRSC dw: whole tiles blend and store channel pairs (DW_VEC) where C allows
+        dict(alpha=2.0, beta=0.5, dw=dw0.clone().cuda().contiguous(memory_format=torch.channels_last), sms=None,
+             splits=None, direct=None),
     ]
     for run in runs:
         got = gw.conv2d_wgrad(xd, dyd, (kh, kw), (pad, pad), (dil, dil), cfg=cfg, alpha=run["alpha"],

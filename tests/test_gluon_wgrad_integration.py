@@ -247,6 +247,35 @@ def test_dw_addressing(flip, layout):
     assert plan.dw is dw
 
 
+@pytest.mark.parametrize("c,layout,dtype,kernel,flip,want", [
+    (128, "KRSC", torch.bfloat16, (3, 3), False, True),
+    (128, "KRSC", torch.float32, (3, 3), True, True),     # flip: negated tap strides, still multiples of 8
+    (128, "KRSC", torch.bfloat16, (1, 1), False, True),
+    (72, "KRSC", torch.bfloat16, (3, 3), False, False),   # C not a multiple of BLOCK_N: masked columns
+    (128, "KCRS", torch.bfloat16, (3, 3), False, False),  # channels 9 elements apart
+    (128, "KCRS", torch.float32, (1, 1), False, True),    # 1x1: the same memory as KRSC
+    (128, "rows 129 apart", torch.float32, (1, 1), False, False),  # a row's pairs would straddle 8 bytes
+])
+def test_dw_vec_only_where_every_pair_is_aligned(c, layout, dtype, kernel, flip, want):
+    """prepare turns DW_VEC on (whole tiles store dw two channels at a time) only for a dw
+    whose channels are contiguous, whose other strides are multiples of 8 and whose channels
+    fill every tile column; anything else keeps the one-element path."""
+    k = 128
+    kh, kw = kernel
+    dw = torch.zeros(k, c, kh, kw, dtype=dtype)
+    if layout == "KRSC":
+        dw = dw.contiguous(memory_format=torch.channels_last)
+    elif layout == "rows 129 apart":
+        dw = torch.zeros(k, c + 1, kh, kw, dtype=dtype)[:, :c]
+    x = torch.zeros(2, c, 8, 8, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    dy = torch.zeros(2, k, 8, 8, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    pad = (kh // 2, kw // 2)
+    cfg = gw.WGRAD_PICKS_SMALL[0]  # 128 x 128
+    plan = gw.prepare(x, dy, kernel, pad, cfg=cfg, dw=dw, sms=4, flip=flip)
+    assert plan.meta["DW_VEC"] is want
+    assert gw.dw_vec_ok(tuple(plan.args[3:7]), c, kernel, cfg) is want
+
+
 # -- CPU: a Gluon pick meeting tensors it cannot take runs the reference config -----------
 def test_a_gluon_pick_falls_back_to_the_reference_config(rng, monkeypatch):
     """The tuner's pick is shared by every layout of a problem: a GLUON config launched on

@@ -162,7 +162,7 @@ def _consumer(dw_ptr, DW_K, DW_C, DW_H, DW_W, alpha, beta, ws_ptr,
               UNITS, DIRECT, R, N_KB, N_CB, BOXES, PER,
               NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, TAPS_N: gl.constexpr, STAGES: gl.constexpr, BETA_ZERO: gl.constexpr,
-              WARPS: gl.constexpr):
+              WARPS: gl.constexpr, DW_VEC: gl.constexpr):
     """Consumer (WARPS warps, WARPS/4 warpgroups sharing the BLOCK_M rows): per box, wait for
     the slot, async wgmma dy^T x with one MMA in flight (N = TAPS_N * BLOCK_N: the tile's
     filter columns side by side), free the slot of the MMA that retired. Epilogue from
@@ -199,8 +199,20 @@ def _consumer(dw_ptr, DW_K, DW_C, DW_H, DW_W, alpha, beta, ws_ptr,
             t = t0 + cols // BLOCK_N
             kh = t // KW
             kw = t - kh * KW
-            ptrs = (dw_ptr + (kr.to(gl.int64) * DW_K)[:, None] + (cc * DW_C + kh * DW_H + kw * DW_W)[None, :])
-            mask = (kr < K)[:, None] & ((cc < C) & (t < T))[None, :]
+            if DW_VEC:
+                # dw's channels contiguous (DW_C = 1), its other strides multiples of 8 and every
+                # column of the tile inside dw (the host checks): each thread's two adjacent
+                # accumulator columns are one aligned pair in memory, so the stores (and beta's
+                # loads) go two elements at a time (STG.32 of bfloat16 pairs, STG.64 of float32
+                # ones) instead of one (session 27: the scalar stores of a 128 x 256 tile cost
+                # ~10 us a tile alone)
+                row_off = gl.multiple_of(kr.to(gl.int64) * DW_K, 8)
+                col_off = gl.max_contiguous(gl.multiple_of(cc + kh * DW_H + kw * DW_W, 2), 2)
+                ptrs = dw_ptr + row_off[:, None] + col_off[None, :]
+                mask = (kr < K)[:, None]  # (broadcast along the row: constant over each pair)
+            else:
+                ptrs = (dw_ptr + (kr.to(gl.int64) * DW_K)[:, None] + (cc * DW_C + kh * DW_H + kw * DW_W)[None, :])
+                mask = (kr < K)[:, None] & ((cc < C) & (t < T))[None, :]
             v = acc * alpha
             if not BETA_ZERO:
                 v += beta * gl.load(ptrs, mask=mask, other=0.0).to(gl.float32)
@@ -231,7 +243,7 @@ def gluon_wgrad_kernel(
     UNITS, DIRECT, R, N_KB, N_CB, TILES_H, TILES_W, BOXES, PER,
     NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     TAPS_N: gl.constexpr, STAGES: gl.constexpr, BETA_ZERO: gl.constexpr, LOADER_REGS: gl.constexpr,
-    num_warps: gl.constexpr,
+    num_warps: gl.constexpr, DW_VEC: gl.constexpr = False,
 ):
     """Backward filter, persistent and warp-specialized (see the module docstring)."""
     # Shared memory: a ring of STAGES (dy box, TAPS_N x boxes side by side) slots and its
@@ -254,7 +266,7 @@ def gluon_wgrad_kernel(
     gl.warp_specialize([
         (_consumer, (dw_ptr, DW_K, DW_C, DW_H, DW_W, alpha, beta, ws_ptr, a_bufs, b_bufs, ready, empty,
                      K, C, T, KW, UNITS, DIRECT, R, N_KB, N_CB, BOXES, PER,
-                     NB, BH, BW, BLOCK_M, BLOCK_N, TAPS_N, STAGES, BETA_ZERO, num_warps)),
+                     NB, BH, BW, BLOCK_M, BLOCK_N, TAPS_N, STAGES, BETA_ZERO, num_warps, DW_VEC)),
         (_loader, (dy_desc, x_desc, a_bufs, b_bufs, ready, empty,
                    C, T, KW, PAD_H, PAD_W, DIL_H, DIL_W, SH, SW,
                    UNITS, DIRECT, R, N_KB, N_CB, TILES_H, TILES_W, BOXES, PER,
@@ -640,7 +652,8 @@ def prepare(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, alpha
             units, d, max(rest, 1), n_kb, n_cb, cdiv(oh, BH), cdiv(ow, BW), boxes, per)
     meta = dict(NB=NB, BH=BH, BW=BW, BLOCK_M=BM, BLOCK_N=BN, TAPS_N=TAPS_N, STAGES=cfg["STAGES"],
                 BETA_ZERO=beta == 0,
-                LOADER_REGS=cfg.get("LOADER_REGS", 40), num_warps=cfg["num_warps"], maxnreg=cap)
+                LOADER_REGS=cfg.get("LOADER_REGS", 40), num_warps=cfg["num_warps"],
+                DW_VEC=dw_vec_ok(dw_strides, c, (kh, kw), cfg), maxnreg=cap)
     if rest == 0:
         fgrid = fargs = fmeta = None
     else:
@@ -651,6 +664,19 @@ def prepare(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, alpha
     # ws's 16-byte alignment (the ints are not specialized; flip mode offsets dw's base)
     spec = (x.dtype, dw.dtype, dw_arg.data_ptr() % 16 == 0, ws.data_ptr() % 16 == 0)
     return Plan(grid, args, meta, fgrid, fargs, fmeta, ws, dw, d, splits, per, units, spec)
+
+
+def dw_vec_ok(dw_strides, c, kernel_size, cfg) -> bool:
+    """Whether whole tiles may store dw two channels at a time (the kernel's DW_VEC): channels
+    contiguous, the output-channel and tap strides multiples of 8 elements (flip mode's
+    negated tap strides too; the stride of a filter dimension of size 1 never counts) and every
+    tile column inside dw (C a multiple of BLOCK_N, the taps of TAPS_N), so no column needs a
+    mask."""
+    sk, sc, sh, sw = dw_strides
+    kh, kw = kernel_size
+    strides = [sk] + [s for s, size in ((sh, kh), (sw, kw)) if size > 1]
+    return (sc == 1 and all(abs(v) % 8 == 0 for v in strides) and c % cfg["BLOCK_N"] == 0
+            and (kh * kw) % cfg.get("TAPS_N", 1) == 0)
 
 
 def launch(plan):
@@ -686,17 +712,19 @@ def conv2d_wgrad(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, 
 # Offline compile (no GPU needed)
 # --------------------------------------------------------------------------------------
 
-def compile_sm90(cfg, out_dtype="bf16", beta_zero=True):
+def compile_sm90(cfg, out_dtype="bf16", beta_zero=True, dw_vec=False):
     """Compile the kernel for sm_90 without a GPU; returns the CompiledKernel (asm: ptx, cubin).
-    out_dtype: dw's dtype, "bf16" or "fp32"."""
+    out_dtype: dw's dtype, "bf16" or "fp32"; dw_vec: DW_VEC. dw and the workspace are 16-byte
+    aligned, as a GPU launch on aligned tensors sees them."""
     NB, BH, BW, BM, BN = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_M"], cfg["BLOCK_N"]
     types_ = {"dy_desc": desc_sig("bf16", [NB, BH, BW, BM]), "x_desc": desc_sig("bf16", [NB, BH, 1, BW, BN]),
               "dw_ptr": "*" + out_dtype, "alpha": "fp32", "beta": "fp32", "ws_ptr": "*fp32"}
     consts = dict(NB=NB, BH=BH, BW=BW, BLOCK_M=BM, BLOCK_N=BN, TAPS_N=cfg.get("TAPS_N", 1), STAGES=cfg["STAGES"],
                   BETA_ZERO=beta_zero,
-                  LOADER_REGS=cfg.get("LOADER_REGS", 40), num_warps=cfg["num_warps"])
+                  LOADER_REGS=cfg.get("LOADER_REGS", 40), num_warps=cfg["num_warps"], DW_VEC=dw_vec)
     return _compile_sm90(gluon_wgrad_kernel, types_, consts, cfg["num_warps"],
-                         maxnreg=max_regs(cfg["num_warps"], cfg.get("PER_SM", 1)))
+                         maxnreg=max_regs(cfg["num_warps"], cfg.get("PER_SM", 1)),
+                         pointers=("dw_ptr", "ws_ptr"))
 
 
 def flops(n, c, k, oh, ow, kh, kw) -> float:
