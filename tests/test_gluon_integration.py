@@ -85,6 +85,25 @@ def test_offered_where_the_kernel_applies(direction, c, hw, kernel, pad, want, h
     assert all(g["BLOCK_N"] <= max(64, c) and c % g["BLOCK_K"] == 0 for g in got)
 
 
+@pytest.mark.parametrize("c,hw,dilation,want", [
+    (512, 64, 2, gc.PICKS_DILATED),   # DeepLab's aspp_d2 (and d4)
+    (512, 33, 12, gc.PICKS_DILATED),  # aspp_d12
+    (128, 64, 2, gc.PICKS_LARGE),     # 128 channels: no 256-wide tile, as undilated
+    (512, 14, 2, gc.PICKS_MEDIUM),    # narrower maps: as undilated
+    (512, 56, 1, gc.PICKS_LARGE),     # undilated 512-channel maps keep PICKS_LARGE
+])
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
+def test_dilated_wide_layers_get_their_picks(direction, c, hw, dilation, want, hopper):
+    """Dilated 3x3 layers of more than 128 output channels on maps >= 28 wide are offered
+    PICKS_DILATED (256-wide tiles among them); every other problem keeps its list."""
+    problem, x, w, y = _problem(direction, c, c, hw, 3, pad=dilation, n=16, dilation=dilation)
+    if direction == "fwd":
+        got = gc.forward_candidates(problem, x, w, y, None, CUDA)
+    else:
+        got = gc.backward_data_candidates(problem, y, w, x, CUDA)
+    assert [gc.name(g) for g in got] == [gc.name(g) for g in want if g["BLOCK_N"] <= max(64, c)]
+
+
 @pytest.mark.parametrize("why,kwargs", [
     ("stride 2 over an odd size", dict(stride=2, hw=15)),  # (even sizes: gluon_conv_strided's, below)
     ("float32 under DEFAULT math (3xTF32; TENSOR_OP's: test_gluon_tf32)", dict(dtype="float32")),

@@ -636,6 +636,14 @@ PICKS_MEDIUM = [config(4, 2, 16, 128, 4, 4, pingpong=True), config(2, 8, 8, 256,
                 config(16, 1, 8, 128, 4, 4, pingpong=True), config(1, 8, 16, 256, 3, 8)]  # 14 <= width < 28
 PICKS_SMALL = [config(16, 1, 8, 128, 4, 4, pingpong=True), config(16, 1, 8, 128, 4, 8),
                config(2, 8, 8, 128, 4, 4, pingpong=True)]                   # width < 14
+# Dilated 3x3 layers with more than 128 output channels on maps >= 28 wide (DeepLab's ASPP:
+# 512 channels, 64x64 and 33x33 maps, batch 16). H100 sweep 2026-12-06 (session 27,
+# sweep_gluon_conv.py --layers aspp_d2,aspp_d4,aspp_d12; tridnn time / cuDNN's, forward and
+# backward data): 2x8x8x256 s3 w8 0.91 / 0.89 (d2), 0.72 / 0.94 (d12); 1x8x16x256 s3 w8
+# 0.89 / 0.92 (d2), 0.95 on d4's backward data; PICKS_LARGE's best 0.97-1.00 on d2 and d12.
+# (Not for ResNet's wide layers at these widths: res3_ds's backward data keeps PICKS_LARGE.)
+PICKS_DILATED = [config(2, 8, 8, 256, 3, 8), config(1, 8, 16, 256, 3, 8),
+                 config(16, 1, 8, 128, 4, 4, pingpong=True), config(2, 4, 32, 128, 3, 8)]
 # 1x1, no padding: a GEMM. The 64-pixel tile (its 7x7 and 14x14 layers' M = N*H*W = 3136 or
 # 12544 splits into 49 or 196 of them: fuller waves than 128-pixel tiles there; correct and
 # 33.7 us against 32.5-32.9 on the 12544-row GEMM in the session-7 sweep; not yet timed by
@@ -661,17 +669,19 @@ def with_tf32_extra(base: list, tf32: bool) -> list:
     return base + [c for c in TF32_EXTRA if name(c) not in have]
 
 
-def picks(out_w: int, k_out: int, flat: bool, tf32: bool = False, fma: bool = False) -> list:
+def picks(out_w: int, k_out: int, flat: bool, tf32: bool = False, fma: bool = False, dilated: bool = False) -> list:
     """The configs offered for an output of width out_w with k_out channels (flat: a 1x1
-    problem viewed as one row of pixels), each marked GLUON=True for the launchers; tf32:
-    their float32 variants (tf32_config), with TF32_EXTRA's beside image-box picks; fma:
-    fma_picks' (float32 under FMA math)."""
+    problem viewed as one row of pixels; dilated: a filter with dilation > 1), each marked
+    GLUON=True for the launchers; tf32: their float32 variants (tf32_config), with
+    TF32_EXTRA's beside image-box picks; fma: fma_picks' (float32 under FMA math)."""
     if fma:
         return [dict(c, GLUON=True) for c in fma_picks(out_w, k_out, flat)]
     if flat:
         base = PICKS_FLAT
     elif k_out <= 64:
         base = PICKS_NARROW
+    elif dilated and k_out > 128 and out_w >= 28:
+        base = with_tf32_extra(PICKS_DILATED, tf32)
     else:
         base = with_tf32_extra(PICKS_LARGE if out_w >= 28 else PICKS_MEDIUM if out_w >= 14 else PICKS_SMALL, tf32)
     cap = max(64, triton.next_power_of_2(k_out))
@@ -755,7 +765,7 @@ def float32_data(cfg) -> bool:
 
 
 TF32_OF = {name(c): tf32_config(c) for c in PICKS_NARROW + PICKS_LARGE + PICKS_MEDIUM + PICKS_SMALL + PICKS_FLAT
-           + TF32_EXTRA}
+           + PICKS_DILATED + TF32_EXTRA}
 TF32_CONFIGS = list({name(c): c for c in TF32_OF.values()}.values())  # every offered float32 config, once
 
 
@@ -879,13 +889,14 @@ def forward_candidates(problem, x, w, y, spec, device) -> list:
     for float32 the TF32 variants under TENSOR_OP math, the FMA configs under FMA math)."""
     if not _hopper(device) or forward_why_not(problem, x, w, y, spec) is not None:
         return []
-    _, (kh, kw), pad, _, stride = _geo2(problem)
+    _, (kh, kw), pad, dil, stride = _geo2(problem)
     tf32, fma = _float32_kind(problem, x)
     if tuple(stride) != (1, 1):
         from . import gluon_conv_strided
         return [dict(c, GLUON=True) for c in gluon_conv_strided.picks(y.shape[3], y.shape[1], tf32, fma)]
     z = spec.z if spec is not None else None
-    return picks(y.shape[3], y.shape[1], flat_ok(x, y, kh, kw, pad) and (z is None or _dense(z)), tf32, fma)
+    return picks(y.shape[3], y.shape[1], flat_ok(x, y, kh, kw, pad) and (z is None or _dense(z)), tf32, fma,
+                 dilated=max(dil) > 1)
 
 
 def _float32_kind(problem, t) -> tuple:
@@ -1088,7 +1099,7 @@ def backward_data_candidates(problem, dy, w, dx, device) -> list:
     if tuple(stride) != (1, 1):  # the phases' outputs are strided views: no flat GEMM view
         return picks(cdiv(dx.shape[3], stride[1]), dx.shape[1], False, tf32, fma)
     bpad = ((kh - 1) * dil[0] - pad[0], (kw - 1) * dil[1] - pad[1])
-    return picks(dx.shape[3], dx.shape[1], flat_ok(dy, dx, kh, kw, bpad), tf32, fma)
+    return picks(dx.shape[3], dx.shape[1], flat_ok(dy, dx, kh, kw, bpad), tf32, fma, dilated=max(dil) > 1)
 
 
 def turned_filter(problem, w):
