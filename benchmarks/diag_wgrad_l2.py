@@ -69,8 +69,8 @@ def main():
     ap.add_argument("--hw", type=int, default=OH, help="image height and width (8: boxes without the padded column)")
     ap.add_argument("--programs", default=",".join(map(str, PROGRAMS)), help="comma-separated program counts")
     ap.add_argument("--scalar-dw", action="store_true",
-                    help="also time each plan with DW_VEC off: whole tiles store dw one element at a time, as "
-                         "before session 27")
+                    help="also time each plan's whole tiles storing dw from registers: in pairs (TMA_DW off) and "
+                         "one element at a time (DW_VEC off too, as before session 27)")
     ap.add_argument("--no-store", action="store_true",
                     help="also time each plan with K = 0 passed to the kernel: every epilogue store is masked off "
                          "but the MMAs and the epilogue's address work still run (is a tile's fixed cost the "
@@ -121,14 +121,19 @@ def main():
                        l2_tb_s=programs * box_bytes(cfg, ow) / per_step * 1e-6)
             rows.append(row)
             print(f"{row['config']:28s} {c:5d} {k:5d} {programs:5d} {batch:5d} {us:8.1f} {steps:5d} {per_step:8.3f} "
-                  f"{row['tflops']:8.0f} {row['l2_tb_s']:8.2f}" + ("  BAD" if err > 2e-2 else ""), flush=True)
+                  f"{row['tflops']:8.0f} {row['l2_tb_s']:8.2f}" + ("  BAD" if err > 2e-2 else "")
+                  + ("  (TMA store)" if plan.meta["TMA_DW"] else "  (register pairs)" if plan.meta["DW_VEC"] else ""),
+                  flush=True)
+            row.update(dw_vec=plan.meta["DW_VEC"], tma_dw=plan.meta["TMA_DW"])
             if a.scalar_dw:
-                meta = dict(plan.meta, DW_VEC=False)
-                scalar = gsc.bench(lambda: gluon_common.launch(gw.gluon_wgrad_kernel, plan.grid, plan.args, meta,
-                                                               plan.spec), a.rep)
-                row.update(us_scalar_dw=scalar, dw_vec=plan.meta["DW_VEC"])
-                print(f"{row['config']:28s} {c:5d} {k:5d} {programs:5d} {batch:5d} {scalar:8.1f} {steps:5d} "
-                      f"{scalar / steps:8.3f}    (scalar dw stores)", flush=True)
+                for label, key, off in (("register pairs", "us_pairs_dw", dict(TMA_DW=False)),
+                                        ("scalar dw stores", "us_scalar_dw", dict(TMA_DW=False, DW_VEC=False))):
+                    meta = dict(plan.meta, **off)
+                    us_off = gsc.bench(lambda: gluon_common.launch(gw.gluon_wgrad_kernel, plan.grid, plan.args,
+                                                                   meta, plan.spec), a.rep)
+                    row[key] = us_off
+                    print(f"{row['config']:28s} {c:5d} {k:5d} {programs:5d} {batch:5d} {us_off:8.1f} {steps:5d} "
+                          f"{us_off / steps:8.3f}    ({label})", flush=True)
             if a.no_store:
                 args = list(plan.args)
                 args[gw.gluon_wgrad_kernel.arg_names.index("K")] = 0

@@ -26,6 +26,8 @@ gw = pytest.importorskip("tridnn.cuda.gluon_wgrad", reason="Triton without Gluon
 DW_VARIANTS = [("fp32", True), ("bf16", False)]
 # (config, out_dtype, beta_zero): compiled with DW_VEC on (the whole-tile stores in pairs)
 DW_VEC_VARIANTS = [(gw.CONFIGS[0], "bf16", True), (gw.CONFIGS[0], "fp32", False), (gw.CONFIGS[8], "bf16", True)]
+# configs compiled with TMA_DW (a bfloat16 dw tile through shared memory): two programs an SM too
+TMA_DW_CONFIGS = [gw.CONFIGS[0], gw.WGRAD_PICKS_NARROW[0]]
 
 
 @pytest.fixture(scope="module")
@@ -33,11 +35,13 @@ def sm90():
     """{(config name, out_dtype, beta_zero, dw_vec): facts (shared, regs, sass)} of the sm_90
     compiles (every config, the first one's dw variants and the DW_VEC variants), in one child
     process (gluon_helpers.compile_in_child). The DW_VEC variants compile both ways."""
-    variants = ([(c, {}) for c in gw.CONFIGS] + [(gw.CONFIGS[0], dict(out_dtype=o, beta_zero=b)) for o, b in DW_VARIANTS]
-                + [(c, dict(out_dtype=o, beta_zero=b, dw_vec=v)) for c, o, b in DW_VEC_VARIANTS for v in (True, False)])
+    variants = ([(c, {}) for c in gw.CONFIGS]
+                + [(gw.CONFIGS[0], dict(out_dtype=o, beta_zero=b)) for o, b in DW_VARIANTS]
+                + [(c, dict(out_dtype=o, beta_zero=b, dw_vec=v)) for c, o, b in DW_VEC_VARIANTS for v in (True, False)]
+                + [(c, dict(out_dtype="bf16", beta_zero=True, dw_vec=True, tma_dw=True)) for c in TMA_DW_CONFIGS])
     facts = compile_in_child([("tridnn.cuda.gluon_wgrad", "compile_sm90", c, kw) for c, kw in variants])
-    return {(gw.name(c), kw.get("out_dtype"), kw.get("beta_zero"), kw.get("dw_vec", False)): f
-            for (c, kw), f in zip(variants, facts)}
+    return {(gw.name(c), kw.get("out_dtype"), kw.get("beta_zero"), kw.get("dw_vec", False))
+            + (("tma",) if kw.get("tma_dw") else ()): f for (c, kw), f in zip(variants, facts)}
 
 
 @pytest.mark.parametrize("cfg", gw.CONFIGS, ids=gw.name)
@@ -78,7 +82,8 @@ def _global_accesses(sass) -> collections.Counter:
     return collections.Counter(re.findall(r"\b((?:STG|LDG)\.E(?:\.U16|\.64|\.128)?)\b", sass))
 
 
-@pytest.mark.parametrize("cfg,out_dtype,beta_zero", DW_VEC_VARIANTS, ids=lambda v: gw.name(v) if isinstance(v, dict) else str(v))
+@pytest.mark.parametrize("cfg,out_dtype,beta_zero", DW_VEC_VARIANTS,
+                         ids=lambda v: gw.name(v) if isinstance(v, dict) else str(v))
 def test_dw_vec_stores_pairs(cfg, out_dtype, beta_zero, sm90):
     """DW_VEC: a whole tile's dw stores (and beta's loads) move each thread's two adjacent
     accumulator columns in one access, where the general path moves one element an access;
@@ -96,6 +101,24 @@ def test_dw_vec_stores_pairs(cfg, out_dtype, beta_zero, sm90):
     plain = _global_accesses(sm90[(gw.name(cfg), out_dtype, beta_zero, False)]["sass"])  # the general path
     assert plain["STG.E.U16" if out_dtype == "bf16" else "STG.E"] == per_thread, plain
     assert plain["STG.E.64"] == partials, plain
+
+
+@pytest.mark.parametrize("cfg", TMA_DW_CONFIGS, ids=gw.name)
+def test_tma_dw_stores_through_shared_memory(cfg, sm90):
+    """TMA_DW: a whole tile goes registers -> shared memory (stmatrix) -> one 2-D TMA store;
+    no register store to dw remains (the workspace partials' STG.E.64 stay); the tile's
+    buffer fits beside the ring, PER_SM programs an SM; no spills."""
+    k = sm90[(gw.name(cfg), "bf16", True, True, "tma")]
+    sass = k["sass"]
+    per_thread = cfg["BLOCK_M"] * gw.tile_n(cfg) // (32 * cfg["num_warps"])
+    assert len(re.findall(r"\bUTMASTG\.2D\b", sass)) == 1
+    assert re.search(r"\bSTSM\.", sass), "the tile enters shared memory by stmatrix"
+    stores = collections.Counter(re.findall(r"\b(STG\.E(?:\.U16|\.64|\.128)?)\b", sass))
+    assert stores == collections.Counter({"STG.E.64": per_thread // 2}), stores
+    tile = cfg["BLOCK_M"] * cfg["BLOCK_N"] * 2
+    assert k["shared"] >= gw.shared_bytes(cfg) + tile
+    assert k["shared"] <= gw.SMEM_PROGRAM and k["shared"] * cfg["PER_SM"] <= gw.SMEM_SM
+    assert not re.search(r"\b(STL|LDL)\b", sass), "register spills"
 
 
 def test_configs_fit_shared_memory():

@@ -276,6 +276,39 @@ def test_dw_vec_only_where_every_pair_is_aligned(c, layout, dtype, kernel, flip,
     assert gw.dw_vec_ok(tuple(plan.args[3:7]), c, kernel, cfg) is want
 
 
+@pytest.mark.parametrize("why,kwargs,want", [
+    ("a KRSC bfloat16 dw, beta 0, 128 x 128 s3", dict(), True),
+    ("two programs an SM, 64 x 64 tiles", dict(cfg=gw.WGRAD_PICKS_NARROW[0], c=64, k=64), True),
+    ("beta != 0: dw must be read", dict(beta=0.5), False),
+    ("a float32 tile does not fit beside the ring", dict(dtype=torch.float32), False),
+    ("128 x 256 s4: no room for the tile", dict(cfg=gw.WGRAD_PICKS_SMALL[2], c=256), False),
+    ("two taps a tile", dict(cfg=gw.WGRAD_PICKS_NARROW[1], c=64, k=64), False),
+    ("flip: tap strides negated", dict(flip=True), False),
+    ("KCRS dw", dict(layout="KCRS"), False),
+    ("C not a multiple of BLOCK_N", dict(c=72), False),
+])
+def test_tma_dw_where_the_tile_fits(why, kwargs, want, monkeypatch):
+    """prepare routes whole tiles through shared memory and a TMA store (TMA_DW) only for a
+    bfloat16 KRSC-packed dw with beta 0, one tap a tile and room for the tile beside the
+    ring; the descriptor views dw as [K, KH*KW*C]. TMA_STORE = False turns it off."""
+    a = dict(cfg=gw.WGRAD_PICKS_SMALL[0], c=128, k=128, dtype=torch.bfloat16, beta=0.0, flip=False, layout="KRSC")
+    a.update(kwargs)
+    c, k, kh, kw = a["c"], a["k"], 3, 3
+    dw = torch.zeros(k, c, kh, kw, dtype=a["dtype"])
+    if a["layout"] == "KRSC":
+        dw = dw.contiguous(memory_format=torch.channels_last)
+    x = torch.zeros(2, c, 8, 8, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    dy = torch.zeros(2, k, 8, 8, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    plan = gw.prepare(x, dy, (kh, kw), cfg=a["cfg"], dw=dw, beta=a["beta"], sms=4, flip=a["flip"])
+    assert plan.meta["TMA_DW"] is want, why
+    desc = plan.args[gw.gluon_wgrad_kernel.arg_names.index("dw_desc")]
+    if want:
+        assert list(desc.shape) == [k, kh * kw * c] and list(desc.strides) == [kh * kw * c, 1]
+        assert list(desc.block_shape) == [a["cfg"]["BLOCK_M"], a["cfg"]["BLOCK_N"]]
+        monkeypatch.setattr(gw, "TMA_STORE", False)
+        assert gw.prepare(x, dy, (kh, kw), cfg=a["cfg"], dw=dw, sms=4).meta["TMA_DW"] is False
+
+
 # -- CPU: a Gluon pick meeting tensors it cannot take runs the reference config -----------
 def test_a_gluon_pick_falls_back_to_the_reference_config(rng, monkeypatch):
     """The tuner's pick is shared by every layout of a problem: a GLUON config launched on

@@ -42,6 +42,8 @@ both check results against float64.
 """
 from __future__ import annotations
 
+import os
+
 import triton
 import triton.language as tl
 from triton.experimental import gluon
@@ -156,20 +158,26 @@ def _loader(dy_desc, x_desc, a_bufs, b_bufs, ready, empty,
 
 
 @gluon.jit
-def _consumer(dw_ptr, DW_K, DW_C, DW_H, DW_W, alpha, beta, ws_ptr,
+def _consumer(dw_ptr, DW_K, DW_C, DW_H, DW_W, alpha, beta, ws_ptr, dw_desc, c_smem,
               a_bufs, b_bufs, ready, empty,
               K, C, T, KW,
               UNITS, DIRECT, R, N_KB, N_CB, BOXES, PER,
               NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_M: gl.constexpr,
               BLOCK_N: gl.constexpr, TAPS_N: gl.constexpr, STAGES: gl.constexpr, BETA_ZERO: gl.constexpr,
-              WARPS: gl.constexpr, DW_VEC: gl.constexpr):
+              WARPS: gl.constexpr, DW_VEC: gl.constexpr, TMA_DW: gl.constexpr):
     """Consumer (WARPS warps, WARPS/4 warpgroups sharing the BLOCK_M rows): per box, wait for
     the slot, async wgmma dy^T x with one MMA in flight (N = TAPS_N * BLOCK_N: the tile's
     filter columns side by side), free the slot of the MMA that retired. Epilogue from
     registers (no shared memory: a float32 128 x 128 tile would take 64 KB from the ring;
     the stores drain while the next unit's MMAs run): a whole tile blends alpha * tile +
     beta * dw into dw (masked to K x C), a slice stores its float32 partial into its
-    workspace slot [BLOCK_M, TAPS_N * BLOCK_N]."""
+    workspace slot [BLOCK_M, TAPS_N * BLOCK_N].
+
+    TMA_DW (host: tma_dw_ok; one tap a tile, beta 0, a KRSC dw, room in shared memory next
+    to the ring): a whole tile goes through c_smem and one TMA store into dw's [K, KH*KW*C]
+    view instead (rows past K clipped by TMA); the store drains while the next unit runs.
+    Register stores cost ~3 us a 128 x 128 tile even in pairs (session 27: eight rows of
+    16 bytes an instruction, 512 instructions a tile)."""
     BLOCK_P: gl.constexpr = NB * BH * BW
     TN: gl.constexpr = TAPS_N * BLOCK_N
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[WARPS, 1],
@@ -194,32 +202,42 @@ def _consumer(dw_ptr, DW_K, DW_C, DW_H, DW_W, alpha, beta, ws_ptr,
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=last > first)
         if whole:
-            kr = k0 + rows
-            cc = c0 + cols % BLOCK_N
-            t = t0 + cols // BLOCK_N
-            kh = t // KW
-            kw = t - kh * KW
-            if DW_VEC:
-                # dw's channels contiguous (DW_C = 1), its other strides multiples of 8 and every
-                # column of the tile inside dw (the host checks): each thread's two adjacent
-                # accumulator columns are one aligned pair in memory, so the stores (and beta's
-                # loads) go two elements at a time (STG.32 of bfloat16 pairs, STG.64 of float32
-                # ones) instead of one (session 27: the scalar stores of a 128 x 256 tile cost
-                # ~10 us a tile alone)
-                row_off = gl.multiple_of(kr.to(gl.int64) * DW_K, 8)
-                col_off = gl.max_contiguous(gl.multiple_of(cc + kh * DW_H + kw * DW_W, 2), 2)
-                ptrs = dw_ptr + row_off[:, None] + col_off[None, :]
-                mask = (kr < K)[:, None]  # (broadcast along the row: constant over each pair)
+            if TMA_DW:
+                tma.store_wait(pendings=0)  # the previous tile's store has read c_smem
+                gl.thread_barrier()
+                c_smem.store((acc * alpha).to(dw_desc.dtype))
+                fence_async_shared()
+                gl.thread_barrier()
+                tma.async_copy_shared_to_global(dw_desc, [k0, t0 * C + c0], c_smem)
             else:
-                ptrs = (dw_ptr + (kr.to(gl.int64) * DW_K)[:, None] + (cc * DW_C + kh * DW_H + kw * DW_W)[None, :])
-                mask = (kr < K)[:, None] & ((cc < C) & (t < T))[None, :]
-            v = acc * alpha
-            if not BETA_ZERO:
-                v += beta * gl.load(ptrs, mask=mask, other=0.0).to(gl.float32)
-            gl.store(ptrs, v.to(dw_ptr.dtype.element_ty), mask=mask)
+                kr = k0 + rows
+                cc = c0 + cols % BLOCK_N
+                t = t0 + cols // BLOCK_N
+                kh = t // KW
+                kw = t - kh * KW
+                if DW_VEC:
+                    # dw's channels contiguous (DW_C = 1), its other strides multiples of 8 and every
+                    # column of the tile inside dw (the host checks): each thread's two adjacent
+                    # accumulator columns are one aligned pair in memory, so the stores (and beta's
+                    # loads) go two elements at a time (STG.32 of bfloat16 pairs, STG.64 of float32
+                    # ones) instead of one (session 27: the scalar stores of a 128 x 256 tile cost
+                    # ~10 us a tile alone)
+                    row_off = gl.multiple_of(kr.to(gl.int64) * DW_K, 8)
+                    col_off = gl.max_contiguous(gl.multiple_of(cc + kh * DW_H + kw * DW_W, 2), 2)
+                    ptrs = dw_ptr + row_off[:, None] + col_off[None, :]
+                    mask = (kr < K)[:, None]  # (broadcast along the row: constant over each pair)
+                else:
+                    ptrs = (dw_ptr + (kr.to(gl.int64) * DW_K)[:, None] + (cc * DW_C + kh * DW_H + kw * DW_W)[None, :])
+                    mask = (kr < K)[:, None] & ((cc < C) & (t < T))[None, :]
+                v = acc * alpha
+                if not BETA_ZERO:
+                    v += beta * gl.load(ptrs, mask=mask, other=0.0).to(gl.float32)
+                gl.store(ptrs, v.to(dw_ptr.dtype.element_ty), mask=mask)
         else:
             part = ws_ptr + q.to(gl.int64) * (BLOCK_M * TN) + (rows * TN)[:, None] + cols[None, :]
             gl.store(part, acc)
+    if TMA_DW:
+        tma.store_wait(pendings=0)
 
 
 # Integer arguments are not specialized: one compile per config serves every layer.
@@ -236,6 +254,8 @@ def gluon_wgrad_kernel(
     dw_ptr, DW_K, DW_C, DW_H, DW_W, alpha, beta,
     # float32 partials of the split tiles [SPLITS, R, BLOCK_M, BLOCK_N]
     ws_ptr,
+    # TMA_DW: dw viewed as [K, KH*KW*C] (KRSC), box [BLOCK_M, BLOCK_N]; else any descriptor (unused)
+    dw_desc,
     # geometry: output and input channels, taps (KH*KW), filter width, padding, dilation, stride
     K, C, T, KW, PAD_H, PAD_W, DIL_H, DIL_W, SH, SW,
     # UNITS = DIRECT + R * SPLITS: the first DIRECT tiles (of ceil(T/TAPS_N) * N_KB * N_CB) whole, the
@@ -243,7 +263,7 @@ def gluon_wgrad_kernel(
     UNITS, DIRECT, R, N_KB, N_CB, TILES_H, TILES_W, BOXES, PER,
     NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     TAPS_N: gl.constexpr, STAGES: gl.constexpr, BETA_ZERO: gl.constexpr, LOADER_REGS: gl.constexpr,
-    num_warps: gl.constexpr, DW_VEC: gl.constexpr = False,
+    num_warps: gl.constexpr, DW_VEC: gl.constexpr = False, TMA_DW: gl.constexpr = False,
 ):
     """Backward filter, persistent and warp-specialized (see the module docstring)."""
     # Shared memory: a ring of STAGES (dy box, TAPS_N x boxes side by side) slots and its
@@ -258,15 +278,19 @@ def gluon_wgrad_kernel(
                                        b_layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    if TMA_DW:  # a whole tile's way out (its dtype is dw's)
+        c_smem = gl.allocate_shared_memory(dw_desc.dtype, dw_desc.block_type.shape, dw_desc.layout)
+    else:
+        c_smem = a_bufs  # (not used)
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=1)
     fence_async_shared()
 
     gl.warp_specialize([
-        (_consumer, (dw_ptr, DW_K, DW_C, DW_H, DW_W, alpha, beta, ws_ptr, a_bufs, b_bufs, ready, empty,
-                     K, C, T, KW, UNITS, DIRECT, R, N_KB, N_CB, BOXES, PER,
-                     NB, BH, BW, BLOCK_M, BLOCK_N, TAPS_N, STAGES, BETA_ZERO, num_warps, DW_VEC)),
+        (_consumer, (dw_ptr, DW_K, DW_C, DW_H, DW_W, alpha, beta, ws_ptr, dw_desc, c_smem, a_bufs, b_bufs, ready,
+                     empty, K, C, T, KW, UNITS, DIRECT, R, N_KB, N_CB, BOXES, PER,
+                     NB, BH, BW, BLOCK_M, BLOCK_N, TAPS_N, STAGES, BETA_ZERO, num_warps, DW_VEC, TMA_DW)),
         (_loader, (dy_desc, x_desc, a_bufs, b_bufs, ready, empty,
                    C, T, KW, PAD_H, PAD_W, DIL_H, DIL_W, SH, SW,
                    UNITS, DIRECT, R, N_KB, N_CB, TILES_H, TILES_W, BOXES, PER,
@@ -647,13 +671,16 @@ def prepare(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, alpha
     grid = (min(units, programs_max),)
     cap = max_regs(cfg["num_warps"], cfg.get("PER_SM", 1))
     n_kb, n_cb = cdiv(k, BM), cdiv(c, BN)
-    args = (dy_desc, x_desc, dw_arg, *dw_strides, float(alpha), float(beta), ws,
+    tma_dw = tma_dw_ok(cfg, dw_arg, dw_strides, c, (kh, kw), beta)
+    # the whole tiles' TMA store: dw as [K, KH*KW*C]; else a stand-in the kernel never reads
+    dw_desc = descriptor(dw_arg, (k, taps * c), (dw_strides[0], 1), [BM, BN]) if tma_dw else dy_desc
+    args = (dy_desc, x_desc, dw_arg, *dw_strides, float(alpha), float(beta), ws, dw_desc,
             k, c, taps, kw, padding[0], padding[1], dilation[0], dilation[1], sh, sw,
             units, d, max(rest, 1), n_kb, n_cb, cdiv(oh, BH), cdiv(ow, BW), boxes, per)
     meta = dict(NB=NB, BH=BH, BW=BW, BLOCK_M=BM, BLOCK_N=BN, TAPS_N=TAPS_N, STAGES=cfg["STAGES"],
                 BETA_ZERO=beta == 0,
                 LOADER_REGS=cfg.get("LOADER_REGS", 40), num_warps=cfg["num_warps"],
-                DW_VEC=dw_vec_ok(dw_strides, c, (kh, kw), cfg), maxnreg=cap)
+                DW_VEC=dw_vec_ok(dw_strides, c, (kh, kw), cfg), TMA_DW=tma_dw, maxnreg=cap)
     if rest == 0:
         fgrid = fargs = fmeta = None
     else:
@@ -677,6 +704,30 @@ def dw_vec_ok(dw_strides, c, kernel_size, cfg) -> bool:
     strides = [sk] + [s for s, size in ((sh, kh), (sw, kw)) if size > 1]
     return (sc == 1 and all(abs(v) % 8 == 0 for v in strides) and c % cfg["BLOCK_N"] == 0
             and (kh * kw) % cfg.get("TAPS_N", 1) == 0)
+
+
+# TRIDNN_WGRAD_TMA_STORE=0 (or TMA_STORE = False): whole tiles store from registers only
+TMA_STORE = os.environ.get("TRIDNN_WGRAD_TMA_STORE", "1") != "0"
+SMEM_PROGRAM = 227 * 1024  # the shared memory one program may use on an H100/H200
+SMEM_SM = 228 * 1024       # an SM's, shared by PER_SM programs
+
+
+def tma_dw_ok(cfg, dw, dw_strides, c, kernel_size, beta) -> bool:
+    """Whether whole tiles may leave through shared memory and one TMA store (TMA_DW): one tap
+    a tile, beta 0 (nothing of dw to read), dw KRSC-packed within a row (its taps' channels
+    side by side: a [K, KH*KW*C] matrix with 16-byte aligned rows), what DW_VEC needs (C fills
+    every column), and the output tile fits in shared memory next to the ring."""
+    if not TMA_STORE or cfg.get("TAPS_N", 1) != 1 or beta != 0:
+        return False
+    if not dw_vec_ok(dw_strides, c, kernel_size, cfg):
+        return False
+    sk, sc, sh, sw = dw_strides
+    kh, kw = kernel_size
+    item = dw.element_size()
+    packed = (kw == 1 or sw == c) and (kh == 1 or sh == kw * c)
+    program = shared_bytes(cfg) + cfg["BLOCK_M"] * cfg["BLOCK_N"] * item + 1024  # (1 KB: the barriers)
+    return (packed and (sk * item) % 16 == 0 and dw.data_ptr() % 16 == 0
+            and program <= SMEM_PROGRAM and program * cfg.get("PER_SM", 1) <= SMEM_SM)
 
 
 def launch(plan):
@@ -712,16 +763,18 @@ def conv2d_wgrad(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, 
 # Offline compile (no GPU needed)
 # --------------------------------------------------------------------------------------
 
-def compile_sm90(cfg, out_dtype="bf16", beta_zero=True, dw_vec=False):
+def compile_sm90(cfg, out_dtype="bf16", beta_zero=True, dw_vec=False, tma_dw=False):
     """Compile the kernel for sm_90 without a GPU; returns the CompiledKernel (asm: ptx, cubin).
     out_dtype: dw's dtype, "bf16" or "fp32"; dw_vec: DW_VEC. dw and the workspace are 16-byte
-    aligned, as a GPU launch on aligned tensors sees them."""
+    aligned, as a GPU launch on aligned tensors sees them; tma_dw: TMA_DW."""
     NB, BH, BW, BM, BN = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_M"], cfg["BLOCK_N"]
-    types_ = {"dy_desc": desc_sig("bf16", [NB, BH, BW, BM]), "x_desc": desc_sig("bf16", [NB, BH, 1, BW, BN]),
-              "dw_ptr": "*" + out_dtype, "alpha": "fp32", "beta": "fp32", "ws_ptr": "*fp32"}
+    dy_sig = desc_sig("bf16", [NB, BH, BW, BM])
+    types_ = {"dy_desc": dy_sig, "x_desc": desc_sig("bf16", [NB, BH, 1, BW, BN]),
+              "dw_ptr": "*" + out_dtype, "alpha": "fp32", "beta": "fp32", "ws_ptr": "*fp32",
+              "dw_desc": desc_sig(out_dtype, [BM, BN]) if tma_dw else dy_sig}
     consts = dict(NB=NB, BH=BH, BW=BW, BLOCK_M=BM, BLOCK_N=BN, TAPS_N=cfg.get("TAPS_N", 1), STAGES=cfg["STAGES"],
                   BETA_ZERO=beta_zero,
-                  LOADER_REGS=cfg.get("LOADER_REGS", 40), num_warps=cfg["num_warps"], DW_VEC=dw_vec)
+                  LOADER_REGS=cfg.get("LOADER_REGS", 40), num_warps=cfg["num_warps"], DW_VEC=dw_vec, TMA_DW=tma_dw)
     return _compile_sm90(gluon_wgrad_kernel, types_, consts, cfg["num_warps"],
                          maxnreg=max_regs(cfg["num_warps"], cfg.get("PER_SM", 1)),
                          pointers=("dw_ptr", "ws_ptr"))
