@@ -497,6 +497,31 @@ def test_gpu_against_float64(case, cfg):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("cfg", TMA_DW_CONFIGS, ids=gw.name)
+@pytest.mark.parametrize("case", [GPU_CASES[1], GPU_CASES[2], GPU_CASES[3], GPU_CASES[8]],
+                         ids=lambda case: "x".join(map(str, case)))
+def test_gpu_tma_dw_against_float64(case, cfg, monkeypatch):
+    """TMA_DW (off by default until this has passed on a GPU): whole tiles through shared
+    memory and a TMA store into a bfloat16 KRSC dw, on grids of 132 and 3 programs (whole
+    and split tiles, many units a program), against float64."""
+    need_hopper()
+    monkeypatch.setattr(gw, "TMA_STORE", True)
+    n, c, k, h, w_, kh, kw, pad, dil, st = case + (1,) * (10 - len(case))
+    assert c % cfg["BLOCK_N"] == 0  # (every case here: C fills the tile's columns)
+    x, dy, ref = _problem(case)
+    xd = x.cuda().to(memory_format=torch.channels_last)
+    dyd = dy.cuda().to(memory_format=torch.channels_last)
+    for sms, splits, direct in ((None, None, None), (3, 2, 3)):
+        plan = gw.prepare(xd, dyd, (kh, kw), (pad, pad), (dil, dil), cfg, alpha=0.5, sms=sms, splits=splits,
+                          direct=direct, stride=(st, st))
+        assert plan.meta["TMA_DW"]
+        got = gw.launch(plan)
+        torch.cuda.synchronize()
+        err = ((got.double().cpu() - 0.5 * ref).abs().max() / (0.5 * ref.abs().max())).item()
+        assert err < 1e-2, (gw.name(cfg), sms, err)
+
+
+@pytest.mark.gpu
 def test_gpu_deterministic():
     """The same call twice gives bit-identical dw (fixed split, in-order finish)."""
     if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] != 9:

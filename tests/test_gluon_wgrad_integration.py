@@ -288,9 +288,11 @@ def test_dw_vec_only_where_every_pair_is_aligned(c, layout, dtype, kernel, flip,
     ("C not a multiple of BLOCK_N", dict(c=72), False),
 ])
 def test_tma_dw_where_the_tile_fits(why, kwargs, want, monkeypatch):
-    """prepare routes whole tiles through shared memory and a TMA store (TMA_DW) only for a
-    bfloat16 KRSC-packed dw with beta 0, one tap a tile and room for the tile beside the
-    ring; the descriptor views dw as [K, KH*KW*C]. TMA_STORE = False turns it off."""
+    """With TMA_STORE on, prepare routes whole tiles through shared memory and a TMA store
+    (TMA_DW) only for a bfloat16 KRSC-packed dw with beta 0, one tap a tile and room for the
+    tile beside the ring; the descriptor views dw as [K, KH*KW*C]. Off (the default until it
+    has run on a GPU), no plan has TMA_DW."""
+    monkeypatch.setattr(gw, "TMA_STORE", True)
     a = dict(cfg=gw.WGRAD_PICKS_SMALL[0], c=128, k=128, dtype=torch.bfloat16, beta=0.0, flip=False, layout="KRSC")
     a.update(kwargs)
     c, k, kh, kw = a["c"], a["k"], 3, 3
