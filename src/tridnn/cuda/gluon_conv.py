@@ -640,7 +640,8 @@ PICKS_SMALL = [config(16, 1, 8, 128, 4, 4, pingpong=True), config(16, 1, 8, 128,
 # 512 channels, 64x64 and 33x33 maps, batch 16). H100 sweep 2026-12-06 (session 27,
 # sweep_gluon_conv.py --layers aspp_d2,aspp_d4,aspp_d12; tridnn time / cuDNN's, forward and
 # backward data): 2x8x8x256 s3 w8 0.91 / 0.89 (d2), 0.72 / 0.94 (d12); 1x8x16x256 s3 w8
-# 0.89 / 0.92 (d2), 0.95 on d4's backward data; PICKS_LARGE's best 0.97-1.00 on d2 and d12.
+# 0.89 / 0.92 (d2), 0.92 / 0.95 (d4); PICKS_LARGE's best 0.98 / 0.89 (d2), 0.95 / 0.99 (d4),
+# 0.73 / 1.00 (d12), so its two 128-wide configs that did best stay.
 # (Not for ResNet's wide layers at these widths: res3_ds's backward data keeps PICKS_LARGE.)
 PICKS_DILATED = [config(2, 8, 8, 256, 3, 8), config(1, 8, 16, 256, 3, 8),
                  config(16, 1, 8, 128, 4, 4, pingpong=True), config(2, 4, 32, 128, 3, 8)]

@@ -29,10 +29,12 @@ dw_tap[K, C] = dy[P, K]^T @ x_shift(tap)[P, C], P = N*OH*OW (200k pixels for res
   ``HGMMA ... gdesc[..].tnspA.tnspB``, wgmma's transposed modes for 16-bit types, no data
   movement), B = the x box(es) [BLOCK_P, TAPS_N * BLOCK_N] (MN-major as well);
 - epilogue from registers (no shared memory for the tile): a whole tile writes alpha *
-  tile + beta * dw into dw (any strides and float dtype), a slice writes its float32
-  partial into the workspace [SPLITS, R, BLOCK_M, TAPS_N * BLOCK_N]; ``wgrad_finish_kernel``
-  (plain Triton) sums the slices in order (deterministic: the schedule is fixed by the
-  config and the shape) and blends them into dw.
+  tile + beta * dw into dw (any strides and float dtype; two channels an access where dw's
+  layout allows, DW_VEC), a slice writes its float32 partial into the workspace [SPLITS, R,
+  BLOCK_M, TAPS_N * BLOCK_N]; ``wgrad_finish_kernel`` (plain Triton) sums the slices in
+  order (deterministic: the schedule is fixed by the config and the shape) and blends them
+  into dw. TMA_DW (off by default, not yet run on a GPU): a whole tile through shared
+  memory and a TMA store where it fits beside the ring.
 
 Gluon kernels do not run under the Triton interpreter: tests/test_gluon_wgrad.py compiles
 every config offline for sm_90 (``compile_sm90``) and runs the finish kernel and the split
@@ -227,7 +229,8 @@ def _consumer(dw_ptr, DW_K, DW_C, DW_H, DW_W, alpha, beta, ws_ptr, dw_desc, c_sm
                     ptrs = dw_ptr + row_off[:, None] + col_off[None, :]
                     mask = (kr < K)[:, None]  # (broadcast along the row: constant over each pair)
                 else:
-                    ptrs = (dw_ptr + (kr.to(gl.int64) * DW_K)[:, None] + (cc * DW_C + kh * DW_H + kw * DW_W)[None, :])
+                    ptrs = (dw_ptr + (kr.to(gl.int64) * DW_K)[:, None]
+                            + (cc * DW_C + kh * DW_H + kw * DW_W)[None, :])
                     mask = (kr < K)[:, None] & ((cc < C) & (t < T))[None, :]
                 v = acc * alpha
                 if not BETA_ZERO:
