@@ -512,11 +512,15 @@ def test_gpu_tma_dw_against_float64(case, cfg, monkeypatch):
     xd = x.cuda().to(memory_format=torch.channels_last)
     dyd = dy.cuda().to(memory_format=torch.channels_last)
     for sms, splits, direct in ((None, None, None), (3, 2, 3)):
-        plan = gw.prepare(xd, dyd, (kh, kw), (pad, pad), (dil, dil), cfg, alpha=0.5, sms=sms, splits=splits,
-                          direct=direct, stride=(st, st))
+        # dw poisoned with NaN: every element must be written (TMA clips the rows past K)
+        dw = torch.full((k, c, kh, kw), float("nan"), dtype=torch.bfloat16, device="cuda").contiguous(
+            memory_format=torch.channels_last)
+        plan = gw.prepare(xd, dyd, (kh, kw), (pad, pad), (dil, dil), cfg, alpha=0.5, dw=dw, sms=sms,
+                          splits=splits, direct=direct, stride=(st, st))
         assert plan.meta["TMA_DW"]
         got = gw.launch(plan)
         torch.cuda.synchronize()
+        assert torch.isfinite(got).all(), (gw.name(cfg), sms)
         err = ((got.double().cpu() - 0.5 * ref).abs().max() / (0.5 * ref.abs().max())).item()
         assert err < 1e-2, (gw.name(cfg), sms, err)
 
