@@ -1,5 +1,6 @@
 """What the MobileNetV2 depthwise benchmarks (bench_gpu_depthwise, sweep_depthwise_fwd) share:
-the layer list, the dry run's shrunken layers and one-call timing, and the JSON record."""
+the layer list, the dry run's shrunken layers and one-call timing, the JSON record, and the
+sweeps' (sweep_depthwise_tma, sweep_depthwise_wgrad) stubbed tuner timers."""
 from __future__ import annotations
 
 import json
@@ -49,3 +50,29 @@ def write_json(out, filename, dev, n, dtype, skipped, start, rows):
     with open(os.path.join(out, filename), "w") as f:
         json.dump(dict(info=info, rows=rows), f, indent=1)
     return info
+
+
+def tuner_timing_once():
+    """Workers that only compile: each tuner candidate runs once and "takes" 1 ms. Stubs the
+    tuner's timer (common.gpu_time_ms) and do_bench, its fallback."""
+    import triton.testing
+    from tridnn.cuda import common
+
+    def once(fn, *a, **k):
+        fn()
+        return 1.0
+    triton.testing.do_bench = once
+    common.gpu_time_ms = once
+
+
+def tuner_timing_quick():
+    """Sweeps that tune ~40 candidates a task: at most 6 ms of timing a candidate (the tuner's
+    timer, common.gpu_time_ms, and do_bench, its fallback)."""
+    import triton.testing
+    from tridnn.cuda import common
+    full, full_graph = triton.testing.do_bench, common.gpu_time_ms
+
+    def quick(fn, warmup=3, rep=15, **k):
+        return full(fn, warmup=1, rep=min(rep, 6), **k)
+    triton.testing.do_bench = quick
+    common.gpu_time_ms = lambda fn, rep_ms=15.0: full_graph(fn, rep_ms=min(rep_ms, 6.0))

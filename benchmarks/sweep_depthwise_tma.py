@@ -59,6 +59,7 @@ from tridnn.algorithms.problem import ConvProblem  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_gpu_conv as B  # noqa: E402  (make, tridnn_call, torch_conv, bench)
+import depthwise_bench_common as DC  # noqa: E402  (the tuner's stubbed timers)
 
 from tridnn.cuda import conv_depthwise_backward as D  # noqa: E402
 from tridnn.cuda import conv_depthwise_tma as DT  # noqa: E402
@@ -177,16 +178,9 @@ def warm(task):
     fresh tuner) and every parts-th TMA config, so the slices of one task compile in
     parallel (layers mostly share their kernels: later tasks find them in the cache)."""
     name, direction, n, dtype, dev, part, parts = task
-    import triton.testing
-
-    from tridnn.cuda import common
     from tridnn.cuda.common import Tuner
 
-    def once(fn, *a, **k):
-        fn()
-        return 1.0
-    triton.testing.do_bench = once
-    common.gpu_time_ms = once  # (the tuners' timer; do_bench is only its fallback)
+    DC.tuner_timing_once()
     saved = [getattr(mod, attr) for mod, attr in CANDIDATE_LISTS]
     for (mod, attr), full in zip(CANDIDATE_LISTS, saved):
         setattr(mod, attr, lambda *a, full=full, **k: full(*a, **k)[part::parts] or full(*a, **k)[:1])
@@ -308,15 +302,7 @@ def main():
         print(f"compiled in {time.time() - start:.1f} s ({jobs} workers)", flush=True)
     if not dry:
         torch.backends.cudnn.benchmark = True
-        import triton.testing
-        from tridnn.cuda import common
-        full = triton.testing.do_bench
-
-        def quick(fn, warmup=3, rep=15, **k):  # the existing tuners' timing: ~40 candidates a task
-            return full(fn, warmup=1, rep=min(rep, 6), **k)
-        triton.testing.do_bench = quick
-        full_graph = common.gpu_time_ms
-        common.gpu_time_ms = lambda fn, rep_ms=15.0: full_graph(fn, rep_ms=min(rep_ms, 6.0))
+        DC.tuner_timing_quick()  # ~40 candidates a task
         handle = tridnn.Handle(device="cuda", find_cache=None)
     else:
         handle = tridnn.Handle(device="cpu", backend="triton", find_cache=None)

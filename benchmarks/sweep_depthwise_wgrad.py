@@ -64,6 +64,7 @@ from tridnn.algorithms.problem import ConvProblem  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_gpu_conv as B  # noqa: E402  (make, tridnn_call, torch_conv, bench)
+import depthwise_bench_common as DC  # noqa: E402  (the tuner's stubbed timers)
 
 from tridnn.cuda import conv_bwd_filter_implicit_gemm as IG  # noqa: E402
 from tridnn.cuda import conv_depthwise_backward as D  # noqa: E402
@@ -143,14 +144,7 @@ def warm(task):
     call's tuner list, timing stubbed to one launch, and the walker's configs), so Triton's
     disk cache fills in parallel."""
     name, n, dtype, dev, part, parts = task
-    import triton.testing
-    from tridnn.cuda import common
-
-    def once(fn, *a, **k):
-        fn()
-        return 1.0
-    triton.testing.do_bench = once
-    common.gpu_time_ms = once  # (the tuners' timer; do_bench is only its fallback)
+    DC.tuner_timing_once()
     full = D.wgrad3_candidates
     D.wgrad3_candidates = lambda *a, **k: full(*a, **k)[part::parts] or full(*a, **k)[:1]
     dry = dev == "cpu"
@@ -301,15 +295,7 @@ def main():
         print(f"compiled in {time.time() - start:.1f} s ({jobs} workers)", flush=True)
     if not dry:
         torch.backends.cudnn.benchmark = True
-        import triton.testing
-        from tridnn.cuda import common
-        full = triton.testing.do_bench
-
-        def quick(fn, warmup=3, rep=15, **k):  # the tuner's timing: ~40 candidates a layer
-            return full(fn, warmup=1, rep=min(rep, 6), **k)
-        triton.testing.do_bench = quick
-        full_graph = common.gpu_time_ms
-        common.gpu_time_ms = lambda fn, rep_ms=15.0: full_graph(fn, rep_ms=min(rep_ms, 6.0))
+        DC.tuner_timing_quick()  # ~40 candidates a task
         handle = tridnn.Handle(device="cuda", find_cache=None)
     else:
         handle = tridnn.Handle(device="cpu", backend="triton", find_cache=None)
