@@ -674,7 +674,8 @@ def prepare(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, alpha
     grid = (min(units, programs_max),)
     cap = max_regs(cfg["num_warps"], cfg.get("PER_SM", 1))
     n_kb, n_cb = cdiv(k, BM), cdiv(c, BN)
-    tma_dw = tma_dw_ok(cfg, dw_arg, dw_strides, c, (kh, kw), beta)
+    dw_vec = dw_vec_ok(dw_strides, c, (kh, kw), cfg)
+    tma_dw = dw_vec and tma_dw_ok(cfg, dw_arg, dw_strides, c, (kh, kw), beta)
     # the whole tiles' TMA store: dw as [K, KH*KW*C]; else a stand-in the kernel never reads
     dw_desc = descriptor(dw_arg, (k, taps * c), (dw_strides[0], 1), [BM, BN]) if tma_dw else dy_desc
     args = (dy_desc, x_desc, dw_arg, *dw_strides, float(alpha), float(beta), ws, dw_desc,
@@ -683,7 +684,7 @@ def prepare(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, alpha
     meta = dict(NB=NB, BH=BH, BW=BW, BLOCK_M=BM, BLOCK_N=BN, TAPS_N=TAPS_N, STAGES=cfg["STAGES"],
                 BETA_ZERO=beta == 0,
                 LOADER_REGS=cfg.get("LOADER_REGS", 40), num_warps=cfg["num_warps"],
-                DW_VEC=dw_vec_ok(dw_strides, c, (kh, kw), cfg), TMA_DW=tma_dw, maxnreg=cap)
+                DW_VEC=dw_vec, TMA_DW=tma_dw, maxnreg=cap)
     if rest == 0:
         fgrid = fargs = fmeta = None
     else:
@@ -717,13 +718,12 @@ SMEM_SM = 228 * 1024       # an SM's, shared by PER_SM programs
 
 
 def tma_dw_ok(cfg, dw, dw_strides, c, kernel_size, beta) -> bool:
-    """Whether whole tiles may leave through shared memory and one TMA store (TMA_DW): one tap
-    a tile, beta 0 (nothing of dw to read), dw KRSC-packed within a row (its taps' channels
-    side by side: a [K, KH*KW*C] matrix with 16-byte aligned rows), what DW_VEC needs (C fills
-    every column), and the output tile fits in shared memory next to the ring."""
+    """Whether whole tiles may leave through shared memory and one TMA store (TMA_DW), for a
+    problem dw_vec_ok already accepted (C fills every column): one tap a tile, beta 0
+    (nothing of dw to read), dw KRSC-packed within a row (its taps' channels side by side: a
+    [K, KH*KW*C] matrix with 16-byte aligned rows), and the output tile fits in shared memory
+    next to the ring."""
     if not TMA_STORE or cfg.get("TAPS_N", 1) != 1 or beta != 0:
-        return False
-    if not dw_vec_ok(dw_strides, c, kernel_size, cfg):
         return False
     sk, sc, sh, sw = dw_strides
     kh, kw = kernel_size
