@@ -106,10 +106,11 @@ def main():
             assert plan.finish_grid is None and plan.grid[0] == programs
             steps = tiles // programs * boxes
             row = dict(config=gw.name(cfg), C=c, K=k, batch=batch, hw=oh, programs=programs, steps=steps)
+            head = f"{row['config']:28s} {c:5d} {k:5d} {programs:5d} {batch:5d}"
             if a.dry_run:
                 gw.gluon_wgrad_kernel.warmup(*plan.args, grid=plan.grid, **plan.meta)
                 rows.append(row)
-                print(f"{row['config']:28s} {c:5d} {k:5d} {programs:5d} {batch:5d} compiled", flush=True)
+                print(f"{head} compiled", flush=True)
                 break  # one compile per config
             gw.launch(plan)
             torch.cuda.synchronize()
@@ -118,30 +119,27 @@ def main():
             per_step = us / steps
             macs = tiles * boxes * cfg["NB"] * cfg["BH"] * cfg["BW"] * cfg["BLOCK_M"] * cfg["BLOCK_N"]
             row.update(us=us, us_per_step=per_step, err=err, tflops=2 * macs / us * 1e-6,
-                       l2_tb_s=programs * box_bytes(cfg, ow) / per_step * 1e-6)
+                       l2_tb_s=programs * box_bytes(cfg, ow) / per_step * 1e-6,
+                       dw_vec=plan.meta["DW_VEC"], tma_dw=plan.meta["TMA_DW"])
             rows.append(row)
-            print(f"{row['config']:28s} {c:5d} {k:5d} {programs:5d} {batch:5d} {us:8.1f} {steps:5d} {per_step:8.3f} "
-                  f"{row['tflops']:8.0f} {row['l2_tb_s']:8.2f}" + ("  BAD" if err > 2e-2 else "")
+            print(f"{head} {us:8.1f} {steps:5d} {per_step:8.3f} {row['tflops']:8.0f} {row['l2_tb_s']:8.2f}"
+                  + ("  BAD" if err > 2e-2 else "")
                   + ("  (TMA store)" if plan.meta["TMA_DW"] else "  (register pairs)" if plan.meta["DW_VEC"] else ""),
                   flush=True)
-            row.update(dw_vec=plan.meta["DW_VEC"], tma_dw=plan.meta["TMA_DW"])
+            # the same plan with part of its epilogue changed: (label, JSON key, launch args, constexprs)
+            variants = []
             if a.scalar_dw:
-                for label, key, off in (("register pairs", "us_pairs_dw", dict(TMA_DW=False)),
-                                        ("scalar dw stores", "us_scalar_dw", dict(TMA_DW=False, DW_VEC=False))):
-                    meta = dict(plan.meta, **off)
-                    us_off = gsc.bench(lambda: gluon_common.launch(gw.gluon_wgrad_kernel, plan.grid, plan.args,
-                                                                   meta, plan.spec), a.rep)
-                    row[key] = us_off
-                    print(f"{row['config']:28s} {c:5d} {k:5d} {programs:5d} {batch:5d} {us_off:8.1f} {steps:5d} "
-                          f"{us_off / steps:8.3f}    ({label})", flush=True)
-            if a.no_store:
-                args = list(plan.args)
-                args[gw.gluon_wgrad_kernel.arg_names.index("K")] = 0
-                muted = gsc.bench(lambda: gluon_common.launch(gw.gluon_wgrad_kernel, plan.grid, tuple(args), plan.meta,
-                                                             plan.spec), a.rep)
-                row.update(us_no_store=muted)
-                print(f"{row['config']:28s} {c:5d} {k:5d} {programs:5d} {batch:5d} {muted:8.1f} {steps:5d} "
-                      f"{muted / steps:8.3f}    (no stores)", flush=True)
+                variants += [("register pairs", "us_pairs_dw", plan.args, dict(plan.meta, TMA_DW=False)),
+                             ("scalar dw stores", "us_scalar_dw", plan.args,
+                              dict(plan.meta, TMA_DW=False, DW_VEC=False))]
+            if a.no_store:  # K = 0: every store masked off
+                muted = list(plan.args)
+                muted[gw.gluon_wgrad_kernel.arg_names.index("K")] = 0
+                variants.append(("no stores", "us_no_store", tuple(muted), plan.meta))
+            for label, key, args, meta in variants:
+                row[key] = gsc.bench(lambda: gluon_common.launch(gw.gluon_wgrad_kernel, plan.grid, args, meta,
+                                                                 plan.spec), a.rep)
+                print(f"{head} {row[key]:8.1f} {steps:5d} {row[key] / steps:8.3f}    ({label})", flush=True)
     if a.out:
         meta = dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), torch=torch.__version__,
                     gpu=None if a.dry_run else torch.cuda.get_device_name())
