@@ -27,7 +27,7 @@ DW_VARIANTS = [("fp32", True), ("bf16", False)]
 # (config, out_dtype, beta_zero): compiled with DW_VEC on (the whole-tile stores in pairs)
 DW_VEC_VARIANTS = [(gw.CONFIGS[0], "bf16", True), (gw.CONFIGS[0], "fp32", False), (gw.CONFIGS[8], "bf16", True)]
 # configs compiled with TMA_DW (a bfloat16 dw tile through shared memory): two programs an SM too
-TMA_DW_CONFIGS = [gw.CONFIGS[0], gw.WGRAD_PICKS_NARROW[0]]
+TMA_DW_CONFIGS = [gw.CONFIGS[0], gw.WGRAD_PICKS_NARROW[0], gw.config(128, 1, 1, 128, 128, 3, 8, images_inner=True)]
 
 
 @pytest.fixture(scope="module")
@@ -390,6 +390,60 @@ def test_flat_walk_matches_float64(rng):
         np.testing.assert_allclose(got[:, 0, 0, :], want, rtol=1e-10, atol=1e-10)
 
 
+def _tma_box(desc, coords):
+    """What a TMA load of desc's box at coords puts in shared memory: the view's elements,
+    zero where a coordinate falls outside the view's shape."""
+    view = torch.as_strided(desc.base, desc.shape, desc.strides)
+    idx = np.meshgrid(*[np.arange(b) + c for b, c in zip(desc.block_shape, coords)], indexing="ij")
+    inside = np.ones(idx[0].shape, bool)
+    for i, size in zip(idx, desc.shape):
+        inside &= (i >= 0) & (i < size)
+    out = torch.zeros(desc.block_shape, dtype=view.dtype)
+    out[torch.from_numpy(inside)] = view[tuple(torch.from_numpy(i[inside]) for i in idx)]
+    return out
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("images_inner", [False, True])
+def test_descriptor_boxes_reproduce_the_gradient(images_inner, stride):
+    """The loader's box coordinates, in the order each layout's descriptors take them
+    (images_inner: [oh, ow, n, k] and [oh + dh, phase, ow + dw, n, c]), read through the
+    descriptors ``prepare`` builds (zero outside, as TMA fills): summed over every box and
+    tap, dy box^T @ x box is the float64 weight gradient. So the permuted views and the
+    coordinate order agree (pixel order inside a box is the same for dy and x)."""
+    n, c, k, h, w, kh, kw, pad = 3, 8, 64, 6, 10, 3, 3, 1
+    cfg = gw.config(2, 2, 2, 64, 8, 3, 4, images_inner=images_inner)
+    oh, ow = (h + 2 * pad - kh) // stride + 1, (w + 2 * pad - kw) // stride + 1
+    # small integers: exact in bfloat16 (the kernel's input type) and in the float64 sums
+    x = torch.randint(-4, 5, (n, c, h, w)).to(torch.bfloat16).to(memory_format=torch.channels_last)
+    dy = torch.randint(-4, 5, (n, k, oh, ow)).to(torch.bfloat16).to(memory_format=torch.channels_last)
+    plan = gw.prepare(x, dy, (kh, kw), (pad, pad), cfg=cfg, sms=4, stride=(stride, stride))
+    dy_desc, x_desc = plan.args[0], plan.args[1]
+    assert plan.meta["IMAGES_INNER"] == images_inner
+    got = torch.zeros(kh * kw, k, c, dtype=torch.float64)
+    for n0 in range(0, n, 2):
+        for oh0 in range(0, oh, 2):
+            for ow0 in range(0, ow, 2):
+                coords = [oh0, ow0, n0, 0] if images_inner else [n0, oh0, ow0, 0]
+                a = _tma_box(dy_desc, coords).reshape(-1, k).double()
+                for t in range(kh * kw):
+                    a_h, a_w = t // kw - pad, t % kw - pad
+                    q_h, q_w = a_h // stride, a_w // stride  # (Python's floor, as _tap_offsets')
+                    ph, pc = a_h - q_h * stride, (a_w - q_w * stride) * c
+                    xc = ([oh0 + q_h, ph, ow0 + q_w, n0, pc] if images_inner
+                          else [n0, oh0 + q_h, ph, ow0 + q_w, pc])
+                    got[t] += a.T @ _tma_box(x_desc, xc).reshape(-1, c).double()
+    want = torch.nn.grad.conv2d_weight(x.double(), (k, c, kh, kw), dy.double(), padding=pad, stride=stride)
+    torch.testing.assert_close(got.reshape(kh, kw, k, c).permute(2, 3, 0, 1), want)
+
+
+def test_images_inner_refuses_flat_configs():
+    x = torch.zeros(2, 64, 8, 8, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    flat = dict(next(c for c in gw.CONFIGS if c["FLAT"]), IMAGES_INNER=True)
+    with pytest.raises(ValueError, match="images_inner"):
+        gw.prepare(x, x, (1, 1), (0, 0), cfg=flat, sms=4)
+
+
 def test_flat_config_refuses_other_problems():
     x = torch.zeros(2, 64, 8, 8, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
     dy = torch.zeros(2, 64, 8, 8, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
@@ -428,6 +482,8 @@ GPU_CASES = [  # (N, C, K, H, W, KH, KW, pad, dil[, stride])
     (2, 64, 128, 14, 14, 3, 3, 1, 1, 2),   # stride 2 (x through its stride-phase view)
     (3, 128, 64, 16, 10, 3, 3, 1, 1, 2),
     (2, 72, 128, 8, 8, 1, 1, 0, 1, 2),     # 1x1 stride 2 (downsample), C not a multiple of 64
+    (130, 64, 128, 7, 7, 3, 3, 1, 1),      # images-inner boxes: two full boxes of 64 images and a ragged one
+    (64, 128, 64, 14, 14, 3, 3, 1, 1, 2),  # images-inner boxes at stride 2
 ]
 
 _REFERENCES = {}

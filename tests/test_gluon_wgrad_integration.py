@@ -63,22 +63,34 @@ def _names(cfgs):
     return [gw.name(c) for c in cfgs]
 
 
+def _narrower(cfgs, n=128):
+    """The configs no wider than n channels."""
+    return [cfg for cfg in cfgs if cfg["BLOCK_N"] <= n]
+
+
+def _batch(cfgs, n):
+    """The configs whose boxes the batch fills: images-inner ones only where NB divides n."""
+    return [cfg for cfg in cfgs if not (cfg["IMAGES_INNER"] and n % cfg["NB"])]
+
+
 # -- CPU: the candidate lists ------------------------------------------------------------
-@pytest.mark.parametrize("c,k,hw,kernel,stride,pad,want", [
-    (64, 64, 56, 3, 1, 1, gw.WGRAD_PICKS_NARROW),       # res2_3x3
-    (128, 128, 28, 3, 1, 1, gw.WGRAD_PICKS_LARGE),      # res3_3x3
-    (256, 256, 14, 3, 1, 1, gw.WGRAD_PICKS_MEDIUM),     # res4_3x3
-    (512, 512, 7, 3, 1, 1, gw.WGRAD_PICKS_SMALL),       # res5_3x3
-    (256, 64, 56, 1, 1, 0, gw.WGRAD_PICKS_FLAT_NARROW[:2]),  # 1x1 into 64 channels: one row, 64-row tiles
-    (128, 128, 14, 3, 1, 1, gw.WGRAD_PICKS_MEDIUM[:2]),  # 128 channels: no 256-wide tile
-    (512, 1024, 14, 1, 2, 0, gw.WGRAD_PICKS_SMALL),     # 1x1 stride 2 (downsample): 7x7 outputs
-    (72, 200, 12, (5, 3), 1, 2, gw.WGRAD_PICKS_MEDIUM[:2]),  # odd channels, 5x3: 12x14 outputs
+@pytest.mark.parametrize("c,k,hw,kernel,stride,pad,n,want", [
+    (64, 64, 56, 3, 1, 1, 64, gw.WGRAD_PICKS_NARROW),       # res2_3x3
+    (128, 128, 28, 3, 1, 1, 64, gw.WGRAD_PICKS_LARGE),      # res3_3x3
+    (256, 256, 14, 3, 1, 1, 64, gw.WGRAD_PICKS_MEDIUM),     # res4_3x3
+    (512, 512, 7, 3, 1, 1, 64, _batch(gw.WGRAD_PICKS_SMALL, 64)),  # res5_3x3: no 128-image box
+    (512, 512, 7, 3, 1, 1, 256, gw.WGRAD_PICKS_SMALL),      # res5_3x3 at batch 256: every box full
+    (256, 64, 56, 1, 1, 0, 64, gw.WGRAD_PICKS_FLAT_NARROW[:2]),  # 1x1 into 64 channels: one row, 64-row tiles
+    (128, 128, 14, 3, 1, 1, 64, _narrower(gw.WGRAD_PICKS_MEDIUM)),  # 128 channels: no 256-wide tile
+    (512, 1024, 14, 1, 2, 0, 64, _batch(gw.WGRAD_PICKS_SMALL, 64)),  # 1x1 stride 2 (downsample): 7x7 outputs
+    (72, 200, 12, (5, 3), 1, 2, 64, _narrower(gw.WGRAD_PICKS_MEDIUM)),  # odd channels, 5x3: 12x14 outputs
+    (72, 200, 12, (5, 3), 1, 2, 3, _batch(_narrower(gw.WGRAD_PICKS_MEDIUM), 3)),  # batch 3: no images-inner box
 ])
-def test_offered_where_the_kernel_applies(c, k, hw, kernel, stride, pad, want, hopper):
-    problem, x, w, y = _problem(c, k, hw, kernel, stride=stride, pad=pad, n=64)
+def test_offered_where_the_kernel_applies(c, k, hw, kernel, stride, pad, n, want, hopper):
+    problem, x, w, y = _problem(c, k, hw, kernel, stride=stride, pad=pad, n=n)
     got = bwf.gluon_candidates(problem, x, y, w, CUDA)
     assert _names(got) == _names(want)
-    assert all(g["GLUON"] for g in got) and 1 <= len(got) <= 4
+    assert all(g["GLUON"] for g in got) and 1 <= len(got) <= 5
     assert all(g["BLOCK_M"] <= max(64, k) * 2 and g["BLOCK_N"] <= max(64, c) * 2 for g in got)
 
 
@@ -124,7 +136,7 @@ def test_one_by_one_layers_get_the_flat_picks(hopper):
 def test_dw_in_any_layout_and_float_dtype(hopper):
     """dw is written through its strides (whole tiles and the finish): KCRS or float32 dw
     still get the picks; x and dy must be channels-last."""
-    problem, x, w, y = _problem(128, 128, 28, 3, pad=1)
+    problem, x, w, y = _problem(128, 128, 28, 3, pad=1, n=64)
     want = _names(gw.WGRAD_PICKS_LARGE)
     assert _names(bwf.gluon_candidates(problem, x, y, w.contiguous(), CUDA)) == want
     assert _names(bwf.gluon_candidates(problem, x, y, w.float(), CUDA)) == want

@@ -297,7 +297,7 @@ def gluon_candidates(problem, x, dy, dw, device) -> list:
         return []
     geo = geometry(problem)
     flat = gluon_wgrad.flat_ok(geo.ker[1:], geo.pad[1:], geo.stride[1:])
-    return gluon_wgrad.picks(geo.k, geo.c, geo.out[2], geo.taps, flat=flat)
+    return gluon_wgrad.picks(geo.k, geo.c, geo.out[2], geo.taps, flat=flat, n=geo.n)
 
 
 # Launch records, as gluon_conv's: a repeated call (the same problem object and config,

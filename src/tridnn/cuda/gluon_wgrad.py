@@ -23,7 +23,9 @@ dw_tap[K, C] = dy[P, K]^T @ x_shift(tap)[P, C], P = N*OH*OW (200k pixels for res
 - per k-step (one pixel box of NB images x BH rows x BW columns = BLOCK_P pixels) the
   loader warp TMA-loads the dy box [NB, BH, BW, BLOCK_M] and the x box(es) shifted by the
   tap(s) [NB, BH, BW, BLOCK_N] (4-D descriptors over the NHWC tensors; out-of-bounds rows,
-  columns and images load as zeros, which is the padding and the ragged edge);
+  columns and images load as zeros, which is the padding and the ragged edge). Images-inner
+  configs (IMAGES_INNER) view the same memory with the images' dimension next to the
+  channels, so a box is NB images at BH x BW pixels and fills on maps of any width;
 - the consumer warpgroup(s) issue async wgmma with A = dy box^T: the [BLOCK_P, BLOCK_M]
   shared buffer viewed through ``.permute((1, 0))`` is an MN-major A operand (SASS:
   ``HGMMA ... gdesc[..].tnspA.tnspB``, wgmma's transposed modes for 16-bit types, no data
@@ -107,14 +109,16 @@ def _loader(dy_desc, x_desc, a_bufs, b_bufs, ready, empty,
             # units and pixel boxes
             UNITS, DIRECT, R, N_KB, N_CB, TILES_H, TILES_W, BOXES, PER,
             NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_M: gl.constexpr,
-            BLOCK_N: gl.constexpr, TAPS_N: gl.constexpr, STAGES: gl.constexpr):
+            BLOCK_N: gl.constexpr, TAPS_N: gl.constexpr, STAGES: gl.constexpr, IMAGES_INNER: gl.constexpr):
     """Producer (one warp): per pixel box, wait for a free slot, TMA the dy box and the x box
     shifted by each of the tile's TAPS_N taps (side by side along the slot's channel
     dimension) into it. x is seen through its stride-phase view (``_tap_offsets``), so a box
     of output pixels maps to one box of the view (stride 1: phases of size 1). Taps past the
     last (the final tap group of a filter whose tap count TAPS_N does not divide) reload the
     last tap: the byte count stays fixed and their columns are never stored. Empty barriers
-    start in phase 0: the first wait (parity 1) passes.
+    start in phase 0: the first wait (parity 1) passes. IMAGES_INNER: the descriptors view
+    dy as [OH, OW, N, K] and x as [H/SH, SH, W/SW, N, SW*C] (the images' dimension moved next
+    to the channels), so the same box coordinates are passed in that order.
 
     One warp computes every coordinate, so the per-box work is kept to adds: the box walks
     (image block, tile row, tile column) as counters, and a one-tap tile's offsets are
@@ -140,7 +144,10 @@ def _loader(dy_desc, x_desc, a_bufs, b_bufs, ready, empty,
             mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
             bar = ready.index(s)
             mbarrier.expect(bar, nbytes)
-            tma.async_copy_global_to_shared(dy_desc, [n, oh, ow, k0], bar, a_bufs.index(s))
+            if IMAGES_INNER:
+                tma.async_copy_global_to_shared(dy_desc, [oh, ow, n, k0], bar, a_bufs.index(s))
+            else:
+                tma.async_copy_global_to_shared(dy_desc, [n, oh, ow, k0], bar, a_bufs.index(s))
             for j in gl.static_range(TAPS_N):
                 dst = b_bufs.index(s)
                 if TAPS_N > 1:
@@ -148,7 +155,10 @@ def _loader(dy_desc, x_desc, a_bufs, b_bufs, ready, empty,
                     dh, ph, dw_, pc = _tap_offsets(t0 + j, T, KW, C, PAD_H, PAD_W, DIL_H, DIL_W, SH, SW)
                 else:
                     dh, ph, dw_, pc = dh0, ph0, dw0, pc0
-                tma.async_copy_global_to_shared(x_desc, [n, oh + dh, ph, ow + dw_, pc + c0], bar, dst)
+                if IMAGES_INNER:
+                    tma.async_copy_global_to_shared(x_desc, [oh + dh, ph, ow + dw_, n, pc + c0], bar, dst)
+                else:
+                    tma.async_copy_global_to_shared(x_desc, [n, oh + dh, ph, ow + dw_, pc + c0], bar, dst)
             it += 1
             # the next box: column, then row, then image block
             wrap_w = (tw == TILES_W - 1).to(gl.int32)
@@ -251,7 +261,8 @@ _RUNTIME_INTS = ["DW_K", "DW_C", "DW_H", "DW_W", "K", "C", "T", "KW", "PAD_H", "
 @gluon.jit(do_not_specialize=_RUNTIME_INTS)
 def gluon_wgrad_kernel(
     # TMA descriptors: dy [N, OH, OW, K] box [NB, BH, BW, BLOCK_M]; x's stride-phase view
-    # [N, H/SH, SH, W/SW, SW*C] box [NB, BH, 1, BW, BLOCK_N]
+    # [N, H/SH, SH, W/SW, SW*C] box [NB, BH, 1, BW, BLOCK_N] (IMAGES_INNER: dy [OH, OW, N, K]
+    # box [BH, BW, NB, BLOCK_M], x [H/SH, SH, W/SW, N, SW*C] box [BH, 1, BW, NB, BLOCK_N])
     dy_desc, x_desc,
     # dw [K, C, KH, KW] at strides (k, c, kh, kw): whole tiles write alpha * tile + beta * dw
     dw_ptr, DW_K, DW_C, DW_H, DW_W, alpha, beta,
@@ -267,6 +278,7 @@ def gluon_wgrad_kernel(
     NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
     TAPS_N: gl.constexpr, STAGES: gl.constexpr, BETA_ZERO: gl.constexpr, LOADER_REGS: gl.constexpr,
     num_warps: gl.constexpr, DW_VEC: gl.constexpr = False, TMA_DW: gl.constexpr = False,
+    IMAGES_INNER: gl.constexpr = False,
 ):
     """Backward filter, persistent and warp-specialized (see the module docstring)."""
     # Shared memory: a ring of STAGES (dy box, TAPS_N x boxes side by side) slots and its
@@ -297,7 +309,7 @@ def gluon_wgrad_kernel(
         (_loader, (dy_desc, x_desc, a_bufs, b_bufs, ready, empty,
                    C, T, KW, PAD_H, PAD_W, DIL_H, DIL_W, SH, SW,
                    UNITS, DIRECT, R, N_KB, N_CB, TILES_H, TILES_W, BOXES, PER,
-                   NB, BH, BW, BLOCK_M, BLOCK_N, TAPS_N, STAGES)),
+                   NB, BH, BW, BLOCK_M, BLOCK_N, TAPS_N, STAGES, IMAGES_INNER)),
     ], [1], [LOADER_REGS])
 
 
@@ -349,24 +361,29 @@ FINISH_BLOCK = 1024
 # Host side: configs and the split arithmetic (pure Python, CPU-testable)
 # --------------------------------------------------------------------------------------
 
-def config(nb, bh, bw, bm, bn, stages, warps, per_sm=1, taps=1, splits=None, flat=False):
+def config(nb, bh, bw, bm, bn, stages, warps, per_sm=1, taps=1, splits=None, flat=False, images_inner=False):
     """NB x BH x BW pixels a k-step, a BLOCK_M (output channels) x BLOCK_N (input channels)
     tile per filter tap, taps (TAPS_N, a power of 2) consecutive filter taps side by side in
     one tile (the dy box is loaded once for all of them; the MMA's N is TAPS_N * BLOCK_N),
     STAGES ring slots,
     num_warps consumer warps (num_warps/4 warpgroups sharing the BLOCK_M rows), per_sm
     programs an SM; splits: fixed pixel splits (None: ``schedule``); flat: for 1x1 stride-1
-    problems only, x and dy viewed as one row of pixels (``flat_view``)."""
+    problems only, x and dy viewed as one row of pixels (``flat_view``); images_inner: a box
+    holds NB images at each of its BH x BW pixels (the descriptors put the images' dimension
+    next to the channels), so maps of any width fill every box (a 7-wide map leaves 1/8 of an
+    8-wide box's MACs on zeros) when N is a multiple of NB."""
     # the loader warp's registers (setmaxnreg): the per-tap offsets of several taps need more
     return dict(NB=nb, BH=bh, BW=bw, BLOCK_M=bm, BLOCK_N=bn, STAGES=stages, num_warps=warps, PER_SM=per_sm,
-                TAPS_N=taps, SPLITS=splits, LOADER_REGS=40 if taps == 1 else 56, FLAT=flat)
+                TAPS_N=taps, SPLITS=splits, LOADER_REGS=40 if taps == 1 else 56, FLAT=flat,
+                IMAGES_INNER=images_inner)
 
 
 def name(cfg) -> str:
     return (f"{cfg['NB']}x{cfg['BH']}x{cfg['BW']} {cfg['BLOCK_M']}x"
             + (f"{cfg['TAPS_N']}*" if cfg.get("TAPS_N", 1) > 1 else "") + f"{cfg['BLOCK_N']} s{cfg['STAGES']} "
             f"w{cfg['num_warps']}" + (f" p{cfg['PER_SM']}" if cfg.get("PER_SM", 1) > 1 else "")
-            + (f" S{cfg['SPLITS']}" if cfg.get("SPLITS") else "") + (" flat" if cfg.get("FLAT") else ""))
+            + (f" S{cfg['SPLITS']}" if cfg.get("SPLITS") else "") + (" flat" if cfg.get("FLAT") else "")
+            + (" images-inner" if cfg.get("IMAGES_INNER") else ""))
 
 
 def block_p(cfg) -> int:
@@ -411,6 +428,11 @@ CONFIGS = [
     config(1, 1, 128, 128, 128, 3, 8, flat=True), config(1, 1, 64, 128, 256, 4, 8, flat=True),
     config(1, 1, 64, 256, 128, 4, 8, flat=True), config(1, 1, 128, 64, 64, 3, 4, per_sm=2, flat=True),
     config(1, 1, 256, 64, 64, 3, 4, flat=True), config(1, 1, 128, 128, 64, 4, 8, flat=True),
+    # images innermost (session 28): a box of NB images at one pixel (or two side by side), full
+    # on any map when N is a multiple of NB (ResNet-50's 7-, 14- and 28-wide maps leave 1/8 of
+    # the image boxes above on zeros); 64-pixel boxes in a deeper ring for batch 64 on 7x7
+    config(128, 1, 1, 128, 128, 3, 8, images_inner=True), config(64, 1, 1, 128, 128, 5, 8, images_inner=True),
+    config(64, 1, 2, 128, 128, 3, 8, images_inner=True),
 ]
 
 
@@ -428,11 +450,14 @@ CONFIGS = [
 WGRAD_PICKS_NARROW = [config(1, 8, 16, 64, 64, 3, 4, per_sm=2), config(1, 8, 8, 64, 64, 4, 4, per_sm=2, taps=2),
                       config(1, 8, 16, 64, 64, 4, 4, taps=2)]                  # K or C <= 64
 WGRAD_PICKS_LARGE = [config(1, 4, 32, 128, 128, 3, 8), config(4, 2, 16, 128, 128, 3, 8),
-                     config(16, 1, 8, 128, 128, 3, 8), config(1, 8, 16, 128, 128, 3, 8)]  # width >= 28
+                     config(16, 1, 8, 128, 128, 3, 8), config(1, 8, 16, 128, 128, 3, 8),
+                     config(64, 1, 2, 128, 128, 3, 8, images_inner=True)]  # width >= 28
 WGRAD_PICKS_MEDIUM = [config(4, 2, 16, 128, 128, 3, 8), config(16, 1, 8, 128, 128, 3, 8),
-                      config(1, 8, 8, 128, 256, 4, 8), config(4, 1, 16, 128, 256, 4, 8)]  # 14 <= width < 28
+                      config(1, 8, 8, 128, 256, 4, 8), config(4, 1, 16, 128, 256, 4, 8),
+                      config(64, 1, 2, 128, 128, 3, 8, images_inner=True)]  # 14 <= width < 28
 WGRAD_PICKS_SMALL = [config(16, 1, 8, 128, 128, 3, 8), config(2, 8, 8, 128, 128, 3, 8),
-                     config(8, 1, 8, 128, 256, 4, 8)]                           # width < 14
+                     config(8, 1, 8, 128, 256, 4, 8), config(128, 1, 1, 128, 128, 3, 8, images_inner=True),
+                     config(64, 1, 1, 128, 128, 5, 8, images_inner=True)]  # width < 14
 # 1x1 stride-1 layers (flat_ok): ResNet-50's widths are 7 * 2^k, so 8-, 16- and 32-wide boxes
 # of an image row leave 1/8 of every k-step's MACs on zeros; a row of N*H*W pixels fills them
 # (128 x 64 tiles: twice the tiles of 128 x 128 and half the split partials on the few-tile
@@ -456,11 +481,13 @@ def flat_view(t):
     return t.permute(0, 2, 3, 1).reshape(1, 1, n * h * w, c).permute(0, 3, 1, 2)
 
 
-def picks(k: int, c: int, out_w: int, taps: int = 9, flat: bool = False) -> list:
+def picks(k: int, c: int, out_w: int, taps: int = 9, flat: bool = False, n: int | None = None) -> list:
     """The configs offered for dw [k, c, ...] of ``taps`` filter taps from outputs of width
     out_w, each marked GLUON=True for the launcher; no tile wider than the next power of 2
     of its channels, no more taps a tile than the filter has. flat: a 1x1 stride-1 problem
-    (flat_ok), offered the one-row configs instead of image boxes."""
+    (flat_ok), offered the one-row configs instead of image boxes. n: the batch; an
+    images-inner config is offered only where its NB images divide it (else its boxes carry
+    the empty images the other configs avoid)."""
     if flat:
         base = WGRAD_PICKS_FLAT_NARROW if k <= 64 or c <= 64 else WGRAD_PICKS_FLAT
     elif k <= 64 or c <= 64:
@@ -469,7 +496,8 @@ def picks(k: int, c: int, out_w: int, taps: int = 9, flat: bool = False) -> list
         base = WGRAD_PICKS_LARGE if out_w >= 28 else WGRAD_PICKS_MEDIUM if out_w >= 14 else WGRAD_PICKS_SMALL
     cap_m, cap_n = max(64, triton.next_power_of_2(k)), max(64, triton.next_power_of_2(c))
     return [dict(cfg, GLUON=True) for cfg in base
-            if cfg["BLOCK_M"] <= cap_m and cfg["BLOCK_N"] <= cap_n and cfg["TAPS_N"] <= taps]
+            if cfg["BLOCK_M"] <= cap_m and cfg["BLOCK_N"] <= cap_n and cfg["TAPS_N"] <= taps
+            and not (cfg["IMAGES_INNER"] and (n is None or n % cfg["NB"]))]
 
 
 def num_boxes(cfg, n, oh, ow) -> int:
@@ -631,6 +659,8 @@ def prepare(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, alpha
     if cfg.get("FLAT"):
         if not flat_ok((kh, kw), padding, stride):
             raise ValueError("a flat config needs a 1x1 filter, stride 1 and no padding")
+        if cfg.get("IMAGES_INNER"):
+            raise ValueError("a flat config has one image row of pixels: images_inner does not apply")
         x, dy = flat_view(x), flat_view(dy)
     n, c, h, w = x.shape
     k, oh, ow = dy.shape[1], dy.shape[2], dy.shape[3]
@@ -660,8 +690,12 @@ def prepare(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, alpha
     sh, sw = stride
     x5 = x.permute(0, 2, 3, 1).reshape(n, h // sh, sh, w // sw, sw * c)  # the stride-phase view
     dy4 = dy.permute(0, 2, 3, 1)
-    dy_desc = descriptor(dy4, dy4.shape, dy4.stride(), [NB, BH, BW, BM])  # (cached per address on the GPU)
-    x_desc = descriptor(x5, x5.shape, x5.stride(), [NB, BH, 1, BW, BN])
+    dy_box, x_box = [NB, BH, BW, BM], [NB, BH, 1, BW, BN]
+    if cfg.get("IMAGES_INNER"):  # the images' dimension next to the channels (TMA takes any order)
+        dy4, x5 = dy4.permute(1, 2, 0, 3), x5.permute(1, 2, 3, 0, 4)
+        dy_box, x_box = [BH, BW, NB, BM], [BH, 1, BW, NB, BN]
+    dy_desc = descriptor(dy4, dy4.shape, dy4.stride(), dy_box)  # (cached per address on the GPU)
+    x_desc = descriptor(x5, x5.shape, x5.stride(), x_box)
     need = splits * rest * BM * BN * TAPS_N
     if rest == 0:
         ws = gluon_common.placeholder(x.device, torch.float32)  # not touched
@@ -684,7 +718,7 @@ def prepare(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, alpha
     meta = dict(NB=NB, BH=BH, BW=BW, BLOCK_M=BM, BLOCK_N=BN, TAPS_N=TAPS_N, STAGES=cfg["STAGES"],
                 BETA_ZERO=beta == 0,
                 LOADER_REGS=cfg.get("LOADER_REGS", 40), num_warps=cfg["num_warps"],
-                DW_VEC=dw_vec, TMA_DW=tma_dw, maxnreg=cap)
+                DW_VEC=dw_vec, TMA_DW=tma_dw, IMAGES_INNER=bool(cfg.get("IMAGES_INNER")), maxnreg=cap)
     if rest == 0:
         fgrid = fargs = fmeta = None
     else:
@@ -772,13 +806,15 @@ def compile_sm90(cfg, out_dtype="bf16", beta_zero=True, dw_vec=False, tma_dw=Fal
     out_dtype: dw's dtype, "bf16" or "fp32"; dw_vec: DW_VEC. dw and the workspace are 16-byte
     aligned, as a GPU launch on aligned tensors sees them; tma_dw: TMA_DW."""
     NB, BH, BW, BM, BN = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_M"], cfg["BLOCK_N"]
-    dy_sig = desc_sig("bf16", [NB, BH, BW, BM])
-    types_ = {"dy_desc": dy_sig, "x_desc": desc_sig("bf16", [NB, BH, 1, BW, BN]),
+    inner = bool(cfg.get("IMAGES_INNER"))
+    dy_sig = desc_sig("bf16", [BH, BW, NB, BM] if inner else [NB, BH, BW, BM])
+    types_ = {"dy_desc": dy_sig, "x_desc": desc_sig("bf16", [BH, 1, BW, NB, BN] if inner else [NB, BH, 1, BW, BN]),
               "dw_ptr": "*" + out_dtype, "alpha": "fp32", "beta": "fp32", "ws_ptr": "*fp32",
               "dw_desc": desc_sig(out_dtype, [BM, BN]) if tma_dw else dy_sig}
     consts = dict(NB=NB, BH=BH, BW=BW, BLOCK_M=BM, BLOCK_N=BN, TAPS_N=cfg.get("TAPS_N", 1), STAGES=cfg["STAGES"],
                   BETA_ZERO=beta_zero,
-                  LOADER_REGS=cfg.get("LOADER_REGS", 40), num_warps=cfg["num_warps"], DW_VEC=dw_vec, TMA_DW=tma_dw)
+                  LOADER_REGS=cfg.get("LOADER_REGS", 40), num_warps=cfg["num_warps"], DW_VEC=dw_vec, TMA_DW=tma_dw,
+                  IMAGES_INNER=inner)
     return _compile_sm90(gluon_wgrad_kernel, types_, consts, cfg["num_warps"],
                          maxnreg=max_regs(cfg["num_warps"], cfg.get("PER_SM", 1)),
                          pointers=("dw_ptr", "ws_ptr"))
