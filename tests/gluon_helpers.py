@@ -153,3 +153,33 @@ def force_one_config(monkeypatch):
     monkeypatch.setattr(fwd, "tma_forward_candidates", lambda *a, **k: [state.cfg])
     monkeypatch.setattr(bwd, "tma_candidates", lambda *a, **k: [state.cfg])
     return state
+
+
+def tma_box(desc, coords):
+    """What a TMA load of a Gluon TensorDescriptor's box at coords puts in shared memory
+    (desc.base a CPU tensor, as offline ``prepare`` calls build them): the view's elements,
+    zero where a coordinate falls outside the view's shape."""
+    import numpy as np
+    import torch
+    view = torch.as_strided(desc.base, desc.shape, desc.strides)
+    idx = np.meshgrid(*[np.arange(b) + c for b, c in zip(desc.block_shape, coords)], indexing="ij")
+    inside = np.ones(idx[0].shape, bool)
+    for i, size in zip(idx, desc.shape):
+        inside &= (i >= 0) & (i < size)
+    out = torch.zeros(desc.block_shape, dtype=view.dtype)
+    out[torch.from_numpy(inside)] = view[tuple(torch.from_numpy(i[inside]) for i in idx)]
+    return out
+
+
+def tma_store(desc, coords, tile):
+    """A TMA store of tile into desc's view at coords: the elements inside the view's shape
+    are written, the rest dropped."""
+    import numpy as np
+    import torch
+    view = torch.as_strided(desc.base, desc.shape, desc.strides)
+    idx = np.meshgrid(*[np.arange(b) + c for b, c in zip(desc.block_shape, coords)], indexing="ij")
+    inside = np.ones(idx[0].shape, bool)
+    for i, size in zip(idx, desc.shape):
+        inside &= (i >= 0) & (i < size)
+    mask = torch.from_numpy(inside)
+    view[tuple(torch.from_numpy(i[inside]) for i in idx)] = tile.reshape(desc.block_shape)[mask].to(view.dtype)

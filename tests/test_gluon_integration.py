@@ -65,17 +65,19 @@ def hopper(monkeypatch):
 
 
 # -- CPU: the candidate lists ------------------------------------------------------------
-@pytest.mark.parametrize("c,hw,kernel,pad,want", [
-    (64, 56, 3, 1, gc.PICKS_NARROW),     # res2_3x3
-    (128, 28, 3, 1, gc.PICKS_LARGE),     # res3_3x3
-    (256, 14, 3, 1, gc.PICKS_MEDIUM),    # res4_3x3
-    (512, 7, 3, 1, gc.PICKS_SMALL),      # res5_3x3
-    (256, 14, 1, 0, gc.PICKS_FLAT),      # 1x1: one row of pixels, a GEMM
-    (128, 28, 1, 0, gc.PICKS_FLAT[:2]),  # 1x1 into 128 channels: no 256-wide tile
+@pytest.mark.parametrize("c,hw,kernel,pad,n,want", [
+    (64, 56, 3, 1, 64, gc.PICKS_NARROW),                     # res2_3x3
+    (128, 28, 3, 1, 64, gc.PICKS_LARGE + gc.PICKS_INNER),    # res3_3x3 (and 64 images at two pixels)
+    (256, 14, 3, 1, 64, gc.PICKS_MEDIUM + gc.PICKS_INNER),   # res4_3x3
+    (512, 7, 3, 1, 64, gc.PICKS_SMALL),                      # res5_3x3 (128 images a tile do not fit 64)
+    (512, 7, 3, 1, 256, gc.PICKS_SMALL + gc.PICKS_INNER_SMALL),  # res5_3x3 at batch 256
+    (256, 14, 3, 1, 48, gc.PICKS_MEDIUM),                    # a batch 64 does not divide
+    (256, 14, 1, 0, 64, gc.PICKS_FLAT),                      # 1x1: one row of pixels, a GEMM
+    (128, 28, 1, 0, 64, gc.PICKS_FLAT[:2]),                  # 1x1 into 128 channels: no 256-wide tile
 ])
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
-def test_offered_where_the_kernel_applies(direction, c, hw, kernel, pad, want, hopper):
-    problem, x, w, y = _problem(direction, c, c, hw, kernel, pad=pad, n=64)
+def test_offered_where_the_kernel_applies(direction, c, hw, kernel, pad, n, want, hopper):
+    problem, x, w, y = _problem(direction, c, c, hw, kernel, pad=pad, n=n)
     if direction == "fwd":
         got = gc.forward_candidates(problem, x, w, y, None, CUDA)
     else:
@@ -269,7 +271,7 @@ def test_gluon_configs_come_after_conv_tmas(direction, hopper):
         cands = bwd.tma_candidates(plan, problem, y, w, x, device=CUDA)
         base = conv_tma.candidates(plan, CUDA, problem)
     gl = [i for i, c in enumerate(cands) if c.get("GLUON")]
-    assert gl == list(range(len(base), len(cands))) and len(gl) == len(gc.PICKS_MEDIUM)
+    assert gl == list(range(len(base), len(cands))) and len(gl) == len(gc.PICKS_MEDIUM + gc.PICKS_INNER)
     assert cands[:len(base)] == base
     # under the interpreter (CPU tensors): no Gluon config
     cpu = (fwd.tma_forward_candidates(plan, problem, x, w, y, None) if direction == "fwd"

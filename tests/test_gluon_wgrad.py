@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from gluon_helpers import compile_in_child, need_hopper
+from gluon_helpers import compile_in_child, need_hopper, tma_box
 
 gw = pytest.importorskip("tridnn.cuda.gluon_wgrad", reason="Triton without Gluon")
 
@@ -390,19 +390,6 @@ def test_flat_walk_matches_float64(rng):
         np.testing.assert_allclose(got[:, 0, 0, :], want, rtol=1e-10, atol=1e-10)
 
 
-def _tma_box(desc, coords):
-    """What a TMA load of desc's box at coords puts in shared memory: the view's elements,
-    zero where a coordinate falls outside the view's shape."""
-    view = torch.as_strided(desc.base, desc.shape, desc.strides)
-    idx = np.meshgrid(*[np.arange(b) + c for b, c in zip(desc.block_shape, coords)], indexing="ij")
-    inside = np.ones(idx[0].shape, bool)
-    for i, size in zip(idx, desc.shape):
-        inside &= (i >= 0) & (i < size)
-    out = torch.zeros(desc.block_shape, dtype=view.dtype)
-    out[torch.from_numpy(inside)] = view[tuple(torch.from_numpy(i[inside]) for i in idx)]
-    return out
-
-
 @pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.parametrize("images_inner", [False, True])
 def test_descriptor_boxes_reproduce_the_gradient(images_inner, stride):
@@ -425,14 +412,14 @@ def test_descriptor_boxes_reproduce_the_gradient(images_inner, stride):
         for oh0 in range(0, oh, 2):
             for ow0 in range(0, ow, 2):
                 coords = [oh0, ow0, n0, 0] if images_inner else [n0, oh0, ow0, 0]
-                a = _tma_box(dy_desc, coords).reshape(-1, k).double()
+                a = tma_box(dy_desc, coords).reshape(-1, k).double()
                 for t in range(kh * kw):
                     a_h, a_w = t // kw - pad, t % kw - pad
                     q_h, q_w = a_h // stride, a_w // stride  # (Python's floor, as _tap_offsets')
                     ph, pc = a_h - q_h * stride, (a_w - q_w * stride) * c
                     xc = ([oh0 + q_h, ph, ow0 + q_w, n0, pc] if images_inner
                           else [n0, oh0 + q_h, ph, ow0 + q_w, pc])
-                    got[t] += a.T @ _tma_box(x_desc, xc).reshape(-1, c).double()
+                    got[t] += a.T @ tma_box(x_desc, xc).reshape(-1, c).double()
     want = torch.nn.grad.conv2d_weight(x.double(), (k, c, kh, kw), dy.double(), padding=pad, stride=stride)
     torch.testing.assert_close(got.reshape(kh, kw, k, c).permute(2, 3, 0, 1), want)
 

@@ -85,13 +85,33 @@ def _tile_coords(t, TILES_H, TILES_W, N_BLOCKS, NB: gl.constexpr, BH: gl.constex
 
 
 @gluon.jit
+def _pixel_load(desc, n0, oh0, ow0, c0, bar, dst, IMAGES_INNER: gl.constexpr):
+    """TMA the pixel box of desc at (image n0, row oh0, column ow0, channel c0) into dst,
+    the coordinates in the order of desc's dimensions (IMAGES_INNER: rows, columns, images,
+    channels)."""
+    if IMAGES_INNER:
+        tma.async_copy_global_to_shared(desc, [oh0, ow0, n0, c0], bar, dst)
+    else:
+        tma.async_copy_global_to_shared(desc, [n0, oh0, ow0, c0], bar, dst)
+
+
+@gluon.jit
+def _pixel_store(desc, n0, oh0, ow0, c0, src, IMAGES_INNER: gl.constexpr):
+    """TMA store of src into desc's pixel box at (n0, oh0, ow0, c0) (order as _pixel_load's)."""
+    if IMAGES_INNER:
+        tma.async_copy_shared_to_global(desc, [oh0, ow0, n0, c0], src)
+    else:
+        tma.async_copy_shared_to_global(desc, [n0, oh0, ow0, c0], src)
+
+
+@gluon.jit
 def _loader(x_desc, w_desc, a_bufs, b_bufs, ready, empty,
             # geometry: channels, filter width, padding, dilation
             C, KW, PAD_H, PAD_W, DIL_H, DIL_W,
             # tile list
             NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
             NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_N: gl.constexpr,
-            BLOCK_K: gl.constexpr, STAGES: gl.constexpr):
+            BLOCK_K: gl.constexpr, STAGES: gl.constexpr, IMAGES_INNER: gl.constexpr):
     """Producer (one warp): per k-step, wait for a free slot, then TMA the shifted x box and the
     filter box into it. Empty barriers start in phase 0, so the first wait (parity 1) passes."""
     nbytes: gl.constexpr = x_desc.block_type.nbytes + w_desc.block_type.nbytes
@@ -111,7 +131,7 @@ def _loader(x_desc, w_desc, a_bufs, b_bufs, ready, empty,
             mbarrier.wait(empty.index(s), phase ^ 1)
             bar = ready.index(s)
             mbarrier.expect(bar, nbytes)
-            tma.async_copy_global_to_shared(x_desc, [n0, ih, iw, c0], bar, a_bufs.index(s))
+            _pixel_load(x_desc, n0, ih, iw, c0, bar, a_bufs.index(s), IMAGES_INNER)
             tma.async_copy_global_to_shared(w_desc, [k0, kk * BLOCK_K], bar, b_bufs.index(s))
             it += 1
             c0 += BLOCK_K
@@ -196,7 +216,8 @@ def _consumer(y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, 
               NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_N: gl.constexpr,
               BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
               PARTITION: gl.constexpr, CONSUMERS: gl.constexpr, WARPS: gl.constexpr, HAS_BETA: gl.constexpr,
-              ACT: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_Z: gl.constexpr, FMA: gl.constexpr):
+              ACT: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_Z: gl.constexpr, FMA: gl.constexpr,
+              IMAGES_INNER: gl.constexpr):
     """A consumer partition (WARPS warps): of this program's tiles it takes every CONSUMERS-th,
     starting at PARTITION. Per k-step: wait for the slot, async wgmma, keep one MMA in flight,
     free the slot of the MMA that retired. Epilogue: output tile (y's dtype) -> shared -> TMA store,
@@ -233,9 +254,9 @@ def _consumer(y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, 
             gl.thread_barrier()
             mbarrier.expect(ybar.index(PARTITION), y_desc.block_type.nbytes)
             if HAS_BETA:
-                tma.async_copy_global_to_shared(y_desc, [n0, oh0, ow0, k0], ybar.index(PARTITION), c_smem)
+                _pixel_load(y_desc, n0, oh0, ow0, k0, ybar.index(PARTITION), c_smem, IMAGES_INNER)
             else:
-                tma.async_copy_global_to_shared(z_desc, [n0, oh0, ow0, k0], ybar.index(PARTITION), c_smem)
+                _pixel_load(z_desc, n0, oh0, ow0, k0, ybar.index(PARTITION), c_smem, IMAGES_INNER)
         acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, acc_layout)
         if CONSUMERS > 1:
             # tile j-1 was the other consumer's ((j-1)//2)-th
@@ -254,7 +275,7 @@ def _consumer(y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, 
             if HAS_Z:  # then z through the same buffer
                 fence_async_shared()
                 mbarrier.expect(ybar.index(PARTITION), z_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(z_desc, [n0, oh0, ow0, k0], ybar.index(PARTITION), c_smem)
+                _pixel_load(z_desc, n0, oh0, ow0, k0, ybar.index(PARTITION), c_smem, IMAGES_INNER)
         if HAS_Z:
             mbarrier.wait(ybar.index(PARTITION), (t_local * LOADS + LOADS - 1) & 1)
             acc = acc + alpha2 * c_tile.load(acc_layout).to(gl.float32)
@@ -272,7 +293,7 @@ def _consumer(y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, 
         c_tile.store(acc.to(y_desc.dtype))
         fence_async_shared()
         gl.thread_barrier()
-        tma.async_copy_shared_to_global(y_desc, [n0, oh0, ow0, k0], c_smem)
+        _pixel_store(y_desc, n0, oh0, ow0, k0, c_smem, IMAGES_INNER)
     tma.store_wait(pendings=0)
 
 
@@ -307,7 +328,8 @@ _RUNTIME_INTS = ["C_OUT", "C", "KW", "PAD_H", "PAD_W", "DIL_H", "DIL_W", "NUM_TI
 @gluon.jit(do_not_specialize=_RUNTIME_INTS + ["bias_ptr"])
 def gluon_conv_fwd_kernel(
     # TMA descriptors: x [N, H, W, C] box [NB, BH, BW, BLOCK_K]; filter [K, KH*KW*C] box
-    # [BLOCK_N, BLOCK_K]; y [N, OH, OW, K] box [NB, BH, BW, BLOCK_N]
+    # [BLOCK_N, BLOCK_K]; y [N, OH, OW, K] box [NB, BH, BW, BLOCK_N] (IMAGES_INNER: x, y and
+    # z viewed as [H, W, N, C], boxes [BH, BW, NB, .])
     x_desc, w_desc, y_desc,
     alpha, beta,
     # fused epilogue: residual z (a descriptor like y's; y's own when absent), bias (C_OUT
@@ -321,6 +343,7 @@ def gluon_conv_fwd_kernel(
     STAGES: gl.constexpr, PINGPONG: gl.constexpr, LOADER_REGS: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr, HAS_BETA: gl.constexpr = False,
     ACT: gl.constexpr = -1, HAS_BIAS: gl.constexpr = False, HAS_Z: gl.constexpr = False, FMA: gl.constexpr = False,
+    IMAGES_INNER: gl.constexpr = False,
 ):
     """Forward convolution, persistent and warp-specialized (see the module docstring).
     PINGPONG: a second consumer partition of num_warps warps takes every other tile.
@@ -336,16 +359,16 @@ def gluon_conv_fwd_kernel(
                          z_desc, bias_ptr, alpha2, coef, swish_beta, C_OUT,
                          NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
                          NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps, HAS_BETA,
-                         ACT, HAS_BIAS, HAS_Z, FMA)),
+                         ACT, HAS_BIAS, HAS_Z, FMA, IMAGES_INNER)),
             (_loader, (x_desc, w_desc, a_bufs, b_bufs, ready, empty,
                        C, KW, PAD_H, PAD_W, DIL_H, DIL_W,
                        NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
-                       NB, BH, BW, BLOCK_N, BLOCK_K, STAGES)),
+                       NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, IMAGES_INNER)),
             (_consumer, (y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, beta,
                          z_desc, bias_ptr, alpha2, coef, swish_beta, C_OUT,
                          NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
                          NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 1, CONSUMERS, num_warps, HAS_BETA,
-                         ACT, HAS_BIAS, HAS_Z, FMA)),
+                         ACT, HAS_BIAS, HAS_Z, FMA, IMAGES_INNER)),
         ], [1, num_warps], [LOADER_REGS, CONSUMER_REGS])
     else:
         gl.warp_specialize([
@@ -353,11 +376,11 @@ def gluon_conv_fwd_kernel(
                          z_desc, bias_ptr, alpha2, coef, swish_beta, C_OUT,
                          NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
                          NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps, HAS_BETA,
-                         ACT, HAS_BIAS, HAS_Z, FMA)),
+                         ACT, HAS_BIAS, HAS_Z, FMA, IMAGES_INNER)),
             (_loader, (x_desc, w_desc, a_bufs, b_bufs, ready, empty,
                        C, KW, PAD_H, PAD_W, DIL_H, DIL_W,
                        NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
-                       NB, BH, BW, BLOCK_N, BLOCK_K, STAGES)),
+                       NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, IMAGES_INNER)),
         ], [1], [LOADER_REGS])
 
 
@@ -365,19 +388,22 @@ def gluon_conv_fwd_kernel(
 # Host side
 # --------------------------------------------------------------------------------------
 
-def config(nb, bh, bw, bn, stages, warps, bk=64, per_sm=1, pingpong=False):
+def config(nb, bh, bw, bn, stages, warps, bk=64, per_sm=1, pingpong=False, images_inner=False):
     """One tile shape: NB x BH x BW output pixels times BLOCK_N channels, a ring of STAGES slots,
     num_warps consumer warps (4: one warpgroup, 8: two sharing the rows), per_sm programs
     resident on an SM (registers are capped to allow it; the grid is per_sm x SMs); pingpong:
-    two consumer partitions of num_warps warps taking alternate tiles."""
+    two consumer partitions of num_warps warps taking alternate tiles; images_inner: x, y and
+    z are viewed with the images' dimension next to the channels, so a tile is NB images at
+    BH x BW pixels and fills on maps of any width when NB divides the batch (stride 1 only)."""
     return dict(NB=nb, BH=bh, BW=bw, BLOCK_N=bn, BLOCK_K=bk, STAGES=stages, num_warps=warps, PER_SM=per_sm,
-                PINGPONG=pingpong)
+                PINGPONG=pingpong, **({"IMAGES_INNER": True} if images_inner else {}))
 
 
 def name(cfg) -> str:
     return (f"{cfg['NB']}x{cfg['BH']}x{cfg['BW']}x{cfg['BLOCK_N']} s{cfg['STAGES']} w{cfg['num_warps']}"
             + (f" k{cfg['BLOCK_K']}" if cfg["BLOCK_K"] != 64 else "")
             + (f" p{cfg['PER_SM']}" if cfg.get("PER_SM", 1) > 1 else "") + (" pp" if cfg.get("PINGPONG") else "")
+            + (" images-inner" if cfg.get("IMAGES_INNER") else "")
             + (" tf32" if cfg.get("TF32") else "") + (" fma" if cfg.get("FMA") else ""))
 
 
@@ -415,6 +441,9 @@ CONFIGS = [
     # i.e. plain GEMMs, for comparison with cuBLAS
     config(1, 1, 128, 128, 4, 8), config(1, 1, 256, 128, 3, 8), config(1, 1, 128, 256, 3, 8),
     config(1, 1, 128, 128, 4, 4, pingpong=True), config(1, 1, 64, 256, 4, 4, pingpong=True),
+    # images innermost (PICKS_INNER*): 128 images at one pixel, 64 images at two
+    config(128, 1, 1, 128, 4, 4, pingpong=True, images_inner=True),
+    config(64, 1, 2, 128, 4, 4, pingpong=True, images_inner=True),
 ]
 
 
@@ -525,17 +554,24 @@ def prepare(x, w, padding=(1, 1), dilation=(1, 1), cfg=None, y=None, alpha=1.0, 
     (_, oh, ow, _), ys = _nhwc(y)
     bias, z, alpha2, act, coef, swish_beta = checked_epilogue(epilogue, y, k)
     zs = _nhwc(z)[1] if z is not None else None
-    if NB == 1 and BH == 1 and flat_ok(x, y, kh, kw, padding) and (z is None or _dense(z)):
+    inner = bool(cfg.get("IMAGES_INNER"))
+    if NB == 1 and BH == 1 and not inner and flat_ok(x, y, kh, kw, padding) and (z is None or _dense(z)):
         m = n * h * wd
         xshape, xs, yshape, ys = (1, 1, m, c), (m * c, m * c, c, 1), (1, 1, m, k), (m * k, m * k, k, 1)
         zs = ys
         n, oh, ow = 1, 1, m
     else:
         xshape, yshape = (xn, xh, xw, c), (n, oh, ow, k)
-    x_desc = descriptor(x, xshape, xs, [NB, BH, BW, BK])
+    x_box, y_box = [NB, BH, BW, BK], [NB, BH, BW, BN]
+    if inner:  # [N, H, W, C] -> [H, W, N, C]: the same memory, the images next to the channels
+        def to_inner(dims):
+            return None if dims is None else (dims[1], dims[2], dims[0], dims[3])
+        xshape, xs, yshape, ys, zs = map(to_inner, (xshape, xs, yshape, ys, zs))
+        x_box, y_box = to_inner(x_box), to_inner(y_box)
+    x_desc = descriptor(x, xshape, xs, x_box)
     w_desc = descriptor(w_mat, w_mat.shape, w_mat.stride(), [BN, BK])
-    y_desc = descriptor(y, yshape, ys, [NB, BH, BW, BN])
-    z_desc = y_desc if z is None else descriptor(z, yshape, zs, [NB, BH, BW, BN])
+    y_desc = descriptor(y, yshape, ys, y_box)
+    z_desc = y_desc if z is None else descriptor(z, yshape, zs, y_box)
     bias_arg = placeholder(y.device, y.dtype) if bias is None else bias  # (never read when absent)
     grid, tiles = tile_grid(cfg, n, oh, ow, k, kh * kw * (c // BK), x.device, sms)
     args = (x_desc, w_desc, y_desc, float(alpha), float(beta), z_desc, bias_arg, float(alpha2), float(coef),
@@ -579,10 +615,12 @@ def tile_grid(cfg, n, oh, ow, k, k_steps, device, sms=None) -> tuple:
 def constexprs(cfg, has_beta=False, act=-1, has_bias=False, has_z=False) -> tuple:
     """(the kernel's constexprs, the register cap maxnreg) of a config and epilogue variant."""
     cap, loader_regs, consumer_regs = _regs(cfg)
-    return dict(NB=cfg["NB"], BH=cfg["BH"], BW=cfg["BW"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
-                STAGES=cfg["STAGES"], PINGPONG=bool(cfg.get("PINGPONG")), LOADER_REGS=loader_regs,
-                CONSUMER_REGS=consumer_regs, num_warps=cfg["num_warps"], HAS_BETA=bool(has_beta), ACT=int(act),
-                HAS_BIAS=bool(has_bias), HAS_Z=bool(has_z), FMA=bool(cfg.get("FMA"))), cap
+    consts = dict(NB=cfg["NB"], BH=cfg["BH"], BW=cfg["BW"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
+                  STAGES=cfg["STAGES"], PINGPONG=bool(cfg.get("PINGPONG")), LOADER_REGS=loader_regs,
+                  CONSUMER_REGS=consumer_regs, num_warps=cfg["num_warps"], HAS_BETA=bool(has_beta), ACT=int(act),
+                  HAS_BIAS=bool(has_bias), HAS_Z=bool(has_z), FMA=bool(cfg.get("FMA")),
+                  IMAGES_INNER=bool(cfg.get("IMAGES_INNER")))
+    return consts, cap
 
 
 def constexpr_tail(meta, kernel=None) -> tuple:
@@ -636,6 +674,12 @@ PICKS_MEDIUM = [config(4, 2, 16, 128, 4, 4, pingpong=True), config(2, 8, 8, 256,
                 config(16, 1, 8, 128, 4, 4, pingpong=True), config(1, 8, 16, 256, 3, 8)]  # 14 <= width < 28
 PICKS_SMALL = [config(16, 1, 8, 128, 4, 4, pingpong=True), config(16, 1, 8, 128, 4, 8),
                config(2, 8, 8, 128, 4, 4, pingpong=True)]                   # width < 14
+# Images innermost (session 28; not yet timed on a GPU): ResNet-50's 7-, 14- and 28-wide
+# maps leave 1/8 of the 8-, 16- and 32-wide boxes above on zeros. NB images at one pixel
+# (maps under 14 wide) or at two side by side fill every tile where NB divides the batch;
+# offered beside the lists above at stride 1 (``picks``' n).
+PICKS_INNER_SMALL = [config(128, 1, 1, 128, 4, 4, pingpong=True, images_inner=True)]
+PICKS_INNER = [config(64, 1, 2, 128, 4, 4, pingpong=True, images_inner=True)]
 # Dilated 3x3 layers with more than 128 output channels on maps >= 28 wide (DeepLab's ASPP:
 # 512 channels, 64x64 and 33x33 maps, batch 16). H100 sweep 2026-12-06 (session 27,
 # sweep_gluon_conv.py --layers aspp_d2,aspp_d4,aspp_d12; tridnn time / cuDNN's, forward and
@@ -670,11 +714,14 @@ def with_tf32_extra(base: list, tf32: bool) -> list:
     return base + [c for c in TF32_EXTRA if name(c) not in have]
 
 
-def picks(out_w: int, k_out: int, flat: bool, tf32: bool = False, fma: bool = False, dilated: bool = False) -> list:
+def picks(out_w: int, k_out: int, flat: bool, tf32: bool = False, fma: bool = False, dilated: bool = False,
+          n: int | None = None) -> list:
     """The configs offered for an output of width out_w with k_out channels (flat: a 1x1
     problem viewed as one row of pixels; dilated: a filter with dilation > 1), each marked
     GLUON=True for the launchers; tf32: their float32 variants (tf32_config), with
-    TF32_EXTRA's beside image-box picks; fma: fma_picks' (float32 under FMA math)."""
+    TF32_EXTRA's beside image-box picks; fma: fma_picks' (float32 under FMA math). n: the
+    batch of a stride-1 problem; an images-inner config (PICKS_INNER*) is added where its NB
+    images divide it."""
     if fma:
         return [dict(c, GLUON=True) for c in fma_picks(out_w, k_out, flat)]
     if flat:
@@ -685,6 +732,8 @@ def picks(out_w: int, k_out: int, flat: bool, tf32: bool = False, fma: bool = Fa
         base = with_tf32_extra(PICKS_DILATED, tf32)
     else:
         base = with_tf32_extra(PICKS_LARGE if out_w >= 28 else PICKS_MEDIUM if out_w >= 14 else PICKS_SMALL, tf32)
+        if n is not None:
+            base = base + [c for c in (PICKS_INNER if out_w >= 14 else PICKS_INNER_SMALL) if n % c["NB"] == 0]
     cap = max(64, triton.next_power_of_2(k_out))
     return [dict(TF32_OF[name(c)] if tf32 else c, GLUON=True) for c in base if c["BLOCK_N"] <= cap]
 
@@ -766,7 +815,7 @@ def float32_data(cfg) -> bool:
 
 
 TF32_OF = {name(c): tf32_config(c) for c in PICKS_NARROW + PICKS_LARGE + PICKS_MEDIUM + PICKS_SMALL + PICKS_FLAT
-           + PICKS_DILATED + TF32_EXTRA}
+           + PICKS_DILATED + TF32_EXTRA + PICKS_INNER + PICKS_INNER_SMALL}
 TF32_CONFIGS = list({name(c): c for c in TF32_OF.values()}.values())  # every offered float32 config, once
 
 
@@ -897,7 +946,7 @@ def forward_candidates(problem, x, w, y, spec, device) -> list:
         return [dict(c, GLUON=True) for c in gluon_conv_strided.picks(y.shape[3], y.shape[1], tf32, fma)]
     z = spec.z if spec is not None else None
     return picks(y.shape[3], y.shape[1], flat_ok(x, y, kh, kw, pad) and (z is None or _dense(z)), tf32, fma,
-                 dilated=max(dil) > 1)
+                 dilated=max(dil) > 1, n=x.shape[0])
 
 
 def _float32_kind(problem, t) -> tuple:
@@ -1100,7 +1149,8 @@ def backward_data_candidates(problem, dy, w, dx, device) -> list:
     if tuple(stride) != (1, 1):  # the phases' outputs are strided views: no flat GEMM view
         return picks(cdiv(dx.shape[3], stride[1]), dx.shape[1], False, tf32, fma)
     bpad = ((kh - 1) * dil[0] - pad[0], (kw - 1) * dil[1] - pad[1])
-    return picks(dx.shape[3], dx.shape[1], flat_ok(dy, dx, kh, kw, bpad), tf32, fma, dilated=max(dil) > 1)
+    return picks(dx.shape[3], dx.shape[1], flat_ok(dy, dx, kh, kw, bpad), tf32, fma, dilated=max(dil) > 1,
+                 n=dy.shape[0])
 
 
 def turned_filter(problem, w):
@@ -1187,9 +1237,10 @@ def compile_sm90(cfg, has_beta=False, act=-1, has_bias=False, has_z=False, bias_
     bfloat16, or float32 for a TF32 config."""
     NB, BH, BW, BN, BK = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     dt = sig_dtype(cfg)
-    y_sig = _desc_sig(dt, [NB, BH, BW, BN])
+    pixels = [BH, BW, NB] if cfg.get("IMAGES_INNER") else [NB, BH, BW]
+    y_sig = _desc_sig(dt, pixels + [BN])
     types_ = {
-        "x_desc": _desc_sig(dt, [NB, BH, BW, BK]), "w_desc": _desc_sig(dt, [BN, BK]),
+        "x_desc": _desc_sig(dt, pixels + [BK]), "w_desc": _desc_sig(dt, [BN, BK]),
         "y_desc": y_sig, "z_desc": y_sig, "bias_ptr": "*" + bias_dtype,
         "alpha": "fp32", "beta": "fp32", "alpha2": "fp32", "coef": "fp32", "swish_beta": "fp32",
     }

@@ -116,6 +116,7 @@ def gluon_conv_strided_kernel(
     STAGES: gl.constexpr, PINGPONG: gl.constexpr, LOADER_REGS: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr, HAS_BETA: gl.constexpr = False,
     ACT: gl.constexpr = -1, HAS_BIAS: gl.constexpr = False, HAS_Z: gl.constexpr = False, FMA: gl.constexpr = False,
+    IMAGES_INNER: gl.constexpr = False,  # (the consumers' epilogue order; prepare refuses images-inner configs)
 ):
     """gluon_conv_fwd_kernel with the phase-view loader (see the module docstring)."""
     CONSUMERS: gl.constexpr = 2 if PINGPONG else 1
@@ -127,7 +128,7 @@ def gluon_conv_strided_kernel(
                          z_desc, bias_ptr, alpha2, coef, swish_beta, C_OUT,
                          NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
                          NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps, HAS_BETA,
-                         ACT, HAS_BIAS, HAS_Z, FMA)),
+                         ACT, HAS_BIAS, HAS_Z, FMA, IMAGES_INNER)),
             (_loader_strided, (x_desc, w_desc, a_bufs, b_bufs, ready, empty,
                                C, KW, AH0, BH0, AW0, CB0, DAH, DBH, DAW, DCB, SH, SWC,
                                NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
@@ -136,7 +137,7 @@ def gluon_conv_strided_kernel(
                          z_desc, bias_ptr, alpha2, coef, swish_beta, C_OUT,
                          NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
                          NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 1, CONSUMERS, num_warps, HAS_BETA,
-                         ACT, HAS_BIAS, HAS_Z, FMA)),
+                         ACT, HAS_BIAS, HAS_Z, FMA, IMAGES_INNER)),
         ], [1, num_warps], [LOADER_REGS, CONSUMER_REGS])
     else:
         gl.warp_specialize([
@@ -144,7 +145,7 @@ def gluon_conv_strided_kernel(
                          z_desc, bias_ptr, alpha2, coef, swish_beta, C_OUT,
                          NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
                          NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps, HAS_BETA,
-                         ACT, HAS_BIAS, HAS_Z, FMA)),
+                         ACT, HAS_BIAS, HAS_Z, FMA, IMAGES_INNER)),
             (_loader_strided, (x_desc, w_desc, a_bufs, b_bufs, ready, empty,
                                C, KW, AH0, BH0, AW0, CB0, DAH, DBH, DAW, DCB, SH, SWC,
                                NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
@@ -267,6 +268,8 @@ def prepare(x, w, stride=(2, 2), padding=(1, 1), dilation=(1, 1), cfg=None, y=No
     matrix, when given; epilogue: gluon_conv.fused_args' tuple)."""
     import torch
     cfg = dict(cfg or CONFIGS[0])
+    if cfg.get("IMAGES_INNER"):
+        raise ValueError("images-inner configs are for stride 1 (gluon_conv): the phase view keeps images outermost")
     stride, padding, dilation = tuple(stride), tuple(padding), tuple(dilation)
     reason = why_not(x, w, padding, dilation, stride)
     if reason:
