@@ -139,7 +139,10 @@ def test_tf32_extra_is_offered_at_every_width_for_float32_only():
 def test_offered_for_tensor_op_float32(direction, math, c, hw, kernel, pad, want, hopper):
     problem, x, w, y = _problem(direction, c, c, hw, kernel, pad=pad, n=64, math=math)
     got = _candidates(direction, problem, x, w, y)
-    want32 = want if kernel == 1 or c <= 64 else gc.with_tf32_extra(want, True)
+    # batch 64: the images-inner tile of 64 images at two pixels where a map is >= 14 wide
+    inner = [] if kernel == 1 or c <= 64 or hw < 14 else gc.PICKS_INNER
+    want = want + inner
+    want32 = want if kernel == 1 or c <= 64 else gc.with_tf32_extra(want[:len(want) - len(inner)], True) + inner
     assert [gc.name(g) for g in got] == [gc.name(gc.TF32_OF[gc.name(g)]) for g in want32]
     assert all(g["GLUON"] and g["TF32"] and g["BLOCK_K"] == 32 for g in got)
     # the same layer in float16 under the same math: the 16-bit picks (the math type does
@@ -230,7 +233,7 @@ def test_tf32_configs_come_after_conv_tmas(direction, hopper):
         cands = bwd.tma_candidates(plan, problem, y, w, x, device=CUDA)
     base = conv_tma.candidates(plan, CUDA, problem)
     assert cands[:len(base)] == base and not any(c.get("GLUON") for c in base)
-    want = gc.with_tf32_extra(gc.PICKS_MEDIUM, True)
+    want = gc.with_tf32_extra(gc.PICKS_MEDIUM, True) + gc.PICKS_INNER  # (64 images at two pixels: n = 64)
     assert [gc.name(c) for c in cands[len(base):]] == [gc.name(gc.TF32_OF[gc.name(c)]) for c in want]
 
 
