@@ -27,7 +27,7 @@ gs = pytest.importorskip("tridnn.cuda.gluon_conv_strided", reason="Triton withou
 import tridnn  # noqa: E402
 from tridnn.algorithms import registry  # noqa: E402
 from tridnn.algorithms.problem import ConvProblem  # noqa: E402
-from tridnn.cuda import common, conv_tma  # noqa: E402
+from tridnn.cuda import common, conv_tma, gluon_common  # noqa: E402
 from tridnn.cuda import conv_bwd_data_implicit_gemm as bwd  # noqa: E402
 from tridnn.cuda import conv_implicit_gemm as fwd  # noqa: E402
 
@@ -63,6 +63,8 @@ def offered(monkeypatch):
 def hopper(monkeypatch):
     """Build the GPU lists on the host: a stand-in Hopper with 132 SMs."""
     monkeypatch.setattr(gc, "_hopper", lambda device: device.type == "cuda")
+    # the opt-in images-inner configs in the lists (test_images_inner_is_opt_in: the default)
+    monkeypatch.setattr(gluon_common, "IMAGES_INNER_OFFERED", True)
     monkeypatch.setattr(conv_tma, "sm_count", lambda device: 132)
     monkeypatch.setattr(conv_tma, "hardware_ok", lambda t: True)
 

@@ -25,7 +25,7 @@ gc = pytest.importorskip("tridnn.cuda.gluon_conv", reason="Triton without Gluon"
 import tridnn  # noqa: E402
 from tridnn.algorithms import registry  # noqa: E402
 from tridnn.algorithms.problem import ConvProblem  # noqa: E402
-from tridnn.cuda import common, conv_tma  # noqa: E402
+from tridnn.cuda import common, conv_tma, gluon_common  # noqa: E402
 from tridnn.cuda import conv_bwd_data_implicit_gemm as bwd  # noqa: E402
 from tridnn.cuda import conv_implicit_gemm as fwd  # noqa: E402
 from tridnn.cuda.epilogue import EpilogueSpec  # noqa: E402
@@ -60,6 +60,8 @@ def _problem(direction, c, k, hw, kernel, stride=1, pad=0, n=4, dtype="float16",
 def hopper(monkeypatch):
     """Build the GPU lists on the host: a stand-in Hopper with 132 SMs."""
     monkeypatch.setattr(gc, "_hopper", lambda device: device.type == "cuda")
+    # the opt-in images-inner configs in the lists (test_images_inner_is_opt_in: the default)
+    monkeypatch.setattr(gluon_common, "IMAGES_INNER_OFFERED", True)
     monkeypatch.setattr(conv_tma, "sm_count", lambda device: 132)
     monkeypatch.setattr(conv_tma, "hardware_ok", lambda t: True)
 
@@ -85,6 +87,17 @@ def test_offered_where_the_kernel_applies(direction, c, hw, kernel, pad, n, want
     assert [gc.name(g) for g in got] == [gc.name(g) for g in want]
     assert all(g["GLUON"] for g in got) and 1 <= len(got) <= 5
     assert all(g["BLOCK_N"] <= max(64, c) and c % g["BLOCK_K"] == 0 for g in got)
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
+def test_images_inner_is_opt_in(direction, hopper, monkeypatch):
+    """Images-inner configs are offered only with TRIDNN_IMAGES_INNER=1 until they have run
+    on a GPU: by default res5_3x3 at batch 256 gets PICKS_SMALL alone."""
+    monkeypatch.setattr(gluon_common, "IMAGES_INNER_OFFERED", False)
+    problem, x, w, y = _problem(direction, 512, 512, 7, 3, pad=1, n=256)
+    got = (gc.forward_candidates(problem, x, w, y, None, CUDA) if direction == "fwd"
+           else gc.backward_data_candidates(problem, y, w, x, CUDA))
+    assert [gc.name(g) for g in got] == [gc.name(g) for g in gc.PICKS_SMALL]
 
 
 @pytest.mark.parametrize("c,hw,dilation,want", [

@@ -22,7 +22,7 @@ gw = pytest.importorskip("tridnn.cuda.gluon_wgrad", reason="Triton without Gluon
 import tridnn  # noqa: E402
 from tridnn.algorithms import registry  # noqa: E402
 from tridnn.algorithms.problem import ConvProblem  # noqa: E402
-from tridnn.cuda import common, conv_tma, conv_wgrad_tma  # noqa: E402
+from tridnn.cuda import common, conv_tma, conv_wgrad_tma, gluon_common  # noqa: E402
 from tridnn.cuda import conv_bwd_filter_implicit_gemm as bwf  # noqa: E402
 
 from gluon_helpers import need_hopper  # noqa: E402
@@ -54,6 +54,8 @@ def _problem(c, k, hw, kernel, stride=1, pad=0, n=4, dtype="float16", layout="NH
 def hopper(monkeypatch):
     """Build the GPU lists on the host: a stand-in Hopper with 132 SMs."""
     monkeypatch.setattr(bwf, "_hopper", lambda device: device.type == "cuda")
+    # the opt-in images-inner configs in the lists (test_images_inner_is_opt_in: the default)
+    monkeypatch.setattr(gluon_common, "IMAGES_INNER_OFFERED", True)
     monkeypatch.setattr(conv_tma, "sm_count", lambda device: 132)
     monkeypatch.setattr(conv_tma, "hardware_ok", lambda t: True)
     monkeypatch.setattr(conv_wgrad_tma, "sm_count", lambda device: 132, raising=False)
@@ -131,6 +133,15 @@ def test_one_by_one_layers_get_the_flat_picks(hopper):
     assert not any(c["FLAT"] for c in bwf.gluon_candidates(problem, x, y, w, CUDA))
     problem, x, w, y = _problem(256, 256, 14, 3, pad=1, n=8)
     assert not any(c["FLAT"] for c in bwf.gluon_candidates(problem, x, y, w, CUDA))
+
+
+def test_images_inner_is_opt_in(hopper, monkeypatch):
+    """Images-inner configs are offered only with TRIDNN_IMAGES_INNER=1 until they have run
+    on a GPU: by default res5_3x3 at batch 256 gets the image-box picks alone."""
+    monkeypatch.setattr(gluon_common, "IMAGES_INNER_OFFERED", False)
+    problem, x, w, y = _problem(512, 512, 7, 3, pad=1, n=256)
+    want = [c for c in gw.WGRAD_PICKS_SMALL if not c["IMAGES_INNER"]]
+    assert _names(bwf.gluon_candidates(problem, x, y, w, CUDA)) == _names(want) and want
 
 
 def test_dw_in_any_layout_and_float_dtype(hopper):

@@ -19,6 +19,14 @@ from . import launch_record
 from .conv_tma import _Address as Address  # a descriptor's base without the tensor (shared with conv_tma)
 
 
+# Images-inner configs (gluon_conv, gluon_wgrad: descriptors with the images' dimension next
+# to the channels) are offered to the tuners only when TRIDNN_IMAGES_INNER=1 until they have
+# passed the GPU tests (session 28 built and checked them offline; no device was lent). A
+# host-side failure of a forward candidate would propagate out of the tuner, so untested
+# candidates stay opt-in.
+IMAGES_INNER_OFFERED = os.environ.get("TRIDNN_IMAGES_INNER", "0") == "1"
+
+
 def layout(block, dtype):
     """The NVMMA shared layout TMA boxes ``block`` of ``dtype`` (a gl dtype) land in."""
     return gl.NVMMASharedLayout.get_default_for(block, dtype)

@@ -674,7 +674,8 @@ PICKS_MEDIUM = [config(4, 2, 16, 128, 4, 4, pingpong=True), config(2, 8, 8, 256,
                 config(16, 1, 8, 128, 4, 4, pingpong=True), config(1, 8, 16, 256, 3, 8)]  # 14 <= width < 28
 PICKS_SMALL = [config(16, 1, 8, 128, 4, 4, pingpong=True), config(16, 1, 8, 128, 4, 8),
                config(2, 8, 8, 128, 4, 4, pingpong=True)]                   # width < 14
-# Images innermost (session 28; not yet timed on a GPU): ResNet-50's 7-, 14- and 28-wide
+# Images innermost (session 28; not yet run on a GPU, so opt-in: TRIDNN_IMAGES_INNER=1,
+# gluon_common.IMAGES_INNER_OFFERED): ResNet-50's 7-, 14- and 28-wide
 # maps leave 1/8 of the 8-, 16- and 32-wide boxes above on zeros. NB images at one pixel
 # (maps under 14 wide) or at two side by side fill every tile where NB divides the batch;
 # offered beside the lists above at stride 1 (``picks``' n).
@@ -721,7 +722,7 @@ def picks(out_w: int, k_out: int, flat: bool, tf32: bool = False, fma: bool = Fa
     GLUON=True for the launchers; tf32: their float32 variants (tf32_config), with
     TF32_EXTRA's beside image-box picks; fma: fma_picks' (float32 under FMA math). n: the
     batch of a stride-1 problem; an images-inner config (PICKS_INNER*) is added where its NB
-    images divide it."""
+    images divide it (and gluon_common.IMAGES_INNER_OFFERED)."""
     if fma:
         return [dict(c, GLUON=True) for c in fma_picks(out_w, k_out, flat)]
     if flat:
@@ -732,7 +733,7 @@ def picks(out_w: int, k_out: int, flat: bool, tf32: bool = False, fma: bool = Fa
         base = with_tf32_extra(PICKS_DILATED, tf32)
     else:
         base = with_tf32_extra(PICKS_LARGE if out_w >= 28 else PICKS_MEDIUM if out_w >= 14 else PICKS_SMALL, tf32)
-        if n is not None:
+        if n is not None and gluon_common.IMAGES_INNER_OFFERED:
             base = base + [c for c in (PICKS_INNER if out_w >= 14 else PICKS_INNER_SMALL) if n % c["NB"] == 0]
     cap = max(64, triton.next_power_of_2(k_out))
     return [dict(TF32_OF[name(c)] if tf32 else c, GLUON=True) for c in base if c["BLOCK_N"] <= cap]

@@ -487,7 +487,8 @@ def picks(k: int, c: int, out_w: int, taps: int = 9, flat: bool = False, n: int 
     of its channels, no more taps a tile than the filter has. flat: a 1x1 stride-1 problem
     (flat_ok), offered the one-row configs instead of image boxes. n: the batch; an
     images-inner config is offered only where its NB images divide it (else its boxes carry
-    the empty images the other configs avoid)."""
+    the empty images the other configs avoid), and only with gluon_common.IMAGES_INNER_OFFERED
+    (TRIDNN_IMAGES_INNER=1) until the GPU tests have passed."""
     if flat:
         base = WGRAD_PICKS_FLAT_NARROW if k <= 64 or c <= 64 else WGRAD_PICKS_FLAT
     elif k <= 64 or c <= 64:
@@ -497,7 +498,7 @@ def picks(k: int, c: int, out_w: int, taps: int = 9, flat: bool = False, n: int 
     cap_m, cap_n = max(64, triton.next_power_of_2(k)), max(64, triton.next_power_of_2(c))
     return [dict(cfg, GLUON=True) for cfg in base
             if cfg["BLOCK_M"] <= cap_m and cfg["BLOCK_N"] <= cap_n and cfg["TAPS_N"] <= taps
-            and not (cfg["IMAGES_INNER"] and (n is None or n % cfg["NB"]))]
+            and not (cfg["IMAGES_INNER"] and (n is None or n % cfg["NB"] or not gluon_common.IMAGES_INNER_OFFERED))]
 
 
 def num_boxes(cfg, n, oh, ow) -> int:
