@@ -100,6 +100,46 @@ def test_images_inner_is_opt_in(direction, hopper, monkeypatch):
     assert [gc.name(g) for g in got] == [gc.name(g) for g in gc.PICKS_SMALL]
 
 
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
+def test_a_failing_gluon_launch_warns_and_falls_back(direction, monkeypatch):
+    """A Gluon candidate whose host side fails (a compile or descriptor error) warns and
+    runs conv_tma's first config in its place, so the tuner and the call go on; CUDA
+    errors, out of resources and a dry run's refusal propagate."""
+    from tridnn.cuda.launch_record import Refused
+    ran = []
+    monkeypatch.setattr(conv_tma, "launch_conv", lambda plan, problem, *a, **k: ran.append(a[-1]))
+    monkeypatch.setattr(conv_tma, "candidates", lambda plan, device, problem: [dict(REFERENCE=True)])
+    cfg = dict(gc.PICKS_SMALL[0], GLUON=True)
+    device = types.SimpleNamespace(device=CUDA)
+
+    def call():
+        if direction == "fwd":
+            fwd.launch_tma_forward(None, None, None, None, device, 1.0, 0.0, cfg)
+        else:
+            bwd.launch_tma(None, None, None, None, device, 1.0, 0.0, cfg)
+    name = "launch_forward" if direction == "fwd" else "launch_backward_data"
+
+    def failing(exc):
+        def launch(*a, **k):
+            raise exc
+        return launch
+    monkeypatch.setattr(gc, name, failing(ValueError("bad descriptor")))
+    with pytest.warns(RuntimeWarning, match="bad descriptor"):
+        call()
+    assert ran == [dict(REFERENCE=True)]
+
+    class OutOfResources(Exception):
+        pass
+    for exc in (OutOfResources("shared memory"), RuntimeError("CUDA error: an illegal memory access"),
+                Refused("a launch bound elsewhere")):
+        monkeypatch.setattr(gc, name, failing(exc))
+        with pytest.raises(type(exc)):
+            call()
+    monkeypatch.setattr(gc, name, lambda *a, **k: True)
+    call()
+    assert len(ran) == 1  # (the Gluon launch ran: no fallback)
+
+
 @pytest.mark.parametrize("c,hw,dilation,want", [
     (512, 64, 2, gc.PICKS_DILATED),   # DeepLab's aspp_d2 (and d4)
     (512, 33, 12, gc.PICKS_DILATED),  # aspp_d12

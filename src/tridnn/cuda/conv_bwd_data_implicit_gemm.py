@@ -31,7 +31,7 @@ from .geometry import geometry, input_precision, needs_int64, strides5
 from .memo import IdentityMemo
 
 try:  # Gluon (Triton >= 3.5): the warp-specialized kernel, offered as extra tuner candidates
-    from . import gluon_conv
+    from . import gluon_common, gluon_conv
 except ImportError:  # pragma: no cover - a Triton without Gluon
     gluon_conv = None
 
@@ -183,9 +183,11 @@ def tma_candidates(plan, problem, dy, w, dx, device=None) -> list:
 
 def launch_tma(plan, problem, dy, w, dx, alpha, beta, cfg):
     """A TMA candidate's launch: GLUON configs by gluon_conv (conv_tma's first config where
-    these tensors do not qualify), the rest by conv_tma.launch_conv (the filter read K-major)."""
+    these tensors do not qualify or its host side fails), the rest by conv_tma.launch_conv
+    (the filter read K-major)."""
     if cfg.get("GLUON"):
-        if gluon_conv.launch_backward_data(problem, dy, w, dx, alpha, beta, cfg):
+        if gluon_common.guarded_launch(f"backward-data config {gluon_conv.name(cfg)}",
+                                       gluon_conv.launch_backward_data, problem, dy, w, dx, alpha, beta, cfg):
             return
         cfg = conv_tma.candidates(plan, dx.device, problem)[0]
     conv_tma.launch_conv(plan, problem, dy, w, dx, alpha, beta, cfg, kmajor=True)

@@ -30,7 +30,6 @@ workspace buffer (the schedule is restricted to fit it, see gluon_wgrad.schedule
 from __future__ import annotations
 
 import os
-import warnings
 
 import numpy as np
 import triton
@@ -350,23 +349,10 @@ def launch_gluon(problem, x, dy, dw, part, alpha, beta, cfg, sms=None) -> bool:
 
 
 def _try_gluon(problem, x, dy, dw, part, alpha, beta, cfg) -> bool:
-    """launch_gluon, where a host-side failure (a compile or descriptor error: the Gluon API
-    is experimental) warns and returns False, so the caller runs its reference config. Out
-    of resources (the tuner skips such a config), out of memory, CUDA errors and a launch
-    record's refusal propagate (a record's bound launch refuses a dry run, which then runs
-    the call itself; caught here, the dry run recorded the reference config instead)."""
-    try:
-        return launch_gluon(problem, x, dy, dw, part, alpha, beta, cfg)
-    except launch_record.Refused:
-        raise
-    except Exception as exc:
-        text = str(exc)
-        if ("OutOfResources" in type(exc).__name__ or "resources" in text.lower()
-                or "out of memory" in text.lower() or "CUDA" in text):
-            raise
-        warnings.warn(f"tridnn: the Gluon backward-filter config {gluon_wgrad.name(cfg)} failed "
-                      f"({type(exc).__name__}: {exc}); running the reference config", RuntimeWarning, stacklevel=2)
-        return False
+    """launch_gluon through gluon_common.guarded_launch: a host-side failure warns and
+    returns False (the caller runs its reference config)."""
+    return gluon_common.guarded_launch(f"backward-filter config {gluon_wgrad.name(cfg)}", launch_gluon,
+                                       problem, x, dy, dw, part, alpha, beta, cfg)
 
 
 def tma_key(problem, plan):

@@ -30,7 +30,7 @@ from .geometry import geometry, input_precision, needs_int64, strides5
 from .memo import IdentityMemo
 
 try:  # Gluon (Triton >= 3.5): the warp-specialized kernel, offered as extra tuner candidates
-    from . import gluon_conv
+    from . import gluon_common, gluon_conv
 except ImportError:  # pragma: no cover - a Triton without Gluon
     gluon_conv = None
 
@@ -366,10 +366,11 @@ def tma_forward_candidates(plan, problem, x, w, y, spec, device=None) -> list:
 
 def launch_tma_forward(plan, problem, x, w, y, alpha, beta, cfg, spec=None):
     """A forward TMA candidate's launch: a GLUON config by gluon_conv (or, where these
-    tensors do not qualify, conv_tma's first config: the tuner's pick is shared by every
-    layout of a problem), the others by conv_tma.launch_conv."""
+    tensors do not qualify or its host side fails, conv_tma's first config: the tuner's pick
+    is shared by every layout of a problem), the others by conv_tma.launch_conv."""
     if cfg.get("GLUON"):
-        if gluon_conv.launch_forward(problem, x, w, y, alpha, beta, cfg, spec):
+        if gluon_common.guarded_launch(f"forward config {gluon_conv.name(cfg)}", gluon_conv.launch_forward,
+                                       problem, x, w, y, alpha, beta, cfg, spec):
             return
         cfg = conv_tma.candidates(plan, y.device, problem)[0]
     conv_tma.launch_conv(plan, problem, x, w, y, alpha, beta, cfg, spec=spec)

@@ -9,6 +9,7 @@ shared-memory rings.
 from __future__ import annotations
 
 import os
+import warnings
 
 import triton
 from triton.experimental import gluon
@@ -25,6 +26,27 @@ from .conv_tma import _Address as Address  # a descriptor's base without the ten
 # host-side failure of a forward candidate would propagate out of the tuner, so untested
 # candidates stay opt-in.
 IMAGES_INNER_OFFERED = os.environ.get("TRIDNN_IMAGES_INNER", "0") == "1"
+
+
+def guarded_launch(what, launch, *args) -> bool:
+    """launch(*args) of an experimental Gluon config (it returns whether it launched), where
+    a host-side failure (a compile or descriptor error: the Gluon API is experimental) warns
+    and returns False, so the caller runs its reference config instead of the call failing.
+    Out of resources (the tuner skips such a config), out of memory, CUDA errors and a launch
+    record's refusal propagate (a record's bound launch refuses a dry run, which then runs
+    the call itself; caught here, the dry run would record the reference config instead)."""
+    try:
+        return launch(*args)
+    except launch_record.Refused:
+        raise
+    except Exception as exc:
+        text = str(exc)
+        if ("OutOfResources" in type(exc).__name__ or "resources" in text.lower()
+                or "out of memory" in text.lower() or "CUDA" in text):
+            raise
+        warnings.warn(f"tridnn: the Gluon {what} failed ({type(exc).__name__}: {exc}); running the reference "
+                      "config", RuntimeWarning, stacklevel=3)
+        return False
 
 
 def layout(block, dtype):
