@@ -60,7 +60,7 @@ def _problem(direction, c, k, hw, kernel, stride=1, pad=0, n=4, dtype="float16",
 def hopper(monkeypatch):
     """Build the GPU lists on the host: a stand-in Hopper with 132 SMs."""
     monkeypatch.setattr(gc, "_hopper", lambda device: device.type == "cuda")
-    # the opt-in images-inner configs in the lists (test_images_inner_is_opt_in: the default)
+    # the images-inner configs in the lists (test_images_inner_can_be_withdrawn: switched off)
     monkeypatch.setattr(gluon_common, "IMAGES_INNER_OFFERED", True)
     monkeypatch.setattr(conv_tma, "sm_count", lambda device: 132)
     monkeypatch.setattr(conv_tma, "hardware_ok", lambda t: True)
@@ -90,9 +90,9 @@ def test_offered_where_the_kernel_applies(direction, c, hw, kernel, pad, n, want
 
 
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
-def test_images_inner_is_opt_in(direction, hopper, monkeypatch):
-    """Images-inner configs are offered only with TRIDNN_IMAGES_INNER=1 until they have run
-    on a GPU: by default res5_3x3 at batch 256 gets PICKS_SMALL alone."""
+def test_images_inner_can_be_withdrawn(direction, hopper, monkeypatch):
+    """TRIDNN_IMAGES_INNER=0 (IMAGES_INNER_OFFERED False) withdraws the images-inner configs:
+    res5_3x3 at batch 256 then gets PICKS_SMALL alone."""
     monkeypatch.setattr(gluon_common, "IMAGES_INNER_OFFERED", False)
     problem, x, w, y = _problem(direction, 512, 512, 7, 3, pad=1, n=256)
     got = (gc.forward_candidates(problem, x, w, y, None, CUDA) if direction == "fwd"

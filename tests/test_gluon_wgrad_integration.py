@@ -54,7 +54,7 @@ def _problem(c, k, hw, kernel, stride=1, pad=0, n=4, dtype="float16", layout="NH
 def hopper(monkeypatch):
     """Build the GPU lists on the host: a stand-in Hopper with 132 SMs."""
     monkeypatch.setattr(bwf, "_hopper", lambda device: device.type == "cuda")
-    # the opt-in images-inner configs in the lists (test_images_inner_is_opt_in: the default)
+    # the images-inner configs in the lists (test_images_inner_can_be_withdrawn: switched off)
     monkeypatch.setattr(gluon_common, "IMAGES_INNER_OFFERED", True)
     monkeypatch.setattr(conv_tma, "sm_count", lambda device: 132)
     monkeypatch.setattr(conv_tma, "hardware_ok", lambda t: True)
@@ -135,9 +135,9 @@ def test_one_by_one_layers_get_the_flat_picks(hopper):
     assert not any(c["FLAT"] for c in bwf.gluon_candidates(problem, x, y, w, CUDA))
 
 
-def test_images_inner_is_opt_in(hopper, monkeypatch):
-    """Images-inner configs are offered only with TRIDNN_IMAGES_INNER=1 until they have run
-    on a GPU: by default res5_3x3 at batch 256 gets the image-box picks alone."""
+def test_images_inner_can_be_withdrawn(hopper, monkeypatch):
+    """TRIDNN_IMAGES_INNER=0 (IMAGES_INNER_OFFERED False) withdraws the images-inner configs:
+    res5_3x3 at batch 256 then gets the image-box picks alone."""
     monkeypatch.setattr(gluon_common, "IMAGES_INNER_OFFERED", False)
     problem, x, w, y = _problem(512, 512, 7, 3, pad=1, n=256)
     want = [c for c in gw.WGRAD_PICKS_SMALL if not c["IMAGES_INNER"]]
@@ -313,8 +313,8 @@ def test_dw_vec_only_where_every_pair_is_aligned(c, layout, dtype, kernel, flip,
 def test_tma_dw_where_the_tile_fits(why, kwargs, want, monkeypatch):
     """With TMA_STORE on, prepare routes whole tiles through shared memory and a TMA store
     (TMA_DW) only for a bfloat16 KRSC-packed dw with beta 0, one tap a tile and room for the
-    tile beside the ring; the descriptor views dw as [K, KH*KW*C]. Off (the default until it
-    has run on a GPU), no plan has TMA_DW."""
+    tile beside the ring; the descriptor views dw as [K, KH*KW*C]. Off
+    (TRIDNN_WGRAD_TMA_STORE=0), no plan has TMA_DW."""
     monkeypatch.setattr(gw, "TMA_STORE", True)
     a = dict(cfg=gw.WGRAD_PICKS_SMALL[0], c=128, k=128, dtype=torch.bfloat16, beta=0.0, flip=False, layout="KRSC")
     a.update(kwargs)

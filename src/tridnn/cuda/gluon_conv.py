@@ -674,7 +674,7 @@ PICKS_MEDIUM = [config(4, 2, 16, 128, 4, 4, pingpong=True), config(2, 8, 8, 256,
                 config(16, 1, 8, 128, 4, 4, pingpong=True), config(1, 8, 16, 256, 3, 8)]  # 14 <= width < 28
 PICKS_SMALL = [config(16, 1, 8, 128, 4, 4, pingpong=True), config(16, 1, 8, 128, 4, 8),
                config(2, 8, 8, 128, 4, 4, pingpong=True)]                   # width < 14
-# Images innermost (session 28; not yet run on a GPU, so opt-in: TRIDNN_IMAGES_INNER=1,
+# Images innermost (session 28; TRIDNN_IMAGES_INNER=0 withdraws them,
 # gluon_common.IMAGES_INNER_OFFERED): ResNet-50's 7-, 14- and 28-wide
 # maps leave 1/8 of the 8-, 16- and 32-wide boxes above on zeros. NB images at one pixel
 # (maps under 14 wide) or at two side by side fill every tile where NB divides the batch;

@@ -35,7 +35,7 @@ dw_tap[K, C] = dy[P, K]^T @ x_shift(tap)[P, C], P = N*OH*OW (200k pixels for res
   layout allows, DW_VEC), a slice writes its float32 partial into the workspace [SPLITS, R,
   BLOCK_M, TAPS_N * BLOCK_N]; ``wgrad_finish_kernel`` (plain Triton) sums the slices in
   order (deterministic: the schedule is fixed by the config and the shape) and blends them
-  into dw. TMA_DW (off by default, not yet run on a GPU): a whole tile through shared
+  into dw. TMA_DW (on by default, TRIDNN_WGRAD_TMA_STORE=0 off): a whole tile through shared
   memory and a TMA store where it fits beside the ring.
 
 Gluon kernels do not run under the Triton interpreter: tests/test_gluon_wgrad.py compiles
@@ -488,7 +488,7 @@ def picks(k: int, c: int, out_w: int, taps: int = 9, flat: bool = False, n: int 
     (flat_ok), offered the one-row configs instead of image boxes. n: the batch; an
     images-inner config is offered only where its NB images divide it (else its boxes carry
     the empty images the other configs avoid), and only with gluon_common.IMAGES_INNER_OFFERED
-    (TRIDNN_IMAGES_INNER=1) until the GPU tests have passed."""
+    (TRIDNN_IMAGES_INNER=0 withdraws them)."""
     if flat:
         base = WGRAD_PICKS_FLAT_NARROW if k <= 64 or c <= 64 else WGRAD_PICKS_FLAT
     elif k <= 64 or c <= 64:
@@ -745,9 +745,11 @@ def dw_vec_ok(dw_strides, c, kernel_size, cfg) -> bool:
             and (kh * kw) % cfg.get("TAPS_N", 1) == 0)
 
 
-# Off until it has run on a GPU (session 27 compiled and checked it offline only; no device
-# time was left): TRIDNN_WGRAD_TMA_STORE=1 (or TMA_STORE = True) turns TMA_DW on.
-TMA_STORE = os.environ.get("TRIDNN_WGRAD_TMA_STORE", "0") == "1"
+# On by default since session 28 (H100: the GPU tests passed; diag_wgrad_l2.py, batch 64,
+# us a k-step, TMA store against register pairs: 128 x 128 s3 0.620 / 0.674 on 12 programs,
+# 0.875 / 0.953 on 132; 128 x 256 s3 0.589 / 0.641 and 0.803 / 0.907).
+# TRIDNN_WGRAD_TMA_STORE=0 (or TMA_STORE = False) turns TMA_DW off.
+TMA_STORE = os.environ.get("TRIDNN_WGRAD_TMA_STORE", "1") != "0"
 SMEM_PROGRAM = 227 * 1024  # the shared memory one program may use on an H100/H200
 SMEM_SM = 228 * 1024       # an SM's, shared by PER_SM programs
 
