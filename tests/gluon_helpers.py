@@ -155,10 +155,9 @@ def force_one_config(monkeypatch):
     return state
 
 
-def tma_box(desc, coords):
-    """What a TMA load of a Gluon TensorDescriptor's box at coords puts in shared memory
-    (desc.base a CPU tensor, as offline ``prepare`` calls build them): the view's elements,
-    zero where a coordinate falls outside the view's shape."""
+def _box(desc, coords):
+    """(desc's view of its CPU base tensor, the box's mask of elements inside the view's
+    shape, their indices into the view) for the box at coords."""
     import numpy as np
     import torch
     view = torch.as_strided(desc.base, desc.shape, desc.strides)
@@ -166,20 +165,22 @@ def tma_box(desc, coords):
     inside = np.ones(idx[0].shape, bool)
     for i, size in zip(idx, desc.shape):
         inside &= (i >= 0) & (i < size)
+    return view, torch.from_numpy(inside), tuple(torch.from_numpy(i[inside]) for i in idx)
+
+
+def tma_box(desc, coords):
+    """What a TMA load of a Gluon TensorDescriptor's box at coords puts in shared memory
+    (desc.base a CPU tensor, as offline ``prepare`` calls build them): the view's elements,
+    zero where a coordinate falls outside the view's shape."""
+    import torch
+    view, mask, where = _box(desc, coords)
     out = torch.zeros(desc.block_shape, dtype=view.dtype)
-    out[torch.from_numpy(inside)] = view[tuple(torch.from_numpy(i[inside]) for i in idx)]
+    out[mask] = view[where]
     return out
 
 
 def tma_store(desc, coords, tile):
     """A TMA store of tile into desc's view at coords: the elements inside the view's shape
     are written, the rest dropped."""
-    import numpy as np
-    import torch
-    view = torch.as_strided(desc.base, desc.shape, desc.strides)
-    idx = np.meshgrid(*[np.arange(b) + c for b, c in zip(desc.block_shape, coords)], indexing="ij")
-    inside = np.ones(idx[0].shape, bool)
-    for i, size in zip(idx, desc.shape):
-        inside &= (i >= 0) & (i < size)
-    mask = torch.from_numpy(inside)
-    view[tuple(torch.from_numpy(i[inside]) for i in idx)] = tile.reshape(desc.block_shape)[mask].to(view.dtype)
+    view, mask, where = _box(desc, coords)
+    view[where] = tile.reshape(desc.block_shape)[mask].to(view.dtype)

@@ -509,6 +509,14 @@ def _nhwc(t):
     return (n, h, w, c), (t.stride(0), t.stride(2), t.stride(3), 1)
 
 
+def pixel_order(cfg, dims):
+    """Four [N, H, W, C]-ordered values (a shape, strides, a box) in the order of the config's
+    descriptors: unchanged, or [H, W, N, C] for an IMAGES_INNER config (None stays None)."""
+    if dims is None or not cfg.get("IMAGES_INNER"):
+        return dims
+    return (dims[1], dims[2], dims[0], dims[3])
+
+
 def flat_ok(x, y, kh, kw, padding) -> bool:
     """A 1x1 filter without padding over dense x and y: the convolution is the plain GEMM of
     [N*H*W, C] by [C, K]; x and y are then viewed as one image row of N*H*W pixels."""
@@ -554,20 +562,16 @@ def prepare(x, w, padding=(1, 1), dilation=(1, 1), cfg=None, y=None, alpha=1.0, 
     (_, oh, ow, _), ys = _nhwc(y)
     bias, z, alpha2, act, coef, swish_beta = checked_epilogue(epilogue, y, k)
     zs = _nhwc(z)[1] if z is not None else None
-    inner = bool(cfg.get("IMAGES_INNER"))
-    if NB == 1 and BH == 1 and not inner and flat_ok(x, y, kh, kw, padding) and (z is None or _dense(z)):
+    if NB == 1 and BH == 1 and not cfg.get("IMAGES_INNER") and flat_ok(x, y, kh, kw, padding) and (z is None or _dense(z)):
         m = n * h * wd
         xshape, xs, yshape, ys = (1, 1, m, c), (m * c, m * c, c, 1), (1, 1, m, k), (m * k, m * k, k, 1)
         zs = ys
         n, oh, ow = 1, 1, m
     else:
         xshape, yshape = (xn, xh, xw, c), (n, oh, ow, k)
-    x_box, y_box = [NB, BH, BW, BK], [NB, BH, BW, BN]
-    if inner:  # [N, H, W, C] -> [H, W, N, C]: the same memory, the images next to the channels
-        def to_inner(dims):
-            return None if dims is None else (dims[1], dims[2], dims[0], dims[3])
-        xshape, xs, yshape, ys, zs = map(to_inner, (xshape, xs, yshape, ys, zs))
-        x_box, y_box = to_inner(x_box), to_inner(y_box)
+    # (images inner: [H, W, N, C], the same memory with the images next to the channels)
+    xshape, xs, yshape, ys, zs, x_box, y_box = (pixel_order(cfg, d) for d in (
+        xshape, xs, yshape, ys, zs, [NB, BH, BW, BK], [NB, BH, BW, BN]))
     x_desc = descriptor(x, xshape, xs, x_box)
     w_desc = descriptor(w_mat, w_mat.shape, w_mat.stride(), [BN, BK])
     y_desc = descriptor(y, yshape, ys, y_box)
@@ -1238,10 +1242,9 @@ def compile_sm90(cfg, has_beta=False, act=-1, has_bias=False, has_z=False, bias_
     bfloat16, or float32 for a TF32 config."""
     NB, BH, BW, BN, BK = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     dt = sig_dtype(cfg)
-    pixels = [BH, BW, NB] if cfg.get("IMAGES_INNER") else [NB, BH, BW]
-    y_sig = _desc_sig(dt, pixels + [BN])
+    y_sig = _desc_sig(dt, list(pixel_order(cfg, [NB, BH, BW, BN])))
     types_ = {
-        "x_desc": _desc_sig(dt, pixels + [BK]), "w_desc": _desc_sig(dt, [BN, BK]),
+        "x_desc": _desc_sig(dt, list(pixel_order(cfg, [NB, BH, BW, BK]))), "w_desc": _desc_sig(dt, [BN, BK]),
         "y_desc": y_sig, "z_desc": y_sig, "bias_ptr": "*" + bias_dtype,
         "alpha": "fp32", "beta": "fp32", "alpha2": "fp32", "coef": "fp32", "swish_beta": "fp32",
     }

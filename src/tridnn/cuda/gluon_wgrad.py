@@ -386,6 +386,16 @@ def name(cfg) -> str:
             + (" images-inner" if cfg.get("IMAGES_INNER") else ""))
 
 
+def box_shapes(cfg) -> tuple:
+    """(dy box, x box) of a config, in the order of its descriptors' dimensions: [NB, BH,
+    BW, BLOCK_M] and [NB, BH, 1, BW, BLOCK_N], or with IMAGES_INNER [BH, BW, NB, BLOCK_M]
+    and [BH, 1, BW, NB, BLOCK_N]."""
+    NB, BH, BW, BM, BN = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_M"], cfg["BLOCK_N"]
+    if cfg.get("IMAGES_INNER"):
+        return [BH, BW, NB, BM], [BH, 1, BW, NB, BN]
+    return [NB, BH, BW, BM], [NB, BH, 1, BW, BN]
+
+
 def block_p(cfg) -> int:
     return cfg["NB"] * cfg["BH"] * cfg["BW"]
 
@@ -691,10 +701,9 @@ def prepare(x, dy, kernel_size, padding=(1, 1), dilation=(1, 1), cfg=None, alpha
     sh, sw = stride
     x5 = x.permute(0, 2, 3, 1).reshape(n, h // sh, sh, w // sw, sw * c)  # the stride-phase view
     dy4 = dy.permute(0, 2, 3, 1)
-    dy_box, x_box = [NB, BH, BW, BM], [NB, BH, 1, BW, BN]
+    dy_box, x_box = box_shapes(cfg)
     if cfg.get("IMAGES_INNER"):  # the images' dimension next to the channels (TMA takes any order)
         dy4, x5 = dy4.permute(1, 2, 0, 3), x5.permute(1, 2, 3, 0, 4)
-        dy_box, x_box = [BH, BW, NB, BM], [BH, 1, BW, NB, BN]
     dy_desc = descriptor(dy4, dy4.shape, dy4.stride(), dy_box)  # (cached per address on the GPU)
     x_desc = descriptor(x5, x5.shape, x5.stride(), x_box)
     need = splits * rest * BM * BN * TAPS_N
@@ -809,15 +818,15 @@ def compile_sm90(cfg, out_dtype="bf16", beta_zero=True, dw_vec=False, tma_dw=Fal
     out_dtype: dw's dtype, "bf16" or "fp32"; dw_vec: DW_VEC. dw and the workspace are 16-byte
     aligned, as a GPU launch on aligned tensors sees them; tma_dw: TMA_DW."""
     NB, BH, BW, BM, BN = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_M"], cfg["BLOCK_N"]
-    inner = bool(cfg.get("IMAGES_INNER"))
-    dy_sig = desc_sig("bf16", [BH, BW, NB, BM] if inner else [NB, BH, BW, BM])
-    types_ = {"dy_desc": dy_sig, "x_desc": desc_sig("bf16", [BH, 1, BW, NB, BN] if inner else [NB, BH, 1, BW, BN]),
+    dy_box, x_box = box_shapes(cfg)
+    dy_sig = desc_sig("bf16", dy_box)
+    types_ = {"dy_desc": dy_sig, "x_desc": desc_sig("bf16", x_box),
               "dw_ptr": "*" + out_dtype, "alpha": "fp32", "beta": "fp32", "ws_ptr": "*fp32",
               "dw_desc": desc_sig(out_dtype, [BM, BN]) if tma_dw else dy_sig}
     consts = dict(NB=NB, BH=BH, BW=BW, BLOCK_M=BM, BLOCK_N=BN, TAPS_N=cfg.get("TAPS_N", 1), STAGES=cfg["STAGES"],
                   BETA_ZERO=beta_zero,
                   LOADER_REGS=cfg.get("LOADER_REGS", 40), num_warps=cfg["num_warps"], DW_VEC=dw_vec, TMA_DW=tma_dw,
-                  IMAGES_INNER=inner)
+                  IMAGES_INNER=bool(cfg.get("IMAGES_INNER")))
     return _compile_sm90(gluon_wgrad_kernel, types_, consts, cfg["num_warps"],
                          maxnreg=max_regs(cfg["num_warps"], cfg.get("PER_SM", 1)),
                          pointers=("dw_ptr", "ws_ptr"))
