@@ -92,12 +92,16 @@ def test_offered_where_the_kernel_applies(direction, c, hw, kernel, pad, n, want
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
 def test_images_inner_can_be_withdrawn(direction, hopper, monkeypatch):
     """TRIDNN_IMAGES_INNER=0 (IMAGES_INNER_OFFERED False) withdraws the images-inner configs:
-    res5_3x3 at batch 256 then gets PICKS_SMALL alone."""
+    res5_3x3 (and the forward of res5_3x3s2) at batch 256 then gets PICKS_SMALL alone."""
     monkeypatch.setattr(gluon_common, "IMAGES_INNER_OFFERED", False)
     problem, x, w, y = _problem(direction, 512, 512, 7, 3, pad=1, n=256)
     got = (gc.forward_candidates(problem, x, w, y, None, CUDA) if direction == "fwd"
            else gc.backward_data_candidates(problem, y, w, x, CUDA))
     assert [gc.name(g) for g in got] == [gc.name(g) for g in gc.PICKS_SMALL]
+    if direction == "fwd":  # the strided forward's too (res5_3x3s2)
+        problem, x, w, y = _problem(direction, 512, 512, 14, 3, stride=2, pad=1, n=256)
+        got = gc.forward_candidates(problem, x, w, y, None, CUDA)
+        assert [gc.name(g) for g in got] == [gc.name(g) for g in gc.PICKS_SMALL]
 
 
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
@@ -186,22 +190,26 @@ def test_not_offered_elsewhere(direction, why, kwargs, hopper):
         assert gc.backward_data_candidates(problem, y, w, x, CUDA) == [], why
 
 
-@pytest.mark.parametrize("c,k,hw,kernel,pad,out_w", [
-    (128, 128, 56, 3, 1, 28),   # res3_3x3s2
-    (256, 256, 28, 3, 1, 14),   # res4_3x3s2
-    (512, 512, 14, 3, 1, 7),    # res5_3x3s2
-    (512, 1024, 28, 1, 0, 14),  # res4_ds (1x1 stride 2)
+@pytest.mark.parametrize("c,k,hw,kernel,pad,out_w,n,want", [
+    (128, 128, 56, 3, 1, 28, 64, gc.PICKS_LARGE + gc.PICKS_INNER),    # res3_3x3s2
+    (256, 256, 28, 3, 1, 14, 64, gc.PICKS_MEDIUM + gc.PICKS_INNER),   # res4_3x3s2
+    (512, 512, 14, 3, 1, 7, 64, gc.PICKS_SMALL),                      # res5_3x3s2 (128 images do not fit 64)
+    (512, 512, 14, 3, 1, 7, 256, gc.PICKS_SMALL + gc.PICKS_INNER_SMALL),  # ... at batch 256
+    (512, 1024, 28, 1, 0, 14, 64, gc.PICKS_MEDIUM + gc.PICKS_INNER),  # res4_ds (1x1 stride 2)
+    (256, 256, 28, 3, 1, 14, 48, gc.PICKS_MEDIUM),                    # a batch 64 does not divide
 ])
-def test_strided_forward_offered(c, k, hw, kernel, pad, out_w, hopper):
-    """Stride 2 forward: gluon_conv_strided's picks (the stride-2 sweep's configs); backward
-    data at stride 2: the phase kernels' picks by the phases' width (for the 1x1 filter too:
-    its three phases without taps are store-only tiles)."""
+def test_strided_forward_offered(c, k, hw, kernel, pad, out_w, n, want, hopper):
+    """Stride 2 forward: gluon_conv_strided's picks (the stride-2 sweep's configs, and the
+    images-inner ones where their images divide the batch); backward data at stride 2: the
+    phase kernels' picks by the phases' width (for the 1x1 filter too: its three phases
+    without taps are store-only tiles), never images-inner."""
     gs = pytest.importorskip("tridnn.cuda.gluon_conv_strided")
-    problem, x, w, y = _problem("fwd", c, k, hw, kernel, stride=2, pad=pad, n=64)
+    problem, x, w, y = _problem("fwd", c, k, hw, kernel, stride=2, pad=pad, n=n)
     got = gc.forward_candidates(problem, x, w, y, None, CUDA)
-    assert [gc.name(g) for g in got] == [gs.name(g) for g in gs.picks(out_w, k)] and got
+    assert [gc.name(g) for g in got] == [gc.name(g) for g in want]
+    assert [gc.name(g) for g in got] == [gs.name(g) for g in gs.picks(out_w, k, n=n)]
     assert all(g["GLUON"] for g in got)
-    problem, x, w, y = _problem("bwd_data", c, k, hw, kernel, stride=2, pad=pad, n=64)
+    problem, x, w, y = _problem("bwd_data", c, k, hw, kernel, stride=2, pad=pad, n=n)
     got = gc.backward_data_candidates(problem, y, w, x, CUDA)
     want = gc.picks(out_w, c, False)
     assert [gc.name(g) for g in got] == [gc.name(g) for g in want]

@@ -160,10 +160,12 @@ def test_offered_for_tensor_op_float32(direction, math, c, hw, kernel, pad, want
     (512, 1024, 28, 1, 0, 14),  # res4_ds (1x1 stride 2: three phases of backward data without taps)
 ])
 def test_offered_at_stride_2_for_tensor_op_float32(c, k, hw, kernel, pad, out_w, hopper):
-    """Forward: gluon_conv_strided's TF32 picks; backward data: the phase kernels'."""
+    """Forward: gluon_conv_strided's TF32 picks (with images-inner ones where 64 images
+    fill their tiles); backward data: the phase kernels'."""
     problem, x, w, y = _problem("fwd", c, k, hw, kernel, stride=2, pad=pad, n=64)
     got = gc.forward_candidates(problem, x, w, y, None, CUDA)
-    assert got and [gc.name(g) for g in got] == [gs.name(g) for g in gs.picks(out_w, k, tf32=True)]
+    assert got and [gc.name(g) for g in got] == [gs.name(g) for g in gs.picks(out_w, k, tf32=True, n=64)]
+    assert any(g.get("IMAGES_INNER") for g in got) == (out_w >= 14)
     assert all(g["GLUON"] and g["TF32"] for g in got)
     problem, x, w, y = _problem("bwd_data", c, k, hw, kernel, stride=2, pad=pad, n=64)
     got = gc.backward_data_candidates(problem, y, w, x, CUDA)

@@ -948,7 +948,8 @@ def forward_candidates(problem, x, w, y, spec, device) -> list:
     tf32, fma = _float32_kind(problem, x)
     if tuple(stride) != (1, 1):
         from . import gluon_conv_strided
-        return [dict(c, GLUON=True) for c in gluon_conv_strided.picks(y.shape[3], y.shape[1], tf32, fma)]
+        strided = gluon_conv_strided.picks(y.shape[3], y.shape[1], tf32, fma, n=x.shape[0])
+        return [dict(c, GLUON=True) for c in strided]
     z = spec.z if spec is not None else None
     return picks(y.shape[3], y.shape[1], flat_ok(x, y, kh, kw, pad) and (z is None or _dense(z)), tf32, fma,
                  dilated=max(dil) > 1, n=x.shape[0])

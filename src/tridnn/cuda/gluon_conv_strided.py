@@ -11,7 +11,9 @@ How (conv_tma's "phase view"): NHWC x is viewed as the 5-D tensor [N, H/sh, sh, 
 sh*oh + kh*dh - ph = sh*(oh + ah) + bh with (ah, bh) = divmod(kh*dh - ph, sh) (floor), and
 likewise for columns: the box of a whole output tile is then one 5-D TMA box
 [NB, BH, 1, BW, BLOCK_K] at origin [n0, oh0 + ah, bh, ow0 + aw, bw*C + c0]; TMA zero-fills
-coordinates out of range (negative ones too), which gives the padding.
+coordinates out of range (negative ones too), which gives the padding. An images-inner
+config (gluon_conv's PICKS_INNER*) views the same memory as [H/sh, sh, W/sw, N, sw*C] (x)
+and [OH, OW, N, K] (y): its box is NB images at one or two pixels.
 
 Only the loader differs from gluon_conv: it walks (ah, bh, aw, bw*C) per tap incrementally
 from host-computed starts and steps (no divisions on the issue path). The consumer
@@ -30,9 +32,11 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 from .gluon_common import compile_sm90 as _compile_sm90, descriptor
 from .gluon_common import desc_sig as _desc_sig, placeholder
 from . import gluon_conv
-from .gluon_conv import (PICKS_LARGE, PICKS_MEDIUM, PICKS_SMALL, TF32_OF, _channels_last_ok, _consumer, _nhwc,
-                         _tile_coords, check_dtypes, checked_epilogue, config, constexprs, filter_matrix, flops,
-                         name, shared_bytes, shared_state, sig_dtype, tile_grid, with_tf32_extra)
+from . import gluon_common
+from .gluon_conv import (PICKS_INNER, PICKS_INNER_SMALL, PICKS_LARGE, PICKS_MEDIUM, PICKS_SMALL, TF32_OF,
+                         _channels_last_ok, _consumer, _nhwc, _tile_coords, check_dtypes, checked_epilogue, config,
+                         constexprs, filter_matrix, flops, name, pixel_order, shared_bytes, shared_state, sig_dtype,
+                         tile_grid, with_tf32_extra)
 
 
 # --------------------------------------------------------------------------------------
@@ -50,10 +54,11 @@ def _loader_strided(x_desc, w_desc, a_bufs, b_bufs, ready, empty,
                     # tile list
                     NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
                     NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_N: gl.constexpr,
-                    BLOCK_K: gl.constexpr, STAGES: gl.constexpr):
+                    BLOCK_K: gl.constexpr, STAGES: gl.constexpr, IMAGES_INNER: gl.constexpr):
     """Producer (one warp): per k-step, wait for a free slot, TMA the phase-view x box of
     the tap and the filter box into it. A phase steps by DBH (DCB) per tap and wraps once
-    past the stride into a shift of one more row (column): DBH < SH, DCB < SWC."""
+    past the stride into a shift of one more row (column): DBH < SH, DCB < SWC.
+    IMAGES_INNER: the view's dimensions are [H/sh, sh, W/sw, N, sw*C] (phase_order)."""
     nbytes: gl.constexpr = x_desc.block_type.nbytes + w_desc.block_type.nbytes
     it = 0
     for t in range(gl.program_id(0), NUM_TILES, gl.num_programs(0)):
@@ -71,7 +76,10 @@ def _loader_strided(x_desc, w_desc, a_bufs, b_bufs, ready, empty,
             mbarrier.wait(empty.index(s), phase ^ 1)
             bar = ready.index(s)
             mbarrier.expect(bar, nbytes)
-            tma.async_copy_global_to_shared(x_desc, [n0, ih, ph, iw, cb + c0], bar, a_bufs.index(s))
+            if IMAGES_INNER:
+                tma.async_copy_global_to_shared(x_desc, [ih, ph, iw, n0, cb + c0], bar, a_bufs.index(s))
+            else:
+                tma.async_copy_global_to_shared(x_desc, [n0, ih, ph, iw, cb + c0], bar, a_bufs.index(s))
             tma.async_copy_global_to_shared(w_desc, [k0, kk * BLOCK_K], bar, b_bufs.index(s))
             it += 1
             # next channel block; after the last, the next tap of the row
@@ -104,6 +112,8 @@ _RUNTIME_INTS = ["C_OUT", "C", "KW", "AH0", "BH0", "AW0", "CB0", "DAH", "DBH", "
 def gluon_conv_strided_kernel(
     # TMA descriptors: x's phase view [N, H/sh, sh, W/sw, sw*C] box [NB, BH, 1, BW, BLOCK_K];
     # filter [K, KH*KW*C] box [BLOCK_N, BLOCK_K]; y [N, OH, OW, K] box [NB, BH, BW, BLOCK_N]
+    # (IMAGES_INNER: x and y with the images next to the channels, phase_order and
+    # gluon_conv.pixel_order)
     x_desc, w_desc, y_desc,
     alpha, beta,
     # fused epilogue (gluon_conv's): residual z, bias, their scalars
@@ -116,7 +126,7 @@ def gluon_conv_strided_kernel(
     STAGES: gl.constexpr, PINGPONG: gl.constexpr, LOADER_REGS: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr, HAS_BETA: gl.constexpr = False,
     ACT: gl.constexpr = -1, HAS_BIAS: gl.constexpr = False, HAS_Z: gl.constexpr = False, FMA: gl.constexpr = False,
-    IMAGES_INNER: gl.constexpr = False,  # (the consumers' epilogue order; prepare refuses images-inner configs)
+    IMAGES_INNER: gl.constexpr = False,
 ):
     """gluon_conv_fwd_kernel with the phase-view loader (see the module docstring)."""
     CONSUMERS: gl.constexpr = 2 if PINGPONG else 1
@@ -132,7 +142,7 @@ def gluon_conv_strided_kernel(
             (_loader_strided, (x_desc, w_desc, a_bufs, b_bufs, ready, empty,
                                C, KW, AH0, BH0, AW0, CB0, DAH, DBH, DAW, DCB, SH, SWC,
                                NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
-                               NB, BH, BW, BLOCK_N, BLOCK_K, STAGES)),
+                               NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, IMAGES_INNER)),
             (_consumer, (y_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, beta,
                          z_desc, bias_ptr, alpha2, coef, swish_beta, C_OUT,
                          NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
@@ -149,7 +159,7 @@ def gluon_conv_strided_kernel(
             (_loader_strided, (x_desc, w_desc, a_bufs, b_bufs, ready, empty,
                                C, KW, AH0, BH0, AW0, CB0, DAH, DBH, DAW, DCB, SH, SWC,
                                NUM_TILES, TILES_H, TILES_W, N_BLOCKS, K_STEPS,
-                               NB, BH, BW, BLOCK_N, BLOCK_K, STAGES)),
+                               NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, IMAGES_INNER)),
         ], [1], [LOADER_REGS])
 
 
@@ -158,10 +168,13 @@ def gluon_conv_strided_kernel(
 # --------------------------------------------------------------------------------------
 
 # gluon_conv's picks by output width (the same box shapes): res3 3x3 s2 and res3_ds (28x28
-# out), res4 (14x14), res5 (7x7); K >= 128 everywhere there.
-PICKS = {"large": PICKS_LARGE, "medium": PICKS_MEDIUM, "small": PICKS_SMALL}
+# out), res4 (14x14), res5 (7x7); K >= 128 everywhere there. Its images-inner picks too
+# (session 29): NB images at one or two pixels fill the tiles those 28-, 14- and 7-wide
+# outputs leave 1/8 empty, where NB divides the batch.
+PICKS = {"large": PICKS_LARGE, "medium": PICKS_MEDIUM, "small": PICKS_SMALL, "inner": PICKS_INNER,
+         "inner_small": PICKS_INNER_SMALL}
 CONFIGS = []
-for _p in (PICKS_LARGE, PICKS_MEDIUM, PICKS_SMALL):
+for _p in (PICKS_LARGE, PICKS_MEDIUM, PICKS_SMALL, PICKS_INNER, PICKS_INNER_SMALL):
     for _c in _p:
         if name(_c) not in map(name, CONFIGS):
             CONFIGS.append(_c)
@@ -174,13 +187,17 @@ TF32_CONFIGS = [TF32_OF[name(c)] for c in CONFIGS]
 FMA_CONFIGS = [c for c in gluon_conv.FMA_CONFIGS if not (c["NB"] == 1 and c["BH"] == 1)]  # (no flat view here)
 
 
-def picks(out_w: int, k_out: int, tf32: bool = False, fma: bool = False) -> list:
+def picks(out_w: int, k_out: int, tf32: bool = False, fma: bool = False, n: int | None = None) -> list:
     """The configs to try for an output of width out_w with k_out channels (gluon_conv.picks'
     non-flat choice; no BLOCK_N wider than the channels need); tf32: their float32 variants,
-    with gluon_conv.TF32_EXTRA's; fma: gluon_conv.fma_picks' (float32 under FMA math)."""
+    with gluon_conv.TF32_EXTRA's; fma: gluon_conv.fma_picks' (float32 under FMA math).
+    n: the batch; an images-inner config is added where its NB images divide it (and
+    gluon_common.IMAGES_INNER_OFFERED), as gluon_conv.picks does at stride 1."""
     if fma:
         return gluon_conv.fma_picks(out_w, k_out, False)
     base = with_tf32_extra(PICKS_LARGE if out_w >= 28 else PICKS_MEDIUM if out_w >= 14 else PICKS_SMALL, tf32)
+    if n is not None and gluon_common.IMAGES_INNER_OFFERED:
+        base = base + [c for c in (PICKS_INNER if out_w >= 14 else PICKS_INNER_SMALL) if n % c["NB"] == 0]
     cap = max(64, triton.next_power_of_2(k_out))
     return [TF32_OF[name(c)] if tf32 else c for c in base if c["BLOCK_N"] <= cap]
 
@@ -227,6 +244,15 @@ def phase_view(x, stride):
     return (n, h // sh, sh, wd // sw, sw * c), (s0, sh * sh_, sh_, sw * sw_, 1)
 
 
+def phase_order(cfg, dims):
+    """Five [N, H/sh, sh, W/sw, sw*C]-ordered values (the phase view's shape, strides or a
+    box) in the order of the config's x descriptor: unchanged, or [H/sh, sh, W/sw, N, sw*C]
+    for an IMAGES_INNER config (the loader's coordinate order)."""
+    if not cfg.get("IMAGES_INNER"):
+        return tuple(dims)
+    return tuple(dims[1:4]) + (dims[0], dims[4])
+
+
 def out_size(h, wd, kh, kw, padding, dilation, stride):
     oh = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
     ow = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
@@ -268,8 +294,6 @@ def prepare(x, w, stride=(2, 2), padding=(1, 1), dilation=(1, 1), cfg=None, y=No
     matrix, when given; epilogue: gluon_conv.fused_args' tuple)."""
     import torch
     cfg = dict(cfg or CONFIGS[0])
-    if cfg.get("IMAGES_INNER"):
-        raise ValueError("images-inner configs are for stride 1 (gluon_conv): the phase view keeps images outermost")
     stride, padding, dilation = tuple(stride), tuple(padding), tuple(dilation)
     reason = why_not(x, w, padding, dilation, stride)
     if reason:
@@ -290,14 +314,14 @@ def prepare(x, w, stride=(2, 2), padding=(1, 1), dilation=(1, 1), cfg=None, y=No
     if tuple(w_mat.shape) != (k, kh * kw * c) or w_mat.stride(1) != 1:
         raise ValueError("the filter matrix must be [K, KH*KW*C] with unit column stride")
     bias, z, alpha2, act, coef, swish_beta = checked_epilogue(epilogue, y, k)
-    xshape, xs = phase_view(x, stride)
-    yshape, ys = _nhwc(y)
-    x_desc = descriptor(x, xshape, xs, [NB, BH, 1, BW, BK])
+    xshape, xs = (phase_order(cfg, d) for d in phase_view(x, stride))
+    (_, oh, ow, _), ys = _nhwc(y)
+    yshape, ys, y_box = (pixel_order(cfg, d) for d in ((n, oh, ow, k), ys, [NB, BH, BW, BN]))
+    x_desc = descriptor(x, xshape, xs, list(phase_order(cfg, [NB, BH, 1, BW, BK])))
     w_desc = descriptor(w_mat, w_mat.shape, w_mat.stride(), [BN, BK])
-    y_desc = descriptor(y, yshape, ys, [NB, BH, BW, BN])
-    z_desc = y_desc if z is None else descriptor(z, yshape, _nhwc(z)[1], [NB, BH, BW, BN])
+    y_desc = descriptor(y, yshape, ys, y_box)
+    z_desc = y_desc if z is None else descriptor(z, yshape, pixel_order(cfg, _nhwc(z)[1]), y_box)
     bias_arg = placeholder(y.device, y.dtype) if bias is None else bias  # (never read when absent)
-    _, oh, ow, _ = yshape
     grid, tiles = tile_grid(cfg, n, oh, ow, k, kh * kw * (c // BK), x.device, sms)
     args = (x_desc, w_desc, y_desc, float(alpha), float(beta), z_desc, bias_arg, float(alpha2), float(coef),
             float(swish_beta), k, c, kw, *walk_args(c, padding, dilation, stride), *tiles)
@@ -325,9 +349,9 @@ def compile_sm90(cfg, has_beta=False, act=-1, has_bias=False, has_z=False, bias_
     float32 for a TF32 config)."""
     NB, BH, BW, BN, BK = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     dt = sig_dtype(cfg)
-    y_sig = _desc_sig(dt, [NB, BH, BW, BN])
+    y_sig = _desc_sig(dt, list(pixel_order(cfg, [NB, BH, BW, BN])))
     types_ = {
-        "x_desc": _desc_sig(dt, [NB, BH, 1, BW, BK]), "w_desc": _desc_sig(dt, [BN, BK]),
+        "x_desc": _desc_sig(dt, list(phase_order(cfg, [NB, BH, 1, BW, BK]))), "w_desc": _desc_sig(dt, [BN, BK]),
         "y_desc": y_sig, "z_desc": y_sig, "bias_ptr": "*" + bias_dtype,
         "alpha": "fp32", "beta": "fp32", "alpha2": "fp32", "coef": "fp32", "swish_beta": "fp32",
     }
@@ -337,5 +361,5 @@ def compile_sm90(cfg, has_beta=False, act=-1, has_bias=False, has_z=False, bias_
 
 __all__ = ["gluon_conv_strided_kernel", "conv2d", "prepare", "launch", "compile_sm90", "CONFIGS", "TF32_CONFIGS",
            "PICKS", "picks",
-           "why_not", "phase_view", "walk_args", "walk_taps", "out_size", "config", "name", "shared_bytes", "flops",
+           "why_not", "phase_view", "phase_order", "walk_args", "walk_taps", "out_size", "config", "name", "shared_bytes", "flops",
            "filter_matrix"]
