@@ -190,7 +190,7 @@ def test_not_offered_elsewhere(direction, why, kwargs, hopper):
         assert gc.backward_data_candidates(problem, y, w, x, CUDA) == [], why
 
 
-@pytest.mark.parametrize("c,k,hw,kernel,pad,out_w,n,want", [
+@pytest.mark.parametrize("c,k,hw,kernel,pad,out_w,n,fwd_want", [
     (128, 128, 56, 3, 1, 28, 64, gc.PICKS_LARGE + gc.PICKS_INNER),    # res3_3x3s2
     (256, 256, 28, 3, 1, 14, 64, gc.PICKS_MEDIUM + gc.PICKS_INNER),   # res4_3x3s2
     (512, 512, 14, 3, 1, 7, 64, gc.PICKS_SMALL),                      # res5_3x3s2 (128 images do not fit 64)
@@ -198,21 +198,23 @@ def test_not_offered_elsewhere(direction, why, kwargs, hopper):
     (512, 1024, 28, 1, 0, 14, 64, gc.PICKS_MEDIUM + gc.PICKS_INNER),  # res4_ds (1x1 stride 2)
     (256, 256, 28, 3, 1, 14, 48, gc.PICKS_MEDIUM),                    # a batch 64 does not divide
 ])
-def test_strided_forward_offered(c, k, hw, kernel, pad, out_w, n, want, hopper):
+def test_strided_forward_offered(c, k, hw, kernel, pad, out_w, n, fwd_want, hopper):
     """Stride 2 forward: gluon_conv_strided's picks (the stride-2 sweep's configs, and the
     images-inner ones where their images divide the batch); backward data at stride 2: the
-    phase kernels' picks by the phases' width (for the 1x1 filter too: its three phases
-    without taps are store-only tiles), never images-inner."""
+    phase kernels' picks by the phases' width and the batch (for the 1x1 filter too: its
+    three phases without taps are store-only tiles)."""
     gs = pytest.importorskip("tridnn.cuda.gluon_conv_strided")
     problem, x, w, y = _problem("fwd", c, k, hw, kernel, stride=2, pad=pad, n=n)
     got = gc.forward_candidates(problem, x, w, y, None, CUDA)
-    assert [gc.name(g) for g in got] == [gc.name(g) for g in want]
+    assert [gc.name(g) for g in got] == [gc.name(g) for g in fwd_want]
     assert [gc.name(g) for g in got] == [gs.name(g) for g in gs.picks(out_w, k, n=n)]
     assert all(g["GLUON"] for g in got)
     problem, x, w, y = _problem("bwd_data", c, k, hw, kernel, stride=2, pad=pad, n=n)
     got = gc.backward_data_candidates(problem, y, w, x, CUDA)
-    want = gc.picks(out_w, c, False)
+    want = gc.picks(out_w, c, False, n=n)
     assert [gc.name(g) for g in got] == [gc.name(g) for g in want]
+    inner = [gc.name(g) for g in got if g.get("IMAGES_INNER")]  # (dx's phases are as wide as y)
+    assert inner == [gc.name(g) for g in fwd_want if g.get("IMAGES_INNER")]
 
 
 def test_repeated_forward_launches_the_recorded_arguments(hopper, monkeypatch):
@@ -566,8 +568,8 @@ STRIDED_DGRAD_GPU_CASES = [
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("cfg", [c for c in ALL_PICKS if not (c["NB"] == 1 and c["BH"] == 1)
-                                 and not c.get("IMAGES_INNER")], ids=gc.name)  # (stride 1 only)
+@pytest.mark.parametrize("cfg", [c for c in ALL_PICKS if not (c["NB"] == 1 and c["BH"] == 1)],
+                         ids=gc.name)  # (the flat configs: stride 1 only)
 @pytest.mark.parametrize("p", STRIDED_DGRAD_GPU_CASES, ids=lambda p: p["name"])
 def test_gpu_forced_strided_backward_data_against_float64(p, cfg, rng, forced, monkeypatch):
     """ALGO_1 backward data at stride > 1 with each Gluon config forced (the flat ones serve

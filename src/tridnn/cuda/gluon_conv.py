@@ -1153,7 +1153,7 @@ def backward_data_candidates(problem, dy, w, dx, device) -> list:
     _, (kh, kw), pad, dil, stride = _geo2(problem)
     tf32, fma = _float32_kind(problem, dy)
     if tuple(stride) != (1, 1):  # the phases' outputs are strided views: no flat GEMM view
-        return picks(cdiv(dx.shape[3], stride[1]), dx.shape[1], False, tf32, fma)
+        return picks(cdiv(dx.shape[3], stride[1]), dx.shape[1], False, tf32, fma, n=dy.shape[0])
     bpad = ((kh - 1) * dil[0] - pad[0], (kw - 1) * dil[1] - pad[1])
     return picks(dx.shape[3], dx.shape[1], flat_ok(dy, dx, kh, kw, bpad), tf32, fma, dilated=max(dil) > 1,
                  n=dy.shape[0])

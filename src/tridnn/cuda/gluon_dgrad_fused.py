@@ -27,6 +27,8 @@ epilogue stores (and with beta != 0 first loads) the tile through ONE 5-D TMA de
 dx's phase view [N, H/sh, sh, W/sw, sw*C] (gluon_conv_strided.phase_view) with box
 [NB, BH, 1, BW, BLOCK_N] at [n0, i0, a, j0, b*C + c0]. A box must not reach past a column
 phase's C channels into the next one's (TMA clips at sw*C only): C is a multiple of BLOCK_N.
+An images-inner config (gluon_conv's PICKS_INNER*, session 29) views dy as [OH, OW, N, K]
+and dx as [H/sh, sh, W/sw, N, sw*C]: NB images at one or two pixels a tile.
 
 Elsewhere (H or W not a multiple of the stride, pixels not dense within a row, C not a
 multiple of BLOCK_N) gluon_conv keeps its launch per phase. The kernel's shared memory and
@@ -49,8 +51,9 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from .common import cdiv, int32_table
 from .gluon_common import compile_sm90 as _compile_sm90, descriptor
 from .gluon_common import desc_sig as _desc_sig
-from .gluon_conv import _tile_coords, acc_layout_of, constexprs, drain, mainloop, shared_state, sig_dtype
-from .gluon_conv_strided import phase_view, phase_view_why_not
+from .gluon_conv import (_pixel_load, _tile_coords, acc_layout_of, constexprs, drain, mainloop, pixel_order,
+                         shared_state, sig_dtype)
+from .gluon_conv_strided import phase_order, phase_view, phase_view_why_not
 
 FUSED_PHASES = os.environ.get("TRIDNN_GLUON_FUSED_PHASES", "1") != "0"
 
@@ -77,7 +80,7 @@ def _loader_phases(dy_desc, w_desc, a_bufs, b_bufs, ready, empty, table_ptr, sch
                    # tile list
                    TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
                    NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_N: gl.constexpr,
-                   BLOCK_K: gl.constexpr, STAGES: gl.constexpr):
+                   BLOCK_K: gl.constexpr, STAGES: gl.constexpr, IMAGES_INNER: gl.constexpr):
     """Producer (one warp): per tile, its phase's row of the table; per k-step, wait for a
     free slot, then TMA the shifted dy box and the filter box into it (gluon_conv._loader's
     incremental tap walk with the phase's taps, padding and filter columns)."""
@@ -106,7 +109,7 @@ def _loader_phases(dy_desc, w_desc, a_bufs, b_bufs, ready, empty, table_ptr, sch
             mbarrier.wait(empty.index(s), phase ^ 1)
             bar = ready.index(s)
             mbarrier.expect(bar, nbytes)
-            tma.async_copy_global_to_shared(dy_desc, [n0, ih, iw, c0], bar, a_bufs.index(s))
+            _pixel_load(dy_desc, n0, ih, iw, c0, bar, a_bufs.index(s), IMAGES_INNER)
             tma.async_copy_global_to_shared(w_desc, [c0_out, wcol + kk * BLOCK_K], bar, b_bufs.index(s))
             it += 1
             c0 += BLOCK_K
@@ -135,11 +138,12 @@ def _consumer_phases(dx_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar,
                      NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_N: gl.constexpr,
                      BLOCK_K: gl.constexpr, STAGES: gl.constexpr,
                      PARTITION: gl.constexpr, CONSUMERS: gl.constexpr, WARPS: gl.constexpr,
-                     HAS_BETA: gl.constexpr, FMA: gl.constexpr):
+                     HAS_BETA: gl.constexpr, FMA: gl.constexpr, IMAGES_INNER: gl.constexpr):
     """A consumer partition: gluon_conv._consumer's main loop and beta blend (no fused
     epilogue: backward data has none) with the tile's k-step count from the table (the ring
     position ``it`` advances by every tile of this program, the other partition's too) and
-    the store through dx's 5-D phase view at [n0, i0, a, j0, b*C + c0]."""
+    the store through dx's 5-D phase view at [n0, i0, a, j0, b*C + c0] (IMAGES_INNER:
+    [i0, a, j0, n0, b*C + c0])."""
     BLOCK_M: gl.constexpr = NB * BH * BW
     MMA_K: gl.constexpr = 256 // a_bufs.dtype.primitive_bitwidth
     acc_layout: gl.constexpr = acc_layout_of(BLOCK_N, MMA_K, WARPS, FMA)
@@ -160,7 +164,10 @@ def _consumer_phases(dx_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar,
         pa = gl.load(row + 0)
         pb = gl.load(row + 1)
         n0, i0, j0, c0 = _tile_coords(r, TILES_H, TILES_W, N_BLOCKS, NB, BH, BW, BLOCK_N)
-        coords = [n0, i0, pa, j0, pb * C_OUT + c0]
+        if IMAGES_INNER:
+            coords = [i0, pa, j0, n0, pb * C_OUT + c0]
+        else:
+            coords = [n0, i0, pa, j0, pb * C_OUT + c0]
         t_local = j // CONSUMERS  # this partition's tile count
         if HAS_BETA:  # the old dx tile comes while the main loop runs
             tma.store_wait(pendings=0)
@@ -201,7 +208,8 @@ _RUNTIME_INTS = ["K_IN", "C_OUT", "SLOTS", "TILES_PER_PHASE", "TILES_H", "TILES_
 def gluon_dgrad_fused_kernel(
     # TMA descriptors: dy [N, OH, OW, K] box [NB, BH, BW, BLOCK_K]; the phase-ordered turned
     # filter [C, KH*KW*K] box [BLOCK_N, BLOCK_K]; dx's phase view [N, H/sh, sh, W/sw, sw*C]
-    # box [NB, BH, 1, BW, BLOCK_N]
+    # box [NB, BH, 1, BW, BLOCK_N] (IMAGES_INNER: dy and dx with the images next to the
+    # channels, gluon_conv.pixel_order and gluon_conv_strided.phase_order)
     dy_desc, w_desc, dx_desc,
     alpha, beta,
     # dy's channels (the reduction's); the phase table (int32 [SLOTS, 8]: phase_table's rows,
@@ -213,7 +221,7 @@ def gluon_dgrad_fused_kernel(
     NB: gl.constexpr, BH: gl.constexpr, BW: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
     STAGES: gl.constexpr, PINGPONG: gl.constexpr, LOADER_REGS: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr, HAS_BETA: gl.constexpr = False,
-    FMA: gl.constexpr = False,
+    FMA: gl.constexpr = False, IMAGES_INNER: gl.constexpr = False,
 ):
     """dx = alpha * conv_transpose(dy, w, stride) (+ beta * dx) over all phases of dx,
     persistent and warp-specialized (see the module docstring); FMA: float32 products on
@@ -225,22 +233,25 @@ def gluon_dgrad_fused_kernel(
         gl.warp_specialize([
             (_consumer_phases, (dx_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, beta, table_ptr,
                                 sched_ptr, C_OUT, SLOTS, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
-                                NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps, HAS_BETA, FMA)),
+                                NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps, HAS_BETA, FMA,
+                                IMAGES_INNER)),
             (_loader_phases, (dy_desc, w_desc, a_bufs, b_bufs, ready, empty, table_ptr, sched_ptr,
                               K_IN, SLOTS, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
-                              NB, BH, BW, BLOCK_N, BLOCK_K, STAGES)),
+                              NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, IMAGES_INNER)),
             (_consumer_phases, (dx_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, beta, table_ptr,
                                 sched_ptr, C_OUT, SLOTS, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
-                                NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 1, CONSUMERS, num_warps, HAS_BETA, FMA)),
+                                NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 1, CONSUMERS, num_warps, HAS_BETA, FMA,
+                                IMAGES_INNER)),
         ], [1, num_warps], [LOADER_REGS, CONSUMER_REGS])
     else:
         gl.warp_specialize([
             (_consumer_phases, (dx_desc, a_bufs, b_bufs, ready, empty, turns, c_bufs, ybar, alpha, beta, table_ptr,
                                 sched_ptr, C_OUT, SLOTS, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
-                                NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps, HAS_BETA, FMA)),
+                                NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, 0, CONSUMERS, num_warps, HAS_BETA, FMA,
+                                IMAGES_INNER)),
             (_loader_phases, (dy_desc, w_desc, a_bufs, b_bufs, ready, empty, table_ptr, sched_ptr,
                               K_IN, SLOTS, TILES_PER_PHASE, TILES_H, TILES_W, N_BLOCKS,
-                              NB, BH, BW, BLOCK_N, BLOCK_K, STAGES)),
+                              NB, BH, BW, BLOCK_N, BLOCK_K, STAGES, IMAGES_INNER)),
         ], [1], [LOADER_REGS])
 
 
@@ -356,11 +367,11 @@ def prepare(dy, w, dx, kernel, stride, padding, convolution, cfg, alpha=1.0, bet
         m = turned_filter(w, order=p["order"])
     check_dtypes(cfg, dy, m, dx)
     NB, BH, BW, BN, BK = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-    dyshape, dys = _nhwc(dy)
-    dy_desc = descriptor(dy, dyshape, dys, [NB, BH, BW, BK])
+    dyshape, dys, dy_box = (pixel_order(cfg, d) for d in (*_nhwc(dy), [NB, BH, BW, BK]))
+    dy_desc = descriptor(dy, dyshape, dys, dy_box)
     w_desc = descriptor(m, m.shape, m.stride(), [BN, BK])
-    xshape, xs = phase_view(dx, stride)
-    dx_desc = descriptor(dx, xshape, xs, [NB, BH, 1, BW, BN])
+    xshape, xs, x_box = (phase_order(cfg, d) for d in (*phase_view(dx, stride), [NB, BH, 1, BW, BN]))
+    dx_desc = descriptor(dx, xshape, xs, list(x_box))
     args = (dy_desc, w_desc, dx_desc, float(alpha), float(beta), k_in, int32_table(p["rows"], dx.device),
             int32_table(p["schedule"], dx.device), dx.shape[1], p["SLOTS"], p["TILES_PER_PHASE"], p["TILES_H"],
             p["TILES_W"], p["N_BLOCKS"])
@@ -380,8 +391,9 @@ def compile_sm90(cfg, has_beta=False):
     float32 for a TF32 config)."""
     NB, BH, BW, BN, BK = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     dt = sig_dtype(cfg)
-    types_ = {"dy_desc": _desc_sig(dt, [NB, BH, BW, BK]), "w_desc": _desc_sig(dt, [BN, BK]),
-              "dx_desc": _desc_sig(dt, [NB, BH, 1, BW, BN]), "table_ptr": "*i32", "sched_ptr": "*i32",
+    types_ = {"dy_desc": _desc_sig(dt, list(pixel_order(cfg, [NB, BH, BW, BK]))), "w_desc": _desc_sig(dt, [BN, BK]),
+              "dx_desc": _desc_sig(dt, list(phase_order(cfg, [NB, BH, 1, BW, BN]))), "table_ptr": "*i32",
+              "sched_ptr": "*i32",
               "alpha": "fp32", "beta": "fp32"}
     consts, cap = kernel_constexprs(cfg, has_beta)
     return _compile_sm90(gluon_dgrad_fused_kernel, types_, consts, cfg["num_warps"], maxnreg=cap)
