@@ -27,7 +27,8 @@ DW_VARIANTS = [("fp32", True), ("bf16", False)]
 # (config, out_dtype, beta_zero): compiled with DW_VEC on (the whole-tile stores in pairs)
 DW_VEC_VARIANTS = [(gw.CONFIGS[0], "bf16", True), (gw.CONFIGS[0], "fp32", False), (gw.CONFIGS[8], "bf16", True)]
 # configs compiled with TMA_DW (a bfloat16 dw tile through shared memory): two programs an SM too
-TMA_DW_CONFIGS = [gw.CONFIGS[0], gw.WGRAD_PICKS_NARROW[0], gw.config(128, 1, 1, 128, 128, 3, 8, images_inner=True)]
+TMA_DW_CONFIGS = [gw.CONFIGS[0], gw.WGRAD_PICKS_NARROW[0], gw.config(128, 1, 1, 128, 128, 3, 8, images_inner=True),
+                  gw.config(64, 1, 1, 128, 256, 3, 8, images_inner=True)]  # (128 x 256: room with a ring of 3)
 
 
 @pytest.fixture(scope="module")

@@ -443,6 +443,11 @@ CONFIGS = [
     # the image boxes above on zeros); 64-pixel boxes in a deeper ring for batch 64 on 7x7
     config(128, 1, 1, 128, 128, 3, 8, images_inner=True), config(64, 1, 1, 128, 128, 5, 8, images_inner=True),
     config(64, 1, 2, 128, 128, 3, 8, images_inner=True),
+    # (session 29, for the sweep; not yet picked) 128 x 256 with a ring of 3, which leaves
+    # room for the TMA store of dw (TMA_DW; the ring of 4 has none), image boxes and 64
+    # images at one pixel (res5 at batch 64: 128 x 256 x 64 MACs a k-step, as 128 x 128 x 128)
+    config(1, 8, 8, 128, 256, 3, 8), config(8, 1, 8, 128, 256, 3, 8),
+    config(64, 1, 1, 128, 256, 3, 8, images_inner=True),
 ]
 
 
