@@ -361,5 +361,5 @@ def compile_sm90(cfg, has_beta=False, act=-1, has_bias=False, has_z=False, bias_
 
 __all__ = ["gluon_conv_strided_kernel", "conv2d", "prepare", "launch", "compile_sm90", "CONFIGS", "TF32_CONFIGS",
            "PICKS", "picks",
-           "why_not", "phase_view", "phase_order", "walk_args", "walk_taps", "out_size", "config", "name", "shared_bytes", "flops",
-           "filter_matrix"]
+           "why_not", "phase_view", "phase_order", "walk_args", "walk_taps", "out_size", "config", "name",
+           "shared_bytes", "flops", "filter_matrix"]
