@@ -60,8 +60,10 @@ def _problem(direction, c, k, hw, kernel, stride=1, pad=0, n=4, dtype="float16",
 def hopper(monkeypatch):
     """Build the GPU lists on the host: a stand-in Hopper with 132 SMs."""
     monkeypatch.setattr(gc, "_hopper", lambda device: device.type == "cuda")
-    # the images-inner configs in the lists (test_images_inner_can_be_withdrawn: switched off)
+    # the images-inner configs in the lists, at every stride (test_images_inner_can_be_withdrawn
+    # and test_strided_images_inner_off_by_default: switched off)
     monkeypatch.setattr(gluon_common, "IMAGES_INNER_OFFERED", True)
+    monkeypatch.setattr(gluon_common, "IMAGES_INNER_STRIDED", True)
     monkeypatch.setattr(conv_tma, "sm_count", lambda device: 132)
     monkeypatch.setattr(conv_tma, "hardware_ok", lambda t: True)
 
@@ -102,6 +104,24 @@ def test_images_inner_can_be_withdrawn(direction, hopper, monkeypatch):
         problem, x, w, y = _problem(direction, 512, 512, 14, 3, stride=2, pad=1, n=256)
         got = gc.forward_candidates(problem, x, w, y, None, CUDA)
         assert [gc.name(g) for g in got] == [gc.name(g) for g in gc.PICKS_SMALL]
+
+
+def test_strided_images_inner_switch():
+    import os
+    assert gluon_common.IMAGES_INNER_STRIDED is (os.environ.get("TRIDNN_IMAGES_INNER_STRIDED", "0") == "1")
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
+def test_strided_images_inner_off_by_default(direction, hopper, monkeypatch):
+    """The strided images-inner configs (session 29, not yet run on a GPU) are offered only
+    with TRIDNN_IMAGES_INNER_STRIDED=1: without it res4_3x3s2 at batch 64 gets the image-box
+    picks alone, in both directions; stride 1 keeps its images-inner picks."""
+    monkeypatch.setattr(gluon_common, "IMAGES_INNER_STRIDED", False)
+    for stride, hw, want in ((2, 28, gc.PICKS_MEDIUM), (1, 14, gc.PICKS_MEDIUM + gc.PICKS_INNER)):
+        problem, x, w, y = _problem(direction, 256, 256, hw, 3, stride=stride, pad=1, n=64)
+        got = (gc.forward_candidates(problem, x, w, y, None, CUDA) if direction == "fwd"
+               else gc.backward_data_candidates(problem, y, w, x, CUDA))
+        assert [gc.name(g) for g in got] == [gc.name(g) for g in want], stride
 
 
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data"])

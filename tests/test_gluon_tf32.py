@@ -74,6 +74,7 @@ def hopper(monkeypatch):
     monkeypatch.setattr(gc, "_hopper", lambda device: device.type == "cuda")
     # the images-inner configs in the lists (test_images_inner_can_be_withdrawn: switched off)
     monkeypatch.setattr(gluon_common, "IMAGES_INNER_OFFERED", True)
+    monkeypatch.setattr(gluon_common, "IMAGES_INNER_STRIDED", True)
     monkeypatch.setattr(conv_tma, "sm_count", lambda device: 132)
     monkeypatch.setattr(conv_tma, "hardware_ok", lambda t: True)
 

@@ -26,6 +26,11 @@ from .conv_tma import _Address as Address  # a descriptor's base without the ten
 # res3/4/5_3x3 went 1.13/1.10/1.16 -> 0.95/0.96/1.05 of cuDNN, backward data 1.13/1.14/1.25
 # -> 0.99/1.03/1.21, and the backward filter's res5_ds 1.21 -> 0.97.
 IMAGES_INNER_OFFERED = os.environ.get("TRIDNN_IMAGES_INNER", "1") != "0"
+# At stride > 1 the forward (gluon_conv_strided) and the one-launch backward data
+# (gluon_dgrad_fused) take them through their 5-D phase views too (session 29). Off until
+# they have run on a GPU: built and checked on the CPU only (descriptor-box walks against
+# float64, sm_90 compiles); TRIDNN_IMAGES_INNER_STRIDED=1 offers them (with IMAGES_INNER_OFFERED).
+IMAGES_INNER_STRIDED = os.environ.get("TRIDNN_IMAGES_INNER_STRIDED", "0") == "1"
 
 
 def guarded_launch(what, launch, *args) -> bool:
