@@ -1,0 +1,62 @@
+#!/bin/bash
+# Session 29's pending GPU work, in named steps (the device found no machine that session).
+# Usage (device tool; carry build/base.tar):
+#   git archive HEAD -o build/base.tar   # here
+#   mkdir -p /tmp/base && tar xf build/base.tar -C /tmp/base && bash /tmp/base/benchmarks/gpu_images_inner_check.sh \
+#       "tests fwd64 dgrad64 fwd256 dgrad256 wgrad_sweep"
+# LIMIT (seconds, default 570) bounds the whole run: a step starts only with 60 s left.
+# Steps:
+#   tests      the strided images-inner configs forced, against float64: gluon_conv_strided's kernel,
+#              gluon_dgrad_fused's one launch, and both through the API (forward; backward data a
+#              launch a phase)
+#   fwd64 / dgrad64 / fwd256 / dgrad256
+#              bench_gpu_conv.py --algos get on the stride-2 layers, TRIDNN_IMAGES_INNER_STRIDED=1
+#              against 0 on one machine (the A/B that decides the switch's default)
+#   wgrad_sweep  sweep_gluon_wgrad.py on res5_3x3, res4_3x3 and res5_3x3s2 (batch 64): the 128 x 256
+#              ring-of-3 configs (30-32, TMA store of dw) against the picked ones
+# Results under $OUT (or ./gpu_out); a per-layer summary last.
+cd /tmp/base
+export PYTHONPATH=/tmp/base/src TRITON_CACHE_DIR=/tmp/tcd PYTHONUNBUFFERED=1
+R=${OUT:-gpu_out}; mkdir -p "$R"; export R
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+START=$(date +%s)
+left() { echo $(( ${LIMIT:-570} - ($(date +%s) - START) )); }
+STRIDED=res3_3x3s2,res3_ds,res4_3x3s2,res4_ds,res5_3x3s2,res5_ds
+
+bench() {  # tag section batch strided(0|1)
+  local t; t=$(left); if [ "$t" -lt 60 ]; then echo "skip $1 (time)"; return; fi
+  local t0; t0=$(date +%s)
+  TRIDNN_IMAGES_INNER_STRIDED=$4 TRIDNN_CACHE_DIR=/tmp/fc_$1 timeout "$t" python3 benchmarks/bench_gpu_conv.py \
+      --batch "$3" --sections "$2" --algos get --budget-s 600 --layers $STRIDED --out "$R/$1" > "$R/$1.txt" 2>&1
+  echo "$1 took $(( $(date +%s) - t0 )) s: $(grep -E '^\| rn50' "$R/$1.txt" | tail -1)"
+}
+
+for step in $1; do
+  case $step in
+    tests)
+      t0=$(date +%s)
+      TRIDNN_GPU_TESTS=1 timeout "${TEST_S:-200}" python3 -m pytest -q -p no:cacheprovider --gpu -m gpu \
+          tests/test_gluon_conv_strided.py tests/test_gluon_dgrad_fused.py tests/test_gluon_integration.py \
+          -k "images-inner and (strided or fused or direct or against_float64)" > "$R/tests.txt" 2>&1
+      echo "tests took $(( $(date +%s) - t0 )) s: $(tail -1 "$R/tests.txt")";;
+    fwd64) bench fwd64_on rn50-fwd 64 1; bench fwd64_off rn50-fwd 64 0;;
+    dgrad64) bench dgrad64_on rn50-bwd_data 64 1; bench dgrad64_off rn50-bwd_data 64 0;;
+    fwd256) bench fwd256_on rn50-fwd 256 1; bench fwd256_off rn50-fwd 256 0;;
+    dgrad256) bench dgrad256_on rn50-bwd_data 256 1; bench dgrad256_off rn50-bwd_data 256 0;;
+    wgrad_sweep)
+      t=$(left); if [ "$t" -lt 60 ]; then echo "skip wgrad_sweep (time)"; continue; fi
+      timeout "$t" python3 benchmarks/sweep_gluon_wgrad.py --layers res5_3x3,res4_3x3,res5_3x3s2 \
+          --configs 3,4,8,12,27,28,30,31,32 --out "$R/wgrad" --budget-s $((t - 60)) > "$R/wgrad.txt" 2>&1
+      tail -30 "$R/wgrad.txt";;
+    *) echo "unknown step $step";;
+  esac
+done
+
+python3 - <<'PY'
+import glob, json, os
+for f in sorted(glob.glob(os.path.join(os.environ["R"], "*", "bench_gpu_conv.json"))):
+    d = json.load(open(f))
+    for section, rows in d["sections"].items():
+        print(f.split("/")[-2], " ".join(f"{r['layer']}:{r.get('ratio', float('nan')):.3f}"
+                                         f"({r.get('best_us', 0):.1f}/{r.get('cudnn_us', 0):.1f}us)" for r in rows))
+PY
