@@ -184,3 +184,40 @@ def tma_store(desc, coords, tile):
     are written, the rest dropped."""
     view, mask, where = _box(desc, coords)
     view[where] = tile.reshape(desc.block_shape)[mask].to(view.dtype)
+
+
+def emulate_gluon_conv(args, meta):
+    """gluon_conv_fwd_kernel on the CPU in float64 from a ``gluon_conv.prepare`` launch's
+    (args, meta): its tile order (_tile_coords), the loader's walk over taps and channel
+    blocks, the epilogue's alpha, old-y (beta) and z (alpha2) tiles and its store, every box
+    read and written through the descriptors in the kernel's coordinate order (images inner:
+    [rows, columns, images, channels]). Bias and activations are not emulated."""
+    import torch
+    from tridnn.cuda.gluon_conv import gluon_conv_fwd_kernel
+    a = dict(zip(gluon_conv_fwd_kernel.arg_names, args))
+    if meta.get("HAS_BIAS") or meta.get("ACT", -1) != -1:
+        raise NotImplementedError("the emulation has no bias or activation")
+    nb, bh, bw, bn, bk = (meta[k] for k in ("NB", "BH", "BW", "BLOCK_N", "BLOCK_K"))
+    bm, c, kw = nb * bh * bw, a["C"], a["KW"]
+
+    def at(n0, r, col, ch):  # _pixel_load / _pixel_store
+        return [r, col, n0, ch] if meta.get("IMAGES_INNER") else [n0, r, col, ch]
+
+    for t in range(a["NUM_TILES"]):
+        nb_k, r = t % a["N_BLOCKS"], t // a["N_BLOCKS"]
+        tw, r = r % a["TILES_W"], r // a["TILES_W"]
+        th, tn = r % a["TILES_H"], r // a["TILES_H"]
+        n0, oh0, ow0, k0 = tn * nb, th * bh, tw * bw, nb_k * bn
+        acc = torch.zeros(bm, bn, dtype=torch.float64)
+        for kk in range(a["K_STEPS"]):
+            tap, c0 = divmod(kk * bk, c)
+            ih = oh0 - a["PAD_H"] + (tap // kw) * a["DIL_H"]
+            iw = ow0 - a["PAD_W"] + (tap % kw) * a["DIL_W"]
+            box = tma_box(a["x_desc"], at(n0, ih, iw, c0)).reshape(bm, bk).double()
+            acc += box @ tma_box(a["w_desc"], [k0, kk * bk]).double().T
+        acc = a["alpha"] * acc
+        if meta.get("HAS_BETA"):
+            acc += a["beta"] * tma_box(a["y_desc"], at(n0, oh0, ow0, k0)).reshape(bm, bn).double()
+        if meta.get("HAS_Z"):
+            acc += a["alpha2"] * tma_box(a["z_desc"], at(n0, oh0, ow0, k0)).reshape(bm, bn).double()
+        tma_store(a["y_desc"], at(n0, oh0, ow0, k0), acc)

@@ -95,12 +95,12 @@ def test_filter_matrix_order():
 
 @pytest.mark.parametrize("images_inner", [False, True])
 def test_descriptor_boxes_reproduce_the_convolution(images_inner):
-    """The kernel's walk (tiles by _tile_coords, the loader's k-steps over taps and channel
-    blocks, the epilogue's old-y and z tiles and its store), every box read and written
-    through the descriptors ``prepare`` builds in the order each layout's take them
-    (images_inner: [rows, columns, images, channels]; zero outside, stores clipped, as TMA
-    does), gives alpha * conv + beta * y + alpha2 * z in float64. So the permuted views
-    and the coordinate order agree."""
+    """The kernel's walk (gluon_helpers.emulate_gluon_conv: tiles by _tile_coords, the
+    loader's k-steps over taps and channel blocks, the epilogue's old-y and z tiles and its
+    store), every box read and written through the descriptors ``prepare`` builds in the
+    order each layout's take them (images_inner: [rows, columns, images, channels]; zero
+    outside, stores clipped, as TMA does), gives alpha * conv + beta * y + alpha2 * z in
+    float64. So the permuted views and the coordinate order agree."""
     n, c, k, h, w, kh, kw, pad, dil = 3, 128, 64, 5, 6, 3, 3, 1, 2
     cfg = gc.config(2, 2, 2, 64, 3, 4, images_inner=images_inner)
     # small integers: exact in bfloat16 and in the float64 sums
@@ -113,28 +113,7 @@ def test_descriptor_boxes_reproduce_the_convolution(images_inner):
     grid, args, meta, out = gc.prepare(x, wt, (pad, pad), (dil, dil), cfg, y=y, alpha=2.0, beta=0.5, sms=4,
                                        epilogue=(None, z, 0.25, -1, 0.0, 1.0))
     assert out is y and meta.get("IMAGES_INNER", False) == images_inner
-    x_desc, w_desc, y_desc, z_desc = args[0], args[1], args[2], args[5]
-    num_tiles, tiles_h, tiles_w, n_blocks, k_steps = args[-5:]
-    bk, bm = cfg["BLOCK_K"], cfg["NB"] * cfg["BH"] * cfg["BW"]
-
-    def order(n0, r, col, ch):  # the kernel's _pixel_load / _pixel_store coordinate order
-        return [r, col, n0, ch] if images_inner else [n0, r, col, ch]
-
-    for t in range(num_tiles):
-        nb_k, r = t % n_blocks, t // n_blocks
-        tw, r = r % tiles_w, r // tiles_w
-        th, tn = r % tiles_h, r // tiles_h
-        n0, oh0, ow0, k0 = tn * cfg["NB"], th * cfg["BH"], tw * cfg["BW"], nb_k * cfg["BLOCK_N"]
-        acc = torch.zeros(bm, cfg["BLOCK_N"], dtype=torch.float64)
-        for kk in range(k_steps):
-            tap, c0 = divmod(kk * bk, c)
-            ih, iw = oh0 - pad + (tap // kw) * dil, ow0 - pad + (tap % kw) * dil
-            a = gluon_helpers.tma_box(x_desc, order(n0, ih, iw, c0)).reshape(bm, bk).double()
-            b = gluon_helpers.tma_box(w_desc, [k0, kk * bk]).double()
-            acc += a @ b.T
-        acc = 2.0 * acc + 0.5 * gluon_helpers.tma_box(y_desc, order(n0, oh0, ow0, k0)).reshape(bm, -1).double()
-        acc += 0.25 * gluon_helpers.tma_box(z_desc, order(n0, oh0, ow0, k0)).reshape(bm, -1).double()
-        gluon_helpers.tma_store(y_desc, order(n0, oh0, ow0, k0), acc)
+    gluon_helpers.emulate_gluon_conv(args, meta)
     want = (2.0 * torch.nn.functional.conv2d(x.double(), wt.double(), padding=pad, dilation=dil)
             + 0.5 * y0.double() + 0.25 * z.double())
     torch.testing.assert_close(y.double(), want.to(torch.bfloat16).double())

@@ -31,6 +31,7 @@ from tridnn.cuda import conv_implicit_gemm as fwd  # noqa: E402
 from tridnn.cuda.epilogue import EpilogueSpec  # noqa: E402
 from tridnn.descriptors.activation import ActivationMode  # noqa: E402
 
+import gluon_helpers  # noqa: E402
 from gluon_helpers import force_one_config, need_hopper  # noqa: E402
 from test_cuda_conv import P, run_case  # noqa: E402
 
@@ -122,6 +123,35 @@ def test_strided_images_inner_off_by_default(direction, hopper, monkeypatch):
         got = (gc.forward_candidates(problem, x, w, y, None, CUDA) if direction == "fwd"
                else gc.backward_data_candidates(problem, y, w, x, CUDA))
         assert [gc.name(g) for g in got] == [gc.name(g) for g in want], stride
+
+
+@pytest.mark.parametrize("images_inner", [False, True])
+@pytest.mark.parametrize("hw", [13, 14], ids=["odd", "even"])
+def test_strided_backward_data_a_launch_a_phase_through_descriptors(hw, images_inner, monkeypatch):
+    """launch_backward_data at stride 2 a launch a phase (odd sizes; even ones with the fused
+    launch off), each launch emulated through its descriptors (gluon_helpers.emulate_gluon_conv:
+    dy's boxes, the phase's block of the turned filter, the strided view of dx, images
+    inner or not): alpha * conv2d_input + beta * dx in float64, from small integers."""
+    from tridnn.cuda import gluon_dgrad_fused
+    monkeypatch.setattr(gluon_dgrad_fused, "FUSED_PHASES", False)
+    launches = []
+
+    def emulate(grid, args, meta, y=None, kernel=None):
+        assert kernel in (None, gc.gluon_conv_fwd_kernel)
+        launches.append(meta["IMAGES_INNER"])
+        gluon_helpers.emulate_gluon_conv(args, meta)
+    monkeypatch.setattr(gc, "launch", emulate)
+    problem, dx, w, dy = _problem("bwd_data", 64, 128, hw, 3, stride=2, pad=1, n=3, dtype="bfloat16")
+    g = torch.Generator().manual_seed(5)
+    fill = lambda t: t.copy_(torch.randint(-3, 4, t.shape, generator=g).to(t.dtype))  # noqa: E731
+    for t in (dx, w, dy):
+        fill(t)
+    dx0 = dx.clone()
+    cfg = dict(gc.config(2, 2, 2, 64, 3, 4, images_inner=images_inner), GLUON=True)
+    assert gc.launch_backward_data(problem, dy, w, dx, 2.0, 0.5, cfg, sms=4)
+    assert launches == [images_inner] * 4, "a launch for each of the four phases"
+    want = 2.0 * torch.nn.grad.conv2d_input(dx.shape, w.double(), dy.double(), stride=2, padding=1)
+    torch.testing.assert_close(dx.double(), (want + 0.5 * dx0.double()).to(torch.bfloat16).double())
 
 
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
