@@ -221,3 +221,99 @@ def emulate_gluon_conv(args, meta):
         if meta.get("HAS_Z"):
             acc += a["alpha2"] * tma_box(a["z_desc"], at(n0, oh0, ow0, k0)).reshape(bm, bn).double()
         tma_store(a["y_desc"], at(n0, oh0, ow0, k0), acc)
+
+
+def emulate_gluon_conv_strided(args, meta):
+    """gluon_conv_strided_kernel on the CPU in float64 from its ``prepare``'s (args, meta):
+    gluon_conv's tiles and epilogue, the loader's tap walk over x's phase view
+    (gluon_conv_strided.walk_taps; images inner: [rows, row phase, columns, images, column
+    phase * C + channels]), every box through the descriptors."""
+    import torch
+    from tridnn.cuda import gluon_conv_strided as gs
+    a = dict(zip(gs.gluon_conv_strided_kernel.arg_names, args))
+    if meta.get("HAS_BIAS") or meta.get("ACT", -1) != -1:
+        raise NotImplementedError("the emulation has no bias or activation")
+    nb, bh, bw, bn, bk = (meta[k] for k in ("NB", "BH", "BW", "BLOCK_N", "BLOCK_K"))
+    bm, c, inner = nb * bh * bw, a["C"], meta.get("IMAGES_INNER")
+    # the taps from the walk's host arguments (the loader's incremental steps, as walk_taps)
+    taps, ih, ph = [], a["AH0"], a["BH0"]
+    for _ in range(a["K_STEPS"] * bk // c // a["KW"]):
+        iw, cb = a["AW0"], a["CB0"]
+        for _ in range(a["KW"]):
+            taps.append((ih, ph, iw, cb))
+            cb, iw = cb + a["DCB"], iw + a["DAW"]
+            cb, iw = (cb - a["SWC"], iw + 1) if cb >= a["SWC"] else (cb, iw)
+        ph, ih = ph + a["DBH"], ih + a["DAH"]
+        ph, ih = (ph - a["SH"], ih + 1) if ph >= a["SH"] else (ph, ih)
+
+    def y_at(n0, r, col, ch):
+        return [r, col, n0, ch] if inner else [n0, r, col, ch]
+
+    for t in range(a["NUM_TILES"]):
+        nb_k, r = t % a["N_BLOCKS"], t // a["N_BLOCKS"]
+        tw, r = r % a["TILES_W"], r // a["TILES_W"]
+        th, tn = r % a["TILES_H"], r // a["TILES_H"]
+        n0, oh0, ow0, k0 = tn * nb, th * bh, tw * bw, nb_k * bn
+        acc = torch.zeros(bm, bn, dtype=torch.float64)
+        for kk in range(a["K_STEPS"]):
+            tap, c0 = divmod(kk * bk, c)
+            ah, bh_, aw, cb = taps[tap]
+            at = [oh0 + ah, bh_, ow0 + aw, n0, cb + c0] if inner else [n0, oh0 + ah, bh_, ow0 + aw, cb + c0]
+            box = tma_box(a["x_desc"], at).reshape(bm, bk).double()
+            acc += box @ tma_box(a["w_desc"], [k0, kk * bk]).double().T
+        acc = a["alpha"] * acc
+        if meta.get("HAS_BETA"):
+            acc += a["beta"] * tma_box(a["y_desc"], y_at(n0, oh0, ow0, k0)).reshape(bm, bn).double()
+        if meta.get("HAS_Z"):
+            acc += a["alpha2"] * tma_box(a["z_desc"], y_at(n0, oh0, ow0, k0)).reshape(bm, bn).double()
+        tma_store(a["y_desc"], y_at(n0, oh0, ow0, k0), acc)
+
+
+def emulate_gluon_dgrad_fused(args, meta):
+    """gluon_dgrad_fused_kernel on the CPU in float64 from its ``prepare``'s (args, meta):
+    every tile of every phase slot (the table row of its phase, the loader's taps and
+    channel blocks of dy, the phase's filter columns), then the old-dx blend and the store
+    through dx's 5-D phase view (images inner: dy [rows, columns, images, channels], dx
+    [rows, row phase, columns, images, column phase * C + channels]), every box through the
+    descriptors. Tile order and the programs' schedule do not change the result."""
+    import torch
+    from tridnn.cuda import gluon_dgrad_fused as gf
+    a = dict(zip(gf.gluon_dgrad_fused_kernel.arg_names, args))
+    nb, bh, bw, bn, bk = (meta[k] for k in ("NB", "BH", "BW", "BLOCK_N", "BLOCK_K"))
+    bm, inner = nb * bh * bw, meta.get("IMAGES_INNER")
+    rows = a["table_ptr"].view(-1, gf.ROW).tolist()
+    for t in range(a["SLOTS"] * a["TILES_PER_PHASE"]):
+        q, r = min(t // a["TILES_PER_PHASE"], a["SLOTS"] - 1), t % a["TILES_PER_PHASE"]
+        pa, pb, _, tw_n, pad_h, pad_w, wcol, k_steps = rows[q]
+        nb_k, rr = r % a["N_BLOCKS"], r // a["N_BLOCKS"]
+        tw, rr = rr % a["TILES_W"], rr // a["TILES_W"]
+        th, tn = rr % a["TILES_H"], rr // a["TILES_H"]
+        n0, i0, j0, c0_out = tn * nb, th * bh, tw * bw, nb_k * bn
+        acc = torch.zeros(bm, bn, dtype=torch.float64)
+        for kk in range(k_steps):
+            tap, c0 = divmod(kk * bk, a["K_IN"])
+            ih, iw = i0 - pad_h + tap // tw_n, j0 - pad_w + tap % tw_n
+            box = tma_box(a["dy_desc"], [ih, iw, n0, c0] if inner else [n0, ih, iw, c0]).reshape(bm, bk).double()
+            acc += box @ tma_box(a["w_desc"], [c0_out, wcol + kk * bk]).double().T
+        col = pb * a["C_OUT"] + c0_out
+        at = [i0, pa, j0, n0, col] if inner else [n0, i0, pa, j0, col]
+        acc = a["alpha"] * acc
+        if meta.get("HAS_BETA"):
+            acc += a["beta"] * tma_box(a["dx_desc"], at).reshape(bm, bn).double()
+        tma_store(a["dx_desc"], at, acc)
+
+
+def emulate_launch(grid, args, meta, y=None, kernel=None):
+    """gluon_conv.launch's stand-in on the CPU: the launched kernel emulated through its
+    descriptors (gluon_conv's by default, gluon_conv_strided's or gluon_dgrad_fused's)."""
+    from tridnn.cuda import gluon_conv, gluon_conv_strided, gluon_dgrad_fused
+    # (by identity: hashing a JIT kernel computes its cache key, which the interpreter refuses)
+    if kernel is None or kernel is gluon_conv.gluon_conv_fwd_kernel:
+        emulate_gluon_conv(args, meta)
+    elif kernel is gluon_conv_strided.gluon_conv_strided_kernel:
+        emulate_gluon_conv_strided(args, meta)
+    elif kernel is gluon_dgrad_fused.gluon_dgrad_fused_kernel:
+        emulate_gluon_dgrad_fused(args, meta)
+    else:
+        raise NotImplementedError(f"no emulation of {kernel}")
+    return y

@@ -74,9 +74,10 @@ def test_configs_are_gluon_convs_picks():
 
 @pytest.mark.parametrize("images_inner", [False, True])
 def test_descriptor_boxes_reproduce_the_convolution(images_inner):
-    """The kernel's walk (tiles by _tile_coords, the loader's tap walk over the phase view,
-    the epilogue's old-y and z tiles and its store), every box read and written through the
-    descriptors ``prepare`` builds in the loader's and the epilogue's coordinate order
+    """The kernel's walk (gluon_helpers.emulate_gluon_conv_strided: tiles by _tile_coords,
+    the loader's tap walk over the phase view from prepare's walk arguments, the epilogue's
+    old-y and z tiles and its store), every box read and written through the descriptors
+    ``prepare`` builds in the loader's and the epilogue's coordinate order
     (images_inner: [rows, row phase, columns, images, column phase * C + channels] for x,
     [rows, columns, images, channels] for y and z; zero outside, stores clipped, as TMA
     does), gives alpha * conv + beta * y + alpha2 * z in float64 at stride (2, 3)."""
@@ -93,30 +94,7 @@ def test_descriptor_boxes_reproduce_the_convolution(images_inner):
     grid, args, meta, out = gs.prepare(x, wt, stride, pad, (1, 1), cfg, y=y, alpha=2.0, beta=0.5, sms=4,
                                        epilogue=(None, z, 0.25, -1, 0.0, 1.0))
     assert out is y and meta["IMAGES_INNER"] == images_inner
-    a = dict(zip(gs.gluon_conv_strided_kernel.arg_names, args))
-    bk, bm, bn = cfg["BLOCK_K"], cfg["NB"] * cfg["BH"] * cfg["BW"], cfg["BLOCK_N"]
-    taps = gs.walk_taps(c, kh, kw, pad, (1, 1), stride)
-
-    def x_at(n0, ih, ph, iw, cb):  # _loader_strided's coordinate order
-        return [ih, ph, iw, n0, cb] if images_inner else [n0, ih, ph, iw, cb]
-
-    def y_at(n0, r, col, ch):  # gluon_conv._pixel_load / _pixel_store's
-        return [r, col, n0, ch] if images_inner else [n0, r, col, ch]
-
-    for t in range(a["NUM_TILES"]):
-        nb_k, r = t % a["N_BLOCKS"], t // a["N_BLOCKS"]
-        tw, r = r % a["TILES_W"], r // a["TILES_W"]
-        th, tn = r % a["TILES_H"], r // a["TILES_H"]
-        n0, oh0, ow0, k0 = tn * cfg["NB"], th * cfg["BH"], tw * cfg["BW"], nb_k * bn
-        acc = torch.zeros(bm, bn, dtype=torch.float64)
-        for kk in range(a["K_STEPS"]):
-            tap, c0 = divmod(kk * bk, c)
-            ah, bh, aw, cb = taps[tap]
-            box = gluon_helpers.tma_box(a["x_desc"], x_at(n0, oh0 + ah, bh, ow0 + aw, cb + c0))
-            acc += box.reshape(bm, bk).double() @ gluon_helpers.tma_box(a["w_desc"], [k0, kk * bk]).double().T
-        acc = 2.0 * acc + 0.5 * gluon_helpers.tma_box(a["y_desc"], y_at(n0, oh0, ow0, k0)).reshape(bm, -1).double()
-        acc += 0.25 * gluon_helpers.tma_box(a["z_desc"], y_at(n0, oh0, ow0, k0)).reshape(bm, -1).double()
-        gluon_helpers.tma_store(a["y_desc"], y_at(n0, oh0, ow0, k0), acc)
+    gluon_helpers.emulate_gluon_conv_strided(args, meta)
     want = (2.0 * torch.nn.functional.conv2d(x.double(), wt.double(), stride=stride, padding=pad)
             + 0.5 * y0.double() + 0.25 * z.double())
     torch.testing.assert_close(y.double(), want.to(torch.bfloat16).double())

@@ -161,12 +161,13 @@ def test_prepare_launch_arguments(beta):
 
 @pytest.mark.parametrize("images_inner", [False, True])
 def test_descriptor_boxes_reproduce_the_gradient(images_inner):
-    """The kernel's walk over every tile of the plan (the table row of its phase, the
-    loader's taps and channel blocks, the consumer's old-dx read and store), every box read
-    and written through the descriptors ``prepare`` builds in the loader's and the
-    consumer's coordinate order (images_inner: dy [rows, columns, images, channels], dx
-    [rows, row phase, columns, images, column phase * C + channels]; zero outside, stores
-    clipped, as TMA does), gives alpha * conv2d_input + beta * dx in float64."""
+    """The kernel's walk over every tile of the plan (gluon_helpers.emulate_gluon_dgrad_fused:
+    the table row of its phase, the loader's taps and channel blocks, the consumer's old-dx
+    read and store), every box read and written through the descriptors ``prepare`` builds
+    in the loader's and the consumer's coordinate order (images_inner: dy [rows, columns,
+    images, channels], dx [rows, row phase, columns, images, column phase * C + channels];
+    zero outside, stores clipped, as TMA does), gives alpha * conv2d_input + beta * dx in
+    float64."""
     cfg = gc.config(2, 2, 2, 64, 3, 4, images_inner=images_inner)
     n, k_in, c, (h, w_), stride, pad = 3, 128, 128, (10, 6), (2, 2), (1, 1)
     dy = torch.randint(-3, 4, (n, k_in, h // 2, w_ // 2)).to(torch.bfloat16).to(memory_format=torch.channels_last)
@@ -175,29 +176,7 @@ def test_descriptor_boxes_reproduce_the_gradient(images_inner):
     dx = dx0.clone()
     grid, args, meta = gf.prepare(dy, wt, dx, (3, 3), stride, pad, False, cfg, alpha=2.0, beta=0.5, sms=4)
     assert meta["IMAGES_INNER"] == images_inner
-    a = dict(zip(gf.gluon_dgrad_fused_kernel.arg_names, args))
-    rows = a["table_ptr"].view(-1, gf.ROW).tolist()
-    bk, bn, bm = cfg["BLOCK_K"], cfg["BLOCK_N"], cfg["NB"] * cfg["BH"] * cfg["BW"]
-
-    def dy_at(n0, r, col, ch):  # gluon_conv._pixel_load's order
-        return [r, col, n0, ch] if images_inner else [n0, r, col, ch]
-
-    def dx_at(n0, i0, pa, j0, col):  # _consumer_phases' coords
-        return [i0, pa, j0, n0, col] if images_inner else [n0, i0, pa, j0, col]
-
-    for t in range(a["SLOTS"] * a["TILES_PER_PHASE"]):
-        q, r = min(t // a["TILES_PER_PHASE"], a["SLOTS"] - 1), t % a["TILES_PER_PHASE"]
-        pa, pb, _, tw_n, pad_h, pad_w, wcol, k_steps = rows[q]
-        n0, i0, j0, c0_out = _tile_coords(r, a["TILES_H"], a["TILES_W"], a["N_BLOCKS"], cfg)
-        acc = torch.zeros(bm, bn, dtype=torch.float64)
-        for kk in range(k_steps):
-            tap, c0 = divmod(kk * bk, k_in)
-            ih, iw = i0 - pad_h + tap // tw_n, j0 - pad_w + tap % tw_n
-            box = gluon_helpers.tma_box(a["dy_desc"], dy_at(n0, ih, iw, c0)).reshape(bm, bk).double()
-            acc += box @ gluon_helpers.tma_box(a["w_desc"], [c0_out, wcol + kk * bk]).double().T
-        at = dx_at(n0, i0, pa, j0, pb * c + c0_out)
-        acc = 2.0 * acc + 0.5 * gluon_helpers.tma_box(a["dx_desc"], at).reshape(bm, bn).double()
-        gluon_helpers.tma_store(a["dx_desc"], at, acc)
+    gluon_helpers.emulate_gluon_dgrad_fused(args, meta)
     want = 2.0 * torch.nn.grad.conv2d_input((n, c, h, w_), wt.double(), dy.double(), stride=stride,
                                             padding=pad) + 0.5 * dx0.double()
     torch.testing.assert_close(dx.double(), want.to(torch.bfloat16).double())

@@ -137,19 +137,64 @@ def test_strided_backward_data_a_launch_a_phase_through_descriptors(hw, images_i
     launches = []
 
     def emulate(grid, args, meta, y=None, kernel=None):
-        assert kernel in (None, gc.gluon_conv_fwd_kernel)
+        assert kernel is None or kernel is gc.gluon_conv_fwd_kernel
         launches.append(meta["IMAGES_INNER"])
-        gluon_helpers.emulate_gluon_conv(args, meta)
+        return gluon_helpers.emulate_launch(grid, args, meta, y, kernel)
     monkeypatch.setattr(gc, "launch", emulate)
     problem, dx, w, dy = _problem("bwd_data", 64, 128, hw, 3, stride=2, pad=1, n=3, dtype="bfloat16")
-    g = torch.Generator().manual_seed(5)
-    fill = lambda t: t.copy_(torch.randint(-3, 4, t.shape, generator=g).to(t.dtype))  # noqa: E731
-    for t in (dx, w, dy):
-        fill(t)
+    _small_integers(dx, w, dy)
     dx0 = dx.clone()
     cfg = dict(gc.config(2, 2, 2, 64, 3, 4, images_inner=images_inner), GLUON=True)
     assert gc.launch_backward_data(problem, dy, w, dx, 2.0, 0.5, cfg, sms=4)
     assert launches == [images_inner] * 4, "a launch for each of the four phases"
+    want = 2.0 * torch.nn.grad.conv2d_input(dx.shape, w.double(), dy.double(), stride=2, padding=1)
+    torch.testing.assert_close(dx.double(), (want + 0.5 * dx0.double()).to(torch.bfloat16).double())
+
+
+def _small_integers(*tensors, seed=5):
+    """Fill the tensors in place with integers in [-3, 3]: exact in bfloat16 and in float64 sums."""
+    g = torch.Generator().manual_seed(seed)
+    for t in tensors:
+        t.copy_(torch.randint(-3, 4, t.shape, generator=g).to(t.dtype))
+
+
+@pytest.mark.parametrize("images_inner", [False, True])
+def test_strided_forward_through_descriptors(images_inner, monkeypatch):
+    """launch_forward at stride 2 (gluon_conv_strided's kernel, the filter matrix it makes,
+    the phase view of x), the launch emulated through its descriptors
+    (gluon_helpers.emulate_launch), images inner or not: alpha * conv + beta * y in float64;
+    a repeated call replays the kept arguments to the same result."""
+    monkeypatch.setattr(gc, "launch", gluon_helpers.emulate_launch)
+    problem, x, w, y = _problem("fwd", 128, 64, 10, 3, stride=2, pad=1, n=3, dtype="bfloat16")
+    _small_integers(x, w, y)
+    y0 = y.clone()
+    cfg = dict(gc.config(2, 2, 2, 64, 3, 4, images_inner=images_inner), GLUON=True)
+    want = (2.0 * torch.nn.functional.conv2d(x.double(), w.double(), stride=2, padding=1) + 0.5 * y0.double())
+    for _ in range(2):
+        y.copy_(y0)
+        assert gc.launch_forward(problem, x, w, y, 2.0, 0.5, cfg, sms=4)
+        torch.testing.assert_close(y.double(), want.to(torch.bfloat16).double())
+
+
+@pytest.mark.parametrize("images_inner", [False, True])
+def test_fused_strided_backward_data_through_descriptors(images_inner, monkeypatch):
+    """launch_backward_data at stride 2 in one launch over all phases (gluon_dgrad_fused:
+    the phase table, the phase-ordered turned filter, dx's phase view), emulated through its
+    descriptors, images inner or not: alpha * conv2d_input + beta * dx in float64."""
+    from tridnn.cuda import gluon_dgrad_fused
+    monkeypatch.setattr(gluon_dgrad_fused, "FUSED_PHASES", True)
+    kernels = []
+
+    def emulate(grid, args, meta, y=None, kernel=None):
+        kernels.append(kernel)
+        return gluon_helpers.emulate_launch(grid, args, meta, y, kernel)
+    monkeypatch.setattr(gc, "launch", emulate)
+    problem, dx, w, dy = _problem("bwd_data", 128, 128, 10, 3, stride=2, pad=1, n=3, dtype="bfloat16")
+    _small_integers(dx, w, dy)
+    dx0 = dx.clone()
+    cfg = dict(gc.config(2, 2, 2, 64, 3, 4, images_inner=images_inner), GLUON=True)
+    assert gc.launch_backward_data(problem, dy, w, dx, 2.0, 0.5, cfg, sms=4)
+    assert kernels == [gluon_dgrad_fused.gluon_dgrad_fused_kernel], "one launch for all phases"
     want = 2.0 * torch.nn.grad.conv2d_input(dx.shape, w.double(), dy.double(), stride=2, padding=1)
     torch.testing.assert_close(dx.double(), (want + 0.5 * dx0.double()).to(torch.bfloat16).double())
 
