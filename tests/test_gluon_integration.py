@@ -125,32 +125,6 @@ def test_strided_images_inner_off_by_default(direction, hopper, monkeypatch):
         assert [gc.name(g) for g in got] == [gc.name(g) for g in want], stride
 
 
-@pytest.mark.parametrize("images_inner", [False, True])
-@pytest.mark.parametrize("hw", [13, 14], ids=["odd", "even"])
-def test_strided_backward_data_a_launch_a_phase_through_descriptors(hw, images_inner, monkeypatch):
-    """launch_backward_data at stride 2 a launch a phase (odd sizes; even ones with the fused
-    launch off), each launch emulated through its descriptors (gluon_helpers.emulate_gluon_conv:
-    dy's boxes, the phase's block of the turned filter, the strided view of dx, images
-    inner or not): alpha * conv2d_input + beta * dx in float64, from small integers."""
-    from tridnn.cuda import gluon_dgrad_fused
-    monkeypatch.setattr(gluon_dgrad_fused, "FUSED_PHASES", False)
-    launches = []
-
-    def emulate(grid, args, meta, y=None, kernel=None):
-        assert kernel is None or kernel is gc.gluon_conv_fwd_kernel
-        launches.append(meta["IMAGES_INNER"])
-        return gluon_helpers.emulate_launch(grid, args, meta, y, kernel)
-    monkeypatch.setattr(gc, "launch", emulate)
-    problem, dx, w, dy = _problem("bwd_data", 64, 128, hw, 3, stride=2, pad=1, n=3, dtype="bfloat16")
-    _small_integers(dx, w, dy)
-    dx0 = dx.clone()
-    cfg = dict(gc.config(2, 2, 2, 64, 3, 4, images_inner=images_inner), GLUON=True)
-    assert gc.launch_backward_data(problem, dy, w, dx, 2.0, 0.5, cfg, sms=4)
-    assert launches == [images_inner] * 4, "a launch for each of the four phases"
-    want = 2.0 * torch.nn.grad.conv2d_input(dx.shape, w.double(), dy.double(), stride=2, padding=1)
-    torch.testing.assert_close(dx.double(), (want + 0.5 * dx0.double()).to(torch.bfloat16).double())
-
-
 def _small_integers(*tensors, seed=5):
     """Fill the tensors in place with integers in [-3, 3]: exact in bfloat16 and in float64 sums."""
     g = torch.Generator().manual_seed(seed)
@@ -159,17 +133,18 @@ def _small_integers(*tensors, seed=5):
 
 
 @pytest.mark.parametrize("images_inner", [False, True])
-def test_strided_forward_through_descriptors(images_inner, monkeypatch):
-    """launch_forward at stride 2 (gluon_conv_strided's kernel, the filter matrix it makes,
-    the phase view of x), the launch emulated through its descriptors
-    (gluon_helpers.emulate_launch), images inner or not: alpha * conv + beta * y in float64;
-    a repeated call replays the kept arguments to the same result."""
+@pytest.mark.parametrize("stride", [1, 2])
+def test_forward_through_descriptors(stride, images_inner, monkeypatch):
+    """launch_forward (gluon_conv's kernel at stride 1; at stride 2 gluon_conv_strided's, on
+    x's phase view; the filter matrix either makes), the launch emulated through its
+    descriptors (gluon_helpers.emulate_launch), images inner or not: alpha * conv + beta * y
+    in float64; a repeated call replays the kept arguments to the same result."""
     monkeypatch.setattr(gc, "launch", gluon_helpers.emulate_launch)
-    problem, x, w, y = _problem("fwd", 128, 64, 10, 3, stride=2, pad=1, n=3, dtype="bfloat16")
+    problem, x, w, y = _problem("fwd", 128, 64, 10, 3, stride=stride, pad=1, n=3, dtype="bfloat16")
     _small_integers(x, w, y)
     y0 = y.clone()
     cfg = dict(gc.config(2, 2, 2, 64, 3, 4, images_inner=images_inner), GLUON=True)
-    want = (2.0 * torch.nn.functional.conv2d(x.double(), w.double(), stride=2, padding=1) + 0.5 * y0.double())
+    want = (2.0 * torch.nn.functional.conv2d(x.double(), w.double(), stride=stride, padding=1) + 0.5 * y0.double())
     for _ in range(2):
         y.copy_(y0)
         assert gc.launch_forward(problem, x, w, y, 2.0, 0.5, cfg, sms=4)
@@ -177,25 +152,34 @@ def test_strided_forward_through_descriptors(images_inner, monkeypatch):
 
 
 @pytest.mark.parametrize("images_inner", [False, True])
-def test_fused_strided_backward_data_through_descriptors(images_inner, monkeypatch):
-    """launch_backward_data at stride 2 in one launch over all phases (gluon_dgrad_fused:
-    the phase table, the phase-ordered turned filter, dx's phase view), emulated through its
-    descriptors, images inner or not: alpha * conv2d_input + beta * dx in float64."""
+@pytest.mark.parametrize("stride,hw,fused,launches", [
+    (1, 9, True, 1),    # gluon_conv's kernel on the turned filter
+    (2, 10, True, 1),   # gluon_dgrad_fused: all phases in one launch
+    (2, 13, True, 4),   # odd sizes: a launch a phase, into strided views of dx
+    (2, 14, False, 4),  # the fused launch switched off
+], ids=["stride1", "fused", "phases-odd", "phases-even"])
+def test_backward_data_through_descriptors(stride, hw, fused, launches, images_inner, monkeypatch):
+    """launch_backward_data (the turned filter; at stride 2 the phase table, or the phases'
+    strided views of dx), each launch emulated through its descriptors, images inner or not:
+    alpha * conv2d_input + beta * dx in float64."""
     from tridnn.cuda import gluon_dgrad_fused
-    monkeypatch.setattr(gluon_dgrad_fused, "FUSED_PHASES", True)
+    monkeypatch.setattr(gluon_dgrad_fused, "FUSED_PHASES", fused)
     kernels = []
 
     def emulate(grid, args, meta, y=None, kernel=None):
-        kernels.append(kernel)
+        kernels.append(kernel or gc.gluon_conv_fwd_kernel)
+        assert meta["IMAGES_INNER"] == images_inner
         return gluon_helpers.emulate_launch(grid, args, meta, y, kernel)
     monkeypatch.setattr(gc, "launch", emulate)
-    problem, dx, w, dy = _problem("bwd_data", 128, 128, 10, 3, stride=2, pad=1, n=3, dtype="bfloat16")
+    problem, dx, w, dy = _problem("bwd_data", 128, 128, hw, 3, stride=stride, pad=1, n=3, dtype="bfloat16")
     _small_integers(dx, w, dy)
     dx0 = dx.clone()
     cfg = dict(gc.config(2, 2, 2, 64, 3, 4, images_inner=images_inner), GLUON=True)
     assert gc.launch_backward_data(problem, dy, w, dx, 2.0, 0.5, cfg, sms=4)
-    assert kernels == [gluon_dgrad_fused.gluon_dgrad_fused_kernel], "one launch for all phases"
-    want = 2.0 * torch.nn.grad.conv2d_input(dx.shape, w.double(), dy.double(), stride=2, padding=1)
+    one = gluon_dgrad_fused.gluon_dgrad_fused_kernel if stride > 1 else gc.gluon_conv_fwd_kernel
+    assert len(kernels) == launches
+    assert all(k is (one if launches == 1 else gc.gluon_conv_fwd_kernel) for k in kernels)
+    want = 2.0 * torch.nn.grad.conv2d_input(dx.shape, w.double(), dy.double(), stride=stride, padding=1)
     torch.testing.assert_close(dx.double(), (want + 0.5 * dx0.double()).to(torch.bfloat16).double())
 
 
