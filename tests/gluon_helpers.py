@@ -186,6 +186,26 @@ def tma_store(desc, coords, tile):
     view[where] = tile.reshape(desc.block_shape)[mask].to(view.dtype)
 
 
+def _tile_origin(t, tiles_h, tiles_w, n_blocks, meta):
+    """gluon_conv._tile_coords: (image, row, column, channel) origin of tile t."""
+    nb_k, r = t % n_blocks, t // n_blocks
+    tw, r = r % tiles_w, r // tiles_w
+    th, tn = r % tiles_h, r // tiles_h
+    return tn * meta["NB"], th * meta["BH"], tw * meta["BW"], nb_k * meta["BLOCK_N"]
+
+
+def _epilogue(a, meta, acc, y_at):
+    """gluon_conv's epilogue on a float64 tile: alpha, the old y (beta) and z (alpha2) boxes
+    at y_at, then the store into y's view."""
+    bm, bn = acc.shape
+    acc = a["alpha"] * acc
+    if meta.get("HAS_BETA"):
+        acc += a["beta"] * tma_box(a["y_desc"], y_at).reshape(bm, bn).double()
+    if meta.get("HAS_Z"):
+        acc += a["alpha2"] * tma_box(a["z_desc"], y_at).reshape(bm, bn).double()
+    tma_store(a["y_desc"], y_at, acc)
+
+
 def emulate_gluon_conv(args, meta):
     """gluon_conv_fwd_kernel on the CPU in float64 from a ``gluon_conv.prepare`` launch's
     (args, meta): its tile order (_tile_coords), the loader's walk over taps and channel
@@ -204,10 +224,7 @@ def emulate_gluon_conv(args, meta):
         return [r, col, n0, ch] if meta.get("IMAGES_INNER") else [n0, r, col, ch]
 
     for t in range(a["NUM_TILES"]):
-        nb_k, r = t % a["N_BLOCKS"], t // a["N_BLOCKS"]
-        tw, r = r % a["TILES_W"], r // a["TILES_W"]
-        th, tn = r % a["TILES_H"], r // a["TILES_H"]
-        n0, oh0, ow0, k0 = tn * nb, th * bh, tw * bw, nb_k * bn
+        n0, oh0, ow0, k0 = _tile_origin(t, a["TILES_H"], a["TILES_W"], a["N_BLOCKS"], meta)
         acc = torch.zeros(bm, bn, dtype=torch.float64)
         for kk in range(a["K_STEPS"]):
             tap, c0 = divmod(kk * bk, c)
@@ -215,12 +232,7 @@ def emulate_gluon_conv(args, meta):
             iw = ow0 - a["PAD_W"] + (tap % kw) * a["DIL_W"]
             box = tma_box(a["x_desc"], at(n0, ih, iw, c0)).reshape(bm, bk).double()
             acc += box @ tma_box(a["w_desc"], [k0, kk * bk]).double().T
-        acc = a["alpha"] * acc
-        if meta.get("HAS_BETA"):
-            acc += a["beta"] * tma_box(a["y_desc"], at(n0, oh0, ow0, k0)).reshape(bm, bn).double()
-        if meta.get("HAS_Z"):
-            acc += a["alpha2"] * tma_box(a["z_desc"], at(n0, oh0, ow0, k0)).reshape(bm, bn).double()
-        tma_store(a["y_desc"], at(n0, oh0, ow0, k0), acc)
+        _epilogue(a, meta, acc, at(n0, oh0, ow0, k0))
 
 
 def emulate_gluon_conv_strided(args, meta):
@@ -250,10 +262,7 @@ def emulate_gluon_conv_strided(args, meta):
         return [r, col, n0, ch] if inner else [n0, r, col, ch]
 
     for t in range(a["NUM_TILES"]):
-        nb_k, r = t % a["N_BLOCKS"], t // a["N_BLOCKS"]
-        tw, r = r % a["TILES_W"], r // a["TILES_W"]
-        th, tn = r % a["TILES_H"], r // a["TILES_H"]
-        n0, oh0, ow0, k0 = tn * nb, th * bh, tw * bw, nb_k * bn
+        n0, oh0, ow0, k0 = _tile_origin(t, a["TILES_H"], a["TILES_W"], a["N_BLOCKS"], meta)
         acc = torch.zeros(bm, bn, dtype=torch.float64)
         for kk in range(a["K_STEPS"]):
             tap, c0 = divmod(kk * bk, c)
@@ -261,12 +270,7 @@ def emulate_gluon_conv_strided(args, meta):
             at = [oh0 + ah, bh_, ow0 + aw, n0, cb + c0] if inner else [n0, oh0 + ah, bh_, ow0 + aw, cb + c0]
             box = tma_box(a["x_desc"], at).reshape(bm, bk).double()
             acc += box @ tma_box(a["w_desc"], [k0, kk * bk]).double().T
-        acc = a["alpha"] * acc
-        if meta.get("HAS_BETA"):
-            acc += a["beta"] * tma_box(a["y_desc"], y_at(n0, oh0, ow0, k0)).reshape(bm, bn).double()
-        if meta.get("HAS_Z"):
-            acc += a["alpha2"] * tma_box(a["z_desc"], y_at(n0, oh0, ow0, k0)).reshape(bm, bn).double()
-        tma_store(a["y_desc"], y_at(n0, oh0, ow0, k0), acc)
+        _epilogue(a, meta, acc, y_at(n0, oh0, ow0, k0))
 
 
 def emulate_gluon_dgrad_fused(args, meta):
@@ -285,10 +289,7 @@ def emulate_gluon_dgrad_fused(args, meta):
     for t in range(a["SLOTS"] * a["TILES_PER_PHASE"]):
         q, r = min(t // a["TILES_PER_PHASE"], a["SLOTS"] - 1), t % a["TILES_PER_PHASE"]
         pa, pb, _, tw_n, pad_h, pad_w, wcol, k_steps = rows[q]
-        nb_k, rr = r % a["N_BLOCKS"], r // a["N_BLOCKS"]
-        tw, rr = rr % a["TILES_W"], rr // a["TILES_W"]
-        th, tn = rr % a["TILES_H"], rr // a["TILES_H"]
-        n0, i0, j0, c0_out = tn * nb, th * bh, tw * bw, nb_k * bn
+        n0, i0, j0, c0_out = _tile_origin(r, a["TILES_H"], a["TILES_W"], a["N_BLOCKS"], meta)
         acc = torch.zeros(bm, bn, dtype=torch.float64)
         for kk in range(k_steps):
             tap, c0 = divmod(kk * bk, a["K_IN"])
