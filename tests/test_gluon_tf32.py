@@ -72,7 +72,7 @@ def offered(monkeypatch):
 def hopper(monkeypatch):
     """Build the GPU lists on the host: a stand-in Hopper with 132 SMs."""
     monkeypatch.setattr(gc, "_hopper", lambda device: device.type == "cuda")
-    # the images-inner configs in the lists (test_images_inner_can_be_withdrawn: switched off)
+    # the images-inner configs in the lists, at every stride
     monkeypatch.setattr(gluon_common, "IMAGES_INNER_OFFERED", True)
     monkeypatch.setattr(gluon_common, "IMAGES_INNER_STRIDED", True)
     monkeypatch.setattr(conv_tma, "sm_count", lambda device: 132)
