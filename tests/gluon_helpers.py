@@ -186,7 +186,7 @@ def tma_store(desc, coords, tile):
     view[where] = tile.reshape(desc.block_shape)[mask].to(view.dtype)
 
 
-def _tile_origin(t, tiles_h, tiles_w, n_blocks, meta):
+def tile_origin(t, tiles_h, tiles_w, n_blocks, meta):
     """gluon_conv._tile_coords: (image, row, column, channel) origin of tile t."""
     nb_k, r = t % n_blocks, t // n_blocks
     tw, r = r % tiles_w, r // tiles_w
@@ -224,7 +224,7 @@ def emulate_gluon_conv(args, meta):
         return [r, col, n0, ch] if meta.get("IMAGES_INNER") else [n0, r, col, ch]
 
     for t in range(a["NUM_TILES"]):
-        n0, oh0, ow0, k0 = _tile_origin(t, a["TILES_H"], a["TILES_W"], a["N_BLOCKS"], meta)
+        n0, oh0, ow0, k0 = tile_origin(t, a["TILES_H"], a["TILES_W"], a["N_BLOCKS"], meta)
         acc = torch.zeros(bm, bn, dtype=torch.float64)
         for kk in range(a["K_STEPS"]):
             tap, c0 = divmod(kk * bk, c)
@@ -262,7 +262,7 @@ def emulate_gluon_conv_strided(args, meta):
         return [r, col, n0, ch] if inner else [n0, r, col, ch]
 
     for t in range(a["NUM_TILES"]):
-        n0, oh0, ow0, k0 = _tile_origin(t, a["TILES_H"], a["TILES_W"], a["N_BLOCKS"], meta)
+        n0, oh0, ow0, k0 = tile_origin(t, a["TILES_H"], a["TILES_W"], a["N_BLOCKS"], meta)
         acc = torch.zeros(bm, bn, dtype=torch.float64)
         for kk in range(a["K_STEPS"]):
             tap, c0 = divmod(kk * bk, c)
@@ -289,7 +289,7 @@ def emulate_gluon_dgrad_fused(args, meta):
     for t in range(a["SLOTS"] * a["TILES_PER_PHASE"]):
         q, r = min(t // a["TILES_PER_PHASE"], a["SLOTS"] - 1), t % a["TILES_PER_PHASE"]
         pa, pb, _, tw_n, pad_h, pad_w, wcol, k_steps = rows[q]
-        n0, i0, j0, c0_out = _tile_origin(r, a["TILES_H"], a["TILES_W"], a["N_BLOCKS"], meta)
+        n0, i0, j0, c0_out = tile_origin(r, a["TILES_H"], a["TILES_W"], a["N_BLOCKS"], meta)
         acc = torch.zeros(bm, bn, dtype=torch.float64)
         for kk in range(k_steps):
             tap, c0 = divmod(kk * bk, a["K_IN"])

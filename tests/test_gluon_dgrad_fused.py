@@ -187,14 +187,6 @@ def test_on_unless_switched_off():
 
 
 # -- CPU: a float64 emulation of the kernel's tile walk --------------------------------------
-def _tile_coords(t, tiles_h, tiles_w, n_blocks, cfg):
-    """gluon_conv._tile_coords."""
-    nb_k, r = t % n_blocks, t // n_blocks
-    tw, r = r % tiles_w, r // tiles_w
-    th, tn = r % tiles_h, r // tiles_h
-    return tn * cfg["NB"], th * cfg["BH"], tw * cfg["BW"], nb_k * cfg["BLOCK_N"]
-
-
 def _box(t, origin, box):
     """TMA's box load: t[origin : origin + box] with zeros outside t (negative origins too)."""
     out = torch.zeros(box, dtype=t.dtype)
@@ -237,7 +229,7 @@ def _emulate(dy, m, dx, p, cfg, k_in, alpha, beta, consumers):
         for t in mine:
             q, r = slot(t)
             _, _, _, tw_n, pad_h, pad_w, wcol, k_steps = (int(v) for v in table[q])
-            n0, i0, j0, c0_out = _tile_coords(r, p["TILES_H"], p["TILES_W"], p["N_BLOCKS"], cfg)
+            n0, i0, j0, c0_out = gluon_helpers.tile_origin(r, p["TILES_H"], p["TILES_W"], p["N_BLOCKS"], cfg)
             ih, iw0 = i0 - pad_h, j0 - pad_w
             iw, c0, kw, steps[t] = iw0, 0, 0, []
             for kk in range(k_steps):
@@ -260,7 +252,7 @@ def _emulate(dy, m, dx, p, cfg, k_in, alpha, beta, consumers):
                 q, r = slot(t)
                 assert [s[0] for s in steps[t]] == list(range(it, it + int(table[q, 7]))), "ring positions"
                 it += int(table[q, 7])
-                n0, i0, j0, c0 = _tile_coords(r, p["TILES_H"], p["TILES_W"], p["N_BLOCKS"], cfg)
+                n0, i0, j0, c0 = gluon_helpers.tile_origin(r, p["TILES_H"], p["TILES_W"], p["N_BLOCKS"], cfg)
                 acc = torch.zeros(bm, bn, dtype=torch.float64)
                 for _, origin, col in steps[t]:
                     a = _box(dy_nhwc, origin, (cfg["NB"], cfg["BH"], cfg["BW"], bk)).reshape(bm, bk)

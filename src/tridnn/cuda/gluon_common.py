@@ -33,6 +33,23 @@ IMAGES_INNER_OFFERED = os.environ.get("TRIDNN_IMAGES_INNER", "1") != "0"
 IMAGES_INNER_STRIDED = os.environ.get("TRIDNN_IMAGES_INNER_STRIDED", "0") == "1"
 
 
+def pixel_order(cfg, dims):
+    """Four [N, H, W, C]-ordered values (a shape, strides, a box) in the order of the config's
+    descriptors: unchanged, or [H, W, N, C] for an IMAGES_INNER config (None stays None)."""
+    if dims is None or not cfg.get("IMAGES_INNER"):
+        return dims
+    return (dims[1], dims[2], dims[0], dims[3])
+
+
+def phase_view_order(cfg, dims):
+    """Five values ordered as a stride-phase view [N, H/sh, sh, W/sw, sw*C] (its shape,
+    strides or a box) in the order of the config's descriptor: unchanged, or
+    [H/sh, sh, W/sw, N, sw*C] for an IMAGES_INNER config."""
+    if not cfg.get("IMAGES_INNER"):
+        return tuple(dims)
+    return tuple(dims[1:4]) + (dims[0], dims[4])
+
+
 def guarded_launch(what, launch, *args) -> bool:
     """launch(*args) of an experimental Gluon config (it returns whether it launched), where
     a host-side failure (a compile or descriptor error: the Gluon API is experimental) warns

@@ -62,7 +62,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from .common import cdiv
 from .epilogue import activate
 from . import gluon_common
-from .gluon_common import compile_sm90 as _compile_sm90, descriptor, max_regs
+from .gluon_common import compile_sm90 as _compile_sm90, descriptor, max_regs, pixel_order
 from .gluon_common import desc_sig as _desc_sig, placeholder, sm_count as _sm_count
 
 
@@ -509,14 +509,6 @@ def _nhwc(t):
     return (n, h, w, c), (t.stride(0), t.stride(2), t.stride(3), 1)
 
 
-def pixel_order(cfg, dims):
-    """Four [N, H, W, C]-ordered values (a shape, strides, a box) in the order of the config's
-    descriptors: unchanged, or [H, W, N, C] for an IMAGES_INNER config (None stays None)."""
-    if dims is None or not cfg.get("IMAGES_INNER"):
-        return dims
-    return (dims[1], dims[2], dims[0], dims[3])
-
-
 def flat_ok(x, y, kh, kw, padding) -> bool:
     """A 1x1 filter without padding over dense x and y: the convolution is the plain GEMM of
     [N*H*W, C] by [C, K]; x and y are then viewed as one image row of N*H*W pixels."""
@@ -562,7 +554,8 @@ def prepare(x, w, padding=(1, 1), dilation=(1, 1), cfg=None, y=None, alpha=1.0, 
     (_, oh, ow, _), ys = _nhwc(y)
     bias, z, alpha2, act, coef, swish_beta = checked_epilogue(epilogue, y, k)
     zs = _nhwc(z)[1] if z is not None else None
-    if NB == 1 and BH == 1 and not cfg.get("IMAGES_INNER") and flat_ok(x, y, kh, kw, padding) and (z is None or _dense(z)):
+    if (NB == 1 and BH == 1 and not cfg.get("IMAGES_INNER") and flat_ok(x, y, kh, kw, padding)
+            and (z is None or _dense(z))):
         m = n * h * wd
         xshape, xs, yshape, ys = (1, 1, m, c), (m * c, m * c, c, 1), (1, 1, m, k), (m * k, m * k, k, 1)
         zs = ys
@@ -719,14 +712,22 @@ def with_tf32_extra(base: list, tf32: bool) -> list:
     return base + [c for c in TF32_EXTRA if name(c) not in have]
 
 
+def inner_picks(out_w: int, n: int | None) -> list:
+    """The images-inner configs for an output of width out_w at batch n: PICKS_INNER (two
+    pixels) from 14 wide, else PICKS_INNER_SMALL, those whose NB images divide n; none for n
+    None or without gluon_common.IMAGES_INNER_OFFERED."""
+    if n is None or not gluon_common.IMAGES_INNER_OFFERED:
+        return []
+    return [c for c in (PICKS_INNER if out_w >= 14 else PICKS_INNER_SMALL) if n % c["NB"] == 0]
+
+
 def picks(out_w: int, k_out: int, flat: bool, tf32: bool = False, fma: bool = False, dilated: bool = False,
           n: int | None = None) -> list:
     """The configs offered for an output of width out_w with k_out channels (flat: a 1x1
     problem viewed as one row of pixels; dilated: a filter with dilation > 1), each marked
     GLUON=True for the launchers; tf32: their float32 variants (tf32_config), with
     TF32_EXTRA's beside image-box picks; fma: fma_picks' (float32 under FMA math). n: the
-    batch of a stride-1 problem; an images-inner config (PICKS_INNER*) is added where its NB
-    images divide it (and gluon_common.IMAGES_INNER_OFFERED)."""
+    batch; inner_picks' images-inner configs are added for it (None: none)."""
     if fma:
         return [dict(c, GLUON=True) for c in fma_picks(out_w, k_out, flat)]
     if flat:
@@ -737,8 +738,7 @@ def picks(out_w: int, k_out: int, flat: bool, tf32: bool = False, fma: bool = Fa
         base = with_tf32_extra(PICKS_DILATED, tf32)
     else:
         base = with_tf32_extra(PICKS_LARGE if out_w >= 28 else PICKS_MEDIUM if out_w >= 14 else PICKS_SMALL, tf32)
-        if n is not None and gluon_common.IMAGES_INNER_OFFERED:
-            base = base + [c for c in (PICKS_INNER if out_w >= 14 else PICKS_INNER_SMALL) if n % c["NB"] == 0]
+        base = base + inner_picks(out_w, n)
     cap = max(64, triton.next_power_of_2(k_out))
     return [dict(TF32_OF[name(c)] if tf32 else c, GLUON=True) for c in base if c["BLOCK_N"] <= cap]
 

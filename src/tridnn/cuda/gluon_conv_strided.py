@@ -30,13 +30,12 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from .gluon_common import compile_sm90 as _compile_sm90, descriptor
-from .gluon_common import desc_sig as _desc_sig, placeholder
+from .gluon_common import desc_sig as _desc_sig, phase_view_order, pixel_order, placeholder
 from . import gluon_conv
-from . import gluon_common
 from .gluon_conv import (PICKS_INNER, PICKS_INNER_SMALL, PICKS_LARGE, PICKS_MEDIUM, PICKS_SMALL, TF32_OF,
                          _channels_last_ok, _consumer, _nhwc, _tile_coords, check_dtypes, checked_epilogue, config,
-                         constexprs, filter_matrix, flops, name, pixel_order, shared_bytes, shared_state, sig_dtype,
-                         tile_grid, with_tf32_extra)
+                         constexprs, filter_matrix, flops, name, shared_bytes, shared_state, sig_dtype, tile_grid,
+                         with_tf32_extra)
 
 
 # --------------------------------------------------------------------------------------
@@ -58,7 +57,7 @@ def _loader_strided(x_desc, w_desc, a_bufs, b_bufs, ready, empty,
     """Producer (one warp): per k-step, wait for a free slot, TMA the phase-view x box of
     the tap and the filter box into it. A phase steps by DBH (DCB) per tap and wraps once
     past the stride into a shift of one more row (column): DBH < SH, DCB < SWC.
-    IMAGES_INNER: the view's dimensions are [H/sh, sh, W/sw, N, sw*C] (phase_order)."""
+    IMAGES_INNER: the view's dimensions are [H/sh, sh, W/sw, N, sw*C] (phase_view_order)."""
     nbytes: gl.constexpr = x_desc.block_type.nbytes + w_desc.block_type.nbytes
     it = 0
     for t in range(gl.program_id(0), NUM_TILES, gl.num_programs(0)):
@@ -112,8 +111,8 @@ _RUNTIME_INTS = ["C_OUT", "C", "KW", "AH0", "BH0", "AW0", "CB0", "DAH", "DBH", "
 def gluon_conv_strided_kernel(
     # TMA descriptors: x's phase view [N, H/sh, sh, W/sw, sw*C] box [NB, BH, 1, BW, BLOCK_K];
     # filter [K, KH*KW*C] box [BLOCK_N, BLOCK_K]; y [N, OH, OW, K] box [NB, BH, BW, BLOCK_N]
-    # (IMAGES_INNER: x and y with the images next to the channels, phase_order and
-    # gluon_conv.pixel_order)
+    # (IMAGES_INNER: x and y with the images next to the channels, gluon_common's
+    # phase_view_order and pixel_order)
     x_desc, w_desc, y_desc,
     alpha, beta,
     # fused epilogue (gluon_conv's): residual z, bias, their scalars
@@ -192,13 +191,12 @@ def picks(out_w: int, k_out: int, tf32: bool = False, fma: bool = False, n: int 
     """The configs to try for an output of width out_w with k_out channels (gluon_conv.picks'
     non-flat choice; no BLOCK_N wider than the channels need); tf32: their float32 variants,
     with gluon_conv.TF32_EXTRA's; fma: gluon_conv.fma_picks' (float32 under FMA math).
-    n: the batch; an images-inner config is added where its NB images divide it (and
-    gluon_common.IMAGES_INNER_OFFERED), as gluon_conv.picks does at stride 1."""
+    n: the batch; gluon_conv.inner_picks' images-inner configs are added for it, as
+    gluon_conv.picks does at stride 1."""
     if fma:
         return gluon_conv.fma_picks(out_w, k_out, False)
     base = with_tf32_extra(PICKS_LARGE if out_w >= 28 else PICKS_MEDIUM if out_w >= 14 else PICKS_SMALL, tf32)
-    if n is not None and gluon_common.IMAGES_INNER_OFFERED:
-        base = base + [c for c in (PICKS_INNER if out_w >= 14 else PICKS_INNER_SMALL) if n % c["NB"] == 0]
+    base = base + gluon_conv.inner_picks(out_w, n)
     cap = max(64, triton.next_power_of_2(k_out))
     return [TF32_OF[name(c)] if tf32 else c for c in base if c["BLOCK_N"] <= cap]
 
@@ -243,15 +241,6 @@ def phase_view(x, stride):
     (n, h, wd, c), (s0, sh_, sw_, _) = _nhwc(x)
     sh, sw = stride
     return (n, h // sh, sh, wd // sw, sw * c), (s0, sh * sh_, sh_, sw * sw_, 1)
-
-
-def phase_order(cfg, dims):
-    """Five [N, H/sh, sh, W/sw, sw*C]-ordered values (the phase view's shape, strides or a
-    box) in the order of the config's x descriptor: unchanged, or [H/sh, sh, W/sw, N, sw*C]
-    for an IMAGES_INNER config (the loader's coordinate order)."""
-    if not cfg.get("IMAGES_INNER"):
-        return tuple(dims)
-    return tuple(dims[1:4]) + (dims[0], dims[4])
 
 
 def out_size(h, wd, kh, kw, padding, dilation, stride):
@@ -315,10 +304,10 @@ def prepare(x, w, stride=(2, 2), padding=(1, 1), dilation=(1, 1), cfg=None, y=No
     if tuple(w_mat.shape) != (k, kh * kw * c) or w_mat.stride(1) != 1:
         raise ValueError("the filter matrix must be [K, KH*KW*C] with unit column stride")
     bias, z, alpha2, act, coef, swish_beta = checked_epilogue(epilogue, y, k)
-    xshape, xs = (phase_order(cfg, d) for d in phase_view(x, stride))
+    xshape, xs = (phase_view_order(cfg, d) for d in phase_view(x, stride))
     (_, oh, ow, _), ys = _nhwc(y)
     yshape, ys, y_box = (pixel_order(cfg, d) for d in ((n, oh, ow, k), ys, [NB, BH, BW, BN]))
-    x_desc = descriptor(x, xshape, xs, list(phase_order(cfg, [NB, BH, 1, BW, BK])))
+    x_desc = descriptor(x, xshape, xs, list(phase_view_order(cfg, [NB, BH, 1, BW, BK])))
     w_desc = descriptor(w_mat, w_mat.shape, w_mat.stride(), [BN, BK])
     y_desc = descriptor(y, yshape, ys, y_box)
     z_desc = y_desc if z is None else descriptor(z, yshape, pixel_order(cfg, _nhwc(z)[1]), y_box)
@@ -352,7 +341,7 @@ def compile_sm90(cfg, has_beta=False, act=-1, has_bias=False, has_z=False, bias_
     dt = sig_dtype(cfg)
     y_sig = _desc_sig(dt, list(pixel_order(cfg, [NB, BH, BW, BN])))
     types_ = {
-        "x_desc": _desc_sig(dt, list(phase_order(cfg, [NB, BH, 1, BW, BK]))), "w_desc": _desc_sig(dt, [BN, BK]),
+        "x_desc": _desc_sig(dt, list(phase_view_order(cfg, [NB, BH, 1, BW, BK]))), "w_desc": _desc_sig(dt, [BN, BK]),
         "y_desc": y_sig, "z_desc": y_sig, "bias_ptr": "*" + bias_dtype,
         "alpha": "fp32", "beta": "fp32", "alpha2": "fp32", "coef": "fp32", "swish_beta": "fp32",
     }
@@ -362,5 +351,5 @@ def compile_sm90(cfg, has_beta=False, act=-1, has_bias=False, has_z=False, bias_
 
 __all__ = ["gluon_conv_strided_kernel", "conv2d", "prepare", "launch", "compile_sm90", "CONFIGS", "TF32_CONFIGS",
            "PICKS", "picks",
-           "why_not", "phase_view", "phase_order", "walk_args", "walk_taps", "out_size", "config", "name",
+           "why_not", "phase_view", "walk_args", "walk_taps", "out_size", "config", "name",
            "shared_bytes", "flops", "filter_matrix"]

@@ -51,10 +51,9 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from .common import cdiv, int32_table
 from .gluon_common import compile_sm90 as _compile_sm90, descriptor
-from .gluon_common import desc_sig as _desc_sig
-from .gluon_conv import (_pixel_load, _tile_coords, acc_layout_of, constexprs, drain, mainloop, pixel_order,
-                         shared_state, sig_dtype)
-from .gluon_conv_strided import phase_order, phase_view, phase_view_why_not
+from .gluon_common import desc_sig as _desc_sig, phase_view_order, pixel_order
+from .gluon_conv import _pixel_load, _tile_coords, acc_layout_of, constexprs, drain, mainloop, shared_state, sig_dtype
+from .gluon_conv_strided import phase_view, phase_view_why_not
 
 FUSED_PHASES = os.environ.get("TRIDNN_GLUON_FUSED_PHASES", "1") != "0"
 
@@ -210,7 +209,7 @@ def gluon_dgrad_fused_kernel(
     # TMA descriptors: dy [N, OH, OW, K] box [NB, BH, BW, BLOCK_K]; the phase-ordered turned
     # filter [C, KH*KW*K] box [BLOCK_N, BLOCK_K]; dx's phase view [N, H/sh, sh, W/sw, sw*C]
     # box [NB, BH, 1, BW, BLOCK_N] (IMAGES_INNER: dy and dx with the images next to the
-    # channels, gluon_conv.pixel_order and gluon_conv_strided.phase_order)
+    # channels, gluon_common's pixel_order and phase_view_order)
     dy_desc, w_desc, dx_desc,
     alpha, beta,
     # dy's channels (the reduction's); the phase table (int32 [SLOTS, 8]: phase_table's rows,
@@ -371,7 +370,7 @@ def prepare(dy, w, dx, kernel, stride, padding, convolution, cfg, alpha=1.0, bet
     dyshape, dys, dy_box = (pixel_order(cfg, d) for d in (*_nhwc(dy), [NB, BH, BW, BK]))
     dy_desc = descriptor(dy, dyshape, dys, dy_box)
     w_desc = descriptor(m, m.shape, m.stride(), [BN, BK])
-    xshape, xs, x_box = (phase_order(cfg, d) for d in (*phase_view(dx, stride), [NB, BH, 1, BW, BN]))
+    xshape, xs, x_box = (phase_view_order(cfg, d) for d in (*phase_view(dx, stride), [NB, BH, 1, BW, BN]))
     dx_desc = descriptor(dx, xshape, xs, list(x_box))
     args = (dy_desc, w_desc, dx_desc, float(alpha), float(beta), k_in, int32_table(p["rows"], dx.device),
             int32_table(p["schedule"], dx.device), dx.shape[1], p["SLOTS"], p["TILES_PER_PHASE"], p["TILES_H"],
@@ -393,7 +392,7 @@ def compile_sm90(cfg, has_beta=False):
     NB, BH, BW, BN, BK = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     dt = sig_dtype(cfg)
     types_ = {"dy_desc": _desc_sig(dt, list(pixel_order(cfg, [NB, BH, BW, BK]))), "w_desc": _desc_sig(dt, [BN, BK]),
-              "dx_desc": _desc_sig(dt, list(phase_order(cfg, [NB, BH, 1, BW, BN]))), "table_ptr": "*i32",
+              "dx_desc": _desc_sig(dt, list(phase_view_order(cfg, [NB, BH, 1, BW, BN]))), "table_ptr": "*i32",
               "sched_ptr": "*i32",
               "alpha": "fp32", "beta": "fp32"}
     consts, cap = kernel_constexprs(cfg, has_beta)

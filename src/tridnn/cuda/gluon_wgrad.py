@@ -391,9 +391,8 @@ def box_shapes(cfg) -> tuple:
     BW, BLOCK_M] and [NB, BH, 1, BW, BLOCK_N], or with IMAGES_INNER [BH, BW, NB, BLOCK_M]
     and [BH, 1, BW, NB, BLOCK_N]."""
     NB, BH, BW, BM, BN = cfg["NB"], cfg["BH"], cfg["BW"], cfg["BLOCK_M"], cfg["BLOCK_N"]
-    if cfg.get("IMAGES_INNER"):
-        return [BH, BW, NB, BM], [BH, 1, BW, NB, BN]
-    return [NB, BH, BW, BM], [NB, BH, 1, BW, BN]
+    return (list(gluon_common.pixel_order(cfg, [NB, BH, BW, BM])),
+            list(gluon_common.phase_view_order(cfg, [NB, BH, 1, BW, BN])))
 
 
 def block_p(cfg) -> int:
