@@ -798,3 +798,28 @@ def test_cached_launch_places_constexprs_where_the_launcher_expects_them(monkeyp
         (run,) = compiled.runs  # the first launch went through the JIT
         assert run[:9] == (3, 1, 1, 7, "fn", "meta", None, None, None)
         assert len(run) == 9 + len(want) and all(x is y or x == y for x, y in zip(run[9:], want))
+
+
+def test_tuner_cancels_a_drift_across_the_candidate_list(monkeypatch):
+    """Every timing is 0.04 ms slower than the one before (a clock settling while the list
+    runs): timed once in list order, 'a' (listed first) would win against the truly faster
+    'c'. The leaders are timed again back to front and their two times averaged, which
+    cancels a linear drift; 'far' (beyond RETIME_MARGIN) is not timed again."""
+    true_ms = {"a": 1.0, "b": 1.0, "c": 0.95, "far": 2.0}
+    calls = []
+
+    def drifting_bench(fn, **kwargs):
+        fn()
+        calls.append(current[0])
+        return true_ms[current[0]] + 0.04 * (len(calls) - 1)
+    monkeypatch.setattr(common, "gpu_time_ms", drifting_bench)
+    current = [None]
+    truth = torch.arange(8, dtype=torch.float32)
+
+    def launch(cfg, out):
+        current[0] = cfg["name"]
+        out.copy_(truth)
+    best = common.Tuner().pick("k", [dict(name=n) for n in ("a", "b", "c", "far")], launch,
+                               torch.zeros(8), types.SimpleNamespace(type="cuda"))
+    assert best["name"] == "c"
+    assert calls == ["a", "b", "c", "far", "c", "b", "a"]
