@@ -12,6 +12,8 @@
 #   fwd64 / dgrad64 / fwd256 / dgrad256
 #              bench_gpu_conv.py --algos get on the stride-2 layers, TRIDNN_IMAGES_INNER_STRIDED=1
 #              against 0 on one machine (the A/B that decides the switch's default)
+#   tuner_gap  sweep_gluon_conv.py --api on aspp_d2 backward data: with session 30's re-timing of
+#              the leaders in reverse order, does the tuner now pick the fastest candidate?
 #   wgrad_sweep  sweep_gluon_wgrad.py on res5_3x3, res4_3x3 and res5_3x3s2 (batch 64): the 128 x 256
 #              ring-of-3 configs (30-32, TMA store of dw) against the picked ones
 # Results under $OUT (or ./gpu_out); a per-layer summary last.
@@ -43,6 +45,11 @@ for step in $1; do
     dgrad64) bench dgrad64_on rn50-bwd_data 64 1; bench dgrad64_off rn50-bwd_data 64 0;;
     fwd256) bench fwd256_on rn50-fwd 256 1; bench fwd256_off rn50-fwd 256 0;;
     dgrad256) bench dgrad256_on rn50-bwd_data 256 1; bench dgrad256_off rn50-bwd_data 256 0;;
+    tuner_gap)
+      t=$(left); if [ "$t" -lt 60 ]; then echo "skip tuner_gap (time)"; continue; fi
+      timeout "$t" python3 benchmarks/sweep_gluon_conv.py --api --layers aspp_d2 --directions bwd_data \
+          --out "$R/tuner_gap" > "$R/tuner_gap.txt" 2>&1
+      tail -8 "$R/tuner_gap.txt";;
     wgrad_sweep)
       t=$(left); if [ "$t" -lt 60 ]; then echo "skip wgrad_sweep (time)"; continue; fi
       timeout "$t" python3 benchmarks/sweep_gluon_wgrad.py --layers res5_3x3,res4_3x3,res5_3x3s2 \
