@@ -1,0 +1,157 @@
+"""Property-based tests of the Gluon convolutions' host side: on drawn problems (kernel sizes
+1-4 per axis, strides 1-3, asymmetric paddings, dilation, odd maps, both modes, any batch)
+and drawn tile configs (small synthetic tiles that make many edge tiles, and the real
+picks), ``gluon_conv.launch_forward`` and ``launch_backward_data`` run with the kernel
+launch replaced by gluon_helpers.emulate_launch: each launch emulated in float64 through
+the descriptors ``prepare`` built (tile order, the loaders' tap walks, the phase views and
+phase table, the epilogue's alpha and beta). The result must equal the float64 convolution
+rounded once: the data are small integers, so every sum is exact and the comparison is
+exact equality. beta = 0 outputs start as NaN (every element must be written).
+
+What this covers that the GPU tests at fixed shapes do not: the geometry each path
+derives on the host (output sizes, backward padding, the stride phases and their filter
+columns, the images-inner views, the flat view of 1x1 problems, the tile counts) over
+thousands of shapes in the long profile (TRIDNN_FUZZ=long). What it does not: the
+kernels' own code (the emulation stands in for it; the GPU tests run the kernels)."""
+import pytest
+from hypothesis import given, strategies as st
+
+torch = pytest.importorskip("torch")
+gc = pytest.importorskip("tridnn.cuda.gluon_conv", reason="Triton without Gluon")
+
+import tridnn  # noqa: E402
+from tridnn.algorithms.problem import ConvProblem  # noqa: E402
+from tridnn.cuda import gluon_conv_strided, gluon_dgrad_fused  # noqa: E402
+
+import gluon_helpers  # noqa: E402
+from fuzz_support import Stats, fuzz_settings  # noqa: E402
+
+STATS = Stats("test_fuzz_gluon_conv")
+REAL_CONFIGS = list({gc.name(c): c for c in gc.CONFIGS + gluon_conv_strided.CONFIGS
+                     if not gc.float32_data(c)}.values())
+
+
+def teardown_module():
+    STATS.dump()
+
+
+@st.composite
+def configs(draw):
+    """A 16-bit tile config: small synthetic tiles (many edge and partial tiles on these
+    maps), images inner or not, or one of the real picks (boxes larger than the maps)."""
+    if draw(st.integers(0, 4)) == 0:
+        return dict(draw(st.sampled_from(REAL_CONFIGS)), GLUON=True)
+    nb, bh, bw = (draw(st.sampled_from(v)) for v in ((1, 2, 4), (1, 2, 4), (1, 2, 4, 8)))
+    bn = draw(st.sampled_from((16, 32, 64)))
+    return dict(gc.config(nb, bh, bw, bn, 3, 4, images_inner=draw(st.booleans())), GLUON=True)
+
+
+@st.composite
+def problems(draw, direction):
+    """(geometry dict) of a problem the Gluon path takes: channels per its why_not, maps
+    that are multiples of the stride where the phase views need it."""
+    sh, sw = draw(st.sampled_from(((1, 1), (1, 1), (2, 2), (2, 2), (1, 2), (2, 1), (3, 3), (2, 3))))
+    strided = (sh, sw) != (1, 1)
+    kh, kw = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    dh, dw = (1, 1) if strided and direction == "bwd_data" else (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    ph, pw = draw(st.integers(0, dh * (kh - 1))), draw(st.integers(0, dw * (kw - 1)))
+    # map sizes with at least one output pixel; multiples of the stride for the strided
+    # forward's phase view (backward data at odd sizes launches a phase at a time)
+    min_h, min_w = max(1, dh * (kh - 1) + 1 - 2 * ph), max(1, dw * (kw - 1) + 1 - 2 * pw)
+    h, wd = draw(st.integers(min_h, min_h + 7)), draw(st.integers(min_w, min_w + 7))
+    if direction == "fwd" or draw(st.booleans()):
+        h, wd = -(-h // sh) * sh, -(-wd // sw) * sw
+    if direction == "fwd":
+        c, k = draw(st.sampled_from((64, 128))), draw(st.sampled_from((8, 24, 64, 72)))
+    else:
+        c, k = draw(st.sampled_from((8, 24, 64, 128))), draw(st.sampled_from((64, 128)))
+    return dict(n=draw(st.integers(1, 4)), c=c, k=k, h=h, w=wd, kernel=(kh, kw), stride=(sh, sw),
+                pad=(ph, pw), dil=(dh, dw), mode=draw(st.sampled_from(tridnn.ConvMode)),
+                dtype=draw(st.sampled_from(("bfloat16", "float16"))))
+
+
+def _build(direction, g, seed):
+    """The ConvProblem and channels-last CPU tensors (x, w, y) of small integers."""
+    cd = tridnn.ConvolutionDescriptor(padding=g["pad"], stride=g["stride"], dilation=g["dil"], mode=g["mode"])
+    xd = tridnn.TensorDescriptor.packed((g["n"], g["c"], g["h"], g["w"]), g["dtype"], tridnn.TensorFormat.NHWC)
+    wd = tridnn.FilterDescriptor((g["k"], g["c"]) + g["kernel"], g["dtype"], tridnn.TensorFormat.NHWC)
+    yd = xd.with_dims(cd.output_dims(xd, wd))
+    dt = getattr(torch, g["dtype"])
+    gen = torch.Generator().manual_seed(seed)
+    x, w, y = (torch.empty(d.dims, dtype=dt, memory_format=torch.channels_last) for d in (xd, wd, yd))
+    for t in (x, w, y):  # (empty's strides: .contiguous() keeps NCHW strides on 1x1 maps, which TMA refuses)
+        t.copy_(torch.randint(-3, 4, t.shape, generator=gen))
+    return ConvProblem(direction, xd, wd, yd, cd), x, w, y
+
+
+def _emulated(monkeypatch):
+    """Replace gluon_conv.launch by the emulation; returns the list of kernels launched."""
+    kernels = []
+
+    def emulate(grid, args, meta, y=None, kernel=None):
+        kernels.append(kernel or gc.gluon_conv_fwd_kernel)
+        return gluon_helpers.emulate_launch(grid, args, meta, y, kernel)
+    monkeypatch.setattr(gc, "launch", emulate)
+    return kernels
+
+
+def _conv_args(g, w):
+    """torch's (weight, stride, padding, dilation) of the problem (CONVOLUTION mode: the
+    filter's taps reversed)."""
+    w64 = w.double()
+    if g["mode"] == tridnn.ConvMode.CONVOLUTION:
+        w64 = w64.flip((2, 3))
+    return w64, dict(stride=g["stride"], padding=g["pad"], dilation=g["dil"])
+
+
+def _check(got, want, out0, alpha, beta):
+    """got == (alpha * want + beta * out0) rounded once to got's dtype, exactly."""
+    full = alpha * want + (beta * out0.double() if beta else 0)
+    expected = full.to(got.dtype)
+    assert not torch.isnan(got).any(), "an output element was never written"
+    assert torch.equal(got, expected), f"max |diff| {(got.double() - expected.double()).abs().max().item()}"
+
+
+@fuzz_settings(ci_examples=25)
+@given(g=problems("fwd"), cfg=configs(), beta=st.sampled_from((0.0, 0.5)), seed=st.integers(0, 2 ** 16),
+       repeat=st.booleans())
+def test_forward_matches_float64(g, cfg, beta, seed, repeat):
+    with pytest.MonkeyPatch.context() as mp:
+        kernels = _emulated(mp)
+        problem, x, w, y = _build("fwd", g, seed)
+        y0 = y.clone() if beta else torch.full_like(y, float("nan"))
+        w64, kw = _conv_args(g, w)
+        want = torch.nn.functional.conv2d(x.double(), w64, **kw)
+        for _ in range(2 if repeat else 1):  # a repeated call replays its launch record
+            y.copy_(y0)
+            assert gc.launch_forward(problem, x, w, y, 2.0, beta, cfg, sms=3)
+            _check(y, want, y0, 2.0, beta)
+        strided = g["stride"] != (1, 1)
+        assert all(k is (gluon_conv_strided.gluon_conv_strided_kernel if strided else gc.gluon_conv_fwd_kernel)
+                   for k in kernels)
+    STATS.problem("fwd")
+    STATS.ran("fwd", "strided" if strided else "stride1")
+
+
+@fuzz_settings(ci_examples=25)
+@given(g=problems("bwd_data"), cfg=configs(), beta=st.sampled_from((0.0, 0.5)), seed=st.integers(0, 2 ** 16),
+       fused=st.booleans())
+def test_backward_data_matches_float64(g, cfg, beta, seed, fused):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(gluon_dgrad_fused, "FUSED_PHASES", fused)
+        kernels = _emulated(mp)
+        problem, dx, w, dy = _build("bwd_data", g, seed)
+        dx0 = dx.clone() if beta else torch.full_like(dx, float("nan"))
+        dx.copy_(dx0)
+        w64, kw = _conv_args(g, w)
+        want = torch.nn.grad.conv2d_input(dx.shape, w64, dy.double(), **kw)
+        assert gc.launch_backward_data(problem, dy, w, dx, 2.0, beta, cfg, sms=3)
+        _check(dx, want, dx0, 2.0, beta)
+    one = (fused and g["stride"] != (1, 1) and gluon_dgrad_fused.why_not(dx, g["stride"], cfg) is None)
+    path = "fused" if one else ("phases" if g["stride"] != (1, 1) else "stride1")
+    if one:
+        assert kernels == [gluon_dgrad_fused.gluon_dgrad_fused_kernel]
+    else:
+        assert all(k is gc.gluon_conv_fwd_kernel for k in kernels)
+    STATS.problem("bwd_data")
+    STATS.ran("bwd_data", path)
