@@ -5,6 +5,8 @@ backend="triton")) on tiny shapes; with --gpu (TRIDNN_GPU_TESTS=1) the tests mar
 gpu run the same algorithms at real sizes on a CUDA device. Integer fills make every
 GEMM-type method exact; outputs are poisoned with NaN so unwritten elements fail.
 """
+import os
+
 import numpy as np
 import pytest
 
@@ -199,6 +201,45 @@ def test_bfloat16_under_the_interpreter(direction, rng):
     ran = [algo.name for algo in ALGOS[direction]
            if run_case(direction, algo, p, "bfloat16", "NHWC", rng, alpha=2.0, beta=0.5, as_torch=True) is None]
     assert "IMPLICIT_GEMM" in ran or "ALGO_1" in ran, ran
+
+
+@pytest.mark.parametrize("src", ["float32", "float64", "float16", "int32"])
+def test_bfloat16_casts_round_to_nearest_even(src):
+    """A kernel's cast to bfloat16 rounds to nearest even, as the GPU's cvt.rn does, and
+    casts between bfloat16 and other types convert values: under the interpreter only with
+    layer_utils' patch (Triton 3.6's interpreter dropped the low 16 bits, storing 131.5 as
+    131 where a GPU stores 132, and took float64 and integer values for bfloat16 bit
+    patterns: 3.0 became 2.8e-40). Ties, values just past them, overflow, subnormals,
+    signed zeros; back to ``src`` from bfloat16."""
+    import torch
+    import triton
+    import triton.language as tl
+    from tridnn.cuda import layer_utils  # noqa: F401  (the interpreter patches)
+
+    @triton.jit
+    def cast_both_ways(x_ptr, y_ptr, z_ptr, N: tl.constexpr):
+        offs = tl.arange(0, N)
+        y = tl.load(x_ptr + offs).to(tl.bfloat16)
+        tl.store(y_ptr + offs, y)
+        tl.store(z_ptr + offs, y.to(z_ptr.dtype.element_ty))
+
+    values = [130.5, 131.5, 257.0, 259.0, 1.00390625, 1.01171875, -130.5, 129.75, -0.0, 0.0, 3.0, -7.0,
+              3.39e38, -3.4e38, 1e-40, 65504.0]
+    dt = getattr(torch, src)
+    if src == "float16":
+        values = [v for v in values if abs(v) <= 65504 and (v == 0 or abs(v) > 1e-4)]
+    elif src == "int32":
+        values = [float(int(v)) for v in values if abs(v) < 2 ** 31]
+    x = torch.tensor(values, dtype=torch.float64).to(dt)
+    n = triton.next_power_of_2(len(values))
+    x = torch.cat([x, torch.zeros(n - len(values), dtype=dt)])
+    device = "cuda" if os.environ.get("TRIDNN_GPU_TESTS") == "1" else "cpu"
+    x = x.to(device)
+    y, z = torch.empty(n, dtype=torch.bfloat16, device=device), torch.empty(n, dtype=dt, device=device)
+    cast_both_ways[(1,)](x, y, z, N=n)
+    want = x.double().to(torch.bfloat16)
+    assert torch.equal(y.cpu().view(torch.int16), want.cpu().view(torch.int16)), (y.tolist(), want.tolist())
+    assert torch.equal(z.cpu(), want.to(dt).cpu()), (z.tolist(), want.to(dt).tolist())
 
 
 @pytest.mark.parametrize("direction", DIRECTIONS)

@@ -68,9 +68,53 @@ def _let_interpreter_dot_bfloat16() -> None:
     builder.create_dot = create_dot
 
 
+def bfloat16_bits(f32):
+    """float32 array -> bfloat16 bit patterns (uint16), rounded to nearest even as the GPU's
+    cvt.rn.bf16.f32 does: overflow goes to infinity, a NaN stays a (quiet) NaN."""
+    import numpy as np
+    f32 = np.ascontiguousarray(f32, dtype=np.float32)
+    bits = f32.view(np.uint32)
+    with np.errstate(over="ignore"):
+        rounded = ((bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
+    return np.where(np.isnan(f32), ((bits >> 16) | np.uint32(0x0040)).astype(np.uint16), rounded)
+
+
+def _let_interpreter_round_bfloat16() -> None:
+    """Triton 3.6's interpreter casts float32 -> bfloat16 by dropping the low 16 bits (round
+    toward zero), where a GPU rounds to nearest even, so every bfloat16 store in CI was up to
+    one unit in the last place off what the GPU writes (found in session 30 by an exact
+    comparison: 131.5 stored as 131, the GPU's 132). And float64 or integers to bfloat16,
+    or bfloat16 to integers, took values for uint16 bit patterns or the reverse (3.0 became
+    2.8e-40; float16 already goes through float32 in Triton's front end). Every cast to or
+    from bfloat16 goes through float32 here: widening is exact, narrowing rounds to nearest
+    even (bfloat16_bits). A float64 source is rounded to float32 first (a double rounding
+    the GPU's direct cvt does not make; it matters only where a float64 lies within
+    float32's rounding of a bfloat16 tie)."""
+    import numpy as np
+    from triton.runtime import interpreter
+    builder = interpreter.InterpreterBuilder
+    original = builder.cast_impl
+    if getattr(original, "_tridnn_bfloat16", False):
+        return
+
+    def cast_impl(self, src, dst_type):
+        s, d = src.dtype.scalar, dst_type.scalar
+        if (s == tl.bfloat16) == (d == tl.bfloat16):
+            return original(self, src, dst_type)
+        if s == tl.bfloat16:  # widen exactly, then NumPy's cast to the destination
+            f32 = (src.data.astype(np.uint32) << 16).view(np.float32)
+            with np.errstate(over="ignore", invalid="ignore"):  # (overflow gives inf, as on the GPU)
+                return interpreter.TensorHandle(f32.astype(interpreter._get_np_dtype(d)), d)
+        return interpreter.TensorHandle(bfloat16_bits(src.data.astype(np.float32)), d)
+
+    cast_impl._tridnn_bfloat16 = True
+    builder.cast_impl = cast_impl  # (the create_* casts are lambdas calling self.cast_impl: they follow)
+
+
 if os.environ.get("TRITON_INTERPRET") == "1":
     _let_interpreter_loop_over_runtime_bounds()
     _let_interpreter_dot_bfloat16()
+    _let_interpreter_round_bfloat16()
 
 
 # -- dtypes and scalars ---------------------------------------------------------------
