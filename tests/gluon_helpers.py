@@ -318,3 +318,91 @@ def emulate_launch(grid, args, meta, y=None, kernel=None):
     else:
         raise NotImplementedError(f"no emulation of {kernel}")
     return y
+
+
+def _pointer_store(base, offsets, values):
+    """Plain stores at element offsets from ``base``'s first element (negative strides
+    included, as flip mode's dw); an offset outside base's storage fails the test."""
+    import torch
+    size = base.untyped_storage().nbytes() // base.element_size()
+    where = base.storage_offset() + offsets
+    assert where.min() >= 0 and where.max() < size, "a store outside the tensor's memory"
+    flat = torch.as_strided(base, (size,), (1,), 0)
+    flat[where] = values.to(base.dtype)
+
+
+def _pointer_load(base, offsets):
+    import torch
+    return torch.as_strided(base, (base.untyped_storage().nbytes() // base.element_size(),), (1,), 0)[
+        base.storage_offset() + offsets]
+
+
+def emulate_gluon_wgrad(plan):
+    """gluon_wgrad.launch(plan) on the CPU: gluon_wgrad_kernel emulated in float64 from the
+    plan's (args, meta) - every unit (_unit_coords: whole tiles, then split slices), the
+    loader's box walk and tap offsets into x's stride-phase view (images inner or not), the
+    dy^T @ x products, and the consumer's stores (a whole tile through the TMA descriptor
+    under TMA_DW, else pointer stores at dw's strides with DW_VEC's row-only mask; a
+    slice's float32 partial into its workspace slot) - then the real finish kernel (plain
+    Triton, under the interpreter) sums the slices into dw."""
+    import torch
+    from tridnn.cuda import common
+    from tridnn.cuda import gluon_wgrad as gw
+    a = dict(zip(gw.gluon_wgrad_kernel.arg_names, plan.args))
+    m = plan.meta
+    nb_, bh, bw, bm, bn, taps_n = (m[k] for k in ("NB", "BH", "BW", "BLOCK_M", "BLOCK_N", "TAPS_N"))
+    inner, bp, tn = m["IMAGES_INNER"], nb_ * bh * bw, taps_n * bn
+    c, t_all, kw_n = a["C"], a["T"], a["KW"]
+
+    def tap_offsets(t):  # _tap_offsets
+        t = min(t, t_all - 1)
+        kh, kw = t // kw_n, t % kw_n
+        a_h, a_w = kh * a["DIL_H"] - a["PAD_H"], kw * a["DIL_W"] - a["PAD_W"]
+        q_h = (a_h + a["SH"] * (a["PAD_H"] + 1)) // a["SH"] - (a["PAD_H"] + 1)
+        q_w = (a_w + a["SW"] * (a["PAD_W"] + 1)) // a["SW"] - (a["PAD_W"] + 1)
+        return q_h, a_h - q_h * a["SH"], q_w, (a_w - q_w * a["SW"]) * c
+
+    rows, cols = torch.arange(bm), torch.arange(tn)
+    for u in range(a["UNITS"]):
+        whole = u < a["DIRECT"]  # _unit_coords
+        q = max(u - a["DIRECT"], 0)
+        tile = u if whole else a["DIRECT"] + q % a["R"]
+        cb, r = tile % a["N_CB"], tile // a["N_CB"]
+        kb, tg = r % a["N_KB"], r // a["N_KB"]
+        t0, k0, c0 = tg * taps_n, kb * bm, cb * bn
+        first = 0 if whole else (q // a["R"]) * a["PER"]
+        last = a["BOXES"] if whole else min(first + a["PER"], a["BOXES"])
+        acc = torch.zeros(bm, tn, dtype=torch.float64)
+        for b in range(first, last):
+            tw, r = b % a["TILES_W"], b // a["TILES_W"]
+            n, oh, ow = (r // a["TILES_H"]) * nb_, (r % a["TILES_H"]) * bh, tw * bw
+            dy = tma_box(a["dy_desc"], [oh, ow, n, k0] if inner else [n, oh, ow, k0]).reshape(bp, bm).double()
+            xs = []
+            for j in range(taps_n):
+                dh, ph, dw_, pc = tap_offsets(t0 + j)
+                at = [oh + dh, ph, ow + dw_, n, pc + c0] if inner else [n, oh + dh, ph, ow + dw_, pc + c0]
+                xs.append(tma_box(a["x_desc"], at).reshape(bp, bn).double())
+            acc += dy.T @ torch.cat(xs, 1)
+        if not whole:
+            slot = q * bm * tn + (rows * tn)[:, None] + cols[None, :]
+            a["ws_ptr"][slot.reshape(-1)] = acc.reshape(-1).float()
+        elif m["TMA_DW"]:
+            tma_store(a["dw_desc"], [k0, t0 * c + c0], (acc * a["alpha"]).float())
+        else:
+            kr, cc, t = k0 + rows, c0 + cols % bn, t0 + cols // bn
+            kh, kw = t // kw_n, t % kw_n
+            if m["DW_VEC"]:  # (DW_C = 1; columns unmasked: the host vouched for them)
+                off = (kr * a["DW_K"])[:, None] + (cc + kh * a["DW_H"] + kw * a["DW_W"])[None, :]
+                mask = (kr < a["K"])[:, None].expand(bm, tn)
+            else:
+                off = (kr * a["DW_K"])[:, None] + (cc * a["DW_C"] + kh * a["DW_H"] + kw * a["DW_W"])[None, :]
+                mask = (kr < a["K"])[:, None] & ((cc < c) & (t < t_all))[None, :]
+            v = (acc * a["alpha"]).float()
+            if not m["BETA_ZERO"]:
+                old = torch.zeros(bm, tn)
+                old[mask] = _pointer_load(a["dw_ptr"], off[mask]).float()
+                v += a["beta"] * old
+            _pointer_store(a["dw_ptr"], off[mask], v[mask])
+    if plan.finish_grid is not None:
+        common.launch(gw.wgrad_finish_kernel, plan.finish_grid, plan.finish_args, plan.finish_meta, {})
+    return plan.dw

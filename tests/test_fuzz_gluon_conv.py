@@ -155,3 +155,66 @@ def test_backward_data_matches_float64(g, cfg, beta, seed, fused):
         assert all(k is gc.gluon_conv_fwd_kernel for k in kernels)
     STATS.problem("bwd_data")
     STATS.ran("bwd_data", path)
+
+
+gw = pytest.importorskip("tridnn.cuda.gluon_wgrad")
+REAL_WGRAD = [c for c in gw.CONFIGS]
+
+
+@st.composite
+def wgrad_configs(draw, flat_ok):
+    """A backward-filter config: small synthetic tiles (several taps a tile, images inner or
+    not, a flat row of pixels where the problem allows it) or one of the real ones."""
+    if draw(st.integers(0, 4)) == 0:
+        real = [c for c in REAL_WGRAD if flat_ok or not c.get("FLAT")]
+        return dict(draw(st.sampled_from(real)), GLUON=True)
+    flat = flat_ok and draw(st.booleans())
+    taps = draw(st.sampled_from((1, 1, 2, 4)))
+    bn = 64 if taps > 1 else draw(st.sampled_from((16, 32, 64)))
+    nb, bh, bw = (1, 1, draw(st.sampled_from((8, 16)))) if flat else (
+        draw(st.sampled_from((1, 2, 4))), draw(st.sampled_from((1, 2, 4))), draw(st.sampled_from((1, 2, 4, 8))))
+    return dict(gw.config(nb, bh, bw, 64, bn, 3, 4, taps=taps, flat=flat,
+                          images_inner=not flat and draw(st.booleans())), GLUON=True)
+
+
+@st.composite
+def wgrad_problems(draw):
+    g = draw(problems("fwd"))
+    g["c"], g["k"] = draw(st.sampled_from((8, 24, 64, 128))), draw(st.sampled_from((8, 64, 72, 128)))
+    return g
+
+
+@fuzz_settings(ci_examples=25)
+@given(g=wgrad_problems(), data=st.data(), beta=st.sampled_from((0.0, 0.5)), seed=st.integers(0, 2 ** 16),
+       dw_kind=st.sampled_from(("krsc", "nchw", "float32")), sms=st.integers(1, 6),
+       partials=st.sampled_from((0, 1 << 12, 1 << 16, 1 << 22)),
+       forced=st.sampled_from((None, None, (0, 2), (0, 3), (1, 2), (0, 7))))
+def test_backward_filter_matches_float64(g, data, beta, seed, dw_kind, sms, partials, forced):
+    """gluon_wgrad.prepare as conv_bwd_filter_implicit_gemm.launch_gluon calls it (the
+    workspace bounds the schedule; CONVOLUTION mode flips the taps), launched through
+    gluon_helpers.emulate_gluon_wgrad: alpha * dw + beta * dw_old, exactly. Few SMs (sms)
+    put many units on a program; ``forced`` fixes (DIRECT, SPLITS) where the cost model would
+    keep these small problems' tiles whole (the workspace may still refuse the split)."""
+    problem, x, w, dy = _build("bwd_filter", g, seed)
+    cfg = data.draw(wgrad_configs(gw.flat_ok(g["kernel"], g["pad"], g["stride"])))
+    dt = torch.float32 if dw_kind == "float32" else x.dtype
+    fmt = torch.contiguous_format if dw_kind == "nchw" else torch.channels_last
+    dw = torch.empty(w.shape, dtype=dt, memory_format=fmt)
+    dw0 = torch.randint(-3, 4, w.shape, generator=torch.Generator().manual_seed(seed + 1)).to(dt) if beta \
+        else torch.full(w.shape, float("nan"), dtype=dt)
+    dw.copy_(dw0)
+    assert gw.why_not(x, dy, g["kernel"], g["pad"], g["dil"], g["stride"]) is None
+    ws = torch.full((max(partials, 1),), float("nan"))
+    direct, splits = forced or (None, None)
+    plan = gw.prepare(x, dy, g["kernel"], g["pad"], g["dil"], cfg, 2.0, beta, dw, sms=sms, ws=ws,
+                      max_partials=partials, direct=direct, splits=splits, stride=g["stride"], flip=g["mode"] == tridnn.ConvMode.CONVOLUTION)
+    assert plan.ws is ws or plan.splits == 1 or partials < plan.ws.numel()
+    gluon_helpers.emulate_gluon_wgrad(plan)
+    want = torch.nn.grad.conv2d_weight(x.double(), w.shape, dy.double(), stride=g["stride"], padding=g["pad"],
+                                       dilation=g["dil"])
+    if g["mode"] == tridnn.ConvMode.CONVOLUTION:
+        want = want.flip((2, 3))
+    _check(dw, want, dw0, 2.0, beta)
+    STATS.problem("bwd_filter")
+    STATS.ran("bwd_filter", ("split" if plan.direct < plan.units else "whole")
+              + ("-tma" if plan.meta["TMA_DW"] else "-vec" if plan.meta["DW_VEC"] else ""))
