@@ -273,21 +273,26 @@ def emulate_gluon_conv_strided(args, meta):
         _epilogue(a, meta, acc, y_at(n0, oh0, ow0, k0))
 
 
-def emulate_gluon_dgrad_fused(args, meta):
+def emulate_gluon_dgrad_fused(args, meta, grid):
     """gluon_dgrad_fused_kernel on the CPU in float64 from its ``prepare``'s (args, meta):
-    every tile of every phase slot (the table row of its phase, the loader's taps and
-    channel blocks of dy, the phase's filter columns), then the old-dx blend and the store
-    through dx's 5-D phase view (images inner: dy [rows, columns, images, channels], dx
-    [rows, row phase, columns, images, column phase * C + channels]), every box through the
-    descriptors. Tile order and the programs' schedule do not change the result."""
+    each program's tiles as the schedule (sched_ptr) deals them to grid[0] programs (every
+    tile of the list exactly once, or the test fails), per tile the table row of its phase
+    slot (_slot_tile), the loader's taps and channel blocks of dy, the phase's filter
+    columns, then the old-dx blend and the store through dx's 5-D phase view (images inner:
+    dy [rows, columns, images, channels], dx [rows, row phase, columns, images, column phase
+    * C + channels]), every box through the descriptors."""
     import torch
     from tridnn.cuda import gluon_dgrad_fused as gf
     a = dict(zip(gf.gluon_dgrad_fused_kernel.arg_names, args))
     nb, bh, bw, bn, bk = (meta[k] for k in ("NB", "BH", "BW", "BLOCK_N", "BLOCK_K"))
     bm, inner = nb * bh * bw, meta.get("IMAGES_INNER")
     rows = a["table_ptr"].view(-1, gf.ROW).tolist()
-    for t in range(a["SLOTS"] * a["TILES_PER_PHASE"]):
-        q, r = min(t // a["TILES_PER_PHASE"], a["SLOTS"] - 1), t % a["TILES_PER_PHASE"]
+    sched, programs = a["sched_ptr"].tolist(), grid[0]
+    order = [sched[programs + 1 + i] for p in range(programs) for i in range(sched[p], sched[p + 1])]
+    assert sorted(order) == list(range(a["SLOTS"] * a["TILES_PER_PHASE"])), "the schedule misses or repeats tiles"
+    for t in order:
+        q = min(t // a["TILES_PER_PHASE"], a["SLOTS"] - 1)  # _slot_tile
+        r = t - q * a["TILES_PER_PHASE"]
         pa, pb, _, tw_n, pad_h, pad_w, wcol, k_steps = rows[q]
         n0, i0, j0, c0_out = tile_origin(r, a["TILES_H"], a["TILES_W"], a["N_BLOCKS"], meta)
         acc = torch.zeros(bm, bn, dtype=torch.float64)
@@ -314,7 +319,7 @@ def emulate_launch(grid, args, meta, y=None, kernel=None):
     elif kernel is gluon_conv_strided.gluon_conv_strided_kernel:
         emulate_gluon_conv_strided(args, meta)
     elif kernel is gluon_dgrad_fused.gluon_dgrad_fused_kernel:
-        emulate_gluon_dgrad_fused(args, meta)
+        emulate_gluon_dgrad_fused(args, meta, grid)
     else:
         raise NotImplementedError(f"no emulation of {kernel}")
     return y

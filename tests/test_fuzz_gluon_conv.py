@@ -27,8 +27,9 @@ import gluon_helpers  # noqa: E402
 from fuzz_support import Stats, fuzz_settings  # noqa: E402
 
 STATS = Stats("test_fuzz_gluon_conv")
+# (BLOCK_K 64: the picks' only one; CONFIGS' sweep-only k128 needs channels a multiple of 128)
 REAL_CONFIGS = list({gc.name(c): c for c in gc.CONFIGS + gluon_conv_strided.CONFIGS
-                     if not gc.float32_data(c)}.values())
+                     if not gc.float32_data(c) and c["BLOCK_K"] == 64}.values())
 
 
 def teardown_module():
@@ -64,7 +65,7 @@ def problems(draw, direction):
     if direction == "fwd":
         c, k = draw(st.sampled_from((64, 128))), draw(st.sampled_from((8, 24, 64, 72)))
     else:
-        c, k = draw(st.sampled_from((8, 24, 64, 128))), draw(st.sampled_from((64, 128)))
+        c, k = draw(st.sampled_from((8, 24, 64, 128, 64, 128))), draw(st.sampled_from((64, 128)))
     return dict(n=draw(st.integers(1, 4)), c=c, k=k, h=h, w=wd, kernel=(kh, kw), stride=(sh, sw),
                 pad=(ph, pw), dil=(dh, dw), mode=draw(st.sampled_from(tridnn.ConvMode)),
                 dtype=draw(st.sampled_from(("bfloat16", "float16"))))

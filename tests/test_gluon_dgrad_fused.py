@@ -161,8 +161,8 @@ def test_prepare_launch_arguments(beta):
 
 @pytest.mark.parametrize("images_inner", [False, True])
 def test_descriptor_boxes_reproduce_the_gradient(images_inner):
-    """The kernel's walk over every tile of the plan (gluon_helpers.emulate_gluon_dgrad_fused:
-    the table row of its phase, the loader's taps and channel blocks, the consumer's old-dx
+    """The kernel's walk over the tiles its schedule deals to the programs
+    (gluon_helpers.emulate_gluon_dgrad_fused: each tile once, the table row of its phase, the loader's taps and channel blocks, the consumer's old-dx
     read and store), every box read and written through the descriptors ``prepare`` builds
     in the loader's and the consumer's coordinate order (images_inner: dy [rows, columns,
     images, channels], dx [rows, row phase, columns, images, column phase * C + channels];
@@ -176,7 +176,7 @@ def test_descriptor_boxes_reproduce_the_gradient(images_inner):
     dx = dx0.clone()
     grid, args, meta = gf.prepare(dy, wt, dx, (3, 3), stride, pad, False, cfg, alpha=2.0, beta=0.5, sms=4)
     assert meta["IMAGES_INNER"] == images_inner
-    gluon_helpers.emulate_gluon_dgrad_fused(args, meta)
+    gluon_helpers.emulate_gluon_dgrad_fused(args, meta, grid)
     want = 2.0 * torch.nn.grad.conv2d_input((n, c, h, w_), wt.double(), dy.double(), stride=stride,
                                             padding=pad) + 0.5 * dx0.double()
     torch.testing.assert_close(dx.double(), want.to(torch.bfloat16).double())
