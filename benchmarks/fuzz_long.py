@@ -1,7 +1,8 @@
 """The long fuzz profile: the property-based tests with many examples, and their counts.
 
-Runs tests/test_fuzz_conv.py and tests/test_fuzz_layers.py (and the random hostile
-calls of tests/test_hostile_inputs.py) under ``TRIDNN_FUZZ=long`` with
+Runs tests/test_fuzz_conv.py, tests/test_fuzz_layers.py and tests/test_fuzz_gluon_conv.py
+(the Gluon convolutions' host side, kernels emulated; and the random hostile calls of
+tests/test_hostile_inputs.py) under ``TRIDNN_FUZZ=long`` with
 ``TRIDNN_FUZZ_EXAMPLES`` examples per property, collects the per-module counts the
 tests write to ``TRIDNN_FUZZ_STATS``, and prints problems and algorithm runs per op
 plus pytest's verdict. Usage (niced: the machine is shared):
@@ -21,7 +22,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGETS = ["tests/test_fuzz_conv.py", "tests/test_fuzz_layers.py",
+TARGETS = ["tests/test_fuzz_conv.py", "tests/test_fuzz_layers.py", "tests/test_fuzz_gluon_conv.py",
            "tests/test_hostile_inputs.py::test_random_hostile_values_raise_documented_errors"]
 
 
