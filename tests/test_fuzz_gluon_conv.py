@@ -78,11 +78,16 @@ def _build(direction, g, seed):
     wd = tridnn.FilterDescriptor((g["k"], g["c"]) + g["kernel"], g["dtype"], tridnn.TensorFormat.NHWC)
     yd = xd.with_dims(cd.output_dims(xd, wd))
     dt = getattr(torch, g["dtype"])
-    gen = torch.Generator().manual_seed(seed)
     x, w, y = (torch.empty(d.dims, dtype=dt, memory_format=torch.channels_last) for d in (xd, wd, yd))
-    for t in (x, w, y):  # (empty's strides: .contiguous() keeps NCHW strides on 1x1 maps, which TMA refuses)
-        t.copy_(torch.randint(-3, 4, t.shape, generator=gen))
+    _refill(seed, x, w, y)  # (empty's strides: .contiguous() keeps NCHW strides on 1x1 maps, which TMA refuses)
     return ConvProblem(direction, xd, wd, yd, cd), x, w, y
+
+
+def _refill(seed, *tensors):
+    """New small integers into the tensors, in place (same addresses and strides)."""
+    gen = torch.Generator().manual_seed(seed)
+    for t in tensors:
+        t.copy_(torch.randint(-3, 4, t.shape, generator=gen))
 
 
 def _emulated(monkeypatch):
@@ -121,9 +126,11 @@ def test_forward_matches_float64(g, cfg, beta, seed, repeat):
         kernels = _emulated(mp)
         problem, x, w, y = _build("fwd", g, seed)
         y0 = y.clone() if beta else torch.full_like(y, float("nan"))
-        w64, kw = _conv_args(g, w)
-        want = torch.nn.functional.conv2d(x.double(), w64, **kw)
-        for _ in range(2 if repeat else 1):  # a repeated call replays its launch record
+        for call in range(2 if repeat else 1):
+            if call:  # a repeated call replays its launch record: it must read the new values
+                _refill(seed + 7, x, w)
+            w64, kw = _conv_args(g, w)
+            want = torch.nn.functional.conv2d(x.double(), w64, **kw)
             y.copy_(y0)
             assert gc.launch_forward(problem, x, w, y, 2.0, beta, cfg, sms=3)
             _check(y, want, y0, 2.0, beta)
@@ -136,22 +143,25 @@ def test_forward_matches_float64(g, cfg, beta, seed, repeat):
 
 @fuzz_settings(ci_examples=25)
 @given(g=problems("bwd_data"), cfg=configs(), beta=st.sampled_from((0.0, 0.5)), seed=st.integers(0, 2 ** 16),
-       fused=st.booleans())
-def test_backward_data_matches_float64(g, cfg, beta, seed, fused):
+       fused=st.booleans(), repeat=st.booleans())
+def test_backward_data_matches_float64(g, cfg, beta, seed, fused, repeat):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(gluon_dgrad_fused, "FUSED_PHASES", fused)
         kernels = _emulated(mp)
         problem, dx, w, dy = _build("bwd_data", g, seed)
         dx0 = dx.clone() if beta else torch.full_like(dx, float("nan"))
-        dx.copy_(dx0)
-        w64, kw = _conv_args(g, w)
-        want = torch.nn.grad.conv2d_input(dx.shape, w64, dy.double(), **kw)
-        assert gc.launch_backward_data(problem, dy, w, dx, 2.0, beta, cfg, sms=3)
-        _check(dx, want, dx0, 2.0, beta)
+        for call in range(2 if repeat else 1):
+            if call:  # a replayed record turns the filter again: it must be the new one
+                _refill(seed + 7, dy, w)
+            w64, kw = _conv_args(g, w)
+            want = torch.nn.grad.conv2d_input(dx.shape, w64, dy.double(), **kw)
+            dx.copy_(dx0)
+            assert gc.launch_backward_data(problem, dy, w, dx, 2.0, beta, cfg, sms=3)
+            _check(dx, want, dx0, 2.0, beta)
     one = (fused and g["stride"] != (1, 1) and gluon_dgrad_fused.why_not(dx, g["stride"], cfg) is None)
     path = "fused" if one else ("phases" if g["stride"] != (1, 1) else "stride1")
     if one:
-        assert kernels == [gluon_dgrad_fused.gluon_dgrad_fused_kernel]
+        assert kernels == [gluon_dgrad_fused.gluon_dgrad_fused_kernel] * (2 if repeat else 1)
     else:
         assert all(k is gc.gluon_conv_fwd_kernel for k in kernels)
     STATS.problem("bwd_data")
