@@ -194,15 +194,36 @@ def tile_origin(t, tiles_h, tiles_w, n_blocks, meta):
     return tn * meta["NB"], th * meta["BH"], tw * meta["BW"], nb_k * meta["BLOCK_N"]
 
 
-def _epilogue(a, meta, acc, y_at):
+def _activate(v, act, coef):
+    """gluon_conv.FUSED_ACTS' activations (epilogue.activate's piecewise-linear ones) in float64."""
+    import torch
+    if act in (1, 201):  # RELU (201: keeping NaN)
+        return torch.where((v > 0) | ((v != v) if act == 201 else False), v, torch.zeros_like(v))
+    if act in (3, 203):  # CLIPPED_RELU
+        clipped = torch.clamp(torch.where(v > 0, v, torch.zeros_like(v)), max=coef)
+        return torch.where(v != v, v, clipped) if act == 203 else clipped
+    if act == 100:  # LEAKY_RELU
+        return torch.where(v > 0, v, coef * v)
+    raise NotImplementedError(f"the emulation has no activation {act} (not fused by gluon_conv)")
+
+
+def _epilogue(a, meta, acc, y_at, k0):
     """gluon_conv's epilogue on a float64 tile: alpha, the old y (beta) and z (alpha2) boxes
-    at y_at, then the store into y's view."""
+    at y_at, the bias of channels k0.. (HAS_BIAS), the activation ACT, then the store into
+    y's view."""
+    import torch
     bm, bn = acc.shape
     acc = a["alpha"] * acc
     if meta.get("HAS_BETA"):
         acc += a["beta"] * tma_box(a["y_desc"], y_at).reshape(bm, bn).double()
     if meta.get("HAS_Z"):
         acc += a["alpha2"] * tma_box(a["z_desc"], y_at).reshape(bm, bn).double()
+    if meta.get("HAS_BIAS"):
+        cols = k0 + torch.arange(bn)
+        bias = a["bias_ptr"].reshape(-1)
+        acc += torch.where(cols < a["C_OUT"], bias[cols.clamp(max=bias.numel() - 1)].double(), 0.0)[None, :]
+    if meta.get("ACT", -1) >= 0:
+        acc = _activate(acc, meta["ACT"], a["coef"])
     tma_store(a["y_desc"], y_at, acc)
 
 
@@ -211,12 +232,10 @@ def emulate_gluon_conv(args, meta):
     (args, meta): its tile order (_tile_coords), the loader's walk over taps and channel
     blocks, the epilogue's alpha, old-y (beta) and z (alpha2) tiles and its store, every box
     read and written through the descriptors in the kernel's coordinate order (images inner:
-    [rows, columns, images, channels]). Bias and activations are not emulated."""
+    [rows, columns, images, channels]); the fused bias and piecewise-linear activations."""
     import torch
     from tridnn.cuda.gluon_conv import gluon_conv_fwd_kernel
     a = dict(zip(gluon_conv_fwd_kernel.arg_names, args))
-    if meta.get("HAS_BIAS") or meta.get("ACT", -1) != -1:
-        raise NotImplementedError("the emulation has no bias or activation")
     nb, bh, bw, bn, bk = (meta[k] for k in ("NB", "BH", "BW", "BLOCK_N", "BLOCK_K"))
     bm, c, kw = nb * bh * bw, a["C"], a["KW"]
 
@@ -232,7 +251,7 @@ def emulate_gluon_conv(args, meta):
             iw = ow0 - a["PAD_W"] + (tap % kw) * a["DIL_W"]
             box = tma_box(a["x_desc"], at(n0, ih, iw, c0)).reshape(bm, bk).double()
             acc += box @ tma_box(a["w_desc"], [k0, kk * bk]).double().T
-        _epilogue(a, meta, acc, at(n0, oh0, ow0, k0))
+        _epilogue(a, meta, acc, at(n0, oh0, ow0, k0), k0)
 
 
 def emulate_gluon_conv_strided(args, meta):
@@ -243,8 +262,6 @@ def emulate_gluon_conv_strided(args, meta):
     import torch
     from tridnn.cuda import gluon_conv_strided as gs
     a = dict(zip(gs.gluon_conv_strided_kernel.arg_names, args))
-    if meta.get("HAS_BIAS") or meta.get("ACT", -1) != -1:
-        raise NotImplementedError("the emulation has no bias or activation")
     nb, bh, bw, bn, bk = (meta[k] for k in ("NB", "BH", "BW", "BLOCK_N", "BLOCK_K"))
     bm, c, inner = nb * bh * bw, a["C"], meta.get("IMAGES_INNER")
     # the taps from the walk's host arguments (the loader's incremental steps, as walk_taps)
@@ -270,7 +287,7 @@ def emulate_gluon_conv_strided(args, meta):
             at = [oh0 + ah, bh_, ow0 + aw, n0, cb + c0] if inner else [n0, oh0 + ah, bh_, ow0 + aw, cb + c0]
             box = tma_box(a["x_desc"], at).reshape(bm, bk).double()
             acc += box @ tma_box(a["w_desc"], [k0, kk * bk]).double().T
-        _epilogue(a, meta, acc, y_at(n0, oh0, ow0, k0))
+        _epilogue(a, meta, acc, y_at(n0, oh0, ow0, k0), k0)
 
 
 def emulate_gluon_dgrad_fused(args, meta, grid):

@@ -229,3 +229,52 @@ def test_backward_filter_matches_float64(g, data, beta, seed, dw_kind, sms, part
     STATS.problem("bwd_filter")
     STATS.ran("bwd_filter", ("split" if plan.direct < plan.units else "whole")
               + ("-tma" if plan.meta["TMA_DW"] else "-vec" if plan.meta["DW_VEC"] else ""))
+
+
+@fuzz_settings(ci_examples=20)
+@given(g=problems("fwd"), cfg=configs(), seed=st.integers(0, 2 ** 16),
+       act=st.sampled_from((None, "RELU", "CLIPPED_RELU", "LEAKY_RELU")), propagate_nan=st.booleans(),
+       coef=st.sampled_from((0.25, 0.5, 4.0)), bias=st.sampled_from((None, "float32", "same", "4d")),
+       residual=st.sampled_from((None, 1.0, -0.5)), beta=st.sampled_from((0.0, 0.5)))
+def test_fused_epilogue_matches_float64(g, cfg, seed, act, propagate_nan, coef, bias, residual, beta):
+    """convolution_bias_activation_forward's Gluon path (launch_forward with an EpilogueSpec):
+    act(alpha * conv + beta * y + alpha2 * z + bias) for the activations gluon_conv fuses,
+    bias as K float32 values, in y's dtype, or shaped (1, K, 1, 1), z a separate tensor;
+    equal to the float64 composition (reference.activation), exactly."""
+    from tridnn.cuda.epilogue import EpilogueSpec
+    from tridnn.descriptors.activation import ActivationMode
+    from tridnn.reference.activation import activation_forward
+    if residual is not None:
+        beta = 0.0  # (launch_forward leaves old y plus z to conv_tma: the wide tiles' epilogue spills)
+    with pytest.MonkeyPatch.context() as mp:
+        _emulated(mp)
+        problem, x, w, y = _build("fwd", g, seed)
+        k = g["k"]
+        gen = torch.Generator().manual_seed(seed + 3)
+        b = None if bias is None else torch.randint(-3, 4, (k,) if bias != "4d" else (1, k, 1, 1), generator=gen).to(
+            torch.float32 if bias == "float32" else y.dtype)
+        z = None
+        if residual is not None:
+            z = torch.empty_like(y)
+            _refill(seed + 5, z)
+        mode = None if act is None else ActivationMode[act]
+        spec = EpilogueSpec(activation=mode, coef=coef, bias=b, z=z, alpha2=residual or 1.0,
+                            propagate_nan=propagate_nan)
+        y0 = y.clone() if beta else torch.full_like(y, float("nan"))
+        y.copy_(y0)
+        assert gc.forward_why_not(problem, x, w, y, spec) is None
+        assert gc.launch_forward(problem, x, w, y, 2.0, beta, cfg, spec=spec, sms=3)
+        w64, kw = _conv_args(g, w)
+        v = 2.0 * torch.nn.functional.conv2d(x.double(), w64, **kw)
+        if beta:
+            v += beta * y0.double()
+        if z is not None:
+            v += residual * z.double()
+        if b is not None:
+            v += b.double().reshape(1, k, 1, 1)
+        if mode is not None:
+            v = torch.from_numpy(activation_forward(v.numpy(), mode, coef))
+        expected = v.to(y.dtype)
+        assert torch.equal(y, expected), f"max |diff| {(y.double() - expected.double()).abs().max().item()}"
+    STATS.problem("fused")
+    STATS.ran("fused", f"{act}" + ("+bias" if b is not None else "") + ("+z" if z is not None else ""))
