@@ -348,6 +348,8 @@ def _pointer_store(base, offsets, values):
     import torch
     size = base.untyped_storage().nbytes() // base.element_size()
     where = base.storage_offset() + offsets
+    if not where.numel():
+        return
     assert where.min() >= 0 and where.max() < size, "a store outside the tensor's memory"
     flat = torch.as_strided(base, (size,), (1,), 0)
     flat[where] = values.to(base.dtype)
@@ -428,3 +430,85 @@ def emulate_gluon_wgrad(plan):
     if plan.finish_grid is not None:
         common.launch(gw.wgrad_finish_kernel, plan.finish_grid, plan.finish_args, plan.finish_meta, {})
     return plan.dw
+
+
+def emulate_dw3_gluon(grid, args, meta):
+    """conv_depthwise_gluon's dw3_gluon_fwd_kernel on the CPU in float64 from its (args,
+    meta): every unit (_unit), the loader's input rows and their column-shifted windows
+    through x's descriptor (stride 2: the pair view), and the consumer's walk as written -
+    stride 1's two rolling accumulators, stride 2's carried filter row, the DATA walk's even
+    and odd dx columns - with its masked row stores (beta: blended with the old row) at y's
+    strides (a store outside y's memory fails the test)."""
+    import torch
+    from tridnn.cuda import conv_depthwise_gluon as dg
+    a = dict(zip(dg.dw3_gluon_fwd_kernel.arg_names, args))
+    bwi, bc, run, nb = (meta[k] for k in ("BWI", "BC", "RUN", "NB"))
+    data, stride, flip, has_beta = meta["DATA"], meta["STRIDE"], meta["FLIP"], meta["HAS_BETA"]
+    rows = run + 1 if data else (run - 1) * stride + 3
+    row_step, windows = (1 if data else stride), (2 if data else 3)
+    y, w = a["y_ptr"], a["w_ptr"]
+    cols_at, chans_at = (a["COL0"], a["COL1"], a["COL2"]), (a["CH0"], a["CH1"], a["CH2"])
+
+    def store_row(offs, keep, o, done):  # _store_row
+        m = keep & (o < a["OH"])
+        where = (offs + o * a["ys_h"])[m]
+        v = done[m]
+        if has_beta:
+            v = v + a["beta"] * _pointer_load(y, where).double()
+        _pointer_store(y, where, v)
+
+    for u in range(a["NUM_UNITS"]):
+        cb, r = u % a["C_BLOCKS"], u // a["C_BLOCKS"]
+        j, r = r % a["STRIPS"], r // a["STRIPS"]
+        n, o0, q0, c0 = (r // a["RUNS"]) * nb, (r % a["RUNS"]) * run, j * bwi, cb * bc
+        row0 = o0 * row_step - a["PAD_H"]
+        ring = [[tma_box(a["x_desc"], [n, row0 + i, q0 + cols_at[k], c0 + chans_at[k]]).double()
+                 for k in range(windows)] for i in range(rows)]  # [NB, 1, BWI, BC] windows a row
+        take = iter(ring)
+        chans = c0 + torch.arange(bc)
+        ok = chans < a["C"]
+
+        def wt(kh, kw):  # _weight: alpha * w[c, 0, kh, kw] (turned with FLIP), [1, 1, 1, BC]
+            kh, kw = (2 - kh, 2 - kw) if flip else (kh, kw)
+            v = torch.zeros(bc, dtype=torch.float64)
+            v[ok] = _pointer_load(w, chans[ok] * a["ws_k"] + kh * a["ws_h"] + kw * a["ws_w"]).double()
+            return (a["alpha"] * v).reshape(1, 1, 1, bc)
+        wk = [[wt(kh, kw) for kw in range(3)] for kh in range(3)]
+        imgs = n + torch.arange(nb)
+        cols = 2 * (q0 + torch.arange(bwi)) if data else q0 + torch.arange(bwi)
+        i4, c4, ch4 = imgs.reshape(nb, 1, 1, 1), cols.reshape(1, 1, bwi, 1), chans.reshape(1, 1, 1, bc)
+        keep = (i4 < a["N"]) & (c4 < a["OW"]) & (ch4 < a["C"])
+        offs = i4 * a["ys_n"] + c4 * a["ys_w"] + ch4
+        if data:
+            keep_odd = (i4 < a["N"]) & (c4 + 1 < a["OW"]) & (ch4 < a["C"])
+            xa, xb = next(take)
+            carry_e, carry_o = xa * wk[2][1], xb * wk[2][0] + xa * wk[2][2]
+            for t in range(run):
+                row = 2 * (o0 + t)
+                xa, xb = next(take)
+                if row >= 1:
+                    store_row(offs, keep, row - 1, carry_e + xa * wk[0][1])
+                    store_row(offs + a["ys_w"], keep_odd, row - 1, carry_o + xb * wk[0][0] + xa * wk[0][2])
+                store_row(offs, keep, row, xa * wk[1][1])
+                store_row(offs + a["ys_w"], keep_odd, row, xb * wk[1][0] + xa * wk[1][2])
+                carry_e, carry_o = xa * wk[2][1], xb * wk[2][0] + xa * wk[2][2]
+        elif stride == 1:
+            acc_a = acc_b = 0.0
+            for i in range(run + 2):
+                xa, xb, xc = next(take)
+                done = acc_a + xa * wk[2][0] + xb * wk[2][1] + xc * wk[2][2]
+                acc_a = acc_b + xa * wk[1][0] + xb * wk[1][1] + xc * wk[1][2]
+                acc_b = xa * wk[0][0] + xb * wk[0][1] + xc * wk[0][2]
+                if i >= 2:
+                    store_row(offs, keep, o0 + i - 2, done)
+        else:
+            xa, xb, xc = next(take)
+            acc = xa * wk[0][0] + xb * wk[0][1] + xc * wk[0][2]
+            for t in range(run):
+                xa, xb, xc = next(take)
+                acc = acc + xa * wk[1][0] + xb * wk[1][1] + xc * wk[1][2]
+                xa, xb, xc = next(take)
+                done = acc + xa * wk[2][0] + xb * wk[2][1] + xc * wk[2][2]
+                acc = xa * wk[0][0] + xb * wk[0][1] + xc * wk[0][2]
+                store_row(offs, keep, o0 + t, done)
+        assert next(take, None) is None, "the consumer took fewer rows than the loader streamed"

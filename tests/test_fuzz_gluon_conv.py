@@ -278,3 +278,61 @@ def test_fused_epilogue_matches_float64(g, cfg, seed, act, propagate_nan, coef, 
         assert torch.equal(y, expected), f"max |diff| {(y.double() - expected.double()).abs().max().item()}"
     STATS.problem("fused")
     STATS.ran("fused", f"{act}" + ("+bias" if b is not None else "") + ("+z" if z is not None else ""))
+
+
+dg = pytest.importorskip("tridnn.cuda.conv_depthwise_gluon")
+
+
+@st.composite
+def dw_configs(draw, out_h, out_w, c, itemsize, data):
+    """The walker's two configs for the shape, or a synthetic unit (images, run of rows,
+    columns, channels)."""
+    if draw(st.booleans()):
+        return draw(st.sampled_from(dg.configs(out_h, out_w, c, itemsize, data)))
+    return dg.config(draw(st.sampled_from((8, 16, 32))), draw(st.sampled_from((1, 2, 4))),
+                     draw(st.sampled_from((8, 16, 32, 64))), draw(st.sampled_from((1, 2, 3, 5))), itemsize, data)
+
+
+@fuzz_settings(ci_examples=25)
+@given(data=st.data(), n=st.integers(1, 5), c=st.sampled_from((8, 16, 24, 40, 64, 72)),
+       h=st.integers(1, 12), w_=st.integers(1, 12), walk=st.sampled_from(("stride1", "stride2", "data")),
+       pad=st.tuples(st.integers(0, 2), st.integers(0, 2)), flip=st.booleans(), beta=st.sampled_from((0.0, 0.5)),
+       dtype=st.sampled_from((torch.bfloat16, torch.float16, torch.float32)), sms=st.integers(1, 3),
+       seed=st.integers(0, 2 ** 16))
+def test_depthwise_walker_matches_float64(data, n, c, h, w_, walk, pad, flip, beta, dtype, sms, seed):
+    """conv_depthwise_gluon's 3x3 walker (DIRECT forward at stride 1 and 2, and the
+    stride-2 backward data's DATA walk, padding 1) through gluon_helpers.emulate_dw3_gluon:
+    the host's views, windows and units and the kernel's row walks as written; equal to
+    the float64 depthwise convolution (or its input gradient), exactly."""
+    gen = torch.Generator().manual_seed(seed)
+    ints = lambda *shape: torch.randint(-3, 4, shape, generator=gen).to(dtype)  # noqa: E731
+    w = ints(c, 1, 3, 3)
+    w_ref = w.double().flip((2, 3)) if flip else w.double()  # (flip: the filter turned, CONVOLUTION mode)
+    if walk == "data":
+        dx = torch.empty((n, c, h, w_), dtype=dtype, memory_format=torch.channels_last)
+        dy = torch.empty((n, c, (h + 1) // 2, (w_ + 1) // 2), dtype=dtype, memory_format=torch.channels_last)
+        dy.copy_(ints(*dy.shape))
+        out = dx
+        want = torch.nn.grad.conv2d_input(dx.shape, w_ref, dy.double(), stride=2, padding=1, groups=c)
+    else:
+        stride = 1 if walk == "stride1" else 2
+        h, w_ = max(h, 3 - 2 * pad[0]), max(w_, 3 - 2 * pad[1])  # (at least one output pixel)
+        w_ += (w_ % 2) if stride == 2 else 0  # (stride 2's pair view: an even width)
+        x = torch.empty((n, c, h, w_), dtype=dtype, memory_format=torch.channels_last)
+        x.copy_(ints(n, c, h, w_))
+        out = torch.empty((n, c, (h + 2 * pad[0] - 3) // stride + 1, (w_ + 2 * pad[1] - 3) // stride + 1),
+                          dtype=dtype, memory_format=torch.channels_last)
+        want = torch.nn.functional.conv2d(x.double(), w_ref, stride=stride, padding=pad, groups=c)
+    out0 = ints(*out.shape) if beta else torch.full(out.shape, float("nan"), dtype=dtype)
+    out.copy_(out0)
+    itemsize = out.element_size()
+    if walk == "data":
+        cfg = data.draw(dw_configs(dy.shape[2], dy.shape[3], c, itemsize, True))
+        grid, args, meta = dg.prepare_data(dy, w, dx, cfg, 2.0, beta, flip, sms=sms)
+    else:
+        cfg = data.draw(dw_configs(out.shape[2], out.shape[3], c, itemsize, False))
+        grid, args, meta = dg.prepare(x, w, out, pad, cfg, 2.0, beta, flip, sms=sms, stride=stride)
+    gluon_helpers.emulate_dw3_gluon(grid, args, meta)
+    _check(out, want, out0, 2.0, beta)
+    STATS.problem("depthwise")
+    STATS.ran("depthwise", walk)
