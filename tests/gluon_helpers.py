@@ -512,3 +512,40 @@ def emulate_dw3_gluon(grid, args, meta):
                 acc = xa * wk[0][0] + xb * wk[0][1] + xc * wk[0][2]
                 store_row(offs, keep, o0 + t, done)
         assert next(take, None) is None, "the consumer took fewer rows than the loader streamed"
+
+
+def emulate_dw3_gluon_wgrad(grid, args, meta):
+    """conv_depthwise_gluon_wgrad's kernel on the CPU in float64 from its (args, meta): each
+    program's units (its channel block must stay the program's: the grid a multiple of
+    C_BLOCKS), per unit the loader's x rows (three column-shifted windows) and dy rows
+    through the descriptors and the nine tap accumulators kept across the program's units,
+    then the program's sums over images and columns into its partial slot (ATOMIC: added
+    into slot 0)."""
+    import torch
+    from tridnn.cuda import conv_depthwise_gluon_wgrad as dgw
+    a = dict(zip(dgw.dw3_gluon_wgrad_kernel.arg_names, args))
+    bwi, bc, run, nb = (meta[k] for k in ("BWI", "BC", "RUN", "NB"))
+    part = a["part_ptr"].reshape(-1)
+    for pid in range(grid[0]):
+        acc = torch.zeros(9, nb, 1, bwi, bc, dtype=torch.float64)
+        for u in range(pid, a["NUM_UNITS"], grid[0]):
+            cb, r = u % a["C_BLOCKS"], u // a["C_BLOCKS"]
+            assert cb == pid % a["C_BLOCKS"], "a program's units span two channel blocks"
+            j, r = r % a["STRIPS"], r // a["STRIPS"]
+            n, o0, q0, c0 = (r // a["RUNS"]) * nb, (r % a["RUNS"]) * run, j * bwi, cb * bc
+            xs = [[tma_box(a["x_desc"], [n, o0 - a["PAD_H"] + i, q0 - a["PAD_W"] + kw, c0]).double()
+                   for kw in range(3)] for i in range(run + 2)]
+            for t in range(run):
+                g = tma_box(a["dy_desc"], [n, o0 + t, q0, c0]).double()
+                for kh in range(3):
+                    for kw in range(3):
+                        acc[3 * kh + kw] += g * xs[t + kh][kw]
+        chans = (pid % a["C_BLOCKS"]) * bc + torch.arange(bc)
+        ok = chans < a["C"]
+        slot = 0 if meta["ATOMIC"] else pid // a["C_BLOCKS"]
+        sums = acc.sum(dim=(1, 2, 3)).T  # [BC, 9]
+        where = (slot * a["C"] * 9 + chans[:, None] * 9 + torch.arange(9)[None, :])[ok]
+        if meta["ATOMIC"]:
+            part[where.reshape(-1)] += sums[ok].reshape(-1).float()
+        else:
+            part[where.reshape(-1)] = sums[ok].reshape(-1).float()

@@ -336,3 +336,41 @@ def test_depthwise_walker_matches_float64(data, n, c, h, w_, walk, pad, flip, be
     _check(out, want, out0, 2.0, beta)
     STATS.problem("depthwise")
     STATS.ran("depthwise", walk)
+
+
+dgw = pytest.importorskip("tridnn.cuda.conv_depthwise_gluon_wgrad")
+
+
+@fuzz_settings(ci_examples=25)
+@given(data=st.data(), n=st.integers(1, 5), c=st.sampled_from((8, 16, 24, 40, 64, 72)), h=st.integers(1, 12),
+       w_=st.integers(1, 12), pad=st.tuples(st.integers(0, 2), st.integers(0, 2)), atomic=st.booleans(),
+       dtype=st.sampled_from((torch.bfloat16, torch.float16, torch.float32)), sms=st.integers(1, 4),
+       cap=st.integers(1, 6), seed=st.integers(0, 2 ** 16))
+def test_depthwise_filter_gradient_walker_matches_float64(data, n, c, h, w_, pad, atomic, dtype, sms, cap, seed):
+    """conv_depthwise_gluon_wgrad's stride-1 3x3 filter gradient through
+    gluon_helpers.emulate_dw3_gluon_wgrad: the host's units, grid (programs a channel block,
+    at most ``cap`` partial slots) and descriptors; the slots' sum (ALGO_0: the atomic slot)
+    equals the float64 filter gradient, exactly."""
+    gen = torch.Generator().manual_seed(seed)
+    h, w_ = max(h, 3 - 2 * pad[0]), max(w_, 3 - 2 * pad[1])
+    x = torch.empty((n, c, h, w_), dtype=dtype, memory_format=torch.channels_last)
+    dy = torch.empty((n, c, h + 2 * pad[0] - 2, w_ + 2 * pad[1] - 2), dtype=dtype, memory_format=torch.channels_last)
+    for t in (x, dy):
+        t.copy_(torch.randint(-3, 4, t.shape, generator=gen))
+    if data.draw(st.booleans()):
+        cfg = data.draw(st.sampled_from(dgw.configs(dy.shape[2], dy.shape[3], c, x.element_size())))
+    else:
+        cfg = dgw.config(data.draw(st.sampled_from((8, 16, 32))), data.draw(st.sampled_from((1, 2, 4))),
+                         data.draw(st.sampled_from((8, 16, 32, 64))), data.draw(st.sampled_from((1, 2, 3, 5))),
+                         x.element_size())
+    part = torch.full((cap, c, 9), float("nan"))
+    if atomic:
+        part[0] = 0.0  # (zeroed by the caller)
+    grid, args, meta, slots = dgw.prepare(x, dy, part, pad, cfg, cap, atomic, sms=sms)
+    assert grid[0] % args[6] == 0 and 1 <= slots <= cap  # (programs a channel block; args[6]: C_BLOCKS)
+    gluon_helpers.emulate_dw3_gluon_wgrad(grid, args, meta)
+    got = part[:1 if atomic else slots].double().sum(0)
+    want = torch.nn.grad.conv2d_weight(x.double(), (c, 1, 3, 3), dy.double(), padding=pad, groups=c)
+    assert torch.equal(got, want.reshape(c, 9)), f"max |diff| {(got - want.reshape(c, 9)).abs().max().item()}"
+    STATS.problem("depthwise_wgrad")
+    STATS.ran("depthwise_wgrad", "atomic" if atomic else "slots")
