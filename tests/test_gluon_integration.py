@@ -62,7 +62,7 @@ def hopper(monkeypatch):
     """Build the GPU lists on the host: a stand-in Hopper with 132 SMs."""
     monkeypatch.setattr(gc, "_hopper", lambda device: device.type == "cuda")
     # the images-inner configs in the lists, at every stride (test_images_inner_can_be_withdrawn
-    # and test_strided_images_inner_off_by_default: switched off)
+    # and test_strided_images_inner_can_be_withdrawn: switched off)
     monkeypatch.setattr(gluon_common, "IMAGES_INNER_OFFERED", True)
     monkeypatch.setattr(gluon_common, "IMAGES_INNER_STRIDED", True)
     monkeypatch.setattr(conv_tma, "sm_count", lambda device: 132)
@@ -109,14 +109,14 @@ def test_images_inner_can_be_withdrawn(direction, hopper, monkeypatch):
 
 def test_strided_images_inner_switch():
     import os
-    assert gluon_common.IMAGES_INNER_STRIDED is (os.environ.get("TRIDNN_IMAGES_INNER_STRIDED", "0") == "1")
+    assert gluon_common.IMAGES_INNER_STRIDED is (os.environ.get("TRIDNN_IMAGES_INNER_STRIDED", "1") != "0")
 
 
 @pytest.mark.parametrize("direction", ["fwd", "bwd_data"])
-def test_strided_images_inner_off_by_default(direction, hopper, monkeypatch):
-    """The strided images-inner configs (session 29, not yet run on a GPU) are offered only
-    with TRIDNN_IMAGES_INNER_STRIDED=1: without it res4_3x3s2 at batch 64 gets the image-box
-    picks alone, in both directions; stride 1 keeps its images-inner picks."""
+def test_strided_images_inner_can_be_withdrawn(direction, hopper, monkeypatch):
+    """TRIDNN_IMAGES_INNER_STRIDED=0 withdraws the strided images-inner configs (on by
+    default since session 30): res4_3x3s2 at batch 64 then gets the image-box picks alone,
+    in both directions; stride 1 keeps its images-inner picks."""
     monkeypatch.setattr(gluon_common, "IMAGES_INNER_STRIDED", False)
     for stride, hw, want in ((2, 28, gc.PICKS_MEDIUM), (1, 14, gc.PICKS_MEDIUM + gc.PICKS_INNER)):
         problem, x, w, y = _problem(direction, 256, 256, hw, 3, stride=stride, pad=1, n=64)

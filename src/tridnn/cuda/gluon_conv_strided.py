@@ -169,8 +169,8 @@ def gluon_conv_strided_kernel(
 # gluon_conv's picks by output width (the same box shapes): res3 3x3 s2 and res3_ds (28x28
 # out), res4 (14x14), res5 (7x7); K >= 128 everywhere there. Its images-inner picks too
 # (session 29): NB images at one or two pixels fill the tiles those 28-, 14- and 7-wide
-# outputs leave 1/8 empty, where NB divides the batch (offered by gluon_conv.forward_candidates
-# only with gluon_common.IMAGES_INNER_STRIDED: not yet run on a GPU).
+# outputs leave 1/8 empty, where NB divides the batch (gluon_conv.forward_candidates; on
+# since session 30, gluon_common.IMAGES_INNER_STRIDED).
 PICKS = {"large": PICKS_LARGE, "medium": PICKS_MEDIUM, "small": PICKS_SMALL, "inner": PICKS_INNER,
          "inner_small": PICKS_INNER_SMALL}
 CONFIGS = []

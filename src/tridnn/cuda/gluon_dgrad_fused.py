@@ -27,9 +27,9 @@ epilogue stores (and with beta != 0 first loads) the tile through ONE 5-D TMA de
 dx's phase view [N, H/sh, sh, W/sw, sw*C] (gluon_conv_strided.phase_view) with box
 [NB, BH, 1, BW, BLOCK_N] at [n0, i0, a, j0, b*C + c0]. A box must not reach past a column
 phase's C channels into the next one's (TMA clips at sw*C only): C is a multiple of BLOCK_N.
-An images-inner config (gluon_conv's PICKS_INNER*, session 29; offered only with
-gluon_common.IMAGES_INNER_STRIDED until it has run on a GPU) views dy as [OH, OW, N, K]
-and dx as [H/sh, sh, W/sw, N, sw*C]: NB images at one or two pixels a tile.
+An images-inner config (gluon_conv's PICKS_INNER*, session 29; offered where NB divides
+the batch, unless gluon_common.IMAGES_INNER_STRIDED is switched off) views dy as
+[OH, OW, N, K] and dx as [H/sh, sh, W/sw, N, sw*C]: NB images at one or two pixels a tile.
 
 Elsewhere (H or W not a multiple of the stride, pixels not dense within a row, C not a
 multiple of BLOCK_N) gluon_conv keeps its launch per phase. The kernel's shared memory and

@@ -466,9 +466,12 @@ WGRAD_PICKS_NARROW = [config(1, 8, 16, 64, 64, 3, 4, per_sm=2), config(1, 8, 8, 
 WGRAD_PICKS_LARGE = [config(1, 4, 32, 128, 128, 3, 8), config(4, 2, 16, 128, 128, 3, 8),
                      config(16, 1, 8, 128, 128, 3, 8), config(1, 8, 16, 128, 128, 3, 8),
                      config(64, 1, 2, 128, 128, 3, 8, images_inner=True)]  # width >= 28
+# (session 30, H100 sweep, batch 64, res4_3x3: 64x1x1 128x128 s5 images-inner 28.1 us against
+# 32.4 for 16x1x8 and 35.2 for 1x8x8 128x256 s4, ALGO_1's pick 30.7, cuDNN 32.9: it takes the
+# place of 1x8x8 128x256, whose 8x8 boxes cover a 14x14 map at 0.77)
 WGRAD_PICKS_MEDIUM = [config(4, 2, 16, 128, 128, 3, 8), config(16, 1, 8, 128, 128, 3, 8),
-                      config(1, 8, 8, 128, 256, 4, 8), config(4, 1, 16, 128, 256, 4, 8),
-                      config(64, 1, 2, 128, 128, 3, 8, images_inner=True)]  # 14 <= width < 28
+                      config(4, 1, 16, 128, 256, 4, 8), config(64, 1, 2, 128, 128, 3, 8, images_inner=True),
+                      config(64, 1, 1, 128, 128, 5, 8, images_inner=True)]  # 14 <= width < 28
 WGRAD_PICKS_SMALL = [config(16, 1, 8, 128, 128, 3, 8), config(2, 8, 8, 128, 128, 3, 8),
                      config(8, 1, 8, 128, 256, 4, 8), config(128, 1, 1, 128, 128, 3, 8, images_inner=True),
                      config(64, 1, 1, 128, 128, 5, 8, images_inner=True)]  # width < 14
