@@ -101,13 +101,27 @@ def _emulated(monkeypatch):
     return kernels
 
 
-def _conv_args(g, w):
-    """torch's (weight, stride, padding, dilation) of the problem (CONVOLUTION mode: the
-    filter's taps reversed)."""
-    w64 = w.double()
-    if g["mode"] == tridnn.ConvMode.CONVOLUTION:
-        w64 = w64.flip((2, 3))
-    return w64, dict(stride=g["stride"], padding=g["pad"], dilation=g["dil"])
+def _weight64(g, w):
+    """The filter as torch's cross-correlation takes it, in float64 (CONVOLUTION mode: the
+    taps reversed)."""
+    return w.double().flip((2, 3)) if g["mode"] == tridnn.ConvMode.CONVOLUTION else w.double()
+
+
+def _geometry(g):
+    """torch's stride, padding and dilation keywords of the problem."""
+    return dict(stride=g["stride"], padding=g["pad"], dilation=g["dil"])
+
+
+def _calls(repeat, seed, inputs, out, out0, beta, reference, launch):
+    """One call (two with ``repeat``, new values in ``inputs`` before the second): out
+    reset to out0, ``launch()`` must launch, and out must equal 2 * reference() + beta * out0."""
+    for call in range(2 if repeat else 1):
+        if call:
+            _refill(seed + 7, *inputs)
+        want = reference()
+        out.copy_(out0)
+        assert launch()
+        _check(out, want, out0, 2.0, beta)
 
 
 def _check(got, want, out0, alpha, beta):
@@ -122,18 +136,16 @@ def _check(got, want, out0, alpha, beta):
 @given(g=problems("fwd"), cfg=configs(), beta=st.sampled_from((0.0, 0.5)), seed=st.integers(0, 2 ** 16),
        repeat=st.booleans())
 def test_forward_matches_float64(g, cfg, beta, seed, repeat):
+    """launch_forward (gluon_conv at stride 1, gluon_conv_strided above) equals
+    2 * conv + beta * y; a repeated call replays its launch record, which must read the
+    tensors' new values."""
     with pytest.MonkeyPatch.context() as mp:
         kernels = _emulated(mp)
         problem, x, w, y = _build("fwd", g, seed)
         y0 = y.clone() if beta else torch.full_like(y, float("nan"))
-        for call in range(2 if repeat else 1):
-            if call:  # a repeated call replays its launch record: it must read the new values
-                _refill(seed + 7, x, w)
-            w64, kw = _conv_args(g, w)
-            want = torch.nn.functional.conv2d(x.double(), w64, **kw)
-            y.copy_(y0)
-            assert gc.launch_forward(problem, x, w, y, 2.0, beta, cfg, sms=3)
-            _check(y, want, y0, 2.0, beta)
+        _calls(repeat, seed, (x, w), y, y0, beta,
+               lambda: torch.nn.functional.conv2d(x.double(), _weight64(g, w), **_geometry(g)),
+               lambda: gc.launch_forward(problem, x, w, y, 2.0, beta, cfg, sms=3))
         strided = g["stride"] != (1, 1)
         assert all(k is (gluon_conv_strided.gluon_conv_strided_kernel if strided else gc.gluon_conv_fwd_kernel)
                    for k in kernels)
@@ -145,19 +157,16 @@ def test_forward_matches_float64(g, cfg, beta, seed, repeat):
 @given(g=problems("bwd_data"), cfg=configs(), beta=st.sampled_from((0.0, 0.5)), seed=st.integers(0, 2 ** 16),
        fused=st.booleans(), repeat=st.booleans())
 def test_backward_data_matches_float64(g, cfg, beta, seed, fused, repeat):
+    """launch_backward_data (stride 1; at stride > 1 the fused launch or a launch a phase)
+    equals 2 * conv2d_input + beta * dx; a replayed record must turn the new filter."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(gluon_dgrad_fused, "FUSED_PHASES", fused)
         kernels = _emulated(mp)
         problem, dx, w, dy = _build("bwd_data", g, seed)
         dx0 = dx.clone() if beta else torch.full_like(dx, float("nan"))
-        for call in range(2 if repeat else 1):
-            if call:  # a replayed record turns the filter again: it must be the new one
-                _refill(seed + 7, dy, w)
-            w64, kw = _conv_args(g, w)
-            want = torch.nn.grad.conv2d_input(dx.shape, w64, dy.double(), **kw)
-            dx.copy_(dx0)
-            assert gc.launch_backward_data(problem, dy, w, dx, 2.0, beta, cfg, sms=3)
-            _check(dx, want, dx0, 2.0, beta)
+        _calls(repeat, seed, (dy, w), dx, dx0, beta,
+               lambda: torch.nn.grad.conv2d_input(dx.shape, _weight64(g, w), dy.double(), **_geometry(g)),
+               lambda: gc.launch_backward_data(problem, dy, w, dx, 2.0, beta, cfg, sms=3))
     one = (fused and g["stride"] != (1, 1) and gluon_dgrad_fused.why_not(dx, g["stride"], cfg) is None)
     path = "fused" if one else ("phases" if g["stride"] != (1, 1) else "stride1")
     if one:
@@ -264,8 +273,7 @@ def test_fused_epilogue_matches_float64(g, cfg, seed, act, propagate_nan, coef, 
         y.copy_(y0)
         assert gc.forward_why_not(problem, x, w, y, spec) is None
         assert gc.launch_forward(problem, x, w, y, 2.0, beta, cfg, spec=spec, sms=3)
-        w64, kw = _conv_args(g, w)
-        v = 2.0 * torch.nn.functional.conv2d(x.double(), w64, **kw)
+        v = 2.0 * torch.nn.functional.conv2d(x.double(), _weight64(g, w), **_geometry(g))
         if beta:
             v += beta * y0.double()
         if z is not None:
