@@ -356,6 +356,7 @@ def _pointer_store(base, offsets, values):
 
 
 def _pointer_load(base, offsets):
+    """Plain loads at element offsets from ``base``'s first element (_pointer_store's reads)."""
     import torch
     return torch.as_strided(base, (base.untyped_storage().nbytes() // base.element_size(),), (1,), 0)[
         base.storage_offset() + offsets]

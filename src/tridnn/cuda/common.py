@@ -205,9 +205,10 @@ RETIME_MAX = 4
 
 def _retimed_leaders(timed):
     """The leaders of one timing pass, each timed again in reverse order, their two times
-    averaged: a clock or power drift across the pass (the H200 boosts, then settles while
-    the list runs) favours the configs timed early; timing them again back to front cancels
-    a linear drift. Only configs within RETIME_MARGIN of the fastest can change places.
+    averaged: a clock or power drift across the pass favours the configs timed early (on an
+    H100, session 30, aspp_d2's three backward-data leaders ran 5-11% slower a few seconds
+    later); timing them again back to front cancels a linear drift. Only configs within
+    RETIME_MARGIN of the fastest can change places.
     ``timed``: [(ms, cfg, run)] in the order they ran; returns [(ms, cfg)]."""
     fastest = min(ms for ms, _, _ in timed)
     close = [i for i, (ms, _, _) in enumerate(timed) if ms <= fastest * (1 + RETIME_MARGIN)]
