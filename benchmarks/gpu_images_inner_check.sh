@@ -1,5 +1,6 @@
 #!/bin/bash
-# Session 29's pending GPU work, in named steps (the device found no machine that session).
+# Pending GPU work in named steps (sessions 29-30; session 30 ran tests, the four A/B steps,
+# tuner_gap and wgrad_sweep on an H100: docs/performance.md, session 30).
 # Usage (device tool; carry build/base.tar):
 #   git archive HEAD -o build/base.tar   # here
 #   mkdir -p /tmp/base && tar xf build/base.tar -C /tmp/base && bash /tmp/base/benchmarks/gpu_images_inner_check.sh \
@@ -16,6 +17,11 @@
 #              the leaders in reverse order, does the tuner now pick the fastest candidate?
 #   wgrad_sweep  sweep_gluon_wgrad.py on res5_3x3, res4_3x3 and res5_3x3s2 (batch 64): the 128 x 256
 #              ring-of-3 configs (30-32, TMA store of dw) against the picked ones
+#   wgrad14    (session 30's new 14-wide backward-filter pick, 64x1x1 128x128 s5 images-inner)
+#              bench_gpu_conv.py rn50-bwd_filter on res4_3x3, res4_3x3s2, res4_ds at batch 64 and 256
+#   suites     the whole ResNet-50 suites (forward, backward data, backward filter at batch 64 and
+#              256) with the defaults: the targets table (an H200 has not run them since session 12)
+#   dilated    the DeepLab suites (dil-fwd, dil-bwd_data, dil-bwd_filter) with PICKS_DILATED
 # Results under $OUT (or ./gpu_out); a per-layer summary last.
 cd /tmp/base
 export PYTHONPATH=/tmp/base/src TRITON_CACHE_DIR=/tmp/tcd PYTHONUNBUFFERED=1
@@ -24,6 +30,13 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 START=$(date +%s)
 left() { echo $(( ${LIMIT:-570} - ($(date +%s) - START) )); }
 STRIDED=res3_3x3s2,res3_ds,res4_3x3s2,res4_ds,res5_3x3s2,res5_ds
+
+suite() {  # tag section batch [layers]: one bench_gpu_conv.py section with the defaults
+  local t; t=$(left); if [ "$t" -lt 60 ]; then echo "skip $1 (time)"; return; fi
+  TRIDNN_CACHE_DIR=/tmp/fc_$1 timeout "$t" python3 benchmarks/bench_gpu_conv.py --batch "$3" --sections "$2" \
+      --algos get --budget-s 600 ${4:+--layers $4} --out "$R/$1" > "$R/$1.txt" 2>&1
+  echo "$1: $(grep -E '^\| (rn50|dil)' "$R/$1.txt" | tail -3 | tr '\n' ' ')"
+}
 
 bench() {  # tag section batch strided(0|1)
   local t; t=$(left); if [ "$t" -lt 60 ]; then echo "skip $1 (time)"; return; fi
@@ -55,6 +68,9 @@ for step in $1; do
       timeout "$t" python3 benchmarks/sweep_gluon_wgrad.py --layers res5_3x3,res4_3x3,res5_3x3s2 \
           --configs 3,4,8,12,27,28,30,31,32 --out "$R/wgrad" --budget-s $((t - 60)) > "$R/wgrad.txt" 2>&1
       tail -30 "$R/wgrad.txt";;
+    wgrad14) for b in 64 256; do suite "wgrad14_$b" rn50-bwd_filter $b res4_3x3,res4_3x3s2,res4_ds; done;;
+    suites) for b in 64 256; do for d in fwd bwd_data bwd_filter; do suite "${d}_$b" "rn50-$d" $b; done; done;;
+    dilated) suite dilated dil-fwd,dil-bwd_data,dil-bwd_filter 16;;
     *) echo "unknown step $step";;
   esac
 done
