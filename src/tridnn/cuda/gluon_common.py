@@ -35,6 +35,12 @@ IMAGES_INNER_OFFERED = os.environ.get("TRIDNN_IMAGES_INNER", "1") != "0"
 IMAGES_INNER_STRIDED = os.environ.get("TRIDNN_IMAGES_INNER_STRIDED", "1") != "0"
 
 
+def inner_batch(n, stride):
+    """The batch the images-inner picks are offered for (the picks functions' n): None where
+    IMAGES_INNER_STRIDED withdraws them (a stride > 1)."""
+    return n if IMAGES_INNER_STRIDED or tuple(stride) == (1, 1) else None
+
+
 def pixel_order(cfg, dims):
     """Four [N, H, W, C]-ordered values (a shape, strides, a box) in the order of the config's
     descriptors: unchanged, or [H, W, N, C] for an IMAGES_INNER config (None stays None)."""

@@ -946,14 +946,14 @@ def forward_candidates(problem, x, w, y, spec, device) -> list:
         return []
     _, (kh, kw), pad, dil, stride = _geo2(problem)
     tf32, fma = _float32_kind(problem, x)
+    n = gluon_common.inner_batch(x.shape[0], stride)
     if tuple(stride) != (1, 1):
         from . import gluon_conv_strided
-        n = x.shape[0] if gluon_common.IMAGES_INNER_STRIDED else None  # (None: no images-inner picks)
         strided = gluon_conv_strided.picks(y.shape[3], y.shape[1], tf32, fma, n=n)
         return [dict(c, GLUON=True) for c in strided]
     z = spec.z if spec is not None else None
     return picks(y.shape[3], y.shape[1], flat_ok(x, y, kh, kw, pad) and (z is None or _dense(z)), tf32, fma,
-                 dilated=max(dil) > 1, n=x.shape[0])
+                 dilated=max(dil) > 1, n=n)
 
 
 def _float32_kind(problem, t) -> tuple:
@@ -1153,12 +1153,11 @@ def backward_data_candidates(problem, dy, w, dx, device) -> list:
         return []
     _, (kh, kw), pad, dil, stride = _geo2(problem)
     tf32, fma = _float32_kind(problem, dy)
+    n = gluon_common.inner_batch(dy.shape[0], stride)
     if tuple(stride) != (1, 1):  # the phases' outputs are strided views: no flat GEMM view
-        n = dy.shape[0] if gluon_common.IMAGES_INNER_STRIDED else None  # (None: no images-inner picks)
         return picks(cdiv(dx.shape[3], stride[1]), dx.shape[1], False, tf32, fma, n=n)
     bpad = ((kh - 1) * dil[0] - pad[0], (kw - 1) * dil[1] - pad[1])
-    return picks(dx.shape[3], dx.shape[1], flat_ok(dy, dx, kh, kw, bpad), tf32, fma, dilated=max(dil) > 1,
-                 n=dy.shape[0])
+    return picks(dx.shape[3], dx.shape[1], flat_ok(dy, dx, kh, kw, bpad), tf32, fma, dilated=max(dil) > 1, n=n)
 
 
 def turned_filter(problem, w):
