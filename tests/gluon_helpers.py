@@ -186,6 +186,15 @@ def tma_store(desc, coords, tile):
     view[where] = tile.reshape(desc.block_shape)[mask].to(view.dtype)
 
 
+def small_integers(seed, *tensors):
+    """New integers in [-3, 3] into the tensors, in place (same addresses and strides): exact
+    in 16-bit types and in float64 sums, so emulations and references agree exactly."""
+    import torch
+    gen = torch.Generator().manual_seed(seed)
+    for t in tensors:
+        t.copy_(torch.randint(-3, 4, t.shape, generator=gen))
+
+
 def tile_origin(t, tiles_h, tiles_w, n_blocks, meta):
     """gluon_conv._tile_coords: (image, row, column, channel) origin of tile t."""
     nb_k, r = t % n_blocks, t // n_blocks

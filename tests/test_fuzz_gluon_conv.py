@@ -78,16 +78,10 @@ def _build(direction, g, seed):
     wd = tridnn.FilterDescriptor((g["k"], g["c"]) + g["kernel"], g["dtype"], tridnn.TensorFormat.NHWC)
     yd = xd.with_dims(cd.output_dims(xd, wd))
     dt = getattr(torch, g["dtype"])
+    # (empty's strides: .contiguous() keeps NCHW strides on 1x1 maps, which TMA refuses)
     x, w, y = (torch.empty(d.dims, dtype=dt, memory_format=torch.channels_last) for d in (xd, wd, yd))
-    _refill(seed, x, w, y)  # (empty's strides: .contiguous() keeps NCHW strides on 1x1 maps, which TMA refuses)
+    gluon_helpers.small_integers(seed, x, w, y)
     return ConvProblem(direction, xd, wd, yd, cd), x, w, y
-
-
-def _refill(seed, *tensors):
-    """New small integers into the tensors, in place (same addresses and strides)."""
-    gen = torch.Generator().manual_seed(seed)
-    for t in tensors:
-        t.copy_(torch.randint(-3, 4, t.shape, generator=gen))
 
 
 def _emulated(monkeypatch):
@@ -117,7 +111,7 @@ def _calls(repeat, seed, inputs, out, out0, beta, reference, launch):
     reset to out0, ``launch()`` must launch, and out must equal 2 * reference() + beta * out0."""
     for call in range(2 if repeat else 1):
         if call:
-            _refill(seed + 7, *inputs)
+            gluon_helpers.small_integers(seed + 7, *inputs)
         want = reference()
         out.copy_(out0)
         assert launch()
@@ -178,7 +172,6 @@ def test_backward_data_matches_float64(g, cfg, beta, seed, fused, repeat):
 
 
 gw = pytest.importorskip("tridnn.cuda.gluon_wgrad")
-REAL_WGRAD = [c for c in gw.CONFIGS]
 
 
 @st.composite
@@ -186,7 +179,7 @@ def wgrad_configs(draw, flat_ok):
     """A backward-filter config: small synthetic tiles (several taps a tile, images inner or
     not, a flat row of pixels where the problem allows it) or one of the real ones."""
     if draw(st.integers(0, 4)) == 0:
-        real = [c for c in REAL_WGRAD if flat_ok or not c.get("FLAT")]
+        real = [c for c in gw.CONFIGS if flat_ok or not c.get("FLAT")]
         return dict(draw(st.sampled_from(real)), GLUON=True)
     flat = flat_ok and draw(st.booleans())
     taps = draw(st.sampled_from((1, 1, 2, 4)))
@@ -265,7 +258,7 @@ def test_fused_epilogue_matches_float64(g, cfg, seed, act, propagate_nan, coef, 
         z = None
         if residual is not None:
             z = torch.empty_like(y)
-            _refill(seed + 5, z)
+            gluon_helpers.small_integers(seed + 5, z)
         mode = None if act is None else ActivationMode[act]
         spec = EpilogueSpec(activation=mode, coef=coef, bias=b, z=z, alpha2=residual or 1.0,
                             propagate_nan=propagate_nan)
@@ -359,12 +352,10 @@ def test_depthwise_filter_gradient_walker_matches_float64(data, n, c, h, w_, pad
     gluon_helpers.emulate_dw3_gluon_wgrad: the host's units, grid (programs a channel block,
     at most ``cap`` partial slots) and descriptors; the slots' sum (ALGO_0: the atomic slot)
     equals the float64 filter gradient, exactly."""
-    gen = torch.Generator().manual_seed(seed)
     h, w_ = max(h, 3 - 2 * pad[0]), max(w_, 3 - 2 * pad[1])
     x = torch.empty((n, c, h, w_), dtype=dtype, memory_format=torch.channels_last)
     dy = torch.empty((n, c, h + 2 * pad[0] - 2, w_ + 2 * pad[1] - 2), dtype=dtype, memory_format=torch.channels_last)
-    for t in (x, dy):
-        t.copy_(torch.randint(-3, 4, t.shape, generator=gen))
+    gluon_helpers.small_integers(seed, x, dy)
     if data.draw(st.booleans()):
         cfg = data.draw(st.sampled_from(dgw.configs(dy.shape[2], dy.shape[3], c, x.element_size())))
     else:

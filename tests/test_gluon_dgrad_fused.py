@@ -162,8 +162,9 @@ def test_prepare_launch_arguments(beta):
 @pytest.mark.parametrize("images_inner", [False, True])
 def test_descriptor_boxes_reproduce_the_gradient(images_inner):
     """The kernel's walk over the tiles its schedule deals to the programs
-    (gluon_helpers.emulate_gluon_dgrad_fused: each tile once, the table row of its phase, the loader's taps and channel blocks, the consumer's old-dx
-    read and store), every box read and written through the descriptors ``prepare`` builds
+    (gluon_helpers.emulate_gluon_dgrad_fused: each tile once, the table row of its phase,
+    the loader's taps and channel blocks, the consumer's old-dx read and store), every box
+    read and written through the descriptors ``prepare`` builds
     in the loader's and the consumer's coordinate order (images_inner: dy [rows, columns,
     images, channels], dx [rows, row phase, columns, images, column phase * C + channels];
     zero outside, stores clipped, as TMA does), gives alpha * conv2d_input + beta * dx in

@@ -125,13 +125,6 @@ def test_strided_images_inner_can_be_withdrawn(direction, hopper, monkeypatch):
         assert [gc.name(g) for g in got] == [gc.name(g) for g in want], stride
 
 
-def _small_integers(*tensors, seed=5):
-    """Fill the tensors in place with integers in [-3, 3]: exact in bfloat16 and in float64 sums."""
-    g = torch.Generator().manual_seed(seed)
-    for t in tensors:
-        t.copy_(torch.randint(-3, 4, t.shape, generator=g).to(t.dtype))
-
-
 @pytest.mark.parametrize("images_inner", [False, True])
 @pytest.mark.parametrize("stride", [1, 2])
 def test_forward_through_descriptors(stride, images_inner, monkeypatch):
@@ -141,7 +134,7 @@ def test_forward_through_descriptors(stride, images_inner, monkeypatch):
     in float64; a repeated call replays the kept arguments to the same result."""
     monkeypatch.setattr(gc, "launch", gluon_helpers.emulate_launch)
     problem, x, w, y = _problem("fwd", 128, 64, 10, 3, stride=stride, pad=1, n=3, dtype="bfloat16")
-    _small_integers(x, w, y)
+    gluon_helpers.small_integers(5, x, w, y)
     y0 = y.clone()
     cfg = dict(gc.config(2, 2, 2, 64, 3, 4, images_inner=images_inner), GLUON=True)
     want = (2.0 * torch.nn.functional.conv2d(x.double(), w.double(), stride=stride, padding=1) + 0.5 * y0.double())
@@ -172,7 +165,7 @@ def test_backward_data_through_descriptors(stride, hw, fused, launches, images_i
         return gluon_helpers.emulate_launch(grid, args, meta, y, kernel)
     monkeypatch.setattr(gc, "launch", emulate)
     problem, dx, w, dy = _problem("bwd_data", 128, 128, hw, 3, stride=stride, pad=1, n=3, dtype="bfloat16")
-    _small_integers(dx, w, dy)
+    gluon_helpers.small_integers(5, dx, w, dy)
     dx0 = dx.clone()
     cfg = dict(gc.config(2, 2, 2, 64, 3, 4, images_inner=images_inner), GLUON=True)
     assert gc.launch_backward_data(problem, dy, w, dx, 2.0, 0.5, cfg, sms=4)
