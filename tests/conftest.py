@@ -16,6 +16,8 @@ if os.environ.get("TRITON_INTERPRET") == "1" and importlib.util.find_spec("trito
 
     interpreter_fidelity.install()
 
+from tridnn import testing  # noqa: E402  (after the interpreter patch)
+
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path, monkeypatch):
@@ -25,9 +27,13 @@ def _isolated_cache(tmp_path, monkeypatch):
 
 @pytest.fixture
 def rng(request):
-    """Fresh random inputs per test, reproducible from the test's name."""
-    seed = abs(hash(request.node.nodeid)) % (2**32)
-    return np.random.default_rng(seed)
+    """Fresh random inputs per test, the same in every run (salt: TRIDNN_TEST_SEED)."""
+    return np.random.default_rng(testing.seed_for(request.node.nodeid))
+
+
+def pytest_report_header(config):
+    salt = os.environ.get("TRIDNN_TEST_SEED", "")
+    return f"tridnn test seeds: salt TRIDNN_TEST_SEED={salt!r}"
 
 
 def pytest_addoption(parser):

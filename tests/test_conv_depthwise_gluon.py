@@ -21,6 +21,7 @@ import tridnn  # noqa: E402
 from tridnn.algorithms import registry  # noqa: E402
 from tridnn.algorithms.problem import ConvProblem  # noqa: E402
 from tridnn.cuda import conv_direct  # noqa: E402
+from tridnn.testing import seed_for  # noqa: E402
 
 from gluon_helpers import compile_in_child, need_hopper  # noqa: E402
 from test_cuda_conv import P, run_case  # noqa: E402
@@ -291,7 +292,7 @@ def test_gpu_against_float64(stride, case, dtype):
     """Forward at stride 1 and 2 (the pair view): every offered config and a 5-row, 4-image one."""
     need_hopper()
     n, c, h, wd, pad = case
-    g = torch.Generator().manual_seed(hash(case) % 2**31)
+    g = torch.Generator().manual_seed(seed_for(case) % 2**31)
     x = _channels_last(torch.randn(n, c, h, wd, generator=g).to(dtype))
     w = (torch.randn(c, 1, 3, 3, generator=g) / 3).to(dtype).cuda()
     oh, ow = ((s + 2 * pad - 3) // stride + 1 for s in (h, wd))
@@ -309,7 +310,7 @@ def test_gpu_stride2_data_against_float64(case, dtype):
     """The DATA walk (stride-2 backward data): every offered config and a 5-row, 4-image one."""
     need_hopper()
     n, c, h, wd = case
-    g = torch.Generator().manual_seed(hash(case) % 2**31)
+    g = torch.Generator().manual_seed(seed_for(case) % 2**31)
     oh, ow = (h + 1) // 2, (wd + 1) // 2
     dy = _channels_last(torch.randn(n, c, oh, ow, generator=g).to(dtype))
     w = (torch.randn(c, 1, 3, 3, generator=g) / 3).to(dtype).cuda()

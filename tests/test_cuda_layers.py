@@ -23,6 +23,7 @@ from tridnn.reference import activation as ref_act  # noqa: E402
 from tridnn.reference import normalization as ref_norm  # noqa: E402
 from tridnn.reference import pooling as ref_pool  # noqa: E402
 from tridnn.reference import softmax as ref_softmax  # noqa: E402
+from tridnn.testing import seed_for  # noqa: E402
 
 ON_GPU = os.environ.get("TRIDNN_GPU_TESTS") == "1"
 DEVICE = "cuda" if ON_GPU else "cpu"
@@ -78,7 +79,7 @@ def check(got, ref, dtype, name="output", scale=1.0):
 
 @pytest.fixture
 def rng(request):
-    return np.random.default_rng(abs(hash(request.node.nodeid)) % 2**32)
+    return np.random.default_rng(seed_for(request.node.nodeid))
 
 
 # -- activation --------------------------------------------------------------------------
