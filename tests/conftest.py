@@ -6,6 +6,7 @@ if os.environ.get("TRIDNN_GPU_TESTS") != "1":
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import importlib.util
+import sys
 
 import numpy as np
 import pytest
@@ -23,6 +24,15 @@ from tridnn import testing  # noqa: E402  (after the interpreter patch)
 def _isolated_cache(tmp_path, monkeypatch):
     """Every test gets its own find-cache directory."""
     monkeypatch.setenv("TRIDNN_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture(autouse=True)
+def _seeded_torch(request):
+    """torch's global generator starts each test from the test's own seed: under xdist a
+    file's tests share a worker with other files, so the state left behind differs run to run."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(testing.seed_for(request.node.nodeid))
 
 
 @pytest.fixture
