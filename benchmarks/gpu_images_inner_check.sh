@@ -1,5 +1,5 @@
 #!/bin/bash
-# Pending GPU work in named steps (sessions 29-30; session 30 ran tests, the four A/B steps,
+# Pending GPU work in named steps (sessions 29-31; session 30 ran tests, the four A/B steps,
 # tuner_gap and wgrad_sweep on an H100: docs/performance.md, session 30).
 # Usage (device tool; carry build/base.tar):
 #   git archive HEAD -o build/base.tar   # here
@@ -22,6 +22,10 @@
 #   suites     the whole ResNet-50 suites (forward, backward data, backward filter at batch 64 and
 #              256) with the defaults: the targets table (an H200 has not run them since session 12)
 #   dilated    the DeepLab suites (dil-fwd, dil-bwd_data, dil-bwd_filter) with PICKS_DILATED
+#   flat1x1    (session 31) sweep_gluon_conv.py on the 1x1 layers of 14- and 7-wide maps as flat GEMMs
+#              (batch 64, forward and backward data, against cuBLAS): PICKS_FLAT's configs (22, 24-26)
+#              against the new 64 x 128 tiles (29 pp, 30 two programs an SM), for the wave
+#              quantization that 128 x 128 tiles leave there (res4_1x1r: 196 tiles = 1.48 waves)
 # Results under $OUT (or ./gpu_out); a per-layer summary last.
 cd /tmp/base
 export PYTHONPATH=/tmp/base/src TRITON_CACHE_DIR=/tmp/tcd PYTHONUNBUFFERED=1
@@ -71,6 +75,12 @@ for step in $1; do
     wgrad14) for b in 64 256; do suite "wgrad14_$b" rn50-bwd_filter $b res4_3x3,res4_3x3s2,res4_ds; done;;
     suites) for b in 64 256; do for d in fwd bwd_data bwd_filter; do suite "${d}_$b" "rn50-$d" $b; done; done;;
     dilated) suite dilated dil-fwd,dil-bwd_data,dil-bwd_filter 16;;
+    flat1x1)
+      t=$(left); if [ "$t" -lt 60 ]; then echo "skip flat1x1 (time)"; continue; fi
+      timeout "$t" python3 benchmarks/sweep_gluon_conv.py --directions fwd,bwd_data --configs 22,24,25,26,29,30 \
+          --layers flat_res4_1x1r,flat_res4_1x1c,flat_res5_1x1r,flat_res5_1x1c --budget-s $((t - 60)) \
+          --out "$R/flat1x1" > "$R/flat1x1.txt" 2>&1
+      tail -52 "$R/flat1x1.txt";;
     *) echo "unknown step $step";;
   esac
 done

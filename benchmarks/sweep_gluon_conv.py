@@ -24,6 +24,8 @@ made once outside the timing, and a "turn" row times that copy (tridnn makes it 
 
 --layers aspp_d2,aspp_d4,aspp_d12: DeepLab's dilated layers (batch 16, dilation 2 / 4 / 12), by name
 only (not in the default set); backward data runs them at the same dilation, padding d(KS-1)-p.
+Likewise flat_res4_1x1r,flat_res4_1x1c,flat_res5_1x1r,flat_res5_1x1c: the 1x1 layers on 14- and
+7-wide maps as the flat GEMMs the API runs (batch 64).
 
 --api: tridnn's public API instead (IMPLICIT_GEMM forward, ALGO_1 backward data), where the
 tuner times conv_tma's candidates then the Gluon picks (gluon_conv.picks) and keeps the
@@ -115,7 +117,14 @@ DILATED_LAYERS = {  # DeepLab's ASPP (shapes.DILATED) at bench_gpu_conv's --dil-
     "aspp_d4": (16, 512, 512, 64, 64, 3, 4, 4),
     "aspp_d12": (16, 256, 256, 33, 33, 3, 12, 12),
 }
-NAMED_LAYERS = {**LAYERS, **DILATED_LAYERS}  # what --layers may name without --strided / --dgrad-phases
+FLAT_LAYERS = {  # ResNet-50's 1x1 layers on 14- and 7-wide maps at batch 64 as flat GEMMs (one row of
+    # M = 64 * H * W pixels, as the API runs them): the ones furthest from cuDNN in session 30
+    "flat_res4_1x1r": (1, 1024, 256, 1, 12544, 1, 0),
+    "flat_res4_1x1c": (1, 256, 1024, 1, 12544, 1, 0),
+    "flat_res5_1x1r": (1, 2048, 512, 1, 3136, 1, 0),
+    "flat_res5_1x1c": (1, 512, 2048, 1, 3136, 1, 0),
+}
+NAMED_LAYERS = {**LAYERS, **DILATED_LAYERS, **FLAT_LAYERS}  # what --layers may name without --strided / --dgrad-phases
 DGRAD_LAYERS = {name: STRIDED_LAYERS[name] for name in ("res3_3x3s2", "res4_3x3s2", "res5_3x3s2")}
 DGRAD_CANARY = [  # --dgrad-phases: (N, C, K, H, W, filter size, padding, alpha, beta) of the forward's x;
     # C (dx's channels) a multiple of every BLOCK_N; H, W even
@@ -553,7 +562,7 @@ def main():
     ap.add_argument("--out", help="directory for gluon_conv.json")
     ap.add_argument("--dry-run", action="store_true", help="CPU: build and compile for sm_90 only")
     ap.add_argument("--layers", default=None, help="comma-separated subset of " + ",".join(LAYERS)
-                    + " (or " + ",".join(DILATED_LAYERS) + ") (--strided: " + ",".join(STRIDED_LAYERS) + ")")
+                    + " (or " + ",".join([*DILATED_LAYERS, *FLAT_LAYERS]) + ") (--strided: " + ",".join(STRIDED_LAYERS) + ")")
     ap.add_argument("--configs", default="", help="comma-separated indices into gluon_conv.CONFIGS (default all)")
     ap.add_argument("--rep", type=int, default=40, help="milliseconds of graph replays per timing")
     ap.add_argument("--budget-s", type=float, default=140.0, help="stop starting new configs after this")
