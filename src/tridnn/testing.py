@@ -18,6 +18,7 @@ from .types import DataType, TensorFormat
 
 LAYOUTS = ("NCHW", "NHWC", "strided")
 
+
 def seed_for(key) -> int:
     """A 32-bit random seed for one test, the same in every process and run.
 
