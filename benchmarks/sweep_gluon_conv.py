@@ -562,7 +562,8 @@ def main():
     ap.add_argument("--out", help="directory for gluon_conv.json")
     ap.add_argument("--dry-run", action="store_true", help="CPU: build and compile for sm_90 only")
     ap.add_argument("--layers", default=None, help="comma-separated subset of " + ",".join(LAYERS)
-                    + " (or " + ",".join([*DILATED_LAYERS, *FLAT_LAYERS]) + ") (--strided: " + ",".join(STRIDED_LAYERS) + ")")
+                    + " (or " + ",".join([*DILATED_LAYERS, *FLAT_LAYERS]) + ")"
+                    + " (--strided: " + ",".join(STRIDED_LAYERS) + ")")
     ap.add_argument("--configs", default="", help="comma-separated indices into gluon_conv.CONFIGS (default all)")
     ap.add_argument("--rep", type=int, default=40, help="milliseconds of graph replays per timing")
     ap.add_argument("--budget-s", type=float, default=140.0, help="stop starting new configs after this")
