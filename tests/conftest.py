@@ -42,8 +42,7 @@ def rng(request):
 
 
 def pytest_report_header(config):
-    salt = os.environ.get("TRIDNN_TEST_SEED", "")
-    return f"tridnn test seeds: salt TRIDNN_TEST_SEED={salt!r}"
+    return f"tridnn test seeds: salt TRIDNN_TEST_SEED={testing.seed_salt()!r}"
 
 
 def pytest_addoption(parser):

@@ -16,6 +16,8 @@ import os
 import numpy as np
 from hypothesis import HealthCheck, settings
 
+from tridnn.testing import seed_salt
+
 PROFILE = os.environ.get("TRIDNN_FUZZ", "ci")
 if PROFILE not in ("ci", "long"):
     raise RuntimeError(f"TRIDNN_FUZZ must be 'ci' or 'long', got {PROFILE!r}")
@@ -28,7 +30,7 @@ def fuzz_settings(ci_examples: int):
     fixture does, so CI's verdict depends on the commit alone; the long profile, or a
     ``TRIDNN_TEST_SEED`` salt, draws new ones."""
     long_examples = int(os.environ.get("TRIDNN_FUZZ_EXAMPLES", "2000"))
-    fixed = PROFILE == "ci" and not os.environ.get("TRIDNN_TEST_SEED")
+    fixed = PROFILE == "ci" and not seed_salt()
     return settings(max_examples=ci_examples if PROFILE == "ci" else long_examples,
                     derandomize=fixed, database=None if fixed else settings.default.database,
                     deadline=None, print_blob=True,

@@ -23,7 +23,6 @@ from tridnn.reference import activation as ref_act  # noqa: E402
 from tridnn.reference import normalization as ref_norm  # noqa: E402
 from tridnn.reference import pooling as ref_pool  # noqa: E402
 from tridnn.reference import softmax as ref_softmax  # noqa: E402
-from tridnn.testing import seed_for  # noqa: E402
 
 ON_GPU = os.environ.get("TRIDNN_GPU_TESTS") == "1"
 DEVICE = "cuda" if ON_GPU else "cpu"
@@ -75,11 +74,6 @@ def check(got, ref, dtype, name="output", scale=1.0):
     ok = ~np.isnan(ref)
     err = np.abs(got[ok] - ref[ok]).max(initial=0.0) / max(1.0, np.abs(ref[ok]).max(initial=0.0))
     assert err <= TOL[dtype] * scale, f"{name}: normalized error {err:.3g} > {TOL[dtype] * scale:.3g}"
-
-
-@pytest.fixture
-def rng(request):
-    return np.random.default_rng(seed_for(request.node.nodeid))
 
 
 # -- activation --------------------------------------------------------------------------

@@ -26,8 +26,12 @@ def seed_for(key) -> int:
     gave every CI run different inputs and made a failure unrepeatable. ``key`` is the
     test's node id or its case tuple; ``TRIDNN_TEST_SEED`` (any string) salts every seed,
     to draw a different set of inputs on purpose."""
-    salt = os.environ.get("TRIDNN_TEST_SEED", "")
-    return zlib.crc32(f"{salt}|{key!r}".encode())
+    return zlib.crc32(f"{seed_salt()}|{key!r}".encode())
+
+
+def seed_salt() -> str:
+    """TRIDNN_TEST_SEED, the salt of every test's seed ('': the fixed draws CI runs)."""
+    return os.environ.get("TRIDNN_TEST_SEED", "")
 
 
 # Normalized max error |got - ref| / max(1, max|ref|), and relative L2 error fallback.
