@@ -42,6 +42,13 @@ suite() {  # tag section batch [layers]: one bench_gpu_conv.py section with the 
   echo "$1: $(grep -E '^\| (rn50|dil)' "$R/$1.txt" | tail -3 | tr '\n' ' ')"
 }
 
+script() {  # tag lines command...: one script within the time left; its last lines
+  local t; t=$(left); if [ "$t" -lt 60 ]; then echo "skip $1 (time)"; return; fi
+  local tag=$1 lines=$2; shift 2
+  timeout "$t" "$@" > "$R/$tag.txt" 2>&1
+  tail -"$lines" "$R/$tag.txt"
+}
+
 bench() {  # tag section batch strided(0|1)
   local t; t=$(left); if [ "$t" -lt 60 ]; then echo "skip $1 (time)"; return; fi
   local t0; t0=$(date +%s)
@@ -63,24 +70,18 @@ for step in $1; do
     fwd256) bench fwd256_on rn50-fwd 256 1; bench fwd256_off rn50-fwd 256 0;;
     dgrad256) bench dgrad256_on rn50-bwd_data 256 1; bench dgrad256_off rn50-bwd_data 256 0;;
     tuner_gap)
-      t=$(left); if [ "$t" -lt 60 ]; then echo "skip tuner_gap (time)"; continue; fi
-      timeout "$t" python3 benchmarks/sweep_gluon_conv.py --api --layers aspp_d2 --directions bwd_data \
-          --out "$R/tuner_gap" > "$R/tuner_gap.txt" 2>&1
-      tail -8 "$R/tuner_gap.txt";;
+      script tuner_gap 8 python3 benchmarks/sweep_gluon_conv.py --api --layers aspp_d2 --directions bwd_data \
+          --out "$R/tuner_gap";;
     wgrad_sweep)
-      t=$(left); if [ "$t" -lt 60 ]; then echo "skip wgrad_sweep (time)"; continue; fi
-      timeout "$t" python3 benchmarks/sweep_gluon_wgrad.py --layers res5_3x3,res4_3x3,res5_3x3s2 \
-          --configs 3,4,8,12,27,28,30,31,32 --out "$R/wgrad" --budget-s $((t - 60)) > "$R/wgrad.txt" 2>&1
-      tail -30 "$R/wgrad.txt";;
+      script wgrad 30 python3 benchmarks/sweep_gluon_wgrad.py --layers res5_3x3,res4_3x3,res5_3x3s2 \
+          --configs 3,4,8,12,27,28,30,31,32 --out "$R/wgrad" --budget-s $(( $(left) - 60 ));;
     wgrad14) for b in 64 256; do suite "wgrad14_$b" rn50-bwd_filter $b res4_3x3,res4_3x3s2,res4_ds; done;;
     suites) for b in 64 256; do for d in fwd bwd_data bwd_filter; do suite "${d}_$b" "rn50-$d" $b; done; done;;
     dilated) suite dilated dil-fwd,dil-bwd_data,dil-bwd_filter 16;;
     flat1x1)
-      t=$(left); if [ "$t" -lt 60 ]; then echo "skip flat1x1 (time)"; continue; fi
-      timeout "$t" python3 benchmarks/sweep_gluon_conv.py --directions fwd,bwd_data --configs 22,24,25,26,29,30 \
-          --layers flat_res4_1x1r,flat_res4_1x1c,flat_res5_1x1r,flat_res5_1x1c --budget-s $((t - 60)) \
-          --out "$R/flat1x1" > "$R/flat1x1.txt" 2>&1
-      tail -52 "$R/flat1x1.txt";;
+      script flat1x1 52 python3 benchmarks/sweep_gluon_conv.py --directions fwd,bwd_data --configs 22,24,25,26,29,30 \
+          --layers flat_res4_1x1r,flat_res4_1x1c,flat_res5_1x1r,flat_res5_1x1c --budget-s $(( $(left) - 60 )) \
+          --out "$R/flat1x1";;
     *) echo "unknown step $step";;
   esac
 done

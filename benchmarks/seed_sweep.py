@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from fuzz_long import pytest_summary  # this folder's scripts: the same reading of pytest's verdict
+
 ROOT = Path(__file__).resolve().parents[1]
 SUMMARY = re.compile(r"(\d+) (passed|failed|skipped|errors?)")
 
@@ -33,13 +35,13 @@ def run_salt(salt: str, targets: list[str], workers: str) -> dict:
            "-n", workers, "--dist", "loadfile", *targets]
     start = time.time()
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    tail = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else result.stderr[-300:]
+    summary = pytest_summary(result.stdout) if result.stdout.strip() else result.stderr[-300:]
     counts = {kind.rstrip("s") if kind.startswith("error") else kind: int(n)
-              for n, kind in SUMMARY.findall(tail)}
+              for n, kind in SUMMARY.findall(summary)}
     failed = [line.split(" ", 2)[1] for line in result.stdout.splitlines()
               if line.startswith(("FAILED ", "ERROR "))]
     return {"salt": salt, "returncode": result.returncode, "counts": counts,
-            "failed": failed, "seconds": round(time.time() - start, 1), "summary": tail}
+            "failed": failed, "seconds": round(time.time() - start, 1), "summary": summary}
 
 
 def main(argv=None):
