@@ -22,6 +22,9 @@
 #   suites     the whole ResNet-50 suites (forward, backward data, backward filter at batch 64 and
 #              256) with the defaults: the targets table (an H200 has not run them since session 12)
 #   dilated    the DeepLab suites (dil-fwd, dil-bwd_data, dil-bwd_filter) with PICKS_DILATED
+#   depthwise  (session 32) the MobileNetV2 depthwise suites (dw-fwd, dw-bwd_data, dw-bwd_filter, batch 64):
+#              the targets 0.6 / 0.4 / 0.4 were set against the H200's cuDNN; run them on one
+#   layers     (session 32) bench_gpu_layers.py --budget-s 150: issue 5's layers against PyTorch (TB/s)
 #   flat1x1    (session 31) sweep_gluon_conv.py on the 1x1 layers of 14- and 7-wide maps as flat GEMMs
 #              (batch 64, forward and backward data, against cuBLAS): PICKS_FLAT's configs (22, 24-26)
 #              against the new 64 x 128 tiles (29 pp, 30 two programs an SM), for the wave
@@ -39,7 +42,7 @@ suite() {  # tag section batch [layers]: one bench_gpu_conv.py section with the 
   local t; t=$(left); if [ "$t" -lt 60 ]; then echo "skip $1 (time)"; return; fi
   TRIDNN_CACHE_DIR=/tmp/fc_$1 timeout "$t" python3 benchmarks/bench_gpu_conv.py --batch "$3" --sections "$2" \
       --algos get --budget-s 600 ${4:+--layers $4} --out "$R/$1" > "$R/$1.txt" 2>&1
-  echo "$1: $(grep -E '^\| (rn50|dil)' "$R/$1.txt" | tail -3 | tr '\n' ' ')"
+  echo "$1: $(grep -E '^\| (rn50|dil|dw)' "$R/$1.txt" | tail -3 | tr '\n' ' ')"
 }
 
 script() {  # tag lines command...: one script within the time left; its last lines
@@ -78,6 +81,8 @@ for step in $1; do
     wgrad14) for b in 64 256; do suite "wgrad14_$b" rn50-bwd_filter $b res4_3x3,res4_3x3s2,res4_ds; done;;
     suites) for b in 64 256; do for d in fwd bwd_data bwd_filter; do suite "${d}_$b" "rn50-$d" $b; done; done;;
     dilated) suite dilated dil-fwd,dil-bwd_data,dil-bwd_filter 16;;
+    depthwise) suite depthwise dw-fwd,dw-bwd_data,dw-bwd_filter 64;;
+    layers) script layers 60 python3 benchmarks/bench_gpu_layers.py --budget-s 150 --out "$R/layers.json";;
     flat1x1)
       script flat1x1 52 python3 benchmarks/sweep_gluon_conv.py --directions fwd,bwd_data --configs 22,24,25,26,29,30 \
           --layers flat_res4_1x1r,flat_res4_1x1c,flat_res5_1x1r,flat_res5_1x1c --budget-s $(( $(left) - 60 )) \
