@@ -1,6 +1,7 @@
 #!/bin/bash
-# Pending GPU work in named steps (sessions 29-31; session 30 ran tests, the four A/B steps,
-# tuner_gap and wgrad_sweep on an H100: docs/performance.md, session 30).
+# Pending GPU work in named steps (sessions 29-32; session 30 ran tests, the four A/B steps,
+# tuner_gap and wgrad_sweep on an H100, session 32 wgrad14, flat1x1, dilated and the batch-64
+# suites: docs/performance.md, sessions 30 and 32).
 # Usage (device tool; carry build/base.tar):
 #   git archive HEAD -o build/base.tar   # here
 #   mkdir -p /tmp/base && tar xf build/base.tar -C /tmp/base && bash /tmp/base/benchmarks/gpu_images_inner_check.sh \
@@ -25,10 +26,8 @@
 #   depthwise  (session 32) the MobileNetV2 depthwise suites (dw-fwd, dw-bwd_data, dw-bwd_filter, batch 64):
 #              the targets 0.6 / 0.4 / 0.4 were set against the H200's cuDNN; run them on one
 #   layers     (session 32) bench_gpu_layers.py --budget-s 150: issue 5's layers against PyTorch (TB/s)
-#   flat1x1    (session 31) sweep_gluon_conv.py on the 1x1 layers of 14- and 7-wide maps as flat GEMMs
-#              (batch 64, forward and backward data, against cuBLAS): PICKS_FLAT's configs (22, 24-26)
-#              against the new 64 x 128 tiles (29 pp, 30 two programs an SM), for the wave
-#              quantization that 128 x 128 tiles leave there (res4_1x1r: 196 tiles = 1.48 waves)
+#   flat1x1    sweep_gluon_conv.py on the 1x1 layers of 14- and 7-wide maps as flat GEMMs (batch 64,
+#              forward and backward data, against cuBLAS / cuDNN): the flat configs (22-26)
 # Results under $OUT (or ./gpu_out); a per-layer summary last.
 cd /tmp/base
 export PYTHONPATH=/tmp/base/src TRITON_CACHE_DIR=/tmp/tcd PYTHONUNBUFFERED=1
@@ -84,7 +83,7 @@ for step in $1; do
     depthwise) suite depthwise dw-fwd,dw-bwd_data,dw-bwd_filter 64;;
     layers) script layers 60 python3 benchmarks/bench_gpu_layers.py --budget-s 150 --out "$R/layers.json";;
     flat1x1)
-      script flat1x1 52 python3 benchmarks/sweep_gluon_conv.py --directions fwd,bwd_data --configs 22,24,25,26,29,30 \
+      script flat1x1 52 python3 benchmarks/sweep_gluon_conv.py --directions fwd,bwd_data --configs 22,23,24,25,26 \
           --layers flat_res4_1x1r,flat_res4_1x1c,flat_res5_1x1r,flat_res5_1x1c --budget-s $(( $(left) - 60 )) \
           --out "$R/flat1x1";;
     *) echo "unknown step $step";;

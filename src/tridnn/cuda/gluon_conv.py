@@ -444,10 +444,8 @@ CONFIGS = [
     # images innermost (PICKS_INNER*): 128 images at one pixel, 64 images at two
     config(128, 1, 1, 128, 4, 4, pingpong=True, images_inner=True),
     config(64, 1, 2, 128, 4, 4, pingpong=True, images_inner=True),
-    # flat 64 x 128 (29, 30; session 31, not yet timed): the 1x1 layers on 14- and 7-wide maps split
-    # into 2-4x more tiles than with 128 x 128 (res4_1x1r: 392 against 196, 2.97 waves of 132
-    # SMs against 1.48)
-    config(1, 1, 64, 128, 4, 4, pingpong=True), config(1, 1, 64, 128, 3, 4, per_sm=2),
+    # (session 32, H100: flat 64 x 128 tiles, for the wave quantization of the 1x1 layers on 14- and
+    # 7-wide maps, lost on all four of those layers to 128 x 128, by 7-60%, and were removed)
 ]
 
 
