@@ -24,7 +24,7 @@
 #              256) with the defaults: the targets table (an H200 has not run them since session 12)
 #   dilated    the DeepLab suites (dil-fwd, dil-bwd_data, dil-bwd_filter) with PICKS_DILATED
 #   depthwise  (session 32) the MobileNetV2 depthwise suites (dw-fwd, dw-bwd_data, dw-bwd_filter, batch 64):
-#              the targets 0.6 / 0.4 / 0.4 were set against the H200's cuDNN; run them on one
+#              the targets 0.6 / 0.4 / 0.4 were set against the H200's cuDNN, so run this step on an H200
 #   layers     (session 32) bench_gpu_layers.py --budget-s 150: issue 5's layers against PyTorch (TB/s)
 #   flat1x1    sweep_gluon_conv.py on the 1x1 layers of 14- and 7-wide maps as flat GEMMs (batch 64,
 #              forward and backward data, against cuBLAS / cuDNN): the flat configs (22-26)
