@@ -22,6 +22,8 @@
 #              bench_gpu_conv.py rn50-bwd_filter on res4_3x3, res4_3x3s2, res4_ds at batch 64 and 256
 #   suites     the whole ResNet-50 suites (forward, backward data, backward filter at batch 64 and
 #              256) with the defaults: the targets table (an H200 has not run them since session 12)
+#   fwd_64 ... bwd_filter_256  (session 33) one of those six suites, so that a call can pick up where
+#              the last one's time ran out
 #   dilated    the DeepLab suites (dil-fwd, dil-bwd_data, dil-bwd_filter) with PICKS_DILATED
 #   depthwise  (session 32) the MobileNetV2 depthwise suites (dw-fwd, dw-bwd_data, dw-bwd_filter, batch 64):
 #              the targets 0.6 / 0.4 / 0.4 were set against the H200's cuDNN, so run this step on an H200
@@ -79,6 +81,8 @@ for step in $1; do
           --configs 3,4,8,12,27,28,30,31,32 --out "$R/wgrad" --budget-s $(( $(left) - 60 ));;
     wgrad14) for b in 64 256; do suite "wgrad14_$b" rn50-bwd_filter $b res4_3x3,res4_3x3s2,res4_ds; done;;
     suites) for b in 64 256; do for d in fwd bwd_data bwd_filter; do suite "${d}_$b" "rn50-$d" $b; done; done;;
+    fwd_64|fwd_256|bwd_data_64|bwd_data_256|bwd_filter_64|bwd_filter_256)
+      suite "$step" "rn50-${step%_*}" "${step##*_}";;
     dilated) suite dilated dil-fwd,dil-bwd_data,dil-bwd_filter 16;;
     depthwise) suite depthwise dw-fwd,dw-bwd_data,dw-bwd_filter 64;;
     layers) script layers 60 python3 benchmarks/bench_gpu_layers.py --budget-s 150 --out "$R/layers.json";;
