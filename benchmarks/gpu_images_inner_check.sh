@@ -27,6 +27,8 @@
 #   dilated    the DeepLab suites (dil-fwd, dil-bwd_data, dil-bwd_filter) with PICKS_DILATED
 #   depthwise  (session 32) the MobileNetV2 depthwise suites (dw-fwd, dw-bwd_data, dw-bwd_filter, batch 64):
 #              the targets 0.6 / 0.4 / 0.4 were set against the H200's cuDNN, so run this step on an H200
+#   tf32 / fused  (session 33) float32 forward under TENSOR_OP math (tf32) against cuDNN's tf32; the
+#              fused conv + bias + relu + residual against cuDNN's conv and PyTorch's bias, relu, add
 #   layers     (session 32) bench_gpu_layers.py --budget-s 150: issue 5's layers against PyTorch (TB/s)
 #   flat1x1    sweep_gluon_conv.py on the 1x1 layers of 14- and 7-wide maps as flat GEMMs (batch 64,
 #              forward and backward data, against cuBLAS / cuDNN): the flat configs (22-26)
@@ -43,7 +45,7 @@ suite() {  # tag section batch [layers]: one bench_gpu_conv.py section with the 
   local t; t=$(left); if [ "$t" -lt 60 ]; then echo "skip $1 (time)"; return; fi
   TRIDNN_CACHE_DIR=/tmp/fc_$1 timeout "$t" python3 benchmarks/bench_gpu_conv.py --batch "$3" --sections "$2" \
       --algos get --budget-s 600 ${4:+--layers $4} --out "$R/$1" > "$R/$1.txt" 2>&1
-  echo "$1: $(grep -E '^\| (rn50|dil|dw)' "$R/$1.txt" | tail -3 | tr '\n' ' ')"
+  echo "$1: $(grep -E '^\| (rn50|dil|dw|fp32|fused)' "$R/$1.txt" | tail -3 | tr '\n' ' ')"
 }
 
 script() {  # tag lines command...: one script within the time left; its last lines
@@ -85,6 +87,8 @@ for step in $1; do
       suite "$step" "rn50-${step%_*}" "${step##*_}";;
     dilated) suite dilated dil-fwd,dil-bwd_data,dil-bwd_filter 16;;
     depthwise) suite depthwise dw-fwd,dw-bwd_data,dw-bwd_filter 64;;
+    tf32) suite tf32 fp32-tf32 64;;
+    fused) suite fused fused 64;;
     layers) script layers 60 python3 benchmarks/bench_gpu_layers.py --budget-s 150 --out "$R/layers.json";;
     flat1x1)
       script flat1x1 52 python3 benchmarks/sweep_gluon_conv.py --directions fwd,bwd_data --configs 22,23,24,25,26 \
