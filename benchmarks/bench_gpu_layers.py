@@ -43,7 +43,7 @@ GROUPS = 32
 
 
 FLUSH = "clean"  # --flush: how the L2 is emptied before each timed replay (see flush_l2)
-FLUSH_BYTES = 256 << 20  # several times any L2 (H100 50 MB, H200 60 MB)
+FLUSH_BYTES = 256 << 20  # five times the L2 of an H100 or H200 (50 MB)
 _flush_buffers = {}
 
 
