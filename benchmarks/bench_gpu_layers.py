@@ -307,19 +307,27 @@ def spatial_cases(layout):
     t_adaptive = keep("adaptive", lambda: F.adaptive_avg_pool2d(x, 1))
     cases.append(Case("adaptive avgpool 1x1 fwd", adaptive, t_adaptive, nbytes(x, ay),
                       lambda: (ay, out["adaptive"])))
-    if layout == "NHWC":  # the reduction without the split along H * W
-        cases.append(Case("adaptive avgpool 1x1 fwd [no split]", switched(tensor_ops, "REDUCE_SPLIT", 1, adaptive),
-                          t_adaptive, nbytes(x, ay), lambda: (ay, out["adaptive"])))
-        for label, fn in (("last combines", switched(tensor_ops, "SPLIT_COMBINE", "last", adaptive)),
-                          ("split 2 parts", switched(tensor_ops, "REDUCE_SPLIT", 2, adaptive)),
-                          ("stages 2", switched(tensor_ops, "STRIDED_ROWS_STAGES", 2, adaptive)),
-                          ("split 2 parts, last combines", switched(tensor_ops, "SPLIT_COMBINE", "last", switched(
-                              tensor_ops, "REDUCE_SPLIT", 2, adaptive)))):
-            cases.append(Case(f"adaptive avgpool 1x1 fwd [{label}]", fn, t_adaptive, nbytes(x, ay),
+    # On a Hopper GPU, NHWC sums over H*W take gluon_stream's route, so tensor_ops' Triton
+    # switches change nothing there unless the route is off: the NHWC alternative rows turn it
+    # off and say so ("triton"), and compare the Triton kernel's designs with the route (the
+    # main row). Before session 33 they left it on and all measured the route.
+    triton_nhwc, tag = (lambda fn: switched(tensor_ops, "GLUON_STREAM", False, fn), "triton, ") \
+        if layout == "NHWC" else (lambda fn: fn, "")
+    if layout == "NHWC":  # the Triton reduction as it is, without the split along H * W, ...
+        for label, fn in (("triton", adaptive),
+                          ("triton, no split", switched(tensor_ops, "REDUCE_SPLIT", 1, adaptive)),
+                          ("triton, last combines", switched(tensor_ops, "SPLIT_COMBINE", "last", adaptive)),
+                          ("triton, split 2 parts", switched(tensor_ops, "REDUCE_SPLIT", 2, adaptive)),
+                          ("triton, stages 2", switched(tensor_ops, "STRIDED_ROWS_STAGES", 2, adaptive)),
+                          ("triton, split 2 parts, last combines", switched(tensor_ops, "SPLIT_COMBINE", "last",
+                                                                            switched(tensor_ops, "REDUCE_SPLIT", 2,
+                                                                                     adaptive)))):
+            cases.append(Case(f"adaptive avgpool 1x1 fwd [{label}]", triton_nhwc(fn), t_adaptive, nbytes(x, ay),
                               lambda: (ay, out["adaptive"])))
     # issue 5: NCHW rows as contiguous runs of whole rows; NHWC tiles of 256 channels
     for label, settings in (REDUCE_ISSUE5_VARIANTS_NCHW if layout == "NCHW" else REDUCE_ISSUE5_VARIANTS_NHWC)[:2]:
-        cases.append(Case(f"adaptive avgpool 1x1 fwd [{label}]", switched_all(tensor_ops, settings, adaptive),
+        cases.append(Case(f"adaptive avgpool 1x1 fwd [{tag}{label}]",
+                          triton_nhwc(switched_all(tensor_ops, settings, adaptive)),
                           t_adaptive, nbytes(x, ay), lambda: (ay, out["adaptive"])))
 
     # batch norm; the alternative row flips L2_REUSE (on: the apply pass re-reads the
@@ -483,19 +491,22 @@ def spatial_cases(layout):
                      ("STRIDED_ROWS_STAGES", 2, "stages 2"), ("STRIDED_ROWS_STAGES", None, "no stages"))
                     if layout == "NHWC" else
                     (("CONTIGUOUS_ROWS_BLOCK_R", 2048, "R step 2048"), ("CONTIGUOUS_ROWS_BLOCK_R", 4096, "R step 4096")))
+    if layout == "NHWC":  # the Triton kernel as it is (triton_nhwc: the route off)
+        alternatives = ((None, None, "triton"),) + alternatives
     for name, value, label in alternatives:
-        cases.append(Case(f"reduce sum HW [{label}]", switched(tensor_ops, name, value, reduce_hw),
+        fn = reduce_hw if name is None else switched(tensor_ops, name, value, reduce_hw)
+        cases.append(Case(f"reduce sum HW [{label if name is None else tag + label}]", triton_nhwc(fn),
                           keep("red", lambda: x.sum((2, 3), keepdim=True)), nbytes(x, red),
                           lambda: (red, out["red"])))
     for label, settings in REDUCE_ISSUE5_VARIANTS_NCHW if layout == "NCHW" else REDUCE_ISSUE5_VARIANTS_NHWC:
-        cases.append(Case(f"reduce sum HW [{label}]", switched_all(tensor_ops, settings, reduce_hw),
+        cases.append(Case(f"reduce sum HW [{tag}{label}]", triton_nhwc(switched_all(tensor_ops, settings, reduce_hw)),
                           keep("red", lambda: x.sum((2, 3), keepdim=True)), nbytes(x, red),
                           lambda: (red, out["red"])))
     if layout == "NHWC":
         for parts in (2, 4):
             last = lambda fn, parts=parts: switched(tensor_ops, "SPLIT_COMBINE", "last", switched(  # noqa: E731
                 tensor_ops, "REDUCE_SPLIT", parts, fn))
-            cases.append(Case(f"reduce sum HW [split {parts} parts, last combines]", last(reduce_hw),
+            cases.append(Case(f"reduce sum HW [{tag}split {parts} parts, last combines]", triton_nhwc(last(reduce_hw)),
                               keep("red", lambda: x.sum((2, 3), keepdim=True)), nbytes(x, red),
                               lambda: (red, out["red"])))
     return cases
