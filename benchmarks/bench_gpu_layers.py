@@ -314,15 +314,15 @@ def spatial_cases(layout):
     triton_nhwc, tag = (lambda fn: switched(tensor_ops, "GLUON_STREAM", False, fn), "triton, ") \
         if layout == "NHWC" else (lambda fn: fn, "")
     if layout == "NHWC":  # the Triton reduction as it is, without the split along H * W, ...
-        for label, fn in (("triton", adaptive),
-                          ("triton, no split", switched(tensor_ops, "REDUCE_SPLIT", 1, adaptive)),
-                          ("triton, last combines", switched(tensor_ops, "SPLIT_COMBINE", "last", adaptive)),
-                          ("triton, split 2 parts", switched(tensor_ops, "REDUCE_SPLIT", 2, adaptive)),
-                          ("triton, stages 2", switched(tensor_ops, "STRIDED_ROWS_STAGES", 2, adaptive)),
-                          ("triton, split 2 parts, last combines", switched(tensor_ops, "SPLIT_COMBINE", "last",
-                                                                            switched(tensor_ops, "REDUCE_SPLIT", 2,
-                                                                                     adaptive)))):
-            cases.append(Case(f"adaptive avgpool 1x1 fwd [{label}]", triton_nhwc(fn), t_adaptive, nbytes(x, ay),
+        cases.append(Case("adaptive avgpool 1x1 fwd [triton]", triton_nhwc(adaptive), t_adaptive, nbytes(x, ay),
+                          lambda: (ay, out["adaptive"])))
+        for label, fn in (("no split", switched(tensor_ops, "REDUCE_SPLIT", 1, adaptive)),
+                          ("last combines", switched(tensor_ops, "SPLIT_COMBINE", "last", adaptive)),
+                          ("split 2 parts", switched(tensor_ops, "REDUCE_SPLIT", 2, adaptive)),
+                          ("stages 2", switched(tensor_ops, "STRIDED_ROWS_STAGES", 2, adaptive)),
+                          ("split 2 parts, last combines", switched(tensor_ops, "SPLIT_COMBINE", "last", switched(
+                              tensor_ops, "REDUCE_SPLIT", 2, adaptive)))):
+            cases.append(Case(f"adaptive avgpool 1x1 fwd [{tag}{label}]", triton_nhwc(fn), t_adaptive, nbytes(x, ay),
                               lambda: (ay, out["adaptive"])))
     # issue 5: NCHW rows as contiguous runs of whole rows; NHWC tiles of 256 channels
     for label, settings in (REDUCE_ISSUE5_VARIANTS_NCHW if layout == "NCHW" else REDUCE_ISSUE5_VARIANTS_NHWC)[:2]:
@@ -492,10 +492,11 @@ def spatial_cases(layout):
                     if layout == "NHWC" else
                     (("CONTIGUOUS_ROWS_BLOCK_R", 2048, "R step 2048"), ("CONTIGUOUS_ROWS_BLOCK_R", 4096, "R step 4096")))
     if layout == "NHWC":  # the Triton kernel as it is (triton_nhwc: the route off)
-        alternatives = ((None, None, "triton"),) + alternatives
+        cases.append(Case("reduce sum HW [triton]", triton_nhwc(reduce_hw),
+                          keep("red", lambda: x.sum((2, 3), keepdim=True)), nbytes(x, red),
+                          lambda: (red, out["red"])))
     for name, value, label in alternatives:
-        fn = reduce_hw if name is None else switched(tensor_ops, name, value, reduce_hw)
-        cases.append(Case(f"reduce sum HW [{label if name is None else tag + label}]", triton_nhwc(fn),
+        cases.append(Case(f"reduce sum HW [{tag}{label}]", triton_nhwc(switched(tensor_ops, name, value, reduce_hw)),
                           keep("red", lambda: x.sum((2, 3), keepdim=True)), nbytes(x, red),
                           lambda: (red, out["red"])))
     for label, settings in REDUCE_ISSUE5_VARIANTS_NCHW if layout == "NCHW" else REDUCE_ISSUE5_VARIANTS_NHWC:
@@ -707,8 +708,8 @@ def main():
         print(f"\nskipped (over --budget-s): {', '.join(skipped)}")
     ok = [r for r in rows if "error" not in r and r["time_ratio"] == r["time_ratio"] and "[" not in r["layer"]]
     target = 0.85 * copy
-    print(f"\n{time.time() - started:.0f} s. {FLUSH} L2 flush. copy {copy:.2f} TB/s; target 85% = {target:.2f} TB/s. geomean time "
-          f"ratio tridnn/torch (main designs) "
+    print(f"\n{time.time() - started:.0f} s. {FLUSH} L2 flush. copy {copy:.2f} TB/s; target 85% = {target:.2f} "
+          f"TB/s. geomean time ratio tridnn/torch (main designs) "
           f"{math.exp(sum(math.log(r['time_ratio']) for r in ok) / max(1, len(ok))):.3f}")
     print(f"{'layout':6s} {'layer':38s} {'TB/s':>6s} {'torch':>6s} {'ratio':>6s} {'err':>8s}  flags")
     for r in rows:
