@@ -3,8 +3,10 @@
 cuda/norms.py (module switches flipped for the call) against PyTorch, in one process on
 one H200 (< 90 s without --more).
 
-Designs: "resident" (GROUP_NORM_RESIDENT: a program holds its whole group in registers,
-x and dy read once; the NCHW default since this sweep's commit), the old defaults
+Designs: "coop" (session 34, cuda/group_norm_coop.py, the channels-last default: a
+sample's pixels in slices held by programs that meet at a per-sample barrier; its tickets,
+its two-launch form and its tiles as variants), "resident" (GROUP_NORM_RESIDENT: a program
+holds its whole group in registers, x and dy read once; the NCHW default), the old defaults
 (GROUP_NORM_RESIDENT "never": split forward, fused NCHW / split NHWC backward) and the
 other of fused / split, plus resident tile settings (warps through GN_RESIDENT_DATA_REGS,
 the bfloat16 narrow hold off, channels-last groups a program).
@@ -36,7 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 
 import bench_gpu_layers as bgl  # noqa: E402  (graph timer, switches, copy bandwidth, rel_err)
-from tridnn.cuda import norms  # noqa: E402
+from tridnn.cuda import group_norm_coop, norms  # noqa: E402
 
 GROUPS, EPS = 32, 1e-5
 OLD = [("GROUP_NORM_RESIDENT", "never")]  # the defaults before the resident design
@@ -52,6 +54,21 @@ RES = [("GROUP_NORM_RESIDENT", "always")]
 # registers (2), 16 warps 64 (2, 928 instructions); backward 63 (1, 760). H200 14:31 UTC
 # (NCHW): forward 16 warps 3.17 TB/s, 8 warps 3.28 (now the default), backward 2.57.
 DR64 = [("GN_RESIDENT_DATA_REGS", 64)]
+# group_norm_coop's switches (session 34: the channels-last default, a sample's slices meeting
+# at a barrier; the NHWC rows of norms.py's designs turn it off)
+NO_COOP = [("coop", "GROUP_NORM_COOP", "never")]
+
+
+def coop(name, value):
+    return ("coop", name, value)
+
+
+def switched(settings, fn):
+    """fn with norms' (name, value) and group_norm_coop's ("coop", name, value) switches flipped."""
+    fn = bgl.switched_all(norms, [s for s in settings if len(s) == 2], fn)
+    return bgl.switched_all(group_norm_coop, [s[1:] for s in settings if len(s) == 3], fn)
+
+
 VARIANTS = {
     ("fwd", "NCHW"): [("default (resident 8w)", []),
                       ("resident 16 warps", RES + [("GN_RESIDENT_DATA_REGS", 32)]),
@@ -69,23 +86,32 @@ VARIANTS = {
                       ("default, separate dscale/dbias sums", [("PARAM_SUMS", "separate")]),
                       ("old default (fused)", OLD),
                       ("split", OLD + [("GROUP_NORM_SPLIT", "always")])],
-    ("fwd", "NHWC"): [("default (split)", []),
-                      ("resident 2 groups 16w", RES + DR64),
-                      ("resident 2 groups 32w", RES + [("GN_RESIDENT_DATA_REGS", 32)]),
-                      ("resident 1 group 8w", RES + DR64 + [("GN_RESIDENT_GPP", 1)]),
-                      ("resident 1 group 16w", RES + [("GN_RESIDENT_GPP", 1), ("GN_RESIDENT_DATA_REGS", 32)]),
-                      ("resident 2g 16w stride arg", RES + DR64 + [("GN_RESIDENT_PIX", False)]),
-                      ("fused", [("GROUP_NORM_SPLIT", "never")])],
-    ("bwd", "NHWC"): [("default (split)", []),
-                      ("resident 1 group 32w", RES),
-                      ("resident 1 group 16w", RES + DR64),
-                      ("fused", [("GROUP_NORM_SPLIT", "never")])],
+    ("fwd", "NHWC"): [("default (coop 64KB 8w)", []),
+                      ("coop no tickets", [coop("COOP_TICKETS", False)]),
+                      ("coop two launches", [coop("COOP_BARRIER", False)]),
+                      ("coop 32KB 4w", [coop("COOP_BYTES", 32768), coop("COOP_WARPS", 4)]),
+                      ("coop 32KB 8w", [coop("COOP_BYTES", 32768)]),
+                      ("coop 128KB 16w", [coop("COOP_BYTES", 131072), coop("COOP_WARPS", 16)]),
+                      ("coop 64KB 8w no maxnreg", [coop("COOP_MAXNREG", None)]),
+                      ("before coop (resident 2g 16w)", NO_COOP),
+                      ("split", NO_COOP + [("GROUP_NORM_RESIDENT", "never")]),
+                      ("resident 1 group 8w", NO_COOP + RES + DR64 + [("GN_RESIDENT_GPP", 1)]),
+                      ("fused", NO_COOP + [("GROUP_NORM_RESIDENT", "never"), ("GROUP_NORM_SPLIT", "never")])],
+    ("bwd", "NHWC"): [("default (coop 64KB 8w)", []),
+                      ("coop no tickets", [coop("COOP_TICKETS", False)]),
+                      ("coop two launches", [coop("COOP_BARRIER", False)]),
+                      ("coop 32KB 4w", [coop("COOP_BYTES", 32768), coop("COOP_WARPS", 4)]),
+                      ("coop 32KB 8w", [coop("COOP_BYTES", 32768)]),
+                      ("coop 128KB 16w", [coop("COOP_BYTES", 131072), coop("COOP_WARPS", 16)]),
+                      ("before coop (split)", NO_COOP),
+                      ("resident 1 group 32w", NO_COOP + RES),
+                      ("fused", NO_COOP + [("GROUP_NORM_SPLIT", "never")])],
 }
 MORE_VARIANTS = {  # the other shapes (--more): the default, the old default, resident and torch
     ("fwd", "NCHW"): [("default", []), ("old default", OLD)],
     ("bwd", "NCHW"): [("default", []), ("old default", OLD)],
-    ("fwd", "NHWC"): [("default", []), ("resident", RES)],
-    ("bwd", "NHWC"): [("default", []), ("resident", RES)],
+    ("fwd", "NHWC"): [("default", []), ("before coop", NO_COOP), ("resident", NO_COOP + RES)],
+    ("bwd", "NHWC"): [("default", []), ("before coop", NO_COOP), ("resident", NO_COOP + RES)],
 }
 MORE_SHAPES = [(64, 512, 28, 28), (64, 128, 112, 112)]
 
@@ -157,7 +183,7 @@ def main():
                     print(f"  torch {tag} failed: {exc}", flush=True)
                     ref_ms = float("nan")
                 for label, settings in variants:
-                    fn = bgl.switched_all(norms, settings, tri)
+                    fn = switched(settings, tri)
                     row = dict(direction=direction, layout=layout, shape=list(shape), variant=label,
                                settings=[list(map(str, s)) for s in settings], bytes=moved)
                     try:

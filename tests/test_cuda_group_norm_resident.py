@@ -12,11 +12,18 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from tridnn.cuda import norms  # noqa: E402
+from tridnn.cuda import group_norm_coop, norms  # noqa: E402
 from tridnn.reference import normalization as ref_norm  # noqa: E402
 from test_cuda_layers import DEVICE, DTYPES, _Recorder, check, f64, make, poisoned  # noqa: E402
 
 EPS = 1e-5
+
+
+@pytest.fixture(autouse=True)
+def _coop_off(monkeypatch):
+    """These tests choose among norms.py's designs; the cooperative channels-last design
+    (test_cuda_group_norm_coop.py) would take their NHWC cases first."""
+    monkeypatch.setattr(group_norm_coop, "GROUP_NORM_COOP", "never")
 
 
 def _spy(monkeypatch):

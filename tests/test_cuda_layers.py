@@ -16,7 +16,8 @@ pytest.importorskip("triton")
 
 from tridnn.cpu import dropout as cpu_dropout  # noqa: E402
 from tridnn.cpu import lrn as cpu_lrn  # noqa: E402
-from tridnn.cuda import activation, batchnorm, dropout, lrn, norms, pooling, softmax, tensor_ops  # noqa: E402
+from tridnn.cuda import (activation, batchnorm, dropout, group_norm_coop, lrn, norms, pooling,  # noqa: E402
+                         softmax, tensor_ops)
 from tridnn.descriptors.activation import ActivationDescriptor, ActivationMode  # noqa: E402
 from tridnn.errors import BadParamError  # noqa: E402
 from tridnn.reference import activation as ref_act  # noqa: E402
@@ -564,6 +565,7 @@ def test_group_norm_designs(design, layout, saved, rng, monkeypatch):
     """Both group-norm designs in both layouts; the split design with several splits per
     sample (a short last one) and backward statistics given or recomputed."""
     monkeypatch.setattr(norms, "GROUP_NORM_SPLIT", design)
+    monkeypatch.setattr(group_norm_coop, "GROUP_NORM_COOP", "never")  # (its own tests: test_cuda_group_norm_coop)
     monkeypatch.setattr(norms, "SPLITS_PER_SAMPLE", 4)
     monkeypatch.setattr(norms, "GN_TILE", 16)
     shape, groups = (2, 8, 5, 7), 4

@@ -646,9 +646,10 @@ def _combine_kernel(part_ptr, c_ptr, K, S, R, sc_k, alpha: tl.float64, beta: tl.
     blend_store(c_ptr, k * sc_k, k_mask, value, alpha, beta, HAS_BETA)
 
 
-def _counters(device, n):
-    """n int32 ticket counters, all zero, for SPLIT_COMBINE "last" on the current stream
-    (one buffer per device and stream; every call leaves them zero). A larger one replaces
+def zeroed_counters(device, n):
+    """n int32 ticket counters, all zero, on the current stream: SPLIT_COMBINE "last" here,
+    group_norm_coop's tickets and barriers (one buffer per device and stream; every call
+    leaves them zero, so the users of one stream share it). A larger one replaces
     it when needed, but the old one is kept: a captured CUDA graph may still point at it.
     (Under capture on a stream that never ran a split reduction eagerly, the zeroing is
     captured too and replays with the graph.)"""
@@ -776,7 +777,7 @@ def reduce_tensor(a, c, indices, workspace, op: int, alpha=1.0, beta=0.0, propag
         part = torch.empty(parts * K, dtype=torch.float64 if compute == tl.float64 else torch.float32,
                            device=a.device)
     if last:
-        counters = _counters(a.device, cdiv(K, block_k))
+        counters = zeroed_counters(a.device, cdiv(K, block_k))
     _reduce_kernel[(cdiv(K, block_k), parts)](
         a2, c1, idx1 if idx1 is not None else c1, part, counters, K, K2, R, chunk, sa_k1, sa_k2, sa_r,
         c1.stride(0), float(alpha), beta, OP=op, WITH_INDICES=indices is not None, HAS_BETA=has_beta,
