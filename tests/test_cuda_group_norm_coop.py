@@ -22,6 +22,12 @@ from test_cuda_layers import DEVICE, DTYPES, _Recorder, check, f64, make  # noqa
 EPS = 1e-5
 
 
+@pytest.fixture(autouse=True)
+def _coop_on(monkeypatch):
+    """The design under test, whatever the module's default."""
+    monkeypatch.setattr(group_norm_coop, "GROUP_NORM_COOP", "channels_last")
+
+
 def _spy(monkeypatch):
     """Records which group-norm kernels run (and, for the cooperative ones, the slices a sample)."""
     calls = []
@@ -49,8 +55,8 @@ CASES = [((2, 8, 5, 7), 2), ((2, 6, 3, 4), 2), ((1, 6, 4, 4), 6), ((2, 16, 1, 1)
 @pytest.mark.parametrize("slices", ["one", "many"])
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_coop(shape, groups, slices, dtype, rng, monkeypatch):
-    """The default for channels-last views; "many": a held budget of a few pixels, so a
-    sample takes up to 35 slices, the last one short."""
+    """Channels-last views; "many": a held budget of a few pixels, so a sample takes up to
+    35 slices, the last one short."""
     if slices == "many":
         monkeypatch.setattr(group_norm_coop, "COOP_BYTES", {"forward": 64, "backward": 128})
     calls = _spy(monkeypatch)
