@@ -373,9 +373,10 @@ def spatial_cases(layout):
     t_gn = keep("gn", lambda: F.group_norm(x, GROUPS, twb, tbb, 1e-5))
     t_gnb = keep("gnbwd", lambda: torch.autograd.grad(gout, (xg, wg, bg), dy_full, retain_graph=True))
 
-    def without_coop(fn):
-        """group_norm_coop off: the channels-last designs before session 34 (resident forward, split backward)."""
-        return switched(group_norm_coop, "GROUP_NORM_COOP", "never", fn)
+    def coop(value):
+        """group_norm_coop on ("channels_last") or off ("never": resident forward, split backward)."""
+        return lambda fn: switched(group_norm_coop, "GROUP_NORM_COOP", value, fn)
+    without_coop = coop("never")
 
     def before_resident(fn):
         """The designs before the resident one (split forward, fused NCHW / split NHWC backward).
@@ -387,8 +388,9 @@ def spatial_cases(layout):
                                        ("bwd", gn_bwd, t_gnb, nbytes(x, dy_full, dx),
                                         lambda: (dx, first(out["gnbwd"])))):
         cases.append(Case(f"groupnorm32 {name}", fn, ref, moved, want))
-        if layout == "NHWC":
-            cases.append(Case(f"groupnorm32 {name} [before coop]", without_coop(fn), ref, moved, want))
+        if layout == "NHWC":  # the channels-last cooperative design (session 34) on, and off
+            cases.append(Case(f"groupnorm32 {name} [coop]", coop("channels_last")(fn), ref, moved, want))
+            cases.append(Case(f"groupnorm32 {name} [no coop]", without_coop(fn), ref, moved, want))
         cases.append(Case(f"groupnorm32 {name} [before resident]", before_resident(fn), ref, moved, want))
 
     # LRN, dropout

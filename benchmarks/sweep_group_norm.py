@@ -3,9 +3,9 @@
 cuda/norms.py (module switches flipped for the call) against PyTorch, in one process on
 one H200 (< 90 s without --more).
 
-Designs: "coop" (session 34, cuda/group_norm_coop.py, the channels-last default: a
-sample's pixels in slices held by programs that meet at a per-sample barrier; its tickets,
-its two-launch form and its tiles as variants), "resident" (GROUP_NORM_RESIDENT: a program
+Designs: "coop" (session 34, cuda/group_norm_coop.py, off by default until this sweep has
+run it: a sample's pixels in slices held by programs that meet at a per-sample barrier;
+its tickets, its two-launch form and its tiles as variants), "resident" (GROUP_NORM_RESIDENT: a program
 holds its whole group in registers, x and dy read once; the NCHW default), the old defaults
 (GROUP_NORM_RESIDENT "never": split forward, fused NCHW / split NHWC backward) and the
 other of fused / split, plus resident tile settings (warps through GN_RESIDENT_DATA_REGS,
@@ -54,9 +54,10 @@ RES = [("GROUP_NORM_RESIDENT", "always")]
 # registers (2), 16 warps 64 (2, 928 instructions); backward 63 (1, 760). H200 14:31 UTC
 # (NCHW): forward 16 warps 3.17 TB/s, 8 warps 3.28 (now the default), backward 2.57.
 DR64 = [("GN_RESIDENT_DATA_REGS", 64)]
-# group_norm_coop's switches (session 34: the channels-last default, a sample's slices meeting
-# at a barrier; the NHWC rows of norms.py's designs turn it off)
+# group_norm_coop's switches (session 34: a sample's slices meeting at a barrier, for
+# channels-last views; off by default until measured here; the rows turn it on or off)
 NO_COOP = [("coop", "GROUP_NORM_COOP", "never")]
+COOP = [("coop", "GROUP_NORM_COOP", "channels_last")]
 
 
 def coop(name, value):
@@ -86,32 +87,34 @@ VARIANTS = {
                       ("default, separate dscale/dbias sums", [("PARAM_SUMS", "separate")]),
                       ("old default (fused)", OLD),
                       ("split", OLD + [("GROUP_NORM_SPLIT", "always")])],
-    ("fwd", "NHWC"): [("default (coop 64KB 8w)", []),
-                      ("coop no tickets", [coop("COOP_TICKETS", False)]),
-                      ("coop two launches", [coop("COOP_BARRIER", False)]),
-                      ("coop 32KB 4w", [coop("COOP_BYTES", 32768), coop("COOP_WARPS", 4)]),
-                      ("coop 32KB 8w", [coop("COOP_BYTES", 32768)]),
-                      ("coop 128KB 16w", [coop("COOP_BYTES", 131072), coop("COOP_WARPS", 16)]),
-                      ("coop 64KB 8w no maxnreg", [coop("COOP_MAXNREG", None)]),
-                      ("before coop (resident 2g 16w)", NO_COOP),
+    ("fwd", "NHWC"): [("default", []),
+                      ("coop 64KB 8w", COOP),
+                      ("coop no tickets", COOP + [coop("COOP_TICKETS", False)]),
+                      ("coop two launches", COOP + [coop("COOP_BARRIER", False)]),
+                      ("coop 32KB 4w", COOP + [coop("COOP_BYTES", 32768), coop("COOP_WARPS", 4)]),
+                      ("coop 32KB 8w", COOP + [coop("COOP_BYTES", 32768)]),
+                      ("coop 128KB 16w", COOP + [coop("COOP_BYTES", 131072), coop("COOP_WARPS", 16)]),
+                      ("coop 64KB 8w no maxnreg", COOP + [coop("COOP_MAXNREG", None)]),
+                      ("resident 2g 16w (no coop)", NO_COOP),
                       ("split", NO_COOP + [("GROUP_NORM_RESIDENT", "never")]),
                       ("resident 1 group 8w", NO_COOP + RES + DR64 + [("GN_RESIDENT_GPP", 1)]),
                       ("fused", NO_COOP + [("GROUP_NORM_RESIDENT", "never"), ("GROUP_NORM_SPLIT", "never")])],
-    ("bwd", "NHWC"): [("default (coop 64KB 8w)", []),
-                      ("coop no tickets", [coop("COOP_TICKETS", False)]),
-                      ("coop two launches", [coop("COOP_BARRIER", False)]),
-                      ("coop 32KB 4w", [coop("COOP_BYTES", 32768), coop("COOP_WARPS", 4)]),
-                      ("coop 32KB 8w", [coop("COOP_BYTES", 32768)]),
-                      ("coop 128KB 16w", [coop("COOP_BYTES", 131072), coop("COOP_WARPS", 16)]),
-                      ("before coop (split)", NO_COOP),
+    ("bwd", "NHWC"): [("default", []),
+                      ("coop 64KB 8w", COOP),
+                      ("coop no tickets", COOP + [coop("COOP_TICKETS", False)]),
+                      ("coop two launches", COOP + [coop("COOP_BARRIER", False)]),
+                      ("coop 32KB 4w", COOP + [coop("COOP_BYTES", 32768), coop("COOP_WARPS", 4)]),
+                      ("coop 32KB 8w", COOP + [coop("COOP_BYTES", 32768)]),
+                      ("coop 128KB 16w", COOP + [coop("COOP_BYTES", 131072), coop("COOP_WARPS", 16)]),
+                      ("split (no coop)", NO_COOP),
                       ("resident 1 group 32w", NO_COOP + RES),
                       ("fused", NO_COOP + [("GROUP_NORM_SPLIT", "never")])],
 }
 MORE_VARIANTS = {  # the other shapes (--more): the default, the old default, resident and torch
     ("fwd", "NCHW"): [("default", []), ("old default", OLD)],
     ("bwd", "NCHW"): [("default", []), ("old default", OLD)],
-    ("fwd", "NHWC"): [("default", []), ("before coop", NO_COOP), ("resident", NO_COOP + RES)],
-    ("bwd", "NHWC"): [("default", []), ("before coop", NO_COOP), ("resident", NO_COOP + RES)],
+    ("fwd", "NHWC"): [("default", []), ("coop", COOP), ("no coop", NO_COOP), ("resident", NO_COOP + RES)],
+    ("bwd", "NHWC"): [("default", []), ("coop", COOP), ("no coop", NO_COOP), ("resident", NO_COOP + RES)],
 }
 MORE_SHAPES = [(64, 512, 28, 28), (64, 128, 112, 112)]
 

@@ -43,8 +43,10 @@ from .norms import _add_pair, _resident_store, _widen
 from .tensor_ops import zeroed_counters
 
 # GROUP_NORM_COOP per direction (or one value): "channels_last" (this design for
-# channels-last views that fit, see plan) or "never" (norms.py's designs)
-GROUP_NORM_COOP = {"forward": "channels_last", "backward": "channels_last"}
+# channels-last views that fit, see plan) or "never" (norms.py's designs). Off by default
+# until a GPU has run its barrier (session 34 got no GPU): benchmarks/sweep_group_norm.py
+# and the gpu tests of tests/test_cuda_group_norm_coop.py decide.
+GROUP_NORM_COOP = {"forward": "never", "backward": "never"}
 # a program: held bytes (x, or x and dy: bfloat16 held as loaded), warps, registers a thread
 # at most (ptxas maxnreg; None: ptxas's choice). sm_90 (offline compile, 56x56x256 bf16):
 # 64 KB in 8 warps takes 127-128 registers at maxnreg 128, no spills: two programs an SM
