@@ -1438,14 +1438,13 @@ def group_norm_backward(x, dy, dx, scale, dscale, dbias, mean, inv_std, groups, 
     dv = staging.output(dx, like=xv, read=has_beta)
     N, C, S = ncs_dims(xv)
     has_stats = mean is not None and inv_std is not None
-    part_rows = N
+    part = torch.empty(N * 2 * C, dtype=_workspace_dtype(x), device=x.device)
+    part_rows = N  # rows of partial (sum(dy x_hat), sum(dy)) for dscale and dbias
     big = needs_int64(xv, gv, dv)
     from . import group_norm_coop  # (it imports this module's helpers)
     coop = group_norm_coop.plan(xv, G, CG, "backward", _narrow(xv)) if has_stats else None
     plan = _resident_plan(xv, CG, G, "backward")
-    if coop is None:
-        part = torch.empty(N * 2 * C, dtype=_workspace_dtype(x), device=x.device)
-    if coop is not None:
+    if coop is not None:  # (a row a slice, not a sample)
         part, part_rows = group_norm_coop.backward(xv, gv, dv, _flat(scale), _flat(mean), _flat(inv_std), G, CG,
                                                    alpha, beta, has_beta, big, _narrow(xv), coop)
     elif plan is not None:
