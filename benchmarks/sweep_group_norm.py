@@ -161,7 +161,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dry-run", action="store_true", help="CPU interpreter, tiny shapes: only checks it runs")
     ap.add_argument("--out", help="directory for sweep_group_norm.json")
-    ap.add_argument("--only", default="", help="rows whose 'direction layout shape variant' contains this")
+    ap.add_argument("--only", default="",
+                    help="rows whose 'direction layout shape variant' contains this (or one of a|b|c)")
     ap.add_argument("--more", action="store_true", help="also 64x512x28x28 and 64x128x112x112 (past 90 s)")
     args = ap.parse_args()
     timer = bgl.wall_time if DRY_RUN else bgl.graph_time
@@ -177,7 +178,8 @@ def main():
         for layout in ("NCHW", "NHWC"):
             for direction, tri, ref, moved, got, want in problems(shape, layout):
                 tag = f"{direction} {layout} {'x'.join(map(str, shape))}"
-                variants = [(lab, s) for lab, s in table[(direction, layout)] if args.only in f"{tag} {lab}"]
+                variants = [(lab, s) for lab, s in table[(direction, layout)]
+                            if any(o in f"{tag} {lab}" for o in args.only.split("|"))]
                 if not variants:
                     continue
                 try:
