@@ -197,17 +197,20 @@ def _gn_coop_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_ptr
 
 @triton.jit
 def _gn_coop_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_ptr,  # tensors
-                             part_ptr, gpart_ptr, sync_ptr,  # workspace (see below); counters
+                             part_ptr, gpart_ptr, sample_ptr, sync_ptr,  # workspace (see below); counters
                              N, G, CG, S, C, SPLITS,  # samples, groups, channels a group, positions, channels, slices
                              xsn, xss, xsc, gsn, gss, gsc, dsn, dss, dsc,  # (N, S, C) strides
                              alpha: tl.float64, beta: tl.float64,
                              PHASE: tl.constexpr, TICKETS: tl.constexpr, HAS_BETA: tl.constexpr, BIG: tl.constexpr,
                              COMPUTE: tl.constexpr, NARROW: tl.constexpr, EXACT: tl.constexpr, BLOCK_S: tl.constexpr,
-                             BLOCK_G: tl.constexpr, BLOCK_CG: tl.constexpr, BLOCK_SPLITS: tl.constexpr):
+                             BLOCK_G: tl.constexpr, BLOCK_CG: tl.constexpr, BLOCK_SPLITS: tl.constexpr,
+                             BLOCK_CW: tl.constexpr):
     """dx for one slice of one sample, x and dy held in registers (each read once), from
     the saved mean and 1/std. Per-channel sum(dy x_hat) and sum(dy) of the slice into
-    part[n * SPLITS + slice, 2, C] (dscale, dbias); per-group sum(dy w) and sum(dy w x_hat)
-    into gpart[n, slice, 2, BLOCK_G], combined after the sample's barrier."""
+    part[n * SPLITS + slice, 2, C]; per-group sum(dy w) and sum(dy w x_hat) into
+    gpart[n, slice, 2, BLOCK_G]. After the sample's barrier, each program combines the
+    latter for its dx, and sums BLOCK_CW of the sample's 2C partial columns over the slices
+    into sample[n, 2, C] (so dscale and dbias sum N rows, not N * SPLITS)."""
     alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     # map the program to (sample, slice); both loads before any arithmetic
     t = _ticket(sync_ptr, N * SPLITS, PHASE, TICKETS)
@@ -238,6 +241,14 @@ def _gn_coop_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_ptr
         return
     if PHASE == 0:
         _sample_barrier(sync_ptr, n, N, SPLITS)
+    # this program's share of the sample's parameter-gradient columns, slices summed in order
+    j = tl.arange(0, BLOCK_SPLITS)
+    col = blk * BLOCK_CW + tl.arange(0, BLOCK_CW)
+    c_ok = col < 2 * C
+    rows = (n * SPLITS + j).to(tl.int64) * 2 * C
+    cols = tl.load(part_ptr + rows[:, None] + col[None, :], mask=(j < SPLITS)[:, None] & c_ok[None, :], other=0.0,
+                   cache_modifier=".cg")
+    tl.store(sample_ptr + n.to(tl.int64) * 2 * C + col, tl.sum(cols, axis=0), mask=c_ok)
     # the sample's mean(dy w) and mean(dy w x_hat), slices summed in order
     j = tl.arange(0, BLOCK_SPLITS)
     j_mask = (j < SPLITS)[:, None] & (g < BLOCK_G)[None, :]
@@ -329,18 +340,19 @@ def forward(xv, yv, scale, bias, mean_f, inv_f, G, CG, eps, alpha, beta, has_bet
 
 def backward(xv, gv, dv, scale, mean_f, inv_f, G, CG, alpha, beta, has_beta, big, narrow, tile):
     """dx through the cooperative kernel, from saved statistics; returns the partial
-    parameter-gradient rows [rows, 2, C] (sum(dy x_hat), sum(dy)) and their count."""
+    parameter-gradient rows [N, 2, C] (sum(dy x_hat), sum(dy)) and their count."""
     N, C, S = ncs_dims(xv)
     tile = dict(tile)
     splits = tile.pop("SPLITS")
     part = torch.empty(N * splits * 2 * C, dtype=_acc(xv), device=xv.device)
+    sample = torch.empty(N * 2 * C, dtype=_acc(xv), device=xv.device)
     gpart = torch.empty(N * splits * 2 * tile["BLOCK_G"], dtype=_acc(xv), device=xv.device)
     sync = _sync(xv, N)
     xs, gs, ds = ncs_strides(xv), ncs_strides(gv), ncs_strides(dv)
     for phase in _phases():
         _gn_coop_backward_kernel[(N * splits,)](
-            xv, gv, dv, scale, mean_f, inv_f, part, gpart, sync, N, G, CG, S, C, splits,
+            xv, gv, dv, scale, mean_f, inv_f, part, gpart, sample, sync, N, G, CG, S, C, splits,
             xs[0], xs[2], xs[1], gs[0], gs[2], gs[1], ds[0], ds[2], ds[1], alpha, beta,
             PHASE=phase, TICKETS=COOP_TICKETS, HAS_BETA=has_beta, BIG=big, COMPUTE=compute_dtype(xv), NARROW=narrow,
-            **tile)
-    return part, N * splits
+            BLOCK_CW=triton.next_power_of_2(cdiv(2 * C, splits)), **tile)
+    return sample, N
