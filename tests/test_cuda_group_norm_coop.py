@@ -243,3 +243,31 @@ def test_gpu_barrier_shapes(shape, groups, rng):
         pytest.skip("needs CUDA")
     for dt in (torch.float32, torch.bfloat16):
         _run(shape, groups, "NHWC", dt, rng, alpha=1.5, beta=0.5)
+
+
+def test_barrier_kernels_compile_for_sm90():
+    """The one-launch form (PHASE 0) of both kernels at the benchmark's tile (56x56x256
+    bf16, 32 groups, held narrow, 8 warps) compiles for sm_90 offline without spills; the
+    barrier's arrival is an atomic and, with a backoff, its wait loop sleeps."""
+    from gluon_helpers import compile_triton_without_local_memory
+    module = "tridnn.cuda.group_norm_coop"
+    f32 = "*fp32"
+    common = dict(PHASE=0, TICKETS=True, HAS_BETA=False, BIG=False, COMPUTE="tl.float32", NARROW=True, EXACT=True,
+                  BLOCK_G=32, BLOCK_CG=8)
+    fwd_types = {"x_ptr": "*bf16", "y_ptr": "*bf16", "scale_ptr": f32, "bias_ptr": f32, "mean_ptr": f32,
+                 "inv_ptr": f32, "part_ptr": f32, "sync_ptr": "*i32", "eps": "fp64", "alpha": "fp64", "beta": "fp64"}
+    bwd_types = {"x_ptr": "*bf16", "dy_ptr": "*bf16", "dx_ptr": "*bf16", "scale_ptr": f32, "mean_ptr": f32,
+                 "inv_ptr": f32, "part_ptr": f32, "gpart_ptr": f32, "sample_ptr": f32, "sync_ptr": "*i32",
+                 "alpha": "fp64", "beta": "fp64"}
+    specs = []
+    for backoff in (0, 200):
+        fwd = dict(common, BACKOFF_NS=backoff, HAS_BIAS=True, SAVE=True, BLOCK_S=128, BLOCK_SPLITS=32, xsc=1, ysc=1)
+        bwd = dict(common, BACKOFF_NS=backoff, BLOCK_S=64, BLOCK_SPLITS=64, BLOCK_CW=16, xsc=1, gsc=1, dsc=1)
+        specs.append([module, "_gn_coop_forward_kernel", fwd_types, fwd, 8, None,
+                      [a for a in fwd_types if a.endswith("_ptr")] + ["xsn", "xss", "ysn", "yss"]])
+        specs.append([module, "_gn_coop_backward_kernel", bwd_types, bwd, 8, None,
+                      [a for a in bwd_types if a.endswith("_ptr")] + ["xsn", "xss", "gsn", "gss", "dsn", "dss"]])
+    facts = compile_triton_without_local_memory(specs)
+    for spec, f in zip(specs, facts):
+        assert "ATOM" in f["sass"] or "RED" in f["sass"], spec[1]
+        assert ("NANOSLEEP" in f["sass"]) == (spec[3]["BACKOFF_NS"] > 0), spec[1]

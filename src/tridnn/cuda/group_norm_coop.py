@@ -55,6 +55,10 @@ COOP_WARPS = {"forward": 8, "backward": 8}
 COOP_MAXNREG = 128
 COOP_BARRIER = True  # False: two launches on the GPU too (the interpreter's form)
 COOP_TICKETS = True  # False: program ids as the order (in-order dispatch assumed; for timing the tickets)
+# nanoseconds a waiting program sleeps between polls of its barrier (PTX nanosleep; 0: polls
+# back to back). Untimed: the sweep's backoff rows decide (polls queue at the counter's L2
+# slice ahead of the arrivals they wait for)
+COOP_BACKOFF_NS = 0
 
 
 @triton.jit
@@ -71,7 +75,14 @@ def _ticket(sync_ptr, total, PHASE: tl.constexpr, TICKETS: tl.constexpr):
 
 
 @triton.jit
-def _sample_barrier(sync_ptr, n, N, SPLITS):
+def _pause(ns: tl.constexpr):
+    """Sleep about ns nanoseconds (PTX nanosleep; GPU only, never under the interpreter)."""
+    tl.inline_asm_elementwise("nanosleep.u32 $1; mov.u32 $0, 0;", "=r,r", [tl.full([], ns, tl.int32)],
+                              dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _sample_barrier(sync_ptr, n, N, SPLITS, BACKOFF_NS: tl.constexpr):
     """Wait until the SPLITS programs of sample n have stored their partials. Counters:
     arrivals at sync_ptr[1 + n], departures at sync_ptr[1 + N + n]; the last to leave zeroes
     both (every program has left the wait by then)."""
@@ -79,6 +90,8 @@ def _sample_barrier(sync_ptr, n, N, SPLITS):
     arrived = sync_ptr + 1 + n
     seen = tl.atomic_add(arrived, 1, sem="acq_rel", scope="gpu") + 1
     while seen < SPLITS:
+        if BACKOFF_NS > 0:
+            _pause(BACKOFF_NS)
         seen = tl.atomic_add(arrived, 0, sem="acquire", scope="gpu")
     left = tl.atomic_add(sync_ptr + 1 + N + n, 1, sem="relaxed", scope="gpu")
     if left == SPLITS - 1:
@@ -140,10 +153,10 @@ def _gn_coop_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_ptr
                             N, G, CG, S, SPLITS,  # samples, groups, channels a group, positions, slices a sample
                             xsn, xss, xsc, ysn, yss, ysc,  # (N, S, C) strides
                             eps: tl.float64, alpha: tl.float64, beta: tl.float64,
-                            PHASE: tl.constexpr, TICKETS: tl.constexpr, HAS_BIAS: tl.constexpr,
-                            SAVE: tl.constexpr, HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr, NARROW: tl.constexpr,
-                            EXACT: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr,
-                            BLOCK_CG: tl.constexpr, BLOCK_SPLITS: tl.constexpr):
+                            PHASE: tl.constexpr, TICKETS: tl.constexpr, BACKOFF_NS: tl.constexpr,
+                            HAS_BIAS: tl.constexpr, SAVE: tl.constexpr, HAS_BETA: tl.constexpr, BIG: tl.constexpr,
+                            COMPUTE: tl.constexpr, NARROW: tl.constexpr, EXACT: tl.constexpr, BLOCK_S: tl.constexpr,
+                            BLOCK_G: tl.constexpr, BLOCK_CG: tl.constexpr, BLOCK_SPLITS: tl.constexpr):
     """One slice of BLOCK_S pixels of one sample a program: partial statistics, the
     sample's barrier, the combined statistics, y = alpha (x a + b) + beta y."""
     eps, alpha, beta = tl.full([], eps, COMPUTE), tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
@@ -165,7 +178,7 @@ def _gn_coop_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_ptr
     if PHASE == 1:
         return
     if PHASE == 0:
-        _sample_barrier(sync_ptr, n, N, SPLITS)
+        _sample_barrier(sync_ptr, n, N, SPLITS, BACKOFF_NS)
     # combine every slice's partials in slice order: mean, then M2 (Chan et al.)
     j = tl.arange(0, BLOCK_SPLITS)
     j_mask = (j < SPLITS)[:, None] & (g < BLOCK_G)[None, :]
@@ -201,10 +214,10 @@ def _gn_coop_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_ptr
                              N, G, CG, S, C, SPLITS,  # samples, groups, channels a group, positions, channels, slices
                              xsn, xss, xsc, gsn, gss, gsc, dsn, dss, dsc,  # (N, S, C) strides
                              alpha: tl.float64, beta: tl.float64,
-                             PHASE: tl.constexpr, TICKETS: tl.constexpr, HAS_BETA: tl.constexpr, BIG: tl.constexpr,
-                             COMPUTE: tl.constexpr, NARROW: tl.constexpr, EXACT: tl.constexpr, BLOCK_S: tl.constexpr,
-                             BLOCK_G: tl.constexpr, BLOCK_CG: tl.constexpr, BLOCK_SPLITS: tl.constexpr,
-                             BLOCK_CW: tl.constexpr):
+                             PHASE: tl.constexpr, TICKETS: tl.constexpr, BACKOFF_NS: tl.constexpr,
+                             HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr, NARROW: tl.constexpr,
+                             EXACT: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_CG: tl.constexpr,
+                             BLOCK_SPLITS: tl.constexpr, BLOCK_CW: tl.constexpr):
     """dx for one slice of one sample, x and dy held in registers (each read once), from
     the saved mean and 1/std. Per-channel sum(dy x_hat) and sum(dy) of the slice into
     part[n * SPLITS + slice, 2, C]; per-group sum(dy w) and sum(dy w x_hat) into
@@ -240,7 +253,7 @@ def _gn_coop_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_ptr
     if PHASE == 1:
         return
     if PHASE == 0:
-        _sample_barrier(sync_ptr, n, N, SPLITS)
+        _sample_barrier(sync_ptr, n, N, SPLITS, BACKOFF_NS)
     # this program's share of the sample's parameter-gradient columns, slices summed in order
     j = tl.arange(0, BLOCK_SPLITS)
     col = blk * BLOCK_CW + tl.arange(0, BLOCK_CW)
@@ -311,6 +324,11 @@ def _phases():
     return (1, 2)
 
 
+def _barrier():
+    """The barrier's constexprs: tickets or program ids, the pause between polls."""
+    return dict(TICKETS=bool(COOP_TICKETS), BACKOFF_NS=int(COOP_BACKOFF_NS))
+
+
 def _acc(xv):
     """Partials in COMPUTE's dtype (float64 for float64 data)."""
     return torch.float64 if xv.dtype == torch.float64 else torch.float32
@@ -334,7 +352,7 @@ def forward(xv, yv, scale, bias, mean_f, inv_f, G, CG, eps, alpha, beta, has_bet
         _gn_coop_forward_kernel[(N * splits,)](
             xv, yv, scale, bias if bias is not None else scale, mean_f if save else part, inv_f if save else part,
             part, sync, N, G, CG, S, splits, xs[0], xs[2], xs[1], ys[0], ys[2], ys[1], float(eps), alpha, beta,
-            PHASE=phase, TICKETS=COOP_TICKETS, HAS_BIAS=bias is not None, SAVE=save, HAS_BETA=has_beta, BIG=big,
+            PHASE=phase, **_barrier(), HAS_BIAS=bias is not None, SAVE=save, HAS_BETA=has_beta, BIG=big,
             COMPUTE=compute_dtype(xv), NARROW=narrow, **tile)
 
 
@@ -353,6 +371,6 @@ def backward(xv, gv, dv, scale, mean_f, inv_f, G, CG, alpha, beta, has_beta, big
         _gn_coop_backward_kernel[(N * splits,)](
             xv, gv, dv, scale, mean_f, inv_f, part, gpart, sample, sync, N, G, CG, S, C, splits,
             xs[0], xs[2], xs[1], gs[0], gs[2], gs[1], ds[0], ds[2], ds[1], alpha, beta,
-            PHASE=phase, TICKETS=COOP_TICKETS, HAS_BETA=has_beta, BIG=big, COMPUTE=compute_dtype(xv), NARROW=narrow,
+            PHASE=phase, **_barrier(), HAS_BETA=has_beta, BIG=big, COMPUTE=compute_dtype(xv), NARROW=narrow,
             BLOCK_CW=triton.next_power_of_2(cdiv(2 * C, splits)), **tile)
     return sample, N
