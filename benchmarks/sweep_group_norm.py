@@ -64,6 +64,17 @@ def coop(name, value):
     return ("coop", name, value)
 
 
+# the cooperative design and its variants, both directions
+COOP_ROWS = [("coop 64KB 8w", COOP),
+             ("coop no tickets", COOP + [coop("COOP_TICKETS", False)]),
+             ("coop two launches", COOP + [coop("COOP_BARRIER", False)]),
+             ("coop backoff 100ns", COOP + [coop("COOP_BACKOFF_NS", 100)]),
+             ("coop backoff 500ns", COOP + [coop("COOP_BACKOFF_NS", 500)]),
+             ("coop 32KB 4w", COOP + [coop("COOP_BYTES", 32768), coop("COOP_WARPS", 4)]),
+             ("coop 32KB 8w", COOP + [coop("COOP_BYTES", 32768)]),
+             ("coop 128KB 16w", COOP + [coop("COOP_BYTES", 131072), coop("COOP_WARPS", 16)])]
+
+
 def switched(settings, fn):
     """fn with norms' (name, value) and group_norm_coop's ("coop", name, value) switches flipped."""
     fn = bgl.switched_all(norms, [s for s in settings if len(s) == 2], fn)
@@ -87,29 +98,13 @@ VARIANTS = {
                       ("default, separate dscale/dbias sums", [("PARAM_SUMS", "separate")]),
                       ("old default (fused)", OLD),
                       ("split", OLD + [("GROUP_NORM_SPLIT", "always")])],
-    ("fwd", "NHWC"): [("default", []),
-                      ("coop 64KB 8w", COOP),
-                      ("coop no tickets", COOP + [coop("COOP_TICKETS", False)]),
-                      ("coop two launches", COOP + [coop("COOP_BARRIER", False)]),
-                      ("coop backoff 100ns", COOP + [coop("COOP_BACKOFF_NS", 100)]),
-                      ("coop backoff 500ns", COOP + [coop("COOP_BACKOFF_NS", 500)]),
-                      ("coop 32KB 4w", COOP + [coop("COOP_BYTES", 32768), coop("COOP_WARPS", 4)]),
-                      ("coop 32KB 8w", COOP + [coop("COOP_BYTES", 32768)]),
-                      ("coop 128KB 16w", COOP + [coop("COOP_BYTES", 131072), coop("COOP_WARPS", 16)]),
+    ("fwd", "NHWC"): [("default", [])] + COOP_ROWS + [
                       ("coop 64KB 8w no maxnreg", COOP + [coop("COOP_MAXNREG", None)]),
                       ("resident 2g 16w (no coop)", NO_COOP),
                       ("split", NO_COOP + [("GROUP_NORM_RESIDENT", "never")]),
                       ("resident 1 group 8w", NO_COOP + RES + DR64 + [("GN_RESIDENT_GPP", 1)]),
                       ("fused", NO_COOP + [("GROUP_NORM_RESIDENT", "never"), ("GROUP_NORM_SPLIT", "never")])],
-    ("bwd", "NHWC"): [("default", []),
-                      ("coop 64KB 8w", COOP),
-                      ("coop no tickets", COOP + [coop("COOP_TICKETS", False)]),
-                      ("coop two launches", COOP + [coop("COOP_BARRIER", False)]),
-                      ("coop backoff 100ns", COOP + [coop("COOP_BACKOFF_NS", 100)]),
-                      ("coop backoff 500ns", COOP + [coop("COOP_BACKOFF_NS", 500)]),
-                      ("coop 32KB 4w", COOP + [coop("COOP_BYTES", 32768), coop("COOP_WARPS", 4)]),
-                      ("coop 32KB 8w", COOP + [coop("COOP_BYTES", 32768)]),
-                      ("coop 128KB 16w", COOP + [coop("COOP_BYTES", 131072), coop("COOP_WARPS", 16)]),
+    ("bwd", "NHWC"): [("default", [])] + COOP_ROWS + [
                       ("split (no coop)", NO_COOP),
                       ("resident 1 group 32w", NO_COOP + RES),
                       ("fused", NO_COOP + [("GROUP_NORM_SPLIT", "never")])],

@@ -39,7 +39,7 @@ import triton.language as tl
 
 from .common import cdiv, wide
 from .layer_utils import channels_last, compute_dtype, ncs_dims, ncs_strides
-from .norms import _add_pair, _resident_store, _widen
+from .norms import _add_pair, _channel_coefficients, _resident_store, _widen
 from .tensor_ops import zeroed_counters
 
 # GROUP_NORM_COOP per direction (or one value): "channels_last" (this design for
@@ -197,12 +197,8 @@ def _gn_coop_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_ptr
             tl.store(mean_ptr + n * G + g, mean.to(mean_ptr.dtype.element_ty), mask=g_mask)
             tl.store(inv_ptr + n * G + g, inv.to(inv_ptr.dtype.element_ty), mask=g_mask)
     # y = alpha (x a + b) + beta y with per-channel a, b (alpha folded into them)
-    w = tl.load(scale_ptr + c, mask=c_mask, other=0.0).to(COMPUTE)
-    a = w * inv[:, None]
-    b = -mean[:, None] * a
-    if HAS_BIAS:
-        b += tl.load(bias_ptr + c, mask=c_mask, other=0.0).to(COMPUTE)
-    y = _widen(x, COMPUTE, 2 if NARROW else 0) * (a * alpha)[None, :, :] + (b * alpha)[None, :, :]
+    a, b = _channel_coefficients(scale_ptr, bias_ptr, c, c_mask, mean, inv, alpha, HAS_BIAS, COMPUTE)
+    y = _widen(x, COMPUTE, 2 if NARROW else 0) * a[None, :, :] + b[None, :, :]
     y_offsets, y_mask, _, _ = _slice_tile(n, blk, S, G, CG, ysn, yss, ysc, BIG, EXACT, BLOCK_S, BLOCK_G,
                                           BLOCK_CG)
     _resident_store(y_ptr + y_offsets, 0, y_mask, tl.reshape(y, [BLOCK_S, BLOCK_G * BLOCK_CG]), beta, HAS_BETA)

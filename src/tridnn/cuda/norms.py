@@ -1095,6 +1095,19 @@ def _resident_stats(x, mask, count, eps, COMPUTE: tl.constexpr, NARROW: tl.const
 
 
 @triton.jit
+def _channel_coefficients(scale_ptr, bias_ptr, c, c_mask, mean, inv, alpha, HAS_BIAS: tl.constexpr,
+                          COMPUTE: tl.constexpr):
+    """Per-channel (a, b) [groups, channels] with alpha y = x a + b, from the groups' mean
+    and 1/std [groups] (alpha folded in)."""
+    w = tl.load(scale_ptr + c, mask=c_mask, other=0.0).to(COMPUTE)
+    a = w * inv[:, None]
+    b = -mean[:, None] * a
+    if HAS_BIAS:
+        b += tl.load(bias_ptr + c, mask=c_mask, other=0.0).to(COMPUTE)
+    return a * alpha, b * alpha
+
+
+@triton.jit
 def _gn_resident_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv_ptr,  # tensors
                                 G, CG, S,  # groups, channels a group, positions
                                 xsn, xsc, xss, ysn, ysc, yss,  # (N, C, S) strides
@@ -1121,12 +1134,8 @@ def _gn_resident_forward_kernel(x_ptr, y_ptr, scale_ptr, bias_ptr, mean_ptr, inv
         tl.store(mean_ptr + n * G + g, mean.to(mean_ptr.dtype.element_ty), mask=g_mask)
         tl.store(inv_ptr + n * G + g, inv.to(inv_ptr.dtype.element_ty), mask=g_mask)
     # y = alpha (x a + b) + beta y with per-channel a, b (alpha folded into them)
-    w = tl.load(scale_ptr + c, mask=c_mask, other=0.0).to(COMPUTE)
-    a = w * inv[:, None]
-    b = -mean[:, None] * a
-    if HAS_BIAS:
-        b += tl.load(bias_ptr + c, mask=c_mask, other=0.0).to(COMPUTE)
-    y = _widen(x, COMPUTE, 2 if NARROW else 0) * _at_channels(a * alpha) + _at_channels(b * alpha)
+    a, b = _channel_coefficients(scale_ptr, bias_ptr, c, c_mask, mean, inv, alpha, HAS_BIAS, COMPUTE)
+    y = _widen(x, COMPUTE, 2 if NARROW else 0) * _at_channels(a) + _at_channels(b)
     inner, outer, _, _, _, _ = _resident_tile(n, pid_g, G, CG, S, ysn, ysc, yss, BIG, EXACT, GPP, BLOCK_C, Q, SW,
                                               PIX)
     _resident_store(y_ptr + inner, outer, mask, y, beta, HAS_BETA)
