@@ -14,8 +14,9 @@ finish their slice from registers.
   registers), combined as Chan et al.'s parallel variance: exact like the two-pass
   reference, not E[x^2] - E[x]^2.
 - Backward (saved statistics): each slice's per-group sum(dy w) and sum(dy w x_hat), and
-  per-channel sum(dy x_hat) and sum(dy) for dscale and dbias (reduced later, as the
-  other designs do).
+  per-channel sum(dy x_hat) and sum(dy) for dscale and dbias, which the programs of a
+  sample sum over its slices after the barrier (one row a sample, as the other designs
+  leave for norms._param_sums).
 
 The barrier needs all of a sample's programs resident at once. Programs take tickets in
 the order they start (an atomic counter), and ticket t works on sample t // SPLITS, so a
@@ -28,6 +29,10 @@ The interpreter runs one program at a time, so a barrier would never open: there
 with COOP_BARRIER off) the same kernel runs as two launches: PHASE 1 writes the partials,
 PHASE 2 reads x again, combines and writes the output. Tests run that form on the CPU and
 the one-launch form (PHASE 0) on the GPU.
+
+Measured once (session 34, H100, 64x256x56x56 bf16, docs/performance.md): forward 91.1 us
+against the resident design's 93.8, backward 364.6 against the split design's 182.2
+(before the in-kernel parameter sums and the poll backoff). So it is off by default.
 """
 from __future__ import annotations
 
@@ -44,8 +49,8 @@ from .tensor_ops import zeroed_counters
 
 # GROUP_NORM_COOP per direction (or one value): "channels_last" (this design for
 # channels-last views that fit, see plan) or "never" (norms.py's designs). Off by default
-# until a GPU has run its barrier (session 34 got no GPU): benchmarks/sweep_group_norm.py
-# and the gpu tests of tests/test_cuda_group_norm_coop.py decide.
+# until it wins: benchmarks/sweep_group_norm.py --only NHWC and the gpu tests of
+# tests/test_cuda_group_norm_coop.py (step gn_coop of benchmarks/gpu_images_inner_check.sh).
 GROUP_NORM_COOP = {"forward": "never", "backward": "never"}
 # a program: held bytes (x, or x and dy: bfloat16 held as loaded), warps, registers a thread
 # at most (ptxas maxnreg; None: ptxas's choice). sm_90 (offline compile, 56x56x256 bf16):
