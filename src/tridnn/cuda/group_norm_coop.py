@@ -44,7 +44,7 @@ import triton.language as tl
 
 from .common import cdiv, wide
 from .layer_utils import channels_last, compute_dtype, ncs_dims, ncs_strides
-from .norms import _add_pair, _channel_coefficients, _resident_store, _widen
+from .norms import _add_pair, _channel_coefficients, _resident_store, _widen, _workspace_dtype
 from .tensor_ops import zeroed_counters
 
 # GROUP_NORM_COOP per direction (or one value): "channels_last" (this design for
@@ -330,11 +330,6 @@ def _barrier():
     return dict(TICKETS=bool(COOP_TICKETS), BACKOFF_NS=int(COOP_BACKOFF_NS))
 
 
-def _acc(xv):
-    """Partials in COMPUTE's dtype (float64 for float64 data)."""
-    return torch.float64 if xv.dtype == torch.float64 else torch.float32
-
-
 def _sync(xv, N):
     """The ticket and barrier counters (zero; every launch leaves them zero)."""
     return zeroed_counters(xv.device, 1 + 2 * N)
@@ -345,7 +340,7 @@ def forward(xv, yv, scale, bias, mean_f, inv_f, G, CG, eps, alpha, beta, has_bet
     N, C, S = ncs_dims(xv)
     tile = dict(tile)
     splits = tile.pop("SPLITS")
-    part = torch.empty(N * splits * 2 * tile["BLOCK_G"], dtype=_acc(xv), device=xv.device)
+    part = torch.empty(N * splits * 2 * tile["BLOCK_G"], dtype=_workspace_dtype(xv), device=xv.device)
     sync = _sync(xv, N)
     save = mean_f is not None
     xs, ys = ncs_strides(xv), ncs_strides(yv)
@@ -357,15 +352,15 @@ def forward(xv, yv, scale, bias, mean_f, inv_f, G, CG, eps, alpha, beta, has_bet
             COMPUTE=compute_dtype(xv), NARROW=narrow, **tile)
 
 
-def backward(xv, gv, dv, scale, mean_f, inv_f, G, CG, alpha, beta, has_beta, big, narrow, tile):
-    """dx through the cooperative kernel, from saved statistics; returns the partial
-    parameter-gradient rows [N, 2, C] (sum(dy x_hat), sum(dy)) and their count."""
+def backward(xv, gv, dv, scale, mean_f, inv_f, sample, G, CG, alpha, beta, has_beta, big, narrow, tile):
+    """dx through the cooperative kernel, from saved statistics; the partial
+    parameter-gradient rows [N, 2, C] (sum(dy x_hat), sum(dy)) into sample, as norms.py's
+    other designs leave them for _param_sums."""
     N, C, S = ncs_dims(xv)
     tile = dict(tile)
     splits = tile.pop("SPLITS")
-    part = torch.empty(N * splits * 2 * C, dtype=_acc(xv), device=xv.device)
-    sample = torch.empty(N * 2 * C, dtype=_acc(xv), device=xv.device)
-    gpart = torch.empty(N * splits * 2 * tile["BLOCK_G"], dtype=_acc(xv), device=xv.device)
+    part = torch.empty(N * splits * 2 * C, dtype=_workspace_dtype(xv), device=xv.device)
+    gpart = torch.empty(N * splits * 2 * tile["BLOCK_G"], dtype=_workspace_dtype(xv), device=xv.device)
     sync = _sync(xv, N)
     xs, gs, ds = ncs_strides(xv), ncs_strides(gv), ncs_strides(dv)
     for phase in _phases():
@@ -374,4 +369,3 @@ def backward(xv, gv, dv, scale, mean_f, inv_f, G, CG, alpha, beta, has_beta, big
             xs[0], xs[2], xs[1], gs[0], gs[2], gs[1], ds[0], ds[2], ds[1], alpha, beta,
             PHASE=phase, **_barrier(), HAS_BETA=has_beta, BIG=big, COMPUTE=compute_dtype(xv), NARROW=narrow,
             BLOCK_CW=triton.next_power_of_2(cdiv(2 * C, splits)), **tile)
-    return sample, N

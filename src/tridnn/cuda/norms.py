@@ -1448,14 +1448,13 @@ def group_norm_backward(x, dy, dx, scale, dscale, dbias, mean, inv_std, groups, 
     N, C, S = ncs_dims(xv)
     has_stats = mean is not None and inv_std is not None
     part = torch.empty(N * 2 * C, dtype=_workspace_dtype(x), device=x.device)
-    part_rows = N  # rows of partial (sum(dy x_hat), sum(dy)) for dscale and dbias
     big = needs_int64(xv, gv, dv)
     from . import group_norm_coop  # (it imports this module's helpers)
     coop = group_norm_coop.plan(xv, G, CG, "backward", _narrow(xv)) if has_stats else None
     plan = _resident_plan(xv, CG, G, "backward")
-    if coop is not None:  # (a row a slice, not a sample)
-        part, part_rows = group_norm_coop.backward(xv, gv, dv, _flat(scale), _flat(mean), _flat(inv_std), G, CG,
-                                                   alpha, beta, has_beta, big, _narrow(xv), coop)
+    if coop is not None:
+        group_norm_coop.backward(xv, gv, dv, _flat(scale), _flat(mean), _flat(inv_std), part, G, CG, alpha, beta,
+                                 has_beta, big, _narrow(xv), coop)
     elif plan is not None:
         _resident_backward(xv, gv, dv, _flat(scale), _flat(mean) if has_stats else None,
                            _flat(inv_std) if has_stats else None, part, G, CG, epsilon, alpha, beta, has_beta, big,
@@ -1471,10 +1470,10 @@ def group_norm_backward(x, dy, dx, scale, dscale, dbias, mean, inv_std, groups, 
             HAS_STATS=has_stats, HAS_BETA=has_beta, BIG=big, COMPUTE=compute_dtype(x), EXACT=block_c == CG,
             BLOCK_S=block_s, BLOCK_C=block_c, num_warps=warps)
     if PARAM_SUMS == "joint":  # both parameter gradients in one launch (as the row norms)
-        _param_sums(part, part_rows, C, _flat(dscale, staging, True), _flat(dbias, staging, True))
+        _param_sums(part, N, C, _flat(dscale, staging, True), _flat(dbias, staging, True))
     else:
         if dscale is not None:
-            _column_sum(part, part_rows, C, 2 * C, _flat(dscale, staging, True))
+            _column_sum(part, N, C, 2 * C, _flat(dscale, staging, True))
         if dbias is not None:
-            _column_sum(part[C:], part_rows, C, 2 * C, _flat(dbias, staging, True))
+            _column_sum(part[C:], N, C, 2 * C, _flat(dbias, staging, True))
     staging.finish()
