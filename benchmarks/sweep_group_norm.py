@@ -134,6 +134,10 @@ def problems(shape, layout):
     w = torch.randn(C, device=dev, generator=g).to(dt).float()
     b = torch.randn(C, device=dev, generator=g).to(dt).float()
     mean, inv = torch.empty(N, GROUPS, device=dev), torch.empty(N, GROUPS, device=dev)
+    # the backward's saved statistics, its own (the forward rows refill theirs; an --only
+    # without them left these uninitialized for the backward rows)
+    bmean, binv = torch.empty_like(mean), torch.empty_like(inv)
+    norms.group_norm_forward(x, torch.empty_like(x), w, b, bmean, binv, GROUPS, EPS)
     dw, db = torch.empty_like(w), torch.empty_like(w)
     tw, tb = w.to(dt), b.to(dt)
     # the reference values from aten's kernels on contiguous copies (they take no channels-last
@@ -151,7 +155,7 @@ def problems(shape, layout):
         ("fwd", lambda: norms.group_norm_forward(x, y, w, b, mean, inv, GROUPS, EPS, 1.0, 0.0),
          lambda: torch.nn.functional.group_norm(x, GROUPS, tw, tb, EPS), n(x, y), (y, mean, inv),
          (ref_fwd[0], t_mean.view(N, GROUPS), t_rstd.view(N, GROUPS))),
-        ("bwd", lambda: norms.group_norm_backward(x, dy, dx, w, dw, db, mean, inv, GROUPS, 1.0, 0.0),
+        ("bwd", lambda: norms.group_norm_backward(x, dy, dx, w, dw, db, bmean, binv, GROUPS, 1.0, 0.0),
          lambda: torch.autograd.grad(gout, (xg, wg, bg), dy, retain_graph=True), n(x, dy, dx), (dx, dw, db),
          ref_bwd)]
 
