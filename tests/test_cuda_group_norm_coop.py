@@ -69,21 +69,17 @@ def test_coop(shape, groups, slices, dtype, rng, monkeypatch):
     assert splits == 1 if slices == "one" or S == 1 else splits > 1
 
 
-def test_slices_per_sample(rng):
+def test_slices_per_sample(rng, monkeypatch):
     """plan: the held budget over a pixel's padded channels, a power of two of pixels a slice."""
     x = make((2, 8, 5, 7), "NHWC", rng=rng)  # 35 positions, 8 channels (2 groups of 4)
     tile = group_norm_coop.plan(x, 2, 4, "forward", False)
     assert (tile["SPLITS"], tile["BLOCK_S"]) == (1, 64)
-    old = group_norm_coop.COOP_BYTES
-    try:
-        group_norm_coop.COOP_BYTES = {"forward": 8 * 4 * 4, "backward": 8 * 4 * 4}  # 4 float32 pixels
-        tile = group_norm_coop.plan(x, 2, 4, "forward", False)
-        assert (tile["SPLITS"], tile["BLOCK_S"], tile["BLOCK_SPLITS"]) == (9, 4, 16)
-        tile = group_norm_coop.plan(x, 2, 4, "backward", False)  # x and dy: 2 pixels a slice
-        assert (tile["SPLITS"], tile["BLOCK_S"]) == (18, 2)
-        assert group_norm_coop.plan(x, 2, 4, "forward", True)["BLOCK_S"] == 8  # bfloat16 held narrow
-    finally:
-        group_norm_coop.COOP_BYTES = old
+    monkeypatch.setattr(group_norm_coop, "COOP_BYTES", {"forward": 8 * 4 * 4, "backward": 8 * 4 * 4})  # 4 pixels
+    tile = group_norm_coop.plan(x, 2, 4, "forward", False)
+    assert (tile["SPLITS"], tile["BLOCK_S"], tile["BLOCK_SPLITS"]) == (9, 4, 16)
+    tile = group_norm_coop.plan(x, 2, 4, "backward", False)  # x and dy: 2 pixels a slice
+    assert (tile["SPLITS"], tile["BLOCK_S"]) == (18, 2)
+    assert group_norm_coop.plan(x, 2, 4, "forward", True)["BLOCK_S"] == 8  # bfloat16 held narrow
 
 
 @pytest.mark.parametrize("layout", ["NHWC", "strided"])
