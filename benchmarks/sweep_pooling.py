@@ -71,6 +71,10 @@ def _skipped(*args, **kwargs):
 TAPS_ONLY = [("_nchw_backward", _skipped), ("_cl_backward", _skipped)]
 GATHER_ONLY = [("_forward", _skipped)]
 PASSES = [("taps pass only", TAPS_ONLY), ("gather pass only", GATHER_ONLY)]
+# (session 35) NCHW max backward in one launch, the taps recomputed from x. sm_90 SASS (bf16
+# 3x3/2, thread instructions per dx element): 64.0 at 64 lanes x 8 groups (198 registers),
+# against 16.5 + 13.8 for the two passes (128 and 93 registers); 77.1 at 32 x 8 (139)
+NCHW_FUSED = [("NCHW_FUSED_MAX_BWD", True)]
 
 
 # sm_90 SASS, bf16 3x3/2 (warp instructions x 32 per output element forward, per dx element
@@ -90,7 +94,8 @@ VARIANTS = {
     ("avg bwd", "NHWC"): [("default", [])],
     ("adaptive avg 1x1 fwd", "NHWC"): [("default (tensor_ops)", []), ("gap 32ch x 256", GAP)],
     ("max fwd", "NCHW"): [("default (lanes 64x8)", [])] + NCHW_MAX,
-    ("max bwd", "NCHW"): [("default (lanes 64x8)", [])] + PASSES + NCHW_MAX,
+    ("max bwd", "NCHW"): [("default (lanes 64x8)", [])] + PASSES + [("fused (taps from x) 64x8", NCHW_FUSED)]
+    + NCHW_MAX,
     ("avg fwd", "NCHW"): [("default (lanes 64x8)", [])] + NCHW_AVG,
     ("avg bwd", "NCHW"): [("default (lanes 64x8)", [])] + NCHW_AVG,
     ("adaptive avg 1x1 fwd", "NCHW"): [("default (tensor_ops)", []), ("gap 4 planes x 1024", GAP)],
@@ -105,7 +110,8 @@ MORE = {
     ("adaptive avg 1x1 fwd", "NHWC"): [("gap 64ch x 128", GAP + [("GLOBAL_AVG_NHWC", (64, 128, 8))])],
     ("adaptive avg 1x1 bwd", "NHWC"): [("default", [])],
     ("max fwd", "NCHW"): [("nchw 256 groups 8 warps", NO_LANES + [("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)])],
-    ("max bwd", "NCHW"): [("nchw 256 groups 8 warps", NO_LANES + [("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)])],
+    ("max bwd", "NCHW"): [("nchw 256 groups 8 warps", NO_LANES + [("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)]),
+                          ("fused (taps from x) 32x8", NCHW_FUSED + [("NCHW_LANE_TILE", 256)])],
     ("avg fwd", "NCHW"): [("lanes 256x8 8w", lanes({1, 2}, 2048, 8))],
     ("avg bwd", "NCHW"): [("lanes 256x8 8w", lanes({1, 2}, 2048, 8))],
     ("adaptive avg 1x1 fwd", "NCHW"): [("gap 8 planes x 512", GAP + [("GLOBAL_AVG_NCHW", (8, 512, 4))])],
