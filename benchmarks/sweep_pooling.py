@@ -75,6 +75,9 @@ PASSES = [("taps pass only", TAPS_ONLY), ("gather pass only", GATHER_ONLY)]
 # 3x3/2, thread instructions per dx element): 64.0 at 64 lanes x 8 groups (198 registers),
 # against 16.5 + 13.8 for the two passes (128 and 93 registers); 77.1 at 32 x 8 (139)
 NCHW_FUSED = [("NCHW_FUSED_MAX_BWD", True)]
+# (session 35) the taps by the lane forward, the gather by the generic row kernel (which
+# average backward keeps: 2.16 TB/s where the lane gather ran 0.87, H200 session 6)
+ROW_GATHER = [("NCHW_LANE_BACKWARD", frozenset()), ("NCHW_ROW_KERNELS", frozenset())]
 
 
 # sm_90 SASS, bf16 3x3/2 (warp instructions x 32 per output element forward, per dx element
@@ -94,7 +97,9 @@ VARIANTS = {
     ("avg bwd", "NHWC"): [("default", [])],
     ("adaptive avg 1x1 fwd", "NHWC"): [("default (tensor_ops)", []), ("gap 32ch x 256", GAP)],
     ("max fwd", "NCHW"): [("default (lanes 64x8)", [])] + NCHW_MAX,
-    ("max bwd", "NCHW"): [("default (lanes 64x8)", [])] + PASSES + [("fused (taps from x) 64x8", NCHW_FUSED)]
+    ("max bwd", "NCHW"): [("default (lanes 64x8)", [])] + PASSES + [("fused (taps from x) 64x8", NCHW_FUSED),
+                                                                   ("lane taps + row gather", ROW_GATHER),
+                                                                   ("row gather only", ROW_GATHER + GATHER_ONLY)]
     + NCHW_MAX,
     ("avg fwd", "NCHW"): [("default (lanes 64x8)", [])] + NCHW_AVG,
     ("avg bwd", "NCHW"): [("default (lanes 64x8)", [])] + NCHW_AVG,

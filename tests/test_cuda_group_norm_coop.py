@@ -197,7 +197,7 @@ def test_gpu_barrier_full_size(monkeypatch):
     ref.backward(dy.double())
     y, mean, inv, dx, ds, db = got
     assert (y.double() - ref.detach()).abs().max().item() < 0.06
-    xg = xd.detach().view(64, 32, -1)
+    xg = xd.detach().reshape(64, 32, -1)  # (channels-last: a view cannot regroup it)
     assert (mean.double() - xg.mean(-1)).abs().max().item() < 1e-4
     assert ((inv.double() - 1 / (xg.var(-1, unbiased=False) + EPS).sqrt()).abs() / inv.double()).max().item() < 1e-4
     for got_grad, want in ((dx, xd.grad), (ds, wd.grad), (db, bd.grad)):
