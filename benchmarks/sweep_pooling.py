@@ -71,10 +71,10 @@ def _skipped(*args, **kwargs):
 TAPS_ONLY = [("_nchw_backward", _skipped), ("_cl_backward", _skipped)]
 GATHER_ONLY = [("_forward", _skipped)]
 PASSES = [("taps pass only", TAPS_ONLY), ("gather pass only", GATHER_ONLY)]
-# (session 35) NCHW max backward in one launch, the taps recomputed from x. sm_90 SASS (bf16
-# 3x3/2, thread instructions per dx element): 64.0 at 64 lanes x 8 groups (198 registers),
-# against 16.5 + 13.8 for the two passes (128 and 93 registers); 77.1 at 32 x 8 (139)
-NCHW_FUSED = [("NCHW_FUSED_MAX_BWD", True)]
+# (H100, 2026-12-07: NCHW taps 57.3 us, gather 141.2 of the whole's 194.9; NHWC 65.9 and 54.7
+# of 117.7. A one-launch NCHW design that recomputed the taps from x in the lane backward ran
+# 330.8 us (307.7 at 32 x 8 lanes), as its sm_90 SASS predicted (64 thread instructions a dx
+# element, 198 registers, against 16.5 + 13.8): removed, docs/performance.md session 35.)
 # (session 35) the taps by the lane forward, the gather by the generic row kernel (which
 # average backward keeps: 2.16 TB/s where the lane gather ran 0.87, H200 session 6)
 ROW_GATHER = [("NCHW_LANE_BACKWARD", frozenset()), ("NCHW_ROW_KERNELS", frozenset())]
@@ -97,8 +97,7 @@ VARIANTS = {
     ("avg bwd", "NHWC"): [("default", [])],
     ("adaptive avg 1x1 fwd", "NHWC"): [("default (tensor_ops)", []), ("gap 32ch x 256", GAP)],
     ("max fwd", "NCHW"): [("default (lanes 64x8)", [])] + NCHW_MAX,
-    ("max bwd", "NCHW"): [("default (lanes 64x8)", [])] + PASSES + [("fused (taps from x) 64x8", NCHW_FUSED),
-                                                                   ("lane taps + row gather", ROW_GATHER),
+    ("max bwd", "NCHW"): [("default (lanes 64x8)", [])] + PASSES + [("lane taps + row gather", ROW_GATHER),
                                                                    ("row gather only", ROW_GATHER + GATHER_ONLY)]
     + NCHW_MAX,
     ("avg fwd", "NCHW"): [("default (lanes 64x8)", [])] + NCHW_AVG,
@@ -115,8 +114,7 @@ MORE = {
     ("adaptive avg 1x1 fwd", "NHWC"): [("gap 64ch x 128", GAP + [("GLOBAL_AVG_NHWC", (64, 128, 8))])],
     ("adaptive avg 1x1 bwd", "NHWC"): [("default", [])],
     ("max fwd", "NCHW"): [("nchw 256 groups 8 warps", NO_LANES + [("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)])],
-    ("max bwd", "NCHW"): [("nchw 256 groups 8 warps", NO_LANES + [("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)]),
-                          ("fused (taps from x) 32x8", NCHW_FUSED + [("NCHW_LANE_TILE", 256)])],
+    ("max bwd", "NCHW"): [("nchw 256 groups 8 warps", NO_LANES + [("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)])],
     ("avg fwd", "NCHW"): [("lanes 256x8 8w", lanes({1, 2}, 2048, 8))],
     ("avg bwd", "NCHW"): [("lanes 256x8 8w", lanes({1, 2}, 2048, 8))],
     ("adaptive avg 1x1 fwd", "NCHW"): [("gap 8 planes x 512", GAP + [("GLOBAL_AVG_NCHW", (8, 512, 4))])],

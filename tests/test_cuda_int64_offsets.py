@@ -268,7 +268,6 @@ POOL_DESIGNS = {  # pooling module flags
     "gather": {"CL_KERNELS": False, "ROW_KERNELS": False},
     "fused_phases": {"CL_FUSED_MAX_BWD": "phases"},
     "fused_shift": {"CL_FUSED_MAX_BWD": "shift"},
-    "nchw_fused": {"NCHW_FUSED_MAX_BWD": True},
     "global": {"GLOBAL_AVG_KERNEL": True},
 }
 POOL_KERNELS = {"gf": "_pool_forward_kernel", "gb": "_pool_backward_kernel",
@@ -319,8 +318,6 @@ def _pool_cases():
     for design, kernel in (("fused_phases", "fp"), ("fused_shift", "fs")):
         for geo in ("3x1_2x3s12", "1d_2"):
             add(design, "rows", geo, ("MAX",), "", kernel, "", directions=("bwd",))
-    for geo in ("3x3s2", "1d_s2"):  # the NCHW max backward in one launch: no taps pass
-        add("nchw_fused", "channels", geo, ("MAX",), "", "lb", "", directions=("bwd",))
     add("global", "channels", "global", ("AVG_INCL",), "ga", "", "", directions=("fwd",))
     return cases
 

@@ -110,11 +110,6 @@ CL_FUSED_BLOCK_J = 32  # "shift": column pairs (input columns / SW) per program
 CL_FUSED_BLOCK_C = 64
 CL_FUSED_WARPS = 8
 CL_FUSED_MAXNREG = 128  # registers per thread at most (ptxas maxnreg; None: ptxas's choice)
-# NCHW max backward in one launch (session 35): the lane backward kernel recomputes the
-# first-maximum taps of its covering output rows from x instead of reading a taps buffer
-# that a forward pass wrote (x, dy read once from DRAM, dx written once; each output row's
-# taps computed by the SH... lanes that need it). Off until timed (sweep_pooling.py).
-NCHW_FUSED_MAX_BWD = False
 # global average pooling (whole unpadded plane, 1x1 output) by pooling's own reduction
 # kernel instead of tensor_ops.reduce_tensor; (BLOCK_C, BLOCK_S, warps) per layout
 GLOBAL_AVG_KERNEL = False
@@ -1160,87 +1155,25 @@ def _lane_dy_row(dy_ptr, arg_ptr, g_row, a_row, row_ok, g, oh, IH, IW, OW, KH: t
 
 
 @triton.jit
-def _scalar_taps(acc, arg, x_ptr, row, row_ok, o, kh, IW, KW: tl.constexpr, SW: tl.constexpr, PW: tl.constexpr,
-                 MODE: tl.constexpr, PROPAGATE_NAN: tl.constexpr, COMPUTE: tl.constexpr):
-    """Fold one input row's KW taps of output column o ([BLOCK_L, BLOCK_G]) into its running
-    first maximum (a scalar load a tap, from L1: the group's neighbouring output)."""
-    for kw in tl.static_range(KW):
-        iw = o * SW - PW + kw
-        ok = row_ok[:, None] & ((iw >= 0) & (iw < IW))
-        v = tl.load(x_ptr + row[:, None] + iw, mask=ok, other=float("-inf")).to(COMPUTE)
-        acc, arg = _take(acc, arg, v, ok, kh * KW + kw, MODE, PROPAGATE_NAN)
-    return acc, arg
-
-
-@triton.jit
-def _lane_fused_row(x_ptr, dy_ptr, x_plane, g_row, row_ok, g, oh, IH, IW, OW, xsh, VX: tl.constexpr,
-                    KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr,
-                    PW: tl.constexpr, T_LO: tl.constexpr, T_HI: tl.constexpr, MODE: tl.constexpr,
-                    PROPAGATE_NAN: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_L: tl.constexpr,
-                    BLOCK_G: tl.constexpr):
-    """_lane_dy_row for the max modes with the taps recomputed from x (NCHW_FUSED_MAX_BWD):
-    output row oh's dy, and its first-maximum taps, each input row folded across
-    (_nchw_row_fold) then down (_cl_fold_rows: the row-major first maximum, as the taps
-    pass finds it); the neighbouring outputs' taps by scalar loads (_scalar_taps)."""
-    O: tl.constexpr = 8 // SW
-    ow = g[:, None] * O + tl.arange(0, O)[None, :]
-    mask = row_ok[:, None, None] & (ow < OW)[None, :, :]
-    gv = tl.load(dy_ptr + g_row[:, None, None] + ow[None, :, :], mask=mask, other=0.0).to(COMPUTE)
-    lo = tl.zeros([BLOCK_L, BLOCK_G], COMPUTE)  # placeholders where not read
-    hi = lo
-    o_lo = g[None, :] * O - 1
-    o_hi = g[None, :] * O + O
-    if T_LO < 0:
-        lo = tl.load(dy_ptr + g_row[:, None] + o_lo, mask=row_ok[:, None] & ((o_lo >= 0) & (o_lo < OW)),
-                     other=0.0).to(COMPUTE)
-    if T_HI > 0:
-        hi = tl.load(dy_ptr + g_row[:, None] + o_hi, mask=row_ok[:, None] & (o_hi < OW), other=0.0).to(COMPUTE)
-    av = tl.full([BLOCK_L, BLOCK_G, O], -1, tl.int32)
-    acc = tl.full([BLOCK_L, BLOCK_G, O], float("-inf"), COMPUTE)
-    a_lo = tl.full([BLOCK_L, BLOCK_G], -1, tl.int32)
-    m_lo = tl.full([BLOCK_L, BLOCK_G], float("-inf"), COMPUTE)
-    a_hi = a_lo
-    m_hi = m_lo
-    for kh in tl.static_range(KH):
-        ih = oh * SH - PH + kh
-        ok = row_ok & (ih >= 0) & (ih < IH)
-        row = (x_plane + ih * xsh) * VX
-        h, harg = _nchw_row_fold(x_ptr, row, ok, g, ow * SW - PW, IW, KW, SW, PW, MODE, PROPAGATE_NAN, False, True,
-                                 COMPUTE, BLOCK_L, BLOCK_G)
-        acc, av = _cl_fold_rows(acc, av, h, harg, kh, KW, MODE, PROPAGATE_NAN, False, 0)
-        if T_LO < 0:
-            m_lo, a_lo = _scalar_taps(m_lo, a_lo, x_ptr, row, ok, o_lo, kh, IW, KW, SW, PW, MODE, PROPAGATE_NAN,
-                                      COMPUTE)
-        if T_HI > 0:
-            m_hi, a_hi = _scalar_taps(m_hi, a_hi, x_ptr, row, ok, o_hi, kh, IW, KW, SW, PW, MODE, PROPAGATE_NAN,
-                                      COMPUTE)
-    return gv, lo, hi, av, a_lo, a_hi
-
-
-@triton.jit
-def _pool_nchw_lane_backward_kernel(dy_ptr, arg_ptr, dx_ptr, x_ptr, LANES, C, D, IH, OH, IWv, OWv, TILES_G, STEPS,
-                                    # plane and row strides in units of VG (dy), VA (arg), VD (dx), VX (x, read
-                                    # only when FUSED: then arg_ptr is not); W strides are 1
-                                    gsn, gsc, gsd, gsh, asn, asc, asd, ash, dsn, dsc, dsd, dsh, xsn, xsc, xsd, xsh,
+def _pool_nchw_lane_backward_kernel(dy_ptr, arg_ptr, dx_ptr, LANES, C, D, IH, OH, IWv, OWv, TILES_G, STEPS,
+                                    # plane and row strides in units of VG (dy), VA (arg), VD (dx); W strides are 1
+                                    gsn, gsc, gsd, gsh, asn, asc, asd, ash, dsn, dsc, dsd, dsh,
                                     alpha: tl.float64, beta: tl.float64,
                                     KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
                                     PH: tl.constexpr, PW: tl.constexpr, Q_LO: tl.constexpr, Q_HI: tl.constexpr,
                                     T_LO: tl.constexpr, T_HI: tl.constexpr, VG: tl.constexpr, VA: tl.constexpr,
-                                    VD: tl.constexpr, VX: tl.constexpr, VIW: tl.constexpr, VOW: tl.constexpr,
-                                    MODE: tl.constexpr, FUSED: tl.constexpr, PROPAGATE_NAN: tl.constexpr,
+                                    VD: tl.constexpr, VIW: tl.constexpr, VOW: tl.constexpr, MODE: tl.constexpr,
                                     HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
                                     ONE_ALPHA: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_G: tl.constexpr):
     """dx over [BLOCK_L (plane, row step) lanes, BLOCK_G * 8 input columns]: step k holds
     input rows SH * k + r (r < SH <= 2), covered by output rows k + q at the tap
-    kh = r + PH - SH * q (see _pool_nchw_backward_kernel); each dx element written once.
-    FUSED (max modes): the taps recomputed from x (_lane_fused_row), not read."""
+    kh = r + PH - SH * q (see _pool_nchw_backward_kernel); each dx element written once."""
     # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
     alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     if BIG:  # every offset term in int64, not only the image's (common.wide)
         gsn, gsc, gsd, gsh = wide((gsn, gsc, gsd, gsh))
         asn, asc, asd, ash = wide((asn, asc, asd, ash))
         dsn, dsc, dsd, dsh = wide((dsn, dsc, dsd, dsh))
-        xsn, xsc, xsd, xsh = wide((xsn, xsc, xsd, xsh))
     O: tl.constexpr = 8 // SW
     # map the program to lanes and column groups
     pid_g, n, c, d, k, l_ok = _nchw_lane_ids(TILES_G, LANES, STEPS, C, D, BLOCK_L)
@@ -1257,14 +1190,9 @@ def _pool_nchw_lane_backward_kernel(dy_ptr, arg_ptr, dx_ptr, x_ptr, LANES, C, D,
     for q in tl.static_range(Q_LO, Q_HI + 1):
         oh = k + q
         ok = l_ok & (oh >= 0) & (oh < OH)
-        if FUSED:
-            gv, lo, hi, av, a_lo, a_hi = _lane_fused_row(
-                x_ptr, dy_ptr, n * xsn + c * xsc + d * xsd, (g_plane + oh * gsh) * VG, ok, g, oh, IH, IW, OW, xsh,
-                VX, KH, KW, SH, SW, PH, PW, T_LO, T_HI, MODE, PROPAGATE_NAN, COMPUTE, BLOCK_L, BLOCK_G)
-        else:
-            gv, lo, hi, av, a_lo, a_hi = _lane_dy_row(
-                dy_ptr, arg_ptr, (g_plane + oh * gsh) * VG, (a_plane + oh * ash) * VA, ok, g, oh, IH, IW, OW,
-                KH, KW, SH, SW, PH, PW, T_LO, T_HI, MODE, COMPUTE, BLOCK_L, BLOCK_G)
+        gv, lo, hi, av, a_lo, a_hi = _lane_dy_row(
+            dy_ptr, arg_ptr, (g_plane + oh * gsh) * VG, (a_plane + oh * ash) * VA, ok, g, oh, IH, IW, OW,
+            KH, KW, SH, SW, PH, PW, T_LO, T_HI, MODE, COMPUTE, BLOCK_L, BLOCK_G)
         if PH - SH * q >= 0 and PH - SH * q < KH:
             acc00, acc01 = _nchw_spread(acc00, acc01, gv, lo, hi, av, a_lo, a_hi, PH - SH * q, KW, SW, PW,
                                         T_LO, T_HI, MODE, BLOCK_L, BLOCK_G)
@@ -2147,16 +2075,7 @@ def _nchw_forward(x5, y5, arg5, geo, alpha, beta, flags, store_y, has_arg):
         BLOCK_P=block_p, BLOCK_G=block_g, num_warps=NCHW_WARPS)
 
 
-def _use_nchw_fused(geo, mode, *tensors):
-    """NCHW_FUSED_MAX_BWD: the max modes where the NCHW lane backward serves (tensors: dx,
-    dy, x)."""
-    return (NCHW_FUSED_MAX_BWD and int(mode) in (MAX, MAX_DETERMINISTIC) and _use_rows(geo, *tensors)
-            and _use_nchw(geo, mode, backward=True) and _lanes(mode, backward=True))
-
-
-def _nchw_backward(dy5, arg5, dx5, geo, alpha, beta, flags, x5=None, propagate_nan=False):
-    """The NCHW row or lane backward; with x5 (NCHW_FUSED_MAX_BWD) the lane kernel
-    recomputes the taps from it, and arg5 is not read."""
+def _nchw_backward(dy5, arg5, dx5, geo, alpha, beta, flags):
     (D, IH, IW), (_, OH, OW) = geo.ins, geo.outs
     _, KH, KW = geo.window
     _, SH, SW = geo.stride
@@ -2171,13 +2090,11 @@ def _nchw_backward(dy5, arg5, dx5, geo, alpha, beta, flags, x5=None, propagate_n
     if _lanes(flags["MODE"], backward=True):
         steps = cdiv(IH, SH)
         block_l, block_g, programs = _nchw_lane_tiles(planes * steps, groups)
-        vx, xs = _row_strides(x5) if x5 is not None else (1, [0] * 4)
         _pool_nchw_lane_backward_kernel[(programs,)](
-            dy5, arg5, dx5, x5 if x5 is not None else dy5, planes * steps, geo.C, D, IH, OH, IW // _pow2_factor(IW),
-            OW // _pow2_factor(OW), cdiv(groups, block_g), steps, *gs, *as_, *ds, *xs, alpha, beta, KH=KH, KW=KW,
-            SH=SH, SW=SW, PH=PH, PW=PW, Q_LO=min(qs), Q_HI=max(qs), T_LO=t_lo, T_HI=t_hi, VG=vg, VA=va, VD=vd,
-            VX=vx, VIW=_pow2_factor(IW), VOW=_pow2_factor(OW), **flags, FUSED=x5 is not None,
-            PROPAGATE_NAN=bool(propagate_nan), ONE_ALPHA=alpha == 1.0, BLOCK_L=block_l, BLOCK_G=block_g,
+            dy5, arg5, dx5, planes * steps, geo.C, D, IH, OH, IW // _pow2_factor(IW), OW // _pow2_factor(OW),
+            cdiv(groups, block_g), steps, *gs, *as_, *ds, alpha, beta, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH,
+            PW=PW, Q_LO=min(qs), Q_HI=max(qs), T_LO=t_lo, T_HI=t_hi, VG=vg, VA=va, VD=vd, VIW=_pow2_factor(IW),
+            VOW=_pow2_factor(OW), **flags, ONE_ALPHA=alpha == 1.0, BLOCK_L=block_l, BLOCK_G=block_g,
             num_warps=NCHW_LANE_WARPS)
         return
     block_p, block_g, steps, row_blocks = _nchw_tiles(planes, groups, cdiv(IH, SH))
@@ -2300,11 +2217,6 @@ def _backward(x, dy, dx, mode, geo, propagate_nan, alpha, beta):
         a, b, has_beta = blend_args(alpha, beta)
         _cl_fused_backward(geo.x5, dy5, dx5, geo, propagate_nan, a, b,
                            dict(HAS_BETA=has_beta, BIG=needs_int64(x, dy, dx), COMPUTE=compute_dtype(dx)))
-        return
-    if _use_nchw_fused(geo, mode, dx5, dy5, geo.x5):
-        a, b, has_beta = blend_args(alpha, beta)
-        _nchw_backward(dy5, dy5, dx5, geo, a, b, dict(MODE=int(mode), HAS_BETA=has_beta, BIG=needs_int64(x, dy, dx),
-                                                      COMPUTE=compute_dtype(dx)), x5=geo.x5, propagate_nan=propagate_nan)
         return
     if int(mode) in (MAX, MAX_DETERMINISTIC):
         arg = _arg_like(geo, dy5, dx5, math.prod(geo.window))
