@@ -283,11 +283,13 @@ def spatial_cases(layout):
         on = ("NCHW_ROW_KERNELS", frozenset({0, 1, 2, 3}))  # every mode
         variants = (("nchw rows", [lanes_off, on]), ("nchw rows 8 steps", [lanes_off, on, ("NCHW_STEPS", 8)]),
                     ("row kernels", [lanes_off, ("NCHW_ROW_KERNELS", frozenset())]),
-                    ("nchw running rule", [lanes_off, on, ("NCHW_ARG_EQ", False)]))
+                    ("nchw running rule", [lanes_off, on, ("NCHW_ARG_EQ", False)]),
+                    # (session 35) max backward's gather by the lane kernel, the default before
+                    ("lane gather", [("NCHW_LANE_BACKWARD", frozenset({0, 3}))]))
         for name, fn, ref, moved, want, res in pool_ops:
             for label, settings in variants:
-                if label == "nchw running rule" and not name.startswith("maxpool3x3s2 bwd"):
-                    continue  # NCHW_ARG_EQ changes only the taps pass of max backward
+                if label in ("nchw running rule", "lane gather") and not name.startswith("maxpool3x3s2 bwd"):
+                    continue  # these change only max backward's passes
                 cases.append(Case(f"{name} [{label}]", switched_all(pooling, settings, fn), ref, moved,
                                   lambda want=want, res=res: (res, want())))
     else:  # channels-last: the gather kernels (the design before CL_KERNELS) and the row kernels' settings

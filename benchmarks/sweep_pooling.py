@@ -55,8 +55,11 @@ NCHW_ALL = [("NCHW_ROW_KERNELS", frozenset({0, 1, 2, 3}))]
 
 
 def lanes(modes, tile, warps=4):
-    """The NCHW lane kernels for modes, tile lanes x 8-column groups (56 columns: 8 groups)."""
-    return [("NCHW_LANE_KERNELS", frozenset(modes)), ("NCHW_LANE_TILE", tile), ("NCHW_LANE_WARPS", warps)]
+    """The NCHW lane kernels for modes, both directions, tile lanes x 8-column groups (56
+    columns: 8 groups). (Before session 35 NCHW_LANE_BACKWARD was left as it was, so the
+    average backward's lane rows had timed the row kernels.)"""
+    return [("NCHW_LANE_KERNELS", frozenset(modes)), ("NCHW_LANE_BACKWARD", frozenset(modes)),
+            ("NCHW_LANE_TILE", tile), ("NCHW_LANE_WARPS", warps)]
 
 
 NO_LANES = [("NCHW_LANE_KERNELS", frozenset())]
@@ -75,9 +78,9 @@ PASSES = [("taps pass only", TAPS_ONLY), ("gather pass only", GATHER_ONLY)]
 # of 117.7. A one-launch NCHW design that recomputed the taps from x in the lane backward ran
 # 330.8 us (307.7 at 32 x 8 lanes), as its sm_90 SASS predicted (64 thread instructions a dx
 # element, 198 registers, against 16.5 + 13.8): removed, docs/performance.md session 35.)
-# (session 35) the taps by the lane forward, the gather by the generic row kernel (which
-# average backward keeps: 2.16 TB/s where the lane gather ran 0.87, H200 session 6)
-ROW_GATHER = [("NCHW_LANE_BACKWARD", frozenset()), ("NCHW_ROW_KERNELS", frozenset())]
+# (session 35) the default before session 35: the max backward's gather by the lane
+# kernel (the taps by the lane forward in both); the default's gather is the row kernel
+LANE_GATHER = [("NCHW_LANE_BACKWARD", frozenset({0, 3}))]
 
 
 # sm_90 SASS, bf16 3x3/2 (warp instructions x 32 per output element forward, per dx element
@@ -86,7 +89,8 @@ ROW_GATHER = [("NCHW_LANE_BACKWARD", frozenset()), ("NCHW_ROW_KERNELS", frozense
 # -> lanes 41.7; avg bwd 33.7 -> lanes 7.6 (64x8).
 # The lane kernels at 64 x 8 are the default since session 6 (not yet timed); the rows
 # marked "previous default" are the designs they replaced.
-NCHW_MAX = [("nchw rows (previous default)", NO_LANES), ("lanes 32x8 4w", lanes({0, 3}, 256)),
+NCHW_ROWS_MAX = NO_LANES + [("NCHW_ROW_KERNELS", frozenset({0, 3}))]  # (max's default before session 6)
+NCHW_MAX = [("nchw rows (before 6)", NCHW_ROWS_MAX), ("lanes 32x8 4w", lanes({0, 3}, 256)),
             ("lanes 128x8 8w", lanes({0, 3}, 1024, 8))]
 NCHW_AVG = [("row kernels (previous default)", NO_LANES), ("nchw rows", NO_LANES + NCHW_ALL),
             ("lanes 32x8 4w", lanes({1, 2}, 256)), ("lanes 128x8 8w", lanes({1, 2}, 1024, 8))]
@@ -97,11 +101,11 @@ VARIANTS = {
     ("avg bwd", "NHWC"): [("default", [])],
     ("adaptive avg 1x1 fwd", "NHWC"): [("default (tensor_ops)", []), ("gap 32ch x 256", GAP)],
     ("max fwd", "NCHW"): [("default (lanes 64x8)", [])] + NCHW_MAX,
-    ("max bwd", "NCHW"): [("default (lanes 64x8)", [])] + PASSES + [("lane taps + row gather", ROW_GATHER),
-                                                                   ("row gather only", ROW_GATHER + GATHER_ONLY)]
-    + NCHW_MAX,
+    ("max bwd", "NCHW"): ([("default (lane taps, row gather)", [])] + PASSES
+                          + [("lane gather (before 35)", LANE_GATHER), ("lane gather only", LANE_GATHER + GATHER_ONLY)]
+                          + NCHW_MAX),
     ("avg fwd", "NCHW"): [("default (lanes 64x8)", [])] + NCHW_AVG,
-    ("avg bwd", "NCHW"): [("default (lanes 64x8)", [])] + NCHW_AVG,
+    ("avg bwd", "NCHW"): [("default (row kernels)", [])] + NCHW_AVG,
     ("adaptive avg 1x1 fwd", "NCHW"): [("default (tensor_ops)", []), ("gap 4 planes x 1024", GAP)],
 }
 MORE = {
@@ -113,8 +117,8 @@ MORE = {
     ("avg bwd", "NHWC"): [("cl 14 rows", [("CL_ROWS", 14)])],
     ("adaptive avg 1x1 fwd", "NHWC"): [("gap 64ch x 128", GAP + [("GLOBAL_AVG_NHWC", (64, 128, 8))])],
     ("adaptive avg 1x1 bwd", "NHWC"): [("default", [])],
-    ("max fwd", "NCHW"): [("nchw 256 groups 8 warps", NO_LANES + [("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)])],
-    ("max bwd", "NCHW"): [("nchw 256 groups 8 warps", NO_LANES + [("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)])],
+    ("max fwd", "NCHW"): [("nchw 256 groups 8 warps", NCHW_ROWS_MAX + [("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)])],
+    ("max bwd", "NCHW"): [("nchw 256 groups 8 warps", NCHW_ROWS_MAX + [("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)])],
     ("avg fwd", "NCHW"): [("lanes 256x8 8w", lanes({1, 2}, 2048, 8))],
     ("avg bwd", "NCHW"): [("lanes 256x8 8w", lanes({1, 2}, 2048, 8))],
     ("adaptive avg 1x1 fwd", "NCHW"): [("gap 8 planes x 512", GAP + [("GLOBAL_AVG_NCHW", (8, 512, 4))])],

@@ -265,6 +265,7 @@ POOL_DESIGNS = {  # pooling module flags
     "nchw_rows": {"NCHW_LANE_KERNELS": frozenset(), "NCHW_LANE_BACKWARD": frozenset(),
                   "NCHW_ROW_KERNELS": ALL_POOL_MODES},
     "rows": {"NCHW_LANE_KERNELS": frozenset(), "NCHW_LANE_BACKWARD": frozenset(), "NCHW_ROW_KERNELS": frozenset()},
+    "lane_gather": {"NCHW_LANE_BACKWARD": ALL_POOL_MODES},  # (max's default before session 35)
     "gather": {"CL_KERNELS": False, "ROW_KERNELS": False},
     "fused_phases": {"CL_FUSED_MAX_BWD": "phases"},
     "fused_shift": {"CL_FUSED_MAX_BWD": "shift"},
@@ -291,22 +292,24 @@ def _pool_cases():
                                           id=f"{design}-{layout}-{geo}-{direction}-{mode}"))
     every = ("MAX", "AVG_INCL", "AVG_EXCL")
     some = ("MAX", "AVG_EXCL")
-    # the defaults: channels-last row kernels; NCHW lane kernels (average backward: row kernels);
+    # the defaults: channels-last row kernels; NCHW lane kernels (every backward gather: row kernels);
     # gather kernels where neither applies (a window along D, adaptive, unmerged channels-last)
     add("default", "rows", "3x1_3x3s12", every, "cf", "cf cb", "cb")
     add("default", "rows", "3x1_2x1s1", ("AVG_EXCL",), "cf", "cf cb", "cb")
     add("default", "rows", "1d", some, "cf", "cf cb", "cb")
     add("default", "rows", "3d_hw_3x1", ("MAX",), "cf", "cf cb", "cb")
-    add("default", "channels", "3x3s2", every, "lf", "lf lb", "rb")
-    add("default", "channels", "2x2s1", ("AVG_EXCL",), "lf", "lf lb", "rb")
-    add("default", "channels", "1d_s2", some, "lf", "lf lb", "rb")
-    add("default", "channels", "3d_hw", ("AVG_INCL",), "lf", "lf lb", "rb")
+    add("default", "channels", "3x3s2", every, "lf", "lf rb", "rb")
+    add("default", "channels", "2x2s1", ("AVG_EXCL",), "lf", "lf rb", "rb")
+    add("default", "channels", "1d_s2", some, "lf", "lf rb", "rb")
+    add("default", "channels", "3d_hw", ("AVG_INCL",), "lf", "lf rb", "rb")
     add("default", "channels", "3d", some, "rf", "rf rb", "rb")
     add("default", "rows", "3d", some, "gf", "gf gb", "gb")
     add("default", "rows", "3x3s2", ("MAX",), "gf", "gf gb", "gb")
     add("default", "rows", "adaptive", some, "gf", "gf gb", "gb")
     add("default", "channels", "adaptive", some, "gf", "gf gb", "gb")
     # the other designs
+    add("lane_gather", "channels", "3x3s2", some, "lf", "lf lb", "lb")
+    add("lane_gather", "channels", "1d_s2", ("MAX",), "lf", "lf lb", "lb")
     add("nchw_rows", "channels", "3x3s2", some, "nf", "nf nb", "nb")
     add("nchw_rows", "channels", "2x2s1", ("AVG_INCL",), "nf", "nf nb", "nb")
     add("rows", "channels", "3x3s2", some, "rf", "rf rb", "rb")

@@ -71,7 +71,10 @@ CL_PACKED_MAX = False  # True: max-only folds of bf16/f16 in packed pairs (inlin
 # modes that take them. Measured on the H200 (docs/performance.md, 64x256x56x56 bf16 3x3/2):
 # max forward 1.29 -> 1.74 TB/s and backward 1.32 -> 1.51 over the row kernels, average
 # forward 2.07 -> 1.76 and backward 2.17 -> 1.45, so average keeps the row kernels.
-NCHW_ROW_KERNELS = frozenset({MAX, MAX_DETERMINISTIC})
+# Since session 35 no mode by default: the lane kernels serve every forward (the max
+# backward's taps pass included), and the max backward's gather takes the row kernel,
+# as average backward does (see NCHW_LANE_BACKWARD).
+NCHW_ROW_KERNELS = frozenset()
 NCHW_GROUPS = 128  # (plane, 8-column group) pairs per program
 NCHW_STEPS = 1 << 20  # output rows (forward) or row steps (backward) per program at most; balanced over the
                       # plane (walking whole planes measured 1.74 TB/s max forward against 1.55 at 8 steps)
@@ -90,7 +93,14 @@ NCHW_LANE_KERNELS = frozenset({MAX, AVG_INCLUDE, AVG_EXCLUDE, MAX_DETERMINISTIC}
 # forward 1.72 -> 2.46, average forward 2.05 -> 2.38, max backward 1.35 -> 1.39; average
 # backward 2.16 -> 0.87 (lanes 64 x 8; 0.94-1.02 with other tiles), so average backward
 # keeps the row kernels.
-NCHW_LANE_BACKWARD = frozenset({MAX, MAX_DETERMINISTIC})
+# Session 35 (H100, clean L2 flush, sweep_pooling.py with each pass timed alone): the
+# NCHW max backward's 194.9 us were the lane taps pass 57.3 and the lane gather 141.2
+# (~1 TB/s on its 135 MB), the same slowness as the lane average backward. The row
+# kernels' max backward in the same run took 195 us with their own taps pass, whose
+# forward alone took 99 us; so their gather takes <= ~100 us, and lane taps + row gather
+# are predicted at 140-160 us (1.6-1.8 TB/s in bench_gpu_layers' bytes, from 1.33). So
+# no mode takes the lane backward; its direct timing is the sweep's next GPU run.
+NCHW_LANE_BACKWARD = frozenset()
 NCHW_LANE_TILE = 512  # (lane, 8-column group) pairs a program (56 columns: 64 lanes x 8 groups, 4 a thread)
 NCHW_LANE_WARPS = 4
 # issue 5 candidates (off until measured on the H200: benchmarks/sweep_pooling.py)
