@@ -32,8 +32,9 @@
 #   layers     (session 32) bench_gpu_layers.py --budget-s 150: issue 5's layers against PyTorch (TB/s)
 #   gn_coop    (session 34) group_norm_coop's GPU tests (the barrier at full size, bit for bit against the
 #              two-launch form, a CUDA graph) and sweep_group_norm.py --only NHWC (its rows against norms.py's)
-#   pool_split (session 35) sweep_pooling.py --only "max bwd" --more: the max backward's two passes (taps,
-#              gather) timed alone beside the whole, both layouts, the NCHW lane tiles, the fused NHWC designs
+#   pool_split (session 35) sweep_pooling.py --only "bwd" --more: the max backward's two passes (taps,
+#              gather) timed alone beside the whole, both layouts; the NCHW gathers (row kernel, its tiles; the
+#              lane gather before session 35), the fused NHWC designs
 #   flat1x1    sweep_gluon_conv.py on the 1x1 layers of 14- and 7-wide maps as flat GEMMs (batch 64,
 #              forward and backward data, against cuBLAS / cuDNN): the flat configs (22-26)
 # Results under $OUT (or ./gpu_out); a per-layer summary last.
@@ -100,7 +101,7 @@ for step in $1; do
           tests/test_cuda_group_norm_coop.py > "$R/gn_coop_tests.txt" 2>&1
       echo "gn_coop tests took $(( $(date +%s) - t0 )) s: $(tail -1 "$R/gn_coop_tests.txt")"
       script gn_coop 32 python3 benchmarks/sweep_group_norm.py --only NHWC --out "$R/gn_coop";;
-    pool_split) script pool_split 24 python3 benchmarks/sweep_pooling.py --only "max bwd" --more --out "$R/pool_split";;
+    pool_split) script pool_split 40 python3 benchmarks/sweep_pooling.py --only "bwd" --more --out "$R/pool_split";;
     flat1x1)
       script flat1x1 52 python3 benchmarks/sweep_gluon_conv.py --directions fwd,bwd_data --configs 22,23,24,25,26 \
           --layers flat_res4_1x1r,flat_res4_1x1c,flat_res5_1x1r,flat_res5_1x1c --budget-s $(( $(left) - 60 )) \

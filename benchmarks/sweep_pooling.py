@@ -81,6 +81,11 @@ PASSES = [("taps pass only", TAPS_ONLY), ("gather pass only", GATHER_ONLY)]
 # (session 35) the default before session 35: the max backward's gather by the lane
 # kernel (the taps by the lane forward in both); the default's gather is the row kernel
 LANE_GATHER = [("NCHW_LANE_BACKWARD", frozenset({0, 3}))]
+# (session 35) the row kernel's tiles for the NCHW backward gathers (default 1024 x 4 warps:
+# 32 input rows x 32 column pairs for 56-wide rows)
+ROW_TILES = [("row tile 512 4w", [("ROW_TILE", 512)]), ("row tile 2048 4w", [("ROW_TILE", 2048)]),
+             ("row tile 2048 8w", [("ROW_TILE", 2048), ("ROW_WARPS", 8)]),
+             ("row tile 4096 8w", [("ROW_TILE", 4096), ("ROW_WARPS", 8)])]
 
 
 # sm_90 SASS, bf16 3x3/2 (warp instructions x 32 per output element forward, per dx element
@@ -118,9 +123,10 @@ MORE = {
     ("adaptive avg 1x1 fwd", "NHWC"): [("gap 64ch x 128", GAP + [("GLOBAL_AVG_NHWC", (64, 128, 8))])],
     ("adaptive avg 1x1 bwd", "NHWC"): [("default", [])],
     ("max fwd", "NCHW"): [("nchw 256 groups 8 warps", NCHW_ROWS_MAX + [("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)])],
-    ("max bwd", "NCHW"): [("nchw 256 groups 8 warps", NCHW_ROWS_MAX + [("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)])],
+    ("max bwd", "NCHW"): [("nchw 256 groups 8 warps", NCHW_ROWS_MAX + [("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)])]
+    + ROW_TILES,
     ("avg fwd", "NCHW"): [("lanes 256x8 8w", lanes({1, 2}, 2048, 8))],
-    ("avg bwd", "NCHW"): [("lanes 256x8 8w", lanes({1, 2}, 2048, 8))],
+    ("avg bwd", "NCHW"): [("lanes 256x8 8w", lanes({1, 2}, 2048, 8))] + ROW_TILES,
     ("adaptive avg 1x1 fwd", "NCHW"): [("gap 8 planes x 512", GAP + [("GLOBAL_AVG_NCHW", (8, 512, 4))])],
     ("adaptive avg 1x1 bwd", "NCHW"): [("default", [])],
 }

@@ -56,6 +56,7 @@ from .layer_utils import blend_args, channels_last, check_dtypes, compute_dtype,
 MAX, AVG_INCLUDE, AVG_EXCLUDE, MAX_DETERMINISTIC = 0, 1, 2, 3
 TILE = 2048
 ROW_TILE = 1024
+ROW_WARPS = 4  # the row kernels' warps (since session 35 they serve every NCHW backward gather)
 UNROLL_TAPS = 64  # windows (or covering-output sets) up to this many taps are unrolled
 MAX_ROW_BLOCK_W = 64
 ROW_KERNELS = True  # False: W-contiguous tensors take the gather kernels too (for comparison)
@@ -2199,7 +2200,7 @@ def _forward(x, y, mode, geo, propagate_nan, alpha, beta, arg=None, store_y=True
             x5, y5, arg5, rows, geo.C, ID, IH, OD, OH, IW // viw, OW // vow, *xs, *ys, *as_,
             geo.stride[0], geo.stride[1], geo.padding[0], geo.padding[1], alpha, beta,
             KD=KD, KH=KH, KW=KW, SW=geo.stride[2], PW=geo.padding[2], VX=vx, VY=vy, VA=va, VIW=viw, VOW=vow, **flags,
-            BLOCK_R=block_r, BLOCK_W=block_w, num_warps=4)
+            BLOCK_R=block_r, BLOCK_W=block_w, num_warps=ROW_WARPS)
         return
     P = math.prod(geo.outs)
     block_p, block_c, warps = _tile(x5, geo.C, P)
@@ -2257,7 +2258,7 @@ def _backward(x, dy, dx, mode, geo, propagate_nan, alpha, beta):
             geo.stride[0], geo.stride[1], geo.padding[0], geo.padding[1], alpha, beta,
             KD=KD, KH=KH, KW=KW, SW=SW, PW=PW, TD=TD, TH=TH, T_LO=min(ts), T_HI=max(ts), VG=vg, VA=va, VD=vd,
             VIW=viw, VOW=vow,
-            **flags, BLOCK_R=block_r, BLOCK_W=block_w, num_warps=4)
+            **flags, BLOCK_R=block_r, BLOCK_W=block_w, num_warps=ROW_WARPS)
         return
     P = math.prod(geo.ins)
     block_p, block_c, warps = _tile(dx5, geo.C, P)
