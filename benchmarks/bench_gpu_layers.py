@@ -277,19 +277,15 @@ def spatial_cases(layout):
                 continue  # no gather row for the average forward (as before)
             cases.append(Case(f"{name} [gather]", switched(pooling, "ROW_KERNELS", False, fn), ref, moved,
                               lambda want=want, res=res: (res, want())))
-        # the designs before the NCHW lane kernels (pooling.NCHW_LANE_KERNELS, the default
-        # for every mode since session 6): the NCHW row kernels and the older row kernels
-        lanes_off = ("NCHW_LANE_KERNELS", frozenset())
-        on = ("NCHW_ROW_KERNELS", frozenset({0, 1, 2, 3}))  # every mode
-        variants = (("nchw rows", [lanes_off, on]), ("nchw rows 8 steps", [lanes_off, on, ("NCHW_STEPS", 8)]),
-                    ("row kernels", [lanes_off, ("NCHW_ROW_KERNELS", frozenset())]),
-                    ("nchw running rule", [lanes_off, on, ("NCHW_ARG_EQ", False)]),
-                    # (session 35) max backward's gather by the lane kernel, the default before
+        # the design before the NCHW lane kernels (pooling.NCHW_LANE_KERNELS, the default
+        # for every forward since session 6), the row kernels; and max backward's gather by
+        # the lane kernel, its default before session 35 (the NCHW row kernels are gone)
+        variants = (("row kernels", [("NCHW_LANE_KERNELS", frozenset())]),
                     ("lane gather", [("NCHW_LANE_BACKWARD", frozenset({0, 3}))]))
         for name, fn, ref, moved, want, res in pool_ops:
             for label, settings in variants:
-                if label in ("nchw running rule", "lane gather") and not name.startswith("maxpool3x3s2 bwd"):
-                    continue  # these change only max backward's passes
+                if label == "lane gather" and not name.startswith("maxpool3x3s2 bwd"):
+                    continue  # it changes only max backward's gather
                 cases.append(Case(f"{name} [{label}]", switched_all(pooling, settings, fn), ref, moved,
                                   lambda want=want, res=res: (res, want())))
     else:  # channels-last: the gather kernels (the design before CL_KERNELS) and the row kernels' settings

@@ -3,13 +3,13 @@ forward and backward, adaptive average to 1x1) on 64x256x56x56 bfloat16, NCHW an
 the default design of cuda/pooling.py against its issue 5 candidates (module switches
 flipped for the call) and against PyTorch, in one process on one H200 (< 90 s).
 
-NCHW (session 6): the default is now NCHW_LANE_KERNELS (a lane per (plane, output row):
+NCHW (session 6): every forward takes NCHW_LANE_KERNELS (a lane per (plane, output row):
 every load of a program before its one store; rows combined down before the taps across;
-64 lanes x 8 groups), set from sm_90 instruction counts before any timing; the rows
-"previous default" are the designs it replaced (NCHW rows for max, row kernels for
-average), so one run decides. Also other lane tiles. (The NCHW block kernels, 4 or 7
-rows unrolled, measured slower on 2026-11-30 15:08-15:12 UTC and were removed.) Max
-backward runs the taps pass (a forward) and the gather, so a variant switches both.
+64 lanes x 8 groups); since session 35 every backward gather takes the row kernel, and
+max backward's row "lane gather (before 35)" is the design that replaced. Also other
+lane and row tiles. (The NCHW block kernels, 4 or 7 rows unrolled, and the NCHW row
+kernels, a runtime row loop, measured slower and were removed.) Max backward runs the
+taps pass (a forward) and the gather, so a variant switches both.
 
 TB/s counts minimal bytes: forward x read and y written once; max backward dy and x
 read and dx written once (y is not read: the taps are recomputed from x; note that
@@ -51,7 +51,6 @@ WIN, PAD, STRIDE = (3, 3), (1, 1), (2, 2)
 # VARIANTS fit the 90 s budget; --more adds MORE (designs measured slower before, other tiles).
 PHASES, SHIFT = [("CL_FUSED_MAX_BWD", "phases")], [("CL_FUSED_MAX_BWD", "shift")]
 GAP = [("GLOBAL_AVG_KERNEL", True)]
-NCHW_ALL = [("NCHW_ROW_KERNELS", frozenset({0, 1, 2, 3}))]
 
 
 def lanes(modes, tile, warps=4):
@@ -89,15 +88,13 @@ ROW_TILES = [("row tile 512 4w", [("ROW_TILE", 512)]), ("row tile 2048 4w", [("R
 
 
 # sm_90 SASS, bf16 3x3/2 (warp instructions x 32 per output element forward, per dx element
-# backward): max fwd NCHW rows 46.5 (runtime row loop), lanes 64x8 36.0 / 128x8 32.9; max
-# taps pass 91.4 -> lanes 74.3; max gather 15.3 -> lanes 15.7; avg fwd 102.9 (row kernels)
-# -> lanes 41.7; avg bwd 33.7 -> lanes 7.6 (64x8).
-# The lane kernels at 64 x 8 are the default since session 6 (not yet timed); the rows
-# marked "previous default" are the designs they replaced.
-NCHW_ROWS_MAX = NO_LANES + [("NCHW_ROW_KERNELS", frozenset({0, 3}))]  # (max's default before session 6)
-NCHW_MAX = [("nchw rows (before 6)", NCHW_ROWS_MAX), ("lanes 32x8 4w", lanes({0, 3}, 256)),
+# backward): max fwd NCHW rows 46.5 (runtime row loop, removed), lanes 64x8 36.0 / 128x8
+# 32.9; max taps pass 91.4 -> lanes 74.3; max gather 15.3 -> lanes 15.7; avg fwd 102.9 (row
+# kernels) -> lanes 41.7; avg bwd 33.7 -> lanes 7.6 (64x8). The lane kernels at 64 x 8 are
+# the forward default since session 6; "row kernels" is the design they replaced.
+NCHW_MAX = [("row kernels", NO_LANES), ("lanes 32x8 4w", lanes({0, 3}, 256)),
             ("lanes 128x8 8w", lanes({0, 3}, 1024, 8))]
-NCHW_AVG = [("row kernels (previous default)", NO_LANES), ("nchw rows", NO_LANES + NCHW_ALL),
+NCHW_AVG = [("row kernels (previous default)", NO_LANES),
             ("lanes 32x8 4w", lanes({1, 2}, 256)), ("lanes 128x8 8w", lanes({1, 2}, 1024, 8))]
 VARIANTS = {
     ("max fwd", "NHWC"): [("default", [])],
@@ -122,9 +119,7 @@ MORE = {
     ("avg bwd", "NHWC"): [("cl 14 rows", [("CL_ROWS", 14)])],
     ("adaptive avg 1x1 fwd", "NHWC"): [("gap 64ch x 128", GAP + [("GLOBAL_AVG_NHWC", (64, 128, 8))])],
     ("adaptive avg 1x1 bwd", "NHWC"): [("default", [])],
-    ("max fwd", "NCHW"): [("nchw 256 groups 8 warps", NCHW_ROWS_MAX + [("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)])],
-    ("max bwd", "NCHW"): [("nchw 256 groups 8 warps", NCHW_ROWS_MAX + [("NCHW_GROUPS", 256), ("NCHW_WARPS", 8)])]
-    + ROW_TILES,
+    ("max bwd", "NCHW"): ROW_TILES,
     ("avg fwd", "NCHW"): [("lanes 256x8 8w", lanes({1, 2}, 2048, 8))],
     ("avg bwd", "NCHW"): [("lanes 256x8 8w", lanes({1, 2}, 2048, 8))] + ROW_TILES,
     ("adaptive avg 1x1 fwd", "NCHW"): [("gap 8 planes x 512", GAP + [("GLOBAL_AVG_NCHW", (8, 512, 4))])],

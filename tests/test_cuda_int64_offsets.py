@@ -262,9 +262,7 @@ POOL_MODES = {"MAX": 0, "AVG_INCL": 1, "AVG_EXCL": 2}  # (adaptive: MAX 0, AVG_E
 ALL_POOL_MODES = frozenset({0, 1, 2, 3})
 POOL_DESIGNS = {  # pooling module flags
     "default": {},
-    "nchw_rows": {"NCHW_LANE_KERNELS": frozenset(), "NCHW_LANE_BACKWARD": frozenset(),
-                  "NCHW_ROW_KERNELS": ALL_POOL_MODES},
-    "rows": {"NCHW_LANE_KERNELS": frozenset(), "NCHW_LANE_BACKWARD": frozenset(), "NCHW_ROW_KERNELS": frozenset()},
+    "rows": {"NCHW_LANE_KERNELS": frozenset(), "NCHW_LANE_BACKWARD": frozenset()},
     "lane_gather": {"NCHW_LANE_BACKWARD": ALL_POOL_MODES},  # (max's default before session 35)
     "gather": {"CL_KERNELS": False, "ROW_KERNELS": False},
     "fused_phases": {"CL_FUSED_MAX_BWD": "phases"},
@@ -273,7 +271,6 @@ POOL_DESIGNS = {  # pooling module flags
 }
 POOL_KERNELS = {"gf": "_pool_forward_kernel", "gb": "_pool_backward_kernel",
                 "rf": "_pool_rows_forward_kernel", "rb": "_pool_rows_backward_kernel",
-                "nf": "_pool_nchw_forward_kernel", "nb": "_pool_nchw_backward_kernel",
                 "lf": "_pool_nchw_lane_forward_kernel", "lb": "_pool_nchw_lane_backward_kernel",
                 "cf": "_pool_cl_forward_kernel", "cb": "_pool_cl_backward_kernel",
                 "fs": "_pool_cl_max_backward_kernel", "fp": "_pool_cl_max_backward_phases_kernel",
@@ -310,8 +307,6 @@ def _pool_cases():
     # the other designs
     add("lane_gather", "channels", "3x3s2", some, "lf", "lf lb", "lb")
     add("lane_gather", "channels", "1d_s2", ("MAX",), "lf", "lf lb", "lb")
-    add("nchw_rows", "channels", "3x3s2", some, "nf", "nf nb", "nb")
-    add("nchw_rows", "channels", "2x2s1", ("AVG_INCL",), "nf", "nf nb", "nb")
     add("rows", "channels", "3x3s2", some, "rf", "rf rb", "rb")
     add("rows", "channels", "2x2s1", ("AVG_INCL",), "rf", "rf rb", "rb")
     add("gather", "rows", "3x1_3x3s12", some, "gf", "gf gb", "gb")

@@ -1,8 +1,9 @@
-"""The NCHW row kernels of pooling against the float64 reference and, bit for bit for
-max, against the row kernels they replace, in each design: "rows" (NCHW_ROW_KERNELS, a
-runtime row loop) and "lanes" (NCHW_LANE_KERNELS, a lane per (plane, row)). Tiny odd
-shapes under the interpreter, with small tiles so that planes, column groups, row runs
-and lanes all have ragged last blocks and the row carry restarts."""
+"""The NCHW lane kernels of pooling against the float64 reference and, bit for bit for
+max, against the row kernels they replace, in each design: "lanes" (NCHW_LANE_KERNELS
+and NCHW_LANE_BACKWARD: a lane per (plane, row) in both directions) and "row_gather"
+(the default since session 35: lane forward, max's taps pass included, and the row
+kernel's gather backward). Tiny odd shapes under the interpreter, with small tiles so
+that column groups, lanes and row blocks all have ragged last blocks."""
 from __future__ import annotations
 
 import numpy as np
@@ -29,22 +30,20 @@ NCHW_IDS = ["3x3s2", "2x2s2", "3x3s1", "3x3s2p0", "4x4s2", "2x3s12", "1d", "3d"]
 ALL_MODES = frozenset({0, 1, 2, 3})
 
 
-DESIGNS = ["rows", "lanes"]
-OLDER = ("_pool_forward_kernel", "_pool_backward_kernel", "_pool_rows_forward_kernel", "_pool_rows_backward_kernel")
+DESIGNS = ["lanes", "row_gather"]
+OLDER = ("_pool_forward_kernel", "_pool_backward_kernel", "_pool_rows_forward_kernel")
 # the kernels each design must not fall back to
-NOT_IN = {"rows": OLDER, "lanes": OLDER + ("_pool_nchw_forward_kernel", "_pool_nchw_backward_kernel")}
+NOT_IN = {"lanes": OLDER + ("_pool_rows_backward_kernel",), "row_gather": OLDER + ("_pool_nchw_lane_backward_kernel",)}
 
 
-def _small_tiles(monkeypatch, design="rows"):
-    """One design on for every mode, with small tiles: 8 (plane, group) pairs (2 planes of
-    up to 4 groups), 2-step row runs (ragged, the carry restarting), 32 (lane, group)
-    pairs (8 lanes of up to 4 groups)."""
-    monkeypatch.setattr(pooling, "NCHW_ROW_KERNELS", ALL_MODES)
-    monkeypatch.setattr(pooling, "NCHW_GROUPS", 8)
-    monkeypatch.setattr(pooling, "NCHW_STEPS", 2)
-    monkeypatch.setattr(pooling, "NCHW_LANE_KERNELS", ALL_MODES if design == "lanes" else frozenset())
+def _small_tiles(monkeypatch, design="lanes"):
+    """One design on for every mode, with small tiles: 32 (lane, group) pairs (8 lanes of
+    up to 4 groups); the row kernel's gather in blocks of 4 rows x 4 column pairs."""
+    monkeypatch.setattr(pooling, "NCHW_LANE_KERNELS", ALL_MODES)
     monkeypatch.setattr(pooling, "NCHW_LANE_BACKWARD", ALL_MODES if design == "lanes" else frozenset())
     monkeypatch.setattr(pooling, "NCHW_LANE_TILE", 32)
+    monkeypatch.setattr(pooling, "MAX_ROW_BLOCK_W", 4)
+    monkeypatch.setattr(pooling, "ROW_TILE", 16)
 
 
 def _refuse(monkeypatch, design):
@@ -130,7 +129,6 @@ def test_nchw_first_maximum_bit_exact(case, propagate, design, rng, monkeypatch)
         x = make(shape, "NCHW", dtype, values=values)
         oshape = ref_pool.pooling_forward(values[:1, :1], 0, window, padding, stride).shape[2:]
         dy = make(shape[:2] + oshape, "NCHW", dtype, rng=rng)
-        monkeypatch.setattr(pooling, "NCHW_ROW_KERNELS", frozenset())
         monkeypatch.setattr(pooling, "NCHW_LANE_KERNELS", frozenset())
         y_old, dx_old = _run(x, dy, 0, window, padding, stride, propagate)
         _small_tiles(monkeypatch, design)
@@ -152,7 +150,7 @@ def test_nchw_first_maximum_bit_exact(case, propagate, design, rng, monkeypatch)
                                   ((1, 2, 7, 11), (3, 3), (0, 0), (1, 1))], ids=["3d_window_d", "stride3", "3x3s1p0"])
 @pytest.mark.parametrize("mode", [0, 2], ids=["MAX", "AVG_EXCL"])
 def test_nchw_other_windows_take_older_kernels(case, mode, rng, monkeypatch):
-    """Windows outside the NCHW row kernels (along D, stride 3, two columns right of the
+    """Windows outside the NCHW lane kernels (along D, stride 3, two columns right of the
     group) are refused by every design and still run, through the older kernels."""
     shape, window, padding, stride = case
     x = make(shape, "NCHW", values=_ints(shape, rng))
@@ -174,7 +172,7 @@ def test_default_modes_take_the_lane_kernels(rng, monkeypatch):
     """By default every mode's forward takes the NCHW lane kernels for the 3x3/2 window,
     max's backward taps pass included; every backward gather takes the older row kernel
     (the lane gathers measured ~1 TB/s: 2.5x slower for average on the H200, 141 of max's
-    195 us on an H100, session 35); the NCHW row kernels serve no mode."""
+    195 us on an H100, session 35)."""
     x = make((1, 2, 7, 19), "NCHW", values=_ints((1, 2, 7, 19), rng))
     geo = pooling._Geometry(x, torch.empty((1, 2, 4, 10)), (3, 3), (1, 1), (2, 2), False)
     assert all(pooling._use_nchw(geo, m) for m in ALL_MODES) and pooling.NCHW_LANE_KERNELS == ALL_MODES
@@ -188,9 +186,8 @@ def test_default_modes_take_the_lane_kernels(rng, monkeypatch):
         def __getitem__(self, grid):
             ran.append(self.name)
             return self.kernel[grid]
-    for name in ("_pool_nchw_lane_forward_kernel", "_pool_nchw_lane_backward_kernel", "_pool_nchw_forward_kernel",
-                 "_pool_nchw_backward_kernel", "_pool_rows_forward_kernel", "_pool_rows_backward_kernel",
-                 "_pool_forward_kernel", "_pool_backward_kernel"):
+    for name in ("_pool_nchw_lane_forward_kernel", "_pool_nchw_lane_backward_kernel", "_pool_rows_forward_kernel",
+                 "_pool_rows_backward_kernel", "_pool_forward_kernel", "_pool_backward_kernel"):
         monkeypatch.setattr(pooling, name, Spy(name))
     y = poisoned((1, 2, 4, 10), "NCHW")
     pooling.pooling_forward(x, y, 0, (3, 3), (1, 1), (2, 2), False, 1.0, 0.0)

@@ -21,13 +21,13 @@ one is used (a runtime tap loop keeps one load in flight per warp):
   windows share at KH == SH + 1; backward writes each dx row once, its column phases
   (SW * j + a) as separate channel-run tiles. Per output byte they issue 1.5-4x fewer
   instructions than the gather kernels (sm_90 SASS, 3x3/2 bf16).
-- NCHW lane kernels (NCHW_LANE_KERNELS, every mode forward and max backward by default since session 6), W
+- NCHW lane kernels (NCHW_LANE_KERNELS, every mode forward by default since session 6), W
   contiguous, no window along D: a lane is one (plane, output row) pair forward, one
   (plane, row step) pair backward, over 8-column groups (one 16-byte vector a group);
   a program's loads all come before its one store, so they are all in flight at once;
   forward combines the window's rows down, then takes the taps across once; the taps
-  of max are (window maximum, then the first tap equal to it). The NCHW row kernels
-  (NCHW_ROW_KERNELS, a runtime row loop) stay selectable.
+  of max are (window maximum, then the first tap equal to it). Every backward gather
+  takes the row kernels by default since session 35 (NCHW_LANE_BACKWARD).
 
 - issue 5 candidates, off by default (benchmarks/sweep_pooling.py measures them):
   CL_FUSED_MAX_BWD, the channels-last max backward in one pass that recomputes each
@@ -68,19 +68,12 @@ CL_BLOCK_C = 64
 CL_WARPS = 8
 CL_ARG_EQ = True  # True: first-maximum taps as (row maximum, then the first tap equal to it)
 CL_PACKED_MAX = False  # True: max-only folds of bf16/f16 in packed pairs (inline PTX, GPU only)
-# NCHW row kernels (W contiguous, W and H strides 1 or 2, no window along D): the pooling
-# modes that take them. Measured on the H200 (docs/performance.md, 64x256x56x56 bf16 3x3/2):
-# max forward 1.29 -> 1.74 TB/s and backward 1.32 -> 1.51 over the row kernels, average
-# forward 2.07 -> 1.76 and backward 2.17 -> 1.45, so average keeps the row kernels.
-# Since session 35 no mode by default: the lane kernels serve every forward (the max
-# backward's taps pass included), and the max backward's gather takes the row kernel,
-# as average backward does (see NCHW_LANE_BACKWARD).
-NCHW_ROW_KERNELS = frozenset()
-NCHW_GROUPS = 128  # (plane, 8-column group) pairs per program
-NCHW_STEPS = 1 << 20  # output rows (forward) or row steps (backward) per program at most; balanced over the
-                      # plane (walking whole planes measured 1.74 TB/s max forward against 1.55 at 8 steps)
-NCHW_WARPS = 4
-NCHW_ARG_EQ = True  # True: first-maximum taps as (row maximum, then the first tap equal to it)
+# (The NCHW row kernels, NCHW_ROW_KERNELS: a program walking a run of rows down [planes,
+# 8-column groups], were removed in session 35: slower than the lane kernels in every run
+# since session 6, H100 clean flush max forward 1.57 against 2.39 TB/s, backward 1.30
+# against 1.33; they had served no mode by default. Their running tap rule, NCHW_ARG_EQ
+# False, went with them: the lane kernels take the window maximum, then the first tap
+# equal to it.)
 # issue 5: NCHW lane kernels, a lane of the tile one (plane, output row) pair (forward)
 # or (plane, row step) pair (backward), lanes in memory order and one store at the end
 # (all loads in flight before it); the modes that take them.
@@ -561,12 +554,12 @@ def _pool_rows_backward_kernel(dy_ptr, arg_ptr, dx_ptr, R, C, ID, IH, OD, OH, IW
     tl.store(dx_ptr + d_off, out.to(dx_ptr.dtype.element_ty), mask=mask)
 
 
-# -- NCHW row kernels (NCHW_ROW_KERNELS: W contiguous, W and H strides 1 or 2, no window along D) --
-# A program owns [BLOCK_P planes (n, c, d), BLOCK_G column groups] and walks a run of rows
-# down them. A group is 8 contiguous input (forward) or dx (backward) columns, one
-# 16-byte load or store for 16-bit types, so 8 // SW output columns; a tap is that vector
-# split into its SW column phases and shifted by whole outputs, the one column it lacks
-# (left or right of the group) read by a second, scalar load.
+# -- NCHW column groups (W contiguous, W and H strides 1 or 2, no window along D) ----------
+# The NCHW lane kernels' tiles are [BLOCK_P lanes, BLOCK_G column groups]. A group is 8
+# contiguous input (forward) or dx (backward) columns, one 16-byte load or store for
+# 16-bit types, so 8 // SW output columns; a tap is that vector split into its SW column
+# phases and shifted by whole outputs, the one column it lacks (left or right of the
+# group) read by a second, scalar load.
 @triton.jit
 def _split4(v, BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr):
     """The 4 columns of a [BLOCK_P, BLOCK_G, 4] tile (register moves, no data exchange)."""
@@ -641,198 +634,6 @@ def _nchw_tap(v, lo, hi, kw: tl.constexpr, PW: tl.constexpr, SW: tl.constexpr, O
 
 
 @triton.jit
-def _nchw_planes(BLOCK_P: tl.constexpr, PLANES, C, D):
-    """(n, c, d, in range) of the program's planes (int32, as _tile_ids)."""
-    p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
-    d = p % D
-    nc = p // D
-    n = nc // C
-    return n, nc % C, d, p < PLANES
-
-
-@triton.jit
-def _nchw_row_fold(x_ptr, row, row_ok, g, iw_tap0, IW, KW: tl.constexpr, SW: tl.constexpr, PW: tl.constexpr,
-                   MODE: tl.constexpr, PROPAGATE_NAN: tl.constexpr, MAX_ONLY: tl.constexpr, ARG_EQ: tl.constexpr,
-                   COMPUTE: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr):
-    """Fold the KW horizontal taps of one input row (offsets row, [BLOCK_P]) for the
-    [BLOCK_P, BLOCK_G, 8 // SW] outputs of the groups g: (value, first tap kw or -1).
-    One vector load of the group's 8 columns, one scalar load of the column left (PW > 0)
-    or right of it; masked columns read -inf (max) or 0 (average). ARG_EQ: the taps as
-    (row maximum, then the first tap equal to it), as in the channels-last kernels."""
-    O: tl.constexpr = 8 // SW
-    FILL: tl.constexpr = float("-inf") if (MODE == 0 or MODE == 3) else 0.0
-    col = g[:, None] * 8 + tl.arange(0, 8)[None, :]
-    v = tl.load(x_ptr + row[:, None, None] + col[None, :, :], mask=row_ok[:, None, None] & (col < IW)[None, :, :],
-                other=FILL)
-    lo = tl.zeros([BLOCK_P, BLOCK_G], v.dtype)  # placeholders when no tap reaches out of the group
-    hi = lo
-    if PW > 0:
-        c_lo = g * 8 - 1
-        lo = tl.load(x_ptr + row[:, None] + c_lo[None, :], mask=row_ok[:, None] & ((c_lo >= 0) & (c_lo < IW))[None, :],
-                     other=FILL)
-    if KW - 1 - PW >= SW:
-        c_hi = g * 8 + 8
-        hi = tl.load(x_ptr + row[:, None] + c_hi[None, :], mask=row_ok[:, None] & (c_hi < IW)[None, :], other=FILL)
-    if MAX_ONLY:  # a plain maximum in x's own type
-        acc = tl.full([BLOCK_P, BLOCK_G, O], float("-inf"), x_ptr.dtype.element_ty)
-    else:
-        acc = tl.full([BLOCK_P, BLOCK_G, O], FILL, COMPUTE)
-    arg = tl.full([BLOCK_P, BLOCK_G, O], -1, tl.int32)
-    for kw in tl.static_range(KW):
-        tap = _nchw_tap(v, lo, hi, kw, PW, SW, O, BLOCK_P, BLOCK_G)
-        if MAX_ONLY:
-            acc = _max2(acc, tap, PROPAGATE_NAN, 0)
-        elif ARG_EQ and (MODE == 0 or MODE == 3):
-            acc = _max2(acc, tap.to(COMPUTE), PROPAGATE_NAN, 0)
-        elif MODE == 0 or MODE == 3:
-            iw = iw_tap0 + kw
-            ok = row_ok[:, None, None] & ((iw >= 0) & (iw < IW))[None, :, :]
-            acc, arg = _take(acc, arg, tap.to(COMPUTE), ok, kw, MODE, PROPAGATE_NAN)
-        else:
-            acc += tap.to(COMPUTE)
-    if ARG_EQ and (MODE == 0 or MODE == 3) and not MAX_ONLY:
-        # the first tap holding the row's maximum (or, propagating, its first NaN), found
-        # last to first from the same registers
-        for kk in tl.static_range(KW):
-            kw = KW - 1 - kk
-            t_kw = _nchw_tap(v, lo, hi, kw, PW, SW, O, BLOCK_P, BLOCK_G).to(COMPUTE)
-            iw = iw_tap0 + kw
-            ok = row_ok[:, None, None] & ((iw >= 0) & (iw < IW))[None, :, :]
-            arg = tl.where(_first_max_hit(t_kw, acc, ok, PROPAGATE_NAN), kw, arg)
-    return acc, arg
-
-
-@triton.jit
-def _pool_nchw_forward_kernel(x_ptr, y_ptr, arg_ptr, PLANES, C, D, IH, OH, IWv, OWv, TILES_G, STEPS,
-                              # plane and row strides in units of VX (x), VY (y), VA (arg); W strides are 1
-                              xsn, xsc, xsd, xsh, ysn, ysc, ysd, ysh, asn, asc, asd, ash,
-                              alpha: tl.float64, beta: tl.float64,
-                              KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
-                              PH: tl.constexpr, PW: tl.constexpr, VX: tl.constexpr, VY: tl.constexpr,
-                              VA: tl.constexpr, VIW: tl.constexpr, VOW: tl.constexpr, MODE: tl.constexpr,
-                              PROPAGATE_NAN: tl.constexpr, STORE_ARG: tl.constexpr, STORE_Y: tl.constexpr,
-                              HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
-                              ARG_EQ: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr):
-    """y over [BLOCK_P planes, STEPS output rows, BLOCK_G * 8 // SW output columns]: each
-    input row's taps fold once per output row holding it; with KH == SH + 1 the last row of
-    one output row is the first of the next and is carried in registers, not reloaded."""
-    # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
-    alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
-    if BIG:  # every offset term in int64, not only the image's (common.wide)
-        xsn, xsc, xsd, xsh = wide((xsn, xsc, xsd, xsh))
-        ysn, ysc, ysd, ysh = wide((ysn, ysc, ysd, ysh))
-        asn, asc, asd, ash = wide((asn, asc, asd, ash))
-    O: tl.constexpr = 8 // SW
-    CARRY: tl.constexpr = KH == SH + 1
-    MAX_ONLY: tl.constexpr = (MODE == 0 or MODE == 3) and not STORE_ARG
-    # map the program to planes, column groups and a run of output rows
-    pid_g = tl.program_id(1) % TILES_G
-    oh0 = (tl.program_id(1) // TILES_G) * STEPS
-    oh1 = tl.minimum(oh0 + STEPS, OH)
-    n, c, d, p_ok = _nchw_planes(BLOCK_P, PLANES, C, D)
-    g = pid_g * BLOCK_G + tl.arange(0, BLOCK_G)
-    IW = IWv * VIW
-    OW = OWv * VOW
-    ow = g[:, None] * O + tl.arange(0, O)[None, :]
-    iw_tap0 = ow * SW - PW
-    out_mask = p_ok[:, None, None] & (ow < OW)[None, :, :]
-    x_plane = n * xsn + c * xsc + d * xsd
-    y_plane = n * ysn + c * ysc + d * ysd
-    a_plane = n * asn + c * asc + d * asd
-    if MODE == 2:
-        cols = _clipped(iw_tap0, KW, IW)
-    if CARRY:
-        ih = oh0 * SH - PH
-        carried, carried_arg = _nchw_row_fold(x_ptr, (x_plane + ih * xsh) * VX, p_ok & (ih >= 0) & (ih < IH), g,
-                                              iw_tap0, IW, KW, SW, PW, MODE, PROPAGATE_NAN, MAX_ONLY, ARG_EQ,
-                                              COMPUTE, BLOCK_P, BLOCK_G)
-    # the output rows in order, each folding its KH input rows
-    for oh in range(oh0, oh1):
-        if MAX_ONLY:
-            acc = tl.full([BLOCK_P, BLOCK_G, O], float("-inf"), x_ptr.dtype.element_ty)
-        elif MODE == 0 or MODE == 3:
-            acc = tl.full([BLOCK_P, BLOCK_G, O], float("-inf"), COMPUTE)
-        else:
-            acc = tl.zeros([BLOCK_P, BLOCK_G, O], COMPUTE)
-        arg = tl.full([BLOCK_P, BLOCK_G, O], -1, tl.int32)
-        for kh in tl.static_range(KH):
-            if CARRY and kh == 0:
-                h = carried
-                harg = carried_arg
-            else:
-                ih = oh * SH - PH + kh
-                h, harg = _nchw_row_fold(x_ptr, (x_plane + ih * xsh) * VX, p_ok & (ih >= 0) & (ih < IH), g, iw_tap0,
-                                         IW, KW, SW, PW, MODE, PROPAGATE_NAN, MAX_ONLY, ARG_EQ, COMPUTE, BLOCK_P,
-                                         BLOCK_G)
-            acc, arg = _cl_fold_rows(acc, arg, h, harg, kh, KW, MODE, PROPAGATE_NAN, MAX_ONLY, 0)
-            if CARRY and kh == KH - 1:
-                carried = h
-                carried_arg = harg
-        # store the taps and/or y
-        if STORE_ARG:
-            a_off = ((a_plane + oh * ash) * VA)[:, None, None] + ow[None, :, :]
-            tl.store(arg_ptr + a_off, arg.to(arg_ptr.dtype.element_ty), mask=out_mask)
-        if STORE_Y:
-            if MODE == 1:
-                acc = acc / (KH * KW)
-            elif MODE == 2:
-                rows = _clipped(oh * SH - PH, KH, IH)
-                acc = acc / tl.maximum(rows * cols, 1).to(COMPUTE)[None, :, :]  # 1: masked-off lanes
-            y_off = ((y_plane + oh * ysh) * VY)[:, None, None] + ow[None, :, :]
-            out = acc.to(COMPUTE) * alpha
-            if HAS_BETA:
-                out += tl.load(y_ptr + y_off, mask=out_mask, other=0.0).to(COMPUTE) * beta
-            tl.store(y_ptr + y_off, out.to(y_ptr.dtype.element_ty), mask=out_mask)
-
-
-@triton.jit
-def _nchw_dy_row(dy_ptr, arg_ptr, g_row, a_row, row_ok, g, oh, IH, IW, OW, KH: tl.constexpr, KW: tl.constexpr,
-                 SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, T_LO: tl.constexpr,
-                 T_HI: tl.constexpr, MODE: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_P: tl.constexpr,
-                 BLOCK_G: tl.constexpr):
-    """One row of dy (divided by the window sizes for the averages) and of the taps for
-    the groups g: [BLOCK_P, BLOCK_G, 8 // SW] tiles and the outputs left (T_LO < 0) and
-    right (T_HI > 0) of each group; 0 where masked."""
-    O: tl.constexpr = 8 // SW
-    ow = g[:, None] * O + tl.arange(0, O)[None, :]
-    mask = row_ok[:, None, None] & (ow < OW)[None, :, :]
-    gv = tl.load(dy_ptr + g_row[:, None, None] + ow[None, :, :], mask=mask, other=0.0).to(COMPUTE)
-    av = tl.zeros([BLOCK_P, BLOCK_G, O], tl.int32)  # placeholders where not read
-    lo = tl.zeros([BLOCK_P, BLOCK_G], COMPUTE)
-    hi = lo
-    a_lo = tl.zeros([BLOCK_P, BLOCK_G], tl.int32)
-    a_hi = a_lo
-    if MODE == 0 or MODE == 3:
-        av = tl.load(arg_ptr + a_row[:, None, None] + ow[None, :, :], mask=mask, other=0).to(tl.int32)
-    elif MODE == 1:
-        gv = gv / (KH * KW)
-    else:
-        rows = _clipped(oh * SH - PH, KH, IH)
-        gv = gv / tl.maximum(rows * _clipped(ow * SW - PW, KW, IW), 1).to(COMPUTE)[None, :, :]
-    if T_LO < 0:
-        o_lo = g * O - 1
-        m_lo = row_ok[:, None] & ((o_lo >= 0) & (o_lo < OW))[None, :]
-        lo = tl.load(dy_ptr + g_row[:, None] + o_lo[None, :], mask=m_lo, other=0.0).to(COMPUTE)
-        if MODE == 0 or MODE == 3:
-            a_lo = tl.load(arg_ptr + a_row[:, None] + o_lo[None, :], mask=m_lo, other=0).to(tl.int32)
-        elif MODE == 1:
-            lo = lo / (KH * KW)
-        else:
-            lo = lo / tl.maximum(rows * _clipped(o_lo * SW - PW, KW, IW), 1).to(COMPUTE)[None, :]
-    if T_HI > 0:
-        o_hi = g * O + O
-        m_hi = row_ok[:, None] & (o_hi < OW)[None, :]
-        hi = tl.load(dy_ptr + g_row[:, None] + o_hi[None, :], mask=m_hi, other=0.0).to(COMPUTE)
-        if MODE == 0 or MODE == 3:
-            a_hi = tl.load(arg_ptr + a_row[:, None] + o_hi[None, :], mask=m_hi, other=0).to(tl.int32)
-        elif MODE == 1:
-            hi = hi / (KH * KW)
-        else:
-            hi = hi / tl.maximum(rows * _clipped(o_hi * SW - PW, KW, IW), 1).to(COMPUTE)[None, :]
-    return gv, lo, hi, av, a_lo, a_hi
-
-
-@triton.jit
 def _nchw_spread(acc0, acc1, gv, lo, hi, av, a_lo, a_hi, KH_TAP: tl.constexpr, KW: tl.constexpr, SW: tl.constexpr,
                  PW: tl.constexpr, T_LO: tl.constexpr, T_HI: tl.constexpr, MODE: tl.constexpr,
                  BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr):
@@ -873,82 +674,12 @@ def _nchw_dx_store(dx_ptr, acc0, acc1, d_row, row_ok, g, IW, alpha, beta, SW: tl
     tl.store(dx_ptr + off, out.to(dx_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
-def _pool_nchw_backward_kernel(dy_ptr, arg_ptr, dx_ptr, PLANES, C, D, IH, OH, IWv, OWv, TILES_G, STEPS,
-                               # plane and row strides in units of VG (dy), VA (arg), VD (dx); W strides are 1
-                               gsn, gsc, gsd, gsh, asn, asc, asd, ash, dsn, dsc, dsd, dsh,
-                               alpha: tl.float64, beta: tl.float64,
-                               KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
-                               PH: tl.constexpr, PW: tl.constexpr, Q_LO: tl.constexpr, Q_HI: tl.constexpr,
-                               T_LO: tl.constexpr, T_HI: tl.constexpr, VG: tl.constexpr, VA: tl.constexpr,
-                               VD: tl.constexpr, VIW: tl.constexpr, VOW: tl.constexpr, MODE: tl.constexpr,
-                               HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
-                               BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr):
-    """dx over [BLOCK_P planes, SH * STEPS input rows, BLOCK_G * 8 input columns], each
-    element written once. Step k holds input rows SH * k + r (r < SH <= 2), covered by
-    output rows k + q at the tap kh = r + PH - SH * q; with two such rows (3x3/2) the
-    second is the next step's first and is carried, not reloaded."""
-    # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
-    alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
-    if BIG:  # every offset term in int64, not only the image's (common.wide)
-        gsn, gsc, gsd, gsh = wide((gsn, gsc, gsd, gsh))
-        asn, asc, asd, ash = wide((asn, asc, asd, ash))
-        dsn, dsc, dsd, dsh = wide((dsn, dsc, dsd, dsh))
-    O: tl.constexpr = 8 // SW
-    CARRY: tl.constexpr = Q_HI == Q_LO + 1
-    # map the program to planes, column groups and a run of steps
-    pid_g = tl.program_id(1) % TILES_G
-    k0 = (tl.program_id(1) // TILES_G) * STEPS
-    k1 = tl.minimum(k0 + STEPS, tl.cdiv(IH, SH))
-    n, c, d, p_ok = _nchw_planes(BLOCK_P, PLANES, C, D)
-    g = pid_g * BLOCK_G + tl.arange(0, BLOCK_G)
-    IW = IWv * VIW
-    OW = OWv * VOW
-    g_plane = n * gsn + c * gsc + d * gsd
-    a_plane = n * asn + c * asc + d * asd
-    d_plane = n * dsn + c * dsc + d * dsd
-    if CARRY:
-        oh = k0 + Q_LO
-        ok = p_ok & (oh >= 0) & (oh < OH)
-        c_g, c_lo, c_hi, c_a, c_alo, c_ahi = _nchw_dy_row(
-            dy_ptr, arg_ptr, (g_plane + oh * gsh) * VG, (a_plane + oh * ash) * VA, ok, g, oh, IH, IW, OW,
-            KH, KW, SH, SW, PH, PW, T_LO, T_HI, MODE, COMPUTE, BLOCK_P, BLOCK_G)
-    for k in range(k0, k1):
-        acc00 = tl.zeros([BLOCK_P, BLOCK_G, O], COMPUTE)  # input row SH * k, phases 0 and 1
-        acc01 = tl.zeros([BLOCK_P, BLOCK_G, O], COMPUTE)
-        acc10 = tl.zeros([BLOCK_P, BLOCK_G, O], COMPUTE)  # input row SH * k + 1
-        acc11 = tl.zeros([BLOCK_P, BLOCK_G, O], COMPUTE)
-        # the covering output rows, ascending
-        for q in tl.static_range(Q_LO, Q_HI + 1):
-            oh = k + q
-            if CARRY and q == Q_LO:
-                gv, lo, hi, av, a_lo, a_hi = c_g, c_lo, c_hi, c_a, c_alo, c_ahi
-            else:
-                ok = p_ok & (oh >= 0) & (oh < OH)
-                gv, lo, hi, av, a_lo, a_hi = _nchw_dy_row(
-                    dy_ptr, arg_ptr, (g_plane + oh * gsh) * VG, (a_plane + oh * ash) * VA, ok, g, oh, IH, IW, OW,
-                    KH, KW, SH, SW, PH, PW, T_LO, T_HI, MODE, COMPUTE, BLOCK_P, BLOCK_G)
-            if PH - SH * q >= 0 and PH - SH * q < KH:
-                acc00, acc01 = _nchw_spread(acc00, acc01, gv, lo, hi, av, a_lo, a_hi, PH - SH * q, KW, SW, PW,
-                                            T_LO, T_HI, MODE, BLOCK_P, BLOCK_G)
-            if SH == 2 and 1 + PH - SH * q >= 0 and 1 + PH - SH * q < KH:
-                acc10, acc11 = _nchw_spread(acc10, acc11, gv, lo, hi, av, a_lo, a_hi, 1 + PH - SH * q, KW, SW, PW,
-                                            T_LO, T_HI, MODE, BLOCK_P, BLOCK_G)
-            if CARRY and q == Q_HI:
-                c_g, c_lo, c_hi, c_a, c_alo, c_ahi = gv, lo, hi, av, a_lo, a_hi
-        # blend and store the step's input rows
-        ih = k * SH
-        _nchw_dx_store(dx_ptr, acc00, acc01, (d_plane + ih * dsh) * VD, p_ok & (ih < IH), g, IW, alpha, beta, SW,
-                       HAS_BETA, COMPUTE, BLOCK_P, BLOCK_G)
-        if SH == 2:
-            _nchw_dx_store(dx_ptr, acc10, acc11, (d_plane + (ih + 1) * dsh) * VD, p_ok & (ih + 1 < IH), g, IW, alpha,
-                           beta, SW, HAS_BETA, COMPUTE, BLOCK_P, BLOCK_G)
-
-
 # NCHW block kernels removed, mostly slower (H200 11-30, TB/s max/avg: fwd 1.89/1.91 vs 2.46/2.38, bwd 1.52/1.44 vs 1.39/2.16)
-# -- NCHW lane kernels (NCHW_LANE_KERNELS): the NCHW row kernels' column groups, but a lane
-# of the tile is one (plane, output row) pair (forward) or (plane, row step) pair
-# (backward), lanes in memory order, so a program reads one contiguous run of rows and
+
+
+# -- NCHW lane kernels (NCHW_LANE_KERNELS): the column groups above; a lane of the tile is
+# one (plane, output row) pair (forward) or (plane, row step) pair (backward), lanes in
+# memory order, so a program reads one contiguous run of rows and
 # stores once at its end: every load comes before the first store (a store between
 # loads keeps ptxas from issuing the later loads early, as it might alias them). The
 # row two windows share (3x3/2) is read by both lanes (the second time from L1), not
@@ -1013,10 +744,10 @@ def _pool_nchw_lane_forward_kernel(x_ptr, y_ptr, arg_ptr, LANES, C, D, IH, OH, I
                                    VA: tl.constexpr, VIW: tl.constexpr, VOW: tl.constexpr, MODE: tl.constexpr,
                                    PROPAGATE_NAN: tl.constexpr, STORE_ARG: tl.constexpr, STORE_Y: tl.constexpr,
                                    HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
-                                   ARG_EQ: tl.constexpr, INTERP: tl.constexpr, ONE_ALPHA: tl.constexpr,
+                                   INTERP: tl.constexpr, ONE_ALPHA: tl.constexpr,
                                    BLOCK_L: tl.constexpr, BLOCK_G: tl.constexpr):
     """y over [BLOCK_L (plane, output row) lanes, BLOCK_G * 8 // SW output columns]: the
-    KH input rows of each lane folded horizontally (_nchw_row_fold), then down."""
+    KH input rows of each lane combined down, then the KW taps across."""
     # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
     alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     if BIG:  # every offset term in int64, not only the image's (common.wide)
@@ -1123,9 +854,9 @@ def _lane_dy_row(dy_ptr, arg_ptr, g_row, a_row, row_ok, g, oh, IH, IW, OW, KH: t
                  SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, T_LO: tl.constexpr,
                  T_HI: tl.constexpr, MODE: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_L: tl.constexpr,
                  BLOCK_G: tl.constexpr):
-    """_nchw_dy_row with one output row oh per lane ([BLOCK_L]): one row of dy (divided by
-    the window sizes for the averages) and of the taps, [BLOCK_L, BLOCK_G, 8 // SW], and
-    the outputs left (T_LO < 0) and right (T_HI > 0) of each group; 0 where masked."""
+    """Output row oh of each lane ([BLOCK_L]): one row of dy (divided by the window sizes
+    for the averages) and of the taps, [BLOCK_L, BLOCK_G, 8 // SW], and the outputs left
+    (T_LO < 0) and right (T_HI > 0) of each group; 0 where masked."""
     O: tl.constexpr = 8 // SW
     ow = g[:, None] * O + tl.arange(0, O)[None, :]
     mask = row_ok[:, None, None] & (ow < OW)[None, :, :]
@@ -1178,7 +909,7 @@ def _pool_nchw_lane_backward_kernel(dy_ptr, arg_ptr, dx_ptr, LANES, C, D, IH, OH
                                     ONE_ALPHA: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_G: tl.constexpr):
     """dx over [BLOCK_L (plane, row step) lanes, BLOCK_G * 8 input columns]: step k holds
     input rows SH * k + r (r < SH <= 2), covered by output rows k + q at the tap
-    kh = r + PH - SH * q (see _pool_nchw_backward_kernel); each dx element written once."""
+    kh = r + PH - SH * q; each dx element written once."""
     # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
     alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
     if BIG:  # every offset term in int64, not only the image's (common.wide)
@@ -2013,7 +1744,7 @@ def _maxnreg():
 
 def _nchw_shifts(geo):
     """(T_LO, T_HI) of the backward (dx column SW * j + a takes output j + t) and the
-    forward taps' (kw - PW) // SW: the NCHW row kernels read one output or input column
+    forward taps' (kw - PW) // SW: the NCHW lane kernels read one output or input column
     beyond their group on either side."""
     KW = geo.window[2]
     SW, PW = geo.stride[2], geo.padding[2]
@@ -2027,13 +1758,13 @@ def _lanes(mode, backward) -> bool:
 
 
 def _use_nchw(geo, mode, backward=False):
-    """The NCHW row kernels (on top of _use_rows) for the modes in NCHW_ROW_KERNELS (or
-    the lane kernels', _lanes): no window along D, H and W strides 1 or 2, each tap at
-    most one column beyond the 8-column group (PW <= 1, KW - 1 - PW <= SW)."""
+    """The NCHW lane kernels (on top of _use_rows) for the modes _lanes takes: no window
+    along D, H and W strides 1 or 2, each tap at most one column beyond the 8-column group
+    (PW <= 1, KW - 1 - PW <= SW)."""
     _, KH, KW = geo.window
     _, SH, SW = geo.stride
     _, PH, PW = geo.padding
-    if int(mode) not in NCHW_ROW_KERNELS and not _lanes(mode, backward):
+    if not _lanes(mode, backward):
         return False
     if geo.window[0] != 1 or geo.stride[0] != 1 or geo.padding[0] != 0:
         return False
@@ -2050,15 +1781,6 @@ def _nchw_lane_tiles(lanes, groups):
     return block_l, block_g, cdiv(lanes, block_l) * cdiv(groups, block_g)
 
 
-def _nchw_tiles(planes, groups, steps_total):
-    """(BLOCK_P, BLOCK_G, steps per program, row blocks) of the NCHW row kernels."""
-    block_g = min(triton.next_power_of_2(groups), NCHW_GROUPS)
-    block_p = max(1, min(triton.next_power_of_2(planes), NCHW_GROUPS // block_g))
-    blocks = cdiv(steps_total, NCHW_STEPS)
-    steps = cdiv(steps_total, blocks)
-    return block_p, block_g, steps, cdiv(steps_total, steps)
-
-
 def _nchw_forward(x5, y5, arg5, geo, alpha, beta, flags, store_y, has_arg):
     (D, IH, IW), (_, OH, OW) = geo.ins, geo.outs
     _, KH, KW = geo.window
@@ -2069,21 +1791,13 @@ def _nchw_forward(x5, y5, arg5, geo, alpha, beta, flags, store_y, has_arg):
     va, as_ = _row_strides(arg5) if has_arg else (1, [0] * 4)
     planes = geo.N * geo.C * D
     groups = cdiv(OW, 8 // SW)
-    if flags["MODE"] in NCHW_LANE_KERNELS:
-        block_l, block_g, programs = _nchw_lane_tiles(planes * OH, groups)
-        _pool_nchw_lane_forward_kernel[(programs,)](
-            x5, y5, arg5, planes * OH, geo.C, D, IH, OH, IW // _pow2_factor(IW), OW // _pow2_factor(OW),
-            cdiv(groups, block_g), *xs, *ys, *as_, alpha, beta, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH, PW=PW,
-            VX=vx, VY=vy, VA=va, VIW=_pow2_factor(IW), VOW=_pow2_factor(OW), **flags, ARG_EQ=NCHW_ARG_EQ,
-            INTERP=os.environ.get("TRITON_INTERPRET") == "1", ONE_ALPHA=alpha == 1.0, BLOCK_L=block_l, BLOCK_G=block_g, num_warps=NCHW_LANE_WARPS)
-        return
-    block_p, block_g, steps, row_blocks = _nchw_tiles(planes, groups, OH)
-    tiles_g = cdiv(groups, block_g)
-    _pool_nchw_forward_kernel[(cdiv(planes, block_p), tiles_g * row_blocks)](
-        x5, y5, arg5, planes, geo.C, D, IH, OH, IW // _pow2_factor(IW), OW // _pow2_factor(OW), tiles_g, steps,
-        *xs, *ys, *as_, alpha, beta, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH, PW=PW,
-        VX=vx, VY=vy, VA=va, VIW=_pow2_factor(IW), VOW=_pow2_factor(OW), **flags, ARG_EQ=NCHW_ARG_EQ,
-        BLOCK_P=block_p, BLOCK_G=block_g, num_warps=NCHW_WARPS)
+    block_l, block_g, programs = _nchw_lane_tiles(planes * OH, groups)
+    _pool_nchw_lane_forward_kernel[(programs,)](
+        x5, y5, arg5, planes * OH, geo.C, D, IH, OH, IW // _pow2_factor(IW), OW // _pow2_factor(OW),
+        cdiv(groups, block_g), *xs, *ys, *as_, alpha, beta, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH, PW=PW,
+        VX=vx, VY=vy, VA=va, VIW=_pow2_factor(IW), VOW=_pow2_factor(OW), **flags,
+        INTERP=os.environ.get("TRITON_INTERPRET") == "1", ONE_ALPHA=alpha == 1.0, BLOCK_L=block_l,
+        BLOCK_G=block_g, num_warps=NCHW_LANE_WARPS)
 
 
 def _nchw_backward(dy5, arg5, dx5, geo, alpha, beta, flags):
@@ -2098,23 +1812,14 @@ def _nchw_backward(dy5, arg5, dx5, geo, alpha, beta, flags):
     vd, ds = _row_strides(dx5)
     planes = geo.N * geo.C * D
     groups = cdiv(IW, 8)
-    if _lanes(flags["MODE"], backward=True):
-        steps = cdiv(IH, SH)
-        block_l, block_g, programs = _nchw_lane_tiles(planes * steps, groups)
-        _pool_nchw_lane_backward_kernel[(programs,)](
-            dy5, arg5, dx5, planes * steps, geo.C, D, IH, OH, IW // _pow2_factor(IW), OW // _pow2_factor(OW),
-            cdiv(groups, block_g), steps, *gs, *as_, *ds, alpha, beta, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH,
-            PW=PW, Q_LO=min(qs), Q_HI=max(qs), T_LO=t_lo, T_HI=t_hi, VG=vg, VA=va, VD=vd, VIW=_pow2_factor(IW),
-            VOW=_pow2_factor(OW), **flags, ONE_ALPHA=alpha == 1.0, BLOCK_L=block_l, BLOCK_G=block_g,
-            num_warps=NCHW_LANE_WARPS)
-        return
-    block_p, block_g, steps, row_blocks = _nchw_tiles(planes, groups, cdiv(IH, SH))
-    tiles_g = cdiv(groups, block_g)
-    _pool_nchw_backward_kernel[(cdiv(planes, block_p), tiles_g * row_blocks)](
-        dy5, arg5, dx5, planes, geo.C, D, IH, OH, IW // _pow2_factor(IW), OW // _pow2_factor(OW), tiles_g, steps,
-        *gs, *as_, *ds, alpha, beta, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH, PW=PW, Q_LO=min(qs), Q_HI=max(qs),
-        T_LO=t_lo, T_HI=t_hi, VG=vg, VA=va, VD=vd, VIW=_pow2_factor(IW), VOW=_pow2_factor(OW), **flags,
-        BLOCK_P=block_p, BLOCK_G=block_g, num_warps=NCHW_WARPS)
+    steps = cdiv(IH, SH)
+    block_l, block_g, programs = _nchw_lane_tiles(planes * steps, groups)
+    _pool_nchw_lane_backward_kernel[(programs,)](
+        dy5, arg5, dx5, planes * steps, geo.C, D, IH, OH, IW // _pow2_factor(IW), OW // _pow2_factor(OW),
+        cdiv(groups, block_g), steps, *gs, *as_, *ds, alpha, beta, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH,
+        PW=PW, Q_LO=min(qs), Q_HI=max(qs), T_LO=t_lo, T_HI=t_hi, VG=vg, VA=va, VD=vd, VIW=_pow2_factor(IW),
+        VOW=_pow2_factor(OW), **flags, ONE_ALPHA=alpha == 1.0, BLOCK_L=block_l, BLOCK_G=block_g,
+        num_warps=NCHW_LANE_WARPS)
 
 
 def _row_block(width, rows):
