@@ -3,8 +3,8 @@
 cuda/norms.py (module switches flipped for the call) against PyTorch, in one process on
 one H200 (< 90 s without --more).
 
-Designs: "coop" (session 34, cuda/group_norm_coop.py, off by default until this sweep has
-run it: a sample's pixels in slices held by programs that meet at a per-sample barrier;
+Designs: "coop" (session 34, cuda/group_norm_coop.py, off by default since session 35's run
+of this sweep: a sample's pixels in slices held by programs that meet at a per-sample barrier;
 its tickets, its two-launch form and its tiles as variants), "resident" (GROUP_NORM_RESIDENT: a program
 holds its whole group in registers, x and dy read once; the NCHW default), the old defaults
 (GROUP_NORM_RESIDENT "never": split forward, fused NCHW / split NHWC backward) and the
@@ -55,7 +55,7 @@ RES = [("GROUP_NORM_RESIDENT", "always")]
 # (NCHW): forward 16 warps 3.17 TB/s, 8 warps 3.28 (now the default), backward 2.57.
 DR64 = [("GN_RESIDENT_DATA_REGS", 64)]
 # group_norm_coop's switches (session 34: a sample's slices meeting at a barrier, for
-# channels-last views; off by default until measured here; the rows turn it on or off)
+# channels-last views; off by default since session 35; the rows turn it on or off)
 NO_COOP = [("coop", "GROUP_NORM_COOP", "never")]
 COOP = [("coop", "GROUP_NORM_COOP", "channels_last")]
 

@@ -30,9 +30,12 @@ with COOP_BARRIER off) the same kernel runs as two launches: PHASE 1 writes the 
 PHASE 2 reads x again, combines and writes the output. Tests run that form on the CPU and
 the one-launch form (PHASE 0) on the GPU.
 
-Measured once (session 34, H100, 64x256x56x56 bf16, docs/performance.md): forward 91.1 us
-against the resident design's 93.8, backward 364.6 against the split design's 182.2
-(before the in-kernel parameter sums and the poll backoff). So it is off by default.
+Measured (session 35, H100, 64x256x56x56 bf16, every sweep row, docs/performance.md):
+forward 92.1 us (91.3 at 32 KB, 4 warps) against the resident design's 95.6, backward
+294.1 against the split design's 182.1; the two-launch backward takes 260.4, so the
+backward kernel itself is slow, not only its barrier. Off by default: 4% on the forward
+does not pay for a barrier that hangs when fewer programs fit on the GPU than a sample
+has slices (an MPS share of the SMs, for one).
 """
 from __future__ import annotations
 
@@ -49,8 +52,9 @@ from .tensor_ops import zeroed_counters
 
 # GROUP_NORM_COOP per direction (or one value): "channels_last" (this design for
 # channels-last views that fit, see plan) or "never" (norms.py's designs). Off by default
-# until it wins: benchmarks/sweep_group_norm.py --only NHWC and the gpu tests of
-# tests/test_cuda_group_norm_coop.py (step gn_coop of benchmarks/gpu_images_inner_check.sh).
+# (see the module docstring): benchmarks/sweep_group_norm.py --only NHWC times it, and the
+# gpu tests of tests/test_cuda_group_norm_coop.py check it (step gn_coop of
+# benchmarks/gpu_images_inner_check.sh).
 GROUP_NORM_COOP = {"forward": "never", "backward": "never"}
 # a program: held bytes (x, or x and dy: bfloat16 held as loaded), warps, registers a thread
 # at most (ptxas maxnreg; None: ptxas's choice). sm_90 (offline compile, 56x56x256 bf16):
@@ -264,7 +268,6 @@ def _gn_coop_backward_kernel(x_ptr, dy_ptr, dx_ptr, scale_ptr, mean_ptr, inv_ptr
                    cache_modifier=".cg")
     tl.store(sample_ptr + n.to(tl.int64) * 2 * C + col, tl.sum(cols, axis=0), mask=c_ok)
     # the sample's mean(dy w) and mean(dy w x_hat), slices summed in order
-    j = tl.arange(0, BLOCK_SPLITS)
     j_mask = (j < SPLITS)[:, None] & (g < BLOCK_G)[None, :]
     p_off = j[:, None] * 2 * BLOCK_G + g[None, :]
     total = (S * CG).to(COMPUTE)
