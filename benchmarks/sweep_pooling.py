@@ -86,6 +86,15 @@ ROW_TILES = [("row tile 512 4w", [("ROW_TILE", 512)]), ("row tile 2048 4w", [("R
              ("row tile 2048 8w", [("ROW_TILE", 2048), ("ROW_WARPS", 8)]),
              ("row tile 4096 8w", [("ROW_TILE", 4096), ("ROW_WARPS", 8)])]
 
+# (session 36) the NHWC taps pass alone at other tiles. Its sm_90 SASS (bf16 3x3/2, 4 rows x
+# 32 columns x 64 channels, 8 warps) is 73.8 thread instructions an output and 80 registers,
+# against the forward's 35.5 and 54 at the same tile: the running (value, tap) fold in float32
+# costs twice the forward's work, and the pass ran at 1.75 TB/s (65.9 us) where the forward
+# runs near copy. Other tiles (SASS): 16 columns 86.5 / 60 registers, 2 rows 84.5 / 79,
+# 4 warps 72.6 / 142. The gather (CL_BLOCK_W too) is left out of these rows.
+TAPS_TILES = [("cl 16 cols, taps only", TAPS_ONLY + [("CL_BLOCK_W", 16)]),
+              ("cl 2 rows, taps only", TAPS_ONLY + [("CL_ROWS", 2)]),
+              ("cl 4 warps, taps only", TAPS_ONLY + [("CL_WARPS", 4)])]
 
 # sm_90 SASS, bf16 3x3/2 (warp instructions x 32 per output element forward, per dx element
 # backward): max fwd NCHW rows 46.5 (runtime row loop, removed), lanes 64x8 36.0 / 128x8
@@ -114,7 +123,7 @@ MORE = {
     ("max fwd", "NHWC"): [("cl 7 rows", [("CL_ROWS", 7)]), ("cl 14 rows", [("CL_ROWS", 14)]),
                           ("cl packed max", [("CL_PACKED_MAX", True)])],
     ("max bwd", "NHWC"): [("cl 14 rows (taps + gather)", [("CL_ROWS", 14)]),
-                          ("fused phases 2x16x64 mr128", PHASES), ("fused shift 32x64 mr128", SHIFT)],
+                          ("fused phases 2x16x64 mr128", PHASES), ("fused shift 32x64 mr128", SHIFT)] + TAPS_TILES,
     ("avg fwd", "NHWC"): [("cl 7 rows", [("CL_ROWS", 7)]), ("cl 14 rows", [("CL_ROWS", 14)])],
     ("avg bwd", "NHWC"): [("cl 14 rows", [("CL_ROWS", 14)])],
     ("adaptive avg 1x1 fwd", "NHWC"): [("gap 64ch x 128", GAP + [("GLOBAL_AVG_NHWC", (64, 128, 8))])],
