@@ -11,7 +11,6 @@ import tridnn
 from tridnn import reference, testing
 from tridnn.algorithms import registry
 from tridnn.algorithms.problem import ConvProblem
-from tridnn.errors import NotSupportedError
 
 from problems import REGRESSION, suite_problems
 
@@ -153,7 +152,6 @@ def test_transform_methods_large_planes_every_dtype(member, name, p, dtype, rng)
 
 
 def test_fft_tiling_uses_several_tiles():
-    from tridnn.shapes import conv
     algo = _by_enum(tridnn.ConvFwdAlgo.FFT_TILING)
     x = tridnn.TensorDescriptor.nchw(1, 3, 40, 37)
     w = tridnn.FilterDescriptor((5, 3, 5, 5))

@@ -4,7 +4,6 @@ reference gradients against finite differences."""
 import numpy as np
 import pytest
 
-import tridnn
 from tridnn.api import normalization as norms
 from tridnn.errors import BadParamError
 from tridnn.reference import normalization as ref

@@ -171,7 +171,6 @@ class ConvSpec:
             raise BadParamError(f"problem {text!r} gives no input size; add ih (2D), id (3D) or iw (1D)")
         first = "dhw".index(axes[0])
         axes = list("dhw"[first:])
-        nd = len(axes)
 
         def per_axis(prefix, default):
             out, last = [], None

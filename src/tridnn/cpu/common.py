@@ -195,7 +195,7 @@ def windows_channels_last(problem, xpad: np.ndarray) -> np.ndarray:
 def windows_channels_first(problem, xpad: np.ndarray) -> np.ndarray:
     """The same receptive fields as (b, G, Cg, *kernel, *out), from a channels-first padded
     input xpad (b, C, *read_extent): copying it is a whole im2col in NCHW order."""
-    nd, g = problem.nd, problem.groups
+    g = problem.groups
     b, c = xpad.shape[:2]
     st = xpad.strides
     spatial = st[2:]

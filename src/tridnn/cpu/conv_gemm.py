@@ -74,7 +74,7 @@ class GemmForward(Algorithm):
     def _run_channels_first(self, problem, tensors, workspace, alpha, beta, epilogue):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
         g, cg, kg, ntaps, out = gemm_geometry(problem)
-        acc_dtype, nd = problem.accumulator, problem.nd
+        acc_dtype = problem.accumulator
         wmat = workspace["wmat"].reshape(g, kg, cg, *problem.kernel)
         wmat[...] = split_groups(w, g, axis=0)
         wmat = wmat.reshape(g, kg, cg * ntaps)
@@ -111,7 +111,7 @@ class GemmForward(Algorithm):
     def _run_channels_last(self, problem, tensors, workspace, alpha, beta, epilogue):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
         g, cg, kg, ntaps, out = gemm_geometry(problem)
-        acc_dtype, nd = problem.accumulator, problem.nd
+        acc_dtype = problem.accumulator
         # filter as (G, taps*Cg, Kg), rows ordered (tap, channel) like the columns
         wmat = workspace["wmat"].reshape(g, *problem.kernel, cg, kg)
         wmat[...] = np.moveaxis(split_groups(w, g, axis=0), (1, 2), (-1, -2))

@@ -84,7 +84,7 @@ class PrecompGemmForward(Algorithm):
     def run(self, problem, tensors, workspace, alpha, beta, epilogue=None):
         x, w, y = tensors["x"], tensors["w"], tensors["y"]
         g, cg, kg, ntaps, out = gemm_geometry(problem)
-        nd, plane = problem.nd, prod(problem.in_spatial) + 1
+        plane = prod(problem.in_spatial) + 1
         block, tile = self._block(problem), self._tile_rows(problem)
         wmat = workspace["wmat"].reshape(g, *problem.kernel, cg, kg)
         wmat[...] = np.moveaxis(split_groups(w, g, axis=0), (1, 2), (-1, -2))
