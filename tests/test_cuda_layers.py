@@ -594,6 +594,69 @@ def test_group_norm_designs(design, layout, saved, rng, monkeypatch):
     check(dbias, db_ref, torch.float32, "dbias")
 
 
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("saved", [True, False], ids=["saved", "recomputed"])
+def test_group_norm_split_in_sample_chunks(layout, saved, rng, monkeypatch):
+    """GN_SPLIT_CHUNK: the split design two samples at a time (5 samples: chunks of 2, 2
+    and 1) matches float64, and matches the one-chunk run bit for bit (a sample's splits
+    do not depend on the chunk)."""
+    monkeypatch.setattr(norms, "GROUP_NORM_SPLIT", "always")
+    monkeypatch.setattr(norms, "GROUP_NORM_RESIDENT", "never")
+    monkeypatch.setattr(group_norm_coop, "GROUP_NORM_COOP", "never")
+    monkeypatch.setattr(norms, "SPLITS_PER_SAMPLE", 3)
+    monkeypatch.setattr(norms, "GN_TILE", 16)
+    shape, groups = (5, 8, 5, 7), 4
+    x = make(shape, layout, rng=rng, scale=2.0)
+    x.add_(3.0)
+    scale = torch.as_tensor(rng.standard_normal(8), dtype=torch.float32, device=DEVICE)
+    bias = torch.as_tensor(rng.standard_normal(8), dtype=torch.float32, device=DEVICE)
+    dy = make(shape, layout, rng=rng)
+    y0 = make(shape, layout, rng=rng)
+    x_before, dy_before = x.clone(), dy.clone()
+
+    def run(chunk):
+        monkeypatch.setattr(norms, "GN_SPLIT_CHUNK", chunk)
+        y = y0.clone()
+        mean = torch.full((5, groups), float("nan"), device=DEVICE)
+        inv = torch.full((5, groups), float("nan"), device=DEVICE)
+        norms.group_norm_forward(x, y, scale, bias, mean, inv, groups, 1e-5, 2.0, 0.5)
+        dx = poisoned(shape, layout)
+        dscale = torch.full((8,), float("nan"), device=DEVICE)
+        dbias = torch.full((8,), float("nan"), device=DEVICE)
+        stats = (mean, inv) if saved else (None, None)
+        norms.group_norm_backward(x, dy, dx, scale, dscale, dbias, *stats, groups, 1.0, 0.0)
+        return y, mean, inv, dx, dscale, dbias
+
+    calls = []
+    monkeypatch.setattr(norms, "_split_backward_chunk",
+                        lambda *a, f=norms._split_backward_chunk: calls.append(a[0].shape[0]) or f(*a))
+    chunked = run(2)
+    assert calls == [2, 2, 1]
+    y, mean, inv, dx, dscale, dbias = chunked
+    y_ref, mean_ref, inv_ref = ref_norm.group_norm(f64(x), f64(scale), f64(bias), groups, 1e-5)
+    check(y, 2.0 * y_ref + 0.5 * f64(y0), torch.float32, "y", scale=2.0)
+    check(mean, mean_ref, torch.float32, "mean")
+    check(inv, inv_ref, torch.float32, "inv_std")
+    dx_ref, ds_ref, db_ref = ref_norm.group_norm_backward(f64(x), f64(dy), f64(scale), groups, 1e-5)
+    check(dx, dx_ref, torch.float32, "dx", scale=3.0)
+    check(dscale, ds_ref, torch.float32, "dscale")
+    check(dbias, db_ref, torch.float32, "dbias")
+    for got, want in zip(chunked, run(None)):
+        assert torch.equal(got, want)
+    assert torch.equal(x, x_before) and torch.equal(dy, dy_before)
+
+
+def test_group_norm_split_chunk_switch_checked(rng, monkeypatch):
+    monkeypatch.setattr(norms, "GROUP_NORM_SPLIT", "always")
+    monkeypatch.setattr(norms, "GROUP_NORM_RESIDENT", "never")
+    monkeypatch.setattr(group_norm_coop, "GROUP_NORM_COOP", "never")
+    monkeypatch.setattr(norms, "GN_SPLIT_CHUNK", "half")
+    x = make((2, 4, 3, 3), "NCHW", rng=rng)
+    with pytest.raises(ValueError, match="GN_SPLIT_CHUNK='half'"):
+        norms.group_norm_forward(x, x.clone(), torch.ones(4, device=DEVICE), torch.zeros(4, device=DEVICE),
+                                 None, None, 2, 1e-5)
+
 # -- LRN ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("lrn_n", [1, 2, 3, 4, 5, 8, 16])
 @pytest.mark.parametrize("layout", LAYOUTS)
