@@ -433,6 +433,70 @@ def test_batch_norm_split_orders(l2_reuse, keep, layout, rng, monkeypatch):
     check(dbias, db_ref, torch.float32, "dbias")
 
 
+@pytest.mark.parametrize("ops", [0, 1, 2], ids=["NORM", "NORM_RELU", "NORM_ADD_RELU"])
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_batch_norm_in_channel_chunks(ops, layout, rng, monkeypatch):
+    """CHANNEL_CHUNK: training forward and backward two channels at a time (5 channels:
+    chunks of 2, 2 and 1), with alpha/beta on both (dx and dz blend), against float64; running averages,
+    saved statistics and the parameter gradients land in their own channels."""
+    monkeypatch.setattr(batchnorm, "CHANNEL_CHUNK", 2)
+    calls = []
+    for name in ("batch_norm_forward_training", "batch_norm_backward"):
+        monkeypatch.setattr(batchnorm, name, lambda *a, f=getattr(batchnorm, name), n=name:
+                            calls.append((n, a[0].shape[1])) or f(*a))
+    shape, pshape = (3, 5, 4, 3), (1, 5, 1, 1)
+    x = make(shape, layout, rng=rng, scale=2.0)
+    x.add_(3.0)
+    z = make(shape, layout, rng=rng) if ops == 2 else None
+    p = lambda v: torch.as_tensor(np.asarray(v, np.float32)).to(DEVICE)  # noqa: E731
+    scale, bias = p(rng.standard_normal(pshape)), p(rng.standard_normal(pshape))
+    rmean, rvar = p(rng.standard_normal(pshape)), p(rng.random(pshape) + 0.5)
+    rmean0, rvar0 = f64(rmean), f64(rvar)
+    smean, sinv = p(np.full(pshape, np.nan)), p(np.full(pshape, np.nan))
+    y = make(shape, layout, rng=rng)
+    y0 = f64(y)
+    x_before = x.clone()
+    batchnorm.batch_norm_forward_training(x, z, y, scale, bias, rmean, rvar, smean, sinv, 1, 0.1, 1e-5, ops,
+                                          2.0, 0.5)
+    assert calls == [("batch_norm_forward_training", c) for c in (5, 2, 2, 1)]
+    y_ref, mean_ref, var_ref = ref_norm.batch_norm_train(f64(x), f64(scale), f64(bias), 1e-5,
+                                                         z=None if z is None else f64(z), relu=ops > 0)
+    m = x.numel() // 5
+    check(y, 2.0 * y_ref + 0.5 * y0, torch.float32, "y", scale=2.0)
+    check(smean, mean_ref, torch.float32, "saved mean")
+    check(sinv, 1 / np.sqrt(var_ref + 1e-5), torch.float32, "saved inv var", scale=10.0)
+    check(rmean, 0.9 * rmean0 + 0.1 * mean_ref, torch.float32, "running mean")
+    check(rvar, 0.9 * rvar0 + 0.1 * var_ref * m / (m - 1), torch.float32, "running var")
+    assert torch.equal(x, x_before)
+
+    calls.clear()
+    dy = make(shape, layout, rng=rng)
+    dx = make(shape, layout, rng=rng)
+    dx0 = f64(dx)
+    dz = make(shape, layout, rng=rng) if ops == 2 else None
+    dz0 = None if dz is None else f64(dz)
+    dscale, dbias = p(rng.standard_normal(pshape)), p(rng.standard_normal(pshape))
+    ds0, db0 = f64(dscale), f64(dbias)
+    batchnorm.batch_norm_backward(x, y, dy, dz, dx, scale, bias, dscale, dbias, smean, sinv, 1, 1e-5, ops,
+                                  1.0, 0.5, 1.0, 0.25)
+    assert calls == [("batch_norm_backward", c) for c in (5, 2, 2, 1)]
+    dx_ref, ds_ref, db_ref, dz_ref = ref_norm.batch_norm_backward(f64(x), f64(dy), f64(scale), 1e-5, y=f64(y),
+                                                                  relu=ops > 0)
+    check(dx, dx_ref + 0.5 * dx0, torch.float32, "dx", scale=2.0)
+    check(dscale, ds_ref + 0.25 * ds0, torch.float32, "dscale", scale=2.0)
+    check(dbias, db_ref + 0.25 * db0, torch.float32, "dbias")
+    if dz is not None:
+        check(dz, dz_ref + 0.5 * dz0, torch.float32, "dz")
+
+
+def test_batch_norm_channel_chunk_switch_checked(rng, monkeypatch):
+    monkeypatch.setattr(batchnorm, "CHANNEL_CHUNK", 0)
+    x = make((2, 3, 2, 2), "NCHW", rng=rng)
+    ones, zeros = torch.ones(1, 3, 1, 1, device=DEVICE), torch.zeros(1, 3, 1, 1, device=DEVICE)
+    with pytest.raises(ValueError, match="CHANNEL_CHUNK=0"):
+        batchnorm.batch_norm_forward_training(x, None, x.clone(), ones, zeros, None, None, None, None, 1, 0.1, 1e-5,
+                                              0, 1.0, 0.0)
+
 def test_batch_norm_parameter_blending(rng):
     shape = (3, 4, 5, 2)
     x = make(shape, "NHWC", rng=rng)
