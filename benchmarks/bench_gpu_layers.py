@@ -352,6 +352,8 @@ def spatial_cases(layout):
                       nbytes(x, y), lambda: (y, out["bn"])))
     cases.append(Case("batchnorm train fwd [channel chunks]", switched(batchnorm, "CHANNEL_CHUNK", "l2", bn_fwd),
                       t_bn, nbytes(x, y), lambda: (y, out["bn"])))
+    cases.append(Case("batchnorm train fwd [channel chunks 64]", switched(batchnorm, "CHANNEL_CHUNK", 64, bn_fwd),
+                      t_bn, nbytes(x, y), lambda: (y, out["bn"])))
     cases.append(Case("batchnorm add+relu fwd", bn_add, t_add, nbytes(x, z, y), lambda: (y, out["bnadd"])))
     cases.append(Case("batchnorm add+relu fwd [L2 order]", switched(batchnorm, "L2_REUSE", True, bn_add), t_add,
                       nbytes(x, z, y), lambda: (y, out["bnadd"])))
@@ -362,6 +364,8 @@ def spatial_cases(layout):
     cases.append(Case("batchnorm bwd [L2 order]", switched(batchnorm, "L2_REUSE", True, bn_bwd), t_bwd,
                       nbytes(x, dy_full, dx), lambda: (dx, first(out["bnbwd"]))))
     cases.append(Case("batchnorm bwd [channel chunks]", switched(batchnorm, "CHANNEL_CHUNK", "l2", bn_bwd), t_bwd,
+                      nbytes(x, dy_full, dx), lambda: (dx, first(out["bnbwd"]))))
+    cases.append(Case("batchnorm bwd [channel chunks 32]", switched(batchnorm, "CHANNEL_CHUNK", 32, bn_bwd), t_bwd,
                       nbytes(x, dy_full, dx), lambda: (dx, first(out["bnbwd"]))))
 
     # group norm (32 groups): the other design as the alternative
