@@ -329,9 +329,8 @@ def spatial_cases(layout):
                           triton_nhwc(switched_all(tensor_ops, settings, adaptive)),
                           t_adaptive, nbytes(x, ay), lambda: (ay, out["adaptive"])))
 
-    # batch norm; the alternative rows flip L2_REUSE (on: the apply pass re-reads the
-    # stats pass's last tiles from the L2 first, with cache hints) and (session 36)
-    # CHANNEL_CHUNK (a chunk of channels at a time, so the apply pass re-reads it from the L2)
+    # batch norm; the alternative row flips L2_REUSE (on: the apply pass re-reads the
+    # stats pass's last tiles from the L2 first, with cache hints)
     tw, tb = w.clone(), b.clone()
     trm, trv = torch.zeros(C, device=DEVICE), torch.ones(C, device=DEVICE)
     bn_fwd = lambda: batchnorm.batch_norm_forward_training(x, None, y, w4, b4, rm, rv, sm, si, 1, 0.1, 1e-5, 0,  # noqa: E731
@@ -350,10 +349,6 @@ def spatial_cases(layout):
     cases.append(Case("batchnorm train fwd", bn_fwd, t_bn, nbytes(x, y), lambda: (y, out["bn"])))
     cases.append(Case("batchnorm train fwd [L2 order]", switched(batchnorm, "L2_REUSE", True, bn_fwd), t_bn,
                       nbytes(x, y), lambda: (y, out["bn"])))
-    cases.append(Case("batchnorm train fwd [channel chunks]", switched(batchnorm, "CHANNEL_CHUNK", "l2", bn_fwd),
-                      t_bn, nbytes(x, y), lambda: (y, out["bn"])))
-    cases.append(Case("batchnorm train fwd [channel chunks 64]", switched(batchnorm, "CHANNEL_CHUNK", 64, bn_fwd),
-                      t_bn, nbytes(x, y), lambda: (y, out["bn"])))
     cases.append(Case("batchnorm add+relu fwd", bn_add, t_add, nbytes(x, z, y), lambda: (y, out["bnadd"])))
     cases.append(Case("batchnorm add+relu fwd [L2 order]", switched(batchnorm, "L2_REUSE", True, bn_add), t_add,
                       nbytes(x, z, y), lambda: (y, out["bnadd"])))
@@ -362,10 +357,6 @@ def spatial_cases(layout):
         lambda: F.batch_norm(x, trm, trv, tw, tb, training=False, eps=1e-5), nbytes(x, y)))
     cases.append(Case("batchnorm bwd", bn_bwd, t_bwd, nbytes(x, dy_full, dx), lambda: (dx, first(out["bnbwd"]))))
     cases.append(Case("batchnorm bwd [L2 order]", switched(batchnorm, "L2_REUSE", True, bn_bwd), t_bwd,
-                      nbytes(x, dy_full, dx), lambda: (dx, first(out["bnbwd"]))))
-    cases.append(Case("batchnorm bwd [channel chunks]", switched(batchnorm, "CHANNEL_CHUNK", "l2", bn_bwd), t_bwd,
-                      nbytes(x, dy_full, dx), lambda: (dx, first(out["bnbwd"]))))
-    cases.append(Case("batchnorm bwd [channel chunks 32]", switched(batchnorm, "CHANNEL_CHUNK", 32, bn_bwd), t_bwd,
                       nbytes(x, dy_full, dx), lambda: (dx, first(out["bnbwd"]))))
 
     # group norm (32 groups): the other design as the alternative

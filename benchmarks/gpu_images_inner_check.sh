@@ -35,8 +35,6 @@
 #   pool_split (session 35) sweep_pooling.py --only "bwd" --more: the max backward's two passes (taps,
 #              gather) timed alone beside the whole, both layouts; the NCHW gathers (row kernel, its tiles; the
 #              lane gather before session 35), the fused NHWC designs
-#   gn_chunks  (session 36) sweep_group_norm.py, the defaults and the split rows: the split design a chunk of
-#              samples at a time (GN_SPLIT_CHUNK), its apply pass re-reading x and dy from the L2
 #   flat1x1    sweep_gluon_conv.py on the 1x1 layers of 14- and 7-wide maps as flat GEMMs (batch 64,
 #              forward and backward data, against cuBLAS / cuDNN): the flat configs (22-26)
 # Results under $OUT (or ./gpu_out); a per-layer summary last.
@@ -103,7 +101,6 @@ for step in $1; do
           tests/test_cuda_group_norm_coop.py > "$R/gn_coop_tests.txt" 2>&1
       echo "gn_coop tests took $(( $(date +%s) - t0 )) s: $(tail -1 "$R/gn_coop_tests.txt")"
       script gn_coop 32 python3 benchmarks/sweep_group_norm.py --only NHWC --out "$R/gn_coop";;
-    gn_chunks) script gn_chunks 14 python3 benchmarks/sweep_group_norm.py --only "default|split" --out "$R/gn_chunks";;
     pool_split) script pool_split 40 python3 benchmarks/sweep_pooling.py --only "bwd" --more --out "$R/pool_split";;
     flat1x1)
       script flat1x1 52 python3 benchmarks/sweep_gluon_conv.py --directions fwd,bwd_data --configs 22,23,24,25,26 \

@@ -8,8 +8,7 @@ of this sweep: a sample's pixels in slices held by programs that meet at a per-s
 its tickets, its two-launch form and its tiles as variants), "resident" (GROUP_NORM_RESIDENT: a program
 holds its whole group in registers, x and dy read once; the NCHW default), the old defaults
 (GROUP_NORM_RESIDENT "never": split forward, fused NCHW / split NHWC backward) and the
-other of fused / split, the split design a chunk of samples at a time (session 36,
-GN_SPLIT_CHUNK), plus resident tile settings (warps through GN_RESIDENT_DATA_REGS,
+other of fused / split, plus resident tile settings (warps through GN_RESIDENT_DATA_REGS,
 the bfloat16 narrow hold off, channels-last groups a program).
 
 TB/s counts minimal bytes: forward x read and y written once; backward x and dy read and
@@ -60,11 +59,6 @@ DR64 = [("GN_RESIDENT_DATA_REGS", 64)]
 NO_COOP = [("coop", "GROUP_NORM_COOP", "never")]
 COOP = [("coop", "GROUP_NORM_COOP", "channels_last")]
 
-# (session 36) the split design a chunk of samples at a time, so that its apply pass re-reads
-# x (and dy) from the L2 (GN_SPLIT_CHUNK). Predicted for the NHWC backward: DRAM bytes from
-# ~5 tensor-sizes (x, dy twice, dx) towards 3, less ~10 chunks x 3 launches: 182 -> 130-150 us.
-CHUNK_L2 = [("GN_SPLIT_CHUNK", "l2")]
-
 
 def coop(name, value):
     return ("coop", name, value)
@@ -103,20 +97,15 @@ VARIANTS = {
                       ("resident L2 prefetch 2/SM", RES + [("GN_RESIDENT_PREFETCH", 2)]),
                       ("default, separate dscale/dbias sums", [("PARAM_SUMS", "separate")]),
                       ("old default (fused)", OLD),
-                      ("split", OLD + [("GROUP_NORM_SPLIT", "always")]),
-                      ("split, chunks of half the L2", OLD + [("GROUP_NORM_SPLIT", "always")] + CHUNK_L2)],
+                      ("split", OLD + [("GROUP_NORM_SPLIT", "always")])],
     ("fwd", "NHWC"): [("default", [])] + COOP_ROWS + [
                       ("coop 64KB 8w no maxnreg", COOP + [coop("COOP_MAXNREG", None)]),
                       ("resident 2g 16w (no coop)", NO_COOP),
                       ("split", NO_COOP + [("GROUP_NORM_RESIDENT", "never")]),
-                      ("split, chunks of half the L2", NO_COOP + [("GROUP_NORM_RESIDENT", "never")] + CHUNK_L2),
                       ("resident 1 group 8w", NO_COOP + RES + DR64 + [("GN_RESIDENT_GPP", 1)]),
                       ("fused", NO_COOP + [("GROUP_NORM_RESIDENT", "never"), ("GROUP_NORM_SPLIT", "never")])],
     ("bwd", "NHWC"): [("default", [])] + COOP_ROWS + [
                       ("split (no coop)", NO_COOP),
-                      ("split, chunks of half the L2", NO_COOP + CHUNK_L2),
-                      ("split, chunks of 4 samples", NO_COOP + [("GN_SPLIT_CHUNK", 4)]),
-                      ("split, chunks of 16 samples", NO_COOP + [("GN_SPLIT_CHUNK", 16)]),
                       ("resident 1 group 32w", NO_COOP + RES),
                       ("fused", NO_COOP + [("GROUP_NORM_SPLIT", "never")])],
 }

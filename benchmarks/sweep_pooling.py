@@ -70,28 +70,33 @@ def _skipped(*args, **kwargs):
 
 # (session 35) the max backward's two passes timed alone: where do its ~195 us (H100, NCHW)
 # go? Rows labelled "... only" leave the other pass out, so their results are not checked.
-TAPS_ONLY = [("_nchw_backward", _skipped), ("_cl_backward", _skipped)]
+TAPS_ONLY = [("_nchw_backward", _skipped), ("_rows_backward", _skipped), ("_cl_backward", _skipped)]
 GATHER_ONLY = [("_forward", _skipped)]
 PASSES = [("taps pass only", TAPS_ONLY), ("gather pass only", GATHER_ONLY)]
 # (H100, 2026-12-07: NCHW taps 57.3 us, gather 141.2 of the whole's 194.9; NHWC 65.9 and 54.7
-# of 117.7. A one-launch NCHW design that recomputed the taps from x in the lane backward ran
+# of 117.7. 2026-12-08, with the row kernel's gather (session 35's change): NCHW whole 152.3,
+# gather 99.0; row tile 2048: whole 140.2. Its "taps pass only" row (152.4) still ran the row
+# gather, which _nchw_backward no longer serves; _rows_backward is now left out too.
+# A one-launch NCHW design that recomputed the taps from x in the lane backward ran
 # 330.8 us (307.7 at 32 x 8 lanes), as its sm_90 SASS predicted (64 thread instructions a dx
 # element, 198 registers, against 16.5 + 13.8): removed, docs/performance.md session 35.)
 # (session 35) the default before session 35: the max backward's gather by the lane
 # kernel (the taps by the lane forward in both); the default's gather is the row kernel
 LANE_GATHER = [("NCHW_LANE_BACKWARD", frozenset({0, 3}))]
-# (session 35) the row kernel's tiles for the NCHW backward gathers (default 1024 x 4 warps:
-# 32 input rows x 32 column pairs for 56-wide rows)
-ROW_TILES = [("row tile 512 4w", [("ROW_TILE", 512)]), ("row tile 2048 4w", [("ROW_TILE", 2048)]),
-             ("row tile 2048 8w", [("ROW_TILE", 2048), ("ROW_WARPS", 8)]),
-             ("row tile 4096 8w", [("ROW_TILE", 4096), ("ROW_WARPS", 8)])]
+# (session 35) the row kernel's tiles for the NCHW backward gathers (default 2048 x 4 warps
+# since session 36: 64 input rows x 32 column pairs for 56-wide rows; it was 1024, and H100
+# 2026-12-08 gave max 140.2 against 152.3 us, average 57.2 against 60.1)
+ROW_TILES = [("row tile 512 4w", [("ROW_TILE_BACKWARD", 512)]), ("row tile 1024 4w", [("ROW_TILE_BACKWARD", 1024)]),
+             ("row tile 2048 8w", [("ROW_WARPS", 8)]),
+             ("row tile 4096 8w", [("ROW_TILE_BACKWARD", 4096), ("ROW_WARPS", 8)])]
 
 # (session 36) the NHWC taps pass alone at other tiles. Its sm_90 SASS (bf16 3x3/2, 4 rows x
 # 32 columns x 64 channels, 8 warps) is 73.8 thread instructions an output and 80 registers,
 # against the forward's 35.5 and 54 at the same tile: the running (value, tap) fold in float32
 # costs twice the forward's work, and the pass ran at 1.75 TB/s (65.9 us) where the forward
 # runs near copy. Other tiles (SASS): 16 columns 86.5 / 60 registers, 2 rows 84.5 / 79,
-# 4 warps 72.6 / 142. The gather (CL_BLOCK_W too) is left out of these rows.
+# 4 warps 72.6 / 142. The gather (CL_BLOCK_W too) is left out of these rows. H100 2026-12-08:
+# default 65.8 us, 16 columns 70.2, 2 rows 69.7, 4 warps 78.7: the default tile stays.
 TAPS_TILES = [("cl 16 cols, taps only", TAPS_ONLY + [("CL_BLOCK_W", 16)]),
               ("cl 2 rows, taps only", TAPS_ONLY + [("CL_ROWS", 2)]),
               ("cl 4 warps, taps only", TAPS_ONLY + [("CL_WARPS", 4)])]

@@ -44,6 +44,7 @@ def _small_tiles(monkeypatch, design="lanes"):
     monkeypatch.setattr(pooling, "NCHW_LANE_TILE", 32)
     monkeypatch.setattr(pooling, "MAX_ROW_BLOCK_W", 4)
     monkeypatch.setattr(pooling, "ROW_TILE", 16)
+    monkeypatch.setattr(pooling, "ROW_TILE_BACKWARD", 16)
 
 
 def _refuse(monkeypatch, design):

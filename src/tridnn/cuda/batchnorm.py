@@ -25,7 +25,11 @@ walks the items by position from the end of the splits (the tails first, across 
 splits) with evict-first loads and stores, so those reads hit the L2. Measured on the
 H200 (64x256x56x56 bf16, docs/performance.md) that order gained nothing for NCHW (within
 2%) and lost 5-8% for NHWC, so it is off by default: the apply pass walks the tensor in
-memory order without cache hints. The backward pass has the same shape: a reduction of
+memory order without cache hints. Running all three steps a chunk of channels at a time
+(so the apply pass re-reads the whole chunk from the L2) lost more (session 36, H100, 64 or
+32 channels a chunk: forward 111 -> 137 us NCHW, 109 -> 144 NHWC; backward 188 -> 258 NCHW,
+181 -> 345 NHWC): each chunk's three launches and their tails cost more than the re-read
+saves, and was removed. The backward pass has the same shape: a reduction of
 (sum g, sum g * xhat), a finalize that writes dscale/dbias, and an apply that writes dx
 (and dz).
 
@@ -65,16 +69,6 @@ FINALIZE_BLOCK_C = 16        # channels per finalize program
 # whole forward 2.31 TB/s on minimal bytes against 2.14); the z (add) variant and alpha/beta
 # keep _apply_kernel. TRIDNN_GLUON_STREAM=0 (or GLUON_STREAM = False): the Triton kernels only.
 GLUON_STREAM = os.environ.get("TRIDNN_GLUON_STREAM", "1") != "0"
-# (session 36) training forward and backward a chunk of channels at a time (modes SPATIAL and
-# SPATIAL_PERSISTENT): statistics, finalize and apply for one chunk before the next. A
-# channel's statistics need only that channel, so the apply pass re-reads the chunk's x (and
-# dy, y) while it is still in the L2, where L2_REUSE's order finds only the last ~24 MB of a
-# 103 MB tensor there. Each chunk costs its three launches; a chunk's views are not dense,
-# so it takes the Triton kernels, not gluon_stream's. "l2": the most channels, a power of two,
-# that fill at most half the L2 with the tensors the apply pass re-reads (64x256x56x56 bf16 on
-# a 50 MB L2: 32 forward, 16 backward); an int: that many channels; None: off (the default
-# until measured).
-CHANNEL_CHUNK = None
 
 
 @triton.jit
@@ -535,33 +529,6 @@ def _sm_count(t):
     return count
 
 
-def _channel_chunks(x, mode, reread):
-    """[c0, c1) channel ranges for CHANNEL_CHUNK, or None (all channels in one pass);
-    reread: how many tensors of x's size the apply pass reads again."""
-    rule = CHANNEL_CHUNK
-    if rule is None or int(mode) == PER_ACTIVATION or x.dim() < 3:
-        return None
-    C = x.shape[1]
-    if rule == "l2":
-        if x.device.type != "cuda":
-            return None
-        l2 = torch.cuda.get_device_properties(x.device).L2_cache_size
-        fit = max(1, l2 // 2 // max(1, reread * (x.numel() // max(1, C)) * x.element_size()))
-        rule = 1 << (fit.bit_length() - 1)  # a power of two: whole 32-byte sectors of a channels-last pixel
-    if not isinstance(rule, int) or isinstance(rule, bool) or rule < 1:
-        raise ValueError(f"CHANNEL_CHUNK={CHANNEL_CHUNK!r}: use None, 'l2' or a number of channels >= 1")
-    if rule >= C:
-        return None
-    return [(c0, min(C, c0 + rule)) for c0 in range(0, C, rule)]
-
-
-def _channels(t, c0, c1):
-    """Channels c0..c1 of a data tensor or a parameter ((C,) or (1, C, 1, 1)): a view."""
-    if t is None:
-        return None
-    return t[c0:c1] if t.dim() == 1 else t[:, c0:c1]
-
-
 def _check_modes(mode, bn_ops):
     if int(mode) not in (PER_ACTIVATION, SPATIAL, SPATIAL_PERSISTENT):
         raise BadParamError(f"unknown batch norm mode {mode}; valid: PER_ACTIVATION 0, SPATIAL 1, "
@@ -620,13 +587,6 @@ def batch_norm_forward_training(x, z, y, scale, bias, running_mean, running_var,
     _check_modes(mode, bn_ops)
     check_dtypes(x=x, y=y, z=z if int(bn_ops) == NORM_ADD_ACTIVATION else None)
     if x.numel() == 0:
-        return
-    chunks = _channel_chunks(x, mode, 2 if int(bn_ops) == NORM_ADD_ACTIVATION else 1)
-    if chunks:
-        for c0, c1 in chunks:
-            batch_norm_forward_training(*(_channels(t, c0, c1) for t in (x, z, y, scale, bias, running_mean,
-                                                                          running_var, saved_mean, saved_inv_var)),
-                                        mode, exp_avg_factor, epsilon, bn_ops, alpha, beta)
         return
     lay = _layout(x, mode, {"x": (x, False, False), "z": (z if int(bn_ops) == NORM_ADD_ACTIVATION else None, False, False),
                             "y": (y, True, float(beta) != 0.0)},
@@ -692,13 +652,6 @@ def batch_norm_backward(x, y, dy, dz, dx, scale, bias, dscale, dbias, saved_mean
     write_dz = int(bn_ops) == NORM_ADD_ACTIVATION and dz is not None
     check_dtypes(x=x, dy=dy, dx=dx, y=y if relu else None, dz=dz if write_dz else None)
     if x.numel() == 0:
-        return
-    chunks = _channel_chunks(x, mode, 3 if relu else 2)
-    if chunks:
-        for c0, c1 in chunks:
-            batch_norm_backward(*(_channels(t, c0, c1) for t in (x, y, dy, dz, dx, scale, bias, dscale, dbias,
-                                                                  saved_mean, saved_inv_var)),
-                                mode, epsilon, bn_ops, alpha_data, beta_data, alpha_param, beta_param)
         return
     read_data = float(beta_data) != 0.0
     lay = _layout(x, mode, {"x": (x, False, False), "y": (y if relu else None, False, False),
@@ -831,9 +784,8 @@ def training_plan(x, y, scale, bias, running_mean, running_var, saved_mean, save
               "rmean": (running_mean, True, True), "rvar": (running_var, True, True),
               "smean": (saved_mean, True, False), "sinv": (saved_inv_var, True, False)}
     lay = _bound_layout(x, mode, data, params)
-    if (lay is None or saved_mean is None or saved_inv_var is None or gluon_stats_route(x, mode)
-            or _channel_chunks(x, mode, 1)):
-        return None  # (gluon_stats_route: the launcher's Gluon path; chunks: the launcher's loop)
+    if lay is None or saved_mean is None or saved_inv_var is None or gluon_stats_route(x, mode):
+        return None  # (gluon_stats_route: the launcher's Gluon path)
     l2 = L2_REUSE
     (tiles_c, splits), per = lay.stats_grid(x)
     dev, acc, C = x.device, _workspace_dtype(x), lay.C
@@ -887,8 +839,8 @@ def backward_plan(x, dy, dx, scale, dscale, dbias, saved_mean, saved_inv_var, mo
     params = {"scale": (scale, False, False), "dscale": (dscale, True, False), "dbias": (dbias, True, False),
               "smean": (saved_mean, False, False), "sinv": (saved_inv_var, False, False)}
     lay = _bound_layout(x, mode, data, params)
-    if lay is None or _channel_chunks(x, mode, 2):
-        return None  # (chunks: the launcher's loop)
+    if lay is None:
+        return None
     l2 = L2_REUSE
     dev, acc, C = x.device, _workspace_dtype(x), lay.C
     (tiles_c, splits), per = lay.stats_grid(x)

@@ -624,7 +624,10 @@ def rms_norm_backward(x, dy, dx, scale, dscale, inv_rms, norm_ndim, alpha=1.0, b
 #   runs (one resident wave of programs) and writes per-channel shifted sums, a finalize kernel per
 #   (n, group) combines them (float64) into the group's mean and 1/std and per-(n, c)
 #   coefficients, and an elementwise kernel applies them, walking the tiles in the order
-#   the statistics kernel left them in the L2 (newest first).
+#   the statistics kernel left them in the L2 (newest first). The three kernels a chunk of
+#   samples at a time, so the apply pass re-reads whole chunks from the L2, lost (session
+#   36, H100, NHWC bf16 64x256x56x56: backward 184.8 us in one chunk, 242.3 in chunks of
+#   7 samples, 211.7 of 16, 331.8 of 4; forward 119.6 -> 144.9): removed.
 # Measured on the H200 (64x256x56x56 bf16, 32 groups; docs/performance.md) before the
 # resident design: the split forward is faster in both layouts (NCHW 1.94 against 1.60
 # TB/s: the fused forward runs 2048 programs that each wait for their group's statistics
@@ -637,14 +640,6 @@ GROUP_NORM_SPLIT = {"forward": "always", "backward": "channels_last"}  # per dir
 SPLITS_PER_SAMPLE = None  # None: as many as one resident wave of GN_PROGRAMS_PER_SM per SM allows
 GN_PROGRAMS_PER_SM = 2
 GN_TILE = 4096
-# (session 36) the split design a chunk of samples at a time: statistics, coefficients and
-# apply for one chunk before the next. A sample's statistics need only that sample, so the
-# apply pass re-reads x (and dy) while the chunk is still in the L2. In one chunk (None, the
-# default until measured) the apply pass walks the tensor newest-first and finds only about
-# the L2's size of it there: at 64x256x56x56 bf16 backward, ~50 of the 205 MB it re-reads.
-# Chunks cost three launches each. "l2": as many samples as fill half the L2 with the
-# tensors the apply pass re-reads; an int: that many samples a chunk.
-GN_SPLIT_CHUNK = None
 # the resident design (issue 5; kernels below): one program holds a whole group (or GPP
 # adjacent channels-last groups) in registers, so x (backward: x and dy) is read once.
 # GROUP_NORM_RESIDENT per direction (or one value for both): "channels_first" (not for
@@ -1251,37 +1246,7 @@ class _SplitPlan:
         return (self.tiles_c * self.splits * self.per,)
 
 
-def _sample_chunks(xv, reread):
-    """[n0, n1) sample ranges for the split design (GN_SPLIT_CHUNK); reread: how many
-    tensors of xv's size the apply pass reads again (forward x; backward x and dy)."""
-    N = xv.shape[0]
-    rule = GN_SPLIT_CHUNK
-    if rule is None:
-        return [(0, N)]
-    if rule == "l2":
-        if xv.device.type != "cuda":
-            return [(0, N)]
-        l2 = torch.cuda.get_device_properties(xv.device).L2_cache_size
-        rule = l2 // 2 // max(1, reread * xv[0].numel() * xv.element_size())
-    if not isinstance(rule, int) or isinstance(rule, bool):
-        raise ValueError(f"GN_SPLIT_CHUNK={GN_SPLIT_CHUNK!r}: use None, 'l2' or a number of samples")
-    step = max(1, rule)
-    return [(n0, min(N, n0 + step)) for n0 in range(0, N, step)]
-
-
 def _split_forward(xv, yv, scale, bias, mean_f, inv_f, G, CG, eps, alpha, beta, has_beta, x, big):
-    """y through the split kernels, a chunk of samples at a time (GN_SPLIT_CHUNK)."""
-    for n0, n1 in _sample_chunks(xv, 1):
-        _split_forward_chunk(xv[n0:n1], yv[n0:n1], scale, bias, _rows(mean_f, n0, n1, G), _rows(inv_f, n0, n1, G),
-                             G, CG, eps, alpha, beta, has_beta, x, big)
-
-
-def _rows(flat, n0, n1, width):
-    """Samples n0..n1 of a flat [N * width] tensor (None stays None)."""
-    return None if flat is None else flat[n0 * width:n1 * width]
-
-
-def _split_forward_chunk(xv, yv, scale, bias, mean_f, inv_f, G, CG, eps, alpha, beta, has_beta, x, big):
     N, C, S = ncs_dims(xv)
     plan = _SplitPlan(xv, N, C, S)
     dev, acc = xv.device, _workspace_dtype(xv)
@@ -1305,16 +1270,7 @@ def _split_forward_chunk(xv, yv, scale, bias, mean_f, inv_f, G, CG, eps, alpha, 
 
 
 def _split_backward(xv, gv, dv, scale, mean_f, inv_f, G, CG, eps, alpha, beta, has_beta, x, big, part_out):
-    """dx through the split kernels, a chunk of samples at a time (GN_SPLIT_CHUNK); per-n
-    partial (dscale, dbias) into part_out [N, 2, C]."""
-    C = xv.shape[1]
-    for n0, n1 in _sample_chunks(xv, 2):
-        _split_backward_chunk(xv[n0:n1], gv[n0:n1], dv[n0:n1], scale, _rows(mean_f, n0, n1, G),
-                              _rows(inv_f, n0, n1, G), G, CG, eps, alpha, beta, has_beta, x, big,
-                              _rows(part_out, n0, n1, 2 * C))
-
-
-def _split_backward_chunk(xv, gv, dv, scale, mean_f, inv_f, G, CG, eps, alpha, beta, has_beta, x, big, part_out):
+    """dx through the split kernels; per-n partial (dscale, dbias) into part_out [N, 2, C]."""
     N, C, S = ncs_dims(xv)
     plan = _SplitPlan(xv, N, C, S)
     dev, acc = xv.device, _workspace_dtype(xv)

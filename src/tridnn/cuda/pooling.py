@@ -55,8 +55,13 @@ from .layer_utils import blend_args, channels_last, check_dtypes, compute_dtype,
 
 MAX, AVG_INCLUDE, AVG_EXCLUDE, MAX_DETERMINISTIC = 0, 1, 2, 3
 TILE = 2048
-ROW_TILE = 1024
-ROW_WARPS = 4  # the row kernels' warps (since session 35 they serve every NCHW backward gather)
+ROW_TILE = 1024  # the row kernels' (rows x columns) tile forward
+# ... and backward (since session 35 they serve every NCHW backward gather). H100, 2026-12-08,
+# bf16 64x256x56x56 3x3/2 (sweep_pooling --more): 2048 took the NCHW max backward from 152.3
+# to 140.2 us and the average backward from 60.1 to 57.2; 512 lost (151.4 / 68.6), 2048 at 8
+# warps (156.9 / 60.0) and 4096 at 8 (146.1 / 57.8) lost to 4 warps.
+ROW_TILE_BACKWARD = 2048
+ROW_WARPS = 4  # the row kernels' warps
 UNROLL_TAPS = 64  # windows (or covering-output sets) up to this many taps are unrolled
 MAX_ROW_BLOCK_W = 64
 ROW_KERNELS = True  # False: W-contiguous tensors take the gather kernels too (for comparison)
@@ -1822,9 +1827,9 @@ def _nchw_backward(dy5, arg5, dx5, geo, alpha, beta, flags):
         num_warps=NCHW_LANE_WARPS)
 
 
-def _row_block(width, rows):
+def _row_block(width, rows, tile):
     block_w = min(triton.next_power_of_2(width), MAX_ROW_BLOCK_W)
-    block_r = max(1, min(triton.next_power_of_2(rows), ROW_TILE // block_w))
+    block_r = max(1, min(triton.next_power_of_2(rows), tile // block_w))
     return block_r, block_w
 
 
@@ -1900,7 +1905,7 @@ def _forward(x, y, mode, geo, propagate_nan, alpha, beta, arg=None, store_y=True
         va, as_ = _row_strides(arg5) if arg is not None else (1, [0] * 4)
         viw, vow = _pow2_factor(IW), _pow2_factor(OW)
         rows = geo.N * geo.C * OD * OH
-        block_r, block_w = _row_block(OW, rows)
+        block_r, block_w = _row_block(OW, rows, ROW_TILE)
         _pool_rows_forward_kernel[(cdiv(rows, block_r), cdiv(OW, block_w))](
             x5, y5, arg5, rows, geo.C, ID, IH, OD, OH, IW // viw, OW // vow, *xs, *ys, *as_,
             geo.stride[0], geo.stride[1], geo.padding[0], geo.padding[1], alpha, beta,
@@ -1926,6 +1931,26 @@ def _arg_like(geo, dy5, dx5, taps):
     return torch.empty(shape, dtype=dtype, device=dy5.device)
 
 
+def _rows_backward(dy5, arg5, dx5, geo, alpha, beta, flags):
+    """dx by the row kernel: W-contiguous tensors (every NCHW gather since session 35)."""
+    KD, KH, KW = geo.window
+    TD, TH, TW = geo.covers
+    (ID, IH, IW), (OD, OH, OW) = geo.ins, geo.outs
+    SW, PW = geo.stride[2], geo.padding[2]
+    ts = [t for a in range(SW) for t in range(-KW - 1, KW + 2) if 0 <= a + PW - SW * t < KW]
+    vg, gs = _row_strides(dy5)
+    va, as_ = _row_strides(arg5)
+    vd, ds = _row_strides(dx5)
+    viw, vow = _pow2_factor(IW), _pow2_factor(OW)
+    rows = geo.N * geo.C * ID * IH
+    block_r, block_w = _row_block(cdiv(IW, SW), rows, ROW_TILE_BACKWARD)
+    _pool_rows_backward_kernel[(cdiv(rows, block_r), cdiv(cdiv(IW, SW), block_w))](
+        dy5, arg5, dx5, rows, geo.C, ID, IH, OD, OH, IW // viw, OW // vow, *gs, *as_, *ds,
+        geo.stride[0], geo.stride[1], geo.padding[0], geo.padding[1], alpha, beta,
+        KD=KD, KH=KH, KW=KW, SW=SW, PW=PW, TD=TD, TH=TH, T_LO=min(ts), T_HI=max(ts), VG=vg, VA=va, VD=vd,
+        VIW=viw, VOW=vow, **flags, BLOCK_R=block_r, BLOCK_W=block_w, num_warps=ROW_WARPS)
+
+
 def _backward(x, dy, dx, mode, geo, propagate_nan, alpha, beta):
     dy5, dx5 = _as_3d(dy), _as_3d(dx)
     arg = None
@@ -1948,22 +1973,8 @@ def _backward(x, dy, dx, mode, geo, propagate_nan, alpha, beta):
     if _use_rows(geo, dx5, dy5, arg5):
         if _use_nchw(geo, mode, backward=True):
             _nchw_backward(dy5, arg5, dx5, geo, alpha, beta, flags)
-            return
-        (ID, IH, IW), (OD, OH, OW) = geo.ins, geo.outs
-        SW, PW = geo.stride[2], geo.padding[2]
-        ts = [t for a in range(SW) for t in range(-KW - 1, KW + 2) if 0 <= a + PW - SW * t < KW]
-        vg, gs = _row_strides(dy5)
-        va, as_ = _row_strides(arg5)
-        vd, ds = _row_strides(dx5)
-        viw, vow = _pow2_factor(IW), _pow2_factor(OW)
-        rows = geo.N * geo.C * ID * IH
-        block_r, block_w = _row_block(cdiv(IW, SW), rows)
-        _pool_rows_backward_kernel[(cdiv(rows, block_r), cdiv(cdiv(IW, SW), block_w))](
-            dy5, arg5, dx5, rows, geo.C, ID, IH, OD, OH, IW // viw, OW // vow, *gs, *as_, *ds,
-            geo.stride[0], geo.stride[1], geo.padding[0], geo.padding[1], alpha, beta,
-            KD=KD, KH=KH, KW=KW, SW=SW, PW=PW, TD=TD, TH=TH, T_LO=min(ts), T_HI=max(ts), VG=vg, VA=va, VD=vd,
-            VIW=viw, VOW=vow,
-            **flags, BLOCK_R=block_r, BLOCK_W=block_w, num_warps=ROW_WARPS)
+        else:
+            _rows_backward(dy5, arg5, dx5, geo, alpha, beta, flags)
         return
     P = math.prod(geo.ins)
     block_p, block_c, warps = _tile(dx5, geo.C, P)
