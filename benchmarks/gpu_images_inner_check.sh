@@ -33,8 +33,8 @@
 #   gn_coop    (session 34) group_norm_coop's GPU tests (the barrier at full size, bit for bit against the
 #              two-launch form, a CUDA graph) and sweep_group_norm.py --only NHWC (its rows against norms.py's)
 #   pool_split (session 35) sweep_pooling.py --only "bwd" --more: the max backward's two passes (taps,
-#              gather) timed alone beside the whole, both layouts; the NCHW gathers (row kernel, its tiles; the
-#              lane gather before session 35), the fused NHWC designs
+#              gather) timed alone beside the whole, both layouts; the NCHW row gather's tiles, the NHWC taps
+#              pass's tiles, the fused NHWC designs (run on an H100 in session 36)
 #   flat1x1    sweep_gluon_conv.py on the 1x1 layers of 14- and 7-wide maps as flat GEMMs (batch 64,
 #              forward and backward data, against cuBLAS / cuDNN): the flat configs (22-26)
 # Results under $OUT (or ./gpu_out); a per-layer summary last.

@@ -5,11 +5,11 @@ flipped for the call) and against PyTorch, in one process on one H200 (< 90 s).
 
 NCHW (session 6): every forward takes NCHW_LANE_KERNELS (a lane per (plane, output row):
 every load of a program before its one store; rows combined down before the taps across;
-64 lanes x 8 groups); since session 35 every backward gather takes the row kernel, and
-max backward's row "lane gather (before 35)" is the design that replaced. Also other
-lane and row tiles. (The NCHW block kernels, 4 or 7 rows unrolled, and the NCHW row
-kernels, a runtime row loop, measured slower and were removed.) Max backward runs the
-taps pass (a forward) and the gather, so a variant switches both.
+64 lanes x 8 groups); since session 35 every backward gather takes the row kernel. Also
+other lane and row tiles. (The NCHW block kernels, 4 or 7 rows unrolled, the NCHW row
+kernels, a runtime row loop, and the lane backward kernel measured slower and were
+removed.) Max backward runs the taps pass (a forward) and the gather, so a lane tile
+switches its taps pass.
 
 TB/s counts minimal bytes: forward x read and y written once; max backward dy and x
 read and dx written once (y is not read: the taps are recomputed from x; note that
@@ -54,11 +54,9 @@ GAP = [("GLOBAL_AVG_KERNEL", True)]
 
 
 def lanes(modes, tile, warps=4):
-    """The NCHW lane kernels for modes, both directions, tile lanes x 8-column groups (56
-    columns: 8 groups). (Before session 35 NCHW_LANE_BACKWARD was left as it was, so the
-    average backward's lane rows had timed the row kernels.)"""
-    return [("NCHW_LANE_KERNELS", frozenset(modes)), ("NCHW_LANE_BACKWARD", frozenset(modes)),
-            ("NCHW_LANE_TILE", tile), ("NCHW_LANE_WARPS", warps)]
+    """The NCHW lane forward for modes (max's backward taps pass too), tile lanes x 8-column
+    groups (56 columns: 8 groups)."""
+    return [("NCHW_LANE_KERNELS", frozenset(modes)), ("NCHW_LANE_TILE", tile), ("NCHW_LANE_WARPS", warps)]
 
 
 NO_LANES = [("NCHW_LANE_KERNELS", frozenset())]
@@ -70,19 +68,17 @@ def _skipped(*args, **kwargs):
 
 # (session 35) the max backward's two passes timed alone: where do its ~195 us (H100, NCHW)
 # go? Rows labelled "... only" leave the other pass out, so their results are not checked.
-TAPS_ONLY = [("_nchw_backward", _skipped), ("_rows_backward", _skipped), ("_cl_backward", _skipped)]
+TAPS_ONLY = [("_rows_backward", _skipped), ("_cl_backward", _skipped)]
 GATHER_ONLY = [("_forward", _skipped)]
 PASSES = [("taps pass only", TAPS_ONLY), ("gather pass only", GATHER_ONLY)]
 # (H100, 2026-12-07: NCHW taps 57.3 us, gather 141.2 of the whole's 194.9; NHWC 65.9 and 54.7
 # of 117.7. 2026-12-08, with the row kernel's gather (session 35's change): NCHW whole 152.3,
 # gather 99.0; row tile 2048: whole 140.2. Its "taps pass only" row (152.4) still ran the row
-# gather, which _nchw_backward no longer serves; _rows_backward is now left out too.
+# gather; _rows_backward is now left out. "lane gather only": 140.0 (the lane backward kernel,
+# removed in session 36; with the lane taps pass the whole took 194.9.)
 # A one-launch NCHW design that recomputed the taps from x in the lane backward ran
 # 330.8 us (307.7 at 32 x 8 lanes), as its sm_90 SASS predicted (64 thread instructions a dx
 # element, 198 registers, against 16.5 + 13.8): removed, docs/performance.md session 35.)
-# (session 35) the default before session 35: the max backward's gather by the lane
-# kernel (the taps by the lane forward in both); the default's gather is the row kernel
-LANE_GATHER = [("NCHW_LANE_BACKWARD", frozenset({0, 3}))]
 # (session 35) the row kernel's tiles for the NCHW backward gathers (default 2048 x 4 warps
 # since session 36: 64 input rows x 32 column pairs for 56-wide rows; it was 1024, and H100
 # 2026-12-08 gave max 140.2 against 152.3 us, average 57.2 against 60.1)
@@ -104,8 +100,9 @@ TAPS_TILES = [("cl 16 cols, taps only", TAPS_ONLY + [("CL_BLOCK_W", 16)]),
 # sm_90 SASS, bf16 3x3/2 (warp instructions x 32 per output element forward, per dx element
 # backward): max fwd NCHW rows 46.5 (runtime row loop, removed), lanes 64x8 36.0 / 128x8
 # 32.9; max taps pass 91.4 -> lanes 74.3; max gather 15.3 -> lanes 15.7; avg fwd 102.9 (row
-# kernels) -> lanes 41.7; avg bwd 33.7 -> lanes 7.6 (64x8). The lane kernels at 64 x 8 are
-# the forward default since session 6; "row kernels" is the design they replaced.
+# kernels) -> lanes 41.7; avg bwd 33.7 -> lanes 7.6 (64x8; fewer instructions, yet ~1 TB/s:
+# the lane backward was removed in session 36). The lane forward at 64 x 8 is the default
+# since session 6; "row kernels" is the design it replaced.
 NCHW_MAX = [("row kernels", NO_LANES), ("lanes 32x8 4w", lanes({0, 3}, 256)),
             ("lanes 128x8 8w", lanes({0, 3}, 1024, 8))]
 NCHW_AVG = [("row kernels (previous default)", NO_LANES),
@@ -118,10 +115,9 @@ VARIANTS = {
     ("adaptive avg 1x1 fwd", "NHWC"): [("default (tensor_ops)", []), ("gap 32ch x 256", GAP)],
     ("max fwd", "NCHW"): [("default (lanes 64x8)", [])] + NCHW_MAX,
     ("max bwd", "NCHW"): ([("default (lane taps, row gather)", [])] + PASSES
-                          + [("lane gather (before 35)", LANE_GATHER), ("lane gather only", LANE_GATHER + GATHER_ONLY)]
                           + NCHW_MAX),
     ("avg fwd", "NCHW"): [("default (lanes 64x8)", [])] + NCHW_AVG,
-    ("avg bwd", "NCHW"): [("default (row kernels)", [])] + NCHW_AVG,
+    ("avg bwd", "NCHW"): [("default (row kernels)", [])],
     ("adaptive avg 1x1 fwd", "NCHW"): [("default (tensor_ops)", []), ("gap 4 planes x 1024", GAP)],
 }
 MORE = {
@@ -135,7 +131,7 @@ MORE = {
     ("adaptive avg 1x1 bwd", "NHWC"): [("default", [])],
     ("max bwd", "NCHW"): ROW_TILES,
     ("avg fwd", "NCHW"): [("lanes 256x8 8w", lanes({1, 2}, 2048, 8))],
-    ("avg bwd", "NCHW"): [("lanes 256x8 8w", lanes({1, 2}, 2048, 8))] + ROW_TILES,
+    ("avg bwd", "NCHW"): ROW_TILES,
     ("adaptive avg 1x1 fwd", "NCHW"): [("gap 8 planes x 512", GAP + [("GLOBAL_AVG_NCHW", (8, 512, 4))])],
     ("adaptive avg 1x1 bwd", "NCHW"): [("default", [])],
 }

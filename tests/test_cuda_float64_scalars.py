@@ -299,7 +299,6 @@ def test_float64_scalars_add_no_float64_math_to_other_data():
 # -- the other kernel designs the layers route to (switches and shapes) ---------------------
 POOL_DESIGNS = {
     "rows": dict(NCHW_LANE_KERNELS=frozenset()),
-    "lane_gather": dict(NCHW_LANE_BACKWARD=frozenset({0, 1, 2, 3})),  # (max's default before session 35)
     "cl_fused_phases": dict(CL_FUSED_MAX_BWD="phases"),
     "cl_fused_shift": dict(CL_FUSED_MAX_BWD="shift"),
 }
@@ -309,8 +308,7 @@ POOL_DESIGNS = {
 @pytest.mark.parametrize("design", list(POOL_DESIGNS))
 @pytest.mark.parametrize("mode", [0, 1], ids=["MAX", "AVG_PAD"])
 def test_pooling_designs(mode, design, layout, rng, monkeypatch):
-    """Pooling through the row, NCHW lane-gather and fused channels-last kernels (8-wide
-    rows)."""
+    """Pooling through the row and fused channels-last kernels (8-wide rows)."""
     for switch, value in POOL_DESIGNS[design].items():
         monkeypatch.setattr(pooling, switch, value)
     shape, out = (2, 5, 6, 8), (2, 5, 3, 4)

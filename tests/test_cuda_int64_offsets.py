@@ -259,11 +259,9 @@ POOL_GEOMETRIES = {
     "adaptive": ((1, 3, 5, 5), None, None, (3, 3)),
 }
 POOL_MODES = {"MAX": 0, "AVG_INCL": 1, "AVG_EXCL": 2}  # (adaptive: MAX 0, AVG_EXCL the average 1)
-ALL_POOL_MODES = frozenset({0, 1, 2, 3})
 POOL_DESIGNS = {  # pooling module flags
     "default": {},
-    "rows": {"NCHW_LANE_KERNELS": frozenset(), "NCHW_LANE_BACKWARD": frozenset()},
-    "lane_gather": {"NCHW_LANE_BACKWARD": ALL_POOL_MODES},  # (max's default before session 35)
+    "rows": {"NCHW_LANE_KERNELS": frozenset()},
     "gather": {"CL_KERNELS": False, "ROW_KERNELS": False},
     "fused_phases": {"CL_FUSED_MAX_BWD": "phases"},
     "fused_shift": {"CL_FUSED_MAX_BWD": "shift"},
@@ -271,7 +269,7 @@ POOL_DESIGNS = {  # pooling module flags
 }
 POOL_KERNELS = {"gf": "_pool_forward_kernel", "gb": "_pool_backward_kernel",
                 "rf": "_pool_rows_forward_kernel", "rb": "_pool_rows_backward_kernel",
-                "lf": "_pool_nchw_lane_forward_kernel", "lb": "_pool_nchw_lane_backward_kernel",
+                "lf": "_pool_nchw_lane_forward_kernel",
                 "cf": "_pool_cl_forward_kernel", "cb": "_pool_cl_backward_kernel",
                 "fs": "_pool_cl_max_backward_kernel", "fp": "_pool_cl_max_backward_phases_kernel",
                 "ga": "_global_avg_kernel"}
@@ -305,8 +303,6 @@ def _pool_cases():
     add("default", "rows", "adaptive", some, "gf", "gf gb", "gb")
     add("default", "channels", "adaptive", some, "gf", "gf gb", "gb")
     # the other designs
-    add("lane_gather", "channels", "3x3s2", some, "lf", "lf lb", "lb")
-    add("lane_gather", "channels", "1d_s2", ("MAX",), "lf", "lf lb", "lb")
     add("rows", "channels", "3x3s2", some, "rf", "rf rb", "rb")
     add("rows", "channels", "2x2s1", ("AVG_INCL",), "rf", "rf rb", "rb")
     add("gather", "rows", "3x1_3x3s12", some, "gf", "gf gb", "gb")

@@ -1,9 +1,9 @@
-"""The NCHW lane kernels of pooling against the float64 reference and, bit for bit for
-max, against the row kernels they replace, in each design: "lanes" (NCHW_LANE_KERNELS
-and NCHW_LANE_BACKWARD: a lane per (plane, row) in both directions) and "row_gather"
-(the default since session 35: lane forward, max's taps pass included, and the row
-kernel's gather backward). Tiny odd shapes under the interpreter, with small tiles so
-that column groups, lanes and row blocks all have ragged last blocks."""
+"""NCHW pooling, the lane forward (NCHW_LANE_KERNELS, max's taps pass included) and the
+row kernel's gather backward, against the float64 reference and, bit for bit for max,
+against the row kernels the lane forward replaced. (A lane backward kernel was the
+gather's other design until session 36, when it was removed.) Tiny odd shapes under the
+interpreter, with small tiles so that column groups, lanes and row blocks all have ragged
+last blocks."""
 from __future__ import annotations
 
 import numpy as np
@@ -30,38 +30,34 @@ NCHW_IDS = ["3x3s2", "2x2s2", "3x3s1", "3x3s2p0", "4x4s2", "2x3s12", "1d", "3d"]
 ALL_MODES = frozenset({0, 1, 2, 3})
 
 
-DESIGNS = ["lanes", "row_gather"]
+# the kernels the NCHW path must not fall back to
 OLDER = ("_pool_forward_kernel", "_pool_backward_kernel", "_pool_rows_forward_kernel")
-# the kernels each design must not fall back to
-NOT_IN = {"lanes": OLDER + ("_pool_rows_backward_kernel",), "row_gather": OLDER + ("_pool_nchw_lane_backward_kernel",)}
 
 
-def _small_tiles(monkeypatch, design="lanes"):
-    """One design on for every mode, with small tiles: 32 (lane, group) pairs (8 lanes of
-    up to 4 groups); the row kernel's gather in blocks of 4 rows x 4 column pairs."""
+def _small_tiles(monkeypatch):
+    """The lane forward on for every mode, with small tiles: 32 (lane, group) pairs (8
+    lanes of up to 4 groups); the row kernel's gather in blocks of 4 rows x 4 column pairs."""
     monkeypatch.setattr(pooling, "NCHW_LANE_KERNELS", ALL_MODES)
-    monkeypatch.setattr(pooling, "NCHW_LANE_BACKWARD", ALL_MODES if design == "lanes" else frozenset())
     monkeypatch.setattr(pooling, "NCHW_LANE_TILE", 32)
     monkeypatch.setattr(pooling, "MAX_ROW_BLOCK_W", 4)
     monkeypatch.setattr(pooling, "ROW_TILE", 16)
     monkeypatch.setattr(pooling, "ROW_TILE_BACKWARD", 16)
 
 
-def _refuse(monkeypatch, design):
+def _refuse(monkeypatch):
     class Refuse:
         def __getitem__(self, grid):
-            raise AssertionError(f"another kernel ran instead of the NCHW {design} kernel")
-    for name in NOT_IN[design]:
+            raise AssertionError("another kernel ran instead of the NCHW lane forward")
+    for name in OLDER:
         monkeypatch.setattr(pooling, name, Refuse())
 
 
-@pytest.fixture(params=DESIGNS)
-def nchw(request, monkeypatch):
-    """Each NCHW design on, with small tiles; the kernels it replaces raise, so a case
-    that silently fell back would fail."""
-    _small_tiles(monkeypatch, request.param)
-    _refuse(monkeypatch, request.param)
-    return request.param
+@pytest.fixture
+def nchw(monkeypatch):
+    """The NCHW path on, with small tiles; the kernels the lane forward replaced raise, so
+    a case that silently fell back would fail."""
+    _small_tiles(monkeypatch)
+    _refuse(monkeypatch)
 
 
 def _ints(shape, rng):
@@ -110,15 +106,13 @@ def _run(x, dy, mode, window, padding, stride, propagate):
     return y, dx
 
 
-# every design with both NaN rules on 3x3/2; on each other window one design and one
-# NaN rule, taken in turn
-BIT_EXACT = ([(NCHW_CASES[0], p, d) for d in DESIGNS for p in (False, True)]
-             + [(NCHW_CASES[i], i % 2 == 0, DESIGNS[i // 2 % 2]) for i in range(1, 6)])
-BIT_EXACT_IDS = [f"{d}-{NCHW_IDS[NCHW_CASES.index(c)]}-{'propagate' if p else 'ignore'}" for c, p, d in BIT_EXACT]
+# both NaN rules on 3x3/2; on each other window one NaN rule, taken in turn
+BIT_EXACT = [(NCHW_CASES[0], p) for p in (False, True)] + [(NCHW_CASES[i], i % 2 == 0) for i in range(1, 6)]
+BIT_EXACT_IDS = [f"{NCHW_IDS[NCHW_CASES.index(c)]}-{'propagate' if p else 'ignore'}" for c, p in BIT_EXACT]
 
 
-@pytest.mark.parametrize("case, propagate, design", BIT_EXACT, ids=BIT_EXACT_IDS)
-def test_nchw_first_maximum_bit_exact(case, propagate, design, rng, monkeypatch):
+@pytest.mark.parametrize("case, propagate", BIT_EXACT, ids=BIT_EXACT_IDS)
+def test_nchw_first_maximum_bit_exact(case, propagate, rng, monkeypatch):
     """Max pooling with many ties, -inf and NaN, and dy of random floats (the order of the
     sums over overlapping windows shows): y and dx equal the older row kernels' bit for bit,
     and the float64 reference where it is well defined (see test_pooling_cl._special);
@@ -132,7 +126,7 @@ def test_nchw_first_maximum_bit_exact(case, propagate, design, rng, monkeypatch)
         dy = make(shape[:2] + oshape, "NCHW", dtype, rng=rng)
         monkeypatch.setattr(pooling, "NCHW_LANE_KERNELS", frozenset())
         y_old, dx_old = _run(x, dy, 0, window, padding, stride, propagate)
-        _small_tiles(monkeypatch, design)
+        _small_tiles(monkeypatch)
         y_new, dx_new = _run(x, dy, 0, window, padding, stride, propagate)
         assert torch.equal(torch.isnan(y_new), torch.isnan(y_old))
         assert torch.equal(torch.nan_to_num(y_new), torch.nan_to_num(y_old))
@@ -151,15 +145,14 @@ def test_nchw_first_maximum_bit_exact(case, propagate, design, rng, monkeypatch)
                                   ((1, 2, 7, 11), (3, 3), (0, 0), (1, 1))], ids=["3d_window_d", "stride3", "3x3s1p0"])
 @pytest.mark.parametrize("mode", [0, 2], ids=["MAX", "AVG_EXCL"])
 def test_nchw_other_windows_take_older_kernels(case, mode, rng, monkeypatch):
-    """Windows outside the NCHW lane kernels (along D, stride 3, two columns right of the
-    group) are refused by every design and still run, through the older kernels."""
+    """Windows outside the NCHW lane forward (along D, stride 3, two columns right of the
+    group) are refused and still run, through the older kernels."""
     shape, window, padding, stride = case
     x = make(shape, "NCHW", values=_ints(shape, rng))
     y_ref = ref_pool.pooling_forward(f64(x), mode, window, padding, stride)
-    for design in DESIGNS:
-        _small_tiles(monkeypatch, design)
-        geo = pooling._Geometry(x, torch.empty(y_ref.shape), window, padding, stride, False)
-        assert not pooling._use_nchw(geo, mode)
+    _small_tiles(monkeypatch)
+    geo = pooling._Geometry(x, torch.empty(y_ref.shape), window, padding, stride, False)
+    assert not pooling._use_nchw(geo, mode)
     y = poisoned(y_ref.shape, "NCHW")
     pooling.pooling_forward(x, y, mode, window, padding, stride, False, 1.0, 0.0)
     check(y, y_ref, torch.float32, "y")
@@ -170,14 +163,11 @@ def test_nchw_other_windows_take_older_kernels(case, mode, rng, monkeypatch):
 
 
 def test_default_modes_take_the_lane_kernels(rng, monkeypatch):
-    """By default every mode's forward takes the NCHW lane kernels for the 3x3/2 window,
-    max's backward taps pass included; every backward gather takes the older row kernel
-    (the lane gathers measured ~1 TB/s: 2.5x slower for average on the H200, 141 of max's
-    195 us on an H100, session 35)."""
+    """By default every mode's forward takes the NCHW lane forward for the 3x3/2 window,
+    max's backward taps pass included, and every backward gather takes the row kernel."""
     x = make((1, 2, 7, 19), "NCHW", values=_ints((1, 2, 7, 19), rng))
     geo = pooling._Geometry(x, torch.empty((1, 2, 4, 10)), (3, 3), (1, 1), (2, 2), False)
     assert all(pooling._use_nchw(geo, m) for m in ALL_MODES) and pooling.NCHW_LANE_KERNELS == ALL_MODES
-    assert not any(pooling._use_nchw(geo, m, backward=True) for m in ALL_MODES)
     ran = []
 
     class Spy:
@@ -187,8 +177,8 @@ def test_default_modes_take_the_lane_kernels(rng, monkeypatch):
         def __getitem__(self, grid):
             ran.append(self.name)
             return self.kernel[grid]
-    for name in ("_pool_nchw_lane_forward_kernel", "_pool_nchw_lane_backward_kernel", "_pool_rows_forward_kernel",
-                 "_pool_rows_backward_kernel", "_pool_forward_kernel", "_pool_backward_kernel"):
+    for name in ("_pool_nchw_lane_forward_kernel", "_pool_rows_forward_kernel", "_pool_rows_backward_kernel",
+                 "_pool_forward_kernel", "_pool_backward_kernel"):
         monkeypatch.setattr(pooling, name, Spy(name))
     y = poisoned((1, 2, 4, 10), "NCHW")
     pooling.pooling_forward(x, y, 0, (3, 3), (1, 1), (2, 2), False, 1.0, 0.0)
@@ -205,12 +195,11 @@ def test_default_modes_take_the_lane_kernels(rng, monkeypatch):
     assert not any(pooling._use_nchw(geo, m) for m in ALL_MODES)
 
 
-@pytest.mark.parametrize("design", DESIGNS)
-def test_nchw_strided_views_and_planes(design, rng, monkeypatch):
+def test_nchw_strided_views_and_planes(rng, monkeypatch):
     """A sliced (non-contiguous) x and dx with a stride no vector factor divides, and more
     planes than one program's lanes or planes: against float64, max and average."""
-    _small_tiles(monkeypatch, design)
-    _refuse(monkeypatch, design)
+    _small_tiles(monkeypatch)
+    _refuse(monkeypatch)
     full = make((3, 5, 9, 22), "NCHW", values=_ints((3, 5, 9, 22), rng))
     x = full[:, 1:, 1:, 1:20]
     for mode in (0, 1):

@@ -21,13 +21,14 @@ one is used (a runtime tap loop keeps one load in flight per warp):
   windows share at KH == SH + 1; backward writes each dx row once, its column phases
   (SW * j + a) as separate channel-run tiles. Per output byte they issue 1.5-4x fewer
   instructions than the gather kernels (sm_90 SASS, 3x3/2 bf16).
-- NCHW lane kernels (NCHW_LANE_KERNELS, every mode forward by default since session 6), W
-  contiguous, no window along D: a lane is one (plane, output row) pair forward, one
-  (plane, row step) pair backward, over 8-column groups (one 16-byte vector a group);
-  a program's loads all come before its one store, so they are all in flight at once;
-  forward combines the window's rows down, then takes the taps across once; the taps
-  of max are (window maximum, then the first tap equal to it). Every backward gather
-  takes the row kernels by default since session 35 (NCHW_LANE_BACKWARD).
+- NCHW lane kernels (NCHW_LANE_KERNELS, every mode by default since session 6), forward
+  only, W contiguous, no window along D: a lane is one (plane, output row) pair over
+  8-column groups (one 16-byte vector a group); a program's loads all come before its
+  one store, so they are all in flight at once; it combines the window's rows down,
+  then takes the taps across once; the taps of max are (window maximum, then the first
+  tap equal to it). The NCHW backward gathers are the row kernels': the lane backward
+  kernel ran ~1 TB/s (H100 session 36: max gather 140.0 us against the row kernel's
+  99.0, average 158.5 against 57.2) and was removed.
 
 - issue 5 candidates, off by default (benchmarks/sweep_pooling.py measures them):
   CL_FUSED_MAX_BWD, the channels-last max backward in one pass that recomputes each
@@ -79,27 +80,16 @@ CL_PACKED_MAX = False  # True: max-only folds of bf16/f16 in packed pairs (inlin
 # against 1.33; they had served no mode by default. Their running tap rule, NCHW_ARG_EQ
 # False, went with them: the lane kernels take the window maximum, then the first tap
 # equal to it.)
-# issue 5: NCHW lane kernels, a lane of the tile one (plane, output row) pair (forward)
-# or (plane, row step) pair (backward), lanes in memory order and one store at the end
-# (all loads in flight before it); the modes that take them.
-# Default for every mode from sm_90 SASS, not yet timed (benchmarks/sweep_pooling.py):
-# warp instructions x 32 per element, bf16 3x3/2, against the designs they replace: max
-# forward 36.0 (NCHW rows 46.5, one row of loads in flight), avg forward 41.7 (row kernels
-# 102.9), max taps pass 74.3 (91.4) and gather 15.7 (15.3), avg backward 7.6 (33.7).
+# issue 5: the NCHW lane forward, a lane of the tile one (plane, output row) pair, lanes
+# in memory order and one store at the end (all loads in flight before it); the modes that
+# take it. sm_90 SASS, warp instructions x 32 per element, bf16 3x3/2, against the designs
+# it replaced: max forward 36.0 (NCHW rows 46.5, one row of loads in flight), avg forward
+# 41.7 (row kernels 102.9), max taps pass 74.3 (91.4). H200 (2026-11-30 15:10 UTC, TB/s on
+# minimal bytes): max forward 1.72 -> 2.46, average forward 2.05 -> 2.38. Its backward
+# (7.6 instructions an element for average, 15.7 for max's gather) ran ~1 TB/s on both GPUs
+# (average 0.87 on the H200; H100 2026-12-08: max gather 140.0 us against the row kernel's
+# 99.0, average 158.5 against 57.2) and was removed in session 36.
 NCHW_LANE_KERNELS = frozenset({MAX, AVG_INCLUDE, AVG_EXCLUDE, MAX_DETERMINISTIC})
-# ... and of those, the modes whose backward takes them. Measured on the H200 (2026-11-30
-# 15:10 UTC, sweep_pooling.py, 64x256x56x56 bf16 NCHW, TB/s on minimal bytes): max
-# forward 1.72 -> 2.46, average forward 2.05 -> 2.38, max backward 1.35 -> 1.39; average
-# backward 2.16 -> 0.87 (lanes 64 x 8; 0.94-1.02 with other tiles), so average backward
-# keeps the row kernels.
-# Session 35 (H100, clean L2 flush, sweep_pooling.py with each pass timed alone): the
-# NCHW max backward's 194.9 us were the lane taps pass 57.3 and the lane gather 141.2
-# (~1 TB/s on its 135 MB), the same slowness as the lane average backward. The row
-# kernels' max backward in the same run took 195 us with their own taps pass, whose
-# forward alone took 99 us; so their gather takes <= ~100 us, and lane taps + row gather
-# are predicted at 140-160 us (1.6-1.8 TB/s in bench_gpu_layers' bytes, from 1.33). So
-# no mode takes the lane backward; its direct timing is the sweep's next GPU run.
-NCHW_LANE_BACKWARD = frozenset()
 NCHW_LANE_TILE = 512  # (lane, 8-column group) pairs a program (56 columns: 64 lanes x 8 groups, 4 a thread)
 NCHW_LANE_WARPS = 4
 # issue 5 candidates (off until measured on the H200: benchmarks/sweep_pooling.py)
@@ -560,9 +550,8 @@ def _pool_rows_backward_kernel(dy_ptr, arg_ptr, dx_ptr, R, C, ID, IH, OD, OH, IW
 
 
 # -- NCHW column groups (W contiguous, W and H strides 1 or 2, no window along D) ----------
-# The NCHW lane kernels' tiles are [BLOCK_P lanes, BLOCK_G column groups]. A group is 8
-# contiguous input (forward) or dx (backward) columns, one 16-byte load or store for
-# 16-bit types, so 8 // SW output columns; a tap is that vector split into its SW column
+# The NCHW lane forward's tiles are [BLOCK_P lanes, BLOCK_G column groups]. A group is 8
+# contiguous input columns, one 16-byte load for 16-bit types, so 8 // SW output columns; a tap is that vector split into its SW column
 # phases and shifted by whole outputs, the one column it lacks (left or right of the
 # group) read by a second, scalar load.
 @triton.jit
@@ -590,14 +579,6 @@ def _phase(v, A: tl.constexpr, SW: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_G:
         else:
             v = odd
     return v
-
-
-@triton.jit
-def _interleave(even, odd, SW: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr):
-    """The inverse of _phase: 8 columns from the SW phases."""
-    if SW == 2:
-        even = tl.reshape(tl.join(even, odd), [BLOCK_P, BLOCK_G, 8])
-    return even
 
 
 @triton.jit
@@ -638,53 +619,12 @@ def _nchw_tap(v, lo, hi, kw: tl.constexpr, PW: tl.constexpr, SW: tl.constexpr, O
     return tap
 
 
-@triton.jit
-def _nchw_spread(acc0, acc1, gv, lo, hi, av, a_lo, a_hi, KH_TAP: tl.constexpr, KW: tl.constexpr, SW: tl.constexpr,
-                 PW: tl.constexpr, T_LO: tl.constexpr, T_HI: tl.constexpr, MODE: tl.constexpr,
-                 BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr):
-    """Add one dy row's share, at vertical tap KH_TAP, to the column phases of a dx row:
-    dx column SW * m + a takes output m + t at tap kw = a + PW - SW * t, t ascending (the
-    order of the other kernels, so max sums are bit for bit theirs)."""
-    O: tl.constexpr = 8 // SW
-    for t in tl.static_range(T_LO, T_HI + 1):
-        gt = _shift(gv, lo, hi, t, O, BLOCK_P, BLOCK_G)
-        if MODE == 0 or MODE == 3:
-            at = _shift(av, a_lo, a_hi, t, O, BLOCK_P, BLOCK_G)
-        for a in tl.static_range(SW):
-            if a + PW - SW * t >= 0 and a + PW - SW * t < KW:
-                if MODE == 0 or MODE == 3:
-                    part = tl.where(at == KH_TAP * KW + a + PW - SW * t, gt, 0.0)
-                else:
-                    part = gt
-                if a == 0:
-                    acc0 += part
-                else:
-                    acc1 += part
-    return acc0, acc1
+# NCHW block kernels removed, mostly slower (H200 11-30, TB/s max/avg: fwd 1.89/1.91 vs 2.46/2.38,
+# bwd 1.52/1.44 vs the lane backward's 1.39 and the row kernels' 2.16)
 
 
-@triton.jit
-def _nchw_dx_store(dx_ptr, acc0, acc1, d_row, row_ok, g, IW, alpha, beta, SW: tl.constexpr, HAS_BETA: tl.constexpr,
-                   COMPUTE: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr):
-    """Interleave the phases of one dx row, blend (alpha None meaning 1), and store its
-    groups (one vector each); the NCHW row and lane kernels' (BLOCK_P: planes or lanes)."""
-    col = g[:, None] * 8 + tl.arange(0, 8)[None, :]
-    mask = row_ok[:, None, None] & (col < IW)[None, :, :]
-    off = d_row[:, None, None] + col[None, :, :]
-    out = _interleave(acc0, acc1, SW, BLOCK_P, BLOCK_G)
-    if alpha is not None:
-        out = out * alpha
-    if HAS_BETA:
-        out += tl.load(dx_ptr + off, mask=mask, other=0.0).to(COMPUTE) * beta
-    tl.store(dx_ptr + off, out.to(dx_ptr.dtype.element_ty), mask=mask)
-
-
-# NCHW block kernels removed, mostly slower (H200 11-30, TB/s max/avg: fwd 1.89/1.91 vs 2.46/2.38, bwd 1.52/1.44 vs 1.39/2.16)
-
-
-# -- NCHW lane kernels (NCHW_LANE_KERNELS): the column groups above; a lane of the tile is
-# one (plane, output row) pair (forward) or (plane, row step) pair (backward), lanes in
-# memory order, so a program reads one contiguous run of rows and
+# -- NCHW lane forward (NCHW_LANE_KERNELS): the column groups above; a lane of the tile is
+# one (plane, output row) pair, lanes in memory order, so a program reads one contiguous run of rows and
 # stores once at its end: every load comes before the first store (a store between
 # loads keeps ptxas from issuing the later loads early, as it might alias them). The
 # row two windows share (3x3/2) is read by both lanes (the second time from L1), not
@@ -852,110 +792,6 @@ def _pool_nchw_lane_forward_kernel(x_ptr, y_ptr, arg_ptr, LANES, C, D, IH, OH, I
         if HAS_BETA:
             out += tl.load(y_ptr + y_off, mask=out_mask, other=0.0).to(COMPUTE) * beta
         tl.store(y_ptr + y_off, out.to(y_ptr.dtype.element_ty), mask=out_mask)
-
-
-@triton.jit
-def _lane_dy_row(dy_ptr, arg_ptr, g_row, a_row, row_ok, g, oh, IH, IW, OW, KH: tl.constexpr, KW: tl.constexpr,
-                 SH: tl.constexpr, SW: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, T_LO: tl.constexpr,
-                 T_HI: tl.constexpr, MODE: tl.constexpr, COMPUTE: tl.constexpr, BLOCK_L: tl.constexpr,
-                 BLOCK_G: tl.constexpr):
-    """Output row oh of each lane ([BLOCK_L]): one row of dy (divided by the window sizes
-    for the averages) and of the taps, [BLOCK_L, BLOCK_G, 8 // SW], and the outputs left
-    (T_LO < 0) and right (T_HI > 0) of each group; 0 where masked."""
-    O: tl.constexpr = 8 // SW
-    ow = g[:, None] * O + tl.arange(0, O)[None, :]
-    mask = row_ok[:, None, None] & (ow < OW)[None, :, :]
-    gv = tl.load(dy_ptr + g_row[:, None, None] + ow[None, :, :], mask=mask, other=0.0).to(COMPUTE)
-    av = tl.zeros([BLOCK_L, BLOCK_G, O], tl.int32)  # placeholders where not read
-    lo = tl.zeros([BLOCK_L, BLOCK_G], COMPUTE)
-    hi = lo
-    a_lo = tl.zeros([BLOCK_L, BLOCK_G], tl.int32)
-    a_hi = a_lo
-    rows = _clipped(oh * SH - PH, KH, IH)[:, None]
-    if MODE == 0 or MODE == 3:
-        av = tl.load(arg_ptr + a_row[:, None, None] + ow[None, :, :], mask=mask, other=0).to(tl.int32)
-    elif MODE == 1:
-        gv = gv / (KH * KW)
-    else:
-        gv = gv / tl.maximum(rows[:, :, None] * _clipped(ow * SW - PW, KW, IW)[None, :, :], 1).to(COMPUTE)
-    if T_LO < 0:
-        o_lo = g * O - 1
-        m_lo = row_ok[:, None] & ((o_lo >= 0) & (o_lo < OW))[None, :]
-        lo = tl.load(dy_ptr + g_row[:, None] + o_lo[None, :], mask=m_lo, other=0.0).to(COMPUTE)
-        if MODE == 0 or MODE == 3:
-            a_lo = tl.load(arg_ptr + a_row[:, None] + o_lo[None, :], mask=m_lo, other=0).to(tl.int32)
-        elif MODE == 1:
-            lo = lo / (KH * KW)
-        else:
-            lo = lo / tl.maximum(rows * _clipped(o_lo * SW - PW, KW, IW)[None, :], 1).to(COMPUTE)
-    if T_HI > 0:
-        o_hi = g * O + O
-        m_hi = row_ok[:, None] & (o_hi < OW)[None, :]
-        hi = tl.load(dy_ptr + g_row[:, None] + o_hi[None, :], mask=m_hi, other=0.0).to(COMPUTE)
-        if MODE == 0 or MODE == 3:
-            a_hi = tl.load(arg_ptr + a_row[:, None] + o_hi[None, :], mask=m_hi, other=0).to(tl.int32)
-        elif MODE == 1:
-            hi = hi / (KH * KW)
-        else:
-            hi = hi / tl.maximum(rows * _clipped(o_hi * SW - PW, KW, IW)[None, :], 1).to(COMPUTE)
-    return gv, lo, hi, av, a_lo, a_hi
-
-
-@triton.jit
-def _pool_nchw_lane_backward_kernel(dy_ptr, arg_ptr, dx_ptr, LANES, C, D, IH, OH, IWv, OWv, TILES_G, STEPS,
-                                    # plane and row strides in units of VG (dy), VA (arg), VD (dx); W strides are 1
-                                    gsn, gsc, gsd, gsh, asn, asc, asd, ash, dsn, dsc, dsd, dsh,
-                                    alpha: tl.float64, beta: tl.float64,
-                                    KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
-                                    PH: tl.constexpr, PW: tl.constexpr, Q_LO: tl.constexpr, Q_HI: tl.constexpr,
-                                    T_LO: tl.constexpr, T_HI: tl.constexpr, VG: tl.constexpr, VA: tl.constexpr,
-                                    VD: tl.constexpr, VIW: tl.constexpr, VOW: tl.constexpr, MODE: tl.constexpr,
-                                    HAS_BETA: tl.constexpr, BIG: tl.constexpr, COMPUTE: tl.constexpr,
-                                    ONE_ALPHA: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_G: tl.constexpr):
-    """dx over [BLOCK_L (plane, row step) lanes, BLOCK_G * 8 input columns]: step k holds
-    input rows SH * k + r (r < SH <= 2), covered by output rows k + q at the tap
-    kh = r + PH - SH * q; each dx element written once."""
-    # float64 scalar arguments (exact for float64 data), converted once to COMPUTE
-    alpha, beta = tl.full([], alpha, COMPUTE), tl.full([], beta, COMPUTE)
-    if BIG:  # every offset term in int64, not only the image's (common.wide)
-        gsn, gsc, gsd, gsh = wide((gsn, gsc, gsd, gsh))
-        asn, asc, asd, ash = wide((asn, asc, asd, ash))
-        dsn, dsc, dsd, dsh = wide((dsn, dsc, dsd, dsh))
-    O: tl.constexpr = 8 // SW
-    # map the program to lanes and column groups
-    pid_g, n, c, d, k, l_ok = _nchw_lane_ids(TILES_G, LANES, STEPS, C, D, BLOCK_L)
-    g = pid_g * BLOCK_G + tl.arange(0, BLOCK_G)
-    IW = IWv * VIW
-    OW = OWv * VOW
-    g_plane = n * gsn + c * gsc + d * gsd
-    a_plane = n * asn + c * asc + d * asd
-    acc00 = tl.zeros([BLOCK_L, BLOCK_G, O], COMPUTE)  # input row SH * k, phases 0 and 1
-    acc01 = tl.zeros([BLOCK_L, BLOCK_G, O], COMPUTE)
-    acc10 = tl.zeros([BLOCK_L, BLOCK_G, O], COMPUTE)  # input row SH * k + 1
-    acc11 = tl.zeros([BLOCK_L, BLOCK_G, O], COMPUTE)
-    # the covering output rows, ascending
-    for q in tl.static_range(Q_LO, Q_HI + 1):
-        oh = k + q
-        ok = l_ok & (oh >= 0) & (oh < OH)
-        gv, lo, hi, av, a_lo, a_hi = _lane_dy_row(
-            dy_ptr, arg_ptr, (g_plane + oh * gsh) * VG, (a_plane + oh * ash) * VA, ok, g, oh, IH, IW, OW,
-            KH, KW, SH, SW, PH, PW, T_LO, T_HI, MODE, COMPUTE, BLOCK_L, BLOCK_G)
-        if PH - SH * q >= 0 and PH - SH * q < KH:
-            acc00, acc01 = _nchw_spread(acc00, acc01, gv, lo, hi, av, a_lo, a_hi, PH - SH * q, KW, SW, PW,
-                                        T_LO, T_HI, MODE, BLOCK_L, BLOCK_G)
-        if SH == 2 and 1 + PH - SH * q >= 0 and 1 + PH - SH * q < KH:
-            acc10, acc11 = _nchw_spread(acc10, acc11, gv, lo, hi, av, a_lo, a_hi, 1 + PH - SH * q, KW, SW, PW,
-                                        T_LO, T_HI, MODE, BLOCK_L, BLOCK_G)
-    # blend and store the step's input rows (alpha == 1 compiled away: one multiply an element)
-    ih = k * SH
-    d_row = (n * dsn + c * dsc + d * dsd + ih * dsh) * VD
-    if ONE_ALPHA:
-        alpha = None
-    _nchw_dx_store(dx_ptr, acc00, acc01, d_row, l_ok & (ih < IH), g, IW, alpha, beta, SW, HAS_BETA, COMPUTE,
-                   BLOCK_L, BLOCK_G)
-    if SH == 2:
-        _nchw_dx_store(dx_ptr, acc10, acc11, d_row + dsh * VD, l_ok & (ih + 1 < IH), g, IW, alpha, beta, SW,
-                       HAS_BETA, COMPUTE, BLOCK_L, BLOCK_G)
 
 
 # -- channels-last row kernels (C contiguous, no window along D) ----------------------------
@@ -1748,28 +1584,23 @@ def _maxnreg():
 
 
 def _nchw_shifts(geo):
-    """(T_LO, T_HI) of the backward (dx column SW * j + a takes output j + t) and the
-    forward taps' (kw - PW) // SW: the NCHW lane kernels read one output or input column
-    beyond their group on either side."""
+    """(T_LO, T_HI): dx column SW * j + a takes output j + t, t in that range; also the
+    forward taps' (kw - PW) // SW, which the NCHW lane forward allows one column beyond its
+    group on either side."""
     KW = geo.window[2]
     SW, PW = geo.stride[2], geo.padding[2]
     ts = [t for a in range(SW) for t in range(-KW - 1, KW + 2) if 0 <= a + PW - SW * t < KW]
     return min(ts), max(ts)
 
 
-def _lanes(mode, backward) -> bool:
-    """Whether the NCHW lane kernels serve this mode and direction."""
-    return int(mode) in NCHW_LANE_KERNELS and (not backward or int(mode) in NCHW_LANE_BACKWARD)
-
-
-def _use_nchw(geo, mode, backward=False):
-    """The NCHW lane kernels (on top of _use_rows) for the modes _lanes takes: no window
-    along D, H and W strides 1 or 2, each tap at most one column beyond the 8-column group
-    (PW <= 1, KW - 1 - PW <= SW)."""
+def _use_nchw(geo, mode):
+    """The NCHW lane forward (on top of _use_rows) for the modes of NCHW_LANE_KERNELS: no
+    window along D, H and W strides 1 or 2, each tap at most one column beyond the 8-column
+    group (PW <= 1, KW - 1 - PW <= SW)."""
     _, KH, KW = geo.window
     _, SH, SW = geo.stride
     _, PH, PW = geo.padding
-    if not _lanes(mode, backward):
+    if int(mode) not in NCHW_LANE_KERNELS:
         return False
     if geo.window[0] != 1 or geo.stride[0] != 1 or geo.padding[0] != 0:
         return False
@@ -1803,28 +1634,6 @@ def _nchw_forward(x5, y5, arg5, geo, alpha, beta, flags, store_y, has_arg):
         VX=vx, VY=vy, VA=va, VIW=_pow2_factor(IW), VOW=_pow2_factor(OW), **flags,
         INTERP=os.environ.get("TRITON_INTERPRET") == "1", ONE_ALPHA=alpha == 1.0, BLOCK_L=block_l,
         BLOCK_G=block_g, num_warps=NCHW_LANE_WARPS)
-
-
-def _nchw_backward(dy5, arg5, dx5, geo, alpha, beta, flags):
-    (D, IH, IW), (_, OH, OW) = geo.ins, geo.outs
-    _, KH, KW = geo.window
-    _, SH, SW = geo.stride
-    _, PH, PW = geo.padding
-    qs = [q for r in range(SH) for q in range(-KH - 1, KH + 2) if 0 <= r + PH - SH * q < KH]
-    t_lo, t_hi = _nchw_shifts(geo)
-    vg, gs = _row_strides(dy5)
-    va, as_ = _row_strides(arg5)
-    vd, ds = _row_strides(dx5)
-    planes = geo.N * geo.C * D
-    groups = cdiv(IW, 8)
-    steps = cdiv(IH, SH)
-    block_l, block_g, programs = _nchw_lane_tiles(planes * steps, groups)
-    _pool_nchw_lane_backward_kernel[(programs,)](
-        dy5, arg5, dx5, planes * steps, geo.C, D, IH, OH, IW // _pow2_factor(IW), OW // _pow2_factor(OW),
-        cdiv(groups, block_g), steps, *gs, *as_, *ds, alpha, beta, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH,
-        PW=PW, Q_LO=min(qs), Q_HI=max(qs), T_LO=t_lo, T_HI=t_hi, VG=vg, VA=va, VD=vd, VIW=_pow2_factor(IW),
-        VOW=_pow2_factor(OW), **flags, ONE_ALPHA=alpha == 1.0, BLOCK_L=block_l, BLOCK_G=block_g,
-        num_warps=NCHW_LANE_WARPS)
 
 
 def _row_block(width, rows, tile):
@@ -1971,10 +1780,7 @@ def _backward(x, dy, dx, mode, geo, propagate_nan, alpha, beta):
         _cl_backward(dy5, arg5, dx5, geo, alpha, beta, flags)
         return
     if _use_rows(geo, dx5, dy5, arg5):
-        if _use_nchw(geo, mode, backward=True):
-            _nchw_backward(dy5, arg5, dx5, geo, alpha, beta, flags)
-        else:
-            _rows_backward(dy5, arg5, dx5, geo, alpha, beta, flags)
+        _rows_backward(dy5, arg5, dx5, geo, alpha, beta, flags)
         return
     P = math.prod(geo.ins)
     block_p, block_c, warps = _tile(dx5, geo.C, P)
