@@ -551,9 +551,9 @@ def _pool_rows_backward_kernel(dy_ptr, arg_ptr, dx_ptr, R, C, ID, IH, OD, OH, IW
 
 # -- NCHW column groups (W contiguous, W and H strides 1 or 2, no window along D) ----------
 # The NCHW lane forward's tiles are [BLOCK_P lanes, BLOCK_G column groups]. A group is 8
-# contiguous input columns, one 16-byte load for 16-bit types, so 8 // SW output columns; a tap is that vector split into its SW column
-# phases and shifted by whole outputs, the one column it lacks (left or right of the
-# group) read by a second, scalar load.
+# contiguous input columns, one 16-byte load for 16-bit types, so 8 // SW output columns;
+# a tap is that vector split into its SW column phases and shifted by whole outputs, the
+# one column it lacks (left or right of the group) read by a second, scalar load.
 @triton.jit
 def _split4(v, BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr):
     """The 4 columns of a [BLOCK_P, BLOCK_G, 4] tile (register moves, no data exchange)."""
@@ -624,10 +624,10 @@ def _nchw_tap(v, lo, hi, kw: tl.constexpr, PW: tl.constexpr, SW: tl.constexpr, O
 
 
 # -- NCHW lane forward (NCHW_LANE_KERNELS): the column groups above; a lane of the tile is
-# one (plane, output row) pair, lanes in memory order, so a program reads one contiguous run of rows and
-# stores once at its end: every load comes before the first store (a store between
-# loads keeps ptxas from issuing the later loads early, as it might alias them). The
-# row two windows share (3x3/2) is read by both lanes (the second time from L1), not
+# one (plane, output row) pair, lanes in memory order, so a program reads one contiguous
+# run of rows and stores once at its end: every load comes before the first store (a store
+# between loads keeps ptxas from issuing the later loads early, as it might alias them).
+# The row two windows share (3x3/2) is read by both lanes (the second time from L1), not
 # carried.
 @triton.jit
 def _nchw_lane_ids(TILES_G, LANES, STEPS, C, D, BLOCK_L: tl.constexpr):
