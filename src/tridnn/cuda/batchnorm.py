@@ -28,8 +28,8 @@ H200 (64x256x56x56 bf16, docs/performance.md) that order gained nothing for NCHW
 memory order without cache hints. Running all three steps a chunk of channels at a time
 (so the apply pass re-reads the whole chunk from the L2) lost more (session 36, H100, 64 or
 32 channels a chunk: forward 111 -> 137 us NCHW, 109 -> 144 NHWC; backward 188 -> 258 NCHW,
-181 -> 345 NHWC): each chunk's three launches and their tails cost more than the re-read
-saves, and was removed. The backward pass has the same shape: a reduction of
+181 -> 345 NHWC; time grew with the number of chunks, so each chunk's three launches and
+their tails cost more than any re-read saved); it was removed. The backward pass has the same shape: a reduction of
 (sum g, sum g * xhat), a finalize that writes dscale/dbias, and an apply that writes dx
 (and dz).
 
