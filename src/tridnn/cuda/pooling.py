@@ -26,9 +26,8 @@ one is used (a runtime tap loop keeps one load in flight per warp):
   8-column groups (one 16-byte vector a group); a program's loads all come before its
   one store, so they are all in flight at once; it combines the window's rows down,
   then takes the taps across once; the taps of max are (window maximum, then the first
-  tap equal to it). The NCHW backward gathers are the row kernels': the lane backward
-  kernel ran ~1 TB/s (H100 session 36: max gather 140.0 us against the row kernel's
-  99.0, average 158.5 against 57.2) and was removed.
+  tap equal to it). The NCHW backward gathers are the row kernels' (a lane backward
+  kernel was slower and was removed in session 36; see NCHW_LANE_KERNELS).
 
 - issue 5 candidates, off by default (benchmarks/sweep_pooling.py measures them):
   CL_FUSED_MAX_BWD, the channels-last max backward in one pass that recomputes each
@@ -1522,14 +1521,14 @@ def _cl_backward(dy5, arg5, dx5, geo, alpha, beta, flags):
     _, PH, PW = geo.padding
     rows = SH * max(1, cdiv(min(CL_ROWS, IH), SH))
     qs = [q for r in range(rows) for q in range(-KH - 1, rows + KH + 1) if 0 <= r + PH - SH * q < KH]
-    ts = [t for a in range(SW) for t in range(-KW - 1, KW + 2) if 0 <= a + PW - SW * t < KW]
+    t_lo, t_hi = _column_shifts(geo)
     J = cdiv(IW, SW)
     block_c, block_j = _cl_block(geo.C, J)
     tiles_h, tiles_j = cdiv(IH, rows), cdiv(J, block_j)
     _pool_cl_backward_kernel[(geo.N * D * tiles_h * tiles_j * cdiv(geo.C, block_c),)](
         dy5, arg5, dx5, geo.C, D, IH, IW, OH, OW, tiles_h, tiles_j, *_ndhw(dy5), *_ndhw(arg5), *_ndhw(dx5),
-        alpha, beta, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH, PW=PW, Q_LO=min(qs), Q_HI=max(qs), T_LO=min(ts),
-        T_HI=max(ts), **flags, ROWS=rows, BLOCK_J=block_j, BLOCK_C=block_c, num_warps=CL_WARPS)
+        alpha, beta, KH=KH, KW=KW, SH=SH, SW=SW, PH=PH, PW=PW, Q_LO=min(qs), Q_HI=max(qs), T_LO=t_lo,
+        T_HI=t_hi, **flags, ROWS=rows, BLOCK_J=block_j, BLOCK_C=block_c, num_warps=CL_WARPS)
 
 
 def _use_cl_fused(geo, mode, *tensors):
@@ -1540,7 +1539,7 @@ def _use_cl_fused(geo, mode, *tensors):
         return False
     if not _use_cl(geo, *tensors) or geo.window[1] > 2 * geo.stride[1]:
         return False
-    t_lo, t_hi = _nchw_shifts(geo)
+    t_lo, t_hi = _column_shifts(geo)
     if CL_FUSED_MAX_BWD == "phases":
         return geo.window[1] >= geo.stride[1]
     return t_hi - t_lo <= 1
@@ -1551,7 +1550,7 @@ def _cl_fused_backward(x5, dy5, dx5, geo, propagate_nan, alpha, beta, flags):
     _, KH, KW = geo.window
     _, SH, SW = geo.stride
     _, PH, PW = geo.padding
-    t_lo, t_hi = _nchw_shifts(geo)
+    t_lo, t_hi = _column_shifts(geo)
     a0, a1 = PH // SH, (IH - 1 + PH) // SH + 1  # the steps: step a writes dx rows [SH * a - PH, SH * (a + 1) - PH)
     steps = max(1, min(CL_FUSED_STEPS, a1 - a0))
     tiles_h = cdiv(a1 - a0, steps)
@@ -1583,10 +1582,10 @@ def _maxnreg():
     return {"maxnreg": int(CL_FUSED_MAXNREG)} if CL_FUSED_MAXNREG else {}
 
 
-def _nchw_shifts(geo):
-    """(T_LO, T_HI): dx column SW * j + a takes output j + t, t in that range; also the
-    forward taps' (kw - PW) // SW, which the NCHW lane forward allows one column beyond its
-    group on either side."""
+def _column_shifts(geo):
+    """(T_LO, T_HI): dx column SW * j + a takes output j + t, t in that range (the
+    backward gathers' covering columns); also the forward taps' (kw - PW) // SW, which the
+    NCHW lane forward allows one column beyond its group on either side."""
     KW = geo.window[2]
     SW, PW = geo.stride[2], geo.padding[2]
     ts = [t for a in range(SW) for t in range(-KW - 1, KW + 2) if 0 <= a + PW - SW * t < KW]
@@ -1606,7 +1605,7 @@ def _use_nchw(geo, mode):
         return False
     if SH not in (1, 2) or SW not in (1, 2) or PH >= KH or PW > 1 or KW - 1 - PW > SW:
         return False
-    t_lo, t_hi = _nchw_shifts(geo)
+    t_lo, t_hi = _column_shifts(geo)
     return t_lo >= -1 and t_hi <= 1
 
 
@@ -1746,7 +1745,7 @@ def _rows_backward(dy5, arg5, dx5, geo, alpha, beta, flags):
     TD, TH, TW = geo.covers
     (ID, IH, IW), (OD, OH, OW) = geo.ins, geo.outs
     SW, PW = geo.stride[2], geo.padding[2]
-    ts = [t for a in range(SW) for t in range(-KW - 1, KW + 2) if 0 <= a + PW - SW * t < KW]
+    t_lo, t_hi = _column_shifts(geo)
     vg, gs = _row_strides(dy5)
     va, as_ = _row_strides(arg5)
     vd, ds = _row_strides(dx5)
@@ -1756,7 +1755,7 @@ def _rows_backward(dy5, arg5, dx5, geo, alpha, beta, flags):
     _pool_rows_backward_kernel[(cdiv(rows, block_r), cdiv(cdiv(IW, SW), block_w))](
         dy5, arg5, dx5, rows, geo.C, ID, IH, OD, OH, IW // viw, OW // vow, *gs, *as_, *ds,
         geo.stride[0], geo.stride[1], geo.padding[0], geo.padding[1], alpha, beta,
-        KD=KD, KH=KH, KW=KW, SW=SW, PW=PW, TD=TD, TH=TH, T_LO=min(ts), T_HI=max(ts), VG=vg, VA=va, VD=vd,
+        KD=KD, KH=KH, KW=KW, SW=SW, PW=PW, TD=TD, TH=TH, T_LO=t_lo, T_HI=t_hi, VG=vg, VA=va, VD=vd,
         VIW=viw, VOW=vow, **flags, BLOCK_R=block_r, BLOCK_W=block_w, num_warps=ROW_WARPS)
 
 
